@@ -1,0 +1,27 @@
+# Two commands for a newcomer: `make lab` and `make test`.
+# Each creates .venv on first use and (re)installs meshroute into it
+# whenever its sources change.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SOURCES := setup.cfg pyproject.toml $(shell find meshroute twisted -name '*.py' -o -name '*.sql' 2>/dev/null)
+
+.PHONY: lab test install clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: $(SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	$(PY) -m pip install -q --disable-pip-version-check '.[test,audit]'
+	touch $@
+
+lab: install
+	$(PY) -m meshroute.lab etc/lab
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info var .pytest_cache .hypothesis

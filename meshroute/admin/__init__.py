@@ -1,0 +1,3 @@
+"""
+The admin HTTP API (JSON over twisted.web).
+"""

@@ -1,0 +1,386 @@
+"""
+The router configuration: one TOML file in, frozen validated dataclasses out.
+
+Everything an operator can get wrong is caught here, before any service
+starts, and reported as a L{ConfigError} naming the file and the dotted key
+(C{routing.listener.keepalive-interval}, C{routing.connector[1].router}).
+The rest of meshroute then trusts these objects without re-checking them.
+
+Each section's keys are declared once, in a small table of L{_Key} specs:
+the operator-facing name, its kind, its default and its minimum.  Loading
+(L{load_config}) and printing the effective configuration (L{format_config})
+are both driven by those tables, so they cannot drift apart.
+
+Durations are integers in milliseconds or strings with a unit (C{"500ms"},
+C{"15s"}, C{"2m"}, C{"1h"}, C{"1.5s"}); they are stored as integer
+milliseconds in attributes ending in C{_ms}.
+
+Relative paths (C{data-dir}, C{password-file}) are kept as written and so
+are relative to the current working directory of the process, as with every
+other path given to twistd; they are not relative to the config file.
+"""
+
+import json
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from twisted.internet.endpoints import clientFromString, serverFromString
+
+from meshroute.errors import ConfigError
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """
+    C{[routing.listener]}: where other routers connect to us.
+
+    @ivar secret: the contents of C{password_file} without trailing line
+        ends; kept out of C{repr} so logging a config cannot leak it.
+    @ivar allowed_routers: the router names allowed to connect, or C{None}
+        for any router that knows the secret.
+    """
+
+    endpoint: str
+    password_file: str
+    secret: bytes = field(repr=False)
+    keepalive_interval_ms: int = 60000
+    stage_valid_timeout_ms: int = 15000
+    reject_disconnect_delay_ms: int = 5000
+    allowed_routers: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """
+    One C{[[routing.connector]]}: an outgoing link we keep open.
+
+    The four retry parameters feed a L{ClientService} backoff policy;
+    C{reconnect_attempts} is -1 for forever and 0 for no retry.
+    """
+
+    router: str
+    endpoint: str
+    password_file: str
+    secret: bytes = field(repr=False)
+    retry_interval_ms: int = 2000
+    retry_interval_multiplier: float = 1.0
+    max_retry_interval_ms: int = 2000
+    reconnect_attempts: int = -1
+    stage_valid_timeout_ms: int = 15000
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """
+    C{[admin]}: where the JSON admin API listens.
+    """
+
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """
+    A whole router configuration; C{path} is the file it was loaded from.
+    """
+
+    path: str
+    name: str
+    data_dir: str
+    listener: ListenerConfig | None
+    connectors: tuple[ConnectorConfig, ...]
+    admin: AdminConfig | None
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class _Key:
+    """
+    The rule for one operator-facing key.
+
+    @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
+        C{number}, C{server-endpoint}, C{client-endpoint}, C{password-file}
+        (a string; the file's contents become the section's C{secret}).
+    @ivar default: the value used when the key is absent, or C{_REQUIRED}.
+    @ivar minimum: the smallest allowed value (milliseconds for durations).
+    """
+
+    name: str
+    kind: str
+    default: object = _REQUIRED
+    minimum: int | float | None = None
+
+    @property
+    def attr(self) -> str:
+        """
+        The dataclass attribute: snake_case, with C{_ms} for durations.
+        """
+        suffix = "_ms" if self.kind == "duration" else ""
+        return self.name.replace("-", "_") + suffix
+
+
+_ROUTER_KEYS = (_Key("name", "name"), _Key("data-dir", "str"))
+_LISTENER_KEYS = (
+    _Key("endpoint", "server-endpoint"),
+    _Key("password-file", "password-file"),
+    _Key("keepalive-interval", "duration", 60000, 10),
+    _Key("stage-valid-timeout", "duration", 15000, 1000),
+    _Key("reject-disconnect-delay", "duration", 5000, 1000),
+    _Key("allowed-routers", "names", None),
+)
+_CONNECTOR_KEYS = (
+    _Key("router", "name"),
+    _Key("endpoint", "client-endpoint"),
+    _Key("password-file", "password-file"),
+    _Key("retry-interval", "duration", 2000, 1),
+    _Key("retry-interval-multiplier", "number", 1.0, 1.0),
+    _Key("max-retry-interval", "duration", 2000, 1),
+    _Key("reconnect-attempts", "int", -1, -1),
+    _Key("stage-valid-timeout", "duration", 15000, 1000),
+)
+_ADMIN_KEYS = (_Key("endpoint", "server-endpoint"),)
+
+
+def parse_duration_ms(value: object, *, path: str, key: str) -> int:
+    """
+    Turn a configured duration into whole milliseconds.
+
+    An integer is already milliseconds; a string carries a unit (C{ms},
+    C{s}, C{m}, C{h}) and may have a decimal part as long as the result is
+    a whole number of milliseconds.  Booleans and floats are refused: a
+    bare C{1.5} would leave the operator guessing about the unit.
+
+    @raise ConfigError: naming C{path} and C{key} for anything else.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(path, key, f"duration must not be negative, got {value}")
+        return value
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        expected = 'integer milliseconds or a string like "500ms", "15s", "2m", "1h"'
+        raise ConfigError(path, key, f"expected {expected}, got {value!r}")
+    ms = Decimal(match[1]) * _UNIT_MS[match[2]]
+    if ms != ms.to_integral_value():
+        raise ConfigError(path, key, f"{value!r} is not a whole number of milliseconds")
+    return int(ms)
+
+
+def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> object:
+    """
+    Check one present key against its spec and return the stored value.
+    """
+
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(path, key, f"expected {expected}, got {type(value).__name__} {value!r}")
+
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if spec.kind == "duration":
+        result = parse_duration_ms(value, path=path, key=key)
+    elif spec.kind == "int":
+        if not is_int:
+            raise fail("an integer")
+        result = value
+    elif spec.kind == "number":
+        if not (is_int or isinstance(value, float)):
+            raise fail("a number")
+        result = float(value)
+        if not math.isfinite(result):
+            raise fail("a finite number")
+    elif spec.kind == "names":
+        if not isinstance(value, list) or not value:
+            raise fail("a non-empty list of router names (omit the key to allow any router)")
+        for index, item in enumerate(value):
+            item_key = f"{key}[{index}]"
+            _convert(_Key(spec.name, "name"), item, path=path, key=item_key, reactor=reactor)
+        if len(set(value)) != len(value):
+            raise ConfigError(path, key, f"router names are repeated in {value!r}")
+        result = tuple(value)
+    else:
+        if not isinstance(value, str) or not value:
+            raise fail("a non-empty string")
+        if spec.kind == "name" and not _NAME.fullmatch(value):
+            raise ConfigError(path, key, f"{value!r} is not a router name ([A-Za-z0-9._-]{{1,64}})")
+        if spec.kind.endswith("endpoint"):
+            parse = serverFromString if spec.kind == "server-endpoint" else clientFromString
+            try:
+                parse(reactor, value)
+            except Exception as e:
+                message = f"invalid {spec.kind.replace('-', ' ')} {value!r}: {e}"
+                raise ConfigError(path, key, message) from e
+        result = value
+    if spec.minimum is not None and result < spec.minimum:
+        unit = " ms" if spec.kind == "duration" else ""
+        raise ConfigError(path, key, f"must be at least {spec.minimum}{unit}, got {result}{unit}")
+    return result
+
+
+def _reject_unknown(table: dict, allowed: list[str], *, path: str, prefix: str) -> None:
+    """
+    Refuse keys we do not know, so a typo never silently means a default.
+    """
+    for name in table:
+        if name not in allowed:
+            key = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(path, key, f"unknown key; allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reactor) -> dict:
+    """
+    Read one section: every key checked, every default filled in, and the
+    secret read from its C{password-file}.
+
+    @return: dataclass keyword arguments, by attribute name.
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(path, prefix, f"expected a table, got {type(table).__name__}")
+    _reject_unknown(table, [spec.name for spec in keys], path=path, prefix=prefix)
+    values = {}
+    for spec in keys:
+        key = f"{prefix}.{spec.name}"
+        if spec.name in table:
+            value = _convert(spec, table[spec.name], path=path, key=key, reactor=reactor)
+        elif spec.default is _REQUIRED:
+            raise ConfigError(path, key, "required key is missing")
+        else:
+            value = spec.default
+        values[spec.attr] = value
+        if spec.kind == "password-file":
+            values["secret"] = _read_secret(value, path=path, key=key)
+    return values
+
+
+def _read_secret(password_file: str, *, path: str, key: str) -> bytes:
+    """
+    Read a shared secret, dropping the line end editors add.
+    """
+    try:
+        with open(password_file, "rb") as f:
+            secret = f.read().rstrip(b"\r\n")
+    except OSError as e:
+        message = f"cannot read password file {password_file!r}: {e.strerror}"
+        raise ConfigError(path, key, message) from e
+    if not secret:
+        raise ConfigError(path, key, f"password file {password_file!r} is empty")
+    return secret
+
+
+def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
+    """
+    Load and validate a router configuration file.
+
+    @param reactor: used only to construct (never listen on or connect)
+        each endpoint, to prove its string is valid; the global reactor is
+        imported here when none is given, never at module import time.
+    @raise ConfigError: for anything that would stop the router working.
+    """
+    path = os.fspath(path)
+    if reactor is None:
+        from twisted.internet import reactor as global_reactor
+
+        reactor = global_reactor
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(path, None, f"cannot read configuration: {e.strerror}") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(path, None, f"invalid TOML: {e}") from e
+
+    def take(table, keys, prefix):
+        return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
+
+    _reject_unknown(document, ["router", "routing", "admin"], path=path, prefix="")
+    if "router" not in document:
+        raise ConfigError(path, "router", "required section [router] is missing")
+    router = take(document["router"], _ROUTER_KEYS, "router")
+    routing = document.get("routing", {})
+    if not isinstance(routing, dict):
+        raise ConfigError(path, "routing", "expected a table")
+    _reject_unknown(routing, ["listener", "connector"], path=path, prefix="routing")
+    listener = None
+    if "listener" in routing:
+        listener = ListenerConfig(**take(routing["listener"], _LISTENER_KEYS, "routing.listener"))
+
+    tables = routing.get("connector", [])
+    if not isinstance(tables, list):
+        raise ConfigError(path, "routing.connector", "expected [[routing.connector]] tables")
+    connectors: list[ConnectorConfig] = []
+    for index, table in enumerate(tables):
+        prefix = f"routing.connector[{index}]"
+        connector = ConnectorConfig(**take(table, _CONNECTOR_KEYS, prefix))
+        if connector.router == router["name"]:
+            message = f"a router cannot connect to itself ({connector.router!r})"
+            raise ConfigError(path, f"{prefix}.router", message)
+        if connector.router in (c.router for c in connectors):
+            message = f"a connector to {connector.router!r} is already configured"
+            raise ConfigError(path, f"{prefix}.router", message)
+        if connector.max_retry_interval_ms < connector.retry_interval_ms:
+            message = (
+                f"{connector.max_retry_interval_ms} ms is less than "
+                f"retry-interval {connector.retry_interval_ms} ms"
+            )
+            raise ConfigError(path, f"{prefix}.max-retry-interval", message)
+        connectors.append(connector)
+
+    admin = None
+    if "admin" in document:
+        admin = AdminConfig(**take(document["admin"], _ADMIN_KEYS, "admin"))
+    return RouterConfig(
+        path=path, listener=listener, connectors=tuple(connectors), admin=admin, **router
+    )
+
+
+def _toml_value(value: object) -> str:
+    """
+    Render one stored value as TOML.
+
+    JSON string escapes are a subset of TOML's; only DEL needs escaping on
+    top, since TOML forbids it raw in a basic string.
+    """
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return repr(value)
+
+
+def _toml_table(header: str, config: object, keys: tuple[_Key, ...]) -> str:
+    """
+    One table with every key that has a value; C{secret} is not a key, so
+    it is never printed.
+    """
+    lines = [header]
+    for spec in keys:
+        value = getattr(config, spec.attr)
+        if value is not None:
+            lines.append(f"{spec.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def format_config(config: RouterConfig) -> str:
+    """
+    The effective configuration, defaults filled in, as loadable TOML.
+
+    This is what C{meshroute check-config} prints, so an operator sees the
+    values the router will really use; durations appear in milliseconds.
+    Loading the output again gives an equal configuration.
+    """
+    tables = [_toml_table("[router]", config, _ROUTER_KEYS)]
+    if config.listener is not None:
+        tables.append(_toml_table("[routing.listener]", config.listener, _LISTENER_KEYS))
+    for connector in config.connectors:
+        tables.append(_toml_table("[[routing.connector]]", connector, _CONNECTOR_KEYS))
+    if config.admin is not None:
+        tables.append(_toml_table("[admin]", config.admin, _ADMIN_KEYS))
+    return "\n".join(tables)

@@ -1,0 +1,40 @@
+"""
+The meshroute error hierarchy.
+
+Everything meshroute raises on purpose is a L{MeshrouteError}, so callers
+can tell our refusals from bugs.  Errors that cross the wire carry a stable
+C{code} string; the codes are listed in docs/protocol.md.
+"""
+
+
+class MeshrouteError(Exception):
+    """
+    Root of every error meshroute raises deliberately.
+    """
+
+
+class ConfigError(MeshrouteError):
+    """
+    A configuration file cannot be used.
+
+    The message always names the file and the dotted key (C{section.key}),
+    because an operator fixing a broken router needs both.
+    """
+
+    def __init__(self, path: str, key: str | None, message: str) -> None:
+        self.path = path
+        self.key = key
+        self.message = message
+        where = f"{path}: {key}" if key else path
+        super().__init__(f"{where}: {message}")
+
+
+class WireError(MeshrouteError):
+    """
+    Bytes from a peer do not form a valid frame: garbage, truncated body,
+    oversized length, unknown type or wrong field types.
+
+    The protocol that sees it closes that one connection with reason
+    C{protocol-error}; nothing else is affected.
+    """
+

@@ -1,0 +1,85 @@
+"""
+A routing connector: keeps one outbound link up, reconnecting under the
+Artemis retry parameters.
+
+Reconnection is Twisted's C{ClientService}; the delays come from a
+L{RetrySchedule} that counts failed *links*, not failed TCP connects.
+C{ClientService} alone counts a TCP connection as a success, and its
+C{prepareConnection} hook cannot wait for our handshake: when the peer
+closes a connection whose preparation is still pending, C{ClientService}
+(Twisted 26.10) raises C{NoTransition} out of C{connectionLost}.  So the
+handshake stays in our machine, and a link that reaches delivery resets
+the schedule.
+"""
+
+from twisted.application.internet import ClientService
+from twisted.application.service import Service
+from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
+from twisted.logger import Logger
+
+from meshroute import events
+from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.protocol import ConnectorFactory
+from meshroute.link.retry import RetrySchedule
+
+log = Logger()
+
+CONNECTOR_EXHAUSTED = "connector.exhausted"
+
+
+class ConnectorService(Service):
+    """
+    One C{[[routing.connector]]}: connect, and reconnect until stopped or
+    until C{reconnect-attempts} retries in a row have failed.
+
+    @ivar exhausted: True once it gave up.
+    """
+
+    def __init__(
+        self,
+        context: RouterContext,
+        settings: ConnectorSettings,
+        endpoint: IStreamClientEndpoint,
+        schedule: RetrySchedule,
+        clock: IReactorTime,
+    ) -> None:
+        self.setName(f"connector:{settings.expected_peer}")
+        self._context = context
+        self._peer = settings.expected_peer
+        self._schedule = schedule
+        self._clock = clock
+        self.exhausted = False
+        factory = ConnectorFactory(context, settings, on_delivery=schedule.reset)
+        self._client = ClientService(
+            endpoint, factory, retryPolicy=self._retry_delay, clock=clock
+        )
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self.exhausted = False
+        self._schedule.reset()
+        self._client.startService()
+
+    def stopService(self):
+        Service.stopService(self)
+        return self._client.stopService()
+
+    def _retry_delay(self, _tcp_failures: int) -> float:
+        delay = self._schedule.next_delay()
+        if delay is not None:
+            return delay
+        # Stop outside ClientService's own transition, which is in progress.
+        self._clock.callLater(0, self._give_up)
+        return 0.0
+
+    def _give_up(self) -> None:
+        attempts = self._schedule.reconnect_attempts
+        log.error(
+            "connector to {peer}: reconnect-attempts ({attempts}) exhausted; "
+            "giving up until the router restarts",
+            peer=self._peer,
+            attempts=attempts,
+        )
+        self._context.events.emit(CONNECTOR_EXHAUSTED, peer=self._peer, attempts=attempts)
+        self.exhausted = True
+        self._client.stopService()

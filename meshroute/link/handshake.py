@@ -1,0 +1,667 @@
+"""
+The life of one routing link, as two Automat machines: one for the side
+that accepted the connection (listener), one for the side that opened it
+(connector).
+
+Both go through the stages connect → authentication → recovery →
+delivery.  Every state before delivery is named for the frame it awaits
+from the peer, and only there does the stage timer (stage-valid-timeout)
+run.  A frame the current state has no transition for raises
+C{NoTransition} before any behaviour runs; the protocol turns that into a
+C{protocol-error} close, so an out-of-stage frame cannot change state.
+
+Where a frame must be checked before we know where to go (a Hello that may
+be refused, a proof that may be wrong), the machine moves to a C{vetting_*}
+state whose behaviour decides and feeds back C{accepted} or C{refused};
+Automat runs such re-entrant inputs right after the current transition.
+
+The machines hold no state of their own: L{LinkCore} keeps the link's
+data and does the I/O, and docs/protocol.md narrates the same exchange
+from the wire's point of view.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from automat import TypeMachineBuilder
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
+from twisted.logger import Logger
+
+from meshroute import events
+from meshroute.link import auth, reasons
+from meshroute.link.keepalive import Keepalive
+from meshroute.wire.codec import encode
+from meshroute.wire.frames import (
+    CHALLENGE_SIZE,
+    SUPPORTED_VERSIONS,
+    Authenticate,
+    Authenticated,
+    Hello,
+    Keepalive as KeepaliveFrame,
+    Recovery,
+    Reject,
+    Welcome,
+)
+
+log = Logger()
+
+CONNECT = "connect"
+AUTHENTICATION = "authentication"
+RECOVERY = "recovery"
+DELIVERY = "delivery"
+
+ROUTER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+
+
+class LinkInputs(Protocol):
+    """
+    Everything that can happen to a link.
+    """
+
+    def connection_made(self) -> None:
+        "The TCP (or TLS) connection is up."
+
+    def got_hello(self, frame: Hello) -> None:
+        "The connector introduced itself."
+
+    def got_welcome(self, frame: Welcome) -> None:
+        "The listener answered the Hello."
+
+    def got_authenticate(self, frame: Authenticate) -> None:
+        "The connector sent its proof and its challenge."
+
+    def got_authenticated(self, frame: Authenticated) -> None:
+        "The listener accepted our proof and sent its own."
+
+    def got_recovery(self, frame: Recovery) -> None:
+        "The peer told us the last sequence it received from us."
+
+    def got_keepalive(self, frame: KeepaliveFrame) -> None:
+        "The peer is alive."
+
+    def got_reject(self, frame: Reject) -> None:
+        "The peer refused the handshake."
+
+    def accepted(self) -> None:
+        "The frame being vetted passed every check."
+
+    def refused(self, code: str, detail: str) -> None:
+        "The frame being vetted failed a check; C{code} says which."
+
+    def stage_timer_expired(self) -> None:
+        "stage-valid-timeout passed while we waited for the peer."
+
+    def reject_delay_elapsed(self) -> None:
+        "reject-disconnect-delay passed since we sent a Reject."
+
+    def keepalive_expired(self) -> None:
+        "The keepalive counter reached 0."
+
+    def protocol_error(self, why: str) -> None:
+        "The peer sent bytes that are not a valid frame in this stage."
+
+    def shutdown(self) -> None:
+        "This router is stopping."
+
+    def connection_lost(self, truncated: bool) -> None:
+        "The connection is gone; C{truncated} if a partial frame was pending."
+
+
+@dataclass(frozen=True)
+class RouterContext:
+    """
+    What every link of one router shares.
+
+    @ivar ledger: answers "last sequence received from peer" for the
+        recovery stage and records what each peer reports.
+    """
+
+    name: str
+    clock: IReactorTime
+    events: events.EventLog
+    registry: object
+    ledger: object
+
+
+@dataclass(frozen=True)
+class ListenerSettings:
+    """
+    The routing listener's side of the contract, in milliseconds.
+    """
+
+    secret: bytes
+    keepalive_interval_ms: int
+    stage_valid_timeout_ms: int
+    reject_disconnect_delay_ms: int
+    allowed_routers: frozenset | None = None
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """
+    One routing connector's side of the contract, in milliseconds.
+    """
+
+    secret: bytes
+    expected_peer: str
+    stage_valid_timeout_ms: int
+
+
+@dataclass
+class LinkCore:
+    """
+    The data of one link and the I/O its behaviours perform.
+
+    @ivar on_delivery: called when the link reaches delivery (connectors use
+        it to reset their retry schedule).
+    """
+
+    context: RouterContext
+    direction: str
+    settings: ListenerSettings | ConnectorSettings
+    transport: ITransport
+    link_id: str
+    on_delivery: Callable[[], None] = lambda: None
+    link: object = None
+    peer: str | None = None
+    stage: str = CONNECT
+    since: float = 0.0
+    last_heard: float | None = None
+    keepalive_interval_ms: int | None = None
+    keepalive: Keepalive | None = None
+    close_reason: str | None = None
+    close_detail: str = ""
+    own_challenge: bytes = field(default_factory=auth.new_challenge)
+    peer_challenge: bytes = b""
+    peer_last_received: int | None = None
+    _stage_timer: IDelayedCall | None = None
+    _reject_timer: IDelayedCall | None = None
+
+    # -- shared behaviour -------------------------------------------------
+
+    def send(self, frame) -> None:
+        self.transport.write(encode(frame))
+
+    def heard(self) -> None:
+        """
+        Note the peer's latest sign of life (any valid frame).
+        """
+        self.last_heard = self.context.clock.seconds()
+
+    def emit(self, event: str, **fields) -> None:
+        self.context.events.emit(
+            event, link=self.link_id, peer=self.peer, direction=self.direction, **fields
+        )
+
+    def begin_stage(self, inputs: LinkInputs, stage: str) -> None:
+        """
+        Enter a stage in which we wait for the peer, under the stage timer.
+        """
+        self._cancel_stage_timer()
+        self.stage = stage
+        self.since = self.context.clock.seconds()
+        self.emit(events.LINK_STAGE, stage=stage)
+        self._stage_timer = self.context.clock.callLater(
+            self.settings.stage_valid_timeout_ms / 1000, inputs.stage_timer_expired
+        )
+
+    def begin_delivery(self, inputs: LinkInputs, frame: Recovery) -> None:
+        """
+        Both sides have exchanged recovery points: start keepalives.
+        """
+        self._cancel_stage_timer()
+        self.heard()
+        self.peer_last_received = frame.last_received
+        self.context.ledger.peer_reported(self.peer, frame.last_received)
+        self.stage = DELIVERY
+        self.since = self.context.clock.seconds()
+        self.emit(
+            events.LINK_STAGE,
+            stage=DELIVERY,
+            keepalive_interval_ms=self.keepalive_interval_ms,
+        )
+        self.keepalive = Keepalive(
+            self.context.clock,
+            self.keepalive_interval_ms / 1000,
+            send=lambda: self.send(KeepaliveFrame()),
+            expired=inputs.keepalive_expired,
+        )
+        self.keepalive.start()
+        log.info(
+            "link {link} to {peer} ({direction}) in delivery, keepalive {interval} ms",
+            link=self.link_id,
+            peer=self.peer,
+            direction=self.direction,
+            interval=self.keepalive_interval_ms,
+        )
+        self.on_delivery()
+
+    def send_recovery(self) -> None:
+        self.send(Recovery(self.context.ledger.last_received(self.peer)))
+
+    def refuse(self, code: str, detail: str) -> None:
+        """
+        Tell the peer why we refuse the handshake and record it.
+        """
+        self._cancel_stage_timer()
+        self.send(Reject(code, detail))
+        self.emit(events.LINK_REJECTED, code=code, detail=detail, by="local")
+        log.warn(
+            "refused link {link} from {peer} ({direction}): {code} {detail}",
+            link=self.link_id,
+            peer=self.peer,
+            direction=self.direction,
+            code=code,
+            detail=detail,
+        )
+
+    def wait_to_disconnect(self, inputs: LinkInputs) -> None:
+        """
+        Give a refused peer reject-disconnect-delay to read our Reject.
+        """
+        self._reject_timer = self.context.clock.callLater(
+            self.settings.reject_disconnect_delay_ms / 1000, inputs.reject_delay_elapsed
+        )
+
+    def peer_refused(self, frame: Reject) -> None:
+        self.emit(events.LINK_REJECTED, code=frame.code, detail=frame.detail, by="peer")
+        log.warn(
+            "link {link} to {peer} ({direction}) refused by peer: {code} {detail}",
+            link=self.link_id,
+            peer=self.peer,
+            direction=self.direction,
+            code=frame.code,
+            detail=frame.detail,
+        )
+
+    def close(self, reason: str, detail: str = "") -> None:
+        """
+        Close the connection for C{reason}.
+
+        Refusals and shutdowns flush what we wrote (the peer should read
+        our Reject); every other close is abortive, because the peer is
+        silent, broken or hostile and its socket may never drain.
+        """
+        if self.close_reason is None:
+            self.close_reason = reason
+            self.close_detail = detail
+        self._stop_timers()
+        if reason in (reasons.REJECTED, reasons.SHUTDOWN):
+            self.transport.loseConnection()
+        else:
+            self.transport.abortConnection()
+
+    def finish(self, truncated: bool) -> None:
+        """
+        The connection is gone: record why and release the peer's name.
+        """
+        self._stop_timers()
+        if self.close_reason is None:
+            self.close_reason = reasons.PROTOCOL_ERROR if truncated else reasons.PEER_CLOSED
+            self.close_detail = "truncated frame" if truncated else ""
+        self.emit(
+            events.LINK_CLOSED,
+            reason=self.close_reason,
+            detail=self.close_detail,
+            stage=self.stage,
+            last_heard=self.last_heard,
+            keepalive_interval_ms=self.keepalive_interval_ms,
+        )
+        log.info(
+            "link {link} to {peer} ({direction}) closed in {stage}: {reason} {detail}",
+            link=self.link_id,
+            peer=self.peer,
+            direction=self.direction,
+            stage=self.stage,
+            reason=self.close_reason,
+            detail=self.close_detail,
+        )
+
+    def _cancel_stage_timer(self) -> None:
+        if self._stage_timer is not None and self._stage_timer.active():
+            self._stage_timer.cancel()
+        self._stage_timer = None
+
+    def _stop_timers(self) -> None:
+        self._cancel_stage_timer()
+        if self._reject_timer is not None and self._reject_timer.active():
+            self._reject_timer.cancel()
+        if self.keepalive is not None:
+            self.keepalive.stop()
+
+    # -- listener checks --------------------------------------------------
+
+    def vet_hello(self, frame: Hello) -> tuple[str, str] | None:
+        """
+        Decide whether a connector may proceed; claim its name if so.
+
+        @return: C{(code, detail)} of the refusal, or None.
+        """
+        self.peer = frame.router
+        own = self.context.name
+        if not set(frame.versions) & set(SUPPORTED_VERSIONS):
+            return reasons.VERSION, f"we speak {list(SUPPORTED_VERSIONS)}"
+        if not ROUTER_NAME.match(frame.router):
+            self.peer = None
+            return reasons.NOT_ALLOWED, "malformed router name"
+        if frame.router == own:
+            return reasons.OWN_NAME, f"{own} cannot link to itself"
+        allowed = self.settings.allowed_routers
+        if allowed is not None and frame.router not in allowed:
+            return reasons.NOT_ALLOWED, f"{frame.router} is not in allowed-routers"
+        if not self.context.registry.claim(frame.router, self.link):
+            return reasons.NAME_IN_USE, f"{frame.router} is already connected"
+        self.keepalive_interval_ms = self.settings.keepalive_interval_ms
+        return None
+
+    def welcome(self) -> Welcome:
+        version = max(set(SUPPORTED_VERSIONS))
+        return Welcome(
+            version, self.context.name, self.keepalive_interval_ms, self.own_challenge
+        )
+
+    def vet_authenticate(self, frame: Authenticate) -> tuple[str, str] | None:
+        self.peer_challenge = frame.challenge
+        expected = auth.proof(
+            self.settings.secret,
+            "connector",
+            self.peer,
+            self.context.name,
+            frame.challenge,
+            self.own_challenge,
+        )
+        if not auth.verify(expected, frame.proof):
+            return reasons.AUTH_FAILED, "wrong proof: the shared secrets differ"
+        return None
+
+    def listener_proof(self) -> Authenticated:
+        return Authenticated(
+            auth.proof(
+                self.settings.secret,
+                "listener",
+                self.peer,
+                self.context.name,
+                self.peer_challenge,
+                self.own_challenge,
+            )
+        )
+
+    # -- connector checks -------------------------------------------------
+
+    def hello(self) -> Hello:
+        self.peer = self.settings.expected_peer
+        return Hello(list(SUPPORTED_VERSIONS), self.context.name)
+
+    def vet_welcome(self, frame: Welcome) -> tuple[str, str] | None:
+        if frame.version not in SUPPORTED_VERSIONS:
+            return reasons.VERSION, f"we speak {list(SUPPORTED_VERSIONS)}"
+        if frame.router != self.settings.expected_peer:
+            return (
+                reasons.UNEXPECTED_PEER,
+                f"expected {self.settings.expected_peer}, reached {frame.router}",
+            )
+        if not self.context.registry.claim(frame.router, self.link):
+            return reasons.NAME_IN_USE, f"{frame.router} is already connected"
+        self.keepalive_interval_ms = frame.keepalive_interval_ms
+        self.peer_challenge = frame.challenge
+        return None
+
+    def connector_proof(self) -> Authenticate:
+        return Authenticate(
+            auth.proof(
+                self.settings.secret,
+                "connector",
+                self.context.name,
+                self.peer,
+                self.own_challenge,
+                self.peer_challenge,
+            ),
+            self.own_challenge,
+        )
+
+    def vet_authenticated(self, frame: Authenticated) -> tuple[str, str] | None:
+        expected = auth.proof(
+            self.settings.secret,
+            "listener",
+            self.context.name,
+            self.peer,
+            self.own_challenge,
+            self.peer_challenge,
+        )
+        if not auth.verify(expected, frame.proof):
+            return reasons.AUTH_FAILED, "listener's proof is wrong: the shared secrets differ"
+        return None
+
+
+def _check_fields(frame) -> str | None:
+    """
+    Wire-level sanity the codec cannot know: challenge sizes and a
+    positive keepalive interval.
+    """
+    challenge = getattr(frame, "challenge", None)
+    if challenge is not None and len(challenge) != CHALLENGE_SIZE:
+        return f"challenge must be {CHALLENGE_SIZE} bytes"
+    if isinstance(frame, Welcome) and frame.keepalive_interval_ms < 1:
+        return "keepalive interval must be positive"
+    return None
+
+
+def _vet(inputs: LinkInputs, verdict: tuple[str, str] | None) -> None:
+    if verdict is None:
+        inputs.accepted()
+    else:
+        inputs.refused(*verdict)
+
+
+_FRAME_INPUTS = (
+    LinkInputs.got_hello,
+    LinkInputs.got_welcome,
+    LinkInputs.got_authenticate,
+    LinkInputs.got_authenticated,
+    LinkInputs.got_recovery,
+    LinkInputs.got_keepalive,
+    LinkInputs.got_reject,
+)
+
+
+def _add_common_transitions(builder, awaiting, vetting, delivering, closing, closed, finishing):
+    """
+    The transitions both roles share: timeouts, refusals from the peer,
+    errors, shutdown, and the end of the connection.
+
+    @param finishing: states (besides the live ones) from which
+        C{connection_lost} is also possible, e.g. the listener's
+        C{rejecting}.
+    """
+    live = [*awaiting, *vetting, delivering]
+
+    for state in awaiting:
+
+        @state.upon(LinkInputs.stage_timer_expired).to(closing)
+        def stage_timeout(inputs: LinkInputs, core: LinkCore) -> None:
+            core.close(reasons.STAGE_TIMEOUT, f"no reply in {core.stage}")
+
+        @state.upon(LinkInputs.got_reject).to(closing)
+        def peer_rejected(inputs: LinkInputs, core: LinkCore, frame: Reject) -> None:
+            core.peer_refused(frame)
+            core.close(reasons.REJECTED, frame.code)
+
+    @delivering.upon(LinkInputs.got_keepalive).loop()
+    def keepalive_received(inputs: LinkInputs, core: LinkCore, frame: KeepaliveFrame) -> None:
+        core.heard()
+        core.keepalive.received()
+
+    @delivering.upon(LinkInputs.keepalive_expired).to(closing)
+    def keepalive_expired(inputs: LinkInputs, core: LinkCore) -> None:
+        core.close(reasons.KEEPALIVE, "keepalive counter reached 0")
+
+    for state in live:
+
+        @state.upon(LinkInputs.protocol_error).to(closing)
+        def protocol_error(inputs: LinkInputs, core: LinkCore, why: str) -> None:
+            log.warn(
+                "link {link} ({direction}, {stage}): protocol error: {why}",
+                link=core.link_id,
+                direction=core.direction,
+                stage=core.stage,
+                why=why,
+            )
+            core.close(reasons.PROTOCOL_ERROR, why)
+
+    for state in [*live, *finishing]:
+
+        @state.upon(LinkInputs.shutdown).to(closing)
+        def shutdown(inputs: LinkInputs, core: LinkCore) -> None:
+            core.close(reasons.SHUTDOWN)
+
+    for state in [*live, *finishing, closing]:
+
+        @state.upon(LinkInputs.connection_lost).to(closed)
+        def lost(inputs: LinkInputs, core: LinkCore, truncated: bool) -> None:
+            core.finish(truncated)
+
+    # Once we have decided to close, whatever else arrives is moot.
+    for state in [closing, *finishing]:
+        for frame_input in _FRAME_INPUTS:
+            state.upon(frame_input).loop().returns(None)
+        state.upon(LinkInputs.protocol_error).loop().returns(None)
+    for moot in (LinkInputs.shutdown, LinkInputs.stage_timer_expired,
+                 LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed):
+        closing.upon(moot).loop().returns(None)
+
+
+def _build_listener_machine():
+    builder = TypeMachineBuilder(LinkInputs, LinkCore)
+    connecting = builder.state("connecting")
+    awaiting_hello = builder.state("awaiting_hello")
+    vetting_hello = builder.state("vetting_hello")
+    awaiting_authenticate = builder.state("awaiting_authenticate")
+    vetting_authenticate = builder.state("vetting_authenticate")
+    awaiting_recovery = builder.state("awaiting_recovery")
+    delivering = builder.state("delivering")
+    rejecting = builder.state("rejecting")
+    closing = builder.state("closing")
+    closed = builder.state("closed")
+
+    @connecting.upon(LinkInputs.connection_made).to(awaiting_hello)
+    def start(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_stage(inputs, CONNECT)
+
+    @awaiting_hello.upon(LinkInputs.got_hello).to(vetting_hello)
+    def check_hello(inputs: LinkInputs, core: LinkCore, frame: Hello) -> None:
+        core.heard()
+        _vet(inputs, core.vet_hello(frame))
+
+    @vetting_hello.upon(LinkInputs.accepted).to(awaiting_authenticate)
+    def welcome(inputs: LinkInputs, core: LinkCore) -> None:
+        core.send(core.welcome())
+        core.begin_stage(inputs, AUTHENTICATION)
+
+    @awaiting_authenticate.upon(LinkInputs.got_authenticate).to(vetting_authenticate)
+    def check_proof(inputs: LinkInputs, core: LinkCore, frame: Authenticate) -> None:
+        core.heard()
+        problem = _check_fields(frame)
+        if problem:
+            inputs.protocol_error(problem)
+        else:
+            _vet(inputs, core.vet_authenticate(frame))
+
+    @vetting_authenticate.upon(LinkInputs.accepted).to(awaiting_recovery)
+    def authenticated(inputs: LinkInputs, core: LinkCore) -> None:
+        core.send(core.listener_proof())
+        core.begin_stage(inputs, RECOVERY)
+        core.send_recovery()
+
+    @awaiting_recovery.upon(LinkInputs.got_recovery).to(delivering)
+    def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
+        core.begin_delivery(inputs, frame)
+
+    @vetting_hello.upon(LinkInputs.refused).to(rejecting)
+    @vetting_authenticate.upon(LinkInputs.refused).to(rejecting)
+    def reject(inputs: LinkInputs, core: LinkCore, code: str, detail: str) -> None:
+        core.refuse(code, detail)
+        core.wait_to_disconnect(inputs)
+
+    @rejecting.upon(LinkInputs.reject_delay_elapsed).to(closing)
+    def disconnect_rejected(inputs: LinkInputs, core: LinkCore) -> None:
+        core.close(reasons.REJECTED)
+
+    _add_common_transitions(
+        builder,
+        awaiting=[awaiting_hello, awaiting_authenticate, awaiting_recovery],
+        vetting=[vetting_hello, vetting_authenticate],
+        delivering=delivering,
+        closing=closing,
+        closed=closed,
+        finishing=[rejecting],
+    )
+    return builder.build()
+
+
+def _build_connector_machine():
+    builder = TypeMachineBuilder(LinkInputs, LinkCore)
+    connecting = builder.state("connecting")
+    awaiting_welcome = builder.state("awaiting_welcome")
+    vetting_welcome = builder.state("vetting_welcome")
+    awaiting_authenticated = builder.state("awaiting_authenticated")
+    vetting_authenticated = builder.state("vetting_authenticated")
+    awaiting_recovery = builder.state("awaiting_recovery")
+    delivering = builder.state("delivering")
+    closing = builder.state("closing")
+    closed = builder.state("closed")
+
+    @connecting.upon(LinkInputs.connection_made).to(awaiting_welcome)
+    def start(inputs: LinkInputs, core: LinkCore) -> None:
+        core.send(core.hello())
+        core.begin_stage(inputs, CONNECT)
+
+    @awaiting_welcome.upon(LinkInputs.got_welcome).to(vetting_welcome)
+    def check_welcome(inputs: LinkInputs, core: LinkCore, frame: Welcome) -> None:
+        core.heard()
+        problem = _check_fields(frame)
+        if problem:
+            inputs.protocol_error(problem)
+        else:
+            _vet(inputs, core.vet_welcome(frame))
+
+    @vetting_welcome.upon(LinkInputs.accepted).to(awaiting_authenticated)
+    def authenticate(inputs: LinkInputs, core: LinkCore) -> None:
+        core.send(core.connector_proof())
+        core.begin_stage(inputs, AUTHENTICATION)
+
+    @awaiting_authenticated.upon(LinkInputs.got_authenticated).to(vetting_authenticated)
+    def check_listener_proof(inputs: LinkInputs, core: LinkCore, frame: Authenticated) -> None:
+        core.heard()
+        _vet(inputs, core.vet_authenticated(frame))
+
+    @vetting_authenticated.upon(LinkInputs.accepted).to(awaiting_recovery)
+    def recover(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_stage(inputs, RECOVERY)
+        core.send_recovery()
+
+    @awaiting_recovery.upon(LinkInputs.got_recovery).to(delivering)
+    def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
+        core.begin_delivery(inputs, frame)
+
+    @vetting_welcome.upon(LinkInputs.refused).to(closing)
+    @vetting_authenticated.upon(LinkInputs.refused).to(closing)
+    def give_up(inputs: LinkInputs, core: LinkCore, code: str, detail: str) -> None:
+        core.refuse(code, detail)
+        core.close(reasons.REJECTED, code)
+
+    _add_common_transitions(
+        builder,
+        awaiting=[awaiting_welcome, awaiting_authenticated, awaiting_recovery],
+        vetting=[vetting_welcome, vetting_authenticated],
+        delivering=delivering,
+        closing=closing,
+        closed=closed,
+        finishing=[],
+    )
+    return builder.build()
+
+
+#: Machine factories: C{LISTENER_MACHINE(core)} returns the inputs object.
+LISTENER_MACHINE = _build_listener_machine()
+CONNECTOR_MACHINE = _build_connector_machine()

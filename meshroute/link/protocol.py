@@ -1,0 +1,174 @@
+"""
+The thin protocol of a routing link: bytes in, frames out, machine inputs.
+
+L{LinkProtocol.dataReceived} feeds a L{FrameDecoder}; each decoded frame
+becomes one input of the link's machine.  A decode error or an
+out-of-stage frame becomes the C{protocol_error} input, which closes this
+one connection and nothing else.
+"""
+
+import itertools
+
+from automat import NoTransition
+from twisted.internet.protocol import Factory, Protocol
+
+from meshroute.errors import WireError
+from meshroute.link.handshake import (
+    CONNECTOR_MACHINE,
+    LISTENER_MACHINE,
+    ConnectorSettings,
+    LinkCore,
+    ListenerSettings,
+    RouterContext,
+)
+from meshroute.wire.codec import FrameDecoder
+from meshroute.wire.frames import (
+    Authenticate,
+    Authenticated,
+    Hello,
+    Keepalive,
+    Recovery,
+    Reject,
+    Welcome,
+)
+
+LISTENER = "listener"
+CONNECTOR = "connector"
+
+#: Which machine input each frame type feeds.
+_INPUT_FOR_FRAME = {
+    Hello: "got_hello",
+    Welcome: "got_welcome",
+    Authenticate: "got_authenticate",
+    Authenticated: "got_authenticated",
+    Recovery: "got_recovery",
+    Keepalive: "got_keepalive",
+    Reject: "got_reject",
+}
+
+_link_numbers = itertools.count(1)
+
+
+class Link:
+    """
+    One routing link: its core (data and I/O) and its machine.
+
+    This is what the registry holds and the admin API describes.
+    """
+
+    def __init__(self, core: LinkCore, machine) -> None:
+        self.core = core
+        self.machine = machine
+
+    @property
+    def peer(self) -> str | None:
+        return self.core.peer
+
+    def frame_received(self, frame) -> bool:
+        """
+        Feed one decoded frame to the machine.
+
+        @return: False if the frame was out of stage (the link is closing).
+        """
+        try:
+            getattr(self.machine, _INPUT_FOR_FRAME[type(frame)])(frame)
+        except NoTransition:
+            self.machine.protocol_error(
+                f"{type(frame).__name__} frame not expected in {self.core.stage}"
+            )
+            return False
+        return True
+
+    def shutdown(self) -> None:
+        self.machine.shutdown()
+
+    def describe(self) -> dict:
+        """
+        The link as the admin API shows it.
+        """
+        core = self.core
+        return {
+            "link": core.link_id,
+            "peer": core.peer,
+            "direction": core.direction,
+            "stage": core.stage,
+            "keepalive_interval_ms": core.keepalive_interval_ms,
+            "keepalive_counter": core.keepalive.counter.value if core.keepalive else None,
+            "since": core.since,
+            "last_heard": core.last_heard,
+            "peer_last_received": core.peer_last_received,
+        }
+
+
+class LinkProtocol(Protocol):
+    """
+    Bytes ↔ frames for one link; all decisions are the machine's.
+    """
+
+    def __init__(self, context: RouterContext, direction: str, settings, on_delivery=None):
+        self._context = context
+        self._direction = direction
+        self._settings = settings
+        self._on_delivery = on_delivery
+        self.link: Link | None = None
+
+    def connectionMade(self) -> None:
+        number = next(_link_numbers)
+        core = LinkCore(
+            context=self._context,
+            direction=self._direction,
+            settings=self._settings,
+            transport=self.transport,
+            link_id=f"{self._context.name}/{self._direction[0].upper()}{number}",
+        )
+        if self._on_delivery is not None:
+            core.on_delivery = self._on_delivery
+        machines = LISTENER_MACHINE if self._direction == LISTENER else CONNECTOR_MACHINE
+        self.link = Link(core, machines(core))
+        core.link = self.link
+        self._decoder = FrameDecoder()
+        self._context.registry.opened(self.link)
+        self.link.machine.connection_made()
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except WireError as e:
+            self.link.machine.protocol_error(str(e))
+            return
+        for frame in frames:
+            if not self.link.frame_received(frame):
+                return
+
+    def connectionLost(self, reason=None) -> None:
+        self.link.machine.connection_lost(self._decoder.pending > 0)
+        self._context.registry.closed(self.link)
+
+
+class ListenerFactory(Factory):
+    """
+    Builds the listener side of each inbound routing connection.
+    """
+
+    def __init__(self, context: RouterContext, settings: ListenerSettings) -> None:
+        self._context = context
+        self._settings = settings
+
+    def buildProtocol(self, addr) -> LinkProtocol:
+        return LinkProtocol(self._context, LISTENER, self._settings)
+
+
+class ConnectorFactory(Factory):
+    """
+    Builds the connector side of an outbound routing connection.
+
+    @param on_delivery: called each time a link it built reaches delivery.
+    """
+
+    def __init__(self, context: RouterContext, settings: ConnectorSettings, on_delivery):
+        self._context = context
+        self._settings = settings
+        self._on_delivery = on_delivery
+
+    def buildProtocol(self, addr) -> LinkProtocol:
+        return LinkProtocol(self._context, CONNECTOR, self._settings, self._on_delivery)

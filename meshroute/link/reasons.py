@@ -1,0 +1,39 @@
+"""
+Why a handshake is refused and why a link closes: the stable codes that
+appear on the wire (in L{meshroute.wire.frames.Reject}) and in the event
+log (C{link.rejected} C{code}, C{link.closed} C{reason}).
+"""
+
+# Rejection codes, sent in a Reject frame.
+
+#: A link to this router name is already alive (any stage).
+NAME_IN_USE = "name-in-use"
+#: A router tried to connect to itself.
+OWN_NAME = "own-name"
+#: The challenge-response proof was wrong: the secrets differ.
+AUTH_FAILED = "auth-failed"
+#: No protocol version in common.
+VERSION = "version"
+#: The name is malformed or not in the listener's allowed-routers list.
+NOT_ALLOWED = "not-allowed"
+#: The connector reached a router other than the one it is configured for.
+UNEXPECTED_PEER = "unexpected-peer"
+
+REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER)
+
+# Close reasons, in link.closed events.
+
+#: The keepalive counter reached 0: the peer stopped sending.
+KEEPALIVE = "keepalive"
+#: A stage before delivery did not complete within stage-valid-timeout.
+STAGE_TIMEOUT = "stage-timeout"
+#: The peer (or the network) closed the connection.
+PEER_CLOSED = "peer-closed"
+#: The handshake was refused, by either side.
+REJECTED = "rejected"
+#: The peer sent bytes that are not a valid frame, or a frame out of stage.
+PROTOCOL_ERROR = "protocol-error"
+#: This router is shutting down.
+SHUTDOWN = "shutdown"
+
+CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN)

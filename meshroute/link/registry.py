@@ -1,0 +1,66 @@
+"""
+The router's table of live links.
+
+It enforces the rule that a router name is connected only once: a link
+claims its peer's name as soon as the name is known (the listener on
+Hello, the connector on Welcome), and releases it when the connection
+is gone.  It also lets the admin API list links and the router close them
+all at shutdown.
+"""
+
+from twisted.internet.defer import Deferred, DeferredList
+
+
+class LinkRegistry:
+    """
+    Every open link of one router, and which one holds each peer name.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[object, Deferred] = {}
+        self._by_peer: dict[str, object] = {}
+
+    def opened(self, link) -> None:
+        """
+        C{link} has a connection (any stage).
+        """
+        self._open[link] = Deferred()
+
+    def closed(self, link) -> None:
+        """
+        C{link}'s connection is gone: forget it and release its name.
+        """
+        peer = getattr(link, "peer", None)
+        if peer is not None and self._by_peer.get(peer) is link:
+            del self._by_peer[peer]
+        done = self._open.pop(link, None)
+        if done is not None:
+            done.callback(None)
+
+    def claim(self, peer: str, link) -> bool:
+        """
+        Try to make C{link} the one link to C{peer}.
+
+        @return: False when another live link already holds the name.
+        """
+        holder = self._by_peer.get(peer)
+        if holder is not None and holder is not link:
+            return False
+        self._by_peer[peer] = link
+        return True
+
+    def links(self) -> list:
+        """
+        The open links, in the order they were opened.
+        """
+        return list(self._open)
+
+    def close_all(self) -> Deferred:
+        """
+        Ask every open link to shut down; the result fires when all their
+        connections are gone.
+        """
+        waiting = list(self._open.values())
+        for link in list(self._open):
+            link.shutdown()
+        return DeferredList(waiting)

@@ -1,0 +1,190 @@
+"""
+One router: a C{MultiService} of its routing listener, its connectors and
+its admin API, sharing one event log, one link registry and one clock.
+"""
+
+import fcntl
+import os
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService
+from twisted.internet import defer
+from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from meshroute import __version__, events
+from meshroute.admin.api import admin_site
+from meshroute.config import RouterConfig
+from meshroute.errors import ConfigError
+from meshroute.link.connector import ConnectorService
+from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
+from meshroute.link.ledger import RecoveryLedger
+from meshroute.link.protocol import ListenerFactory
+from meshroute.link.registry import LinkRegistry
+from meshroute.link.retry import RetrySchedule
+
+log = Logger()
+
+#: How long shutdown waits for links to flush and close before aborting them.
+SHUTDOWN_GRACE_S = 5.0
+
+
+class StringEndpoints:
+    """
+    Endpoint strings to endpoints on a real reactor.  Tests substitute an
+    in-memory network with the same two methods.
+    """
+
+    def __init__(self, reactor) -> None:
+        self._reactor = reactor
+
+    def server(self, description: str):
+        return serverFromString(self._reactor, description)
+
+    def client(self, description: str):
+        return clientFromString(self._reactor, description)
+
+
+def _listening(endpoint, factory) -> StreamServerEndpointService:
+    service = StreamServerEndpointService(endpoint, factory)
+    # As twisted.application.strports.service does: a port that cannot be
+    # bound fails startup instead of being logged and ignored.
+    service._raiseSynchronously = True
+    return service
+
+
+class RouterService(MultiService):
+    """
+    A meshroute router.
+
+    @ivar registry: the L{LinkRegistry} of its live links.
+    """
+
+    def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints) -> None:
+        super().__init__()
+        self.config = config
+        self._clock = clock
+        self._started_at: float | None = None
+        self.registry = LinkRegistry()
+        self.ledger = RecoveryLedger()
+        self._lock_file = None
+        os.makedirs(config.data_dir, exist_ok=True)
+        self._lock_data_dir()
+        self.events = events.EventLog(
+            os.path.join(config.data_dir, "events.jsonl"), config.name, clock
+        )
+        self.context = RouterContext(
+            name=config.name,
+            clock=clock,
+            events=self.events,
+            registry=self.registry,
+            ledger=self.ledger,
+        )
+        if config.listener is not None:
+            listener = config.listener
+            settings = ListenerSettings(
+                secret=listener.secret,
+                keepalive_interval_ms=listener.keepalive_interval_ms,
+                stage_valid_timeout_ms=listener.stage_valid_timeout_ms,
+                reject_disconnect_delay_ms=listener.reject_disconnect_delay_ms,
+                allowed_routers=(
+                    frozenset(listener.allowed_routers)
+                    if listener.allowed_routers is not None
+                    else None
+                ),
+            )
+            _listening(
+                endpoints.server(listener.endpoint), ListenerFactory(self.context, settings)
+            ).setServiceParent(self)
+        for connector in config.connectors:
+            ConnectorService(
+                self.context,
+                ConnectorSettings(
+                    secret=connector.secret,
+                    expected_peer=connector.router,
+                    stage_valid_timeout_ms=connector.stage_valid_timeout_ms,
+                ),
+                endpoints.client(connector.endpoint),
+                RetrySchedule(
+                    connector.retry_interval_ms,
+                    connector.retry_interval_multiplier,
+                    connector.max_retry_interval_ms,
+                    connector.reconnect_attempts,
+                ),
+                clock,
+            ).setServiceParent(self)
+        if config.admin is not None:
+            _listening(endpoints.server(config.admin.endpoint), admin_site(self)).setServiceParent(
+                self
+            )
+
+    def startService(self) -> None:
+        if self._lock_file is None:
+            self._lock_data_dir()
+        self._started_at = self._clock.seconds()
+        self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
+        log.info("router {name} starting (meshroute {version})", name=self.config.name,
+                 version=__version__)
+        super().startService()
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        """
+        Close every link with reason shutdown, stop listening and
+        reconnecting, then close the event log.
+        """
+        closing = self.registry.close_all()
+        stopping = defer.maybeDeferred(super().stopService)
+        abort = self._clock.callLater(SHUTDOWN_GRACE_S, self._abort_links)
+        yield defer.gatherResults([closing, stopping])
+        if abort.active():
+            abort.cancel()
+        self.events.emit(events.ROUTER_STOPPED)
+        self.events.close()
+        self._unlock_data_dir()
+
+    def describe(self) -> dict:
+        """
+        C{GET /api/v1/router}.
+        """
+        return {
+            "name": self.config.name,
+            "version": __version__,
+            "uptime_s": (
+                self._clock.seconds() - self._started_at if self._started_at is not None else 0.0
+            ),
+        }
+
+    def describe_links(self) -> list[dict]:
+        """
+        C{GET /api/v1/links}.
+        """
+        return [link.describe() for link in self.registry.links()]
+
+    def _abort_links(self) -> None:
+        for link in self.registry.links():
+            log.warn("link {link} did not close in time; aborting", link=link.core.link_id)
+            link.core.transport.abortConnection()
+
+    def _lock_data_dir(self) -> None:
+        """
+        Refuse to start when another router process uses the same data-dir.
+        """
+        path = os.path.join(self.config.data_dir, "router.lock")
+        lock_file = open(path, "a")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock_file.close()
+            raise ConfigError(
+                self.config.path,
+                "router.data-dir",
+                f"{self.config.data_dir} is in use by another running router",
+            ) from None
+        self._lock_file = lock_file
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None

@@ -1,0 +1,44 @@
+"""
+The twistd plugin's body: C{twistd -n meshroute --config FILE}.
+"""
+
+from twisted.python import usage
+
+from meshroute.config import load_config
+from meshroute.errors import ConfigError
+
+
+class Options(usage.Options):
+    """
+    Command-line options of C{twistd meshroute}.
+    """
+
+    synopsis = "--config FILE"
+    optParameters = [["config", "c", None, "The router's TOML configuration file."]]
+
+    def postOptions(self) -> None:
+        """
+        Load and validate the configuration now, so that a bad file stops
+        twistd with a message naming the file and key, before anything runs.
+        """
+        if not self["config"]:
+            raise usage.UsageError("--config FILE is required")
+        try:
+            self["router-config"] = load_config(self["config"])
+        except ConfigError as e:
+            raise usage.UsageError(str(e)) from None
+
+
+def makeService(options: Options, reactor=None):
+    """
+    Build the router's service tree on C{reactor} (the global one by
+    default).
+    """
+    from meshroute.node import RouterService, StringEndpoints
+
+    if reactor is None:
+        from twisted.internet import reactor
+    try:
+        return RouterService(options["router-config"], reactor, StringEndpoints(reactor))
+    except ConfigError as e:
+        raise SystemExit(f"meshroute: {e}") from None

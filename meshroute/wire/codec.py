@@ -1,0 +1,85 @@
+"""
+Sans-IO framing: a 4-byte big-endian body length, then a msgpack body.
+
+L{encode} is a pure function; L{FrameDecoder} is fed whatever bytes the
+transport delivered and returns the complete frames they finish.  Limits
+are explicit: a length above C{max_frame_size} is refused before any body
+is buffered, so a hostile peer cannot make us allocate more than one
+frame's worth of memory.
+"""
+
+import struct
+
+import msgpack
+
+from meshroute.errors import WireError
+from meshroute.wire.frames import frame_from_list, frame_to_list
+
+_LENGTH = struct.Struct(">I")
+
+#: Default ceiling for one frame body.  Link control frames are tiny;
+#: message frames (carrying a body) stay far below this.
+DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+
+
+def encode(frame) -> bytes:
+    """
+    The bytes of C{frame} on the wire, length prefix included.
+    """
+    body = msgpack.packb(frame_to_list(frame), use_bin_type=True)
+    return _LENGTH.pack(len(body)) + body
+
+
+class FrameDecoder:
+    """
+    Incremental decoder for one connection's byte stream.
+
+    After it raises L{WireError} the stream is unusable (framing is lost);
+    the caller closes the connection.
+    """
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._max = max_frame_size
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list:
+        """
+        Add C{data} to the stream and return the frames it completes, in
+        order.
+
+        @raise WireError: the stream holds an oversized, empty, undecodable
+            or ill-typed frame.
+        """
+        buffer = self._buffer
+        buffer += data
+        frames = []
+        offset = 0
+        while len(buffer) - offset >= _LENGTH.size:
+            (size,) = _LENGTH.unpack_from(buffer, offset)
+            if size == 0 or size > self._max:
+                raise WireError(
+                    f"frame length {size} outside 1..{self._max} bytes"
+                )
+            end = offset + _LENGTH.size + size
+            if len(buffer) < end:
+                break
+            frames.append(self._decode_body(bytes(buffer[offset + _LENGTH.size : end])))
+            offset = end
+        del buffer[:offset]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        """
+        Bytes received but not yet part of a complete frame; non-zero at
+        connection close means the peer sent a truncated frame.
+        """
+        return len(self._buffer)
+
+    def _decode_body(self, body: bytes):
+        try:
+            items = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError,
+                msgpack.StackError, TypeError, UnicodeDecodeError) as e:
+            raise WireError(f"undecodable frame body: {e}") from None
+        return frame_from_list(items)

@@ -1,0 +1,403 @@
+"""
+Tests for L{meshroute.config}: every refusal names the file and the key.
+"""
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.internet.testing import MemoryReactor
+
+from meshroute.config import (
+    AdminConfig,
+    ConnectorConfig,
+    ListenerConfig,
+    RouterConfig,
+    format_config,
+    load_config,
+    parse_duration_ms,
+)
+from meshroute.errors import ConfigError
+
+SECRET = "s3cret-mesh-password"
+
+ROUTER = """
+[router]
+name = "router-a"
+data-dir = "var/router-a"
+"""
+
+LISTENER = """
+[routing.listener]
+endpoint = "tcp:7001:interface=127.0.0.1"
+password-file = "{secret}"
+"""
+
+CONNECTOR = """
+[[routing.connector]]
+router = "router-b"
+endpoint = "tcp:127.0.0.1:7002"
+password-file = "{secret}"
+"""
+
+ADMIN = """
+[admin]
+endpoint = "tcp:8001:interface=127.0.0.1"
+"""
+
+
+@pytest.fixture
+def secret_file(tmp_path):
+    """
+    A password file ending in a line end, as an editor would leave it.
+    """
+    path = tmp_path / "mesh.secret"
+    path.write_text(SECRET + "\r\n")
+    return path
+
+
+@pytest.fixture
+def write(tmp_path, secret_file):
+    """
+    Write a config file (C{{secret}} filled in) and return its path.
+    """
+
+    def write(text, name="router.toml"):
+        path = tmp_path / name
+        path.write_text(text.replace("{secret}", str(secret_file)))
+        return path
+
+    return write
+
+
+def load(path):
+    return load_config(str(path), reactor=MemoryReactor())
+
+
+def assert_refused(path, key, *fragments):
+    """
+    Loading C{path} fails with an error naming the file, the key and any
+    further C{fragments}.
+    """
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    text = str(info.value)
+    for expected in (str(path), key, *fragments):
+        assert expected in text
+    return info.value
+
+
+def test_full_config_with_defaults(write, secret_file):
+    path = write(ROUTER + LISTENER + CONNECTOR + ADMIN)
+    assert load(path) == RouterConfig(
+        path=str(path),
+        name="router-a",
+        data_dir="var/router-a",
+        listener=ListenerConfig(
+            endpoint="tcp:7001:interface=127.0.0.1",
+            password_file=str(secret_file),
+            secret=SECRET.encode(),
+            keepalive_interval_ms=60000,
+            stage_valid_timeout_ms=15000,
+            reject_disconnect_delay_ms=5000,
+            allowed_routers=None,
+        ),
+        connectors=(
+            ConnectorConfig(
+                router="router-b",
+                endpoint="tcp:127.0.0.1:7002",
+                password_file=str(secret_file),
+                secret=SECRET.encode(),
+                retry_interval_ms=2000,
+                retry_interval_multiplier=1.0,
+                max_retry_interval_ms=2000,
+                reconnect_attempts=-1,
+                stage_valid_timeout_ms=15000,
+            ),
+        ),
+        admin=AdminConfig(endpoint="tcp:8001:interface=127.0.0.1"),
+    )
+
+
+def test_minimal_config(write):
+    config = load(write(ROUTER))
+    assert (config.listener, config.connectors, config.admin) == (None, (), None)
+
+
+def test_explicit_values(write):
+    path = write(
+        ROUTER
+        + LISTENER
+        + """keepalive-interval = "500ms"
+stage-valid-timeout = "15s"
+reject-disconnect-delay = "2m"
+allowed-routers = ["router-b", "router.c"]
+"""
+        + CONNECTOR
+        + """retry-interval = 1000
+retry-interval-multiplier = 2
+max-retry-interval = "1h"
+reconnect-attempts = 0
+stage-valid-timeout = "1.5s"
+"""
+    )
+    config = load(path)
+    assert config.listener.keepalive_interval_ms == 500
+    assert config.listener.stage_valid_timeout_ms == 15000
+    assert config.listener.reject_disconnect_delay_ms == 120000
+    assert config.listener.allowed_routers == ("router-b", "router.c")
+    [connector] = config.connectors
+    assert connector.retry_interval_ms == 1000
+    assert connector.retry_interval_multiplier == 2.0
+    assert isinstance(connector.retry_interval_multiplier, float)
+    assert connector.max_retry_interval_ms == 3_600_000
+    assert connector.reconnect_attempts == 0
+    assert connector.stage_valid_timeout_ms == 1500
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (250, 250),
+        ('"500ms"', 500),
+        ('"15s"', 15000),
+        ('"2m"', 120000),
+        ('"1h"', 3_600_000),
+        ('"1.5s"', 1500),
+    ],
+)
+def test_duration_forms(write, value, expected):
+    path = write(ROUTER + LISTENER + f"keepalive-interval = {value}\n")
+    assert load(path).listener.keepalive_interval_ms == expected
+
+
+@pytest.mark.parametrize(
+    "value", ['"15"', '"15 s"', '"1.5ms"', '"-1s"', "1.5", "-1", "true", '"2d"', "[1]"]
+)
+def test_bad_durations(write, value):
+    path = write(ROUTER + LISTENER + f"stage-valid-timeout = {value}\n")
+    assert_refused(path, "routing.listener.stage-valid-timeout")
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [
+        (LISTENER, "keepalive-interval", 9),
+        (LISTENER, "stage-valid-timeout", 999),
+        (LISTENER, "reject-disconnect-delay", '"0.999s"'),
+        (CONNECTOR, "retry-interval", 0),
+        (CONNECTOR, "retry-interval-multiplier", 0.5),
+        (CONNECTOR, "stage-valid-timeout", 999),
+    ],
+)
+def test_minimums(write, section, key, value):
+    path = write(ROUTER + section + f"{key} = {value}\n")
+    prefix = "routing.listener" if section is LISTENER else "routing.connector[0]"
+    assert_refused(path, f"{prefix}.{key}", "at least")
+
+
+def test_bool_is_not_an_integer(write):
+    path = write(ROUTER + CONNECTOR + "reconnect-attempts = true\n")
+    assert_refused(path, "routing.connector[0].reconnect-attempts", "integer")
+    path = write(ROUTER + LISTENER + "keepalive-interval = true\n")
+    assert_refused(path, "routing.listener.keepalive-interval", "True")
+
+
+@pytest.mark.parametrize("value", ['"1.0"', "true", "nan", "inf"])
+def test_bad_multiplier(write, value):
+    path = write(ROUTER + CONNECTOR + f"retry-interval-multiplier = {value}\n")
+    assert_refused(path, "routing.connector[0].retry-interval-multiplier")
+
+
+def test_wrong_type_string(write):
+    path = write('[router]\nname = "router-a"\ndata-dir = 7\n')
+    assert_refused(path, "router.data-dir", "string")
+
+
+def test_unknown_section(write):
+    path = write(ROUTER + "[store]\nsync = 'full'\n")
+    assert_refused(path, "store", "unknown key", "admin, router, routing")
+
+
+def test_unknown_routing_key(write):
+    path = write(ROUTER + "[routing]\nmax-hops = 16\n")
+    assert_refused(path, "routing.max-hops", "unknown key", "connector, listener")
+
+
+def test_unknown_listener_key(write):
+    path = write(ROUTER + LISTENER + "keepalive-intervall = 100\n")
+    key = "routing.listener.keepalive-intervall"
+    assert_refused(path, key, "unknown key", "keepalive-interval")
+
+
+def test_unknown_connector_key(write):
+    path = write(ROUTER + CONNECTOR + CONNECTOR.replace("router-b", "router-c") + "foo = 1\n")
+    assert_refused(path, "routing.connector[1].foo", "unknown key")
+
+
+def test_missing_required_key(write):
+    path = write(ROUTER + "[routing.listener]\npassword-file = 'x'\n")
+    assert_refused(path, "routing.listener.endpoint", "missing")
+
+
+def test_missing_router_section(write):
+    assert_refused(write(ADMIN), "router", "missing")
+
+
+def test_admin_requires_endpoint(write):
+    assert_refused(write(ROUTER + "[admin]\n"), "admin.endpoint", "missing")
+
+
+def test_connector_must_be_array_of_tables(write):
+    path = write(ROUTER + CONNECTOR.replace("[[routing.connector]]", "[routing.connector]"))
+    assert_refused(path, "routing.connector", "[[routing.connector]]")
+
+
+def test_missing_password_file(write, tmp_path):
+    missing = tmp_path / "nope"
+    path = write(ROUTER + CONNECTOR.replace("{secret}", str(missing)))
+    assert_refused(path, "routing.connector[0].password-file", str(missing))
+
+
+def test_empty_password_file(write, tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    path = write(ROUTER + LISTENER.replace("{secret}", str(empty)))
+    assert_refused(path, "routing.listener.password-file", "empty")
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        (LISTENER, "routing.listener.endpoint"),
+        (CONNECTOR, "routing.connector[0].endpoint"),
+        (ADMIN, "admin.endpoint"),
+    ],
+)
+def test_bad_endpoint(write, section, key):
+    path = write(ROUTER + section.replace("tcp:", "bogus:"))
+    assert_refused(path, key, "bogus", "Unknown endpoint type")
+
+
+def test_client_endpoint_as_listener_endpoint(write):
+    path = write(ROUTER + LISTENER.replace("tcp:7001:interface=127.0.0.1", "tcp:127.0.0.1:7001"))
+    assert_refused(path, "routing.listener.endpoint", "tcp:127.0.0.1:7001")
+
+
+def test_relative_paths_are_relative_to_working_directory(write, tmp_path, monkeypatch):
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "mesh").write_text("relative\n")
+    monkeypatch.chdir(tmp_path)
+    config = load(write(ROUTER + LISTENER.replace("{secret}", "secrets/mesh")))
+    assert config.listener.password_file == "secrets/mesh"
+    assert config.listener.secret == b"relative"
+    assert config.data_dir == "var/router-a"
+
+
+def test_duplicate_connectors(write):
+    path = write(ROUTER + CONNECTOR + CONNECTOR)
+    assert_refused(path, "routing.connector[1].router", "router-b")
+
+
+def test_connector_to_own_name(write):
+    path = write(ROUTER + CONNECTOR.replace("router-b", "router-a"))
+    assert_refused(path, "routing.connector[0].router", "itself")
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x" * 65, "router/a", "é"])
+def test_invalid_router_name(write, name):
+    path = write(ROUTER.replace('"router-a"', f'"{name}"'))
+    assert_refused(path, "router.name")
+
+
+def test_max_retry_interval_below_retry_interval(write):
+    path = write(ROUTER + CONNECTOR + "retry-interval = 5000\n")
+    assert_refused(path, "routing.connector[0].max-retry-interval", "5000")
+
+
+def test_reconnect_attempts_below_minus_one(write):
+    path = write(ROUTER + CONNECTOR + "reconnect-attempts = -2\n")
+    assert_refused(path, "routing.connector[0].reconnect-attempts", "-2")
+
+
+@pytest.mark.parametrize(
+    "value, key",
+    [
+        ("[]", "routing.listener.allowed-routers"),
+        ('"router-b"', "routing.listener.allowed-routers"),
+        ('["router-b", "bad name"]', "routing.listener.allowed-routers[1]"),
+        ('["router-b", 3]', "routing.listener.allowed-routers[1]"),
+        ('["router-b", "router-b"]', "routing.listener.allowed-routers"),
+    ],
+)
+def test_bad_allowed_routers(write, value, key):
+    path = write(ROUTER + LISTENER + f"allowed-routers = {value}\n")
+    assert_refused(path, key)
+
+
+def test_toml_syntax_error(write):
+    path = write(ROUTER + "[routing.listener\n")
+    error = assert_refused(path, "line 5")
+    assert error.key is None
+
+
+def test_missing_config_file(tmp_path):
+    path = tmp_path / "absent.toml"
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert str(path) in str(info.value)
+
+
+def test_global_reactor_used_by_default(write):
+    assert load_config(write(ROUTER + ADMIN)).admin.endpoint == "tcp:8001:interface=127.0.0.1"
+
+
+def test_format_config_round_trip(write, tmp_path):
+    path = write(
+        ROUTER.replace("var/router-a", r"var/odd \"dir\" \\ \u00e9\t\u007f")
+        + LISTENER
+        + 'keepalive-interval = "1.5s"\nallowed-routers = ["router-b"]\n'
+        + CONNECTOR
+        + "retry-interval-multiplier = 1.5\nmax-retry-interval = 30000\n"
+        + CONNECTOR.replace("router-b", "router-c")
+        + ADMIN
+    )
+    config = load(path)
+    assert config.data_dir == 'var/odd "dir" \\ \u00e9\t\x7f'
+    text = format_config(config)
+    assert SECRET not in text
+    assert SECRET not in repr(config)
+    assert "keepalive-interval = 1500" in text
+    assert "max-retry-interval = 30000" in text
+    again = load(write(text, name="effective.toml"))
+    assert again == dataclasses.replace(config, path=again.path)
+
+
+def test_format_config_minimal_round_trip(write):
+    config = load(write(ROUTER))
+    again = load(write(format_config(config), name="effective.toml"))
+    assert again == dataclasses.replace(config, path=again.path)
+
+
+@given(st.integers(min_value=0, max_value=10**12))
+def test_duration_round_trip(n):
+    assert parse_duration_ms(n, path="f.toml", key="k") == n
+    assert parse_duration_ms(f"{n}ms", path="f.toml", key="k") == n
+    assert parse_duration_ms(f"{n}s", path="f.toml", key="k") == n * 1000
+
+
+@given(
+    st.one_of(
+        st.booleans(),
+        st.floats(),
+        st.none(),
+        st.integers(max_value=-1),
+        st.text().filter(lambda s: not s[:1].isdigit()),
+    )
+)
+def test_duration_rejects_garbage(value):
+    with pytest.raises(ConfigError) as info:
+        parse_duration_ms(value, path="f.toml", key="routing.listener.keepalive-interval")
+    assert "f.toml" in str(info.value)
+    assert "routing.listener.keepalive-interval" in str(info.value)
