@@ -2,6 +2,8 @@
 The twistd plugin's body: C{twistd -n meshroute --config FILE}.
 """
 
+import signal
+
 from twisted.python import usage
 
 from meshroute.config import load_config
@@ -39,6 +41,20 @@ def makeService(options: Options, reactor=None):
     if reactor is None:
         from twisted.internet import reactor
     try:
-        return RouterService(options["router-config"], reactor, StringEndpoints(reactor))
+        router = RouterService(options["router-config"], reactor, StringEndpoints(reactor))
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
+    reactor.callWhenRunning(_stop_cleanly_on_sigterm, reactor)
+    return router
+
+
+def _stop_cleanly_on_sigterm(reactor) -> None:
+    """
+    Make SIGTERM an orderly stop that exits with status 0.
+
+    twistd's own handler stops the reactor too, but then re-raises the
+    signal so the process dies of it; for a router SIGTERM is the normal
+    way to stop (links close with reason shutdown), and supervisors should
+    see success.  Installed once the reactor runs, after twistd's handlers.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, frame: reactor.callFromThread(reactor.stop))

@@ -14,8 +14,7 @@ drives it from an injected clock.
 
 from typing import Callable
 
-from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import LoopingCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 #: The counter's starting value (SwiftMQ's).
 INITIAL_COUNT = 5
@@ -50,6 +49,11 @@ class Keepalive:
     Sends a keepalive every C{interval} seconds from an injected clock and
     applies the counter rule.
 
+    Each tick schedules the next one C{interval} later.  (C{LoopingCall}
+    would keep a fixed phase, but its modulo arithmetic can fire twice at
+    nearly the same instant when float rounding lands a tick just short of
+    its slot, and a double tick here is a lost unit of the peer's grace.)
+
     @ivar counter: the L{KeepaliveCounter}, exposed for the admin API.
     """
 
@@ -66,24 +70,25 @@ class Keepalive:
             the link.
         """
         self.counter = KeepaliveCounter()
+        self._clock = clock
         self._send = send
         self._expired = expired
         self._interval = interval
-        self._loop = LoopingCall(self._tick)
-        self._loop.clock = clock
+        self._next: IDelayedCall | None = None
 
     def start(self) -> None:
         """
         Begin sending; the first keepalive goes out one interval from now.
         """
-        self._loop.start(self._interval, now=False)
+        self._next = self._clock.callLater(self._interval, self._tick)
 
     def stop(self) -> None:
         """
         Stop sending (the link is closing).  Safe to call more than once.
         """
-        if self._loop.running:
-            self._loop.stop()
+        if self._next is not None and self._next.active():
+            self._next.cancel()
+        self._next = None
 
     def received(self) -> None:
         """
@@ -92,7 +97,9 @@ class Keepalive:
         self.counter.received()
 
     def _tick(self) -> None:
+        self._next = None
         self._send()
         if self.counter.sent():
-            self.stop()
             self._expired()
+        else:
+            self._next = self._clock.callLater(self._interval, self._tick)

@@ -1,0 +1,52 @@
+"""
+Shared fixtures.
+
+Every test runs under L{observe_errors}: an error or a failure logged
+through twisted.logger fails the test, unless the test takes the errors it
+expects out of C{observe_errors.errors}.
+"""
+
+import pytest
+from twisted.logger import LogLevel, globalLogPublisher
+
+
+class ErrorObserver:
+    """
+    Collects logged errors and failures.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[dict] = []
+
+    def __call__(self, event: dict) -> None:
+        if event.get("log_failure") is not None or event.get("log_level") in (
+            LogLevel.error,
+            LogLevel.critical,
+        ):
+            self.errors.append(event)
+
+    def take(self, predicate) -> list[dict]:
+        """
+        Remove and return the logged errors matching C{predicate(event)}.
+        """
+        taken = [e for e in self.errors if predicate(e)]
+        self.errors = [e for e in self.errors if not predicate(e)]
+        return taken
+
+
+@pytest.fixture(autouse=True)
+def observe_errors():
+    observer = ErrorObserver()
+    globalLogPublisher.addObserver(observer)
+    try:
+        yield observer
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    if observer.errors:
+        from twisted.logger import formatEvent
+
+        messages = [
+            formatEvent(e) + (f"\n{e['log_failure'].getTraceback()}" if e.get("log_failure") else "")
+            for e in observer.errors
+        ]
+        pytest.fail("errors were logged:\n" + "\n".join(messages), pytrace=False)

@@ -1,0 +1,287 @@
+"""
+An in-memory mesh: real L{RouterService}s wired together by iosim
+transports and driven by one shared L{Clock}.
+
+Routers are built exactly as twistd builds them, except that endpoint
+strings resolve to an in-memory network instead of sockets: a listener
+endpoint string is an address, and a connector endpoint string names the
+address it connects to.  Time only moves when the test says so, and
+L{MemoryMesh.run} jumps from one scheduled call to the next, flushing
+every connection in between, so a minute of mesh time costs milliseconds
+and every timer fires at its exact instant.
+
+Faults: L{MemoryMesh.partition} holds all traffic to and from a router
+(its connections stay open but nothing arrives, like a frozen process or
+a cut cable) and L{MemoryMesh.heal} releases it; L{MemoryMesh.stop} stops
+a router as SIGTERM would.
+"""
+
+from twisted.internet.defer import fail, succeed
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.task import Clock
+from twisted.test import iosim
+
+from meshroute.config import ConnectorConfig, ListenerConfig, RouterConfig
+from meshroute.node import RouterService
+
+SECRET = b"in-memory mesh secret"
+
+
+class _Connection:
+    """
+    Two iosim transports and the rules that move bytes and closes between
+    them.
+
+    A side that closes (C{loseConnection} or C{abortConnection}) sees its
+    own C{connectionLost} at once, as a socket does; the other side learns
+    of it only when the connection is not held, after the bytes written
+    before the close have arrived.
+    """
+
+    def __init__(self, server, client, client_router: str, server_router: str) -> None:
+        self.server_io = iosim.FakeTransport(server, isServer=True)
+        self.client_io = iosim.FakeTransport(client, isServer=False)
+        self.routers = {client_router, server_router}
+        server.makeConnection(self.server_io)
+        client.makeConnection(self.client_io)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.server_io.disconnected and self.client_io.disconnected)
+
+    def pump(self, held: bool) -> bool:
+        """
+        Move what can move now.
+
+        @return: whether anything happened.
+        """
+        moved = False
+        sides = [(self.client_io, self.server_io), (self.server_io, self.client_io)]
+        if not held:
+            for source, target in sides:
+                data = source.getOutBuffer()
+                if data and not target.disconnected:
+                    target.bufferReceived(data)
+                    moved = True
+        for source, target in sides:
+            if source.disconnecting and not source.disconnected:
+                source.disconnected = True
+                source.reportDisconnect()
+                moved = True
+            if source.disconnected and not target.disconnected and not held:
+                target.disconnecting = target.disconnected = True
+                target.reportDisconnect()
+                moved = True
+        return moved
+
+
+class _ListeningPort:
+    def __init__(self, network: "MemoryNetwork", address: str) -> None:
+        self._network = network
+        self._address = address
+
+    def stopListening(self):
+        self._network._listening.pop(self._address, None)
+        return succeed(None)
+
+
+class _ServerEndpoint:
+    def __init__(self, network: "MemoryNetwork", router: str, address: str) -> None:
+        self._network = network
+        self._router = router
+        self._address = address
+
+    def listen(self, factory):
+        self._network._listening[self._address] = (self._router, factory)
+        return succeed(_ListeningPort(self._network, self._address))
+
+
+class _ClientEndpoint:
+    def __init__(self, network: "MemoryNetwork", router: str, address: str) -> None:
+        self._network = network
+        self._router = router
+        self._address = address
+
+    def connect(self, factory):
+        return self._network._connect(self._router, self._address, factory)
+
+
+class _RouterEndpoints:
+    """
+    The C{endpoints} argument of L{RouterService}, for one router.
+    """
+
+    def __init__(self, network: "MemoryNetwork", router: str) -> None:
+        self._network = network
+        self._router = router
+
+    def server(self, address: str) -> _ServerEndpoint:
+        return _ServerEndpoint(self._network, self._router, address)
+
+    def client(self, address: str) -> _ClientEndpoint:
+        return _ClientEndpoint(self._network, self._router, address)
+
+
+class MemoryNetwork:
+    """
+    Addresses, connections and the clock they share.
+    """
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self._listening: dict[str, tuple[str, object]] = {}
+        self._connections: list[_Connection] = []
+        self.partitioned: set[str] = set()
+
+    def endpoints(self, router: str) -> _RouterEndpoints:
+        return _RouterEndpoints(self, router)
+
+    def _connect(self, client_router: str, address: str, factory):
+        listening = self._listening.get(address)
+        if listening is None:
+            return fail(ConnectionRefusedError(address))
+        server_router, server_factory = listening
+        if {client_router, server_router} & self.partitioned:
+            return fail(ConnectionRefusedError(f"{address} is unreachable"))
+        client = factory.buildProtocol(None)
+        connection = _Connection(server_factory.buildProtocol(None), client,
+                                 client_router, server_router)
+        self._connections.append(connection)
+        return succeed(client)
+
+    def flush(self) -> None:
+        """
+        Deliver everything deliverable, until nothing moves.
+        """
+        moved = True
+        while moved:
+            moved = False
+            for connection in list(self._connections):
+                if connection.pump(held=bool(connection.routers & self.partitioned)):
+                    moved = True
+                if connection.finished:
+                    self._connections.remove(connection)
+
+    def run(self, seconds: float) -> None:
+        """
+        Let C{seconds} of mesh time pass, firing every timer at its instant
+        and delivering traffic after each.
+        """
+        end = self.clock.seconds() + seconds
+        self.flush()
+        while True:
+            due = min((call.getTime() for call in self.clock.getDelayedCalls()), default=None)
+            if due is None or due > end:
+                break
+            self.clock.advance(max(0.0, due - self.clock.seconds()))
+            self.flush()
+        self.clock.advance(end - self.clock.seconds())
+        self.flush()
+
+
+class MemoryMesh:
+    """
+    Routers on a L{MemoryNetwork}, built from short test intervals.
+
+    @param data_root: a directory for the routers' data-dirs.
+    """
+
+    def __init__(self, data_root, keepalive_interval_ms: int = 200,
+                 stage_valid_timeout_ms: int = 1000, reject_disconnect_delay_ms: int = 1000,
+                 retry_interval_ms: int = 200) -> None:
+        self.network = MemoryNetwork()
+        self.clock = self.network.clock
+        self.routers: dict[str, RouterService] = {}
+        self._data_root = data_root
+        self._defaults = dict(
+            keepalive_interval_ms=keepalive_interval_ms,
+            stage_valid_timeout_ms=stage_valid_timeout_ms,
+            reject_disconnect_delay_ms=reject_disconnect_delay_ms,
+            retry_interval_ms=retry_interval_ms,
+        )
+
+    def config(self, name: str, connect_to=(), listen: bool = True, secret: bytes = SECRET,
+               allowed_routers=None, **overrides) -> RouterConfig:
+        """
+        A router's configuration: listening at address C{name}, with a
+        connector to each router named in C{connect_to}.
+        """
+        settings = {**self._defaults, **overrides}
+        listener = None
+        if listen:
+            listener = ListenerConfig(
+                endpoint=name,
+                password_file="(memory)",
+                secret=secret,
+                keepalive_interval_ms=settings["keepalive_interval_ms"],
+                stage_valid_timeout_ms=settings["stage_valid_timeout_ms"],
+                reject_disconnect_delay_ms=settings["reject_disconnect_delay_ms"],
+                allowed_routers=allowed_routers,
+            )
+        connectors = tuple(
+            ConnectorConfig(
+                router=peer,
+                endpoint=peer,
+                password_file="(memory)",
+                secret=secret,
+                retry_interval_ms=settings["retry_interval_ms"],
+                max_retry_interval_ms=settings["retry_interval_ms"],
+                stage_valid_timeout_ms=settings["stage_valid_timeout_ms"],
+            )
+            for peer in connect_to
+        )
+        return RouterConfig(
+            path=f"(memory)/{name}.toml",
+            name=name,
+            data_dir=str(self._data_root / name),
+            listener=listener,
+            connectors=connectors,
+            admin=None,
+        )
+
+    def start(self, config: RouterConfig, key: str | None = None) -> RouterService:
+        """
+        Build and start a router from C{config}, known in C{routers} as
+        C{key} (default: its name; two routers may claim one name).
+        """
+        router = RouterService(config, self.clock, self.network.endpoints(config.name))
+        self.routers[key or config.name] = router
+        router.startService()
+        self.network.flush()
+        return router
+
+    def add(self, name: str, connect_to=(), **options) -> RouterService:
+        return self.start(self.config(name, connect_to, **options))
+
+    def stop(self, name: str) -> None:
+        """
+        Stop a router as SIGTERM would, and let its goodbyes arrive.
+        """
+        router = self.routers.pop(name)
+        done = router.stopService()
+        self.network.flush()
+        assert done.called, f"{name} did not finish stopping"
+
+    def run(self, seconds: float) -> None:
+        self.network.run(seconds)
+
+    def partition(self, name: str) -> None:
+        self.network.partitioned.add(name)
+
+    def heal(self, name: str) -> None:
+        self.network.partitioned.discard(name)
+        self.network.flush()
+
+    def stages(self, name: str) -> dict[str, str]:
+        """
+        Peer name → stage, for every link of router C{name} with a known peer.
+        """
+        return {
+            link["peer"]: link["stage"]
+            for link in self.routers[name].describe_links()
+            if link["peer"] is not None
+        }
+
+    def stop_all(self) -> None:
+        for name in list(self.routers):
+            self.stop(name)

@@ -1,0 +1,130 @@
+"""
+Whole routers linked in memory, on one deterministic clock: topology,
+partitions, restarts and rejections at mesh level, with exact timings.
+"""
+
+import dataclasses
+
+import pytest
+
+from meshroute.events import read_events
+from memory_mesh import MemoryMesh
+
+INTERVAL = 0.2  # the mesh's keepalive interval, seconds
+
+
+@pytest.fixture
+def mesh(tmp_path):
+    mesh = MemoryMesh(tmp_path)
+    yield mesh
+    mesh.stop_all()
+
+
+def events_of(router, event: str) -> list[dict]:
+    return [e for e in read_events(router.events.path) if e["event"] == event]
+
+
+def ring(mesh: MemoryMesh) -> None:
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b", connect_to=["router-c"])
+    mesh.add("router-c", connect_to=["router-a"])
+
+
+def test_ring_reaches_delivery_on_every_link(mesh):
+    ring(mesh)
+    mesh.run(0.5)
+    for name, peers in [("router-a", {"router-b", "router-c"}),
+                        ("router-b", {"router-a", "router-c"}),
+                        ("router-c", {"router-a", "router-b"})]:
+        assert mesh.stages(name) == {peer: "delivery" for peer in peers}
+    stages = [e["stage"] for e in events_of(mesh.routers["router-a"], "link.stage")
+              if e["direction"] == "connector"]
+    assert stages == ["connect", "authentication", "recovery", "delivery"]
+
+
+def test_links_stay_up_for_a_long_time(mesh):
+    ring(mesh)
+    mesh.run(600)
+    assert all(stage == "delivery" for stage in mesh.stages("router-b").values())
+    assert events_of(mesh.routers["router-b"], "link.closed") == []
+    counters = {l["keepalive_counter"] for l in mesh.routers["router-b"].describe_links()}
+    assert counters <= {4, 5, 6}
+
+
+def test_connector_starts_before_its_listener(mesh):
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.run(5)
+    assert mesh.stages("router-a") == {}
+    mesh.add("router-b")
+    mesh.run(0.5)
+    assert mesh.stages("router-a") == {"router-b": "delivery"}
+
+
+def test_partition_closes_links_by_keepalive_and_heals(mesh):
+    ring(mesh)
+    mesh.run(1)
+    cut_at = mesh.clock.seconds()
+    mesh.partition("router-b")
+    mesh.run(6 * INTERVAL)
+    assert mesh.stages("router-a") == {"router-c": "delivery"}
+    closed = events_of(mesh.routers["router-a"], "link.closed")
+    assert [(c["peer"], c["reason"]) for c in closed] == [("router-b", "keepalive")]
+    # The counter (about 5 when the peer went silent) reaches 0 after five
+    # more of our own keepalives, the first of which goes out within one
+    # interval: so between 4 and 6 intervals after the peer was last heard.
+    assert closed[0]["last_heard"] <= cut_at
+    silent_for = closed[0]["time"] - closed[0]["last_heard"]
+    assert 4 * INTERVAL < silent_for <= 6 * INTERVAL + 1e-9
+    mesh.heal("router-b")
+    mesh.run(1)
+    for name in ("router-a", "router-b", "router-c"):
+        assert set(mesh.stages(name).values()) == {"delivery"}
+        assert len(mesh.stages(name)) == 2
+
+
+def test_restarted_router_is_reconnected(mesh):
+    ring(mesh)
+    mesh.run(1)
+    mesh.stop("router-b")
+    assert mesh.stages("router-a") == {"router-c": "delivery"}
+    closed = events_of(mesh.routers["router-a"], "link.closed")
+    assert [(c["peer"], c["reason"]) for c in closed] == [("router-b", "peer-closed")]
+    mesh.add("router-b", connect_to=["router-c"])
+    mesh.run(1)
+    assert mesh.stages("router-b") == {"router-a": "delivery", "router-c": "delivery"}
+
+
+def test_second_router_with_a_connected_name_is_rejected(mesh, tmp_path):
+    mesh.add("router-a")
+    mesh.add("router-b", connect_to=["router-a"])
+    mesh.run(0.5)
+    impostor = dataclasses.replace(
+        mesh.config("router-b", connect_to=["router-a"], listen=False),
+        data_dir=str(tmp_path / "impostor"),
+    )
+    mesh.start(impostor, key="impostor")
+    mesh.run(3)
+    assert mesh.stages("router-a") == {"router-b": "delivery"}
+    rejected = events_of(mesh.routers["router-a"], "link.rejected")
+    assert len(rejected) >= 3
+    assert {(r["code"], r["by"]) for r in rejected} == {("name-in-use", "local")}
+    seen_by_impostor = events_of(mesh.routers["impostor"], "link.rejected")
+    assert {(r["code"], r["by"]) for r in seen_by_impostor} == {("name-in-use", "peer")}
+
+
+def test_wrong_secret_never_reaches_delivery(mesh):
+    mesh.add("router-a")
+    mesh.add("router-b", connect_to=["router-a"], secret=b"another secret")
+    mesh.run(2)
+    assert mesh.stages("router-a") == {}
+    codes = {(r["code"], r["by"]) for r in events_of(mesh.routers["router-a"], "link.rejected")}
+    assert codes == {("auth-failed", "local")}
+
+
+def test_recovery_points_are_exchanged(mesh):
+    mesh.add("router-a")
+    mesh.add("router-b", connect_to=["router-a"])
+    mesh.run(0.5)
+    assert mesh.routers["router-a"].ledger.reported_by("router-b") == 0
+    assert mesh.routers["router-b"].ledger.reported_by("router-a") == 0
+    assert mesh.routers["router-a"].ledger.reported_by("router-c") is None
