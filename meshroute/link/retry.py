@@ -38,10 +38,15 @@ class RetrySchedule:
         self.failures += 1
         if 0 <= self.reconnect_attempts < self.failures:
             return None
-        delay_ms = min(
-            self.retry_interval_ms * self.multiplier ** (self.failures - 1),
-            self.max_retry_interval_ms,
-        )
+        try:
+            delay_ms = min(
+                self.retry_interval_ms * self.multiplier ** (self.failures - 1),
+                self.max_retry_interval_ms,
+            )
+        except OverflowError:
+            # Retrying forever, the growth passed every float long ago
+            # (2.0 ** 1024 after ~1024 failures); only the cap is left.
+            delay_ms = self.max_retry_interval_ms
         return delay_ms / 1000
 
     def reset(self) -> None:

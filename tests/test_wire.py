@@ -1,0 +1,439 @@
+"""
+Tests for L{meshroute.wire}: the frame types and the sans-IO codec.
+
+Every frame type survives L{encode} → L{FrameDecoder} however the bytes
+are chunked; anything a peer can send either decodes to well-typed frames
+or raises L{WireError} (never another exception); and the length limits
+refuse a frame from its 4-byte prefix alone, before any body is buffered.
+"""
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshroute.errors import WireError
+from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
+from meshroute.wire.frames import (
+    CHALLENGE_SIZE,
+    FRAME_TYPES,
+    Authenticate,
+    Authenticated,
+    Hello,
+    Keepalive,
+    Recovery,
+    Reject,
+    Welcome,
+    frame_to_list,
+)
+
+FUZZ = settings(max_examples=300, deadline=None)
+
+#: One instance of every frame type.
+SAMPLES = [
+    Hello([1], "router-a"),
+    Welcome(1, "router-b", 1000, b"\x01" * CHALLENGE_SIZE),
+    Reject("name-in-use", "router-a is already connected"),
+    Authenticate(b"\x02" * 32, b"\x03" * CHALLENGE_SIZE),
+    Authenticated(b"\x04" * 32),
+    Recovery(17),
+    Keepalive(),
+]
+
+
+def prefixed(body: bytes) -> bytes:
+    """
+    C{body} behind a correct 4-byte big-endian length prefix.
+    """
+    return struct.pack(">I", len(body)) + body
+
+
+def raw(items) -> bytes:
+    """
+    The wire bytes of an arbitrary msgpack value, correctly length-prefixed,
+    so that only the body's content can be wrong.
+    """
+    return prefixed(msgpack.packb(items, use_bin_type=True))
+
+
+def feed_bytewise(decoder: FrameDecoder, data: bytes) -> list:
+    frames = []
+    for i in range(len(data)):
+        frames.extend(decoder.feed(data[i : i + 1]))
+    return frames
+
+
+# -- round trips --------------------------------------------------------------
+
+
+def test_samples_cover_every_frame_type():
+    assert {type(f) for f in SAMPLES} == set(FRAME_TYPES.values())
+    assert sorted(FRAME_TYPES) == [1, 2, 3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("frame", SAMPLES, ids=lambda f: type(f).__name__)
+def test_round_trip_whole(frame):
+    decoder = FrameDecoder()
+    assert decoder.feed(encode(frame)) == [frame]
+    assert decoder.pending == 0
+
+
+@pytest.mark.parametrize("frame", SAMPLES, ids=lambda f: type(f).__name__)
+def test_round_trip_byte_at_a_time(frame):
+    data = encode(frame)
+    decoder = FrameDecoder()
+    results = [decoder.feed(data[i : i + 1]) for i in range(len(data))]
+    # Nothing comes out until the last byte, which completes exactly one frame.
+    assert results[:-1] == [[]] * (len(data) - 1)
+    assert results[-1] == [frame]
+    assert decoder.pending == 0
+
+
+def test_encoding_layout():
+    """
+    The prefix is the big-endian body length; the body is the msgpack array
+    [TYPE, *fields].
+    """
+    data = encode(Recovery(5))
+    assert data == b"\x00\x00\x00\x03" + b"\x92\x06\x05"
+    assert encode(Keepalive()) == b"\x00\x00\x00\x02\x91\x07"
+    assert frame_to_list(Welcome(1, "b", 2, b"c")) == [2, 1, "b", 2, b"c"]
+
+
+def test_several_frames_in_one_chunk():
+    decoder = FrameDecoder()
+    data = b"".join(encode(f) for f in SAMPLES)
+    assert decoder.feed(data) == SAMPLES
+    assert decoder.pending == 0
+
+
+def test_several_frames_and_a_partial_one_in_one_chunk():
+    decoder = FrameDecoder()
+    tail = encode(Recovery(99))
+    data = b"".join(encode(f) for f in SAMPLES) + tail[:3]
+    assert decoder.feed(data) == SAMPLES
+    assert decoder.pending == 3
+    assert decoder.feed(tail[3:]) == [Recovery(99)]
+    assert decoder.pending == 0
+
+
+def test_several_frames_byte_at_a_time():
+    decoder = FrameDecoder()
+    data = b"".join(encode(f) for f in SAMPLES)
+    assert feed_bytewise(decoder, data) == SAMPLES
+    assert decoder.pending == 0
+
+
+def test_extreme_integers_round_trip():
+    frames = [Recovery(0), Recovery(2**64 - 1), Recovery(-(2**63)), Hello([], ""),
+              Hello([-1, 2**64 - 1], "x" * 1000)]
+    decoder = FrameDecoder()
+    assert decoder.feed(b"".join(encode(f) for f in frames)) == frames
+
+
+# -- pending --------------------------------------------------------------------
+
+
+def test_pending_reports_a_partial_frame():
+    data = encode(Reject("auth-failed", "secrets differ"))
+    decoder = FrameDecoder()
+    assert decoder.pending == 0
+    assert decoder.feed(data[:2]) == []
+    assert decoder.pending == 2
+    assert decoder.feed(data[2:4]) == []
+    assert decoder.pending == 4
+    assert decoder.feed(data[4:-1]) == []
+    assert decoder.pending == len(data) - 1
+    assert decoder.feed(data[-1:]) == [Reject("auth-failed", "secrets differ")]
+    assert decoder.pending == 0
+
+
+def test_feeding_nothing_is_harmless():
+    decoder = FrameDecoder()
+    assert decoder.feed(b"") == []
+    assert decoder.pending == 0
+
+
+# -- length limits --------------------------------------------------------------
+
+
+def test_zero_length_refused_from_prefix_alone():
+    decoder = FrameDecoder()
+    with pytest.raises(WireError, match="frame length 0 outside"):
+        decoder.feed(struct.pack(">I", 0))
+
+
+@pytest.mark.parametrize("size", [DEFAULT_MAX_FRAME_SIZE + 1, 2**32 - 1])
+def test_oversized_length_refused_from_prefix_alone(size):
+    decoder = FrameDecoder()
+    with pytest.raises(WireError, match=f"frame length {size} outside 1..{DEFAULT_MAX_FRAME_SIZE}"):
+        decoder.feed(struct.pack(">I", size))
+
+
+def test_oversized_length_refused_when_prefix_arrives_bytewise():
+    decoder = FrameDecoder()
+    prefix = struct.pack(">I", DEFAULT_MAX_FRAME_SIZE + 1)
+    for byte in prefix[:3]:
+        assert decoder.feed(bytes([byte])) == []
+    with pytest.raises(WireError):
+        decoder.feed(prefix[3:])
+
+
+def test_maximum_length_waits_for_body():
+    decoder = FrameDecoder()
+    assert decoder.feed(struct.pack(">I", DEFAULT_MAX_FRAME_SIZE)) == []
+    assert decoder.pending == 4
+
+
+def test_oversized_length_after_a_good_frame_in_the_same_chunk():
+    decoder = FrameDecoder(max_frame_size=64)
+    with pytest.raises(WireError):
+        decoder.feed(encode(Keepalive()) + struct.pack(">I", 65))
+
+
+def _reject_with_body_size(size: int) -> Reject:
+    for n in range(size):
+        frame = Reject("c", "x" * n)
+        if len(encode(frame)) - 4 == size:
+            return frame
+    raise AssertionError(f"no Reject with a {size}-byte body")
+
+
+def test_small_max_frame_size_is_honoured():
+    limit = 16
+    fits = _reject_with_body_size(limit)
+    too_big = _reject_with_body_size(limit + 1)
+
+    decoder = FrameDecoder(max_frame_size=limit)
+    assert decoder.feed(encode(fits)) == [fits]
+
+    decoder = FrameDecoder(max_frame_size=limit)
+    with pytest.raises(WireError, match="frame length 17 outside 1..16"):
+        decoder.feed(encode(too_big)[:4])
+
+
+# -- ill-formed bodies --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [2, True, "router-b", 1000, b"c" * 32],  # bool as Welcome.version
+        [2, 1, "router-b", False, b"c" * 32],  # bool as keepalive interval
+        [6, True],  # bool as Recovery.last_received
+        [6, 1.0],  # float as int
+        [6, None],
+        [6, "1"],
+        [1, [1, True], "router-a"],  # bool inside Hello.versions
+        [1, ["1"], "router-a"],
+        [1, (1,), 7],  # int as Hello.router
+        [1, 1, "router-a"],  # int as Hello.versions
+        [2, 1, "router-b", 1000, "c" * 32],  # str as Welcome.challenge
+        [4, "proof", b"c" * 32],  # str as Authenticate.proof
+        [5, "proof"],  # str as Authenticated.proof
+        [3, b"name-in-use", "detail"],  # bytes as Reject.code
+        [3, "name-in-use", None],
+    ],
+    ids=repr,
+)
+def test_wrong_field_types(items):
+    with pytest.raises(WireError):
+        FrameDecoder().feed(raw(items))
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [1, [1]],  # Hello without router
+        [1, [1], "a", "b"],
+        [2, 1, "router-b", 1000],
+        [3, "code"],
+        [4, b"p"],
+        [5],
+        [5, b"p", b"q"],
+        [6],
+        [6, 1, 2],
+        [7, 0],  # Keepalive has no fields
+    ],
+    ids=repr,
+)
+def test_wrong_field_counts(items):
+    with pytest.raises(WireError, match=r"frame has \d+ fields, expected \d+"):
+        FrameDecoder().feed(raw(items))
+
+
+@pytest.mark.parametrize("code", [0, 8, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
+                         ids=repr)
+def test_unknown_type_codes(code):
+    with pytest.raises(WireError, match="unknown frame type"):
+        FrameDecoder().feed(raw([code]))
+
+
+@pytest.mark.parametrize("value", [[], 7, "hello", b"\x07", None, True, 1.5], ids=repr)
+def test_non_list_bodies(value):
+    with pytest.raises(WireError, match="not a non-empty array"):
+        FrameDecoder().feed(raw(value))
+
+
+@pytest.mark.parametrize("value", [{}, {"type": 7}, {"0": 6, "1": 5}], ids=repr)
+def test_maps_are_not_frames(value):
+    with pytest.raises(WireError, match="not a non-empty array"):
+        FrameDecoder().feed(raw(value))
+
+
+def test_map_with_non_string_keys():
+    with pytest.raises(WireError):
+        FrameDecoder().feed(raw({0: 6, 1: 5}))
+
+
+def test_map_inside_a_frame():
+    with pytest.raises(WireError, match="Recovery.last_received is dict"):
+        FrameDecoder().feed(raw([6, {"a": 1}]))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xc1",  # never-used msgpack byte
+        b"\x92\x06",  # array of 2 with one element: truncated
+        b"\x91\x07\x07",  # one array and extra data
+        b"\xa2\xff\xfe",  # str that is not UTF-8
+        b"\xdd\xff\xff\xff\xff",  # array claiming 2**32-1 elements
+        b"\x91" * 2000 + b"\x07",  # nesting too deep
+    ],
+    ids=["reserved", "truncated", "extra", "bad-utf8", "huge-array", "deep"],
+)
+def test_undecodable_bodies(body):
+    with pytest.raises(WireError):
+        FrameDecoder().feed(prefixed(body))
+
+
+def test_challenge_is_not_checked_by_the_codec():
+    """
+    Challenge sizes are the handshake's business (it knows the stage), not
+    the codec's: any bytes decode.
+    """
+    frame = Welcome(1, "b", 1, b"short")
+    assert FrameDecoder().feed(encode(frame)) == [frame]
+
+
+# -- fuzzing ------------------------------------------------------------------
+
+ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+
+frames = st.one_of(
+    st.builds(Hello, st.lists(ints, max_size=5), st.text(max_size=70)),
+    st.builds(Welcome, ints, st.text(max_size=70), ints, st.binary(max_size=40)),
+    st.builds(Reject, st.text(max_size=20), st.text(max_size=200)),
+    st.builds(Authenticate, st.binary(max_size=40), st.binary(max_size=40)),
+    st.builds(Authenticated, st.binary(max_size=40)),
+    st.builds(Recovery, ints),
+    st.just(Keepalive()),
+)
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    """
+    C{data} cut at the given positions (taken modulo its length).
+    """
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:])]
+
+
+def feed_chunks(decoder: FrameDecoder, chunks: list[bytes]) -> list:
+    """
+    Feed C{chunks} until the end or the first L{WireError}; any other
+    exception fails the test.
+    """
+    out = []
+    for chunk in chunks:
+        try:
+            result = decoder.feed(chunk)
+        except WireError:
+            return out
+        assert isinstance(result, list)
+        for frame in result:
+            assert type(frame) in FRAME_TYPES.values()
+        out.extend(result)
+    return out
+
+
+@FUZZ
+@given(st.lists(frames, max_size=8), st.lists(st.integers(min_value=0), max_size=20))
+def test_valid_streams_survive_any_chunking(sent, cuts):
+    data = b"".join(encode(f) for f in sent)
+    decoder = FrameDecoder()
+    received = []
+    for chunk in split(data, cuts):
+        received.extend(decoder.feed(chunk))
+    assert received == sent
+    assert decoder.pending == 0
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(st.binary(max_size=2000), st.lists(st.integers(min_value=0), max_size=10))
+def test_arbitrary_bytes_give_frames_or_wire_error(data, cuts):
+    feed_chunks(FrameDecoder(), split(data, cuts))
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(st.binary(min_size=1, max_size=500))
+def test_arbitrary_bodies_give_frames_or_wire_error(body):
+    """
+    Garbage behind a correct prefix reaches the msgpack and schema checks.
+    """
+    try:
+        result = FrameDecoder().feed(prefixed(body))
+    except WireError:
+        return
+    assert len(result) == 1
+    assert type(result[0]) in FRAME_TYPES.values()
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            frames.map(encode),
+            st.binary(max_size=50),
+            st.binary(min_size=1, max_size=50).map(prefixed),
+        ),
+        max_size=10,
+    ),
+    st.lists(st.integers(min_value=0), max_size=20),
+    st.sampled_from([16, 64, DEFAULT_MAX_FRAME_SIZE]),
+)
+def test_frames_mixed_with_garbage_give_frames_or_wire_error(pieces, cuts, limit):
+    feed_chunks(FrameDecoder(max_frame_size=limit), split(b"".join(pieces), cuts))
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.floats() | ints | st.text(max_size=10)
+        | st.binary(max_size=10),
+        lambda inner: st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=20,
+    ).map(lambda tail: [tail] if not isinstance(tail, list) else tail),
+    st.integers(min_value=1, max_value=7),
+)
+def test_well_formed_msgpack_with_a_known_type_code(tail, code):
+    """
+    Arbitrary msgpack values after a valid type code: a frame whose fields
+    all have the annotated types, or WireError.
+    """
+    try:
+        result = FrameDecoder().feed(raw([code, *tail]))
+    except WireError:
+        return
+    assert len(result) == 1
+    frame = result[0]
+    assert type(frame) is FRAME_TYPES[code]
+    assert frame_to_list(frame) == [code, *tail]
