@@ -49,6 +49,7 @@ class ConnectorService(Service):
         self._schedule = schedule
         self._clock = clock
         self.exhausted = False
+        self._giving_up = None
         factory = ConnectorFactory(context, settings, on_delivery=schedule.reset)
         self._client = ClientService(
             endpoint, factory, retryPolicy=self._retry_delay, clock=clock
@@ -62,17 +63,24 @@ class ConnectorService(Service):
 
     def stopService(self):
         Service.stopService(self)
+        # A stop that lands before a pending give-up is a stop, not an
+        # exhaustion (and a restart must not be stopped by it).
+        if self._giving_up is not None and self._giving_up.active():
+            self._giving_up.cancel()
+        self._giving_up = None
         return self._client.stopService()
 
     def _retry_delay(self, _tcp_failures: int) -> float:
         delay = self._schedule.next_delay()
         if delay is not None:
             return delay
-        # Stop outside ClientService's own transition, which is in progress.
-        self._clock.callLater(0, self._give_up)
-        return 0.0
+        # Stop outside ClientService's own transition, which is in progress;
+        # the retry it schedules is later than the give-up, which cancels it.
+        self._giving_up = self._clock.callLater(0, self._give_up)
+        return self._schedule.max_retry_interval_ms / 1000
 
     def _give_up(self) -> None:
+        self._giving_up = None
         attempts = self._schedule.reconnect_attempts
         log.error(
             "connector to {peer}: reconnect-attempts ({attempts}) exhausted; "
