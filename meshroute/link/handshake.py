@@ -175,6 +175,7 @@ class LinkCore:
     own_challenge: bytes = field(default_factory=auth.new_challenge)
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
+    version: int | None = None
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -243,7 +244,13 @@ class LinkCore:
     def refuse(self, code: str, detail: str) -> None:
         """
         Tell the peer why we refuse the handshake and record it.
+
+        The refusal is why this link ends, even if the peer hangs up
+        before we do (a refused connector usually does).
         """
+        if self.close_reason is None:
+            self.close_reason = reasons.REJECTED
+            self.close_detail = code
         self._cancel_stage_timer()
         self.send(Reject(code, detail))
         self.emit(events.LINK_REJECTED, code=code, detail=detail, by="local")
@@ -334,13 +341,14 @@ class LinkCore:
 
     def vet_hello(self, frame: Hello) -> tuple[str, str] | None:
         """
-        Decide whether a connector may proceed; claim its name if so.
+        Decide whether a connector may proceed to authentication.
 
         @return: C{(code, detail)} of the refusal, or None.
         """
         self.peer = frame.router
         own = self.context.name
-        if not set(frame.versions) & set(SUPPORTED_VERSIONS):
+        common = set(frame.versions) & set(SUPPORTED_VERSIONS)
+        if not common:
             return reasons.VERSION, f"we speak {list(SUPPORTED_VERSIONS)}"
         if not ROUTER_NAME.match(frame.router):
             self.peer = None
@@ -350,15 +358,15 @@ class LinkCore:
         allowed = self.settings.allowed_routers
         if allowed is not None and frame.router not in allowed:
             return reasons.NOT_ALLOWED, f"{frame.router} is not in allowed-routers"
-        if not self.context.registry.claim(frame.router, self.link):
+        if self.context.registry.is_claimed(frame.router):
             return reasons.NAME_IN_USE, f"{frame.router} is already connected"
         self.keepalive_interval_ms = self.settings.keepalive_interval_ms
+        self.version = max(common)
         return None
 
     def welcome(self) -> Welcome:
-        version = max(set(SUPPORTED_VERSIONS))
         return Welcome(
-            version, self.context.name, self.keepalive_interval_ms, self.own_challenge
+            self.version, self.context.name, self.keepalive_interval_ms, self.own_challenge
         )
 
     def vet_authenticate(self, frame: Authenticate) -> tuple[str, str] | None:
@@ -373,7 +381,7 @@ class LinkCore:
         )
         if not auth.verify(expected, frame.proof):
             return reasons.AUTH_FAILED, "wrong proof: the shared secrets differ"
-        return None
+        return self._claim_peer()
 
     def listener_proof(self) -> Authenticated:
         return Authenticated(
@@ -401,10 +409,11 @@ class LinkCore:
                 reasons.UNEXPECTED_PEER,
                 f"expected {self.settings.expected_peer}, reached {frame.router}",
             )
-        if not self.context.registry.claim(frame.router, self.link):
+        if self.context.registry.is_claimed(frame.router):
             return reasons.NAME_IN_USE, f"{frame.router} is already connected"
         self.keepalive_interval_ms = frame.keepalive_interval_ms
         self.peer_challenge = frame.challenge
+        self.version = frame.version
         return None
 
     def connector_proof(self) -> Authenticate:
@@ -431,6 +440,15 @@ class LinkCore:
         )
         if not auth.verify(expected, frame.proof):
             return reasons.AUTH_FAILED, "listener's proof is wrong: the shared secrets differ"
+        return self._claim_peer()
+
+    def _claim_peer(self) -> tuple[str, str] | None:
+        """
+        Make this the one link to the (now authenticated) peer, unless
+        another link authenticated first.
+        """
+        if not self.context.registry.claim(self.peer, self.link):
+            return reasons.NAME_IN_USE, f"{self.peer} is already connected"
         return None
 
 

@@ -2,9 +2,12 @@
 The router's table of live links.
 
 It enforces the rule that a router name is connected only once: a link
-claims its peer's name as soon as the name is known (the listener on
-Hello, the connector on Welcome), and releases it when the connection
-is gone.  It also lets the admin API list links and the router close them
+claims its peer's name once the peer has proved it knows the secret (the
+listener on a good Authenticate, the connector on a good Authenticated)
+and releases it when the connection is gone.  Claiming only after
+authentication means a client that does not know the secret cannot squat
+a router's name; a name already claimed is refused early, on Hello or
+Welcome, before any authentication work.  It also lets the admin API list links and the router close them
 all at shutdown.
 """
 
@@ -36,6 +39,12 @@ class LinkRegistry:
         done = self._open.pop(link, None)
         if done is not None:
             done.callback(None)
+
+    def is_claimed(self, peer: str) -> bool:
+        """
+        Whether a live link holds C{peer}.
+        """
+        return peer in self._by_peer
 
     def claim(self, peer: str, link) -> bool:
         """
