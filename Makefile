@@ -21,7 +21,7 @@ lab: install
 	$(PY) -m meshroute.lab etc/lab
 
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info var .pytest_cache .hypothesis

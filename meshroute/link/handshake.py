@@ -155,6 +155,9 @@ class LinkCore:
 
     @ivar on_delivery: called when the link reaches delivery (connectors use
         it to reset their retry schedule).
+    @ivar lost_detail: why the transport went away when nobody on our side
+        closed it (a reset, a failed TLS handshake); the detail of a
+        C{peer-closed} close.
     """
 
     context: RouterContext
@@ -172,6 +175,7 @@ class LinkCore:
     keepalive: Keepalive | None = None
     close_reason: str | None = None
     close_detail: str = ""
+    lost_detail: str = ""
     own_challenge: bytes = field(default_factory=auth.new_challenge)
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
@@ -306,7 +310,7 @@ class LinkCore:
         self._stop_timers()
         if self.close_reason is None:
             self.close_reason = reasons.PROTOCOL_ERROR if truncated else reasons.PEER_CLOSED
-            self.close_detail = "truncated frame" if truncated else ""
+            self.close_detail = "truncated frame" if truncated else self.lost_detail
         self.emit(
             events.LINK_CLOSED,
             reason=self.close_reason,
@@ -483,7 +487,7 @@ _FRAME_INPUTS = (
 )
 
 
-def _add_common_transitions(builder, awaiting, vetting, delivering, closing, closed, finishing):
+def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing):
     """
     The transitions both roles share: timeouts, refusals from the peer,
     errors, shutdown, and the end of the connection.
@@ -606,7 +610,6 @@ def _build_listener_machine():
         core.close(reasons.REJECTED)
 
     _add_common_transitions(
-        builder,
         awaiting=[awaiting_hello, awaiting_authenticate, awaiting_recovery],
         vetting=[vetting_hello, vetting_authenticate],
         delivering=delivering,
@@ -669,7 +672,6 @@ def _build_connector_machine():
         core.close(reasons.REJECTED, code)
 
     _add_common_transitions(
-        builder,
         awaiting=[awaiting_welcome, awaiting_authenticated, awaiting_recovery],
         vetting=[vetting_welcome, vetting_authenticated],
         delivering=delivering,
