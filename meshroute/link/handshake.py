@@ -104,8 +104,12 @@ class LinkInputs(Protocol):
     def shutdown(self) -> None:
         "This router is stopping."
 
-    def connection_lost(self, truncated: bool) -> None:
-        "The connection is gone; C{truncated} if a partial frame was pending."
+    def connection_lost(self, truncated: bool, why: str) -> None:
+        """
+        The connection is gone; C{truncated} if a partial frame was pending,
+        C{why} the transport's error when it was not a clean close (a reset,
+        a failed TLS handshake), else empty.
+        """
 
 
 @dataclass(frozen=True)
@@ -155,9 +159,6 @@ class LinkCore:
 
     @ivar on_delivery: called when the link reaches delivery (connectors use
         it to reset their retry schedule).
-    @ivar lost_detail: why the transport went away when nobody on our side
-        closed it (a reset, a failed TLS handshake); the detail of a
-        C{peer-closed} close.
     """
 
     context: RouterContext
@@ -175,7 +176,6 @@ class LinkCore:
     keepalive: Keepalive | None = None
     close_reason: str | None = None
     close_detail: str = ""
-    lost_detail: str = ""
     own_challenge: bytes = field(default_factory=auth.new_challenge)
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
@@ -303,14 +303,14 @@ class LinkCore:
         else:
             self.transport.abortConnection()
 
-    def finish(self, truncated: bool) -> None:
+    def finish(self, truncated: bool, why: str) -> None:
         """
         The connection is gone: record why and release the peer's name.
         """
         self._stop_timers()
         if self.close_reason is None:
             self.close_reason = reasons.PROTOCOL_ERROR if truncated else reasons.PEER_CLOSED
-            self.close_detail = "truncated frame" if truncated else self.lost_detail
+            self.close_detail = "truncated frame" if truncated else why
         self.emit(
             events.LINK_CLOSED,
             reason=self.close_reason,
@@ -540,8 +540,8 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     for state in [*live, *finishing, closing]:
 
         @state.upon(LinkInputs.connection_lost).to(closed)
-        def lost(inputs: LinkInputs, core: LinkCore, truncated: bool) -> None:
-            core.finish(truncated)
+        def lost(inputs: LinkInputs, core: LinkCore, truncated: bool, why: str) -> None:
+            core.finish(truncated, why)
 
     # Once we have decided to close, whatever else arrives is moot.
     for state in [closing, *finishing]:

@@ -10,6 +10,7 @@ one connection and nothing else.
 import itertools
 
 from automat import NoTransition
+from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Factory, Protocol
 
 from meshroute.errors import WireError
@@ -141,7 +142,8 @@ class LinkProtocol(Protocol):
                 return
 
     def connectionLost(self, reason=None) -> None:
-        self.link.machine.connection_lost(self._decoder.pending > 0)
+        why = "" if reason is None or reason.check(ConnectionDone) else reason.getErrorMessage()
+        self.link.machine.connection_lost(self._decoder.pending > 0, why)
         self._context.registry.closed(self.link)
 
 

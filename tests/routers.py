@@ -1,0 +1,703 @@
+"""
+Real router processes on 127.0.0.1, for end-to-end tests.
+
+A test asks the L{mesh} fixture for a L{Mesh}, describes routers with
+L{Mesh.router} (which allocates their ports and writes their TOML
+configuration into the test's C{tmp_path}), starts them with
+L{Mesh.start} and then watches them from outside, as an operator would:
+through the admin API (L{RouterProcess.links}), the event log
+(L{RouterProcess.events}) and signals (L{RouterProcess.sigstop} and
+friends)::
+
+    def test_link(mesh):
+        b = mesh.router("router-b")
+        a = mesh.router("router-a", connect=[b])
+        a_proc, b_proc = mesh.start(a, b)
+        a_proc.wait_delivery("router-b")
+
+Each router runs as C{twistd -n meshroute --config FILE} with C{PYTHONPATH}
+set to this checkout, so the checkout's C{twisted/plugins/meshroute_plugin.py}
+and C{meshroute} package are the ones under test.  Its working directory is
+its own directory under C{tmp_path}, which also holds its data-dir, its
+twistd log (C{LABEL.log}) and what it printed (C{LABEL.out}).
+
+Synchronisation is always a poll against a deadline (L{wait_until}); a
+test never sleeps to let something happen.  When the test ends, the
+fixture kills whatever is still running (stopped processes are continued
+first), and if the test failed, the tail of every router's log is added to
+the failure report.
+"""
+
+import http.client
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, TypeVar
+
+import pytest
+
+#: The checkout under test: put first on the routers' PYTHONPATH.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Short intervals for tests, in milliseconds.  stage-valid-timeout and
+#: reject-disconnect-delay are at the minimum the configuration allows.
+KEEPALIVE_INTERVAL_MS = 200
+STAGE_VALID_TIMEOUT_MS = 1000
+REJECT_DISCONNECT_DELAY_MS = 1000
+RETRY_INTERVAL_MS = 200
+MAX_RETRY_INTERVAL_MS = 200
+
+#: How long a router may take to answer its admin API after exec.
+READY_TIMEOUT_S = 30.0
+
+#: Runs twistd in-process.  C{python -m twisted} is C{twist}, which has
+#: neither C{-n} nor C{--pidfile}; this is what the C{twistd} script does.
+_TWISTD = "import sys; sys.argv[0] = 'twistd'; from twisted.scripts.twistd import run; run()"
+
+T = TypeVar("T")
+
+
+class WaitTimeout(AssertionError):
+    """
+    A condition polled by L{wait_until} did not hold before the deadline.
+    """
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 10.0,
+    *,
+    what: str | None = None,
+    interval: float = 0.02,
+    retry_on: tuple[type[BaseException], ...] = (),
+) -> T:
+    """
+    Call C{predicate} until it returns something true, and return that.
+
+    @param timeout: seconds before giving up.
+    @param what: what we wait for, for the failure message.
+    @param interval: the pause between two calls; only ever a pause inside
+        this loop, never a way to synchronise.
+    @param retry_on: exceptions that mean "not yet" (a router not listening
+        yet, say); the last one is reported if the deadline passes.
+    @raise WaitTimeout: the deadline passed.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            result = predicate()
+        except retry_on as e:
+            result, last_error = None, e
+        else:
+            last_error = None
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            message = f"timed out after {timeout:g} s waiting for {what or predicate!r}"
+            if last_error is not None:
+                message += f" (last error: {last_error!r})"
+            raise WaitTimeout(message)
+        time.sleep(interval)
+
+
+class PortAllocator:
+    """
+    Hands out free TCP ports on 127.0.0.1, each at most once per session.
+
+    A port is found by binding port 0 and closing the socket again, so it is
+    free now; remembering it keeps two routers of the session from being
+    given the same one even after the first has released it.
+    """
+
+    def __init__(self) -> None:
+        self._given: set[int] = set()
+
+    def allocate(self) -> int:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            if port not in self._given:
+                self._given.add(port)
+                return port
+
+
+#: One allocator for the whole pytest session.
+PORTS = PortAllocator()
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (str, os.PathLike)):
+        return json.dumps(os.fspath(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _toml_table(header: str, table: dict[str, object]) -> str:
+    lines = [header]
+    lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class RouterSpec:
+    """
+    One router's configuration, and where its files live.
+
+    The tables hold TOML keys exactly as an operator writes them; edit them
+    (to break a configuration on purpose, say) and call L{write} again.
+
+    @ivar label: unique within the test; names the router's directory and
+        files.  It is the router name unless two processes share a name.
+    @ivar routing_port: the routing listener's port, or None without one.
+    @ivar extra: more top-level tables, C{{"section": {key: value}}}.
+    """
+
+    name: str
+    label: str
+    directory: Path
+    admin_port: int | None
+    routing_port: int | None
+    router: dict[str, object]
+    listener: dict[str, object] | None
+    connectors: list[dict[str, object]] = field(default_factory=list)
+    extra: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / f"{self.label}.toml"
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.router["data-dir"])
+
+    @property
+    def events_path(self) -> Path:
+        return self.data_dir / "events.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        """
+        The twistd log file.
+        """
+        return self.directory / f"{self.label}.log"
+
+    @property
+    def output_path(self) -> Path:
+        """
+        What the process printed on stdout and stderr (startup errors).
+        """
+        return self.directory / f"{self.label}.out"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def routing_endpoint(self) -> str:
+        """
+        The client endpoint string that reaches this router's listener.
+        """
+        return f"tcp:127.0.0.1:{self.routing_port}"
+
+    def to_toml(self) -> str:
+        tables = [_toml_table("[router]", self.router)]
+        if self.listener is not None:
+            tables.append(_toml_table("[routing.listener]", self.listener))
+        tables.extend(_toml_table("[[routing.connector]]", c) for c in self.connectors)
+        if self.admin_port is not None:
+            tables.append(
+                _toml_table("[admin]", {"endpoint": f"tcp:{self.admin_port}:interface=127.0.0.1"})
+            )
+        tables.extend(_toml_table(f"[{name}]", table) for name, table in self.extra.items())
+        return "\n".join(tables)
+
+    def write(self) -> Path:
+        """
+        Write the configuration file; return its path.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.to_toml())
+        return self.config_path
+
+
+def router_env() -> dict[str, str]:
+    """
+    The environment of every process we start: this checkout first on
+    PYTHONPATH, unbuffered output.
+    """
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def twistd_command(spec: RouterSpec) -> list[str]:
+    """
+    C{twistd -n meshroute --config FILE} for C{spec}, without a pidfile and
+    logging to C{spec.log_path}.
+    """
+    return [
+        sys.executable,
+        "-c",
+        _TWISTD,
+        "-n",
+        "--pidfile=",
+        f"--logfile={spec.log_path}",
+        "meshroute",
+        "--config",
+        str(spec.config_path),
+    ]
+
+
+def run_cli(*args: str, timeout: float = 60.0, cwd: Path | None = None):
+    """
+    Run the C{meshroute} command from this checkout and wait for it.
+
+    @return: the L{subprocess.CompletedProcess}, output captured as text.
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "meshroute.cli", *args],
+        env=router_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """
+    The last C{lines} lines of a text file, or a note that it is missing.
+    """
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<{path}: {e.strerror}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+#: What a failed admin API request can raise while a router starts, stops
+#: or is stopped.
+_HTTP_ERRORS = (OSError, http.client.HTTPException, json.JSONDecodeError)
+
+
+class RouterProcess:
+    """
+    One running router process and how to watch and disturb it.
+
+    @ivar spec: its L{RouterSpec}.
+    @ivar popen: its L{subprocess.Popen}.
+    @ivar stopped: True between L{sigstop} and L{sigcont}.
+    """
+
+    def __init__(self, spec: RouterSpec, popen: subprocess.Popen) -> None:
+        self.spec = spec
+        self.popen = popen
+        self.stopped = False
+
+    def __repr__(self) -> str:
+        return f"<RouterProcess {self.spec.label} pid={self.popen.pid}>"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    # -- admin API -----------------------------------------------------------
+
+    def get(self, path: str, timeout: float = 5.0):
+        """
+        GET C{path} from the admin API and decode its JSON.
+        """
+        with urllib.request.urlopen(self.spec.admin_url + path, timeout=timeout) as response:
+            return json.load(response)
+
+    def info(self) -> dict:
+        """
+        C{GET /api/v1/router}.
+        """
+        return self.get("/api/v1/router")
+
+    def links(self) -> list[dict]:
+        """
+        C{GET /api/v1/links}.
+        """
+        return self.get("/api/v1/links")
+
+    def delivery_links(self) -> dict[str, dict]:
+        """
+        The links in delivery, by peer name.
+        """
+        return {link["peer"]: link for link in self.links() if link["stage"] == "delivery"}
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
+        """
+        Wait until the admin API answers with this router's name.
+
+        @raise RuntimeError: the process exited first (its output is in the
+            message).
+        """
+
+        def ready():
+            if self.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{self.spec.label} exited with {self.popen.returncode} before it was "
+                    f"ready:\n{tail(self.spec.output_path)}\n{tail(self.spec.log_path)}"
+                )
+            info = self.info()
+            return info if info.get("name") == self.name else None
+
+        return wait_until(
+            ready, timeout, what=f"{self.spec.label} to serve its admin API",
+            interval=0.05, retry_on=_HTTP_ERRORS,
+        )
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0, what: str | None = None) -> T:
+        """
+        Poll C{predicate} until it returns something true, and return that.
+
+        Admin API errors count as "not yet".  Fails at once if the process
+        exits.
+        """
+
+        def check():
+            if self.popen.poll() is not None:
+                raise AssertionError(
+                    f"{self.spec.label} exited with {self.popen.returncode} while waiting "
+                    f"for {what or predicate!r}"
+                )
+            return predicate()
+
+        return wait_until(check, timeout, what=what, retry_on=_HTTP_ERRORS)
+
+    def wait_delivery(self, *peers: str, timeout: float = 15.0) -> dict[str, dict]:
+        """
+        Wait until this router has a link in delivery to each of C{peers}.
+
+        @return: those links, by peer name.
+        """
+
+        def all_in_delivery():
+            links = self.delivery_links()
+            if all(peer in links for peer in peers):
+                return {peer: links[peer] for peer in peers}
+            return None
+
+        return self.wait_for(
+            all_in_delivery, timeout, what=f"{self.spec.label} in delivery with {peers}"
+        )
+
+    # -- event log -----------------------------------------------------------
+
+    def events(self, event: str | None = None, **fields) -> list[dict]:
+        """
+        The event log's well-formed records, optionally only those of
+        C{event} whose fields equal C{fields}.
+        """
+        records = []
+        try:
+            with open(self.spec.events_path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        records.append(json.loads(line))
+                    except ValueError:
+                        continue
+        except FileNotFoundError:
+            return []
+        return [
+            r
+            for r in records
+            if (event is None or r.get("event") == event)
+            and all(r.get(key) == value for key, value in fields.items())
+        ]
+
+    def wait_event(
+        self, event: str, timeout: float = 10.0, count: int = 1, **fields
+    ) -> list[dict]:
+        """
+        Wait until the event log holds at least C{count} matching records.
+
+        Works on a stopped or exited router: the file is read directly.
+
+        @return: every matching record.
+        """
+
+        def enough():
+            found = self.events(event, **fields)
+            return found if len(found) >= count else None
+
+        what = f"{count} x {event} {fields or ''} in {self.spec.label}'s event log"
+        return wait_until(enough, timeout, what=what)
+
+    # -- signals -------------------------------------------------------------
+
+    def sigstop(self) -> None:
+        """
+        Freeze the process: its sockets stay open, it sends nothing.
+        """
+        self.popen.send_signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def sigcont(self) -> None:
+        self.popen.send_signal(signal.SIGCONT)
+        self.stopped = False
+
+    def sigkill(self, timeout: float = 10.0) -> int:
+        """
+        Kill the process and wait for it; return its exit status.
+        """
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.stopped = False
+        return self.popen.wait(timeout)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """
+        Send SIGTERM and wait for the process to exit; return its exit
+        status (negative for death by a signal, as in L{subprocess}).
+        """
+        if self.stopped:
+            self.sigcont()
+        self.popen.terminate()
+        return self.popen.wait(timeout)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.spec.log_path, lines)
+
+
+class Mesh:
+    """
+    The routers of one test: their configurations, processes and shared
+    password file, all under one directory.
+
+    @ivar password_file: the mesh's shared secret, used by default by every
+        listener and connector.
+    """
+
+    def __init__(self, directory: Path, ports: PortAllocator = PORTS) -> None:
+        self.directory = directory
+        self.ports = ports
+        self.processes: list[RouterProcess] = []
+        self.specs: list[RouterSpec] = []
+        self.password_file = self.secret_file("mesh")
+
+    def secret_file(self, name: str, secret: str | None = None) -> Path:
+        """
+        Write a password file (a random secret unless given) and return
+        its path.
+        """
+        path = self.directory / "secrets" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text((secret or secrets.token_urlsafe(24)) + "\n")
+        return path
+
+    def router(
+        self,
+        name: str,
+        *,
+        label: str | None = None,
+        listener: bool = True,
+        listener_endpoint: str | None = None,
+        keepalive_interval: int | str = KEEPALIVE_INTERVAL_MS,
+        stage_valid_timeout: int | str = STAGE_VALID_TIMEOUT_MS,
+        reject_disconnect_delay: int | str = REJECT_DISCONNECT_DELAY_MS,
+        password_file: Path | None = None,
+        connect: Iterable["RouterSpec | dict"] = (),
+        admin: bool = True,
+    ) -> RouterSpec:
+        """
+        Describe a router and write its configuration file.
+
+        @param label: when two processes use the same router name (an
+            impostor), give the second a different label.
+        @param listener: whether it has a routing listener.
+        @param listener_endpoint: its endpoint string (plain TCP on
+            127.0.0.1 by default); C{{port}} in it becomes a fresh port,
+            which the spec then knows as C{routing_port}.
+        @param connect: the routers it connects to: a L{RouterSpec} (a
+            connector with the test defaults, see L{connector}) or a
+            connector table from L{connector}.
+        """
+        label = label or name
+        if any(spec.label == label for spec in self.specs):
+            raise ValueError(f"label {label!r} is already used in this mesh")
+        directory = self.directory / label
+        routing_port = None
+        listener_table = None
+        if listener:
+            if listener_endpoint is None:
+                listener_endpoint = "tcp:{port}:interface=127.0.0.1"
+            if "{port}" in listener_endpoint:
+                routing_port = self.ports.allocate()
+                listener_endpoint = listener_endpoint.replace("{port}", str(routing_port))
+            listener_table = {
+                "endpoint": listener_endpoint,
+                "keepalive-interval": keepalive_interval,
+                "stage-valid-timeout": stage_valid_timeout,
+                "reject-disconnect-delay": reject_disconnect_delay,
+                "password-file": password_file or self.password_file,
+            }
+        spec = RouterSpec(
+            name=name,
+            label=label,
+            directory=directory,
+            admin_port=self.ports.allocate() if admin else None,
+            routing_port=routing_port,
+            router={"name": name, "data-dir": directory / "data"},
+            listener=listener_table,
+            connectors=[
+                target if isinstance(target, dict) else self.connector(target)
+                for target in connect
+            ],
+        )
+        spec.write()
+        self.specs.append(spec)
+        return spec
+
+    def connector(
+        self,
+        target: RouterSpec | None = None,
+        *,
+        router: str | None = None,
+        endpoint: str | None = None,
+        password_file: Path | None = None,
+        **options: object,
+    ) -> dict[str, object]:
+        """
+        A C{[[routing.connector]]} table reaching C{target} (or C{router}
+        at C{endpoint}), with the test's short retry intervals.
+
+        @param options: more keys, with C{_} for C{-}
+            (C{reconnect_attempts=3}).
+        """
+        table: dict[str, object] = {
+            "router": router or target.name,
+            "endpoint": endpoint or target.routing_endpoint,
+            "password-file": password_file or self.password_file,
+            "retry-interval": RETRY_INTERVAL_MS,
+            "max-retry-interval": MAX_RETRY_INTERVAL_MS,
+            "stage-valid-timeout": STAGE_VALID_TIMEOUT_MS,
+        }
+        table.update({key.replace("_", "-"): value for key, value in options.items()})
+        return table
+
+    def spawn(self, spec: RouterSpec) -> RouterProcess:
+        """
+        Start C{spec}'s router without waiting for it.
+        """
+        spec.directory.mkdir(parents=True, exist_ok=True)
+        with open(spec.output_path, "ab") as output:
+            popen = subprocess.Popen(
+                twistd_command(spec),
+                cwd=spec.directory,
+                env=router_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        process = RouterProcess(spec, popen)
+        self.processes.append(process)
+        return process
+
+    def start(self, *specs: RouterSpec, timeout: float = READY_TIMEOUT_S) -> list[RouterProcess]:
+        """
+        Start routers in parallel and wait until each serves its admin API.
+        """
+        processes = [self.spawn(spec) for spec in specs]
+        for process in processes:
+            if process.spec.admin_port is not None:
+                process.wait_ready(timeout)
+        return processes
+
+    def cleanup(self) -> None:
+        """
+        Kill every process still running: continue the stopped ones first
+        (so that nothing lingers frozen), then SIGKILL, then reap.
+        """
+        for process in self.processes:
+            if process.popen.poll() is None and process.stopped:
+                process.sigcont()
+        for process in self.processes:
+            if process.popen.poll() is None:
+                process.popen.kill()
+        for process in self.processes:
+            try:
+                process.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def report(self, lines: int = 40) -> list[tuple[str, str]]:
+        """
+        For a failure report: each router's exit status, printed output and
+        log tail, as (title, text) sections.
+        """
+        sections = []
+        for process in self.processes:
+            status = process.popen.poll()
+            if status is not None:
+                state = f"exit {status}"
+            else:
+                state = "stopped" if process.stopped else "running"
+            title = f"router {process.spec.label} (pid {process.pid}, {state})"
+            output = tail(process.spec.output_path, lines)
+            text = f"--- {process.spec.log_path}\n{tail(process.spec.log_path, lines)}\n"
+            if output.strip():
+                text += f"--- {process.spec.output_path}\n{output}\n"
+            sections.append((title, text))
+        return sections
+
+
+_MESH_KEY = pytest.StashKey[Mesh]()
+
+
+class _RouterLogReporter:
+    """
+    Adds the router logs of a test's L{Mesh} to its failure report, while
+    the processes are still there to be described.
+    """
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        mesh = item.stash.get(_MESH_KEY, None)
+        if mesh is not None and report.failed:
+            for title, text in mesh.report():
+                report.sections.append((title, text))
+        return report
+
+
+@pytest.fixture
+def mesh(request, tmp_path) -> Mesh:
+    """
+    A L{Mesh} under C{tmp_path}; every process it started is killed when the
+    test ends, and a failed test's report shows the routers' log tails.
+    """
+    plugins = request.config.pluginmanager
+    if not plugins.has_plugin("meshroute-router-logs"):
+        plugins.register(_RouterLogReporter(), "meshroute-router-logs")
+    the_mesh = Mesh(tmp_path)
+    request.node.stash[_MESH_KEY] = the_mesh
+    try:
+        yield the_mesh
+    finally:
+        the_mesh.cleanup()
