@@ -1,0 +1,256 @@
+"""
+The interfaces between meshroute's parts.
+
+A router's message engine talks to its store only through
+L{IMessageStore} and to its routing knowledge only through
+L{IRouteTable}, so each can be tested alone and replaced.
+"""
+
+from zope.interface import Attribute, Interface
+
+
+class IMessageStore(Interface):
+    """
+    Durable state of one router: its messages and its per-link sequences.
+
+    Every message held by a router is in exactly one place: the
+    I{backlog} (waiting to be forwarded towards C{dest_router}), a link's
+    I{outbox} (sent or about to be sent to a peer, with a link sequence
+    number, until the peer acknowledges it), a local I{queue} (waiting for
+    a consumer), or the dead-letter queue.
+
+    Every method that changes state returns a L{Deferred} that fires only
+    once the change is durable (committed with the configured sync mode).
+    Changes are group-committed: everything submitted while one commit is
+    in progress is written by the next one.  Changes are applied in the
+    order they were submitted.
+    """
+
+    def open():
+        """
+        Create or upgrade the schema and load what the synchronous
+        accessors need.  Fires when ready.
+        """
+
+    def close():
+        """
+        Finish pending writes and close.  Fires when closed.
+        """
+
+    def accept(message):
+        """
+        Store a message accepted from a client at its origin: into the
+        local queue C{message.dest_queue} when C{dest_router} is this
+        router (recording its id for duplicate detection), else into the
+        backlog.
+
+        @return: Deferred firing with None when durable; failing with
+            L{meshroute.store.DuplicateMessage} if this router already
+            holds, or already enqueued, a message with that id.
+        """
+
+    def receive(peer, seq, message, local):
+        """
+        Store a message that arrived from C{peer} with link sequence
+        C{seq}, and record C{seq} as the last received from C{peer} in the
+        same transaction.  C{local}: it is for one of this router's queues
+        (else it goes to the backlog for forwarding).
+
+        @return: Deferred firing with C{"stored"}, C{"duplicate-seq"} (seq
+            not above the last received from C{peer}: nothing changed) or
+            C{"duplicate-id"} (the seq is recorded, but a message with that
+            id is already held here or was already enqueued here, so it is
+            dropped).
+        """
+
+    def last_received(peer):
+        """
+        The last link sequence durably received from C{peer} (0 if none).
+        Synchronous: served from memory, kept in step with C{receive}.
+        """
+
+    def assign(peer, dest_routers, limit):
+        """
+        Move up to C{limit} backlog messages whose C{dest_router} is in
+        C{dest_routers} into C{peer}'s outbox, oldest first, giving each
+        the next link sequence number for C{peer}.
+
+        @return: Deferred firing with a list of C{(seq, message)}, in seq
+            order.
+        """
+
+    def outbox(peer, after_seq):
+        """
+        @return: Deferred firing with C{(seq, message)} for every message
+            in C{peer}'s outbox with seq above C{after_seq}, in seq order:
+            what to replay after the recovery stage.
+        """
+
+    def acknowledge(peer, up_to_seq):
+        """
+        C{peer} durably holds everything up to C{up_to_seq}: drop those
+        messages from its outbox.
+
+        @return: Deferred firing with the number of messages dropped.
+        """
+
+    def return_outbox(peer):
+        """
+        C{peer}'s link is gone: move its unacknowledged messages back to
+        the backlog (in seq order) so another route can take them.
+
+        @return: Deferred firing with the number of messages moved.
+        """
+
+    def fetch(queue, after_entry, limit):
+        """
+        @return: Deferred firing with up to C{limit} C{(entry_id, message,
+            redelivered)} from local queue C{queue} with entry id above
+            C{after_entry}, oldest first.
+        """
+
+    def consume(entry_ids):
+        """
+        Consumers acknowledged these queue entries: delete them.
+        """
+
+    def mark_redelivered(entry_ids):
+        """
+        These entries were delivered and not acknowledged (the consumer
+        went away): the next delivery is flagged redelivered.
+        """
+
+    def dead_letter(message, reason):
+        """
+        Store C{message} in the dead-letter queue (which is an ordinary
+        local queue named L{meshroute.messages.DEAD_LETTER_QUEUE}) with
+        C{reason} in its headers.
+        """
+
+    def outbox_peers():
+        """
+        Synchronous: the peers with unacknowledged messages in their
+        outbox.
+        """
+
+    def backlog_depths():
+        """
+        Synchronous: C{{dest_router: number of messages in the backlog}}.
+        """
+
+    def queue_depths():
+        """
+        Synchronous: C{{queue: number of entries}} for every local queue
+        that has entries.
+        """
+
+
+class IRouteTable(Interface):
+    """
+    What a router knows of the mesh's topology, and the next hop for each
+    destination router.
+    """
+
+    name = Attribute("This router's name.")
+
+    def link_up(peer):
+        """
+        A link to C{peer} reached delivery.
+
+        @return: the advertisements to send to every neighbour (at least
+            this router's own, updated).
+        """
+
+    def link_down(peer):
+        """
+        The link to C{peer} is gone.
+
+        @return: the advertisements to send to the remaining neighbours.
+        """
+
+    def advertisements():
+        """
+        Every advertisement known, to send in full to a new neighbour.
+        """
+
+    def received(advertisement):
+        """
+        An advertisement arrived from a neighbour.
+
+        @return: the advertisements to pass on to the other neighbours
+            (empty when it was not news).
+        """
+
+    def next_hop(router):
+        """
+        The neighbour to forward to for C{router}, or None when it is not
+        reachable now (or is this router).
+        """
+
+    def known(router):
+        """
+        Whether C{router} has ever been heard of (reachable or not).
+        """
+
+    def routes():
+        """
+        C{{router: (next_hop, hops)}} for every reachable router other
+        than this one.
+        """
+
+
+class ILinkEngine(Interface):
+    """
+    What a routing link needs from its router's message engine.
+    """
+
+    def last_received(peer):
+        """
+        The last link sequence durably received from C{peer} (0 if none),
+        for the recovery stage.
+        """
+
+    def link_up(peer, send):
+        """
+        A link to C{peer} reached delivery; C{send(frame)} writes to it.
+
+        @return: the link's L{ILinkChannel}.
+        """
+
+
+class ILinkChannel(Interface):
+    """
+    One delivery-stage link as the engine sees it: the link feeds it the
+    peer's frames and tells it when it is gone.
+    """
+
+    def recovered(peer_last_received):
+        """
+        The peer's recovery point: it durably holds our transfers up to
+        this sequence.  Called once, on entering delivery.
+        """
+
+    def transferred(frame):
+        """
+        A L{meshroute.wire.frames.Transfer} arrived.
+        """
+
+    def acknowledged(frame):
+        """
+        An L{meshroute.wire.frames.Ack} arrived.
+        """
+
+    def fast_transferred(frame):
+        """
+        A L{meshroute.wire.frames.FastTransfer} arrived.
+        """
+
+    def routes(frame):
+        """
+        A L{meshroute.wire.frames.Routes} arrived.
+        """
+
+    def closed():
+        """
+        The link is gone.
+        """

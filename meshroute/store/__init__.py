@@ -1,0 +1,31 @@
+"""
+The durable message store: where a router keeps its queues and the
+messages in flight through it.
+
+L{SQLiteStore} implements L{meshroute.interfaces.IMessageStore} on SQLite
+in WAL mode, written off the reactor thread with group commit by a
+L{ThreadedExecutor} (or inline, for deterministic tests, by an
+L{InlineExecutor}).  Its schema ships as package data in C{schema/}.
+"""
+
+from meshroute.store.executor import ExecutorStopped, InlineExecutor, ThreadedExecutor
+from meshroute.store.sqlite import (
+    DEAD_LETTER_ADDRESS,
+    DEAD_LETTER_REASON,
+    SYNC_MODES,
+    DuplicateMessage,
+    SQLiteStore,
+    StoreError,
+)
+
+__all__ = [
+    "DEAD_LETTER_ADDRESS",
+    "DEAD_LETTER_REASON",
+    "SYNC_MODES",
+    "DuplicateMessage",
+    "ExecutorStopped",
+    "InlineExecutor",
+    "SQLiteStore",
+    "StoreError",
+    "ThreadedExecutor",
+]

@@ -1,0 +1,445 @@
+"""
+Where the store's SQL runs: off the reactor thread with group commit, or
+inline for deterministic tests.
+
+An executor owns the store's one sqlite3 connection.  The store hands it
+small functions C{fn(connection, *args)}; the executor runs them in the
+order they were submitted and returns a L{Deferred} per function that
+fires, on the reactor thread, with what the function returned (or fails
+with what it raised) once its transaction is committed.
+
+Both executors offer the same methods:
+
+  - C{start(connect)}: C{connect()} opens the connection (in the thread
+    that will use it); fires when it is open.
+  - C{submit(fn, *args)}: run C{fn(connection, *args)} inside a
+    transaction.  Its changes are durable when the Deferred fires.  A
+    function that raises has its own changes undone and nothing else's.
+  - C{run(fn, *args)}: run C{fn(connection, *args)} alone, outside any
+    transaction, for work that manages its own (schema upgrades).
+  - C{stop()}: finish everything submitted so far, close the connection;
+    fires when closed.  Submitting after C{stop} is a programming error.
+  - C{commits}: how many transactions were committed, so tests (and
+    benchmarks) can see the grouping.
+
+The connection must be opened with C{isolation_level=None}: the executors
+issue BEGIN, SAVEPOINT and COMMIT themselves.
+"""
+
+import sqlite3
+import threading
+from queue import Empty, SimpleQueue
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.python.failure import Failure
+
+# Item kinds in the writer thread's queue.
+_GROUPED = 0
+_ALONE = 1
+_STOP = 2
+
+
+class ExecutorStopped(RuntimeError):
+    """
+    Work was submitted to an executor that is stopping or stopped.
+    """
+
+
+class ThreadedExecutor:
+    """
+    One dedicated writer thread owning the connection, with group commit.
+
+    The thread takes everything queued when it wakes, runs the grouped
+    functions among it in one transaction (each inside its own SAVEPOINT,
+    so one that raises is undone alone), commits once, and then fires all
+    their Deferreds, in submission order, in one C{reactor.callFromThread}.
+    While it commits, new work queues up and goes into the next
+    transaction: the more callers wait, the more each fsync carries.  Reads
+    go through the same thread and connection, so they see every change
+    submitted before them.
+
+    C{submit}, C{run} and C{stop} are called from the reactor thread only.
+
+    @ivar commits: transactions committed so far.
+    """
+
+    def __init__(self, reactor) -> None:
+        """
+        @param reactor: an C{IReactorFromThreads}; the Deferreds fire in
+            its thread.
+        @raise TypeError: when C{reactor} cannot be called from a thread
+            (a L{task.Clock}: use an L{InlineExecutor} there).
+        """
+        if not callable(getattr(reactor, "callFromThread", None)):
+            raise TypeError(
+                f"ThreadedExecutor needs a reactor with callFromThread, not {reactor!r}; "
+                "on a task.Clock use InlineExecutor"
+            )
+        self._reactor = reactor
+        self._queue: SimpleQueue = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._connection: sqlite3.Connection | None = None
+        self._closed = False
+        self._stopped = False
+        self._waiting: list[Deferred] = []
+        self._trigger = None
+        self.commits = 0
+
+    def start(self, connect) -> Deferred:
+        """
+        Start the writer thread and open the connection in it with
+        C{connect()}.
+        """
+        if self._thread is not None:
+            raise RuntimeError("executor already started")
+        started: Deferred = Deferred()
+        self._thread = threading.Thread(
+            target=self._main, args=(connect, started), name="meshroute-store", daemon=True
+        )
+        self._thread.start()
+        if hasattr(self._reactor, "addSystemEventTrigger"):
+            # A reactor shutting down before the store is closed still
+            # lets what is queued finish (it waits for "before" triggers).
+            self._trigger = self._reactor.addSystemEventTrigger(
+                "before", "shutdown", self._shutting_down
+            )
+        return started
+
+    def _shutting_down(self) -> Deferred:
+        self._trigger = None
+        return self.stop()
+
+    def submit(self, fn, *args) -> Deferred:
+        """
+        Queue C{fn(connection, *args)} for the next group transaction.
+        """
+        if self._closed:
+            return fail(ExecutorStopped("the store is closed"))
+        d = Deferred()
+        self._queue.put((_GROUPED, fn, args, d))
+        return d
+
+    def run(self, fn, *args) -> Deferred:
+        """
+        Queue C{fn(connection, *args)} to run alone, outside a transaction.
+        """
+        if self._closed:
+            return fail(ExecutorStopped("the store is closed"))
+        d = Deferred()
+        self._queue.put((_ALONE, fn, args, d))
+        return d
+
+    def stop(self) -> Deferred:
+        """
+        Finish what is queued, close the connection and end the thread.
+        Idempotent: every call fires once the connection is closed.
+        """
+        if self._thread is None:
+            return succeed(None)
+        if self._trigger is not None:
+            self._reactor.removeSystemEventTrigger(self._trigger)
+            self._trigger = None
+        if self._stopped:
+            return succeed(None)
+        d = Deferred()
+        self._waiting.append(d)
+        if not self._closed:
+            self._closed = True
+            self._queue.put((_STOP, None, (), None))
+        return d
+
+    def _done(self, failure: Failure | None) -> None:
+        """
+        On the reactor thread: the writer thread has ended.
+        """
+        self._closed = True
+        self._stopped = True
+        self._thread.join()
+        # Anything submitted while the thread was ending.
+        self._fail_queued(call=lambda f, *a: f(*a))
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            if failure is None:
+                d.callback(None)
+            else:
+                d.errback(failure)
+
+    # The writer thread.
+
+    def _main(self, connect, started: Deferred) -> None:
+        call = self._reactor.callFromThread
+        try:
+            self._connection = connect()
+        except BaseException:
+            failure = Failure()
+            call(started.errback, failure)
+            call(self._done, None)
+            self._fail_queued()
+            return
+        call(started.callback, None)
+        get = self._queue.get
+        get_nowait = self._queue.get_nowait
+        while True:
+            batch = [get()]
+            try:
+                while True:
+                    batch.append(get_nowait())
+            except Empty:
+                pass
+            outcomes: list = []
+            rest = self._run_batch(batch, outcomes)
+            if outcomes:
+                call(_fire, outcomes)
+            if rest is not None:
+                break
+        try:
+            self._connection.close()
+        except BaseException:
+            call(self._done, Failure())
+        else:
+            call(self._done, None)
+        self._fail_queued(rest)
+
+    def _run_batch(self, batch: list, outcomes: list) -> list | None:
+        """
+        Run one batch in order: each run of grouped items as one
+        transaction, other items alone.  At a stop, return what came
+        after it (else None).
+        """
+        group: list = []
+        for index, item in enumerate(batch):
+            kind = item[0]
+            if kind == _GROUPED:
+                group.append(item)
+                continue
+            if group:
+                _transaction(self, group, outcomes)
+                group = []
+            if kind == _STOP:
+                return batch[index + 1:]
+            _, fn, args, d = item
+            try:
+                outcomes.append((d, True, fn(self._connection, *args)))
+            except BaseException:
+                outcomes.append((d, False, Failure()))
+        if group:
+            _transaction(self, group, outcomes)
+        return None
+
+    def _fail_queued(self, items: list = (), call=None) -> None:
+        """
+        Fail whatever was queued behind a stop (or a failed start), through
+        C{call} (default: C{reactor.callFromThread}).
+        """
+        items = list(items)
+        try:
+            while True:
+                items.append(self._queue.get_nowait())
+        except Empty:
+            pass
+        failure = Failure(ExecutorStopped("the store is closed"))
+        outcomes = [(item[3], False, failure) for item in items if item[3] is not None]
+        if outcomes:
+            (call or self._reactor.callFromThread)(_fire, outcomes)
+
+
+class InlineExecutor:
+    """
+    Runs each function at once in the calling thread, in its own
+    transaction, and returns an already-fired Deferred.
+
+    For deterministic tests (an in-memory mesh on L{task.Clock}): no
+    threads, no grouping, the same SQL.
+
+    @ivar commits: transactions committed so far.
+    """
+
+    def __init__(self) -> None:
+        self._connection: sqlite3.Connection | None = None
+        self._stopped = False
+        self.commits = 0
+
+    def start(self, connect) -> Deferred:
+        try:
+            self._connection = connect()
+        except BaseException:
+            return fail()
+        return succeed(None)
+
+    def submit(self, fn, *args) -> Deferred:
+        if self._stopped or self._connection is None:
+            return fail(ExecutorStopped("the store is not open"))
+        outcomes: list = []
+        _transaction(self, [(_GROUPED, fn, args, None)], outcomes)
+        _, ok, value = outcomes[0]
+        return succeed(value) if ok else fail(value)
+
+    def run(self, fn, *args) -> Deferred:
+        if self._stopped or self._connection is None:
+            return fail(ExecutorStopped("the store is not open"))
+        try:
+            return succeed(fn(self._connection, *args))
+        except BaseException:
+            return fail()
+
+    def stop(self) -> Deferred:
+        if not self._stopped:
+            self._stopped = True
+            if self._connection is not None:
+                try:
+                    self._connection.close()
+                except BaseException:
+                    return fail()
+        return succeed(None)
+
+
+def _transaction(executor, group: list, outcomes: list) -> None:
+    """
+    Run C{group}'s functions in one transaction on C{executor}'s
+    connection and append C{(deferred, ok, value)} to C{outcomes}, in
+    submission order.
+
+    Each function runs inside a SAVEPOINT, so one that raises is rolled
+    back alone and the others stay; two shortcuts skip that cost:
+
+      - A function with C{atomic = True} promises to make at most one
+        change statement (a failed statement undoes itself), so it needs
+        no savepoint; nor does the only function of a transaction.
+      - Consecutive submissions of a function with a C{batch} attribute
+        run as one call C{fn.batch(connection, [args, ...])} returning a
+        value per submission.  If it raises, its changes are undone and
+        the submissions run one by one through C{fn}, which gives each its
+        own outcome: a batch only has to handle the common case.
+
+    If SQLite itself abandons the transaction (I/O error, disk full), or
+    COMMIT fails, nothing in it is durable, so every function in it fails;
+    the functions after the abandoned point start a new transaction.
+    """
+    connection = executor._connection
+    execute = connection.execute
+    try:
+        execute("BEGIN IMMEDIATE")
+    except BaseException:
+        failure = Failure()
+        outcomes.extend((item[3], False, failure) for item in group)
+        return
+    results: list = []  # [d, ok, value] of the open transaction
+    alone = len(group) == 1
+    i, n = 0, len(group)
+    one_by_one = 0  # items before this index are not batched again
+    while i < n:
+        _, fn, args, d = group[i]
+        batch = getattr(fn, "batch", None)
+        if batch is not None and i >= one_by_one and i + 1 < n and group[i + 1][1] is fn:
+            j = i + 2
+            while j < n and group[j][1] is fn:
+                j += 1
+            run = group[i:j]
+            execute("SAVEPOINT fn")
+            try:
+                values = batch(connection, [item[2] for item in run])
+            except BaseException:
+                failure = Failure()
+                if not _undo(connection):
+                    outcomes.extend(_failed(results, failure))
+                    results = []
+                    if not _begin(connection, group[i:], outcomes):
+                        return
+                one_by_one = j
+            else:
+                execute("RELEASE fn")
+                results.extend([item[3], True, value] for item, value in zip(run, values))
+                i = j
+                continue
+        savepoint = not alone and not getattr(fn, "atomic", False)
+        if savepoint:
+            execute("SAVEPOINT fn")
+        try:
+            value = fn(connection, *args)
+        except BaseException:
+            failure = Failure()
+            results.append([d, False, failure])
+            if alone:
+                _rollback(connection)
+                outcomes.extend(results)
+                return
+            if (_undo(connection) if savepoint else connection.in_transaction):
+                i += 1
+                continue
+            # SQLite abandoned the whole transaction: everything so far in
+            # it is lost.  Carry on with the rest in a new one.
+            outcomes.extend(_failed(results, failure))
+            results = []
+            if not _begin(connection, group[i + 1:], outcomes):
+                return
+            i += 1
+            continue
+        if savepoint:
+            execute("RELEASE fn")
+        results.append([d, True, value])
+        i += 1
+    try:
+        execute("COMMIT")
+    except BaseException:
+        failure = Failure()
+        _rollback(connection)
+        outcomes.extend(_failed(results, failure))
+        return
+    executor.commits += 1
+    outcomes.extend(results)
+
+
+def _undo(connection: sqlite3.Connection) -> bool:
+    """
+    Roll back to and release the innermost savepoint.  Returns False if
+    the transaction is gone (SQLite abandoned it).
+    """
+    if connection.in_transaction:
+        try:
+            connection.execute("ROLLBACK TO fn")
+            connection.execute("RELEASE fn")
+        except sqlite3.Error:
+            _rollback(connection)
+    return connection.in_transaction
+
+
+def _begin(connection: sqlite3.Connection, rest: list, outcomes: list) -> bool:
+    """
+    Begin a new transaction for C{rest}; if that fails, fail them all and
+    return False.
+    """
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except BaseException:
+        failure = Failure()
+        outcomes.extend((item[3], False, failure) for item in rest)
+        return False
+    return True
+
+
+def _failed(results: list, failure: Failure) -> list:
+    """
+    C{results} of a transaction that did not commit: those that had
+    succeeded fail with C{failure}.
+    """
+    return [(d, False, value if not ok else failure) for d, ok, value in results]
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    if connection.in_transaction:
+        try:
+            connection.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def _fire(outcomes: list) -> None:
+    """
+    On the reactor thread: fire each Deferred with its outcome, in
+    submission order.
+    """
+    for d, ok, value in outcomes:
+        if ok:
+            d.callback(value)
+        else:
+            d.errback(value)

@@ -1,0 +1,833 @@
+"""
+The SQLite message store: L{IMessageStore} on stdlib C{sqlite3}.
+
+Durability
+==========
+
+The database runs in WAL mode; every change is committed before the
+Deferred of the call that made it fires, and changes are group-committed
+(see L{meshroute.store.executor}): one transaction, one fsync, carries
+everything that was submitted while the previous one was being written.
+C{sync} chooses SQLite's C{PRAGMA synchronous}:
+
+  - C{"full"} (C{synchronous=FULL}): the WAL is fsynced at every commit.
+    Nothing acknowledged is lost, whether the router process crashes or
+    the machine loses power or the OS crashes.
+  - C{"normal"} (C{synchronous=NORMAL}): the WAL is fsynced only at
+    checkpoints.  A crash of the router process (SIGKILL, a bug) loses
+    nothing acknowledged, because committed transactions are in the OS's
+    page cache; a power loss or an OS crash may lose the last
+    transactions committed before it, i.e. messages whose send (or link
+    acknowledgement) already succeeded.  The database is never corrupted
+    either way.
+
+Data model
+==========
+
+One table, C{messages}, holds one row per message held by this router,
+with a C{state} saying where it is: C{'backlog'} (waiting for a route to
+C{dest_router}), C{'outbox'} (given to link C{peer} with sequence number
+C{seq}, until acknowledged) or C{'queue'} (in local queue C{dest_queue}).
+Moving a message is an UPDATE of those columns; its body is written once.
+The row id is the entry id: arrival order at this router, never reused
+(AUTOINCREMENT), so queues and the backlog are served oldest first and a
+consumer's "above entry N" cursor never skips a new entry.  Partial
+indexes serve each place: backlog by C{(dest_router, id)}, outbox by
+C{(peer, seq)} (unique), queue by C{(dest_queue, id)}.
+
+A message returned from an outbox (L{SQLiteStore.return_outbox}) keeps its
+entry id, so it goes back to its original place in the backlog: before
+every message that arrived after it, which is what keeps per-producer
+order when traffic moves to another link.
+
+C{links} holds, per peer, the next sequence number to give a message sent
+to it (never reused, it survives acknowledgements and restarts) and the
+last sequence number durably received from it.
+
+C{enqueued_ids} records the id of every message enqueued here (accepted
+or received for a local queue, or dead-lettered), so that a copy arriving
+again is recognised as a duplicate.  Rows older than C{dedup_window_s}
+are pruned at L{open} and by L{prune}: a copy arriving later than that
+would be enqueued a second time, so the window must exceed the longest
+time a message can spend in the mesh.  The rows are in insertion order,
+so pruning deletes a prefix and costs only what it deletes.
+
+The dead-letter queue is the local queue
+L{meshroute.messages.DEAD_LETTER_QUEUE}; a dead-lettered message carries
+the reason in header L{DEAD_LETTER_REASON} and its original address
+(C{queue@router}) in L{DEAD_LETTER_ADDRESS}.
+
+The schema is versioned: C{schema/NNN-*.sql}, shipped as package data,
+each file the upgrade step from the version before; the C{meta} table
+holds C{schema_version} (and the name of the router owning the store).
+
+Synchronous accessors
+=====================
+
+L{SQLiteStore.last_received}, L{SQLiteStore.backlog_depths},
+L{SQLiteStore.queue_depths} and L{SQLiteStore.outbox_peers} (an addition
+to L{IMessageStore}) are served from dicts loaded at L{open} and
+updated only on the reactor thread, by a callback the store adds to each
+write's Deferred before returning it.  So they change exactly when the
+Deferred fires (after the commit), in submission order, and a caller's
+own callbacks already see the change; they need no lock.
+
+The store holds persistent messages only; C{Message.persistent} is not
+stored (every message read back is persistent).
+"""
+
+import json
+import re
+import sqlite3
+import time
+from importlib.resources import files
+from operator import itemgetter
+
+import msgpack
+from zope.interface import implementer
+
+from meshroute.errors import MeshrouteError
+from meshroute.interfaces import IMessageStore
+from meshroute.messages import DEAD_LETTER_QUEUE, Message
+
+#: The C{sync} settings, as in the C{[store] sync} configuration key.
+SYNC_MODES = ("full", "normal")
+
+#: Header of a dead-lettered message: why it was dead-lettered.
+DEAD_LETTER_REASON = "x-dead-letter-reason"
+#: Header of a dead-lettered message: where it was going, C{queue@router}
+#: (the name the message engine uses too).
+DEAD_LETTER_ADDRESS = "x-original-address"
+
+
+class StoreError(MeshrouteError):
+    """
+    The store cannot be opened: a schema from a newer meshroute, a failed
+    upgrade step, or a database belonging to another router.
+    """
+
+
+class DuplicateMessage(MeshrouteError):
+    """
+    This router already holds, or already enqueued, a message with this
+    id.
+    """
+
+    def __init__(self, msg_id: str) -> None:
+        self.msg_id = msg_id
+        super().__init__(f"message {msg_id!r} is already held or was already enqueued here")
+
+
+# Schema files: NNN-what.sql, NNN from 001 up without gaps.
+_MIGRATION = re.compile(r"(\d{3})-[A-Za-z0-9_.-]+\.sql\Z")
+_migrations: list[tuple[int, str, str]] | None = None
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """
+    The schema upgrade steps shipped with this package: C{(version, file
+    name, SQL)} in version order.
+    """
+    global _migrations
+    if _migrations is None:
+        found = []
+        for entry in files("meshroute.store").joinpath("schema").iterdir():
+            match = _MIGRATION.match(entry.name)
+            if match:
+                found.append((int(match.group(1)), entry.name, entry.read_text("utf-8")))
+        found.sort()
+        if [version for version, _, _ in found] != list(range(1, len(found) + 1)):
+            raise StoreError(f"schema files are not numbered 001 up without gaps: {found}")
+        _migrations = found
+    return _migrations
+
+
+# Statements: constant strings, so sqlite3's statement cache prepares each
+# once.  The state literals must stay literals: the partial indexes are
+# only used when a query repeats them.
+
+_COLUMNS = "msg_id, origin, dest_router, dest_queue, body, headers, hops, accepted_at"
+_INSERT_QUEUE = f"INSERT INTO messages ({_COLUMNS}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
+_INSERT_QUEUE_NEW = (
+    f"INSERT OR IGNORE INTO messages ({_COLUMNS}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
+)
+# Into the backlog unless already enqueued here (and, with OR IGNORE,
+# unless already held here); rowcount says which.
+_INSERT_BACKLOG = (
+    f"INSERT INTO messages ({_COLUMNS}, state) "
+    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'backlog' "
+    "WHERE NOT EXISTS (SELECT 1 FROM enqueued_ids WHERE msg_id = ?1)"
+)
+_INSERT_BACKLOG_NEW = _INSERT_BACKLOG.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
+# For batches, which check enqueued_ids once for all of their ids.
+_INSERT_BACKLOG_ANY = (
+    f"INSERT INTO messages ({_COLUMNS}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'backlog')"
+)
+_ANY_ENQUEUED = (
+    "SELECT 1 FROM enqueued_ids WHERE msg_id IN (SELECT value FROM json_each(?)) LIMIT 1"
+)
+_LAST_RECEIVED = "SELECT last_received FROM links WHERE peer = ?"
+_RECORD_ENQUEUED = "INSERT INTO enqueued_ids (msg_id, at) VALUES (?, ?)"
+_RECORD_ENQUEUED_NEW = "INSERT OR IGNORE INTO enqueued_ids (msg_id, at) VALUES (?, ?)"
+_FORGET_ENQUEUED = "DELETE FROM enqueued_ids WHERE msg_id = ?"
+# Records seq as received unless it is not above the last one: rowcount 0.
+_RECORD_RECEIVED = (
+    "INSERT INTO links (peer, next_seq, last_received) VALUES (?, 1, ?) "
+    "ON CONFLICT (peer) DO UPDATE SET last_received = excluded.last_received "
+    "WHERE excluded.last_received > links.last_received"
+)
+_SELECT_BACKLOG = (
+    f"SELECT id, {_COLUMNS} FROM messages "
+    "WHERE state = 'backlog' AND dest_router = ? ORDER BY id LIMIT ?"
+)
+_NEXT_SEQ = "SELECT next_seq FROM links WHERE peer = ?"
+_NEW_LINK = "INSERT INTO links (peer, next_seq, last_received) VALUES (?, 1, 0)"
+_SET_NEXT_SEQ = "UPDATE links SET next_seq = ? WHERE peer = ?"
+# Entry ids travel as one JSON array parameter (here and below): one
+# prepared statement, one step, whatever the number of ids.  The i-th id
+# gets seq first + i.
+_TO_OUTBOX = (
+    "UPDATE messages SET state = 'outbox', peer = ?1, seq = ?2 + j.key "
+    "FROM json_each(?3) AS j WHERE messages.id = j.value"
+)
+_SELECT_OUTBOX = (
+    f"SELECT seq, {_COLUMNS} FROM messages "
+    "WHERE state = 'outbox' AND peer = ? AND seq > ? ORDER BY seq"
+)
+_ACKNOWLEDGE = "DELETE FROM messages WHERE state = 'outbox' AND peer = ? AND seq <= ?"
+_RETURN_OUTBOX = (
+    "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL "
+    "WHERE state = 'outbox' AND peer = ? RETURNING dest_router"
+)
+_FETCH = (
+    f"SELECT id, {_COLUMNS}, redelivered FROM messages "
+    "WHERE state = 'queue' AND dest_queue = ? AND id > ? ORDER BY id LIMIT ?"
+)
+_CONSUME = (
+    "DELETE FROM messages WHERE state = 'queue' "
+    "AND id IN (SELECT value FROM json_each(?)) RETURNING dest_queue"
+)
+_MARK_REDELIVERED = (
+    "UPDATE messages SET redelivered = 1 WHERE state = 'queue' "
+    "AND id IN (SELECT value FROM json_each(?))"
+)
+_HELD = "SELECT id, state, dest_router, dest_queue, peer FROM messages WHERE msg_id = ?"
+_DELETE_ENTRY = "DELETE FROM messages WHERE id = ?"
+# Deletes the oldest enqueued ids up to the first one recorded at or after
+# the cutoff (all of them if there is none).
+_PRUNE = (
+    "DELETE FROM enqueued_ids WHERE id < coalesce("
+    "(SELECT id FROM enqueued_ids WHERE at >= ? ORDER BY id LIMIT 1), "
+    "(SELECT max(id) + 1 FROM enqueued_ids))"
+)
+
+_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+
+
+def _row(m: Message) -> tuple:
+    """
+    C{m} as the parameters of the C{_COLUMNS}.
+    """
+    return (
+        m.msg_id,
+        m.origin,
+        m.dest_router,
+        m.dest_queue,
+        m.body,
+        _packb(m.headers) if m.headers else None,
+        m.hops,
+        m.accepted_at,
+    )
+
+
+def _message(r: tuple) -> Message:
+    """
+    The message in C{r}, a row whose columns 1 to 8 are the C{_COLUMNS}.
+    """
+    return Message(r[1], r[2], r[3], r[4], r[5], _unpackb(r[6]) if r[6] else {}, r[7], True, r[8])
+
+
+@implementer(IMessageStore)
+class SQLiteStore:
+    """
+    The durable state of one router in one SQLite database file.
+
+    Open once with L{open}, close with L{close}; a closed store is not
+    reopened (make a new one).  Call it from the reactor thread only.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        sync: str = "full",
+        executor=None,
+        dedup_window_s: float = 86400.0,
+        *,
+        router: str | None = None,
+        clock=None,
+    ) -> None:
+        """
+        @param path: the database file (created if missing).
+        @param sync: one of L{SYNC_MODES}; see the module docstring.
+        @param executor: where the SQL runs: a L{ThreadedExecutor} (the
+            default, on the global reactor) or an L{InlineExecutor}.
+        @param dedup_window_s: how long the ids of enqueued messages are
+            kept for duplicate detection.
+        @param router: this router's name: C{accept} puts a message whose
+            C{dest_router} is this into a local queue, and dead-lettered
+            messages are addressed to it.  Recorded in the database at the
+            first open given one; opening it as another router is then
+            refused.  Without it, C{accept} takes the message's C{origin}
+            as this router (C{accept} is only called at the origin), and
+            dead-lettered messages keep their C{dest_router}.
+        @param clock: an C{IReactorTime} for the times recorded with
+            enqueued ids (default: the system clock).
+        """
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
+        if executor is None:
+            from twisted.internet import reactor
+
+            from meshroute.store.executor import ThreadedExecutor
+
+            executor = ThreadedExecutor(reactor)
+        self.path = path
+        self.sync = sync
+        self.router = router
+        self.dedup_window_s = dedup_window_s
+        self._executor = executor
+        self._submit = executor.submit
+        self._now = clock.seconds if clock is not None else time.time
+        self._received: dict[str, int] = {}
+        self._backlog: dict[str, int] = {}
+        self._queues: dict[str, int] = {}
+        self._outboxes: dict[str, int] = {}
+        #: The schema version after L{open}.
+        self.schema_version = 0
+        #: The schema versions applied by the last L{open} (empty when the
+        #: database was already current).
+        self.applied_versions: list[int] = []
+
+    @property
+    def executor(self):
+        """
+        The executor running this store's SQL (its C{commits} counter shows
+        the group commits).
+        """
+        return self._executor
+
+    # Opening and closing.
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, isolation_level=None, cached_statements=256)
+        try:
+            connection.execute("PRAGMA busy_timeout = 5000")
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute(f"PRAGMA synchronous = {self.sync.upper()}")
+            connection.execute("PRAGMA temp_store = MEMORY")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def open(self):
+        """
+        Open the database (creating it if needed), apply the schema upgrade
+        steps it lacks, prune old enqueued ids and load the synchronous
+        accessors' state.  Fires with None when ready.
+        """
+        d = self._executor.start(self._connect)
+        d.addCallback(
+            lambda _: self._executor.run(
+                _open, self.path, self.router, self._now() - self.dedup_window_s
+            )
+        )
+        d.addCallback(self._opened)
+        return d
+
+    def _opened(self, state) -> None:
+        self.schema_version, self.applied_versions, received, backlog, queues, outboxes = state
+        self._received = received
+        self._backlog = backlog
+        self._queues = queues
+        self._outboxes = outboxes
+
+    def close(self):
+        """
+        Finish every write submitted so far and close the database.  Fires
+        with None when closed.
+        """
+        return self._executor.stop()
+
+    # Writes.
+
+    def accept(self, message: Message):
+        if message.dest_router == (self.router or message.origin):
+            d = self._submit(_accept_local, message, self._now())
+            d.addCallback(_count, self._queues, message.dest_queue, 1)
+        else:
+            d = self._submit(_accept_backlog, message)
+            d.addCallback(_count, self._backlog, message.dest_router, 1)
+        return d
+
+    def receive(self, peer: str, seq: int, message: Message, local: bool):
+        if local:
+            d = self._submit(_receive_local, peer, seq, message, self._now())
+        else:
+            d = self._submit(_receive_backlog, peer, seq, message)
+        d.addCallback(self._received_one, peer, seq, message, local)
+        return d
+
+    def _received_one(
+        self, outcome: str, peer: str, seq: int, message: Message, local: bool
+    ) -> str:
+        if outcome != "duplicate-seq":
+            self._received[peer] = seq
+            if outcome == "stored":
+                if local:
+                    _count(None, self._queues, message.dest_queue, 1)
+                else:
+                    _count(None, self._backlog, message.dest_router, 1)
+        return outcome
+
+    def last_received(self, peer: str) -> int:
+        return self._received.get(peer, 0)
+
+    def assign(self, peer: str, dest_routers, limit: int):
+        d = self._submit(_assign, peer, dest_routers, limit)
+        d.addCallback(self._assigned, peer)
+        return d
+
+    def _assigned(self, assigned: list, peer: str) -> list:
+        if assigned:
+            backlog = self._backlog
+            for _, message in assigned:
+                _count(None, backlog, message.dest_router, -1)
+            _count(None, self._outboxes, peer, len(assigned))
+        return assigned
+
+    def outbox(self, peer: str, after_seq: int):
+        return self._submit(_outbox, peer, after_seq)
+
+    def acknowledge(self, peer: str, up_to_seq: int):
+        d = self._submit(_acknowledge, peer, up_to_seq)
+        d.addCallback(_uncount, self._outboxes, peer)
+        return d
+
+    def return_outbox(self, peer: str):
+        d = self._submit(_return_outbox, peer)
+        d.addCallback(_add_counts, self._backlog, 1)
+        d.addCallback(_uncount, self._outboxes, peer)
+        return d
+
+    def outbox_peers(self) -> list[str]:
+        """
+        Synchronous: the peers whose outbox holds messages (not yet
+        acknowledged), sorted.  Not part of L{IMessageStore}: at start the
+        message engine returns the outboxes of peers that do not come back
+        to the backlog.
+        """
+        return sorted(self._outboxes)
+
+    def fetch(self, queue: str, after_entry: int, limit: int):
+        return self._submit(_fetch, queue, after_entry, limit)
+
+    def consume(self, entry_ids):
+        """
+        Consumers acknowledged these queue entries: delete them.  Fires
+        with the number deleted (ids not in any queue are ignored).
+        """
+        d = self._submit(_consume, json.dumps(list(entry_ids)))
+        d.addCallback(_add_counts, self._queues, -1)
+        return d
+
+    def mark_redelivered(self, entry_ids):
+        """
+        Flag these queue entries redelivered.  Fires with the number
+        flagged (ids not in any queue are ignored).
+        """
+        return self._submit(_mark_redelivered, json.dumps(list(entry_ids)))
+
+    def dead_letter(self, message: Message, reason: str):
+        """
+        Store C{message} in the dead-letter queue with C{reason} in header
+        L{DEAD_LETTER_REASON} and its address in L{DEAD_LETTER_ADDRESS}.
+        If this router holds it already (backlog, outbox or a queue), it
+        is moved there; if it is already dead-lettered, nothing changes.
+        Its id is recorded as enqueued here, so later copies are
+        duplicates.  Fires with None when durable.
+        """
+        d = self._submit(
+            _dead_letter, message, reason, self.router or message.dest_router, self._now()
+        )
+        d.addCallback(self._dead_lettered)
+        return d
+
+    def _dead_lettered(self, moved) -> None:
+        if moved is None:
+            return None
+        state, dest_router, dest_queue, peer = moved
+        if state == "backlog":
+            _count(None, self._backlog, dest_router, -1)
+        elif state == "queue":
+            _count(None, self._queues, dest_queue, -1)
+        elif state == "outbox":
+            _count(None, self._outboxes, peer, -1)
+        _count(None, self._queues, DEAD_LETTER_QUEUE, 1)
+        return None
+
+    def prune(self):
+        """
+        Forget the ids of messages enqueued more than C{dedup_window_s}
+        ago.  Fires with the number forgotten.
+        """
+        return self._submit(_prune, self._now() - self.dedup_window_s)
+
+    def backlog_depths(self) -> dict[str, int]:
+        return dict(self._backlog)
+
+    def queue_depths(self) -> dict[str, int]:
+        return dict(self._queues)
+
+
+# Mirror updates, on the reactor thread as Deferred callbacks.
+
+
+def _count(result, counts: dict, key: str, delta: int):
+    n = counts.get(key, 0) + delta
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
+    return result
+
+
+def _uncount(n: int, counts: dict, key: str) -> int:
+    """
+    C{n} entries counted under C{key} are gone; returns C{n}.
+    """
+    if n:
+        _count(None, counts, key, -n)
+    return n
+
+
+def _add_counts(by_key: dict, counts: dict, sign: int) -> int:
+    """
+    Add C{by_key}'s counts (times C{sign}) to C{counts}; return their sum.
+    """
+    total = 0
+    for key, n in by_key.items():
+        _count(None, counts, key, sign * n)
+        total += n
+    return total
+
+
+# What runs on the store's connection (the writer thread).  Each function
+# makes its changes inside the transaction the executor opened; raising
+# undoes them.  The hot ones have a C{batch} form (see
+# meshroute.store.executor): it handles a run of calls with one executemany
+# per statement, and raises _OneByOne for anything unusual (a duplicate),
+# so that the executor undoes it and runs the calls one by one, each
+# getting its own outcome.
+
+
+class _OneByOne(Exception):
+    """
+    A batch met a case it leaves to the one-by-one functions.
+    """
+
+
+def _atomic(fn):
+    """
+    Mark C{fn} as making at most one change statement: it needs no
+    savepoint of its own.
+    """
+    fn.atomic = True
+    return fn
+
+
+def _check_seqs(connection, calls) -> dict:
+    """
+    For a batch of receives C{(peer, seq, ...)}: C{{peer: highest seq}},
+    if every seq is above the last received from its peer and above the
+    peer's seqs before it in the batch; else raise L{_OneByOne}.
+    """
+    first: dict = {}
+    last: dict = {}
+    for call in calls:
+        peer, seq = call[0], call[1]
+        previous = last.get(peer)
+        if previous is None:
+            first[peer] = seq
+        elif seq <= previous:
+            raise _OneByOne()
+        last[peer] = seq
+    for peer, seq in first.items():
+        row = connection.execute(_LAST_RECEIVED, (peer,)).fetchone()
+        if row is not None and seq <= row[0]:
+            raise _OneByOne()
+    return last
+
+
+def _none_enqueued(connection, messages) -> None:
+    """
+    Raise L{_OneByOne} if any of C{messages} was enqueued here.
+    """
+    ids = json.dumps([m.msg_id for m in messages])
+    if connection.execute(_ANY_ENQUEUED, (ids,)).fetchone() is not None:
+        raise _OneByOne()
+
+
+def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff: float):
+    execute = connection.execute
+    steps = migrations()
+    latest = steps[-1][0]
+    version = 0
+    if execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+        row = execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+    if version > latest:
+        raise StoreError(
+            f"{path}: schema version {version} is newer than this meshroute knows ({latest})"
+        )
+    applied = []
+    for step, name, sql in steps:
+        if step <= version:
+            continue
+        try:
+            # executescript runs no implicit transaction control with
+            # isolation_level=None: the step and its version commit together.
+            connection.executescript(
+                f"BEGIN IMMEDIATE;\n{sql}\n;\n"
+                f"INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', {step});\n"
+                "COMMIT;"
+            )
+        except sqlite3.Error as e:
+            if connection.in_transaction:
+                execute("ROLLBACK")
+            raise StoreError(f"{path}: schema upgrade {name} failed: {e}") from e
+        applied.append(step)
+    execute("BEGIN IMMEDIATE")
+    try:
+        row = execute("SELECT value FROM meta WHERE key = 'router'").fetchone()
+        if router is None:
+            pass
+        elif row is None:
+            execute("INSERT INTO meta (key, value) VALUES ('router', ?)", (router,))
+        elif row[0] != router:
+            raise StoreError(f"{path} is the store of router {row[0]!r}, not {router!r}")
+        execute(_PRUNE, (cutoff,))
+        received = dict(execute("SELECT peer, last_received FROM links WHERE last_received > 0"))
+        backlog = dict(
+            execute(
+                "SELECT dest_router, count(*) FROM messages WHERE state = 'backlog' "
+                "GROUP BY dest_router"
+            )
+        )
+        queues = dict(
+            execute(
+                "SELECT dest_queue, count(*) FROM messages WHERE state = 'queue' "
+                "GROUP BY dest_queue"
+            )
+        )
+        outboxes = dict(
+            execute("SELECT peer, count(*) FROM messages WHERE state = 'outbox' GROUP BY peer")
+        )
+        execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            execute("ROLLBACK")
+        raise
+    return latest, applied, received, backlog, queues, outboxes
+
+
+def _accept_local(connection, message: Message, now: float) -> None:
+    try:
+        connection.execute(_RECORD_ENQUEUED, (message.msg_id, now))
+        connection.execute(_INSERT_QUEUE, _row(message))
+    except sqlite3.IntegrityError:
+        raise DuplicateMessage(message.msg_id) from None
+
+
+def _accept_local_batch(connection, calls: list) -> list:
+    # A duplicate raises IntegrityError: the calls then run one by one.
+    connection.executemany(_RECORD_ENQUEUED, [(m.msg_id, now) for m, now in calls])
+    connection.executemany(_INSERT_QUEUE, [_row(m) for m, _ in calls])
+    return [None] * len(calls)
+
+
+_accept_local.batch = _accept_local_batch
+
+
+@_atomic
+def _accept_backlog(connection, message: Message) -> None:
+    try:
+        stored = connection.execute(_INSERT_BACKLOG, _row(message)).rowcount
+    except sqlite3.IntegrityError:
+        stored = 0
+    if not stored:
+        raise DuplicateMessage(message.msg_id)
+
+
+def _accept_backlog_batch(connection, calls: list) -> list:
+    messages = [call[0] for call in calls]
+    _none_enqueued(connection, messages)
+    connection.executemany(_INSERT_BACKLOG_ANY, [_row(m) for m in messages])
+    return [None] * len(calls)
+
+
+_accept_backlog.batch = _accept_backlog_batch
+
+
+def _receive_local(connection, peer: str, seq: int, message: Message, now: float) -> str:
+    execute = connection.execute
+    if not execute(_RECORD_RECEIVED, (peer, seq)).rowcount:
+        return "duplicate-seq"
+    if not execute(_RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount:
+        return "duplicate-id"
+    if not execute(_INSERT_QUEUE_NEW, _row(message)).rowcount:
+        # Held here already (not enqueued by this call): undo the record.
+        execute(_FORGET_ENQUEUED, (message.msg_id,))
+        return "duplicate-id"
+    return "stored"
+
+
+def _receive_local_batch(connection, calls: list) -> list:
+    last = _check_seqs(connection, calls)
+    connection.executemany(_RECORD_RECEIVED, last.items())
+    connection.executemany(_RECORD_ENQUEUED, [(call[2].msg_id, call[3]) for call in calls])
+    connection.executemany(_INSERT_QUEUE, [_row(call[2]) for call in calls])
+    return ["stored"] * len(calls)
+
+
+_receive_local.batch = _receive_local_batch
+
+
+def _receive_backlog(connection, peer: str, seq: int, message: Message) -> str:
+    execute = connection.execute
+    if not execute(_RECORD_RECEIVED, (peer, seq)).rowcount:
+        return "duplicate-seq"
+    if not execute(_INSERT_BACKLOG_NEW, _row(message)).rowcount:
+        return "duplicate-id"
+    return "stored"
+
+
+def _receive_backlog_batch(connection, calls: list) -> list:
+    last = _check_seqs(connection, calls)
+    messages = [call[2] for call in calls]
+    _none_enqueued(connection, messages)
+    connection.executemany(_RECORD_RECEIVED, last.items())
+    connection.executemany(_INSERT_BACKLOG_ANY, [_row(m) for m in messages])
+    return ["stored"] * len(calls)
+
+
+_receive_backlog.batch = _receive_backlog_batch
+
+
+def _assign(connection, peer: str, dest_routers, limit: int) -> list:
+    if limit <= 0:
+        return []
+    execute = connection.execute
+    rows: list = []
+    dests = set(dest_routers)
+    for dest in dests:
+        rows.extend(execute(_SELECT_BACKLOG, (dest, limit)))
+    if not rows:
+        return []
+    if len(dests) > 1:
+        rows.sort(key=itemgetter(0))
+        del rows[limit:]
+    found = execute(_NEXT_SEQ, (peer,)).fetchone()
+    if found is None:
+        execute(_NEW_LINK, (peer,))
+        first = 1
+    else:
+        first = found[0]
+    execute(_TO_OUTBOX, (peer, first, json.dumps([r[0] for r in rows])))
+    execute(_SET_NEXT_SEQ, (first + len(rows), peer))
+    return [(first + i, _message(r)) for i, r in enumerate(rows)]
+
+
+@_atomic
+def _outbox(connection, peer: str, after_seq: int) -> list:
+    return [(r[0], _message(r)) for r in connection.execute(_SELECT_OUTBOX, (peer, after_seq))]
+
+
+@_atomic
+def _acknowledge(connection, peer: str, up_to_seq: int) -> int:
+    return connection.execute(_ACKNOWLEDGE, (peer, up_to_seq)).rowcount
+
+
+def _by_key(rows) -> dict:
+    counts: dict = {}
+    for (key,) in rows:
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@_atomic
+def _return_outbox(connection, peer: str) -> dict:
+    return _by_key(connection.execute(_RETURN_OUTBOX, (peer,)).fetchall())
+
+
+@_atomic
+def _fetch(connection, queue: str, after_entry: int, limit: int) -> list:
+    return [
+        (r[0], _message(r), bool(r[9]))
+        for r in connection.execute(_FETCH, (queue, after_entry, limit))
+    ]
+
+
+@_atomic
+def _consume(connection, entry_ids: str) -> dict:
+    return _by_key(connection.execute(_CONSUME, (entry_ids,)).fetchall())
+
+
+@_atomic
+def _mark_redelivered(connection, entry_ids: str) -> int:
+    return connection.execute(_MARK_REDELIVERED, (entry_ids,)).rowcount
+
+
+def _dead_letter(connection, message: Message, reason: str, router: str, now: float):
+    """
+    See L{SQLiteStore.dead_letter}.  Returns C{(state, dest_router,
+    dest_queue, peer)} of the place the message was taken from, C{("new",
+    None, None, None)} when it was not held here, None when it was already
+    dead-lettered (nothing changed).
+    """
+    execute = connection.execute
+    held = execute(_HELD, (message.msg_id,)).fetchone()
+    if held is not None:
+        entry, state, dest_router, dest_queue, peer = held
+        if state == "queue" and dest_queue == DEAD_LETTER_QUEUE:
+            return None
+        # A new row, so that it is the newest entry of the dead-letter
+        # queue: consumers paging by entry id see it.
+        execute(_DELETE_ENTRY, (entry,))
+        moved = (state, dest_router, dest_queue, peer)
+    else:
+        moved = ("new", None, None, None)
+    headers = dict(message.headers)
+    headers[DEAD_LETTER_REASON] = reason
+    headers[DEAD_LETTER_ADDRESS] = f"{message.dest_queue}@{message.dest_router}"
+    execute(
+        _INSERT_QUEUE,
+        (
+            message.msg_id,
+            message.origin,
+            router,
+            DEAD_LETTER_QUEUE,
+            message.body,
+            _packb(headers),
+            message.hops,
+            message.accepted_at,
+        ),
+    )
+    execute(_RECORD_ENQUEUED_NEW, (message.msg_id, now))
+    return moved
+
+
+@_atomic
+def _prune(connection, cutoff: float) -> int:
+    return connection.execute(_PRUNE, (cutoff,)).rowcount

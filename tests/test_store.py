@@ -1,0 +1,839 @@
+"""
+The SQLite store against L{IMessageStore}'s contract, through both
+executors: L{InlineExecutor} (everything fires at once) and
+L{ThreadedExecutor} (the writer thread with group commit, on the real
+reactor run by pytest-twisted).
+
+Grouping is made deterministic without sleeping: a first submitted
+function blocks the writer thread on a L{threading.Event} until the test
+has queued everything it wants in one transaction.
+"""
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor, task
+from zope.interface.verify import verifyObject
+
+from meshroute.errors import MeshrouteError
+from meshroute.interfaces import IMessageStore
+from meshroute.messages import DEAD_LETTER_QUEUE, Message
+from meshroute.store import (
+    DEAD_LETTER_ADDRESS,
+    DEAD_LETTER_REASON,
+    SYNC_MODES,
+    DuplicateMessage,
+    ExecutorStopped,
+    InlineExecutor,
+    SQLiteStore,
+    StoreError,
+    ThreadedExecutor,
+)
+from meshroute.store.sqlite import migrations
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUTER = "router-a"
+
+
+def msg(n, dest_router="router-c", dest_queue="q", **fields) -> Message:
+    """
+    Message C{m<n>} from router-a.
+    """
+    return Message(
+        f"m{n}", ROUTER, dest_router, dest_queue, f"body {n}".encode(),
+        accepted_at=1000.0 + n, **fields,
+    )
+
+
+def ids(pairs) -> list:
+    """
+    The msg_ids of C{(x, message, ...)} tuples.
+    """
+    return [p[1].msg_id for p in pairs]
+
+
+class Opener:
+    """
+    Opens stores with one kind of executor, and closes them all at the end.
+    """
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        self.kind = kind
+        self.directory = directory
+        self.stores: list[SQLiteStore] = []
+
+    def executor(self):
+        return InlineExecutor() if self.kind == "inline" else ThreadedExecutor(reactor)
+
+    async def open(self, name="store.db", sync="full", router=ROUTER, **kwargs) -> SQLiteStore:
+        store = SQLiteStore(
+            str(self.directory / name), sync, self.executor(), router=router, **kwargs
+        )
+        self.stores.append(store)
+        await store.open()
+        return store
+
+    async def reopen(self, store: SQLiteStore, **kwargs) -> SQLiteStore:
+        await store.close()
+        return await self.open(Path(store.path).name, store.sync, **kwargs)
+
+
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded"])
+async def opener(request, tmp_path):
+    opener = Opener(request.param, tmp_path)
+    yield opener
+    for store in opener.stores:
+        await store.close()
+
+
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded"])
+async def store(request, tmp_path):
+    opener = Opener(request.param, tmp_path)
+    yield await opener.open()
+    for store in opener.stores:
+        await store.close()
+
+
+@pytest_twisted.async_yield_fixture()
+async def threaded(tmp_path):
+    opener = Opener("threaded", tmp_path)
+    yield opener
+    for store in opener.stores:
+        await store.close()
+
+
+def hold_writer(store: SQLiteStore) -> tuple[threading.Event, defer.Deferred]:
+    """
+    Block C{store}'s writer thread until the returned event is set, so
+    that everything submitted meanwhile goes into one transaction.
+    """
+    started = threading.Event()
+    go = threading.Event()
+
+    def hold(connection) -> None:
+        started.set()
+        go.wait()
+
+    held = store.executor.submit(hold)
+    # The writer thread is inside the hold before anything else is queued
+    # (blocking the reactor thread for that moment is harmless here).
+    assert started.wait(timeout=30)
+    return go, held
+
+
+# The contract, method by method.
+
+
+@pytest_twisted.ensureDeferred
+async def test_provides_the_interface(store):
+    assert verifyObject(IMessageStore, store)
+    assert SYNC_MODES == ("full", "normal")
+    assert issubclass(DuplicateMessage, MeshrouteError)
+
+
+@pytest_twisted.ensureDeferred
+async def test_accept_puts_remote_messages_in_the_backlog_and_local_ones_in_their_queue(store):
+    assert await store.accept(msg(1)) is None
+    await store.accept(msg(2, dest_router="router-b"))
+    await store.accept(msg(3, dest_router=ROUTER, dest_queue="orders"))
+    assert store.backlog_depths() == {"router-c": 1, "router-b": 1}
+    assert store.queue_depths() == {"orders": 1}
+    [(entry, message, redelivered)] = await store.fetch("orders", 0, 10)
+    assert message == msg(3, dest_router=ROUTER, dest_queue="orders")
+    assert redelivered is False
+    assert await store.fetch("q", 0, 10) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_messages_come_back_whole(store):
+    sent = msg(1, headers={"k": "v", "n": [1, 2]}, hops=3)
+    await store.accept(sent)
+    [(seq, message)] = await store.assign("peer-b", ["router-c"], 10)
+    assert message == sent
+
+
+@pytest_twisted.ensureDeferred
+async def test_accept_refuses_an_id_held_here(store):
+    await store.accept(msg(1))
+    await store.accept(msg(2, dest_router=ROUTER))
+    with pytest.raises(DuplicateMessage) as raised:
+        await store.accept(msg(1))
+    assert raised.value.msg_id == "m1"
+    with pytest.raises(DuplicateMessage):
+        await store.accept(msg(2, dest_router=ROUTER))
+    # Held in the backlog, offered for a local queue (and vice versa).
+    with pytest.raises(DuplicateMessage):
+        await store.accept(msg(1, dest_router=ROUTER))
+    with pytest.raises(DuplicateMessage):
+        await store.accept(msg(2))
+    assert store.backlog_depths() == {"router-c": 1}
+    assert store.queue_depths() == {"q": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_accept_refuses_an_id_already_enqueued_and_consumed_here(store):
+    await store.accept(msg(1, dest_router=ROUTER))
+    [(entry, _, _)] = await store.fetch("q", 0, 10)
+    await store.consume([entry])
+    assert store.queue_depths() == {}
+    with pytest.raises(DuplicateMessage):
+        await store.accept(msg(1, dest_router=ROUTER))
+    with pytest.raises(DuplicateMessage):
+        await store.accept(msg(1))
+    assert store.queue_depths() == {} and store.backlog_depths() == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_stores_and_records_the_seq(store):
+    assert store.last_received("peer-b") == 0
+    assert await store.receive("peer-b", 1, msg(1), False) == "stored"
+    assert await store.receive("peer-b", 2, msg(2, dest_router=ROUTER), True) == "stored"
+    assert store.last_received("peer-b") == 2
+    assert store.last_received("peer-c") == 0
+    assert store.backlog_depths() == {"router-c": 1}
+    assert store.queue_depths() == {"q": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_of_an_old_seq_changes_nothing(store):
+    await store.receive("peer-b", 5, msg(1), False)
+    assert await store.receive("peer-b", 5, msg(2), False) == "duplicate-seq"
+    assert await store.receive("peer-b", 3, msg(3, dest_router=ROUTER), True) == "duplicate-seq"
+    assert store.last_received("peer-b") == 5
+    assert store.backlog_depths() == {"router-c": 1}
+    assert store.queue_depths() == {}
+    # Sequences are per peer.
+    assert await store.receive("peer-c", 1, msg(4), False) == "stored"
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_of_a_held_id_records_the_seq_and_drops_the_copy(store):
+    await store.accept(msg(1))
+    await store.receive("peer-b", 1, msg(2, dest_router=ROUTER), True)
+    assert await store.receive("peer-b", 2, msg(1), False) == "duplicate-id"
+    assert store.last_received("peer-b") == 2
+    assert await store.receive("peer-c", 7, msg(2, dest_router=ROUTER), True) == "duplicate-id"
+    assert store.last_received("peer-c") == 7
+    # Held in the backlog, arriving for a local queue: still a duplicate.
+    assert await store.receive("peer-c", 8, msg(1, dest_router=ROUTER), True) == "duplicate-id"
+    assert store.backlog_depths() == {"router-c": 1}
+    assert store.queue_depths() == {"q": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_local_of_an_id_already_enqueued_is_a_duplicate_and_advances_the_seq(store):
+    await store.receive("peer-b", 1, msg(1, dest_router=ROUTER), True)
+    [(entry, _, _)] = await store.fetch("q", 0, 10)
+    await store.consume([entry])
+    # The same message again, over another link after a reroute.
+    assert await store.receive("peer-c", 4, msg(1, dest_router=ROUTER), True) == "duplicate-id"
+    assert store.last_received("peer-c") == 4
+    assert store.queue_depths() == {}
+    assert await store.fetch("q", 0, 10) == []
+    # ...and it is still a duplicate after the first copy's record: the
+    # held check undid nothing it should not have.
+    assert await store.receive("peer-b", 2, msg(1, dest_router=ROUTER), True) == "duplicate-id"
+    # Forwarding it on is refused too.
+    assert await store.receive("peer-b", 3, msg(1), False) == "duplicate-id"
+    assert store.backlog_depths() == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_assign_moves_the_oldest_backlog_messages_with_the_next_seqs(store):
+    for n in range(1, 8):
+        await store.accept(msg(n, dest_router="router-c" if n % 3 else "router-d"))
+    # m3 and m6 are for router-d.
+    first = await store.assign("peer-b", ["router-c"], 3)
+    assert [seq for seq, _ in first] == [1, 2, 3]
+    assert ids(first) == ["m1", "m2", "m4"]
+    assert store.backlog_depths() == {"router-c": 2, "router-d": 2}
+    second = await store.assign("peer-b", ["router-c", "router-d", "router-x"], 10)
+    assert [seq for seq, _ in second] == [4, 5, 6, 7]
+    assert ids(second) == ["m3", "m5", "m6", "m7"]
+    assert store.backlog_depths() == {}
+    assert await store.assign("peer-b", ["router-c"], 10) == []
+    # Another peer has its own sequence.
+    await store.accept(msg(8))
+    assert [seq for seq, _ in await store.assign("peer-c", ["router-c"], 10)] == [1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_assign_takes_the_oldest_across_destinations_up_to_the_limit(store):
+    for n, dest in enumerate(["router-d", "router-c", "router-d", "router-c", "router-e"]):
+        await store.accept(msg(n, dest_router=dest))
+    assigned = await store.assign("peer-b", {"router-c", "router-d", "router-e"}, 3)
+    assert ids(assigned) == ["m0", "m1", "m2"]
+    assert await store.assign("peer-b", ["router-c"], 0) == []
+    assert store.backlog_depths() == {"router-c": 1, "router-e": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_outbox_replays_above_a_seq_in_seq_order(store):
+    for n in range(1, 6):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 2)
+    await store.assign("peer-b", ["router-c"], 3)
+    everything = await store.outbox("peer-b", 0)
+    assert [seq for seq, _ in everything] == [1, 2, 3, 4, 5]
+    assert ids(everything) == ["m1", "m2", "m3", "m4", "m5"]
+    assert [seq for seq, _ in await store.outbox("peer-b", 3)] == [4, 5]
+    assert await store.outbox("peer-b", 5) == []
+    assert await store.outbox("peer-c", 0) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_acknowledge_drops_only_up_to_the_seq_for_that_peer(store):
+    for n in range(1, 7):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 3)
+    await store.assign("peer-c", ["router-c"], 3)
+    assert await store.acknowledge("peer-b", 2) == 2
+    assert [seq for seq, _ in await store.outbox("peer-b", 0)] == [3]
+    assert [seq for seq, _ in await store.outbox("peer-c", 0)] == [1, 2, 3]
+    assert await store.acknowledge("peer-b", 2) == 0
+    assert await store.acknowledge("peer-b", 10) == 1
+    assert await store.outbox("peer-b", 0) == []
+    assert store.backlog_depths() == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_return_outbox_puts_messages_back_in_order_before_newer_ones(store):
+    for n in range(1, 5):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 3)
+    await store.acknowledge("peer-b", 1)
+    assert await store.return_outbox("peer-b") == 2
+    assert await store.outbox("peer-b", 0) == []
+    assert store.backlog_depths() == {"router-c": 3}
+    await store.accept(msg(5))
+    rerouted = await store.assign("peer-c", ["router-c"], 10)
+    assert ids(rerouted) == ["m2", "m3", "m4", "m5"]
+    assert [seq for seq, _ in rerouted] == [1, 2, 3, 4]
+    assert await store.return_outbox("peer-b") == 0
+    # peer-b's sequence is not reused.
+    await store.accept(msg(6))
+    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 10)] == [4]
+
+
+@pytest_twisted.ensureDeferred
+async def test_fetch_pages_a_queue_oldest_first(store):
+    for n in range(1, 6):
+        await store.accept(msg(n, dest_router=ROUTER, dest_queue="q" if n != 3 else "other"))
+    page = await store.fetch("q", 0, 2)
+    assert ids(page) == ["m1", "m2"]
+    entries = [entry for entry, _, _ in page]
+    assert entries == sorted(entries)
+    rest = await store.fetch("q", entries[-1], 10)
+    assert ids(rest) == ["m4", "m5"]
+    assert ids(await store.fetch("other", 0, 10)) == ["m3"]
+    assert store.queue_depths() == {"q": 4, "other": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_consume_deletes_entries_and_mark_redelivered_flags_them(store):
+    for n in range(1, 5):
+        await store.accept(msg(n, dest_router=ROUTER))
+    entries = [entry for entry, _, _ in await store.fetch("q", 0, 10)]
+    assert await store.mark_redelivered(entries[1:3]) == 2
+    fetched = await store.fetch("q", 0, 10)
+    assert [redelivered for _, _, redelivered in fetched] == [False, True, True, False]
+    assert await store.consume([entries[0], entries[2], 999_999]) == 2
+    assert store.queue_depths() == {"q": 2}
+    assert [(e, r) for e, _, r in await store.fetch("q", 0, 10)] == [
+        (entries[1], True),
+        (entries[3], False),
+    ]
+    assert await store.consume(entries) == 2
+    assert store.queue_depths() == {}
+    assert await store.mark_redelivered(entries) == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_entry_ids_are_never_reused(opener):
+    store = await opener.open()
+    await store.accept(msg(1, dest_router=ROUTER))
+    [(first, _, _)] = await store.fetch("q", 0, 10)
+    await store.consume([first])
+    await store.accept(msg(2, dest_router=ROUTER))
+    [(second, _, _)] = await store.fetch("q", 0, 10)
+    assert second > first
+    await store.consume([second])
+    store = await opener.reopen(store)
+    await store.accept(msg(3, dest_router=ROUTER))
+    [(third, _, _)] = await store.fetch("q", second, 10)
+    assert third > second
+
+
+@pytest_twisted.ensureDeferred
+async def test_dead_letter_stores_in_the_dead_letter_queue_with_the_reason(store):
+    await store.accept(msg(0, dest_router=ROUTER, dest_queue=DEAD_LETTER_QUEUE))
+    assert await store.dead_letter(msg(1, headers={"k": 1}, hops=17), "max-hops") is None
+    assert store.queue_depths() == {DEAD_LETTER_QUEUE: 2}
+    [_, (entry, message, redelivered)] = await store.fetch(DEAD_LETTER_QUEUE, 0, 10)
+    assert message.msg_id == "m1"
+    assert message.dest_queue == DEAD_LETTER_QUEUE
+    assert message.dest_router == ROUTER
+    assert message.hops == 17
+    assert message.body == b"body 1"
+    assert message.headers == {
+        "k": 1,
+        DEAD_LETTER_REASON: "max-hops",
+        DEAD_LETTER_ADDRESS: "q@router-c",
+    }
+    # A later copy is a duplicate: it reached its resting place here.
+    assert await store.receive("peer-b", 1, msg(1), False) == "duplicate-id"
+
+
+@pytest_twisted.ensureDeferred
+async def test_dead_letter_of_a_held_message_moves_it(store):
+    await store.accept(msg(1))
+    await store.accept(msg(2, dest_router=ROUTER))
+    await store.accept(msg(3, dest_router=ROUTER, dest_queue=DEAD_LETTER_QUEUE))
+    await store.dead_letter(msg(1), "max-hops")
+    assert store.backlog_depths() == {}
+    await store.dead_letter(msg(2, dest_router=ROUTER), "poison")
+    assert store.queue_depths() == {DEAD_LETTER_QUEUE: 3}
+    # Already there: nothing changes.
+    await store.dead_letter(msg(2, dest_router=ROUTER), "poison")
+    assert store.queue_depths() == {DEAD_LETTER_QUEUE: 3}
+    dead = await store.fetch(DEAD_LETTER_QUEUE, 0, 10)
+    # Moved entries are the newest of the dead-letter queue.
+    assert ids(dead) == ["m3", "m1", "m2"]
+    assert [m.headers.get(DEAD_LETTER_REASON) for _, m, _ in dead] == [None, "max-hops", "poison"]
+    assert await store.fetch("q", 0, 10) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_outbox_peers_lists_the_peers_with_unacknowledged_messages(opener):
+    store = await opener.open()
+    for n in range(1, 6):
+        await store.accept(msg(n))
+    assert store.outbox_peers() == []
+    await store.assign("peer-c", ["router-c"], 2)
+    await store.assign("peer-b", ["router-c"], 2)
+    assert store.outbox_peers() == ["peer-b", "peer-c"]
+    await store.acknowledge("peer-c", 1)
+    assert store.outbox_peers() == ["peer-b", "peer-c"]
+    await store.acknowledge("peer-c", 2)
+    assert store.outbox_peers() == ["peer-b"]
+    store = await opener.reopen(store)
+    assert store.outbox_peers() == ["peer-b"]
+    await store.return_outbox("peer-b")
+    assert store.outbox_peers() == []
+    [(_, message)] = await store.assign("peer-d", ["router-c"], 1)
+    assert store.outbox_peers() == ["peer-d"]
+    await store.dead_letter(message, "poison")
+    assert store.outbox_peers() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_a_router_name_accept_takes_the_origin_for_this_router(opener):
+    store = await opener.open(router=None)
+    await store.accept(msg(1, dest_router=ROUTER))
+    await store.accept(msg(2))
+    assert store.queue_depths() == {"q": 1}
+    assert store.backlog_depths() == {"router-c": 1}
+    await store.dead_letter(msg(3), "max-hops")
+    [(_, message, _)] = await store.fetch(DEAD_LETTER_QUEUE, 0, 10)
+    assert (message.dest_router, message.dest_queue) == ("router-c", DEAD_LETTER_QUEUE)
+    # No name recorded, so any name may open it later.
+    store = await opener.reopen(store, router="router-z")
+    assert store.queue_depths() == {"q": 1, DEAD_LETTER_QUEUE: 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_depth_accessors_are_copies(store):
+    await store.accept(msg(1))
+    store.backlog_depths()["router-c"] = 99
+    store.queue_depths()["q"] = 99
+    assert store.backlog_depths() == {"router-c": 1}
+    assert store.queue_depths() == {}
+
+
+# Durability, schema, configuration.
+
+
+@pytest_twisted.ensureDeferred
+async def test_everything_survives_close_and_reopen(opener):
+    store = await opener.open()
+    for n in range(1, 7):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 4)
+    await store.acknowledge("peer-b", 2)  # m1, m2 gone; m3, m4 in the outbox
+    await store.receive("peer-b", 9, msg(10, dest_router=ROUTER), True)
+    await store.receive("peer-c", 4, msg(11, dest_router=ROUTER, headers={"h": "x"}), True)
+    await store.receive("peer-c", 5, msg(12, dest_router=ROUTER), True)
+    await store.receive("peer-c", 6, msg(13, dest_router="router-d"), False)
+    entries = [entry for entry, _, _ in await store.fetch("q", 0, 10)]
+    await store.mark_redelivered(entries[1:2])
+    await store.consume(entries[:1])  # m10 consumed: its id stays recorded
+    before = (
+        store.backlog_depths(),
+        store.queue_depths(),
+        await store.outbox("peer-b", 0),
+        await store.fetch("q", 0, 10),
+    )
+
+    store = await opener.reopen(store)
+    assert store.applied_versions == []
+    after = (
+        store.backlog_depths(),
+        store.queue_depths(),
+        await store.outbox("peer-b", 0),
+        await store.fetch("q", 0, 10),
+    )
+    assert after == before
+    assert before[0] == {"router-c": 2, "router-d": 1}
+    assert before[1] == {"q": 2}
+    assert ids(before[2]) == ["m3", "m4"]
+    assert [(m.msg_id, r) for _, m, r in before[3]] == [("m11", True), ("m12", False)]
+    assert before[3][0][1].headers == {"h": "x"}
+    assert store.last_received("peer-b") == 9
+    assert store.last_received("peer-c") == 6
+    assert await store.receive("peer-c", 6, msg(14), False) == "duplicate-seq"
+    assert await store.receive("peer-b", 10, msg(10, dest_router=ROUTER), True) == "duplicate-id"
+    with pytest.raises(DuplicateMessage):
+        await store.accept(msg(10, dest_router=ROUTER))
+    # next_seq continues past everything ever assigned to peer-b.
+    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 10)] == [5, 6]
+    assert await store.return_outbox("peer-b") == 4
+    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 10)] == [7, 8, 9, 10]
+
+
+@pytest_twisted.ensureDeferred
+async def test_schema_version_is_recorded_and_not_reapplied(opener):
+    store = await opener.open()
+    latest = migrations()[-1][0]
+    assert migrations()[0][1] == "001-initial.sql"
+    assert store.schema_version == latest
+    assert store.applied_versions == list(range(1, latest + 1))
+    store = await opener.reopen(store)
+    assert store.schema_version == latest
+    assert store.applied_versions == []
+    await store.close()
+    with sqlite3.connect(store.path) as connection:
+        assert connection.execute(
+            "SELECT value FROM meta WHERE key = 'schema_version'"
+        ).fetchone() == (latest,)
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    connection.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_newer_schema_is_refused(opener):
+    store = await opener.open()
+    await store.close()
+    connection = sqlite3.connect(store.path)
+    with connection:
+        connection.execute("UPDATE meta SET value = 999 WHERE key = 'schema_version'")
+    connection.close()
+    with pytest.raises(StoreError, match="schema version 999 is newer"):
+        await opener.open()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_store_of_another_router_is_refused(opener):
+    store = await opener.open()
+    await store.close()
+    with pytest.raises(StoreError, match="router-a"):
+        await opener.open(router="router-z")
+
+
+@pytest.mark.parametrize("sync, level", [("full", 2), ("normal", 1)])
+@pytest_twisted.ensureDeferred
+async def test_sync_mode_sets_synchronous_in_wal_mode(opener, sync, level):
+    store = await opener.open(sync=sync)
+
+    def pragmas(connection):
+        return tuple(
+            connection.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("synchronous", "journal_mode")
+        )
+
+    assert await store.executor.submit(pragmas) == (level, "wal")
+
+
+def test_unknown_sync_mode_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="sync"):
+        SQLiteStore(str(tmp_path / "s.db"), "fast", InlineExecutor(), router=ROUTER)
+
+
+@pytest_twisted.ensureDeferred
+async def test_enqueued_ids_are_pruned_after_the_dedup_window(opener):
+    clock = task.Clock()
+    clock.advance(1000)
+    store = await opener.open(dedup_window_s=60, clock=clock)
+    await store.receive("peer-b", 1, msg(1, dest_router=ROUTER), True)
+    clock.advance(30)
+    await store.accept(msg(2, dest_router=ROUTER))
+    entries = [entry for entry, _, _ in await store.fetch("q", 0, 10)]
+    await store.consume(entries)
+    clock.advance(31)  # m1 is 61 s old, m2 31 s
+    assert await store.prune() == 1
+    assert await store.prune() == 0
+    # Past the window a copy is no longer recognised (so the window must
+    # outlast any message's time in the mesh).
+    assert await store.receive("peer-b", 2, msg(1, dest_router=ROUTER), True) == "stored"
+    assert await store.receive("peer-b", 3, msg(2, dest_router=ROUTER), True) == "duplicate-id"
+    clock.advance(61)
+    store = await opener.reopen(store, dedup_window_s=60, clock=clock)  # prunes at open
+    assert await store.receive("peer-b", 4, msg(2, dest_router=ROUTER), True) == "stored"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_closed_store_refuses_work(opener):
+    store = await opener.open()
+    await store.close()
+    with pytest.raises(ExecutorStopped):
+        await store.accept(msg(1))
+    await store.close()
+
+
+def test_the_schema_ships_as_package_data():
+    assert [name for _, name, _ in migrations()][0] == "001-initial.sql"
+    assert all(sql.strip() for _, _, sql in migrations())
+
+
+# Group commit and the writer thread.
+
+
+@pytest_twisted.ensureDeferred
+async def test_concurrent_accepts_are_group_committed(threaded):
+    store = await threaded.open()
+    before = store.executor.commits
+    await defer.gatherResults([store.accept(msg(n)) for n in range(1000)])
+    assert store.executor.commits - before < 1000 / 5
+    assert store.backlog_depths() == {"router-c": 1000}
+    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 2000)] == list(
+        range(1, 1001)
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_failing_function_does_not_undo_the_others_in_its_transaction(threaded):
+    store = await threaded.open()
+    executor = store.executor
+
+    def write(value, fail=False):
+        def fn(connection):
+            connection.execute("INSERT INTO meta (key, value) VALUES (?, 1)", (value,))
+            if fail:
+                raise ZeroDivisionError(value)
+            return value
+
+        return fn
+
+    go, held = hold_writer(store)
+    before = executor.commits
+    results = [
+        executor.submit(write("one")),
+        executor.submit(write("two", fail=True)),
+        executor.submit(write("three")),
+    ]
+    go.set()
+    await held
+    assert await results[0] == "one"
+    with pytest.raises(ZeroDivisionError):
+        await results[1]
+    assert await results[2] == "three"
+    assert executor.commits - before == 2  # the hold's, then one for all three
+    keys = await executor.submit(lambda c: [k for (k,) in c.execute("SELECT key FROM meta")])
+    assert "one" in keys and "three" in keys and "two" not in keys
+
+
+@pytest_twisted.ensureDeferred
+async def test_batched_accepts_with_a_duplicate_fail_only_the_duplicate(threaded):
+    store = await threaded.open()
+    await store.accept(msg(5))
+    await store.accept(msg(50, dest_router=ROUTER))
+    go, held = hold_writer(store)
+    remote = [store.accept(msg(n)) for n in range(1, 10)]  # m5 is held
+    local = [store.accept(msg(n, dest_router=ROUTER)) for n in range(10, 20)]
+    local.append(store.accept(msg(50, dest_router=ROUTER)))
+    local.append(store.accept(msg(11, dest_router=ROUTER)))  # twice in one batch
+    go.set()
+    await held
+    outcomes = await defer.DeferredList(remote + local, consumeErrors=True)
+    failed = [i for i, (ok, _) in enumerate(outcomes) if not ok]
+    assert failed == [4, 19, 20]
+    assert all(outcomes[i][1].check(DuplicateMessage) for i in failed)
+    assert store.backlog_depths() == {"router-c": 9}
+    assert store.queue_depths() == {"q": 11}
+    assert [m.msg_id for _, m, _ in await store.fetch("q", 0, 100)] == ["m50"] + [
+        f"m{n}" for n in range(10, 20)
+    ]
+
+
+@pytest_twisted.ensureDeferred
+async def test_batched_receives_give_each_its_own_outcome(threaded):
+    store = await threaded.open()
+    await store.accept(msg(3))
+    await store.receive("peer-b", 1, msg(100, dest_router=ROUTER), True)
+    go, held = hold_writer(store)
+    calls = [
+        store.receive("peer-b", 2, msg(1), False),
+        store.receive("peer-b", 3, msg(2), False),
+        store.receive("peer-b", 4, msg(3), False),  # held: duplicate-id
+        store.receive("peer-b", 4, msg(4), False),  # seq again: duplicate-seq
+        store.receive("peer-c", 1, msg(5), False),
+        store.receive("peer-b", 5, msg(6), False),
+        store.receive("peer-b", 6, msg(10, dest_router=ROUTER), True),
+        store.receive("peer-b", 7, msg(100, dest_router=ROUTER), True),  # enqueued: duplicate-id
+        store.receive("peer-c", 2, msg(11, dest_router=ROUTER), True),
+        store.receive("peer-c", 2, msg(12, dest_router=ROUTER), True),  # duplicate-seq
+    ]
+    go.set()
+    await held
+    assert await defer.gatherResults(calls) == [
+        "stored",
+        "stored",
+        "duplicate-id",
+        "duplicate-seq",
+        "stored",
+        "stored",
+        "stored",
+        "duplicate-id",
+        "stored",
+        "duplicate-seq",
+    ]
+    assert store.last_received("peer-b") == 7
+    assert store.last_received("peer-c") == 2
+    assert store.backlog_depths() == {"router-c": 5}
+    assert store.queue_depths() == {"q": 3}
+    # And clean batches (the common case) are stored whole.
+    go, held = hold_writer(store)
+    calls = [store.receive("peer-d", n, msg(200 + n), False) for n in range(1, 51)]
+    calls += [
+        store.receive("peer-d", n, msg(300 + n, dest_router=ROUTER), True) for n in range(51, 101)
+    ]
+    go.set()
+    await held
+    assert set(await defer.gatherResults(calls)) == {"stored"}
+    assert store.last_received("peer-d") == 100
+    assert store.backlog_depths() == {"router-c": 55}
+    assert store.queue_depths() == {"q": 53}
+
+
+@pytest_twisted.ensureDeferred
+async def test_reads_see_the_writes_submitted_before_them(threaded):
+    store = await threaded.open()
+    accepts = [store.accept(msg(n, dest_router=ROUTER)) for n in range(20)]
+    fetched = store.fetch("q", 0, 100)
+    await defer.gatherResults(accepts)
+    assert len(await fetched) == 20
+
+
+@pytest_twisted.ensureDeferred
+async def test_close_finishes_pending_writes(opener):
+    store = await opener.open()
+    accepts = [store.accept(msg(n)) for n in range(50)]
+    closed = store.close()
+    await defer.gatherResults(accepts)
+    await closed
+    store = await opener.open()
+    assert store.backlog_depths() == {"router-c": 50}
+
+
+def test_the_threaded_executor_needs_a_real_reactor():
+    with pytest.raises(TypeError, match="InlineExecutor"):
+        ThreadedExecutor(task.Clock())
+
+
+def test_inline_executor_commits_each_call(tmp_path):
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=InlineExecutor(), router=ROUTER)
+    opened = store.open()
+    assert opened.called
+    before = store.executor.commits
+    for n in range(3):
+        assert store.accept(msg(n)).called
+    assert store.executor.commits - before == 3
+    store.close()
+
+
+# A router killed mid-way loses nothing it confirmed.
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from twisted.internet import defer, task
+    from meshroute.messages import Message
+    from meshroute.store import SQLiteStore, ThreadedExecutor
+
+    path, sync = sys.argv[2], sys.argv[3]
+
+    async def main(reactor):
+        store = SQLiteStore(path, sync, ThreadedExecutor(reactor), router="router-a")
+        await store.open()
+        print("open", flush=True)
+        forever = defer.Deferred()
+        count = iter(range(10**9))
+
+        def one():
+            n = next(count)
+            dest = "router-a" if n % 2 else "router-c"
+            m = Message(f"m{n}", "router-a", dest, "q", b"x" * 100)
+            store.accept(m).addCallback(confirmed, n)
+
+        def confirmed(_, n):
+            sys.stdout.write(f"{n}\\n")
+            sys.stdout.flush()
+            one()
+
+        for _ in range(200):
+            one()
+        await forever
+
+    task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+    """
+)
+
+
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
+    path = tmp_path / "store.db"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline() == "open\n", child.stderr.read()
+        confirmed = []
+        while len(confirmed) < 3000:
+            line = child.stdout.readline()
+            assert line, f"the child died: {child.stderr.read()}"
+            confirmed.append(int(line))
+        child.send_signal(signal.SIGKILL)
+        # Lines written before the kill are confirmations too.
+        rest = child.stdout.read().splitlines(keepends=True)
+        confirmed += [int(line) for line in rest if line.endswith("\n")]
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        held = {msg_id for (msg_id,) in connection.execute("SELECT msg_id FROM messages")}
+    finally:
+        connection.close()
+    assert {f"m{n}" for n in confirmed} <= held
+
+    store = SQLiteStore(str(path), sync, InlineExecutor(), router=ROUTER)
+    store.open()
+    local = sum(1 for msg_id in held if int(msg_id[1:]) % 2)
+    assert store.queue_depths() == {"q": local}
+    assert store.backlog_depths() == {"router-c": len(held) - local}
+    store.close()
