@@ -18,16 +18,22 @@ from meshroute.errors import WireError
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
-    FRAME_TYPES,
+    LINK_FRAMES,
+    Ack,
     Authenticate,
     Authenticated,
+    FastTransfer,
     Hello,
     Keepalive,
     Recovery,
     Reject,
+    Routes,
+    Transfer,
     Welcome,
-    frame_to_list,
 )
+from meshroute.wire.frameset import frame_to_list
+
+FRAME_TYPES = LINK_FRAMES.types
 
 FUZZ = settings(max_examples=300, deadline=None)
 
@@ -40,6 +46,11 @@ SAMPLES = [
     Authenticated(b"\x04" * 32),
     Recovery(17),
     Keepalive(),
+    Transfer(3, "router-a:ab:1", "router-a", "router-c", "orders", 1, 1795306854.25,
+             {"k": "v"}, b"body"),
+    Ack(3),
+    FastTransfer("router-a:ab:2", "router-a", "router-c", "orders", 0, 0.0, {}, b""),
+    Routes([["router-a", 7, ["router-b", "router-c"]], ["router-b", 1, []]]),
 ]
 
 
@@ -70,7 +81,7 @@ def feed_bytewise(decoder: FrameDecoder, data: bytes) -> list:
 
 def test_samples_cover_every_frame_type():
     assert {type(f) for f in SAMPLES} == set(FRAME_TYPES.values())
-    assert sorted(FRAME_TYPES) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(FRAME_TYPES) == list(range(1, 12))
 
 
 @pytest.mark.parametrize("frame", SAMPLES, ids=lambda f: type(f).__name__)
@@ -264,10 +275,10 @@ def test_wrong_field_counts(items):
         FrameDecoder().feed(raw(items))
 
 
-@pytest.mark.parametrize("code", [0, 8, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
+@pytest.mark.parametrize("code", [0, 12, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
                          ids=repr)
 def test_unknown_type_codes(code):
-    with pytest.raises(WireError, match="unknown frame type"):
+    with pytest.raises(WireError, match="unknown link frame type"):
         FrameDecoder().feed(raw([code]))
 
 
@@ -331,6 +342,18 @@ frames = st.one_of(
     st.builds(Authenticated, st.binary(max_size=40)),
     st.builds(Recovery, ints),
     st.just(Keepalive()),
+    st.builds(Transfer, ints, st.text(max_size=30), st.text(max_size=20), st.text(max_size=20),
+              st.text(max_size=20), ints, st.floats(allow_nan=False),
+              st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+              st.binary(max_size=100)),
+    st.builds(Ack, ints),
+    st.builds(FastTransfer, st.text(max_size=30), st.text(max_size=20), st.text(max_size=20),
+              st.text(max_size=20), ints, st.floats(allow_nan=False),
+              st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+              st.binary(max_size=100)),
+    st.builds(Routes, st.lists(st.tuples(st.text(max_size=10), ints,
+                                         st.lists(st.text(max_size=10), max_size=4))
+                               .map(lambda t: [t[0], t[1], t[2]]), max_size=4)),
 )
 
 
@@ -422,7 +445,7 @@ def test_frames_mixed_with_garbage_give_frames_or_wire_error(pieces, cuts, limit
         | st.dictionaries(st.text(max_size=5), inner, max_size=3),
         max_leaves=20,
     ).map(lambda tail: [tail] if not isinstance(tail, list) else tail),
-    st.integers(min_value=1, max_value=7),
+    st.integers(min_value=1, max_value=11),
 )
 def test_well_formed_msgpack_with_a_known_type_code(tail, code):
     """

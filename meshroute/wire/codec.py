@@ -13,7 +13,8 @@ import struct
 import msgpack
 
 from meshroute.errors import WireError
-from meshroute.wire.frames import frame_from_list, frame_to_list
+from meshroute.wire.frames import LINK_FRAMES
+from meshroute.wire.frameset import FrameSet, frame_to_list
 
 _LENGTH = struct.Struct(">I")
 
@@ -38,7 +39,10 @@ class FrameDecoder:
     the caller closes the connection.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self, frames: FrameSet = LINK_FRAMES, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> None:
+        self._frames = frames
         self._max = max_frame_size
         self._buffer = bytearray()
 
@@ -82,4 +86,4 @@ class FrameDecoder:
         except (ValueError, msgpack.ExtraData, msgpack.FormatError,
                 msgpack.StackError, TypeError, UnicodeDecodeError) as e:
             raise WireError(f"undecodable frame body: {e}") from None
-        return frame_from_list(items)
+        return self._frames.from_list(items)

@@ -1,19 +1,18 @@
 """
 The frames of the routing link, protocol version 1.
 
-Each frame is a small frozen dataclass.  On the wire a frame body is a
-msgpack array whose first element is the frame's C{TYPE} code and whose
-remaining elements are the dataclass fields in declaration order; the
-field annotations are the wire schema and are checked on decode, so a
-frame object that exists is always well-typed.
+Each frame is a small frozen dataclass, gathered in L{LINK_FRAMES}; see
+L{meshroute.wire.frameset} for how frames become msgpack arrays and how
+decoding checks them.
 
 docs/protocol.md narrates the stages in which each frame may be sent.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 from meshroute.errors import WireError
+from meshroute.wire.frameset import FrameSet
 
 #: The link protocol versions this build speaks, newest last.
 SUPPORTED_VERSIONS = (1,)
@@ -109,47 +108,81 @@ class Keepalive:
     TYPE: ClassVar[int] = 7
 
 
-FRAME_TYPES: dict[int, type] = {
-    cls.TYPE: cls
-    for cls in (Hello, Welcome, Reject, Authenticate, Authenticated, Recovery, Keepalive)
-}
-
-#: Python types a msgpack decode may yield for each annotation.  bool is a
-#: subclass of int and must not pass as one.
-_WIRE_TYPES = {int: int, str: str, bytes: bytes, list: list}
-
-
-def frame_to_list(frame) -> list:
+@dataclass(frozen=True)
+class Transfer:
     """
-    The msgpack array for C{frame}: its type code, then its fields.
+    Either direction, delivery stage: one persistent message, with this
+    link direction's sequence number.  The receiver acknowledges it (with
+    L{Ack}) only once it is durable.
     """
-    return [frame.TYPE, *(getattr(frame, f.name) for f in fields(frame))]
+
+    TYPE: ClassVar[int] = 8
+    seq: int
+    msg_id: str
+    origin: str
+    dest_router: str
+    dest_queue: str
+    hops: int
+    accepted_at: float
+    headers: dict
+    body: bytes
 
 
-def frame_from_list(items) -> object:
+@dataclass(frozen=True)
+class Ack:
     """
-    Rebuild a frame from a decoded msgpack array, checking every field.
+    Either direction, delivery stage: every L{Transfer} up to C{seq} is
+    durable here; the sender may forget them.
+    """
 
-    @raise WireError: unknown type code, wrong number of fields, or a field
-        of the wrong type.
+    TYPE: ClassVar[int] = 9
+    seq: int
+
+
+@dataclass(frozen=True)
+class FastTransfer:
     """
-    if not isinstance(items, list) or not items:
-        raise WireError("frame body is not a non-empty array")
-    code = items[0]
-    cls = FRAME_TYPES.get(code) if type(code) is int else None
-    if cls is None:
-        raise WireError(f"unknown frame type {code!r}")
-    spec = fields(cls)
-    values = items[1:]
-    if len(values) != len(spec):
-        raise WireError(
-            f"{cls.__name__} frame has {len(values)} fields, expected {len(spec)}"
-        )
-    for field, value in zip(spec, values):
-        expected = _WIRE_TYPES[field.type]
-        if type(value) is not expected:
-            raise WireError(
-                f"{cls.__name__}.{field.name} is {type(value).__name__}, "
-                f"expected {expected.__name__}"
-            )
-    return cls(*values)
+    Either direction, delivery stage: one non-persistent message.  No
+    sequence, no acknowledgement, no replay: it may be lost with a link or
+    a router, and so is never duplicated.
+    """
+
+    TYPE: ClassVar[int] = 10
+    msg_id: str
+    origin: str
+    dest_router: str
+    dest_queue: str
+    hops: int
+    accepted_at: float
+    headers: dict
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Routes:
+    """
+    Either direction, delivery stage: link-state advertisements, each
+    C{[origin, seq, [neighbour, ...]]} (see docs/routing.md).
+    """
+
+    TYPE: ClassVar[int] = 11
+    advertisements: list
+
+    def __post_init__(self) -> None:
+        for item in self.advertisements:
+            if not (
+                type(item) is list
+                and len(item) == 3
+                and type(item[0]) is str
+                and type(item[1]) is int
+                and type(item[2]) is list
+                and all(type(n) is str for n in item[2])
+            ):
+                raise WireError("Routes.advertisements must be [origin, seq, [names]] items")
+
+
+LINK_FRAMES = FrameSet(
+    "link",
+    (Hello, Welcome, Reject, Authenticate, Authenticated, Recovery, Keepalive,
+     Transfer, Ack, FastTransfer, Routes),
+)
