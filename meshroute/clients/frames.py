@@ -1,0 +1,267 @@
+"""
+The frames of the native client protocol, version 1.
+
+Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
+then a msgpack array of the type code and the fields), with its own
+L{FrameSet}, L{CLIENT_FRAMES}.  docs/client-protocol.md narrates when each
+frame may be sent and what the router answers.
+
+Every client frame that changes the session's state (L{Send},
+L{Subscribe}, L{Unsubscribe}, L{Credit}, L{Ack}, L{Close}) is a
+I{command} and carries a C{command_id}: 1 for the first command of a
+session, then each one more than the one before.  The router confirms a
+command by id, and the ids are what session reattachment will replay by
+(the router reports the last id it received; the client re-sends the
+rest).  L{Open}, L{Ping} and L{Pong} are not commands: they are about the
+connection, not the session.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from meshroute.errors import WireError
+from meshroute.wire.frameset import FrameSet
+
+#: The client protocol versions this build speaks, newest last.
+SUPPORTED_VERSIONS = (1,)
+
+#: Default largest frame, either direction (a message body must fit).
+MAX_FRAME_SIZE = 4 * 1024 * 1024
+
+# Error codes of the Error frame.  With command_id 0 the error is about the
+# connection, and the router closes it right after; with a command id it
+# answers that command only, and the session goes on.
+
+#: Bytes that are not a valid frame (connection-level).
+PROTOCOL_ERROR = "protocol-error"
+#: A valid frame that is not allowed now: before Open, after Close, a
+#: second Open, a command id out of sequence (connection-level).
+BAD_COMMAND = "bad-command"
+#: No protocol version in common (connection-level).
+UNSUPPORTED_VERSION = "unsupported-version"
+#: The address or queue name is malformed.
+BAD_ADDRESS = "bad-address"
+#: No router of that name is known in the mesh.
+UNKNOWN_ROUTER = "unknown-router"
+#: Too many messages already wait for the destination router.
+BACKLOG_FULL = "backlog-full"
+#: A well-formed command with an impossible argument (a subscription id
+#: already in use, a credit below 1).
+INVALID_ARGUMENT = "invalid-argument"
+#: The router failed to carry out the command; it is logged there.
+INTERNAL_ERROR = "internal-error"
+
+
+def _check_int_list(name: str, values: list) -> None:
+    if not all(type(v) is int for v in values):
+        raise WireError(f"{name} must be a list of integers")
+
+
+@dataclass(frozen=True)
+class Open:
+    """
+    Client → router, first frame: the versions the client speaks, who it is
+    (free text for logs and the admin API; may be empty), the session it
+    wants to resume (empty: a new one) and the connection TTL it asks for
+    in milliseconds (-1: never).
+    """
+
+    TYPE: ClassVar[int] = 1
+    versions: list
+    client_id: str
+    session_id: str
+    ttl_ms: int
+
+    def __post_init__(self) -> None:
+        _check_int_list("Open.versions", self.versions)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """
+    Router → client, answers L{Open}: the chosen version, the session id,
+    the router's name, the TTL in force, whether an existing session was
+    resumed, and the last command id the router received in it (0 for a
+    new session): the client re-sends every command after that one.
+    """
+
+    TYPE: ClassVar[int] = 2
+    version: int
+    session_id: str
+    router: str
+    ttl_ms: int
+    reattached: bool
+    last_command_id: int
+
+
+@dataclass(frozen=True)
+class Send:
+    """
+    Client → router, command: send one message to C{address}
+    (C{queue@router}, or a bare C{queue} on this router).
+    """
+
+    TYPE: ClassVar[int] = 3
+    command_id: int
+    address: str
+    headers: dict
+    body: bytes
+    persistent: bool
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """
+    Router → client: the command succeeded.  For a L{Send}, once the
+    message is durably accepted (persistent) or accepted (non-persistent),
+    with its mesh-wide message id; for other commands C{msg_id} is empty.
+    """
+
+    TYPE: ClassVar[int] = 4
+    command_id: int
+    msg_id: str
+
+
+@dataclass(frozen=True)
+class Error:
+    """
+    Router → client: command C{command_id} failed with C{code}; or, with
+    C{command_id} 0, the connection is being closed for C{code}.
+    """
+
+    TYPE: ClassVar[int] = 5
+    command_id: int
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """
+    Client → router, command: consume from local queue C{queue}.  The
+    client names the subscription (an id of its choice, unique among its
+    live subscriptions in this session) and grants an initial credit.
+    """
+
+    TYPE: ClassVar[int] = 6
+    command_id: int
+    subscription: int
+    queue: str
+    credit: int
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    """
+    Client → router, command: stop a subscription.  Its unacknowledged
+    deliveries go back to the queue, flagged redelivered.
+    """
+
+    TYPE: ClassVar[int] = 7
+    command_id: int
+    subscription: int
+
+
+@dataclass(frozen=True)
+class Credit:
+    """
+    Client → router, command: the subscription may receive C{n} more
+    deliveries.  Not confirmed.
+    """
+
+    TYPE: ClassVar[int] = 8
+    command_id: int
+    subscription: int
+    n: int
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """
+    Router → client: one message for a subscription.  C{delivery_id} is
+    what the client acknowledges.
+    """
+
+    TYPE: ClassVar[int] = 9
+    delivery_id: int
+    subscription: int
+    msg_id: str
+    origin: str
+    headers: dict
+    body: bytes
+    redelivered: bool
+
+
+@dataclass(frozen=True)
+class Ack:
+    """
+    Client → router, command: these deliveries are done with.  Not
+    confirmed; unknown ids are ignored.
+    """
+
+    TYPE: ClassVar[int] = 10
+    command_id: int
+    delivery_ids: list
+
+    def __post_init__(self) -> None:
+        _check_int_list("Ack.delivery_ids", self.delivery_ids)
+
+
+@dataclass(frozen=True)
+class Ping:
+    """
+    Either direction: are you there?  Answered by L{Pong} with the same
+    C{n}.
+    """
+
+    TYPE: ClassVar[int] = 11
+    n: int
+
+
+@dataclass(frozen=True)
+class Pong:
+    """
+    Either direction: the answer to L{Ping}.
+    """
+
+    TYPE: ClassVar[int] = 12
+    n: int
+
+
+@dataclass(frozen=True)
+class Close:
+    """
+    Client → router, command, last: end the session.  The router finishes
+    the commands in progress, cancels the subscriptions, answers
+    L{Closed} and closes the connection.
+    """
+
+    TYPE: ClassVar[int] = 13
+    command_id: int
+
+
+@dataclass(frozen=True)
+class Closed:
+    """
+    Router → client: every command up to and including L{Close} is done
+    (sends confirmed or refused, acknowledgements durable); the session is
+    gone.
+    """
+
+    TYPE: ClassVar[int] = 14
+
+
+CLIENT_FRAMES = FrameSet(
+    "client",
+    (Open, Opened, Send, Confirm, Error, Subscribe, Unsubscribe, Credit, Deliver, Ack,
+     Ping, Pong, Close, Closed),
+)
+
+#: What a router's decoder accepts: the frames a client may send.  A
+#: router-to-client frame arriving at the router is a protocol error.
+FROM_CLIENT = FrameSet(
+    "client-to-router", (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close)
+)
+
+#: What a client's decoder accepts: the frames a router may send.
+FROM_ROUTER = FrameSet("router-to-client", (Opened, Confirm, Error, Deliver, Ping, Pong, Closed))

@@ -1,0 +1,494 @@
+"""
+A router's local queues and their consumers.
+
+Persistent entries live in the store (L{IMessageStore}); this module never
+loads a whole queue: while a queue has consumers it keeps a bounded
+read-ahead buffer of at most C{read_ahead} entries, paged in with
+C{fetch(queue, after_entry, limit)}, and a queue without consumers holds no
+persistent message in memory at all.  Non-persistent entries (the JMS
+NON_PERSISTENT fast path) live only here, in memory, bounded per queue by
+C{max_transient}; past it the oldest is dropped (C{message.dropped},
+reason C{max-depth}), since a non-persistent message may be lost but must
+never block a producer.
+
+Delivery rules:
+
+ - B{Order.}  Per queue, FIFO: entries that went back to the queue (their
+   consumer left without acknowledging them) come first, in their original
+   order and flagged C{redelivered}; then persistent entries by entry id.
+   Persistent and non-persistent messages are two streams (JMS only orders
+   messages of one delivery mode); when both are waiting they alternate,
+   so neither starves the other.
+ - B{Round-robin.}  Each delivery goes to the next consumer of the queue,
+   in subscription order, that has credit.
+ - B{Credit.}  A consumer's credit is how many more deliveries it may
+   receive: each delivery spends one, acknowledging gives none back, and
+   only L{Subscription.add_credit} (the client's C{Credit} frame) adds
+   more.  So a client that grants credit as it acknowledges never holds
+   more than its prefetch unacknowledged (docs/client-protocol.md).
+ - B{Acknowledgement.}  L{Subscription.ack} deletes persistent entries from
+   the store and emits C{message.consumed} once that is durable.
+ - B{Cancel.}  L{Subscription.cancel} (an unsubscribe, or the connection
+   going away) puts unacknowledged deliveries back at the front of the
+   queue, marks them redelivered in the store, and they are delivered again
+   with C{redelivered=True}.
+"""
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from meshroute import events as event_names
+from meshroute.messages import Message
+
+log = Logger()
+
+#: Default bound of the per-queue read-ahead buffer (persistent entries
+#: fetched from the store, not yet delivered).
+READ_AHEAD = 256
+
+#: Default bound of waiting non-persistent messages per queue.
+MAX_TRANSIENT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """
+    One message handed to one consumer.
+
+    @ivar delivery_id: unique within the L{QueueManager} (increasing); what
+        the consumer acknowledges.
+    @ivar redelivered: this message was delivered before and not
+        acknowledged.
+    @ivar entry_id: its store entry id, or None for a non-persistent
+        message.
+    """
+
+    delivery_id: int
+    queue: str
+    message: Message
+    redelivered: bool
+    entry_id: int | None = None
+
+
+@dataclass(slots=True)
+class _Item:
+    """
+    A message in a queue's memory.  C{seq} is its arrival order in this
+    queue's memory, used to put returned items back in their place.
+    """
+
+    entry_id: int | None
+    message: Message
+    redelivered: bool
+    seq: int
+
+
+class _Queue:
+    """
+    The in-memory side of one local queue.
+
+    @ivar returned: items given back by cancelled consumers, in C{seq}
+        order; delivered before anything else.
+    @ivar buffer: persistent entries read ahead from the store.
+    @ivar last_fetched: the highest entry id read into C{buffer}; the next
+        fetch asks for entries above it.
+    @ivar more: the store may hold entries above C{last_fetched}.
+    @ivar notified: bumped by every C{notify}, so a fetch that started
+        before a notification does not conclude the store is exhausted.
+    @ivar epoch: bumped when the persistent memory is released, so a
+        fetch from before the release is ignored.
+    @ivar acking: store.consume calls in flight.
+    @ivar transient_held: non-persistent messages of this queue in memory,
+        waiting or delivered and unacknowledged.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.consumers: list[Subscription] = []
+        self.next_consumer = 0
+        self.returned: deque[_Item] = deque()
+        self.buffer: deque[_Item] = deque()
+        self.transient: deque[_Item] = deque()
+        self.seq = itertools.count(1)
+        self.last_fetched = 0
+        self.more = True
+        self.fetching = False
+        self.notified = 0
+        self.epoch = 0
+        self.acking = 0
+        self.transient_held = 0
+        self.take_transient = False
+        self.dispatching = False
+        self.again = False
+
+    def idle(self) -> bool:
+        return not (
+            self.consumers or self.fetching or self.acking or self.returned
+            or self.buffer or self.transient or self.transient_held
+        )
+
+
+class Subscription:
+    """
+    One consumer of one queue.
+
+    @ivar credit: how many more deliveries it may receive.
+    """
+
+    def __init__(self, manager: "QueueManager", queue: _Queue,
+                 deliver: Callable[[Delivery], None], credit: int) -> None:
+        self._manager = manager
+        self._queue = queue
+        self._deliver = deliver
+        self.queue = queue.name
+        self.credit = credit
+        self.cancelled = False
+        self._unacked: dict[int, tuple[Delivery, _Item]] = {}
+
+    @property
+    def unacknowledged(self) -> int:
+        """
+        Deliveries made to this consumer and not yet acknowledged.
+        """
+        return len(self._unacked)
+
+    def add_credit(self, n: int) -> None:
+        """
+        Allow C{n} more deliveries.  Ignored once cancelled.
+        """
+        if n < 0:
+            raise ValueError(f"credit must not be negative: {n}")
+        if self.cancelled:
+            return
+        self.credit += n
+        self._manager._dispatch(self._queue)
+
+    def ack(self, delivery_ids) -> Deferred:
+        """
+        The consumer is done with these deliveries: delete them.
+
+        Ids this consumer does not hold unacknowledged (already
+        acknowledged, never delivered to it, or given back by L{cancel})
+        are ignored, so acknowledging twice is harmless.
+
+        @return: Deferred firing when the deletions are durable (and the
+            C{message.consumed} events written).
+        """
+        done: list[Delivery] = []
+        entry_ids: list[int] = []
+        queue = self._queue
+        for delivery_id in delivery_ids:
+            held = self._unacked.pop(delivery_id, None)
+            if held is None:
+                continue
+            delivery = held[0]
+            done.append(delivery)
+            if delivery.entry_id is None:
+                queue.transient_held -= 1
+            else:
+                entry_ids.append(delivery.entry_id)
+        manager = self._manager
+        if not entry_ids:
+            manager._consumed(done)
+            manager._forget_if_idle(queue)
+            return succeed(None)
+        queue.acking += 1
+
+        def durable(_):
+            queue.acking -= 1
+            manager._consumed(done)
+            manager._settle(queue)
+
+        def failed(failure):
+            queue.acking -= 1
+            manager._settle(queue)
+            return failure
+
+        return manager._store.consume(entry_ids).addCallbacks(durable, failed)
+
+    def cancel(self) -> Deferred:
+        """
+        Stop consuming.  Unacknowledged deliveries go back to the front of
+        the queue, flagged redelivered (in the store too).
+
+        @return: Deferred firing when the redelivered marks are durable.
+            A store failure is logged here, and the Deferred fires with
+            None anyway: the entries are back in the queue either way.
+        """
+        if self.cancelled:
+            return succeed(None)
+        self.cancelled = True
+        manager, queue = self._manager, self._queue
+        queue.consumers.remove(self)
+        held = sorted(self._unacked.values(), key=lambda pair: pair[1].seq)
+        self._unacked.clear()
+        returned = [
+            _Item(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
+        ]
+        if returned:
+            queue.returned = deque(
+                sorted([*queue.returned, *returned], key=lambda item: item.seq)
+            )
+        entry_ids = [item.entry_id for item in returned if item.entry_id is not None]
+        d = manager._store.mark_redelivered(entry_ids) if entry_ids else succeed(None)
+        d.addCallbacks(
+            lambda _: None,
+            lambda f: log.failure("marking entries of {queue} redelivered", f, queue=queue.name),
+        )
+        manager._settle(queue)
+        return d
+
+    def _give(self, item: _Item, delivery_id: int) -> None:
+        self.credit -= 1
+        delivery = Delivery(delivery_id, self.queue, item.message, item.redelivered, item.entry_id)
+        self._unacked[delivery_id] = (delivery, item)
+        try:
+            self._deliver(delivery)
+        except Exception:
+            # It stays unacknowledged: a cancel gives it back to the queue.
+            log.failure("consumer of {queue} failed to take a delivery", queue=self.queue)
+
+
+class QueueManager:
+    """
+    The local queues of one router and their consumers.
+
+    @param store: the router's L{meshroute.interfaces.IMessageStore}.
+    @param events: where C{message.consumed} and C{message.dropped} go
+        (anything with C{emit(event, **fields)}).
+    @param clock: the router's clock.
+    @param read_ahead: bound of each queue's read-ahead buffer.
+    @param max_transient: bound of waiting non-persistent messages per
+        queue.
+    """
+
+    def __init__(self, store, events, clock: IReactorTime,
+                 read_ahead: int = READ_AHEAD, max_transient: int = MAX_TRANSIENT) -> None:
+        if read_ahead < 1:
+            raise ValueError("read_ahead must be at least 1")
+        self.clock = clock
+        self._store = store
+        self._events = events
+        self._read_ahead = read_ahead
+        self._max_transient = max_transient
+        self._queues: dict[str, _Queue] = {}
+        self._delivery_ids = itertools.count(1)
+
+    # -- what the engine calls ------------------------------------------------
+
+    def notify(self, queue: str) -> None:
+        """
+        New persistent entries may be in the store for C{queue}.
+        """
+        state = self._queues.get(queue)
+        if state is None:
+            # Nobody holds anything of it in memory: whoever subscribes
+            # first reads it from the start.
+            return
+        state.more = True
+        state.notified += 1
+        if state.consumers:
+            self._dispatch(state)
+
+    def put_transient(self, queue: str, message: Message) -> None:
+        """
+        Enqueue a non-persistent message (memory only).
+        """
+        state = self._state(queue)
+        if len(state.transient) >= self._max_transient:
+            dropped = state.transient.popleft()
+            state.transient_held -= 1
+            self._events.emit(
+                event_names.MESSAGE_DROPPED, msg_id=dropped.message.msg_id,
+                origin=dropped.message.origin, queue=queue, reason="max-depth",
+            )
+        state.transient.append(_Item(None, message, False, next(state.seq)))
+        state.transient_held += 1
+        self._dispatch(state)
+
+    # -- what client sessions call --------------------------------------------
+
+    def subscribe(self, queue: str, deliver: Callable[[Delivery], None],
+                  credit: int) -> Subscription:
+        """
+        Start consuming from C{queue}: C{deliver(delivery)} is called for
+        each message given to this consumer, at most C{credit} times until
+        more credit is added.  Deliveries may begin before this returns.
+        """
+        if credit < 0:
+            raise ValueError(f"credit must not be negative: {credit}")
+        state = self._state(queue)
+        subscription = Subscription(self, state, deliver, credit)
+        state.consumers.append(subscription)
+        self._dispatch(state)
+        return subscription
+
+    # -- what the admin API shows ---------------------------------------------
+
+    def depths(self) -> dict[str, int]:
+        """
+        C{{queue: entries}}: persistent entries in the store (delivered but
+        unacknowledged ones included) plus non-persistent ones in memory.
+        """
+        depths = dict(self._store.queue_depths())
+        for name, state in self._queues.items():
+            if state.transient_held:
+                depths[name] = depths.get(name, 0) + state.transient_held
+        return depths
+
+    def consumer_counts(self) -> dict[str, int]:
+        """
+        C{{queue: consumers}} for every queue that has consumers.
+        """
+        return {name: len(state.consumers) for name, state in self._queues.items()
+                if state.consumers}
+
+    def describe(self) -> list[dict]:
+        """
+        C{GET /api/v1/queues}: C{[{"name", "depth", "consumers"}]} by name,
+        for every queue with entries or consumers.
+        """
+        depths = self.depths()
+        consumers = self.consumer_counts()
+        return [
+            {"name": name, "depth": depths.get(name, 0), "consumers": consumers.get(name, 0)}
+            for name in sorted(depths.keys() | consumers.keys())
+        ]
+
+    # -- inside ---------------------------------------------------------------
+
+    def _state(self, queue: str) -> _Queue:
+        state = self._queues.get(queue)
+        if state is None:
+            state = self._queues[queue] = _Queue(queue)
+        return state
+
+    def _dispatch(self, state: _Queue) -> None:
+        """
+        Give waiting items to consumers with credit, then keep the
+        read-ahead buffer filled.  Re-entrant calls (a consumer acting
+        from inside C{deliver}, a fetch that completes at once) make the
+        running loop go round again instead of nesting.
+        """
+        if state.dispatching:
+            state.again = True
+            return
+        state.dispatching = True
+        try:
+            while True:
+                state.again = False
+                self._fill(state)
+                while state.returned or state.buffer or state.transient:
+                    consumer = self._next_consumer(state)
+                    if consumer is None:
+                        break
+                    consumer._give(self._next_item(state), next(self._delivery_ids))
+                self._fill(state)
+                if not state.again:
+                    break
+        finally:
+            state.dispatching = False
+        self._forget_if_idle(state)
+
+    def _next_consumer(self, state: _Queue) -> Subscription | None:
+        consumers = state.consumers
+        count = len(consumers)
+        start = state.next_consumer
+        for offset in range(count):
+            index = (start + offset) % count
+            consumer = consumers[index]
+            if consumer.credit > 0:
+                state.next_consumer = (index + 1) % count
+                return consumer
+        return None
+
+    def _next_item(self, state: _Queue) -> _Item:
+        if state.returned:
+            return state.returned.popleft()
+        buffer, transient = state.buffer, state.transient
+        if buffer and transient:
+            state.take_transient = not state.take_transient
+            return (transient if state.take_transient else buffer).popleft()
+        return (buffer or transient).popleft()
+
+    def _fill(self, state: _Queue) -> None:
+        """
+        Read more entries from the store when consumers exist, the store
+        may have more, and the buffer is at most half full.
+        """
+        if state.fetching or not state.more or not state.consumers:
+            return
+        room = self._read_ahead - len(state.buffer)
+        if room * 2 < self._read_ahead:
+            return
+        state.fetching = True
+        d = self._store.fetch(state.name, state.last_fetched, room)
+        d.addCallbacks(
+            self._fetched, self._fetch_failed,
+            callbackArgs=(state, state.notified, state.epoch, room),
+            errbackArgs=(state,),
+        )
+
+    def _fetched(self, rows, state: _Queue, notified: int, epoch: int, limit: int) -> None:
+        state.fetching = False
+        if epoch != state.epoch:
+            # The persistent memory was released while this fetch ran.
+            self._dispatch(state)
+            return
+        for entry_id, message, redelivered in rows:
+            if entry_id <= state.last_fetched:
+                continue
+            state.buffer.append(_Item(entry_id, message, bool(redelivered), next(state.seq)))
+            state.last_fetched = entry_id
+        if len(rows) < limit and notified == state.notified:
+            state.more = False
+        self._dispatch(state)
+
+    def _fetch_failed(self, failure, state: _Queue) -> None:
+        state.fetching = False
+        log.failure("reading queue {queue} from the store", failure, queue=state.name)
+        # The next notify, credit or subscription tries again.
+
+    def _settle(self, state: _Queue) -> None:
+        """
+        After consumers or acknowledgements changed: redeliver, and without
+        consumers release the persistent entries held in memory.
+        """
+        if not state.consumers and not state.acking:
+            self._release(state)
+        self._dispatch(state)
+
+    def _release(self, state: _Queue) -> None:
+        """
+        No consumer is left and no deletion is in flight: every persistent
+        entry this queue holds in memory is also in the store, undelivered,
+        so drop them and read the queue from the start next time.
+        """
+        if not (state.buffer or state.last_fetched or state.fetching
+                or any(item.entry_id is not None for item in state.returned)):
+            return
+        state.buffer.clear()
+        state.returned = deque(item for item in state.returned if item.entry_id is None)
+        state.last_fetched = 0
+        state.more = True
+        state.epoch += 1
+
+    def _forget_if_idle(self, state: _Queue) -> None:
+        if state.idle() and self._queues.get(state.name) is state:
+            del self._queues[state.name]
+
+    def _consumed(self, deliveries: list[Delivery]) -> None:
+        emit = self._events.emit
+        for delivery in deliveries:
+            message = delivery.message
+            emit(
+                event_names.MESSAGE_CONSUMED, msg_id=message.msg_id, queue=delivery.queue,
+                origin=message.origin, accepted_at=message.accepted_at,
+                persistent=message.persistent, redelivered=delivery.redelivered,
+            )

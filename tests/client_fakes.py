@@ -1,0 +1,113 @@
+"""
+A fake message engine for the client protocol and client API tests.
+
+It honours the engine's contract as the client listener sees it (C{name},
+C{queues}, C{submit}) with a real L{QueueManager} over a real SQLite store
+run inline, but what C{submit} does is up to the test: by default each
+call returns a L{Deferred} the test fires (L{FakeEngine.submitted}); with
+C{auto=True} it accepts local messages into the store at once, as the
+real engine does for a bare queue, so sends can be received.
+"""
+
+import itertools
+from dataclasses import dataclass
+
+from twisted.internet.defer import Deferred, fail, succeed
+
+from meshroute.errors import MeshrouteError
+from meshroute.messages import Message, parse_address
+from meshroute.queues import QueueManager
+from meshroute.store import InlineExecutor, SQLiteStore
+
+ROUTER = "router-a"
+
+
+class FakeUnknownRouter(MeshrouteError):
+    code = "unknown-router"
+
+
+class FakeBacklogFull(MeshrouteError):
+    code = "backlog-full"
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict]] = []
+
+    def emit(self, event: str, **fields) -> None:
+        self.records.append((event, fields))
+
+    def named(self, event: str) -> list[dict]:
+        return [fields for name, fields in self.records if name == event]
+
+
+@dataclass
+class Submitted:
+    """
+    One C{submit} call and the Deferred the test controls.
+    """
+
+    address: str
+    body: bytes
+    headers: dict
+    persistent: bool
+    deferred: Deferred
+
+
+class FakeEngine:
+    """
+    @ivar submitted: every submit not handled automatically, in order.
+    """
+
+    def __init__(self, path: str, clock, auto: bool = False) -> None:
+        self.name = ROUTER
+        self.store = SQLiteStore(path, sync="normal", executor=InlineExecutor(), router=ROUTER)
+        self.store.open()
+        self.events = RecordingEvents()
+        self.queues = QueueManager(self.store, self.events, clock)
+        self.auto = auto
+        self.submitted: list[Submitted] = []
+        self._ids = itertools.count(1)
+
+    def submit(self, address: str, body: bytes, headers: dict, persistent: bool) -> Deferred:
+        if not self.auto:
+            d = Deferred()
+            self.submitted.append(Submitted(address, body, headers, persistent, d))
+            return d
+        try:
+            queue, router = parse_address(address, self.name)
+        except MeshrouteError as e:
+            return fail(e)
+        if router != self.name:
+            return fail(FakeUnknownRouter(f"no router {router} in the mesh"))
+        message = self.message(queue, body, headers, persistent)
+        if not persistent:
+            self.queues.put_transient(queue, message)
+            return succeed(message.msg_id)
+        d = self.store.accept(message)
+        d.addCallback(lambda _: self.queues.notify(queue))
+        d.addCallback(lambda _: message.msg_id)
+        return d
+
+    def message(self, queue: str, body: bytes, headers: dict | None = None,
+                persistent: bool = True) -> Message:
+        return Message(
+            msg_id=f"{self.name}:fake:{next(self._ids)}", origin=self.name,
+            dest_router=self.name, dest_queue=queue, body=body, headers=dict(headers or {}),
+            persistent=persistent, accepted_at=1000.0,
+        )
+
+    def enqueue(self, queue: str, *bodies: bytes) -> list[Message]:
+        """
+        Put persistent messages straight into a local queue.
+        """
+        messages = []
+        for body in bodies:
+            message = self.message(queue, body)
+            self.store.accept(message)
+            self.queues.notify(queue)
+            messages.append(message)
+        return messages
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,773 @@
+"""
+Tests for the Twisted client API (L{meshroute.client}) and the
+C{meshroute send} / C{meshroute receive} commands built on it, against the
+router's L{ClientProtocol} through an in-memory connection (iosim) with a
+fake engine.
+
+Connecting opens a session; pipelined sends are confirmed each with its
+message id or refused with the router's code; subscriptions deliver,
+acknowledgements are batched and keep the prefetch window full; close
+waits for what is in flight; a lost connection fails what is pending.
+"""
+
+import io
+import json
+
+import pytest
+import pytest_twisted
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.internet.defer import Deferred, ensureDeferred, succeed
+from twisted.internet.task import Clock
+from twisted.python import usage
+from twisted.test import iosim
+
+from meshroute import cli
+from meshroute.client import (
+    CONNECTION_LOST,
+    ReceivedMessage,
+    SendError,
+    SessionError,
+    SubscribeError,
+    connect_endpoint,
+    describe_body,
+)
+from meshroute.clients import frames as f
+from meshroute.clients.protocol import ClientFactory
+from meshroute.wire.codec import encode
+
+from client_fakes import ROUTER, FakeEngine
+
+
+class MemoryEndpoint:
+    """
+    A client endpoint whose connections reach a L{ClientFactory} through
+    iosim; C{pump} moves the bytes of the latest connection, C{pumps}
+    those of all.
+    """
+
+    def __init__(self, server_factory, clock) -> None:
+        self._server_factory = server_factory
+        self._clock = clock
+        self.pump: iosim.IOPump | None = None
+        self.pumps: list[iosim.IOPump] = []
+        self.server = None
+
+    def connect(self, factory):
+        client = factory.buildProtocol(None)
+        self.server = self._server_factory.buildProtocol(None)
+        self.pump = iosim.connect(
+            self.server, iosim.makeFakeServer(self.server),
+            client, iosim.makeFakeClient(client),
+            greet=False, clock=self._clock,
+        )
+        self.pumps.append(self.pump)
+        return succeed(client)
+
+
+class Harness:
+    def __init__(self, engine, clock) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.factory = ClientFactory(engine, clock)
+        self.endpoint = MemoryEndpoint(self.factory, clock)
+
+    def connect(self, client_id="tester"):
+        d = connect_endpoint(self.clock, self.endpoint, client_id)
+        self.flush()
+        return result_of(d)
+
+    def flush(self) -> None:
+        while any([pump.flush() for pump in self.endpoint.pumps]):
+            pass
+
+    def connect_for_cli(self, reactor, endpoint_string, client_id=None):
+        """
+        A stand-in for L{meshroute.client.connect} that the commands call.
+        """
+        d = connect_endpoint(self.clock, self.endpoint, client_id)
+        self.flush()
+        return d
+
+
+def result_of(d: Deferred):
+    results = []
+    d.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    result = results[0]
+    if hasattr(result, "raiseException"):
+        result.raiseException()
+    return result
+
+
+def failure_of(d: Deferred):
+    results = []
+    d.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    assert hasattr(results[0], "raiseException"), f"succeeded with {results[0]!r}"
+    return results[0].value
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def engine(tmp_path, clock):
+    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def auto_engine(tmp_path, clock):
+    engine = FakeEngine(str(tmp_path / "auto.sqlite"), clock, auto=True)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def harness(engine, clock):
+    return Harness(engine, clock)
+
+
+@pytest.fixture
+def auto(auto_engine, clock):
+    return Harness(auto_engine, clock)
+
+
+# -- connecting ----------------------------------------------------------------
+
+
+def test_connect_opens_a_session(harness):
+    client = harness.connect("producer-7")
+    assert client.router == ROUTER
+    assert client.client_id == "producer-7"
+    assert len(client.session_id) == 32
+    (session,) = harness.factory.sessions.describe()
+    assert session["client_id"] == "producer-7"
+
+
+def test_connect_times_out_without_an_answer(clock, harness):
+    class Silent:
+        def connect(self, factory):
+            from twisted.internet.testing import StringTransport
+
+            protocol = factory.buildProtocol(None)
+            self.transport = StringTransport()
+            self.protocol = protocol
+            protocol.makeConnection(self.transport)
+            return succeed(protocol)
+
+    silent = Silent()
+    d = connect_endpoint(clock, silent, "c", timeout=5)
+    clock.advance(5)
+    assert silent.transport.disconnected
+    silent.protocol.connectionLost(None)
+    error = failure_of(d)
+    assert isinstance(error, SessionError) and error.code == "timeout"
+
+
+def test_connect_refused_by_the_router(clock, tmp_path):
+    engine = FakeEngine(str(tmp_path / "s.sqlite"), clock)
+    try:
+        h = Harness(engine, clock)
+        import meshroute.clients.session as session_module
+
+        original = session_module.SessionCore.vet_open
+        session_module.SessionCore.vet_open = lambda self, frame: (
+            f.UNSUPPORTED_VERSION, "this router speaks [2]")
+        try:
+            d = connect_endpoint(clock, h.endpoint, "c")
+            h.flush()
+        finally:
+            session_module.SessionCore.vet_open = original
+        error = failure_of(d)
+        assert isinstance(error, SessionError)
+        assert (error.code, error.detail) == (f.UNSUPPORTED_VERSION, "this router speaks [2]")
+    finally:
+        engine.close()
+
+
+def test_connection_failure(clock):
+    from twisted.internet.defer import fail
+
+    class Refusing:
+        def connect(self, factory):
+            return fail(ConnectionRefusedError("nobody there"))
+
+    error = failure_of(connect_endpoint(clock, Refusing(), "c"))
+    assert isinstance(error, SessionError) and error.code == CONNECTION_LOST
+
+
+# -- sending -------------------------------------------------------------------
+
+
+def test_send_fires_with_the_message_id(harness, engine):
+    client = harness.connect()
+    d = client.send("orders@router-c", b"hello", {"k": "v"})
+    harness.flush()
+    (submitted,) = engine.submitted
+    assert (submitted.address, submitted.body, submitted.headers, submitted.persistent) == (
+        "orders@router-c", b"hello", {"k": "v"}, True)
+    assert not d.called
+    submitted.deferred.callback("router-a:x:1")
+    harness.flush()
+    assert result_of(d) == "router-a:x:1"
+
+
+def test_non_persistent_send(harness, engine):
+    client = harness.connect()
+    client.send("q", b"x", persistent=False)
+    harness.flush()
+    assert engine.submitted[0].persistent is False
+
+
+def test_pipelined_sends(harness, engine):
+    client = harness.connect()
+    sends = [client.send("q", b"%d" % n) for n in range(500)]
+    harness.flush()
+    assert len(engine.submitted) == 500
+    for n, submitted in reversed(list(enumerate(engine.submitted))):
+        submitted.deferred.callback(f"id-{n}")
+    harness.flush()
+    assert [result_of(d) for d in sends] == [f"id-{n}" for n in range(500)]
+
+
+def test_send_refused(harness, engine):
+    from client_fakes import FakeBacklogFull
+
+    client = harness.connect()
+    refused, accepted = client.send("q@router-x", b"1"), client.send("q", b"2")
+    harness.flush()
+    engine.submitted[0].deferred.errback(FakeBacklogFull("too many wait for router-x"))
+    engine.submitted[1].deferred.callback("id-2")
+    harness.flush()
+    error = failure_of(refused)
+    assert isinstance(error, SendError)
+    assert (error.code, error.detail) == ("backlog-full", "too many wait for router-x")
+    assert result_of(accepted) == "id-2"
+
+
+def test_bad_address_with_the_real_parser(auto):
+    client = auto.connect()
+    d = client.send("no good@", b"x")
+    auto.flush()
+    error = failure_of(d)
+    assert isinstance(error, SendError) and error.code == "bad-address"
+
+
+def test_send_checks_its_arguments(harness):
+    client = harness.connect()
+    with pytest.raises(TypeError):
+        client.send("q", "text")
+    with pytest.raises(TypeError):
+        client.send("q", b"x", {"n": 1})
+    assert client.send("q", bytearray(b"ok")) is not None
+
+
+def test_pending_sends_fail_when_the_connection_is_lost(harness, engine):
+    client = harness.connect()
+    d = client.send("q", b"x")
+    harness.flush()
+    closed = client.when_closed()
+    harness.endpoint.pump.serverIO.loseConnection()
+    harness.flush()
+    error = failure_of(d)
+    assert isinstance(error, SessionError) and error.code == CONNECTION_LOST
+    assert isinstance(failure_of(closed), SessionError)
+    assert isinstance(failure_of(client.send("q", b"y")), SessionError)
+
+
+# -- consuming -----------------------------------------------------------------
+
+
+def test_subscribe_receive_ack(harness, engine):
+    sent = engine.enqueue("orders", b"one", b"two")
+    client = harness.connect()
+    got: list[ReceivedMessage] = []
+    d = client.subscribe("orders", got.append, prefetch=10)
+    harness.flush()
+    subscription = result_of(d)
+    assert subscription.queue == "orders"
+    assert [(m.body, m.msg_id, m.queue, m.origin, m.redelivered) for m in got] == [
+        (b"one", sent[0].msg_id, "orders", ROUTER, False),
+        (b"two", sent[1].msg_id, "orders", ROUTER, False),
+    ]
+    for message in got:
+        message.ack()
+        message.ack()  # Twice is harmless.
+    harness.flush()
+    assert engine.queues.depths() == {}
+
+
+def test_prefetch_bounds_unacknowledged_messages(harness, engine):
+    engine.enqueue("q", *[b"%d" % n for n in range(10)])
+    client = harness.connect()
+    got: list[ReceivedMessage] = []
+    client.subscribe("q", got.append, prefetch=3)
+    harness.flush()
+    assert len(got) == 3
+    got[0].ack()
+    harness.flush()
+    assert len(got) == 4
+    for message in got[1:]:
+        message.ack()
+    harness.flush()
+    assert len(got) == 7
+
+
+def test_acks_are_batched_per_turn(harness, engine):
+    engine.enqueue("q", *[b"%d" % n for n in range(5)])
+    client = harness.connect()
+    got: list[ReceivedMessage] = []
+    client.subscribe("q", got.append, prefetch=5)
+    harness.flush()
+    server_frames = []
+    original = harness.endpoint.server.machine.got_ack
+    harness.endpoint.server.machine.got_ack = lambda frame: (server_frames.append(frame),
+                                                            original(frame))
+    for message in got:
+        message.ack()
+    harness.flush()
+    (ack,) = server_frames
+    assert ack.delivery_ids == [m.delivery_id for m in got]
+
+
+def test_acking_inside_on_message_streams_a_long_queue(harness, engine):
+    engine.enqueue("q", *[b"%d" % n for n in range(300)])
+    client = harness.connect()
+    got = []
+
+    def on_message(message):
+        got.append(message.body)
+        message.ack()
+
+    client.subscribe("q", on_message, prefetch=10)
+    harness.flush()
+    assert got == [b"%d" % n for n in range(300)]
+    assert engine.queues.depths() == {}
+
+
+def test_max_messages_stops_credit(harness, engine):
+    engine.enqueue("q", *[b"%d" % n for n in range(10)])
+    client = harness.connect()
+    got = []
+
+    def on_message(message):
+        got.append(message)
+        message.ack()
+
+    client.subscribe("q", on_message, prefetch=3, max_messages=5)
+    harness.flush()
+    assert len(got) == 5
+    assert engine.queues.depths() == {"q": 5}
+
+
+def test_subscribe_refused(harness):
+    client = harness.connect()
+    d = client.subscribe("bad/name", lambda m: None)
+    harness.flush()
+    error = failure_of(d)
+    assert isinstance(error, SubscribeError) and error.code == "bad-address"
+
+
+def test_cancel_returns_unacknowledged_messages(harness, engine):
+    engine.enqueue("q", b"1", b"2")
+    client = harness.connect()
+    got = []
+    d = client.subscribe("q", got.append, prefetch=5)
+    harness.flush()
+    got[0].ack()
+    cancelled = result_of(d).cancel()
+    harness.flush()
+    assert result_of(cancelled) is None
+    assert engine.queues.depths() == {"q": 1}
+    again = []
+    client.subscribe("q", again.append)
+    harness.flush()
+    assert [(m.body, m.redelivered) for m in again] == [(b"2", True)]
+
+
+def test_on_message_raising_is_logged(harness, engine, observe_errors):
+    engine.enqueue("q", b"1")
+    client = harness.connect()
+
+    def on_message(message):
+        raise RuntimeError("application bug")
+
+    client.subscribe("q", on_message)
+    harness.flush()
+    assert len(observe_errors.take(lambda e: e.get("log_failure") is not None)) == 1
+
+
+def test_end_to_end_send_and_receive(auto):
+    producer, consumer = auto.connect("producer"), auto.connect("consumer")
+    sends = [producer.send("q", b"%d" % n, {"n": str(n)}) for n in range(20)]
+    sends.append(producer.send("q", b"fast", persistent=False))
+    auto.flush()
+    ids = [result_of(d) for d in sends]
+    got = []
+
+    def on_message(message):
+        got.append(message)
+        message.ack()
+
+    consumer.subscribe("q", on_message, prefetch=7)
+    auto.flush()
+    assert sorted(m.msg_id for m in got) == sorted(ids)
+    persistent = [m for m in got if m.body != b"fast"]
+    assert [m.body for m in persistent] == [b"%d" % n for n in range(20)]
+    assert persistent[3].headers == {"n": "3"}
+
+
+# -- ping and close ------------------------------------------------------------
+
+
+def test_ping(harness, clock):
+    client = harness.connect()
+    d = client.ping()
+    harness.flush()
+    assert result_of(d) == 0
+
+
+def test_close_waits_for_sends_in_flight(harness, engine):
+    client = harness.connect()
+    send = client.send("q", b"x")
+    closed = client.close()
+    harness.flush()
+    assert not send.called and not closed.called
+    engine.submitted[0].deferred.callback("id")
+    harness.flush()
+    assert result_of(send) == "id"
+    assert result_of(closed) is None
+    assert harness.factory.sessions.describe() == []
+    assert isinstance(failure_of(client.send("q", b"y")), SessionError)
+    assert result_of(client.close()) is None
+
+
+def test_close_flushes_acks_first(harness, engine):
+    engine.enqueue("q", b"1", b"2")
+    client = harness.connect()
+    got = []
+    client.subscribe("q", got.append)
+    harness.flush()
+    for message in got:
+        message.ack()
+    d = client.close()
+    harness.flush()
+    assert result_of(d) is None
+    assert engine.queues.depths() == {}
+
+
+def test_unacknowledged_messages_go_back_on_close(harness, engine):
+    engine.enqueue("q", b"1")
+    client = harness.connect()
+    client.subscribe("q", lambda m: None)
+    harness.flush()
+    client.close()
+    harness.flush()
+    assert engine.queues.depths() == {"q": 1}
+    assert engine.queues.consumer_counts() == {}
+
+
+def test_router_protocol_violation_ends_the_session(harness):
+    client = harness.connect()
+    d = client.send("q", b"x")
+    harness.flush()
+    harness.endpoint.pump.clientIO.protocol.dataReceived(b"\x00\x00\x00\x01\xc1")
+    harness.flush()
+    error = failure_of(d)
+    assert isinstance(error, SessionError) and error.code == f.PROTOCOL_ERROR
+
+
+def test_describe_body():
+    assert describe_body("héllo".encode()) == {"body": "héllo"}
+    assert describe_body(b"\xff\x00") == {"body": "/wA=", "encoding": "base64"}
+
+
+# -- the commands --------------------------------------------------------------
+
+
+def parse(argv):
+    options = cli.Options()
+    options.parseOptions(argv)
+    return options.subOptions
+
+
+def run(command, harness, argv):
+    out, err = io.StringIO(), io.StringIO()
+    options = parse(argv)
+    d = ensureDeferred(command(harness.clock, options, out, err, connect=harness.connect_for_cli))
+    return d, out, err
+
+
+def test_send_command(auto):
+    d, out, err = run(cli.run_send, auto,
+                      ["send", "--connect", "tcp:x:1", "--to", "q", "--count", "2500"])
+    auto.flush()
+    assert result_of(d) == 0, err.getvalue()
+    assert out.getvalue() == "2500 messages to q accepted\n"
+    assert auto.engine.store.queue_depths() == {"q": 2500}
+
+
+def test_send_command_bodies(auto):
+    for argv, body in ([["--body", "hé"], "hé".encode()], [["--size", "5"], b"xxxxx"],
+                       [[], b"message 1"]):
+        d, out, err = run(cli.run_send, auto,
+                          ["send", "--connect", "tcp:x:1", "--to", "b", *argv])
+        auto.flush()
+        assert result_of(d) == 0
+        got = []
+        c = auto.connect()
+        c.subscribe("b", lambda m: (got.append(m.body), m.ack()))
+        auto.flush()
+        assert got == [body]
+        c.close()
+        auto.flush()
+
+
+def test_send_command_keeps_a_bounded_window(harness, engine):
+    d, out, err = run(cli.run_send, harness,
+                      ["send", "--connect", "tcp:x:1", "--to", "q", "--count", "2500"])
+    harness.flush()
+    assert len(engine.submitted) == cli.SEND_WINDOW
+    for submitted in engine.submitted[:10]:
+        submitted.deferred.callback("id")
+    harness.flush()
+    assert len(engine.submitted) == cli.SEND_WINDOW + 10
+    n = 10
+    while not d.called:
+        for submitted in engine.submitted[n:]:
+            submitted.deferred.callback("id")
+        n = len(engine.submitted)
+        harness.flush()
+    assert result_of(d) == 0
+    assert len(engine.submitted) == 2500
+
+
+def test_send_command_error(auto):
+    d, out, err = run(cli.run_send, auto,
+                      ["send", "--connect", "tcp:x:1", "--to", "q@router-x", "--count", "3"])
+    auto.flush()
+    assert result_of(d) == 1
+    assert err.getvalue() == (
+        "meshroute: send to q@router-x failed: message 1: unknown-router: "
+        "no router router-x in the mesh\n"
+    )
+
+
+def test_send_command_cannot_connect(harness):
+    def refused(reactor, endpoint, client_id=None):
+        from twisted.internet.defer import fail
+
+        return fail(SessionError(CONNECTION_LOST, "Connection was refused"))
+
+    out, err = io.StringIO(), io.StringIO()
+    d = ensureDeferred(cli.run_send(harness.clock, parse(
+        ["send", "--connect", "tcp:127.0.0.1:1", "--to", "q"]), out, err, connect=refused))
+    assert result_of(d) == 1
+    assert "cannot open a session at tcp:127.0.0.1:1" in err.getvalue()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["send", "--to", "q"], "--connect is required"),
+    (["send", "--connect", "tcp:x:1"], "--to is required"),
+    (["send", "--connect", "c", "--to", "q", "--size", "3", "--body", "b"], "exclude"),
+    (["send", "--connect", "c", "--to", "q", "--count", "0"], "at least 1"),
+    (["receive", "--connect", "c"], "--queue is required"),
+    (["receive", "--connect", "c", "--queue", "q", "--timeout", "-1"], "positive"),
+])
+def test_command_usage_errors(argv, message):
+    with pytest.raises(usage.UsageError, match=message):
+        parse(argv)
+
+
+def test_receive_command_json(harness, engine):
+    message = engine.message("q", b"\xff\xfe", {"k": "v"})
+    engine.store.accept(message)
+    engine.enqueue("q", "héllo".encode())
+    d, out, err = run(cli.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "2",
+                       "--json"])
+    harness.flush()
+    assert result_of(d) == 0, err.getvalue()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[0] == {"id": message.msg_id, "body": "//4=", "encoding": "base64",
+                        "headers": {"k": "v"}, "redelivered": False}
+    assert lines[1]["body"] == "héllo" and "encoding" not in lines[1]
+    assert engine.queues.depths() == {}
+
+
+def test_receive_command_takes_no_more_than_count(harness, engine):
+    engine.enqueue("q", *[b"%d" % n for n in range(5)])
+    d, out, err = run(cli.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "2"])
+    harness.flush()
+    assert result_of(d) == 0
+    assert out.getvalue() == "0\n1\n"
+    # Nothing else was delivered, so nothing comes back redelivered.
+    rest = []
+    c = harness.connect()
+    c.subscribe("q", rest.append)
+    harness.flush()
+    assert [(m.body, m.redelivered) for m in rest] == [(b"2", False), (b"3", False),
+                                                        (b"4", False)]
+
+
+def test_receive_command_timeout(harness, engine, clock):
+    engine.enqueue("q", b"only")
+    d, out, err = run(cli.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "3",
+                       "--timeout", "2"])
+    harness.flush()
+    assert not d.called
+    clock.advance(2)
+    harness.flush()
+    assert result_of(d) == 1
+    assert out.getvalue() == "only\n"
+    assert err.getvalue() == "meshroute: received 1 of 3 messages before the timeout\n"
+    assert engine.queues.depths() == {}
+
+
+def test_receive_command_timeout_without_count_is_success(harness, engine, clock):
+    d, out, err = run(cli.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--queue", "q", "--timeout", "1"])
+    harness.flush()
+    clock.advance(1)
+    harness.flush()
+    assert result_of(d) == 0
+    assert out.getvalue() == ""
+
+
+def test_receive_command_connection_lost(harness, engine):
+    d, out, err = run(cli.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--queue", "q"])
+    harness.flush()
+    harness.endpoint.pump.serverIO.loseConnection()
+    harness.flush()
+    assert result_of(d) == 1
+    assert "connection-lost" in err.getvalue()
+
+
+def test_receive_command_bad_queue(harness):
+    d, out, err = run(cli.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--queue", "no/such"])
+    harness.flush()
+    assert result_of(d) == 1
+    assert "bad-address" in err.getvalue()
+
+
+def test_a_busy_session_stays_in_step_with_the_router(harness, engine):
+    """
+    Subscribe, send, ack and credit from one client: the router accepts
+    every command id in sequence and the session stays open.
+    """
+    engine.enqueue("q", b"1", b"2")
+    client = harness.connect()
+    got = []
+    client.subscribe("q", got.append, prefetch=1)
+    client.send("q", b"x")
+    harness.flush()
+    got[0].ack()
+    harness.flush()
+    assert [m.body for m in got] == [b"1", b"2"]
+    (session,) = harness.factory.sessions.describe()
+    # Subscribe, Send, then one Ack and one Credit.
+    assert session["last_command_id"] == 4
+    assert session["state"] == "open"
+    assert session["unacknowledged"] == 1
+
+
+# -- the commands as processes, against a real listener ------------------------
+
+
+def meshroute_command(*args):
+    """
+    Run C{python -m meshroute.cli ARGS}; fires with (out, err, status).
+    """
+    import os
+    import sys
+
+    from twisted.internet import reactor
+    from twisted.internet.utils import getProcessOutputAndValue
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return getProcessOutputAndValue(sys.executable, ["-m", "meshroute.cli", *args], env=env,
+                                    reactor=reactor)
+
+
+@pytest_twisted.ensureDeferred
+async def test_send_and_receive_processes(tmp_path):
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import serverFromString
+
+    engine = FakeEngine(str(tmp_path / "store.sqlite"), reactor, auto=True)
+    port = await serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(
+        ClientFactory(engine, reactor))
+    endpoint = f"tcp:127.0.0.1:{port.getHost().port}"
+    try:
+        out, err, status = await meshroute_command(
+            "send", "--connect", endpoint, "--to", "orders", "--count", "3000")
+        assert (status, err) == (0, b"")
+        assert out == b"3000 messages to orders accepted\n"
+        out, err, status = await meshroute_command(
+            "receive", "--connect", endpoint, "--queue", "orders", "--count", "3000", "--json",
+            "--timeout", "60")
+        assert (status, err) == (0, b"")
+        lines = [json.loads(line) for line in out.decode().splitlines()]
+        assert [line["body"] for line in lines] == [f"message {n}" for n in range(1, 3001)]
+        assert all(line["redelivered"] is False and line["headers"] == {} for line in lines)
+        assert engine.store.queue_depths() == {}
+        out, err, status = await meshroute_command(
+            "send", "--connect", endpoint, "--to", "orders@router-x")
+        assert status == 1
+        assert err == (b"meshroute: send to orders@router-x failed: message 1: "
+                       b"unknown-router: no router router-x in the mesh\n")
+        out, err, status = await meshroute_command(
+            "receive", "--connect", endpoint, "--queue", "orders", "--count", "1",
+            "--timeout", "0.5")
+        assert status == 1
+        assert err == b"meshroute: received 0 of 1 messages before the timeout\n"
+    finally:
+        await port.stopListening()
+        engine.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_commands_report_a_router_that_is_not_there():
+    out, err, status = await meshroute_command(
+        "send", "--connect", "tcp:127.0.0.1:1:timeout=5", "--to", "q")
+    assert status == 1
+    assert err.startswith(b"meshroute: cannot open a session at tcp:127.0.0.1:1:timeout=5: "
+                          b"connection-lost: ")
+    out, err, status = await meshroute_command("receive", "--connect", "tcp:127.0.0.1:1",
+                                               "--queue", "q")
+    assert status == 1 and b"cannot open a session" in err
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(max_size=60), max_size=6))
+def test_arbitrary_bytes_from_a_router_never_break_the_client(chunks):
+    """
+    Whatever a router sends, the client either carries on or ends the
+    session with a L{SessionError}; it never raises.
+    """
+    from twisted.internet.testing import StringTransport
+
+    from meshroute.client import Client, _ClientProtocol
+
+    client = Client(Clock(), "fuzz")
+    protocol = _ClientProtocol(client, 1024)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    protocol.dataReceived(encode(f.Opened(1, "s", ROUTER, 60000, False, 0)))
+    pending = client.send("q", b"x")
+    for chunk in chunks:
+        protocol.dataReceived(chunk)
+    protocol.connectionLost(None)
+    assert pending.called
+    pending.addErrback(lambda failure: failure.trap(SessionError, SendError))

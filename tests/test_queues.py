@@ -1,0 +1,574 @@
+"""
+Tests for L{meshroute.queues.QueueManager}: local queues and consumers,
+on the real SQLite store run inline (deterministic, no threads).
+
+FIFO per queue, round-robin between consumers, credit, acknowledgement
+deletes, a cancelled consumer's deliveries come back first and flagged
+redelivered, a queue much larger than the read-ahead buffer is paged
+through without being loaded, and non-persistent entries live in memory.
+"""
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from twisted.internet.task import Clock
+
+from meshroute import events
+from meshroute.messages import Message
+from meshroute.queues import QueueManager
+from meshroute.store import InlineExecutor, SQLiteStore
+
+ROUTER = "router-a"
+
+
+class RecordingEvents:
+    """
+    Collects emitted events.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict]] = []
+
+    def emit(self, event: str, **fields) -> None:
+        self.records.append((event, fields))
+
+    def named(self, event: str) -> list[dict]:
+        return [fields for name, fields in self.records if name == event]
+
+
+class CountingStore:
+    """
+    Wraps a store and counts the calls the queue manager makes, to show
+    how it pages.
+    """
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.fetches: list[tuple[str, int, int]] = []
+
+    def fetch(self, queue, after_entry, limit):
+        self.fetches.append((queue, after_entry, limit))
+        return self._store.fetch(queue, after_entry, limit)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = SQLiteStore(
+        str(tmp_path / "store.sqlite"), sync="normal", executor=InlineExecutor(), router=ROUTER
+    )
+    store.open()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def log():
+    return RecordingEvents()
+
+
+@pytest.fixture
+def manager(store, log):
+    return QueueManager(CountingStore(store), log, Clock())
+
+
+_counter = iter(range(1, 1_000_000))
+
+
+def message(queue: str = "q", body: bytes | None = None, persistent: bool = True) -> Message:
+    n = next(_counter)
+    return Message(
+        msg_id=f"{ROUTER}:test:{n}", origin=ROUTER, dest_router=ROUTER, dest_queue=queue,
+        body=body if body is not None else f"m{n}".encode(), persistent=persistent,
+        accepted_at=1000.0 + n,
+    )
+
+
+def enqueue(store, manager, queue: str, count: int) -> list[Message]:
+    """
+    Accept C{count} persistent messages into C{queue} as the engine does:
+    store, then notify.
+    """
+    messages = []
+    for _ in range(count):
+        m = message(queue)
+        store.accept(m)
+        manager.notify(queue)
+        messages.append(m)
+    return messages
+
+
+class Consumer:
+    """
+    A recording consumer.
+    """
+
+    def __init__(self, manager, queue="q", credit=10) -> None:
+        self.deliveries = []
+        self.subscription = manager.subscribe(queue, self.deliveries.append, credit)
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [d.message.body for d in self.deliveries]
+
+    def ack_all(self):
+        return self.subscription.ack([d.delivery_id for d in self.deliveries])
+
+
+def test_fifo(store, manager):
+    sent = enqueue(store, manager, "q", 5)
+    consumer = Consumer(manager)
+    assert consumer.bodies == [m.body for m in sent]
+    assert all(not d.redelivered for d in consumer.deliveries)
+    more = enqueue(store, manager, "q", 3)
+    assert consumer.bodies == [m.body for m in sent + more]
+
+
+def test_deliveries_describe_their_message(store, manager):
+    (sent,) = enqueue(store, manager, "orders", 1)
+    consumer = Consumer(manager, "orders")
+    (delivery,) = consumer.deliveries
+    assert delivery.queue == "orders"
+    assert delivery.message.msg_id == sent.msg_id
+    assert delivery.entry_id is not None
+    assert delivery.redelivered is False
+
+
+def test_queues_are_separate(store, manager):
+    enqueue(store, manager, "a", 2)
+    enqueue(store, manager, "b", 3)
+    a, b = Consumer(manager, "a"), Consumer(manager, "b")
+    assert len(a.deliveries) == 2 and len(b.deliveries) == 3
+
+
+def test_round_robin(store, manager):
+    first, second, third = (Consumer(manager, credit=100) for _ in range(3))
+    sent = enqueue(store, manager, "q", 9)
+    assert first.bodies == [m.body for m in sent[0::3]]
+    assert second.bodies == [m.body for m in sent[1::3]]
+    assert third.bodies == [m.body for m in sent[2::3]]
+
+
+def test_round_robin_skips_consumers_without_credit(store, manager):
+    generous = Consumer(manager, credit=100)
+    stingy = Consumer(manager, credit=1)
+    enqueue(store, manager, "q", 6)
+    assert len(stingy.deliveries) == 1
+    assert len(generous.deliveries) == 5
+
+
+def test_credit_bounds_deliveries(store, manager):
+    sent = enqueue(store, manager, "q", 10)
+    consumer = Consumer(manager, credit=3)
+    assert consumer.bodies == [m.body for m in sent[:3]]
+    assert consumer.subscription.credit == 0
+    # Acknowledging gives no credit back: only add_credit does.
+    consumer.ack_all()
+    assert len(consumer.deliveries) == 3
+    consumer.subscription.add_credit(4)
+    assert consumer.bodies == [m.body for m in sent[:7]]
+    consumer.subscription.add_credit(100)
+    assert consumer.bodies == [m.body for m in sent]
+    assert consumer.subscription.credit == 97
+
+
+def test_zero_credit_receives_nothing(store, manager):
+    enqueue(store, manager, "q", 2)
+    consumer = Consumer(manager, credit=0)
+    assert consumer.deliveries == []
+    with pytest.raises(ValueError):
+        consumer.subscription.add_credit(-1)
+    with pytest.raises(ValueError):
+        manager.subscribe("q", lambda d: None, -1)
+
+
+def test_ack_deletes_and_emits_consumed(store, manager, log):
+    sent = enqueue(store, manager, "q", 3)
+    consumer = Consumer(manager)
+    assert manager.depths() == {"q": 3}
+    done = []
+    consumer.subscription.ack([d.delivery_id for d in consumer.deliveries[:2]]).addCallback(
+        done.append
+    )
+    assert done == [None]
+    assert manager.depths() == {"q": 1}
+    consumed = log.named(events.MESSAGE_CONSUMED)
+    assert [c["msg_id"] for c in consumed] == [m.msg_id for m in sent[:2]]
+    assert consumed[0] == {
+        "msg_id": sent[0].msg_id, "queue": "q", "origin": ROUTER,
+        "accepted_at": sent[0].accepted_at, "persistent": True, "redelivered": False,
+    }
+    # Twice, or unknown ids: nothing happens.
+    consumer.subscription.ack([consumer.deliveries[0].delivery_id, 999_999])
+    assert len(log.named(events.MESSAGE_CONSUMED)) == 2
+    assert consumer.subscription.unacknowledged == 1
+
+
+def test_acked_messages_are_gone_for_the_next_consumer(store, manager):
+    enqueue(store, manager, "q", 4)
+    consumer = Consumer(manager)
+    consumer.ack_all()
+    consumer.subscription.cancel()
+    later = Consumer(manager)
+    assert later.deliveries == []
+    assert manager.depths() == {}
+
+
+def test_cancel_returns_unacked_to_the_front(store, manager, log):
+    sent = enqueue(store, manager, "q", 6)
+    first = Consumer(manager, credit=3)
+    # Acknowledge the second only: the first and third go back.
+    first.subscription.ack([first.deliveries[1].delivery_id])
+    done = []
+    first.subscription.cancel().addCallback(done.append)
+    assert done == [None]
+    second = Consumer(manager, credit=100)
+    assert second.bodies == [sent[0].body, sent[2].body] + [m.body for m in sent[3:]]
+    assert [d.redelivered for d in second.deliveries] == [True, True, False, False, False]
+    second.ack_all()
+    assert [c["redelivered"] for c in log.named(events.MESSAGE_CONSUMED)] == [
+        False, True, True, False, False, False,
+    ]
+
+
+def test_cancel_hands_returned_entries_to_the_remaining_consumers(store, manager):
+    sent = enqueue(store, manager, "q", 4)
+    first = Consumer(manager, credit=2)
+    second = Consumer(manager, credit=0)
+    assert first.bodies == [sent[0].body, sent[1].body]
+    second.subscription.add_credit(10)
+    assert second.bodies == [sent[2].body, sent[3].body]
+    first.subscription.cancel()
+    assert second.bodies == [m.body for m in sent[2:]] + [sent[0].body, sent[1].body]
+    assert [d.redelivered for d in second.deliveries] == [False, False, True, True]
+
+
+def test_redelivered_flag_is_durable(tmp_path, store, manager, log):
+    enqueue(store, manager, "q", 2)
+    consumer = Consumer(manager)
+    consumer.subscription.cancel()
+    # A router restarted: a new manager reads the flag from the store.
+    fresh = QueueManager(store, log, Clock())
+    again = Consumer(fresh)
+    assert [d.redelivered for d in again.deliveries] == [True, True]
+
+
+def test_returned_entries_keep_queue_order_after_several_cancels(store, manager):
+    sent = enqueue(store, manager, "q", 4)
+    a = Consumer(manager, credit=3)
+    b = Consumer(manager, credit=1)
+    # a has 0..2, b has 3.  a goes: 0..2 come back and go to b's credit.
+    assert b.bodies == [sent[3].body]
+    b.subscription.add_credit(1)
+    a.subscription.cancel()
+    assert b.bodies == [sent[3].body, sent[0].body]
+    # b goes too: its entries 3 and 0 come back in queue order, before 1, 2.
+    b.subscription.cancel()
+    c = Consumer(manager, credit=10)
+    assert c.bodies == [m.body for m in sent]
+    assert all(d.redelivered for d in c.deliveries)
+
+
+def test_paging_through_a_queue_larger_than_the_read_ahead(store, log):
+    counting = CountingStore(store)
+    manager = QueueManager(counting, log, Clock(), read_ahead=8)
+    sent = enqueue(store, manager, "big", 50)
+    assert counting.fetches == []  # No consumer, no reading.
+    consumer = Consumer(manager, "big", credit=0)
+    # The buffer fills up to its bound and no further.
+    assert counting.fetches == [("big", 0, 8)]
+    consumer.subscription.add_credit(50)
+    assert consumer.bodies == [m.body for m in sent]
+    assert all(limit <= 8 for _, _, limit in counting.fetches)
+    afters = [after for _, after, _ in counting.fetches]
+    assert afters == sorted(afters)
+    assert len(counting.fetches) >= 50 // 8
+
+
+def test_read_ahead_holds_at_most_its_bound(store, log):
+    manager = QueueManager(CountingStore(store), log, Clock(), read_ahead=8)
+    enqueue(store, manager, "big", 40)
+    Consumer(manager, "big", credit=3)
+    state = manager._queues["big"]
+    assert len(state.buffer) <= 8
+
+
+def test_notify_during_a_fetch_is_not_lost(store, log):
+    """
+    A notify that arrives while a fetch is in flight makes the manager
+    read again, even if that fetch came back short.
+    """
+    from twisted.internet.defer import Deferred
+
+    class SlowFetch(CountingStore):
+        def __init__(self, store):
+            super().__init__(store)
+            self.pending: list[tuple[Deferred, list]] = []
+
+        def fetch(self, queue, after_entry, limit):
+            self.fetches.append((queue, after_entry, limit))
+            rows = []
+            self._store.fetch(queue, after_entry, limit).addCallback(rows.extend)
+            d = Deferred()
+            self.pending.append((d, rows))
+            return d
+
+    slow = SlowFetch(store)
+    manager = QueueManager(slow, log, Clock())
+    consumer = Consumer(manager)
+    assert len(slow.pending) == 1
+    enqueue(store, manager, "q", 1)  # Arrives after the fetch read the store.
+    d, rows = slow.pending.pop()
+    d.callback(rows)
+    assert len(slow.pending) == 1  # Read again.
+    d, rows = slow.pending.pop()
+    d.callback(rows)
+    assert len(consumer.deliveries) == 1
+
+
+def test_queue_without_consumers_holds_nothing_in_memory(store, manager):
+    enqueue(store, manager, "q", 5)
+    consumer = Consumer(manager, credit=2)
+    consumer.subscription.cancel()
+    assert "q" not in manager._queues
+    assert manager.depths() == {"q": 5}
+    again = Consumer(manager)
+    assert len(again.deliveries) == 5
+
+
+def test_transient(manager, log):
+    first = message(persistent=False)
+    manager.put_transient("q", first)
+    assert manager.depths() == {"q": 1}
+    consumer = Consumer(manager)
+    (delivery,) = consumer.deliveries
+    assert delivery.entry_id is None and delivery.message is first
+    second = message(persistent=False)
+    manager.put_transient("q", second)
+    assert consumer.bodies == [first.body, second.body]
+    done = []
+    consumer.ack_all().addCallback(done.append)
+    assert done == [None]
+    assert manager.depths() == {}
+    assert [c["persistent"] for c in log.named(events.MESSAGE_CONSUMED)] == [False, False]
+
+
+def test_transient_returns_to_the_front_on_cancel(manager):
+    sent = [message(persistent=False) for _ in range(3)]
+    for m in sent:
+        manager.put_transient("q", m)
+    first = Consumer(manager, credit=2)
+    first.subscription.cancel()
+    assert manager.depths() == {"q": 3}
+    second = Consumer(manager)
+    assert second.bodies == [m.body for m in sent]
+    assert [d.redelivered for d in second.deliveries] == [True, True, False]
+
+
+def test_transient_and_persistent_alternate(store, manager):
+    persistent = enqueue(store, manager, "q", 3)
+    transient = [message(persistent=False) for _ in range(3)]
+    for m in transient:
+        manager.put_transient("q", m)
+    consumer = Consumer(manager)
+    got = consumer.bodies
+    assert [b for b in got if b in {m.body for m in persistent}] == [m.body for m in persistent]
+    assert [b for b in got if b in {m.body for m in transient}] == [m.body for m in transient]
+    assert got[:2] in ([persistent[0].body, transient[0].body],
+                       [transient[0].body, persistent[0].body])
+
+
+def test_transient_bound_drops_the_oldest(store, log):
+    manager = QueueManager(store, log, Clock(), max_transient=2)
+    sent = [message(persistent=False) for _ in range(3)]
+    for m in sent:
+        manager.put_transient("q", m)
+    assert manager.depths() == {"q": 2}
+    (dropped,) = log.named(events.MESSAGE_DROPPED)
+    assert dropped["msg_id"] == sent[0].msg_id and dropped["reason"] == "max-depth"
+    consumer = Consumer(manager)
+    assert consumer.bodies == [sent[1].body, sent[2].body]
+
+
+def test_depths_and_consumer_counts(store, manager):
+    enqueue(store, manager, "a", 2)
+    manager.put_transient("b", message("b", persistent=False))
+    Consumer(manager, "a", credit=1)
+    Consumer(manager, "a", credit=0)
+    Consumer(manager, "c", credit=5)
+    assert manager.depths() == {"a": 2, "b": 1}
+    assert manager.consumer_counts() == {"a": 2, "c": 1}
+    assert manager.describe() == [
+        {"name": "a", "depth": 2, "consumers": 2},
+        {"name": "b", "depth": 1, "consumers": 0},
+        {"name": "c", "depth": 0, "consumers": 1},
+    ]
+
+
+def test_consumer_acting_inside_deliver(store, manager):
+    """
+    A consumer that acknowledges and grants credit from inside its
+    callback (as a synchronous client would) gets everything, in order.
+    """
+    sent = enqueue(store, manager, "q", 20)
+    got = []
+
+    def deliver(delivery):
+        got.append(delivery.message.body)
+        subscription.ack([delivery.delivery_id])
+        subscription.add_credit(1)
+
+    subscription = manager.subscribe("q", deliver, 0)
+    subscription.add_credit(1)
+    assert got == [m.body for m in sent]
+    assert manager.depths() == {}
+
+
+def test_consumer_that_raises_keeps_its_delivery(store, manager, observe_errors):
+    enqueue(store, manager, "q", 1)
+
+    def deliver(delivery):
+        raise RuntimeError("boom")
+
+    subscription = manager.subscribe("q", deliver, 5)
+    assert subscription.unacknowledged == 1
+    assert len(observe_errors.take(lambda e: e.get("log_failure") is not None)) == 1
+    subscription.cancel()
+    consumer = Consumer(manager)
+    assert [d.redelivered for d in consumer.deliveries] == [True]
+
+
+def test_delivery_ids_are_unique_across_queues(store, manager):
+    enqueue(store, manager, "a", 3)
+    enqueue(store, manager, "b", 3)
+    a, b = Consumer(manager, "a"), Consumer(manager, "b")
+    ids = [d.delivery_id for d in a.deliveries + b.deliveries]
+    assert len(set(ids)) == 6
+
+
+# -- a model check -------------------------------------------------------------
+
+
+class LaggyStore(CountingStore):
+    """
+    A store whose answers to fetch and consume arrive only when the test
+    says, so reads and deletions are in flight while consumers come and
+    go.  The work itself is done at once and in order, as the store
+    promises.
+    """
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.held: list = []
+
+    def _later(self, d):
+        from twisted.internet.defer import Deferred
+
+        results = []
+        d.addBoth(results.append)
+        later = Deferred()
+        self.held.append((later, results[0]))
+        return later
+
+    def fetch(self, queue, after_entry, limit):
+        self.fetches.append((queue, after_entry, limit))
+        return self._later(self._store.fetch(queue, after_entry, limit))
+
+    def consume(self, entry_ids):
+        return self._later(self._store.consume(entry_ids))
+
+    def release_one(self, index: int) -> None:
+        if self.held:
+            later, result = self.held.pop(index % len(self.held))
+            later.callback(result)
+
+    def release_all(self) -> None:
+        while self.held:
+            self.release_one(0)
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("enqueue"), st.integers(1, 5)),
+        st.tuples(st.just("transient"), st.integers(1, 3)),
+        st.tuples(st.just("subscribe"), st.integers(0, 4)),
+        st.tuples(st.just("credit"), st.integers(0, 9), st.integers(1, 5)),
+        st.tuples(st.just("ack"), st.integers(0, 9), st.integers(1, 5)),
+        st.tuples(st.just("cancel"), st.integers(0, 9)),
+        st.tuples(st.just("release"), st.integers(0, 9)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+# A read in flight when the last consumer leaves.
+@example([("enqueue", 5), ("subscribe", 0), ("release", 0), ("credit", 0, 2),
+          ("cancel", 0), ("release", 0)])
+def test_every_message_is_consumed_once_whatever_consumers_do(tmp_path_factory, ops):
+    """
+    Whatever consumers, credit, acknowledgements, cancels and slow store
+    calls do, every message is acknowledged exactly once in the end,
+    nothing else is, and no consumer ever holds more deliveries than the
+    credit it was given.
+    """
+    path = tmp_path_factory.mktemp("model") / "store.sqlite"
+    real = SQLiteStore(str(path), sync="normal", executor=InlineExecutor(),
+                       router=ROUTER)
+    real.open()
+    try:
+        store = LaggyStore(real)
+        log = RecordingEvents()
+        manager = QueueManager(store, log, Clock(), read_ahead=4)
+        sent: list[bytes] = []
+        consumers: list[tuple[Consumer, list]] = []  # (consumer, granted)
+        for op in ops:
+            kind = op[0]
+            if kind == "enqueue":
+                sent.extend(m.body for m in enqueue(real, manager, "q", op[1]))
+            elif kind == "transient":
+                for _ in range(op[1]):
+                    m = message(persistent=False)
+                    manager.put_transient("q", m)
+                    sent.append(m.body)
+            elif kind == "subscribe":
+                consumers.append((Consumer(manager, credit=op[1]), [op[1]]))
+            elif consumers:
+                consumer, granted = consumers[op[1] % len(consumers)]
+                subscription = consumer.subscription
+                if kind == "credit":
+                    subscription.add_credit(op[2])
+                    granted[0] += op[2]
+                elif kind == "ack":
+                    held = [d.delivery_id for d in consumer.deliveries][-op[2]:]
+                    subscription.ack(held)
+                elif kind == "cancel":
+                    subscription.cancel()
+            if kind == "release":
+                store.release_one(op[1])
+            for consumer, granted in consumers:
+                assert len(consumer.deliveries) <= granted[0]
+        # Everyone leaves; one consumer takes and acknowledges the rest.
+        store.release_all()
+        for consumer, _ in consumers:
+            consumer.subscription.cancel()
+        store.release_all()
+        final = []
+
+        def take(delivery):
+            final.append(delivery.message.body)
+            sub.ack([delivery.delivery_id])
+            store.release_all()
+
+        sub = manager.subscribe("q", take, 0)
+        sub.add_credit(10_000)
+        store.release_all()
+        consumed = [c["msg_id"] for c in log.named(events.MESSAGE_CONSUMED)]
+        assert len(consumed) == len(set(consumed)) == len(sent)
+        assert manager.depths() == {}
+        assert real.queue_depths() == {}
+    finally:
+        real.close()
