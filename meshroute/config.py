@@ -87,6 +87,43 @@ class AdminConfig:
 
 
 @dataclass(frozen=True)
+class RoutingConfig:
+    """
+    The scalar keys of C{[routing]}: how far and how long messages travel.
+
+    @ivar max_hops: links a message may cross before it is dead-lettered.
+    @ivar max_backlog: messages that may wait for one destination router;
+        past it, producers get an error.
+    @ivar reroute_delay_ms: how long a closed link keeps its unacknowledged
+        messages for its own recovery before they may take another route.
+    """
+
+    max_hops: int = 16
+    max_backlog: int = 100_000
+    reroute_delay_ms: int = 5000
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """
+    C{[store]}: C{sync} is C{"full"} (nothing acknowledged is ever lost) or
+    C{"normal"} (a power failure may lose the last commits; a process crash
+    loses nothing).
+    """
+
+    sync: str = "full"
+
+
+@dataclass(frozen=True)
+class ClientListenerConfig:
+    """
+    C{[clients.listener]}: where clients connect.
+    """
+
+    endpoint: str
+
+
+@dataclass(frozen=True)
 class RouterConfig:
     """
     A whole router configuration; C{path} is the file it was loaded from.
@@ -98,6 +135,9 @@ class RouterConfig:
     listener: ListenerConfig | None
     connectors: tuple[ConnectorConfig, ...]
     admin: AdminConfig | None
+    routing: RoutingConfig = RoutingConfig()
+    store: StoreConfig = StoreConfig()
+    clients: ClientListenerConfig | None = None
 
 
 _REQUIRED = object()
@@ -110,7 +150,8 @@ class _Key:
 
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
         C{number}, C{server-endpoint}, C{client-endpoint}, C{password-file}
-        (a string; the file's contents become the section's C{secret}).
+        (a string; the file's contents become the section's C{secret}),
+        C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
     @ivar minimum: the smallest allowed value (milliseconds for durations).
     """
@@ -119,6 +160,7 @@ class _Key:
     kind: str
     default: object = _REQUIRED
     minimum: int | float | None = None
+    choices: tuple[str, ...] = ()
 
     @property
     def attr(self) -> str:
@@ -149,6 +191,13 @@ _CONNECTOR_KEYS = (
     _Key("stage-valid-timeout", "duration", 15000, 1000),
 )
 _ADMIN_KEYS = (_Key("endpoint", "server-endpoint"),)
+_ROUTING_KEYS = (
+    _Key("max-hops", "int", 16, 1),
+    _Key("max-backlog", "int", 100_000, 1),
+    _Key("reroute-delay", "duration", 5000, 0),
+)
+_STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),)
+_CLIENT_LISTENER_KEYS = (_Key("endpoint", "server-endpoint"),)
 
 
 def parse_duration_ms(value: object, *, path: str, key: str) -> int:
@@ -209,6 +258,8 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     else:
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")
+        if spec.kind == "choice" and value not in spec.choices:
+            raise ConfigError(path, key, f"expected one of {', '.join(spec.choices)}, got {value!r}")
         if spec.kind == "name" and not _NAME.fullmatch(value):
             raise ConfigError(path, key, f"{value!r} is not a router name ([A-Za-z0-9._-]{{1,64}})")
         if spec.kind.endswith("endpoint"):
@@ -300,14 +351,18 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    _reject_unknown(document, ["router", "routing", "admin"], path=path, prefix="")
+    _reject_unknown(document, ["router", "routing", "store", "clients", "admin"], path=path,
+                    prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
     router = take(document["router"], _ROUTER_KEYS, "router")
     routing = document.get("routing", {})
     if not isinstance(routing, dict):
         raise ConfigError(path, "routing", "expected a table")
-    _reject_unknown(routing, ["listener", "connector"], path=path, prefix="routing")
+    _reject_unknown(routing, ["listener", "connector", *(spec.name for spec in _ROUTING_KEYS)],
+                    path=path, prefix="routing")
+    scalars = {k: v for k, v in routing.items() if k not in ("listener", "connector")}
+    routing_config = RoutingConfig(**take(scalars, _ROUTING_KEYS, "routing"))
     listener = None
     if "listener" in routing:
         listener = ListenerConfig(**take(routing["listener"], _LISTENER_KEYS, "routing.listener"))
@@ -336,8 +391,18 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     admin = None
     if "admin" in document:
         admin = AdminConfig(**take(document["admin"], _ADMIN_KEYS, "admin"))
+    store = StoreConfig(**take(document.get("store", {}), _STORE_KEYS, "store"))
+    clients = document.get("clients", {})
+    if not isinstance(clients, dict):
+        raise ConfigError(path, "clients", f"expected a table, got {type(clients).__name__}")
+    _reject_unknown(clients, ["listener"], path=path, prefix="clients")
+    client_listener = None
+    if "listener" in clients:
+        client_listener = ClientListenerConfig(
+            **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
     return RouterConfig(
-        path=path, listener=listener, connectors=tuple(connectors), admin=admin, **router
+        path=path, listener=listener, connectors=tuple(connectors), admin=admin,
+        routing=routing_config, store=store, clients=client_listener, **router
     )
 
 
@@ -376,7 +441,13 @@ def format_config(config: RouterConfig) -> str:
     values the router will really use; durations appear in milliseconds.
     Loading the output again gives an equal configuration.
     """
-    tables = [_toml_table("[router]", config, _ROUTER_KEYS)]
+    tables = [
+        _toml_table("[router]", config, _ROUTER_KEYS),
+        _toml_table("[routing]", config.routing, _ROUTING_KEYS),
+        _toml_table("[store]", config.store, _STORE_KEYS),
+    ]
+    if config.clients is not None:
+        tables.append(_toml_table("[clients.listener]", config.clients, _CLIENT_LISTENER_KEYS))
     if config.listener is not None:
         tables.append(_toml_table("[routing.listener]", config.listener, _LISTENER_KEYS))
     for connector in config.connectors:

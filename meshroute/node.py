@@ -1,28 +1,39 @@
 """
-One router: a C{MultiService} of its routing listener, its connectors and
-its admin API, sharing one event log, one link registry and one clock.
+One router: a C{MultiService} of its routing listener, its connectors, its
+client listener and its admin API, sharing one store, one message engine,
+one event log, one link registry and one clock.
+
+Start-up order matters for exactly-once delivery: ports are bound early
+(so a port in use stops twistd with a clear error), but no connection is
+served and no connector dials until the store is open, because the first
+thing a link does is ask the store for its recovery point.
 """
 
 import fcntl
 import os
 
 from twisted.application.internet import StreamServerEndpointService
-from twisted.application.service import MultiService
+from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.protocol import Factory
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.clients.protocol import ClientFactory
 from meshroute.config import RouterConfig
+from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
-from meshroute.link.ledger import RecoveryLedger
 from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
+from meshroute.routing.table import RouteTable
+from meshroute.store import SQLiteStore
+from meshroute.store.executor import ThreadedExecutor
 
 log = Logger()
 
@@ -46,6 +57,23 @@ class StringEndpoints:
         return clientFromString(self._reactor, description)
 
 
+class _UntilOpen(Factory):
+    """
+    Wraps a server factory: connections that arrive before the router's
+    store is open are closed at once (the peer's retry policy brings it
+    back a moment later).
+    """
+
+    def __init__(self, factory, is_open) -> None:
+        self._factory = factory
+        self._is_open = is_open
+
+    def buildProtocol(self, addr):
+        if not self._is_open():
+            return None
+        return self._factory.buildProtocol(addr)
+
+
 def _listening(endpoint, factory) -> StreamServerEndpointService:
     service = StreamServerEndpointService(endpoint, factory)
     # As twisted.application.strports.service does: a port that cannot be
@@ -58,29 +86,54 @@ class RouterService(MultiService):
     """
     A meshroute router.
 
+    @param clock: the reactor (or, in tests, a clock with the same face).
+    @param endpoints: turns endpoint strings into endpoints
+        (L{StringEndpoints} on a real reactor).
+    @param executor: runs the store's SQL; by default a
+        L{ThreadedExecutor} on C{clock}.
+
     @ivar registry: the L{LinkRegistry} of its live links.
+    @ivar engine: the L{MessageEngine}.
     """
 
-    def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints) -> None:
+    def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
+                 executor=None) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
         self._started_at: float | None = None
+        self._open = False
         self.registry = LinkRegistry()
-        self.ledger = RecoveryLedger()
         self._lock_file = None
         os.makedirs(config.data_dir, exist_ok=True)
         self._lock_data_dir()
         self.events = events.EventLog(
             os.path.join(config.data_dir, "events.jsonl"), config.name, clock
         )
+        self.store = SQLiteStore(
+            os.path.join(config.data_dir, "store.db"),
+            sync=config.store.sync,
+            executor=executor if executor is not None else ThreadedExecutor(clock),
+            router=config.name,
+        )
+        self.engine = MessageEngine(
+            config.name,
+            self.store,
+            RouteTable(config.name, clock),
+            self.events,
+            clock,
+            max_hops=config.routing.max_hops,
+            max_backlog=config.routing.max_backlog,
+            reroute_delay=config.routing.reroute_delay_ms / 1000,
+        )
         self.context = RouterContext(
             name=config.name,
             clock=clock,
             events=self.events,
             registry=self.registry,
-            ledger=self.ledger,
+            engine=self.engine,
         )
+        is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
             listener = config.listener
             settings = ListenerSettings(
@@ -95,7 +148,13 @@ class RouterService(MultiService):
                 ),
             )
             _listening(
-                endpoints.server(listener.endpoint), ListenerFactory(self.context, settings)
+                endpoints.server(listener.endpoint),
+                _UntilOpen(ListenerFactory(self.context, settings), is_open),
+            ).setServiceParent(self)
+        if config.clients is not None:
+            _listening(
+                endpoints.server(config.clients.endpoint),
+                _UntilOpen(ClientFactory(self.engine), is_open),
             ).setServiceParent(self)
         for connector in config.connectors:
             ConnectorService(
@@ -120,13 +179,35 @@ class RouterService(MultiService):
             )
 
     def startService(self) -> None:
+        """
+        Open the store, then start serving: listeners accept, connectors
+        dial.  (Ports were bound by C{privilegedStartService}.)
+        """
         if self._lock_file is None:
             self._lock_data_dir()
         self._started_at = self._clock.seconds()
         self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
         log.info("router {name} starting (meshroute {version})", name=self.config.name,
                  version=__version__)
-        super().startService()
+        Service.startService(self)
+        self._opening = self.store.open()
+        self._opening.addCallback(self._store_opened)
+        self._opening.addErrback(self._store_failed)
+
+    def _store_opened(self, _) -> None:
+        if not self.running:
+            return
+        self._open = True
+        self.engine.reroute_orphans()
+        for service in self:
+            service.startService()
+
+    def _store_failed(self, failure) -> None:
+        log.failure("router {name}: cannot open its store; stopping", failure,
+                    name=self.config.name)
+        from twisted.internet import reactor
+
+        reactor.stop()
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -140,6 +221,9 @@ class RouterService(MultiService):
         yield defer.gatherResults([closing, stopping])
         if abort.active():
             abort.cancel()
+        self._open = False
+        self.engine.stop()
+        yield self.store.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()
         self._unlock_data_dir()
@@ -161,6 +245,23 @@ class RouterService(MultiService):
         C{GET /api/v1/links}.
         """
         return [link.describe() for link in self.registry.links()]
+
+    def describe_routes(self) -> dict:
+        """
+        C{GET /api/v1/routes}.
+        """
+        return self.engine.describe_routes()
+
+    def describe_queues(self) -> list[dict]:
+        """
+        C{GET /api/v1/queues}.
+        """
+        depths = self.engine.queues.depths()
+        consumers = self.engine.queues.consumer_counts()
+        return [
+            {"name": name, "depth": depths.get(name, 0), "consumers": consumers.get(name, 0)}
+            for name in sorted(set(depths) | set(consumers))
+        ]
 
     def _abort_links(self) -> None:
         for link in self.registry.links():

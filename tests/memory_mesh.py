@@ -21,8 +21,15 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.test import iosim
 
-from meshroute.config import ConnectorConfig, ListenerConfig, RouterConfig
+from meshroute.config import (
+    ConnectorConfig,
+    ListenerConfig,
+    RouterConfig,
+    RoutingConfig,
+    StoreConfig,
+)
 from meshroute.node import RouterService
+from meshroute.store.executor import InlineExecutor
 
 SECRET = b"in-memory mesh secret"
 
@@ -41,6 +48,7 @@ class _Connection:
     def __init__(self, server, client, client_router: str, server_router: str) -> None:
         self.server_io = iosim.FakeTransport(server, isServer=True)
         self.client_io = iosim.FakeTransport(client, isServer=False)
+        self.server_router = server_router
         self.routers = {client_router, server_router}
         server.makeConnection(self.server_io)
         client.makeConnection(self.client_io)
@@ -48,6 +56,16 @@ class _Connection:
     @property
     def finished(self) -> bool:
         return bool(self.server_io.disconnected and self.client_io.disconnected)
+
+    def reset_from(self, router: str) -> None:
+        """
+        C{router} died: the other side sees its connection reset at once,
+        and nothing the dead side does afterwards reaches it.
+        """
+        alive = self.client_io if self.server_router == router else self.server_io
+        if not alive.disconnected:
+            alive.disconnecting = alive.disconnected = True
+            alive.reportDisconnect()
 
     def pump(self, held: bool) -> bool:
         """
@@ -133,6 +151,16 @@ class MemoryNetwork:
         self._connections: list[_Connection] = []
         self.partitioned: set[str] = set()
 
+    def connections_of(self, router: str) -> list[_Connection]:
+        return [c for c in self._connections if router in c.routers]
+
+    def forget(self, router: str) -> None:
+        """
+        Drop every connection and listening address of C{router}.
+        """
+        self._connections = [c for c in self._connections if router not in c.routers]
+        self._listening = {a: (r, f) for a, (r, f) in self._listening.items() if r != router}
+
     def endpoints(self, router: str) -> _RouterEndpoints:
         return _RouterEndpoints(self, router)
 
@@ -201,10 +229,13 @@ class MemoryMesh:
         )
 
     def config(self, name: str, connect_to=(), listen: bool = True, secret: bytes = SECRET,
-               allowed_routers=None, **overrides) -> RouterConfig:
+               allowed_routers=None, max_hops: int = 16, max_backlog: int = 100_000,
+               **overrides) -> RouterConfig:
         """
         A router's configuration: listening at address C{name}, with a
-        connector to each router named in C{connect_to}.
+        connector to each router named in C{connect_to}.  Its store syncs
+        "normal": these tests are about exactly-once logic, not power loss,
+        and a full fsync per inline commit would make them crawl.
         """
         settings = {**self._defaults, **overrides}
         listener = None
@@ -237,6 +268,8 @@ class MemoryMesh:
             listener=listener,
             connectors=connectors,
             admin=None,
+            routing=RoutingConfig(max_hops=max_hops, max_backlog=max_backlog),
+            store=StoreConfig(sync="normal"),
         )
 
     def start(self, config: RouterConfig, key: str | None = None) -> RouterService:
@@ -244,7 +277,8 @@ class MemoryMesh:
         Build and start a router from C{config}, known in C{routers} as
         C{key} (default: its name; two routers may claim one name).
         """
-        router = RouterService(config, self.clock, self.network.endpoints(config.name))
+        router = RouterService(config, self.clock, self.network.endpoints(config.name),
+                               executor=InlineExecutor())
         self.routers[key or config.name] = router
         router.startService()
         self.network.flush()
@@ -261,6 +295,24 @@ class MemoryMesh:
         done = router.stopService()
         self.network.flush()
         assert done.called, f"{name} did not finish stopping"
+
+    def crash(self, name: str) -> None:
+        """
+        Kill a router abruptly: its peers see their connections reset, it
+        says no goodbye, and what it had committed stays in its data-dir
+        for a restart.  (The in-memory store commits every call at once, so
+        a crash loses nothing committed, as with SIGKILL.)
+        """
+        router = self.routers.pop(name)
+        self.network.partitioned.add(name)
+        for connection in self.network.connections_of(name):
+            connection.reset_from(name)
+        stopped = router.stopService()
+        self.network.flush()
+        assert stopped.called, f"{name} did not finish stopping"
+        self.network.forget(name)
+        self.network.partitioned.discard(name)
+        self.network.flush()
 
     def run(self, seconds: float) -> None:
         self.network.run(seconds)

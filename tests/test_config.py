@@ -216,13 +216,35 @@ def test_wrong_type_string(write):
 
 
 def test_unknown_section(write):
-    path = write(ROUTER + "[store]\nsync = 'full'\n")
-    assert_refused(path, "store", "unknown key", "admin, router, routing")
+    path = write(ROUTER + "[storage]\nsync = 'full'\n")
+    assert_refused(path, "storage", "unknown key", "admin, clients, router, routing, store")
 
 
 def test_unknown_routing_key(write):
-    path = write(ROUTER + "[routing]\nmax-hops = 16\n")
-    assert_refused(path, "routing.max-hops", "unknown key", "connector, listener")
+    path = write(ROUTER + "[routing]\nmax-hop = 16\n")
+    assert_refused(path, "routing.max-hop", "unknown key",
+                   "connector, listener, max-backlog, max-hops, reroute-delay")
+
+
+def test_routing_store_and_clients_sections(write):
+    path = write(ROUTER + "[routing]\nmax-hops = 4\nmax-backlog = 10\nreroute-delay = \"2s\"\n"
+                 "[store]\nsync = \"normal\"\n"
+                 "[clients.listener]\nendpoint = \"tcp:6001:interface=127.0.0.1\"\n")
+    config = load_config(path, reactor=MemoryReactor())
+    assert (config.routing.max_hops, config.routing.max_backlog,
+            config.routing.reroute_delay_ms) == (4, 10, 2000)
+    assert config.store.sync == "normal"
+    assert config.clients.endpoint == "tcp:6001:interface=127.0.0.1"
+
+
+def test_store_sync_must_be_full_or_normal(write):
+    path = write(ROUTER + "[store]\nsync = \"off\"\n")
+    assert_refused(path, "store.sync", "full, normal")
+
+
+def test_max_hops_at_least_one(write):
+    path = write(ROUTER + "[routing]\nmax-hops = 0\n")
+    assert_refused(path, "routing.max-hops", "at least 1")
 
 
 def test_unknown_listener_key(write):

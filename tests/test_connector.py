@@ -24,7 +24,7 @@ from meshroute.events import EventLog, read_events
 from meshroute.link import auth
 from meshroute.link.connector import CONNECTOR_EXHAUSTED, ConnectorService
 from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext
-from meshroute.link.ledger import RecoveryLedger
+from fakes import RecordingEngine
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.wire.codec import FrameDecoder, encode
@@ -135,7 +135,7 @@ class Harness:
             clock=self.clock,
             events=self.events,
             registry=LinkRegistry(),
-            ledger=RecoveryLedger(),
+            engine=RecordingEngine(),
         )
         self.settings = ConnectorSettings(
             secret=SECRET, expected_peer=PEER, stage_valid_timeout_ms=STAGE_TIMEOUT_MS
@@ -163,6 +163,7 @@ class Harness:
                 self.clock.advance(0)
 
     def recorded(self, event: str) -> list[dict]:
+        self.context.events.flush()
         return [r for r in read_events(self.events_path) if r["event"] == event]
 
 

@@ -3,7 +3,7 @@ One end of a routing link at a time, driven by a test that plays the peer.
 
 Each test builds a L{LinkProtocol} with the real factories over a
 L{StringTransport}, with a L{Clock} for time, a real L{LinkRegistry},
-L{RecoveryLedger} and L{EventLog}.  The test is the remote router: it
+a recording engine (L{fakes.RecordingEngine}) and L{EventLog}.  The test is the remote router: it
 writes encoded frames into C{dataReceived}, decodes what the link wrote,
 and moves time by hand.  No sockets, no reactor, no sleeping.
 
@@ -33,7 +33,7 @@ from twisted.python.failure import Failure
 from meshroute import events
 from meshroute.link import auth, handshake, reasons
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
-from meshroute.link.ledger import RecoveryLedger
+from fakes import RecordingEngine
 from meshroute.link.protocol import ConnectorFactory, ListenerFactory, LinkProtocol
 from meshroute.link.registry import LinkRegistry
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
@@ -77,7 +77,7 @@ class Router:
     context: RouterContext
     clock: Clock
     registry: LinkRegistry
-    ledger: RecoveryLedger
+    engine: RecordingEngine
     events_path: str
 
     def listener(self, **overrides) -> "ConnectorPeer":
@@ -116,6 +116,7 @@ class Router:
         return peer
 
     def events(self, event: str | None = None) -> list[dict]:
+        self.context.events.flush()
         return [
             r for r in events.read_events(self.events_path)
             if event is None or r["event"] == event
@@ -146,13 +147,13 @@ class _Probe:
 def router(tmp_path) -> Router:
     clock = Clock()
     registry = LinkRegistry()
-    ledger = RecoveryLedger()
+    engine = RecordingEngine()
     path = str(tmp_path / "events.jsonl")
     log = events.EventLog(path, LOCAL, clock)
     context = RouterContext(
-        name=LOCAL, clock=clock, events=log, registry=registry, ledger=ledger
+        name=LOCAL, clock=clock, events=log, registry=registry, engine=engine
     )
-    yield Router(context, clock, registry, ledger, path)
+    yield Router(context, clock, registry, engine, path)
     log.close()
 
 
@@ -402,7 +403,7 @@ def test_listener_happy_path(router):
     assert router.holds(REMOTE)
     authenticated, recovery = peer.expect(Authenticated, Recovery)
     assert authenticated.proof == peer.expected_listener_proof()
-    assert recovery == Recovery(router.ledger.last_received(REMOTE))
+    assert recovery == Recovery(router.engine.last_received(REMOTE))
     assert recovery.last_received == 0
 
     peer.send(Recovery(17))
@@ -419,7 +420,7 @@ def test_listener_happy_path(router):
     assert described["peer_last_received"] == 17
     assert described["keepalive_interval_ms"] == KEEPALIVE_MS
     assert described["keepalive_counter"] == 5
-    assert router.ledger.reported_by(REMOTE) == 17
+    assert router.engine.reported_by(REMOTE) == 17
     assert router.holds(REMOTE)
     assert router.registry.links() == [peer.link]
     assert peer.how_closed == "open"
@@ -477,7 +478,7 @@ def test_connector_happy_path(router):
     peer.authenticated()
     assert router.holds(REMOTE)
     (recovery,) = peer.expect(Recovery)
-    assert recovery.last_received == router.ledger.last_received(REMOTE) == 0
+    assert recovery.last_received == router.engine.last_received(REMOTE) == 0
     assert peer.deliveries == []
 
     peer.send(Recovery(42))
@@ -487,7 +488,7 @@ def test_connector_happy_path(router):
     described = peer.link.describe()
     assert described["stage"] == "delivery"
     assert described["peer_last_received"] == 42
-    assert router.ledger.reported_by(REMOTE) == 42
+    assert router.engine.reported_by(REMOTE) == 42
 
     # The connector adopts the listener's keepalive interval.
     assert described["keepalive_interval_ms"] == 200

@@ -1,6 +1,7 @@
 """
-C{GET /api/v1/router} and C{GET /api/v1/links}: what a router is and what
-its links are doing, as JSON.  Read-only; bind it to loopback or protect
+C{GET /api/v1/router}, C{/links}, C{/routes} and C{/queues}: what a router
+is, what its links are doing, where it forwards and what its queues hold,
+as JSON.  Read-only; bind it to loopback or protect
 it with a TLS endpoint string.
 """
 
@@ -47,6 +48,8 @@ def admin_site(router) -> Site:
     v1 = Resource()
     v1.putChild(b"router", JSONResource(router.describe))
     v1.putChild(b"links", JSONResource(router.describe_links))
+    v1.putChild(b"routes", JSONResource(router.describe_routes))
+    v1.putChild(b"queues", JSONResource(router.describe_queues))
     api = Resource()
     api.putChild(b"v1", v1)
     root = Resource()

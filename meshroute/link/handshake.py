@@ -35,12 +35,16 @@ from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
     SUPPORTED_VERSIONS,
+    Ack,
     Authenticate,
     Authenticated,
+    FastTransfer,
     Hello,
     Keepalive as KeepaliveFrame,
     Recovery,
     Reject,
+    Routes,
+    Transfer,
     Welcome,
 )
 
@@ -83,6 +87,18 @@ class LinkInputs(Protocol):
     def got_reject(self, frame: Reject) -> None:
         "The peer refused the handshake."
 
+    def got_transfer(self, frame: Transfer) -> None:
+        "A persistent message arrived."
+
+    def got_ack(self, frame: Ack) -> None:
+        "The peer durably holds our transfers up to a sequence."
+
+    def got_fast_transfer(self, frame: FastTransfer) -> None:
+        "A non-persistent message arrived."
+
+    def got_routes(self, frame: Routes) -> None:
+        "Route advertisements arrived."
+
     def accepted(self) -> None:
         "The frame being vetted passed every check."
 
@@ -117,15 +133,16 @@ class RouterContext:
     """
     What every link of one router shares.
 
-    @ivar ledger: answers "last sequence received from peer" for the
-        recovery stage and records what each peer reports.
+    @ivar engine: the router's L{meshroute.interfaces.ILinkEngine}: it
+        answers the recovery stage's "last sequence received from peer"
+        and takes over each link's delivery stage.
     """
 
     name: str
     clock: IReactorTime
     events: events.EventLog
     registry: object
-    ledger: object
+    engine: object
 
 
 @dataclass(frozen=True)
@@ -180,6 +197,7 @@ class LinkCore:
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
     version: int | None = None
+    channel: object = None
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -218,7 +236,6 @@ class LinkCore:
         self._cancel_stage_timer()
         self.heard()
         self.peer_last_received = frame.last_received
-        self.context.ledger.peer_reported(self.peer, frame.last_received)
         self.stage = DELIVERY
         self.since = self.context.clock.seconds()
         self.emit(
@@ -233,6 +250,8 @@ class LinkCore:
             expired=inputs.keepalive_expired,
         )
         self.keepalive.start()
+        self.channel = self.context.engine.link_up(self.peer, self.send)
+        self.channel.recovered(frame.last_received)
         log.info(
             "link {link} to {peer} ({direction}) in delivery, keepalive {interval} ms",
             link=self.link_id,
@@ -243,7 +262,7 @@ class LinkCore:
         self.on_delivery()
 
     def send_recovery(self) -> None:
-        self.send(Recovery(self.context.ledger.last_received(self.peer)))
+        self.send(Recovery(self.context.engine.last_received(self.peer)))
 
     def refuse(self, code: str, detail: str) -> None:
         """
@@ -308,6 +327,8 @@ class LinkCore:
         The connection is gone: record why and release the peer's name.
         """
         self._stop_timers()
+        if self.channel is not None:
+            self.channel.closed()
         if self.close_reason is None:
             self.close_reason = reasons.PROTOCOL_ERROR if truncated else reasons.PEER_CLOSED
             self.close_detail = "truncated frame" if truncated else why
@@ -484,6 +505,10 @@ _FRAME_INPUTS = (
     LinkInputs.got_recovery,
     LinkInputs.got_keepalive,
     LinkInputs.got_reject,
+    LinkInputs.got_transfer,
+    LinkInputs.got_ack,
+    LinkInputs.got_fast_transfer,
+    LinkInputs.got_routes,
 )
 
 
@@ -513,6 +538,28 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     def keepalive_received(inputs: LinkInputs, core: LinkCore, frame: KeepaliveFrame) -> None:
         core.heard()
         core.keepalive.received()
+
+    # The delivery stage's traffic belongs to the engine's channel.
+
+    @delivering.upon(LinkInputs.got_transfer).loop()
+    def transfer(inputs: LinkInputs, core: LinkCore, frame: Transfer) -> None:
+        core.heard()
+        core.channel.transferred(frame)
+
+    @delivering.upon(LinkInputs.got_ack).loop()
+    def ack(inputs: LinkInputs, core: LinkCore, frame: Ack) -> None:
+        core.heard()
+        core.channel.acknowledged(frame)
+
+    @delivering.upon(LinkInputs.got_fast_transfer).loop()
+    def fast_transfer(inputs: LinkInputs, core: LinkCore, frame: FastTransfer) -> None:
+        core.heard()
+        core.channel.fast_transferred(frame)
+
+    @delivering.upon(LinkInputs.got_routes).loop()
+    def routes(inputs: LinkInputs, core: LinkCore, frame: Routes) -> None:
+        core.heard()
+        core.channel.routes(frame)
 
     @delivering.upon(LinkInputs.keepalive_expired).to(closing)
     def keepalive_expired(inputs: LinkInputs, core: LinkCore) -> None:

@@ -24,12 +24,16 @@ from meshroute.link.handshake import (
 )
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import (
+    Ack,
     Authenticate,
     Authenticated,
+    FastTransfer,
     Hello,
     Keepalive,
     Recovery,
     Reject,
+    Routes,
+    Transfer,
     Welcome,
 )
 
@@ -45,6 +49,10 @@ _INPUT_FOR_FRAME = {
     Recovery: "got_recovery",
     Keepalive: "got_keepalive",
     Reject: "got_reject",
+    Transfer: "got_transfer",
+    Ack: "got_ack",
+    FastTransfer: "got_fast_transfer",
+    Routes: "got_routes",
 }
 
 _link_numbers = itertools.count(1)

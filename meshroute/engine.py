@@ -1,0 +1,539 @@
+"""
+The message engine of one router: where a message goes next.
+
+A message accepted from a client, or received over a link, is either for
+one of this router's queues (it is enqueued) or for another router (it
+waits in the store's backlog until the route table names a next hop with a
+live link, and is then handed to that link's L{PeerChannel}).
+
+Exactly once across links (docs/routing.md tells the whole story):
+
+ - Per link and direction, persistent messages carry sequence numbers.
+   The receiver stores a message and the sequence in one transaction and
+   only then acknowledges it (cumulatively, once per reactor turn); the
+   sender forgets a message only when it is acknowledged.
+ - When a link comes back, the recovery stage tells each side the last
+   sequence the other holds: the sender drops what is acknowledged and
+   replays the rest, and the receiver discards sequences it already has.
+ - A link that stays down for C{reroute-delay} gives its unacknowledged
+   messages back to the backlog, where another route can take them.  The
+   peer may have stored some of them without our hearing the ack, so
+   every router also refuses a message id it holds or has enqueued: a
+   second copy is dropped (C{message.duplicate}), never enqueued.
+
+Flow control: at most L{WINDOW} unacknowledged messages per link; the rest
+wait in the store, not in memory, however large the backlog.
+
+Non-persistent messages (C{persistent=False}) never touch the store: they
+travel as C{FastTransfer} frames without sequence or acknowledgement, so
+they may be lost with a link or a router and are never duplicated.  While
+they have no route they wait in memory, bounded like the backlog.
+"""
+
+from collections import defaultdict, deque
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+
+from meshroute import events
+from meshroute.errors import MeshrouteError
+from meshroute.messages import (
+    DEAD_LETTER_QUEUE,
+    AddressError,
+    Message,
+    MessageIds,
+    parse_address,
+)
+from meshroute.queues import QueueManager
+from meshroute.routing.table import Advertisement
+from meshroute.wire.frames import Ack, FastTransfer, Routes, Transfer
+
+log = Logger()
+
+#: Unacknowledged transfers allowed per link direction.
+WINDOW = 1024
+#: How many backlog messages one store call hands a link.
+ASSIGN_BATCH = 256
+
+
+class UnknownRouter(MeshrouteError):
+    """
+    No router of that name has ever been heard of in the mesh.
+    """
+
+    code = "unknown-router"
+
+
+class BacklogFull(MeshrouteError):
+    """
+    The destination's backlog reached its bound (C{max-backlog}).
+    """
+
+    code = "backlog-full"
+
+
+def _message_from(frame, persistent: bool) -> Message:
+    return Message(
+        msg_id=frame.msg_id,
+        origin=frame.origin,
+        dest_router=frame.dest_router,
+        dest_queue=frame.dest_queue,
+        body=frame.body,
+        headers=frame.headers,
+        hops=frame.hops,
+        persistent=persistent,
+        accepted_at=frame.accepted_at,
+    )
+
+
+def _advertisement_items(advertisements) -> list:
+    return [[a.origin, a.seq, list(a.neighbors)] for a in advertisements]
+
+
+class MessageEngine:
+    """
+    Accepts, forwards and enqueues messages for one router.
+
+    @param max_hops: links a message may cross; past it, it is
+        dead-lettered where that happens.
+    @param max_backlog: messages that may wait for one destination router
+        (persistent, and non-persistent separately); past it, producers get
+        L{BacklogFull}.
+    @param reroute_delay: seconds a closed link keeps its unacknowledged
+        messages for its own recovery before they go back to the backlog.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        store,
+        routes,
+        event_log: events.EventLog,
+        clock: IReactorTime,
+        max_hops: int = 16,
+        max_backlog: int = 100_000,
+        reroute_delay: float = 5.0,
+    ) -> None:
+        self.name = name
+        self.queues = QueueManager(store, event_log, clock)
+        self.routes = routes
+        self._store = store
+        self._events = event_log
+        self._clock = clock
+        self._max_hops = max_hops
+        self._max_backlog = max_backlog
+        self._reroute_delay = reroute_delay
+        self._ids = MessageIds(name)
+        self._channels: dict[str, PeerChannel] = {}
+        self._serving: dict[str, frozenset] = {}
+        self._reroutes: dict[str, IDelayedCall] = {}
+        self._accepting: dict[str, int] = defaultdict(int)
+        self._transient: dict[str, deque] = defaultdict(deque)
+
+    # -- clients ------------------------------------------------------------
+
+    def submit(self, address: str, body: bytes, headers: dict, persistent: bool) -> Deferred:
+        """
+        Accept a message from a client.
+
+        @return: Deferred firing with the message id once the message is
+            durable (persistent) or accepted (non-persistent); failing with
+            L{AddressError}, L{UnknownRouter} or L{BacklogFull}.
+        """
+        try:
+            queue, router = parse_address(address, self.name)
+        except AddressError as e:
+            return fail(e)
+        if router != self.name and not self.routes.known(router):
+            return fail(UnknownRouter(f"no router named {router!r} is known in the mesh"))
+        message = Message(
+            msg_id=self._ids.next(),
+            origin=self.name,
+            dest_router=router,
+            dest_queue=queue,
+            body=body,
+            headers=headers,
+            persistent=persistent,
+            accepted_at=self._clock.seconds(),
+        )
+        if not persistent:
+            return self._submit_transient(message)
+        if router != self.name:
+            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
+            if waiting >= self._max_backlog:
+                return fail(BacklogFull(
+                    f"{waiting} messages already wait for {router} (max-backlog)"))
+            self._accepting[router] += 1
+        d = self._store.accept(message)
+        d.addBoth(self._accepted, message)
+        return d
+
+    def _accepted(self, result, message: Message):
+        if message.dest_router != self.name:
+            self._accepting[message.dest_router] -= 1
+        if isinstance(result, Exception) or hasattr(result, "raiseException"):
+            return result
+        self._emit_accepted(message)
+        if message.dest_router == self.name:
+            self._emit_enqueued(message)
+            self.queues.notify(message.dest_queue)
+        else:
+            self._pump_towards(message.dest_router)
+        return message.msg_id
+
+    def _submit_transient(self, message: Message) -> Deferred:
+        if message.dest_router != self.name:
+            waiting = len(self._transient[message.dest_router])
+            if waiting >= self._max_backlog and self._next_channel(message.dest_router) is None:
+                return fail(BacklogFull(
+                    f"{waiting} non-persistent messages already wait for {message.dest_router}"))
+        self._emit_accepted(message)
+        self._route_transient(message)
+        return succeed(message.msg_id)
+
+    # -- links --------------------------------------------------------------
+
+    def last_received(self, peer: str) -> int:
+        """
+        For the recovery stage: the last sequence durably received from
+        C{peer}.
+        """
+        return self._store.last_received(peer)
+
+    def link_up(self, peer: str, send) -> "PeerChannel":
+        """
+        A link to C{peer} reached delivery; C{send(frame)} writes to it.
+
+        @return: the channel the link feeds its delivery-stage frames to.
+        """
+        pending = self._reroutes.pop(peer, None)
+        if pending is not None and pending.active():
+            pending.cancel()
+        channel = PeerChannel(self, peer, send)
+        self._channels[peer] = channel
+        news = self.routes.link_up(peer)
+        channel.send(Routes(_advertisement_items(self.routes.advertisements())))
+        self._flood(news, exclude=peer)
+        self._routes_changed()
+        return channel
+
+    def link_down(self, peer: str, channel: "PeerChannel") -> None:
+        """
+        The delivery-stage link to C{peer} is gone.
+        """
+        if self._channels.get(peer) is not channel:
+            return
+        del self._channels[peer]
+        self._flood(self.routes.link_down(peer))
+        self._routes_changed()
+        self._reroutes[peer] = self._clock.callLater(self._reroute_delay, self._reroute, peer)
+
+    def reroute_orphans(self) -> None:
+        """
+        At start: outboxes left by a previous run for peers that do not
+        come back within reroute-delay go back to the backlog.
+        """
+        for peer in self._store.outbox_peers():
+            if peer not in self._reroutes:
+                self._reroutes[peer] = self._clock.callLater(
+                    self._reroute_delay, self._reroute, peer)
+
+    def stop(self) -> None:
+        """
+        The router is stopping: no more reroutes (outboxes wait in the
+        store for the next start).
+        """
+        for call in self._reroutes.values():
+            if call.active():
+                call.cancel()
+        self._reroutes.clear()
+
+    def _reroute(self, peer: str) -> None:
+        del self._reroutes[peer]
+        if peer in self._channels:
+            return
+        d = self._store.return_outbox(peer)
+
+        def returned(count: int) -> None:
+            if count:
+                log.info("{count} unacknowledged messages for {peer} returned to the "
+                         "backlog", count=count, peer=peer)
+                self._pump_all()
+
+        d.addCallback(returned)
+        d.addErrback(lambda f: log.failure("returning the outbox of {peer}", f, peer=peer))
+
+    def routes_received(self, peer: str, frame: Routes) -> None:
+        news = []
+        for origin, seq, neighbors in frame.advertisements:
+            news.extend(self.routes.received(Advertisement(origin, seq, tuple(sorted(neighbors)))))
+        if news:
+            self._flood(news, exclude=peer)
+            self._routes_changed()
+
+    def _flood(self, advertisements, exclude: str | None = None) -> None:
+        if not advertisements:
+            return
+        frame = Routes(_advertisement_items(advertisements))
+        for peer, channel in self._channels.items():
+            if peer != exclude:
+                channel.send(frame)
+
+    def _routes_changed(self) -> None:
+        serving = defaultdict(set)
+        for router, (next_hop, _hops) in self.routes.routes().items():
+            serving[next_hop].add(router)
+        self._serving = {peer: frozenset(routers) for peer, routers in serving.items()}
+        for router in list(self._transient):
+            self._release_transient(router)
+        self._pump_all()
+
+    def serving(self, peer: str) -> frozenset:
+        """
+        The destination routers whose next hop is C{peer}.
+        """
+        return self._serving.get(peer, frozenset())
+
+    def _next_channel(self, router: str) -> "PeerChannel | None":
+        hop = self.routes.next_hop(router)
+        return self._channels.get(hop) if hop is not None else None
+
+    def _pump_towards(self, router: str) -> None:
+        channel = self._next_channel(router)
+        if channel is not None:
+            channel.pump()
+
+    def _pump_all(self) -> None:
+        for channel in list(self._channels.values()):
+            channel.pump()
+
+    # -- arrivals -----------------------------------------------------------
+
+    def arrived(self, peer: str, seq: int, message: Message) -> Deferred:
+        """
+        A persistent message arrived from C{peer}: store it (dead-lettered
+        here if it crossed too many links) and pass it on.
+
+        @return: Deferred firing when it is durable (or known duplicate).
+        """
+        local = message.dest_router == self.name
+        dead = not local and message.hops >= self._max_hops
+        stored = message
+        if dead:
+            stored = Message(
+                msg_id=message.msg_id, origin=message.origin, dest_router=self.name,
+                dest_queue=DEAD_LETTER_QUEUE, body=message.body,
+                headers={**message.headers, "x-dead-letter-reason": "max-hops",
+                         "x-original-address": f"{message.dest_queue}@{message.dest_router}"},
+                hops=message.hops, accepted_at=message.accepted_at,
+            )
+        d = self._store.receive(peer, seq, stored, local or dead)
+        d.addCallback(self._stored, peer, message, stored, local, dead)
+        return d
+
+    def _stored(self, result: str, peer: str, message: Message, stored: Message,
+                local: bool, dead: bool) -> None:
+        if result == "duplicate-id":
+            self._events.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
+                              origin=message.origin)
+        elif result == "stored":
+            if dead:
+                self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
+                                  origin=message.origin, hops=message.hops, reason="max-hops",
+                                  dest=f"{message.dest_queue}@{message.dest_router}")
+                self.queues.notify(DEAD_LETTER_QUEUE)
+            elif local:
+                self._emit_enqueued(message)
+                self.queues.notify(message.dest_queue)
+            else:
+                self._pump_towards(message.dest_router)
+
+    def arrived_transient(self, message: Message) -> None:
+        self._route_transient(message)
+
+    def _route_transient(self, message: Message) -> None:
+        if message.dest_router == self.name:
+            self._emit_enqueued(message)
+            self.queues.put_transient(message.dest_queue, message)
+            return
+        if message.hops >= self._max_hops:
+            self._events.emit(events.MESSAGE_DROPPED, msg_id=message.msg_id, reason="max-hops",
+                              origin=message.origin)
+            return
+        channel = self._next_channel(message.dest_router)
+        if channel is not None:
+            channel.send_transient(message)
+            return
+        waiting = self._transient[message.dest_router]
+        if len(waiting) >= self._max_backlog:
+            dropped = waiting.popleft()
+            self._events.emit(events.MESSAGE_DROPPED, msg_id=dropped.msg_id,
+                              reason="max-backlog", origin=dropped.origin)
+        waiting.append(message)
+
+    def _release_transient(self, router: str) -> None:
+        channel = self._next_channel(router)
+        if channel is None:
+            return
+        waiting = self._transient.pop(router)
+        while waiting:
+            channel.send_transient(waiting.popleft())
+
+    # -- events -------------------------------------------------------------
+
+    def _emit_accepted(self, message: Message) -> None:
+        self._events.emit(
+            events.MESSAGE_ACCEPTED, msg_id=message.msg_id, origin=message.origin,
+            dest=f"{message.dest_queue}@{message.dest_router}", size=len(message.body),
+            persistent=message.persistent,
+        )
+
+    def _emit_enqueued(self, message: Message) -> None:
+        self._events.emit(
+            events.MESSAGE_ENQUEUED, msg_id=message.msg_id, origin=message.origin,
+            queue=message.dest_queue, hops=message.hops, accepted_at=message.accepted_at,
+            persistent=message.persistent,
+        )
+
+    def emit_forwarded(self, peer: str, message: Message) -> None:
+        self._events.emit(events.MESSAGE_FORWARDED, msg_id=message.msg_id, peer=peer,
+                          origin=message.origin, hops=message.hops + 1)
+
+    def describe_routes(self) -> dict:
+        """
+        C{GET /api/v1/routes}.
+        """
+        return {router: {"next_hop": hop, "hops": hops}
+                for router, (hop, hops) in sorted(self.routes.routes().items())}
+
+
+class PeerChannel:
+    """
+    The delivery stage of one link, both directions, as the engine sees it.
+
+    Sending: up to L{WINDOW} transfers in flight, taken from the store's
+    backlog for the destinations this peer is the next hop of.  Receiving:
+    each transfer is stored, then acknowledged cumulatively once per
+    reactor turn.
+    """
+
+    def __init__(self, engine: MessageEngine, peer: str, send) -> None:
+        self.peer = peer
+        self.send = send
+        self._engine = engine
+        self._store = engine._store
+        self._clock = engine._clock
+        self._in_flight: dict[int, Message] = {}
+        self._pumping = False
+        self._closed = False
+        self._durable_seq = 0
+        self._acked_seq = 0
+        self._ack_call = None
+
+    # -- sending ------------------------------------------------------------
+
+    def recovered(self, peer_last_received: int) -> None:
+        """
+        The peer holds everything up to C{peer_last_received}: forget that,
+        replay the rest of our outbox, then carry on from the backlog.
+        """
+        self._pumping = True
+        d = self._store.acknowledge(self.peer, peer_last_received)
+        d.addCallback(lambda _: self._store.outbox(self.peer, peer_last_received))
+        d.addCallback(self._send_assigned, None)
+        d.addErrback(self._failed, "replaying the outbox")
+
+    def pump(self) -> None:
+        """
+        Hand the peer more backlog messages if the window has room and
+        there are any for destinations it serves.
+        """
+        if self._pumping or self._closed:
+            return
+        room = WINDOW - len(self._in_flight)
+        if room <= 0:
+            return
+        serving = self._engine.serving(self.peer)
+        depths = self._store.backlog_depths()
+        if not any(depths.get(router) for router in serving):
+            return
+        limit = min(room, ASSIGN_BATCH)
+        self._pumping = True
+        d = self._store.assign(self.peer, serving, limit)
+        d.addCallback(self._send_assigned, limit)
+        d.addErrback(self._failed, "taking messages from the backlog")
+
+    def _send_assigned(self, assigned, limit) -> None:
+        self._pumping = False
+        if self._closed:
+            return
+        for seq, message in assigned:
+            self._in_flight[seq] = message
+            forwarded = message.forwarded()
+            self.send(Transfer(seq, forwarded.msg_id, forwarded.origin, forwarded.dest_router,
+                               forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
+                               forwarded.headers, forwarded.body))
+        if limit is None or len(assigned) == limit:
+            self.pump()
+
+    def acknowledged(self, frame: Ack) -> None:
+        """
+        The peer durably holds every transfer up to C{frame.seq}.
+        """
+        done = [seq for seq in self._in_flight if seq <= frame.seq]
+        for seq in done:
+            self._engine.emit_forwarded(self.peer, self._in_flight.pop(seq))
+        d = self._store.acknowledge(self.peer, frame.seq)
+        d.addErrback(self._failed, "recording an acknowledgement")
+        self.pump()
+
+    def send_transient(self, message: Message) -> None:
+        forwarded = message.forwarded()
+        self.send(FastTransfer(forwarded.msg_id, forwarded.origin, forwarded.dest_router,
+                               forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
+                               forwarded.headers, forwarded.body))
+        self._engine.emit_forwarded(self.peer, message)
+
+    # -- receiving ------------------------------------------------------------
+
+    def transferred(self, frame: Transfer) -> None:
+        """
+        A persistent message arrived: acknowledge it once it is durable.
+        """
+        d = self._engine.arrived(self.peer, frame.seq, _message_from(frame, persistent=True))
+        d.addCallback(self._durable, frame.seq)
+        d.addErrback(self._failed, "storing a message")
+
+    def _durable(self, _result, seq: int) -> None:
+        if seq > self._durable_seq:
+            self._durable_seq = seq
+        if self._ack_call is None and not self._closed:
+            self._ack_call = self._clock.callLater(0, self._send_ack)
+
+    def _send_ack(self) -> None:
+        self._ack_call = None
+        if self._durable_seq > self._acked_seq and not self._closed:
+            self._acked_seq = self._durable_seq
+            self.send(Ack(self._durable_seq))
+
+    def fast_transferred(self, frame: FastTransfer) -> None:
+        self._engine.arrived_transient(_message_from(frame, persistent=False))
+
+    def routes(self, frame: Routes) -> None:
+        self._engine.routes_received(self.peer, frame)
+
+    def closed(self) -> None:
+        """
+        The link is gone: stop sending; what is in flight stays in the
+        outbox for the next recovery or the reroute.
+        """
+        self._closed = True
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
+        self._in_flight.clear()
+        self._engine.link_down(self.peer, self)
+
+    def _failed(self, failure, doing: str) -> None:
+        self._pumping = False
+        log.failure("link to {peer}: {doing} failed", failure, peer=self.peer, doing=doing)

@@ -1,0 +1,58 @@
+"""
+Recording stand-ins for the parts a test is not about.
+"""
+
+from zope.interface import implementer
+
+from meshroute.interfaces import ILinkChannel, ILinkEngine
+
+
+@implementer(ILinkChannel)
+class RecordingChannel:
+    """
+    A delivery-stage channel that remembers what its link told it.
+    """
+
+    def __init__(self, peer: str, send) -> None:
+        self.peer = peer
+        self.send = send
+        self.recovered_at: int | None = None
+        self.frames: list = []
+        self.is_closed = False
+
+    def recovered(self, peer_last_received: int) -> None:
+        self.recovered_at = peer_last_received
+
+    def transferred(self, frame) -> None:
+        self.frames.append(frame)
+
+    acknowledged = fast_transferred = routes = transferred
+
+    def closed(self) -> None:
+        self.is_closed = True
+
+
+@implementer(ILinkEngine)
+class RecordingEngine:
+    """
+    A message engine for link tests: fixed recovery points, recording
+    channels.
+    """
+
+    def __init__(self, received: dict[str, int] | None = None) -> None:
+        self.received = dict(received or {})
+        self.channels: dict[str, RecordingChannel] = {}
+
+    def last_received(self, peer: str) -> int:
+        return self.received.get(peer, 0)
+
+    def link_up(self, peer: str, send) -> RecordingChannel:
+        channel = self.channels[peer] = RecordingChannel(peer, send)
+        return channel
+
+    def reported_by(self, peer: str) -> int | None:
+        """
+        What C{peer} reported in its last recovery stage, if it got there.
+        """
+        channel = self.channels.get(peer)
+        return channel.recovered_at if channel else None
