@@ -3,20 +3,27 @@ The local lab: run a mesh of routers on 127.0.0.1 and watch it.
 
 C{python -m meshroute.lab etc/lab} (what C{make lab} runs) starts one
 C{twistd -n meshroute} per C{*.toml} in the directory, prints the links as
-they reach delivery, then plays a short fault scenario so a newcomer sees
-the routing-link rules at work:
+they reach delivery, then plays a short scenario so a newcomer sees the
+mesh at work, with producers and consumers as separate processes
+(C{meshroute send} and C{meshroute receive}):
 
  1. every link reaches delivery (connect → authentication → recovery →
     delivery);
- 2. one router is frozen with SIGSTOP: its neighbours' keepalive counters
-    run down and they close their links to it with reason C{keepalive};
- 3. it is resumed with SIGCONT: its links come back to delivery.
+ 2. traffic: messages sent at the first router to a queue on the last one
+    arrive there, each exactly once;
+ 3. the middle router is frozen with SIGSTOP: its neighbours' keepalive
+    counters run down and they close their links to it with reason
+    C{keepalive}; messages sent to it meanwhile wait in the sender's
+    store;
+ 4. it is resumed with SIGCONT: its links come back to delivery, the
+    waiting messages flow, and its consumer gets each exactly once.
 
-Then it keeps reporting every event until Ctrl-C, which stops every
+Then it keeps reporting link events until Ctrl-C, which stops every
 router with SIGTERM (links close with reason C{shutdown}).
 """
 
 import argparse
+import collections
 import glob
 import json
 import os
@@ -47,6 +54,9 @@ class LabRouter:
         endpoint = config.get("admin", {}).get("endpoint", "")
         port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
         self.admin = f"http://127.0.0.1:{port}" if port else None
+        endpoint = config.get("clients", {}).get("listener", {}).get("endpoint", "")
+        port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
+        self.clients = f"tcp:127.0.0.1:{port}" if port else None
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
         self.process: subprocess.Popen | None = None
         self._events_offset = os.path.getsize(self.events_path) if os.path.exists(
@@ -78,10 +88,12 @@ class LabRouter:
         with urllib.request.urlopen(self.admin + "/api/v1/links", timeout=2) as response:
             return json.load(response)
 
-    def status(self) -> str:
+    def router_info(self) -> dict:
         with urllib.request.urlopen(self.admin + "/api/v1/router", timeout=2) as response:
-            router = json.load(response)
-        return format_links(router, self.links())
+            return json.load(response)
+
+    def status(self) -> str:
+        return format_links(self.router_info(), self.links())
 
 
 def describe(event: dict) -> str | None:
@@ -102,17 +114,77 @@ def describe(event: dict) -> str | None:
                 f"in {event['stage']}: {event['reason']}")
     if name.startswith("router."):
         return f"{who} {name}"
+    if name.startswith("message."):
+        return None  # counted, not printed: there are thousands
     return f"{who} {name} {json.dumps(event)}"
+
+
+def meshroute_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "meshroute.cli", *args]
+
+
+class Consumer:
+    """
+    A C{meshroute receive} process, started before the messages are sent.
+    """
+
+    def __init__(self, router: LabRouter, queue: str, count: int) -> None:
+        self.description = f"{queue} on {router.name}"
+        self.count = count
+        self.process = subprocess.Popen(
+            meshroute_command("receive", "--connect", router.clients, "--queue", queue,
+                              "--count", str(count), "--timeout", "60", "--json"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def report(self) -> None:
+        out, err = self.process.communicate(timeout=90)
+        ids = [json.loads(line)["id"] for line in out.splitlines() if line.strip()]
+        verdict = "each exactly once" if len(set(ids)) == len(ids) == self.count else (
+            f"{len(set(ids))} distinct, {len(ids) - len(set(ids))} doubled; {err.strip()}")
+        print(f"   consumer of {self.description}: received {len(ids)} of "
+              f"{self.count}, {verdict}", flush=True)
+
+
+def send(router: LabRouter, address: str, count: int, label: str) -> None:
+    result = subprocess.run(
+        meshroute_command("send", "--connect", router.clients, "--to", address,
+                          "--count", str(count), "--body", label),
+        capture_output=True, text=True, timeout=120,
+    )
+    status = "durably accepted" if result.returncode == 0 else f"FAILED: {result.stderr.strip()}"
+    print(f"   meshroute send: {count} messages to {address} at {router.name}: {status}",
+          flush=True)
 
 
 class Lab:
     def __init__(self, routers: list[LabRouter]) -> None:
         self.routers = routers
+        self.message_counts: collections.Counter = collections.Counter()
 
     def report(self) -> None:
-        lines = [(e["time"], describe(e)) for r in self.routers for e in r.new_events()]
+        lines = []
+        for router in self.routers:
+            for event in router.new_events():
+                if event["event"].startswith("message."):
+                    self.message_counts[event["router"], event["event"]] += 1
+                line = describe(event)
+                if line is not None:
+                    lines.append((event["time"], line))
         for _, line in sorted(lines):
             print(line, flush=True)
+
+    def print_message_counts(self) -> None:
+        """
+        What the event logs say happened to messages so far.
+        """
+        self.report()
+        for router in self.routers:
+            counts = {event.split(".", 1)[1]: n for (name, event), n
+                      in sorted(self.message_counts.items()) if name == router.name}
+            if counts:
+                listed = ", ".join(f"{what} {n}" for what, n in counts.items())
+                print(f"   {router.name} event log: messages {listed}", flush=True)
 
     def watch(self, seconds: float, until=None) -> bool:
         """
@@ -192,14 +264,29 @@ def main(argv=None) -> int:
         if not lab.watch(30, until=lambda: lab.all_in_delivery(expected_links)):
             print("not every link reached delivery in 30 s; see the logs above")
         lab.print_status()
-        victim = lab.routers[len(lab.routers) // 2]
-        print(f"== 2. freezing {victim.name} with SIGSTOP: its neighbours stop hearing "
-              "keepalives and close their links after five intervals")
+        first, victim, last = lab.routers[0], lab.routers[len(lab.routers) // 2], lab.routers[-1]
+
+        print(f"== 2. traffic: 1000 messages from {first.name} to orders@{last.name}")
+        consumer = Consumer(last, "orders", 1000)
+        send(first, f"orders@{last.name}", 1000, "lab traffic")
+        consumer.report()
+        lab.print_message_counts()
+
+        print(f"\n== 3. freezing {victim.name} with SIGSTOP: its neighbours stop hearing "
+              "keepalives and close their links after about five intervals")
         victim.process.send_signal(signal.SIGSTOP)
-        lab.watch(8)
-        print(f"\n== 3. resuming {victim.name} with SIGCONT: it reconnects")
+        lab.watch(15, until=lambda: not any(link["peer"] == victim.name
+                                            for link in first.links()))
+        send(first, f"inbox@{victim.name}", 500, "sent while frozen")
+        backlog = first.router_info().get("backlog", {})
+        print(f"   {first.name} holds them in its store: backlog {backlog}", flush=True)
+
+        print(f"\n== 4. resuming {victim.name} with SIGCONT: it reconnects and the "
+              "waiting messages flow")
         victim.process.send_signal(signal.SIGCONT)
         lab.watch(20, until=lambda: lab.all_in_delivery(expected_links))
+        Consumer(victim, "inbox", 500).report()
+        lab.print_message_counts()
         lab.print_status()
         print("== the mesh runs; events appear as they happen. Ctrl-C stops every router.")
         remaining = None if args.duration is None else args.duration - (time.monotonic() - started)

@@ -133,6 +133,7 @@ class RouterService(MultiService):
             registry=self.registry,
             engine=self.engine,
         )
+        self.client_factory = ClientFactory(self.engine)
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
             listener = config.listener
@@ -154,7 +155,7 @@ class RouterService(MultiService):
         if config.clients is not None:
             _listening(
                 endpoints.server(config.clients.endpoint),
-                _UntilOpen(ClientFactory(self.engine), is_open),
+                _UntilOpen(self.client_factory, is_open),
             ).setServiceParent(self)
         for connector in config.connectors:
             ConnectorService(
@@ -238,6 +239,7 @@ class RouterService(MultiService):
             "uptime_s": (
                 self._clock.seconds() - self._started_at if self._started_at is not None else 0.0
             ),
+            "backlog": self.store.backlog_depths() if self._open else {},
         }
 
     def describe_links(self) -> list[dict]:
@@ -256,12 +258,13 @@ class RouterService(MultiService):
         """
         C{GET /api/v1/queues}.
         """
-        depths = self.engine.queues.depths()
-        consumers = self.engine.queues.consumer_counts()
-        return [
-            {"name": name, "depth": depths.get(name, 0), "consumers": consumers.get(name, 0)}
-            for name in sorted(set(depths) | set(consumers))
-        ]
+        return self.engine.queues.describe()
+
+    def describe_sessions(self) -> list[dict]:
+        """
+        C{GET /api/v1/sessions}.
+        """
+        return self.client_factory.describe()
 
     def _abort_links(self) -> None:
         for link in self.registry.links():

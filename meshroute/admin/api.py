@@ -1,7 +1,7 @@
 """
-C{GET /api/v1/router}, C{/links}, C{/routes} and C{/queues}: what a router
-is, what its links are doing, where it forwards and what its queues hold,
-as JSON.  Read-only; bind it to loopback or protect
+C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
+what a router is, what its links are doing, where it forwards, what its
+queues hold and who is connected, as JSON.  Read-only; bind it to loopback or protect
 it with a TLS endpoint string.
 """
 
@@ -50,6 +50,7 @@ def admin_site(router) -> Site:
     v1.putChild(b"links", JSONResource(router.describe_links))
     v1.putChild(b"routes", JSONResource(router.describe_routes))
     v1.putChild(b"queues", JSONResource(router.describe_queues))
+    v1.putChild(b"sessions", JSONResource(router.describe_sessions))
     api = Resource()
     api.putChild(b"v1", v1)
     root = Resource()
