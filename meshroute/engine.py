@@ -35,6 +35,7 @@ from collections import defaultdict, deque
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from meshroute import events
 from meshroute.errors import MeshrouteError
@@ -172,7 +173,7 @@ class MessageEngine:
     def _accepted(self, result, message: Message):
         if message.dest_router != self.name:
             self._accepting[message.dest_router] -= 1
-        if isinstance(result, Exception) or hasattr(result, "raiseException"):
+        if isinstance(result, Failure):
             return result
         self._emit_accepted(message)
         if message.dest_router == self.name:

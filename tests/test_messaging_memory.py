@@ -28,7 +28,10 @@ class Consumer:
     def __init__(self, router, queue: str, credit: int = 100) -> None:
         self.received = []
         self.redelivered = 0
-        self._subscription = router.engine.queues.subscribe(queue, self._deliver, credit)
+        # Deliveries may start inside subscribe(): grant credit once we
+        # hold the subscription.
+        self._subscription = router.engine.queues.subscribe(queue, self._deliver, 0)
+        self._subscription.add_credit(credit)
 
     def _deliver(self, delivery) -> None:
         self.received.append(delivery.message)
@@ -228,3 +231,25 @@ def test_non_persistent_lost_with_a_router_never_duplicated(mesh):
     mesh.run(5)
     assert_confirmed(sent)
     assert len(consumer.bodies) == len(set(consumer.bodies)) <= 100
+
+
+def test_window_bounds_what_is_in_flight(mesh):
+    """
+    With the next hop silent, a link holds at most WINDOW unacknowledged
+    transfers; the rest waits in the store's backlog, not in memory.
+    """
+    from meshroute.engine import WINDOW
+
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    mesh.partition("router-b")
+    assert_confirmed(send(mesh, "router-a", "q@router-b", WINDOW + 500))
+    mesh.network.flush()
+    channel = mesh.routers["router-a"].engine._channels["router-b"]
+    assert len(channel._in_flight) == WINDOW
+    assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 500}
+    mesh.heal("router-b")
+    consumer = Consumer(mesh.routers["router-b"], "q")
+    mesh.run(1)
+    assert len(consumer.bodies) == len(set(consumer.bodies)) == WINDOW + 500

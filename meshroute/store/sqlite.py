@@ -424,9 +424,8 @@ class SQLiteStore:
     def outbox_peers(self) -> list[str]:
         """
         Synchronous: the peers whose outbox holds messages (not yet
-        acknowledged), sorted.  Not part of L{IMessageStore}: at start the
-        message engine returns the outboxes of peers that do not come back
-        to the backlog.
+        acknowledged), sorted.  At start the message engine returns the
+        outboxes of peers that do not come back to the backlog.
         """
         return sorted(self._outboxes)
 
