@@ -212,3 +212,30 @@ def test_interval_of_200_ms():
     assert r.expired == []
     r.intervals(1)
     assert r.expired == [pytest.approx(1.0)]
+
+
+def test_late_ticks_keep_the_rate():
+    """
+    A busy reactor runs each tick a little late; the next tick is still
+    due on its slot, so over time we send exactly one keepalive per
+    interval, as a punctual peer does, and its counter does not drain.
+    """
+    r = Recorder(1.0)
+    r.keepalive.counter.value = 1000  # a generous peer: this test is about the rate
+    r.keepalive.start()
+    for _ in range(100):
+        r.clock.advance(1.3)  # the reactor only gets round to timers every 1.3 s...
+    # ...yet after 130 s about 130 keepalives went out (a fixed delay after
+    # each late tick would have sent 100).
+    assert 129 <= len(r.sent) <= 130
+
+
+def test_a_stall_skips_missed_ticks_instead_of_bursting():
+    r = Recorder(1.0)
+    r.keepalive.start()
+    r.clock.advance(1.0)
+    assert len(r.sent) == 1
+    r.clock.advance(3.5)  # frozen for 3.5 intervals
+    assert len(r.sent) == 2  # one late tick, not three
+    r.clock.advance(0.5)  # back on the original phase: t = 5.0
+    assert len(r.sent) == 3

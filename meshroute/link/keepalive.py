@@ -19,6 +19,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 #: The counter's starting value (SwiftMQ's).
 INITIAL_COUNT = 5
 
+_SLACK_S = 1e-9
+
 
 class KeepaliveCounter:
     """
@@ -49,10 +51,17 @@ class Keepalive:
     Sends a keepalive every C{interval} seconds from an injected clock and
     applies the counter rule.
 
-    Each tick schedules the next one C{interval} later.  (C{LoopingCall}
-    would keep a fixed phase, but its modulo arithmetic can fire twice at
-    nearly the same instant when float rounding lands a tick just short of
-    its slot, and a double tick here is a lost unit of the peer's grace.)
+    Ticks keep a fixed rate from the start: tick I{n} is due at C{start +
+    n × interval}, however late tick I{n}−1 ran.  Both sides must send at
+    the same rate, or the slower one slowly drains the other's counter: a
+    fixed delay after each (late) tick would let a busy router fall a
+    little further behind every interval until its peer closes a healthy
+    link.  After a stall of a whole interval or more (a frozen process),
+    the missed ticks are skipped, not sent in a burst that would spend
+    several units of our own counter at once.  (C{LoopingCall} means the
+    same, but finds the next slot with modulo arithmetic that can fire
+    twice at one instant when float rounding lands a tick just short of
+    its slot; counting ticks cannot.)
 
     @ivar counter: the L{KeepaliveCounter}, exposed for the admin API.
     """
@@ -75,12 +84,30 @@ class Keepalive:
         self._expired = expired
         self._interval = interval
         self._next: IDelayedCall | None = None
+        self._started = 0.0
+        self._ticks = 0
 
     def start(self) -> None:
         """
         Begin sending; the first keepalive goes out one interval from now.
         """
-        self._next = self._clock.callLater(self._interval, self._tick)
+        self._started = self._clock.seconds()
+        self._ticks = 0
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._ticks += 1
+        now = self._clock.seconds()
+        due = self._started + self._ticks * self._interval
+        if now - due >= self._interval:
+            # A whole interval or more behind (a stall): skip to the next
+            # slot ahead.  A tick merely late fires at once instead.
+            self._ticks = int((now - self._started) / self._interval) + 1
+            due = self._started + self._ticks * self._interval
+        # A nanosecond early, so that float rounding of n × interval never
+        # lands a slot just after the moment it is due; the phase stays put,
+        # since the next slot is computed from the count, not from now.
+        self._next = self._clock.callLater(max(0.0, due - now - _SLACK_S), self._tick)
 
     def stop(self) -> None:
         """
@@ -102,4 +129,4 @@ class Keepalive:
         if self.counter.sent():
             self._expired()
         else:
-            self._next = self._clock.callLater(self._interval, self._tick)
+            self._schedule()
