@@ -426,7 +426,11 @@ class PeerChannel:
         self._store = engine._store
         self._clock = engine._clock
         self._in_flight: dict[int, Message] = {}
-        self._pumping = False
+        # No pump before recovered() has replayed the outbox: a message
+        # taken from the backlog gets a higher sequence number than the
+        # replayed ones, and a receiver that got it first would discard
+        # them as already received (and acknowledge them), losing them.
+        self._pumping = True
         self._closed = False
         self._durable_seq = 0
         self._acked_seq = 0

@@ -21,11 +21,30 @@ and C{meshroute} package are the ones under test.  Its working directory is
 its own directory under C{tmp_path}, which also holds its data-dir, its
 twistd log (C{LABEL.log}) and what it printed (C{LABEL.out}).
 
+For messaging, C{Mesh.router(..., clients=True, routing={...}, store={...})}
+adds a client listener on a fresh port (L{RouterProcess.client_endpoint})
+and C{[routing]} / C{[store]} keys; L{Mesh.send} runs C{meshroute send} to
+completion, L{Mesh.start_send} and L{Mesh.start_receive} run producers and
+consumers as background processes (L{ClientProcess}: what a C{receive
+--json} printed so far is L{ClientProcess.messages}), and a router's
+routes, queues and store are read with L{RouterProcess.routes},
+L{RouterProcess.queues} and L{RouterProcess.store_counts}::
+
+    def test_send(mesh):
+        c = mesh.router("router-c", clients=True)
+        a = mesh.router("router-a", connect=[c], clients=True)
+        a_proc, c_proc = mesh.start(a, c)
+        a_proc.wait_route("router-c")
+        consumer = mesh.start_receive(c_proc, "q", count=10, timeout=30)
+        assert mesh.send(a_proc, "q@router-c", 10).returncode == 0
+        assert consumer.wait() == 0 and len(consumer.messages()) == 10
+
 Synchronisation is always a poll against a deadline (L{wait_until}); a
 test never sleeps to let something happen.  When the test ends, the
 fixture kills whatever is still running (stopped processes are continued
-first), and if the test failed, the tail of every router's log is added to
-the failure report.
+first, client commands are killed too), and if the test failed, the tail of
+every router's log and every client command's output is added to the
+failure report.
 """
 
 import http.client
@@ -34,6 +53,7 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -165,7 +185,9 @@ class RouterSpec:
     @ivar label: unique within the test; names the router's directory and
         files.  It is the router name unless two processes share a name.
     @ivar routing_port: the routing listener's port, or None without one.
-    @ivar extra: more top-level tables, C{{"section": {key: value}}}.
+    @ivar extra: more top-level tables, C{{"section": {key: value}}}
+        (C{"clients.listener"}, C{"routing"}, C{"store"}, ...).
+    @ivar client_port: the client listener's port, or None without one.
     """
 
     name: str
@@ -177,6 +199,7 @@ class RouterSpec:
     listener: dict[str, object] | None
     connectors: list[dict[str, object]] = field(default_factory=list)
     extra: dict[str, dict[str, object]] = field(default_factory=dict)
+    client_port: int | None = None
 
     @property
     def config_path(self) -> Path:
@@ -214,6 +237,20 @@ class RouterSpec:
         The client endpoint string that reaches this router's listener.
         """
         return f"tcp:127.0.0.1:{self.routing_port}"
+
+    @property
+    def client_endpoint(self) -> str:
+        """
+        The client endpoint string that reaches this router's client
+        listener (what C{meshroute send --connect} takes).
+        """
+        if self.client_port is None:
+            raise ValueError(f"{self.label} has no client listener")
+        return f"tcp:127.0.0.1:{self.client_port}"
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "store.db"
 
     def to_toml(self) -> str:
         tables = [_toml_table("[router]", self.router)]
@@ -407,6 +444,92 @@ class RouterProcess:
             all_in_delivery, timeout, what=f"{self.spec.label} in delivery with {peers}"
         )
 
+    @property
+    def client_endpoint(self) -> str:
+        """
+        The client endpoint string of this router's client listener.
+        """
+        return self.spec.client_endpoint
+
+    def routes(self) -> dict[str, dict]:
+        """
+        C{GET /api/v1/routes}: C{{router: {"next_hop", "hops"}}}.
+        """
+        return self.get("/api/v1/routes")
+
+    def queues(self) -> dict[str, dict]:
+        """
+        C{GET /api/v1/queues}, by queue name.
+        """
+        return {queue["name"]: queue for queue in self.get("/api/v1/queues")}
+
+    def queue_depth(self, queue: str) -> int:
+        """
+        The depth of local queue C{queue} (0 when the router does not list it).
+        """
+        return self.queues().get(queue, {}).get("depth", 0)
+
+    def wait_route(self, router: str, next_hop: str | None = None, timeout: float = 15.0) -> dict:
+        """
+        Wait until this router has a route to C{router} (through
+        C{next_hop}, if given).
+
+        @return: the route, C{{"next_hop", "hops"}}.
+        """
+
+        def routed():
+            route = self.routes().get(router)
+            if route is None or route.get("next_hop") is None:
+                return None
+            if next_hop is not None and route["next_hop"] != next_hop:
+                return None
+            return route
+
+        via = f" via {next_hop}" if next_hop else ""
+        return self.wait_for(routed, timeout, what=f"{self.spec.label}: a route to {router}{via}")
+
+    def store_counts(self) -> dict[str, int]:
+        """
+        How many messages this router's store holds, by place
+        (C{"backlog"}, C{"outbox"}, C{"queue"}), read from its SQLite file
+        with a read-only connection (the router keeps it in WAL mode, so
+        this does not disturb it, running or not).  The admin API shows
+        queues but not what waits for a route or an acknowledgement; this
+        is how a test knows that nothing is left in flight anywhere.
+        """
+        uri = f"file:{self.spec.store_path}?mode=ro"
+        try:
+            connection = sqlite3.connect(uri, uri=True, timeout=5)
+        except sqlite3.OperationalError:
+            return {}
+        try:
+            return dict(connection.execute("SELECT state, count(*) FROM messages GROUP BY state"))
+        except sqlite3.OperationalError:
+            # Not created yet.
+            return {}
+        finally:
+            connection.close()
+
+    def stored_messages(self) -> list[dict]:
+        """
+        Every message in this router's store (running, stopped or dead),
+        read as L{store_counts} does: C{{"msg_id", "state", "dest",
+        "body"}}, the body decoded as UTF-8 (with replacement).
+        """
+        uri = f"file:{self.spec.store_path}?mode=ro"
+        connection = sqlite3.connect(uri, uri=True, timeout=5)
+        try:
+            rows = connection.execute(
+                "SELECT msg_id, state, dest_queue || '@' || dest_router, body FROM messages"
+            ).fetchall()
+        finally:
+            connection.close()
+        return [
+            {"msg_id": msg_id, "state": state, "dest": dest,
+             "body": bytes(body).decode("utf-8", errors="replace")}
+            for msg_id, state, dest, body in rows
+        ]
+
     # -- event log -----------------------------------------------------------
 
     def events(self, event: str | None = None, **fields) -> list[dict]:
@@ -485,6 +608,81 @@ class RouterProcess:
         return tail(self.spec.log_path, lines)
 
 
+class ClientProcess:
+    """
+    A C{meshroute} client command (C{send}, C{receive}) running in the
+    background, its stdout and stderr going to files under C{directory}
+    so that a test can read what it printed so far without a pipe that
+    could fill up.
+
+    @ivar label: names its files (C{LABEL.out}, C{LABEL.err}).
+    @ivar args: the command's arguments (after C{meshroute}).
+    """
+
+    def __init__(self, label: str, args: list[str], directory: Path) -> None:
+        self.label = label
+        self.args = list(args)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.stdout_path = directory / f"{label}.out"
+        self.stderr_path = directory / f"{label}.err"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "meshroute.cli", *self.args],
+                env=router_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            )
+
+    def __repr__(self) -> str:
+        return f"<ClientProcess {self.label} pid={self.popen.pid}>"
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float = 60.0) -> int:
+        """
+        Wait for the command to exit; return its exit status.
+        """
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise WaitTimeout(
+                f"{self.label} ({' '.join(self.args)}) still running after {timeout:g} s; "
+                f"stderr:\n{tail(self.stderr_path)}"
+            ) from None
+
+    def messages(self) -> list[dict]:
+        """
+        The JSON objects printed so far by C{receive --json}, one per
+        complete line (a line still being written is left for later).
+        """
+        with open(self.stdout_path, "rb") as f:
+            data = f.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def count(self) -> int:
+        """
+        How many complete lines it printed so far.
+        """
+        with open(self.stdout_path, "rb") as f:
+            return f.read().count(b"\n")
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 class Mesh:
     """
     The routers of one test: their configurations, processes and shared
@@ -499,6 +697,7 @@ class Mesh:
         self.ports = ports
         self.processes: list[RouterProcess] = []
         self.specs: list[RouterSpec] = []
+        self.clients: list[ClientProcess] = []
         self.password_file = self.secret_file("mesh")
 
     def secret_file(self, name: str, secret: str | None = None) -> Path:
@@ -524,6 +723,9 @@ class Mesh:
         password_file: Path | None = None,
         connect: Iterable["RouterSpec | dict"] = (),
         admin: bool = True,
+        clients: bool = False,
+        routing: dict[str, object] | None = None,
+        store: dict[str, object] | None = None,
     ) -> RouterSpec:
         """
         Describe a router and write its configuration file.
@@ -537,6 +739,11 @@ class Mesh:
         @param connect: the routers it connects to: a L{RouterSpec} (a
             connector with the test defaults, see L{connector}) or a
             connector table from L{connector}.
+        @param clients: whether it has a client listener (on a fresh port,
+            which the spec then knows as C{client_port}).
+        @param routing: keys of its C{[routing]} table, as an operator
+            writes them (C{{"reroute-delay": "1s", "max-hops": 4}}).
+        @param store: keys of its C{[store]} table (C{{"sync": "normal"}}).
         """
         label = label or name
         if any(spec.label == label for spec in self.specs):
@@ -557,6 +764,15 @@ class Mesh:
                 "reject-disconnect-delay": reject_disconnect_delay,
                 "password-file": password_file or self.password_file,
             }
+        extra: dict[str, dict[str, object]] = {}
+        client_port = None
+        if clients:
+            client_port = self.ports.allocate()
+            extra["clients.listener"] = {"endpoint": f"tcp:{client_port}:interface=127.0.0.1"}
+        if routing:
+            extra["routing"] = dict(routing)
+        if store:
+            extra["store"] = dict(store)
         spec = RouterSpec(
             name=name,
             label=label,
@@ -569,6 +785,8 @@ class Mesh:
                 target if isinstance(target, dict) else self.connector(target)
                 for target in connect
             ],
+            extra=extra,
+            client_port=client_port,
         )
         spec.write()
         self.specs.append(spec)
@@ -645,6 +863,8 @@ class Mesh:
                 process.popen.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+        for client in self.clients:
+            client.kill()
 
     def report(self, lines: int = 40) -> list[tuple[str, str]]:
         """
@@ -664,7 +884,58 @@ class Mesh:
             if output.strip():
                 text += f"--- {process.spec.output_path}\n{output}\n"
             sections.append((title, text))
+        for client in self.clients:
+            status = client.popen.poll()
+            title = f"{client.label} (pid {client.popen.pid}, " + (
+                f"exit {status})" if status is not None else "running)"
+            )
+            text = (f"--- {' '.join(client.args)}\n--- stderr\n{tail(client.stderr_path, lines)}\n"
+                    f"--- stdout\n{tail(client.stdout_path, 5)}\n")
+            sections.append((title, text))
         return sections
+
+    # -- clients ---------------------------------------------------------------
+
+    def _client(self, label: str, args: list[str]) -> "ClientProcess":
+        label = f"{label}-{len(self.clients) + 1}"
+        client = ClientProcess(label, args, self.directory / "clients")
+        self.clients.append(client)
+        return client
+
+    def send(self, router: "RouterProcess | RouterSpec", to: str, count: int = 1,
+             *options: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        """
+        Run C{meshroute send --connect ROUTER --to TO --count COUNT
+        [options]} and wait for it.
+        """
+        return run_cli("send", "--connect", router.client_endpoint, "--to", to,
+                       "--count", str(count), *options, timeout=timeout)
+
+    def start_send(self, router: "RouterProcess | RouterSpec", to: str, count: int = 1,
+                   *options: str) -> "ClientProcess":
+        """
+        Start C{meshroute send} in the background (a separate producer
+        process); see L{ClientProcess}.
+        """
+        return self._client("send", [
+            "send", "--connect", router.client_endpoint, "--to", to, "--count", str(count),
+            *options,
+        ])
+
+    def start_receive(self, router: "RouterProcess | RouterSpec", queue: str,
+                      count: int | None = None, timeout: float | None = None,
+                      *options: str) -> "ClientProcess":
+        """
+        Start C{meshroute receive --json} in the background (a separate
+        consumer process); L{ClientProcess.messages} reads what it has
+        printed so far.
+        """
+        args = ["receive", "--connect", router.client_endpoint, "--queue", queue, "--json"]
+        if count is not None:
+            args += ["--count", str(count)]
+        if timeout is not None:
+            args += ["--timeout", f"{timeout:g}"]
+        return self._client("receive", [*args, *options])
 
 
 _MESH_KEY = pytest.StashKey[Mesh]()
