@@ -92,14 +92,17 @@ class RoutingConfig:
     The scalar keys of C{[routing]}: how far and how long messages travel.
 
     @ivar max_hops: links a message may cross before it is dead-lettered.
-    @ivar max_backlog: messages that may wait for one destination router;
-        past it, producers get an error.
+    @ivar max_backlog: persistent messages that may wait (in the store) for
+        one destination router; past it, producers get an error.
+    @ivar max_transient_backlog: non-persistent messages that may wait (in
+        memory) for one destination router.
     @ivar reroute_delay_ms: how long a closed link keeps its unacknowledged
         messages for its own recovery before they may take another route.
     """
 
     max_hops: int = 16
     max_backlog: int = 100_000
+    max_transient_backlog: int = 10_000
     reroute_delay_ms: int = 5000
 
 
@@ -118,9 +121,42 @@ class StoreConfig:
 class ClientListenerConfig:
     """
     C{[clients.listener]}: where clients connect.
+
+    @ivar connection_ttl_override: -1 lets each client choose its
+        connection TTL; otherwise every connection gets this one (ms; -1
+        from a client means never).
+    @ivar connection_ttl_check_interval_ms: how often connections silent
+        for their TTL are looked for and closed.
+    @ivar duplicate_id_window_ms: how long a send's duplicate id keeps a
+        second send with the same id from being accepted.
     """
 
     endpoint: str
+    connection_ttl_override: int = -1
+    connection_ttl_check_interval_ms: int = 2000
+    duplicate_id_window_ms: int = 3_600_000
+
+
+@dataclass(frozen=True)
+class ClientReconnectConfig:
+    """
+    C{[clients.reconnect]}: what the router keeps for a client session
+    whose connection was lost (docs/client-protocol.md).
+
+    @ivar keep_alive_ms: how long a disconnected session waits to be
+        resumed before it expires.
+    @ivar max_depth: deliveries a disconnected session holds; past it,
+        persistent messages stay in their queues and non-persistent ones
+        are dropped as C{max_depth_policy} (C{drop-oldest} or
+        C{drop-newest}) says.
+    @ivar recovery_buffer_size: deliveries kept to re-send those a
+        resuming client did not receive.
+    """
+
+    keep_alive_ms: int = 60000
+    max_depth: int = 1000
+    max_depth_policy: str = "drop-oldest"
+    recovery_buffer_size: int = 64
 
 
 @dataclass(frozen=True)
@@ -138,6 +174,7 @@ class RouterConfig:
     routing: RoutingConfig = RoutingConfig()
     store: StoreConfig = StoreConfig()
     clients: ClientListenerConfig | None = None
+    client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
 
 
 _REQUIRED = object()
@@ -194,10 +231,22 @@ _ADMIN_KEYS = (_Key("endpoint", "server-endpoint"),)
 _ROUTING_KEYS = (
     _Key("max-hops", "int", 16, 1),
     _Key("max-backlog", "int", 100_000, 1),
+    _Key("max-transient-backlog", "int", 10_000, 1),
     _Key("reroute-delay", "duration", 5000, 0),
 )
 _STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),)
-_CLIENT_LISTENER_KEYS = (_Key("endpoint", "server-endpoint"),)
+_CLIENT_LISTENER_KEYS = (
+    _Key("endpoint", "server-endpoint"),
+    _Key("connection-ttl-override", "int", -1, -1),
+    _Key("connection-ttl-check-interval", "duration", 2000, 1),
+    _Key("duplicate-id-window", "duration", 3_600_000, 1),
+)
+_CLIENT_RECONNECT_KEYS = (
+    _Key("keep-alive", "duration", 60000, 0),
+    _Key("max-depth", "int", 1000, 0),
+    _Key("max-depth-policy", "choice", "drop-oldest", choices=("drop-oldest", "drop-newest")),
+    _Key("recovery-buffer-size", "int", 64, 0),
+)
 
 
 def parse_duration_ms(value: object, *, path: str, key: str) -> int:
@@ -395,14 +444,17 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     clients = document.get("clients", {})
     if not isinstance(clients, dict):
         raise ConfigError(path, "clients", f"expected a table, got {type(clients).__name__}")
-    _reject_unknown(clients, ["listener"], path=path, prefix="clients")
+    _reject_unknown(clients, ["listener", "reconnect"], path=path, prefix="clients")
     client_listener = None
     if "listener" in clients:
         client_listener = ClientListenerConfig(
             **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
+    client_reconnect = ClientReconnectConfig(
+        **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
-        routing=routing_config, store=store, clients=client_listener, **router
+        routing=routing_config, store=store, clients=client_listener,
+        client_reconnect=client_reconnect, **router
     )
 
 
@@ -448,6 +500,8 @@ def format_config(config: RouterConfig) -> str:
     ]
     if config.clients is not None:
         tables.append(_toml_table("[clients.listener]", config.clients, _CLIENT_LISTENER_KEYS))
+    tables.append(_toml_table("[clients.reconnect]", config.client_reconnect,
+                              _CLIENT_RECONNECT_KEYS))
     if config.listener is not None:
         tables.append(_toml_table("[routing.listener]", config.listener, _LISTENER_KEYS))
     for connector in config.connectors:

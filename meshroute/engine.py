@@ -56,6 +56,9 @@ log = Logger()
 WINDOW = 1024
 #: How many backlog messages one store call hands a link.
 ASSIGN_BATCH = 256
+#: How many waiting non-persistent messages one reactor turn hands a link
+#: once a route appears, so that a large wait does not stall the reactor.
+TRANSIENT_BATCH = 1024
 
 
 class UnknownRouter(MeshrouteError):
@@ -98,9 +101,12 @@ class MessageEngine:
 
     @param max_hops: links a message may cross; past it, it is
         dead-lettered where that happens.
-    @param max_backlog: messages that may wait for one destination router
-        (persistent, and non-persistent separately); past it, producers get
-        L{BacklogFull}.
+    @param max_backlog: persistent messages that may wait (in the store)
+        for one destination router; past it, producers get L{BacklogFull}.
+    @param max_transient_backlog: non-persistent messages that may wait (in
+        memory) for one destination router; past it, producers get
+        L{BacklogFull}, and the oldest of those arriving over links are
+        dropped.
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
     """
@@ -114,6 +120,7 @@ class MessageEngine:
         clock: IReactorTime,
         max_hops: int = 16,
         max_backlog: int = 100_000,
+        max_transient_backlog: int = 10_000,
         reroute_delay: float = 5.0,
     ) -> None:
         self.name = name
@@ -124,6 +131,7 @@ class MessageEngine:
         self._clock = clock
         self._max_hops = max_hops
         self._max_backlog = max_backlog
+        self._max_transient_backlog = max_transient_backlog
         self._reroute_delay = reroute_delay
         self._ids = MessageIds(name)
         self._channels: dict[str, PeerChannel] = {}
@@ -134,10 +142,17 @@ class MessageEngine:
 
     # -- clients ------------------------------------------------------------
 
-    def submit(self, address: str, body: bytes, headers: dict, persistent: bool) -> Deferred:
+    def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
+               duplicate_id: str = "") -> Deferred:
         """
         Accept a message from a client.
 
+        @param duplicate_id: when not empty, accept the message only if no
+            send with this id was accepted within the store's duplicate-id
+            window (the id is recorded in the same transaction as the
+            message); a duplicate fires with the first message's id,
+            enqueues nothing and emits C{message.duplicate} with reason
+            C{duplicate-id}.
         @return: Deferred firing with the message id once the message is
             durable (persistent) or accepted (non-persistent); failing with
             L{AddressError}, L{UnknownRouter} or L{BacklogFull}.
@@ -159,6 +174,13 @@ class MessageEngine:
             accepted_at=self._clock.seconds(),
         )
         if not persistent:
+            if duplicate_id:
+                refusal = self._transient_refusal(message)
+                if refusal is not None:
+                    return fail(refusal)
+                d = self._store.accept_once(message, duplicate_id)
+                d.addCallback(self._accepted_transient_once, message, duplicate_id)
+                return d
             return self._submit_transient(message)
         if router != self.name:
             waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
@@ -166,9 +188,43 @@ class MessageEngine:
                 return fail(BacklogFull(
                     f"{waiting} messages already wait for {router} (max-backlog)"))
             self._accepting[router] += 1
+        if duplicate_id:
+            d = self._store.accept_once(message, duplicate_id)
+            d.addBoth(self._accepted_once, message, duplicate_id)
+            return d
         d = self._store.accept(message)
         d.addBoth(self._accepted, message)
         return d
+
+    def _accepted_once(self, result, message: Message, duplicate_id: str):
+        if isinstance(result, str):
+            if message.dest_router != self.name:
+                self._accepting[message.dest_router] -= 1
+            self._emit_duplicate_send(result, message, duplicate_id)
+            return result
+        return self._accepted(result, message)
+
+    def _accepted_transient_once(self, original: str | None, message: Message,
+                                 duplicate_id: str):
+        if original is not None:
+            self._emit_duplicate_send(original, message, duplicate_id)
+            return original
+        self._emit_accepted(message)
+        self._route_transient(message)
+        return message.msg_id
+
+    def _emit_duplicate_send(self, original: str, message: Message, duplicate_id: str) -> None:
+        self._events.emit(events.MESSAGE_DUPLICATE, msg_id=original, origin=self.name,
+                          reason="duplicate-id", duplicate_id=duplicate_id,
+                          dest=f"{message.dest_queue}@{message.dest_router}")
+
+    def _transient_refusal(self, message: Message) -> BacklogFull | None:
+        if message.dest_router != self.name:
+            waiting = len(self._transient.get(message.dest_router, ()))
+            if waiting >= self._max_transient_backlog:
+                return BacklogFull(
+                    f"{waiting} non-persistent messages already wait for {message.dest_router}")
+        return None
 
     def _accepted(self, result, message: Message):
         if message.dest_router != self.name:
@@ -184,11 +240,9 @@ class MessageEngine:
         return message.msg_id
 
     def _submit_transient(self, message: Message) -> Deferred:
-        if message.dest_router != self.name:
-            waiting = len(self._transient[message.dest_router])
-            if waiting >= self._max_backlog and self._next_channel(message.dest_router) is None:
-                return fail(BacklogFull(
-                    f"{waiting} non-persistent messages already wait for {message.dest_router}"))
+        refusal = self._transient_refusal(message)
+        if refusal is not None:
+            return fail(refusal)
         self._emit_accepted(message)
         self._route_transient(message)
         return succeed(message.msg_id)
@@ -363,23 +417,32 @@ class MessageEngine:
                               origin=message.origin)
             return
         channel = self._next_channel(message.dest_router)
-        if channel is not None:
+        if channel is not None and message.dest_router not in self._transient:
             channel.send_transient(message)
             return
         waiting = self._transient[message.dest_router]
-        if len(waiting) >= self._max_backlog:
+        if len(waiting) >= self._max_transient_backlog:
             dropped = waiting.popleft()
             self._events.emit(events.MESSAGE_DROPPED, msg_id=dropped.msg_id,
                               reason="max-backlog", origin=dropped.origin)
         waiting.append(message)
 
     def _release_transient(self, router: str) -> None:
+        """
+        A route to C{router} may have appeared: hand its waiting
+        non-persistent messages to the link, a batch per reactor turn (new
+        ones queue behind them, so order is kept).
+        """
         channel = self._next_channel(router)
-        if channel is None:
+        waiting = self._transient.get(router)
+        if channel is None or not waiting:
             return
-        waiting = self._transient.pop(router)
-        while waiting:
+        for _ in range(min(TRANSIENT_BATCH, len(waiting))):
             channel.send_transient(waiting.popleft())
+        if waiting:
+            self._clock.callLater(0, self._release_transient, router)
+        else:
+            del self._transient[router]
 
     # -- events -------------------------------------------------------------
 

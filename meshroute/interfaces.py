@@ -49,6 +49,21 @@ class IMessageStore(Interface):
             holds, or already enqueued, a message with that id.
         """
 
+    def accept_once(message, duplicate_id):
+        """
+        Like C{accept}, for a client send carrying a duplicate id: accept
+        C{message} only if no send with the same C{duplicate_id} was
+        accepted within the store's duplicate-id window, recording the id
+        (durably, across restarts) in the same transaction as the
+        message.  A non-persistent message is not stored; only its
+        duplicate id is recorded.
+
+        @return: Deferred firing with None when accepted (durable), or with
+            the C{msg_id} of the message first accepted with that duplicate
+            id, when nothing was changed; failing with
+            L{meshroute.store.DuplicateMessage} as C{accept} does.
+        """
+
     def receive(peer, seq, message, local):
         """
         Store a message that arrived from C{peer} with link sequence

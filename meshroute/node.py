@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.clients.protocol import ClientFactory
+from meshroute.clients.session import SessionSettings
 from meshroute.config import RouterConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
@@ -110,11 +111,16 @@ class RouterService(MultiService):
         self.events = events.EventLog(
             os.path.join(config.data_dir, "events.jsonl"), config.name, clock
         )
+        clients = config.clients
         self.store = SQLiteStore(
             os.path.join(config.data_dir, "store.db"),
             sync=config.store.sync,
             executor=executor if executor is not None else ThreadedExecutor(clock),
             router=config.name,
+            clock=clock,
+            duplicate_id_window_s=(
+                clients.duplicate_id_window_ms / 1000 if clients is not None else 3600.0
+            ),
         )
         self.engine = MessageEngine(
             config.name,
@@ -124,6 +130,7 @@ class RouterService(MultiService):
             clock,
             max_hops=config.routing.max_hops,
             max_backlog=config.routing.max_backlog,
+            max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
         )
         self.context = RouterContext(
@@ -133,7 +140,21 @@ class RouterService(MultiService):
             registry=self.registry,
             engine=self.engine,
         )
-        self.client_factory = ClientFactory(self.engine)
+        reconnect = config.client_reconnect
+        self.client_factory = ClientFactory(
+            self.engine, clock,
+            settings=SessionSettings(
+                connection_ttl_override=(
+                    clients.connection_ttl_override if clients is not None else -1),
+                connection_ttl_check_interval_ms=(
+                    clients.connection_ttl_check_interval_ms if clients is not None else 2000),
+                keep_alive_ms=reconnect.keep_alive_ms,
+                max_depth=reconnect.max_depth,
+                max_depth_policy=reconnect.max_depth_policy,
+                recovery_buffer_size=reconnect.recovery_buffer_size,
+            ),
+            events=self.events,
+        )
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
             listener = config.listener

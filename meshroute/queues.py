@@ -28,10 +28,18 @@ Delivery rules:
    more than its prefetch unacknowledged (docs/client-protocol.md).
  - B{Acknowledgement.}  L{Subscription.ack} deletes persistent entries from
    the store and emits C{message.consumed} once that is durable.
- - B{Cancel.}  L{Subscription.cancel} (an unsubscribe, or the connection
+ - B{Cancel.}  L{Subscription.cancel} (an unsubscribe, or the session
    going away) puts unacknowledged deliveries back at the front of the
    queue, marks them redelivered in the store, and they are delivered again
-   with C{redelivered=True}.
+   with C{redelivered=True}.  L{Subscription.give_back} does the same for
+   some deliveries only (a resumed client session never received them) and
+   returns their credit.
+ - B{Holding.}  A consumer told to L{Subscription.hold_persistent} (a
+   disconnected client session whose own queue is full) takes no
+   persistent entries, which stay in the queue for it later or for another
+   consumer; it may still take non-persistent ones, and
+   L{Subscription.drop} gives up one of those it cannot keep
+   (C{message.dropped}), returning its credit.
 """
 
 import itertools
@@ -149,6 +157,7 @@ class Subscription:
         self.queue = queue.name
         self.credit = credit
         self.cancelled = False
+        self.holding_persistent = False
         self._unacked: dict[int, tuple[Delivery, _Item]] = {}
 
     @property
@@ -212,6 +221,61 @@ class Subscription:
 
         return manager._store.consume(entry_ids).addCallbacks(durable, failed)
 
+    def hold_persistent(self, hold: bool) -> None:
+        """
+        Take no persistent entries while C{hold} is true (they stay in the
+        queue); non-persistent ones are still delivered.  Ignored once
+        cancelled.
+        """
+        if self.cancelled or hold == self.holding_persistent:
+            return
+        self.holding_persistent = hold
+        if not hold:
+            self._manager._dispatch(self._queue)
+
+    def give_back(self, delivery_ids) -> Deferred:
+        """
+        These deliveries never reached the consumer: put them back at the
+        front of the queue, flagged redelivered (in the store too), and
+        give back the credit they spent.  Ids this consumer does not hold
+        unacknowledged are ignored.
+
+        @return: Deferred firing when the redelivered marks are durable
+            (a store failure is logged, and it fires with None anyway).
+        """
+        held = [self._unacked.pop(delivery_id) for delivery_id in delivery_ids
+                if delivery_id in self._unacked]
+        if not held:
+            return succeed(None)
+        d = self._manager._return(self._queue, held)
+        if not self.cancelled:
+            self.credit += len(held)
+        self._manager._settle(self._queue)
+        return d
+
+    def drop(self, delivery_id: int, **fields) -> None:
+        """
+        Give up a non-persistent delivery the consumer cannot keep:
+        C{message.dropped} with reason C{max-depth} (and C{fields}), and
+        its credit back.  Ignored for an id not held or for a persistent
+        entry (which is never dropped).
+        """
+        held = self._unacked.get(delivery_id)
+        if held is None or held[0].entry_id is not None:
+            return
+        del self._unacked[delivery_id]
+        delivery, queue, manager = held[0], self._queue, self._manager
+        queue.transient_held -= 1
+        message = delivery.message
+        manager._events.emit(
+            event_names.MESSAGE_DROPPED, msg_id=message.msg_id, origin=message.origin,
+            queue=queue.name, reason="max-depth", **fields,
+        )
+        if not self.cancelled:
+            self.add_credit(1)
+        else:
+            manager._forget_if_idle(queue)
+
     def cancel(self) -> Deferred:
         """
         Stop consuming.  Unacknowledged deliveries go back to the front of
@@ -226,21 +290,9 @@ class Subscription:
         self.cancelled = True
         manager, queue = self._manager, self._queue
         queue.consumers.remove(self)
-        held = sorted(self._unacked.values(), key=lambda pair: pair[1].seq)
+        held = list(self._unacked.values())
         self._unacked.clear()
-        returned = [
-            _Item(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
-        ]
-        if returned:
-            queue.returned = deque(
-                sorted([*queue.returned, *returned], key=lambda item: item.seq)
-            )
-        entry_ids = [item.entry_id for item in returned if item.entry_id is not None]
-        d = manager._store.mark_redelivered(entry_ids) if entry_ids else succeed(None)
-        d.addCallbacks(
-            lambda _: None,
-            lambda f: log.failure("marking entries of {queue} redelivered", f, queue=queue.name),
-        )
+        d = manager._return(queue, held)
         manager._settle(queue)
         return d
 
@@ -385,10 +437,11 @@ class QueueManager:
                 state.again = False
                 self._fill(state)
                 while state.returned or state.buffer or state.transient:
-                    consumer = self._next_consumer(state)
-                    if consumer is None:
+                    picked = self._pick(state)
+                    if picked is None:
                         break
-                    consumer._give(self._next_item(state), next(self._delivery_ids))
+                    consumer, item = picked
+                    consumer._give(item, next(self._delivery_ids))
                 self._fill(state)
                 if not state.again:
                     break
@@ -396,26 +449,42 @@ class QueueManager:
             state.dispatching = False
         self._forget_if_idle(state)
 
-    def _next_consumer(self, state: _Queue) -> Subscription | None:
+    def _pick(self, state: _Queue) -> tuple[Subscription, _Item] | None:
+        """
+        The next item to deliver and the consumer to take it, or None when
+        no consumer can take any waiting item.  Returned items come first;
+        then persistent and non-persistent ones alternate when both wait.
+        A persistent item that only holding consumers could take lets a
+        non-persistent one go before it (they are separate streams).
+        """
+        buffer, transient = state.buffer, state.transient
+        both = bool(buffer) and bool(transient)
+        sources = [state.returned] if state.returned else []
+        if both:
+            sources += [buffer, transient] if state.take_transient else [transient, buffer]
+        elif buffer or transient:
+            sources.append(buffer or transient)
+        for source in sources:
+            item = source[0]
+            consumer = self._next_consumer(state, item.entry_id is not None)
+            if consumer is not None:
+                source.popleft()
+                if both and source is not state.returned:
+                    state.take_transient = source is transient
+                return consumer, item
+        return None
+
+    def _next_consumer(self, state: _Queue, persistent: bool) -> Subscription | None:
         consumers = state.consumers
         count = len(consumers)
         start = state.next_consumer
         for offset in range(count):
             index = (start + offset) % count
             consumer = consumers[index]
-            if consumer.credit > 0:
+            if consumer.credit > 0 and not (persistent and consumer.holding_persistent):
                 state.next_consumer = (index + 1) % count
                 return consumer
         return None
-
-    def _next_item(self, state: _Queue) -> _Item:
-        if state.returned:
-            return state.returned.popleft()
-        buffer, transient = state.buffer, state.transient
-        if buffer and transient:
-            state.take_transient = not state.take_transient
-            return (transient if state.take_transient else buffer).popleft()
-        return (buffer or transient).popleft()
 
     def _fill(self, state: _Queue) -> None:
         """
@@ -454,6 +523,26 @@ class QueueManager:
         state.fetching = False
         log.failure("reading queue {queue} from the store", failure, queue=state.name)
         # The next notify, credit or subscription tries again.
+
+    def _return(self, state: _Queue, held: list) -> Deferred:
+        """
+        Put C{(delivery, item)} pairs back at the front of C{state}, in
+        their original order, flagged redelivered (in the store too).
+        """
+        returned = [
+            _Item(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
+        ]
+        if returned:
+            state.returned = deque(
+                sorted([*state.returned, *returned], key=lambda item: item.seq)
+            )
+        entry_ids = [item.entry_id for item in returned if item.entry_id is not None]
+        d = self._store.mark_redelivered(entry_ids) if entry_ids else succeed(None)
+        d.addCallbacks(
+            lambda _: None,
+            lambda f: log.failure("marking entries of {queue} redelivered", f, queue=state.name),
+        )
+        return d
 
     def _settle(self, state: _Queue) -> None:
         """

@@ -52,6 +52,7 @@ class Submitted:
     headers: dict
     persistent: bool
     deferred: Deferred
+    duplicate_id: str = ""
 
 
 class FakeEngine:
@@ -69,10 +70,11 @@ class FakeEngine:
         self.submitted: list[Submitted] = []
         self._ids = itertools.count(1)
 
-    def submit(self, address: str, body: bytes, headers: dict, persistent: bool) -> Deferred:
+    def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
+               duplicate_id: str = "") -> Deferred:
         if not self.auto:
             d = Deferred()
-            self.submitted.append(Submitted(address, body, headers, persistent, d))
+            self.submitted.append(Submitted(address, body, headers, persistent, d, duplicate_id))
             return d
         try:
             queue, router = parse_address(address, self.name)
@@ -81,6 +83,18 @@ class FakeEngine:
         if router != self.name:
             return fail(FakeUnknownRouter(f"no router {router} in the mesh"))
         message = self.message(queue, body, headers, persistent)
+        if duplicate_id:
+            # As the real engine: the store accepts it once per id.
+            def accepted(original):
+                if original is not None:
+                    return original
+                if persistent:
+                    self.queues.notify(queue)
+                else:
+                    self.queues.put_transient(queue, message)
+                return message.msg_id
+
+            return self.store.accept_once(message, duplicate_id).addCallback(accepted)
         if not persistent:
             self.queues.put_transient(queue, message)
             return succeed(message.msg_id)

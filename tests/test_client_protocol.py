@@ -7,7 +7,9 @@ Opening, sends confirmed or refused (in any order, by command id),
 subscriptions with deliveries, credit and acknowledgements, ping, an
 orderly close, and every way a client can misbehave: garbage, frames out
 of stage or out of sequence, frames of the wrong direction.  Each ends
-that one connection with C{Error(0, code)} and nothing else.
+that one connection (and its session) with C{Error(0, code)} and nothing
+else.  Sessions that outlive their connection (reattachment, TTL,
+duplicate ids) are tests/test_client_sessions.py.
 """
 
 import itertools
@@ -19,6 +21,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from meshroute.clients import frames as f
+from meshroute.clients import connection as connection_module
 from meshroute.clients import session as session_module
 from meshroute.clients.protocol import ClientFactory
 from meshroute.errors import WireError
@@ -103,8 +106,11 @@ def deliveries(frames) -> list[f.Deliver]:
 
 SAMPLES = [
     f.Open([1, 2], "producer-1", "", 60000),
+    f.Open([1], "producer-1", "5f0c", -1, 7, 12),
     f.Opened(1, "5f0c", ROUTER, 60000, False, 0),
+    f.Opened(1, "5f0c", ROUTER, 60000, True, 9),
     f.Send(1, "orders@router-c", {"k": "v"}, b"body", True),
+    f.Send(1, "orders", {}, b"", False, "producer-1:42"),
     f.Confirm(1, "router-a:ab:1"),
     f.Error(0, f.BAD_COMMAND, "Send before Open"),
     f.Subscribe(2, 7, "orders", 100),
@@ -116,6 +122,8 @@ SAMPLES = [
     f.Pong(3),
     f.Close(6),
     f.Closed(),
+    f.Processed(5),
+    f.Received(4, 12),
 ]
 
 
@@ -224,9 +232,12 @@ def test_unsupported_version(connection, factory):
     assert factory.sessions.describe() == []
 
 
-def test_session_ends_with_the_connection(connection, factory):
+def test_a_lost_connection_leaves_its_session_disconnected(connection, factory, clock):
     connection.open()
     connection.lose()
+    (described,) = factory.sessions.describe()
+    assert described["state"] == "disconnected"
+    clock.advance(factory.settings.keep_alive_ms / 1000)
     assert factory.sessions.describe() == []
 
 
@@ -315,7 +326,7 @@ def test_frames_after_an_error_are_ignored(connection, engine):
 def test_a_closing_connection_is_aborted_if_it_does_not_drain(connection, clock):
     connection.send(f.Ping(1))
     assert_closed_with(connection, f.BAD_COMMAND)
-    clock.advance(session_module.CLOSE_GRACE_S - 0.1)
+    clock.advance(connection_module.CLOSE_GRACE_S - 0.1)
     assert not connection.transport.disconnected
     clock.advance(0.1)
     assert connection.transport.disconnected
@@ -550,12 +561,14 @@ def test_unsubscribe_unknown(connection):
     assert connection.received()[0].code == f.INVALID_ARGUMENT
 
 
-def test_connection_loss_requeues_unacknowledged(connection, factory, engine):
+def test_session_expiry_requeues_unacknowledged(connection, factory, engine, clock):
     engine.enqueue("q", b"1", b"2")
     connection.open()
     connection.subscribe("q", credit=5)
     assert len(deliveries(connection.received())) == 2
     connection.lose()
+    assert engine.queues.consumer_counts() == {"q": 1}  # until keep-alive passes
+    clock.advance(factory.settings.keep_alive_ms / 1000)
     assert engine.queues.consumer_counts() == {}
     other = Connection(factory)
     other.open()

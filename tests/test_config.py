@@ -223,7 +223,8 @@ def test_unknown_section(write):
 def test_unknown_routing_key(write):
     path = write(ROUTER + "[routing]\nmax-hop = 16\n")
     assert_refused(path, "routing.max-hop", "unknown key",
-                   "connector, listener, max-backlog, max-hops, reroute-delay")
+                   "connector, listener, max-backlog, max-hops, max-transient-backlog, "
+                   "reroute-delay")
 
 
 def test_routing_store_and_clients_sections(write):
@@ -423,3 +424,73 @@ def test_duration_rejects_garbage(value):
         parse_duration_ms(value, path="f.toml", key="routing.listener.keepalive-interval")
     assert "f.toml" in str(info.value)
     assert "routing.listener.keepalive-interval" in str(info.value)
+
+
+# -- client sessions: [clients.listener] and [clients.reconnect] ---------------
+
+CLIENTS = """
+[clients.listener]
+endpoint = "tcp:6001:interface=127.0.0.1"
+"""
+
+
+def test_client_session_defaults(write):
+    config = load(write(ROUTER + CLIENTS))
+    assert (config.clients.connection_ttl_override,
+            config.clients.connection_ttl_check_interval_ms,
+            config.clients.duplicate_id_window_ms) == (-1, 2000, 3_600_000)
+    reconnect = config.client_reconnect
+    assert (reconnect.keep_alive_ms, reconnect.max_depth, reconnect.max_depth_policy,
+            reconnect.recovery_buffer_size) == (60000, 1000, "drop-oldest", 64)
+    # [clients.reconnect] has its defaults without a client listener too.
+    assert load(write(ROUTER)).client_reconnect == reconnect
+
+
+def test_client_session_explicit_values(write):
+    config = load(write(
+        ROUTER + CLIENTS
+        + 'connection-ttl-override = 5000\nconnection-ttl-check-interval = "500ms"\n'
+        + 'duplicate-id-window = "2h"\n'
+        + '[clients.reconnect]\nkeep-alive = "30s"\nmax-depth = 0\n'
+        + 'max-depth-policy = "drop-newest"\nrecovery-buffer-size = 0\n'))
+    assert (config.clients.connection_ttl_override,
+            config.clients.connection_ttl_check_interval_ms,
+            config.clients.duplicate_id_window_ms) == (5000, 500, 7_200_000)
+    reconnect = config.client_reconnect
+    assert (reconnect.keep_alive_ms, reconnect.max_depth, reconnect.max_depth_policy,
+            reconnect.recovery_buffer_size) == (30000, 0, "drop-newest", 0)
+
+
+@pytest.mark.parametrize(
+    "section, key, value, fragment",
+    [
+        ("clients.listener", "connection-ttl-override", -2, "at least -1"),
+        ("clients.listener", "connection-ttl-override", '"5s"', "integer"),
+        ("clients.listener", "connection-ttl-check-interval", 0, "at least 1"),
+        ("clients.listener", "duplicate-id-window", '"forever"', "expected"),
+        ("clients.reconnect", "keep-alive", -1, "negative"),
+        ("clients.reconnect", "max-depth", -1, "at least 0"),
+        ("clients.reconnect", "max-depth-policy", '"drop-all"', "drop-oldest, drop-newest"),
+        ("clients.reconnect", "recovery-buffer-size", "true", "integer"),
+        ("clients.reconnect", "keep-alives", 1, "unknown key"),
+    ],
+)
+def test_client_session_refusals(write, section, key, value, fragment):
+    head = CLIENTS if section == "clients.listener" else "[clients.reconnect]\n"
+    assert_refused(write(ROUTER + head + f"{key} = {value}\n"), f"{section}.{key}", fragment)
+
+
+def test_unknown_clients_table(write):
+    assert_refused(write(ROUTER + "[clients.reconnecting]\n"), "clients.reconnecting",
+                   "listener, reconnect")
+
+
+def test_client_session_keys_round_trip(write):
+    config = load(write(
+        ROUTER + CLIENTS + "connection-ttl-override = 0\n"
+        + '[clients.reconnect]\nkeep-alive = "1.5s"\nmax-depth-policy = "drop-newest"\n'))
+    text = format_config(config)
+    assert "[clients.reconnect]" in text and "keep-alive = 1500" in text
+    assert "duplicate-id-window = 3600000" in text
+    again = load(write(text, name="effective.toml"))
+    assert again == dataclasses.replace(config, path=again.path)

@@ -572,3 +572,53 @@ def test_every_message_is_consumed_once_whatever_consumers_do(tmp_path_factory, 
         assert real.queue_depths() == {}
     finally:
         real.close()
+
+
+# -- what disconnected client sessions need: holding, giving back, dropping ----
+
+
+def test_a_holding_consumer_takes_no_persistent_entries(store, manager):
+    persistent = enqueue(store, manager, "q", 2)
+    holding = Consumer(manager, credit=0)
+    holding.subscription.hold_persistent(True)
+    holding.subscription.add_credit(10)
+    assert holding.bodies == []
+    transient = message(persistent=False)
+    manager.put_transient("q", transient)
+    assert holding.bodies == [transient.body]
+    # Another consumer gets the persistent ones meanwhile...
+    other = Consumer(manager, credit=1)
+    assert other.bodies == [persistent[0].body]
+    # ...and the holding one the rest once it stops holding.
+    holding.subscription.hold_persistent(False)
+    assert holding.bodies == [transient.body, persistent[1].body]
+
+
+def test_give_back_requeues_flagged_and_returns_the_credit(store, manager):
+    sent = enqueue(store, manager, "q", 3)
+    consumer = Consumer(manager, credit=3)
+    first, second, third = consumer.deliveries
+    consumer.subscription.ack([first.delivery_id])
+    assert consumer.subscription.credit == 0
+    consumer.subscription.give_back([second.delivery_id, third.delivery_id, 999])
+    # The credit came back, so they come straight back to it, flagged.
+    assert [(d.message.body, d.redelivered) for d in consumer.deliveries[3:]] == [
+        (sent[1].body, True), (sent[2].body, True)]
+    assert consumer.subscription.unacknowledged == 2
+    assert [e[2] for e in store.fetch("q", 0, 10).result] == [True, True]
+
+
+def test_drop_gives_up_a_non_persistent_delivery_and_returns_its_credit(store, manager, log):
+    enqueue(store, manager, "q", 1)
+    transient = message(persistent=False)
+    manager.put_transient("q", transient)
+    consumer = Consumer(manager, credit=2)
+    persistent, dropped = sorted(consumer.deliveries, key=lambda d: d.entry_id is None)
+    consumer.subscription.drop(persistent.delivery_id)  # never dropped
+    consumer.subscription.drop(dropped.delivery_id, session_id="s")
+    (event,) = log.named(events.MESSAGE_DROPPED)
+    assert (event["msg_id"], event["reason"], event["queue"], event["session_id"]) == (
+        transient.msg_id, "max-depth", "q", "s")
+    assert consumer.subscription.credit == 1
+    assert consumer.subscription.unacknowledged == 1
+    assert manager.depths() == {"q": 1}

@@ -10,7 +10,7 @@ Every client frame that changes the session's state (L{Send},
 L{Subscribe}, L{Unsubscribe}, L{Credit}, L{Ack}, L{Close}) is a
 I{command} and carries a C{command_id}: 1 for the first command of a
 session, then each one more than the one before.  The router confirms a
-command by id, and the ids are what session reattachment will replay by
+command by id, and the ids are what session reattachment replays by
 (the router reports the last id it received; the client re-sends the
 rest).  L{Open}, L{Ping} and L{Pong} are not commands: they are about the
 connection, not the session.
@@ -63,7 +63,9 @@ class Open:
     Client → router, first frame: the versions the client speaks, who it is
     (free text for logs and the admin API; may be empty), the session it
     wants to resume (empty: a new one) and the connection TTL it asks for
-    in milliseconds (-1: never).
+    in milliseconds (-1: never).  When resuming: the highest command id up
+    to which it holds every answer, and the highest delivery id up to which
+    it received every delivery (0 and 0 for a new session).
     """
 
     TYPE: ClassVar[int] = 1
@@ -71,6 +73,8 @@ class Open:
     client_id: str
     session_id: str
     ttl_ms: int
+    answered_up_to: int = 0
+    delivered_up_to: int = 0
 
     def __post_init__(self) -> None:
         _check_int_list("Open.versions", self.versions)
@@ -98,7 +102,9 @@ class Opened:
 class Send:
     """
     Client → router, command: send one message to C{address}
-    (C{queue@router}, or a bare C{queue} on this router).
+    (C{queue@router}, or a bare C{queue} on this router).  A non-empty
+    C{duplicate_id} makes the send idempotent within the router's
+    duplicate-id window.
     """
 
     TYPE: ClassVar[int] = 3
@@ -107,6 +113,7 @@ class Send:
     headers: dict
     body: bytes
     persistent: bool
+    duplicate_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -251,17 +258,44 @@ class Closed:
     TYPE: ClassVar[int] = 14
 
 
+@dataclass(frozen=True)
+class Processed:
+    """
+    Router → client: every command up to C{command_id} has been carried out
+    (cumulative; at most once per reactor turn).
+    """
+
+    TYPE: ClassVar[int] = 15
+    command_id: int
+
+
+@dataclass(frozen=True)
+class Received:
+    """
+    Client → router, not a command: the client holds the answers of every
+    command up to C{answered_up_to} and every delivery of this session up
+    to C{delivered_up_to}; the router may forget them.
+    """
+
+    TYPE: ClassVar[int] = 16
+    answered_up_to: int
+    delivered_up_to: int
+
+
 CLIENT_FRAMES = FrameSet(
     "client",
     (Open, Opened, Send, Confirm, Error, Subscribe, Unsubscribe, Credit, Deliver, Ack,
-     Ping, Pong, Close, Closed),
+     Ping, Pong, Close, Closed, Processed, Received),
 )
 
 #: What a router's decoder accepts: the frames a client may send.  A
 #: router-to-client frame arriving at the router is a protocol error.
 FROM_CLIENT = FrameSet(
-    "client-to-router", (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close)
+    "client-to-router",
+    (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received),
 )
 
 #: What a client's decoder accepts: the frames a router may send.
-FROM_ROUTER = FrameSet("router-to-client", (Opened, Confirm, Error, Deliver, Ping, Pong, Closed))
+FROM_ROUTER = FrameSet(
+    "router-to-client", (Opened, Confirm, Error, Deliver, Ping, Pong, Closed, Processed)
+)

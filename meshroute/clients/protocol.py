@@ -1,71 +1,74 @@
 """
-The thin protocol of the client listener: bytes in, frames out, session
-machine inputs.
+The thin protocol of the client listener: bytes in, frames out, machine
+inputs.
 
 L{ClientProtocol.dataReceived} feeds a L{FrameDecoder} over
-L{FROM_CLIENT}; each decoded frame becomes one input of the session's
-machine (L{meshroute.clients.session}).  Undecodable bytes become
-C{protocol_error("protocol-error")}, a frame the session's state does not
-accept becomes C{protocol_error("bad-command")}: either way the client
+L{FROM_CLIENT}; each decoded frame becomes one input of the connection's
+machine (L{meshroute.clients.connection}), which hands commands to its
+session's machine (L{meshroute.clients.session}).  Undecodable bytes
+become C{protocol_error("protocol-error")}, a frame the current state does
+not accept becomes C{protocol_error("bad-command")}: either way the client
 gets C{Error(0, code, detail)} and its connection is closed, and nothing
 else is disturbed.
+
+L{ClientFactory} owns what outlives one connection: the sessions, and the
+one timer that closes connections silent for their TTL.
 """
+
+from dataclasses import replace
 
 from automat import NoTransition
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import LoopingCall
 
 from meshroute.clients import frames as f
-from meshroute.clients.session import (
-    SESSION_MACHINE,
-    SessionCore,
-    SessionRegistry,
-    SessionSettings,
-)
+from meshroute.clients.connection import CONNECTION_MACHINE, ConnectionCore
+from meshroute.clients.session import NO_EVENTS, SessionRegistry, SessionSettings
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
 
-#: Which machine input each frame type feeds.
+#: Which connection machine input each frame type feeds.
 _INPUT_FOR_FRAME = {
     f.Open: "got_open",
-    f.Send: "got_send",
-    f.Subscribe: "got_subscribe",
-    f.Unsubscribe: "got_unsubscribe",
-    f.Credit: "got_credit",
-    f.Ack: "got_ack",
+    f.Send: "got_session_frame",
+    f.Subscribe: "got_session_frame",
+    f.Unsubscribe: "got_session_frame",
+    f.Credit: "got_session_frame",
+    f.Ack: "got_session_frame",
+    f.Close: "got_session_frame",
+    f.Received: "got_session_frame",
     f.Ping: "got_ping",
     f.Pong: "got_pong",
-    f.Close: "got_close",
 }
 
 
 class ClientProtocol(Protocol):
     """
     Bytes ↔ frames for one client connection; all decisions are the
-    session machine's.
+    machines'.
     """
 
-    def __init__(self, engine, clock: IReactorTime, registry: SessionRegistry,
-                 settings: SessionSettings, max_frame_size: int = f.MAX_FRAME_SIZE) -> None:
-        self._engine = engine
-        self._clock = clock
-        self._registry = registry
-        self._settings = settings
-        self._max_frame_size = max_frame_size
-        self.core: SessionCore | None = None
+    def __init__(self, factory: "ClientFactory") -> None:
+        self.factory = factory
+        self.core: ConnectionCore | None = None
         self.machine = None
 
     def connectionMade(self) -> None:
-        self.core = SessionCore(
-            engine=self._engine, transport=self.transport, clock=self._clock,
-            registry=self._registry, settings=self._settings,
+        factory = self.factory
+        self.core = ConnectionCore(
+            engine=factory.engine, transport=self.transport, clock=factory.clock,
+            registry=factory.sessions, settings=factory.settings, events=factory.events,
         )
-        self.machine = self.core.machine = SESSION_MACHINE(self.core)
-        self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=self._max_frame_size)
+        self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
+        self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
+        factory.connection_made(self.core)
 
     def dataReceived(self, data: bytes) -> None:
-        if self.core.silent:
+        core = self.core
+        if core.silent:
             return
+        core.heard()
         try:
             frames = self._decoder.feed(data)
         except WireError as e:
@@ -79,37 +82,81 @@ class ClientProtocol(Protocol):
                 machine.protocol_error(
                     f.BAD_COMMAND, f"{type(frame).__name__} is not allowed in this session state"
                 )
-            if self.core.silent:
+            if core.silent:
                 return
 
     def connectionLost(self, reason=None) -> None:
         self.machine.connection_lost()
+        self.factory.connection_gone(self.core)
 
 
 class ClientFactory(Factory):
     """
     Builds the router side of each client connection of the
-    C{[clients.listener]} endpoint.
+    C{[clients.listener]} endpoint, and keeps the sessions, which outlive
+    connections.
 
     @param engine: the router's message engine: C{name}, C{queues} (a
         L{meshroute.queues.QueueManager}) and C{submit(address, body,
-        headers, persistent)}.
-    @param clock: for the close grace timer (default: the queue manager's
-        clock).
-    @ivar sessions: the L{SessionRegistry} of the live sessions.
+        headers, persistent, duplicate_id=...)}.
+    @param clock: for every timer (default: the queue manager's clock).
+    @param connection_ttl_override: overrides C{settings}'
+        C{connection_ttl_override} when not -1.
+    @param settings: the listener's L{SessionSettings} (defaults
+        otherwise).
+    @param events: where session events go (C{emit(event, **fields)});
+        default: the engine's C{events}, else nowhere.
+    @ivar sessions: the L{SessionRegistry} of the sessions (open,
+        disconnected and closing).
+    @ivar connections: the live connections' L{ConnectionCore}s.
     """
 
     def __init__(self, engine, clock: IReactorTime | None = None,
                  connection_ttl_override: int = -1,
-                 max_frame_size: int = f.MAX_FRAME_SIZE) -> None:
+                 max_frame_size: int = f.MAX_FRAME_SIZE, *,
+                 settings: SessionSettings | None = None, events=None) -> None:
         self.engine = engine
         self.clock = clock if clock is not None else engine.queues.clock
         self.sessions = SessionRegistry()
-        self.settings = SessionSettings(connection_ttl_override=connection_ttl_override)
+        settings = settings if settings is not None else SessionSettings()
+        if connection_ttl_override != -1:
+            settings = replace(settings, connection_ttl_override=connection_ttl_override)
+        self.settings = settings
+        self.events = events if events is not None else getattr(engine, "events", NO_EVENTS)
         self.max_frame_size = max_frame_size
+        self.connections: set[ConnectionCore] = set()
+        self._ttl_check: LoopingCall | None = None
 
     def buildProtocol(self, addr) -> ClientProtocol:
-        protocol = ClientProtocol(self.engine, self.clock, self.sessions, self.settings,
-                                  self.max_frame_size)
-        protocol.factory = self
-        return protocol
+        return ClientProtocol(self)
+
+    def describe(self) -> list[dict]:
+        """
+        C{GET /api/v1/sessions}.
+        """
+        return self.sessions.describe()
+
+    # -- the connection TTL -----------------------------------------------------
+
+    def connection_made(self, core: ConnectionCore) -> None:
+        self.connections.add(core)
+        if self._ttl_check is None:
+            check = self._ttl_check = LoopingCall(self.check_ttls)
+            check.clock = self.clock
+            check.start(self.settings.connection_ttl_check_interval_ms / 1000, now=False)
+
+    def connection_gone(self, core: ConnectionCore) -> None:
+        self.connections.discard(core)
+        if not self.connections and self._ttl_check is not None:
+            check, self._ttl_check = self._ttl_check, None
+            if check.running:
+                check.stop()
+
+    def check_ttls(self) -> None:
+        """
+        Close every connection that sent nothing for its TTL.  Runs every
+        C{connection-ttl-check-interval} while there are connections.
+        """
+        now = self.clock.seconds()
+        for core in [core for core in self.connections if core.silent_too_long(now)]:
+            core.machine.ttl_expired()

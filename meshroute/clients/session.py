@@ -1,37 +1,63 @@
 """
-The router's side of one client session, as an Automat machine.
+The router's side of one client session, as an Automat machine.  A
+session outlives its connections (docs/client-protocol.md, "Sessions that
+survive failures").
 
-A session goes C{awaiting_open → vetting_open → open → draining →
-closing → closed}.  Every frame is an input; a frame the current state has
-no transition for raises C{NoTransition} before any behaviour runs, and the
-protocol turns that into C{Error(0, "bad-command")} and a close, so a Send
-before Open, a second Open or anything after Close cannot change state.
+    open ── connection_lost ──▶ disconnected ── keep_alive_expired ──▶ expired
+     │ ▲                            │
+     │ └────────── resumed ─────────┘
+     ├── got_close ──▶ draining ── drained / connection_lost ──▶ closed
+     └── failed ──────────────────────────────────────────────▶ closed
 
-For now a session lives exactly as long as its connection: when the
-connection goes, its subscriptions are cancelled (their unacknowledged
-deliveries go back to their queues, flagged redelivered) and commands
-still in progress finish without anyone to tell.  Reattachment (issue 4)
-will add a C{disconnected} state between C{open} and C{closed}, entered on
-C{connection_lost}, left on a matching Open or when keep-alive expires;
-the command ids and C{last_command_id} it needs are already on the wire.
+ - C{open}: attached to a connection, awaiting commands.
+ - C{disconnected}: the connection was lost without C{Close}; awaiting a
+   resume within C{keep-alive}.  Subscriptions stay, deliveries for them
+   queue in the session (up to C{max-depth}), commands in progress finish
+   and their answers are kept.
+ - C{draining}: C{Close} received; awaiting the commands in progress.
+ - C{closed}: ended by C{Close} or a connection-level error; cannot be
+   resumed.
+ - C{expired}: C{keep-alive} passed while disconnected; cannot be resumed.
+
+The connection (C{awaiting_open → vetting_open → attached → closing →
+gone}) is another, smaller machine (L{meshroute.clients.connection}); it
+turns each command and C{Received} frame into an input of the session's
+machine, and a frame the session's state has no transition for
+(C{NoTransition}) into C{Error(0, "bad-command")}.
+
+What the session holds, and its bounds:
+
+ - B{answers}: the C{Confirm}/C{Error} of every command whose receipt the
+   client has not reported (C{Received.answered_up_to}), to re-send on
+   resume.  A client that never reports them stops being resumable past
+   L{MAX_HELD_ANSWERS} (its answers are then no longer held).
+ - B{recovery}: the last C{recovery-buffer-size} deliveries written,
+   forgotten once C{Received.delivered_up_to} covers them.
+ - B{pending}: what was delivered to the session while disconnected, up
+   to C{max-depth}; at the bound the session's subscriptions take no more
+   persistent messages (they stay in their queue) and non-persistent ones
+   are dropped as C{max-depth-policy} says.
+ - B{owners}: every delivery not yet acknowledged, by session delivery id
+   (ids are per session, from 1, increasing; they may skip numbers).
 
 The machine holds no data: L{SessionCore} keeps the session's state and
-does its I/O; docs/client-protocol.md narrates the same from the wire.
+does its I/O.
 """
 
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from automat import TypeMachineBuilder
-from twisted.internet.defer import maybeDeferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
+from twisted.internet.defer import DeferredList, maybeDeferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
+from meshroute import events as event_names
 from meshroute.clients import frames as f
 from meshroute.errors import MeshrouteError
 from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
-from meshroute.wire.codec import encode
 
 log = Logger()
 
@@ -42,30 +68,28 @@ log = Logger()
 MAX_SENDS_IN_PROGRESS = 8192
 RESUME_SENDS_AT = MAX_SENDS_IN_PROGRESS // 2
 
-#: How long a connection closed for an error may take to flush the Error
-#: frame before it is aborted.
-CLOSE_GRACE_S = 5.0
+#: Answers held for a client that does not report receiving them
+#: (C{Received}); past it the session can no longer be resumed.
+MAX_HELD_ANSWERS = 2 * MAX_SENDS_IN_PROGRESS
 
 # Session states as the admin API shows them.
-AWAITING_OPEN = "awaiting-open"
 OPEN = "open"
+DISCONNECTED = "disconnected"
 CLOSING = "closing"
 CLOSED = "closed"
+EXPIRED = "expired"
+
+#: C{[clients.reconnect] max-depth-policy}: which non-persistent message a
+#: full disconnected session drops.
+DROP_OLDEST = "drop-oldest"
+DROP_NEWEST = "drop-newest"
+MAX_DEPTH_POLICIES = (DROP_OLDEST, DROP_NEWEST)
 
 
 class SessionInputs(Protocol):
     """
     Everything that can happen to a session.
     """
-
-    def got_open(self, frame: f.Open) -> None:
-        "The client asked for a session."
-
-    def accepted(self) -> None:
-        "The Open being vetted is acceptable."
-
-    def refused(self, code: str, detail: str) -> None:
-        "The Open being vetted is not; C{code} says why."
 
     def got_send(self, frame: f.Send) -> None:
         "The client sends a message."
@@ -82,32 +106,61 @@ class SessionInputs(Protocol):
     def got_ack(self, frame: f.Ack) -> None:
         "The client is done with some deliveries."
 
-    def got_ping(self, frame: f.Ping) -> None:
-        "The client checks that we are alive."
-
-    def got_pong(self, frame: f.Pong) -> None:
-        "The client answered a ping."
-
     def got_close(self, frame: f.Close) -> None:
         "The client ends the session."
+
+    def got_received(self, frame: f.Received) -> None:
+        "The client reports the answers and deliveries it holds."
 
     def drained(self) -> None:
         "Every command received before Close has finished."
 
-    def protocol_error(self, code: str, detail: str) -> None:
+    def connection_lost(self, reason: str) -> None:
         """
-        The client sent bytes that are not a frame (C{protocol-error}) or a
-        frame not allowed now (C{bad-command}).
+        The session's connection is gone without Close: C{reason} is
+        C{connection-lost}, C{ttl} (silent for its TTL) or C{taken-over}
+        (another connection resumed the session).
         """
 
-    def connection_lost(self) -> None:
-        "The connection is gone."
+    def resumed(self, connection, frame: f.Open) -> None:
+        "A new connection asked for this session."
+
+    def keep_alive_expired(self) -> None:
+        "The session stayed disconnected for keep-alive."
+
+    def failed(self, code: str) -> None:
+        "The connection ended for a connection-level error C{code}."
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """
+    The client listener's side of the contract (C{[clients.listener]} and
+    C{[clients.reconnect]}).
+
+    @ivar connection_ttl_override: -1 lets each client choose its TTL;
+        otherwise the TTL every connection gets (-1 from a client: never).
+    @ivar connection_ttl_check_interval_ms: how often silent connections
+        are looked for.
+    @ivar keep_alive_ms: how long a disconnected session waits for a
+        resume.
+    @ivar max_depth: deliveries a disconnected session holds.
+    @ivar max_depth_policy: one of L{MAX_DEPTH_POLICIES}.
+    @ivar recovery_buffer_size: deliveries kept to re-send on resume.
+    """
+
+    connection_ttl_override: int = -1
+    connection_ttl_check_interval_ms: int = 2000
+    keep_alive_ms: int = 60000
+    max_depth: int = 1000
+    max_depth_policy: str = DROP_OLDEST
+    recovery_buffer_size: int = 64
 
 
 class SessionRegistry:
     """
-    The sessions of one client listener, for the admin API (and, with
-    issue 4, for reattachment by session id).
+    The sessions of one client listener: for the admin API, and to find a
+    session to resume by its id.
     """
 
     def __init__(self) -> None:
@@ -120,6 +173,16 @@ class SessionRegistry:
         if self.sessions.get(core.session_id) is core:
             del self.sessions[core.session_id]
 
+    def resumable(self, session_id: str) -> "SessionCore | None":
+        """
+        The session C{session_id} if it can be resumed (open on another
+        connection, or disconnected).
+        """
+        core = self.sessions.get(session_id)
+        if core is not None and core.state in (OPEN, DISCONNECTED):
+            return core
+        return None
+
     def describe(self) -> list[dict]:
         """
         C{GET /api/v1/sessions}.
@@ -127,122 +190,197 @@ class SessionRegistry:
         return [core.describe() for core in self.sessions.values()]
 
 
-@dataclass(frozen=True)
-class SessionSettings:
-    """
-    The client listener's side of the contract.
-
-    @ivar connection_ttl_override: -1 lets each client choose its TTL;
-        otherwise the TTL every session gets.
-    """
-
-    connection_ttl_override: int = -1
+class _NoEvents:
+    def emit(self, event: str, **fields) -> None:
+        pass
 
 
-@dataclass
+NO_EVENTS = _NoEvents()
+
+
+@dataclass(eq=False)
 class SessionCore:
     """
     The data of one session and the I/O its behaviours perform.
 
+    @ivar connection: the L{meshroute.clients.connection.ConnectionCore}
+        the session is attached to, or None while disconnected (or ended).
     @ivar last_command_id: the id of the last command received; the next
         must be one more.
-    @ivar owners: delivery id → subscription id, for every delivery not
-        yet acknowledged, so an Ack can name deliveries of several
-        subscriptions.
+    @ivar processed_up_to: every command up to it has been carried out
+        (what C{Processed} reports).
+    @ivar answers: command id → its answer, until the client reports
+        holding it.
+    @ivar owners: session delivery id → C{(subscription, queue delivery
+        id, persistent)} for every delivery not yet acknowledged.
+    @ivar recovery: the last deliveries written (C{Deliver} frames).
+    @ivar pending: C{Deliver} frames taken while disconnected, not yet
+        written.
     @ivar sends_in_progress: Sends submitted to the engine and not yet
         answered.
     @ivar acks_in_progress: Acks whose deletions are not yet durable.
     """
 
     engine: object
-    transport: ITransport
     clock: IReactorTime
     registry: SessionRegistry
     settings: SessionSettings = field(default_factory=SessionSettings)
+    events: object = NO_EVENTS
     machine: SessionInputs | None = None
-    state: str = AWAITING_OPEN
+    connection: object = None
+    state: str = OPEN
     session_id: str = ""
     client_id: str = ""
     ttl_ms: int = -1
-    version: int = 0
     last_command_id: int = 0
+    processed_up_to: int = 0
+    answers: dict = field(default_factory=dict)
     subscriptions: dict = field(default_factory=dict)
     owners: dict = field(default_factory=dict)
+    recovery: deque = field(default_factory=deque)
+    pending: deque = field(default_factory=deque)
+    next_delivery_id: int = 0
     sends_in_progress: int = 0
     acks_in_progress: int = 0
-    connected: bool = True
-    silent: bool = False
     paused: bool = False
-    _abort_call: IDelayedCall | None = None
+    holding: bool = False
+    resumable: bool = True
+    disconnected_at: float | None = None
+    _done_above: set = field(default_factory=set)
+    _processed_sent: int = 0
+    _processed_call: IDelayedCall | None = None
+    _keep_alive_call: IDelayedCall | None = None
+
+    def __post_init__(self) -> None:
+        self.recovery = deque(maxlen=self.settings.recovery_buffer_size)
 
     # -- output ---------------------------------------------------------------
 
     def write(self, frame) -> None:
         """
-        Send C{frame}, unless the connection is gone or its last frame
-        (Closed, or a connection-level Error) was sent.
+        Send C{frame} on the session's connection, if it has one.
         """
-        if self.connected and not self.silent:
-            self.transport.write(encode(frame))
+        if self.connection is not None:
+            self.connection.write(frame)
+
+    def answer(self, command_id: int, frame) -> None:
+        """
+        Send the answer of a command, hold it until the client reports
+        holding it, and count the command as carried out.
+        """
+        if self.resumable:
+            answers = self.answers
+            answers[command_id] = frame
+            if len(answers) > MAX_HELD_ANSWERS:
+                self._not_resumable(f"more than {MAX_HELD_ANSWERS} answers were not reported "
+                                    "received")
+        self.write(frame)
+        self.done(command_id)
+
+    def done(self, command_id: int) -> None:
+        """
+        Command C{command_id} has been carried out: C{Processed} covers it
+        once every command before it is done too.
+        """
+        if command_id != self.processed_up_to + 1:
+            self._done_above.add(command_id)
+            return
+        above = self._done_above
+        n = command_id
+        while n + 1 in above:
+            n += 1
+            above.discard(n)
+        self.processed_up_to = n
+        self._schedule_processed()
+
+    def _schedule_processed(self) -> None:
+        if self._processed_call is None and self.connection is not None:
+            self._processed_call = self.clock.callLater(0, self._send_processed)
+
+    def _send_processed(self) -> None:
+        self._processed_call = None
+        if self.connection is not None and self.processed_up_to > self._processed_sent:
+            self._processed_sent = self.processed_up_to
+            self.write(f.Processed(self.processed_up_to))
+
+    def _not_resumable(self, why: str) -> None:
+        log.warn("client session {session} ({client}) can no longer be resumed: {why}",
+                 session=self.session_id, client=self.client_id or "-", why=why)
+        self.resumable = False
+        self.answers.clear()
+        self.recovery.clear()
 
     # -- opening ----------------------------------------------------------------
 
-    def vet_open(self, frame: f.Open) -> tuple[str, str] | None:
-        common = set(frame.versions) & set(f.SUPPORTED_VERSIONS)
-        if not common:
-            return f.UNSUPPORTED_VERSION, f"this router speaks {list(f.SUPPORTED_VERSIONS)}"
-        if frame.ttl_ms < -1:
-            return f.BAD_COMMAND, "ttl_ms must be -1 (never) or at least 0"
-        self.version = max(common)
-        self.client_id = frame.client_id
-        override = self.settings.connection_ttl_override
-        self.ttl_ms = frame.ttl_ms if override == -1 else override
-        return None
-
-    def open(self) -> None:
+    def start(self, connection, frame: f.Open) -> None:
         """
-        Start a new session.  A session id the client asks to resume is
-        not known (sessions do not outlive their connection yet): it gets
-        a new one, with C{reattached} false, and recreates its state.
+        A new session on C{connection}.  C{frame.session_id}, when set,
+        named a session that cannot be resumed: the client recreates its
+        state.
         """
         self.session_id = uuid.uuid4().hex
+        self.connection = connection
+        self.client_id = frame.client_id
+        self.ttl_ms = connection.ttl_ms
         self.state = OPEN
         self.registry.add(self)
-        self.write(f.Opened(self.version, self.session_id, self.engine.name, self.ttl_ms,
+        self.write(f.Opened(connection.version, self.session_id, self.engine.name, self.ttl_ms,
                             False, 0))
-        log.info("client session {session} opened for {client}",
-                 session=self.session_id, client=self.client_id or "(anonymous)")
+        self.events.emit(event_names.SESSION_OPENED, session_id=self.session_id,
+                         client_id=self.client_id, ttl_ms=self.ttl_ms)
+        if frame.session_id:
+            self.events.emit(event_names.SESSION_RECREATED, session_id=self.session_id,
+                             client_id=self.client_id, requested_session_id=frame.session_id)
+            log.info("client session {requested} asked for by {client} is gone; new session "
+                     "{session}", requested=frame.session_id, client=self.client_id or "-",
+                     session=self.session_id)
+        else:
+            log.info("client session {session} opened for {client}",
+                     session=self.session_id, client=self.client_id or "(anonymous)")
 
     # -- commands ---------------------------------------------------------------
 
-    def in_sequence(self, inputs: SessionInputs, frame) -> bool:
+    def accept_command(self, frame, replayable: bool = True) -> bool:
         """
-        Check that C{frame}'s command id is the next one; if not, the
-        client and router disagree about the session and it must end.
+        Whether C{frame} is the next command, to carry out.  A command the
+        session already received (a client replaying after a resume) is
+        not carried out again: its held answer, if any, is re-sent.  Any
+        other id (or a replayed Close, which cannot be: the session would
+        be closing) means client and router disagree about the session: a
+        connection-level C{bad-command}.
         """
-        expected = self.last_command_id + 1
-        if frame.command_id != expected:
-            inputs.protocol_error(
-                f.BAD_COMMAND,
-                f"{type(frame).__name__} has command id {frame.command_id}, expected {expected}",
-            )
+        command_id = frame.command_id
+        if command_id == self.last_command_id + 1:
+            self.last_command_id = command_id
+            return True
+        if replayable and 1 <= command_id <= self.last_command_id:
+            held = self.answers.get(command_id)
+            if held is not None:
+                self.write(held)
             return False
-        self.last_command_id = expected
-        return True
+        self.connection.machine.protocol_error(
+            f.BAD_COMMAND,
+            f"{type(frame).__name__} has command id {command_id}, "
+            f"expected {self.last_command_id + 1}",
+        )
+        return False
 
     def send(self, frame: f.Send) -> None:
         command_id = frame.command_id
-        d = maybeDeferred(
-            self.engine.submit, frame.address, frame.body, frame.headers, frame.persistent
-        )
+        if frame.duplicate_id:
+            d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent, duplicate_id=frame.duplicate_id)
+        else:
+            d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent)
         self.sends_in_progress += 1
         if self.sends_in_progress >= MAX_SENDS_IN_PROGRESS and not self.paused:
             self.paused = True
-            self.transport.pauseProducing()
+            self.connection.pause()
         d.addCallbacks(self._sent, self._send_failed, (command_id,), None, (command_id,))
 
     def _sent(self, msg_id: str, command_id: int) -> None:
-        self.write(f.Confirm(command_id, msg_id))
+        self.answer(command_id, f.Confirm(command_id, msg_id))
         self._send_done()
 
     def _send_failed(self, failure, command_id: int) -> None:
@@ -253,90 +391,269 @@ class SessionCore:
         self.sends_in_progress -= 1
         if self.paused and self.sends_in_progress <= RESUME_SENDS_AT:
             self.paused = False
-            if self.connected and not self.silent:
-                self.transport.resumeProducing()
+            if self.connection is not None:
+                self.connection.resume()
         self._check_drained()
 
     def _refuse(self, command_id: int, failure, doing: str) -> None:
         error = failure.value
         code = getattr(error, "code", None)
         if isinstance(error, MeshrouteError) and type(code) is str:
-            self.write(f.Error(command_id, code, str(error)))
+            self.answer(command_id, f.Error(command_id, code, str(error)))
         else:
             log.failure("client session {session}: {doing} failed", failure,
                         session=self.session_id, doing=doing)
-            self.write(f.Error(command_id, f.INTERNAL_ERROR, f"{doing} failed in the router"))
+            self.answer(command_id,
+                        f.Error(command_id, f.INTERNAL_ERROR, f"{doing} failed in the router"))
 
     def subscribe(self, frame: f.Subscribe) -> None:
-        queue, number = frame.queue, frame.subscription
+        command_id, queue, number = frame.command_id, frame.queue, frame.subscription
         if not (QUEUE_NAME.match(queue) or queue == DEAD_LETTER_QUEUE):
-            self.write(f.Error(frame.command_id, f.BAD_ADDRESS, f"invalid queue name {queue!r}"))
+            self.answer(command_id, f.Error(command_id, f.BAD_ADDRESS,
+                                            f"invalid queue name {queue!r}"))
             return
         if frame.credit < 0:
-            self.write(f.Error(frame.command_id, f.INVALID_ARGUMENT,
-                               "credit must not be negative"))
+            self.answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
+                                            "credit must not be negative"))
             return
         if number in self.subscriptions:
-            self.write(f.Error(frame.command_id, f.INVALID_ARGUMENT,
-                               f"subscription {number} is already in use"))
+            self.answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
+                                            f"subscription {number} is already in use"))
             return
         # Confirm first: deliveries may start inside queues.subscribe.
-        self.write(f.Confirm(frame.command_id, ""))
-        owners, write = self.owners, self.write
+        self.answer(command_id, f.Confirm(command_id, ""))
+        take = self._take
 
         def deliver(delivery) -> None:
-            owners[delivery.delivery_id] = number
-            m = delivery.message
-            write(f.Deliver(delivery.delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
-                            delivery.redelivered))
+            take(number, delivery)
 
         self.subscriptions[number] = self.engine.queues.subscribe(queue, deliver, frame.credit)
 
+    def _take(self, number: int, delivery) -> None:
+        """
+        The queue manager gives subscription C{number} a delivery: write
+        it, or hold it while disconnected.
+        """
+        self.next_delivery_id += 1
+        delivery_id = self.next_delivery_id
+        self.owners[delivery_id] = (number, delivery.delivery_id, delivery.entry_id is not None)
+        m = delivery.message
+        frame = f.Deliver(delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
+                          delivery.redelivered)
+        if self.connection is not None:
+            self.write(frame)
+            if self.resumable:
+                self.recovery.append(frame)
+        else:
+            self._hold(frame, delivery.entry_id is not None)
+
+    def _hold(self, frame: f.Deliver, persistent: bool) -> None:
+        """
+        Queue a delivery taken while disconnected, within C{max-depth}.
+        """
+        pending = self.pending
+        if len(pending) >= self.settings.max_depth and not persistent:
+            victim = None
+            if self.settings.max_depth_policy == DROP_OLDEST:
+                for index, queued in enumerate(pending):
+                    if not self.owners[queued.delivery_id][2]:
+                        victim = queued
+                        del pending[index]
+                        break
+            if victim is None:
+                # drop-newest, or every message queued is persistent (never
+                # dropped): the new one goes.
+                self._drop(frame)
+                return
+            self._drop(victim)
+        pending.append(frame)
+        self._update_holding()
+
+    def _drop(self, frame: f.Deliver) -> None:
+        number, queue_delivery_id, _ = self.owners.pop(frame.delivery_id)
+        self.subscriptions[number].drop(queue_delivery_id, session_id=self.session_id,
+                                        client_id=self.client_id)
+
+    def _update_holding(self) -> None:
+        """
+        Hold persistent messages back (in their queues) exactly while the
+        session is disconnected with a full queue of its own.
+        """
+        holding = self.connection is None and len(self.pending) >= self.settings.max_depth
+        if holding != self.holding:
+            self.holding = holding
+            for subscription in list(self.subscriptions.values()):
+                subscription.hold_persistent(holding)
+
     def unsubscribe(self, frame: f.Unsubscribe) -> None:
+        command_id = frame.command_id
         subscription = self.subscriptions.pop(frame.subscription, None)
         if subscription is None:
-            self.write(f.Error(frame.command_id, f.INVALID_ARGUMENT,
-                               f"no subscription {frame.subscription}"))
+            self.answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
+                                            f"no subscription {frame.subscription}"))
             return
         self._cancel(frame.subscription, subscription)
-        self.write(f.Confirm(frame.command_id, ""))
+        self.answer(command_id, f.Confirm(command_id, ""))
 
     def _cancel(self, number: int, subscription) -> None:
         subscription.cancel()
         owners = self.owners
-        for delivery_id in [d for d, owner in owners.items() if owner == number]:
+        for delivery_id in [d for d, owner in owners.items() if owner[0] == number]:
             del owners[delivery_id]
 
     def credit(self, frame: f.Credit) -> None:
+        command_id = frame.command_id
         if frame.n < 1:
-            self.write(f.Error(frame.command_id, f.INVALID_ARGUMENT, "credit must be at least 1"))
+            self.answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
+                                            "credit must be at least 1"))
             return
         subscription = self.subscriptions.get(frame.subscription)
         # Credit racing an Unsubscribe is harmless: ignored.
         if subscription is not None:
             subscription.add_credit(frame.n)
+        self.done(command_id)
 
     def ack(self, frame: f.Ack) -> None:
         by_subscription: dict[int, list[int]] = {}
         owners = self.owners
         for delivery_id in frame.delivery_ids:
-            number = owners.pop(delivery_id, None)
-            if number is not None:
-                by_subscription.setdefault(number, []).append(delivery_id)
+            owner = owners.pop(delivery_id, None)
+            if owner is not None:
+                by_subscription.setdefault(owner[0], []).append(owner[1])
+        if not by_subscription:
+            self.done(frame.command_id)
+            return
+        self.acks_in_progress += 1
+        acking = []
         for number, delivery_ids in by_subscription.items():
-            self.acks_in_progress += 1
             d = self.subscriptions[number].ack(delivery_ids)
             d.addErrback(lambda failure: log.failure(
                 "client session {session}: acknowledging failed", failure,
                 session=self.session_id))
-            d.addBoth(self._ack_done)
+            acking.append(d)
+        DeferredList(acking).addCallback(self._ack_done, frame.command_id)
 
-    def _ack_done(self, _) -> None:
+    def _ack_done(self, _, command_id: int) -> None:
         self.acks_in_progress -= 1
+        self.done(command_id)
         self._check_drained()
 
-    def pong(self, frame: f.Ping) -> None:
-        self.write(f.Pong(frame.n))
+    def received(self, frame: f.Received) -> None:
+        """
+        The client holds these answers and deliveries: forget them.
+        """
+        self._forget_answers(frame.answered_up_to)
+        recovery = self.recovery
+        while recovery and recovery[0].delivery_id <= frame.delivered_up_to:
+            recovery.popleft()
+
+    def _forget_answers(self, answered_up_to: int) -> None:
+        answers = self.answers
+        if answers and answered_up_to > 0:
+            for command_id in [c for c in answers if c <= answered_up_to]:
+                del answers[command_id]
+
+    # -- losing and resuming the connection ---------------------------------------
+
+    def disconnect(self, inputs: SessionInputs, reason: str) -> None:
+        """
+        The connection is gone without Close: keep the session for
+        keep-alive (or end it now if it cannot be resumed).
+        """
+        self.connection = None
+        self.paused = False
+        self.state = DISCONNECTED
+        self.disconnected_at = self.clock.seconds()
+        if self._processed_call is not None:
+            self._processed_call.cancel()
+            self._processed_call = None
+        keep_alive_ms = self.settings.keep_alive_ms
+        self.events.emit(event_names.SESSION_DISCONNECTED, session_id=self.session_id,
+                         client_id=self.client_id, reason=reason, keep_alive_ms=keep_alive_ms,
+                         last_command_id=self.last_command_id,
+                         unacknowledged=len(self.owners))
+        log.info("client session {session} ({client}) disconnected ({reason}); kept for "
+                 "{keep_alive} ms", session=self.session_id, client=self.client_id or "-",
+                 reason=reason, keep_alive=keep_alive_ms)
+        if not self.resumable:
+            inputs.keep_alive_expired()
+            return
+        self._update_holding()
+        self._keep_alive_call = self.clock.callLater(keep_alive_ms / 1000,
+                                                     inputs.keep_alive_expired)
+
+    def resume(self, connection, frame: f.Open) -> None:
+        """
+        Reattach to C{connection}: Opened, the held answers and deliveries
+        the client lacks, then carry on.
+        """
+        if self._keep_alive_call is not None and self._keep_alive_call.active():
+            self._keep_alive_call.cancel()
+        self._keep_alive_call = None
+        disconnected_for = self.clock.seconds() - self.disconnected_at
+        self.connection = connection
+        self.state = OPEN
+        self.disconnected_at = None
+        self.client_id = frame.client_id
+        self.ttl_ms = connection.ttl_ms
+        self.write(f.Opened(connection.version, self.session_id, self.engine.name, self.ttl_ms,
+                            True, self.last_command_id))
+        # 1. The answers the client does not hold.
+        self._forget_answers(frame.answered_up_to)
+        answers = self.answers
+        for command_id in sorted(answers):
+            self.write(answers[command_id])
+        # 2. The deliveries it did not receive: from the recovery buffer,
+        # then what queued while disconnected.
+        delivered_up_to, owners = frame.delivered_up_to, self.owners
+        again = [d for d in self.recovery if d.delivery_id > delivered_up_to
+                 and d.delivery_id in owners]
+        again.extend(self.pending)
+        self.pending.clear()
+        self.recovery.clear()
+        # Those sent before that the client did not receive and that cannot
+        # be sent again go back to their queues.
+        resent = {d.delivery_id for d in again}
+        lost: dict[int, list[int]] = {}
+        for delivery_id in [d for d in owners if d > delivered_up_to and d not in resent]:
+            number, queue_delivery_id, _ = owners.pop(delivery_id)
+            lost.setdefault(number, []).append(queue_delivery_id)
+        for delivery in again:
+            self.write(delivery)
+            if self.resumable:
+                self.recovery.append(delivery)
+        # 3. Carry on.
+        self._update_holding()
+        for number, queue_delivery_ids in lost.items():
+            self.subscriptions[number].give_back(queue_delivery_ids)
+        if self.sends_in_progress >= MAX_SENDS_IN_PROGRESS:
+            self.paused = True
+            connection.pause()
+        self._processed_sent = 0
+        self._schedule_processed()
+        requeued = sum(len(ids) for ids in lost.values())
+        self.events.emit(event_names.SESSION_REATTACHED, session_id=self.session_id,
+                         client_id=self.client_id, last_command_id=self.last_command_id,
+                         answers_resent=len(answers), deliveries_resent=len(again),
+                         requeued=requeued, disconnected_for_s=disconnected_for)
+        log.info("client session {session} ({client}) reattached after {seconds:.3f} s",
+                 session=self.session_id, client=self.client_id or "-",
+                 seconds=disconnected_for)
+
+    def expire(self) -> None:
+        """
+        Keep-alive passed: the session ends, its unacknowledged deliveries
+        (held ones included) go back to their queues.
+        """
+        self._keep_alive_call = None
+        requeued = len(self.owners)
+        self._end(EXPIRED)
+        self.events.emit(event_names.SESSION_EXPIRED, session_id=self.session_id,
+                         client_id=self.client_id, requeued=requeued,
+                         keep_alive_ms=self.settings.keep_alive_ms,
+                         resumable=self.resumable)
+        log.info("client session {session} ({client}) expired", session=self.session_id,
+                 client=self.client_id or "-")
 
     # -- closing ----------------------------------------------------------------
 
@@ -350,156 +667,155 @@ class SessionCore:
         self._check_drained()
 
     def _check_drained(self) -> None:
-        if (self.state == CLOSING and self.connected and self.machine is not None
+        if (self.state == CLOSING and self.connection is not None and self.machine is not None
                 and not self.sends_in_progress and not self.acks_in_progress):
             self.machine.drained()
 
     def closed(self) -> None:
+        """
+        Every command before Close is done: Closed, and the connection
+        closes.
+        """
+        connection = self.connection
         self.write(f.Closed())
-        self.silent = True
-        self.registry.remove(self)
-        self.transport.loseConnection()
+        self._end(CLOSED)
+        self.events.emit(event_names.SESSION_CLOSED, session_id=self.session_id,
+                         client_id=self.client_id, reason="client")
+        connection.machine.session_ended()
         log.info("client session {session} closed by the client", session=self.session_id)
 
-    def fail(self, code: str, detail: str) -> None:
+    def abandon(self, reason: str) -> None:
         """
-        End the connection for a connection-level error: tell the client,
-        flush, and abort if the flush takes too long.
+        The session ends without Closed: its connection was lost while
+        closing, or failed (C{reason} is then the error code).
         """
-        log.warn("client session {session} ({client}): {code}: {detail}",
-                 session=self.session_id or "-", client=self.client_id or "-",
-                 code=code, detail=detail)
-        self.state = CLOSING
-        self._cancel_all()
-        self.write(f.Error(0, code, detail))
-        self.silent = True
-        self.transport.loseConnection()
-        self._abort_call = self.clock.callLater(CLOSE_GRACE_S, self.transport.abortConnection)
+        self._end(CLOSED)
+        self.events.emit(event_names.SESSION_CLOSED, session_id=self.session_id,
+                         client_id=self.client_id, reason=reason)
 
-    def finish(self) -> None:
-        """
-        The connection is gone: the session goes with it.
-        """
-        self.connected = False
-        self.state = CLOSED
+    def _end(self, state: str) -> None:
+        self.state = state
+        self.connection = None
+        self.paused = False
         self._cancel_all()
         self.registry.remove(self)
-        if self._abort_call is not None and self._abort_call.active():
-            self._abort_call.cancel()
+        self.answers.clear()
+        self.recovery.clear()
+        self.pending.clear()
+        for call in (self._processed_call, self._keep_alive_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._processed_call = self._keep_alive_call = None
 
     def _cancel_all(self) -> None:
         subscriptions, self.subscriptions = self.subscriptions, {}
         for subscription in subscriptions.values():
             subscription.cancel()
         self.owners.clear()
+        self.pending.clear()
+        self.holding = False
 
     def describe(self) -> dict:
         """
-        The session as the admin API shows it.  C{queued} (messages held
-        for a disconnected session) is always 0 until sessions outlive
-        their connections.
+        The session as the admin API shows it.
         """
+        now = self.clock.seconds()
+        disconnected_for = (now - self.disconnected_at
+                            if self.disconnected_at is not None else None)
+        expires_in = (max(0.0, self.settings.keep_alive_ms / 1000 - disconnected_for)
+                      if disconnected_for is not None else None)
         return {
             "session_id": self.session_id,
             "client_id": self.client_id,
             "state": self.state,
             "ttl_ms": self.ttl_ms,
-            "queued": 0,
+            "queued": len(self.pending),
+            "recovery": len(self.recovery),
+            "answers_held": len(self.answers),
             "subscriptions": len(self.subscriptions),
             "unacknowledged": len(self.owners),
             "last_command_id": self.last_command_id,
+            "processed_up_to": self.processed_up_to,
+            "resumable": self.resumable,
+            "disconnected_for_s": disconnected_for,
+            "expires_in_s": expires_in,
         }
 
 
 def _build_session_machine():
     builder = TypeMachineBuilder(SessionInputs, SessionCore)
-    awaiting_open = builder.state("awaiting_open")
-    vetting_open = builder.state("vetting_open")
     open_ = builder.state("open")
+    disconnected = builder.state("disconnected")
     draining = builder.state("draining")
-    closing = builder.state("closing")
     closed = builder.state("closed")
-
-    @awaiting_open.upon(SessionInputs.got_open).to(vetting_open)
-    def check_open(inputs: SessionInputs, core: SessionCore, frame: f.Open) -> None:
-        verdict = core.vet_open(frame)
-        if verdict is None:
-            inputs.accepted()
-        else:
-            inputs.refused(*verdict)
-
-    @vetting_open.upon(SessionInputs.accepted).to(open_)
-    def start(inputs: SessionInputs, core: SessionCore) -> None:
-        core.open()
-
-    @vetting_open.upon(SessionInputs.refused).to(closing)
-    def refuse(inputs: SessionInputs, core: SessionCore, code: str, detail: str) -> None:
-        core.fail(code, detail)
+    expired = builder.state("expired")
 
     @open_.upon(SessionInputs.got_send).loop()
     def send(inputs: SessionInputs, core: SessionCore, frame: f.Send) -> None:
-        if core.in_sequence(inputs, frame):
+        if core.accept_command(frame):
             core.send(frame)
 
     @open_.upon(SessionInputs.got_subscribe).loop()
     def subscribe(inputs: SessionInputs, core: SessionCore, frame: f.Subscribe) -> None:
-        if core.in_sequence(inputs, frame):
+        if core.accept_command(frame):
             core.subscribe(frame)
 
     @open_.upon(SessionInputs.got_unsubscribe).loop()
     def unsubscribe(inputs: SessionInputs, core: SessionCore, frame: f.Unsubscribe) -> None:
-        if core.in_sequence(inputs, frame):
+        if core.accept_command(frame):
             core.unsubscribe(frame)
 
     @open_.upon(SessionInputs.got_credit).loop()
     def credit(inputs: SessionInputs, core: SessionCore, frame: f.Credit) -> None:
-        if core.in_sequence(inputs, frame):
+        if core.accept_command(frame):
             core.credit(frame)
 
     @open_.upon(SessionInputs.got_ack).loop()
     def ack(inputs: SessionInputs, core: SessionCore, frame: f.Ack) -> None:
-        if core.in_sequence(inputs, frame):
+        if core.accept_command(frame):
             core.ack(frame)
 
     @open_.upon(SessionInputs.got_close).to(draining)
     def close(inputs: SessionInputs, core: SessionCore, frame: f.Close) -> None:
-        if core.in_sequence(inputs, frame):
+        # A Close out of sequence fails the connection, which ends the
+        # session (failed, below).
+        if core.accept_command(frame, replayable=False):
             core.begin_close()
-
-    @draining.upon(SessionInputs.drained).to(closing)
-    def drained(inputs: SessionInputs, core: SessionCore) -> None:
-        core.closed()
 
     for state in (open_, draining):
 
-        @state.upon(SessionInputs.got_ping).loop()
-        def ping(inputs: SessionInputs, core: SessionCore, frame: f.Ping) -> None:
-            core.pong(frame)
+        @state.upon(SessionInputs.got_received).loop()
+        def received(inputs: SessionInputs, core: SessionCore, frame: f.Received) -> None:
+            core.received(frame)
 
-        @state.upon(SessionInputs.got_pong).loop()
-        def pong(inputs: SessionInputs, core: SessionCore, frame: f.Pong) -> None:
-            pass
+        @state.upon(SessionInputs.failed).to(closed)
+        def failed(inputs: SessionInputs, core: SessionCore, code: str) -> None:
+            core.abandon(code)
 
-    for state in (awaiting_open, vetting_open, open_, draining):
+    @open_.upon(SessionInputs.connection_lost).to(disconnected)
+    def lost(inputs: SessionInputs, core: SessionCore, reason: str) -> None:
+        core.disconnect(inputs, reason)
 
-        @state.upon(SessionInputs.protocol_error).to(closing)
-        def protocol_error(inputs: SessionInputs, core: SessionCore, code: str,
-                           detail: str) -> None:
-            core.fail(code, detail)
+    @disconnected.upon(SessionInputs.resumed).to(open_)
+    def resume(inputs: SessionInputs, core: SessionCore, connection, frame: f.Open) -> None:
+        core.resume(connection, frame)
 
-    for state in (awaiting_open, vetting_open, open_, draining, closing):
+    @disconnected.upon(SessionInputs.keep_alive_expired).to(expired)
+    def expire(inputs: SessionInputs, core: SessionCore) -> None:
+        core.expire()
 
-        @state.upon(SessionInputs.connection_lost).to(closed)
-        def lost(inputs: SessionInputs, core: SessionCore) -> None:
-            core.finish()
+    @draining.upon(SessionInputs.drained).to(closed)
+    def drained(inputs: SessionInputs, core: SessionCore) -> None:
+        core.closed()
 
-    # Once we have decided to close, whatever else arrives is moot.
-    for moot in (SessionInputs.got_open, SessionInputs.got_send, SessionInputs.got_subscribe,
-                 SessionInputs.got_unsubscribe, SessionInputs.got_credit, SessionInputs.got_ack,
-                 SessionInputs.got_ping, SessionInputs.got_pong, SessionInputs.got_close,
-                 SessionInputs.protocol_error, SessionInputs.drained):
-        closing.upon(moot).loop().returns(None)
-    closed.upon(SessionInputs.drained).loop().returns(None)
+    @draining.upon(SessionInputs.connection_lost).to(closed)
+    def lost_while_closing(inputs: SessionInputs, core: SessionCore, reason: str) -> None:
+        core.abandon(reason)
+
+    # Commands still in progress when a session ends finish with nobody to
+    # tell; a drained check racing the end is moot.
+    for state in (closed, expired):
+        state.upon(SessionInputs.drained).loop().returns(None)
     return builder.build()
 
 

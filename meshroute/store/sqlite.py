@@ -52,6 +52,15 @@ would be enqueued a second time, so the window must exceed the longest
 time a message can spend in the mesh.  The rows are in insertion order,
 so pruning deletes a prefix and costs only what it deletes.
 
+C{duplicate_ids} (schema version 2) records the duplicate id of every
+client send that carried one, with the id of the message it accepted and
+when: L{SQLiteStore.accept_once} accepts a message only if its duplicate
+id is not recorded within the last C{duplicate_id_window_s}, writing the
+row and the message in one transaction, and otherwise answers the first
+message's id.  Rows older than the window count as absent and are pruned
+(a prefix, as above) by every C{accept_once}, at L{open} and by
+L{SQLiteStore.prune_duplicate_ids}.
+
 The dead-letter queue is the local queue
 L{meshroute.messages.DEAD_LETTER_QUEUE}; a dead-lettered message carries
 the reason in header L{DEAD_LETTER_REASON} and its original address
@@ -213,6 +222,14 @@ _MARK_REDELIVERED = (
 )
 _HELD = "SELECT id, state, dest_router, dest_queue, peer FROM messages WHERE msg_id = ?"
 _DELETE_ENTRY = "DELETE FROM messages WHERE id = ?"
+_FIND_DUPLICATE = "SELECT id, msg_id, at FROM duplicate_ids WHERE duplicate_id = ?"
+_FORGET_DUPLICATE = "DELETE FROM duplicate_ids WHERE id = ?"
+_RECORD_DUPLICATE = "INSERT INTO duplicate_ids (duplicate_id, msg_id, at) VALUES (?, ?, ?)"
+_PRUNE_DUPLICATES = (
+    "DELETE FROM duplicate_ids WHERE id < coalesce("
+    "(SELECT id FROM duplicate_ids WHERE at >= ? ORDER BY id LIMIT 1), "
+    "(SELECT max(id) + 1 FROM duplicate_ids))"
+)
 # Deletes the oldest enqueued ids up to the first one recorded at or after
 # the cutoff (all of them if there is none).
 _PRUNE = (
@@ -266,6 +283,7 @@ class SQLiteStore:
         *,
         router: str | None = None,
         clock=None,
+        duplicate_id_window_s: float = 3600.0,
     ) -> None:
         """
         @param path: the database file (created if missing).
@@ -282,7 +300,10 @@ class SQLiteStore:
             as this router (C{accept} is only called at the origin), and
             dead-lettered messages keep their C{dest_router}.
         @param clock: an C{IReactorTime} for the times recorded with
-            enqueued ids (default: the system clock).
+            enqueued ids and duplicate ids (default: the system clock).
+        @param duplicate_id_window_s: how long a client send's duplicate
+            id keeps a second send with the same id from being accepted
+            (the C{[clients.listener] duplicate-id-window}).
         """
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
@@ -296,6 +317,7 @@ class SQLiteStore:
         self.sync = sync
         self.router = router
         self.dedup_window_s = dedup_window_s
+        self.duplicate_id_window_s = duplicate_id_window_s
         self._executor = executor
         self._submit = executor.submit
         self._now = clock.seconds if clock is not None else time.time
@@ -334,13 +356,14 @@ class SQLiteStore:
     def open(self):
         """
         Open the database (creating it if needed), apply the schema upgrade
-        steps it lacks, prune old enqueued ids and load the synchronous
+        steps it lacks, prune old enqueued ids and duplicate ids and load the synchronous
         accessors' state.  Fires with None when ready.
         """
         d = self._executor.start(self._connect)
         d.addCallback(
             lambda _: self._executor.run(
-                _open, self.path, self.router, self._now() - self.dedup_window_s
+                _open, self.path, self.router, self._now() - self.dedup_window_s,
+                self._now() - self.duplicate_id_window_s,
             )
         )
         d.addCallback(self._opened)
@@ -370,6 +393,37 @@ class SQLiteStore:
             d = self._submit(_accept_backlog, message)
             d.addCallback(_count, self._backlog, message.dest_router, 1)
         return d
+
+    def accept_once(self, message: Message, duplicate_id: str):
+        """
+        C{accept}, unless a client send with the same C{duplicate_id} was
+        accepted within the last C{duplicate_id_window_s}: the id and the
+        message are written in one transaction.  A non-persistent message
+        (C{message.persistent} false) is not stored; only its duplicate
+        id is recorded.
+
+        @return: Deferred firing with None when accepted (and durable), or
+            with the C{msg_id} of the message first accepted with that
+            duplicate id (nothing changed); failing with
+            L{DuplicateMessage} as C{accept} does.
+        """
+        local = message.dest_router == (self.router or message.origin)
+        now = self._now()
+        d = self._submit(_accept_once, message, duplicate_id, local, now,
+                         now - self.duplicate_id_window_s)
+        if message.persistent:
+            if local:
+                d.addCallback(_count_if_new, self._queues, message.dest_queue)
+            else:
+                d.addCallback(_count_if_new, self._backlog, message.dest_router)
+        return d
+
+    def prune_duplicate_ids(self):
+        """
+        Forget the duplicate ids recorded more than C{duplicate_id_window_s}
+        ago.  Fires with the number forgotten.
+        """
+        return self._submit(_prune_duplicates, self._now() - self.duplicate_id_window_s)
 
     def receive(self, peer: str, seq: int, message: Message, local: bool):
         if local:
@@ -502,6 +556,15 @@ def _count(result, counts: dict, key: str, delta: int):
     return result
 
 
+def _count_if_new(original: str | None, counts: dict, key: str):
+    """
+    After C{accept_once}: one more entry under C{key} if it accepted.
+    """
+    if original is None:
+        _count(None, counts, key, 1)
+    return original
+
+
 def _uncount(n: int, counts: dict, key: str) -> int:
     """
     C{n} entries counted under C{key} are gone; returns C{n}.
@@ -578,7 +641,8 @@ def _none_enqueued(connection, messages) -> None:
         raise _OneByOne()
 
 
-def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff: float):
+def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff: float,
+          duplicates_cutoff: float):
     execute = connection.execute
     steps = migrations()
     latest = steps[-1][0]
@@ -617,6 +681,7 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
         elif row[0] != router:
             raise StoreError(f"{path} is the store of router {row[0]!r}, not {router!r}")
         execute(_PRUNE, (cutoff,))
+        execute(_PRUNE_DUPLICATES, (duplicates_cutoff,))
         received = dict(execute("SELECT peer, last_received FROM links WHERE last_received > 0"))
         backlog = dict(
             execute(
@@ -647,6 +712,30 @@ def _accept_local(connection, message: Message, now: float) -> None:
         connection.execute(_INSERT_QUEUE, _row(message))
     except sqlite3.IntegrityError:
         raise DuplicateMessage(message.msg_id) from None
+
+
+def _accept_once(connection, message: Message, duplicate_id: str, local: bool, now: float,
+                 cutoff: float) -> str | None:
+    """
+    See L{SQLiteStore.accept_once}.  Not atomic: the executor runs it in a
+    savepoint, so a L{DuplicateMessage} undoes the duplicate id row too.
+    """
+    execute = connection.execute
+    execute(_PRUNE_DUPLICATES, (cutoff,))
+    row = execute(_FIND_DUPLICATE, (duplicate_id,)).fetchone()
+    if row is not None:
+        if row[2] >= cutoff:
+            return row[1]
+        # Older than the window, and not pruned because a newer row comes
+        # first (the clock went back): it counts as absent.
+        execute(_FORGET_DUPLICATE, (row[0],))
+    execute(_RECORD_DUPLICATE, (duplicate_id, message.msg_id, now))
+    if message.persistent:
+        if local:
+            _accept_local(connection, message, now)
+        else:
+            _accept_backlog(connection, message)
+    return None
 
 
 def _accept_local_batch(connection, calls: list) -> list:
@@ -830,3 +919,8 @@ def _dead_letter(connection, message: Message, reason: str, router: str, now: fl
 @_atomic
 def _prune(connection, cutoff: float) -> int:
     return connection.execute(_PRUNE, (cutoff,)).rowcount
+
+
+@_atomic
+def _prune_duplicates(connection, cutoff: float) -> int:
+    return connection.execute(_PRUNE_DUPLICATES, (cutoff,)).rowcount

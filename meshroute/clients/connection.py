@@ -1,0 +1,362 @@
+"""
+The router's side of one client connection, as an Automat machine.
+
+    awaiting_open ── Open ──▶ vetting_open ──▶ attached ──▶ closing ──▶ gone
+          │                        │              │            ▲
+          └────────────────────────┴── error ─────┴────────────┘
+
+ - C{awaiting_open}: only C{Open} is allowed.
+ - C{vetting_open}: checking the Open's versions and TTL.
+ - C{attached}: the connection carries a session (a new one, or one it
+   resumed); command and C{Received} frames are inputs of the session's
+   machine (L{meshroute.clients.session}), C{Ping} is answered here.
+ - C{closing}: an C{Error(0, …)} or C{Closed} was sent, or the connection
+   was dropped (silent for its TTL, or its session was taken over by
+   another connection); anything that still arrives is ignored.
+ - C{gone}: the transport is closed.
+
+A connection-level error ends the session too (it cannot be resumed: the
+client and the router disagree about it).  A connection lost any other
+way leaves its session C{disconnected}, to be resumed by another
+connection within keep-alive.
+
+The connection TTL: the L{meshroute.clients.protocol.ClientFactory} asks
+every connection each C{connection-ttl-check-interval} whether it has
+been silent (no bytes at all) for its TTL; one that has is aborted
+(C{ttl_expired}).  Before C{Open} a connection's TTL is the override, or
+L{DEFAULT_TTL_MS}.
+"""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from automat import NoTransition, TypeMachineBuilder
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
+from twisted.logger import Logger
+
+from meshroute.clients import frames as f
+from meshroute.clients.session import (
+    NO_EVENTS,
+    SESSION_MACHINE,
+    SessionCore,
+    SessionRegistry,
+    SessionSettings,
+)
+from meshroute.wire.codec import encode
+
+log = Logger()
+
+#: How long a connection closed for an error may take to flush the Error
+#: frame before it is aborted.
+CLOSE_GRACE_S = 5.0
+
+#: The TTL of a connection that has not sent Open yet (unless the router
+#: overrides every TTL): Artemis' default client TTL.
+DEFAULT_TTL_MS = 60000
+
+#: Slack when comparing silence with a TTL, so that float clocks never
+#: close a connection a hair before its TTL nor miss the check that
+#: reaches it.
+_EPSILON_S = 1e-6
+
+#: Which session machine input each session frame feeds.
+_SESSION_INPUT = {
+    f.Send: "got_send",
+    f.Subscribe: "got_subscribe",
+    f.Unsubscribe: "got_unsubscribe",
+    f.Credit: "got_credit",
+    f.Ack: "got_ack",
+    f.Close: "got_close",
+    f.Received: "got_received",
+}
+
+
+class ConnectionInputs(Protocol):
+    """
+    Everything that can happen to a client connection.
+    """
+
+    def got_open(self, frame: f.Open) -> None:
+        "The client asked for a session."
+
+    def accepted(self, frame: f.Open) -> None:
+        "The Open being vetted, C{frame}, is acceptable."
+
+    def refused(self, code: str, detail: str) -> None:
+        "The Open being vetted is not; C{code} says why."
+
+    def got_session_frame(self, frame) -> None:
+        "A command or a Received: the session's business."
+
+    def got_ping(self, frame: f.Ping) -> None:
+        "The client checks that we are alive."
+
+    def got_pong(self, frame: f.Pong) -> None:
+        "The client answered a ping."
+
+    def protocol_error(self, code: str, detail: str) -> None:
+        """
+        The client sent bytes that are not a frame (C{protocol-error}) or a
+        frame not allowed now (C{bad-command}).
+        """
+
+    def session_ended(self) -> None:
+        "The session sent Closed: the connection's work is done."
+
+    def taken_over(self) -> None:
+        "Another connection resumed this connection's session."
+
+    def ttl_expired(self) -> None:
+        "The client sent nothing for the connection's TTL."
+
+    def connection_lost(self) -> None:
+        "The transport is closed."
+
+
+@dataclass(eq=False)
+class ConnectionCore:
+    """
+    The data of one client connection and the I/O its behaviours perform.
+
+    @ivar ttl_ms: the TTL in force (-1: never).
+    @ivar last_heard: when the client last sent anything (clock seconds).
+    @ivar session: the session attached, once Open was accepted.
+    """
+
+    engine: object
+    transport: ITransport
+    clock: IReactorTime
+    registry: SessionRegistry
+    settings: SessionSettings
+    events: object = NO_EVENTS
+    machine: ConnectionInputs | None = None
+    session: SessionCore | None = None
+    version: int = 0
+    ttl_ms: int = DEFAULT_TTL_MS
+    last_heard: float = 0.0
+    connected: bool = True
+    silent: bool = False
+    _abort_call: IDelayedCall | None = None
+
+    def __post_init__(self) -> None:
+        self.last_heard = self.clock.seconds()
+        if self.settings.connection_ttl_override != -1:
+            self.ttl_ms = self.settings.connection_ttl_override
+
+    # -- output ---------------------------------------------------------------
+
+    def write(self, frame) -> None:
+        """
+        Send C{frame}, unless the connection is gone or its last frame
+        (Closed, or a connection-level Error) was sent.
+        """
+        if self.connected and not self.silent:
+            self.transport.write(encode(frame))
+
+    def pause(self) -> None:
+        """
+        Stop reading: too many sends in progress.
+        """
+        if self.connected and not self.silent:
+            self.transport.pauseProducing()
+
+    def resume(self) -> None:
+        if self.connected and not self.silent:
+            self.transport.resumeProducing()
+
+    # -- the TTL ----------------------------------------------------------------
+
+    def heard(self) -> None:
+        self.last_heard = self.clock.seconds()
+
+    def silent_too_long(self, now: float) -> bool:
+        """
+        Whether the client has sent nothing for the connection's TTL.
+        """
+        return self.ttl_ms != -1 and now - self.last_heard >= self.ttl_ms / 1000 - _EPSILON_S
+
+    # -- opening ----------------------------------------------------------------
+
+    def vet_open(self, frame: f.Open) -> tuple[str, str] | None:
+        common = set(frame.versions) & set(f.SUPPORTED_VERSIONS)
+        if not common:
+            return f.UNSUPPORTED_VERSION, f"this router speaks {list(f.SUPPORTED_VERSIONS)}"
+        if frame.ttl_ms < -1:
+            return f.BAD_COMMAND, "ttl_ms must be -1 (never) or at least 0"
+        if frame.answered_up_to < 0 or frame.delivered_up_to < 0:
+            return f.BAD_COMMAND, "answered_up_to and delivered_up_to must not be negative"
+        self.version = max(common)
+        override = self.settings.connection_ttl_override
+        self.ttl_ms = frame.ttl_ms if override == -1 else override
+        return None
+
+    def attach(self, frame: f.Open) -> None:
+        """
+        Resume the session the client asks for if it can be, taking it
+        from its old connection if need be (a client whose network
+        changed); otherwise start a new one.
+        """
+        session = self.registry.resumable(frame.session_id) if frame.session_id else None
+        if session is None:
+            session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
+                                  settings=self.settings, events=self.events)
+            session.machine = SESSION_MACHINE(session)
+            self.session = session
+            session.start(self, frame)
+            return
+        if session.connection is not None:
+            session.connection.machine.taken_over()
+        self.session = session
+        session.machine.resumed(self, frame)
+
+    # -- attached ---------------------------------------------------------------
+
+    def forward(self, inputs: ConnectionInputs, frame) -> None:
+        """
+        Feed a command or Received to the session's machine; one its state
+        does not allow is a C{bad-command}.
+        """
+        try:
+            getattr(self.session.machine, _SESSION_INPUT[type(frame)])(frame)
+        except NoTransition:
+            inputs.protocol_error(
+                f.BAD_COMMAND, f"{type(frame).__name__} is not allowed in this session state"
+            )
+
+    def pong(self, frame: f.Ping) -> None:
+        self.write(f.Pong(frame.n))
+
+    # -- closing ----------------------------------------------------------------
+
+    def fail(self, code: str, detail: str) -> None:
+        """
+        End the connection for a connection-level error: tell the client,
+        flush, and abort if the flush takes too long.  The session ends
+        with it.
+        """
+        session, self.session = self.session, None
+        log.warn("client session {session} ({client}): {code}: {detail}",
+                 session=session.session_id if session is not None else "-",
+                 client=session.client_id or "-" if session is not None else "-",
+                 code=code, detail=detail)
+        self.write(f.Error(0, code, detail))
+        self.silent = True
+        if session is not None:
+            session.machine.failed(code)
+        self.transport.loseConnection()
+        self._abort_call = self.clock.callLater(CLOSE_GRACE_S, self.transport.abortConnection)
+
+    def end(self) -> None:
+        """
+        The session closed in order (Closed was written): close.
+        """
+        self.session = None
+        self.silent = True
+        self.transport.loseConnection()
+
+    def drop(self, reason: str) -> None:
+        """
+        Abort the connection without a word (the client is silent, or it
+        moved to another connection); its session goes disconnected now,
+        whatever the transport does next.
+        """
+        session, self.session = self.session, None
+        self.silent = True
+        if reason == "ttl":
+            log.info("client connection silent for its TTL ({ttl} ms); closing it (session "
+                     "{session})", ttl=self.ttl_ms,
+                     session=session.session_id if session is not None else "-")
+        if session is not None:
+            session.machine.connection_lost(reason)
+        self.transport.abortConnection()
+
+    def finish(self) -> None:
+        """
+        The transport is closed: the session (if still attached) goes
+        disconnected.
+        """
+        self.connected = False
+        session, self.session = self.session, None
+        if session is not None:
+            session.machine.connection_lost("connection-lost")
+        if self._abort_call is not None and self._abort_call.active():
+            self._abort_call.cancel()
+
+
+def _build_connection_machine():
+    builder = TypeMachineBuilder(ConnectionInputs, ConnectionCore)
+    awaiting_open = builder.state("awaiting_open")
+    vetting_open = builder.state("vetting_open")
+    attached = builder.state("attached")
+    closing = builder.state("closing")
+    gone = builder.state("gone")
+
+    @awaiting_open.upon(ConnectionInputs.got_open).to(vetting_open)
+    def check_open(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Open) -> None:
+        verdict = core.vet_open(frame)
+        if verdict is None:
+            inputs.accepted(frame)
+        else:
+            inputs.refused(*verdict)
+
+    @vetting_open.upon(ConnectionInputs.accepted).to(attached)
+    def attach(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Open) -> None:
+        core.attach(frame)
+
+    @vetting_open.upon(ConnectionInputs.refused).to(closing)
+    def refuse(inputs: ConnectionInputs, core: ConnectionCore, code: str, detail: str) -> None:
+        core.fail(code, detail)
+
+    @attached.upon(ConnectionInputs.got_session_frame).loop()
+    def forward(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.forward(inputs, frame)
+
+    @attached.upon(ConnectionInputs.got_ping).loop()
+    def ping(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Ping) -> None:
+        core.pong(frame)
+
+    @attached.upon(ConnectionInputs.got_pong).loop()
+    def pong(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Pong) -> None:
+        pass
+
+    @attached.upon(ConnectionInputs.session_ended).to(closing)
+    def ended(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.end()
+
+    @attached.upon(ConnectionInputs.taken_over).to(closing)
+    def taken_over(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.drop("taken-over")
+
+    for state in (awaiting_open, attached):
+
+        @state.upon(ConnectionInputs.ttl_expired).to(closing)
+        def silent(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.drop("ttl")
+
+    for state in (awaiting_open, vetting_open, attached):
+
+        @state.upon(ConnectionInputs.protocol_error).to(closing)
+        def protocol_error(inputs: ConnectionInputs, core: ConnectionCore, code: str,
+                           detail: str) -> None:
+            core.fail(code, detail)
+
+    for state in (awaiting_open, vetting_open, attached, closing):
+
+        @state.upon(ConnectionInputs.connection_lost).to(gone)
+        def lost(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.finish()
+
+    # Once we have decided to close, whatever else arrives is moot.
+    for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
+                 ConnectionInputs.got_ping, ConnectionInputs.got_pong,
+                 ConnectionInputs.protocol_error, ConnectionInputs.session_ended,
+                 ConnectionInputs.taken_over, ConnectionInputs.ttl_expired):
+        closing.upon(moot).loop().returns(None)
+    for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over,
+                 ConnectionInputs.ttl_expired):
+        gone.upon(moot).loop().returns(None)
+    return builder.build()
+
+
+#: Machine factory: C{CONNECTION_MACHINE(core)} returns the inputs object.
+CONNECTION_MACHINE = _build_connection_machine()
