@@ -68,15 +68,139 @@ def _positive_float(value: str) -> float:
     return number
 
 
-class SendOptions(usage.Options):
+def _ms(name: str, *, lowest: int = 0, never: bool = False):
+    """
+    A duration option: integer milliseconds or a string with a unit
+    (C{"500ms"}, C{"15s"}, C{"2m"}), at least C{lowest}; -1 too if C{never}.
+    """
+    from meshroute.config import parse_duration_ms
+
+    def coerce(value: str) -> int:
+        if never and value.strip() == "-1":
+            return -1
+        try:
+            number = int(value)
+        except ValueError:
+            try:
+                number = parse_duration_ms(value, path="command line", key=name)
+            except ConfigError as e:
+                raise ValueError(e.message) from None
+        if number < lowest:
+            raise ValueError(f"{name} must be {'-1 or ' if never else ''}at least {lowest} ms")
+        return number
+
+    coerceDoc = "(milliseconds, or with a unit: 500ms, 15s, 2m"
+    coerce.coerceDoc = coerceDoc + ("; -1: never)" if never else ")")
+    return coerce
+
+
+def _count(name: str, *, lowest: int, never: bool):
+    """
+    A count option: an integer, at least C{lowest}, or -1 (forever/none).
+    """
+
+    def coerce(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+        if number < lowest and not (never and number == -1):
+            raise ValueError(f"{name} must be {'-1 or ' if never else ''}at least {lowest}")
+        return number
+
+    coerce.coerceDoc = f"(an integer, {'-1 or ' if never else ''}at least {lowest})"
+    return coerce
+
+
+def _multiplier(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise ValueError("--retry-interval-multiplier must be positive")
+    return number
+
+
+class _SessionOptions(usage.Options):
+    """
+    The options of a session that survives failures, shared by C{send} and
+    C{receive}: L{meshroute.client.ClientOptions}, Artemis' names and
+    defaults.
+    """
+
+    optParameters = [
+        ["ttl", None, 60000,
+         "Connection TTL: the router closes the connection when it heard nothing "
+         "from this client for that long; the client pings at a third of it.",
+         _ms("--ttl", lowest=1, never=True)],
+        ["client-failure-check-period", None, 30000,
+         "Treat a connection that brought nothing at all for that long as failed "
+         "(and reconnect, if --reconnect-attempts allows).",
+         _ms("--client-failure-check-period", lowest=1, never=True)],
+        ["reconnect-attempts", None, 0,
+         "Reconnection attempts in a row after a connection failure before giving up "
+         "(0: none, the command fails at once; -1: forever).",
+         _count("--reconnect-attempts", lowest=0, never=True)],
+        ["retry-interval", None, 2000, "Wait before the first reconnection attempt.",
+         _ms("--retry-interval")],
+        ["retry-interval-multiplier", None, 1.0,
+         "Each further wait is this many times the previous one ...", _multiplier],
+        ["max-retry-interval", None, None,
+         "... and never longer than this; by default 2000 ms, or --retry-interval if "
+         "longer", _ms("--max-retry-interval")],
+        ["initial-connect-attempts", None, 1,
+         "Attempts to make the first connection, with the same waits (-1: forever).",
+         _count("--initial-connect-attempts", lowest=1, never=True)],
+        ["confirmation-window-size", None, -1,
+         "Bytes of sent commands kept until the router has them, to replay them when the "
+         "session is resumed after a reconnection, so a short cut is invisible; when "
+         "full, the command waits.  -1: none: a reconnection always makes a new "
+         "session (sends in flight then fail, see --duplicate-id-prefix).",
+         _count("--confirmation-window-size", lowest=0, never=True)],
+        ["client-id", None, None, "How the router names this client (default meshroute-PID)."],
+    ]
+
+    def client_options(self):
+        """
+        The L{meshroute.client.ClientOptions} these options ask for.
+
+        @raise usage.UsageError: they contradict each other.
+        """
+        from meshroute.client import ClientOptions
+
+        retry = self["retry-interval"]
+        longest = self["max-retry-interval"]
+        if longest is None:
+            longest = max(2000, retry)
+        try:
+            return ClientOptions(
+                client_id=self["client-id"], ttl_ms=self["ttl"],
+                client_failure_check_period_ms=self["client-failure-check-period"],
+                confirmation_window_size=self["confirmation-window-size"],
+                retry_interval_ms=retry,
+                retry_interval_multiplier=self["retry-interval-multiplier"],
+                max_retry_interval_ms=longest, reconnect_attempts=self["reconnect-attempts"],
+                initial_connect_attempts=self["initial-connect-attempts"],
+            )
+        except ValueError as e:
+            raise usage.UsageError(
+                str(e).replace("max_retry_interval_ms", "--max-retry-interval")
+                .replace("retry_interval_ms", "--retry-interval")) from None
+
+
+class SendOptions(_SessionOptions):
     synopsis = ("--connect ENDPOINT --to QUEUE[@ROUTER] [--count N] "
-                "[--size BYTES | --body TEXT] [--non-persistent]")
+                "[--size BYTES | --body TEXT] [--non-persistent] [--duplicate-id-prefix P] "
+                "[reconnection options]")
     longdesc = (
         "Send messages through a router's client listener and exit 0 once every "
         "one is durably accepted (non-persistent: accepted).  Without --body or "
         "--size, message N has the body 'message N'.  Sends are pipelined, at most "
         f"{SEND_WINDOW} unconfirmed at a time; the first refusal stops the command "
-        "with exit status 1."
+        "with exit status 1.  With --reconnect-attempts the command rides out "
+        "connection failures: with a --confirmation-window-size it resumes its "
+        "session and nothing is lost or doubled; when the session has to be made "
+        "anew, sends that were in flight have an unknown outcome, and with "
+        "--duplicate-id-prefix the command sends them again (the router enqueues "
+        "each duplicate id once), so every message is enqueued exactly once."
     )
     optParameters = [
         ["connect", "c", None, "The router's client endpoint, e.g. tcp:127.0.0.1:6001"],
@@ -84,7 +208,10 @@ class SendOptions(usage.Options):
         ["count", "n", 1, "How many messages to send.", _positive_int("--count")],
         ["size", "s", None, "Every body is BYTES bytes long.", _non_negative_int],
         ["body", "b", None, "Every body is TEXT (UTF-8)."],
-        ["client-id", None, None, "How the router names this client (default meshroute-PID)."],
+        ["duplicate-id-prefix", None, None,
+         "Message N carries the duplicate id PREFIX + N: the router enqueues it at most "
+         "once (within its duplicate-id-window, across restarts), and a send whose "
+         "outcome a failure made unknown is retried."],
     ]
     optFlags = [["non-persistent", None, "Send non-persistent messages (memory only)."]]
 
@@ -94,6 +221,7 @@ class SendOptions(usage.Options):
                 raise usage.UsageError(f"--{name} is required")
         if self["size"] is not None and self["body"] is not None:
             raise usage.UsageError("--size and --body exclude each other")
+        self.client_options()
 
     def body(self, n: int) -> bytes:
         """
@@ -105,16 +233,27 @@ class SendOptions(usage.Options):
             return b"x" * self["size"]
         return f"message {n}".encode()
 
+    def duplicate_id(self, n: int) -> str | None:
+        """
+        The duplicate id of message C{n} (None without a prefix).
+        """
+        prefix = self["duplicate-id-prefix"]
+        return None if prefix is None else f"{prefix}{n}"
 
-class ReceiveOptions(usage.Options):
-    synopsis = "--connect ENDPOINT --queue NAME [--count N] [--timeout SECONDS] [--json]"
+
+class ReceiveOptions(_SessionOptions):
+    synopsis = ("--connect ENDPOINT --queue NAME [--count N] [--timeout SECONDS] [--json] "
+                "[reconnection options]")
     longdesc = (
         "Consume messages from a queue of the router connected to, print each one "
         "and acknowledge it after printing.  Exit 0 when --count messages were "
         "received, or at --timeout with what was received; exit 1 if --count was "
         "given and not reached by the timeout.  With --json, one JSON object per "
         'message per line: {"id", "body", "headers", "redelivered"}, the body as '
-        'text when it is UTF-8, else base64 with "encoding": "base64".'
+        'text when it is UTF-8, else base64 with "encoding": "base64".  With '
+        "--reconnect-attempts the command rides out connection failures: its "
+        "session is resumed, or made anew with the subscription (messages "
+        "delivered and not acknowledged then come again, marked redelivered)."
     )
     optParameters = [
         ["connect", "c", None, "The router's client endpoint, e.g. tcp:127.0.0.1:6001"],
@@ -123,7 +262,6 @@ class ReceiveOptions(usage.Options):
         ["timeout", None, None, "Stop after SECONDS.", _positive_float],
         ["prefetch", None, 100, "Messages held unacknowledged at most.",
          _positive_int("--prefetch")],
-        ["client-id", None, None, "How the router names this client (default meshroute-PID)."],
     ]
     optFlags = [["json", None, "Print one JSON object per message."]]
 
@@ -131,6 +269,27 @@ class ReceiveOptions(usage.Options):
         for name in ("connect", "queue"):
             if not self[name]:
                 raise usage.UsageError(f"--{name} is required")
+        self.client_options()
+
+
+class AuditOptions(usage.Options):
+    synopsis = ("EVENTS... --out DIR [--master URL] [--conf KEY=VALUE]... "
+                "[--in-flight-grace SECONDS] [--keepalive-limit INTERVALS] [--quiet]")
+    longdesc = (
+        "Audit the mesh from its routers' event logs on Spark (PySpark, the 'audit' extra). "
+        "See meshroute audit --help and docs/events.md, 'Audit'."
+    )
+
+    def parseOptions(self, options=None) -> None:
+        # Options may follow EVENTS, which getopt does not allow, so the
+        # job's own parser reads them.  A usage error is bad input (exit
+        # status 1): status 2 means the mesh broke its promises.
+        from meshroute.audit.job import UsageProblem, settings_from_args
+
+        try:
+            self["settings"] = settings_from_args(list(options or []))
+        except UsageProblem as e:
+            self["error"] = str(e)
 
 
 class Options(usage.Options):
@@ -140,6 +299,7 @@ class Options(usage.Options):
         ["status", None, StatusOptions, "Show a router's links."],
         ["send", None, SendOptions, "Send messages through a router."],
         ["receive", None, ReceiveOptions, "Consume messages from a router's queue."],
+        ["audit", None, AuditOptions, "Audit the mesh from its event logs (PySpark)."],
     ]
 
     def postOptions(self) -> None:
@@ -198,6 +358,24 @@ def status(options, out) -> int:
     return 0
 
 
+def _report_failures(client, endpoint: str, err):
+    """
+    A failure listener that tells the operator how the session fared.
+    """
+    from meshroute.client import FAILOVER
+
+    def report(event: str) -> None:
+        if event == FAILOVER:
+            how = client.last_failover
+            err.write(f"meshroute: the connection to {endpoint} failed; session {how} "
+                      f"({event})\n")
+        else:
+            err.write(f"meshroute: the connection to {endpoint} failed; gave up "
+                      f"reconnecting ({event})\n")
+
+    return report
+
+
 async def run_send(reactor, options, out, err, connect=None) -> int:
     """
     C{meshroute send} on C{reactor}; returns the exit status.
@@ -205,25 +383,50 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
     @param connect: L{meshroute.client.connect} or a substitute with its
         signature (tests use an in-memory connection).
     """
-    from meshroute.client import ClientError
+    from meshroute.client import DISCONNECT, ClientError, UnblockedError
     from meshroute.client import connect as default_connect
 
     connect = connect or default_connect
     try:
-        client = await connect(reactor, options["connect"], client_id=options["client-id"])
+        client = await connect(reactor, options["connect"], options.client_options())
     except ClientError as e:
         err.write(f"meshroute: cannot open a session at {options['connect']}: {e}\n")
         return 1
+    client.add_failure_listener(_report_failures(client, options["connect"], err))
+    gave_up = []
+    client.add_failure_listener(lambda event: event == DISCONNECT and gave_up.append(event))
     count, address = options["count"], options["to"]
     persistent = not options["non-persistent"]
     window = _Window(SEND_WINDOW)
+    retried = 0
+
+    def send(n: int):
+        d = client.send(address, options.body(n), persistent=persistent,
+                        duplicate_id=options.duplicate_id(n))
+        d.addErrback(unblocked, n)
+        return d
+
+    def unblocked(failure, n: int):
+        # The session was recreated (or given up) while message n was in
+        # flight: the router may or may not have it.  With a duplicate id
+        # sending it again is safe; the window waits for the retry.
+        nonlocal retried
+        if not failure.check(UnblockedError) or window.error is not None or gave_up:
+            return failure
+        if options.duplicate_id(n) is None:
+            window.error = (f"message {n}: {failure.getErrorMessage()} (the router may or may "
+                            "not have it; with --duplicate-id-prefix it is sent again safely)")
+            return failure
+        retried += 1
+        return send(n)
+
     try:
         for n in range(1, count + 1):
             await window.room()
             if window.error is not None:
                 break
             try:
-                d = client.send(address, options.body(n), persistent=persistent)
+                d = send(n)
             except TypeError as e:
                 window.error = f"message {n}: {e}"
                 break
@@ -231,6 +434,9 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
         await window.drained()
     finally:
         await client.close()
+    if retried:
+        err.write(f"meshroute: sent {retried} message{'s' if retried != 1 else ''} again "
+                  "after the session was recreated\n")
     if window.error is not None:
         err.write(f"meshroute: send to {address} failed: {window.error}\n")
         return 1
@@ -248,17 +454,27 @@ class _Window:
         self._size = size
         self._in_flight = 0
         self._waiting: defer.Deferred | None = None
+        self._until = 0
+        self._on_error = False
         self.error: str | None = None
 
     def room(self) -> defer.Deferred:
         if self._in_flight < self._size or self.error is not None:
             return defer.succeed(None)
-        self._waiting = defer.Deferred()
-        return self._waiting
+        return self._wait(self._size - 1, on_error=True)
 
     def drained(self) -> defer.Deferred:
+        """
+        Fires once no send is in flight (a send retried after being
+        unblocked is still in flight).
+        """
         if not self._in_flight:
             return defer.succeed(None)
+        return self._wait(0, on_error=False)
+
+    def _wait(self, until: int, on_error: bool) -> defer.Deferred:
+        self._until = until
+        self._on_error = on_error
         self._waiting = defer.Deferred()
         return self._waiting
 
@@ -273,8 +489,9 @@ class _Window:
 
     def _done(self, _) -> None:
         self._in_flight -= 1
-        waiting, self._waiting = self._waiting, None
-        if waiting is not None:
+        if self._waiting is not None and (
+                self._in_flight <= self._until or (self._on_error and self.error is not None)):
+            waiting, self._waiting = self._waiting, None
             waiting.callback(None)
 
 
@@ -297,15 +514,16 @@ async def run_receive(reactor, options, out, err, connect=None) -> int:
     """
     C{meshroute receive} on C{reactor}; returns the exit status.
     """
-    from meshroute.client import ClientError
+    from meshroute.client import ClientError, UnblockedError
     from meshroute.client import connect as default_connect
 
     connect = connect or default_connect
     try:
-        client = await connect(reactor, options["connect"], client_id=options["client-id"])
+        client = await connect(reactor, options["connect"], options.client_options())
     except ClientError as e:
         err.write(f"meshroute: cannot open a session at {options['connect']}: {e}\n")
         return 1
+    client.add_failure_listener(_report_failures(client, options["connect"], err))
     count, timeout = options["count"], options["timeout"]
     finished: defer.Deferred = defer.Deferred()
     received = 0
@@ -332,8 +550,16 @@ async def run_receive(reactor, options, out, err, connect=None) -> int:
 
     timer = reactor.callLater(timeout, time_is_up) if timeout else None
     try:
-        await client.subscribe(options["queue"], on_message, prefetch=options["prefetch"],
-                               max_messages=count)
+        while True:
+            try:
+                await client.subscribe(options["queue"], on_message,
+                                       prefetch=options["prefetch"], max_messages=count)
+                break
+            except UnblockedError:
+                # The session was recreated before the router confirmed:
+                # subscribe in the new one (once the client gave up, this
+                # fails with a plain SessionError instead).
+                continue
         await finished
     except ClientError as e:
         err.write(f"meshroute: receive from {options['queue']} failed: {e}\n")
@@ -374,7 +600,17 @@ def receive(options, out) -> int:
     return _react(run_receive, options, out)
 
 
-COMMANDS = {"check-config": check_config, "status": status, "send": send, "receive": receive}
+def audit(options, out) -> int:
+    if options.get("error"):
+        print(f"meshroute audit: {options['error']}", file=sys.stderr)
+        return 1
+    from meshroute.audit import job
+
+    return job.run(options["settings"], out)
+
+
+COMMANDS = {"check-config": check_config, "status": status, "send": send, "receive": receive,
+            "audit": audit}
 
 
 def main(argv=None, out=sys.stdout) -> int:

@@ -17,7 +17,7 @@ import pytest
 import pytest_twisted
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twisted.internet.defer import Deferred, ensureDeferred, succeed
+from twisted.internet.defer import ensureDeferred, succeed
 from twisted.internet.task import Clock
 from twisted.python import usage
 from twisted.test import iosim
@@ -25,6 +25,9 @@ from twisted.test import iosim
 from meshroute import cli
 from meshroute.client import (
     CONNECTION_LOST,
+    DISCONNECT,
+    UNBLOCKED,
+    UnblockedError,
     ReceivedMessage,
     SendError,
     SessionError,
@@ -34,9 +37,9 @@ from meshroute.client import (
 )
 from meshroute.clients import frames as f
 from meshroute.clients.protocol import ClientFactory
-from meshroute.wire.codec import encode
 
 from client_fakes import ROUTER, FakeEngine
+from client_testing import failure_of, kept_clients, result_of  # noqa: F401
 
 
 class MemoryEndpoint:
@@ -72,8 +75,8 @@ class Harness:
         self.factory = ClientFactory(engine, clock)
         self.endpoint = MemoryEndpoint(self.factory, clock)
 
-    def connect(self, client_id="tester"):
-        d = connect_endpoint(self.clock, self.endpoint, client_id)
+    def connect(self, client_id="tester", **options):
+        d = connect_endpoint(self.clock, self.endpoint, client_id=client_id, **options)
         self.flush()
         return result_of(d)
 
@@ -81,31 +84,13 @@ class Harness:
         while any([pump.flush() for pump in self.endpoint.pumps]):
             pass
 
-    def connect_for_cli(self, reactor, endpoint_string, client_id=None):
+    def connect_for_cli(self, reactor, endpoint_string, options=None, **overrides):
         """
         A stand-in for L{meshroute.client.connect} that the commands call.
         """
-        d = connect_endpoint(self.clock, self.endpoint, client_id)
+        d = connect_endpoint(self.clock, self.endpoint, options, **overrides)
         self.flush()
         return d
-
-
-def result_of(d: Deferred):
-    results = []
-    d.addBoth(results.append)
-    assert results, "the Deferred has not fired"
-    result = results[0]
-    if hasattr(result, "raiseException"):
-        result.raiseException()
-    return result
-
-
-def failure_of(d: Deferred):
-    results = []
-    d.addBoth(results.append)
-    assert results, "the Deferred has not fired"
-    assert hasattr(results[0], "raiseException"), f"succeeded with {results[0]!r}"
-    return results[0].value
 
 
 @pytest.fixture
@@ -161,7 +146,7 @@ def test_connect_times_out_without_an_answer(clock, harness):
             return succeed(protocol)
 
     silent = Silent()
-    d = connect_endpoint(clock, silent, "c", timeout=5)
+    d = connect_endpoint(clock, silent, client_id="c", open_timeout_ms=5000)
     clock.advance(5)
     assert silent.transport.disconnected
     silent.protocol.connectionLost(None)
@@ -173,16 +158,16 @@ def test_connect_refused_by_the_router(clock, tmp_path):
     engine = FakeEngine(str(tmp_path / "s.sqlite"), clock)
     try:
         h = Harness(engine, clock)
-        import meshroute.clients.session as session_module
+        from meshroute.clients.connection import ConnectionCore
 
-        original = session_module.SessionCore.vet_open
-        session_module.SessionCore.vet_open = lambda self, frame: (
+        original = ConnectionCore.vet_open
+        ConnectionCore.vet_open = lambda self, frame: (
             f.UNSUPPORTED_VERSION, "this router speaks [2]")
         try:
-            d = connect_endpoint(clock, h.endpoint, "c")
+            d = connect_endpoint(clock, h.endpoint, client_id="c")
             h.flush()
         finally:
-            session_module.SessionCore.vet_open = original
+            ConnectionCore.vet_open = original
         error = failure_of(d)
         assert isinstance(error, SessionError)
         assert (error.code, error.detail) == (f.UNSUPPORTED_VERSION, "this router speaks [2]")
@@ -197,7 +182,7 @@ def test_connection_failure(clock):
         def connect(self, factory):
             return fail(ConnectionRefusedError("nobody there"))
 
-    error = failure_of(connect_endpoint(clock, Refusing(), "c"))
+    error = failure_of(connect_endpoint(clock, Refusing(), client_id="c"))
     assert isinstance(error, SessionError) and error.code == CONNECTION_LOST
 
 
@@ -264,20 +249,34 @@ def test_send_checks_its_arguments(harness):
         client.send("q", "text")
     with pytest.raises(TypeError):
         client.send("q", b"x", {"n": 1})
+    with pytest.raises(TypeError):
+        client.send(b"q", b"x")
+    with pytest.raises(TypeError):
+        client.send("q", b"x", duplicate_id=7)
+    with pytest.raises(TypeError):
+        client.subscribe(b"q", lambda m: None)
     assert client.send("q", bytearray(b"ok")) is not None
 
 
 def test_pending_sends_fail_when_the_connection_is_lost(harness, engine):
+    """
+    Without reconnect-attempts (the default) a lost connection is given up
+    at once: calls in progress fail with the unblocked error.
+    """
     client = harness.connect()
+    events = []
+    client.add_failure_listener(events.append)
     d = client.send("q", b"x")
     harness.flush()
     closed = client.when_closed()
     harness.endpoint.pump.serverIO.loseConnection()
     harness.flush()
     error = failure_of(d)
-    assert isinstance(error, SessionError) and error.code == CONNECTION_LOST
-    assert isinstance(failure_of(closed), SessionError)
-    assert isinstance(failure_of(client.send("q", b"y")), SessionError)
+    assert isinstance(error, UnblockedError) and error.code == UNBLOCKED
+    assert events == [DISCONNECT]
+    assert failure_of(closed).code == CONNECTION_LOST
+    later = failure_of(client.send("q", b"y"))
+    assert isinstance(later, SessionError) and later.code == CONNECTION_LOST
 
 
 # -- consuming -----------------------------------------------------------------
@@ -324,14 +323,11 @@ def test_acks_are_batched_per_turn(harness, engine):
     got: list[ReceivedMessage] = []
     client.subscribe("q", got.append, prefetch=5)
     harness.flush()
-    server_frames = []
-    original = harness.endpoint.server.machine.got_ack
-    harness.endpoint.server.machine.got_ack = lambda frame: (server_frames.append(frame),
-                                                            original(frame))
+    server_frames = client_frames_of(harness.endpoint.server)
     for message in got:
         message.ack()
     harness.flush()
-    (ack,) = server_frames
+    (ack,) = [frame for frame in server_frames if type(frame) is f.Ack]
     assert ack.delivery_ids == [m.delivery_id for m in got]
 
 
@@ -478,8 +474,27 @@ def test_router_protocol_violation_ends_the_session(harness):
     harness.flush()
     harness.endpoint.pump.clientIO.protocol.dataReceived(b"\x00\x00\x00\x01\xc1")
     harness.flush()
-    error = failure_of(d)
-    assert isinstance(error, SessionError) and error.code == f.PROTOCOL_ERROR
+    assert isinstance(failure_of(d), UnblockedError)
+    assert failure_of(client.when_closed()).code == f.PROTOCOL_ERROR
+
+
+def client_frames_of(server) -> list:
+    """
+    From now on, every frame the router's protocol C{server} receives, in a
+    list.
+    """
+    from meshroute.wire.codec import FrameDecoder
+
+    frames: list = []
+    decoder = FrameDecoder(frames=f.FROM_CLIENT)
+    original = server.dataReceived
+
+    def data_received(data):
+        frames.extend(decoder.feed(data))
+        original(data)
+
+    server.dataReceived = data_received
+    return frames
 
 
 def test_describe_body():
@@ -750,24 +765,39 @@ async def test_commands_report_a_router_that_is_not_there():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.binary(max_size=60), max_size=6))
-def test_arbitrary_bytes_from_a_router_never_break_the_client(chunks):
+@given(st.lists(st.binary(max_size=60), max_size=6), st.booleans())
+def test_arbitrary_bytes_from_a_router_never_break_the_client(chunks, reconnect):
     """
-    Whatever a router sends, the client either carries on or ends the
-    session with a L{SessionError}; it never raises.
+    Whatever a router sends, the client either carries on or fails the
+    connection (and then reconnects or gives up); it never raises, and
+    the call in progress is settled or still pending on a live session.
     """
-    from twisted.internet.testing import StringTransport
+    from scripted_router import ScriptedEndpoint
 
-    from meshroute.client import Client, _ClientProtocol
-
-    client = Client(Clock(), "fuzz")
-    protocol = _ClientProtocol(client, 1024)
-    transport = StringTransport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(encode(f.Opened(1, "s", ROUTER, 60000, False, 0)))
+    clock = Clock()
+    endpoint = ScriptedEndpoint()
+    d = connect_endpoint(clock, endpoint, client_id="fuzz", max_frame_size=1024,
+                         reconnect_attempts=1 if reconnect else 0)
+    router = endpoint.accept()
+    router.open()
+    client = result_of(d)
     pending = client.send("q", b"x")
     for chunk in chunks:
-        protocol.dataReceived(chunk)
-    protocol.connectionLost(None)
+        router.protocol.dataReceived(chunk)
+    router.lose()
+    clock.advance(2)
+    if reconnect and len(endpoint.attempts) == 2:
+        endpoint.refuse()
     assert pending.called
     pending.addErrback(lambda failure: failure.trap(SessionError, SendError))
+    client._finalizer.detach()
+
+
+def test_duplicate_ids_reach_the_router(auto):
+    client = auto.connect()
+    first = client.send("q", b"once", duplicate_id="order-17")
+    again = client.send("q", b"once", duplicate_id="order-17")
+    other = client.send("q", b"other", duplicate_id="order-18")
+    auto.flush()
+    assert result_of(first) == result_of(again) != result_of(other)
+    assert auto.engine.store.queue_depths() == {"q": 2}

@@ -1,0 +1,101 @@
+"""
+The Twisted client API of meshroute: send messages through a router and
+consume from its queues, over the native client protocol
+(docs/client-protocol.md), in sessions that survive connection failures.
+
+Example: send a message to queue C{orders} on router C{router-c} through
+the local router's client listener, then consume queue C{orders} of the
+local router until one message arrived::
+
+    from twisted.internet import defer, task
+
+    from meshroute.client import ClientOptions, connect
+
+
+    async def main(reactor):
+        options = ClientOptions(client_id="example", reconnect_attempts=-1,
+                                confirmation_window_size=1024 * 1024)
+        client = await connect(reactor, "tcp:127.0.0.1:6001", options)
+        client.add_failure_listener(lambda event: print("connection failure:", event))
+        try:
+            # Fires once the message is durably stored by the local router.
+            # Many sends may be in flight at once: pipelining is how
+            # throughput is reached.
+            msg_id = await client.send("orders@router-c", b"hello",
+                                       headers={"content-type": "text/plain"},
+                                       duplicate_id="example-1")
+            print("accepted as", msg_id)
+
+            one = defer.Deferred()
+
+            def on_message(message):
+                print(message.msg_id, message.body, message.redelivered)
+                message.ack()
+                if not one.called:
+                    one.callback(None)
+
+            subscription = await client.subscribe("orders", on_message, prefetch=100)
+            await one
+            await subscription.cancel()
+        finally:
+            await client.close()
+
+
+    task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+
+Sends fire with the message id once the router accepted the message
+(persistent: once it is durable) and fail with L{SendError} (with the
+router's C{code}: C{bad-address}, C{unknown-router}, C{backlog-full}, ...)
+if it refused it.
+
+Consuming: C{on_message} is called with each L{ReceivedMessage}; the
+subscription never holds more than C{prefetch} messages delivered and not
+yet acknowledged, and L{ReceivedMessage.ack} makes room for the next.
+Acknowledgements are batched: all those made in one reactor turn travel in
+one frame.  A message not acknowledged when its subscription ends (cancel,
+close, session lost) goes back to the queue and is delivered again,
+flagged C{redelivered}.
+
+Failures (L{ClientOptions}, Artemis' semantics): the client pings at a
+third of its TTL when it sends nothing else, and treats a connection that
+brought nothing for C{client_failure_check_period_ms} as failed.  After a
+failure it reconnects under C{retry_interval_ms},
+C{retry_interval_multiplier}, C{max_retry_interval_ms} and
+C{reconnect_attempts} (default 0: it gives up at once).  With a
+C{confirmation_window_size} (bytes of commands kept for replay; default
+-1, none) it asks the router to resume the session and replays what the
+router did not receive: the application sees nothing but a delay.  If the
+session is gone (or there is no window) the client makes a new one and
+subscribes again; calls in progress fail with L{UnblockedError} (retry
+sends with the same C{duplicate_id} safely).  Failure listeners hear
+C{FAILOVER} or C{DISCONNECT} (gave up: every call in progress fails with
+L{UnblockedError}; nothing hangs).
+
+A client garbage-collected without L{Client.close} logs a warning naming
+where it was created, and closes its connection.
+"""
+
+from meshroute.client.api import Client, connect, connect_endpoint, describe_body
+from meshroute.client.errors import (
+    CLOSED,
+    CONNECTION_LOST,
+    TIMEOUT,
+    UNBLOCKED,
+    ClientError,
+    SendError,
+    SessionError,
+    SubscribeError,
+    UnblockedError,
+)
+from meshroute.client.options import DEFAULT_TTL_MS, DISCONNECT, FAILOVER, ClientOptions
+from meshroute.client.subscriptions import ReceivedMessage, Subscription
+
+#: Default time to wait for the router's answer to Open, in seconds.
+OPEN_TIMEOUT_S = ClientOptions().open_timeout_ms / 1000
+
+__all__ = [
+    "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
+    "TIMEOUT", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "ReceivedMessage",
+    "SendError", "SessionError", "SubscribeError", "Subscription", "UnblockedError", "connect",
+    "connect_endpoint", "describe_body",
+]

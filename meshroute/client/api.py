@@ -1,0 +1,251 @@
+"""
+The application's objects: L{Client}, and L{connect} / L{connect_endpoint}
+that make one.
+"""
+
+import base64
+import os
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import clientFromString
+from twisted.internet.interfaces import IReactorTime
+
+from meshroute.client.commands import SEND, SUBSCRIBE, Command
+from meshroute.client.options import ClientOptions
+from meshroute.client.session import ClientCore, ClientMachine
+from meshroute.client.subscriptions import ReceivedMessage, Subscription
+from meshroute.clients import frames as f
+
+#: Frames of the call stack kept to say where a client was created.
+_CREATION_FRAMES = 4
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class Client:
+    """
+    One session with a router, which survives failures of its connection
+    as L{ClientOptions} says.  Made by L{connect}.
+
+    @ivar options: the L{ClientOptions} it was made with.
+    @ivar client_id: what this client called itself.
+    @ivar created_at: where it was created (a short stack summary).
+    """
+
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
+        self.options = core.options
+        self.client_id = core.client_id
+        self.created_at = core.created_at
+        # The core (what the connection keeps alive) does not reference
+        # this object, so an application that drops it without close()
+        # lets it be collected, and this says so.
+        self._finalizer = weakref.finalize(self, core.forgotten)
+        self._finalizer.atexit = False
+
+    @property
+    def router(self) -> str | None:
+        "The router's name."
+        return self._core.router
+
+    @property
+    def session_id(self) -> str:
+        "The session's id (from the router; it changes when recreated)."
+        return self._core.session_id
+
+    @property
+    def ttl_ms(self) -> int:
+        "The connection TTL in force (the router's override, or ours)."
+        return self._core.ttl_ms
+
+    @property
+    def last_failover(self) -> str | None:
+        """
+        How the latest connection failure was survived: C{"reattached"}
+        (transparently) or C{"recreated"} (in-progress calls unblocked);
+        None if none happened.
+        """
+        return self._core.last_failover
+
+    # -- calls ------------------------------------------------------------------
+
+    def send(self, address: str, body: bytes, headers: dict | None = None,
+             persistent: bool = True, duplicate_id: str | None = None) -> Deferred:
+        """
+        Send C{body} to C{address} (C{queue@router}, or a bare C{queue} of
+        this router).
+
+        @param duplicate_id: makes the send idempotent: the router accepts
+            one message per duplicate id within its duplicate-id window, and
+            answers a repeat with the first message's id.  Retry a send that
+            failed with L{UnblockedError} with the same duplicate id.
+        @return: Deferred firing with the message id once the router
+            accepted it (durably, when C{persistent}); failing with
+            L{SendError} if the router refused it, L{UnblockedError} if the
+            session failed and could not be resumed while it was in
+            progress, or L{SessionError} if the client is closed.
+        @raise TypeError: C{address} is not a string, C{body} is not bytes,
+            C{headers} does not map strings to strings, or C{duplicate_id}
+            is not a string.
+        """
+        if type(address) is not str:
+            raise TypeError(f"address must be a string, not {type(address).__name__}")
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        if type(body) is not bytes:
+            raise TypeError(f"body must be bytes, not {type(body).__name__}")
+        headers = {} if headers is None else dict(headers)
+        if not all(type(k) is str and type(v) is str for k, v in headers.items()):
+            raise TypeError("headers must map strings to strings")
+        if duplicate_id is None:
+            duplicate_id = ""
+        elif type(duplicate_id) is not str:
+            raise TypeError("duplicate_id must be a string")
+        d = Deferred()
+        self._core.machine.submit(Command(
+            SEND, f.Send, (address, headers, body, bool(persistent), duplicate_id), d))
+        return d
+
+    def subscribe(self, queue: str, on_message: Callable[[ReceivedMessage], None],
+                  prefetch: int = 100, max_messages: int | None = None) -> Deferred:
+        """
+        Consume from C{queue} of this router: C{on_message(message)} is
+        called for each message, which the application acknowledges with
+        C{message.ack()}.  If the session has to be recreated after a
+        failure the subscription is made again (messages delivered and not
+        acknowledged then come again, flagged redelivered).
+
+        @param prefetch: most messages delivered and not yet acknowledged.
+        @param max_messages: stop asking for messages after this many.
+        @return: Deferred firing with a L{Subscription} once the router
+            confirmed; failing with L{SubscribeError} (e.g. C{bad-address}),
+            L{UnblockedError} or L{SessionError}.
+        """
+        if type(queue) is not str:
+            raise TypeError(f"queue must be a string, not {type(queue).__name__}")
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        if max_messages is not None and max_messages < 0:
+            raise ValueError("max_messages must not be negative")
+        core = self._core
+        d = Deferred()
+        if core.finished:
+            d.errback(core.unusable())
+            return d
+        number = next(core.subscription_numbers)
+        subscription = Subscription(core, number, queue, on_message, prefetch, max_messages)
+        core.subscriptions[number] = subscription
+        self._core.machine.submit(Command(
+            SUBSCRIBE, f.Subscribe, (number, queue, subscription.initial_credit()), d,
+            subscription))
+        return d
+
+    def ping(self) -> Deferred:
+        """
+        @return: Deferred firing with the round-trip time in seconds;
+            failing with L{SessionError} when not connected.
+        """
+        d = Deferred()
+        self._core.machine.ping_requested(d)
+        return d
+
+    def add_failure_listener(self, listener: Callable[[str], object]) -> None:
+        """
+        Call C{listener(event)} on every failure of the connection:
+        C{"FAILOVER"} once the session was reattached or recreated on a new
+        connection, C{"DISCONNECT"} when the client gave up (then every
+        call in progress fails with L{UnblockedError}).
+        """
+        self._core.listeners.append(listener)
+
+    def remove_failure_listener(self, listener: Callable[[str], object]) -> None:
+        """
+        Stop calling C{listener}.
+        """
+        self._core.listeners.remove(listener)
+
+    def close(self) -> Deferred:
+        """
+        End the session: the router finishes the commands in progress
+        (so every send made before fires first), puts unacknowledged
+        messages back, and closes.  Fires when the connection is closed.
+        """
+        self._finalizer.detach()
+        d = self._core.when_closed()
+        d.addErrback(lambda failure: None)
+        self._core.machine.close_requested()
+        return d
+
+    def when_closed(self) -> Deferred:
+        """
+        @return: Deferred firing with None when the session ends by
+            L{close}, or failing with L{SessionError} when it ends otherwise
+            (the router refused it, or reconnection gave up).
+        """
+        return self._core.when_closed()
+
+
+def _where_created() -> str:
+    """
+    The last few frames of the caller's stack outside this package.
+    """
+    stack = [frame for frame in traceback.extract_stack()[:-1]
+             if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR)]
+    return "".join(traceback.format_list(stack[-_CREATION_FRAMES:])).rstrip()
+
+
+def _default_client_id() -> str:
+    return f"meshroute-{os.getpid()}"
+
+
+def connect_endpoint(reactor: IReactorTime, endpoint, options: ClientOptions | None = None,
+                     **overrides) -> Deferred:
+    """
+    Like L{connect}, with an C{IStreamClientEndpoint} (used again for every
+    reconnection).
+    """
+    options = replace(options or ClientOptions(), **overrides)
+    client_id = options.client_id if options.client_id is not None else _default_client_id()
+    core = ClientCore(reactor, endpoint, options, client_id, _where_created())
+    core.machine = ClientMachine(core)
+    client = Client(core)
+    core._client_until_opened = client
+    opened = core.opened
+    core.start_attempt()
+    return opened
+
+
+def connect(reactor, endpoint_string: str, options: ClientOptions | None = None,
+            **overrides) -> Deferred:
+    """
+    Connect to a router's client listener and open a session.
+
+    @param reactor: the reactor (an C{IReactorTime} that can connect); every
+        timer of the client uses it.
+    @param endpoint_string: a Twisted client endpoint string, e.g.
+        C{"tcp:127.0.0.1:6001"} or C{"tls:router.example:6001"}.
+    @param options: L{ClientOptions} (default: Artemis' defaults: no
+        reconnection, no confirmation window).
+    @param overrides: fields of L{ClientOptions} to change, e.g.
+        C{client_id="shop-7"}.
+    @return: Deferred firing with a L{Client}; failing with
+        L{SessionError} if the session cannot be made within
+        C{initial_connect_attempts}.  Cancelling it gives up.
+    """
+    return connect_endpoint(reactor, clientFromString(reactor, endpoint_string), options,
+                            **overrides)
+
+
+def describe_body(body: bytes) -> dict:
+    """
+    A body as JSON wants it: C{{"body": text}} when it is UTF-8, else
+    C{{"body": base64, "encoding": "base64"}}.
+    """
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body": base64.b64encode(body).decode("ascii"), "encoding": "base64"}
+

@@ -1,0 +1,69 @@
+"""
+The thin protocol of one client connection: bytes in, frames out, machine
+inputs.
+
+A session outlives its connections, so each connection gets a new
+L{ClientProtocol}; only the one the core has attached speaks for the
+session.  A connection the core has let go (failed, timed out, replaced)
+may still deliver bytes or its C{connectionLost}: they are ignored.
+"""
+
+from automat import NoTransition
+from twisted.internet.protocol import Protocol
+
+from meshroute.client.errors import CONNECTION_LOST, SessionError
+from meshroute.clients import frames as f
+from meshroute.errors import WireError
+from meshroute.wire.codec import FrameDecoder
+
+#: Which machine input each router frame feeds (Error splits by id below).
+_INPUT_FOR_FRAME = {
+    f.Opened: "got_opened",
+    f.Confirm: "got_confirm",
+    f.Error: "got_error",
+    f.Deliver: "got_deliver",
+    f.Processed: "got_processed",
+    f.Ping: "got_ping",
+    f.Pong: "got_pong",
+    f.Closed: "got_closed",
+}
+
+
+class ClientProtocol(Protocol):
+    """
+    Bytes ↔ frames for one connection of a session; every decision is the
+    session machine's (L{meshroute.client.session}).
+    """
+
+    def __init__(self, core, max_frame_size: int) -> None:
+        self._core = core
+        self._decoder = FrameDecoder(frames=f.FROM_ROUTER, max_frame_size=max_frame_size)
+
+    def dataReceived(self, data: bytes) -> None:
+        core = self._core
+        if core.protocol is not self:
+            return
+        core.keepalive.received()
+        try:
+            frames = self._decoder.feed(data)
+        except WireError as e:
+            core.broken(str(e))
+            return
+        machine = core.machine
+        for frame in frames:
+            if core.protocol is not self:
+                return
+            if type(frame) is f.Error and frame.command_id == 0:
+                name = "got_refusal"
+            else:
+                name = _INPUT_FOR_FRAME[type(frame)]
+            try:
+                getattr(machine, name)(frame)
+            except NoTransition:
+                core.broken(f"unexpected {type(frame).__name__} now")
+
+    def connectionLost(self, reason=None) -> None:
+        core = self._core
+        if core.protocol is self:
+            why = reason.getErrorMessage() if reason is not None else "connection closed"
+            core.machine.connection_failed(SessionError(CONNECTION_LOST, why))

@@ -1,0 +1,134 @@
+"""
+Consumers: L{Subscription} and the L{ReceivedMessage}s it delivers.
+
+A subscription talks to the session's core (L{meshroute.client.session}),
+never to the L{meshroute.client.Client} object: the core is what the
+connection keeps alive, and it must not keep the application's client
+object alive, or a forgotten client could never be collected and warned
+about.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.logger import Logger
+
+from meshroute.clients import frames as f
+
+log = Logger()
+
+
+@dataclass(eq=False)
+class ReceivedMessage:
+    """
+    One message delivered to a subscription.
+
+    @ivar delivery_id: the router's id of this delivery (per session).
+    @ivar redelivered: it was delivered before and not acknowledged.
+    """
+
+    msg_id: str
+    queue: str
+    origin: str
+    headers: dict
+    body: bytes
+    redelivered: bool
+    delivery_id: int
+    _subscription: "Subscription" = field(repr=False)
+    _generation: int = field(default=0, repr=False)
+    _acked: bool = field(default=False, repr=False)
+
+    def ack(self) -> None:
+        """
+        Done with this message: the router deletes it.  Batched with the
+        other acknowledgements of this reactor turn; acknowledging twice,
+        after the subscription ended, or after the session was recreated
+        (the message then comes back, flagged redelivered) does nothing.
+        """
+        if not self._acked:
+            self._acked = True
+            self._subscription._acked(self)
+
+
+class Subscription:
+    """
+    A consumer of one queue, made by L{meshroute.client.Client.subscribe}.
+    When the session is recreated after a failure, the client subscribes
+    again with the same number and prefetch.
+
+    @ivar queue: the queue consumed.
+    @ivar number: its id in the session.
+    @ivar prefetch: most messages held unacknowledged at once.
+    @ivar max_messages: total deliveries wanted (None: no limit); no credit
+        is granted beyond it.
+    @ivar received: messages delivered so far.
+    @ivar active: delivering (not cancelled, session not ended).
+    @ivar confirmed: the router confirmed it (in the current session).
+    """
+
+    def __init__(self, core, number: int, queue: str,
+                 on_message: Callable[[ReceivedMessage], None], prefetch: int,
+                 max_messages: int | None) -> None:
+        self._core = core
+        self.number = number
+        self.queue = queue
+        self.prefetch = prefetch
+        self.max_messages = max_messages
+        self._on_message = on_message
+        self.received = 0
+        self.active = True
+        self.confirmed = False
+        self._granted = self.initial_credit()
+
+    def initial_credit(self) -> int:
+        """
+        The credit of a Subscribe: C{prefetch}, bounded by what is left of
+        C{max_messages}.
+        """
+        if self.max_messages is None:
+            return self.prefetch
+        return max(0, min(self.prefetch, self.max_messages - self.received))
+
+    def restart(self) -> int:
+        """
+        The session was recreated: what was delivered and not acknowledged
+        is void, the credit starts over.
+
+        @return: the credit of the new Subscribe.
+        """
+        credit = self.initial_credit()
+        self._granted = self.received + credit
+        self.confirmed = False
+        return credit
+
+    def cancel(self) -> Deferred:
+        """
+        Stop consuming.  Messages not acknowledged go back to the queue.
+        Fires once the router confirmed (or at once if the session is
+        gone anyway).
+        """
+        if not self.active:
+            return succeed(None)
+        self.active = False
+        return self._core.unsubscribe(self)
+
+    def _delivered(self, frame: f.Deliver, generation: int) -> None:
+        self.received += 1
+        message = ReceivedMessage(
+            frame.msg_id, self.queue, frame.origin, frame.headers, frame.body,
+            frame.redelivered, frame.delivery_id, self, generation,
+        )
+        try:
+            self._on_message(message)
+        except Exception:
+            log.failure("on_message of the subscription to {queue} failed", queue=self.queue)
+
+    def _acked(self, message: ReceivedMessage) -> None:
+        if not self.active or message._generation != self._core.generation:
+            return
+        credit = 1
+        if self.max_messages is not None:
+            credit = max(0, min(1, self.max_messages - self._granted))
+        self._granted += credit
+        self._core.ack(self, message.delivery_id, credit)

@@ -1,0 +1,61 @@
+"""
+Helpers shared by the client API's tests: reading a fired Deferred, and
+keeping the clients a test makes from being reported as forgotten.
+"""
+
+import pytest
+from twisted.internet.defer import Deferred
+
+from meshroute.client import Client
+
+
+def result_of(d: Deferred):
+    """
+    The result of a fired Deferred (raising its failure), leaving the
+    result in place.
+    """
+    results = []
+
+    def keep(result):
+        results.append(result)
+        return result
+
+    d.addBoth(keep)
+    assert results, "the Deferred has not fired"
+    result = results[0]
+    if hasattr(result, "raiseException"):
+        d.addErrback(lambda failure: None)
+        result.raiseException()
+    return result
+
+
+def failure_of(d: Deferred):
+    """
+    The exception a fired Deferred failed with (the failure is handled).
+    """
+    results = []
+    d.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    assert hasattr(results[0], "raiseException"), f"succeeded with {results[0]!r}"
+    return results[0].value
+
+
+@pytest.fixture(autouse=True)
+def kept_clients(monkeypatch):
+    """
+    Every client a test makes, kept until the end of the test and then
+    made unable to warn: clients a test leaves open are not forgotten ones
+    (which would fail their calls in whichever later test the garbage
+    collector runs).  The forgotten-client tests empty this list.
+    """
+    made = []
+    original = Client.__init__
+
+    def init(self, core):
+        original(self, core)
+        made.append(self)
+
+    monkeypatch.setattr(Client, "__init__", init)
+    yield made
+    for client in made:
+        client._finalizer.detach()

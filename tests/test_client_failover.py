@@ -1,0 +1,375 @@
+"""
+The client's failover against the router's real side of the contract
+(L{meshroute.clients.protocol.ClientFactory} with a fake engine), through
+in-memory connections the tests cut: reattachment with replay, recreation
+after keep-alive, the router's TTL against the client's pings, duplicate
+ids across a recreation.  Everything runs on a C{task.Clock}.
+"""
+
+import pytest
+import pytest_twisted
+from twisted.internet.defer import succeed
+from twisted.internet.task import Clock
+from twisted.test import iosim
+
+from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpoint
+from meshroute.clients.protocol import ClientFactory
+from meshroute.clients.session import SessionSettings
+
+from client_fakes import FakeEngine
+from client_testing import failure_of, kept_clients, result_of  # noqa: F401
+
+
+class CuttableEndpoint:
+    """
+    A client endpoint whose connections reach a L{ClientFactory} through
+    iosim, and that a test can cut (bytes in flight are lost) or refuse.
+    """
+
+    def __init__(self, server_factory, clock) -> None:
+        self._server_factory = server_factory
+        self._clock = clock
+        self.pumps: list[iosim.IOPump] = []
+        self.refusing = False
+        self.attempts = 0
+
+    def connect(self, factory):
+        from twisted.internet.defer import fail
+        from twisted.internet.error import ConnectionRefusedError
+
+        self.attempts += 1
+        if self.refusing:
+            return fail(ConnectionRefusedError("the network is cut"))
+        client = factory.buildProtocol(None)
+        server = self._server_factory.buildProtocol(None)
+        self.pumps.append(iosim.connect(
+            server, iosim.makeFakeServer(server), client, iosim.makeFakeClient(client),
+            greet=False, clock=self._clock,
+        ))
+        return succeed(client)
+
+    def flush(self) -> None:
+        while any([pump.flush() for pump in self.pumps]):
+            pass
+
+    def cut(self) -> None:
+        """
+        The network fails: both ends see the connection lost, and nothing
+        written and not yet delivered arrives.
+        """
+        for pump in self.pumps:
+            if pump.clientIO.disconnected:
+                continue
+            for io in (pump.clientIO, pump.serverIO):
+                io.stream = []
+                io.disconnecting = io.disconnected = True
+            pump.serverIO.reportDisconnect()
+            pump.clientIO.reportDisconnect()
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def engine(tmp_path, clock):
+    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock, auto=True)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def manual_engine(tmp_path, clock):
+    engine = FakeEngine(str(tmp_path / "manual.sqlite"), clock)
+    yield engine
+    engine.close()
+
+
+def listener(engine, clock, **settings):
+    factory = ClientFactory(engine, clock, settings=SessionSettings(**settings))
+    return factory, CuttableEndpoint(factory, clock)
+
+
+def connect(clock, net, **options):
+    options.setdefault("client_id", "app")
+    d = connect_endpoint(clock, net, **options)
+    net.flush()
+    client = result_of(d)
+    events = []
+    client.add_failure_listener(events.append)
+    return client, events
+
+
+def test_a_cut_shorter_than_keep_alive_is_invisible(engine, clock):
+    """
+    Sends and receives across a cut: nothing lost, nothing doubled, no
+    error, and the listeners heard FAILOVER.
+    """
+    factory, net = listener(engine, clock)
+    producer, producer_events = connect(clock, net, client_id="producer",
+                                        confirmation_window_size=1 << 20, reconnect_attempts=-1)
+    consumer, consumer_events = connect(clock, net, client_id="consumer",
+                                        confirmation_window_size=1 << 20, reconnect_attempts=-1)
+    got = []
+
+    def on_message(message):
+        got.append(message.body)
+        message.ack()
+
+    consumer.subscribe("q", on_message, prefetch=10)
+    net.flush()
+    sends = []
+    for n in range(300):
+        sends.append(producer.send("q", b"%d" % n))
+        if n % 50 == 25:
+            # Bytes written in this turn are lost with the connection.
+            net.cut()
+            clock.advance(2)
+        if n % 7 == 0:
+            net.flush()
+    net.flush()
+    clock.advance(2)
+    net.flush()
+    assert all(d.called for d in sends)
+    assert len({result_of(d) for d in sends}) == 300
+    assert sorted(got, key=int) == [b"%d" % n for n in range(300)]
+    assert len(got) == 300
+    assert producer_events == consumer_events == [FAILOVER] * 6
+    assert producer.last_failover == consumer.last_failover == "reattached"
+    assert engine.queues.depths() == {}
+    producer.close(), consumer.close()
+    net.flush()
+
+
+def test_commands_the_router_never_got_are_replayed_in_order(manual_engine, clock):
+    factory, net = listener(manual_engine, clock)
+    client, events = connect(clock, net, confirmation_window_size=1 << 20, reconnect_attempts=1)
+    first = [client.send("q", b"%d" % n) for n in range(3)]
+    net.flush()
+    lost = [client.send("q", b"%d" % n) for n in range(3, 6)]
+    net.cut()
+    clock.advance(2)
+    net.flush()
+    assert events == [FAILOVER]
+    assert [s.body for s in manual_engine.submitted] == [b"%d" % n for n in range(6)]
+    for n, submitted in enumerate(manual_engine.submitted):
+        submitted.deferred.callback(f"m{n}")
+    net.flush()
+    assert [result_of(d) for d in first + lost] == [f"m{n}" for n in range(6)]
+
+
+def test_answers_made_while_disconnected_are_delivered_on_reattach(manual_engine, clock):
+    factory, net = listener(manual_engine, clock)
+    client, events = connect(clock, net, confirmation_window_size=1 << 20, reconnect_attempts=1)
+    sends = [client.send("q", b"%d" % n) for n in range(4)]
+    net.flush()
+    net.cut()
+    for n, submitted in enumerate(manual_engine.submitted):
+        submitted.deferred.callback(f"m{n}")
+    assert not any(d.called for d in sends)
+    clock.advance(2)
+    net.flush()
+    assert [result_of(d) for d in sends] == ["m0", "m1", "m2", "m3"]
+    assert len(manual_engine.submitted) == 4
+
+
+def test_a_cut_longer_than_keep_alive_recreates_the_session(engine, clock):
+    factory, net = listener(engine, clock, keep_alive_ms=5000)
+    engine.enqueue("q", b"1", b"2", b"3")
+    client, events = connect(clock, net, confirmation_window_size=1 << 20,
+                             reconnect_attempts=-1, retry_interval_ms=2000)
+    got = []
+    client.subscribe("q", got.append, prefetch=2)
+    net.flush()
+    assert [(m.body, m.redelivered) for m in got] == [(b"1", False), (b"2", False)]
+    got[0].ack()
+    net.cut()
+    net.refusing = True
+    clock.advance(6)
+    net.refusing = False
+    clock.advance(2)
+    net.flush()
+    assert events == [FAILOVER]
+    assert client.last_failover == "recreated"
+    for message in got[:2]:
+        message.ack()  # Acks of the old session: ignored.
+    net.flush()
+    # 1 was acknowledged while disconnected (never reached the router): it
+    # comes back with 2, both flagged; then 3.
+    assert [(m.body, m.redelivered) for m in got[2:]] == [(b"1", True), (b"2", True)]
+    for message in got[2:]:
+        message.ack()
+    net.flush()
+    assert [m.body for m in got[4:]] == [b"3"]
+    got[4].ack()
+    net.flush()
+    assert engine.queues.depths() == {}
+
+
+def test_duplicate_ids_make_retried_sends_safe(engine, clock):
+    factory, net = listener(engine, clock, keep_alive_ms=1000)
+    client, events = connect(clock, net, reconnect_attempts=-1)
+    retried = []
+
+    def retry(failure, n):
+        failure.trap(UnblockedError)
+        d = client.send("q", b"%d" % n, duplicate_id=f"d{n}")
+        retried.append(d)
+        return d
+
+    sends = []
+    for n in range(5):
+        d = client.send("q", b"%d" % n, duplicate_id=f"d{n}")
+        d.addErrback(retry, n)
+        sends.append(d)
+    # The router gets them all but the answers are lost: no window, so a
+    # new session and unblocked sends, retried with their duplicate ids.
+    pump = net.pumps[-1]
+    pump.serverIO.bufferReceived(pump.clientIO.getOutBuffer())
+    clock.advance(0)
+    assert engine.store.queue_depths() == {"q": 5}
+    net.cut()
+    clock.advance(2)
+    net.flush()
+    assert events == [FAILOVER] and len(retried) == 5
+    assert all(d.called for d in sends)
+    assert engine.store.queue_depths() == {"q": 5}
+
+
+def test_the_router_does_not_close_a_pinging_client(engine, clock):
+    """
+    The client pings at a third of its TTL, so the router's TTL check
+    never finds it silent.
+    """
+    factory, net = listener(engine, clock, connection_ttl_check_interval_ms=1000)
+    client, events = connect(clock, net, ttl_ms=6000, client_failure_check_period_ms=-1)
+    for _ in range(60):
+        clock.advance(1)
+        net.flush()
+    assert events == []
+    (session,) = factory.describe()
+    assert session["state"] == "open"
+
+
+def test_a_silent_router_is_noticed(engine, clock):
+    factory, net = listener(engine, clock)
+    client, events = connect(clock, net, ttl_ms=-1, client_failure_check_period_ms=3000)
+    pending = client.send("q@router-x", b"x")
+    # The router hears but never answers (frozen): drop what it writes.
+    for _ in range(3):
+        net.pumps[-1].serverIO.stream = []
+        clock.advance(1)
+        net.pumps[-1].serverIO.stream = []
+    assert events == [DISCONNECT]
+    assert isinstance(failure_of(pending), UnblockedError)
+
+
+# -- the commands as processes, over TCP, with the connections cut ---------------
+
+
+async def _send_while_cutting(tmp_path, extra_args, cuts: int):
+    """
+    Run C{meshroute send --count 3000} against a client listener over
+    TCP, and drop every client connection (from the router's side) each
+    time another 500 messages arrived, C{cuts} times.
+
+    @return: (status, out, err, engine's queue depths, distinct message
+        bodies stored).
+    """
+    import sqlite3
+
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import serverFromString
+    from twisted.internet.task import deferLater
+
+    from test_client import meshroute_command
+
+    engine = FakeEngine(str(tmp_path / "store.sqlite"), reactor, auto=True)
+    factory = ClientFactory(engine, reactor)
+    port = await serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(factory)
+    endpoint = f"tcp:127.0.0.1:{port.getHost().port}"
+    try:
+        running = meshroute_command(
+            "send", "--connect", endpoint, "--to", "orders", "--count", "3000",
+            "--reconnect-attempts", "-1", "--retry-interval", "50", *extra_args)
+        done = 0
+        while not running.called and done < cuts:
+            depth = engine.store.queue_depths().get("orders", 0)
+            if depth >= 500 * (done + 1):
+                for connection in list(factory.connections):
+                    connection.transport.abortConnection()
+                done += 1
+            await deferLater(reactor, 0.005, lambda: None)
+        out, err, status = await running
+        depths = engine.store.queue_depths()
+        with sqlite3.connect(str(tmp_path / "store.sqlite")) as db:
+            bodies = [row[0] for row in db.execute("SELECT body FROM messages")]
+        return status, out, err, depths, bodies, done
+    finally:
+        await port.stopListening()
+        engine.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_send_command_reattaches_across_cuts(tmp_path):
+    status, out, err, depths, bodies, cuts = await _send_while_cutting(
+        tmp_path, ["--confirmation-window-size", "1000000"], cuts=3)
+    assert status == 0, err
+    assert out == b"3000 messages to orders accepted\n"
+    assert cuts == 3
+    # A cut may land on a connection still opening, or on the close.
+    assert 1 <= err.count(b"session reattached (FAILOVER)") <= 3
+    assert b"recreated" not in err
+    assert depths == {"orders": 3000}
+    assert len(set(bodies)) == len(bodies) == 3000
+
+
+@pytest_twisted.ensureDeferred
+async def test_send_command_retries_with_duplicate_ids_across_cuts(tmp_path):
+    status, out, err, depths, bodies, cuts = await _send_while_cutting(
+        tmp_path, ["--duplicate-id-prefix", "batch-"], cuts=3)
+    assert status == 0, err
+    assert cuts == 3
+    assert 1 <= err.count(b"session recreated (FAILOVER)") <= 3
+    assert depths == {"orders": 3000}
+    assert len(set(bodies)) == len(bodies) == 3000
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_command_reattaches_across_cuts(tmp_path):
+    import json
+
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import serverFromString
+    from twisted.internet.task import deferLater
+
+    from test_client import meshroute_command
+
+    engine = FakeEngine(str(tmp_path / "store.sqlite"), reactor, auto=True)
+    engine.enqueue("orders", *[b"%d" % n for n in range(3000)])
+    factory = ClientFactory(engine, reactor)
+    port = await serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(factory)
+    endpoint = f"tcp:127.0.0.1:{port.getHost().port}"
+    try:
+        running = meshroute_command(
+            "receive", "--connect", endpoint, "--queue", "orders", "--count", "3000", "--json",
+            "--timeout", "60", "--reconnect-attempts", "-1", "--retry-interval", "50",
+            "--confirmation-window-size", "1000000")
+        cuts = 0
+        while not running.called and cuts < 3:
+            if engine.store.queue_depths().get("orders", 0) <= 2500 - 500 * cuts:
+                for connection in list(factory.connections):
+                    connection.transport.abortConnection()
+                cuts += 1
+            await deferLater(reactor, 0.005, lambda: None)
+        out, err, status = await running
+        assert status == 0, err
+        bodies = [json.loads(line)["body"] for line in out.decode().splitlines()]
+        assert sorted(bodies, key=int) == [str(n) for n in range(3000)]
+        assert cuts == 3 and b"session reattached (FAILOVER)" in err
+        assert b"recreated" not in err
+        assert engine.store.queue_depths() == {}
+    finally:
+        await port.stopListening()
+        engine.close()
