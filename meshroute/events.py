@@ -53,6 +53,10 @@ class EventLog:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")
         self._pending: list[str] = []
+        if _ends_inside_a_line(path):
+            # A router killed in the middle of a write left a truncated
+            # last line: end it, so that our first record stays whole.
+            self._file.write("\n")
         self._flush_call = None
 
     def emit(self, event: str, **fields) -> None:
@@ -84,6 +88,17 @@ class EventLog:
         """
         self.flush()
         self._file.close()
+
+
+def _ends_inside_a_line(path: str) -> bool:
+    """
+    Whether the file at C{path} is non-empty and does not end with a newline.
+    """
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def read_events(path: str) -> list[dict]:
