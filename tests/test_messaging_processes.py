@@ -287,8 +287,8 @@ def test_line_survives_sigkill_of_the_middle_router(mesh, b_returns):
     # What the test is about: A had sent B messages it had not heard
     # acknowledged yet.
     assert a_proc.store_counts().get("outbox", 0) > 0, a_proc.store_counts()
-    a_proc.wait_event("link.closed", peer="router-b")
-    c_proc.wait_event("link.closed", peer="router-b")
+    a_proc.wait_event("link.closed", peer="router-b", stage="delivery")
+    c_proc.wait_event("link.closed", peer="router-b", stage="delivery")
     if b_returns == "after-reroute":
         a_proc.wait_for(lambda: "outbox" not in a_proc.store_counts(),
                         what="router-a to return its outbox to router-b to the backlog")
@@ -323,7 +323,7 @@ def test_line_survives_sigstop_of_the_middle_router(mesh):
     a_proc.wait_for(lambda: a_proc.store_counts().get("outbox", 0) > 0,
                     what="router-a to hold messages router-b did not acknowledge")
     for neighbour in (a_proc, c_proc):
-        [closed] = neighbour.wait_event("link.closed", timeout=10, peer="router-b")
+        [closed] = neighbour.wait_event("link.closed", timeout=10, peer="router-b", stage="delivery")
         assert closed["reason"] == "keepalive", closed
     assert consumer.count() < count, "the stream was over before B froze: freeze it sooner"
     # A's outbox to B goes back to its backlog after reroute-delay: the
@@ -576,7 +576,7 @@ def test_non_persistent_messages_may_be_lost_but_never_doubled(mesh):
     producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count, "--non-persistent")
     _wait_progress(consumer, 500)
     b_proc.sigkill()
-    a_proc.wait_event("link.closed", peer="router-b")
+    a_proc.wait_event("link.closed", peer="router-b", stage="delivery")
     _finish_send(producer)
     b_proc = _restart(mesh, b_proc)
 

@@ -128,7 +128,7 @@ def test_stopped_router_is_dropped_after_five_keepalive_intervals_and_reconnects
     b_proc.sigstop()
     stopped_at = time.time()
     for neighbour in (a_proc, c_proc):
-        [closed] = neighbour.wait_event("link.closed", timeout=5, peer="router-b")
+        [closed] = neighbour.wait_event("link.closed", timeout=5, peer="router-b", stage="delivery")
         assert closed["reason"] == "keepalive", closed
         assert closed["stage"] == "delivery"
         assert closed["keepalive_interval_ms"] == KEEPALIVE_INTERVAL_MS
@@ -179,7 +179,9 @@ def test_second_router_with_a_connected_name_is_rejected(mesh):
 
     assert impostor.events("link.stage", stage="delivery") == []
     _assert_stays_in_delivery(a_proc, "router-b", real_link)
-    assert b_proc.events("link.closed") == []
+    # (A connect-stage close at start-up is possible: a listener refuses
+    # connections until its store is open, and the connector retries.)
+    assert [e for e in b_proc.events("link.closed") if e["stage"] == "delivery"] == []
     assert b_proc.events("link.rejected") == []
 
 
@@ -231,7 +233,9 @@ def test_silent_and_garbage_peers_are_dropped_without_disturbing_links(mesh):
     assert timeout["peer"] is None
 
     _assert_stays_in_delivery(a_proc, "router-b", real_link)
-    assert b_proc.events("link.closed") == []
+    # (A connect-stage close at start-up is possible: a listener refuses
+    # connections until its store is open, and the connector retries.)
+    assert [e for e in b_proc.events("link.closed") if e["stage"] == "delivery"] == []
 
 
 def test_sigterm_closes_links_with_reason_shutdown(mesh):
@@ -254,7 +258,7 @@ def test_sigterm_closes_links_with_reason_shutdown(mesh):
     }
     assert events[-1]["event"] == "router.stopped"
     for neighbour in (a_proc, c_proc):
-        [closed] = neighbour.wait_event("link.closed", peer="router-b")
+        [closed] = neighbour.wait_event("link.closed", peer="router-b", stage="delivery")
         assert closed["reason"] == "peer-closed", closed
         assert closed["stage"] == "delivery"
     log = b_proc.log_tail(200)
