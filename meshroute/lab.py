@@ -19,7 +19,9 @@ mesh at work, with producers and consumers as separate processes
     waiting messages flow, and its consumer gets each exactly once.
 
 Then it keeps reporting link events until Ctrl-C, which stops every
-router with SIGTERM (links close with reason C{shutdown}).
+router with SIGTERM (links close with reason C{shutdown}), and ends by
+auditing the routers' event logs (C{python -m meshroute.audit}, into
+C{var/lab/audit}) and printing the audit's summary.
 """
 
 import argparse
@@ -238,6 +240,35 @@ class Lab:
         self.report()
 
 
+def run_audit(routers: list[LabRouter], out: str) -> None:
+    """
+    Audit the lab's event logs with the PySpark job and print its summary;
+    say so and skip when pyspark or Java is missing.
+    """
+    import importlib.util
+    import shutil
+
+    print(f"\n== the audit: what the event logs prove (report in {out}/report.html)", flush=True)
+    if importlib.util.find_spec("pyspark") is None:
+        print("   audit skipped: pyspark is not installed (pip install 'meshroute[audit]')")
+        return
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print("   audit skipped: Spark needs Java, and no java is on the PATH")
+        return
+    paths = [router.events_path for router in routers if os.path.exists(router.events_path)]
+    if not paths:
+        print("   audit skipped: no event log was written")
+        return
+    try:
+        result = subprocess.run([sys.executable, "-m", "meshroute.audit", *paths, "--out", out])
+    except KeyboardInterrupt:
+        print("\naudit interrupted")
+        return
+    verdict = {0: "the mesh kept its promises", 2: "the mesh broke a promise (see above)"}
+    print(f"   audit exit status {result.returncode}: "
+          f"{verdict.get(result.returncode, 'the audit failed')}", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="directory of router configurations (*.toml)")
@@ -298,6 +329,7 @@ def main(argv=None) -> int:
         print("\nCtrl-C: stopping the lab")
     finally:
         lab.stop()
+    run_audit(lab.routers, os.path.join(log_dir, "audit"))
     return 0
 
 

@@ -1,0 +1,192 @@
+"""
+The audit at scale: generate N million events for a mesh of M routers and
+time the audit on Spark's local mode.
+
+For each size, the generator (tests/event_generator.py, C{write_bulk})
+writes one JSON-lines file per router, with known losses (0.1 %),
+duplicates (0.1 %) and a malformed line every 100,000; then a fresh
+process runs the audit job on a fresh local Spark, exactly as
+C{meshroute audit DIR --out OUT} does, and reports:
+
+  - audit s: the job's own time, from reading to report.html (Spark's
+    start-up, a few seconds, is reported apart as "spark start s");
+  - events/s: lines read per second of "audit s";
+  - peak RSS of the Python driver process and of the JVM it launched
+    (VmHWM from /proc: resident memory at its highest, so what the run
+    needed from the machine, heap and off-heap);
+  - correct: whether the audit found exactly the generated numbers
+    (accepted, enqueued, lost, duplicated, malformed lines).
+
+    python benchmarks/audit_scale.py                     # 1, 2, 5, 10 million, 10 routers
+    python benchmarks/audit_scale.py --millions 0.2      # a quick smoke run
+    python benchmarks/audit_scale.py --conf spark.driver.memory=4g
+
+Needs pyspark (the audit extra) and Java.  See benchmarks/README.md.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(1, os.path.join(ROOT, "tests"))
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """
+    The peak resident set (VmHWM) of process C{pid}, in MiB.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def jvm_pid(spark) -> int | None:
+    """
+    The pid of the JVM behind C{spark}: asked through py4j, else found
+    among this process's children in /proc.
+    """
+    try:
+        return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:
+        pass
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if int(fields[1]) == me and b"java" in command:
+            return int(entry)
+    return None
+
+
+def child(directory: str, out: str, master: str, conf: list[str]) -> None:
+    """
+    Run one audit in this process and print one JSON line of figures.
+    """
+    import io
+
+    from meshroute.audit.job import AuditSettings, parse_conf, run, start_spark
+
+    settings = AuditSettings(inputs=[directory], out=out, master=master,
+                             conf=parse_conf(conf), quiet=True)
+    started = time.monotonic()
+    spark = start_spark(settings, sys.stderr)
+    spark_start = time.monotonic() - started
+    pid = jvm_pid(spark)
+    began = time.monotonic()
+    code = run(settings, out=io.StringIO(), err=sys.stderr, spark=spark)
+    seconds = time.monotonic() - began
+    figures = {"code": code, "spark_start_s": spark_start, "audit_s": seconds,
+               "python_peak_mb": peak_rss_mb(os.getpid()),
+               "jvm_peak_mb": peak_rss_mb(pid) if pid else None,
+               "parallelism": spark.sparkContext.defaultParallelism}
+    spark.stop()
+    print(json.dumps(figures), flush=True)
+
+
+def measure(millions: float, routers: int, master: str, conf: list[str], base: str) -> dict:
+    from event_generator import write_bulk
+
+    events = int(millions * 1_000_000)
+    directory = os.path.join(base, f"logs-{events}")
+    out = os.path.join(base, f"audit-{events}")
+    began = time.monotonic()
+    expected = write_bulk(directory, events, routers=routers)
+    generate_s = time.monotonic() - began
+    size_mb = sum(os.path.getsize(os.path.join(directory, f))
+                  for f in os.listdir(directory)) / 2**20
+    began = time.monotonic()
+    log = os.path.join(base, f"audit-{events}.stderr")
+    with open(log, "w") as stderr:
+        result = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "_child", directory, out, master,
+             *[item for pair in conf for item in ("--conf", pair)]],
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        )
+    wall_s = time.monotonic() - began
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        with open(log) as f:
+            errors = [line for line in f if "Error" in line or "Exception" in line]
+        raise SystemExit(f"audit of {events} events failed ({result.returncode}); "
+                         f"see {log}:\n{''.join(errors[:20])}")
+    figures = json.loads(lines[-1])
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    messages = summary["messages"]
+    found = {"events": summary["inputs"]["lines"], "accepted": messages["accepted"],
+             "enqueued": messages["enqueued"], "lost": messages["lost"],
+             "duplicated": messages["duplicated"], "malformed": summary["inputs"]["malformed"]}
+    correct = all(found[key] == expected[key] for key in found)
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    os.remove(log)
+    steps = ", ".join(f"{s['step'].split(':')[0].split()[0]} {s['seconds']:.0f}"
+                      for s in summary["audit"]["steps"][1:-1])
+    return {"events": expected["events"], "size_mb": size_mb, "generate_s": generate_s,
+            "wall_s": wall_s, **figures, "correct": correct, "found": found,
+            "expected": expected, "steps": steps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--millions", type=float, nargs="+", default=[1, 2, 5, 10],
+                        help="sizes to run, in millions of events (default 1 2 5 10)")
+    parser.add_argument("--routers", type=int, default=10, help="routers in the mesh (10)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (local[*])")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the audit (repeatable)")
+    parser.add_argument("--dir", default=None,
+                        help="where to write the logs (default: a temporary directory; "
+                             "kept when given, and the failed runs' stderr with it)")
+    args = parser.parse_args()
+    base = args.dir or tempfile.mkdtemp(prefix="meshroute-audit-scale-")
+    os.makedirs(base, exist_ok=True)
+    print(f"audit scale: {args.routers} routers, master {args.master}, {os.cpu_count()} CPUs, "
+          f"conf {args.conf or 'defaults'}", flush=True)
+    header = (f"{'events':>11} {'MiB':>7} {'generate s':>11} {'spark start s':>14} "
+              f"{'audit s':>8} {'events/s':>10} {'python MiB':>11} {'JVM MiB':>8} {'correct':>8}")
+    print(header, flush=True)
+    try:
+        for millions in args.millions:
+            row = measure(millions, args.routers, args.master, args.conf, base)
+            print(f"{row['events']:>11,} {row['size_mb']:>7.0f} {row['generate_s']:>11.1f} "
+                  f"{row['spark_start_s']:>14.1f} {row['audit_s']:>8.1f} "
+                  f"{row['events'] / row['audit_s']:>10,.0f} {row['python_peak_mb']:>11.0f} "
+                  f"{row['jvm_peak_mb'] or 0:>8.0f} {'yes' if row['correct'] else 'NO':>8}",
+                  flush=True)
+            print(f"{'':>11} steps (s): {row['steps']}", flush=True)
+            if not row["correct"]:
+                print(f"  found {row['found']}\n  expected {row['expected']}", flush=True)
+    finally:
+        if args.dir is None and sys.exc_info()[0] is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        rest = sys.argv[2:]
+        directory, out, master = rest[:3]
+        conf = [rest[i + 1] for i in range(3, len(rest) - 1, 2) if rest[i] == "--conf"]
+        child(directory, out, master, conf)
+    else:
+        main()

@@ -1,0 +1,90 @@
+"""
+Which files an audit reads, from its command-line arguments.
+
+Kept apart from Spark (no pyspark import), so the command can refuse bad
+arguments, and say pyspark is missing, before starting anything.
+"""
+
+import glob
+import os
+import urllib.parse
+
+from meshroute.errors import MeshrouteError
+
+#: What a directory argument contributes: these files below it, recursively.
+LOG_SUFFIX = ".jsonl"
+
+
+class AuditInputError(MeshrouteError):
+    """
+    The audit's input cannot be used: no such file, nothing to read, an
+    unreadable file.  The command exits 1 with this message.
+    """
+
+
+def is_uri(path: str) -> bool:
+    scheme = urllib.parse.urlsplit(path).scheme
+    return len(scheme) > 1 and scheme != "file"
+
+
+def _local(path: str) -> str:
+    if path.startswith("file:"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+    return path
+
+
+def _files_under(directory: str) -> list[str]:
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        found.extend(os.path.join(root, name) for name in sorted(files)
+                     if name.endswith(LOG_SUFFIX))
+    return found
+
+
+def resolve_inputs(paths: list[str]) -> list[str]:
+    """
+    The files to read for the command-line arguments C{paths}.
+
+    A local file is read whatever its name; a directory contributes every
+    C{*.jsonl} file below it (recursively); a glob (C{var/*/events.jsonl})
+    is expanded, each match a file or directory as above.  A URI with a
+    scheme other than C{file:} (C{hdfs://}, C{s3a://}) is handed to Spark
+    as it is, globs and all.  Every argument must contribute at least one
+    readable file.
+
+    @raise AuditInputError: naming the argument that does not.
+    """
+    if not paths:
+        raise AuditInputError("no event logs given")
+    resolved: list[str] = []
+    for path in paths:
+        if is_uri(path):
+            resolved.append(path)
+            continue
+        local = _local(path)
+        if glob.has_magic(local):
+            matches = sorted(glob.glob(local, recursive=True))
+            if not matches:
+                raise AuditInputError(f"{path}: no file matches")
+        elif not os.path.exists(local):
+            raise AuditInputError(f"{path}: no such file or directory")
+        else:
+            matches = [local]
+        files = []
+        for match in matches:
+            files.extend(_files_under(match) if os.path.isdir(match) else [match])
+        if not files:
+            raise AuditInputError(f"{path}: no *{LOG_SUFFIX} event logs in it")
+        for name in files:
+            if not os.path.isfile(name) or not os.access(name, os.R_OK):
+                raise AuditInputError(f"{name}: cannot be read")
+            resolved.append(os.path.abspath(name))
+    return list(dict.fromkeys(resolved))
+
+
+def display_name(uri: str) -> str:
+    """
+    C{file:/a/b%20c.jsonl} → C{/a/b c.jsonl}; other URIs unchanged.
+    """
+    return _local(uri) if uri.startswith("file:") else uri

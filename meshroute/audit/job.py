@@ -1,0 +1,501 @@
+"""
+The audit job: read the routers' event logs, compute the views, write the
+Parquet tables, C{summary.json} and C{report.html}, print the verdict.
+
+Three ways to run it, one code path:
+
+    meshroute audit var/lab --out var/lab/audit
+    python -m meshroute.audit 'logs/*/events.jsonl' --out audit --master spark://host:7077
+    spark-submit --master spark://host:7077 path/to/meshroute/audit/job.py \\
+        hdfs:///mesh/logs --out hdfs:///mesh/audit
+
+Without C{--master} the job runs on Spark's local mode (C{local[*]},
+bound to 127.0.0.1); under C{spark-submit}, spark-submit's master and
+settings rule.  C{--conf key=value} passes any Spark setting through.
+The job uses no Python UDF, so executors need no meshroute: only the
+driver imports it (run as a script, this file finds its own package).
+
+Exit status: 0 the mesh kept its promises, 2 it did not (see
+C{summary.json}'s C{reasons}), 1 bad input or options.
+"""
+
+import argparse
+import atexit
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+if __package__ in (None, ""):  # spark-submit .../meshroute/audit/job.py
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from meshroute import __version__  # noqa: E402
+from meshroute.audit.inputs import AuditInputError, is_uri, resolve_inputs  # noqa: E402
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 1
+EXIT_BROKEN_PROMISES = 2
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_GRACE_S = 60.0
+DEFAULT_KEEPALIVE_LIMIT = 6.0
+
+#: Memory for the local-mode driver (which is also the executor) unless
+#: --conf spark.driver.memory says otherwise: a quarter of the machine's,
+#: within these bounds (GiB).  10 million events ran in 5 (2 was too little).
+LOCAL_DRIVER_MEMORY_GIB = (2, 8)
+
+
+def local_driver_memory() -> str:
+    """
+    C{spark.driver.memory} for local mode on this machine.
+    """
+    low, high = LOCAL_DRIVER_MEMORY_GIB
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return f"{low}g"
+    return f"{int(min(max(total / 4, low), high))}g"
+
+#: Spark's own logging for the JVM we launch: warnings and up, on stderr,
+#: without the native-library notice every run would print.
+LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+#: The tables written under OUT/tables/, one Parquet directory each, and
+#: the columns their rows are sorted by.
+TABLES = {
+    "routes": ("origin", "dest"),
+    "latency_histogram": ("origin", "dest", "bucket"),
+    "message_problems": ("origin", "dest", "accepted_time", "msg_id"),
+    "links": ("router", "peer"),
+    "link_sessions": ("router", "opened", "link"),
+    "keepalive_closes": ("closed_at", "router", "link"),
+    "rejections": ("router", "peer", "code", "by"),
+    "routers": ("router",),
+    "boots": ("router", "boot"),
+    "malformed_lines": ("file", "line"),
+    "inputs": ("file",),
+}
+
+#: The most rows of a table the driver collects for the report.
+COLLECT_LIMITS = {"link_sessions": 3000, "message_problems": 200, "malformed_lines": 200,
+                  "keepalive_closes": 200}
+
+
+@dataclass
+class AuditSettings:
+    """
+    What to audit and how.
+    """
+
+    inputs: list[str]
+    out: str
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+    in_flight_grace_s: float = DEFAULT_GRACE_S
+    keepalive_limit: float = DEFAULT_KEEPALIVE_LIMIT
+    quiet: bool = False
+
+
+def parse_conf(pairs) -> dict[str, str]:
+    """
+    C{["key=value", ...]} → C{{key: value}}.
+
+    @raise ValueError: for an item without C{=} or with an empty key.
+    """
+    conf = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--conf {pair!r}: expected key=value")
+        conf[key.strip()] = value
+    return conf
+
+
+class Progress:
+    """
+    One line per step on stderr, with the time since the start.
+    """
+
+    def __init__(self, err, quiet: bool) -> None:
+        self._err = err
+        self._quiet = quiet
+        self._start = time.monotonic()
+        self._last = self._start
+        self.steps: list[dict] = []
+
+    def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        self.steps.append({"step": text, "seconds": round(now - self._last, 3)})
+        self._last = now
+        if not self._quiet:
+            self._err.write(f"audit [{now - self._start:7.1f} s] {text}\n")
+            self._err.flush()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._start
+
+
+def _local_parallelism(master: str) -> int:
+    inside = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
+    try:
+        return max(int(inside.split(",")[0]), 1)
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+def session_conf(master: str, conf: dict[str, str], quiet: bool, tty: bool) -> dict[str, str]:
+    """
+    The Spark settings the job starts a session with: loopback, no UI
+    and few shuffle partitions on local mode; console progress bars only
+    on a terminal and not when quiet; then the user's C{conf}, which wins.
+    """
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.debug.maxToStringFields": "500",
+        "spark.ui.showConsoleProgress": "true" if tty and not quiet else "false",
+    }
+    if master.startswith("local"):
+        settings.update({
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": str(2 * _local_parallelism(master)),
+            "spark.driver.memory": local_driver_memory(),
+        })
+    settings.update(conf)
+    return settings
+
+
+def _under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def start_spark(settings: AuditSettings, err):
+    """
+    A SparkSession for C{settings}: local mode by default, C{--master}
+    when given, spark-submit's own when launched by it.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("meshroute-audit")
+    master = settings.master
+    if _under_spark_submit():
+        if master:
+            err.write("meshroute audit: --master is ignored under spark-submit; "
+                      "use spark-submit --master\n")
+        conf = dict(settings.conf)
+    else:
+        master = master or DEFAULT_MASTER
+        builder = builder.master(master)
+        conf = session_conf(master, settings.conf, settings.quiet, err.isatty())
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            if "spark.driver.extraJavaOptions" not in conf:
+                conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=" \
+                    f"file:{_log4j2_file('error' if settings.quiet else 'warn')}"
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR" if settings.quiet else "WARN")
+    return spark
+
+
+def _log4j2_file(level: str) -> str:
+    """
+    A log4j2 configuration for the JVM about to start, in a file of this
+    process's own (removed when it exits).
+    """
+    fd, path = tempfile.mkstemp(prefix="meshroute-audit-log4j2-", suffix=".properties")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(LOG4J2.format(level=level))
+    atexit.register(_remove, path)
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _write_text(spark, path: str, text: str) -> None:
+    """
+    Write a small file from the driver: locally, or through Hadoop's
+    FileSystem for a URI (C{hdfs://}, C{s3a://}).
+    """
+    if not is_uri(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(target, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def _sort_key(columns):
+    def key(row):
+        return tuple((row[c] is not None, row[c] if row[c] is not None else 0) for c in columns)
+    return key
+
+
+def _rows(frame, limit: int | None = None, order=()) -> list[dict]:
+    """
+    The rows of C{frame} as dicts (at most C{limit}), sorted by C{order}.
+    """
+    if limit is not None:
+        frame = (frame.orderBy(*order) if order else frame).limit(limit)
+    rows = [row.asDict(recursive=True) for row in frame.collect()]
+    return sorted(rows, key=_sort_key(order)) if order else rows
+
+
+def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
+    """
+    Run the views over C{files}; write the tables; return the summary,
+    the collected tables for the page and their full row counts.
+
+    @raise AuditInputError: when the files hold no line.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from meshroute.audit import read, report, views
+
+    keep = StorageLevel.MEMORY_AND_DISK
+    logs = read.read_logs(spark, files, views.FIELDS_USED)
+    splits = logs.split_rows
+    names = {row["file"]: read.display_name(row["file"]) for row in splits}
+    malformed_count = sum(row["malformed"] for row in splits)
+    times = [(row["first_time"], row["last_time"]) for row in splits
+             if row["first_time"] is not None]
+    first = min(t[0] for t in times) if times else None
+    horizon = max(t[1] for t in times) if times else None
+    progress(f"read {logs.lines} lines from {len(names)} file(s): "
+             f"{logs.lines - malformed_count} events, {malformed_count} malformed")
+    if horizon is None:
+        logs.release()
+        raise AuditInputError(f"no event in {len(names)} file(s): all {logs.lines} lines "
+                              "are malformed")
+    name_of = F.create_map(*[F.lit(x) for pair in names.items() for x in pair])
+
+    events = logs.events
+    starts = views.boot_starts(events).persist(keep)
+    frames = {}
+    frames["boots"] = views.boots(events, starts).persist(keep)
+    frames["routers"] = views.routers(events, horizon).persist(keep)
+    frames["rejections"] = views.rejections(events)
+    frames["inputs"] = read.input_files(logs.splits).withColumn("file", name_of[F.col("file")])
+    frames["malformed_lines"] = read.malformed_lines(logs.parsed, logs.splits).withColumn(
+        "file", name_of[F.col("file")])
+    fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s
+                                ).persist(keep)
+    frames["routes"] = views.routes(fates)
+    frames["latency_histogram"] = views.latency_histogram(fates)
+    frames["message_problems"] = views.message_problems(fates)
+    sessions = views.link_sessions(events, starts, frames["boots"], settings.keepalive_limit
+                                   ).persist(keep)
+    frames["link_sessions"] = sessions
+    frames["links"] = views.links(sessions)
+    frames["keepalive_closes"] = views.keepalive_closes(sessions)
+
+    tables_dir = f"{settings.out.rstrip('/')}/tables"
+    collected, counts = {}, {}
+
+    def write(*names):
+        for name in names:
+            order = TABLES[name]
+            frame = frames[name]
+            if not frame.is_cached:
+                frame = frames[name] = frame.persist(keep)
+            frame.coalesce(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
+                f"{tables_dir}/{name}")
+            limit = COLLECT_LIMITS.get(name)
+            collected[name] = _rows(frame, None if limit is None else limit + 1, order)
+            counts[name] = len(collected[name])
+            if limit is not None and counts[name] > limit:
+                counts[name] = frame.count()
+                collected[name] = collected[name][:limit]
+
+    write("routers", "boots", "rejections", "inputs", "malformed_lines")
+    progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
+             f"{sum(r['count'] for r in collected['rejections'])} rejection(s)")
+    total = _rows(views.totals(fates))[0]
+    write("routes", "latency_histogram", "message_problems")
+    progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
+             f"{total['lost']} lost, {total['duplicated']} duplicated, "
+             f"{counts['routes']} route(s)")
+    write("link_sessions", "links", "keepalive_closes")
+    progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
+    progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
+    for frame in (*frames.values(), fates, starts):
+        frame.unpersist()
+    logs.release()
+
+    audit_info = {
+        "meshroute_version": __version__,
+        "spark_version": spark.version,
+        "master": spark.sparkContext.master,
+        "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": [names[f] for f in sorted(names)],
+        "out": settings.out,
+        "tables": {name: f"{tables_dir}/{name}" for name in TABLES},
+    }
+    summary = report.build_summary(
+        totals=total, routes=collected["routes"], links=collected["links"],
+        routers=collected["routers"], inputs=collected["inputs"],
+        malformed=collected["malformed_lines"], malformed_count=malformed_count,
+        keepalive_limit=settings.keepalive_limit, grace_s=settings.in_flight_grace_s,
+        audit=audit_info, time_range=(first, horizon),
+    )
+    return summary, collected, counts
+
+
+def run(settings: AuditSettings, out=None, err=None, spark=None) -> int:
+    """
+    The whole job; returns the exit status.
+
+    @param spark: a SparkSession to use (and leave running); by default
+        one is started from C{settings} and stopped at the end.
+    """
+    from meshroute.audit import report
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        files = resolve_inputs(settings.inputs)
+    except AuditInputError as e:
+        err.write(f"meshroute audit: {e}\n")
+        return EXIT_BAD_INPUT
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        err.write("meshroute audit: pyspark is not installed; "
+                  "install meshroute with the audit extra: pip install 'meshroute[audit]'\n")
+        return EXIT_BAD_INPUT
+    progress = Progress(err, settings.quiet)
+    progress(f"auditing {len(files)} file(s)")
+    owned = spark is None
+    if owned:
+        spark = start_spark(settings, err)
+        progress(f"Spark {spark.version} on {spark.sparkContext.master}")
+    try:
+        if not is_uri(settings.out):
+            os.makedirs(settings.out, exist_ok=True)
+        summary, tables, counts = audit(spark, files, settings, progress)
+        summary["audit"]["steps"] = progress.steps
+        summary["audit"]["elapsed_s"] = round(progress.elapsed, 3)
+        base = settings.out.rstrip("/")
+        _write_text(spark, f"{base}/summary.json", json.dumps(summary, indent=1) + "\n")
+        _write_text(spark, f"{base}/report.html", report.render_html(summary, tables, counts))
+        progress("wrote summary.json and report.html")
+    except AuditInputError as e:
+        err.write(f"meshroute audit: {e}\n")
+        return EXIT_BAD_INPUT
+    finally:
+        if owned:
+            spark.stop()
+    for line in report.console_lines(summary, settings.out.rstrip("/")):
+        out.write(line + "\n")
+    out.flush()
+    return EXIT_OK if summary["ok"] else EXIT_BROKEN_PROMISES
+
+
+class UsageProblem(ValueError):
+    """
+    The command line is wrong: bad input, exit status 1 (not argparse's 2,
+    which here means the mesh broke its promises).
+    """
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageProblem(f"{message} (see meshroute audit --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="meshroute audit",
+        description="Audit a mesh from its routers' event logs on Spark: per route, messages\n"
+                    "accepted, enqueued, consumed, lost, duplicated and their latency; per link,\n"
+                    "sessions, time in delivery, close reasons and keepalive closes; per router,\n"
+                    "rejections and client-session events.",
+        epilog="exit status: 0 the mesh kept its promises, 2 it did not, 1 bad input.\n\n"
+               "the same job:\n"
+               "  python -m meshroute.audit EVENTS... --out DIR\n"
+               "  spark-submit --master URL path/to/meshroute/audit/job.py EVENTS... --out DIR\n\n"
+               "docs/events.md, 'Audit', describes the schema, every figure and the outputs.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("events", nargs="+", metavar="EVENTS",
+                   help="event logs: files, directories (every *.jsonl below) or globs")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="where to write tables/, summary.json and report.html")
+    p.add_argument("--master", default=None,
+                   help=f"Spark master URL (default {DEFAULT_MASTER}; "
+                        "spark://…, yarn, k8s://…)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting (repeatable)")
+    p.add_argument("--in-flight-grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
+                   help="messages accepted this close to the end of the logs and not yet "
+                        f"enqueued count as in flight, not lost (default {DEFAULT_GRACE_S:g})")
+    p.add_argument("--keepalive-limit", type=float, default=DEFAULT_KEEPALIVE_LIMIT,
+                   metavar="INTERVALS",
+                   help="a keepalive close later than this many intervals after the peer's "
+                        "last sign of life breaks the promise "
+                        f"(default {DEFAULT_KEEPALIVE_LIMIT:g})")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    return p
+
+
+def settings_from_args(argv=None) -> AuditSettings:
+    """
+    L{AuditSettings} from a command line (without the program name).
+
+    @raise UsageProblem: naming what is wrong.
+    """
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        conf = parse_conf(args.conf)
+    except ValueError as e:
+        p.error(str(e))
+    if args.in_flight_grace < 0:
+        p.error("--in-flight-grace must not be negative")
+    if args.keepalive_limit <= 0:
+        p.error("--keepalive-limit must be positive")
+    return AuditSettings(inputs=args.events, out=args.out, master=args.master, conf=conf,
+                         in_flight_grace_s=args.in_flight_grace,
+                         keepalive_limit=args.keepalive_limit, quiet=args.quiet)
+
+
+def main(argv=None) -> int:
+    try:
+        settings = settings_from_args(argv)
+    except UsageProblem as e:
+        sys.stderr.write(f"meshroute audit: {e}\n")
+        return EXIT_BAD_INPUT
+    return run(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

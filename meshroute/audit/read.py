@@ -1,0 +1,179 @@
+"""
+Finding event logs and reading them with malformed-line accounting.
+
+Each line is read as text and parsed with L{from_json} against the
+explicit schema (L{meshroute.audit.schema}), so a line that is not an
+event (truncated by a crash, garbage, a field of the wrong type) becomes a
+row with a C{problem} instead of failing the job or being misread.  Line
+numbers are not something Spark keeps; they are rebuilt from two facts:
+every row knows the file split it came from (C{_metadata.file_block_start})
+and C{monotonically_increasing_id} numbers the rows of one split
+consecutively, so a row's line is the number of lines in the file's
+earlier splits plus its distance from the first row of its split.
+"""
+
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from meshroute.audit import schema as S
+from meshroute.audit.inputs import AuditInputError, display_name, resolve_inputs  # noqa: F401
+
+#: How much of a malformed line the reports keep.
+SNIPPET = 200
+
+
+def load_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+    """
+    Every line of C{files}: C{file} (as Spark names it, a URI), C{block}
+    (the start of the file split it was read from), C{rid} (consecutive
+    within a split) and C{value} (the text).
+    """
+    return spark.read.text(files).select(
+        F.col("_metadata.file_path").alias("file"),
+        F.col("_metadata.file_block_start").alias("block"),
+        F.monotonically_increasing_id().alias("rid"),
+        F.col("value"),
+    )
+
+
+def problem_of(value, parsed):
+    """
+    Why the line C{value}, parsed as C{parsed}, is not an event; null if
+    it is one.
+    """
+    text = F.trim(value)
+    required = [parsed[name] for name in S.REQUIRED]
+    nothing = parsed[S.CORRUPT].isNotNull()
+    for column in required:
+        nothing = nothing & column.isNull()
+    missing = required[0].isNull()
+    for column in required[1:]:
+        missing = missing | column.isNull()
+    return (
+        F.when(text == "", F.lit("blank line"))
+        .when(parsed.isNull() | nothing,
+              F.when(text.startswith("{") & ~text.endswith("}"), F.lit("truncated JSON object"))
+              .otherwise(F.lit("not a JSON object")))
+        .when(missing, F.lit("time, router or event missing or of the wrong type"))
+        .when(parsed[S.CORRUPT].isNotNull(), F.lit("a field has the wrong type"))
+    )
+
+
+def parse_lines(lines: DataFrame) -> DataFrame:
+    """
+    C{lines} (from L{load_lines}) parsed: the line's position, every
+    schema field, C{problem} (null for a good event) and C{text} (the
+    start of the line, only when it has a problem).
+    """
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": S.CORRUPT}
+    parsed = lines.select("file", "block", "rid", "value",
+                          F.from_json("value", S.PARSE_SCHEMA, options).alias("e"))
+    problem = problem_of(F.col("value"), F.col("e"))
+    return parsed.select(
+        "file", "block", "rid",
+        *[F.col("e")[name].alias(name) for name in S.EVENT_SCHEMA.fieldNames()],
+        problem.alias("problem"),
+        F.when(problem.isNotNull(), F.substring("value", 1, SNIPPET)).alias("text"),
+    )
+
+
+def events_of(parsed: DataFrame) -> DataFrame:
+    """
+    The good events of C{parsed}, with their position (C{file}, C{block}, C{rid}).
+    """
+    return parsed.where(F.col("problem").isNull()).drop("problem", "text")
+
+
+def blocks(parsed: DataFrame) -> DataFrame:
+    """
+    One row per file split: its lines, the first C{rid}, its malformed
+    lines and the time range of its events.
+    """
+    return parsed.groupBy("file", "block").agg(
+        F.count(F.lit(1)).alias("lines"),
+        F.min("rid").alias("first_rid"),
+        F.count("problem").alias("malformed"),
+        F.min(F.when(F.col("problem").isNull(), F.col("time"))).alias("first_time"),
+        F.max(F.when(F.col("problem").isNull(), F.col("time"))).alias("last_time"),
+    )
+
+
+def malformed_lines(parsed: DataFrame, splits: DataFrame) -> DataFrame:
+    """
+    The malformed lines: C{file}, C{line} (from 1), C{problem}, C{text}.
+
+    @param splits: L{blocks} of C{parsed}.
+    """
+    earlier = Window.partitionBy("file").orderBy("block").rowsBetween(
+        Window.unboundedPreceding, -1)
+    offsets = splits.select(
+        "file", "block", "first_rid",
+        F.coalesce(F.sum("lines").over(earlier), F.lit(0)).alias("lines_before"),
+    )
+    bad = parsed.where(F.col("problem").isNotNull()).select("file", "block", "rid", "problem",
+                                                             "text")
+    return bad.join(F.broadcast(offsets), ["file", "block"]).select(
+        "file",
+        (F.col("lines_before") + F.col("rid") - F.col("first_rid") + 1).alias("line"),
+        "problem",
+        "text",
+    )
+
+
+def input_files(splits: DataFrame) -> DataFrame:
+    """
+    One row per file read: C{lines}, C{events}, C{malformed}, time range.
+    """
+    return splits.groupBy("file").agg(
+        F.sum("lines").alias("lines"),
+        (F.sum("lines") - F.sum("malformed")).alias("events"),
+        F.sum("malformed").alias("malformed"),
+        F.min("first_time").alias("first_time"),
+        F.max("last_time").alias("last_time"),
+    )
+
+
+@dataclass
+class EventLogs:
+    """
+    The logs read and parsed, persisted for the views computed from them.
+    """
+
+    parsed: DataFrame
+    events: DataFrame
+    splits: DataFrame
+    #: The rows of C{splits}, collected.
+    split_rows: list[dict]
+    lines: int
+
+    def release(self) -> None:
+        self.parsed.unpersist()
+        self.splits.unpersist()
+
+
+def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
+    """
+    Read and parse C{files} once, and keep the result (memory, spilling to
+    disk) for the views.
+
+    @param fields: the event fields to keep (default: all of the schema);
+        every line is checked against the whole schema either way.
+    @raise AuditInputError: when there is not one line to read.
+    """
+    parsed = parse_lines(load_lines(spark, files))
+    if fields is not None:
+        parsed = parsed.select("file", "block", "rid", *fields, "problem", "text")
+    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    splits = blocks(parsed).persist(StorageLevel.MEMORY_AND_DISK)
+    split_rows = [row.asDict() for row in splits.collect()]
+    lines = sum(row["lines"] for row in split_rows)
+    if not lines:
+        parsed.unpersist()
+        splits.unpersist()
+        raise AuditInputError(f"the event logs are empty ({len(files)} file"
+                              f"{'s' if len(files) != 1 else ''}, no line to read)")
+    return EventLogs(parsed=parsed, events=events_of(parsed), splits=splits,
+                     split_rows=split_rows, lines=lines)

@@ -1,0 +1,117 @@
+"""
+The explicit schema of one event-log line, as the audit reads it.
+
+Every field of every event in docs/events.md is a column; a line is
+parsed against this schema and nothing is inferred, so a log that lacks
+an event entirely (a router that never forwarded a message) gives the
+same columns as one that has it.  Fields a line does not have are null;
+fields the schema does not know (written by a newer router) are ignored.
+A line whose field has the wrong JSON type (a string where a number
+belongs) is malformed: the audit reports it rather than guess.
+
+Identifiers are strings; Spark's JSON reader turns any JSON value into
+its text for a string column, so an identifier written as a number never
+makes a line malformed.
+"""
+
+from pyspark.sql import types as T
+
+#: Event names the audit interprets (docs/events.md).
+ROUTER_STARTED = "router.started"
+ROUTER_STOPPED = "router.stopped"
+LINK_STAGE = "link.stage"
+LINK_REJECTED = "link.rejected"
+LINK_CLOSED = "link.closed"
+CONNECTOR_EXHAUSTED = "connector.exhausted"
+MESSAGE_ACCEPTED = "message.accepted"
+MESSAGE_FORWARDED = "message.forwarded"
+MESSAGE_ENQUEUED = "message.enqueued"
+MESSAGE_CONSUMED = "message.consumed"
+MESSAGE_DUPLICATE = "message.duplicate"
+MESSAGE_DEAD_LETTERED = "message.dead-lettered"
+MESSAGE_DROPPED = "message.dropped"
+SESSION_OPENED = "session.opened"
+SESSION_DISCONNECTED = "session.disconnected"
+SESSION_REATTACHED = "session.reattached"
+SESSION_RECREATED = "session.recreated"
+SESSION_EXPIRED = "session.expired"
+SESSION_CLOSED = "session.closed"
+
+#: The client-session events counted per router.
+SESSION_EVENTS = (SESSION_OPENED, SESSION_DISCONNECTED, SESSION_REATTACHED, SESSION_RECREATED,
+                  SESSION_EXPIRED, SESSION_CLOSED)
+
+#: The link close reasons of docs/events.md, in the order tables show them.
+CLOSE_REASONS = ("keepalive", "stage-timeout", "peer-closed", "rejected", "protocol-error",
+                 "shutdown")
+
+#: The queue dead-lettered messages go to (meshroute.messages.DEAD_LETTER_QUEUE).
+DEAD_LETTER_QUEUE = "$dead-letter"
+
+#: The column Spark fills with the raw line when it does not fit the schema.
+CORRUPT = "_corrupt_record"
+
+#: (name, Spark type, events that write it).  The documentation table in
+#: docs/events.md ("Audit") lists the same.
+FIELDS = [
+    ("time", T.DoubleType(), "every event"),
+    ("router", T.StringType(), "every event"),
+    ("event", T.StringType(), "every event"),
+    ("version", T.StringType(), "router.started"),
+    ("pid", T.LongType(), "router.started"),
+    ("link", T.StringType(), "link.*"),
+    ("peer", T.StringType(),
+     "link.*, connector.exhausted, message.forwarded, message.duplicate"),
+    ("direction", T.StringType(), "link.*"),
+    ("stage", T.StringType(), "link.stage, link.closed"),
+    ("keepalive_interval_ms", T.LongType(), "link.stage (delivery), link.closed"),
+    ("code", T.StringType(), "link.rejected"),
+    ("detail", T.StringType(), "link.rejected, link.closed"),
+    ("by", T.StringType(), "link.rejected"),
+    ("reason", T.StringType(),
+     "link.closed, message.duplicate, message.dead-lettered, message.dropped, "
+     "session.disconnected, session.closed"),
+    ("last_heard", T.DoubleType(), "link.closed"),
+    ("attempts", T.LongType(), "connector.exhausted"),
+    ("msg_id", T.StringType(), "message.*"),
+    ("origin", T.StringType(), "message.*"),
+    ("dest", T.StringType(), "message.accepted, message.duplicate, message.dead-lettered"),
+    ("size", T.LongType(), "message.accepted"),
+    ("persistent", T.BooleanType(), "message.accepted, message.enqueued, message.consumed"),
+    ("hops", T.LongType(), "message.forwarded, message.enqueued, message.dead-lettered"),
+    ("queue", T.StringType(), "message.enqueued, message.consumed, message.dropped"),
+    ("accepted_at", T.DoubleType(), "message.enqueued, message.consumed"),
+    ("redelivered", T.BooleanType(), "message.consumed"),
+    ("duplicate_id", T.StringType(), "message.duplicate"),
+    ("session_id", T.StringType(), "session.*, message.dropped"),
+    ("client_id", T.StringType(), "session.*, message.dropped"),
+    ("ttl_ms", T.LongType(), "session.opened"),
+    ("requested_session_id", T.StringType(), "session.recreated"),
+    ("keep_alive_ms", T.LongType(), "session.disconnected, session.expired"),
+    ("last_command_id", T.LongType(), "session.disconnected, session.reattached"),
+    ("unacknowledged", T.LongType(), "session.disconnected"),
+    ("answers_resent", T.LongType(), "session.reattached"),
+    ("deliveries_resent", T.LongType(), "session.reattached"),
+    ("requeued", T.LongType(), "session.reattached, session.expired"),
+    ("disconnected_for_s", T.DoubleType(), "session.reattached"),
+    ("resumable", T.BooleanType(), "session.expired"),
+]
+
+#: One event line.
+EVENT_SCHEMA = T.StructType([T.StructField(name, kind, True) for name, kind, _ in FIELDS])
+
+#: What the reader parses with: the event schema and the corrupt-record column.
+PARSE_SCHEMA = T.StructType(EVENT_SCHEMA.fields + [T.StructField(CORRUPT, T.StringType(), True)])
+
+#: The fields without which a line is not an event.
+REQUIRED = ("time", "router", "event")
+
+
+def describe_fields() -> str:
+    """
+    The schema as a Markdown table (docs/events.md embeds it).
+    """
+    rows = ["| field | Spark type | written by |", "|---|---|---|"]
+    for name, kind, events in FIELDS:
+        rows.append(f"| `{name}` | {kind.simpleString()} | {events} |")
+    return "\n".join(rows)

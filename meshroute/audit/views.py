@@ -1,0 +1,433 @@
+"""
+The audit's computations: pure functions from DataFrames to DataFrames.
+
+Each takes the good events (L{meshroute.audit.read.events_of}: the schema
+columns plus the line's position C{file}, C{block}, C{rid}) or another
+view, and returns a view; none runs a Spark action, so each can be tested
+alone on a handful of rows, and the job decides what to persist, collect
+and write.
+
+Definitions (docs/events.md, "Audit", says the same for operators):
+
+ - A message's route is its origin router → its destination
+   C{queue@router} (the C{dest} of its C{message.accepted}).
+ - Its fate: C{enqueued} (a C{message.enqueued} at the destination;
+   more than one is a duplicate), else C{dead-lettered}, else C{dropped}
+   (non-persistent, C{message.dropped}), else C{orphan} (never accepted
+   in these logs: the origin's log is missing or cut short), else
+   C{unobserved} (the destination's log is not in the input), else
+   C{in-flight} (accepted less than the grace window before the end of
+   what the logs can show: the run's last event, or the destination's
+   orderly stop if it was down at the end), else C{lost-non-persistent}
+   (at most once allows it), else C{lost}.
+ - Latency: first C{message.enqueued} time minus C{accepted_at} (the
+   origin's accept time carried by the message; the accept event's time
+   when absent), in milliseconds rounded to the microsecond; percentiles
+   by C{percentile_approx} with accuracy 10000.
+ - A link is seen from one router: (router, peer), one row per ordered
+   pair; each connection appears in the logs of both its ends.  A
+   connection is one link id within one router process (boot).
+"""
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from meshroute.audit import schema as S
+
+#: The event fields the views read: the reader keeps only these (and the
+#: line's position) once a line is parsed and checked.
+FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "direction", "stage",
+               "keepalive_interval_ms", "code", "detail", "by", "reason", "last_heard", "msg_id",
+               "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at")
+
+#: Percentiles of the latency columns.
+PERCENTILES = (0.5, 0.95, 0.99)
+
+#: percentile_approx's accuracy: the rank error is at most 1/ACCURACY of
+#: the count (exact below ACCURACY values per route).
+ACCURACY = 10000
+
+#: Latency histogram buckets per decade (log scale), and the floor.
+BUCKETS_PER_DECADE = 10
+LATENCY_FLOOR_MS = 0.01
+
+#: Message fates, in the order reports show them.
+FATES = ("enqueued", "dead-lettered", "dropped", "orphan", "unobserved", "in-flight",
+         "lost-non-persistent", "lost")
+
+
+def _is(name: str) -> Column:
+    return F.col("event") == name
+
+
+def _count_if(condition: Column) -> Column:
+    return F.count(F.when(condition, F.lit(1)))
+
+
+def _when(condition: Column, column: str) -> Column:
+    return F.when(condition, F.col(column))
+
+
+# -- routers and their boots ---------------------------------------------------
+
+
+def boot_starts(events: DataFrame) -> DataFrame:
+    """
+    Per router, the sorted times of its C{router.started} events.
+    """
+    return events.where(_is(S.ROUTER_STARTED)).groupBy("router").agg(
+        F.sort_array(F.collect_list("time")).alias("starts"))
+
+
+def with_boot(frame: DataFrame, starts: DataFrame) -> DataFrame:
+    """
+    C{frame} with C{boot}: how many times its router had started at the
+    row's time (0 before the first C{router.started} the logs show).
+    """
+    joined = frame.join(F.broadcast(starts), "router", "left")
+    boot = F.coalesce(F.size(F.filter("starts", lambda s: s <= F.col("time"))), F.lit(0))
+    return joined.withColumn("boot", F.when(F.col("starts").isNull(), F.lit(0)).otherwise(boot)
+                             ).drop("starts")
+
+
+def boots(events: DataFrame, starts: DataFrame) -> DataFrame:
+    """
+    One row per router process: C{router}, C{boot}, its first and last
+    event, whether it ended with an orderly C{router.stopped}, the
+    meshroute version and pid it reported.
+    """
+    return with_boot(events, starts).groupBy("router", "boot").agg(
+        F.min("time").alias("first_time"),
+        F.max("time").alias("last_time"),
+        F.count(F.lit(1)).alias("events"),
+        (_count_if(_is(S.ROUTER_STOPPED)) > 0).alias("clean_stop"),
+        F.max(_when(_is(S.ROUTER_STARTED), "version")).alias("version"),
+        F.max(_when(_is(S.ROUTER_STARTED), "pid")).alias("pid"),
+    )
+
+
+def routers(events: DataFrame, horizon: float | None = None) -> DataFrame:
+    """
+    One row per router: its time range, starts and orderly stops, message
+    and link event counts, rejections and client-session events.
+
+    C{available_until} is the end of what its log can show: its orderly
+    stop when it was down at the end of the logs, else C{horizon} (the
+    run's last event; its own last event when C{horizon} is None).
+    """
+    stage_delivery = _is(S.LINK_STAGE) & (F.col("stage") == "delivery")
+    rejected = _is(S.LINK_REJECTED)
+    view = events.groupBy("router").agg(
+        F.min("time").alias("first_time"),
+        F.max("time").alias("last_time"),
+        F.count(F.lit(1)).alias("events"),
+        _count_if(_is(S.ROUTER_STARTED)).alias("starts"),
+        _count_if(_is(S.ROUTER_STOPPED)).alias("clean_stops"),
+        F.max(_when(_is(S.ROUTER_STARTED), "time")).alias("last_start"),
+        F.max(_when(_is(S.ROUTER_STOPPED), "time")).alias("last_stop"),
+        _count_if(_is(S.MESSAGE_ACCEPTED)).alias("accepted"),
+        _count_if(_is(S.MESSAGE_FORWARDED)).alias("forwarded"),
+        _count_if(_is(S.MESSAGE_ENQUEUED)).alias("enqueued"),
+        _count_if(_is(S.MESSAGE_CONSUMED)).alias("consumed"),
+        _count_if(_is(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
+        _count_if(_is(S.MESSAGE_DEAD_LETTERED)).alias("dead_lettered"),
+        _count_if(_is(S.MESSAGE_DROPPED)).alias("dropped"),
+        _count_if(stage_delivery).alias("link_sessions"),
+        _count_if(_is(S.LINK_CLOSED)).alias("link_closes"),
+        _count_if(rejected & (F.col("by") == "local")).alias("rejections_local"),
+        _count_if(rejected & (F.col("by") == "peer")).alias("rejections_peer"),
+        _count_if(_is(S.CONNECTOR_EXHAUSTED)).alias("connectors_exhausted"),
+        *[_count_if(_is(name)).alias(name.replace(".", "_")) for name in S.SESSION_EVENTS],
+    )
+    down = F.col("last_stop").isNotNull() & (
+        F.col("last_start").isNull() | (F.col("last_stop") >= F.col("last_start")))
+    end = F.lit(horizon) if horizon is not None else F.col("last_time")
+    return view.withColumn("down_at_end", down).withColumn(
+        "available_until", F.when(down, F.col("last_stop")).otherwise(end))
+
+
+def rejections(events: DataFrame) -> DataFrame:
+    """
+    Refused handshakes: C{router}, C{peer}, C{code}, C{by}, C{count}.
+    """
+    return (events.where(_is(S.LINK_REJECTED))
+            .groupBy("router", "peer", "code", "by").agg(F.count(F.lit(1)).alias("count")))
+
+
+# -- messages ------------------------------------------------------------------
+
+
+def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> DataFrame:
+    """
+    One row per message id: its route, what happened to it and its latency.
+
+    @param router_view: L{routers}, for each destination's C{available_until}.
+    @param grace_s: the in-flight grace window, seconds.
+    """
+    messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
+    accepted, enqueued = _is(S.MESSAGE_ACCEPTED), _is(S.MESSAGE_ENQUEUED)
+    forwarded, dead = _is(S.MESSAGE_FORWARDED), _is(S.MESSAGE_DEAD_LETTERED)
+    consumed = _is(S.MESSAGE_CONSUMED) & (
+        F.coalesce(F.col("queue"), F.lit("")) != S.DEAD_LETTER_QUEUE)
+    per_id = messages.groupBy("msg_id").agg(
+        _count_if(accepted).alias("accepted_events"),
+        F.min(_when(accepted, "time")).alias("accepted_time"),
+        F.max(_when(accepted, "router")).alias("accepted_router"),
+        F.max("origin").alias("origin_field"),
+        F.max(_when(accepted, "dest")).alias("accepted_dest"),
+        F.max(_when(accepted, "persistent")).alias("accepted_persistent"),
+        F.max(_when(accepted, "size")).alias("size"),
+        _count_if(enqueued).alias("enqueued_events"),
+        F.min(_when(enqueued, "time")).alias("enqueued_time"),
+        F.max(_when(enqueued, "router")).alias("enqueued_router"),
+        F.max(_when(enqueued, "queue")).alias("enqueued_queue"),
+        F.min(_when(enqueued, "accepted_at")).alias("accepted_at"),
+        F.max(_when(enqueued, "persistent")).alias("enqueued_persistent"),
+        F.max(_when(enqueued, "hops")).alias("hops"),
+        _count_if(consumed).alias("consumed_events"),
+        _count_if(forwarded).alias("forwarded_events"),
+        F.max(F.when(forwarded, F.struct("time", "peer")))["peer"].alias("last_forwarded_to"),
+        _count_if(_is(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
+        _count_if(dead).alias("dead_lettered_events"),
+        F.max(_when(dead, "dest")).alias("dead_dest"),
+        F.max(_when(dead, "router")).alias("dead_lettered_at"),
+        _count_if(_is(S.MESSAGE_DROPPED)).alias("dropped_events"),
+        F.max(_when(_is(S.MESSAGE_DROPPED), "reason")).alias("drop_reason"),
+        F.max("time").alias("last_time"),
+    )
+    dest = F.coalesce(
+        F.col("accepted_dest"),
+        F.when(F.col("enqueued_router").isNotNull(),
+               F.concat_ws("@", F.col("enqueued_queue"), F.col("enqueued_router"))),
+        F.col("dead_dest"),
+    )
+    origin = F.coalesce(F.col("accepted_router"), F.col("origin_field"),
+                        F.substring_index(F.col("msg_id"), ":", 1))
+    fates = per_id.select(
+        "*",
+        origin.alias("origin"),
+        dest.alias("dest"),
+        F.coalesce("accepted_persistent", "enqueued_persistent", F.lit(True)).alias("persistent"),
+    ).withColumn(
+        "dest_router", F.when(F.col("dest").contains("@"), F.substring_index("dest", "@", -1))
+    ).withColumn(
+        "dest_queue", F.substring_index("dest", "@", 1)
+    )
+    ends = router_view.select(F.col("router").alias("dest_router"),
+                              F.col("available_until").alias("dest_available_until"))
+    fates = fates.join(F.broadcast(ends), "dest_router", "left")
+    fate = (
+        F.when(F.col("enqueued_events") > 0, F.lit("enqueued"))
+        .when(F.col("dead_lettered_events") > 0, F.lit("dead-lettered"))
+        .when(F.col("dropped_events") > 0, F.lit("dropped"))
+        .when(F.col("accepted_events") == 0, F.lit("orphan"))
+        .when(F.col("dest_available_until").isNull(), F.lit("unobserved"))
+        .when(F.col("accepted_time") > F.col("dest_available_until") - F.lit(grace_s),
+              F.lit("in-flight"))
+        .when(~F.col("persistent"), F.lit("lost-non-persistent"))
+        .otherwise(F.lit("lost"))
+    )
+    latency = F.round((F.col("enqueued_time")
+                       - F.coalesce(F.col("accepted_at"), F.col("accepted_time"))) * 1000.0, 3)
+    return fates.select(
+        "msg_id", "origin", "dest", "dest_router", "dest_queue", "persistent", "size",
+        fate.alias("fate"),
+        "accepted_events", "accepted_time", "enqueued_events", "enqueued_time",
+        (F.col("enqueued_events") > 1).alias("duplicated"),
+        latency.alias("latency_ms"), "hops",
+        "consumed_events", "forwarded_events", "last_forwarded_to", "duplicates_dropped",
+        "dead_lettered_at", "drop_reason", "last_time",
+    )
+
+
+def _fate(name: str) -> Column:
+    return _count_if(F.col("fate") == name)
+
+
+def _latency_columns() -> list[Column]:
+    quantiles = F.percentile_approx("latency_ms", list(PERCENTILES), ACCURACY)
+    return [
+        quantiles.alias("_q"),
+        F.min("latency_ms").alias("latency_min_ms"),
+        F.max("latency_ms").alias("latency_max_ms"),
+    ]
+
+
+def _unpack_quantiles(frame: DataFrame) -> DataFrame:
+    for i, p in enumerate(PERCENTILES):
+        frame = frame.withColumn(f"latency_p{round(p * 100)}_ms", F.col("_q")[i])
+    return frame.drop("_q")
+
+
+def _message_counts() -> list[Column]:
+    return [
+        _count_if(F.col("accepted_events") > 0).alias("accepted"),
+        _fate("enqueued").alias("enqueued"),
+        _count_if(F.col("consumed_events") > 0).alias("consumed"),
+        _fate("lost").alias("lost"),
+        _fate("lost-non-persistent").alias("lost_non_persistent"),
+        _fate("in-flight").alias("in_flight"),
+        _fate("dead-lettered").alias("dead_lettered"),
+        _fate("dropped").alias("dropped"),
+        _count_if(F.col("duplicated")).alias("duplicated"),
+        F.sum(F.greatest(F.col("enqueued_events") - 1, F.lit(0))).alias("duplicate_copies"),
+        F.sum("duplicates_dropped").alias("duplicates_dropped"),
+        _count_if(F.col("accepted_events") == 0).alias("orphans"),
+        _fate("unobserved").alias("unobserved"),
+    ]
+
+
+def routes(fates: DataFrame) -> DataFrame:
+    """
+    One row per route (C{origin}, C{dest}): message counts by fate and the
+    latency percentiles (ms) of the messages enqueued.
+    """
+    view = fates.groupBy("origin", "dest").agg(*_message_counts(), *_latency_columns())
+    return _unpack_quantiles(view)
+
+
+def totals(fates: DataFrame) -> DataFrame:
+    """
+    L{routes}' columns over every message: one row.
+    """
+    return _unpack_quantiles(fates.agg(*_message_counts(), *_latency_columns()))
+
+
+def latency_histogram(fates: DataFrame) -> DataFrame:
+    """
+    Per route, enqueued messages by latency bucket: C{bucket} (log scale,
+    L{BUCKETS_PER_DECADE} a decade), C{lower_ms}, C{upper_ms}, C{count}.
+    Latencies under L{LATENCY_FLOOR_MS} (zero, or negative from clock
+    skew between routers) count in the lowest bucket.
+    """
+    floor = F.greatest(F.col("latency_ms"), F.lit(LATENCY_FLOOR_MS))
+    bucket = F.floor(F.log10(floor) * BUCKETS_PER_DECADE).cast("int")
+    view = (fates.where(F.col("latency_ms").isNotNull())
+            .groupBy("origin", "dest", bucket.alias("bucket"))
+            .agg(F.count(F.lit(1)).alias("count")))
+    return view.select(
+        "origin", "dest", "bucket",
+        F.pow(F.lit(10.0), F.col("bucket") / BUCKETS_PER_DECADE).alias("lower_ms"),
+        F.pow(F.lit(10.0), (F.col("bucket") + 1) / BUCKETS_PER_DECADE).alias("upper_ms"),
+        "count",
+    )
+
+
+def message_problems(fates: DataFrame) -> DataFrame:
+    """
+    The messages an operator must look at: lost (either kind), duplicated
+    or orphaned, with where they were last seen.
+    """
+    return fates.where(
+        F.col("fate").isin("lost", "lost-non-persistent", "orphan") | F.col("duplicated")
+    ).select(
+        "msg_id", "origin", "dest", "fate", "duplicated", "persistent", "accepted_time",
+        "enqueued_events", "forwarded_events",
+        F.coalesce(F.col("last_forwarded_to"), F.col("origin")).alias("last_held_by"),
+        "last_time",
+    )
+
+
+# -- links ---------------------------------------------------------------------
+
+
+def link_sessions(events: DataFrame, starts: DataFrame, boot_view: DataFrame,
+                  keepalive_limit: float = 6.0) -> DataFrame:
+    """
+    One row per connection as one router saw it (C{router}, C{boot},
+    C{link}): peer, direction, when it opened, reached delivery and ended,
+    how it ended, and for keepalive closes the peer's silence before the
+    close.
+
+    A connection without C{link.closed} ended, at the latest, with its
+    router process: at that boot's last event (C{ended_by}
+    C{router-restart} when a later start follows, else C{end-of-log}).
+    C{keepalive_late}: the silence exceeded C{keepalive_limit} intervals
+    (the counter rule of docs/protocol.md closes after 4 to 6).
+    """
+    link_events = events.where(
+        F.col("event").isin(S.LINK_STAGE, S.LINK_REJECTED, S.LINK_CLOSED)
+        & F.col("link").isNotNull())
+    closed = _is(S.LINK_CLOSED)
+    per_link = with_boot(link_events, starts).groupBy("router", "boot", "link").agg(
+        F.max("peer").alias("peer"),
+        F.max("direction").alias("direction"),
+        F.min("time").alias("opened"),
+        F.min(F.when(_is(S.LINK_STAGE) & (F.col("stage") == "delivery"), F.col("time"))
+              ).alias("delivery_at"),
+        F.max("keepalive_interval_ms").alias("keepalive_interval_ms"),
+        F.max(_when(closed, "time")).alias("closed_at"),
+        F.max(_when(closed, "reason")).alias("close_reason"),
+        F.max(_when(closed, "stage")).alias("close_stage"),
+        F.max(_when(closed, "detail")).alias("close_detail"),
+        F.max(_when(closed, "last_heard")).alias("last_heard"),
+        F.max(_when(_is(S.LINK_REJECTED), "code")).alias("rejected_code"),
+        F.max(_when(_is(S.LINK_REJECTED), "by")).alias("rejected_by"),
+    )
+    last_boot = boot_view.groupBy("router").agg(F.max("boot").alias("last_boot"))
+    ends = boot_view.select("router", "boot", F.col("last_time").alias("boot_last_time"))
+    view = per_link.join(ends, ["router", "boot"], "left").join(last_boot, "router", "left")
+    ended_by = (F.when(F.col("closed_at").isNotNull(), F.lit("closed"))
+                .when(F.col("boot") < F.col("last_boot"), F.lit("router-restart"))
+                .otherwise(F.lit("end-of-log")))
+    ended = F.coalesce(F.col("closed_at"), F.col("boot_last_time"))
+    keepalive = (F.col("close_reason") == "keepalive")
+    silence = F.when(keepalive, F.col("closed_at") - F.col("last_heard"))
+    intervals = silence * 1000.0 / F.col("keepalive_interval_ms")
+    return view.select(
+        "router", "boot", "link", "peer", "direction", "opened", "delivery_at",
+        "keepalive_interval_ms",
+        ended.alias("ended"), ended_by.alias("ended_by"),
+        F.when(F.col("delivery_at").isNotNull(), ended - F.col("delivery_at")
+               ).alias("time_in_delivery_s"),
+        "close_reason", "close_stage", "close_detail", "last_heard",
+        silence.alias("silence_s"),
+        intervals.alias("silence_intervals"),
+        (intervals > F.lit(keepalive_limit)).alias("keepalive_late"),
+        (intervals < F.lit(4.0)).alias("keepalive_early"),
+        "rejected_code", "rejected_by",
+    )
+
+
+def links(sessions: DataFrame) -> DataFrame:
+    """
+    One row per link as one router saw it (C{router} → C{peer}): its
+    connections, delivery sessions, total time in delivery, closes by
+    reason, rejections and the keepalive-close check.
+    """
+    reason = F.col("close_reason")
+    keepalive = reason == "keepalive"
+    checked = keepalive & F.col("silence_intervals").isNotNull()
+    view = sessions.withColumn("peer", F.coalesce("peer", F.lit("?"))).groupBy(
+        "router", "peer").agg(
+        F.count(F.lit(1)).alias("connections"),
+        _count_if(F.col("delivery_at").isNotNull()).alias("sessions"),
+        F.coalesce(F.sum("time_in_delivery_s"), F.lit(0.0)).alias("time_in_delivery_s"),
+        F.min("delivery_at").alias("first_delivery"),
+        F.max("ended").alias("last_end"),
+        *[_count_if(reason == name).alias(f"closed_{name.replace('-', '_')}")
+          for name in S.CLOSE_REASONS],
+        _count_if(reason.isNotNull() & ~reason.isin(*S.CLOSE_REASONS)).alias("closed_other"),
+        _count_if(F.col("ended_by") != "closed").alias("not_closed"),
+        _count_if(F.col("rejected_code").isNotNull()).alias("rejections"),
+        _count_if(keepalive).alias("keepalive_closes"),
+        _count_if(checked).alias("keepalive_checked"),
+        _count_if(checked & F.col("keepalive_late")).alias("keepalive_late"),
+        _count_if(checked & F.col("keepalive_early")).alias("keepalive_early"),
+        F.min("silence_intervals").alias("keepalive_min_intervals"),
+        F.max("silence_intervals").alias("keepalive_max_intervals"),
+        F.max("silence_s").alias("keepalive_max_silence_s"),
+    )
+    return view
+
+
+def keepalive_closes(sessions: DataFrame) -> DataFrame:
+    """
+    Every keepalive close: how long the peer had been silent, in seconds
+    and in keepalive intervals, and whether that broke the limit.
+    """
+    return sessions.where(F.col("close_reason") == "keepalive").select(
+        "router", "peer", "link", F.col("ended").alias("closed_at"), "last_heard",
+        "keepalive_interval_ms", "silence_s", "silence_intervals", "keepalive_late",
+        "keepalive_early",
+    )

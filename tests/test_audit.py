@@ -1,0 +1,637 @@
+"""
+The mesh audit (meshroute.audit): synthetic logs with known losses,
+duplicates, latencies and link failures give exactly those numbers; a
+real routed run through an in-memory line A–B–C with a partition and a
+crash audits clean; bad input is reported, never crashes the job.
+
+Every Spark test shares one local session (L{conftest_spark.spark}), and
+the expensive audits run once per module (fixtures) with several tests
+reading their results.
+"""
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest_spark import spark  # noqa: F401 (a fixture)
+from event_generator import START, MeshLog
+from memory_mesh import MemoryMesh
+from routers import mesh  # noqa: F401 (a fixture)
+
+from meshroute import cli
+from meshroute.audit import report
+from meshroute.audit.inputs import AuditInputError, resolve_inputs
+from meshroute.audit.job import (
+    EXIT_BAD_INPUT,
+    EXIT_BROKEN_PROMISES,
+    EXIT_OK,
+    TABLES,
+    AuditSettings,
+    parse_conf,
+    run,
+    session_conf,
+)
+
+A, B, C, D = "router-a", "router-b", "router-c", "router-d"
+
+
+def audit(spark, inputs, out, **options):
+    """
+    Run the job on the shared session; return (exit status, stdout,
+    stderr, summary or None).
+    """
+    stdout, stderr = io.StringIO(), io.StringIO()
+    settings = AuditSettings(inputs=[str(i) for i in inputs], out=str(out), **options)
+    code = run(settings, out=stdout, err=stderr, spark=spark)
+    path = Path(out) / "summary.json"
+    summary = json.loads(path.read_text()) if code != EXIT_BAD_INPUT and path.exists() else None
+    return code, stdout.getvalue(), stderr.getvalue(), summary
+
+
+def nearest_rank(values, p):
+    ordered = sorted(values)
+    return ordered[max(math.ceil(p * len(ordered)), 1) - 1]
+
+
+# -- synthetic logs with known numbers -------------------------------------------
+
+
+def old_version(record: dict) -> dict:
+    """
+    A router from before C{accepted_at} and C{last_heard} were logged.
+    """
+    record.pop("accepted_at", None)
+    record.pop("last_heard", None)
+    return record
+
+
+def new_version(record: dict) -> dict:
+    """
+    A router from the future: fields and events this audit does not know.
+    """
+    record["trace"] = {"span": "x", "depth": [1, 2]}
+    record["zone"] = "eu-1"
+    return record
+
+
+def synthetic_mesh(directory) -> MeshLog:
+    """
+    Four routers, A–B–C and D–A, over 300 s.  Known: per route, what was
+    enqueued (with latencies), consumed, lost, in flight, duplicated,
+    dead-lettered, dropped, vanished (non-persistent), unobserved and
+    orphaned; per link, sessions and closes (keepalive on time, late and
+    unchecked, stage-timeout, rejections, a crash); per router, session
+    events; malformed lines of every kind; C an older version, D a newer.
+    """
+    log = MeshLog([A, B, C, D])
+    log.versions = {C: old_version, D: new_version}
+    for router in log.routers:
+        log.boot(router, START)
+    # Links.  B crashes at +100 and restarts at +110.
+    log.link(A, B, START + 1, 98, reason="keepalive", silence_intervals=5.0, crashed=B)
+    log.boot(B, START + 110)
+    log.link(A, B, START + 112, 187, reason="shutdown")
+    log.link(B, C, START + 1, 98, crashed=B)
+    log.link(B, C, START + 111, 188, reason="shutdown")
+    log.link(C, D, START + 2, 50, reason="keepalive", silence_intervals=5.5)  # C: unchecked
+    log.link(D, A, START + 2, 60, reason="keepalive", silence_intervals=7.5)  # late
+    log.link(D, A, START + 70, 229, reason="keepalive", silence_intervals=4.6)
+    log.link(A, D, START + 5, 0, reached_delivery=False)
+    log.rejection(C, A, START + 3, code="name-in-use")
+    log.rejection(D, B, START + 4, code="authentication-failed")
+    log.rejection(D, B, START + 8, code="authentication-failed")
+    # Messages A → q@C through B: 200 with latencies 1..200 ms, 150 consumed.
+    for i in range(200):
+        log.message([A, B, C], START + 10 + i * 0.2, latency_s=(i + 1) / 1000,
+                     consumed=i < 150)
+    for i in range(3):
+        log.message([A, B, C], START + 50 + i, fate="lost")
+    log.message([A, B, C], START + 60, latency_s=0.01, copies=2)
+    doubled = log.message([A, B, C], START + 61, latency_s=0.01, copies=3)
+    log.duplicate_dropped(B, doubled, A, START + 62)
+    for i in range(4):
+        log.message([A, B, C], START + 280 + i, fate="in-flight")
+    # Local messages at B after its restart.
+    for i in range(20):
+        log.message([B], START + 120 + i, latency_s=0.0005, queue="local")
+    # D → q@A, and what gets lost on the way.
+    for i in range(10):
+        log.message([D, A], START + 150 + i, latency_s=0.02)
+    log.message([D, A], START + 170, fate="dead-lettered")
+    for i in range(2):
+        log.message([D, A], START + 171 + i, fate="dropped", persistent=False)
+    for i in range(3):
+        log.message([D, A], START + 180 + i, fate="vanished", persistent=False)
+    # To a router whose log is not here.
+    log.routers.append("router-e")
+    log.records["router-e"] = []
+    for i in range(2):
+        log.message([C, "router-e"], START + 190 + i, fate="unobserved")
+    log.routers.remove("router-e")
+    # Enqueued at B, but its origin's log is not here.
+    log.emit(B, START + 200, "message.enqueued", msg_id="router-z:1:1", origin="router-z",
+              queue="q", hops=1, accepted_at=START + 199.99, persistent=True)
+    log.expected.routes[("router-z", "q@router-b")].update(enqueued=1, orphans=1)
+    log.expected.latencies[("router-z", "q@router-b")].append(10.0)
+    # Client sessions.
+    for kind, n in (("opened", 3), ("disconnected", 2), ("reattached", 1), ("closed", 1)):
+        for i in range(n):
+            log.session_event(B, kind, START + 130 + i)
+    log.session_event(D, "recreated", START + 140)
+    log.session_event(D, "expired", START + 141)
+    log.emit(D, START + 142, "router.heartbeat", load=0.5)  # unknown to this audit
+    for router in log.routers:
+        log.stop(router, START + 300)
+    # Malformed lines.
+    log.bad_line(A, 5, '{"time":1800000005.5,"router":"router-a","event":"link.st', "truncated")
+    log.bad_line(A, 10, "garbage, not JSON", "garbage")
+    log.bad_line(A, 12, "[1, 2, 3]", "garbage")
+    log.bad_line(B, 3, "", "blank")
+    log.bad_line(B, 7, '{"time":"soon","router":"router-b","event":"link.stage"}', "missing")
+    log.bad_line(B, 9, '{"time":1800000009,"router":"router-b","event":"message.accepted",'
+                        '"msg_id":"router-b:9:9","size":"big"}', "type")
+    log.bad_line(D, 4, '{"router":"router-d","event":"link.stage"}', "missing")
+    log.bad_line(D, 6, '{"time":1800000006,"router":"router-d","event":"session.opened",'
+                        '"ttl_ms":"forever"}', "type")  # a field no view reads: still checked
+    log.write(directory, truncate_last={C: 25})
+    return log
+
+
+@pytest.fixture(scope="module")
+def synthetic(spark, tmp_path_factory):  # noqa: F811
+    directory = tmp_path_factory.mktemp("synthetic")
+    made = synthetic_mesh(directory / "logs")
+    out = directory / "audit"
+    code, stdout, stderr, summary = audit(spark, [directory / "logs"], out)
+    tables = {name: [row.asDict() for row in spark.read.parquet(str(out / "tables" / name))
+                     .collect()] for name in TABLES}
+    return made, code, stdout, stderr, summary, tables, out
+
+
+def test_synthetic_verdict_and_exit_status(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    assert code == EXIT_BROKEN_PROMISES
+    assert summary["ok"] is False
+    reasons = " ".join(summary["reasons"])
+    assert "3 persistent message(s) lost" in reasons
+    assert "2 message(s) enqueued more than once, 3 extra copies" in reasons
+    assert "1 keepalive close(s) came later than 6" in reasons
+    assert "NOT OK" in stdout
+    warnings = " ".join(summary["warnings"])
+    for text in ("malformed line", "still in flight", "never arrived", "without their "
+                 "message.accepted", "cannot be checked"):
+        assert text in warnings
+    assert "audit [" in stderr and "read " in stderr
+
+
+def test_synthetic_route_counts_are_exact(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    found = {(r["origin"], r["dest"]): r for r in tables["routes"]}
+    assert set(found) == set(made.expected.routes)
+    for route, expected in made.expected.routes.items():
+        for key in report.MESSAGE_COUNTS:
+            if key == "duplicates_dropped":
+                continue
+            assert found[route][key] == expected[key], (route, key)
+    assert found[(A, "q@router-c")]["duplicates_dropped"] == 1
+    totals = summary["messages"]
+    for key in ("accepted", "enqueued", "consumed", "lost", "in_flight", "dead_lettered",
+                "dropped", "lost_non_persistent", "duplicated", "duplicate_copies",
+                "orphans", "unobserved"):
+        assert totals[key] == made.expected.total(key), key
+    assert totals["accepted"] == 200 + 3 + 2 + 4 + 20 + 10 + 1 + 2 + 3 + 2
+
+
+def test_synthetic_latency_percentiles(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    found = {(r["origin"], r["dest"]): r for r in tables["routes"]}
+    for route, latencies in made.expected.latencies.items():
+        row = found[route]
+        for p in (0.5, 0.95, 0.99):
+            expected = nearest_rank(latencies, p)
+            assert row[f"latency_p{round(p * 100)}_ms"] == pytest.approx(expected, abs=0.002)
+        assert row["latency_max_ms"] == pytest.approx(max(latencies), abs=0.002)
+    a_to_c = found[(A, "q@router-c")]
+    assert a_to_c["latency_max_ms"] == pytest.approx(200.0, abs=0.002)
+    histogram = [h for h in tables["latency_histogram"]
+                 if (h["origin"], h["dest"]) == (A, "q@router-c")]
+    assert sum(h["count"] for h in histogram) == a_to_c["enqueued"]
+    assert all(h["lower_ms"] < h["upper_ms"] for h in histogram)
+
+
+def test_synthetic_message_problems_name_the_messages(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    fates = Counter(p["fate"] for p in tables["message_problems"])
+    assert fates["lost"] == 3
+    assert fates["lost-non-persistent"] == 3
+    assert fates["orphan"] == 0  # an orphan that was enqueued is not a problem message
+    assert sum(p["duplicated"] for p in tables["message_problems"]) == 2
+    lost = [p for p in tables["message_problems"] if p["fate"] == "lost"]
+    assert {p["last_held_by"] for p in lost} == {B}  # forwarded A → B, never further
+
+
+def test_synthetic_links(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    found = {(r["router"], r["peer"]): r for r in tables["links"]}
+    assert set(found) == set(made.expected.links)
+    for pair, expected in made.expected.links.items():
+        row = found[pair]
+        for key in ("connections", "sessions", "rejections", "not_closed",
+                    *[f"closed_{r.replace('-', '_')}" for r in
+                      ("keepalive", "stage-timeout", "peer-closed", "rejected", "shutdown")]):
+            assert row[key] == expected[key], (pair, key)
+        assert row["keepalive_closes"] == expected["keepalive_closes"], pair
+    for pair in ((A, B), (C, B), (D, A)):
+        assert found[pair]["time_in_delivery_s"] == pytest.approx(made.expected.delivery_s[pair],
+                                                                  abs=1e-3), pair
+    # B crashed with its ends of the first A–B and B–C links open: they
+    # lasted until B's last event before the restart.
+    first = [s for s in tables["link_sessions"] if s["router"] == B and s["boot"] == 1
+             and s["delivery_at"] is not None]
+    assert sorted((s["peer"], s["ended_by"]) for s in first) == [
+        (A, "router-restart"), (C, "router-restart")]
+    last_event = max(s["ended"] for s in first)
+    assert all(s["ended"] == last_event < START + 110 for s in first)
+
+
+def test_synthetic_keepalive_closes(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    closes = {(k["router"], round(k["silence_intervals"] or 0, 1)): k
+              for k in tables["keepalive_closes"]}
+    assert set(closes) == {(A, 5.0), (D, 7.5), (D, 4.6), (C, 0)}
+    assert closes[(D, 7.5)]["keepalive_late"] is True
+    assert closes[(D, 7.5)]["silence_s"] == pytest.approx(7.5, abs=1e-3)
+    assert closes[(A, 5.0)]["keepalive_late"] is False
+    assert closes[(C, 0)]["last_heard"] is None  # the old version did not log it
+    links = summary["links"]
+    assert links["keepalive_closes"] == 4
+    assert links["keepalive_checked"] == 3
+    assert links["keepalive_late"] == 1
+    assert links["keepalive_max_intervals"] == pytest.approx(7.5, abs=1e-3)
+    assert links["closes"]["keepalive"] == 4
+    assert links["closes"]["stage-timeout"] == 1
+
+
+def test_synthetic_routers_rejections_and_sessions(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    rejections = {(r["router"], r["code"], r["by"]): r["count"] for r in tables["rejections"]}
+    assert rejections == dict(made.expected.rejections)
+    routers = {r["router"]: r for r in tables["routers"]}
+    assert set(routers) == {A, B, C, D}
+    for router in (A, B, C, D):
+        for key in report.SESSION_COUNTS:
+            assert routers[router][key] == made.expected.sessions[router][key], (router, key)
+    assert routers[B]["starts"] == 2
+    assert routers[C]["clean_stops"] == 0  # its last line, router.stopped, was cut short
+    assert [r["clean_stops"] for r in (routers[A], routers[B], routers[D])] == [1, 1, 1]
+    boots = [(b["router"], b["boot"], b["clean_stop"]) for b in tables["boots"]]
+    assert (B, 1, False) in boots and (B, 2, True) in boots
+    assert summary["routers"]["session_disconnected"] == 2
+    assert summary["routers"]["per_router"][A]["session_expired"] == 0
+
+
+def test_synthetic_malformed_lines_with_file_and_line(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    found = {(row["file"], row["line"]): row["problem"] for row in tables["malformed_lines"]}
+    assert set(found) == set(made.expected.malformed)
+    kinds = {"truncated": "truncated JSON object", "garbage": "not a JSON object",
+             "blank": "blank line", "type": "a field has the wrong type",
+             "missing": "time, router or event missing or of the wrong type"}
+    for where, kind in made.expected.malformed.items():
+        assert found[where] == kinds[kind], where
+    assert summary["inputs"]["malformed"] == len(made.expected.malformed)
+    first = summary["inputs"]["malformed_lines"][0]
+    assert first["file"].endswith("router-a/events.jsonl") and first["line"] == 6
+    assert f"{first['file']}:6 (truncated JSON object)" in stdout
+    inputs = {row["file"]: row for row in tables["inputs"]}
+    assert sum(row["malformed"] for row in inputs.values()) == len(made.expected.malformed)
+
+
+def test_synthetic_outputs_on_disk(synthetic):
+    made, code, stdout, stderr, summary, tables, out = synthetic
+    for name in TABLES:
+        assert (out / "tables" / name / "_SUCCESS").exists(), name
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") >= 3
+    assert "<script" not in page and "src=" not in page and "<link" not in page
+    assert "router-a → q@router-c" in page
+    assert "keepalive" in page
+    assert summary["audit"]["spark_version"]
+    assert summary["settings"]["in_flight_grace_s"] == 60
+
+
+# -- a real routed run -----------------------------------------------------------
+
+
+class _Consumer:
+    def __init__(self, router, queue: str) -> None:
+        self.received = []
+        self._subscription = router.engine.queues.subscribe(queue, self._deliver, 0)
+        self._subscription.add_credit(1000)
+
+    def _deliver(self, delivery) -> None:
+        self.received.append(delivery.message.msg_id)
+        self._subscription.ack([delivery.delivery_id])
+        self._subscription.add_credit(1)
+
+
+@pytest.fixture(scope="module")
+def memory_run(spark, tmp_path_factory):  # noqa: F811
+    """
+    Line A–B–C in memory: 3000 persistent messages A → q@C with B
+    partitioned mid-stream (keepalive closes), then B crashed and
+    restarted, 200 non-persistent ones; every router stopped; audited.
+    """
+    directory = tmp_path_factory.mktemp("memory")
+    memory = MemoryMesh(directory / "logs")
+    memory.add(A, connect_to=[B])
+    memory.add(B, connect_to=[C])
+    memory.add(C)
+    memory.run(1)
+    consumer = _Consumer(memory.routers[C], "q")
+    engine = memory.routers[A].engine
+    sent = [engine.submit("q@router-c", b"%d" % i, {}, True) for i in range(1000)]
+    memory.network.flush()
+    memory.partition(B)
+    sent += [engine.submit("q@router-c", b"%d" % i, {}, True) for i in range(1000, 2000)]
+    memory.run(3)
+    memory.heal(B)
+    memory.run(5)
+    config = memory.routers[B].config
+    sent += [engine.submit("q@router-c", b"%d" % i, {}, True) for i in range(2000, 2500)]
+    memory.network.flush()
+    memory.crash(B)
+    sent += [engine.submit("q@router-c", b"%d" % i, {}, True) for i in range(2500, 3000)]
+    memory.run(2)
+    memory.start(config)
+    memory.run(10)
+    sent += [engine.submit("q@router-c", b"np%d" % i, {}, False) for i in range(200)]
+    memory.run(2)
+    assert all(d.called for d in sent)
+    received = list(consumer.received)
+    memory.stop_all()
+    out = directory / "audit"
+    code, stdout, stderr, summary = audit(spark, [directory / "logs"], out, in_flight_grace_s=0.0)
+    return received, code, stdout, summary
+
+
+def test_memory_mesh_run_audits_clean(memory_run):
+    received, code, stdout, summary = memory_run
+    assert len(received) == len(set(received)) == 3200
+    assert code == EXIT_OK, stdout
+    assert summary["ok"] is True and summary["reasons"] == []
+    messages = summary["messages"]
+    assert messages["accepted"] == messages["enqueued"] == messages["consumed"] == 3200
+    for key in ("lost", "lost_non_persistent", "in_flight", "duplicated", "orphans",
+                "unobserved", "dead_lettered", "dropped"):
+        assert messages[key] == 0, key
+    [route] = summary["routes"]
+    assert (route["origin"], route["dest"], route["accepted"]) == (A, "q@router-c", 3200)
+    assert summary["inputs"]["malformed"] == 0
+    assert "OK: every message" in stdout
+
+
+def test_memory_mesh_run_link_failures_are_seen(memory_run):
+    received, code, stdout, summary = memory_run
+    links = summary["links"]
+    assert links["closes"].get("keepalive", 0) >= 1  # the partition
+    assert links["keepalive_late"] == 0
+    assert 4 <= links["keepalive_min_intervals"] <= links["keepalive_max_intervals"] <= 6
+    assert links["closes"].get("shutdown", 0) >= 2
+    assert summary["routers"]["starts"] == 4  # B twice
+
+
+def test_real_routers_audit_clean(spark, mesh, tmp_path):  # noqa: F811
+    """
+    Real C{twistd} routers in a line A–B–C, 300 messages sent with
+    C{meshroute send}, B frozen (SIGSTOP) until A drops it by keepalive,
+    300 more sent meanwhile, B resumed, all 600 received, every router
+    stopped: the audit of their logs reports zero lost, zero duplicated
+    and 600 accepted, enqueued and consumed.  (The keepalive limit is
+    relaxed here: how promptly a loaded test machine notices a frozen
+    peer is the business of the keepalive tests, not of this one.)
+    """
+    routing = {"reroute-delay": "1s"}
+    c = mesh.router(C, clients=True, routing=routing)
+    b = mesh.router(B, connect=[c], clients=True, routing=routing)
+    a = mesh.router(A, connect=[b], clients=True, routing=routing)
+    processes = mesh.start(a, b, c)
+    a_proc, b_proc, c_proc = processes
+    a_proc.wait_route(C, next_hop=B)
+    consumer = mesh.start_receive(c_proc, "q", 600, 120)
+    first = mesh.send(a_proc, "q@router-c", 300)
+    assert first.returncode == 0, first.stderr
+    b_proc.sigstop()
+    a_proc.wait_for(lambda: B not in a_proc.delivery_links(), timeout=30,
+                    what="router-a to drop the frozen router-b")
+    second = mesh.send(a_proc, "q@router-c", 300)
+    assert second.returncode == 0, second.stderr
+    b_proc.sigcont()
+    assert consumer.wait(120) == 0, consumer.stderr
+    for process in processes:
+        assert process.terminate() == 0
+    code, stdout, stderr, summary = audit(
+        spark, [spec.events_path for spec in (a, b, c)], tmp_path / "audit",
+        in_flight_grace_s=0.0, keepalive_limit=100.0)
+    assert code == EXIT_OK, stdout + stderr
+    messages = summary["messages"]
+    assert messages["accepted"] == messages["enqueued"] == messages["consumed"] == 600
+    assert messages["lost"] == messages["duplicated"] == messages["in_flight"] == 0
+    assert summary["links"]["closes"].get("keepalive", 0) >= 1
+    assert summary["routers"]["clean_stops"] == 3
+    assert summary["inputs"]["malformed"] == 0
+
+
+# -- bad input -------------------------------------------------------------------
+
+
+def test_empty_directory_is_bad_input(tmp_path, capsys):
+    (tmp_path / "logs").mkdir()
+    code = cli.main(["audit", str(tmp_path / "logs"), "--out", str(tmp_path / "out")])
+    assert code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "logs: no *.jsonl event logs in it" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_path_and_unmatched_glob_are_bad_input(tmp_path):
+    with pytest.raises(AuditInputError, match="no such file or directory"):
+        resolve_inputs([str(tmp_path / "nothing")])
+    with pytest.raises(AuditInputError, match="no file matches"):
+        resolve_inputs([str(tmp_path / "*" / "events.jsonl")])
+    with pytest.raises(AuditInputError, match="no event logs given"):
+        resolve_inputs([])
+
+
+def test_inputs_resolve_files_directories_globs(tmp_path):
+    for router in ("a", "b"):
+        (tmp_path / router).mkdir()
+        (tmp_path / router / "events.jsonl").write_text("{}\n")
+    (tmp_path / "b" / "notes.txt").write_text("not a log")
+    (tmp_path / "single.log").write_text("{}\n")
+    logs = [str(tmp_path / r / "events.jsonl") for r in ("a", "b")]
+    assert resolve_inputs([str(tmp_path / "a"), str(tmp_path / "b")]) == logs
+    assert resolve_inputs([str(tmp_path / "*" / "events.jsonl")]) == logs
+    assert resolve_inputs([str(tmp_path / "single.log"), logs[0], logs[0]]) == [
+        str(tmp_path / "single.log"), logs[0]]
+    assert resolve_inputs(["hdfs:///mesh/*/events.jsonl"]) == ["hdfs:///mesh/*/events.jsonl"]
+
+
+def test_empty_files_are_bad_input(spark, tmp_path):  # noqa: F811
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "events.jsonl").write_text("")
+    code, stdout, stderr, summary = audit(spark, [tmp_path / "logs"], tmp_path / "out")
+    assert code == EXIT_BAD_INPUT
+    assert "the event logs are empty" in stderr
+    assert stdout == ""
+
+
+def test_only_malformed_lines_is_bad_input(spark, tmp_path):  # noqa: F811
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"time": 1, "rou\nnot json\n')
+    code, stdout, stderr, summary = audit(spark, [path], tmp_path / "out")
+    assert code == EXIT_BAD_INPUT
+    assert "all 2 lines are malformed" in stderr
+
+
+def test_bad_options_exit_1(tmp_path, capsys):
+    logs = tmp_path / "events.jsonl"
+    logs.write_text("{}\n")
+    assert cli.main(["audit", str(logs)]) == EXIT_BAD_INPUT  # no --out
+    assert "--out" in capsys.readouterr().err
+    assert cli.main(["audit", str(logs), "--out", "x", "--conf", "novalue"]) == EXIT_BAD_INPUT
+    assert "key=value" in capsys.readouterr().err
+    assert cli.main(["audit", str(logs), "--out", "x", "--in-flight-grace", "-1"]) == 1
+    assert "must not be negative" in capsys.readouterr().err
+    assert cli.main(["audit", "--out", "x"]) == EXIT_BAD_INPUT  # no EVENTS
+    assert "EVENTS" in capsys.readouterr().err
+
+
+# -- pieces ----------------------------------------------------------------------
+
+
+def test_conf_and_local_session_settings():
+    assert parse_conf(["a=1", "spark.x=y=z"]) == {"a": "1", "spark.x": "y=z"}
+    with pytest.raises(ValueError):
+        parse_conf(["=1"])
+    conf = session_conf("local[3]", {"spark.sql.shuffle.partitions": "7"}, quiet=True, tty=True)
+    assert conf["spark.driver.bindAddress"] == conf["spark.driver.host"] == "127.0.0.1"
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.sql.shuffle.partitions"] == "7"  # the user's setting wins
+    assert conf["spark.ui.showConsoleProgress"] == "false"
+    assert session_conf("local[2]", {}, False, False)["spark.sql.shuffle.partitions"] == "4"
+    remote = session_conf("spark://h:7077", {}, quiet=False, tty=True)
+    assert "spark.driver.host" not in remote and "spark.sql.shuffle.partitions" not in remote
+
+
+def test_cli_options_map_to_settings(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr("meshroute.audit.job.run", lambda settings, out: seen.append(settings) or 0)
+    code = cli.main(["audit", "a.jsonl", "b", "--out", str(tmp_path), "--master", "spark://h:7077",
+                     "--conf", "spark.executor.memory=4g", "--conf", "x=1",
+                     "--in-flight-grace", "30", "--keepalive-limit", "7", "--quiet"])
+    assert code == 0
+    [settings] = seen
+    assert settings == AuditSettings(inputs=["a.jsonl", "b"], out=str(tmp_path),
+                                     master="spark://h:7077",
+                                     conf={"spark.executor.memory": "4g", "x": "1"},
+                                     in_flight_grace_s=30.0, keepalive_limit=7.0, quiet=True)
+
+
+def test_in_flight_grace_and_a_destination_stopped_at_the_end(spark, tmp_path):  # noqa: F811
+    """
+    Not enqueued: lost only if accepted more than the grace before the end
+    of what the destination's log can show (its orderly stop, when it was
+    down at the end).
+    """
+    from meshroute.audit import read, views
+
+    log = MeshLog([A, B])
+    for router in (A, B):
+        log.boot(router, START)
+    log.message([A, B], START + 10, fate="lost")     # 90 s before B's stop: lost
+    log.message([A, B], START + 70, fate="lost")     # 30 s before B's stop: in flight
+    log.message([A, B], START + 150, fate="lost")    # after B stopped: in flight
+    log.stop(B, START + 100)
+    log.emit(A, START + 400, "router.stopped")
+    paths = log.write(tmp_path)
+    logs = read.read_logs(spark, list(paths.values()))
+    routers = views.routers(logs.events, START + 400)
+    fates = {r["accepted_time"] - START: r["fate"]
+             for r in views.message_fates(logs.events, routers, 60.0).collect()}
+    assert fates == {10: "lost", 70: "in-flight", 150: "in-flight"}
+    shorter = {r["accepted_time"] - START: r["fate"]
+               for r in views.message_fates(logs.events, routers, 20.0).collect()}
+    assert shorter == {10: "lost", 70: "lost", 150: "in-flight"}
+    logs.release()
+
+
+def test_line_numbers_across_file_splits(spark, tmp_path):  # noqa: F811
+    """
+    A file Spark reads in several splits still gets true line numbers.
+    """
+    from meshroute.audit import read
+
+    lines = [json.dumps({"time": START + i, "router": A, "event": "x", "pad": "y" * 200})
+             for i in range(3000)]
+    bad = {17, 1234, 2999}
+    for number in bad:
+        lines[number - 1] = f"broken line {number}"
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "65536")
+    try:
+        logs = read.read_logs(spark, [str(path)])
+        assert logs.splits.count() > 5
+        found = {(r["line"], r["text"]) for r in
+                 read.malformed_lines(logs.parsed, logs.splits).collect()}
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    assert found == {(n, f"broken line {n}") for n in bad}
+    logs.release()
+
+
+def test_summary_judgement_without_spark():
+    routes = [{"origin": A, "dest": "q@router-c", "lost": 2, "duplicated": 0}]
+    summary = {
+        "messages": {key: 0 for key in report.MESSAGE_COUNTS},
+        "links": {"keepalive_late": 0, "keepalive_early": 0, "keepalive_limit_intervals": 6.0,
+                  "keepalive_max_intervals": None},
+        "inputs": {"malformed": 0, "malformed_lines": []},
+        "settings": {"in_flight_grace_s": 60.0},
+        "reasons": [], "warnings": [],
+    }
+    report.judge(summary, routes)
+    assert summary["ok"] is True
+    summary["messages"]["lost"] = 2
+    report.judge(summary, routes)
+    assert summary["ok"] is False
+    assert summary["reasons"] == [
+        "2 persistent message(s) lost: accepted, never enqueued (router-a → q@router-c: 2)"]
+
+
+# -- the command as a process ------------------------------------------------------
+
+
+def test_python_m_meshroute_audit_exit_status_on_bad_input(tmp_path):
+    """
+    The module entry point refuses an empty directory and a bad option
+    with exit status 1, before starting Spark.
+    """
+    (tmp_path / "logs").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for args, message in (([str(tmp_path / "logs"), "--out", str(tmp_path / "out")],
+                           "no *.jsonl event logs in it"),
+                          ([str(tmp_path / "logs")], "--out")):
+        result = subprocess.run([sys.executable, "-m", "meshroute.audit", *args],
+                                capture_output=True, text=True, timeout=60, env=env)
+        assert result.returncode == EXIT_BAD_INPUT, result.stderr
+        assert message in result.stderr
+        assert result.stdout == ""
