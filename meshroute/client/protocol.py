@@ -15,6 +15,7 @@ from meshroute.client.errors import CONNECTION_LOST, SessionError
 from meshroute.clients import frames as f
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
+from meshroute.wire.transport import send_immediately
 
 #: Which machine input each router frame feeds (Error splits by id below).
 _INPUT_FOR_FRAME = {
@@ -38,6 +39,9 @@ class ClientProtocol(Protocol):
     def __init__(self, core, max_frame_size: int) -> None:
         self._core = core
         self._decoder = FrameDecoder(frames=f.FROM_ROUTER, max_frame_size=max_frame_size)
+
+    def connectionMade(self) -> None:
+        send_immediately(self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         core = self._core

@@ -27,6 +27,7 @@ from meshroute.clients.connection import CONNECTION_MACHINE, ConnectionCore
 from meshroute.clients.session import NO_EVENTS, SessionRegistry, SessionSettings
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
+from meshroute.wire.transport import send_immediately
 
 #: Which connection machine input each frame type feeds.
 _INPUT_FOR_FRAME = {
@@ -55,6 +56,7 @@ class ClientProtocol(Protocol):
         self.machine = None
 
     def connectionMade(self) -> None:
+        send_immediately(self.transport)
         factory = self.factory
         self.core = ConnectionCore(
             engine=factory.engine, transport=self.transport, clock=factory.clock,

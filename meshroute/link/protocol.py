@@ -23,6 +23,7 @@ from meshroute.link.handshake import (
     RouterContext,
 )
 from meshroute.wire.codec import FrameDecoder
+from meshroute.wire.transport import send_immediately
 from meshroute.wire.frames import (
     Ack,
     Authenticate,
@@ -122,6 +123,7 @@ class LinkProtocol(Protocol):
         self.link: Link | None = None
 
     def connectionMade(self) -> None:
+        send_immediately(self.transport)
         number = next(_link_numbers)
         core = LinkCore(
             context=self._context,
