@@ -22,7 +22,8 @@ from zope.interface import implementer
 
 from meshroute.events import EventLog, read_events
 from meshroute.link import auth
-from meshroute.link.connector import CONNECTOR_EXHAUSTED, ConnectorService
+from meshroute.events import CONNECTOR_EXHAUSTED
+from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext
 from fakes import RecordingEngine
 from meshroute.link.registry import LinkRegistry

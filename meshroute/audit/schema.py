@@ -16,37 +16,36 @@ makes a line malformed.
 
 from pyspark.sql import types as T
 
-#: Event names the audit interprets (docs/events.md).
-ROUTER_STARTED = "router.started"
-ROUTER_STOPPED = "router.stopped"
-LINK_STAGE = "link.stage"
-LINK_REJECTED = "link.rejected"
-LINK_CLOSED = "link.closed"
-CONNECTOR_EXHAUSTED = "connector.exhausted"
-MESSAGE_ACCEPTED = "message.accepted"
-MESSAGE_FORWARDED = "message.forwarded"
-MESSAGE_ENQUEUED = "message.enqueued"
-MESSAGE_CONSUMED = "message.consumed"
-MESSAGE_DUPLICATE = "message.duplicate"
-MESSAGE_DEAD_LETTERED = "message.dead-lettered"
-MESSAGE_DROPPED = "message.dropped"
-SESSION_OPENED = "session.opened"
-SESSION_DISCONNECTED = "session.disconnected"
-SESSION_REATTACHED = "session.reattached"
-SESSION_RECREATED = "session.recreated"
-SESSION_EXPIRED = "session.expired"
-SESSION_CLOSED = "session.closed"
+# The event names the audit interprets are the routers' own
+# (docs/events.md), imported so that the two cannot drift apart.
+from meshroute.events import (
+    CONNECTOR_EXHAUSTED,
+    LINK_CLOSED,
+    LINK_REJECTED,
+    LINK_STAGE,
+    MESSAGE_ACCEPTED,
+    MESSAGE_CONSUMED,
+    MESSAGE_DEAD_LETTERED,
+    MESSAGE_DROPPED,
+    MESSAGE_DUPLICATE,
+    MESSAGE_ENQUEUED,
+    MESSAGE_FORWARDED,
+    ROUTER_STARTED,
+    ROUTER_STOPPED,
+    SESSION_CLOSED,
+    SESSION_DISCONNECTED,
+    SESSION_EXPIRED,
+    SESSION_OPENED,
+    SESSION_REATTACHED,
+    SESSION_RECREATED,
+)
+from meshroute.link.reasons import CLOSE_REASONS
+from meshroute.messages import DEAD_LETTER_QUEUE
 
 #: The client-session events counted per router.
 SESSION_EVENTS = (SESSION_OPENED, SESSION_DISCONNECTED, SESSION_REATTACHED, SESSION_RECREATED,
                   SESSION_EXPIRED, SESSION_CLOSED)
 
-#: The link close reasons of docs/events.md, in the order tables show them.
-CLOSE_REASONS = ("keepalive", "stage-timeout", "peer-closed", "rejected", "protocol-error",
-                 "shutdown")
-
-#: The queue dead-lettered messages go to (meshroute.messages.DEAD_LETTER_QUEUE).
-DEAD_LETTER_QUEUE = "$dead-letter"
 
 #: The column Spark fills with the raw line when it does not fit the schema.
 CORRUPT = "_corrupt_record"

@@ -24,8 +24,6 @@ from meshroute.link.retry import RetrySchedule
 
 log = Logger()
 
-CONNECTOR_EXHAUSTED = "connector.exhausted"
-
 
 class ConnectorService(Service):
     """
@@ -88,6 +86,7 @@ class ConnectorService(Service):
             peer=self._peer,
             attempts=attempts,
         )
-        self._context.events.emit(CONNECTOR_EXHAUSTED, peer=self._peer, attempts=attempts)
+        self._context.events.emit(events.CONNECTOR_EXHAUSTED, peer=self._peer,
+                                  attempts=attempts)
         self.exhausted = True
         self._client.stopService()
