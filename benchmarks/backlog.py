@@ -32,9 +32,7 @@ max-backlog) and may be dropped, so only duplicates fail the run.
 
 import json
 import os
-import resource
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -42,8 +40,21 @@ import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from twisted.internet import defer, protocol, task  # noqa: E402
+from _harness import (  # noqa: E402
+    Child,
+    ProcessExited,
+    cpu_s,
+    free_port,
+    machine_busy_s,
+    max_rss_kib,
+    own_cpu_s,
+    role_result,
+)
+from _harness import spawn_role as _harness_spawn_role  # noqa: E402
+
+from twisted.internet import defer, task  # noqa: E402
 from twisted.internet.endpoints import TCP4ClientEndpoint  # noqa: E402
 from twisted.python import usage  # noqa: E402
 from twisted.web.client import Agent, readBody  # noqa: E402
@@ -124,54 +135,6 @@ class Options(usage.Options):
             raise usage.UsageError('--sync must be "normal" or "full"')
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_kib(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    except (OSError, StopIteration):
-        return None
-
-
-def cpu_s(pid: int) -> float:
-    """
-    utime + stime of process C{pid}, in seconds (0 when it is gone).
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_s() -> float:
-    """
-    CPU seconds the whole machine spent busy (all CPUs), from /proc/stat.
-    """
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_s(children: list) -> float:
-    """
-    CPU seconds of this process and every child it started (those reaped
-    from getrusage, the others from /proc).
-    """
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total + sum(cpu_s(c.pid) for c in children if not c.ended.called)
-
-
 def disk_mib(path: str, prefix: str) -> float:
     """
     MiB of the files in C{path} whose names start with C{prefix}.
@@ -184,57 +147,6 @@ def disk_mib(path: str, prefix: str) -> float:
 def data_dir_sizes(path: str) -> str:
     return (f"store {disk_mib(path, 'store.db'):,.0f} MiB, "
             f"events {disk_mib(path, 'events.jsonl'):,.0f} MiB")
-
-
-class ProcessExited(RuntimeError):
-    """
-    A process under test is gone.
-    """
-
-
-class Child(protocol.ProcessProtocol):
-    """
-    A child process: C{ended} fires with its exit code; its output is kept.
-    Every child is in C{Child.started}, so that they can all be killed
-    whatever happens to the benchmark.
-    """
-
-    started: list["Child"] = []
-
-    def __init__(self, reactor, argv: list[str], workdir: str, name: str) -> None:
-        Child.started.append(self)
-        self.name = name
-        self.ended, self.output, self.stdout = defer.Deferred(), b"", b""
-        pythonpath = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-        self.process = reactor.spawnProcess(self, sys.executable, [sys.executable, *argv],
-                                            path=workdir,
-                                            env=dict(os.environ, PYTHONPATH=pythonpath))
-        self.pid = self.process.pid
-
-    def childDataReceived(self, fd: int, data: bytes) -> None:
-        self.output += data
-        if fd == 1:
-            self.stdout += data
-
-    def processEnded(self, reason) -> None:
-        self.ended.callback(reason.value.exitCode)
-
-    def check_alive(self) -> None:
-        if self.ended.called:
-            raise ProcessExited(f"{self.name} exited:\n{self.output.decode(errors='replace')}")
-
-    def rss(self) -> int | None:
-        return None if self.ended.called else rss_kib(self.pid)
-
-    async def stop(self, reactor) -> int:
-        if not self.ended.called:
-            self.process.signalProcess("TERM")
-        return await self.ended.addTimeout(DEADLINE_S, reactor)
-
-    def kill(self) -> defer.Deferred:
-        if not self.ended.called:
-            self.process.signalProcess("KILL")
-        return self.ended
 
 
 class Router:
@@ -369,14 +281,7 @@ def others(start: tuple, end: tuple) -> float:
 
 
 def spawn_role(reactor, workdir: str, role: str, *args) -> Child:
-    argv = [os.path.abspath(__file__), role, *map(str, args)]
-    return Child(reactor, argv, workdir, role)
-
-
-def role_result(child: Child, code: int) -> dict:
-    if code != 0:
-        raise RuntimeError(f"{child.name} exited {code}:\n{child.output.decode(errors='replace')}")
-    return json.loads(child.stdout.decode().strip().splitlines()[-1])
+    return _harness_spawn_role(reactor, __file__, workdir, role, *args)
 
 
 async def run(reactor, options: Options, workdir: str) -> tuple[list, list, bool]:
@@ -547,10 +452,6 @@ async def main(reactor, *argv: str) -> None:
 
 
 # -- the producer and consumer processes ------------------------------------------
-
-
-def max_rss_kib() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 async def produce(reactor, endpoint: str, address: str, count: str, size: str,
