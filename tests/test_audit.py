@@ -635,3 +635,29 @@ def test_python_m_meshroute_audit_exit_status_on_bad_input(tmp_path):
         assert result.returncode == EXIT_BAD_INPUT, result.stderr
         assert message in result.stderr
         assert result.stdout == ""
+
+
+def test_a_consumed_message_whose_enqueue_record_died_with_its_router(spark, tmp_path):  # noqa: F811
+    """
+    A router killed with SIGKILL can lose its last turn's event records
+    while the messages are durable: a message consumed at its destination
+    was enqueued there, even when its message.enqueued record is missing.
+    """
+    from meshroute.audit import read, views
+
+    log = MeshLog([A, B])
+    for router in (A, B):
+        log.boot(router, START)
+    survived = log.message([A, B], START + 10, fate="lost")
+    log.emit(B, START + 20, "message.consumed", msg_id=survived, queue="q", origin=A,
+             accepted_at=START + 10, persistent=True, redelivered=False)
+    really_lost = log.message([A, B], START + 11, fate="lost")
+    log.emit(A, START + 400, "router.stopped")
+    log.emit(B, START + 400, "router.stopped")
+    paths = log.write(tmp_path)
+    logs = read.read_logs(spark, list(paths.values()))
+    routers = views.routers(logs.events, START + 400)
+    fates = {r["msg_id"]: r["fate"]
+             for r in views.message_fates(logs.events, routers, 60.0).collect()}
+    assert fates == {survived: "enqueued", really_lost: "lost"}
+    logs.release()

@@ -12,7 +12,10 @@ Definitions (docs/events.md, "Audit", says the same for operators):
  - A message's route is its origin router → its destination
    C{queue@router} (the C{dest} of its C{message.accepted}).
  - Its fate: C{enqueued} (a C{message.enqueued} at the destination;
-   more than one is a duplicate), else C{dead-lettered}, else C{dropped}
+   more than one is a duplicate; or, failing that, a
+   C{message.consumed} there: a router killed with SIGKILL can lose its
+   last turn's records while the messages they describe are durable, and
+   a consumed message was necessarily enqueued), else C{dead-lettered}, else C{dropped}
    (non-persistent, C{message.dropped}), else C{orphan} (never accepted
    in these logs: the origin's log is missing or cut short), else
    C{unobserved} (the destination's log is not in the input), else
@@ -217,7 +220,8 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
                               F.col("available_until").alias("dest_available_until"))
     fates = fates.join(F.broadcast(ends), "dest_router", "left")
     fate = (
-        F.when(F.col("enqueued_events") > 0, F.lit("enqueued"))
+        F.when((F.col("enqueued_events") > 0) | (F.col("consumed_events") > 0),
+               F.lit("enqueued"))
         .when(F.col("dead_lettered_events") > 0, F.lit("dead-lettered"))
         .when(F.col("dropped_events") > 0, F.lit("dropped"))
         .when(F.col("accepted_events") == 0, F.lit("orphan"))
