@@ -13,7 +13,6 @@ from /proc.  See benchmarks/README.md.
 import json
 import math
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -22,15 +21,20 @@ import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import ProcessExited as RouterExited  # noqa: E402
+from _harness import free_port, poll  # noqa: E402
 
 from twisted.internet import defer, protocol, task  # noqa: E402
 from twisted.internet.endpoints import TCP4ClientEndpoint, clientFromString  # noqa: E402
 from twisted.python import usage  # noqa: E402
 from twisted.web.client import Agent, readBody  # noqa: E402
+from zope.interface import implementer  # noqa: E402
 
 from meshroute.events import EventLog  # noqa: E402
 from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext  # noqa: E402
-from meshroute.link.ledger import RecoveryLedger  # noqa: E402
+from meshroute.interfaces import ILinkChannel, ILinkEngine  # noqa: E402
 from meshroute.link.protocol import ConnectorFactory  # noqa: E402
 from meshroute.link.registry import LinkRegistry  # noqa: E402
 
@@ -42,7 +46,6 @@ ROUTER = "bench-router"
 SECRET = b"benchmark secret"
 #: The longest we wait for any one thing (the router starting, a handshake).
 DEADLINE_S = 30.0
-POLL_S = 0.05
 #: The router's configuration; its paths are relative to its working directory.
 CONFIG = """\
 [router]
@@ -71,40 +74,45 @@ class Options(usage.Options):
             raise usage.UsageError("--hold must be positive and --keepalive at least 10")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-class RouterExited(RuntimeError):
-    """The router under test is gone."""
+@implementer(ILinkChannel)
+class _IdleChannel:
+    """
+    The connector side's delivery stage: these links carry no messages.
+    """
+
+    def recovered(self, peer_last_received: int) -> None:
+        pass
+
+    def transferred(self, frame) -> None:
+        raise RuntimeError("no messages flow on benchmark links")
+
+    acknowledged = fast_transferred = transferred
+
+    def routes(self, frame) -> None:
+        pass
+
+    def closed(self) -> None:
+        pass
 
 
-async def poll(reactor, what: str, check, done=bool):
+@implementer(ILinkEngine)
+class IdleEngine:
     """
-    Await C{check()} every POLL_S until C{done(result)}; errors other than
-    L{RouterExited} count as not done yet.  Gives up after DEADLINE_S.
+    What each benchmark connector needs from a message engine: a recovery
+    point (nothing received) and a channel for its idle link.
     """
-    end = reactor.seconds() + DEADLINE_S
-    while True:
-        try:
-            result, last = await check(), None
-        except RouterExited:
-            raise
-        except Exception as e:
-            result, last = None, e
-        if last is None and done(result):
-            return result
-        if reactor.seconds() > end:
-            raise RuntimeError(f"timed out waiting for {what} (last error: {last!r})")
-        await task.deferLater(reactor, POLL_S)
+
+    def last_received(self, peer: str) -> int:
+        return 0
+
+    def link_up(self, peer: str, send) -> _IdleChannel:
+        return _IdleChannel()
 
 
 class Router(protocol.ProcessProtocol):
@@ -179,7 +187,7 @@ class Connectors:
         names = [f"bench-{i:03d}" for i in range(count)]
         self.contexts = [
             RouterContext(name, reactor, EventLog(os.path.join(workdir, name, "events.jsonl"),
-                                                  name, reactor), LinkRegistry(), RecoveryLedger())
+                                                  name, reactor), LinkRegistry(), IdleEngine())
             for name in names
         ]
 
