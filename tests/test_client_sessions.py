@@ -75,6 +75,15 @@ class Session:
     def turn(self) -> None:
         self.clock.advance(0)
 
+    def recreated(self, session_id: str) -> None:
+        """
+        Lose the connection, and answer the reconnection with a new
+        session C{session_id}.
+        """
+        self.router.lose()
+        self.reconnect()
+        self.router.send(f.Opened(1, session_id, "router-a", 60000, False, 0))
+
 
 def start(clock, endpoint, **options) -> Session:
     return Session(clock, endpoint, **options)
@@ -663,6 +672,52 @@ def test_an_expired_session_is_recreated(clock, endpoint):
     assert isinstance(failure_of(sent), UnblockedError)
     assert result_of(cancelling) is None
     assert s.events == [FAILOVER]
+
+
+def test_two_quick_recreations_keep_every_subscription(clock, endpoint):
+    """
+    Issue 8, scenario 7: the session is lost again before the router
+    confirmed the re-subscription of the first recreation; the second
+    recreation subscribes again all the same, and the subscription still
+    delivers.
+    """
+    s = start(clock, endpoint, reconnect_attempts=-1)
+    got = []
+    d = s.client.subscribe("a", got.append, prefetch=4)
+    s.router.send(f.Confirm(1, ""))
+    subscription = result_of(d)
+    s.recreated(OTHER_SESSION)
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 4)]
+    s.recreated(SESSION)  # Before Confirm(1).
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 4)]
+    assert subscription.active
+    s.router.send(f.Confirm(1, ""), f.Deliver(1, 1, "m", "r", {}, b"x", False))
+    assert [m.body for m in got] == [b"x"]
+    assert s.events == [FAILOVER, FAILOVER]
+
+
+def test_a_resubscription_waiting_for_room_is_made_once(clock, endpoint):
+    """
+    A re-subscription still waiting for room in the confirmation window
+    when the session is lost again is made once in the next session, and
+    a subscription cancelled meanwhile is not made again.
+    """
+    s = start(clock, endpoint, reconnect_attempts=-1, confirmation_window_size=1)
+    kept = s.client.subscribe("a", lambda m: None, prefetch=2)
+    s.router.send(f.Confirm(1, ""))
+    result_of(kept)
+    dropped = s.client.subscribe("b", lambda m: None, prefetch=3)
+    s.router.send(f.Confirm(2, ""))
+    cancelled = result_of(dropped)
+    s.recreated(OTHER_SESSION)
+    # The window holds one command: Subscribe b waits behind Subscribe a.
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 2)]
+    cancelling = cancelled.cancel()
+    s.recreated(SESSION)
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 2)]
+    assert result_of(cancelling) is None
+    s.router.send(f.Confirm(1, ""))
+    assert s.router.frames() == []
 
 
 def test_a_refused_resubscription_is_logged(clock, endpoint):

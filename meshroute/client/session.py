@@ -400,8 +400,14 @@ class ClientCore:
         unknown = self.log.new_session()
         waiting = list(self.log.waiting)
         self.log.waiting.clear()
-        subscribing = {c.subscription for c in waiting if c.kind == SUBSCRIBE}
-        unblocked = list(unknown)
+        # Every subscription the application holds is made again, whether
+        # or not its re-subscription of an earlier recreation was answered
+        # (or even written): those are void.
+        again = [self._resubscribe(s) for _, s in sorted(self.subscriptions.items())
+                 if s.active and s.confirmed]
+        waiting = [c for c in waiting if not _is_resubscription(c)]
+        subscribing = {c.subscription for c in again + waiting if c.kind == SUBSCRIBE}
+        unblocked = [c for c in unknown if not _is_resubscription(c)]
         kept: list[Command] = []
         for command in waiting:
             if command.kind in (ACK, CREDIT):
@@ -410,8 +416,6 @@ class ClientCore:
                 unblocked.append(command)
                 continue
             kept.append(command)
-        again = [self._resubscribe(s) for _, s in sorted(self.subscriptions.items())
-                 if s.active and s.confirmed]
         self.log.waiting.extend(again + kept)
         self.last_failover = RECREATED
         self.drain()
@@ -767,6 +771,14 @@ class ClientCore:
                 listener(event)
             except Exception:
                 log.failure("failure listener {listener!r} raised", listener=listener)
+
+
+def _is_resubscription(command: Command) -> bool:
+    """
+    Whether C{command} is the client's own Subscribe of a recreation
+    (rather than the application's).
+    """
+    return command.kind == SUBSCRIBE and command.deferred is None
 
 
 def _cancel(call: IDelayedCall | None) -> None:

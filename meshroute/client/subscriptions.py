@@ -64,7 +64,9 @@ class Subscription:
         is granted beyond it.
     @ivar received: messages delivered so far.
     @ivar active: delivering (not cancelled, session not ended).
-    @ivar confirmed: the router confirmed it (in the current session).
+    @ivar confirmed: the router confirmed it once: the application holds
+        it, and every recreation of the session makes it again until it is
+        cancelled or refused.
     """
 
     def __init__(self, core, number: int, queue: str,
@@ -99,7 +101,6 @@ class Subscription:
         """
         credit = self.initial_credit()
         self._granted = self.received + credit
-        self.confirmed = False
         return credit
 
     def cancel(self) -> Deferred:
