@@ -711,6 +711,36 @@ def test_a_client_that_never_reports_receipt_stops_being_resumable(engine, clock
     assert Connection(factory).open(opened.session_id).reattached is False
 
 
+def test_taking_over_a_session_that_is_not_resumable_recreates_it(engine, clock, monkeypatch):
+    """
+    Issue 8, scenario 8: a client that never reports receipt stops being
+    resumable; resuming it while its old connection is still attached
+    takes that connection away, ends the session, and answers
+    Opened(reattached=false) with a new session, instead of raising
+    NoTransition out of dataReceived.
+    """
+    from meshroute.clients import session as session_module
+
+    monkeypatch.setattr(session_module, "MAX_HELD_ANSWERS", 3)
+    factory = make_factory(engine, clock)
+    old = Connection(factory)
+    opened = old.open(client_id="shop-7")
+    for n in range(1, 5):
+        old.send(f.Subscribe(n, n, "q", 0))
+    new = Connection(factory)
+    recreated = new.open(opened.session_id, 0, 0, client_id="shop-7")
+    assert (recreated.reattached, recreated.last_command_id) == (False, 0)
+    assert recreated.session_id != opened.session_id
+    assert old.aborted
+    (expired,) = engine.events.named(event_names.SESSION_EXPIRED)
+    assert (expired["session_id"], expired["resumable"]) == (opened.session_id, False)
+    (event,) = engine.events.named(event_names.SESSION_RECREATED)
+    assert event["requested_session_id"] == opened.session_id
+    assert [s["session_id"] for s in factory.sessions.describe()] == [recreated.session_id]
+    new.send(f.Send(1, "q", {}, b"y", True))
+    assert len(engine.submitted) == 1
+
+
 # -- duplicate ids ------------------------------------------------------------------------
 
 

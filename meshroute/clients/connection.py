@@ -194,20 +194,21 @@ class ConnectionCore:
         """
         Resume the session the client asks for if it can be, taking it
         from its old connection if need be (a client whose network
-        changed); otherwise start a new one.
+        changed); otherwise start a new one (the session may end in
+        being taken over, if it had stopped being resumable).
         """
         session = self.registry.resumable(frame.session_id) if frame.session_id else None
-        if session is None:
-            session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
-                                  settings=self.settings, events=self.events)
-            session.machine = SESSION_MACHINE(session)
+        if session is not None:
+            if session.connection is not None:
+                session.connection.machine.taken_over()
             self.session = session
-            session.start(self, frame)
-            return
-        if session.connection is not None:
-            session.connection.machine.taken_over()
+            if session.machine.resumed(self, frame):
+                return
+        session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
+                              settings=self.settings, events=self.events)
+        session.machine = SESSION_MACHINE(session)
         self.session = session
-        session.machine.resumed(self, frame)
+        session.start(self, frame)
 
     # -- attached ---------------------------------------------------------------
 
