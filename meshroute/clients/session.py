@@ -121,8 +121,9 @@ class SessionInputs(Protocol):
     def connection_lost(self, reason: str) -> None:
         """
         The session's connection is gone without Close: C{reason} is
-        C{connection-lost}, C{ttl} (silent for its TTL) or C{taken-over}
-        (another connection resumed the session).
+        C{connection-lost}, C{ttl} (silent for its TTL), C{frame-timeout}
+        or C{buffers-full} (see L{meshroute.clients.connection}) or
+        C{taken-over} (another connection resumed the session).
         """
 
     def resumed(self, connection, frame: f.Open) -> bool:
