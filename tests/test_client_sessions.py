@@ -720,18 +720,37 @@ def test_a_resubscription_waiting_for_room_is_made_once(clock, endpoint):
     assert s.router.frames() == []
 
 
-def test_a_refused_resubscription_is_logged(clock, endpoint):
+def test_a_refused_resubscription_ends_the_subscription_visibly(clock, endpoint):
     s = start(clock, endpoint, reconnect_attempts=1)
     got = []
     d = s.client.subscribe("a", got.append)
     s.router.send(f.Confirm(1, ""))
-    result_of(d)
-    s.router.lose()
-    s.reconnect()
-    s.router.send(f.Opened(1, OTHER_SESSION, "router-a", 60000, False, 0))
+    subscription = result_of(d)
+    ended = subscription.when_ended()
+    assert not ended.called
+    s.recreated(OTHER_SESSION)
     s.router.send(f.Error(1, "bad-address", "gone"))
     s.router.send(f.Deliver(1, 1, "m", "r", {}, b"", False))
     assert got == []
+    error = failure_of(ended)
+    assert isinstance(error, SubscribeError) and error.code == "bad-address"
+    assert not subscription.active
+
+
+def test_a_subscription_ends_with_its_cancel_or_its_session(clock, endpoint):
+    s = start(clock, endpoint, reconnect_attempts=0)
+    a = s.client.subscribe("a", lambda m: None)
+    b = s.client.subscribe("b", lambda m: None)
+    s.router.send(f.Confirm(1, ""), f.Confirm(2, ""))
+    a, b = result_of(a), result_of(b)
+    a.cancel()
+    assert not a.when_ended().called
+    s.router.send(f.Confirm(3, ""))
+    assert result_of(a.when_ended()) is None
+    ended = b.when_ended()
+    s.router.lose()
+    assert isinstance(failure_of(ended), SessionError)
+    assert isinstance(failure_of(b.when_ended()), SessionError)
 
 
 def test_unblocked_sends_can_be_retried_at_once(clock, endpoint):

@@ -55,7 +55,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from automat import NoTransition
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import connectProtocol
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -80,6 +80,7 @@ from meshroute.client.errors import (
     SubscribeError,
     UnblockedError,
 )
+from meshroute.client.ending import Ending
 from meshroute.client.keepalive import Keepalive
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
 from meshroute.client.protocol import ClientProtocol
@@ -221,7 +222,7 @@ class ClientCore:
         self.last_failover: str | None = None
         self.end: ClientError | None = None
         self.finished = False
-        self._close_waiters: list[Deferred] = []
+        self._closing = Ending()
         self.opened: Deferred | None = Deferred(lambda d: self.machine.close_requested())
         self._client_until_opened = None
 
@@ -457,6 +458,7 @@ class ClientCore:
                     d.callback(command.subscription)
             else:
                 self.subscriptions.pop(command.subscription.number, None)
+                command.subscription._finish(None)
                 d.callback(None)
         self.drain()
         self.schedule_flush()
@@ -472,11 +474,12 @@ class ClientCore:
             command.deferred.errback(SendError(frame.code, frame.detail))
         else:
             subscription = command.subscription
+            error = SubscribeError(frame.code, frame.detail)
             if command.kind == SUBSCRIBE:
-                subscription.active = False
                 self.subscriptions.pop(subscription.number, None)
+                subscription._finish(error)
             if command.deferred is not None:
-                command.deferred.errback(SubscribeError(frame.code, frame.detail))
+                command.deferred.errback(error)
             else:
                 log.warn("router refused to subscribe {queue} again: {code} {detail}",
                          queue=subscription.queue, code=frame.code, detail=frame.detail)
@@ -545,11 +548,12 @@ class ClientCore:
         if command.kind == UNSUBSCRIBE:
             command.deferred.callback(None)
             return
+        error = self.unusable()
         if command.kind == SUBSCRIBE:
-            command.subscription.active = False
             self.subscriptions.pop(command.subscription.number, None)
+            command.subscription._finish(error)
         if command.deferred is not None:
-            command.deferred.errback(self.unusable())
+            command.deferred.errback(error)
 
     def drain(self) -> None:
         """
@@ -718,27 +722,23 @@ class ClientCore:
         for command in unsettled:
             self._unblock(command, error)
         for subscription in self.subscriptions.values():
-            subscription.active = False
+            subscription._finish(end)
         if self.opened is not None:
             d, self.opened, self._client_until_opened = self.opened, None, None
             if not d.called:
                 d.errback(end or SessionError(CLOSED_CODE, detail))
-        waiters, self._close_waiters = self._close_waiters, []
-        for d in waiters:
-            if end is None:
-                d.callback(None)
-            else:
-                d.errback(end)
+        self._closing.end(end)
 
     def _unblock(self, command: Command, error: UnblockedError) -> None:
         if command.kind == UNSUBSCRIBE:
             # The session it was for is gone, and the subscription with it.
             self.subscriptions.pop(command.subscription.number, None)
+            command.subscription._finish(None)
             command.deferred.callback(None)
             return
         if command.kind == SUBSCRIBE:
-            command.subscription.active = False
             self.subscriptions.pop(command.subscription.number, None)
+            command.subscription._finish(error)
         if command.deferred is not None:
             command.deferred.errback(error)
 
@@ -759,11 +759,7 @@ class ClientCore:
         self.clock.callLater(0, self.machine.forgotten)
 
     def when_closed(self) -> Deferred:
-        if self.finished:
-            return fail(self.end) if self.end is not None else succeed(None)
-        d = Deferred()
-        self._close_waiters.append(d)
-        return d
+        return self._closing.wait()
 
     def notify(self, event: str) -> None:
         for listener in list(self.listeners):
