@@ -283,9 +283,8 @@ class Subscription:
         """
         These deliveries never reached the consumer: put them back at the
         front of the queue, flagged redelivered, and give back the credit
-        they spent.  Ids this consumer does not hold
-        unacknowledged are ignored.
-
+        they spent.  Ids this consumer does not hold unacknowledged are
+        ignored.
         """
         held = [self._unacked.pop(delivery_id) for delivery_id in delivery_ids
                 if delivery_id in self._unacked]
