@@ -374,7 +374,7 @@ class FailingConsumeStore(CountingStore):
         return self._store.consume(entry_ids)
 
 
-def test_a_failed_acknowledgement_gives_the_message_back(store, log, observe_errors):
+def test_a_failed_acknowledgement_gives_the_message_back(store, log):
     """
     Issue 8, "also check": a consume the store fails must not leave the
     message in flight until every consumer leaves: it is delivered again,
