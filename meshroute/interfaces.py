@@ -131,8 +131,9 @@ class IMessageStore(Interface):
 
     def mark_redelivered(entry_ids):
         """
-        These entries were delivered and not acknowledged (the consumer
-        went away): the next delivery is flagged redelivered.
+        These entries are about to be delivered: from now on (durably)
+        every further delivery of them is flagged redelivered.  Called
+        once per batch of first deliveries, which wait for it.
         """
 
     def dead_letter(message, reason):

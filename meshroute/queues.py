@@ -26,13 +26,28 @@ Delivery rules:
    only L{Subscription.add_credit} (the client's C{Credit} frame) adds
    more.  So a client that grants credit as it acknowledges never holds
    more than its prefetch unacknowledged (docs/client-protocol.md).
+ - B{Delivered means flagged.}  A persistent entry is marked redelivered
+   in the store before its first delivery is handed to the consumer, so a
+   message delivered and not acknowledged comes back flagged even after
+   the router died.  The deliveries one dispatch makes form a batch: one
+   store call marks them all, and the batch is handed over once that call
+   is durable, behind the earlier batches of its queue (so the order
+   holds).  If the store fails the call, the batch goes back to the front
+   of the queue, unflagged, and its credit back to its consumers; the
+   queue tries again after L{MARK_RETRY_S} (or at the next credit,
+   message or consumer).
  - B{Acknowledgement.}  L{Subscription.ack} deletes persistent entries from
-   the store and emits C{message.consumed} once that is durable.
+   the store and emits C{message.consumed} once that is durable.  If the
+   store fails the deletion, the entries go back to the front of the
+   queue, flagged redelivered: they are delivered again (never left in
+   flight).
  - B{Cancel.}  L{Subscription.cancel} (an unsubscribe, or the session
    going away) puts unacknowledged deliveries back at the front of the
-   queue, marks them redelivered in the store, and they are delivered again
-   with C{redelivered=True}.  L{Subscription.give_back} does the same for
-   some deliveries only (a resumed client session never received them) and
+   queue, and they are delivered again with C{redelivered=True} (a
+   delivery cancelled while its batch waited for the store was never
+   handed over, and is flagged all the same, as one lost on the wire
+   would be).  L{Subscription.give_back} does the same for some
+   deliveries only (a resumed client session never received them) and
    returns their credit.
  - B{Holding.}  A consumer told to L{Subscription.hold_persistent} (a
    disconnected client session whose own queue is full) takes no
@@ -62,6 +77,11 @@ READ_AHEAD = 256
 
 #: Default bound of waiting non-persistent messages per queue.
 MAX_TRANSIENT = 100_000
+
+#: How long after the store failed to mark a batch of deliveries the queue
+#: tries to deliver them again (sooner if credit, a message or a consumer
+#: comes first).
+MARK_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +132,8 @@ class _Queue:
     @ivar epoch: bumped when the persistent memory is released, so a
         fetch from before the release is ignored.
     @ivar acking: store.consume calls in flight.
+    @ivar sending: batches of deliveries not yet handed over, in order.
+    @ivar retry_call: the retry after a failed mark, if one is due.
     @ivar transient_held: non-persistent messages of this queue in memory,
         waiting or delivered and unacknowledged.
     """
@@ -130,6 +152,8 @@ class _Queue:
         self.notified = 0
         self.epoch = 0
         self.acking = 0
+        self.sending: deque[_Batch] = deque()
+        self.retry_call = None
         self.transient_held = 0
         self.take_transient = False
         self.dispatching = False
@@ -138,8 +162,22 @@ class _Queue:
     def idle(self) -> bool:
         return not (
             self.consumers or self.fetching or self.acking or self.returned
-            or self.buffer or self.transient or self.transient_held
+            or self.buffer or self.transient or self.transient_held or self.sending
         )
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    """
+    The deliveries of one dispatch, waiting to be handed over.
+
+    @ivar deliveries: C{(consumer, delivery, item)} in delivery order.
+    @ivar ready: the entries it delivers for the first time are marked in
+        the store (or there are none).
+    """
+
+    deliveries: list
+    ready: bool
 
 
 class Subscription:
@@ -187,20 +225,24 @@ class Subscription:
         are ignored, so acknowledging twice is harmless.
 
         @return: Deferred firing when the deletions are durable (and the
-            C{message.consumed} events written).
+            C{message.consumed} events written); failing with the store's
+            error if they could not be made (the entries are then back at
+            the front of the queue, flagged redelivered).
         """
         done: list[Delivery] = []
         entry_ids: list[int] = []
+        deleting: list[tuple[Delivery, _Item]] = []
         queue = self._queue
         for delivery_id in delivery_ids:
             held = self._unacked.pop(delivery_id, None)
             if held is None:
                 continue
             delivery = held[0]
-            done.append(delivery)
             if delivery.entry_id is None:
                 queue.transient_held -= 1
+                done.append(delivery)
             else:
+                deleting.append(held)
                 entry_ids.append(delivery.entry_id)
         manager = self._manager
         if not entry_ids:
@@ -211,11 +253,15 @@ class Subscription:
 
         def durable(_):
             queue.acking -= 1
-            manager._consumed(done)
+            manager._consumed(done + [delivery for delivery, _ in deleting])
             manager._settle(queue)
 
         def failed(failure):
+            # Still in the store: deliver them again rather than leave them
+            # in flight until every consumer is gone.
             queue.acking -= 1
+            manager._consumed(done)
+            manager._return(queue, deleting)
             manager._settle(queue)
             return failure
 
@@ -233,25 +279,21 @@ class Subscription:
         if not hold:
             self._manager._dispatch(self._queue)
 
-    def give_back(self, delivery_ids) -> Deferred:
+    def give_back(self, delivery_ids) -> None:
         """
         These deliveries never reached the consumer: put them back at the
-        front of the queue, flagged redelivered (in the store too), and
-        give back the credit they spent.  Ids this consumer does not hold
-        unacknowledged are ignored.
-
-        @return: Deferred firing when the redelivered marks are durable
-            (a store failure is logged, and it fires with None anyway).
+        front of the queue, flagged redelivered, and give back the credit
+        they spent.  Ids this consumer does not hold unacknowledged are
+        ignored.
         """
         held = [self._unacked.pop(delivery_id) for delivery_id in delivery_ids
                 if delivery_id in self._unacked]
         if not held:
-            return succeed(None)
-        d = self._manager._return(self._queue, held)
+            return
+        self._manager._return(self._queue, held)
         if not self.cancelled:
             self.credit += len(held)
         self._manager._settle(self._queue)
-        return d
 
     def drop(self, delivery_id: int, **fields) -> None:
         """
@@ -276,35 +318,57 @@ class Subscription:
         else:
             manager._forget_if_idle(queue)
 
-    def cancel(self) -> Deferred:
+    def cancel(self) -> None:
         """
         Stop consuming.  Unacknowledged deliveries go back to the front of
-        the queue, flagged redelivered (in the store too).
-
-        @return: Deferred firing when the redelivered marks are durable.
-            A store failure is logged here, and the Deferred fires with
-            None anyway: the entries are back in the queue either way.
+        the queue, flagged redelivered (the store has them flagged since
+        they were delivered).
         """
         if self.cancelled:
-            return succeed(None)
+            return
         self.cancelled = True
         manager, queue = self._manager, self._queue
         queue.consumers.remove(self)
         held = list(self._unacked.values())
         self._unacked.clear()
-        d = manager._return(queue, held)
+        manager._return(queue, held)
         manager._settle(queue)
-        return d
 
-    def _give(self, item: _Item, delivery_id: int) -> None:
+    def _give(self, item: _Item, delivery_id: int) -> Delivery:
+        """
+        C{item} is this consumer's: it spends one credit and is held
+        unacknowledged from now on, to be handed over with its batch.
+        """
         self.credit -= 1
         delivery = Delivery(delivery_id, self.queue, item.message, item.redelivered, item.entry_id)
         self._unacked[delivery_id] = (delivery, item)
+        return delivery
+
+    def _hand_over(self, delivery: Delivery) -> None:
+        """
+        Its batch is durable: deliver it, unless it went back to the queue
+        meanwhile (this consumer was cancelled).
+        """
+        if delivery.delivery_id not in self._unacked:
+            return
         try:
             self._deliver(delivery)
         except Exception:
             # It stays unacknowledged: a cancel gives it back to the queue.
             log.failure("consumer of {queue} failed to take a delivery", queue=self.queue)
+
+    def _take_back(self, delivery: Delivery) -> bool:
+        """
+        The store failed to mark its batch: it was not handed over.
+
+        @return: whether this consumer still held it (it then has its
+            credit back).
+        """
+        if self._unacked.pop(delivery.delivery_id, None) is None:
+            return False
+        if not self.cancelled:
+            self.credit += 1
+        return True
 
 
 class QueueManager:
@@ -435,19 +499,78 @@ class QueueManager:
         try:
             while True:
                 state.again = False
+                self._hand_over_ready(state)
                 self._fill(state)
+                batch = []
                 while state.returned or state.buffer or state.transient:
                     picked = self._pick(state)
                     if picked is None:
                         break
                     consumer, item = picked
-                    consumer._give(item, next(self._delivery_ids))
+                    batch.append((consumer, consumer._give(item, next(self._delivery_ids)),
+                                  item))
+                if batch:
+                    self._mark(state, batch)
+                    self._hand_over_ready(state)
                 self._fill(state)
                 if not state.again:
                     break
         finally:
             state.dispatching = False
         self._forget_if_idle(state)
+
+    def _mark(self, state: _Queue, deliveries: list) -> None:
+        """
+        Mark the entries a new batch delivers for the first time
+        redelivered, in one store call; the batch waits for it behind the
+        earlier batches of the queue.
+        """
+        entry_ids = [item.entry_id for _, _, item in deliveries
+                     if item.entry_id is not None and not item.redelivered]
+        batch = _Batch(deliveries, not entry_ids)
+        state.sending.append(batch)
+        if entry_ids:
+            self._store.mark_redelivered(entry_ids).addCallbacks(
+                self._marked, self._mark_failed, (state, batch), None, (state, batch))
+
+    def _marked(self, _, state: _Queue, batch: _Batch) -> None:
+        batch.ready = True
+        self._dispatch(state)
+
+    def _mark_failed(self, failure, state: _Queue, batch: _Batch) -> None:
+        """
+        The store could not mark C{batch}: it and every batch behind it
+        (so that nothing overtakes it) go back to the queue unflagged,
+        their credit to their consumers; try again later.
+        """
+        log.failure("marking deliveries of {queue} in the store", failure, queue=state.name)
+        sending = state.sending
+        if batch not in sending:
+            return
+        taken: list[_Item] = []
+        while sending and sending[-1] is not batch:
+            taken.extend(self._taken_back(sending.pop()))
+        taken.extend(self._taken_back(sending.pop()))
+        self._put_back(state, taken)
+        if state.retry_call is None or not state.retry_call.active():
+            state.retry_call = self.clock.callLater(MARK_RETRY_S, self._dispatch, state)
+        if not state.dispatching:
+            self._forget_if_idle(state)
+
+    def _taken_back(self, batch: _Batch) -> list[_Item]:
+        return [item for consumer, delivery, item in batch.deliveries
+                if consumer._take_back(delivery)]
+
+    def _hand_over_ready(self, state: _Queue) -> None:
+        """
+        Hand over the batches at the front of the queue's line that are
+        ready, in order.  Called inside the dispatch loop only, so that a
+        consumer acting from C{deliver} cannot make a later batch overtake.
+        """
+        sending = state.sending
+        while sending and sending[0].ready:
+            for consumer, delivery, _ in sending.popleft().deliveries:
+                consumer._hand_over(delivery)
 
     def _pick(self, state: _Queue) -> tuple[Subscription, _Item] | None:
         """
@@ -524,25 +647,22 @@ class QueueManager:
         log.failure("reading queue {queue} from the store", failure, queue=state.name)
         # The next notify, credit or subscription tries again.
 
-    def _return(self, state: _Queue, held: list) -> Deferred:
+    def _return(self, state: _Queue, held: list) -> None:
         """
         Put C{(delivery, item)} pairs back at the front of C{state}, in
-        their original order, flagged redelivered (in the store too).
+        their original order, flagged redelivered (as the store has them
+        since their first delivery).
         """
-        returned = [
+        self._put_back(state, [
             _Item(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
-        ]
-        if returned:
-            state.returned = deque(
-                sorted([*state.returned, *returned], key=lambda item: item.seq)
-            )
-        entry_ids = [item.entry_id for item in returned if item.entry_id is not None]
-        d = self._store.mark_redelivered(entry_ids) if entry_ids else succeed(None)
-        d.addCallbacks(
-            lambda _: None,
-            lambda f: log.failure("marking entries of {queue} redelivered", f, queue=state.name),
-        )
-        return d
+        ])
+
+    def _put_back(self, state: _Queue, items: list[_Item]) -> None:
+        """
+        Put C{items} back at the front of C{state}, in their original order.
+        """
+        if items:
+            state.returned = deque(sorted([*state.returned, *items], key=lambda item: item.seq))
 
     def _settle(self, state: _Queue) -> None:
         """

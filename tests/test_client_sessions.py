@@ -75,6 +75,15 @@ class Session:
     def turn(self) -> None:
         self.clock.advance(0)
 
+    def recreated(self, session_id: str) -> None:
+        """
+        Lose the connection, and answer the reconnection with a new
+        session C{session_id}.
+        """
+        self.router.lose()
+        self.reconnect()
+        self.router.send(f.Opened(1, session_id, "router-a", 60000, False, 0))
+
 
 def start(clock, endpoint, **options) -> Session:
     return Session(clock, endpoint, **options)
@@ -665,18 +674,83 @@ def test_an_expired_session_is_recreated(clock, endpoint):
     assert s.events == [FAILOVER]
 
 
-def test_a_refused_resubscription_is_logged(clock, endpoint):
+def test_two_quick_recreations_keep_every_subscription(clock, endpoint):
+    """
+    Issue 8, scenario 7: the session is lost again before the router
+    confirmed the re-subscription of the first recreation; the second
+    recreation subscribes again all the same, and the subscription still
+    delivers.
+    """
+    s = start(clock, endpoint, reconnect_attempts=-1)
+    got = []
+    d = s.client.subscribe("a", got.append, prefetch=4)
+    s.router.send(f.Confirm(1, ""))
+    subscription = result_of(d)
+    s.recreated(OTHER_SESSION)
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 4)]
+    s.recreated(SESSION)  # Before Confirm(1).
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 4)]
+    assert subscription.active
+    s.router.send(f.Confirm(1, ""), f.Deliver(1, 1, "m", "r", {}, b"x", False))
+    assert [m.body for m in got] == [b"x"]
+    assert s.events == [FAILOVER, FAILOVER]
+
+
+def test_a_resubscription_waiting_for_room_is_made_once(clock, endpoint):
+    """
+    A re-subscription still waiting for room in the confirmation window
+    when the session is lost again is made once in the next session, and
+    a subscription cancelled meanwhile is not made again.
+    """
+    s = start(clock, endpoint, reconnect_attempts=-1, confirmation_window_size=1)
+    kept = s.client.subscribe("a", lambda m: None, prefetch=2)
+    s.router.send(f.Confirm(1, ""))
+    result_of(kept)
+    dropped = s.client.subscribe("b", lambda m: None, prefetch=3)
+    s.router.send(f.Confirm(2, ""))
+    cancelled = result_of(dropped)
+    s.recreated(OTHER_SESSION)
+    # The window holds one command: Subscribe b waits behind Subscribe a.
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 2)]
+    cancelling = cancelled.cancel()
+    s.recreated(SESSION)
+    assert s.router.frames() == [f.Subscribe(1, 1, "a", 2)]
+    assert result_of(cancelling) is None
+    s.router.send(f.Confirm(1, ""))
+    assert s.router.frames() == []
+
+
+def test_a_refused_resubscription_ends_the_subscription_visibly(clock, endpoint):
     s = start(clock, endpoint, reconnect_attempts=1)
     got = []
     d = s.client.subscribe("a", got.append)
     s.router.send(f.Confirm(1, ""))
-    result_of(d)
-    s.router.lose()
-    s.reconnect()
-    s.router.send(f.Opened(1, OTHER_SESSION, "router-a", 60000, False, 0))
+    subscription = result_of(d)
+    ended = subscription.when_ended()
+    assert not ended.called
+    s.recreated(OTHER_SESSION)
     s.router.send(f.Error(1, "bad-address", "gone"))
     s.router.send(f.Deliver(1, 1, "m", "r", {}, b"", False))
     assert got == []
+    error = failure_of(ended)
+    assert isinstance(error, SubscribeError) and error.code == "bad-address"
+    assert not subscription.active
+
+
+def test_a_subscription_ends_with_its_cancel_or_its_session(clock, endpoint):
+    s = start(clock, endpoint, reconnect_attempts=0)
+    a = s.client.subscribe("a", lambda m: None)
+    b = s.client.subscribe("b", lambda m: None)
+    s.router.send(f.Confirm(1, ""), f.Confirm(2, ""))
+    a, b = result_of(a), result_of(b)
+    a.cancel()
+    assert not a.when_ended().called
+    s.router.send(f.Confirm(3, ""))
+    assert result_of(a.when_ended()) is None
+    ended = b.when_ended()
+    s.router.lose()
+    assert isinstance(failure_of(ended), SessionError)
+    assert isinstance(failure_of(b.when_ended()), SessionError)
 
 
 def test_unblocked_sends_can_be_retried_at_once(clock, endpoint):

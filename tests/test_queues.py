@@ -11,11 +11,12 @@ through without being loaded, and non-persistent entries live in memory.
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
 
 from meshroute import events
 from meshroute.messages import Message
-from meshroute.queues import QueueManager
+from meshroute.queues import MARK_RETRY_S, QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
 
 ROUTER = "router-a"
@@ -221,9 +222,7 @@ def test_cancel_returns_unacked_to_the_front(store, manager, log):
     first = Consumer(manager, credit=3)
     # Acknowledge the second only: the first and third go back.
     first.subscription.ack([first.deliveries[1].delivery_id])
-    done = []
-    first.subscription.cancel().addCallback(done.append)
-    assert done == [None]
+    first.subscription.cancel()
     second = Consumer(manager, credit=100)
     assert second.bodies == [sent[0].body, sent[2].body] + [m.body for m in sent[3:]]
     assert [d.redelivered for d in second.deliveries] == [True, True, False, False, False]
@@ -253,6 +252,150 @@ def test_redelivered_flag_is_durable(tmp_path, store, manager, log):
     fresh = QueueManager(store, log, Clock())
     again = Consumer(fresh)
     assert [d.redelivered for d in again.deliveries] == [True, True]
+
+
+def reopened(tmp_path, name: str = "store.sqlite") -> SQLiteStore:
+    """
+    The store file of the C{store} fixture opened again, as by a router
+    restarted after a crash (nothing was cancelled or closed in order).
+    """
+    again = SQLiteStore(str(tmp_path / name), sync="normal", executor=InlineExecutor(),
+                        router=ROUTER)
+    again.open()
+    return again
+
+
+def test_a_delivery_is_flagged_redelivered_after_a_crash(tmp_path, store, manager, log):
+    """
+    Issue 8, scenario 10: a message delivered and not acknowledged when the
+    router dies comes back flagged redelivered; one never delivered does
+    not.
+    """
+    enqueue(store, manager, "q", 2)
+    consumer = Consumer(manager, credit=1)
+    assert [d.redelivered for d in consumer.deliveries] == [False]
+    after_crash = reopened(tmp_path)
+    try:
+        again = Consumer(QueueManager(after_crash, log, Clock()))
+        assert [d.redelivered for d in again.deliveries] == [True, False]
+    finally:
+        after_crash.close()
+
+
+class MarkingStore(CountingStore):
+    """
+    A store that records the C{mark_redelivered} calls and answers them
+    only when the test says (or fails them).
+    """
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.marks: list[tuple[list, Deferred]] = []
+
+    def mark_redelivered(self, entry_ids):
+        d = Deferred()
+        self.marks.append((list(entry_ids), d))
+        return d
+
+    def release(self) -> None:
+        marks, self.marks = self.marks, []
+        for entry_ids, d in marks:
+            d.callback(self._store.mark_redelivered(entry_ids).result)
+
+
+def test_deliveries_are_sent_once_marked_in_one_store_call_per_batch(store, log):
+    marking = MarkingStore(store)
+    manager = QueueManager(marking, log, Clock())
+    sent = enqueue(store, manager, "q", 5)
+    transient = message(persistent=False)
+    manager.put_transient("q", transient)
+    consumer = Consumer(manager, credit=3)
+    # The non-persistent message waits with the persistent ones of its batch.
+    assert consumer.deliveries == []
+    assert [len(ids) for ids, _ in marking.marks] == [2]
+    consumer.subscription.add_credit(3)
+    # A second batch waits behind the first.
+    assert [len(ids) for ids, _ in marking.marks] == [2, 3]
+    marking.release()
+    assert consumer.bodies == [transient.body] + [m.body for m in sent]
+    assert [d.redelivered for d in consumer.deliveries] == [False] * 6
+    assert [e[2] for e in store.fetch("q", 0, 10).result] == [True] * 5
+
+
+def test_a_delivery_cancelled_before_it_was_handed_over_goes_back(store, log):
+    """
+    A consumer cancelled while its batch waits for the store never gets
+    it; the next consumer does, flagged redelivered as after any cancel
+    (the router cannot tell it from a delivery lost on the wire).
+    """
+    marking = MarkingStore(store)
+    manager = QueueManager(marking, log, Clock())
+    sent = enqueue(store, manager, "q", 2)
+    first = Consumer(manager, credit=2)
+    first.subscription.cancel()
+    marking.release()
+    assert first.deliveries == []
+    second = Consumer(manager)
+    assert marking.marks == []
+    assert [(d.message.body, d.redelivered) for d in second.deliveries] == [
+        (m.body, True) for m in sent]
+
+
+def test_a_failed_mark_sends_nothing_and_tries_again_later(store, log, observe_errors):
+    marking = MarkingStore(store)
+    clock = Clock()
+    manager = QueueManager(marking, log, clock)
+    sent = enqueue(store, manager, "q", 2)
+    consumer = Consumer(manager, credit=2)
+    ((_, d),) = marking.marks
+    marking.marks.clear()
+    d.errback(RuntimeError("disk I/O error"))
+    assert len(observe_errors.take(lambda e: e.get("log_failure") is not None)) == 1
+    assert consumer.deliveries == []
+    assert consumer.subscription.credit == 2
+    clock.advance(MARK_RETRY_S)
+    marking.release()
+    assert [(d.message.body, d.redelivered) for d in consumer.deliveries] == [
+        (m.body, False) for m in sent]
+
+
+class FailingConsumeStore(CountingStore):
+    """
+    A store whose next C{consume} fails (a disk I/O error) without
+    deleting anything.
+    """
+
+    fail_next = False
+
+    def consume(self, entry_ids):
+        if self.fail_next:
+            self.fail_next = False
+            return fail(RuntimeError("disk I/O error"))
+        return self._store.consume(entry_ids)
+
+
+def test_a_failed_acknowledgement_gives_the_message_back(store, log):
+    """
+    Issue 8, "also check": a consume the store fails must not leave the
+    message in flight until every consumer leaves: it is delivered again,
+    flagged redelivered, to the consumers still there.
+    """
+    failing = FailingConsumeStore(store)
+    manager = QueueManager(failing, log, Clock())
+    sent = enqueue(store, manager, "q", 2)
+    consumer = Consumer(manager, credit=1)
+    other = Consumer(manager, credit=0)
+    failing.fail_next = True
+    acked = []
+    consumer.ack_all().addErrback(acked.append)
+    assert len(acked) == 1
+    other.subscription.add_credit(2)
+    assert [(d.message.body, d.redelivered) for d in other.deliveries] == [
+        (sent[0].body, True), (sent[1].body, False)]
+    other.ack_all()
+    assert manager.depths() == {}
+    assert [c["msg_id"] for c in log.named(events.MESSAGE_CONSUMED)] == [
+        sent[0].msg_id, sent[1].msg_id]
 
 
 def test_returned_entries_keep_queue_order_after_several_cancels(store, manager):
@@ -453,9 +596,9 @@ def test_delivery_ids_are_unique_across_queues(store, manager):
 
 class LaggyStore(CountingStore):
     """
-    A store whose answers to fetch and consume arrive only when the test
-    says, so reads and deletions are in flight while consumers come and
-    go.  The work itself is done at once and in order, as the store
+    A store whose answers to fetch, consume and mark_redelivered arrive
+    only when the test says, so reads, deletions and marks are in flight
+    while consumers come and go.  The work itself is done at once and in order, as the store
     promises.
     """
 
@@ -478,6 +621,9 @@ class LaggyStore(CountingStore):
 
     def consume(self, entry_ids):
         return self._later(self._store.consume(entry_ids))
+
+    def mark_redelivered(self, entry_ids):
+        return self._later(self._store.mark_redelivered(entry_ids))
 
     def release_one(self, index: int) -> None:
         if self.held:

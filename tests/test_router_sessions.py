@@ -21,7 +21,7 @@ from twisted.internet.testing import StringTransport
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
-from meshroute.clients.connection import DEFAULT_TTL_MS
+from meshroute.clients.connection import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
 from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import DROP_NEWEST, SessionSettings
 from meshroute.engine import MessageEngine
@@ -218,6 +218,92 @@ def test_a_ttl_close_leaves_the_session_resumable(factory, clock, engine):
     resumed = again.open(opened.session_id, 1, 0)
     assert (resumed.reattached, resumed.last_command_id) == (True, 1)
     assert [d.body for d in deliveries(again.after_open)] == [b"1"]
+
+
+# -- partial frames: the deadline and the buffer bounds (issue 8, scenario 11) ----------
+
+
+def partial_send(size: int = 1000) -> bytes:
+    """
+    A Send frame of about C{size} bytes but its last 10.
+    """
+    return encode(f.Send(1, "q", {}, b"x" * size, True))[:-10]
+
+
+def test_bytes_of_a_partial_frame_are_not_life(factory, clock, engine):
+    """
+    A client trickling one byte at a time into a frame it never finishes
+    is closed after its TTL: only whole frames count.
+    """
+    connection = Connection(factory)
+    opened = connection.open(ttl_ms=3000)
+    for byte in partial_send()[:3]:
+        clock.advance(0.999)
+        connection.protocol.dataReceived(bytes([byte]))
+    assert not connection.aborted
+    clock.advance(0.003)  # 3 s since Open, the last whole frame
+    assert connection.aborted
+    (event,) = engine.events.named(event_names.SESSION_DISCONNECTED)
+    assert (event["reason"], event["session_id"]) == ("ttl", opened.session_id)
+
+
+def test_a_partial_frame_has_a_deadline_even_without_a_ttl(factory, clock, engine):
+    connection = Connection(factory)
+    opened = connection.open(ttl_ms=-1)
+    clock.advance(100)
+    connection.protocol.dataReceived(partial_send())
+    clock.advance(PARTIAL_FRAME_TIMEOUT_S - 1)
+    connection.send(f.Ping(1))  # A whole frame, yet the partial one is still late.
+    assert not connection.aborted
+    clock.advance(1)
+    assert connection.aborted
+    (event,) = engine.events.named(event_names.SESSION_DISCONNECTED)
+    assert (event["reason"], event["session_id"]) == ("frame-timeout", opened.session_id)
+    assert factory.buffered > 0
+    connection.lose()
+    assert factory.buffered == 0
+
+
+def test_a_frame_completed_in_time_is_not_late(factory, clock, engine):
+    connection = Connection(factory)
+    connection.open(ttl_ms=-1)
+    data = encode(f.Send(1, "q", {}, b"x" * 1000, True)) + partial_send()
+    connection.protocol.dataReceived(data[:500])
+    clock.advance(PARTIAL_FRAME_TIMEOUT_S - 1)
+    # The first frame completes, the next one begins: its deadline is its own.
+    connection.protocol.dataReceived(data[500:])
+    clock.advance(PARTIAL_FRAME_TIMEOUT_S - 1)
+    assert not connection.aborted
+    assert len(engine.submitted) == 1
+    clock.advance(1)
+    assert connection.aborted
+
+
+def test_partial_frames_buffered_across_the_listener_are_bounded(engine, clock):
+    """
+    The bytes of partial frames held for all connections together stay
+    under the listener's bound: the connection that would pass it is
+    closed (its session stays resumable), the others carry on.
+    """
+    factory = ClientFactory(engine, clock, max_frame_size=1100, settings=SETTINGS,
+                            max_buffered=1500)
+    first, second = Connection(factory), Connection(factory)
+    first.open(ttl_ms=-1)
+    second_opened = second.open(ttl_ms=-1)
+    first.protocol.dataReceived(partial_send(1000))
+    assert factory.buffered > 1000
+    second.protocol.dataReceived(partial_send(1000))
+    assert second.aborted and not first.aborted
+    (event,) = engine.events.named(event_names.SESSION_DISCONNECTED)
+    assert (event["reason"], event["session_id"]) == ("buffers-full", second_opened.session_id)
+    second.lose()
+    first.protocol.dataReceived(encode(f.Send(1, "q", {}, b"x" * 1000, True))[
+        len(partial_send(1000)):])
+    assert len(engine.submitted) == 1 and factory.buffered == 0
+    third = Connection(factory)
+    third.open(ttl_ms=-1)
+    third.protocol.dataReceived(partial_send(1000))
+    assert not third.aborted
 
 
 # -- disconnected sessions and keep-alive -----------------------------------------
@@ -709,6 +795,36 @@ def test_a_client_that_never_reports_receipt_stops_being_resumable(engine, clock
     observed = engine.events.named(event_names.SESSION_EXPIRED)
     assert [e["resumable"] for e in observed] == [False]
     assert Connection(factory).open(opened.session_id).reattached is False
+
+
+def test_taking_over_a_session_that_is_not_resumable_recreates_it(engine, clock, monkeypatch):
+    """
+    Issue 8, scenario 8: a client that never reports receipt stops being
+    resumable; resuming it while its old connection is still attached
+    takes that connection away, ends the session, and answers
+    Opened(reattached=false) with a new session, instead of raising
+    NoTransition out of dataReceived.
+    """
+    from meshroute.clients import session as session_module
+
+    monkeypatch.setattr(session_module, "MAX_HELD_ANSWERS", 3)
+    factory = make_factory(engine, clock)
+    old = Connection(factory)
+    opened = old.open(client_id="shop-7")
+    for n in range(1, 5):
+        old.send(f.Subscribe(n, n, "q", 0))
+    new = Connection(factory)
+    recreated = new.open(opened.session_id, 0, 0, client_id="shop-7")
+    assert (recreated.reattached, recreated.last_command_id) == (False, 0)
+    assert recreated.session_id != opened.session_id
+    assert old.aborted
+    (expired,) = engine.events.named(event_names.SESSION_EXPIRED)
+    assert (expired["session_id"], expired["resumable"]) == (opened.session_id, False)
+    (event,) = engine.events.named(event_names.SESSION_RECREATED)
+    assert event["requested_session_id"] == opened.session_id
+    assert [s["session_id"] for s in factory.sessions.describe()] == [recreated.session_id]
+    new.send(f.Send(1, "q", {}, b"y", True))
+    assert len(engine.submitted) == 1
 
 
 # -- duplicate ids ------------------------------------------------------------------------

@@ -18,12 +18,16 @@ the same promises end to end.
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
 
 import pytest
+
+from meshroute.clients import frames as f
+from meshroute.wire.codec import FrameDecoder, encode
 
 from proxy import TcpProxy
 from routers import mesh, router_env, tail, wait_until  # noqa: F401 (mesh is a fixture)
@@ -282,6 +286,47 @@ def test_router_sigkill_during_sends_enqueues_once(mesh):
     for r in router.events("message.duplicate"):
         if "duplicate_id" in r:
             assert r["reason"] == "duplicate-id" and r["duplicate_id"].startswith("k-")
+
+
+def _hold_deliveries(port: int, queue: str, n: int) -> socket.socket:
+    """
+    Be a client that subscribes to C{queue}, takes C{n} deliveries and
+    acknowledges none: speak the protocol over a blocking socket.
+
+    @return: the socket, still connected.
+    """
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(encode(f.Open(list(f.SUPPORTED_VERSIONS), "holder", "", -1, 0, 0))
+                 + encode(f.Subscribe(1, 1, queue, n)))
+    decoder = FrameDecoder(frames=f.FROM_ROUTER)
+    delivered: list = []
+    while len(delivered) < n:
+        data = sock.recv(65536)
+        assert data, "the router closed the connection"
+        delivered += [frame for frame in decoder.feed(data) if isinstance(frame, f.Deliver)]
+    assert not any(d.redelivered for d in delivered)
+    return sock
+
+
+def test_redelivered_survives_sigkill(mesh):
+    """
+    Issue 8, scenario 10: messages delivered and not acknowledged when the
+    router is killed with SIGKILL come back flagged redelivered; those
+    never delivered do not.
+    """
+    spec = _router(mesh)
+    router, = mesh.start(spec)
+    assert mesh.send(router, QUEUE, 6).returncode == 0
+    holder = _hold_deliveries(spec.client_port, QUEUE, 3)
+    try:
+        router.sigkill()
+    finally:
+        holder.close()
+    router, = mesh.start(spec)
+    consumer = mesh.start_receive(router, QUEUE, 6, 60)
+    assert consumer.wait(STREAM_TIMEOUT_S) == 0, consumer.stderr
+    flags = {m["body"]: m["redelivered"] for m in consumer.messages()}
+    assert flags == {f"message {i}": i <= 3 for i in range(1, 7)}
 
 
 # -- 4. giving up -------------------------------------------------------------------------

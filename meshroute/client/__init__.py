@@ -54,7 +54,10 @@ yet acknowledged, and L{ReceivedMessage.ack} makes room for the next.
 Acknowledgements are batched: all those made in one reactor turn travel in
 one frame.  A message not acknowledged when its subscription ends (cancel,
 close, session lost) goes back to the queue and is delivered again,
-flagged C{redelivered}.
+flagged C{redelivered}.  A subscription is made again each time the
+session has to be recreated; C{subscription.when_ended()} fires when it
+ends, and fails if it ended against the application's wishes (the router
+refused to make it again, or the session ended).
 
 Failures (L{ClientOptions}, Artemis' semantics): the client pings at a
 third of its TTL when it sends nothing else, and treats a connection that

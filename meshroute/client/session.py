@@ -55,7 +55,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from automat import NoTransition
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import connectProtocol
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -80,6 +80,7 @@ from meshroute.client.errors import (
     SubscribeError,
     UnblockedError,
 )
+from meshroute.client.ending import Ending
 from meshroute.client.keepalive import Keepalive
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
 from meshroute.client.protocol import ClientProtocol
@@ -221,7 +222,7 @@ class ClientCore:
         self.last_failover: str | None = None
         self.end: ClientError | None = None
         self.finished = False
-        self._close_waiters: list[Deferred] = []
+        self._closing = Ending()
         self.opened: Deferred | None = Deferred(lambda d: self.machine.close_requested())
         self._client_until_opened = None
 
@@ -400,8 +401,14 @@ class ClientCore:
         unknown = self.log.new_session()
         waiting = list(self.log.waiting)
         self.log.waiting.clear()
-        subscribing = {c.subscription for c in waiting if c.kind == SUBSCRIBE}
-        unblocked = list(unknown)
+        # Every subscription the application holds is made again, whether
+        # or not its re-subscription of an earlier recreation was answered
+        # (or even written): those are void.
+        again = [self._resubscribe(s) for _, s in sorted(self.subscriptions.items())
+                 if s.active and s.confirmed]
+        waiting = [c for c in waiting if not _is_resubscription(c)]
+        subscribing = {c.subscription for c in again + waiting if c.kind == SUBSCRIBE}
+        unblocked = [c for c in unknown if not _is_resubscription(c)]
         kept: list[Command] = []
         for command in waiting:
             if command.kind in (ACK, CREDIT):
@@ -410,8 +417,6 @@ class ClientCore:
                 unblocked.append(command)
                 continue
             kept.append(command)
-        again = [self._resubscribe(s) for _, s in sorted(self.subscriptions.items())
-                 if s.active and s.confirmed]
         self.log.waiting.extend(again + kept)
         self.last_failover = RECREATED
         self.drain()
@@ -453,6 +458,7 @@ class ClientCore:
                     d.callback(command.subscription)
             else:
                 self.subscriptions.pop(command.subscription.number, None)
+                command.subscription._finish(None)
                 d.callback(None)
         self.drain()
         self.schedule_flush()
@@ -468,11 +474,12 @@ class ClientCore:
             command.deferred.errback(SendError(frame.code, frame.detail))
         else:
             subscription = command.subscription
+            error = SubscribeError(frame.code, frame.detail)
             if command.kind == SUBSCRIBE:
-                subscription.active = False
                 self.subscriptions.pop(subscription.number, None)
+                subscription._finish(error)
             if command.deferred is not None:
-                command.deferred.errback(SubscribeError(frame.code, frame.detail))
+                command.deferred.errback(error)
             else:
                 log.warn("router refused to subscribe {queue} again: {code} {detail}",
                          queue=subscription.queue, code=frame.code, detail=frame.detail)
@@ -541,11 +548,12 @@ class ClientCore:
         if command.kind == UNSUBSCRIBE:
             command.deferred.callback(None)
             return
+        error = self.unusable()
         if command.kind == SUBSCRIBE:
-            command.subscription.active = False
             self.subscriptions.pop(command.subscription.number, None)
+            command.subscription._finish(error)
         if command.deferred is not None:
-            command.deferred.errback(self.unusable())
+            command.deferred.errback(error)
 
     def drain(self) -> None:
         """
@@ -714,27 +722,23 @@ class ClientCore:
         for command in unsettled:
             self._unblock(command, error)
         for subscription in self.subscriptions.values():
-            subscription.active = False
+            subscription._finish(end)
         if self.opened is not None:
             d, self.opened, self._client_until_opened = self.opened, None, None
             if not d.called:
                 d.errback(end or SessionError(CLOSED_CODE, detail))
-        waiters, self._close_waiters = self._close_waiters, []
-        for d in waiters:
-            if end is None:
-                d.callback(None)
-            else:
-                d.errback(end)
+        self._closing.end(end)
 
     def _unblock(self, command: Command, error: UnblockedError) -> None:
         if command.kind == UNSUBSCRIBE:
             # The session it was for is gone, and the subscription with it.
             self.subscriptions.pop(command.subscription.number, None)
+            command.subscription._finish(None)
             command.deferred.callback(None)
             return
         if command.kind == SUBSCRIBE:
-            command.subscription.active = False
             self.subscriptions.pop(command.subscription.number, None)
+            command.subscription._finish(error)
         if command.deferred is not None:
             command.deferred.errback(error)
 
@@ -755,11 +759,7 @@ class ClientCore:
         self.clock.callLater(0, self.machine.forgotten)
 
     def when_closed(self) -> Deferred:
-        if self.finished:
-            return fail(self.end) if self.end is not None else succeed(None)
-        d = Deferred()
-        self._close_waiters.append(d)
-        return d
+        return self._closing.wait()
 
     def notify(self, event: str) -> None:
         for listener in list(self.listeners):
@@ -767,6 +767,14 @@ class ClientCore:
                 listener(event)
             except Exception:
                 log.failure("failure listener {listener!r} raised", listener=listener)
+
+
+def _is_resubscription(command: Command) -> bool:
+    """
+    Whether C{command} is the client's own Subscribe of a recreation
+    (rather than the application's).
+    """
+    return command.kind == SUBSCRIBE and command.deferred is None
 
 
 def _cancel(call: IDelayedCall | None) -> None:

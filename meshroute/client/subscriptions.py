@@ -14,6 +14,7 @@ from typing import Callable
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
+from meshroute.client.ending import Ending
 from meshroute.clients import frames as f
 
 log = Logger()
@@ -55,7 +56,8 @@ class Subscription:
     """
     A consumer of one queue, made by L{meshroute.client.Client.subscribe}.
     When the session is recreated after a failure, the client subscribes
-    again with the same number and prefetch.
+    again with the same number and prefetch, every time; if the router
+    refuses, the subscription ends and L{when_ended} says why.
 
     @ivar queue: the queue consumed.
     @ivar number: its id in the session.
@@ -64,7 +66,9 @@ class Subscription:
         is granted beyond it.
     @ivar received: messages delivered so far.
     @ivar active: delivering (not cancelled, session not ended).
-    @ivar confirmed: the router confirmed it (in the current session).
+    @ivar confirmed: the router confirmed it once: the application holds
+        it, and every recreation of the session makes it again until it is
+        cancelled or refused.
     """
 
     def __init__(self, core, number: int, queue: str,
@@ -80,6 +84,7 @@ class Subscription:
         self.active = True
         self.confirmed = False
         self._granted = self.initial_credit()
+        self._ending = Ending()
 
     def initial_credit(self) -> int:
         """
@@ -99,7 +104,6 @@ class Subscription:
         """
         credit = self.initial_credit()
         self._granted = self.received + credit
-        self.confirmed = False
         return credit
 
     def cancel(self) -> Deferred:
@@ -112,6 +116,25 @@ class Subscription:
             return succeed(None)
         self.active = False
         return self._core.unsubscribe(self)
+
+    def when_ended(self) -> Deferred:
+        """
+        @return: Deferred firing with None once the subscription ended by
+            L{cancel} or the client's close; failing with
+            L{meshroute.client.SubscribeError} if the router refused to
+            make it again after the session was recreated, or with the
+            session's error if the session ended otherwise (the client
+            gave up reconnecting).
+        """
+        return self._ending.wait()
+
+    def _finish(self, why: Exception | None) -> None:
+        """
+        The subscription is over, for C{why} (None: as the application
+        asked).  Only the first call counts.
+        """
+        self.active = False
+        self._ending.end(why)
 
     def _delivered(self, frame: f.Deliver, generation: int) -> None:
         self.received += 1

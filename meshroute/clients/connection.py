@@ -22,12 +22,22 @@ connection within keep-alive.
 
 The connection TTL: the L{meshroute.clients.protocol.ClientFactory} asks
 every connection each C{connection-ttl-check-interval} whether it has
-been silent (no bytes at all) for its TTL; one that has is aborted
-(C{ttl_expired}).  Before C{Open} a connection's TTL is the override, or
-L{DEFAULT_TTL_MS}.
+been silent (no whole frame) for its TTL; one that has is aborted
+(C{ttl_expired}).  Bytes of a frame not yet complete are not life: a
+client trickling a frame byte by byte is as silent as one sending nothing.
+Before C{Open} a connection's TTL is the override, or L{DEFAULT_TTL_MS}.
+
+Partial frames: the same check aborts a connection whose current frame
+began more than L{PARTIAL_FRAME_TIMEOUT_S} ago and is still incomplete
+(C{frame_overdue}), whatever its TTL (even -1).  The bytes of partial
+frames held for all connections of a listener are bounded (a
+L{BufferBudget}, by default L{MAX_BUFFERED_FRAMES} frames of the largest
+size); a connection whose partial frame would pass the bound is aborted
+(C{buffers_full}).  Either way the session stays resumable, as after a
+TTL expiry, and the reason is logged.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from automat import NoTransition, TypeMachineBuilder
@@ -53,6 +63,19 @@ CLOSE_GRACE_S = 5.0
 #: The TTL of a connection that has not sent Open yet (unless the router
 #: overrides every TTL): Artemis' default client TTL.
 DEFAULT_TTL_MS = 60000
+
+#: How long a client may take to send one frame, from its first byte to
+#: its last: 4 MiB at 1 Mbit/s takes 34 s.
+PARTIAL_FRAME_TIMEOUT_S = 60.0
+
+#: The default bound of the bytes of partial frames a listener holds for
+#: all its connections together, in frames of the largest size.
+MAX_BUFFERED_FRAMES = 8
+
+#: Why a connection was dropped, besides C{ttl} and C{taken-over} (the
+#: C{reason} of C{session.disconnected}).
+FRAME_TIMEOUT = "frame-timeout"
+BUFFERS_FULL = "buffers-full"
 
 #: Slack when comparing silence with a TTL, so that float clocks never
 #: close a connection a hair before its TTL nor miss the check that
@@ -107,10 +130,30 @@ class ConnectionInputs(Protocol):
         "Another connection resumed this connection's session."
 
     def ttl_expired(self) -> None:
-        "The client sent nothing for the connection's TTL."
+        "The client sent no whole frame for the connection's TTL."
+
+    def frame_overdue(self) -> None:
+        "The client began a frame longer than PARTIAL_FRAME_TIMEOUT_S ago and has not finished it."
+
+    def buffers_full(self) -> None:
+        "The partial frame the client is sending would pass the listener's buffer bound."
 
     def connection_lost(self) -> None:
         "The transport is closed."
+
+
+@dataclass(eq=False)
+class BufferBudget:
+    """
+    The bytes of partial frames one listener holds for all its connections,
+    and their bound.
+
+    @ivar limit: the bound, at least one frame of the largest size.
+    @ivar held: bytes held now.
+    """
+
+    limit: int = MAX_BUFFERED_FRAMES * f.MAX_FRAME_SIZE
+    held: int = 0
 
 
 @dataclass(eq=False)
@@ -119,7 +162,11 @@ class ConnectionCore:
     The data of one client connection and the I/O its behaviours perform.
 
     @ivar ttl_ms: the TTL in force (-1: never).
-    @ivar last_heard: when the client last sent anything (clock seconds).
+    @ivar last_heard: when the client last sent a whole frame (clock
+        seconds).
+    @ivar partial_since: when the frame the client is sending began, while
+        it is incomplete.
+    @ivar buffered: the bytes of that frame held, counted in C{budget}.
     @ivar session: the session attached, once Open was accepted.
     """
 
@@ -129,11 +176,14 @@ class ConnectionCore:
     registry: SessionRegistry
     settings: SessionSettings
     events: object = NO_EVENTS
+    budget: BufferBudget = field(default_factory=BufferBudget)
     machine: ConnectionInputs | None = None
     session: SessionCore | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
     last_heard: float = 0.0
+    partial_since: float | None = None
+    buffered: int = 0
     connected: bool = True
     silent: bool = False
     _abort_call: IDelayedCall | None = None
@@ -166,14 +216,41 @@ class ConnectionCore:
 
     # -- the TTL ----------------------------------------------------------------
 
-    def heard(self) -> None:
-        self.last_heard = self.clock.seconds()
+    def read(self, whole_frames: int, pending: int) -> bool:
+        """
+        The client's bytes were decoded into C{whole_frames} frames, and
+        C{pending} bytes of the next frame are held.
+
+        @return: whether the listener's buffers have room for them.
+        """
+        now = self.clock.seconds()
+        if whole_frames:
+            self.last_heard = now
+        if not pending:
+            self.partial_since = None
+        elif whole_frames or self.partial_since is None:
+            self.partial_since = now
+        return self._hold(pending)
+
+    def _hold(self, pending: int) -> bool:
+        budget = self.budget
+        budget.held += pending - self.buffered
+        self.buffered = pending
+        return budget.held <= budget.limit
 
     def silent_too_long(self, now: float) -> bool:
         """
-        Whether the client has sent nothing for the connection's TTL.
+        Whether the client has sent no whole frame for the connection's TTL.
         """
         return self.ttl_ms != -1 and now - self.last_heard >= self.ttl_ms / 1000 - _EPSILON_S
+
+    def frame_late(self, now: float) -> bool:
+        """
+        Whether the frame the client is sending began more than
+        L{PARTIAL_FRAME_TIMEOUT_S} ago.
+        """
+        return (self.partial_since is not None
+                and now - self.partial_since >= PARTIAL_FRAME_TIMEOUT_S - _EPSILON_S)
 
     # -- opening ----------------------------------------------------------------
 
@@ -194,20 +271,21 @@ class ConnectionCore:
         """
         Resume the session the client asks for if it can be, taking it
         from its old connection if need be (a client whose network
-        changed); otherwise start a new one.
+        changed); otherwise start a new one (the session may end in
+        being taken over, if it had stopped being resumable).
         """
         session = self.registry.resumable(frame.session_id) if frame.session_id else None
-        if session is None:
-            session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
-                                  settings=self.settings, events=self.events)
-            session.machine = SESSION_MACHINE(session)
+        if session is not None:
+            if session.connection is not None:
+                session.connection.machine.taken_over()
             self.session = session
-            session.start(self, frame)
-            return
-        if session.connection is not None:
-            session.connection.machine.taken_over()
+            if session.machine.resumed(self, frame):
+                return
+        session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
+                              settings=self.settings, events=self.events)
+        session.machine = SESSION_MACHINE(session)
         self.session = session
-        session.machine.resumed(self, frame)
+        session.start(self, frame)
 
     # -- attached ---------------------------------------------------------------
 
@@ -262,10 +340,19 @@ class ConnectionCore:
         """
         session, self.session = self.session, None
         self.silent = True
+        what = session.session_id if session is not None else "-"
         if reason == "ttl":
             log.info("client connection silent for its TTL ({ttl} ms); closing it (session "
-                     "{session})", ttl=self.ttl_ms,
-                     session=session.session_id if session is not None else "-")
+                     "{session})", ttl=self.ttl_ms, session=what)
+        elif reason == FRAME_TIMEOUT:
+            log.warn("client connection took more than {timeout:g} s to send one frame "
+                     "({held} bytes of it so far); closing it (session {session})",
+                     timeout=PARTIAL_FRAME_TIMEOUT_S, held=self.buffered, session=what)
+        elif reason == BUFFERS_FULL:
+            log.warn("client connection holds {held} bytes of a partial frame, and the "
+                     "listener's partial frames would pass {limit} bytes; closing it "
+                     "(session {session})", held=self.buffered, limit=self.budget.limit,
+                     session=what)
         if session is not None:
             session.machine.connection_lost(reason)
         self.transport.abortConnection()
@@ -276,6 +363,7 @@ class ConnectionCore:
         disconnected.
         """
         self.connected = False
+        self._hold(0)
         session, self.session = self.session, None
         if session is not None:
             session.machine.connection_lost("connection-lost")
@@ -333,6 +421,14 @@ def _build_connection_machine():
         def silent(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.drop("ttl")
 
+        @state.upon(ConnectionInputs.frame_overdue).to(closing)
+        def overdue(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.drop(FRAME_TIMEOUT)
+
+        @state.upon(ConnectionInputs.buffers_full).to(closing)
+        def full(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.drop(BUFFERS_FULL)
+
     for state in (awaiting_open, vetting_open, attached):
 
         @state.upon(ConnectionInputs.protocol_error).to(closing)
@@ -347,13 +443,14 @@ def _build_connection_machine():
             core.finish()
 
     # Once we have decided to close, whatever else arrives is moot.
+    late = (ConnectionInputs.ttl_expired, ConnectionInputs.frame_overdue,
+            ConnectionInputs.buffers_full)
     for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
                  ConnectionInputs.got_ping, ConnectionInputs.got_pong,
                  ConnectionInputs.protocol_error, ConnectionInputs.session_ended,
-                 ConnectionInputs.taken_over, ConnectionInputs.ttl_expired):
+                 ConnectionInputs.taken_over, *late):
         closing.upon(moot).loop().returns(None)
-    for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over,
-                 ConnectionInputs.ttl_expired):
+    for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over, *late):
         gone.upon(moot).loop().returns(None)
     return builder.build()
 

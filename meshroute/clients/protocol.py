@@ -11,8 +11,10 @@ not accept becomes C{protocol_error("bad-command")}: either way the client
 gets C{Error(0, code, detail)} and its connection is closed, and nothing
 else is disturbed.
 
-L{ClientFactory} owns what outlives one connection: the sessions, and the
-one timer that closes connections silent for their TTL.
+L{ClientFactory} owns what outlives one connection: the sessions, the
+bound of the bytes of partial frames its connections hold together, and
+the one timer that closes connections silent for their TTL or slow to
+finish a frame.
 """
 
 from dataclasses import replace
@@ -23,7 +25,12 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
 
 from meshroute.clients import frames as f
-from meshroute.clients.connection import CONNECTION_MACHINE, ConnectionCore
+from meshroute.clients.connection import (
+    CONNECTION_MACHINE,
+    MAX_BUFFERED_FRAMES,
+    BufferBudget,
+    ConnectionCore,
+)
 from meshroute.clients.session import NO_EVENTS, SessionRegistry, SessionSettings
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
@@ -61,6 +68,7 @@ class ClientProtocol(Protocol):
         self.core = ConnectionCore(
             engine=factory.engine, transport=self.transport, clock=factory.clock,
             registry=factory.sessions, settings=factory.settings, events=factory.events,
+            budget=factory.budget,
         )
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
@@ -70,12 +78,12 @@ class ClientProtocol(Protocol):
         core = self.core
         if core.silent:
             return
-        core.heard()
         try:
             frames = self._decoder.feed(data)
         except WireError as e:
             self.machine.protocol_error(f.PROTOCOL_ERROR, str(e))
             return
+        room = core.read(len(frames), self._decoder.pending)
         machine = self.machine
         for frame in frames:
             try:
@@ -86,6 +94,8 @@ class ClientProtocol(Protocol):
                 )
             if core.silent:
                 return
+        if not room:
+            machine.buffers_full()
 
     def connectionLost(self, reason=None) -> None:
         self.machine.connection_lost()
@@ -108,6 +118,10 @@ class ClientFactory(Factory):
         otherwise).
     @param events: where session events go (C{emit(event, **fields)});
         default: the engine's C{events}, else nowhere.
+    @param max_buffered: bound of the bytes of partial frames held for all
+        connections together (default L{MAX_BUFFERED_FRAMES} times
+        C{max_frame_size}); at least C{max_frame_size}, so that one frame
+        of the largest size always fits.
     @ivar sessions: the L{SessionRegistry} of the sessions (open,
         disconnected and closing).
     @ivar connections: the live connections' L{ConnectionCore}s.
@@ -116,7 +130,13 @@ class ClientFactory(Factory):
     def __init__(self, engine, clock: IReactorTime | None = None,
                  connection_ttl_override: int = -1,
                  max_frame_size: int = f.MAX_FRAME_SIZE, *,
-                 settings: SessionSettings | None = None, events=None) -> None:
+                 settings: SessionSettings | None = None, events=None,
+                 max_buffered: int | None = None) -> None:
+        if max_buffered is None:
+            max_buffered = MAX_BUFFERED_FRAMES * max_frame_size
+        if max_buffered < max_frame_size:
+            raise ValueError(f"max_buffered ({max_buffered}) must be at least max_frame_size "
+                             f"({max_frame_size})")
         self.engine = engine
         self.clock = clock if clock is not None else engine.queues.clock
         self.sessions = SessionRegistry()
@@ -126,6 +146,7 @@ class ClientFactory(Factory):
         self.settings = settings
         self.events = events if events is not None else getattr(engine, "events", NO_EVENTS)
         self.max_frame_size = max_frame_size
+        self.budget = BufferBudget(max_buffered)
         self.connections: set[ConnectionCore] = set()
         self._ttl_check: LoopingCall | None = None
 
@@ -154,11 +175,22 @@ class ClientFactory(Factory):
             if check.running:
                 check.stop()
 
+    @property
+    def buffered(self) -> int:
+        """
+        The bytes of partial frames held for all connections now.
+        """
+        return self.budget.held
+
     def check_ttls(self) -> None:
         """
-        Close every connection that sent nothing for its TTL.  Runs every
-        C{connection-ttl-check-interval} while there are connections.
+        Close every connection that sent no whole frame for its TTL, or is
+        sending one frame for longer than C{PARTIAL_FRAME_TIMEOUT_S}.  Runs
+        every C{connection-ttl-check-interval} while there are connections.
         """
         now = self.clock.seconds()
-        for core in [core for core in self.connections if core.silent_too_long(now)]:
-            core.machine.ttl_expired()
+        for core in list(self.connections):
+            if core.silent_too_long(now):
+                core.machine.ttl_expired()
+            elif core.frame_late(now):
+                core.machine.frame_overdue()

@@ -9,6 +9,9 @@ survive failures").
      ├── got_close ──▶ draining ── drained / connection_lost ──▶ closed
      └── failed ──────────────────────────────────────────────▶ closed
 
+   (connection_lost of a session that stopped being resumable leads to
+   expired at once; resumed there answers False: not resumed.)
+
  - C{open}: attached to a connection, awaiting commands.
  - C{disconnected}: the connection was lost without C{Close}; awaiting a
    resume within C{keep-alive}.  Subscriptions stay, deliveries for them
@@ -118,12 +121,19 @@ class SessionInputs(Protocol):
     def connection_lost(self, reason: str) -> None:
         """
         The session's connection is gone without Close: C{reason} is
-        C{connection-lost}, C{ttl} (silent for its TTL) or C{taken-over}
-        (another connection resumed the session).
+        C{connection-lost}, C{ttl} (silent for its TTL), C{frame-timeout}
+        or C{buffers-full} (see L{meshroute.clients.connection}) or
+        C{taken-over} (another connection resumed the session).
         """
 
-    def resumed(self, connection, frame: f.Open) -> None:
-        "A new connection asked for this session."
+    def resumed(self, connection, frame: f.Open) -> bool:
+        """
+        A new connection asked for this session.
+
+        @return: whether it was resumed; False when taking it from its old
+            connection ended it (it had stopped being resumable), and the
+            connection gets a new session.
+        """
 
     def keep_alive_expired(self) -> None:
         "The session stayed disconnected for keep-alive."
@@ -797,8 +807,14 @@ def _build_session_machine():
         core.disconnect(inputs, reason)
 
     @disconnected.upon(SessionInputs.resumed).to(open_)
-    def resume(inputs: SessionInputs, core: SessionCore, connection, frame: f.Open) -> None:
+    def resume(inputs: SessionInputs, core: SessionCore, connection, frame: f.Open) -> bool:
         core.resume(connection, frame)
+        return True
+
+    # A session that had stopped being resumable expires as soon as its
+    # connection is taken from it: the connection that asked for it gets
+    # a new one (Opened(reattached=false)).
+    expired.upon(SessionInputs.resumed).loop().returns(False)
 
     @disconnected.upon(SessionInputs.keep_alive_expired).to(expired)
     def expire(inputs: SessionInputs, core: SessionCore) -> None:
