@@ -20,6 +20,9 @@ Exactly once across links (docs/routing.md tells the whole story):
    peer may have stored some of them without our hearing the ack, so
    every router also refuses a message id it holds or has enqueued: a
    second copy is dropped (C{message.duplicate}), never enqueued.
+ - Order through a reroute: while a destination has messages in the
+   outbox of a peer that is not its next hop, its newer messages stay in
+   the backlog behind them (L{MessageEngine.assignable}).
 
 Flow control: at most L{WINDOW} unacknowledged messages per link; the rest
 wait in the store, not in memory, however large the backlog.
@@ -350,6 +353,35 @@ class MessageEngine:
         """
         return self._serving.get(peer, frozenset())
 
+    def assignable(self, peer: str) -> frozenset:
+        """
+        The destination routers whose backlog C{peer} may take now: those
+        it is the next hop of, except any with messages still in another
+        peer's outbox.
+
+        Those messages are older than everything in the backlog for that
+        destination (a producer's messages enter the backlog in order).
+        Until they are acknowledged (their link recovered) or returned to
+        the backlog (C{reroute-delay} passed), which puts them back in
+        front of the newer ones, the newer ones wait: otherwise they would
+        overtake them on the new route.
+        """
+        serving = self.serving(peer)
+        if not serving:
+            return serving
+        held = {dest for other, outbox in self._store.outbox_depths().items()
+                if other != peer for dest in outbox}
+        return serving - held if held else serving
+
+    def outbox_acknowledged(self, peer: str) -> None:
+        """
+        Messages left C{peer}'s outbox: destinations they held back may
+        move on other links.
+        """
+        for other, channel in list(self._channels.items()):
+            if other != peer:
+                channel.pump()
+
     def _next_channel(self, router: str) -> "PeerChannel | None":
         hop = self.routes.next_hop(router)
         return self._channels.get(hop) if hop is not None else None
@@ -522,7 +554,7 @@ class PeerChannel:
         room = WINDOW - len(self._in_flight)
         if room <= 0:
             return
-        serving = self._engine.serving(self.peer)
+        serving = self._engine.assignable(self.peer)
         depths = self._store.backlog_depths()
         if not any(depths.get(router) for router in serving):
             return
@@ -553,6 +585,7 @@ class PeerChannel:
         for seq in done:
             self._engine.emit_forwarded(self.peer, self._in_flight.pop(seq))
         d = self._store.acknowledge(self.peer, frame.seq)
+        d.addCallback(lambda _: self._engine.outbox_acknowledged(self.peer))
         d.addErrback(self._failed, "recording an acknowledgement")
         self.pump()
 

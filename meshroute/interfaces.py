@@ -148,6 +148,12 @@ class IMessageStore(Interface):
         outbox.
         """
 
+    def outbox_depths():
+        """
+        Synchronous: C{{peer: {dest_router: number of messages}}} for the
+        messages in each peer's outbox (not yet acknowledged).
+        """
+
     def backlog_depths():
         """
         Synchronous: C{{dest_router: number of messages in the backlog}}.
