@@ -25,12 +25,17 @@ Exactly once across links (docs/routing.md tells the whole story):
    the backlog behind them (L{MessageEngine.assignable}).
 
 Flow control: at most L{WINDOW} unacknowledged messages per link; the rest
-wait in the store, not in memory, however large the backlog.
+wait in the store, not in memory, however large the backlog.  A link whose
+transport is full (L{PeerChannel.pause}) takes no more messages until it
+drains: persistent ones wait in the store, non-persistent ones in the
+bounded waiting queue below.
 
 Non-persistent messages (C{persistent=False}) never touch the store: they
 travel as C{FastTransfer} frames without sequence or acknowledgement, so
 they may be lost with a link or a router and are never duplicated.  While
-they have no route they wait in memory, bounded like the backlog.
+they have no route, or their link is paused, they wait in memory, at most
+C{max-transient-backlog} per destination: past it producers get
+L{BacklogFull} and, of those arriving over links, the oldest is dropped.
 """
 
 from collections import defaultdict, deque
@@ -449,7 +454,8 @@ class MessageEngine:
                               origin=message.origin)
             return
         channel = self._next_channel(message.dest_router)
-        if channel is not None and message.dest_router not in self._transient:
+        if (channel is not None and not channel.paused
+                and message.dest_router not in self._transient):
             channel.send_transient(message)
             return
         waiting = self._transient[message.dest_router]
@@ -461,20 +467,31 @@ class MessageEngine:
 
     def _release_transient(self, router: str) -> None:
         """
-        A route to C{router} may have appeared: hand its waiting
-        non-persistent messages to the link, a batch per reactor turn (new
-        ones queue behind them, so order is kept).
+        A route to C{router} may have appeared, or its link resumed: hand
+        its waiting non-persistent messages to the link, a batch per
+        reactor turn, until the link pauses (new ones queue behind them, so
+        order is kept).
         """
         channel = self._next_channel(router)
         waiting = self._transient.get(router)
         if channel is None or not waiting:
             return
         for _ in range(min(TRANSIENT_BATCH, len(waiting))):
+            if channel.paused:
+                return
             channel.send_transient(waiting.popleft())
         if waiting:
             self._clock.callLater(0, self._release_transient, router)
         else:
             del self._transient[router]
+
+    def link_resumed(self, peer: str) -> None:
+        """
+        The link to C{peer} can take messages again.
+        """
+        for router in list(self._transient):
+            if self.routes.next_hop(router) == peer:
+                self._release_transient(router)
 
     # -- events -------------------------------------------------------------
 
@@ -527,6 +544,8 @@ class PeerChannel:
         # them as already received (and acknowledge them), losing them.
         self._pumping = True
         self._closed = False
+        #: The link's transport is full: no new messages until it drains.
+        self.paused = False
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
@@ -549,7 +568,7 @@ class PeerChannel:
         Hand the peer more backlog messages if the window has room and
         there are any for destinations it serves.
         """
-        if self._pumping or self._closed:
+        if self._pumping or self._closed or self.paused:
             return
         room = WINDOW - len(self._in_flight)
         if room <= 0:
@@ -588,6 +607,22 @@ class PeerChannel:
         d.addCallback(lambda _: self._engine.outbox_acknowledged(self.peer))
         d.addErrback(self._failed, "recording an acknowledgement")
         self.pump()
+
+    def pause(self) -> None:
+        """
+        The link's transport is full (the peer reads slower than we write):
+        take no more messages, so that they wait where they are bounded.
+        """
+        self.paused = True
+
+    def resume(self) -> None:
+        """
+        The link's transport has drained: carry on.
+        """
+        self.paused = False
+        if not self._closed:
+            self._engine.link_resumed(self.peer)
+            self.pump()
 
     def send_transient(self, message: Message) -> None:
         forwarded = message.forwarded()

@@ -271,6 +271,17 @@ class ILinkChannel(Interface):
         A L{meshroute.wire.frames.Routes} arrived.
         """
 
+    def pause():
+        """
+        The link's transport is full: write no more messages until
+        C{resume}.
+        """
+
+    def resume():
+        """
+        The link's transport has drained.
+        """
+
     def closed():
         """
         The link is gone.

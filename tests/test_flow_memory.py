@@ -6,8 +6,9 @@ router's memory finite while it waits.
 
 import pytest
 
-from memory_mesh import MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, send
+from meshroute.engine import BacklogFull
+from memory_mesh import BUFFER_SIZE, MemoryMesh
+from test_messaging_memory import Consumer, assert_confirmed, events_of, send
 
 
 @pytest.fixture
@@ -74,3 +75,74 @@ def test_order_kept_through_a_restart_with_an_outbox_for_a_frozen_peer(mesh):
     mesh.run(10)
     assert_confirmed(sent)
     assert consumer.bodies == [b"%d" % i for i in range(200)]
+
+
+def refused(deferreds) -> list:
+    """
+    The failures among C{deferreds} (every one has fired).
+    """
+    failures = []
+    for d in deferreds:
+        assert d.called
+        d.addErrback(failures.append)
+    return failures
+
+
+def unsent(mesh, router: str) -> int:
+    return sum(c.unsent_from(router) for c in mesh.network.connections_of(router))
+
+
+def test_non_persistent_to_a_frozen_next_hop_is_bounded(mesh):
+    """
+    Issue 8, scenario 4: a frozen next hop stops reading; once the link's
+    transport is full, non-persistent messages wait in memory up to
+    max-transient-backlog and producers are refused past it.
+    """
+    mesh.add("router-a", connect_to=["router-b"], max_transient_backlog=10)
+    mesh.add("router-b")
+    mesh.run(1)
+    mesh.partition("router-b")
+    body = b"x" * 1024
+    engine = mesh.routers["router-a"].engine
+    sent = [engine.submit("q@router-b", body, {}, False) for _ in range(20_000)]
+    failures = refused(sent)
+    assert failures and all(f.check(BacklogFull) for f in failures)
+    accepted = 20_000 - len(failures)
+    assert accepted <= 10 + BUFFER_SIZE // 1024 + 1
+    assert unsent(mesh, "router-a") <= BUFFER_SIZE + 2048
+    # Persistent transfers stop at the full transport too.
+    persistent = send(mesh, "router-a", "q@router-b", 100)
+    assert_confirmed(persistent)
+    assert unsent(mesh, "router-a") <= BUFFER_SIZE + 2048
+    mesh.heal("router-b")
+    consumer = Consumer(mesh.routers["router-b"], "q", credit=1000)
+    mesh.run(1)
+    assert len([m for m in consumer.received if not m.persistent]) == accepted
+    assert consumer.bodies.count(body) == accepted
+    assert len([m for m in consumer.received if m.persistent]) == 100
+
+
+def test_non_persistent_arriving_for_a_frozen_next_hop_drops_the_oldest(mesh):
+    """
+    At an intermediate router, messages arriving over links for a paused
+    next hop wait up to max-transient-backlog; past it the oldest go
+    (message.dropped), and the sender's link keeps flowing.
+    """
+    mesh.add("router-a", connect_to=["router-b"], max_transient_backlog=10)
+    mesh.add("router-b", connect_to=["router-c"], max_transient_backlog=10)
+    mesh.add("router-c", max_transient_backlog=10)
+    mesh.run(1)
+    mesh.partition("router-c")
+    engine = mesh.routers["router-a"].engine
+    body = b"x" * 1024
+    sent = []
+    for _ in range(200):
+        sent += [engine.submit("q@router-c", body, {}, False) for _ in range(10)]
+        mesh.network.flush()
+    assert refused(sent) == []
+    router_b = mesh.routers["router-b"]
+    assert len(router_b.engine._transient["router-c"]) == 10
+    assert unsent(mesh, "router-b") <= BUFFER_SIZE + 2048
+    dropped = events_of(router_b, "message.dropped")
+    assert len(dropped) >= 2000 - 10 - BUFFER_SIZE // 1024 - 1
+    assert {e["reason"] for e in dropped} == {"max-backlog"}
