@@ -99,6 +99,10 @@ def _message_from(frame, persistent: bool) -> Message:
     )
 
 
+def _address(message: Message) -> str:
+    return f"{message.dest_queue}@{message.dest_router}"
+
+
 def _advertisement_items(advertisements) -> list:
     return [[a.origin, a.seq, list(a.neighbors)] for a in advertisements]
 
@@ -160,7 +164,8 @@ class MessageEngine:
             window (the id is recorded in the same transaction as the
             message); a duplicate fires with the first message's id,
             enqueues nothing and emits C{message.duplicate} with reason
-            C{duplicate-id}.
+            C{duplicate-id}, even when a send to that address would be
+            refused now (L{UnknownRouter}, L{BacklogFull}).
         @return: Deferred firing with the message id once the message is
             durable (persistent) or accepted (non-persistent); failing with
             L{AddressError}, L{UnknownRouter} or L{BacklogFull}.
@@ -169,8 +174,11 @@ class MessageEngine:
             queue, router = parse_address(address, self.name)
         except AddressError as e:
             return fail(e)
-        if router != self.name and not self.routes.known(router):
-            return fail(UnknownRouter(f"no router named {router!r} is known in the mesh"))
+        refusal = self._refusal(router, persistent)
+        if refusal is not None:
+            if duplicate_id:
+                return self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
+            return fail(refusal)
         message = Message(
             msg_id=self._ids.next(),
             origin=self.name,
@@ -183,18 +191,13 @@ class MessageEngine:
         )
         if not persistent:
             if duplicate_id:
-                refusal = self._transient_refusal(message)
-                if refusal is not None:
-                    return fail(refusal)
                 d = self._store.accept_once(message, duplicate_id)
                 d.addCallback(self._accepted_transient_once, message, duplicate_id)
                 return d
-            return self._submit_transient(message)
+            self._emit_accepted(message)
+            self._route_transient(message)
+            return succeed(message.msg_id)
         if router != self.name:
-            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
-            if waiting >= self._max_backlog:
-                return fail(BacklogFull(
-                    f"{waiting} messages already wait for {router} (max-backlog)"))
             self._accepting[router] += 1
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
@@ -204,35 +207,64 @@ class MessageEngine:
         d.addBoth(self._accepted, message)
         return d
 
+    def _refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
+        """
+        Why a send to C{router} would be refused now, if it would: no
+        router of that name is known, or its backlog is at its bound.
+        """
+        if router == self.name:
+            return None
+        if not self.routes.known(router):
+            return UnknownRouter(f"no router named {router!r} is known in the mesh")
+        if persistent:
+            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
+            if waiting >= self._max_backlog:
+                return BacklogFull(f"{waiting} messages already wait for {router} (max-backlog)")
+        else:
+            waiting = len(self._transient.get(router, ()))
+            if waiting >= self._max_transient_backlog:
+                return BacklogFull(
+                    f"{waiting} non-persistent messages already wait for {router}")
+        return None
+
+    def _refused_unless_sent(self, refusal: MeshrouteError, duplicate_id: str,
+                             dest: str) -> Deferred:
+        """
+        A send that would be refused may be the retry of one accepted
+        before, whose answer a lost connection swallowed: its answer is
+        then the first message's id, whatever the mesh's state now.
+        """
+        d = self._store.duplicate_of(duplicate_id)
+
+        def answer(original: str | None):
+            if original is None:
+                return Failure(refusal)
+            self._emit_duplicate_send(original, dest, duplicate_id)
+            return original
+
+        d.addCallback(answer)
+        return d
+
     def _accepted_once(self, result, message: Message, duplicate_id: str):
         if isinstance(result, str):
             if message.dest_router != self.name:
                 self._accepting[message.dest_router] -= 1
-            self._emit_duplicate_send(result, message, duplicate_id)
+            self._emit_duplicate_send(result, _address(message), duplicate_id)
             return result
         return self._accepted(result, message)
 
     def _accepted_transient_once(self, original: str | None, message: Message,
                                  duplicate_id: str):
         if original is not None:
-            self._emit_duplicate_send(original, message, duplicate_id)
+            self._emit_duplicate_send(original, _address(message), duplicate_id)
             return original
         self._emit_accepted(message)
         self._route_transient(message)
         return message.msg_id
 
-    def _emit_duplicate_send(self, original: str, message: Message, duplicate_id: str) -> None:
+    def _emit_duplicate_send(self, original: str, dest: str, duplicate_id: str) -> None:
         self._events.emit(events.MESSAGE_DUPLICATE, msg_id=original, origin=self.name,
-                          reason="duplicate-id", duplicate_id=duplicate_id,
-                          dest=f"{message.dest_queue}@{message.dest_router}")
-
-    def _transient_refusal(self, message: Message) -> BacklogFull | None:
-        if message.dest_router != self.name:
-            waiting = len(self._transient.get(message.dest_router, ()))
-            if waiting >= self._max_transient_backlog:
-                return BacklogFull(
-                    f"{waiting} non-persistent messages already wait for {message.dest_router}")
-        return None
+                          reason="duplicate-id", duplicate_id=duplicate_id, dest=dest)
 
     def _accepted(self, result, message: Message):
         if message.dest_router != self.name:
@@ -246,14 +278,6 @@ class MessageEngine:
         else:
             self._pump_towards(message.dest_router)
         return message.msg_id
-
-    def _submit_transient(self, message: Message) -> Deferred:
-        refusal = self._transient_refusal(message)
-        if refusal is not None:
-            return fail(refusal)
-        self._emit_accepted(message)
-        self._route_transient(message)
-        return succeed(message.msg_id)
 
     # -- links --------------------------------------------------------------
 
@@ -498,7 +522,7 @@ class MessageEngine:
     def _emit_accepted(self, message: Message) -> None:
         self._events.emit(
             events.MESSAGE_ACCEPTED, msg_id=message.msg_id, origin=message.origin,
-            dest=f"{message.dest_queue}@{message.dest_router}", size=len(message.body),
+            dest=_address(message), size=len(message.body),
             persistent=message.persistent,
         )
 

@@ -64,6 +64,13 @@ class IMessageStore(Interface):
             L{meshroute.store.DuplicateMessage} as C{accept} does.
         """
 
+    def duplicate_of(duplicate_id):
+        """
+        @return: Deferred firing with the C{msg_id} of the message accepted
+            with C{duplicate_id} within the store's duplicate-id window, or
+            None.
+        """
+
     def receive(peer, seq, message, local):
         """
         Store a message that arrived from C{peer} with link sequence

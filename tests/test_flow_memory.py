@@ -6,7 +6,7 @@ router's memory finite while it waits.
 
 import pytest
 
-from meshroute.engine import BacklogFull
+from meshroute.engine import BacklogFull, UnknownRouter
 from memory_mesh import BUFFER_SIZE, MemoryMesh
 from test_messaging_memory import Consumer, assert_confirmed, events_of, send
 
@@ -146,3 +146,46 @@ def test_non_persistent_arriving_for_a_frozen_next_hop_drops_the_oldest(mesh):
     dropped = events_of(router_b, "message.dropped")
     assert len(dropped) >= 2000 - 10 - BUFFER_SIZE // 1024 - 1
     assert {e["reason"] for e in dropped} == {"max-backlog"}
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_retried_send_past_the_bound_gets_its_original_answer(mesh, persistent):
+    """
+    A send whose duplicate id was accepted is answered with the first
+    message's id even when the destination's backlog is full by now.
+    """
+    mesh.add("router-a", connect_to=["router-b"], max_backlog=3, max_transient_backlog=3)
+    mesh.add("router-b")
+    mesh.run(1)
+    mesh.stop("router-b")
+    mesh.run(1)
+    engine = mesh.routers["router-a"].engine
+    first = []
+    engine.submit("q@router-b", b"0", {}, persistent, duplicate_id="d-0").addCallback(
+        first.append)
+    send(mesh, "router-a", "q@router-b", 2, persistent=persistent)
+    assert len(refused(send(mesh, "router-a", "q@router-b", 1, persistent=persistent))) == 1
+    again = []
+    engine.submit("q@router-b", b"0", {}, persistent, duplicate_id="d-0").addBoth(again.append)
+    assert again == first
+    assert refused([engine.submit("q@router-b", b"1", {}, persistent, duplicate_id="d-1")])
+
+
+def test_a_retried_send_to_a_router_forgotten_by_a_restart_gets_its_original_answer(mesh):
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    mesh.stop("router-b")
+    mesh.run(1)
+    first = []
+    mesh.routers["router-a"].engine.submit(
+        "q@router-b", b"0", {}, True, duplicate_id="d-0").addCallback(first.append)
+    assert first
+    config = mesh.routers["router-a"].config
+    mesh.stop("router-a")
+    engine = mesh.start(config).engine
+    again = []
+    engine.submit("q@router-b", b"0", {}, True, duplicate_id="d-0").addBoth(again.append)
+    assert again == first
+    [failure] = refused([engine.submit("q@router-b", b"1", {}, True, duplicate_id="d-1")])
+    assert failure.check(UnknownRouter)

@@ -420,6 +420,13 @@ class SQLiteStore:
                 d.addCallback(_count_if_new, self._backlog, message.dest_router)
         return d
 
+    def duplicate_of(self, duplicate_id: str):
+        """
+        Fires with the C{msg_id} of the message accepted with
+        C{duplicate_id} within the last C{duplicate_id_window_s}, or None.
+        """
+        return self._submit(_duplicate_of, duplicate_id, self._now() - self.duplicate_id_window_s)
+
     def prune_duplicate_ids(self):
         """
         Forget the duplicate ids recorded more than C{duplicate_id_window_s}
@@ -756,6 +763,12 @@ def _accept_once(connection, message: Message, duplicate_id: str, local: bool, n
         else:
             _accept_backlog(connection, message)
     return None
+
+
+@_atomic
+def _duplicate_of(connection, duplicate_id: str, cutoff: float) -> str | None:
+    row = connection.execute(_FIND_DUPLICATE, (duplicate_id,)).fetchone()
+    return row[1] if row is not None and row[2] >= cutoff else None
 
 
 def _accept_local_batch(connection, calls: list) -> list:
