@@ -402,14 +402,16 @@ class MessageEngine:
                 if other != peer for dest in outbox}
         return serving - held if held else serving
 
-    def outbox_acknowledged(self, peer: str) -> None:
+    def outbox_acknowledged(self, count: int, peer: str) -> int:
         """
-        Messages left C{peer}'s outbox: destinations they held back may
-        move on other links.
+        C{count} messages left C{peer}'s outbox: destinations they held
+        back may move on other links.
         """
-        for other, channel in list(self._channels.items()):
-            if other != peer:
-                channel.pump()
+        if count:
+            for other, channel in list(self._channels.items()):
+                if other != peer:
+                    channel.pump()
+        return count
 
     def _next_channel(self, router: str) -> "PeerChannel | None":
         hop = self.routes.next_hop(router)
@@ -582,7 +584,7 @@ class PeerChannel:
         replay the rest of our outbox, then carry on from the backlog.
         """
         self._pumping = True
-        d = self._store.acknowledge(self.peer, peer_last_received)
+        d = self._acknowledge(peer_last_received)
         d.addCallback(lambda _: self._store.outbox(self.peer, peer_last_received))
         d.addCallback(self._send_assigned, None)
         d.addErrback(self._failed, "replaying the outbox")
@@ -627,10 +629,18 @@ class PeerChannel:
         done = [seq for seq in self._in_flight if seq <= frame.seq]
         for seq in done:
             self._engine.emit_forwarded(self.peer, self._in_flight.pop(seq))
-        d = self._store.acknowledge(self.peer, frame.seq)
-        d.addCallback(lambda _: self._engine.outbox_acknowledged(self.peer))
+        d = self._acknowledge(frame.seq)
         d.addErrback(self._failed, "recording an acknowledgement")
         self.pump()
+
+    def _acknowledge(self, seq: int) -> Deferred:
+        """
+        Forget our outbox up to C{seq}, which the peer holds; then the
+        newer messages for the same destinations may move on other links.
+        """
+        d = self._store.acknowledge(self.peer, seq)
+        d.addCallback(self._engine.outbox_acknowledged, self.peer)
+        return d
 
     def pause(self) -> None:
         """

@@ -77,6 +77,36 @@ def test_order_kept_through_a_restart_with_an_outbox_for_a_frozen_peer(mesh):
     assert consumer.bodies == [b"%d" % i for i in range(200)]
 
 
+def test_messages_held_behind_a_live_peer_move_once_it_acknowledges(mesh):
+    """
+    A shorter route appears while 0..99 are in flight to the old next hop
+    b: 100..199 wait for b's acknowledgement, then take the new route at
+    once (no later event is needed to move them).
+    """
+    mesh.add("router-a", connect_to=["router-b", "router-c"])
+    mesh.add("router-b", connect_to=["router-x"])
+    mesh.add("router-x", connect_to=["router-d"])
+    mesh.add("router-d")
+    mesh.run(1)
+    assert mesh.routers["router-a"].describe_routes()["router-d"] == {
+        "next_hop": "router-b", "hops": 3}
+    consumer = Consumer(mesh.routers["router-d"], "q", credit=1000)
+    sent = send(mesh, "router-a", "q@router-d", 100)
+    mesh.partition("router-b")
+    mesh.add("router-c", connect_to=["router-d"])
+    mesh.run(0.5)
+    assert mesh.routers["router-a"].describe_routes()["router-d"] == {
+        "next_hop": "router-c", "hops": 2}
+    sent += send(mesh, "router-a", "q@router-d", 100, start=100)
+    mesh.network.flush()
+    assert mesh.routers["router-a"].store.backlog_depths() == {"router-d": 100}
+    mesh.heal("router-b")
+    mesh.run(0.01)  # b acknowledges on its next reactor turn
+    assert_confirmed(sent)
+    assert mesh.routers["router-a"].store.backlog_depths() == {}
+    assert sorted(consumer.bodies, key=int) == [b"%d" % i for i in range(200)]
+
+
 def refused(deferreds) -> list:
     """
     The failures among C{deferreds} (every one has fired).
