@@ -1,7 +1,8 @@
 """
 Flow through whole routers in memory: per-producer order through a
-reroute, backpressure from a frozen next hop, and the bounds that keep a
-router's memory finite while it waits.
+reroute, backpressure from a frozen next hop, the bounds that keep a
+router's memory finite while it waits, and the answer a retried send gets
+when a new one would be refused.
 """
 
 import pytest
