@@ -20,14 +20,22 @@ Exactly once across links (docs/routing.md tells the whole story):
    peer may have stored some of them without our hearing the ack, so
    every router also refuses a message id it holds or has enqueued: a
    second copy is dropped (C{message.duplicate}), never enqueued.
+ - Order through a reroute: while a destination has messages in the
+   outbox of a peer that is not its next hop, its newer messages stay in
+   the backlog behind them (L{MessageEngine.assignable}).
 
 Flow control: at most L{WINDOW} unacknowledged messages per link; the rest
-wait in the store, not in memory, however large the backlog.
+wait in the store, not in memory, however large the backlog.  A link whose
+transport is full (L{PeerChannel.pause}) takes no more messages until it
+drains: persistent ones wait in the store, non-persistent ones in the
+bounded waiting queue below.
 
 Non-persistent messages (C{persistent=False}) never touch the store: they
 travel as C{FastTransfer} frames without sequence or acknowledgement, so
 they may be lost with a link or a router and are never duplicated.  While
-they have no route they wait in memory, bounded like the backlog.
+they have no route, or their link is paused, they wait in memory, at most
+C{max-transient-backlog} per destination: past it producers get
+L{BacklogFull} and, of those arriving over links, the oldest is dropped.
 """
 
 from collections import defaultdict, deque
@@ -91,6 +99,10 @@ def _message_from(frame, persistent: bool) -> Message:
     )
 
 
+def _address(message: Message) -> str:
+    return f"{message.dest_queue}@{message.dest_router}"
+
+
 def _advertisement_items(advertisements) -> list:
     return [[a.origin, a.seq, list(a.neighbors)] for a in advertisements]
 
@@ -152,7 +164,8 @@ class MessageEngine:
             window (the id is recorded in the same transaction as the
             message); a duplicate fires with the first message's id,
             enqueues nothing and emits C{message.duplicate} with reason
-            C{duplicate-id}.
+            C{duplicate-id}, even when a send to that address would be
+            refused now (L{UnknownRouter}, L{BacklogFull}).
         @return: Deferred firing with the message id once the message is
             durable (persistent) or accepted (non-persistent); failing with
             L{AddressError}, L{UnknownRouter} or L{BacklogFull}.
@@ -161,8 +174,11 @@ class MessageEngine:
             queue, router = parse_address(address, self.name)
         except AddressError as e:
             return fail(e)
-        if router != self.name and not self.routes.known(router):
-            return fail(UnknownRouter(f"no router named {router!r} is known in the mesh"))
+        refusal = self._refusal(router, persistent)
+        if refusal is not None:
+            if duplicate_id:
+                return self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
+            return fail(refusal)
         message = Message(
             msg_id=self._ids.next(),
             origin=self.name,
@@ -175,18 +191,13 @@ class MessageEngine:
         )
         if not persistent:
             if duplicate_id:
-                refusal = self._transient_refusal(message)
-                if refusal is not None:
-                    return fail(refusal)
                 d = self._store.accept_once(message, duplicate_id)
                 d.addCallback(self._accepted_transient_once, message, duplicate_id)
                 return d
-            return self._submit_transient(message)
+            self._emit_accepted(message)
+            self._route_transient(message)
+            return succeed(message.msg_id)
         if router != self.name:
-            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
-            if waiting >= self._max_backlog:
-                return fail(BacklogFull(
-                    f"{waiting} messages already wait for {router} (max-backlog)"))
             self._accepting[router] += 1
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
@@ -196,35 +207,64 @@ class MessageEngine:
         d.addBoth(self._accepted, message)
         return d
 
+    def _refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
+        """
+        Why a send to C{router} would be refused now, if it would: no
+        router of that name is known, or its backlog is at its bound.
+        """
+        if router == self.name:
+            return None
+        if not self.routes.known(router):
+            return UnknownRouter(f"no router named {router!r} is known in the mesh")
+        if persistent:
+            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
+            if waiting >= self._max_backlog:
+                return BacklogFull(f"{waiting} messages already wait for {router} (max-backlog)")
+        else:
+            waiting = len(self._transient.get(router, ()))
+            if waiting >= self._max_transient_backlog:
+                return BacklogFull(
+                    f"{waiting} non-persistent messages already wait for {router}")
+        return None
+
+    def _refused_unless_sent(self, refusal: MeshrouteError, duplicate_id: str,
+                             dest: str) -> Deferred:
+        """
+        A send that would be refused may be the retry of one accepted
+        before, whose answer a lost connection swallowed: its answer is
+        then the first message's id, whatever the mesh's state now.
+        """
+        d = self._store.duplicate_of(duplicate_id)
+
+        def answer(original: str | None):
+            if original is None:
+                return Failure(refusal)
+            self._emit_duplicate_send(original, dest, duplicate_id)
+            return original
+
+        d.addCallback(answer)
+        return d
+
     def _accepted_once(self, result, message: Message, duplicate_id: str):
         if isinstance(result, str):
             if message.dest_router != self.name:
                 self._accepting[message.dest_router] -= 1
-            self._emit_duplicate_send(result, message, duplicate_id)
+            self._emit_duplicate_send(result, _address(message), duplicate_id)
             return result
         return self._accepted(result, message)
 
     def _accepted_transient_once(self, original: str | None, message: Message,
                                  duplicate_id: str):
         if original is not None:
-            self._emit_duplicate_send(original, message, duplicate_id)
+            self._emit_duplicate_send(original, _address(message), duplicate_id)
             return original
         self._emit_accepted(message)
         self._route_transient(message)
         return message.msg_id
 
-    def _emit_duplicate_send(self, original: str, message: Message, duplicate_id: str) -> None:
+    def _emit_duplicate_send(self, original: str, dest: str, duplicate_id: str) -> None:
         self._events.emit(events.MESSAGE_DUPLICATE, msg_id=original, origin=self.name,
-                          reason="duplicate-id", duplicate_id=duplicate_id,
-                          dest=f"{message.dest_queue}@{message.dest_router}")
-
-    def _transient_refusal(self, message: Message) -> BacklogFull | None:
-        if message.dest_router != self.name:
-            waiting = len(self._transient.get(message.dest_router, ()))
-            if waiting >= self._max_transient_backlog:
-                return BacklogFull(
-                    f"{waiting} non-persistent messages already wait for {message.dest_router}")
-        return None
+                          reason="duplicate-id", duplicate_id=duplicate_id, dest=dest)
 
     def _accepted(self, result, message: Message):
         if message.dest_router != self.name:
@@ -238,14 +278,6 @@ class MessageEngine:
         else:
             self._pump_towards(message.dest_router)
         return message.msg_id
-
-    def _submit_transient(self, message: Message) -> Deferred:
-        refusal = self._transient_refusal(message)
-        if refusal is not None:
-            return fail(refusal)
-        self._emit_accepted(message)
-        self._route_transient(message)
-        return succeed(message.msg_id)
 
     # -- links --------------------------------------------------------------
 
@@ -350,6 +382,37 @@ class MessageEngine:
         """
         return self._serving.get(peer, frozenset())
 
+    def assignable(self, peer: str) -> frozenset:
+        """
+        The destination routers whose backlog C{peer} may take now: those
+        it is the next hop of, except any with messages still in another
+        peer's outbox.
+
+        Those messages are older than everything in the backlog for that
+        destination (a producer's messages enter the backlog in order).
+        Until they are acknowledged (their link recovered) or returned to
+        the backlog (C{reroute-delay} passed), which puts them back in
+        front of the newer ones, the newer ones wait: otherwise they would
+        overtake them on the new route.
+        """
+        serving = self.serving(peer)
+        if not serving:
+            return serving
+        held = {dest for other, outbox in self._store.outbox_depths().items()
+                if other != peer for dest in outbox}
+        return serving - held if held else serving
+
+    def outbox_acknowledged(self, count: int, peer: str) -> int:
+        """
+        C{count} messages left C{peer}'s outbox: destinations they held
+        back may move on other links.
+        """
+        if count:
+            for other, channel in list(self._channels.items()):
+                if other != peer:
+                    channel.pump()
+        return count
+
     def _next_channel(self, router: str) -> "PeerChannel | None":
         hop = self.routes.next_hop(router)
         return self._channels.get(hop) if hop is not None else None
@@ -417,7 +480,8 @@ class MessageEngine:
                               origin=message.origin)
             return
         channel = self._next_channel(message.dest_router)
-        if channel is not None and message.dest_router not in self._transient:
+        if (channel is not None and not channel.paused
+                and message.dest_router not in self._transient):
             channel.send_transient(message)
             return
         waiting = self._transient[message.dest_router]
@@ -429,27 +493,38 @@ class MessageEngine:
 
     def _release_transient(self, router: str) -> None:
         """
-        A route to C{router} may have appeared: hand its waiting
-        non-persistent messages to the link, a batch per reactor turn (new
-        ones queue behind them, so order is kept).
+        A route to C{router} may have appeared, or its link resumed: hand
+        its waiting non-persistent messages to the link, a batch per
+        reactor turn, until the link pauses (new ones queue behind them, so
+        order is kept).
         """
         channel = self._next_channel(router)
         waiting = self._transient.get(router)
         if channel is None or not waiting:
             return
         for _ in range(min(TRANSIENT_BATCH, len(waiting))):
+            if channel.paused:
+                return
             channel.send_transient(waiting.popleft())
         if waiting:
             self._clock.callLater(0, self._release_transient, router)
         else:
             del self._transient[router]
 
+    def link_resumed(self, peer: str) -> None:
+        """
+        The link to C{peer} can take messages again.
+        """
+        for router in list(self._transient):
+            if self.routes.next_hop(router) == peer:
+                self._release_transient(router)
+
     # -- events -------------------------------------------------------------
 
     def _emit_accepted(self, message: Message) -> None:
         self._events.emit(
             events.MESSAGE_ACCEPTED, msg_id=message.msg_id, origin=message.origin,
-            dest=f"{message.dest_queue}@{message.dest_router}", size=len(message.body),
+            dest=_address(message), size=len(message.body),
             persistent=message.persistent,
         )
 
@@ -495,6 +570,8 @@ class PeerChannel:
         # them as already received (and acknowledge them), losing them.
         self._pumping = True
         self._closed = False
+        #: The link's transport is full: no new messages until it drains.
+        self.paused = False
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
@@ -507,7 +584,7 @@ class PeerChannel:
         replay the rest of our outbox, then carry on from the backlog.
         """
         self._pumping = True
-        d = self._store.acknowledge(self.peer, peer_last_received)
+        d = self._acknowledge(peer_last_received)
         d.addCallback(lambda _: self._store.outbox(self.peer, peer_last_received))
         d.addCallback(self._send_assigned, None)
         d.addErrback(self._failed, "replaying the outbox")
@@ -517,12 +594,12 @@ class PeerChannel:
         Hand the peer more backlog messages if the window has room and
         there are any for destinations it serves.
         """
-        if self._pumping or self._closed:
+        if self._pumping or self._closed or self.paused:
             return
         room = WINDOW - len(self._in_flight)
         if room <= 0:
             return
-        serving = self._engine.serving(self.peer)
+        serving = self._engine.assignable(self.peer)
         depths = self._store.backlog_depths()
         if not any(depths.get(router) for router in serving):
             return
@@ -552,9 +629,34 @@ class PeerChannel:
         done = [seq for seq in self._in_flight if seq <= frame.seq]
         for seq in done:
             self._engine.emit_forwarded(self.peer, self._in_flight.pop(seq))
-        d = self._store.acknowledge(self.peer, frame.seq)
+        d = self._acknowledge(frame.seq)
         d.addErrback(self._failed, "recording an acknowledgement")
         self.pump()
+
+    def _acknowledge(self, seq: int) -> Deferred:
+        """
+        Forget our outbox up to C{seq}, which the peer holds; then the
+        newer messages for the same destinations may move on other links.
+        """
+        d = self._store.acknowledge(self.peer, seq)
+        d.addCallback(self._engine.outbox_acknowledged, self.peer)
+        return d
+
+    def pause(self) -> None:
+        """
+        The link's transport is full (the peer reads slower than we write):
+        take no more messages, so that they wait where they are bounded.
+        """
+        self.paused = True
+
+    def resume(self) -> None:
+        """
+        The link's transport has drained: carry on.
+        """
+        self.paused = False
+        if not self._closed:
+            self._engine.link_resumed(self.peer)
+            self.pump()
 
     def send_transient(self, message: Message) -> None:
         forwarded = message.forwarded()

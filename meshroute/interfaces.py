@@ -64,6 +64,13 @@ class IMessageStore(Interface):
             L{meshroute.store.DuplicateMessage} as C{accept} does.
         """
 
+    def duplicate_of(duplicate_id):
+        """
+        @return: Deferred firing with the C{msg_id} of the message accepted
+            with C{duplicate_id} within the store's duplicate-id window, or
+            None.
+        """
+
     def receive(peer, seq, message, local):
         """
         Store a message that arrived from C{peer} with link sequence
@@ -147,6 +154,12 @@ class IMessageStore(Interface):
         """
         Synchronous: the peers with unacknowledged messages in their
         outbox.
+        """
+
+    def outbox_depths():
+        """
+        Synchronous: C{{peer: {dest_router: number of messages}}} for the
+        messages in each peer's outbox (not yet acknowledged).
         """
 
     def backlog_depths():
@@ -264,6 +277,17 @@ class ILinkChannel(Interface):
     def routes(frame):
         """
         A L{meshroute.wire.frames.Routes} arrived.
+        """
+
+    def pause():
+        """
+        The link's transport is full: write no more messages until
+        C{resume}.
+        """
+
+    def resume():
+        """
+        The link's transport has drained.
         """
 
     def closed():

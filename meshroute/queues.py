@@ -9,7 +9,11 @@ persistent message in memory at all.  Non-persistent entries (the JMS
 NON_PERSISTENT fast path) live only here, in memory, bounded per queue by
 C{max_transient}; past it the oldest is dropped (C{message.dropped},
 reason C{max-depth}), since a non-persistent message may be lost but must
-never block a producer.
+never block a producer.  Those waiting in all queues together are bounded
+by C{max_transient_total}, so that many queue names cannot add up to
+unbounded memory: past it the oldest waiting in the message's own queue
+is dropped, or the message itself if its queue has none waiting
+(C{message.dropped}, reason C{max-total-depth}).
 
 Delivery rules:
 
@@ -77,6 +81,9 @@ READ_AHEAD = 256
 
 #: Default bound of waiting non-persistent messages per queue.
 MAX_TRANSIENT = 100_000
+
+#: Default bound of waiting non-persistent messages in all queues together.
+MAX_TRANSIENT_TOTAL = 100_000
 
 #: How long after the store failed to mark a batch of deliveries the queue
 #: tries to deliver them again (sooner if credit, a message or a consumer
@@ -382,10 +389,13 @@ class QueueManager:
     @param read_ahead: bound of each queue's read-ahead buffer.
     @param max_transient: bound of waiting non-persistent messages per
         queue.
+    @param max_transient_total: bound of waiting non-persistent messages
+        in all queues together.
     """
 
     def __init__(self, store, events, clock: IReactorTime,
-                 read_ahead: int = READ_AHEAD, max_transient: int = MAX_TRANSIENT) -> None:
+                 read_ahead: int = READ_AHEAD, max_transient: int = MAX_TRANSIENT,
+                 max_transient_total: int = MAX_TRANSIENT_TOTAL) -> None:
         if read_ahead < 1:
             raise ValueError("read_ahead must be at least 1")
         self.clock = clock
@@ -393,6 +403,8 @@ class QueueManager:
         self._events = events
         self._read_ahead = read_ahead
         self._max_transient = max_transient
+        self._max_transient_total = max_transient_total
+        self._transient_waiting = 0
         self._queues: dict[str, _Queue] = {}
         self._delivery_ids = itertools.count(1)
 
@@ -418,15 +430,27 @@ class QueueManager:
         """
         state = self._state(queue)
         if len(state.transient) >= self._max_transient:
-            dropped = state.transient.popleft()
-            state.transient_held -= 1
-            self._events.emit(
-                event_names.MESSAGE_DROPPED, msg_id=dropped.message.msg_id,
-                origin=dropped.message.origin, queue=queue, reason="max-depth",
-            )
+            self._drop_oldest_transient(state, "max-depth")
+        elif self._transient_waiting >= self._max_transient_total:
+            if not state.transient:
+                self._forget_if_idle(state)
+                self._emit_dropped(message, queue, "max-total-depth")
+                return
+            self._drop_oldest_transient(state, "max-total-depth")
         state.transient.append(_Item(None, message, False, next(state.seq)))
         state.transient_held += 1
+        self._transient_waiting += 1
         self._dispatch(state)
+
+    def _drop_oldest_transient(self, state: _Queue, reason: str) -> None:
+        dropped = state.transient.popleft()
+        state.transient_held -= 1
+        self._transient_waiting -= 1
+        self._emit_dropped(dropped.message, state.name, reason)
+
+    def _emit_dropped(self, message: Message, queue: str, reason: str) -> None:
+        self._events.emit(event_names.MESSAGE_DROPPED, msg_id=message.msg_id,
+                          origin=message.origin, queue=queue, reason=reason)
 
     # -- what client sessions call --------------------------------------------
 
@@ -592,6 +616,8 @@ class QueueManager:
             consumer = self._next_consumer(state, item.entry_id is not None)
             if consumer is not None:
                 source.popleft()
+                if source is transient:
+                    self._transient_waiting -= 1
                 if both and source is not state.returned:
                     state.take_transient = source is transient
                 return consumer, item

@@ -19,6 +19,7 @@ class RecordingChannel:
         self.recovered_at: int | None = None
         self.frames: list = []
         self.is_closed = False
+        self.paused = False
 
     def recovered(self, peer_last_received: int) -> None:
         self.recovered_at = peer_last_received
@@ -27,6 +28,12 @@ class RecordingChannel:
         self.frames.append(frame)
 
     acknowledged = fast_transferred = routes = transferred
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
 
     def closed(self) -> None:
         self.is_closed = True

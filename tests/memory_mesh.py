@@ -14,6 +14,10 @@ Faults: L{MemoryMesh.partition} holds all traffic to and from a router
 (its connections stay open but nothing arrives, like a frozen process or
 a cut cable) and L{MemoryMesh.heal} releases it; L{MemoryMesh.stop} stops
 a router as SIGTERM would.
+
+Backpressure is a socket's: a side whose unsent bytes pass
+L{BUFFER_SIZE} pauses its streaming producer, and resumes it once they
+are sent (iosim alone never pauses one).
 """
 
 from twisted.internet.defer import fail, succeed
@@ -33,6 +37,38 @@ from meshroute.store.executor import InlineExecutor
 
 SECRET = b"in-memory mesh secret"
 
+#: Unsent bytes past which a transport pauses its streaming producer, as
+#: Twisted's C{FileDescriptor.bufferSize}.
+BUFFER_SIZE = 2**16
+
+
+class _Transport(iosim.FakeTransport):
+    """
+    An iosim transport that pauses its streaming producer while more than
+    L{BUFFER_SIZE} bytes wait to be sent, as a TCP transport does.
+    """
+
+    unsent = 0
+    producer_paused = False
+
+    def write(self, data) -> None:
+        if self.disconnecting:
+            return
+        super().write(data)
+        self.unsent += len(data)
+        if (self.unsent > BUFFER_SIZE and self.streamingProducer
+                and self.producer is not None and not self.producer_paused):
+            self.producer_paused = True
+            self.producer.pauseProducing()
+
+    def getOutBuffer(self):
+        data = super().getOutBuffer()
+        self.unsent = 0
+        if self.producer_paused and self.producer is not None:
+            self.producer_paused = False
+            self.producer.resumeProducing()
+        return data
+
 
 class _Connection:
     """
@@ -46,8 +82,8 @@ class _Connection:
     """
 
     def __init__(self, server, client, client_router: str, server_router: str) -> None:
-        self.server_io = iosim.FakeTransport(server, isServer=True)
-        self.client_io = iosim.FakeTransport(client, isServer=False)
+        self.server_io = _Transport(server, isServer=True)
+        self.client_io = _Transport(client, isServer=False)
         self.server_router = server_router
         self.routers = {client_router, server_router}
         server.makeConnection(self.server_io)
@@ -56,6 +92,12 @@ class _Connection:
     @property
     def finished(self) -> bool:
         return bool(self.server_io.disconnected and self.client_io.disconnected)
+
+    def unsent_from(self, router: str) -> int:
+        """
+        The bytes C{router} wrote on this connection that have not left it.
+        """
+        return (self.server_io if self.server_router == router else self.client_io).unsent
 
     def reset_from(self, router: str) -> None:
         """
@@ -230,7 +272,7 @@ class MemoryMesh:
 
     def config(self, name: str, connect_to=(), listen: bool = True, secret: bytes = SECRET,
                allowed_routers=None, max_hops: int = 16, max_backlog: int = 100_000,
-               **overrides) -> RouterConfig:
+               max_transient_backlog: int = 10_000, **overrides) -> RouterConfig:
         """
         A router's configuration: listening at address C{name}, with a
         connector to each router named in C{connect_to}.  Its store syncs
@@ -268,7 +310,8 @@ class MemoryMesh:
             listener=listener,
             connectors=connectors,
             admin=None,
-            routing=RoutingConfig(max_hops=max_hops, max_backlog=max_backlog),
+            routing=RoutingConfig(max_hops=max_hops, max_backlog=max_backlog,
+                                  max_transient_backlog=max_transient_backlog),
             store=StoreConfig(sync="normal"),
         )
 

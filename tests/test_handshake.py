@@ -606,6 +606,25 @@ def test_no_stage_timer_in_delivery(router, direction):
     assert peer.closed_record()["reason"] == reasons.PEER_CLOSED
 
 
+@pytest.mark.parametrize("direction", ["listener", "connector"])
+def test_a_full_transport_pauses_the_delivery_channel(router, direction):
+    """
+    The link protocol is its transport's streaming producer: a pause or a
+    resume of the transport reaches the delivery stage's channel.
+    """
+    peer = peer_for(router, direction)
+    assert peer.transport.producer is peer.protocol
+    assert peer.transport.streaming
+    peer.protocol.pauseProducing()  # before delivery: nothing to pause
+    peer.protocol.resumeProducing()
+    peer.to_delivery()
+    channel = router.engine.channels[REMOTE]
+    peer.protocol.pauseProducing()
+    assert channel.paused
+    peer.protocol.resumeProducing()
+    assert not channel.paused
+
+
 def test_no_stage_timer_while_waiting_to_disconnect_a_rejected_peer(router):
     """
     After a Reject only reject-disconnect-delay counts, even when it is

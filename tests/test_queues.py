@@ -535,6 +535,29 @@ def test_transient_bound_drops_the_oldest(store, log):
     assert consumer.bodies == [sent[1].body, sent[2].body]
 
 
+def test_transient_total_bound_across_queues(store, log):
+    """
+    Non-persistent messages waiting in all queues together are bounded:
+    past it the oldest of the message's own queue goes, or the message
+    itself when its queue has none waiting.
+    """
+    manager = QueueManager(store, log, Clock(), max_transient=10, max_transient_total=3)
+    sent = [message(f"q{n}", persistent=False) for n in range(5)]
+    for n, m in enumerate(sent):
+        manager.put_transient(f"q{n}", m)
+    assert sum(manager.depths().values()) == 3
+    dropped = log.named(events.MESSAGE_DROPPED)
+    assert [d["msg_id"] for d in dropped] == [sent[3].msg_id, sent[4].msg_id]
+    assert {d["reason"] for d in dropped} == {"max-total-depth"}
+    again = message("q0", persistent=False)
+    manager.put_transient("q0", again)
+    assert log.named(events.MESSAGE_DROPPED)[-1]["msg_id"] == sent[0].msg_id
+    consumer = Consumer(manager, "q0")
+    assert consumer.bodies == [again.body]
+    manager.put_transient("q3", sent[3])
+    assert manager.depths() == {"q0": 1, "q1": 1, "q2": 1, "q3": 1}
+
+
 def test_depths_and_consumer_counts(store, manager):
     enqueue(store, manager, "a", 2)
     manager.put_transient("b", message("b", persistent=False))

@@ -934,6 +934,19 @@ def test_the_store_accepts_once_per_duplicate_id_across_a_restart(tmp_path, cloc
         store.close()
 
 
+def test_the_store_finds_the_message_of_a_duplicate_id_within_the_window(tmp_path, clock):
+    store = open_store(tmp_path / "s.db", clock, window_s=60.0)
+    try:
+        assert outcome(store.duplicate_of("d-1")) is None
+        outcome(store.accept_once(message(1), "d-1"))
+        clock.advance(59)
+        assert outcome(store.duplicate_of("d-1")) == message(1).msg_id
+        clock.advance(2)
+        assert outcome(store.duplicate_of("d-1")) is None
+    finally:
+        store.close()
+
+
 def test_a_duplicate_message_id_undoes_the_duplicate_id(tmp_path, clock):
     from meshroute.store import DuplicateMessage
 

@@ -434,6 +434,26 @@ async def test_outbox_peers_lists_the_peers_with_unacknowledged_messages(opener)
 
 
 @pytest_twisted.ensureDeferred
+async def test_outbox_depths_count_each_peers_messages_per_destination(opener):
+    store = await opener.open()
+    for n in range(1, 4):
+        await store.accept(msg(n))
+    await store.accept(msg(4, dest_router="router-d"))
+    await store.assign("peer-b", ["router-c", "router-d"], 3)
+    await store.assign("peer-e", ["router-d"], 1)
+    assert store.outbox_depths() == {"peer-b": {"router-c": 3}, "peer-e": {"router-d": 1}}
+    assert await store.acknowledge("peer-b", 2) == 2
+    assert store.outbox_depths() == {"peer-b": {"router-c": 1}, "peer-e": {"router-d": 1}}
+    store = await opener.reopen(store)
+    assert store.outbox_depths() == {"peer-b": {"router-c": 1}, "peer-e": {"router-d": 1}}
+    await store.return_outbox("peer-e")
+    assert store.outbox_depths() == {"peer-b": {"router-c": 1}}
+    [(_, message)] = await store.outbox("peer-b", 0)
+    await store.dead_letter(message, "poison")
+    assert store.outbox_depths() == {}
+
+
+@pytest_twisted.ensureDeferred
 async def test_without_a_router_name_accept_takes_the_origin_for_this_router(opener):
     store = await opener.open(router=None)
     await store.accept(msg(1, dest_router=ROUTER))

@@ -318,6 +318,9 @@ class LinkCore:
             self.close_detail = detail
         self._stop_timers()
         if reason in (reasons.REJECTED, reasons.SHUTDOWN):
+            # A TLS transport holds a clean close until its producer (the
+            # LinkProtocol) is unregistered.
+            self.transport.unregisterProducer()
             self.transport.loseConnection()
         else:
             self.transport.abortConnection()

@@ -5,13 +5,23 @@ L{LinkProtocol.dataReceived} feeds a L{FrameDecoder}; each decoded frame
 becomes one input of the link's machine.  A decode error or an
 out-of-stage frame becomes the C{protocol_error} input, which closes this
 one connection and nothing else.
+
+Backpressure: the protocol is the streaming producer of its transport.
+When the transport's buffer fills (the peer reads slower than we write, or
+not at all) the transport pauses it, and the delivery stage's channel stops
+writing messages until the buffer drains; they wait where their bounds
+apply (the store's backlog, the engine's non-persistent waiting queue).
+Control frames (acknowledgements, keepalives, routes) are small and still
+go out.
 """
 
 import itertools
 
 from automat import NoTransition
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
+from zope.interface import implementer
 
 from meshroute.errors import WireError
 from meshroute.link.handshake import (
@@ -110,9 +120,14 @@ class Link:
         }
 
 
+@implementer(IPushProducer)
 class LinkProtocol(Protocol):
     """
     Bytes ↔ frames for one link; all decisions are the machine's.
+
+    The transport's producer: it passes a pause or resume on to the
+    link's delivery-stage channel.  Before delivery there is no channel,
+    and the handshake's few small frames never fill a buffer.
     """
 
     def __init__(self, context: RouterContext, direction: str, settings, on_delivery=None):
@@ -124,6 +139,7 @@ class LinkProtocol(Protocol):
 
     def connectionMade(self) -> None:
         send_immediately(self.transport)
+        self.transport.registerProducer(self, True)
         number = next(_link_numbers)
         core = LinkCore(
             context=self._context,
@@ -150,6 +166,27 @@ class LinkProtocol(Protocol):
         for frame in frames:
             if not self.link.frame_received(frame):
                 return
+
+    def pauseProducing(self) -> None:
+        """
+        The transport's buffer is full.
+        """
+        channel = self.link.core.channel
+        if channel is not None:
+            channel.pause()
+
+    def resumeProducing(self) -> None:
+        """
+        The transport's buffer has drained.
+        """
+        channel = self.link.core.channel
+        if channel is not None:
+            channel.resume()
+
+    def stopProducing(self) -> None:
+        """
+        The transport is going away; C{connectionLost} follows.
+        """
 
     def connectionLost(self, reason=None) -> None:
         why = "" if reason is None or reason.check(ConnectionDone) else reason.getErrorMessage()

@@ -74,8 +74,8 @@ Synchronous accessors
 =====================
 
 L{SQLiteStore.last_received}, L{SQLiteStore.backlog_depths},
-L{SQLiteStore.queue_depths} and L{SQLiteStore.outbox_peers} (an addition
-to L{IMessageStore}) are served from dicts loaded at L{open} and
+L{SQLiteStore.queue_depths}, L{SQLiteStore.outbox_peers} and
+L{SQLiteStore.outbox_depths} are served from dicts loaded at L{open} and
 updated only on the reactor thread, by a callback the store adds to each
 write's Deferred before returning it.  So they change exactly when the
 Deferred fires (after the commit), in submission order, and a caller's
@@ -203,7 +203,9 @@ _SELECT_OUTBOX = (
     f"SELECT seq, {_COLUMNS} FROM messages "
     "WHERE state = 'outbox' AND peer = ? AND seq > ? ORDER BY seq"
 )
-_ACKNOWLEDGE = "DELETE FROM messages WHERE state = 'outbox' AND peer = ? AND seq <= ?"
+_ACKNOWLEDGE = (
+    "DELETE FROM messages WHERE state = 'outbox' AND peer = ? AND seq <= ? RETURNING dest_router"
+)
 _RETURN_OUTBOX = (
     "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL "
     "WHERE state = 'outbox' AND peer = ? RETURNING dest_router"
@@ -324,7 +326,7 @@ class SQLiteStore:
         self._received: dict[str, int] = {}
         self._backlog: dict[str, int] = {}
         self._queues: dict[str, int] = {}
-        self._outboxes: dict[str, int] = {}
+        self._outboxes: dict[str, dict[str, int]] = {}
         #: The schema version after L{open}.
         self.schema_version = 0
         #: The schema versions applied by the last L{open} (empty when the
@@ -418,6 +420,13 @@ class SQLiteStore:
                 d.addCallback(_count_if_new, self._backlog, message.dest_router)
         return d
 
+    def duplicate_of(self, duplicate_id: str):
+        """
+        Fires with the C{msg_id} of the message accepted with
+        C{duplicate_id} within the last C{duplicate_id_window_s}, or None.
+        """
+        return self._submit(_duplicate_of, duplicate_id, self._now() - self.duplicate_id_window_s)
+
     def prune_duplicate_ids(self):
         """
         Forget the duplicate ids recorded more than C{duplicate_id_window_s}
@@ -458,7 +467,9 @@ class SQLiteStore:
             backlog = self._backlog
             for _, message in assigned:
                 _count(None, backlog, message.dest_router, -1)
-            _count(None, self._outboxes, peer, len(assigned))
+            outbox = self._outboxes.setdefault(peer, {})
+            for _, message in assigned:
+                _count(None, outbox, message.dest_router, 1)
         return assigned
 
     def outbox(self, peer: str, after_seq: int):
@@ -466,14 +477,27 @@ class SQLiteStore:
 
     def acknowledge(self, peer: str, up_to_seq: int):
         d = self._submit(_acknowledge, peer, up_to_seq)
-        d.addCallback(_uncount, self._outboxes, peer)
+        d.addCallback(self._left_outbox, peer)
+        d.addCallback(lambda by_dest: sum(by_dest.values()))
         return d
 
     def return_outbox(self, peer: str):
         d = self._submit(_return_outbox, peer)
+        d.addCallback(self._left_outbox, peer)
         d.addCallback(_add_counts, self._backlog, 1)
-        d.addCallback(_uncount, self._outboxes, peer)
         return d
+
+    def _left_outbox(self, by_dest: dict, peer: str) -> dict:
+        """
+        C{by_dest[dest_router]} messages left C{peer}'s outbox; returns
+        C{by_dest}.
+        """
+        outbox = self._outboxes.get(peer)
+        if outbox is not None:
+            _add_counts(by_dest, outbox, -1)
+            if not outbox:
+                del self._outboxes[peer]
+        return by_dest
 
     def outbox_peers(self) -> list[str]:
         """
@@ -482,6 +506,15 @@ class SQLiteStore:
         outboxes of peers that do not come back to the backlog.
         """
         return sorted(self._outboxes)
+
+    def outbox_depths(self) -> dict[str, dict[str, int]]:
+        """
+        Synchronous: C{{peer: {dest_router: messages}}} for the messages in
+        each peer's outbox (not yet acknowledged).  The message engine
+        keeps a destination's new messages behind those still in the
+        outbox of a peer that is no longer its next hop.
+        """
+        return {peer: dict(outbox) for peer, outbox in self._outboxes.items()}
 
     def fetch(self, queue: str, after_entry: int, limit: int):
         return self._submit(_fetch, queue, after_entry, limit)
@@ -526,7 +559,7 @@ class SQLiteStore:
         elif state == "queue":
             _count(None, self._queues, dest_queue, -1)
         elif state == "outbox":
-            _count(None, self._outboxes, peer, -1)
+            self._left_outbox({dest_router: 1}, peer)
         _count(None, self._queues, DEAD_LETTER_QUEUE, 1)
         return None
 
@@ -563,15 +596,6 @@ def _count_if_new(original: str | None, counts: dict, key: str):
     if original is None:
         _count(None, counts, key, 1)
     return original
-
-
-def _uncount(n: int, counts: dict, key: str) -> int:
-    """
-    C{n} entries counted under C{key} are gone; returns C{n}.
-    """
-    if n:
-        _count(None, counts, key, -n)
-    return n
 
 
 def _add_counts(by_key: dict, counts: dict, sign: int) -> int:
@@ -695,9 +719,12 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
                 "GROUP BY dest_queue"
             )
         )
-        outboxes = dict(
-            execute("SELECT peer, count(*) FROM messages WHERE state = 'outbox' GROUP BY peer")
-        )
+        outboxes: dict = {}
+        for peer, dest_router, n in execute(
+            "SELECT peer, dest_router, count(*) FROM messages WHERE state = 'outbox' "
+            "GROUP BY peer, dest_router"
+        ):
+            outboxes.setdefault(peer, {})[dest_router] = n
         execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
@@ -736,6 +763,12 @@ def _accept_once(connection, message: Message, duplicate_id: str, local: bool, n
         else:
             _accept_backlog(connection, message)
     return None
+
+
+@_atomic
+def _duplicate_of(connection, duplicate_id: str, cutoff: float) -> str | None:
+    row = connection.execute(_FIND_DUPLICATE, (duplicate_id,)).fetchone()
+    return row[1] if row is not None and row[2] >= cutoff else None
 
 
 def _accept_local_batch(connection, calls: list) -> list:
@@ -843,8 +876,8 @@ def _outbox(connection, peer: str, after_seq: int) -> list:
 
 
 @_atomic
-def _acknowledge(connection, peer: str, up_to_seq: int) -> int:
-    return connection.execute(_ACKNOWLEDGE, (peer, up_to_seq)).rowcount
+def _acknowledge(connection, peer: str, up_to_seq: int) -> dict:
+    return _by_key(connection.execute(_ACKNOWLEDGE, (peer, up_to_seq)).fetchall())
 
 
 def _by_key(rows) -> dict:
