@@ -48,7 +48,7 @@ from meshroute.messages import (
 )
 from meshroute.queues import QueueManager
 from meshroute.routing.table import Advertisement
-from meshroute.wire.frames import Ack, FastTransfer, Routes, Transfer
+from meshroute.wire.frames import Ack, FastTransfer, Recovery, Routes, Transfer
 
 log = Logger()
 
@@ -249,23 +249,26 @@ class MessageEngine:
 
     # -- links --------------------------------------------------------------
 
-    def last_received(self, peer: str) -> int:
+    def recovery(self, peer: str) -> Recovery:
         """
         For the recovery stage: the last sequence durably received from
-        C{peer}.
+        C{peer}, our store id, and the store of C{peer}'s it belongs to.
         """
-        return self._store.last_received(peer)
+        store = self._store
+        return Recovery(store.last_received(peer), store.store_id, store.peer_store_id(peer))
 
-    def link_up(self, peer: str, send) -> "PeerChannel":
+    def link_up(self, peer: str, send, fail, emit) -> "PeerChannel":
         """
-        A link to C{peer} reached delivery; C{send(frame)} writes to it.
+        A link to C{peer} reached delivery; C{send(frame)} writes to it,
+        C{fail(detail)} closes it because the store failed, and
+        C{emit(event, **fields)} writes a link event.
 
         @return: the channel the link feeds its delivery-stage frames to.
         """
         pending = self._reroutes.pop(peer, None)
         if pending is not None and pending.active():
             pending.cancel()
-        channel = PeerChannel(self, peer, send)
+        channel = PeerChannel(self, peer, send, fail, emit)
         self._channels[peer] = channel
         news = self.routes.link_up(peer)
         channel.send(Routes(_advertisement_items(self.routes.advertisements())))
@@ -365,11 +368,12 @@ class MessageEngine:
 
     # -- arrivals -----------------------------------------------------------
 
-    def arrived(self, peer: str, seq: int, message: Message) -> Deferred:
+    def arrived(self, peer: str, seq: int, previous: int, message: Message) -> Deferred:
         """
         A persistent message arrived from C{peer}: store it (dead-lettered
         here if it crossed too many links) and pass it on.
 
+        @param previous: see L{IMessageStore.receive}.
         @return: Deferred firing when it is durable (or known duplicate).
         """
         local = message.dest_router == self.name
@@ -383,7 +387,7 @@ class MessageEngine:
                          "x-original-address": f"{message.dest_queue}@{message.dest_router}"},
                 hops=message.hops, accepted_at=message.accepted_at,
             )
-        d = self._store.receive(peer, seq, stored, local or dead)
+        d = self._store.receive(peer, seq, stored, local or dead, previous)
         d.addCallback(self._stored, peer, message, stored, local, dead)
         return d
 
@@ -392,6 +396,11 @@ class MessageEngine:
         if result == "duplicate-id":
             self._events.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
                               origin=message.origin)
+        elif result == "recalled":
+            log.info("message {msg_id} came back from {peer} while our copy awaited its "
+                     "acknowledgement: the returned copy is kept", msg_id=message.msg_id,
+                     peer=peer)
+            self._pump_towards(message.dest_router)
         elif result == "stored":
             if dead:
                 self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
@@ -480,11 +489,19 @@ class PeerChannel:
     backlog for the destinations this peer is the next hop of.  Receiving:
     each transfer is stored, then acknowledged cumulatively once per
     reactor turn.
+
+    Any store failure closes the link (reason C{store-failed}): a transfer
+    that could not be stored is then never covered by a later cumulative
+    acknowledgement (the store refuses every transfer after it, see
+    L{IMessageStore.receive}), and an outbox that could not be replayed is
+    replayed by the next recovery stage, before anything new is sent.
     """
 
-    def __init__(self, engine: MessageEngine, peer: str, send) -> None:
+    def __init__(self, engine: MessageEngine, peer: str, send, fail, emit) -> None:
         self.peer = peer
         self.send = send
+        self._fail_link = fail
+        self._emit = emit
         self._engine = engine
         self._store = engine._store
         self._clock = engine._clock
@@ -495,22 +512,51 @@ class PeerChannel:
         # them as already received (and acknowledge them), losing them.
         self._pumping = True
         self._closed = False
+        # The highest sequence known to be received from the peer before
+        # the next transfer: the recovery point we announced, then each
+        # transfer's seq (see IMessageStore.receive).
+        self._previous = 0
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
 
     # -- sending ------------------------------------------------------------
 
-    def recovered(self, peer_last_received: int) -> None:
+    def recovered(self, frame: Recovery) -> None:
         """
-        The peer holds everything up to C{peer_last_received}: forget that,
-        replay the rest of our outbox, then carry on from the backlog.
+        The peer's recovery point arrived.
+
+        Receiving: if the peer's store is not the one we last knew (it lost
+        its data dir and numbers from 1 again), what we received from the
+        old one is forgotten, so its new transfers are not taken for old
+        ones.  Sending: the peer holds everything up to its
+        C{last_received}, if that is about our current store (else
+        nothing): forget that, replay the rest of our outbox, then carry on
+        from the backlog.
         """
+        store = self._store
         self._pumping = True
-        d = self._store.acknowledge(self.peer, peer_last_received)
-        d.addCallback(lambda _: self._store.outbox(self.peer, peer_last_received))
+        self._previous = store.last_received(self.peer)
+        known = store.peer_store_id(self.peer)
+        d = succeed(None)
+        if frame.store_id and frame.store_id != known:
+            if known:
+                self._new_incarnation(known, frame.store_id)
+            d = store.record_peer_store(self.peer, frame.store_id, bool(known))
+        held = frame.last_received if frame.peer_store_id == store.store_id else 0
+        d.addCallback(lambda _: store.acknowledge(self.peer, held))
+        d.addCallback(lambda _: store.outbox(self.peer, held))
         d.addCallback(self._send_assigned, None)
         d.addErrback(self._failed, "replaying the outbox")
+
+    def _new_incarnation(self, previous_store: str, store_id: str) -> None:
+        log.warn("link to {peer}: its store changed from {previous} to {current} (restarted "
+                 "with an empty data dir?); forgetting the {last} transfers received from the "
+                 "previous one", peer=self.peer, previous=previous_store, current=store_id,
+                 last=self._previous)
+        self._emit(events.LINK_INCARNATION, previous_store_id=previous_store,
+                   store_id=store_id, discarded_last_received=self._previous)
+        self._previous = 0
 
     def pump(self) -> None:
         """
@@ -569,7 +615,10 @@ class PeerChannel:
         """
         A persistent message arrived: acknowledge it once it is durable.
         """
-        d = self._engine.arrived(self.peer, frame.seq, _message_from(frame, persistent=True))
+        previous = self._previous
+        self._previous = max(previous, frame.seq)
+        d = self._engine.arrived(self.peer, frame.seq, previous,
+                                 _message_from(frame, persistent=True))
         d.addCallback(self._durable, frame.seq)
         d.addErrback(self._failed, "storing a message")
 
@@ -596,12 +645,26 @@ class PeerChannel:
         The link is gone: stop sending; what is in flight stays in the
         outbox for the next recovery or the reroute.
         """
-        self._closed = True
-        if self._ack_call is not None and self._ack_call.active():
-            self._ack_call.cancel()
+        self._stop()
         self._in_flight.clear()
         self._engine.link_down(self.peer, self)
 
+    def _stop(self) -> None:
+        self._closed = True
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
+
     def _failed(self, failure, doing: str) -> None:
-        self._pumping = False
-        log.failure("link to {peer}: {doing} failed", failure, peer=self.peer, doing=doing)
+        """
+        The store failed: close the link, and send nothing more on it (no
+        acknowledgement, no new transfer), so the peer replays what we may
+        lack and we replay what it may lack.
+        """
+        if self._closed:
+            log.warn("link to {peer} (already closing): {doing} failed: {why}",
+                     peer=self.peer, doing=doing, why=failure.getErrorMessage())
+            return
+        self._stop()
+        log.failure("link to {peer}: {doing} failed; closing the link", failure,
+                    peer=self.peer, doing=doing)
+        self._fail_link(f"{doing} failed: {failure.getErrorMessage()}")
