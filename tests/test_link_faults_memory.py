@@ -77,3 +77,57 @@ def test_restart_with_empty_data_dir_gets_the_peers_unacknowledged_replay(mesh):
     mesh.run(2)
     assert_confirmed(sent)
     assert consumer.bodies == [b"%d" % i for i in range(40, 100)]
+
+
+def take_store_failures(observe_errors) -> list:
+    return observe_errors.take(lambda e: "closing the link" in e.get("log_format", ""))
+
+
+def closes_for_store(router) -> list:
+    return [e for e in events_of(router, "link.closed") if e["reason"] == "store-failed"]
+
+
+def test_failed_store_write_closes_the_link_and_is_replayed(mesh, observe_errors):
+    """
+    Scenario 5: storing received transfer k fails once; the link closes
+    (nothing after k is acknowledged) and the sender replays k.
+    """
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-b"], "q")
+    assert_confirmed(send(mesh, "router-a", "q@router-b", 10))
+    mesh.run(1)
+    mesh.routers["router-b"].store.executor.fail_next("_receive_local")
+    sent = send(mesh, "router-a", "q@router-b", 10, start=10)
+    mesh.run(3)
+    assert_confirmed(sent)
+    assert sorted(consumer.bodies, key=int) == [b"%d" % i for i in range(20)]
+    assert len(closes_for_store(mesh.routers["router-b"])) == 1
+    assert len(take_store_failures(observe_errors)) == 1
+
+
+def test_failed_outbox_replay_closes_the_link_before_anything_new_is_sent(
+        mesh, observe_errors):
+    """
+    Scenario 5, recovery: reading the outbox to replay fails; nothing new
+    may go out before the replay (a receiver that got a higher sequence
+    first would take the replayed ones as already received), and the link
+    closes so that the next recovery replays it.
+    """
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-b"], "q")
+    mesh.partition("router-b")
+    sent = send(mesh, "router-a", "q@router-b", 20)
+    mesh.run(3)  # keepalive closes the link; the 20 wait in a's outbox
+    assert "router-b" not in mesh.stages("router-a")
+    sent += send(mesh, "router-a", "q@router-b", 20, start=20)  # a's backlog
+    mesh.routers["router-a"].store.executor.fail_next("_outbox")
+    mesh.heal("router-b")
+    mesh.run(5)
+    assert_confirmed(sent)
+    assert sorted(consumer.bodies, key=int) == [b"%d" % i for i in range(40)]
+    assert len(closes_for_store(mesh.routers["router-a"])) == 1
+    assert len(take_store_failures(observe_errors)) == 1

@@ -30,6 +30,7 @@ from meshroute.store import (
     DEAD_LETTER_REASON,
     SYNC_MODES,
     DuplicateMessage,
+    MissingTransfer,
     ExecutorStopped,
     InlineExecutor,
     SQLiteStore,
@@ -837,3 +838,28 @@ def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
     assert store.queue_depths() == {"q": local}
     assert store.backlog_depths() == {"router-c": len(held) - local}
     store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_refuses_a_transfer_after_one_that_was_not_stored(store):
+    """
+    Transfer 2 was never stored (its write failed): 3, which follows it on
+    the link, is refused, so no acknowledgement of 3 can cover 2.
+    """
+    assert await store.receive("peer-b", 1, msg(1), False, 0) == "stored"
+    with pytest.raises(MissingTransfer):
+        await store.receive("peer-b", 3, msg(3), False, 2)
+    assert store.last_received("peer-b") == 1
+    assert await store.receive("peer-b", 2, msg(2), False, 1) == "stored"
+    assert await store.receive("peer-b", 3, msg(3), False, 2) == "stored"
+
+
+@pytest_twisted.ensureDeferred
+async def test_store_id_is_kept_and_a_new_peer_store_forgets_what_was_received(store):
+    assert len(store.store_id) == 32
+    await store.receive("peer-b", 7, msg(1), False)
+    await store.record_peer_store("peer-b", "old", forget_received=False)
+    assert (store.peer_store_id("peer-b"), store.last_received("peer-b")) == ("old", 7)
+    await store.record_peer_store("peer-b", "new", forget_received=True)
+    assert (store.peer_store_id("peer-b"), store.last_received("peer-b")) == ("new", 0)
+    assert await store.receive("peer-b", 1, msg(2), False) == "stored"
