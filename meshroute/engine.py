@@ -371,10 +371,13 @@ class MessageEngine:
     def arrived(self, peer: str, seq: int, previous: int, message: Message) -> Deferred:
         """
         A persistent message arrived from C{peer}: store it (dead-lettered
-        here if it crossed too many links) and pass it on.
+        here if it crossed too many links, enqueued if it is for us).
 
         @param previous: see L{IMessageStore.receive}.
-        @return: Deferred firing when it is durable (or known duplicate).
+        @return: Deferred firing when it is durable (or known duplicate),
+            with the destination router to forward it to, or None: the
+            caller acknowledges it before it forwards it (see
+            L{PeerChannel._durable}).
         """
         local = message.dest_router == self.name
         dead = not local and message.hops >= self._max_hops
@@ -392,7 +395,7 @@ class MessageEngine:
         return d
 
     def _stored(self, result: str, peer: str, message: Message, stored: Message,
-                local: bool, dead: bool) -> None:
+                local: bool, dead: bool) -> str | None:
         if result == "duplicate-id":
             self._events.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
                               origin=message.origin)
@@ -400,7 +403,7 @@ class MessageEngine:
             log.info("message {msg_id} came back from {peer} while our copy awaited its "
                      "acknowledgement: the returned copy is kept", msg_id=message.msg_id,
                      peer=peer)
-            self._pump_towards(message.dest_router)
+            return message.dest_router
         elif result == "stored":
             if dead:
                 self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
@@ -411,7 +414,8 @@ class MessageEngine:
                 self._emit_enqueued(message)
                 self.queues.notify(message.dest_queue)
             else:
-                self._pump_towards(message.dest_router)
+                return message.dest_router
+        return None
 
     def arrived_transient(self, message: Message) -> None:
         self._route_transient(message)
@@ -622,13 +626,26 @@ class PeerChannel:
         d.addCallback(self._durable, frame.seq)
         d.addErrback(self._failed, "storing a message")
 
-    def _durable(self, _result, seq: int) -> None:
+    def _durable(self, onward: str | None, seq: int) -> None:
+        """
+        Transfer C{seq} is durable here.  Acknowledgements are cumulative
+        and sent once per reactor turn, except for a message we forward
+        (C{onward}: its destination): that one is acknowledged at once,
+        before the pump that may forward it, so that the peer never sees
+        our onward transfer of a message (which may come back to it when
+        routes change) before our acknowledgement of it.
+        """
         if seq > self._durable_seq:
             self._durable_seq = seq
-        if self._ack_call is None and not self._closed:
+        if onward is not None:
+            self._send_ack()
+            self._engine._pump_towards(onward)
+        elif self._ack_call is None and not self._closed:
             self._ack_call = self._clock.callLater(0, self._send_ack)
 
     def _send_ack(self) -> None:
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
         self._ack_call = None
         if self._durable_seq > self._acked_seq and not self._closed:
             self._acked_seq = self._durable_seq

@@ -131,3 +131,30 @@ def test_failed_outbox_replay_closes_the_link_before_anything_new_is_sent(
     assert sorted(consumer.bodies, key=int) == [b"%d" % i for i in range(40)]
     assert len(closes_for_store(mesh.routers["router-a"])) == 1
     assert len(take_store_failures(observe_errors)) == 1
+
+
+def test_message_bounced_back_before_its_ack_is_kept(mesh):
+    """
+    Scenario 3: a hands M to b; b's link to d dies and b's new route to d
+    goes back through a, so b forwards M to a before its Ack of M reaches
+    a.  a's outbox to b still holds M: the copy that came back must be
+    kept (not acknowledged as a duplicate, which lets b delete it while
+    b's Ack then deletes a's), and M ends enqueued once at d.
+    """
+    mesh.add("router-d")
+    mesh.add("router-b", connect_to=["router-d"])
+    mesh.add("router-c", connect_to=["router-d"])
+    mesh.add("router-a", connect_to=["router-b", "router-c"])
+    mesh.run(1)
+    assert mesh.routers["router-a"].describe_routes()["router-d"]["next_hop"] == "router-b"
+    consumer = Consumer(mesh.routers["router-d"], "q")
+    sent = send(mesh, "router-a", "q@router-d", 1)  # Transfer(M) waits in a's transport
+    (b_to_d,) = [c for c in mesh.network.connections_of("router-b") if "router-d" in c.routers]
+    b_to_d.reset_from("router-d")  # b sees its link to d die; nobody else knows yet
+    assert mesh.routers["router-b"].describe_routes()["router-d"]["next_hop"] == "router-a"
+    mesh.run(3)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"0"]
+    for name in ("router-a", "router-b", "router-c"):
+        store = mesh.routers[name].store
+        assert (store.backlog_depths(), store.outbox_peers()) == ({}, []), name

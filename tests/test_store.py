@@ -863,3 +863,21 @@ async def test_store_id_is_kept_and_a_new_peer_store_forgets_what_was_received(s
     await store.record_peer_store("peer-b", "new", forget_received=True)
     assert (store.peer_store_id("peer-b"), store.last_received("peer-b")) == ("new", 0)
     assert await store.receive("peer-b", 1, msg(2), False) == "stored"
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_recalls_a_copy_waiting_in_an_outbox(store):
+    """
+    A copy of m1 comes back (from any peer) while ours waits in peer-b's
+    outbox: ours goes back to the backlog with the new hop count, so
+    peer-b's acknowledgement no longer deletes it.
+    """
+    await store.accept(msg(1))
+    await store.assign("peer-b", ["router-c"], 1)
+    assert await store.receive("peer-b", 1, msg(1, hops=2), False) == "recalled"
+    assert (store.backlog_depths(), store.outbox_peers()) == ({"router-c": 1}, [])
+    assert await store.acknowledge("peer-b", 1) == 0
+    ((_, back),) = await store.assign("peer-c", ["router-c"], 5)
+    assert (back.msg_id, back.hops) == ("m1", 2)
+    assert await store.receive("peer-b", 2, msg(1), False) == "recalled"
+    assert await store.receive("peer-b", 3, msg(1), False) == "duplicate-id"

@@ -224,10 +224,8 @@ _RECORD_PEER_STORE = (
 )
 # A copy of a message held in an outbox came back: take the held one back
 # to the backlog, with the returned copy's hop count.
-_RECALL = (
-    "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL, hops = ?2 "
-    "WHERE msg_id = ?1 AND state = 'outbox' RETURNING peer"
-)
+_IN_OUTBOX = "SELECT id, peer FROM messages WHERE msg_id = ? AND state = 'outbox'"
+_RECALL = "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL, hops = ? WHERE id = ?"
 _SELECT_BACKLOG = (
     f"SELECT id, {_COLUMNS} FROM messages "
     "WHERE state = 'backlog' AND dest_router = ? ORDER BY id LIMIT ?"
@@ -897,10 +895,11 @@ def _receive_backlog(connection, peer: str, seq: int, previous: int, message: Me
         return "duplicate-seq"
     if execute(_INSERT_BACKLOG_NEW, _row(message)).rowcount:
         return "stored"
-    recalled = execute(_RECALL, (message.msg_id, message.hops)).fetchone()
-    if recalled is not None:
-        return "recalled", recalled[0]
-    return "duplicate-id"
+    held = execute(_IN_OUTBOX, (message.msg_id,)).fetchone()
+    if held is None:
+        return "duplicate-id"
+    execute(_RECALL, (message.hops, held[0]))
+    return "recalled", held[1]
 
 
 def _receive_backlog_batch(connection, calls: list) -> list:
