@@ -48,6 +48,7 @@ from meshroute.messages import (
 )
 from meshroute.queues import QueueManager
 from meshroute.routing.table import Advertisement
+from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, body_size
 from meshroute.wire.frames import Ack, FastTransfer, Recovery, Routes, Transfer
 
 log = Logger()
@@ -56,6 +57,8 @@ log = Logger()
 WINDOW = 1024
 #: How many backlog messages one store call hands a link.
 ASSIGN_BATCH = 256
+#: Dead-letter reason of a message whose Transfer no link would take.
+TOO_LARGE = "too-large"
 #: How many waiting non-persistent messages one reactor turn hands a link
 #: once a route appears, so that a large wait does not stall the reactor.
 TRANSIENT_BATCH = 1024
@@ -89,6 +92,25 @@ def _message_from(frame, persistent: bool) -> Message:
         persistent=persistent,
         accepted_at=frame.accepted_at,
     )
+
+
+def _transfer(seq: int, message: Message) -> Transfer:
+    forwarded = message.forwarded()
+    return Transfer(seq, forwarded.msg_id, forwarded.origin, forwarded.dest_router,
+                    forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
+                    forwarded.headers, forwarded.body)
+
+
+def _fits_a_link(message: Message, frame: Transfer) -> bool:
+    """
+    Whether a peer takes C{frame}, the Transfer of C{message}: certainly
+    when the message would fit in a client Send (see
+    L{meshroute.wire.codec}; a UTF-8 character is at most 4 bytes), else
+    measured.
+    """
+    estimate = len(message.body) + sum(4 * (len(k) + len(v)) + 10
+                                       for k, v in message.headers.items())
+    return estimate <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
 def _advertisement_items(advertisements) -> list:
@@ -406,10 +428,7 @@ class MessageEngine:
             return message.dest_router
         elif result == "stored":
             if dead:
-                self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
-                                  origin=message.origin, hops=message.hops, reason="max-hops",
-                                  dest=f"{message.dest_queue}@{message.dest_router}")
-                self.queues.notify(DEAD_LETTER_QUEUE)
+                self.dead_lettered(message, "max-hops")
             elif local:
                 self._emit_enqueued(message)
                 self.queues.notify(message.dest_queue)
@@ -465,6 +484,15 @@ class MessageEngine:
             dest=f"{message.dest_queue}@{message.dest_router}", size=len(message.body),
             persistent=message.persistent,
         )
+
+    def dead_lettered(self, message: Message, reason: str) -> None:
+        """
+        C{message} is now in this router's dead-letter queue, for C{reason}.
+        """
+        self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
+                          origin=message.origin, hops=message.hops, reason=reason,
+                          dest=f"{message.dest_queue}@{message.dest_router}")
+        self.queues.notify(DEAD_LETTER_QUEUE)
 
     def _emit_enqueued(self, message: Message) -> None:
         self._events.emit(
@@ -583,16 +611,35 @@ class PeerChannel:
         d.addErrback(self._failed, "taking messages from the backlog")
 
     def _send_assigned(self, assigned, limit) -> None:
-        self._pumping = False
+        self._send_from(assigned, 0, limit is None or len(assigned) == limit)
+
+    def _send_from(self, assigned, start: int, more: bool) -> None:
+        """
+        Send C{assigned[start:]}, then pump if C{more} may wait.
+
+        A message whose Transfer no peer would take (it would be refused as
+        a protocol error, and replayed on every reconnect) is
+        dead-lettered here instead, with reason L{TOO_LARGE}; nothing after
+        it is sent before that is durable, so no acknowledgement can
+        delete it from the outbox first.
+        """
         if self._closed:
             return
-        for seq, message in assigned:
+        for index in range(start, len(assigned)):
+            seq, message = assigned[index]
+            frame = _transfer(seq, message)
+            if not _fits_a_link(message, frame):
+                log.warn("message {msg_id} is too large for any link; dead-lettered",
+                         msg_id=message.msg_id)
+                d = self._store.dead_letter(message, TOO_LARGE)
+                d.addCallback(lambda _: self._engine.dead_lettered(message, TOO_LARGE))
+                d.addCallback(lambda _: self._send_from(assigned, index + 1, more))
+                d.addErrback(self._failed, "dead-lettering a message too large for the link")
+                return
             self._in_flight[seq] = message
-            forwarded = message.forwarded()
-            self.send(Transfer(seq, forwarded.msg_id, forwarded.origin, forwarded.dest_router,
-                               forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
-                               forwarded.headers, forwarded.body))
-        if limit is None or len(assigned) == limit:
+            self.send(frame)
+        self._pumping = False
+        if more:
             self.pump()
 
     def acknowledged(self, frame: Ack) -> None:

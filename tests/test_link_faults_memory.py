@@ -158,3 +158,90 @@ def test_message_bounced_back_before_its_ack_is_kept(mesh):
     for name in ("router-a", "router-b", "router-c"):
         store = mesh.routers[name].store
         assert (store.backlog_depths(), store.outbox_peers()) == ({}, []), name
+
+
+def largest_send_body(address: str) -> bytes:
+    """
+    The body of the largest Send a client may make to C{address}: its frame
+    is exactly at the client's limit.
+    """
+    from meshroute.clients.frames import MAX_FRAME_SIZE, Send
+    from meshroute.wire.codec import encode
+
+    overhead = len(encode(Send(2**63 - 1, address, {}, b"", True))) - 4
+    body = b"x" * (MAX_FRAME_SIZE - overhead)
+    while len(encode(Send(2**63 - 1, address, {}, body, True))) - 4 > MAX_FRAME_SIZE:
+        body = body[:-1]
+    return body
+
+
+def test_largest_legal_send_is_forwarded_over_two_links(mesh):
+    """
+    Scenario 6: the Transfer a legal Send becomes is larger than the Send;
+    the link must take it (it used to be refused as a protocol error and
+    replayed on every reconnect, blocking the link).
+    """
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b", connect_to=["router-c"])
+    mesh.add("router-c")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-c"], "q")
+    body = largest_send_body("q@router-c")
+    engine = mesh.routers["router-a"].engine
+    sent = [engine.submit("q@router-c", body, {}, True)]
+    sent += send(mesh, "router-a", "q@router-c", 3)
+    mesh.run(3)
+    assert_confirmed(sent)
+    assert consumer.bodies == [body, b"0", b"1", b"2"]
+    for name in ("router-a", "router-b", "router-c"):
+        assert events_of(mesh.routers[name], "link.closed") == [], name
+
+
+def test_every_frame_a_legal_send_becomes_fits_its_limit():
+    """
+    The one rule: a client Send is at most MAX_FRAME_SIZE; a link and a
+    client accept frames up to MAX_MESSAGE_FRAME_SIZE, which leaves room
+    for what a message gains on its way (Transfer and Deliver fields with
+    the longest names, the dead-letter headers).
+    """
+    from meshroute.client.options import ClientOptions
+    from meshroute.clients.frames import Deliver
+    from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, encode
+    from meshroute.wire.frames import Transfer
+
+    router, queue = "r" * 64, "q" * 128
+    body = largest_send_body(f"{queue}@{router}")
+    headers = {"x-dead-letter-reason": "too-large", "x-original-address": f"{queue}@{router}"}
+    msg_id = f"{router}:{'f' * 12}:{2**63 - 1}"
+    transfer = Transfer(2**63 - 1, msg_id, router, router, queue, 2**63 - 1, 1e300, headers, body)
+    deliver = Deliver(2**63 - 1, 2**63 - 1, msg_id, router, headers, body, True)
+    assert DEFAULT_MAX_FRAME_SIZE == MAX_MESSAGE_FRAME_SIZE == ClientOptions().max_frame_size
+    for frame in (transfer, deliver):
+        assert len(encode(frame)) - 4 <= MAX_MESSAGE_FRAME_SIZE
+
+
+def test_message_too_large_for_any_link_is_dead_lettered_not_replayed(mesh):
+    """
+    Scenario 6: a message no link would take (here submitted past the
+    client limit through the engine's API) is dead-lettered where it is,
+    with a reason, and what follows it flows.
+    """
+    from meshroute.messages import DEAD_LETTER_QUEUE
+    from meshroute.wire.codec import MAX_MESSAGE_FRAME_SIZE
+
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-b"], "q")
+    dead = Consumer(mesh.routers["router-a"], DEAD_LETTER_QUEUE)
+    engine = mesh.routers["router-a"].engine
+    sent = [engine.submit("q@router-b", b"x" * MAX_MESSAGE_FRAME_SIZE, {}, True)]
+    sent += send(mesh, "router-a", "q@router-b", 3)
+    mesh.run(3)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"0", b"1", b"2"]
+    assert len(dead.received) == 1
+    assert dead.received[0].headers["x-dead-letter-reason"] == "too-large"
+    (event,) = events_of(mesh.routers["router-a"], "message.dead-lettered")
+    assert (event["reason"], event["dest"]) == ("too-large", "q@router-b")
+    assert events_of(mesh.routers["router-a"], "link.closed") == []
