@@ -14,7 +14,12 @@ Exactly once across links (docs/routing.md tells the whole story):
    sender forgets a message only when it is acknowledged.
  - When a link comes back, the recovery stage tells each side the last
    sequence the other holds: the sender drops what is acknowledged and
-   replays the rest, and the receiver discards sequences it already has.
+   replays the rest (before anything new), and the receiver discards
+   sequences it already has.  Sequences belong to one store: the stores'
+   ids travel with them, so a peer restarted with an empty data dir is
+   not taken for the old one (L{PeerChannel.recovered}).
+ - Any store failure closes the link, so that nothing after it is
+   acknowledged and recovery replays what is missing.
  - A link that stays down for C{reroute-delay} gives its unacknowledged
    messages back to the backlog, where another route can take them.  The
    peer may have stored some of them without our hearing the ack, so
