@@ -10,6 +10,8 @@ import shutil
 
 import pytest
 
+from meshroute.wire.codec import FrameDecoder
+from meshroute.wire.frames import Ack, Transfer
 from memory_mesh import MemoryMesh
 from test_messaging_memory import Consumer, assert_confirmed, events_of, send
 
@@ -30,6 +32,14 @@ def restart_empty(mesh, name: str) -> None:
     mesh.crash(name)
     shutil.rmtree(config.data_dir)
     mesh.start(config)
+
+
+def connection(mesh, one: str, other: str):
+    """
+    The in-memory connection between routers C{one} and C{other}.
+    """
+    (found,) = [c for c in mesh.network.connections_of(one) if other in c.routers]
+    return found
 
 
 def test_restart_with_empty_data_dir_loses_nothing_sent_by_it(mesh):
@@ -149,9 +159,15 @@ def test_message_bounced_back_before_its_ack_is_kept(mesh):
     assert mesh.routers["router-a"].describe_routes()["router-d"]["next_hop"] == "router-b"
     consumer = Consumer(mesh.routers["router-d"], "q")
     sent = send(mesh, "router-a", "q@router-d", 1)  # Transfer(M) waits in a's transport
-    (b_to_d,) = [c for c in mesh.network.connections_of("router-b") if "router-d" in c.routers]
-    b_to_d.reset_from("router-d")  # b sees its link to d die; nobody else knows yet
+    connection(mesh, "router-b", "router-d").reset_from("router-d")
+    # b sees its link to d die; nobody else knows yet.
     assert mesh.routers["router-b"].describe_routes()["router-d"]["next_hop"] == "router-a"
+    a_b = connection(mesh, "router-a", "router-b")
+    a_b.server_io.bufferReceived(a_b.client_io.getOutBuffer())  # M reaches b
+    answer = a_b.server_io.getOutBuffer()
+    carried = [type(f) for f in FrameDecoder().feed(answer) if type(f) in (Ack, Transfer)]
+    assert carried == [Ack, Transfer]  # b acknowledges M before it sends M back
+    a_b.client_io.bufferReceived(answer)
     mesh.run(3)
     assert_confirmed(sent)
     assert consumer.bodies == [b"0"]
@@ -245,3 +261,34 @@ def test_message_too_large_for_any_link_is_dead_lettered_not_replayed(mesh):
     (event,) = events_of(mesh.routers["router-a"], "message.dead-lettered")
     assert (event["reason"], event["dest"]) == ("too-large", "q@router-b")
     assert events_of(mesh.routers["router-a"], "link.closed") == []
+
+
+def test_message_bounced_back_through_another_router_is_kept(mesh):
+    """
+    Scenario 3 across routers: m hands M to b and the link dies before
+    b's Ack reaches m; b, which still believes c reaches d directly,
+    forwards M to c; c, which knows better, forwards it to m.  m's outbox
+    to b still holds M: the copy from c must be kept (it used to be
+    acknowledged as a duplicate, c deleted it, and the next recovery with
+    b deleted m's copy too).
+    """
+    mesh.add("router-d")
+    mesh.add("router-e", connect_to=["router-d"])
+    mesh.add("router-m", connect_to=["router-e"])
+    mesh.add("router-c", connect_to=["router-m", "router-d"])
+    mesh.add("router-b", connect_to=["router-m", "router-d", "router-c"])
+    mesh.run(2)
+    routes = {name: mesh.routers[name].describe_routes()["router-d"]["next_hop"]
+              for name in ("router-m", "router-b", "router-c")}
+    assert routes == {"router-m": "router-b", "router-b": "router-d", "router-c": "router-d"}
+    consumer = Consumer(mesh.routers["router-d"], "q")
+    sent = send(mesh, "router-m", "q@router-d", 1)  # Transfer(M) waits in m's transport
+    connection(mesh, "router-b", "router-d").reset_from("router-d")
+    connection(mesh, "router-c", "router-d").reset_from("router-d")
+    m_b = connection(mesh, "router-m", "router-b")
+    m_b.pump(held=False)  # b (the connector) gets M, still routing d through c
+    assert mesh.routers["router-b"].store.outbox_peers() == ["router-c"]
+    m_b.reset_from("router-b")  # b's Ack of M is lost with the link
+    mesh.run(5)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"0"]
