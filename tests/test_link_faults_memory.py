@@ -117,6 +117,27 @@ def test_failed_store_write_closes_the_link_and_is_replayed(mesh, observe_errors
     assert len(take_store_failures(observe_errors)) == 1
 
 
+@pytest.mark.parametrize("function", ["_acknowledge", "_assign"])
+def test_failed_sender_store_call_closes_the_link(mesh, observe_errors, function):
+    """
+    Scenario 5, sending side: recording the peer's acknowledgement or
+    taking messages from the backlog fails once; the link closes and,
+    once it is back, every message arrives once.
+    """
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-b"], "q")
+    mesh.routers["router-a"].store.executor.fail_next(function)
+    sent = send(mesh, "router-a", "q@router-b", 10)
+    mesh.run(3)
+    assert_confirmed(sent)
+    assert sorted(consumer.bodies, key=int) == [b"%d" % i for i in range(10)]
+    assert len(consumer.bodies) == 10
+    assert len(closes_for_store(mesh.routers["router-a"])) == 1
+    assert len(take_store_failures(observe_errors)) == 1
+
+
 def test_failed_outbox_replay_closes_the_link_before_anything_new_is_sent(
         mesh, observe_errors):
     """
