@@ -137,8 +137,9 @@ class RouterContext:
     What every link of one router shares.
 
     @ivar engine: the router's L{meshroute.interfaces.ILinkEngine}: it
-        answers the recovery stage's "last sequence received from peer"
-        and takes over each link's delivery stage.
+        makes the recovery stage's L{Recovery} (last sequence received
+        from the peer, and the store ids it belongs to) and takes over each
+        link's delivery stage.
     """
 
     name: str
