@@ -588,9 +588,9 @@ class PeerChannel:
 
     def _new_incarnation(self, previous_store: str, store_id: str) -> None:
         log.warn("link to {peer}: its store changed from {previous} to {current} (restarted "
-                 "with an empty data dir?); forgetting the {last} transfers received from the "
-                 "previous one", peer=self.peer, previous=previous_store, current=store_id,
-                 last=self._previous)
+                 "with an empty data dir?); forgetting that its previous store's transfers "
+                 "up to {last} were received", peer=self.peer, previous=previous_store,
+                 current=store_id, last=self._previous)
         self._emit(events.LINK_INCARNATION, previous_store_id=previous_store,
                    store_id=store_id, discarded_last_received=self._previous)
         self._previous = 0
