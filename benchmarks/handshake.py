@@ -37,6 +37,7 @@ from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext 
 from meshroute.interfaces import ILinkChannel, ILinkEngine  # noqa: E402
 from meshroute.link.protocol import ConnectorFactory  # noqa: E402
 from meshroute.link.registry import LinkRegistry  # noqa: E402
+from meshroute.wire.frames import Recovery  # noqa: E402
 
 # readBody warns when a short response is complete before it is read
 # (Twisted's own transport proxy lacks abortConnection); that is harmless.
@@ -86,7 +87,7 @@ class _IdleChannel:
     The connector side's delivery stage: these links carry no messages.
     """
 
-    def recovered(self, peer_last_received: int) -> None:
+    def recovered(self, frame) -> None:
         pass
 
     def transferred(self, frame) -> None:
@@ -108,10 +109,10 @@ class IdleEngine:
     point (nothing received) and a channel for its idle link.
     """
 
-    def last_received(self, peer: str) -> int:
-        return 0
+    def recovery(self, peer: str) -> Recovery:
+        return Recovery(0)
 
-    def link_up(self, peer: str, send) -> _IdleChannel:
+    def link_up(self, peer: str, send, fail, emit) -> _IdleChannel:
         return _IdleChannel()
 
 

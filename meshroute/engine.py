@@ -14,7 +14,12 @@ Exactly once across links (docs/routing.md tells the whole story):
    sender forgets a message only when it is acknowledged.
  - When a link comes back, the recovery stage tells each side the last
    sequence the other holds: the sender drops what is acknowledged and
-   replays the rest, and the receiver discards sequences it already has.
+   replays the rest (before anything new), and the receiver discards
+   sequences it already has.  Sequences belong to one store: the stores'
+   ids travel with them, so a peer restarted with an empty data dir is
+   not taken for the old one (L{PeerChannel.recovered}).
+ - Any store failure closes the link, so that nothing after it is
+   acknowledged and recovery replays what is missing.
  - A link that stays down for C{reroute-delay} gives its unacknowledged
    messages back to the backlog, where another route can take them.  The
    peer may have stored some of them without our hearing the ack, so
@@ -56,7 +61,8 @@ from meshroute.messages import (
 )
 from meshroute.queues import QueueManager
 from meshroute.routing.table import Advertisement
-from meshroute.wire.frames import Ack, FastTransfer, Routes, Transfer
+from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, body_size
+from meshroute.wire.frames import Ack, FastTransfer, Recovery, Routes, Transfer
 
 log = Logger()
 
@@ -64,6 +70,8 @@ log = Logger()
 WINDOW = 1024
 #: How many backlog messages one store call hands a link.
 ASSIGN_BATCH = 256
+#: Dead-letter reason of a message whose Transfer no link would take.
+TOO_LARGE = "too-large"
 #: How many waiting non-persistent messages one reactor turn hands a link
 #: once a route appears, so that a large wait does not stall the reactor.
 TRANSIENT_BATCH = 1024
@@ -101,6 +109,25 @@ def _message_from(frame, persistent: bool) -> Message:
 
 def _address(message: Message) -> str:
     return f"{message.dest_queue}@{message.dest_router}"
+
+
+def _transfer(seq: int, message: Message) -> Transfer:
+    forwarded = message.forwarded()
+    return Transfer(seq, forwarded.msg_id, forwarded.origin, forwarded.dest_router,
+                    forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
+                    forwarded.headers, forwarded.body)
+
+
+def _fits_a_link(message: Message, frame: Transfer) -> bool:
+    """
+    Whether a peer takes C{frame}, the Transfer of C{message}: certainly
+    when the message would fit in a client Send (see
+    L{meshroute.wire.codec}; a UTF-8 character is at most 4 bytes), else
+    measured.
+    """
+    estimate = len(message.body) + sum(4 * (len(k) + len(v)) + 10
+                                       for k, v in message.headers.items())
+    return estimate <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
 def _advertisement_items(advertisements) -> list:
@@ -281,23 +308,26 @@ class MessageEngine:
 
     # -- links --------------------------------------------------------------
 
-    def last_received(self, peer: str) -> int:
+    def recovery(self, peer: str) -> Recovery:
         """
         For the recovery stage: the last sequence durably received from
-        C{peer}.
+        C{peer}, our store id, and the store of C{peer}'s it belongs to.
         """
-        return self._store.last_received(peer)
+        store = self._store
+        return Recovery(store.last_received(peer), store.store_id, store.peer_store_id(peer))
 
-    def link_up(self, peer: str, send) -> "PeerChannel":
+    def link_up(self, peer: str, send, fail, emit) -> "PeerChannel":
         """
-        A link to C{peer} reached delivery; C{send(frame)} writes to it.
+        A link to C{peer} reached delivery; C{send(frame)} writes to it,
+        C{fail(detail)} closes it because the store failed, and
+        C{emit(event, **fields)} writes a link event.
 
         @return: the channel the link feeds its delivery-stage frames to.
         """
         pending = self._reroutes.pop(peer, None)
         if pending is not None and pending.active():
             pending.cancel()
-        channel = PeerChannel(self, peer, send)
+        channel = PeerChannel(self, peer, send, fail, emit)
         self._channels[peer] = channel
         news = self.routes.link_up(peer)
         channel.send(Routes(_advertisement_items(self.routes.advertisements())))
@@ -402,10 +432,11 @@ class MessageEngine:
                 if other != peer for dest in outbox}
         return serving - held if held else serving
 
-    def outbox_acknowledged(self, count: int, peer: str) -> int:
+    def outbox_resolved(self, count: int, peer: str) -> int:
         """
-        C{count} messages left C{peer}'s outbox: destinations they held
-        back may move on other links.
+        C{count} messages left C{peer}'s outbox (acknowledged, or
+        dead-lettered): destinations they held back may move on other
+        links.
         """
         if count:
             for other, channel in list(self._channels.items()):
@@ -428,12 +459,16 @@ class MessageEngine:
 
     # -- arrivals -----------------------------------------------------------
 
-    def arrived(self, peer: str, seq: int, message: Message) -> Deferred:
+    def arrived(self, peer: str, seq: int, previous: int, message: Message) -> Deferred:
         """
         A persistent message arrived from C{peer}: store it (dead-lettered
-        here if it crossed too many links) and pass it on.
+        here if it crossed too many links, enqueued if it is for us).
 
-        @return: Deferred firing when it is durable (or known duplicate).
+        @param previous: see L{IMessageStore.receive}.
+        @return: Deferred firing when it is durable (or known duplicate),
+            with the destination router to forward it to, or None: the
+            caller acknowledges it before it forwards it (see
+            L{PeerChannel._durable}).
         """
         local = message.dest_router == self.name
         dead = not local and message.hops >= self._max_hops
@@ -446,26 +481,29 @@ class MessageEngine:
                          "x-original-address": f"{message.dest_queue}@{message.dest_router}"},
                 hops=message.hops, accepted_at=message.accepted_at,
             )
-        d = self._store.receive(peer, seq, stored, local or dead)
+        d = self._store.receive(peer, seq, stored, local or dead, previous)
         d.addCallback(self._stored, peer, message, stored, local, dead)
         return d
 
     def _stored(self, result: str, peer: str, message: Message, stored: Message,
-                local: bool, dead: bool) -> None:
+                local: bool, dead: bool) -> str | None:
         if result == "duplicate-id":
             self._events.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
                               origin=message.origin)
+        elif result == "recalled":
+            log.info("message {msg_id} came back from {peer} while our copy awaited its "
+                     "acknowledgement: the returned copy is kept", msg_id=message.msg_id,
+                     peer=peer)
+            return message.dest_router
         elif result == "stored":
             if dead:
-                self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
-                                  origin=message.origin, hops=message.hops, reason="max-hops",
-                                  dest=f"{message.dest_queue}@{message.dest_router}")
-                self.queues.notify(DEAD_LETTER_QUEUE)
+                self.dead_lettered(message, "max-hops")
             elif local:
                 self._emit_enqueued(message)
                 self.queues.notify(message.dest_queue)
             else:
-                self._pump_towards(message.dest_router)
+                return message.dest_router
+        return None
 
     def arrived_transient(self, message: Message) -> None:
         self._route_transient(message)
@@ -528,6 +566,15 @@ class MessageEngine:
             persistent=message.persistent,
         )
 
+    def dead_lettered(self, message: Message, reason: str) -> None:
+        """
+        C{message} is now in this router's dead-letter queue, for C{reason}.
+        """
+        self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
+                          origin=message.origin, hops=message.hops, reason=reason,
+                          dest=f"{message.dest_queue}@{message.dest_router}")
+        self.queues.notify(DEAD_LETTER_QUEUE)
+
     def _emit_enqueued(self, message: Message) -> None:
         self._events.emit(
             events.MESSAGE_ENQUEUED, msg_id=message.msg_id, origin=message.origin,
@@ -555,11 +602,19 @@ class PeerChannel:
     backlog for the destinations this peer is the next hop of.  Receiving:
     each transfer is stored, then acknowledged cumulatively once per
     reactor turn.
+
+    Any store failure closes the link (reason C{store-failed}): a transfer
+    that could not be stored is then never covered by a later cumulative
+    acknowledgement (the store refuses every transfer after it, see
+    L{IMessageStore.receive}), and an outbox that could not be replayed is
+    replayed by the next recovery stage, before anything new is sent.
     """
 
-    def __init__(self, engine: MessageEngine, peer: str, send) -> None:
+    def __init__(self, engine: MessageEngine, peer: str, send, fail, emit) -> None:
         self.peer = peer
         self.send = send
+        self._fail_link = fail
+        self._emit = emit
         self._engine = engine
         self._store = engine._store
         self._clock = engine._clock
@@ -572,22 +627,51 @@ class PeerChannel:
         self._closed = False
         #: The link's transport is full: no new messages until it drains.
         self.paused = False
+        # The highest sequence known to be received from the peer before
+        # the next transfer: the recovery point we announced, then each
+        # transfer's seq (see IMessageStore.receive).
+        self._previous = 0
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
 
     # -- sending ------------------------------------------------------------
 
-    def recovered(self, peer_last_received: int) -> None:
+    def recovered(self, frame: Recovery) -> None:
         """
-        The peer holds everything up to C{peer_last_received}: forget that,
-        replay the rest of our outbox, then carry on from the backlog.
+        The peer's recovery point arrived.
+
+        Receiving: if the peer's store is not the one we last knew (it lost
+        its data dir and numbers from 1 again), what we received from the
+        old one is forgotten, so its new transfers are not taken for old
+        ones.  Sending: the peer holds everything up to its
+        C{last_received}, if that is about our current store (else
+        nothing): forget that, replay the rest of our outbox, then carry on
+        from the backlog.
         """
+        store = self._store
         self._pumping = True
-        d = self._acknowledge(peer_last_received)
-        d.addCallback(lambda _: self._store.outbox(self.peer, peer_last_received))
+        self._previous = store.last_received(self.peer)
+        known = store.peer_store_id(self.peer)
+        d = succeed(None)
+        if frame.store_id and frame.store_id != known:
+            if known:
+                self._new_incarnation(known, frame.store_id)
+            d = store.record_peer_store(self.peer, frame.store_id, bool(known))
+        held = frame.last_received if frame.peer_store_id == store.store_id else 0
+        d.addCallback(lambda _: self._acknowledge(held))
+        d.addCallback(lambda _: store.outbox(self.peer, held))
         d.addCallback(self._send_assigned, None)
         d.addErrback(self._failed, "replaying the outbox")
+
+    def _new_incarnation(self, previous_store: str, store_id: str) -> None:
+        log.warn("link to {peer}: its store changed from {previous} to {current} (restarted "
+                 "with an empty data dir?); forgetting that its previous store's transfers "
+                 "up to {last} were received", peer=self.peer, previous=previous_store,
+                 current=store_id, last=self._previous)
+        self._emit(events.LINK_INCARNATION, previous_store_id=previous_store,
+                   store_id=store_id, discarded_last_received=self._previous)
+        self._previous = 0
 
     def pump(self) -> None:
         """
@@ -610,16 +694,36 @@ class PeerChannel:
         d.addErrback(self._failed, "taking messages from the backlog")
 
     def _send_assigned(self, assigned, limit) -> None:
-        self._pumping = False
+        self._send_from(assigned, 0, limit is None or len(assigned) == limit)
+
+    def _send_from(self, assigned, start: int, more: bool) -> None:
+        """
+        Send C{assigned[start:]}, then pump if C{more} may wait.
+
+        A message whose Transfer no peer would take (it would be refused as
+        a protocol error, and replayed on every reconnect) is
+        dead-lettered here instead, with reason L{TOO_LARGE}; nothing after
+        it is sent before that is durable, so no acknowledgement can
+        delete it from the outbox first.
+        """
         if self._closed:
             return
-        for seq, message in assigned:
+        for index in range(start, len(assigned)):
+            seq, message = assigned[index]
+            frame = _transfer(seq, message)
+            if not _fits_a_link(message, frame):
+                log.warn("message {msg_id} is too large for any link; dead-lettered",
+                         msg_id=message.msg_id)
+                d = self._store.dead_letter(message, TOO_LARGE)
+                d.addCallback(lambda _: self._engine.dead_lettered(message, TOO_LARGE))
+                d.addCallback(lambda _: self._engine.outbox_resolved(1, self.peer))
+                d.addCallback(lambda _: self._send_from(assigned, index + 1, more))
+                d.addErrback(self._failed, "dead-lettering a message too large for the link")
+                return
             self._in_flight[seq] = message
-            forwarded = message.forwarded()
-            self.send(Transfer(seq, forwarded.msg_id, forwarded.origin, forwarded.dest_router,
-                               forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
-                               forwarded.headers, forwarded.body))
-        if limit is None or len(assigned) == limit:
+            self.send(frame)
+        self._pumping = False
+        if more:
             self.pump()
 
     def acknowledged(self, frame: Ack) -> None:
@@ -639,7 +743,7 @@ class PeerChannel:
         newer messages for the same destinations may move on other links.
         """
         d = self._store.acknowledge(self.peer, seq)
-        d.addCallback(self._engine.outbox_acknowledged, self.peer)
+        d.addCallback(self._engine.outbox_resolved, self.peer)
         return d
 
     def pause(self) -> None:
@@ -671,17 +775,33 @@ class PeerChannel:
         """
         A persistent message arrived: acknowledge it once it is durable.
         """
-        d = self._engine.arrived(self.peer, frame.seq, _message_from(frame, persistent=True))
+        previous = self._previous
+        self._previous = max(previous, frame.seq)
+        d = self._engine.arrived(self.peer, frame.seq, previous,
+                                 _message_from(frame, persistent=True))
         d.addCallback(self._durable, frame.seq)
         d.addErrback(self._failed, "storing a message")
 
-    def _durable(self, _result, seq: int) -> None:
+    def _durable(self, onward: str | None, seq: int) -> None:
+        """
+        Transfer C{seq} is durable here.  Acknowledgements are cumulative
+        and sent once per reactor turn, except for a message we forward
+        (C{onward}: its destination): that one is acknowledged at once,
+        before the pump that may forward it, so that the peer never sees
+        our onward transfer of a message (which may come back to it when
+        routes change) before our acknowledgement of it.
+        """
         if seq > self._durable_seq:
             self._durable_seq = seq
-        if self._ack_call is None and not self._closed:
+        if onward is not None:
+            self._send_ack()
+            self._engine._pump_towards(onward)
+        elif self._ack_call is None and not self._closed:
             self._ack_call = self._clock.callLater(0, self._send_ack)
 
     def _send_ack(self) -> None:
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
         self._ack_call = None
         if self._durable_seq > self._acked_seq and not self._closed:
             self._acked_seq = self._durable_seq
@@ -698,12 +818,26 @@ class PeerChannel:
         The link is gone: stop sending; what is in flight stays in the
         outbox for the next recovery or the reroute.
         """
-        self._closed = True
-        if self._ack_call is not None and self._ack_call.active():
-            self._ack_call.cancel()
+        self._stop()
         self._in_flight.clear()
         self._engine.link_down(self.peer, self)
 
+    def _stop(self) -> None:
+        self._closed = True
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
+
     def _failed(self, failure, doing: str) -> None:
-        self._pumping = False
-        log.failure("link to {peer}: {doing} failed", failure, peer=self.peer, doing=doing)
+        """
+        The store failed: close the link, and send nothing more on it (no
+        acknowledgement, no new transfer), so the peer replays what we may
+        lack and we replay what it may lack.
+        """
+        if self._closed:
+            log.warn("link to {peer} (already closing): {doing} failed: {why}",
+                     peer=self.peer, doing=doing, why=failure.getErrorMessage())
+            return
+        self._stop()
+        log.failure("link to {peer}: {doing} failed; closing the link", failure,
+                    peer=self.peer, doing=doing)
+        self._fail_link(f"{doing} failed: {failure.getErrorMessage()}")

@@ -17,6 +17,7 @@ from twisted.internet.interfaces import IReactorTime
 LINK_STAGE = "link.stage"
 LINK_REJECTED = "link.rejected"
 LINK_CLOSED = "link.closed"
+LINK_INCARNATION = "link.incarnation"
 CONNECTOR_EXHAUSTED = "connector.exhausted"
 MESSAGE_ACCEPTED = "message.accepted"
 MESSAGE_FORWARDED = "message.forwarded"

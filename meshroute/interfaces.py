@@ -71,24 +71,52 @@ class IMessageStore(Interface):
             None.
         """
 
-    def receive(peer, seq, message, local):
+    def receive(peer, seq, message, local, previous=0):
         """
         Store a message that arrived from C{peer} with link sequence
         C{seq}, and record C{seq} as the last received from C{peer} in the
         same transaction.  C{local}: it is for one of this router's queues
-        (else it goes to the backlog for forwarding).
+        (else it goes to the backlog for forwarding).  C{previous}: the
+        highest sequence the link knew to be received before this one (the
+        recovery point it announced, or an earlier transfer on it; 0: none);
+        if the store holds less, that transfer was not stored and this one
+        is refused too, so that no later acknowledgement covers the gap.
 
         @return: Deferred firing with C{"stored"}, C{"duplicate-seq"} (seq
-            not above the last received from C{peer}: nothing changed) or
+            not above the last received from C{peer}: nothing changed),
+            C{"recalled"} (the seq is recorded; this router's own copy was
+            waiting in an outbox for its acknowledgement and is back in the
+            backlog, so the copy that came back is the one kept) or
             C{"duplicate-id"} (the seq is recorded, but a message with that
             id is already held here or was already enqueued here, so it is
-            dropped).
+            dropped); failing with L{meshroute.store.MissingTransfer} when
+            C{previous} is not stored.
         """
 
     def last_received(peer):
         """
         The last link sequence durably received from C{peer} (0 if none).
         Synchronous: served from memory, kept in step with C{receive}.
+        """
+
+    store_id = Attribute(
+        "This store's id, random, chosen when the store was created; the "
+        "link sequence numbers it records belong to it."
+    )
+
+    def peer_store_id(peer):
+        """
+        The store id of C{peer} that the sequence numbers recorded for it
+        belong to ("" when not known yet).  Synchronous.
+        """
+
+    def record_peer_store(peer, store_id, forget_received):
+        """
+        C{peer}'s store is C{store_id}; with C{forget_received}, it is a
+        new store (the peer lost its data dir), so the last sequence
+        received from its previous one is forgotten (back to 0).
+
+        @return: Deferred firing with None when durable.
         """
 
     def assign(peer, dest_routers, limit):
@@ -233,15 +261,18 @@ class ILinkEngine(Interface):
     What a routing link needs from its router's message engine.
     """
 
-    def last_received(peer):
+    def recovery(peer):
         """
-        The last link sequence durably received from C{peer} (0 if none),
-        for the recovery stage.
+        The L{meshroute.wire.frames.Recovery} to send C{peer}: the last link
+        sequence durably received from it (0 if none), our store id, and
+        the store id of C{peer}'s that the sequence belongs to.
         """
 
-    def link_up(peer, send):
+    def link_up(peer, send, fail, emit):
         """
-        A link to C{peer} reached delivery; C{send(frame)} writes to it.
+        A link to C{peer} reached delivery; C{send(frame)} writes to it,
+        C{fail(detail)} closes it (reason C{store-failed}) and
+        C{emit(event, **fields)} writes a link event.
 
         @return: the link's L{ILinkChannel}.
         """
@@ -253,10 +284,12 @@ class ILinkChannel(Interface):
     peer's frames and tells it when it is gone.
     """
 
-    def recovered(peer_last_received):
+    def recovered(frame):
         """
-        The peer's recovery point: it durably holds our transfers up to
-        this sequence.  Called once, on entering delivery.
+        The peer's L{meshroute.wire.frames.Recovery}: it durably holds our
+        transfers up to C{frame.last_received} (if C{frame.peer_store_id}
+        is our store), and its store is C{frame.store_id}.  Called once, on
+        entering delivery.
         """
 
     def transferred(frame):

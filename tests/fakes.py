@@ -5,6 +5,7 @@ Recording stand-ins for the parts a test is not about.
 from zope.interface import implementer
 
 from meshroute.interfaces import ILinkChannel, ILinkEngine
+from meshroute.wire.frames import Recovery
 
 
 @implementer(ILinkChannel)
@@ -21,8 +22,8 @@ class RecordingChannel:
         self.is_closed = False
         self.paused = False
 
-    def recovered(self, peer_last_received: int) -> None:
-        self.recovered_at = peer_last_received
+    def recovered(self, frame) -> None:
+        self.recovered_at = frame.last_received
 
     def transferred(self, frame) -> None:
         self.frames.append(frame)
@@ -53,7 +54,10 @@ class RecordingEngine:
     def last_received(self, peer: str) -> int:
         return self.received.get(peer, 0)
 
-    def link_up(self, peer: str, send) -> RecordingChannel:
+    def recovery(self, peer: str) -> Recovery:
+        return Recovery(self.last_received(peer))
+
+    def link_up(self, peer: str, send, fail, emit) -> RecordingChannel:
         channel = self.channels[peer] = RecordingChannel(peer, send)
         return channel
 

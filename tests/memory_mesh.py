@@ -20,6 +20,8 @@ L{BUFFER_SIZE} pauses its streaming producer, and resumes it once they
 are sent (iosim alone never pauses one).
 """
 
+import sqlite3
+
 from twisted.internet.defer import fail, succeed
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
@@ -68,6 +70,31 @@ class _Transport(iosim.FakeTransport):
             self.producer_paused = False
             self.producer.resumeProducing()
         return data
+
+
+class FaultyExecutor(InlineExecutor):
+    """
+    An L{InlineExecutor} whose next calls of a named store function can be
+    made to fail, as a disk I/O error would: nothing of the call is
+    written.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._faults: dict[str, int] = {}
+
+    def fail_next(self, function: str, times: int = 1) -> None:
+        """
+        Fail the next C{times} calls of the store function named
+        C{function} (e.g. C{"_receive_local"}).
+        """
+        self._faults[function] = self._faults.get(function, 0) + times
+
+    def submit(self, fn, *args):
+        if self._faults.get(fn.__name__):
+            self._faults[fn.__name__] -= 1
+            return fail(sqlite3.OperationalError("disk I/O error (injected)"))
+        return super().submit(fn, *args)
 
 
 class _Connection:
@@ -321,7 +348,7 @@ class MemoryMesh:
         C{key} (default: its name; two routers may claim one name).
         """
         router = RouterService(config, self.clock, self.network.endpoints(config.name),
-                               executor=InlineExecutor())
+                               executor=FaultyExecutor())
         self.routers[key or config.name] = router
         router.startService()
         self.network.flush()

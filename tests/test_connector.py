@@ -185,8 +185,8 @@ def reach_delivery(attempt: Attempt) -> None:
     """
     Play the listener's side of a good handshake on a connected attempt.
     """
-    assert attempt.sent() == [Hello([1], OWN)]
-    attempt.write(Welcome(1, PEER, 1000, LISTENER_CHALLENGE))
+    assert attempt.sent() == [Hello([2], OWN)]
+    attempt.write(Welcome(2, PEER, 1000, LISTENER_CHALLENGE))
     [authenticate] = attempt.sent()
     assert isinstance(authenticate, Authenticate)
     connector_challenge = authenticate.challenge
@@ -421,7 +421,7 @@ def test_tcp_connect_without_delivery_is_a_failure(harness):
     harness.service.startService()
     first = harness.endpoint.last
     first.connect()
-    assert first.sent() == [Hello([1], OWN)]
+    assert first.sent() == [Hello([2], OWN)]
     harness.clock.advance(0.5)
     first.drop()
     harness.clock.advance(1.0)
@@ -429,7 +429,7 @@ def test_tcp_connect_without_delivery_is_a_failure(harness):
 
     second = harness.endpoint.last
     second.connect()
-    second.write(Welcome(1, PEER, 1000, LISTENER_CHALLENGE))
+    second.write(Welcome(2, PEER, 1000, LISTENER_CHALLENGE))
     second.drop()  # in authentication
     harness.clock.advance(1.999)
     assert harness.endpoint.times == [0.0, 1.5]
@@ -452,7 +452,7 @@ def test_rejected_handshake_is_a_failure(harness):
     attempt = harness.endpoint.last
     attempt.connect()
     attempt.sent()
-    attempt.write(Welcome(1, PEER, 1000, LISTENER_CHALLENGE))
+    attempt.write(Welcome(2, PEER, 1000, LISTENER_CHALLENGE))
     attempt.sent()
     attempt.write(Authenticated(b"\x00" * 32))  # wrong proof
     assert attempt.sent() == [Reject("auth-failed", "listener's proof is wrong: the shared secrets differ")]

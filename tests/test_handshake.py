@@ -281,7 +281,7 @@ class ConnectorPeer(PeerSide):
     challenge = bytes(range(CHALLENGE_SIZE))
     welcome: Welcome | None = None
 
-    def hello(self, versions=(1,), router: str | None = None) -> None:
+    def hello(self, versions=(2,), router: str | None = None) -> None:
         self.send(Hello(list(versions), self.name if router is None else router))
 
     def hello_welcomed(self) -> Welcome:
@@ -331,7 +331,7 @@ class ListenerPeer(PeerSide):
     authenticate_frame: Authenticate | None = None
 
     def welcome(self, router: str | None = None, keepalive_ms: int = KEEPALIVE_MS,
-                version: int = 1, challenge: bytes | None = None) -> None:
+                version: int = 2, challenge: bytes | None = None) -> None:
         self.send(
             Welcome(
                 version,
@@ -392,7 +392,7 @@ def test_listener_happy_path(router):
 
     peer.hello()
     (welcome,) = peer.expect(Welcome)
-    assert welcome.version == 1
+    assert welcome.version == 2
     assert welcome.router == LOCAL
     assert welcome.keepalive_interval_ms == KEEPALIVE_MS
     assert len(welcome.challenge) == CHALLENGE_SIZE
@@ -433,7 +433,7 @@ def test_listener_accepts_frames_split_across_reads(router):
     reaches the same place.
     """
     peer = router.listener()
-    data = encode(Hello([1], REMOTE))
+    data = encode(Hello([2], REMOTE))
     for i in range(len(data)):
         peer.protocol.dataReceived(data[i : i + 1])
     (peer.welcome,) = peer.expect(Welcome)
@@ -467,7 +467,7 @@ def test_listener_welcomes_with_newest_common_version(router, monkeypatch, ours,
 def test_connector_happy_path(router):
     peer = router.connector()
     (hello,) = peer.expect(Hello)
-    assert hello == Hello([1], LOCAL)
+    assert hello == Hello([2], LOCAL)
     assert peer.stages() == ["connect"]
 
     authenticate = peer.welcome_answered(keepalive_ms=200)
@@ -728,7 +728,7 @@ def test_rejected_listener_ignores_further_frames(router):
     peer = router.listener()
     peer.hello(router=LOCAL)
     peer.expect(Reject)
-    peer.send(Hello([1], REMOTE), Keepalive())
+    peer.send(Hello([2], REMOTE), Keepalive())
     peer.protocol.dataReceived(b"\xff\xff\xff\xff garbage")
     assert peer.written() == []
     assert peer.how_closed == "open"
@@ -956,22 +956,22 @@ OUT_OF_STAGE = [
     ("listener", "connect", Keepalive()),
     ("listener", "connect", Recovery(0)),
     ("listener", "connect", Authenticate(b"p" * 32, b"c" * 32)),
-    ("listener", "connect", Welcome(1, REMOTE, 1000, b"c" * 32)),
-    ("listener", "authentication", Hello([1], REMOTE)),
+    ("listener", "connect", Welcome(2, REMOTE, 1000, b"c" * 32)),
+    ("listener", "authentication", Hello([2], REMOTE)),
     ("listener", "authentication", Recovery(0)),
     ("listener", "authentication", Keepalive()),
     ("listener", "recovery", Authenticate(b"p" * 32, b"c" * 32)),
     ("listener", "recovery", Keepalive()),
-    ("listener", "delivery", Hello([1], REMOTE)),
+    ("listener", "delivery", Hello([2], REMOTE)),
     ("listener", "delivery", Recovery(0)),
     ("listener", "delivery", Reject("own-name", "late")),
     ("connector", "connect", Keepalive()),
-    ("connector", "connect", Hello([1], REMOTE)),
+    ("connector", "connect", Hello([2], REMOTE)),
     ("connector", "connect", Authenticated(b"p" * 32)),
-    ("connector", "authentication", Welcome(1, REMOTE, 1000, b"c" * 32)),
+    ("connector", "authentication", Welcome(2, REMOTE, 1000, b"c" * 32)),
     ("connector", "authentication", Recovery(0)),
     ("connector", "recovery", Authenticated(b"p" * 32)),
-    ("connector", "delivery", Welcome(1, REMOTE, 1000, b"c" * 32)),
+    ("connector", "delivery", Welcome(2, REMOTE, 1000, b"c" * 32)),
     ("connector", "delivery", Recovery(0)),
 ]
 
@@ -997,7 +997,7 @@ def test_frame_out_of_stage_is_a_protocol_error(router, direction, stage, frame)
 
 def test_frames_after_an_out_of_stage_frame_are_ignored(router):
     peer = router.listener()
-    peer.send(Keepalive(), Hello([1], REMOTE))
+    peer.send(Keepalive(), Hello([2], REMOTE))
     assert peer.written() == []  # no Welcome for the Hello behind the bad frame
     assert not router.holds(REMOTE)
     peer.assert_closed(reasons.PROTOCOL_ERROR, "abort")
@@ -1005,19 +1005,19 @@ def test_frames_after_an_out_of_stage_frame_are_ignored(router):
 
 ILL_TYPED = [
     # (direction, stage, frame body)
-    ("listener", "connect", [Hello.TYPE, [1], 5]),
+    ("listener", "connect", [Hello.TYPE, [2], 5]),
     ("listener", "connect", [Hello.TYPE, ["1"], REMOTE]),
     ("listener", "connect", [Hello.TYPE, [True], REMOTE]),
     ("listener", "connect", [Hello.TYPE, 1, REMOTE]),
-    ("listener", "connect", [Hello.TYPE, [1]]),
-    ("listener", "connect", [Hello.TYPE, [1], REMOTE, "extra"]),
+    ("listener", "connect", [Hello.TYPE, [2]]),
+    ("listener", "connect", [Hello.TYPE, [2], REMOTE, "extra"]),
     ("listener", "authentication", [Authenticate.TYPE, "proof", b"c" * 32]),
     ("listener", "authentication", [Authenticate.TYPE, b"p" * 32, b"short"]),
     ("listener", "recovery", [Recovery.TYPE, "0"]),
     ("listener", "recovery", [Recovery.TYPE, 1.5]),
-    ("connector", "connect", [Welcome.TYPE, 1, REMOTE, True, b"c" * 32]),
-    ("connector", "connect", [Welcome.TYPE, 1, REMOTE, 0, b"c" * 32]),
-    ("connector", "connect", [Welcome.TYPE, 1, REMOTE, 1000, b"c" * 31]),
+    ("connector", "connect", [Welcome.TYPE, 2, REMOTE, True, b"c" * 32]),
+    ("connector", "connect", [Welcome.TYPE, 2, REMOTE, 0, b"c" * 32]),
+    ("connector", "connect", [Welcome.TYPE, 2, REMOTE, 1000, b"c" * 31]),
     ("connector", "connect", [Welcome.TYPE, "1", REMOTE, 1000, b"c" * 32]),
     ("connector", "authentication", [Authenticated.TYPE, "proof"]),
     ("connector", "connect", [Reject.TYPE, 3, "detail"]),
@@ -1044,7 +1044,7 @@ def test_wrong_field_types_are_a_protocol_error(router, direction, stage, body):
 def test_truncated_frame_then_connection_lost(router, direction):
     peer = peer_for(router, direction)
     peer.written()
-    peer.protocol.dataReceived(encode(Welcome(1, REMOTE, 1000, b"c" * 32))[:-3])
+    peer.protocol.dataReceived(encode(Welcome(2, REMOTE, 1000, b"c" * 32))[:-3])
     assert peer.how_closed == "open"  # waiting for the rest
     peer.complete_close()
     record = peer.closed_record()

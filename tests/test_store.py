@@ -30,6 +30,7 @@ from meshroute.store import (
     DEAD_LETTER_REASON,
     SYNC_MODES,
     DuplicateMessage,
+    MissingTransfer,
     ExecutorStopped,
     InlineExecutor,
     SQLiteStore,
@@ -857,3 +858,46 @@ def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
     assert store.queue_depths() == {"q": local}
     assert store.backlog_depths() == {"router-c": len(held) - local}
     store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_refuses_a_transfer_after_one_that_was_not_stored(store):
+    """
+    Transfer 2 was never stored (its write failed): 3, which follows it on
+    the link, is refused, so no acknowledgement of 3 can cover 2.
+    """
+    assert await store.receive("peer-b", 1, msg(1), False, 0) == "stored"
+    with pytest.raises(MissingTransfer):
+        await store.receive("peer-b", 3, msg(3), False, 2)
+    assert store.last_received("peer-b") == 1
+    assert await store.receive("peer-b", 2, msg(2), False, 1) == "stored"
+    assert await store.receive("peer-b", 3, msg(3), False, 2) == "stored"
+
+
+@pytest_twisted.ensureDeferred
+async def test_store_id_is_kept_and_a_new_peer_store_forgets_what_was_received(store):
+    assert len(store.store_id) == 32
+    await store.receive("peer-b", 7, msg(1), False)
+    await store.record_peer_store("peer-b", "old", forget_received=False)
+    assert (store.peer_store_id("peer-b"), store.last_received("peer-b")) == ("old", 7)
+    await store.record_peer_store("peer-b", "new", forget_received=True)
+    assert (store.peer_store_id("peer-b"), store.last_received("peer-b")) == ("new", 0)
+    assert await store.receive("peer-b", 1, msg(2), False) == "stored"
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_recalls_a_copy_waiting_in_an_outbox(store):
+    """
+    A copy of m1 comes back (from any peer) while ours waits in peer-b's
+    outbox: ours goes back to the backlog with the new hop count, so
+    peer-b's acknowledgement no longer deletes it.
+    """
+    await store.accept(msg(1))
+    await store.assign("peer-b", ["router-c"], 1)
+    assert await store.receive("peer-b", 1, msg(1, hops=2), False) == "recalled"
+    assert (store.backlog_depths(), store.outbox_peers()) == ({"router-c": 1}, [])
+    assert await store.acknowledge("peer-b", 1) == 0
+    ((_, back),) = await store.assign("peer-c", ["router-c"], 5)
+    assert (back.msg_id, back.hops) == ("m1", 2)
+    assert await store.receive("peer-b", 2, msg(1), False) == "recalled"
+    assert await store.receive("peer-b", 3, msg(1), False) == "duplicate-id"

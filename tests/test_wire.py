@@ -108,7 +108,7 @@ def test_encoding_layout():
     [TYPE, *fields].
     """
     data = encode(Recovery(5))
-    assert data == b"\x00\x00\x00\x03" + b"\x92\x06\x05"
+    assert data == b"\x00\x00\x00\x05" + b"\x94\x06\x05\xa0\xa0"
     assert encode(Keepalive()) == b"\x00\x00\x00\x02\x91\x07"
     assert frame_to_list(Welcome(1, "b", 2, b"c")) == [2, 1, "b", 2, b"c"]
 
@@ -233,10 +233,12 @@ def test_small_max_frame_size_is_honoured():
     [
         [2, True, "router-b", 1000, b"c" * 32],  # bool as Welcome.version
         [2, 1, "router-b", False, b"c" * 32],  # bool as keepalive interval
-        [6, True],  # bool as Recovery.last_received
-        [6, 1.0],  # float as int
-        [6, None],
-        [6, "1"],
+        [6, True, "s", ""],  # bool as Recovery.last_received
+        [6, 1.0, "s", ""],  # float as int
+        [6, None, "s", ""],
+        [6, "1", "s", ""],
+        [6, 1, b"s", ""],  # bytes as Recovery.store_id
+        [6, 1, "s", None],
         [1, [1, True], "router-a"],  # bool inside Hello.versions
         [1, ["1"], "router-a"],
         [1, (1,), 7],  # int as Hello.router
@@ -265,7 +267,8 @@ def test_wrong_field_types(items):
         [5],
         [5, b"p", b"q"],
         [6],
-        [6, 1, 2],
+        [6, 1],  # a version-1 Recovery
+        [6, 1, "s", "p", 2],
         [7, 0],  # Keepalive has no fields
     ],
     ids=repr,
@@ -301,7 +304,7 @@ def test_map_with_non_string_keys():
 
 def test_map_inside_a_frame():
     with pytest.raises(WireError, match="Recovery.last_received is dict"):
-        FrameDecoder().feed(raw([6, {"a": 1}]))
+        FrameDecoder().feed(raw([6, {"a": 1}, "s", ""]))
 
 
 @pytest.mark.parametrize(

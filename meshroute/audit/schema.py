@@ -71,6 +71,9 @@ FIELDS = [
      "link.closed, message.duplicate, message.dead-lettered, message.dropped, "
      "session.disconnected, session.closed"),
     ("last_heard", T.DoubleType(), "link.closed"),
+    ("previous_store_id", T.StringType(), "link.incarnation"),
+    ("store_id", T.StringType(), "link.incarnation"),
+    ("discarded_last_received", T.LongType(), "link.incarnation"),
     ("attempts", T.LongType(), "connector.exhausted"),
     ("msg_id", T.StringType(), "message.*"),
     ("origin", T.StringType(), "message.*"),

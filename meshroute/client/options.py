@@ -74,7 +74,7 @@ class ClientOptions:
     reconnect_attempts: int = 0
     initial_connect_attempts: int = 1
     open_timeout_ms: int = 30_000
-    max_frame_size: int = f.MAX_FRAME_SIZE
+    max_frame_size: int = f.MAX_ROUTER_FRAME_SIZE
 
     def __post_init__(self) -> None:
         if self.client_id is not None and type(self.client_id) is not str:

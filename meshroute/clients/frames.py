@@ -20,13 +20,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from meshroute.errors import WireError
+from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
 SUPPORTED_VERSIONS = (1,)
 
-#: Default largest frame, either direction (a message body must fit).
-MAX_FRAME_SIZE = 4 * 1024 * 1024
+#: Largest frame a client may send (a Send: a message body must fit).
+MAX_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE
+#: Largest frame a router sends a client: a Deliver of any message a legal
+#: Send made, plus what it gained on its way (L{meshroute.wire.codec}).
+MAX_ROUTER_FRAME_SIZE = MAX_MESSAGE_FRAME_SIZE
 
 # Error codes of the Error frame.  With command_id 0 the error is about the
 # connection, and the router closes it right after; with a command id it

@@ -114,6 +114,9 @@ class LinkInputs(Protocol):
     def keepalive_expired(self) -> None:
         "The keepalive counter reached 0."
 
+    def store_failed(self, detail: str) -> None:
+        "The store failed an operation of the delivery stage."
+
     def protocol_error(self, why: str) -> None:
         "The peer sent bytes that are not a valid frame in this stage."
 
@@ -134,8 +137,9 @@ class RouterContext:
     What every link of one router shares.
 
     @ivar engine: the router's L{meshroute.interfaces.ILinkEngine}: it
-        answers the recovery stage's "last sequence received from peer"
-        and takes over each link's delivery stage.
+        makes the recovery stage's L{Recovery} (last sequence received
+        from the peer, and the store ids it belongs to) and takes over each
+        link's delivery stage.
     """
 
     name: str
@@ -250,8 +254,9 @@ class LinkCore:
             expired=inputs.keepalive_expired,
         )
         self.keepalive.start()
-        self.channel = self.context.engine.link_up(self.peer, self.send)
-        self.channel.recovered(frame.last_received)
+        self.channel = self.context.engine.link_up(
+            self.peer, self.send, fail=inputs.store_failed, emit=self.emit)
+        self.channel.recovered(frame)
         log.info(
             "link {link} to {peer} ({direction}) in delivery, keepalive {interval} ms",
             link=self.link_id,
@@ -262,7 +267,7 @@ class LinkCore:
         self.on_delivery()
 
     def send_recovery(self) -> None:
-        self.send(Recovery(self.context.engine.last_received(self.peer)))
+        self.send(self.context.engine.recovery(self.peer))
 
     def refuse(self, code: str, detail: str) -> None:
         """
@@ -568,6 +573,10 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     def keepalive_expired(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.KEEPALIVE, "keepalive counter reached 0")
 
+    @delivering.upon(LinkInputs.store_failed).to(closing)
+    def store_failed(inputs: LinkInputs, core: LinkCore, detail: str) -> None:
+        core.close(reasons.STORE_FAILED, detail)
+
     for state in live:
 
         @state.upon(LinkInputs.protocol_error).to(closing)
@@ -601,6 +610,7 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     for moot in (LinkInputs.shutdown, LinkInputs.stage_timer_expired,
                  LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed):
         closing.upon(moot).loop().returns(None)
+    closing.upon(LinkInputs.store_failed).loop().returns(None)
 
 
 def _build_listener_machine():

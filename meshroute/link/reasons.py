@@ -35,5 +35,11 @@ REJECTED = "rejected"
 PROTOCOL_ERROR = "protocol-error"
 #: This router is shutting down.
 SHUTDOWN = "shutdown"
+#: This router's store failed a write or read for the link (storing a
+#: transfer, recording an acknowledgement, replaying the outbox, taking
+#: messages from the backlog): the link closes so that nothing after the
+#: failure is acknowledged, and recovery replays what is missing.
+STORE_FAILED = "store-failed"
 
-CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN)
+CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN,
+                 STORE_FAILED)

@@ -14,6 +14,7 @@ from meshroute.store.sqlite import (
     DEAD_LETTER_REASON,
     SYNC_MODES,
     DuplicateMessage,
+    MissingTransfer,
     SQLiteStore,
     StoreError,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "DuplicateMessage",
     "ExecutorStopped",
     "InlineExecutor",
+    "MissingTransfer",
     "SQLiteStore",
     "StoreError",
     "ThreadedExecutor",

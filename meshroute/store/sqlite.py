@@ -41,8 +41,25 @@ every message that arrived after it, which is what keeps per-producer
 order when traffic moves to another link.
 
 C{links} holds, per peer, the next sequence number to give a message sent
-to it (never reused, it survives acknowledgements and restarts) and the
-last sequence number durably received from it.
+to it (never reused, it survives acknowledgements and restarts), the
+last sequence number durably received from it, and (schema version 3) the
+peer's store id those numbers belong to.  The store's own id,
+L{SQLiteStore.store_id}, is random and chosen once, when the store is
+created: a router restarted with an empty data dir has a new one, and its
+peers then forget the sequence numbers they received from its previous
+store (L{SQLiteStore.record_peer_store}) instead of discarding its new
+transfers as already received.
+
+A received transfer is recorded only if the one received before it on
+the same link was (C{previous}, see L{SQLiteStore.receive}): when storing
+one fails, none after it on that link is stored, so the peer's next
+cumulative acknowledgement can never cover the one that is missing.
+
+A copy of a message that arrives while this router's own copy waits in an
+outbox for its acknowledgement (the message came back: the router it was
+handed to forwarded it on before acknowledging it, and routes changed)
+is taken: the held copy goes back to the backlog (C{"recalled"}), so the
+acknowledgement that later deletes the outbox entry deletes nothing.
 
 C{enqueued_ids} records the id of every message enqueued here (accepted
 or received for a local queue, or dead-lettered), so that a copy arriving
@@ -116,6 +133,20 @@ class StoreError(MeshrouteError):
     """
 
 
+class MissingTransfer(MeshrouteError):
+    """
+    A transfer cannot be recorded because the one before it on the same
+    link was not stored (its write failed): the link must be closed so
+    that the peer replays both.
+    """
+
+    def __init__(self, peer: str, previous: int, last: int) -> None:
+        self.peer = peer
+        super().__init__(
+            f"transfer after {previous} from {peer} refused: only {last} is stored"
+        )
+
+
 class DuplicateMessage(MeshrouteError):
     """
     This router already holds, or already enqueued, a message with this
@@ -179,12 +210,22 @@ _LAST_RECEIVED = "SELECT last_received FROM links WHERE peer = ?"
 _RECORD_ENQUEUED = "INSERT INTO enqueued_ids (msg_id, at) VALUES (?, ?)"
 _RECORD_ENQUEUED_NEW = "INSERT OR IGNORE INTO enqueued_ids (msg_id, at) VALUES (?, ?)"
 _FORGET_ENQUEUED = "DELETE FROM enqueued_ids WHERE msg_id = ?"
-# Records seq as received unless it is not above the last one: rowcount 0.
+# Records seq as received (the caller checked that it is above the last).
 _RECORD_RECEIVED = (
     "INSERT INTO links (peer, next_seq, last_received) VALUES (?, 1, ?) "
-    "ON CONFLICT (peer) DO UPDATE SET last_received = excluded.last_received "
-    "WHERE excluded.last_received > links.last_received"
+    "ON CONFLICT (peer) DO UPDATE SET last_received = excluded.last_received"
 )
+# The peer's store id; with ?3 true, also forget what was received from
+# its previous store.
+_RECORD_PEER_STORE = (
+    "INSERT INTO links (peer, next_seq, last_received, peer_store_id) VALUES (?1, 1, 0, ?2) "
+    "ON CONFLICT (peer) DO UPDATE SET peer_store_id = excluded.peer_store_id, "
+    "last_received = CASE WHEN ?3 THEN 0 ELSE links.last_received END"
+)
+# A copy of a message held in an outbox came back: take the held one back
+# to the backlog, with the returned copy's hop count.
+_IN_OUTBOX = "SELECT id, peer FROM messages WHERE msg_id = ? AND state = 'outbox'"
+_RECALL = "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL, hops = ? WHERE id = ?"
 _SELECT_BACKLOG = (
     f"SELECT id, {_COLUMNS} FROM messages "
     "WHERE state = 'backlog' AND dest_router = ? ORDER BY id LIMIT ?"
@@ -327,6 +368,10 @@ class SQLiteStore:
         self._backlog: dict[str, int] = {}
         self._queues: dict[str, int] = {}
         self._outboxes: dict[str, dict[str, int]] = {}
+        self._peer_stores: dict[str, str] = {}
+        #: This store's id after L{open}: random, chosen when the store was
+        #: created, never changed.
+        self.store_id = ""
         #: The schema version after L{open}.
         self.schema_version = 0
         #: The schema versions applied by the last L{open} (empty when the
@@ -372,8 +417,10 @@ class SQLiteStore:
         return d
 
     def _opened(self, state) -> None:
-        self.schema_version, self.applied_versions, received, backlog, queues, outboxes = state
+        (self.schema_version, self.applied_versions, self.store_id, received, peer_stores,
+         backlog, queues, outboxes) = state
         self._received = received
+        self._peer_stores = peer_stores
         self._backlog = backlog
         self._queues = queues
         self._outboxes = outboxes
@@ -434,17 +481,21 @@ class SQLiteStore:
         """
         return self._submit(_prune_duplicates, self._now() - self.duplicate_id_window_s)
 
-    def receive(self, peer: str, seq: int, message: Message, local: bool):
+    def receive(self, peer: str, seq: int, message: Message, local: bool, previous: int = 0):
         if local:
-            d = self._submit(_receive_local, peer, seq, message, self._now())
+            d = self._submit(_receive_local, peer, seq, previous, message, self._now())
         else:
-            d = self._submit(_receive_backlog, peer, seq, message)
+            d = self._submit(_receive_backlog, peer, seq, previous, message)
         d.addCallback(self._received_one, peer, seq, message, local)
         return d
 
     def _received_one(
-        self, outcome: str, peer: str, seq: int, message: Message, local: bool
+        self, outcome, peer: str, seq: int, message: Message, local: bool
     ) -> str:
+        if type(outcome) is tuple:
+            outcome, outbox_peer = outcome
+            self._left_outbox({message.dest_router: 1}, outbox_peer)
+            _count(None, self._backlog, message.dest_router, 1)
         if outcome != "duplicate-seq":
             self._received[peer] = seq
             if outcome == "stored":
@@ -456,6 +507,19 @@ class SQLiteStore:
 
     def last_received(self, peer: str) -> int:
         return self._received.get(peer, 0)
+
+    def peer_store_id(self, peer: str) -> str:
+        return self._peer_stores.get(peer, "")
+
+    def record_peer_store(self, peer: str, store_id: str, forget_received: bool):
+        d = self._submit(_record_peer_store, peer, store_id, forget_received)
+        d.addCallback(self._recorded_peer_store, peer, store_id, forget_received)
+        return d
+
+    def _recorded_peer_store(self, _, peer: str, store_id: str, forget_received: bool) -> None:
+        self._peer_stores[peer] = store_id
+        if forget_received:
+            self._received.pop(peer, None)
 
     def assign(self, peer: str, dest_routers, limit: int):
         d = self._submit(_assign, peer, dest_routers, limit)
@@ -635,25 +699,49 @@ def _atomic(fn):
 
 def _check_seqs(connection, calls) -> dict:
     """
-    For a batch of receives C{(peer, seq, ...)}: C{{peer: highest seq}},
-    if every seq is above the last received from its peer and above the
-    peer's seqs before it in the batch; else raise L{_OneByOne}.
+    For a batch of receives C{(peer, seq, previous, ...)}: C{{peer: highest
+    seq}}, if each peer's calls follow each other (each one's C{previous}
+    is the seq before it in the batch, and above it) and the first follows
+    the last received from that peer; else raise L{_OneByOne}.
     """
     first: dict = {}
     last: dict = {}
     for call in calls:
-        peer, seq = call[0], call[1]
-        previous = last.get(peer)
-        if previous is None:
-            first[peer] = seq
-        elif seq <= previous:
+        peer, seq, previous = call[0], call[1], call[2]
+        before = last.get(peer)
+        if before is None:
+            first[peer] = previous
+        elif previous != before:
+            raise _OneByOne()
+        if seq <= previous:
             raise _OneByOne()
         last[peer] = seq
-    for peer, seq in first.items():
-        row = connection.execute(_LAST_RECEIVED, (peer,)).fetchone()
-        if row is not None and seq <= row[0]:
+    for peer, previous in first.items():
+        if _last_received(connection, peer) != previous:
             raise _OneByOne()
     return last
+
+
+def _last_received(connection, peer: str) -> int:
+    row = connection.execute(_LAST_RECEIVED, (peer,)).fetchone()
+    return row[0] if row is not None else 0
+
+
+def _new_seq(connection, peer: str, seq: int, previous: int) -> bool:
+    """
+    Record C{seq} as received from C{peer} if it is new; return whether it
+    was.
+
+    @raise MissingTransfer: the transfer before it on this link
+        (C{previous}) is not stored.
+    """
+    last = _last_received(connection, peer)
+    if seq <= last:
+        return False
+    if last < previous:
+        raise MissingTransfer(peer, previous, last)
+    connection.execute(_RECORD_RECEIVED, (peer, seq))
+    return True
 
 
 def _none_enqueued(connection, messages) -> None:
@@ -706,7 +794,11 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
             raise StoreError(f"{path} is the store of router {row[0]!r}, not {router!r}")
         execute(_PRUNE, (cutoff,))
         execute(_PRUNE_DUPLICATES, (duplicates_cutoff,))
+        store_id = execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
         received = dict(execute("SELECT peer, last_received FROM links WHERE last_received > 0"))
+        peer_stores = dict(
+            execute("SELECT peer, peer_store_id FROM links WHERE peer_store_id != ''")
+        )
         backlog = dict(
             execute(
                 "SELECT dest_router, count(*) FROM messages WHERE state = 'backlog' "
@@ -730,7 +822,7 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
         if connection.in_transaction:
             execute("ROLLBACK")
         raise
-    return latest, applied, received, backlog, queues, outboxes
+    return latest, applied, store_id, received, peer_stores, backlog, queues, outboxes
 
 
 def _accept_local(connection, message: Message, now: float) -> None:
@@ -801,9 +893,10 @@ def _accept_backlog_batch(connection, calls: list) -> list:
 _accept_backlog.batch = _accept_backlog_batch
 
 
-def _receive_local(connection, peer: str, seq: int, message: Message, now: float) -> str:
+def _receive_local(connection, peer: str, seq: int, previous: int, message: Message,
+                   now: float) -> str:
     execute = connection.execute
-    if not execute(_RECORD_RECEIVED, (peer, seq)).rowcount:
+    if not _new_seq(connection, peer, seq, previous):
         return "duplicate-seq"
     if not execute(_RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount:
         return "duplicate-id"
@@ -817,26 +910,34 @@ def _receive_local(connection, peer: str, seq: int, message: Message, now: float
 def _receive_local_batch(connection, calls: list) -> list:
     last = _check_seqs(connection, calls)
     connection.executemany(_RECORD_RECEIVED, last.items())
-    connection.executemany(_RECORD_ENQUEUED, [(call[2].msg_id, call[3]) for call in calls])
-    connection.executemany(_INSERT_QUEUE, [_row(call[2]) for call in calls])
+    connection.executemany(_RECORD_ENQUEUED, [(call[3].msg_id, call[4]) for call in calls])
+    connection.executemany(_INSERT_QUEUE, [_row(call[3]) for call in calls])
     return ["stored"] * len(calls)
 
 
 _receive_local.batch = _receive_local_batch
 
 
-def _receive_backlog(connection, peer: str, seq: int, message: Message) -> str:
+def _receive_backlog(connection, peer: str, seq: int, previous: int, message: Message):
+    """
+    See L{SQLiteStore.receive}; a recalled message answers C{("recalled",
+    the peer whose outbox held it)}.
+    """
     execute = connection.execute
-    if not execute(_RECORD_RECEIVED, (peer, seq)).rowcount:
+    if not _new_seq(connection, peer, seq, previous):
         return "duplicate-seq"
-    if not execute(_INSERT_BACKLOG_NEW, _row(message)).rowcount:
+    if execute(_INSERT_BACKLOG_NEW, _row(message)).rowcount:
+        return "stored"
+    held = execute(_IN_OUTBOX, (message.msg_id,)).fetchone()
+    if held is None:
         return "duplicate-id"
-    return "stored"
+    execute(_RECALL, (message.hops, held[0]))
+    return "recalled", held[1]
 
 
 def _receive_backlog_batch(connection, calls: list) -> list:
     last = _check_seqs(connection, calls)
-    messages = [call[2] for call in calls]
+    messages = [call[3] for call in calls]
     _none_enqueued(connection, messages)
     connection.executemany(_RECORD_RECEIVED, last.items())
     connection.executemany(_INSERT_BACKLOG_ANY, [_row(m) for m in messages])
@@ -868,6 +969,11 @@ def _assign(connection, peer: str, dest_routers, limit: int) -> list:
     execute(_TO_OUTBOX, (peer, first, json.dumps([r[0] for r in rows])))
     execute(_SET_NEXT_SEQ, (first + len(rows), peer))
     return [(first + i, _message(r)) for i, r in enumerate(rows)]
+
+
+@_atomic
+def _record_peer_store(connection, peer: str, store_id: str, forget_received: bool) -> None:
+    connection.execute(_RECORD_PEER_STORE, (peer, store_id, forget_received))
 
 
 @_atomic

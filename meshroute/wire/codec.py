@@ -18,9 +18,25 @@ from meshroute.wire.frameset import FrameSet, frame_to_list
 
 _LENGTH = struct.Struct(">I")
 
-#: Default ceiling for one frame body.  Link control frames are tiny;
-#: message frames (carrying a body) stay far below this.
-DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+# The frame size rule (docs/protocol.md, docs/client-protocol.md): a
+# message enters the mesh in a client Send of at most MAX_CLIENT_FRAME_SIZE
+# bytes, and every frame it becomes on its way (a link Transfer or
+# FastTransfer, a client Deliver) is larger by what it gains: sequence and
+# delivery ids, message id, origin, destination router and queue, hop
+# count, time, and the dead-letter headers.  Router names are at most 64
+# characters and queue names at most 128 (meshroute.messages), so that gain
+# is well under ENVELOPE_ALLOWANCE, and every such frame fits in
+# MAX_MESSAGE_FRAME_SIZE, which links and clients accept.
+
+#: The largest frame a client may send a router (a Send).
+MAX_CLIENT_FRAME_SIZE = 4 * 1024 * 1024
+#: Room above a client Send for the fields a message gains on its way.
+ENVELOPE_ALLOWANCE = 64 * 1024
+#: The largest frame a router accepts on a link, and a client from its
+#: router: every frame a legal Send becomes fits.
+MAX_MESSAGE_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE + ENVELOPE_ALLOWANCE
+#: Default ceiling for one frame body on a link.
+DEFAULT_MAX_FRAME_SIZE = MAX_MESSAGE_FRAME_SIZE
 
 
 def encode(frame) -> bytes:
@@ -29,6 +45,13 @@ def encode(frame) -> bytes:
     """
     body = msgpack.packb(frame_to_list(frame), use_bin_type=True)
     return _LENGTH.pack(len(body)) + body
+
+
+def body_size(frame) -> int:
+    """
+    The length of C{frame}'s body on the wire (what the limits count).
+    """
+    return len(msgpack.packb(frame_to_list(frame), use_bin_type=True))
 
 
 class FrameDecoder:

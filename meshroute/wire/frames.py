@@ -1,5 +1,8 @@
 """
-The frames of the routing link, protocol version 1.
+The frames of the routing link, protocol version 2.
+
+Version 2 added the store ids to L{Recovery}; a version-1 router is
+refused (C{version}), see docs/protocol.md.
 
 Each frame is a small frozen dataclass, gathered in L{LINK_FRAMES}; see
 L{meshroute.wire.frameset} for how frames become msgpack arrays and how
@@ -15,7 +18,7 @@ from meshroute.errors import WireError
 from meshroute.wire.frameset import FrameSet
 
 #: The link protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (2,)
 
 #: Size of the random challenges exchanged during authentication.
 CHALLENGE_SIZE = 32
@@ -92,11 +95,21 @@ class Authenticated:
 class Recovery:
     """
     Both directions, the recovery stage: the last message sequence number
-    this side has durably received from the peer on this link.
+    this side has durably received from the peer on this link, this side's
+    store id, and the peer's store id that C{last_received} belongs to
+    ("" when this side holds nothing from the peer's current store, or
+    never heard of one).
+
+    Sequence numbers belong to one store: a router whose store id changed
+    (restarted with an empty data dir) numbers from 1 again, so its peer
+    forgets what it received from the previous store, and a
+    C{last_received} about another store of ours acknowledges nothing.
     """
 
     TYPE: ClassVar[int] = 6
     last_received: int
+    store_id: str = ""
+    peer_store_id: str = ""
 
 
 @dataclass(frozen=True)
