@@ -35,6 +35,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
+from meshroute.store.pruning import IdPruner
 
 log = Logger()
 
@@ -122,6 +123,7 @@ class RouterService(MultiService):
                 clients.duplicate_id_window_ms / 1000 if clients is not None else 3600.0
             ),
         )
+        self._pruner = IdPruner(self.store, clock)
         self.engine = MessageEngine(
             config.name,
             self.store,
@@ -220,6 +222,7 @@ class RouterService(MultiService):
         if not self.running:
             return
         self._open = True
+        self._pruner.start()
         self.engine.reroute_orphans()
         for service in self:
             service.startService()
@@ -245,6 +248,7 @@ class RouterService(MultiService):
             abort.cancel()
         self._open = False
         self.engine.stop()
+        yield self._pruner.stop()
         yield self.store.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()
