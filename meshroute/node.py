@@ -16,6 +16,7 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -43,6 +44,12 @@ log = Logger()
 SHUTDOWN_GRACE_S = 5.0
 
 
+#: The mode of a C{unix:} listener's socket when its endpoint string sets
+#: none: owner and group may connect.  Twisted's default, 0666, would let
+#: every local user talk to the router.
+UNIX_SOCKET_MODE = "660"
+
+
 class StringEndpoints:
     """
     Endpoint strings to endpoints on a real reactor.  Tests substitute an
@@ -53,6 +60,8 @@ class StringEndpoints:
         self._reactor = reactor
 
     def server(self, description: str):
+        if description.startswith("unix:") and ":mode=" not in description:
+            description += f":mode={UNIX_SOCKET_MODE}"
         return serverFromString(self._reactor, description)
 
     def client(self, description: str):
@@ -76,12 +85,28 @@ class _UntilOpen(Factory):
         return self._factory.buildProtocol(addr)
 
 
-def _listening(endpoint, factory) -> StreamServerEndpointService:
-    service = StreamServerEndpointService(endpoint, factory)
-    # As twisted.application.strports.service does: a port that cannot be
-    # bound fails startup instead of being logged and ignored.
-    service._raiseSynchronously = True
-    return service
+class _Listening(StreamServerEndpointService):
+    """
+    One listener of the router: a port that cannot be bound fails start-up
+    (as C{twisted.application.strports.service} does) with a L{ConfigError}
+    naming the file and the endpoint's key, instead of a traceback.
+    """
+
+    def __init__(self, endpoint, factory, path: str, key: str, description: str) -> None:
+        super().__init__(endpoint, factory)
+        self._raiseSynchronously = True
+        self._path = path
+        self._key = key
+        self._description = description
+
+    def privilegedStartService(self) -> None:
+        try:
+            super().privilegedStartService()
+        except CannotListenError as e:
+            reason = e.socketError.strerror if isinstance(e.socketError, OSError) else None
+            raise ConfigError(self._path, self._key,
+                              f"cannot listen on {self._description}: "
+                              f"{(reason or str(e.socketError)).lower()}") from None
 
 
 class RouterService(MultiService):
@@ -107,11 +132,17 @@ class RouterService(MultiService):
         self._open = False
         self.registry = LinkRegistry()
         self._lock_file = None
-        os.makedirs(config.data_dir, exist_ok=True)
-        self._lock_data_dir()
-        self.events = events.EventLog(
-            os.path.join(config.data_dir, "events.jsonl"), config.name, clock
-        )
+        try:
+            os.makedirs(config.data_dir, exist_ok=True)
+            self._lock_data_dir()
+            self.events = events.EventLog(
+                os.path.join(config.data_dir, "events.jsonl"), config.name, clock
+            )
+        except OSError as e:
+            self._unlock_data_dir()
+            raise ConfigError(config.path, "router.data-dir",
+                              f"cannot use {config.data_dir!r} as the data-dir: "
+                              f"{e.strerror or e}") from None
         clients = config.clients
         self.store = SQLiteStore(
             os.path.join(config.data_dir, "store.db"),
@@ -171,15 +202,11 @@ class RouterService(MultiService):
                     else None
                 ),
             )
-            _listening(
-                endpoints.server(listener.endpoint),
-                _UntilOpen(ListenerFactory(self.context, settings), is_open),
-            ).setServiceParent(self)
+            self._listen(endpoints, "routing.listener.endpoint", listener.endpoint,
+                         _UntilOpen(ListenerFactory(self.context, settings), is_open))
         if config.clients is not None:
-            _listening(
-                endpoints.server(config.clients.endpoint),
-                _UntilOpen(self.client_factory, is_open),
-            ).setServiceParent(self)
+            self._listen(endpoints, "clients.listener.endpoint", config.clients.endpoint,
+                         _UntilOpen(self.client_factory, is_open))
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -198,9 +225,11 @@ class RouterService(MultiService):
                 clock,
             ).setServiceParent(self)
         if config.admin is not None:
-            _listening(endpoints.server(config.admin.endpoint), admin_site(self)).setServiceParent(
-                self
-            )
+            self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))
+
+    def _listen(self, endpoints, key: str, description: str, factory) -> None:
+        _Listening(endpoints.server(description), factory, self.config.path, key,
+                   description).setServiceParent(self)
 
     def startService(self) -> None:
         """
