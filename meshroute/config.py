@@ -321,7 +321,9 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
         if spec.kind == "name" and not _NAME.fullmatch(value):
             raise ConfigError(path, key, f"{value!r} is not a router name ([A-Za-z0-9._-]{{1,64}})")
         if spec.kind.endswith("endpoint"):
-            _check_endpoint(spec.kind, value, path=path, key=key, reactor=reactor)
+            problem = endpoint_problem(spec.kind, value, reactor)
+            if problem is not None:
+                raise ConfigError(path, key, problem)
         result = value
     unit = " ms" if spec.kind == "duration" else ""
     if spec.minimum is not None and result < spec.minimum:
@@ -331,30 +333,34 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     return result
 
 
-def _check_endpoint(kind: str, value: str, *, path: str, key: str, reactor) -> None:
+def endpoint_problem(kind: str, value: str, reactor) -> str | None:
     """
-    Parse an endpoint string with Twisted's own parser, and check its port.
+    What is wrong with an endpoint string, or None: parsed with Twisted's
+    own parser, and its port checked.
 
     Twisted's parsers take any integer as a port; the error comes only when
     the router listens or connects (an C{OverflowError} traceback at start,
     or a connector that fails forever).  A listener may ask for port 0 (any
-    free port); a connector must name a real one.
+    free port); a client must name a real one.
+
+    @param kind: C{"server-endpoint"} or C{"client-endpoint"}.
+    @param reactor: only used to construct the endpoint, never to listen
+        or connect.
     """
     server = kind == "server-endpoint"
     parse = serverFromString if server else clientFromString
     try:
         endpoint = parse(reactor, value)
     except Exception as e:
-        message = f"invalid {kind.replace('-', ' ')} {value!r}: {e}"
-        raise ConfigError(path, key, message) from e
+        return f"invalid {kind.replace('-', ' ')} {value!r}: {e}"
     # A TLS client endpoint wraps the TCP one that holds the port.
     while hasattr(endpoint, "_wrappedEndpoint"):
         endpoint = endpoint._wrappedEndpoint
     port = getattr(endpoint, "_port", None)
     lowest = 0 if server else 1
     if isinstance(port, int) and not lowest <= port <= 65535:
-        message = f"invalid {kind.replace('-', ' ')} {value!r}: port must be {lowest}..65535"
-        raise ConfigError(path, key, message)
+        return f"invalid {kind.replace('-', ' ')} {value!r}: port must be {lowest}..65535"
+    return None
 
 
 def _reject_unknown(table: dict, allowed: list[str], *, path: str, prefix: str) -> None:
