@@ -223,6 +223,7 @@ class RouterService(MultiService):
                     connector.reconnect_attempts,
                 ),
                 clock,
+                description=connector.endpoint,
             ).setServiceParent(self)
         if config.admin is not None:
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))

@@ -278,6 +278,20 @@ def test_garbage(connection, factory):
     assert not other.closing
 
 
+def test_a_protocol_error_log_names_the_remote_address(connection, request):
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    logged = []
+    globalLogPublisher.addObserver(logged.append)
+    request.addfinalizer(lambda: globalLogPublisher.removeObserver(logged.append))
+    connection.open()
+    connection.protocol.dataReceived(b"\x00\x00\x00\x03\xc1\xc1\xc1")
+    assert_closed_with(connection, f.PROTOCOL_ERROR)
+    [line] = [formatEvent(e) for e in logged if f.PROTOCOL_ERROR in formatEvent(e)]
+    address = connection.transport.getPeer()
+    assert f"from {address.host}:{address.port}" in line
+
+
 def test_oversized_frame(engine, clock):
     connection = Connection(ClientFactory(engine, clock, max_frame_size=100))
     connection.open()
