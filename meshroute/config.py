@@ -413,6 +413,19 @@ def _read_secret(password_file: str, *, path: str, key: str) -> bytes:
     return secret
 
 
+def _check_data_dir(data_dir: str, *, path: str) -> None:
+    """
+    Refuse a data-dir that is a file or lies below one: the router could
+    not create it.  (A missing one is created at start.)
+    """
+    directory = os.path.abspath(data_dir)
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        raise ConfigError(path, "router.data-dir",
+                          f"cannot use {data_dir!r}: {directory} is not a directory")
+
+
 def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     """
     Load and validate a router configuration file.
@@ -443,6 +456,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
     router = take(document["router"], _ROUTER_KEYS, "router")
+    _check_data_dir(router["data_dir"], path=path)
     routing = document.get("routing", {})
     if not isinstance(routing, dict):
         raise ConfigError(path, "routing", "expected a table")

@@ -557,3 +557,14 @@ def test_endpoint_ports_in_range_are_accepted(write):
     config = load(write(ROUTER + LISTENER.replace("7001", "65535")
                         + CONNECTOR.replace("7002", "1") + ADMIN.replace("8001", "0")))
     assert config.listener.endpoint.startswith("tcp:65535")
+
+
+@pytest.mark.parametrize("below", ["", "/store"])
+def test_a_data_dir_below_a_file_is_refused(write, tmp_path, below):
+    """
+    check-config catches what would stop the router at start: a data-dir
+    that is a file, or below one.
+    """
+    (tmp_path / "a-file").write_text("not a directory\n")
+    path = write(ROUTER.replace("var/router-a", str(tmp_path / "a-file") + below))
+    assert_refused(path, "router.data-dir", "a-file", "not a directory")
