@@ -17,6 +17,12 @@ $(VENV)/.installed: $(SOURCES)
 	$(PY) -m pip install -q --disable-pip-version-check '.[test,audit]'
 	touch $@
 
+# One router in the foreground: make run CONFIG=etc/router.toml
+.PHONY: run
+CONFIG ?= etc/router.toml
+run: install
+	$(VENV)/bin/twistd -n --pidfile= meshroute --config $(CONFIG)
+
 lab: install
 	$(PY) -m meshroute.lab etc/lab
 

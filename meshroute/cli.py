@@ -6,7 +6,10 @@ configurations, inspects routers through their admin API, and sends and
 receives messages through a router's client listener (L{meshroute.client}).
 """
 
+import http.client
 import json
+import os
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -14,14 +17,30 @@ import urllib.request
 from twisted.internet import defer, task
 from twisted.python import usage
 
-from meshroute.config import format_config, load_config
+from meshroute import __version__
+from meshroute.clients.frames import MAX_FRAME_SIZE
+from meshroute.config import endpoint_problem, format_config, load_config
 from meshroute.errors import ConfigError
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
 SEND_WINDOW = 1000
 
 
-class CheckConfigOptions(usage.Options):
+class _Options(usage.Options):
+    """
+    The options of every C{meshroute} command: C{--version} is meshroute's
+    (C{usage.Options} would print Twisted's).
+    """
+
+    def opt_version(self) -> None:
+        """
+        Print meshroute's version and exit.
+        """
+        print(f"meshroute {__version__}")
+        sys.exit(0)
+
+
+class CheckConfigOptions(_Options):
     synopsis = "FILE"
     longdesc = "Validate a router configuration and print it with every default filled in."
 
@@ -29,7 +48,7 @@ class CheckConfigOptions(usage.Options):
         self["path"] = path
 
 
-class StatusOptions(usage.Options):
+class StatusOptions(_Options):
     synopsis = "--admin URL [--json]"
     longdesc = "Show a running router's identity and links, from its admin API."
     optParameters = [["admin", "a", None, "The router's admin base URL, e.g. http://127.0.0.1:8001"]]
@@ -119,7 +138,7 @@ def _multiplier(value: str) -> float:
     return number
 
 
-class _SessionOptions(usage.Options):
+class _SessionOptions(_Options):
     """
     The options of a session that survives failures, shared by C{send} and
     C{receive}: L{meshroute.client.ClientOptions}, Artemis' names and
@@ -193,7 +212,11 @@ class SendOptions(_SessionOptions):
     longdesc = (
         "Send messages through a router's client listener and exit 0 once every "
         "one is durably accepted (non-persistent: accepted).  Without --body or "
-        "--size, message N has the body 'message N'.  Sends are pipelined, at most "
+        "--size, message N has the body 'message N'.  A message travels in one "
+        f"client frame of at most {MAX_FRAME_SIZE} bytes (the router's limit, "
+        "meshroute.clients.frames.MAX_FRAME_SIZE) with its address and headers, "
+        "so its body must be a little smaller; a larger one is a usage error.  "
+        "Sends are pipelined, at most "
         f"{SEND_WINDOW} unconfirmed at a time; the first refusal stops the command "
         "with exit status 1.  With --reconnect-attempts the command rides out "
         "connection failures: with a --confirmation-window-size it resumes its "
@@ -206,8 +229,12 @@ class SendOptions(_SessionOptions):
         ["connect", "c", None, "The router's client endpoint, e.g. tcp:127.0.0.1:6001"],
         ["to", "t", None, "The address: QUEUE@ROUTER, or QUEUE on the router connected to."],
         ["count", "n", 1, "How many messages to send.", _positive_int("--count")],
-        ["size", "s", None, "Every body is BYTES bytes long.", _non_negative_int],
-        ["body", "b", None, "Every body is TEXT (UTF-8)."],
+        ["size", "s", None,
+         f"Every body is BYTES bytes long (less than {MAX_FRAME_SIZE}, the frame limit).",
+         _non_negative_int],
+        ["body", "b", None,
+         "Every body is TEXT: its bytes as given (UTF-8 text, or any bytes the shell "
+         "passes)."],
         ["duplicate-id-prefix", None, None,
          "Message N carries the duplicate id PREFIX + N: the router enqueues it at most "
          "once (within its duplicate-id-window, across restarts), and a send whose "
@@ -222,13 +249,35 @@ class SendOptions(_SessionOptions):
         if self["size"] is not None and self["body"] is not None:
             raise usage.UsageError("--size and --body exclude each other")
         self.client_options()
+        self._check_frame_size()
+
+    def _check_frame_size(self) -> None:
+        """
+        Refuse a message that cannot fit in one client frame: the router
+        would close the connection on it as a protocol error, and the
+        command would fail with a lost connection that says nothing of why.
+        The longest body is the last message's.
+        """
+        from meshroute.clients.frames import Send
+        from meshroute.wire.codec import encode
+
+        body = self.body(self["count"])
+        size = len(encode(Send(2**63 - 1, self["to"], {}, body, True,
+                               self.duplicate_id(self["count"]) or "")))
+        if size > MAX_FRAME_SIZE:
+            raise usage.UsageError(
+                f"a message with a {len(body)}-byte body is a {size}-byte frame; the router "
+                f"takes client frames of at most {MAX_FRAME_SIZE} bytes (MAX_FRAME_SIZE), "
+                "body, address and headers together")
 
     def body(self, n: int) -> bytes:
         """
-        The body of message C{n} (from 1).
+        The body of message C{n} (from 1).  C{--body} is sent as the bytes
+        the shell passed: Python decoded them with the file-system encoding
+        and surrogate escapes, and L{os.fsencode} gives them back.
         """
         if self["body"] is not None:
-            return self["body"].encode("utf-8")
+            return os.fsencode(self["body"])
         if self["size"] is not None:
             return b"x" * self["size"]
         return f"message {n}".encode()
@@ -272,7 +321,7 @@ class ReceiveOptions(_SessionOptions):
         self.client_options()
 
 
-class AuditOptions(usage.Options):
+class AuditOptions(_Options):
     synopsis = ("EVENTS... --out DIR [--master URL] [--conf KEY=VALUE]... "
                 "[--in-flight-grace SECONDS] [--keepalive-limit INTERVALS] [--quiet]")
     longdesc = (
@@ -292,7 +341,7 @@ class AuditOptions(usage.Options):
             self["error"] = str(e)
 
 
-class Options(usage.Options):
+class Options(_Options):
     synopsis = "COMMAND [options]"
     subCommands = [
         ["check-config", None, CheckConfigOptions, "Validate a configuration file."],
@@ -319,8 +368,21 @@ def check_config(options, out) -> int:
 
 
 def fetch_json(base: str, path: str):
-    with urllib.request.urlopen(base.rstrip("/") + path, timeout=5) as response:
-        return json.load(response)
+    """
+    GET C{base + path} and decode its JSON.
+
+    @raise ValueError: the answer is not an admin API's (not HTTP, or not
+        JSON).
+    @raise OSError: no answer (C{urllib.error.URLError} is one).
+    """
+    try:
+        with urllib.request.urlopen(base.rstrip("/") + path, timeout=5) as response:
+            return json.load(response)
+    except http.client.HTTPException as e:
+        raise ValueError(f"not an HTTP server, or not a meshroute admin API "
+                         f"({type(e).__name__}: {str(e).strip()[:80]!r})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not a meshroute admin API (the answer is not JSON: {e})") from None
 
 
 def format_links(router: dict, links: list[dict]) -> str:
@@ -376,6 +438,37 @@ def _report_failures(client, endpoint: str, err):
     return report
 
 
+#: What an operator may type for C{--connect} when a TCP endpoint is meant.
+_HOST_PORT = re.compile(r"(?P<host>[^:\s]+|\[[^\]]+\]):(?P<port>\d+)")
+
+
+def _connect_problem(reactor, endpoint: str) -> str | None:
+    """
+    Why C{--connect endpoint} cannot work, or None: it must be a client
+    endpoint string (C{tcp:HOST:PORT}, C{tls:...}, C{unix:PATH}), and
+    C{HOST:PORT}, the usual mistake, gets the spelling it needs.
+    """
+    problem = endpoint_problem("client-endpoint", endpoint, reactor)
+    if problem is None:
+        return None
+    if endpoint.isdigit() or not endpoint.startswith(("tcp:", "tls:", "ssl:", "unix:")):
+        match = _HOST_PORT.fullmatch(endpoint)
+        spelling = f"tcp:{match['host']}:{match['port']}" if match else "tcp:HOST:PORT"
+        return f"not an endpoint string ({problem}); write {spelling}"
+    return problem
+
+
+def _usage_problem(reactor, options, err) -> int:
+    """
+    Report a C{--connect} that cannot work: exit status 2 (usage), or 0.
+    """
+    problem = _connect_problem(reactor, options["connect"])
+    if problem is None:
+        return 0
+    err.write(f"meshroute: --connect {options['connect']}: {problem}\n")
+    return 2
+
+
 async def run_send(reactor, options, out, err, connect=None) -> int:
     """
     C{meshroute send} on C{reactor}; returns the exit status.
@@ -386,6 +479,8 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
     from meshroute.client import DISCONNECT, ClientError, UnblockedError
     from meshroute.client import connect as default_connect
 
+    if status := _usage_problem(reactor, options, err):
+        return status
     connect = connect or default_connect
     try:
         client = await connect(reactor, options["connect"], options.client_options())
@@ -517,6 +612,8 @@ async def run_receive(reactor, options, out, err, connect=None) -> int:
     from meshroute.client import ClientError, UnblockedError
     from meshroute.client import connect as default_connect
 
+    if status := _usage_problem(reactor, options, err):
+        return status
     connect = connect or default_connect
     try:
         client = await connect(reactor, options["connect"], options.client_options())

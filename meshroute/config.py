@@ -191,12 +191,17 @@ class _Key:
         C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
     @ivar minimum: the smallest allowed value (milliseconds for durations).
+    @ivar maximum: the largest allowed value: every number has one, so a
+        value the router could only fail on at run time (an
+        C{OverflowError} on the wire, a timer past any clock) is refused
+        here, and the README's reference section states each range.
     """
 
     name: str
     kind: str
     default: object = _REQUIRED
     minimum: int | float | None = None
+    maximum: int | float | None = None
     choices: tuple[str, ...] = ()
 
     @property
@@ -208,44 +213,48 @@ class _Key:
         return self.name.replace("-", "_") + suffix
 
 
+#: Upper bounds shared by several keys (milliseconds).
+_HOUR_MS = 3_600_000
+_DAY_MS = 24 * _HOUR_MS
+
 _ROUTER_KEYS = (_Key("name", "name"), _Key("data-dir", "str"))
 _LISTENER_KEYS = (
     _Key("endpoint", "server-endpoint"),
     _Key("password-file", "password-file"),
-    _Key("keepalive-interval", "duration", 60000, 10),
-    _Key("stage-valid-timeout", "duration", 15000, 1000),
-    _Key("reject-disconnect-delay", "duration", 5000, 1000),
+    _Key("keepalive-interval", "duration", 60000, 10, _HOUR_MS),
+    _Key("stage-valid-timeout", "duration", 15000, 1000, _HOUR_MS),
+    _Key("reject-disconnect-delay", "duration", 5000, 1000, _HOUR_MS),
     _Key("allowed-routers", "names", None),
 )
 _CONNECTOR_KEYS = (
     _Key("router", "name"),
     _Key("endpoint", "client-endpoint"),
     _Key("password-file", "password-file"),
-    _Key("retry-interval", "duration", 2000, 1),
-    _Key("retry-interval-multiplier", "number", 1.0, 1.0),
-    _Key("max-retry-interval", "duration", 2000, 1),
-    _Key("reconnect-attempts", "int", -1, -1),
-    _Key("stage-valid-timeout", "duration", 15000, 1000),
+    _Key("retry-interval", "duration", 2000, 1, _HOUR_MS),
+    _Key("retry-interval-multiplier", "number", 1.0, 1.0, 100.0),
+    _Key("max-retry-interval", "duration", 2000, 1, _HOUR_MS),
+    _Key("reconnect-attempts", "int", -1, -1, 2**31 - 1),
+    _Key("stage-valid-timeout", "duration", 15000, 1000, _HOUR_MS),
 )
 _ADMIN_KEYS = (_Key("endpoint", "server-endpoint"),)
 _ROUTING_KEYS = (
-    _Key("max-hops", "int", 16, 1),
-    _Key("max-backlog", "int", 100_000, 1),
-    _Key("max-transient-backlog", "int", 10_000, 1),
-    _Key("reroute-delay", "duration", 5000, 0),
+    _Key("max-hops", "int", 16, 1, 255),
+    _Key("max-backlog", "int", 100_000, 1, 1_000_000_000),
+    _Key("max-transient-backlog", "int", 10_000, 1, 10_000_000),
+    _Key("reroute-delay", "duration", 5000, 0, _HOUR_MS),
 )
 _STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),)
 _CLIENT_LISTENER_KEYS = (
     _Key("endpoint", "server-endpoint"),
-    _Key("connection-ttl-override", "int", -1, -1),
-    _Key("connection-ttl-check-interval", "duration", 2000, 1),
-    _Key("duplicate-id-window", "duration", 3_600_000, 1),
+    _Key("connection-ttl-override", "int", -1, -1, _DAY_MS),
+    _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
+    _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
 )
 _CLIENT_RECONNECT_KEYS = (
-    _Key("keep-alive", "duration", 60000, 0),
-    _Key("max-depth", "int", 1000, 0),
+    _Key("keep-alive", "duration", 60000, 0, _DAY_MS),
+    _Key("max-depth", "int", 1000, 0, 10_000_000),
     _Key("max-depth-policy", "choice", "drop-oldest", choices=("drop-oldest", "drop-newest")),
-    _Key("recovery-buffer-size", "int", 64, 0),
+    _Key("recovery-buffer-size", "int", 64, 0, 100_000),
 )
 
 
@@ -312,17 +321,46 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
         if spec.kind == "name" and not _NAME.fullmatch(value):
             raise ConfigError(path, key, f"{value!r} is not a router name ([A-Za-z0-9._-]{{1,64}})")
         if spec.kind.endswith("endpoint"):
-            parse = serverFromString if spec.kind == "server-endpoint" else clientFromString
-            try:
-                parse(reactor, value)
-            except Exception as e:
-                message = f"invalid {spec.kind.replace('-', ' ')} {value!r}: {e}"
-                raise ConfigError(path, key, message) from e
+            problem = endpoint_problem(spec.kind, value, reactor)
+            if problem is not None:
+                raise ConfigError(path, key, problem)
         result = value
+    unit = " ms" if spec.kind == "duration" else ""
     if spec.minimum is not None and result < spec.minimum:
-        unit = " ms" if spec.kind == "duration" else ""
         raise ConfigError(path, key, f"must be at least {spec.minimum}{unit}, got {result}{unit}")
+    if spec.maximum is not None and result > spec.maximum:
+        raise ConfigError(path, key, f"must be at most {spec.maximum}{unit}, got {result}{unit}")
     return result
+
+
+def endpoint_problem(kind: str, value: str, reactor) -> str | None:
+    """
+    What is wrong with an endpoint string, or None: parsed with Twisted's
+    own parser, and its port checked.
+
+    Twisted's parsers take any integer as a port; the error comes only when
+    the router listens or connects (an C{OverflowError} traceback at start,
+    or a connector that fails forever).  A listener may ask for port 0 (any
+    free port); a client must name a real one.
+
+    @param kind: C{"server-endpoint"} or C{"client-endpoint"}.
+    @param reactor: only used to construct the endpoint, never to listen
+        or connect.
+    """
+    server = kind == "server-endpoint"
+    parse = serverFromString if server else clientFromString
+    try:
+        endpoint = parse(reactor, value)
+    except Exception as e:
+        return f"invalid {kind.replace('-', ' ')} {value!r}: {e}"
+    # A TLS client endpoint wraps the TCP one that holds the port.
+    while hasattr(endpoint, "_wrappedEndpoint"):
+        endpoint = endpoint._wrappedEndpoint
+    port = getattr(endpoint, "_port", None)
+    lowest = 0 if server else 1
+    if isinstance(port, int) and not lowest <= port <= 65535:
+        return f"invalid {kind.replace('-', ' ')} {value!r}: port must be {lowest}..65535"
+    return None
 
 
 def _reject_unknown(table: dict, allowed: list[str], *, path: str, prefix: str) -> None:
@@ -375,6 +413,19 @@ def _read_secret(password_file: str, *, path: str, key: str) -> bytes:
     return secret
 
 
+def _check_data_dir(data_dir: str, *, path: str) -> None:
+    """
+    Refuse a data-dir that is a file or lies below one: the router could
+    not create it.  (A missing one is created at start.)
+    """
+    directory = os.path.abspath(data_dir)
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        raise ConfigError(path, "router.data-dir",
+                          f"cannot use {data_dir!r}: {directory} is not a directory")
+
+
 def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     """
     Load and validate a router configuration file.
@@ -405,6 +456,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
     router = take(document["router"], _ROUTER_KEYS, "router")
+    _check_data_dir(router["data_dir"], path=path)
     routing = document.get("routing", {})
     if not isinstance(routing, dict):
         raise ConfigError(path, "routing", "expected a table")

@@ -16,6 +16,7 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -35,11 +36,18 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
+from meshroute.store.pruning import IdPruner
 
 log = Logger()
 
 #: How long shutdown waits for links to flush and close before aborting them.
 SHUTDOWN_GRACE_S = 5.0
+
+
+#: The mode of a C{unix:} listener's socket when its endpoint string sets
+#: none: owner and group may connect.  Twisted's default, 0666, would let
+#: every local user talk to the router.
+UNIX_SOCKET_MODE = "660"
 
 
 class StringEndpoints:
@@ -52,6 +60,8 @@ class StringEndpoints:
         self._reactor = reactor
 
     def server(self, description: str):
+        if description.startswith("unix:") and ":mode=" not in description:
+            description += f":mode={UNIX_SOCKET_MODE}"
         return serverFromString(self._reactor, description)
 
     def client(self, description: str):
@@ -75,12 +85,28 @@ class _UntilOpen(Factory):
         return self._factory.buildProtocol(addr)
 
 
-def _listening(endpoint, factory) -> StreamServerEndpointService:
-    service = StreamServerEndpointService(endpoint, factory)
-    # As twisted.application.strports.service does: a port that cannot be
-    # bound fails startup instead of being logged and ignored.
-    service._raiseSynchronously = True
-    return service
+class _Listening(StreamServerEndpointService):
+    """
+    One listener of the router: a port that cannot be bound fails start-up
+    (as C{twisted.application.strports.service} does) with a L{ConfigError}
+    naming the file and the endpoint's key, instead of a traceback.
+    """
+
+    def __init__(self, endpoint, factory, path: str, key: str, description: str) -> None:
+        super().__init__(endpoint, factory)
+        self._raiseSynchronously = True
+        self._path = path
+        self._key = key
+        self._description = description
+
+    def privilegedStartService(self) -> None:
+        try:
+            super().privilegedStartService()
+        except CannotListenError as e:
+            reason = e.socketError.strerror if isinstance(e.socketError, OSError) else None
+            raise ConfigError(self._path, self._key,
+                              f"cannot listen on {self._description}: "
+                              f"{(reason or str(e.socketError)).lower()}") from None
 
 
 class RouterService(MultiService):
@@ -106,11 +132,17 @@ class RouterService(MultiService):
         self._open = False
         self.registry = LinkRegistry()
         self._lock_file = None
-        os.makedirs(config.data_dir, exist_ok=True)
-        self._lock_data_dir()
-        self.events = events.EventLog(
-            os.path.join(config.data_dir, "events.jsonl"), config.name, clock
-        )
+        try:
+            os.makedirs(config.data_dir, exist_ok=True)
+            self._lock_data_dir()
+            self.events = events.EventLog(
+                os.path.join(config.data_dir, "events.jsonl"), config.name, clock
+            )
+        except OSError as e:
+            self._unlock_data_dir()
+            raise ConfigError(config.path, "router.data-dir",
+                              f"cannot use {config.data_dir!r} as the data-dir: "
+                              f"{e.strerror or e}") from None
         clients = config.clients
         self.store = SQLiteStore(
             os.path.join(config.data_dir, "store.db"),
@@ -122,6 +154,7 @@ class RouterService(MultiService):
                 clients.duplicate_id_window_ms / 1000 if clients is not None else 3600.0
             ),
         )
+        self._pruner = IdPruner(self.store, clock)
         self.engine = MessageEngine(
             config.name,
             self.store,
@@ -169,15 +202,11 @@ class RouterService(MultiService):
                     else None
                 ),
             )
-            _listening(
-                endpoints.server(listener.endpoint),
-                _UntilOpen(ListenerFactory(self.context, settings), is_open),
-            ).setServiceParent(self)
+            self._listen(endpoints, "routing.listener.endpoint", listener.endpoint,
+                         _UntilOpen(ListenerFactory(self.context, settings), is_open))
         if config.clients is not None:
-            _listening(
-                endpoints.server(config.clients.endpoint),
-                _UntilOpen(self.client_factory, is_open),
-            ).setServiceParent(self)
+            self._listen(endpoints, "clients.listener.endpoint", config.clients.endpoint,
+                         _UntilOpen(self.client_factory, is_open))
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -194,11 +223,14 @@ class RouterService(MultiService):
                     connector.reconnect_attempts,
                 ),
                 clock,
+                description=connector.endpoint,
             ).setServiceParent(self)
         if config.admin is not None:
-            _listening(endpoints.server(config.admin.endpoint), admin_site(self)).setServiceParent(
-                self
-            )
+            self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))
+
+    def _listen(self, endpoints, key: str, description: str, factory) -> None:
+        _Listening(endpoints.server(description), factory, self.config.path, key,
+                   description).setServiceParent(self)
 
     def startService(self) -> None:
         """
@@ -220,6 +252,7 @@ class RouterService(MultiService):
         if not self.running:
             return
         self._open = True
+        self._pruner.start()
         self.engine.reroute_orphans()
         for service in self:
             service.startService()
@@ -245,6 +278,7 @@ class RouterService(MultiService):
             abort.cancel()
         self._open = False
         self.engine.stop()
+        yield self._pruner.stop()
         yield self.store.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()

@@ -5,6 +5,7 @@ The twistd plugin's body: C{twistd -n meshroute --config FILE}.
 import gc
 import signal
 
+from twisted.application.service import MultiService
 from twisted.python import usage
 
 from meshroute.config import load_config
@@ -45,21 +46,42 @@ def makeService(options: Options, reactor=None):
         router = RouterService(options["router-config"], reactor, StringEndpoints(reactor))
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
-    reactor.callWhenRunning(_stop_cleanly_on_sigterm, reactor)
+    reactor.callWhenRunning(_stop_cleanly_on_signals, reactor)
     # What start-up allocated (modules, configuration) lives as long as the
     # process: keep it out of later garbage-collection passes, whose first
     # full pass otherwise stalls the router for tens of milliseconds.
     reactor.callWhenRunning(gc.freeze)
-    return router
+    return _UnderTwistd(router)
 
 
-def _stop_cleanly_on_sigterm(reactor) -> None:
+class _UnderTwistd(MultiService):
     """
-    Make SIGTERM an orderly stop that exits with status 0.
-
-    twistd's own handler stops the reactor too, but then re-raises the
-    signal so the process dies of it; for a router SIGTERM is the normal
-    way to stop (links close with reason shutdown), and supervisors should
-    see success.  Installed once the reactor runs, after twistd's handlers.
+    The router as twistd runs it: a listener that cannot bind its port
+    ends the process with one line naming the file and the key (and a
+    non-zero status), not with a traceback.
     """
-    signal.signal(signal.SIGTERM, lambda signum, frame: reactor.callFromThread(reactor.stop))
+
+    def __init__(self, router) -> None:
+        super().__init__()
+        router.setServiceParent(self)
+
+    def privilegedStartService(self) -> None:
+        try:
+            super().privilegedStartService()
+        except ConfigError as e:
+            raise SystemExit(f"meshroute: {e}") from None
+
+
+def _stop_cleanly_on_signals(reactor) -> None:
+    """
+    Make SIGTERM and SIGINT (Ctrl-C) an orderly stop that exits with
+    status 0.
+
+    twistd's own handlers stop the reactor too, but then re-raise the
+    signal so the process dies of it; for a router these signals are the
+    normal way to stop (links close with reason shutdown), and supervisors
+    and shells should see success.  Installed once the reactor runs, after
+    twistd's handlers.
+    """
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: reactor.callFromThread(reactor.stop))

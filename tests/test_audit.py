@@ -470,6 +470,38 @@ def test_missing_path_and_unmatched_glob_are_bad_input(tmp_path):
         resolve_inputs([])
 
 
+@pytest.mark.parametrize("lines, bad_line", [
+    ([b"x" * 17], 1),
+    ([b"{}", b"x" * 9 + b"y" * 8], 2),
+    ([b"a" * 16, b"b" * 16, b"c" * 40, b"d"], 3),
+])
+def test_a_line_longer_than_the_limit_is_bad_input(tmp_path, lines, bad_line):
+    """
+    A line longer than the limit (a 300 MB single-line file, say) stops the
+    audit before Spark, naming the file and the line; lines up to the
+    limit are read.
+    """
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(AuditInputError, match=f"events.jsonl: line {bad_line} is longer than 16"):
+        resolve_inputs([str(log)], max_line_bytes=16)
+    log.write_bytes(b"\n".join(line[:16] for line in lines))
+    assert resolve_inputs([str(log)], max_line_bytes=16) == [str(log)]
+
+
+def test_the_command_refuses_an_over_long_line_with_exit_status_1(tmp_path, capsys,
+                                                                  monkeypatch):
+    from meshroute.audit import inputs
+
+    monkeypatch.setattr(inputs, "MAX_EVENT_LINE_BYTES", 1000)
+    (tmp_path / "events.jsonl").write_bytes(b"{" + b" " * 5000 + b"}")
+    code = cli.main(["audit", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "events.jsonl: line 1 is longer than 1000 bytes" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_inputs_resolve_files_directories_globs(tmp_path):
     for router in ("a", "b"):
         (tmp_path / router).mkdir()

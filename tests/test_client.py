@@ -528,8 +528,10 @@ def test_send_command(auto):
 
 
 def test_send_command_bodies(auto):
+    # A --body that is not UTF-8 reaches argv with surrogate escapes
+    # (os.fsdecode): its raw bytes are sent.
     for argv, body in ([["--body", "hé"], "hé".encode()], [["--size", "5"], b"xxxxx"],
-                       [[], b"message 1"]):
+                       [[], b"message 1"], [["--body", "caf\udce9 \udcff"], b"caf\xe9 \xff"]):
         d, out, err = run(cli.run_send, auto,
                           ["send", "--connect", "tcp:x:1", "--to", "b", *argv])
         auto.flush()
@@ -597,6 +599,84 @@ def test_send_command_cannot_connect(harness):
 def test_command_usage_errors(argv, message):
     with pytest.raises(usage.UsageError, match=message):
         parse(argv)
+
+
+@pytest.mark.parametrize("command", [
+    ["send", "--to", "q"], ["receive", "--queue", "q"],
+])
+@pytest.mark.parametrize("endpoint, fragments", [
+    ("127.0.0.1:6001", ["not an endpoint string", "write tcp:127.0.0.1:6001"]),
+    ("localhost:6001", ["write tcp:localhost:6001"]),
+    ("6001", ["tcp:HOST:PORT"]),
+    ("tcp:127.0.0.1:99999", ["port must be 1..65535"]),
+])
+def test_connect_must_be_an_endpoint_string(harness, command, endpoint, fragments):
+    """
+    C{--connect HOST:PORT} is a usage error (exit status 2) that says how
+    to write it, not a traceback; the command connects nowhere.
+    """
+    connect = {"send": cli.run_send, "receive": cli.run_receive}[command[0]]
+    out, err = io.StringIO(), io.StringIO()
+    options = parse(command + ["--connect", endpoint])
+    d = ensureDeferred(connect(harness.clock, options, out, err,
+                               connect=harness.connect_for_cli))
+    assert result_of(d) == 2
+    assert err.getvalue().startswith(f"meshroute: --connect {endpoint}: ")
+    for fragment in fragments:
+        assert fragment in err.getvalue()
+    assert harness.endpoint.pumps == []
+
+
+def test_a_message_larger_than_a_frame_is_a_usage_error_naming_the_limit():
+    limit = str(f.MAX_FRAME_SIZE)
+    with pytest.raises(usage.UsageError, match=f"at most {limit} bytes"):
+        parse(["send", "--connect", "tcp:x:1", "--to", "q", "--size", limit])
+    with pytest.raises(usage.UsageError, match=f"at most {limit} bytes"):
+        parse(["send", "--connect", "tcp:x:1", "--to", "q", "--body", "x" * f.MAX_FRAME_SIZE])
+    # Well below it is fine, and --help says what the limit is.
+    parse(["send", "--connect", "tcp:x:1", "--to", "q", "--size", str(f.MAX_FRAME_SIZE // 2)])
+    assert limit in " ".join(str(cli.SendOptions()).split())
+
+
+def test_status_of_something_that_is_not_an_admin_api(capsys):
+    """
+    C{status --admin} pointed at a port that does not speak HTTP (a
+    routing listener, say) is a clear error, not a traceback.
+    """
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer_garbage():
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(1024)
+            connection.sendall(b"\x00\x00\x00\x05\x95hello\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        assert cli.main(["status", "--admin", url], out=io.StringIO()) == 1
+    finally:
+        thread.join(10)
+        server.close()
+    err = capsys.readouterr().err
+    assert err.startswith(f"meshroute: cannot read {url}: ")
+    assert "not an HTTP" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["send", "--version"], ["status", "--version"]])
+def test_version_is_meshroute_s(argv, capsys):
+    from meshroute import __version__
+
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 0
+    assert capsys.readouterr().out == f"meshroute {__version__}\n"
 
 
 def test_receive_command_json(harness, engine):

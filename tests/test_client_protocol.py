@@ -278,6 +278,44 @@ def test_garbage(connection, factory):
     assert not other.closing
 
 
+def test_the_frame_table_in_the_docs_lists_every_field_of_every_frame():
+    """
+    docs/client-protocol.md's first frame table is what a client author
+    implements from: every frame, every field, in wire order (it once
+    showed a four-field Open, which the router refuses).
+    """
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "client-protocol.md").read_text()
+    table = docs.split("## Frames", 1)[1].strip().split("\n\n", 1)[0]
+    documented = {}
+    for row in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        fields = re.findall(r"`(\w+)(?::[^`]*)?`", cells[2])
+        documented[int(cells[0])] = (cells[1].strip("`"), fields)
+    frames = {**f.FROM_CLIENT.types, **f.FROM_ROUTER.types}
+    assert documented == {
+        code: (cls.__name__, [field.name for field in dataclasses.fields(cls)])
+        for code, cls in frames.items()
+    }
+
+
+def test_a_protocol_error_log_names_the_remote_address(connection, request):
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    logged = []
+    globalLogPublisher.addObserver(logged.append)
+    request.addfinalizer(lambda: globalLogPublisher.removeObserver(logged.append))
+    connection.open()
+    connection.protocol.dataReceived(b"\x00\x00\x00\x03\xc1\xc1\xc1")
+    assert_closed_with(connection, f.PROTOCOL_ERROR)
+    [line] = [formatEvent(e) for e in logged if f.PROTOCOL_ERROR in formatEvent(e)]
+    address = connection.transport.getPeer()
+    assert f"from {address.host}:{address.port}" in line
+
+
 def test_oversized_frame(engine, clock):
     connection = Connection(ClientFactory(engine, clock, max_frame_size=100))
     connection.open()

@@ -494,3 +494,77 @@ def test_client_session_keys_round_trip(write):
     assert "duplicate-id-window = 3600000" in text
     again = load(write(text, name="effective.toml"))
     assert again == dataclasses.replace(config, path=again.path)
+
+
+# -- ranges: a number the router cannot use is refused at load -----------------
+
+HUGE = 99999999999999999999
+
+
+@pytest.mark.parametrize(
+    "section, key, value, fragment",
+    [
+        (CLIENTS, "clients.listener.connection-ttl-override", HUGE, "at most 86400000"),
+        (CLIENTS, "clients.listener.connection-ttl-check-interval", '"2h"', "at most 3600000 ms"),
+        (CLIENTS, "clients.listener.duplicate-id-window", '"721h"', "at most 2592000000 ms"),
+        (LISTENER, "routing.listener.keepalive-interval", HUGE, "at most 3600000 ms"),
+        (LISTENER, "routing.listener.stage-valid-timeout", '"2h"', "at most 3600000 ms"),
+        (LISTENER, "routing.listener.reject-disconnect-delay", '"2h"', "at most 3600000 ms"),
+        (CONNECTOR, "routing.connector[0].retry-interval", '"2h"', "at most 3600000 ms"),
+        (CONNECTOR, "routing.connector[0].max-retry-interval", '"2h"', "at most 3600000 ms"),
+        (CONNECTOR, "routing.connector[0].retry-interval-multiplier", 101, "at most 100.0"),
+        (CONNECTOR, "routing.connector[0].reconnect-attempts", HUGE, "at most 2147483647"),
+        ("[routing]\n", "routing.max-hops", 256, "at most 255"),
+        ("[routing]\n", "routing.max-backlog", 10**10, "at most 1000000000"),
+        ("[routing]\n", "routing.max-transient-backlog", 10**8, "at most 10000000"),
+        ("[routing]\n", "routing.reroute-delay", '"2h"', "at most 3600000 ms"),
+        ("[clients.reconnect]\n", "clients.reconnect.keep-alive", '"25h"', "at most 86400000 ms"),
+        ("[clients.reconnect]\n", "clients.reconnect.max-depth", 10**8, "at most 10000000"),
+        ("[clients.reconnect]\n", "clients.reconnect.recovery-buffer-size", 10**7,
+         "at most 100000"),
+    ],
+)
+def test_maximums(write, section, key, value, fragment):
+    """
+    Every number has an upper bound: past it the router would fail at run
+    time (an OverflowError for every client, links that never form) or
+    hold memory no machine has.
+    """
+    path = write(ROUTER + section + f"{key.rsplit('.', 1)[1]} = {value}\n")
+    assert_refused(path, key, fragment)
+
+
+@pytest.mark.parametrize(
+    "section, key, endpoint",
+    [
+        (LISTENER, "routing.listener.endpoint", "tcp:99999"),
+        (LISTENER, "routing.listener.endpoint", "tcp:port=65536:interface=127.0.0.1"),
+        (CONNECTOR, "routing.connector[0].endpoint", "tcp:127.0.0.1:99999"),
+        (CONNECTOR, "routing.connector[0].endpoint", "tcp:host=127.0.0.1:port=0"),
+        (CONNECTOR, "routing.connector[0].endpoint", "tls:host=b.example:port=70000"),
+        (ADMIN, "admin.endpoint", "tcp:-1"),
+        (CLIENTS, "clients.listener.endpoint", "tcp:123456:interface=127.0.0.1"),
+    ],
+)
+def test_endpoint_port_out_of_range(write, section, key, endpoint):
+    original = {LISTENER: "tcp:7001:interface=127.0.0.1", CONNECTOR: "tcp:127.0.0.1:7002",
+                ADMIN: "tcp:8001:interface=127.0.0.1", CLIENTS: "tcp:6001:interface=127.0.0.1"}
+    path = write(ROUTER + section.replace(original[section], endpoint))
+    assert_refused(path, key, endpoint, "port")
+
+
+def test_endpoint_ports_in_range_are_accepted(write):
+    config = load(write(ROUTER + LISTENER.replace("7001", "65535")
+                        + CONNECTOR.replace("7002", "1") + ADMIN.replace("8001", "0")))
+    assert config.listener.endpoint.startswith("tcp:65535")
+
+
+@pytest.mark.parametrize("below", ["", "/store"])
+def test_a_data_dir_below_a_file_is_refused(write, tmp_path, below):
+    """
+    check-config catches what would stop the router at start: a data-dir
+    that is a file, or below one.
+    """
+    (tmp_path / "a-file").write_text("not a directory\n")
+    path = write(ROUTER.replace("var/router-a", str(tmp_path / "a-file") + below))
+    assert_refused(path, "router.data-dir", "a-file", "not a directory")

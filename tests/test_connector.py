@@ -524,3 +524,35 @@ def test_start_resets_the_schedule(harness):
     assert harness.schedule.failures == 0
     harness.run_refusing(until=104.0)
     assert harness.endpoint.times == [0.0, 1.0, 3.0, 103.0, 104.0]
+
+
+# -- what it logs ---------------------------------------------------------------
+
+
+def test_retries_are_logged_with_peer_endpoint_attempt_and_delay(tmp_path, request):
+    """
+    Each retry is logged once, naming the peer, the endpoint as configured
+    and the real count of failed attempts in a row (ClientService's own
+    line named an endpoint object and, since a TCP connection that fails
+    its handshake resets its count, always said "retry 1").
+    """
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    logged = []
+    globalLogPublisher.addObserver(logged.append)
+    request.addfinalizer(lambda: globalLogPublisher.removeObserver(logged.append))
+    h = make(tmp_path, request)
+    h.service = ConnectorService(h.context, h.settings, h.endpoint, h.schedule, h.clock,
+                                 description="tcp:127.0.0.1:7002")
+    h.service.startService()
+    for _ in range(3):
+        h.endpoint.last.connect()
+        h.endpoint.last.drop()  # in the handshake: a failed link, a made TCP connection
+        h.clock.advance(h.schedule.max_retry_interval_ms / 1000)
+    lines = [formatEvent(e) for e in logged if "retry" in e.get("log_format", "").lower()]
+    assert lines == [
+        f"connector to {PEER} at tcp:127.0.0.1:7002: attempt {n} failed; "
+        f"retrying in {delay} s"
+        for n, delay in ((1, 1.0), (2, 2.0), (3, 4.0))
+    ]
+    h.service.stopService()

@@ -941,6 +941,20 @@ def test_garbage_in_delivery_is_a_protocol_error(router):
     assert not router.holds(REMOTE)
 
 
+def test_a_protocol_error_log_names_the_remote_address(router, request):
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    logged = []
+    globalLogPublisher.addObserver(logged.append)
+    request.addfinalizer(lambda: globalLogPublisher.removeObserver(logged.append))
+    peer = router.listener()
+    peer.protocol.dataReceived(b"GET / HTTP/1.1\r\n\r\n")
+    peer.assert_closed(reasons.PROTOCOL_ERROR, "abort")
+    [line] = [formatEvent(e) for e in logged if "protocol error" in e.get("log_format", "")]
+    address = peer.transport.getPeer()
+    assert f"from {address.host}:{address.port}" in line
+
+
 def _drive_in(peer: PeerSide, stage: str) -> None:
     """
     Take a fresh link to C{stage}, delivery included.

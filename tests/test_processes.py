@@ -11,6 +11,7 @@ reject-disconnect-delay at their 1000 ms minimum, connector retries every
 import datetime
 import ipaddress
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -266,6 +267,26 @@ def test_sigterm_closes_links_with_reason_shutdown(mesh):
     assert "Traceback" not in log and "Unhandled" not in log
 
 
+def test_ctrl_c_stops_a_router_cleanly_with_status_0(mesh):
+    """
+    The README promises that SIGINT (Ctrl-C), like SIGTERM, closes every
+    link with reason shutdown and exits 0, not by the signal.
+    """
+    b = mesh.router("router-b")
+    a = mesh.router("router-a", connect=[b])
+    a_proc, b_proc = mesh.start(a, b)
+    a_proc.wait_delivery("router-b")
+
+    a_proc.popen.send_signal(signal.SIGINT)
+    assert a_proc.popen.wait(15) == 0
+
+    events = a_proc.events()
+    [closed] = [e for e in events if e["event"] == "link.closed"]
+    assert (closed["peer"], closed["reason"]) == ("router-b", "shutdown")
+    assert events[-1]["event"] == "router.stopped"
+    assert "Traceback" not in a_proc.log_tail(200)
+
+
 @pytest.mark.parametrize(
     "breakage, key",
     [
@@ -296,6 +317,46 @@ def test_bad_config_stops_twistd(mesh, breakage, key):
     for port in (spec.admin_port, spec.routing_port):
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def _run_twistd(spec) -> tuple[int, str]:
+    """
+    Run C{twistd -n meshroute} for C{spec} to its end: the exit status, and
+    what it printed and logged.
+    """
+    result = subprocess.run(
+        twistd_command(spec), cwd=spec.directory, env=router_env(),
+        capture_output=True, text=True, timeout=60,
+    )
+    log = spec.log_path.read_text() if spec.log_path.exists() else ""
+    return result.returncode, result.stdout + result.stderr + log
+
+
+def test_a_port_in_use_stops_twistd_with_a_message_naming_file_and_key(mesh):
+    spec = mesh.router("router-a")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", spec.routing_port))
+        taken.listen()
+        status, output = _run_twistd(spec)
+    assert status != 0, output
+    assert "Traceback" not in output, output
+    [line] = [line for line in output.splitlines() if str(spec.config_path) in line]
+    assert "routing.listener.endpoint" in line
+    assert f"tcp:{spec.routing_port}:interface=127.0.0.1" in line
+    assert "in use" in line
+
+
+@pytest.mark.parametrize("data_dir", ["a-file", "a-file/below"])
+def test_an_unusable_data_dir_stops_twistd_with_a_message_naming_file_and_key(mesh, data_dir):
+    spec = mesh.router("router-a")
+    (spec.directory / "a-file").write_text("not a directory\n")
+    spec.router["data-dir"] = str(spec.directory / data_dir)
+    spec.write()
+    status, output = _run_twistd(spec)
+    assert status != 0, output
+    assert "Traceback" not in output, output
+    [line] = [line for line in output.splitlines() if str(spec.config_path) in line]
+    assert "router.data-dir" in line and data_dir in line
 
 
 def test_check_config_prints_defaults_and_refuses_errors(mesh):

@@ -14,6 +14,12 @@ from meshroute.errors import MeshrouteError
 #: What a directory argument contributes: these files below it, recursively.
 LOG_SUFFIX = ".jsonl"
 
+#: The longest event line the audit reads, in bytes.  A router's events are
+#: a few hundred bytes; a longer line means the file is not an event log
+#: (or is damaged), and Spark would have to hold the whole line in one
+#: value: a 300 MB single-line file ran the JVM out of memory.
+MAX_EVENT_LINE_BYTES = 1024 * 1024
+
 
 class AuditInputError(MeshrouteError):
     """
@@ -42,7 +48,34 @@ def _files_under(directory: str) -> list[str]:
     return found
 
 
-def resolve_inputs(paths: list[str]) -> list[str]:
+def check_line_lengths(name: str, limit: int) -> None:
+    """
+    Refuse a file with a line longer than C{limit} bytes.
+
+    It is read in chunks of C{limit} bytes, so a line that lies wholly
+    within one chunk is shorter than the limit: only the run of bytes
+    without a line end that crosses chunk boundaries needs counting.
+
+    @raise AuditInputError: naming the file and the line.
+    """
+    newlines = 0
+    since_newline = 0
+    with open(name, "rb") as f:
+        while chunk := f.read(limit):
+            first = chunk.find(b"\n")
+            if since_newline + (len(chunk) if first == -1 else first) > limit:
+                raise AuditInputError(
+                    f"{name}: line {newlines + 1} is longer than {limit} bytes, the longest "
+                    "event line the audit reads (MAX_EVENT_LINE_BYTES): this is not an "
+                    "event log, or it is damaged")
+            if first == -1:
+                since_newline += len(chunk)
+            else:
+                newlines += chunk.count(b"\n")
+                since_newline = len(chunk) - chunk.rfind(b"\n") - 1
+
+
+def resolve_inputs(paths: list[str], max_line_bytes: int | None = None) -> list[str]:
     """
     The files to read for the command-line arguments C{paths}.
 
@@ -51,10 +84,14 @@ def resolve_inputs(paths: list[str]) -> list[str]:
     is expanded, each match a file or directory as above.  A URI with a
     scheme other than C{file:} (C{hdfs://}, C{s3a://}) is handed to Spark
     as it is, globs and all.  Every argument must contribute at least one
-    readable file.
+    readable file, and no line of a local file may be longer than
+    C{max_line_bytes} (default L{MAX_EVENT_LINE_BYTES}); a URI's files are
+    not checked here.
 
-    @raise AuditInputError: naming the argument that does not.
+    @raise AuditInputError: naming the argument that does not, or the file
+        and line that is too long.
     """
+    limit = MAX_EVENT_LINE_BYTES if max_line_bytes is None else max_line_bytes
     if not paths:
         raise AuditInputError("no event logs given")
     resolved: list[str] = []
@@ -79,6 +116,7 @@ def resolve_inputs(paths: list[str]) -> list[str]:
         for name in files:
             if not os.path.isfile(name) or not os.access(name, os.R_OK):
                 raise AuditInputError(f"{name}: cannot be read")
+            check_line_lengths(name, limit)
             resolved.append(os.path.abspath(name))
     return list(dict.fromkeys(resolved))
 

@@ -53,6 +53,7 @@ from meshroute.clients.session import (
     SessionSettings,
 )
 from meshroute.wire.codec import encode
+from meshroute.wire.transport import peer_address
 
 log = Logger()
 
@@ -313,10 +314,10 @@ class ConnectionCore:
         with it.
         """
         session, self.session = self.session, None
-        log.warn("client session {session} ({client}): {code}: {detail}",
+        log.warn("client session {session} ({client}) from {address}: {code}: {detail}",
                  session=session.session_id if session is not None else "-",
                  client=session.client_id or "-" if session is not None else "-",
-                 code=code, detail=detail)
+                 address=peer_address(self.transport), code=code, detail=detail)
         self.write(f.Error(0, code, detail))
         self.silent = True
         if session is not None:

@@ -25,6 +25,21 @@ from meshroute.link.retry import RetrySchedule
 log = Logger()
 
 
+def _drop(event: dict) -> None:
+    pass
+
+
+class _ClientService(ClientService):
+    """
+    A C{ClientService} that does not log its own retries: its line names
+    the endpoint object, not the endpoint string, and counts failed TCP
+    connects, which a connection that fails its handshake resets, so it
+    always says "retry 1".  L{ConnectorService} logs each retry instead.
+    """
+
+    _log = Logger(observer=_drop)
+
+
 class ConnectorService(Service):
     """
     One C{[[routing.connector]]}: connect, and reconnect until stopped or
@@ -40,8 +55,14 @@ class ConnectorService(Service):
         endpoint: IStreamClientEndpoint,
         schedule: RetrySchedule,
         clock: IReactorTime,
+        description: str | None = None,
     ) -> None:
+        """
+        @param description: the endpoint as configured (C{tcp:HOST:PORT}),
+            for the log; by default the endpoint's repr.
+        """
         self.setName(f"connector:{settings.expected_peer}")
+        self._description = description if description is not None else repr(endpoint)
         self._context = context
         self._peer = settings.expected_peer
         self._schedule = schedule
@@ -49,7 +70,7 @@ class ConnectorService(Service):
         self.exhausted = False
         self._giving_up = None
         factory = ConnectorFactory(context, settings, on_delivery=schedule.reset)
-        self._client = ClientService(
+        self._client = _ClientService(
             endpoint, factory, retryPolicy=self._retry_delay, clock=clock
         )
 
@@ -71,6 +92,9 @@ class ConnectorService(Service):
     def _retry_delay(self, _tcp_failures: int) -> float:
         delay = self._schedule.next_delay()
         if delay is not None:
+            log.info("connector to {peer} at {endpoint}: attempt {attempt} failed; "
+                     "retrying in {delay} s", peer=self._peer, endpoint=self._description,
+                     attempt=self._schedule.failures, delay=delay)
             return delay
         # Stop outside ClientService's own transition, which is in progress;
         # the retry it schedules is later than the give-up, which cancels it.

@@ -47,6 +47,7 @@ from meshroute.wire.frames import (
     Transfer,
     Welcome,
 )
+from meshroute.wire.transport import peer_address
 
 log = Logger()
 
@@ -582,10 +583,11 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
         @state.upon(LinkInputs.protocol_error).to(closing)
         def protocol_error(inputs: LinkInputs, core: LinkCore, why: str) -> None:
             log.warn(
-                "link {link} ({direction}, {stage}): protocol error: {why}",
+                "link {link} ({direction}, {stage}) from {address}: protocol error: {why}",
                 link=core.link_id,
                 direction=core.direction,
                 stage=core.stage,
+                address=peer_address(core.transport),
                 why=why,
             )
             core.close(reasons.PROTOCOL_ERROR, why)

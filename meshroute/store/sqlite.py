@@ -64,7 +64,9 @@ acknowledgement that later deletes the outbox entry deletes nothing.
 C{enqueued_ids} records the id of every message enqueued here (accepted
 or received for a local queue, or dead-lettered), so that a copy arriving
 again is recognised as a duplicate.  Rows older than C{dedup_window_s}
-are pruned at L{open} and by L{prune}: a copy arriving later than that
+are pruned by L{prune}, which a running router calls on a timer in
+bounded chunks (L{meshroute.store.pruning}), and one chunk of them at
+L{open}: a copy arriving later than that
 would be enqueued a second time, so the window must exceed the longest
 time a message can spend in the mesh.  The rows are in insertion order,
 so pruning deletes a prefix and costs only what it deletes.
@@ -75,8 +77,8 @@ when: L{SQLiteStore.accept_once} accepts a message only if its duplicate
 id is not recorded within the last C{duplicate_id_window_s}, writing the
 row and the message in one transaction, and otherwise answers the first
 message's id.  Rows older than the window count as absent and are pruned
-(a prefix, as above) by every C{accept_once}, at L{open} and by
-L{SQLiteStore.prune_duplicate_ids}.
+(a prefix, as above, at most L{PRUNE_CHUNK} at a time) by every
+C{accept_once}, at L{open} and by L{SQLiteStore.prune_duplicate_ids}.
 
 The dead-letter queue is the local queue
 L{meshroute.messages.DEAD_LETTER_QUEUE}; a dead-lettered message carries
@@ -268,18 +270,27 @@ _DELETE_ENTRY = "DELETE FROM messages WHERE id = ?"
 _FIND_DUPLICATE = "SELECT id, msg_id, at FROM duplicate_ids WHERE duplicate_id = ?"
 _FORGET_DUPLICATE = "DELETE FROM duplicate_ids WHERE id = ?"
 _RECORD_DUPLICATE = "INSERT INTO duplicate_ids (duplicate_id, msg_id, at) VALUES (?, ?, ?)"
+# Deletes the oldest duplicate ids up to the first one recorded at or after
+# the cutoff (all of them if there is none), at most LIMIT of them (-1: no
+# limit).  Parameters: cutoff, limit.
 _PRUNE_DUPLICATES = (
-    "DELETE FROM duplicate_ids WHERE id < coalesce("
+    "DELETE FROM duplicate_ids WHERE id IN (SELECT id FROM duplicate_ids WHERE id < coalesce("
     "(SELECT id FROM duplicate_ids WHERE at >= ? ORDER BY id LIMIT 1), "
-    "(SELECT max(id) + 1 FROM duplicate_ids))"
+    "(SELECT max(id) + 1 FROM duplicate_ids)) ORDER BY id LIMIT ?)"
 )
-# Deletes the oldest enqueued ids up to the first one recorded at or after
-# the cutoff (all of them if there is none).
+# The same for enqueued ids.
 _PRUNE = (
-    "DELETE FROM enqueued_ids WHERE id < coalesce("
+    "DELETE FROM enqueued_ids WHERE id IN (SELECT id FROM enqueued_ids WHERE id < coalesce("
     "(SELECT id FROM enqueued_ids WHERE at >= ? ORDER BY id LIMIT 1), "
-    "(SELECT max(id) + 1 FROM enqueued_ids))"
+    "(SELECT max(id) + 1 FROM enqueued_ids)) ORDER BY id LIMIT ?)"
 )
+
+#: Most expired ids one prune deletes per table, at L{SQLiteStore.open},
+#: in each C{accept_once}, and by default in each call of the running
+#: router's L{meshroute.store.pruning.IdPruner}: a prune is one
+#: transaction, and one that deleted a backlog of millions (after a long
+#: downtime, or a window made shorter) would hold the writer for seconds.
+PRUNE_CHUNK = 5000
 
 _packb = msgpack.packb
 _unpackb = msgpack.unpackb
@@ -474,12 +485,14 @@ class SQLiteStore:
         """
         return self._submit(_duplicate_of, duplicate_id, self._now() - self.duplicate_id_window_s)
 
-    def prune_duplicate_ids(self):
+    def prune_duplicate_ids(self, limit: int | None = None):
         """
         Forget the duplicate ids recorded more than C{duplicate_id_window_s}
-        ago.  Fires with the number forgotten.
+        ago, the oldest first, at most C{limit} of them (default: all).
+        Fires with the number forgotten.
         """
-        return self._submit(_prune_duplicates, self._now() - self.duplicate_id_window_s)
+        return self._submit(_prune_duplicates, self._now() - self.duplicate_id_window_s,
+                            -1 if limit is None else limit)
 
     def receive(self, peer: str, seq: int, message: Message, local: bool, previous: int = 0):
         if local:
@@ -627,12 +640,14 @@ class SQLiteStore:
         _count(None, self._queues, DEAD_LETTER_QUEUE, 1)
         return None
 
-    def prune(self):
+    def prune(self, limit: int | None = None):
         """
         Forget the ids of messages enqueued more than C{dedup_window_s}
-        ago.  Fires with the number forgotten.
+        ago, the oldest first, at most C{limit} of them (default: all).
+        Fires with the number forgotten.
         """
-        return self._submit(_prune, self._now() - self.dedup_window_s)
+        return self._submit(_prune, self._now() - self.dedup_window_s,
+                            -1 if limit is None else limit)
 
     def backlog_depths(self) -> dict[str, int]:
         return dict(self._backlog)
@@ -792,8 +807,8 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
             execute("INSERT INTO meta (key, value) VALUES ('router', ?)", (router,))
         elif row[0] != router:
             raise StoreError(f"{path} is the store of router {row[0]!r}, not {router!r}")
-        execute(_PRUNE, (cutoff,))
-        execute(_PRUNE_DUPLICATES, (duplicates_cutoff,))
+        execute(_PRUNE, (cutoff, PRUNE_CHUNK))
+        execute(_PRUNE_DUPLICATES, (duplicates_cutoff, PRUNE_CHUNK))
         store_id = execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
         received = dict(execute("SELECT peer, last_received FROM links WHERE last_received > 0"))
         peer_stores = dict(
@@ -840,7 +855,7 @@ def _accept_once(connection, message: Message, duplicate_id: str, local: bool, n
     savepoint, so a L{DuplicateMessage} undoes the duplicate id row too.
     """
     execute = connection.execute
-    execute(_PRUNE_DUPLICATES, (cutoff,))
+    execute(_PRUNE_DUPLICATES, (cutoff, PRUNE_CHUNK))
     row = execute(_FIND_DUPLICATE, (duplicate_id,)).fetchone()
     if row is not None:
         if row[2] >= cutoff:
@@ -1056,10 +1071,10 @@ def _dead_letter(connection, message: Message, reason: str, router: str, now: fl
 
 
 @_atomic
-def _prune(connection, cutoff: float) -> int:
-    return connection.execute(_PRUNE, (cutoff,)).rowcount
+def _prune(connection, cutoff: float, limit: int) -> int:
+    return connection.execute(_PRUNE, (cutoff, limit)).rowcount
 
 
 @_atomic
-def _prune_duplicates(connection, cutoff: float) -> int:
-    return connection.execute(_PRUNE_DUPLICATES, (cutoff,)).rowcount
+def _prune_duplicates(connection, cutoff: float, limit: int) -> int:
+    return connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount

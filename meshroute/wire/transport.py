@@ -1,6 +1,27 @@
 """
-Transport settings every meshroute connection wants.
+Transport settings every meshroute connection wants, and how a log names
+the far end of one.
 """
+
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
+
+
+def peer_address(transport) -> str:
+    """
+    The remote address of C{transport} as an operator reads it:
+    C{HOST:PORT} (C{[HOST]:PORT} for IPv6), a UNIX socket's path, or the
+    address's own text for anything else.
+    """
+    address = transport.getPeer()
+    if isinstance(address, IPv4Address):
+        return f"{address.host}:{address.port}"
+    if isinstance(address, IPv6Address):
+        return f"[{address.host}]:{address.port}"
+    if isinstance(address, UNIXAddress):
+        name = address.name
+        return name.decode(errors="replace") if isinstance(name, bytes) else str(name or "unix")
+    return str(address)
+
 
 
 def send_immediately(transport) -> None:

@@ -1,0 +1,97 @@
+"""
+Forgetting expired duplicate-detection ids while the router runs.
+
+The store keeps the id of every message enqueued (C{enqueued_ids}, for
+C{dedup_window_s}) and the duplicate id of every client send that carried
+one (C{duplicate_ids}, for the C{duplicate-id-window}).  Without pruning
+while it runs, a router's disk grows with every message for as long as it
+runs, and the next restart deletes all of it in one transaction.
+
+So every L{PRUNE_INTERVAL_S} the L{IdPruner} asks the store to forget the
+expired ids of both tables, at most C{chunk} rows per table per store call
+(one short transaction each).  While a call deleted a whole chunk there is
+probably more: the next chunk follows after L{CHUNK_PAUSE_S}, so other
+writes get the writer in between, until a call finds less than a chunk.
+"""
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from meshroute.store.sqlite import PRUNE_CHUNK
+
+log = Logger()
+
+#: How often a running router looks for expired ids (seconds).  The ids
+#: live for hours (the windows), so a minute's delay costs nothing.
+PRUNE_INTERVAL_S = 60.0
+#: The pause between two chunks while more expired ids remain (seconds).
+CHUNK_PAUSE_S = 0.05
+
+
+class IdPruner:
+    """
+    Prunes a store's expired ids on C{clock}, a chunk per store call.
+
+    @param store: has C{prune(limit)} and C{prune_duplicate_ids(limit)},
+        each firing with the number of rows deleted (L{SQLiteStore}).
+    """
+
+    def __init__(self, store, clock: IReactorTime, interval_s: float = PRUNE_INTERVAL_S,
+                 chunk: int = PRUNE_CHUNK) -> None:
+        self._store = store
+        self._clock = clock
+        self._interval_s = interval_s
+        self._chunk = chunk
+        self._timer = None
+        self._pruning: defer.Deferred | None = None
+        self._running = False
+
+    def start(self) -> None:
+        """
+        Prune now (what expired while the router was down), then on the
+        timer.
+        """
+        self._running = True
+        self._schedule(0)
+
+    def stop(self) -> defer.Deferred:
+        """
+        Stop pruning.  Fires once the prune in progress, if any, is done,
+        so the store can be closed after it.
+        """
+        self._running = False
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        if self._pruning is None:
+            return defer.succeed(None)
+        done = defer.Deferred()
+        self._pruning.addBoth(lambda _: done.callback(None))
+        return done
+
+    def _schedule(self, delay: float) -> None:
+        self._timer = self._clock.callLater(delay, self._prune_chunk)
+
+    def _prune_chunk(self) -> None:
+        self._timer = None
+        pruning = defer.gatherResults(
+            [self._store.prune(self._chunk), self._store.prune_duplicate_ids(self._chunk)],
+            consumeErrors=True,
+        )
+        self._pruning = pruning
+        pruning.addCallbacks(self._pruned, self._failed)
+
+    def _pruned(self, deleted: list[int]) -> None:
+        self._pruning = None
+        if self._running:
+            more = any(n >= self._chunk for n in deleted)
+            self._schedule(CHUNK_PAUSE_S if more else self._interval_s)
+
+    def _failed(self, failure) -> None:
+        self._pruning = None
+        if not self._running:
+            return
+        log.failure("pruning expired duplicate-detection ids failed; trying again in "
+                    "{interval} s", failure.value.subFailure, interval=self._interval_s)
+        self._schedule(self._interval_s)

@@ -1,0 +1,81 @@
+"""
+Tests for L{meshroute.admin.api}: every answer is JSON, a path that names
+nothing is a JSON 404, and only GET is served.
+"""
+
+import json
+
+import pytest
+from twisted.web.resource import getChildForRequest
+from twisted.web.test.requesthelper import DummyRequest
+
+from meshroute.admin.api import admin_site
+
+
+class FakeRouter:
+    def describe(self):
+        return {"name": "router-a", "version": "0", "uptime_s": 1.0}
+
+    def describe_links(self):
+        return []
+
+    def describe_routes(self):
+        return {}
+
+    def describe_queues(self):
+        return [{"name": "orders", "depth": 2, "consumers": 0}]
+
+    def describe_sessions(self):
+        return []
+
+
+def get(path: str, method: bytes = b"GET", router=None):
+    """
+    Serve C{method path} from the admin site: (status, content type, JSON).
+    """
+    site = admin_site(router or FakeRouter())
+    request = DummyRequest(path.encode().split(b"/")[1:])
+    request.method = method
+    request.uri = request.path = path.encode()
+    resource = getChildForRequest(site.resource, request)
+    body = resource.render(request)
+    if not isinstance(body, bytes):
+        body = b"".join(request.written)
+    content_type = request.responseHeaders.getRawHeaders(b"content-type")
+    return request.responseCode or 200, content_type, json.loads(body)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/queues", "/api/v1/queues/"])
+def test_a_resource_answers_json(path):
+    assert get(path) == (200, [b"application/json"],
+                         [{"name": "orders", "depth": 2, "consumers": 0}])
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/queues/anything", "/api/v1/queues/orders", "/api/v1/nothing", "/api/v2/queues",
+    "/nothing", "/api/v1", "/api", "/", "/api/v1/router/x/y",
+])
+def test_a_path_that_names_nothing_is_a_json_404(path):
+    status, content_type, body = get(path)
+    assert (status, content_type) == (404, [b"application/json"])
+    assert body["error"] == "not-found"
+    assert path in body["detail"]
+
+
+def test_only_get_is_served():
+    status, content_type, body = get("/api/v1/links", method=b"POST")
+    assert (status, content_type) == (405, [b"application/json"])
+    assert body["error"] == "method-not-allowed"
+
+
+def test_a_failure_is_a_json_500(observe_errors):
+    class Broken(FakeRouter):
+        def describe_routes(self):
+            raise RuntimeError("the route table is gone")
+
+    status, content_type, body = get("/api/v1/routes", router=Broken())
+    assert (status, content_type) == (500, [b"application/json"])
+    assert body["error"] == "internal-error"
+    assert "the route table is gone" not in json.dumps(body)
+    [logged] = observe_errors.take(lambda e: e.get("log_failure") is not None)
+    assert logged["log_failure"].check(RuntimeError)
