@@ -258,17 +258,13 @@ class SendOptions(_SessionOptions):
         command would fail with a lost connection that says nothing of why.
         The longest body is the last message's.
         """
-        from meshroute.clients.frames import Send
-        from meshroute.wire.codec import encode
+        from meshroute.clients.frames import oversized_send
 
         body = self.body(self["count"])
-        size = len(encode(Send(2**63 - 1, self["to"], {}, body, True,
-                               self.duplicate_id(self["count"]) or "")))
-        if size > MAX_FRAME_SIZE:
-            raise usage.UsageError(
-                f"a message with a {len(body)}-byte body is a {size}-byte frame; the router "
-                f"takes client frames of at most {MAX_FRAME_SIZE} bytes (MAX_FRAME_SIZE), "
-                "body, address and headers together")
+        reason = oversized_send(self["to"], {}, body, True,
+                                self.duplicate_id(self["count"]) or "")
+        if reason is not None:
+            raise usage.UsageError(reason)
 
     def body(self, n: int) -> bytes:
         """

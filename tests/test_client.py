@@ -243,6 +243,45 @@ def test_bad_address_with_the_real_parser(auto):
     assert isinstance(error, SendError) and error.code == "bad-address"
 
 
+def test_a_message_too_large_for_a_frame_fails_without_being_sent(harness, engine):
+    """
+    A message that cannot fit in one client frame fails at once with a
+    C{too-large} error naming the limit; the router never sees it (it would
+    close the connection on it) and the session goes on.
+    """
+    client = harness.connect()
+    refused = client.send("q", b"x" * f.MAX_FRAME_SIZE)
+    fits = client.send("q", b"x" * (f.MAX_FRAME_SIZE - 1024), {"k": "v"})
+    harness.flush()
+    error = failure_of(refused)
+    assert isinstance(error, SendError) and error.code == "too-large"
+    assert f"at most {f.MAX_FRAME_SIZE} bytes" in error.detail
+    (submitted,) = engine.submitted
+    submitted.deferred.callback("id-1")
+    harness.flush()
+    assert result_of(fits) == "id-1"
+
+
+@given(body=st.integers(0, 64), headers=st.dictionaries(st.text(max_size=8), st.text(max_size=8),
+                                                     max_size=4),
+       address=st.text(max_size=40), duplicate_id=st.text(max_size=20),
+       room=st.integers(-300, 300))
+@settings(max_examples=200, deadline=None)
+def test_oversized_send_agrees_with_the_encoded_size(body, headers, address, duplicate_id, room):
+    """
+    The shortcut below the limit never hides a frame above it: near the
+    limit, the answer is exactly whether the encoded Send exceeds it.
+    """
+    from meshroute.wire.codec import body_size
+
+    overhead = body_size(f.Send(2**63 - 1, address, headers, b"", True, duplicate_id))
+    size = max(0, f.MAX_FRAME_SIZE - overhead + room) + body
+    payload = b"x" * size
+    encoded = body_size(f.Send(2**63 - 1, address, headers, payload, True, duplicate_id))
+    reason = f.oversized_send(address, headers, payload, True, duplicate_id)
+    assert (reason is not None) == (encoded > f.MAX_FRAME_SIZE)
+
+
 def test_send_checks_its_arguments(harness):
     client = harness.connect()
     with pytest.raises(TypeError):

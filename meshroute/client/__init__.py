@@ -83,6 +83,7 @@ from meshroute.client.errors import (
     CLOSED,
     CONNECTION_LOST,
     TIMEOUT,
+    TOO_LARGE,
     UNBLOCKED,
     ClientError,
     SendError,
@@ -98,7 +99,7 @@ OPEN_TIMEOUT_S = ClientOptions().open_timeout_ms / 1000
 
 __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
-    "TIMEOUT", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "ReceivedMessage",
+    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "ReceivedMessage",
     "SendError", "SessionError", "SubscribeError", "Subscription", "UnblockedError", "connect",
     "connect_endpoint", "describe_body",
 ]

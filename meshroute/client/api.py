@@ -10,11 +10,12 @@ import weakref
 from collections.abc import Callable
 from dataclasses import replace
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime
 
 from meshroute.client.commands import SEND, SUBSCRIBE, Command
+from meshroute.client.errors import TOO_LARGE, SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.session import ClientCore, ClientMachine
 from meshroute.client.subscriptions import ReceivedMessage, Subscription
@@ -84,7 +85,9 @@ class Client:
             failed with L{UnblockedError} with the same duplicate id.
         @return: Deferred firing with the message id once the router
             accepted it (durably, when C{persistent}); failing with
-            L{SendError} if the router refused it, L{UnblockedError} if the
+            L{SendError} if the router refused it (or, with code
+            C{too-large}, the message cannot fit in one client frame, and
+            nothing was sent), L{UnblockedError} if the
             session failed and could not be resumed while it was in
             progress, or L{SessionError} if the client is closed.
         @raise TypeError: C{address} is not a string, C{body} is not bytes,
@@ -104,6 +107,9 @@ class Client:
             duplicate_id = ""
         elif type(duplicate_id) is not str:
             raise TypeError("duplicate_id must be a string")
+        oversized = f.oversized_send(address, headers, body, bool(persistent), duplicate_id)
+        if oversized is not None:
+            return fail(SendError(TOO_LARGE, oversized))
         d = Deferred()
         self._core.machine.submit(Command(
             SEND, f.Send, (address, headers, body, bool(persistent), duplicate_id), d))

@@ -18,6 +18,8 @@ CLOSED = "closed"
 #: the session could not be resumed (it was recreated, or the client gave
 #: up reconnecting, or was closed meanwhile).
 UNBLOCKED = "unblocked"
+#: The message cannot fit in one client frame (nothing was sent).
+TOO_LARGE = "too-large"
 
 
 class ClientError(MeshrouteError):
@@ -25,7 +27,8 @@ class ClientError(MeshrouteError):
     Root of the errors of this API.
 
     @ivar code: a stable code: one of the router's (docs/client-protocol.md)
-        or C{connection-lost}, C{timeout}, C{closed}, C{unblocked}.
+        or C{connection-lost}, C{timeout}, C{closed}, C{unblocked},
+        C{too-large}.
     @ivar detail: human-readable explanation.
     """
 
