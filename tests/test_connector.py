@@ -644,10 +644,10 @@ def test_reconnect_attempts_count_rounds(tmp_path, request, observe_errors):
 
 def test_after_the_link_drops_rotation_continues(pair):
     """
-    A link through the second endpoint dies: the next attempt is the
-    first endpoint, at once (the dead link was its round's first
-    attempt); when that is refused too, the first retry interval passes
-    before the second endpoint is tried again.
+    A link through the second endpoint dies: after the first retry
+    interval (as with one endpoint) a round starts at the first endpoint,
+    the one after it; refused there, the second is tried at once, and the
+    backoff then comes between rounds again.
     """
     pair.service.startService()
     pair.first.last.refuse()
@@ -657,21 +657,39 @@ def test_after_the_link_drops_rotation_continues(pair):
     reach_delivery(attempt)
     pair.clock.advance(5.0)
     attempt.drop()
-    pair.clock.advance(0)
-    assert pair.tried()[-1] == ("first", 5.0)
-    pair.first.last.refuse()
     pair.clock.advance(0.999)
-    assert pair.tried()[-1] == ("first", 5.0)
+    assert len(pair.tried()) == 2
     pair.clock.advance(0.001)
-    assert pair.tried()[-1] == ("second", 6.0)
-    # The first endpoint comes back: the round after that uses it.
+    assert pair.tried()[2:] == [("first", 6.0)]
+    pair.first.last.refuse()
+    pair.clock.advance(0)
+    assert pair.tried()[2:] == [("first", 6.0), ("second", 6.0)]
     pair.second.last.refuse()
     pair.clock.advance(2.0)
-    assert pair.tried()[-1] == ("first", 8.0)
+    assert pair.tried()[2:] == [("first", 6.0), ("second", 6.0), ("first", 8.0)]
+    # The first endpoint is back: the link now goes through it.
     again = pair.first.last
     again.connect()
     reach_delivery(again)
     assert again.protocol.link.describe()["endpoint"] == "tcp:127.0.0.1:7002"
+
+
+def test_no_reconnect_attempts_means_no_other_endpoint(tmp_path, request, observe_errors):
+    """
+    reconnect-attempts = 0: a link that dies is not followed by any
+    attempt, at the other endpoint either (Artemis: no reconnection, no
+    failover).
+    """
+    h = PairHarness(tmp_path, attempts=0)
+    request.addfinalizer(h.events.close)
+    h.service.startService()
+    h.first.last.connect()
+    reach_delivery(h.first.last)
+    h.first.last.drop()
+    h.clock.advance(100)
+    assert h.tried() == [("first", 0.0)]
+    assert h.service.exhausted
+    assert len(exhausted_errors(observe_errors)) == 1
 
 
 def test_each_attempt_is_logged_with_its_endpoint(tmp_path, request):

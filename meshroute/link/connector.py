@@ -82,15 +82,16 @@ class ConnectorService(Service):
         Service.startService(self)
         self.exhausted = False
         self._schedule.reset()
-        self._endpoints.start_round()
+        self._endpoints.restart()
         self._client.startService()
 
     def _delivered(self) -> None:
         """
-        A link reached delivery: the schedule and the round start over.
+        A link reached delivery: the schedule starts over, and the link's
+        death will end a round.
         """
         self._schedule.reset()
-        self._endpoints.start_round()
+        self._endpoints.connected()
 
     def stopService(self):
         Service.stopService(self)

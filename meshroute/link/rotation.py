@@ -14,9 +14,12 @@ for trying the live connector and then its backup, and only then applies
 the multiplier.  With one endpoint a round is one attempt, exactly the
 rule of a single endpoint.
 
-A connection that worked and then failed counts as the first attempt of a
-new round, at its endpoint: the next attempt is the next endpoint, at
-once, which is what a pair wants when its active instance dies.
+A connection that worked (a link in delivery, a session opened) and then
+failed ends a round of its own: the schedule's delay comes first, as with
+one endpoint, and the next round starts at the endpoint after the one that
+failed, which is the other instance when a pair's active one dies.  So
+C{reconnect-attempts} rounds follow the failure, and with
+C{reconnect-attempts = 0} there is no failover at all, as in Artemis.
 """
 
 from collections.abc import Sequence
@@ -49,6 +52,7 @@ class EndpointRotation:
         self._endpoints = tuple(endpoints)
         self._next = 0
         self._tried = 0
+        self._connected = False
         self.current = self._endpoints[0][0]
 
     @property
@@ -72,21 +76,35 @@ class EndpointRotation:
 
     def delay_after_failure(self, schedule: RetrySchedule) -> float | None:
         """
-        The latest attempt failed: how long to wait before the next one.
+        The latest attempt, or the connection that worked, failed: how long
+        to wait before the next attempt.
 
         @return: 0 while the round has endpoints left to try; at the end of
-            a round, C{schedule}'s next delay, or None when its attempts
-            are exhausted.
+            a round (or when a connection that worked failed),
+            C{schedule}'s next delay, or None when its attempts are
+            exhausted.
         """
+        if self._connected:
+            self._connected = False
+            self._tried = 0
+            return schedule.next_delay()
         self._tried += 1
         if self._tried < len(self._endpoints):
             return 0.0
         self._tried = 0
         return schedule.next_delay()
 
-    def start_round(self) -> None:
+    def connected(self) -> None:
         """
-        A connection worked (or the service starts again): the next
-        failure is the first attempt of a new round.
+        The latest attempt made a connection that works (a link in
+        delivery, a session opened): its failure will end a round.
         """
+        self._connected = True
+        self._tried = 0
+
+    def restart(self) -> None:
+        """
+        The service starts (again): the next attempt begins a round.
+        """
+        self._connected = False
         self._tried = 0
