@@ -713,7 +713,8 @@ def test_each_attempt_is_logged_with_its_endpoint(tmp_path, request):
     assert lines == [
         f"connector to {PEER} at tcp:127.0.0.1:7002: attempt failed; "
         "trying tcp:127.0.0.1:7102 now",
-        f"connector to {PEER} at tcp:127.0.0.1:7102: attempt 1 failed; retrying in 1.0 s",
+        f"connector to {PEER}: round 1 failed (last at tcp:127.0.0.1:7102); "
+        "retrying from tcp:127.0.0.1:7002 in 1.0 s",
         f"connector to {PEER} at tcp:127.0.0.1:7002: attempt failed; "
         "trying tcp:127.0.0.1:7102 now",
         f"link {h.second.last.protocol.link.core.link_id} to {PEER} "

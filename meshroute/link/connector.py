@@ -105,9 +105,15 @@ class ConnectorService(Service):
     def _retry_delay(self, _tcp_failures: int) -> float:
         failed = self._endpoints.current
         delay = self._endpoints.delay_after_failure(self._schedule)
-        if delay == 0:
+        if self._endpoints.in_round:
             log.info("connector to {peer} at {endpoint}: attempt failed; trying {next} now",
                      peer=self._peer, endpoint=failed, next=self._endpoints.upcoming)
+            return delay
+        if delay is not None and len(self._endpoints.descriptions) > 1:
+            log.info("connector to {peer}: round {attempt} failed (last at {endpoint}); "
+                     "retrying from {next} in {delay} s", peer=self._peer, endpoint=failed,
+                     attempt=self._schedule.failures, next=self._endpoints.upcoming,
+                     delay=delay)
             return delay
         if delay is not None:
             log.info("connector to {peer} at {endpoint}: attempt {attempt} failed; "

@@ -61,6 +61,13 @@ class EndpointRotation:
         return tuple(description for description, _ in self._endpoints)
 
     @property
+    def in_round(self) -> bool:
+        """
+        Whether the latest failure left endpoints of its round to try.
+        """
+        return self._tried > 0
+
+    @property
     def upcoming(self) -> str:
         "The description of the endpoint the next attempt will use."
         return self._endpoints[self._next][0]
