@@ -145,6 +145,32 @@ class _SessionOptions(_Options):
     defaults.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self["connect"] = []
+
+    def opt_connect(self, endpoint: str) -> None:
+        """
+        A router's client endpoint, e.g. tcp:127.0.0.1:6001.  Repeat it for
+        a router reachable at several endpoints (the two instances of a
+        pair): they are tried in turn, one round is one attempt at each,
+        and the waits come between rounds.
+        """
+        self["connect"].append(endpoint)
+
+    opt_c = opt_connect
+
+    def check_connect(self) -> None:
+        """
+        @raise usage.UsageError: no C{--connect}, or one given twice.
+        """
+        endpoints = self["connect"]
+        if not endpoints:
+            raise usage.UsageError("--connect is required")
+        repeated = sorted({e for e in endpoints if endpoints.count(e) > 1})
+        if repeated:
+            raise usage.UsageError(f"--connect {repeated[0]} is given more than once")
+
     optParameters = [
         ["ttl", None, 60000,
          "Connection TTL: the router closes the connection when it heard nothing "
@@ -156,7 +182,8 @@ class _SessionOptions(_Options):
          _ms("--client-failure-check-period", lowest=1, never=True)],
         ["reconnect-attempts", None, 0,
          "Reconnection attempts in a row after a connection failure before giving up "
-         "(0: none, the command fails at once; -1: forever).",
+         "(0: none, the command fails at once; -1: forever).  With several --connect, "
+         "an attempt is a round: each endpoint once, starting after the one that failed.",
          _count("--reconnect-attempts", lowest=0, never=True)],
         ["retry-interval", None, 2000, "Wait before the first reconnection attempt.",
          _ms("--retry-interval")],
@@ -166,7 +193,8 @@ class _SessionOptions(_Options):
          "... and never longer than this; by default 2000 ms, or --retry-interval if "
          "longer", _ms("--max-retry-interval")],
         ["initial-connect-attempts", None, 1,
-         "Attempts to make the first connection, with the same waits (-1: forever).",
+         "Attempts to make the first connection, with the same waits (-1: forever); "
+         "with several --connect, rounds over them (1: each endpoint once).",
          _count("--initial-connect-attempts", lowest=1, never=True)],
         ["confirmation-window-size", None, -1,
          "Bytes of sent commands kept until the router has them, to replay them when the "
@@ -206,7 +234,7 @@ class _SessionOptions(_Options):
 
 
 class SendOptions(_SessionOptions):
-    synopsis = ("--connect ENDPOINT --to QUEUE[@ROUTER] [--count N] "
+    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... --to QUEUE[@ROUTER] [--count N] "
                 "[--size BYTES | --body TEXT] [--non-persistent] [--duplicate-id-prefix P] "
                 "[reconnection options]")
     longdesc = (
@@ -226,7 +254,6 @@ class SendOptions(_SessionOptions):
         "each duplicate id once), so every message is enqueued exactly once."
     )
     optParameters = [
-        ["connect", "c", None, "The router's client endpoint, e.g. tcp:127.0.0.1:6001"],
         ["to", "t", None, "The address: QUEUE@ROUTER, or QUEUE on the router connected to."],
         ["count", "n", 1, "How many messages to send.", _positive_int("--count")],
         ["size", "s", None,
@@ -243,9 +270,9 @@ class SendOptions(_SessionOptions):
     optFlags = [["non-persistent", None, "Send non-persistent messages (memory only)."]]
 
     def postOptions(self) -> None:
-        for name in ("connect", "to"):
-            if not self[name]:
-                raise usage.UsageError(f"--{name} is required")
+        self.check_connect()
+        if not self["to"]:
+            raise usage.UsageError("--to is required")
         if self["size"] is not None and self["body"] is not None:
             raise usage.UsageError("--size and --body exclude each other")
         self.client_options()
@@ -287,7 +314,8 @@ class SendOptions(_SessionOptions):
 
 
 class ReceiveOptions(_SessionOptions):
-    synopsis = ("--connect ENDPOINT --queue NAME [--count N] [--timeout SECONDS] [--json] "
+    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... --queue NAME [--count N] "
+                "[--timeout SECONDS] [--json] "
                 "[reconnection options]")
     longdesc = (
         "Consume messages from a queue of the router connected to, print each one "
@@ -301,7 +329,6 @@ class ReceiveOptions(_SessionOptions):
         "delivered and not acknowledged then come again, marked redelivered)."
     )
     optParameters = [
-        ["connect", "c", None, "The router's client endpoint, e.g. tcp:127.0.0.1:6001"],
         ["queue", "q", None, "The local queue to consume from."],
         ["count", "n", None, "Stop after N messages.", _positive_int("--count")],
         ["timeout", None, None, "Stop after SECONDS.", _positive_float],
@@ -311,9 +338,9 @@ class ReceiveOptions(_SessionOptions):
     optFlags = [["json", None, "Print one JSON object per message."]]
 
     def postOptions(self) -> None:
-        for name in ("connect", "queue"):
-            if not self[name]:
-                raise usage.UsageError(f"--{name} is required")
+        self.check_connect()
+        if not self["queue"]:
+            raise usage.UsageError("--queue is required")
         self.client_options()
 
 
@@ -416,19 +443,25 @@ def status(options, out) -> int:
     return 0
 
 
-def _report_failures(client, endpoint: str, err):
+def _report_failures(client, err):
     """
-    A failure listener that tells the operator how the session fared.
+    A failure listener that tells the operator how the session fared, and
+    at which endpoint.
     """
     from meshroute.client import FAILOVER
 
+    failed = client.endpoint
+
     def report(event: str) -> None:
+        nonlocal failed
         if event == FAILOVER:
-            how = client.last_failover
-            err.write(f"meshroute: the connection to {endpoint} failed; session {how} "
+            how, now = client.last_failover, client.endpoint
+            where = "" if now == failed else f" at {now}"
+            err.write(f"meshroute: the connection to {failed} failed; session {how}{where} "
                       f"({event})\n")
+            failed = now
         else:
-            err.write(f"meshroute: the connection to {endpoint} failed; gave up "
+            err.write(f"meshroute: the connection to {failed} failed; gave up "
                       f"reconnecting ({event})\n")
 
     return report
@@ -458,11 +491,12 @@ def _usage_problem(reactor, options, err) -> int:
     """
     Report a C{--connect} that cannot work: exit status 2 (usage), or 0.
     """
-    problem = _connect_problem(reactor, options["connect"])
-    if problem is None:
-        return 0
-    err.write(f"meshroute: --connect {options['connect']}: {problem}\n")
-    return 2
+    for endpoint in options["connect"]:
+        problem = _connect_problem(reactor, endpoint)
+        if problem is not None:
+            err.write(f"meshroute: --connect {endpoint}: {problem}\n")
+            return 2
+    return 0
 
 
 async def run_send(reactor, options, out, err, connect=None) -> int:
@@ -481,9 +515,10 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
     try:
         client = await connect(reactor, options["connect"], options.client_options())
     except ClientError as e:
-        err.write(f"meshroute: cannot open a session at {options['connect']}: {e}\n")
+        err.write(f"meshroute: cannot open a session at {', '.join(options['connect'])}: "
+                  f"{e}\n")
         return 1
-    client.add_failure_listener(_report_failures(client, options["connect"], err))
+    client.add_failure_listener(_report_failures(client, err))
     gave_up = []
     client.add_failure_listener(lambda event: event == DISCONNECT and gave_up.append(event))
     count, address = options["count"], options["to"]
@@ -614,9 +649,10 @@ async def run_receive(reactor, options, out, err, connect=None) -> int:
     try:
         client = await connect(reactor, options["connect"], options.client_options())
     except ClientError as e:
-        err.write(f"meshroute: cannot open a session at {options['connect']}: {e}\n")
+        err.write(f"meshroute: cannot open a session at {', '.join(options['connect'])}: "
+                  f"{e}\n")
         return 1
-    client.add_failure_listener(_report_failures(client, options["connect"], err))
+    client.add_failure_listener(_report_failures(client, err))
     count, timeout = options["count"], options["timeout"]
     finished: defer.Deferred = defer.Deferred()
     received = 0

@@ -64,10 +64,14 @@ class ConnectorConfig:
 
     The four retry parameters feed a L{ClientService} backoff policy;
     C{reconnect_attempts} is -1 for forever and 0 for no retry.
+
+    @ivar endpoint: the client endpoint strings to try in turn (a one-item
+        tuple when the file gives a single string).  The backoff applies
+        between full rounds over them (L{meshroute.link.rotation}).
     """
 
     router: str
-    endpoint: str
+    endpoint: tuple[str, ...]
     password_file: str
     secret: bytes = field(repr=False)
     retry_interval_ms: int = 2000
@@ -186,7 +190,9 @@ class _Key:
     The rule for one operator-facing key.
 
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
-        C{number}, C{server-endpoint}, C{client-endpoint}, C{password-file}
+        C{number}, C{server-endpoint}, C{client-endpoint},
+        C{client-endpoints} (one client endpoint string or a non-empty
+        list of them, stored as a tuple), C{password-file}
         (a string; the file's contents become the section's C{secret}),
         C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
@@ -228,7 +234,7 @@ _LISTENER_KEYS = (
 )
 _CONNECTOR_KEYS = (
     _Key("router", "name"),
-    _Key("endpoint", "client-endpoint"),
+    _Key("endpoint", "client-endpoints"),
     _Key("password-file", "password-file"),
     _Key("retry-interval", "duration", 2000, 1, _HOUR_MS),
     _Key("retry-interval-multiplier", "number", 1.0, 1.0, 100.0),
@@ -313,6 +319,17 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
         if len(set(value)) != len(value):
             raise ConfigError(path, key, f"router names are repeated in {value!r}")
         result = tuple(value)
+    elif spec.kind == "client-endpoints":
+        one = _Key(spec.name, "client-endpoint")
+        if isinstance(value, str):
+            result = (_convert(one, value, path=path, key=key, reactor=reactor),)
+        elif not isinstance(value, list) or not value:
+            raise fail("a client endpoint string or a non-empty list of them")
+        else:
+            result = tuple(_convert(one, item, path=path, key=f"{key}[{index}]", reactor=reactor)
+                           for index, item in enumerate(value))
+            if len(set(result)) != len(result):
+                raise ConfigError(path, key, f"endpoints are repeated in {value!r}")
     else:
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")

@@ -33,6 +33,7 @@ from meshroute.link.handshake import ConnectorSettings, ListenerSettings, Router
 from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
@@ -215,7 +216,8 @@ class RouterService(MultiService):
                     expected_peer=connector.router,
                     stage_valid_timeout_ms=connector.stage_valid_timeout_ms,
                 ),
-                endpoints.client(connector.endpoint),
+                EndpointRotation([(description, endpoints.client(description))
+                                  for description in connector.endpoint]),
                 RetrySchedule(
                     connector.retry_interval_ms,
                     connector.retry_interval_multiplier,
@@ -223,7 +225,6 @@ class RouterService(MultiService):
                     connector.reconnect_attempts,
                 ),
                 clock,
-                description=connector.endpoint,
             ).setServiceParent(self)
         if config.admin is not None:
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))

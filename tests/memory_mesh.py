@@ -321,7 +321,7 @@ class MemoryMesh:
         connectors = tuple(
             ConnectorConfig(
                 router=peer,
-                endpoint=peer,
+                endpoint=(peer,),
                 password_file="(memory)",
                 secret=secret,
                 retry_interval_ms=settings["retry_interval_ms"],

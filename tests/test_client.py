@@ -666,6 +666,54 @@ def test_connect_must_be_an_endpoint_string(harness, command, endpoint, fragment
     assert harness.endpoint.pumps == []
 
 
+@pytest.mark.parametrize("command", [["send", "--to", "q"], ["receive", "--queue", "q"]])
+def test_connect_is_repeatable(command):
+    """
+    C{--connect} (or C{-c}) given several times: every endpoint, in order,
+    handed to L{meshroute.client.connect} as a list.
+    """
+    options = parse(command + ["--connect", "tcp:127.0.0.1:6001", "-c", "tcp:127.0.0.1:6101"])
+    assert options["connect"] == ["tcp:127.0.0.1:6001", "tcp:127.0.0.1:6101"]
+    assert parse(command + ["-c", "tcp:127.0.0.1:6001"])["connect"] == ["tcp:127.0.0.1:6001"]
+
+
+def test_connect_given_twice_is_a_usage_error():
+    with pytest.raises(usage.UsageError, match="--connect tcp:x:1 is given more than once"):
+        parse(["send", "--to", "q", "-c", "tcp:x:1", "-c", "tcp:x:2", "-c", "tcp:x:1"])
+
+
+def test_every_connect_is_checked(harness):
+    """
+    Every C{--connect} is checked, not just the last: a usage error
+    naming the bad one, and no connection.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    options = parse(["send", "--to", "q", "-c", "127.0.0.1:6101", "-c", "tcp:127.0.0.1:6001"])
+    d = ensureDeferred(cli.run_send(harness.clock, options, out, err,
+                                    connect=harness.connect_for_cli))
+    assert result_of(d) == 2
+    assert err.getvalue().startswith("meshroute: --connect 127.0.0.1:6101: not an endpoint")
+    assert harness.endpoint.pumps == []
+
+
+def test_cannot_connect_names_every_endpoint(harness):
+    seen = []
+
+    def refused(reactor, endpoints, options):
+        from twisted.internet.defer import fail
+
+        seen.append(endpoints)
+        return fail(SessionError(CONNECTION_LOST, "Connection was refused"))
+
+    out, err = io.StringIO(), io.StringIO()
+    d = ensureDeferred(cli.run_receive(harness.clock, parse(
+        ["receive", "-c", "tcp:127.0.0.1:1", "-c", "tcp:127.0.0.1:2", "--queue", "q"]),
+        out, err, connect=refused))
+    assert result_of(d) == 1
+    assert seen == [["tcp:127.0.0.1:1", "tcp:127.0.0.1:2"]]
+    assert "cannot open a session at tcp:127.0.0.1:1, tcp:127.0.0.1:2: " in err.getvalue()
+
+
 def test_a_message_larger_than_a_frame_is_a_usage_error_naming_the_limit():
     limit = str(f.MAX_FRAME_SIZE)
     with pytest.raises(usage.UsageError, match=f"at most {limit} bytes"):

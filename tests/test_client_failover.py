@@ -94,7 +94,9 @@ def listener(engine, clock, **settings):
 def connect(clock, net, **options):
     options.setdefault("client_id", "app")
     d = connect_endpoint(clock, net, **options)
-    net.flush()
+    for endpoint in net if isinstance(net, list) else [net]:
+        clock.advance(0)  # the next endpoint of a round is tried in the next turn
+        endpoint.flush()
     client = result_of(d)
     events = []
     client.add_failure_listener(events.append)
@@ -373,3 +375,117 @@ async def test_receive_command_reattaches_across_cuts(tmp_path):
     finally:
         await port.stopListening()
         engine.close()
+
+
+# -- several endpoints ------------------------------------------------------------------
+
+
+@pytest.fixture
+def other_engine(tmp_path, clock):
+    engine = FakeEngine(str(tmp_path / "other.sqlite"), clock, auto=True)
+    yield engine
+    engine.close()
+
+
+def test_first_endpoint_refused_second_used(engine, other_engine, clock):
+    """
+    The first endpoint refuses: the second is tried at once, in the same
+    round, and the client says which one it uses.
+    """
+    _, first = listener(engine, clock)
+    _, second = listener(other_engine, clock)
+    first.refusing = True
+    client, events = connect(clock, [first, second])
+    assert (first.attempts, second.attempts) == (1, 1)
+    assert client.endpoint == repr(second)
+    sent = client.send("q", b"x")
+    second.flush()
+    assert result_of(sent)
+    assert other_engine.store.queue_depths() == {"q": 1}
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_initial_connect_attempts_count_rounds(engine, other_engine, clock, rounds):
+    """
+    initial-connect-attempts counts rounds over the list (1, the default:
+    each endpoint once), with retry-interval between rounds.
+    """
+    _, first = listener(engine, clock)
+    _, second = listener(other_engine, clock)
+    first.refusing = second.refusing = True
+    d = connect_endpoint(clock, [first, second], client_id="app",
+                         initial_connect_attempts=rounds, retry_interval_ms=2000)
+    clock.advance(0)
+    for n in range(1, rounds):
+        assert not d.called and (first.attempts, second.attempts) == (n, n)
+        clock.advance(2)
+        clock.advance(0)
+    assert (first.attempts, second.attempts) == (rounds, rounds)
+    assert "refused" in str(failure_of(d))
+
+
+def test_the_client_fails_over_to_the_other_router(engine, other_engine, clock):
+    """
+    The router in use goes away: after retry-interval the client tries the
+    next endpoint, recreates its session there (calls in flight unblocked,
+    subscriptions made again) and tells its listeners FAILOVER.
+    """
+    _, first = listener(engine, clock)
+    _, second = listener(other_engine, clock)
+    other_engine.enqueue("q", b"from the other")
+    client, events = connect(clock, [first, second], confirmation_window_size=1 << 20,
+                             reconnect_attempts=-1, retry_interval_ms=500)
+    assert client.endpoint == repr(first)
+    got = []
+    client.subscribe("q", got.append)
+    first.flush()
+    in_flight = client.send("q", b"lost with the router")
+    first.cut()
+    first.refusing = True
+    clock.advance(0.5)
+    second.flush()
+    assert events == [FAILOVER]
+    assert client.last_failover == "recreated"
+    assert client.endpoint == repr(second)
+    assert isinstance(failure_of(in_flight), UnblockedError)
+    sent = client.send("q", b"after")
+    second.flush()
+    assert result_of(sent)
+    assert [m.body for m in got] == [b"from the other", b"after"]
+
+
+def test_reconnect_attempts_count_rounds(engine, other_engine, clock):
+    """
+    reconnect-attempts = 2: two rounds after the failure (each starting
+    after the endpoint that failed), retry-interval before each, then
+    DISCONNECT.
+    """
+    _, first = listener(engine, clock)
+    _, second = listener(other_engine, clock)
+    client, events = connect(clock, [first, second], reconnect_attempts=2,
+                             retry_interval_ms=1000)
+    first.cut()
+    first.refusing = second.refusing = True
+    clock.advance(0.999)
+    assert (first.attempts, second.attempts) == (1, 0)
+    clock.advance(0.001)
+    assert (first.attempts, second.attempts) == (2, 1)
+    clock.advance(1)
+    assert (first.attempts, second.attempts) == (3, 2)
+    assert events == [DISCONNECT]
+    clock.advance(10)
+    assert (first.attempts, second.attempts) == (3, 2)
+
+
+def test_no_reconnect_attempts_means_no_failover(engine, other_engine, clock):
+    """
+    reconnect-attempts = 0 (the default): a failed connection is the end,
+    even with another endpoint (Artemis: no reconnection, no failover).
+    """
+    _, first = listener(engine, clock)
+    _, second = listener(other_engine, clock)
+    client, events = connect(clock, [first, second])
+    first.cut()
+    clock.advance(10)
+    assert second.attempts == 0
+    assert events == [DISCONNECT]

@@ -1010,7 +1010,9 @@ def _run(command, clock, endpoint, argv):
 
     out, err = io.StringIO(), io.StringIO()
 
-    def connect(reactor, endpoint_string, options):
+    def connect(reactor, endpoint_strings, options):
+        # The client names the fake endpoint by its repr (a real connect
+        # names it by the string given).
         return connect_endpoint(clock, endpoint, options)
 
     d = ensureDeferred(command(clock, parse(argv), out, err, connect=connect))
@@ -1053,7 +1055,7 @@ def test_send_retries_unblocked_sends_with_their_duplicate_ids(clock, endpoint):
     assert result_of(d) == 0, err.getvalue()
     assert out.getvalue() == "3 messages to q accepted\n"
     assert err.getvalue() == (
-        "meshroute: the connection to tcp:x:1 failed; session recreated (FAILOVER)\n"
+        f"meshroute: the connection to {endpoint!r} failed; session recreated (FAILOVER)\n"
         "meshroute: sent 2 messages again after the session was recreated\n")
 
 
@@ -1093,7 +1095,7 @@ def test_send_rides_out_a_cut_with_a_window(clock, endpoint):
     _finish_close(router)
     assert result_of(d) == 0
     assert err.getvalue() == (
-        "meshroute: the connection to tcp:x:1 failed; session reattached (FAILOVER)\n")
+        f"meshroute: the connection to {endpoint!r} failed; session reattached (FAILOVER)\n")
 
 
 def test_send_gives_up(clock, endpoint):
@@ -1106,7 +1108,7 @@ def test_send_gives_up(clock, endpoint):
     router.lose()
     assert result_of(d) == 1
     assert err.getvalue().startswith(
-        "meshroute: the connection to tcp:x:1 failed; gave up reconnecting (DISCONNECT)\n"
+        f"meshroute: the connection to {endpoint!r} failed; gave up reconnecting (DISCONNECT)\n"
         "meshroute: send to q failed: message 1: unblocked: gave up reconnecting "
         "(connection-lost: ")
 

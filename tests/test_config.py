@@ -106,7 +106,7 @@ def test_full_config_with_defaults(write, secret_file):
         connectors=(
             ConnectorConfig(
                 router="router-b",
-                endpoint="tcp:127.0.0.1:7002",
+                endpoint=("tcp:127.0.0.1:7002",),
                 password_file=str(secret_file),
                 secret=SECRET.encode(),
                 retry_interval_ms=2000,
@@ -301,6 +301,58 @@ def test_empty_password_file(write, tmp_path):
 def test_bad_endpoint(write, section, key):
     path = write(ROUTER + section.replace("tcp:", "bogus:"))
     assert_refused(path, key, "bogus", "Unknown endpoint type")
+
+
+# -- a connector's endpoint list ----------------------------------------------------
+
+PAIR = '["tcp:127.0.0.1:7002", "tcp:127.0.0.1:7102"]'
+
+
+def test_connector_endpoint_list(write):
+    """
+    A connector to a pair (or a router at two addresses) lists both
+    endpoints, tried in turn; a single string is a one-item list.
+    """
+    path = write(ROUTER + CONNECTOR.replace('"tcp:127.0.0.1:7002"', PAIR)
+                 + CONNECTOR.replace("router-b", "router-c"))
+    first, second = load(path).connectors
+    assert first.endpoint == ("tcp:127.0.0.1:7002", "tcp:127.0.0.1:7102")
+    assert second.endpoint == ("tcp:127.0.0.1:7002",)
+
+
+def test_connector_endpoint_list_round_trip(write):
+    config = load(write(ROUTER + CONNECTOR.replace('"tcp:127.0.0.1:7002"', PAIR)))
+    text = format_config(config)
+    assert f"endpoint = {PAIR}" in text
+    again = load(write(text, name="effective.toml"))
+    assert again == dataclasses.replace(config, path=again.path)
+
+
+@pytest.mark.parametrize(
+    "endpoints, key, fragments",
+    [
+        ('["tcp:127.0.0.1:7002", "bogus:1"]', "routing.connector[0].endpoint[1]",
+         ("bogus", "Unknown endpoint type")),
+        ('["tcp:127.0.0.1:99999"]', "routing.connector[0].endpoint[0]", ("99999", "port")),
+        ('["tcp:127.0.0.1:7002", "tcp:7003:interface=127.0.0.1"]',
+         "routing.connector[0].endpoint[1]", ("tcp:7003",)),
+        ('["tcp:127.0.0.1:7002", 7003]', "routing.connector[0].endpoint[1]",
+         ("non-empty string", "7003")),
+        ('["tcp:127.0.0.1:7002", ""]', "routing.connector[0].endpoint[1]",
+         ("non-empty string",)),
+        ("[]", "routing.connector[0].endpoint", ("non-empty list",)),
+        ('["tcp:127.0.0.1:7002", "tcp:127.0.0.1:7002"]', "routing.connector[0].endpoint",
+         ("repeated",)),
+        ("7002", "routing.connector[0].endpoint", ("non-empty list", "int 7002")),
+    ],
+)
+def test_connector_endpoint_list_refused(write, endpoints, key, fragments):
+    """
+    Each endpoint of the list is checked as a single one is, and the error
+    names the file, the key and the index.
+    """
+    path = write(ROUTER + CONNECTOR.replace('"tcp:127.0.0.1:7002"', endpoints))
+    assert_refused(path, key + ":", *fragments)
 
 
 def test_client_endpoint_as_listener_endpoint(write):

@@ -28,6 +28,7 @@ from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext
 from fakes import RecordingEngine
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
@@ -144,7 +145,8 @@ class Harness:
         self.endpoint = FakeEndpoint(self.clock)
         self.schedule = RetrySchedule(interval, multiplier, maximum, attempts)
         self.service = ConnectorService(
-            self.context, self.settings, self.endpoint, self.schedule, self.clock
+            self.context, self.settings, EndpointRotation([("fake", self.endpoint)]),
+            self.schedule, self.clock
         )
 
     def run_refusing(self, until: float, step: float = 0.5) -> None:
@@ -542,8 +544,9 @@ def test_retries_are_logged_with_peer_endpoint_attempt_and_delay(tmp_path, reque
     globalLogPublisher.addObserver(logged.append)
     request.addfinalizer(lambda: globalLogPublisher.removeObserver(logged.append))
     h = make(tmp_path, request)
-    h.service = ConnectorService(h.context, h.settings, h.endpoint, h.schedule, h.clock,
-                                 description="tcp:127.0.0.1:7002")
+    h.service = ConnectorService(h.context, h.settings,
+                                 EndpointRotation([("tcp:127.0.0.1:7002", h.endpoint)]),
+                                 h.schedule, h.clock)
     h.service.startService()
     for _ in range(3):
         h.endpoint.last.connect()
@@ -554,5 +557,167 @@ def test_retries_are_logged_with_peer_endpoint_attempt_and_delay(tmp_path, reque
         f"connector to {PEER} at tcp:127.0.0.1:7002: attempt {n} failed; "
         f"retrying in {delay} s"
         for n, delay in ((1, 1.0), (2, 2.0), (3, 4.0))
+    ]
+    h.service.stopService()
+
+
+# -- several endpoints --------------------------------------------------------------
+
+
+class PairHarness(Harness):
+    """
+    A connector whose C{endpoint} is a list of two (the two instances of a
+    pair, or a router at two addresses): retry 1 s × 2, at most 4 s.
+    """
+
+    def __init__(self, tmp_path, **kw):
+        super().__init__(tmp_path, **kw)
+        self.first, self.second = FakeEndpoint(self.clock), FakeEndpoint(self.clock)
+        self.service = ConnectorService(
+            self.context, self.settings,
+            EndpointRotation([("tcp:127.0.0.1:7002", self.first),
+                              ("tcp:127.0.0.1:7102", self.second)]),
+            self.schedule, self.clock)
+
+    def tried(self) -> list[tuple[str, float]]:
+        """
+        Every attempt so far, in order: which endpoint, and when.
+        """
+        attempts = [("first", a.time, a) for a in self.first.attempts]
+        attempts += [("second", a.time, a) for a in self.second.attempts]
+        return [(name, time) for name, time, _ in sorted(attempts, key=lambda t: t[1])]
+
+    def _refuse_pending(self) -> None:
+        while pending := [a for a in self.first.attempts + self.second.attempts if a.pending]:
+            pending[0].refuse()
+            self.clock.advance(0)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    h = PairHarness(tmp_path)
+    yield h
+    h.events.close()
+
+
+def test_first_endpoint_refused_second_used(pair):
+    """
+    The first endpoint refuses: the second is tried at once (same round),
+    and the link made through it says so (admin API, link.stage event).
+    """
+    pair.service.startService()
+    pair.first.last.refuse()
+    pair.clock.advance(0)
+    assert pair.tried() == [("first", 0.0), ("second", 0.0)]
+    attempt = pair.second.last
+    attempt.connect()
+    reach_delivery(attempt)
+    described = attempt.protocol.link.describe()
+    assert (described["endpoint"], described["stage"]) == ("tcp:127.0.0.1:7102", DELIVERY)
+    [connect] = [r for r in pair.recorded("link.stage") if r["stage"] == "connect"]
+    assert connect["endpoint"] == "tcp:127.0.0.1:7102"
+
+
+def test_backoff_comes_between_rounds(pair):
+    """
+    The retry schedule counts rounds over the list: both endpoints at
+    once, then 1 s, 2 s, 4 s, 4 s between rounds.
+    """
+    pair.service.startService()
+    pair.run_refusing(until=11.5)
+    assert pair.tried() == [(name, time) for time in (0.0, 1.0, 3.0, 7.0, 11.0)
+                            for name in ("first", "second")]
+
+
+def test_reconnect_attempts_count_rounds(tmp_path, request, observe_errors):
+    """
+    reconnect-attempts = 1: the first round and one more, then it gives up.
+    """
+    h = PairHarness(tmp_path, attempts=1)
+    request.addfinalizer(h.events.close)
+    h.service.startService()
+    h.run_refusing(until=10.0)
+    assert h.tried() == [("first", 0.0), ("second", 0.0), ("first", 1.0), ("second", 1.0)]
+    assert h.service.exhausted
+    assert len(exhausted_errors(observe_errors)) == 1
+
+
+def test_after_the_link_drops_rotation_continues(pair):
+    """
+    A link through the second endpoint dies: after the first retry
+    interval (as with one endpoint) a round starts at the first endpoint,
+    the one after it; refused there, the second is tried at once, and the
+    backoff then comes between rounds again.
+    """
+    pair.service.startService()
+    pair.first.last.refuse()
+    pair.clock.advance(0)
+    attempt = pair.second.last
+    attempt.connect()
+    reach_delivery(attempt)
+    pair.clock.advance(5.0)
+    attempt.drop()
+    pair.clock.advance(0.999)
+    assert len(pair.tried()) == 2
+    pair.clock.advance(0.001)
+    assert pair.tried()[2:] == [("first", 6.0)]
+    pair.first.last.refuse()
+    pair.clock.advance(0)
+    assert pair.tried()[2:] == [("first", 6.0), ("second", 6.0)]
+    pair.second.last.refuse()
+    pair.clock.advance(2.0)
+    assert pair.tried()[2:] == [("first", 6.0), ("second", 6.0), ("first", 8.0)]
+    # The first endpoint is back: the link now goes through it.
+    again = pair.first.last
+    again.connect()
+    reach_delivery(again)
+    assert again.protocol.link.describe()["endpoint"] == "tcp:127.0.0.1:7002"
+
+
+def test_no_reconnect_attempts_means_no_other_endpoint(tmp_path, request, observe_errors):
+    """
+    reconnect-attempts = 0: a link that dies is not followed by any
+    attempt, at the other endpoint either (Artemis: no reconnection, no
+    failover).
+    """
+    h = PairHarness(tmp_path, attempts=0)
+    request.addfinalizer(h.events.close)
+    h.service.startService()
+    h.first.last.connect()
+    reach_delivery(h.first.last)
+    h.first.last.drop()
+    h.clock.advance(100)
+    assert h.tried() == [("first", 0.0)]
+    assert h.service.exhausted
+    assert len(exhausted_errors(observe_errors)) == 1
+
+
+def test_each_attempt_is_logged_with_its_endpoint(tmp_path, request):
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    logged = []
+    globalLogPublisher.addObserver(logged.append)
+    request.addfinalizer(lambda: globalLogPublisher.removeObserver(logged.append))
+    h = PairHarness(tmp_path)
+    request.addfinalizer(h.events.close)
+    h.service.startService()
+    h.first.last.refuse()
+    h.clock.advance(0)
+    h.second.last.refuse()
+    h.clock.advance(1.0)
+    h.first.last.refuse()
+    h.clock.advance(0)
+    h.second.last.connect()
+    reach_delivery(h.second.last)
+    lines = [formatEvent(e) for e in logged if e.get("peer") == PEER]
+    assert lines == [
+        f"connector to {PEER} at tcp:127.0.0.1:7002: attempt failed; "
+        "trying tcp:127.0.0.1:7102 now",
+        f"connector to {PEER}: round 1 failed (last at tcp:127.0.0.1:7102); "
+        "retrying from tcp:127.0.0.1:7002 in 1.0 s",
+        f"connector to {PEER} at tcp:127.0.0.1:7002: attempt failed; "
+        "trying tcp:127.0.0.1:7102 now",
+        f"link {h.second.last.protocol.link.core.link_id} to {PEER} "
+        "(connector through tcp:127.0.0.1:7102) in delivery, keepalive 1000 ms",
     ]
     h.service.stopService()

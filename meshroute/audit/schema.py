@@ -62,6 +62,7 @@ FIELDS = [
     ("peer", T.StringType(),
      "link.*, connector.exhausted, message.forwarded, message.duplicate"),
     ("direction", T.StringType(), "link.*"),
+    ("endpoint", T.StringType(), "link.stage (connect, connector links)"),
     ("stage", T.StringType(), "link.stage, link.closed"),
     ("keepalive_interval_ms", T.LongType(), "link.stage (delivery), link.closed"),
     ("code", T.StringType(), "link.rejected"),

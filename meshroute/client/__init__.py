@@ -74,6 +74,14 @@ sends with the same C{duplicate_id} safely).  Failure listeners hear
 C{FAILOVER} or C{DISCONNECT} (gave up: every call in progress fails with
 L{UnblockedError}; nothing hangs).
 
+Several endpoints: C{connect(reactor, ["tcp:10.0.0.2:6001",
+"tcp:10.0.1.2:6001"])} tries them in turn (Artemis' static connector
+list): a round is one attempt at each, the retry waits come between
+rounds, and C{initial_connect_attempts} and C{reconnect_attempts} count
+rounds; after a failure the next round starts at the endpoint after the
+one that failed.  A session that moves to another router is recreated
+there.  L{Client.endpoint} says which endpoint is in use.
+
 A client garbage-collected without L{Client.close} logs a warning naming
 where it was created, and closes its connection.
 """

@@ -20,6 +20,7 @@ from meshroute.client.options import ClientOptions
 from meshroute.client.session import ClientCore, ClientMachine
 from meshroute.client.subscriptions import ReceivedMessage, Subscription
 from meshroute.clients import frames as f
+from meshroute.link.rotation import EndpointRotation
 
 #: Frames of the call stack kept to say where a client was created.
 _CREATION_FRAMES = 4
@@ -51,6 +52,14 @@ class Client:
     def router(self) -> str | None:
         "The router's name."
         return self._core.router
+
+    @property
+    def endpoint(self) -> str:
+        """
+        The endpoint of the connection in use (or of the latest attempt):
+        the string given to L{connect}, or the endpoint's C{repr}.
+        """
+        return self._core.endpoints.current
 
     @property
     def session_id(self) -> str:
@@ -210,12 +219,27 @@ def _default_client_id() -> str:
 def connect_endpoint(reactor: IReactorTime, endpoint, options: ClientOptions | None = None,
                      **overrides) -> Deferred:
     """
-    Like L{connect}, with an C{IStreamClientEndpoint} (used again for every
-    reconnection).
+    Like L{connect}, with an C{IStreamClientEndpoint} or a list of them
+    (used again, in turn, for every reconnection).  Logs and
+    L{Client.endpoint} name each by its C{repr}.
+    """
+    endpoints = list(endpoint) if isinstance(endpoint, (list, tuple)) else [endpoint]
+    if not endpoints:
+        raise ValueError("at least one endpoint is needed")
+    return _connect(reactor, [(repr(e), e) for e in endpoints], options, overrides)
+
+
+def _connect(reactor: IReactorTime, endpoints: list, options: ClientOptions | None,
+             overrides: dict) -> Deferred:
+    """
+    Make the client and start its first connection attempt.
+
+    @param endpoints: (description, endpoint) pairs, in the order to try.
     """
     options = replace(options or ClientOptions(), **overrides)
     client_id = options.client_id if options.client_id is not None else _default_client_id()
-    core = ClientCore(reactor, endpoint, options, client_id, _where_created())
+    core = ClientCore(reactor, EndpointRotation(endpoints), options, client_id,
+                      _where_created())
     core.machine = ClientMachine(core)
     client = Client(core)
     core._client_until_opened = client
@@ -224,7 +248,7 @@ def connect_endpoint(reactor: IReactorTime, endpoint, options: ClientOptions | N
     return opened
 
 
-def connect(reactor, endpoint_string: str, options: ClientOptions | None = None,
+def connect(reactor, endpoint_string: str | list[str], options: ClientOptions | None = None,
             **overrides) -> Deferred:
     """
     Connect to a router's client listener and open a session.
@@ -232,7 +256,12 @@ def connect(reactor, endpoint_string: str, options: ClientOptions | None = None,
     @param reactor: the reactor (an C{IReactorTime} that can connect); every
         timer of the client uses it.
     @param endpoint_string: a Twisted client endpoint string, e.g.
-        C{"tcp:127.0.0.1:6001"} or C{"tls:router.example:6001"}.
+        C{"tcp:127.0.0.1:6001"} or C{"tls:router.example:6001"}, or a list
+        of them (the instances of a pair, a router at two addresses),
+        tried in turn: a round is one attempt at each, the retry waits
+        come between rounds, and C{initial_connect_attempts} and
+        C{reconnect_attempts} count rounds (docs/client-protocol.md,
+        "Several endpoints").
     @param options: L{ClientOptions} (default: Artemis' defaults: no
         reconnection, no confirmation window).
     @param overrides: fields of L{ClientOptions} to change, e.g.
@@ -241,8 +270,12 @@ def connect(reactor, endpoint_string: str, options: ClientOptions | None = None,
         L{SessionError} if the session cannot be made within
         C{initial_connect_attempts}.  Cancelling it gives up.
     """
-    return connect_endpoint(reactor, clientFromString(reactor, endpoint_string), options,
-                            **overrides)
+    strings = (list(endpoint_string) if isinstance(endpoint_string, (list, tuple))
+               else [endpoint_string])
+    if not strings:
+        raise ValueError("at least one endpoint string is needed")
+    return _connect(reactor, [(s, clientFromString(reactor, s)) for s in strings], options,
+                    overrides)
 
 
 def describe_body(body: bytes) -> dict:

@@ -51,14 +51,19 @@ class ClientOptions:
         when full, further calls wait.  -1: no buffer, so a failed
         connection can never be reattached, only recreated.
     @ivar retry_interval_ms: the wait before the first reconnection
-        attempt after a failure.
+        attempt after a failure.  With several endpoints each wait comes
+        before a round: one attempt at each endpoint in turn, at once
+        (L{meshroute.link.rotation}).
     @ivar retry_interval_multiplier: each further wait is this many times
         the previous one ...
     @ivar max_retry_interval_ms: ... and never longer than this.
-    @ivar reconnect_attempts: reconnection attempts in a row before giving
-        up (DISCONNECT); 0: none, -1: forever.
-    @ivar initial_connect_attempts: attempts to make the first connection
-        (at least 1; -1: forever), with the same waits.
+    @ivar reconnect_attempts: reconnection attempts (rounds over the
+        endpoints, starting at the one after the endpoint that failed) in
+        a row before giving up (DISCONNECT); 0: none, not even at another
+        endpoint; -1: forever.
+    @ivar initial_connect_attempts: attempts (rounds over the endpoints)
+        to make the first connection (at least 1: each endpoint once;
+        -1: forever), with the same waits between rounds.
     @ivar open_timeout_ms: how long to wait for the router's answer to Open
         once connected; a timeout is a failed attempt.
     @ivar max_frame_size: the largest frame accepted from the router.

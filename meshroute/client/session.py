@@ -44,6 +44,10 @@ connection as a protocol error).  Reading the table top to bottom::
 The first connection retries under C{initial-connect-attempts}, later
 ones under C{reconnect-attempts}, each with its own
 L{RetrySchedule} (Artemis' rule, shared with the routing connectors).
+The client's endpoints (one, or several: the instances of a pair) are
+tried in turn by an L{EndpointRotation}, also shared with the routing
+connectors: an attempt at each endpoint is one round, the schedule's
+delay comes between rounds, and both attempt counts count rounds.
 Every failure of an established connection (lost, silent past
 C{client-failure-check-period}, broken by a protocol error, refused by the
 router) leads to C{waiting_to_reconnect}; the connection itself is let go
@@ -87,6 +91,7 @@ from meshroute.client.protocol import ClientProtocol
 from meshroute.client.subscriptions import Subscription
 from meshroute.clients import frames as f
 from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
 from meshroute.wire.codec import encode
 
 log = Logger()
@@ -178,13 +183,13 @@ class ClientCore:
     @ivar end: why the session ended, if not by L{close}.
     """
 
-    def __init__(self, clock: IReactorTime, endpoint, options: ClientOptions, client_id: str,
-                 created_at: str) -> None:
+    def __init__(self, clock: IReactorTime, endpoints: EndpointRotation, options: ClientOptions,
+                 client_id: str, created_at: str) -> None:
         self.clock = clock
         self.options = options
         self.client_id = client_id
         self.created_at = created_at
-        self._endpoint = endpoint
+        self.endpoints = endpoints
         self._initial = RetrySchedule(
             options.retry_interval_ms, options.retry_interval_multiplier,
             options.max_retry_interval_ms,
@@ -248,7 +253,7 @@ class ClientCore:
                 self.machine.connect_failed(
                     SessionError(CONNECTION_LOST, failure.getErrorMessage()))
 
-        attempt = connectProtocol(self._endpoint, protocol)
+        attempt = connectProtocol(self.endpoints, protocol)
         if self._attempt_token is token:
             self._attempt = attempt
         attempt.addCallbacks(made, failed)
@@ -299,13 +304,14 @@ class ClientCore:
         attempt, or give up when the schedule is exhausted.
         """
         self.detach()
-        schedule = self._initial if first else self._reconnect
-        delay = schedule.next_delay()
+        failed = self.endpoints.current
+        delay = self.endpoints.delay_after_failure(self._initial if first else self._reconnect)
         if delay is None:
             self.machine.exhausted(why)
             return
-        log.info("client {client_id}: {why}; connecting again in {delay:g} s",
-                 client_id=self.client_id, why=str(why), delay=delay)
+        log.info("client {client_id}: {why} (at {endpoint}); connecting to {next} "
+                 "in {delay:g} s", client_id=self.client_id, why=str(why), endpoint=failed,
+                 next=self.endpoints.upcoming, delay=delay)
         self._retry_call = self.clock.callLater(delay, self._retry_due)
 
     def _retry_due(self) -> None:
@@ -318,8 +324,9 @@ class ClientCore:
         resumed (or recreated).
         """
         why = self._refusal or why
-        log.warn("client {client_id}: connection to router {router} failed: {why}",
-                 client_id=self.client_id, router=self.router, why=str(why))
+        log.warn("client {client_id}: connection to router {router} at {endpoint} failed: {why}",
+                 client_id=self.client_id, router=self.router, endpoint=self.endpoints.current,
+                 why=str(why))
         self.attempt_failed(why, first=False)
 
     def broken(self, detail: str) -> None:
@@ -342,6 +349,7 @@ class ClientCore:
         self._open_timer = None
         self.router = frame.router
         self.ttl_ms = frame.ttl_ms
+        self.endpoints.connected()
         self.keepalive.start(frame.ttl_ms, self.options.client_failure_check_period_ms)
 
     def opened_first(self, frame: f.Opened) -> None:

@@ -4,6 +4,9 @@ Artemis retry parameters.
 
 Reconnection is Twisted's C{ClientService}; the delays come from a
 L{RetrySchedule} that counts failed *links*, not failed TCP connects.
+The connector's endpoints (one, or a list: the two instances of a pair, a
+router reachable at two addresses) are tried in turn by an
+L{EndpointRotation}: the schedule's delay comes after each full round.
 C{ClientService} alone counts a TCP connection as a success, and its
 C{prepareConnection} hook cannot wait for our handshake: when the peer
 closes a connection whose preparation is still pending, C{ClientService}
@@ -14,13 +17,14 @@ the schedule.
 
 from twisted.application.internet import ClientService
 from twisted.application.service import Service
-from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.protocol import ConnectorFactory
 from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
 
 log = Logger()
 
@@ -52,33 +56,42 @@ class ConnectorService(Service):
         self,
         context: RouterContext,
         settings: ConnectorSettings,
-        endpoint: IStreamClientEndpoint,
+        endpoints: EndpointRotation,
         schedule: RetrySchedule,
         clock: IReactorTime,
-        description: str | None = None,
     ) -> None:
         """
-        @param description: the endpoint as configured (C{tcp:HOST:PORT}),
-            for the log; by default the endpoint's repr.
+        @param endpoints: the configured endpoints, tried in turn; each
+            link records the one it used (logs, events, admin API).
         """
         self.setName(f"connector:{settings.expected_peer}")
-        self._description = description if description is not None else repr(endpoint)
+        self._endpoints = endpoints
         self._context = context
         self._peer = settings.expected_peer
         self._schedule = schedule
         self._clock = clock
         self.exhausted = False
         self._giving_up = None
-        factory = ConnectorFactory(context, settings, on_delivery=schedule.reset)
+        factory = ConnectorFactory(context, settings, on_delivery=self._delivered,
+                                   endpoint=lambda: endpoints.current)
         self._client = _ClientService(
-            endpoint, factory, retryPolicy=self._retry_delay, clock=clock
+            endpoints, factory, retryPolicy=self._retry_delay, clock=clock
         )
 
     def startService(self) -> None:
         Service.startService(self)
         self.exhausted = False
         self._schedule.reset()
+        self._endpoints.restart()
         self._client.startService()
+
+    def _delivered(self) -> None:
+        """
+        A link reached delivery: the schedule starts over, and the link's
+        death will end a round.
+        """
+        self._schedule.reset()
+        self._endpoints.connected()
 
     def stopService(self):
         Service.stopService(self)
@@ -90,10 +103,21 @@ class ConnectorService(Service):
         return self._client.stopService()
 
     def _retry_delay(self, _tcp_failures: int) -> float:
-        delay = self._schedule.next_delay()
+        failed = self._endpoints.current
+        delay = self._endpoints.delay_after_failure(self._schedule)
+        if self._endpoints.in_round:
+            log.info("connector to {peer} at {endpoint}: attempt failed; trying {next} now",
+                     peer=self._peer, endpoint=failed, next=self._endpoints.upcoming)
+            return delay
+        if delay is not None and len(self._endpoints.descriptions) > 1:
+            log.info("connector to {peer}: round {attempt} failed (last at {endpoint}); "
+                     "retrying from {next} in {delay} s", peer=self._peer, endpoint=failed,
+                     attempt=self._schedule.failures, next=self._endpoints.upcoming,
+                     delay=delay)
+            return delay
         if delay is not None:
             log.info("connector to {peer} at {endpoint}: attempt {attempt} failed; "
-                     "retrying in {delay} s", peer=self._peer, endpoint=self._description,
+                     "retrying in {delay} s", peer=self._peer, endpoint=failed,
                      attempt=self._schedule.failures, delay=delay)
             return delay
         # Stop outside ClientService's own transition, which is in progress;

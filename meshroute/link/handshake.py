@@ -181,6 +181,8 @@ class LinkCore:
 
     @ivar on_delivery: called when the link reaches delivery (connectors use
         it to reset their retry schedule).
+    @ivar endpoint: the configured endpoint a connector's link was made
+        through (one of the connector's list); None for a listener's link.
     """
 
     context: RouterContext
@@ -190,6 +192,7 @@ class LinkCore:
     link_id: str
     on_delivery: Callable[[], None] = lambda: None
     link: object = None
+    endpoint: str | None = None
     peer: str | None = None
     stage: str = CONNECT
     since: float = 0.0
@@ -229,7 +232,10 @@ class LinkCore:
         self._cancel_stage_timer()
         self.stage = stage
         self.since = self.context.clock.seconds()
-        self.emit(events.LINK_STAGE, stage=stage)
+        if stage == CONNECT and self.endpoint is not None:
+            self.emit(events.LINK_STAGE, stage=stage, endpoint=self.endpoint)
+        else:
+            self.emit(events.LINK_STAGE, stage=stage)
         self._stage_timer = self.context.clock.callLater(
             self.settings.stage_valid_timeout_ms / 1000, inputs.stage_timer_expired
         )
@@ -259,10 +265,12 @@ class LinkCore:
             self.peer, self.send, fail=inputs.store_failed, emit=self.emit)
         self.channel.recovered(frame)
         log.info(
-            "link {link} to {peer} ({direction}) in delivery, keepalive {interval} ms",
+            "link {link} to {peer} ({direction}{through}) in delivery, keepalive {interval} ms",
             link=self.link_id,
             peer=self.peer,
             direction=self.direction,
+            through="" if self.endpoint is None else f" through {self.endpoint}",
+            endpoint=self.endpoint,
             interval=self.keepalive_interval_ms,
         )
         self.on_delivery()

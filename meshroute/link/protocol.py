@@ -16,6 +16,7 @@ go out.
 """
 
 import itertools
+from collections.abc import Callable
 
 from automat import NoTransition
 from twisted.internet.error import ConnectionDone
@@ -111,6 +112,7 @@ class Link:
             "link": core.link_id,
             "peer": core.peer,
             "direction": core.direction,
+            "endpoint": core.endpoint,
             "stage": core.stage,
             "keepalive_interval_ms": core.keepalive_interval_ms,
             "keepalive_counter": core.keepalive.counter.value if core.keepalive else None,
@@ -130,11 +132,13 @@ class LinkProtocol(Protocol):
     and the handshake's few small frames never fill a buffer.
     """
 
-    def __init__(self, context: RouterContext, direction: str, settings, on_delivery=None):
+    def __init__(self, context: RouterContext, direction: str, settings, on_delivery=None,
+                 endpoint: str | None = None):
         self._context = context
         self._direction = direction
         self._settings = settings
         self._on_delivery = on_delivery
+        self._endpoint = endpoint
         self.link: Link | None = None
 
     def connectionMade(self) -> None:
@@ -147,6 +151,7 @@ class LinkProtocol(Protocol):
             settings=self._settings,
             transport=self.transport,
             link_id=f"{self._context.name}/{self._direction[0].upper()}{number}",
+            endpoint=self._endpoint,
         )
         if self._on_delivery is not None:
             core.on_delivery = self._on_delivery
@@ -212,12 +217,17 @@ class ConnectorFactory(Factory):
     Builds the connector side of an outbound routing connection.
 
     @param on_delivery: called each time a link it built reaches delivery.
+    @param endpoint: says which configured endpoint the connection being
+        made goes through (None: the links record none).
     """
 
-    def __init__(self, context: RouterContext, settings: ConnectorSettings, on_delivery):
+    def __init__(self, context: RouterContext, settings: ConnectorSettings, on_delivery,
+                 endpoint: Callable[[], str] | None = None):
         self._context = context
         self._settings = settings
         self._on_delivery = on_delivery
+        self._endpoint = endpoint
 
     def buildProtocol(self, addr) -> LinkProtocol:
-        return LinkProtocol(self._context, CONNECTOR, self._settings, self._on_delivery)
+        return LinkProtocol(self._context, CONNECTOR, self._settings, self._on_delivery,
+                            self._endpoint() if self._endpoint is not None else None)
