@@ -102,6 +102,17 @@ def test_a_commit_makes_every_send_of_the_transaction_visible_at_once(factory, c
     assert len(engine.events.named(event_names.MESSAGE_ACCEPTED)) == 2
 
 
+def test_a_non_persistent_send_of_a_transaction_takes_the_fast_path_at_the_commit(
+        factory, connection, engine, store):
+    waiting = consumer(factory)
+    connection.send(f.Begin(1), f.Send(2, "q", {}, b"fast", False),
+                    f.Send(3, "q", {}, b"slow", True))
+    assert deliveries(waiting.received()) == []
+    connection.send(f.Commit(4))
+    assert sorted(d.body for d in deliveries(waiting.received())) == [b"fast", b"slow"]
+    assert store.queue_depths() == {"q": 1}
+
+
 def test_held_sends_are_covered_by_processed(factory, connection, clock):
     connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True))
     clock.advance(0)
