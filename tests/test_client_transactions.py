@@ -186,3 +186,19 @@ def test_giving_up_during_a_commit_makes_its_outcome_unknown(clock, endpoint):
     assert isinstance(failure_of(committed), TransactionOutcomeUnknown)
     assert type(failure_of(sent)) is UnblockedError
     assert s.events == [DISCONNECT]
+
+
+def test_acks_not_yet_written_when_the_session_is_recreated_make_it_rollback_only(
+        clock, endpoint):
+    s = transacted(clock, endpoint, reconnect_attempts=1)
+    got = []
+    subscribed = s.client.subscribe("in", got.append, prefetch=1)
+    s.router.send(f.Confirm(1, ""))
+    result_of(subscribed)
+    s.router.send(f.Deliver(1, 1, "m1", "r", {}, b"in", False))
+    s.router.lose()
+    s.reconnect()
+    # Acknowledged in the turn the new session arrives: not yet written.
+    got[0].ack()
+    s.router.send(f.Opened(2, OTHER_SESSION, "router-a", 60000, False, 0))
+    assert isinstance(failure_of(s.client.commit()), TransactionRolledBack)

@@ -417,11 +417,11 @@ class ClientCore:
         self.generation += 1
         self.delivered_up_to = 0
         self._reported = (0, 0)
-        self._acks = []
-        self._credit = {}
         unknown, waiting = self.lose_transactions(
             self.log.new_session(), list(self.log.waiting),
             f"the session was lost and recreated as {frame.session_id}")
+        self._acks = []
+        self._credit = {}
         self.log.waiting.clear()
         # Every subscription the application holds is made again, whether
         # or not its re-subscription of an earlier recreation was answered
@@ -626,7 +626,8 @@ class ClientCore:
         out (L{TransactionOutcomeUnknown}), and so may its sends
         (L{UnblockedError}); anything else of a transaction was not
         (L{TransactionRolledBack}; a Rollback simply succeeds).  The
-        current transaction, if it had work, can only roll back.
+        current transaction, if it had work (acknowledgements of this turn
+        not yet taken included), can only roll back.
 
         @return: the other commands, written and waiting.
         """
@@ -650,7 +651,7 @@ class ClientCore:
                 else:
                     d.errback(TransactionRolledBack(f.ROLLED_BACK, detail))
         current = self.transaction
-        if current.begun:
+        if current.begun or (self.options.transacted and self._acks):
             current.begun = False
             current.rollback_only = f"the transaction's session was lost ({detail})"
         return rest
