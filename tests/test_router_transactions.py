@@ -297,3 +297,17 @@ def test_the_store_commit_is_all_or_nothing(store, engine):
     store.commit([(fresh, "dup-1")], []).addBoth(results.append)
     assert results.pop() == [fresh.msg_id]
     assert store.queue_depths() == {"q": 1}
+
+
+def test_acks_of_non_persistent_deliveries_are_transactional_too(factory, connection, engine):
+    engine.submit("q", b"fast", {}, False)
+    connection.send(f.Subscribe(1, 1, "q", 1))
+    (first,) = deliveries(connection.received())
+    connection.send(f.Begin(2), f.Ack(3, [first.delivery_id]), f.Credit(4, 1, 1),
+                    f.Rollback(5))
+    (again,) = deliveries(connection.received())
+    assert again.body == b"fast" and again.redelivered
+    assert engine.queues.depths() == {"q": 1}
+    connection.send(f.Begin(6), f.Ack(7, [again.delivery_id]), f.Commit(8))
+    assert engine.queues.depths() == {}
+    assert len(engine.events.named(event_names.MESSAGE_CONSUMED)) == 1
