@@ -206,16 +206,7 @@ class MessageEngine:
             if duplicate_id:
                 return self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
             return fail(refusal)
-        message = Message(
-            msg_id=self._ids.next(),
-            origin=self.name,
-            dest_router=router,
-            dest_queue=queue,
-            body=body,
-            headers=headers,
-            persistent=persistent,
-            accepted_at=self._clock.seconds(),
-        )
+        message = self._new_message(queue, router, body, headers, persistent)
         if not persistent:
             if duplicate_id:
                 d = self._store.accept_once(message, duplicate_id)
@@ -233,6 +224,72 @@ class MessageEngine:
         d = self._store.accept(message)
         d.addBoth(self._accepted, message)
         return d
+
+    def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
+                     persistent: bool) -> Message:
+        return Message(
+            msg_id=self._ids.next(),
+            origin=self.name,
+            dest_router=router,
+            dest_queue=queue,
+            body=body,
+            headers=headers,
+            persistent=persistent,
+            accepted_at=self._clock.seconds(),
+        )
+
+    def commit(self, sends, entry_ids) -> Deferred:
+        """
+        Carry out a client transaction: accept every message of C{sends}
+        (C{(address, body, headers, persistent, duplicate_id)} tuples, each
+        as L{submit} would) and delete the queue entries C{entry_ids}, in
+        one store call, so that all of it or none of it is done.  A send
+        that L{submit} would refuse refuses the whole transaction, even
+        one whose duplicate id was accepted before.
+
+        @return: Deferred firing with the message id of each send (the
+            first message's for a duplicate id) once durable; failing
+            with L{AddressError}, L{UnknownRouter}, L{BacklogFull} or the
+            store's error, nothing done.
+        """
+        messages: list[tuple[Message, str]] = []
+        try:
+            for address, body, headers, persistent, duplicate_id in sends:
+                queue, router = parse_address(address, self.name)
+                refusal = self._refusal(router, persistent)
+                if refusal is not None:
+                    raise refusal
+                message = self._new_message(queue, router, body, headers, persistent)
+                if persistent and router != self.name:
+                    self._accepting[router] += 1
+                messages.append((message, duplicate_id))
+        except MeshrouteError as e:
+            self._not_accepting(messages)
+            return fail(e)
+        stored = [(m, duplicate_id) for m, duplicate_id in messages
+                  if m.persistent or duplicate_id]
+        d = self._store.commit(stored, entry_ids)
+        d.addBoth(self._committed, messages)
+        return d
+
+    def _not_accepting(self, messages) -> None:
+        for message, _ in messages:
+            if message.persistent and message.dest_router != self.name:
+                self._accepting[message.dest_router] -= 1
+
+    def _committed(self, outcomes, messages: list) -> list:
+        if isinstance(outcomes, Failure):
+            self._not_accepting(messages)
+            return outcomes
+        outcomes = iter(outcomes)
+        msg_ids = []
+        for message, duplicate_id in messages:
+            original = next(outcomes) if message.persistent or duplicate_id else None
+            if message.persistent:
+                msg_ids.append(self._accepted_once(original, message, duplicate_id))
+            else:
+                msg_ids.append(self._accepted_transient_once(original, message, duplicate_id))
+        return msg_ids
 
     def _refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
         """

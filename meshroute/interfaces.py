@@ -164,6 +164,17 @@ class IMessageStore(Interface):
         Consumers acknowledged these queue entries: delete them.
         """
 
+    def commit(sends, entry_ids):
+        """
+        A client transaction in one store transaction, all or nothing:
+        accept each C{(message, duplicate_id)} of C{sends} as C{accept}
+        (C{duplicate_id} empty) or C{accept_once} would, and delete the
+        queue entries C{entry_ids} as C{consume} would.
+
+        @return: Deferred firing with one item per send, None (accepted)
+            or the C{msg_id} first accepted with its duplicate id.
+        """
+
     def mark_redelivered(entry_ids):
         """
         These entries are about to be delivered: from now on (durably)

@@ -45,6 +45,13 @@ Delivery rules:
    store fails the deletion, the entries go back to the front of the
    queue, flagged redelivered: they are delivered again (never left in
    flight).
+ - B{Acknowledgement in a transaction.}  L{QueueManager.transaction}
+   makes a L{TransactionAcks}: the deliveries it holds are taken from
+   their consumers (a cancel no longer gives them back) and kept in the
+   store until the transaction ends: L{TransactionAcks.committed} once
+   their deletion is durable (C{message.consumed}), or
+   L{TransactionAcks.rolled_back}: back at the front of their queues,
+   flagged redelivered.
  - B{Cancel.}  L{Subscription.cancel} (an unsubscribe, or the session
    going away) puts unacknowledged deliveries back at the front of the
    queue, and they are delivered again with C{redelivered=True} (a
@@ -240,10 +247,7 @@ class Subscription:
         entry_ids: list[int] = []
         deleting: list[tuple[Delivery, _Item]] = []
         queue = self._queue
-        for delivery_id in delivery_ids:
-            held = self._unacked.pop(delivery_id, None)
-            if held is None:
-                continue
+        for held in self._take(delivery_ids):
             delivery = held[0]
             if delivery.entry_id is None:
                 queue.transient_held -= 1
@@ -293,8 +297,7 @@ class Subscription:
         they spent.  Ids this consumer does not hold unacknowledged are
         ignored.
         """
-        held = [self._unacked.pop(delivery_id) for delivery_id in delivery_ids
-                if delivery_id in self._unacked]
+        held = self._take(delivery_ids)
         if not held:
             return
         self._manager._return(self._queue, held)
@@ -341,6 +344,15 @@ class Subscription:
         manager._return(queue, held)
         manager._settle(queue)
 
+    def _take(self, delivery_ids) -> list[tuple[Delivery, _Item]]:
+        """
+        Take the deliveries of C{delivery_ids} this consumer holds
+        unacknowledged from it (the others are ignored).
+        """
+        unacked = self._unacked
+        return [unacked.pop(delivery_id) for delivery_id in delivery_ids
+                if delivery_id in unacked]
+
     def _give(self, item: _Item, delivery_id: int) -> Delivery:
         """
         C{item} is this consumer's: it spends one credit and is held
@@ -376,6 +388,62 @@ class Subscription:
         if not self.cancelled:
             self.credit += 1
         return True
+
+
+class TransactionAcks:
+    """
+    The deliveries acknowledged inside one client transaction, until it
+    ends.  Each queue they come from counts them as a deletion in flight,
+    so it does not release (and later re-read) entries they hold.
+    """
+
+    def __init__(self, manager: "QueueManager") -> None:
+        self._manager = manager
+        self._held: dict[_Queue, list[tuple[Delivery, _Item]]] = {}
+
+    def add(self, subscription: Subscription, delivery_ids) -> None:
+        """
+        Take these deliveries from C{subscription} into the transaction.
+        Ids it does not hold unacknowledged are ignored.
+        """
+        taken = subscription._take(delivery_ids)
+        if not taken:
+            return
+        queue = subscription._queue
+        held = self._held.get(queue)
+        if held is None:
+            queue.acking += 1
+            held = self._held[queue] = []
+        held.extend(taken)
+
+    def entry_ids(self) -> list[int]:
+        """
+        The store entries to delete when the transaction commits.
+        """
+        return [delivery.entry_id for held in self._held.values() for delivery, _ in held
+                if delivery.entry_id is not None]
+
+    def committed(self) -> None:
+        """
+        The deletions are durable: the messages are consumed.
+        """
+        manager, held_by_queue, self._held = self._manager, self._held, {}
+        for queue, held in held_by_queue.items():
+            queue.acking -= 1
+            queue.transient_held -= sum(1 for delivery, _ in held if delivery.entry_id is None)
+            manager._consumed([delivery for delivery, _ in held])
+            manager._settle(queue)
+
+    def rolled_back(self) -> None:
+        """
+        The transaction is discarded: its deliveries go back to the front
+        of their queues, flagged redelivered.
+        """
+        manager, held_by_queue, self._held = self._manager, self._held, {}
+        for queue, held in held_by_queue.items():
+            queue.acking -= 1
+            manager._return(queue, held)
+            manager._settle(queue)
 
 
 class QueueManager:
@@ -468,6 +536,12 @@ class QueueManager:
         state.consumers.append(subscription)
         self._dispatch(state)
         return subscription
+
+    def transaction(self) -> TransactionAcks:
+        """
+        A new, empty set of deliveries acknowledged in a transaction.
+        """
+        return TransactionAcks(self)
 
     # -- what the admin API shows ---------------------------------------------
 

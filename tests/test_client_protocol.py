@@ -124,6 +124,9 @@ SAMPLES = [
     f.Closed(),
     f.Processed(5),
     f.Received(4, 12),
+    f.Begin(7),
+    f.Commit(8),
+    f.Rollback(9),
 ]
 
 
@@ -225,7 +228,7 @@ def test_ttl_override(engine, clock):
 def test_unsupported_version(connection, factory):
     connection.send(f.Open([7, 8], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2]")
     ]
     assert connection.closing
     connection.lose()

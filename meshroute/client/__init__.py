@@ -82,6 +82,14 @@ rounds; after a failure the next round starts at the endpoint after the
 one that failed.  A session that moves to another router is recreated
 there.  L{Client.endpoint} says which endpoint is in use.
 
+Transactions (C{transacted=True}, a JMS transacted session): every send
+and acknowledgement belongs to the current transaction, which
+L{Client.commit} carries out atomically on the router, or
+L{Client.rollback} discards (acknowledged messages come again, flagged
+redelivered).  A transaction whose session was lost can only roll back
+(L{TransactionRolledBack}); a commit in flight then fails with
+L{TransactionOutcomeUnknown}.
+
 A client garbage-collected without L{Client.close} logs a warning naming
 where it was created, and closes its connection.
 """
@@ -97,6 +105,8 @@ from meshroute.client.errors import (
     SendError,
     SessionError,
     SubscribeError,
+    TransactionOutcomeUnknown,
+    TransactionRolledBack,
     UnblockedError,
 )
 from meshroute.client.options import DEFAULT_TTL_MS, DISCONNECT, FAILOVER, ClientOptions
@@ -108,6 +118,7 @@ OPEN_TIMEOUT_S = ClientOptions().open_timeout_ms / 1000
 __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
     "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "ReceivedMessage",
-    "SendError", "SessionError", "SubscribeError", "Subscription", "UnblockedError", "connect",
+    "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown",
+    "TransactionRolledBack", "UnblockedError", "connect",
     "connect_endpoint", "describe_body",
 ]

@@ -158,6 +158,28 @@ class Client:
             subscription))
         return d
 
+    def commit(self) -> Deferred:
+        """
+        Commit the current transaction (a client made with
+        C{transacted=True}): every send and acknowledgement since the last
+        commit or rollback is carried out by the router at once, or none.
+
+        @return: Deferred firing with None once durable (each send's own
+            Deferred fires first, with its message id); failing with
+            L{TransactionRolledBack} (nothing was done) or
+            L{TransactionOutcomeUnknown} (the session failed during the
+            commit and could not be resumed).
+        """
+        return self._core.end_transaction(commit=True)
+
+    def rollback(self) -> Deferred:
+        """
+        Roll the current transaction back: its sends are discarded (they
+        fail with L{TransactionRolledBack}) and the messages it
+        acknowledged are delivered again, flagged redelivered.
+        """
+        return self._core.end_transaction(commit=False)
+
     def ping(self) -> Deferred:
         """
         @return: Deferred firing with the round-trip time in seconds;

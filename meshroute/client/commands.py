@@ -4,6 +4,10 @@ buffer bounded by C{confirmation-window-size}, the answers awaited, and the
 commands waiting for room (docs/client-protocol.md, "Sessions that survive
 failures").
 
+A transacted client's sends and acknowledgements belong to a
+L{Transaction}, which the client opens with a C{Begin} before the first
+of them and ends with C{Commit} or C{Rollback} (answered like a C{Send}).
+
 A L{Command} gets its id only when it is written: a command that waits for
 room in the replay buffer waits in L{CommandLog.waiting}, in order, and
 takes the next id when it fits.  A written command is I{done} when it is
@@ -28,9 +32,28 @@ UNSUBSCRIBE = "unsubscribe"
 ACK = "ack"
 CREDIT = "credit"
 CLOSE = "close"
+BEGIN = "begin"
+COMMIT = "commit"
+ROLLBACK = "rollback"
 
 #: The commands the router answers one by one with Confirm or Error.
-ANSWERED = frozenset({SEND, SUBSCRIBE, UNSUBSCRIBE})
+ANSWERED = frozenset({SEND, SUBSCRIBE, UNSUBSCRIBE, COMMIT, ROLLBACK})
+
+
+@dataclass(eq=False, slots=True)
+class Transaction:
+    """
+    One transaction of a transacted client: from its first send or
+    acknowledgement to C{commit()} or C{rollback()}.
+
+    @ivar begun: its C{Begin} was issued in the current session, so the
+        router holds (or will hold) its work.
+    @ivar rollback_only: why it can only roll back ("" while it can
+        commit): the session its work was held in was lost.
+    """
+
+    begun: bool = False
+    rollback_only: str = ""
 
 
 @dataclass(eq=False, slots=True)
@@ -46,6 +69,8 @@ class Command:
     @ivar deferred: what the application waits on (None for the client's
         own commands: acknowledgements, credit, re-subscriptions).
     @ivar subscription: the subscription a (un)subscribe or credit is for.
+    @ivar transaction: the L{Transaction} a transacted client's command
+        belongs to (None outside transactions).
     @ivar command_id: its id once written (0 before).
     """
 
@@ -54,6 +79,7 @@ class Command:
     args: tuple | None
     deferred: Deferred | None = None
     subscription: object = None
+    transaction: Transaction | None = None
     command_id: int = 0
     _encoded_for: int = 0
     _encoded: bytes = b""

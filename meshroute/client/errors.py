@@ -20,6 +20,8 @@ CLOSED = "closed"
 UNBLOCKED = "unblocked"
 #: The message cannot fit in one client frame (nothing was sent).
 TOO_LARGE = "too-large"
+#: commit() or rollback() on a client not made with C{transacted=True}.
+NOT_TRANSACTED = "not-transacted"
 
 
 class ClientError(MeshrouteError):
@@ -70,3 +72,22 @@ class UnblockedError(SessionError):
 
     def __init__(self, detail: str = "") -> None:
         super().__init__(UNBLOCKED, detail)
+
+
+class TransactionRolledBack(ClientError):
+    """
+    The transaction was rolled back instead of committed: nothing of it
+    was done.  From C{commit()} when the router refused the commit (its
+    code: C{rolled-back}, or the code of a send it refused) or when the
+    session the transaction's work was held in was lost (it was then
+    rollback-only); from a send of a transaction rolled back.
+    """
+
+
+class TransactionOutcomeUnknown(UnblockedError):
+    """
+    A commit was in progress when the session failed and could not be
+    resumed: whether the router committed it is unknown.  Retrying the
+    transaction with the same duplicate ids on its sends applies it
+    exactly once.
+    """

@@ -67,6 +67,10 @@ class ClientOptions:
     @ivar open_timeout_ms: how long to wait for the router's answer to Open
         once connected; a timeout is a failed attempt.
     @ivar max_frame_size: the largest frame accepted from the router.
+    @ivar transacted: a transacted session (JMS): every send and
+        acknowledgement belongs to the current transaction, which
+        C{commit()} or C{rollback()} ends.  Needs a router speaking
+        protocol version 2.
     """
 
     client_id: str | None = None
@@ -80,6 +84,7 @@ class ClientOptions:
     initial_connect_attempts: int = 1
     open_timeout_ms: int = 30_000
     max_frame_size: int = f.MAX_ROUTER_FRAME_SIZE
+    transacted: bool = False
 
     def __post_init__(self) -> None:
         if self.client_id is not None and type(self.client_id) is not str:
@@ -94,6 +99,8 @@ class ClientOptions:
         _at_least("initial_connect_attempts", self.initial_connect_attempts, 1, never=True)
         _at_least("open_timeout_ms", self.open_timeout_ms, 1)
         _at_least("max_frame_size", self.max_frame_size, 1)
+        if type(self.transacted) is not bool:
+            raise TypeError("transacted must be a boolean")
         if isinstance(self.retry_interval_multiplier, bool) or not isinstance(
                 self.retry_interval_multiplier, (int, float)):
             raise TypeError("retry_interval_multiplier must be a number")

@@ -52,6 +52,14 @@ Every failure of an established connection (lost, silent past
 C{client-failure-check-period}, broken by a protocol error, refused by the
 router) leads to C{waiting_to_reconnect}; the connection itself is let go
 at once, so a late C{connectionLost} of it is ignored.
+
+A transacted client (C{ClientOptions.transacted}) issues a C{Begin}
+before the first send or acknowledgement of each transaction, and
+C{commit()} / C{rollback()} end it (L{ClientCore.end_transaction}).  When
+the session is lost (recreated, or given up on), its transactions are
+lost with it (L{ClientCore.lose_transactions}): what was not committed
+is rolled back, a commit in flight has an unknown outcome, and the
+current transaction, if it had work, can only roll back.
 """
 
 import itertools
@@ -66,22 +74,29 @@ from twisted.logger import Logger
 
 from meshroute.client.commands import (
     ACK,
+    BEGIN,
     CLOSE,
+    COMMIT,
     CREDIT,
+    ROLLBACK,
     SEND,
     SUBSCRIBE,
     UNSUBSCRIBE,
     Command,
     CommandLog,
+    Transaction,
 )
 from meshroute.client.errors import CLOSED as CLOSED_CODE
 from meshroute.client.errors import (
     CONNECTION_LOST,
+    NOT_TRANSACTED,
     TIMEOUT,
     ClientError,
     SendError,
     SessionError,
     SubscribeError,
+    TransactionOutcomeUnknown,
+    TransactionRolledBack,
     UnblockedError,
 )
 from meshroute.client.ending import Ending
@@ -181,6 +196,7 @@ class ClientCore:
     @ivar last_failover: L{REATTACHED} or L{RECREATED}: how the latest
         failure was survived (None if none was).
     @ivar end: why the session ended, if not by L{close}.
+    @ivar transaction: the current L{Transaction} of a transacted client.
     """
 
     def __init__(self, clock: IReactorTime, endpoints: EndpointRotation, options: ClientOptions,
@@ -215,6 +231,11 @@ class ClientCore:
         self.ttl_ms = options.ttl_ms
         self.generation = 0
         self.log = CommandLog(options.confirmation_window_size)
+        self.transaction = Transaction()
+        # A transacted client speaks only versions with transactions: a
+        # router without them refuses it at Open (unsupported-version).
+        self._versions = [v for v in f.SUPPORTED_VERSIONS
+                          if not options.transacted or v >= f.TRANSACTIONS_VERSION]
         self.subscriptions: dict[int, Subscription] = {}
         self.subscription_numbers = itertools.count(1)
         self._acks: list[int] = []
@@ -269,10 +290,10 @@ class ClientCore:
         if self._resuming:
             answered, delivered = self.log.answered_up_to(), self.delivered_up_to
             self._reported = (answered, delivered)
-            frame = f.Open(list(f.SUPPORTED_VERSIONS), self.client_id, self.session_id,
+            frame = f.Open(self._versions, self.client_id, self.session_id,
                            self.options.ttl_ms, answered, delivered)
         else:
-            frame = f.Open(list(f.SUPPORTED_VERSIONS), self.client_id, "", self.options.ttl_ms)
+            frame = f.Open(self._versions, self.client_id, "", self.options.ttl_ms)
         self.write_frame(frame)
         self._open_timer = self.clock.callLater(self.options.open_timeout_ms / 1000,
                                                 self._open_timed_out)
@@ -404,10 +425,11 @@ class ClientCore:
         self.generation += 1
         self.delivered_up_to = 0
         self._reported = (0, 0)
+        unknown, waiting = self.lose_transactions(
+            self.log.new_session(), list(self.log.waiting),
+            f"the session was lost and recreated as {frame.session_id}")
         self._acks = []
         self._credit = {}
-        unknown = self.log.new_session()
-        waiting = list(self.log.waiting)
         self.log.waiting.clear()
         # Every subscription the application holds is made again, whether
         # or not its re-subscription of an earlier recreation was answered
@@ -464,6 +486,8 @@ class ClientCore:
                 command.subscription.confirmed = True
                 if d is not None:
                     d.callback(command.subscription)
+            elif command.kind in (COMMIT, ROLLBACK):
+                d.callback(None)
             else:
                 self.subscriptions.pop(command.subscription.number, None)
                 command.subscription._finish(None)
@@ -478,6 +502,8 @@ class ClientCore:
         if command is None:
             log.warn("router refused command {command}: {code} {detail}",
                      command=frame.command_id, code=frame.code, detail=frame.detail)
+        elif command.kind in (COMMIT, ROLLBACK) or frame.code == f.ROLLED_BACK:
+            command.deferred.errback(TransactionRolledBack(frame.code, frame.detail))
         elif command.kind == SEND:
             command.deferred.errback(SendError(frame.code, frame.detail))
         else:
@@ -539,15 +565,104 @@ class ClientCore:
         """
         Write C{command} now, or queue it behind those waiting for room.
         """
-        data = self.log.write_now(command)
-        if data is not None:
-            self.write(data)
+        for command in self._in_transaction(command):
+            data = self.log.write_now(command)
+            if data is not None:
+                self.write(data)
 
     def queue(self, command: Command) -> None:
         """
         No connection now: C{command} waits for the session to be resumed.
         """
-        self.log.waiting.append(command)
+        self.log.waiting.extend(self._in_transaction(command))
+
+    def _in_transaction(self, command: Command) -> list[Command]:
+        """
+        C{command}, preceded by the current transaction's Begin when it is
+        the transaction's first send or acknowledgement.
+        """
+        if not self.options.transacted or command.kind not in (SEND, ACK):
+            return [command]
+        transaction = command.transaction = self.transaction
+        if transaction.begun:
+            return [command]
+        transaction.begun = True
+        return [Command(BEGIN, f.Begin, (), transaction=transaction), command]
+
+    def end_transaction(self, commit: bool) -> Deferred:
+        """
+        C{commit()} or C{rollback()}: end the current transaction (its
+        acknowledgements of this turn included) and start the next.  A
+        transaction with no work ends at once; one that is rollback-only
+        is rolled back, and its commit fails with L{TransactionRolledBack}.
+        """
+        d = Deferred()
+        if not self.options.transacted:
+            d.errback(ClientError(NOT_TRANSACTED, "the client was not made with transacted=True"))
+            return d
+        if self.finished:
+            d.errback(self.unusable())
+            return d
+        for command in self.take_acks():
+            self.machine.submit(command)
+        transaction, self.transaction = self.transaction, Transaction()
+        refused = TransactionRolledBack(f.ROLLED_BACK, transaction.rollback_only) if (
+            commit and transaction.rollback_only) else None
+        if not transaction.begun:
+            if refused is not None:
+                d.errback(refused)
+            else:
+                d.callback(None)
+            return d
+        if commit and refused is None:
+            self.machine.submit(Command(COMMIT, f.Commit, (), d, transaction=transaction))
+            return d
+        rolled_back = Deferred()
+        if refused is not None:
+            rolled_back.addBoth(lambda _: d.errback(refused))
+        else:
+            rolled_back.chainDeferred(d)
+        self.machine.submit(Command(ROLLBACK, f.Rollback, (), rolled_back,
+                                    transaction=transaction))
+        return d
+
+    def lose_transactions(self, written: list[Command], waiting: list[Command],
+                          detail: str) -> tuple[list[Command], list[Command]]:
+        """
+        The session that held the transactions' work is gone: settle their
+        commands.  A Commit written and not answered may have been carried
+        out (L{TransactionOutcomeUnknown}), and so may its sends
+        (L{UnblockedError}); anything else of a transaction was not
+        (L{TransactionRolledBack}; a Rollback simply succeeds).  The
+        current transaction, if it had work (acknowledgements of this turn
+        not yet taken included), can only roll back.
+
+        @return: the other commands, written and waiting.
+        """
+        committing = {command.transaction for command in written if command.kind == COMMIT}
+        rest: tuple[list, list] = ([], [])
+        for commands, others, was_written in ((written, rest[0], True),
+                                              (waiting, rest[1], False)):
+            for command in commands:
+                if command.transaction is None:
+                    others.append(command)
+                    continue
+                d = command.deferred
+                if d is None:
+                    continue
+                if command.kind == COMMIT and was_written:
+                    d.errback(TransactionOutcomeUnknown(detail))
+                elif command.kind == ROLLBACK:
+                    d.callback(None)
+                elif command.transaction in committing:
+                    d.errback(UnblockedError(detail))
+                else:
+                    d.errback(TransactionRolledBack(f.ROLLED_BACK, detail))
+        current = self.transaction
+        if current.begun or (self.options.transacted and self._acks):
+            current.begun = False
+            current.rollback_only = f"the transaction's session was lost ({detail})"
+        return rest
 
     def refuse(self, command: Command) -> None:
         """
@@ -725,7 +840,9 @@ class ClientCore:
         if attempt is not None:
             attempt.cancel()
         error = UnblockedError(detail)
-        unsettled = self.log.new_session() + list(self.log.waiting)
+        written, waiting = self.lose_transactions(self.log.new_session(),
+                                                  list(self.log.waiting), detail)
+        unsettled = written + waiting
         self.log.waiting.clear()
         for command in unsettled:
             self._unblock(command, error)

@@ -92,6 +92,9 @@ _SESSION_INPUT = {
     f.Ack: "got_ack",
     f.Close: "got_close",
     f.Received: "got_received",
+    f.Begin: "got_begin",
+    f.Commit: "got_commit",
+    f.Rollback: "got_rollback",
 }
 
 

@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, version 1.
+The frames of the native client protocol, versions 1 and 2.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -14,6 +14,9 @@ command by id, and the ids are what session reattachment replays by
 (the router reports the last id it received; the client re-sends the
 rest).  L{Open}, L{Ping} and L{Pong} are not commands: they are about the
 connection, not the session.
+
+Version 2 adds transactions: L{Begin}, L{Commit} and L{Rollback}, also
+commands, allowed only on a connection that negotiated version 2.
 """
 
 from dataclasses import dataclass
@@ -24,7 +27,9 @@ from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, 
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
+#: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
+TRANSACTIONS_VERSION = 2
 
 #: Largest frame a client may send (a Send: a message body must fit).
 MAX_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE
@@ -54,6 +59,14 @@ BACKLOG_FULL = "backlog-full"
 INVALID_ARGUMENT = "invalid-argument"
 #: The router failed to carry out the command; it is logged there.
 INTERNAL_ERROR = "internal-error"
+#: The transaction was rolled back instead of committed: the answer of a
+#: Send it held, and of a Commit of a transaction that was marked
+#: rollback-only (one of its Sends was refused).
+ROLLED_BACK = "rolled-back"
+#: A Send would make its transaction hold more than the router allows
+#: (L{meshroute.clients.transaction.MAX_TRANSACTION_SENDS} messages or
+#: L{meshroute.clients.transaction.MAX_TRANSACTION_BYTES} bytes of bodies).
+TRANSACTION_TOO_LARGE = "transaction-too-large"
 
 
 def _check_int_list(name: str, values: list) -> None:
@@ -307,17 +320,56 @@ class Received:
     delivered_up_to: int
 
 
+@dataclass(frozen=True)
+class Begin:
+    """
+    Client → router, command (version 2): start a transaction.  The
+    session's L{Send}s and L{Ack}s from here to the L{Commit} or
+    L{Rollback} are held by the router and carried out together, or not
+    at all.  Not answered.
+    """
+
+    TYPE: ClassVar[int] = 17
+    command_id: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """
+    Client → router, command (version 2): carry out every Send and Ack of
+    the transaction in one store transaction.  Answered (after the Sends'
+    own answers) with L{Confirm} once durable, or L{Error} when nothing of
+    it was carried out.
+    """
+
+    TYPE: ClassVar[int] = 18
+    command_id: int
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """
+    Client → router, command (version 2): discard the transaction's Sends
+    and give its acknowledged deliveries back to their queues, flagged
+    redelivered.  Answered with L{Confirm}.
+    """
+
+    TYPE: ClassVar[int] = 19
+    command_id: int
+
+
 CLIENT_FRAMES = FrameSet(
     "client",
     (Open, Opened, Send, Confirm, Error, Subscribe, Unsubscribe, Credit, Deliver, Ack,
-     Ping, Pong, Close, Closed, Processed, Received),
+     Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback),
 )
 
 #: What a router's decoder accepts: the frames a client may send.  A
 #: router-to-client frame arriving at the router is a protocol error.
 FROM_CLIENT = FrameSet(
     "client-to-router",
-    (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received),
+    (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received,
+     Begin, Commit, Rollback),
 )
 
 #: What a client's decoder accepts: the frames a router may send.

@@ -46,6 +46,9 @@ _INPUT_FOR_FRAME = {
     f.Ack: "got_session_frame",
     f.Close: "got_session_frame",
     f.Received: "got_session_frame",
+    f.Begin: "got_session_frame",
+    f.Commit: "got_session_frame",
+    f.Rollback: "got_session_frame",
     f.Ping: "got_ping",
     f.Pong: "got_pong",
 }

@@ -44,7 +44,9 @@ What the session holds, and its bounds:
    (ids are per session, from 1, increasing; they may skip numbers).
 
 The machine holds no data: L{SessionCore} keeps the session's state and
-does its I/O.
+does its I/O.  Its transaction (protocol version 2) is a machine of its
+own, L{meshroute.clients.transaction}: the session hands it every Send
+and Ack, and it carries them out at once or holds them until the commit.
 """
 
 import uuid
@@ -52,13 +54,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from automat import TypeMachineBuilder
+from automat import NoTransition, TypeMachineBuilder
 from twisted.internet.defer import DeferredList, maybeDeferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
+from meshroute.clients.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
 from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
 
@@ -111,6 +114,15 @@ class SessionInputs(Protocol):
 
     def got_close(self, frame: f.Close) -> None:
         "The client ends the session."
+
+    def got_begin(self, frame: f.Begin) -> None:
+        "The client starts a transaction."
+
+    def got_commit(self, frame: f.Commit) -> None:
+        "The client commits its transaction."
+
+    def got_rollback(self, frame: f.Rollback) -> None:
+        "The client rolls its transaction back."
 
     def got_received(self, frame: f.Received) -> None:
         "The client reports the answers and deliveries it holds."
@@ -229,6 +241,8 @@ class SessionCore:
     @ivar sends_in_progress: Sends submitted to the engine and not yet
         answered.
     @ivar acks_in_progress: Acks whose deletions are not yet durable.
+    @ivar transaction: the session's transaction machine (its inputs).
+    @ivar commits_in_progress: Commits not yet durable (or failed).
     """
 
     engine: object
@@ -252,6 +266,8 @@ class SessionCore:
     next_delivery_id: int = 0
     sends_in_progress: int = 0
     acks_in_progress: int = 0
+    transaction: object = None
+    commits_in_progress: int = 0
     paused: bool = False
     holding: bool = False
     resumable: bool = True
@@ -263,6 +279,7 @@ class SessionCore:
 
     def __post_init__(self) -> None:
         self.recovery = deque(maxlen=self.settings.recovery_buffer_size)
+        self.transaction = TRANSACTION_MACHINE(TransactionCore(self))
 
     # -- output ---------------------------------------------------------------
 
@@ -273,10 +290,11 @@ class SessionCore:
         if self.connection is not None:
             self.connection.write(frame)
 
-    def answer(self, command_id: int, frame) -> None:
+    def answer(self, command_id: int, frame, done: bool = True) -> None:
         """
         Send the answer of a command, hold it until the client reports
-        holding it, and count the command as carried out.
+        holding it, and count the command as carried out (unless C{done}
+        is false: a Send a transaction held was carried out when held).
         """
         if self.resumable:
             answers = self.answers
@@ -285,7 +303,8 @@ class SessionCore:
                 self._not_resumable(f"more than {MAX_HELD_ANSWERS} answers were not reported "
                                     "received")
         self.write(frame)
-        self.done(command_id)
+        if done:
+            self.done(command_id)
 
     def done(self, command_id: int) -> None:
         """
@@ -394,7 +413,7 @@ class SessionCore:
         self._send_done()
 
     def _send_failed(self, failure, command_id: int) -> None:
-        self._refuse(command_id, failure, "send")
+        self.refuse(command_id, failure, "send")
         self._send_done()
 
     def _send_done(self) -> None:
@@ -405,7 +424,11 @@ class SessionCore:
                 self.connection.resume()
         self._check_drained()
 
-    def _refuse(self, command_id: int, failure, doing: str) -> None:
+    def refuse(self, command_id: int, failure, doing: str) -> None:
+        """
+        Answer a command that failed with C{failure}: with the error's own
+        code when it has one, else C{internal-error} (and log it).
+        """
         error = failure.value
         code = getattr(error, "code", None)
         if isinstance(error, MeshrouteError) and type(code) is str:
@@ -523,13 +546,21 @@ class SessionCore:
             subscription.add_credit(frame.n)
         self.done(command_id)
 
-    def ack(self, frame: f.Ack) -> None:
+    def owned(self, delivery_ids) -> dict[int, list[int]]:
+        """
+        Take the unacknowledged deliveries among C{delivery_ids} (the
+        others are ignored): C{{subscription: [queue delivery ids]}}.
+        """
         by_subscription: dict[int, list[int]] = {}
         owners = self.owners
-        for delivery_id in frame.delivery_ids:
+        for delivery_id in delivery_ids:
             owner = owners.pop(delivery_id, None)
             if owner is not None:
                 by_subscription.setdefault(owner[0], []).append(owner[1])
+        return by_subscription
+
+    def ack(self, frame: f.Ack) -> None:
+        by_subscription = self.owned(frame.delivery_ids)
         if not by_subscription:
             self.done(frame.command_id)
             return
@@ -546,6 +577,32 @@ class SessionCore:
     def _ack_done(self, _, command_id: int) -> None:
         self.acks_in_progress -= 1
         self.done(command_id)
+        self._check_drained()
+
+    def transact(self, frame, what: str) -> None:
+        """
+        Feed a Begin, Commit or Rollback (C{what}: the transaction
+        machine's input) to the transaction.  On a version-1 connection,
+        or where the transaction's state has no place for it, it is a
+        connection-level C{bad-command}.
+        """
+        connection = self.connection
+        if connection.version < f.TRANSACTIONS_VERSION:
+            connection.machine.protocol_error(
+                f.BAD_COMMAND, f"{type(frame).__name__} needs protocol version "
+                f"{f.TRANSACTIONS_VERSION}; this connection speaks {connection.version}")
+            return
+        if not self.accept_command(frame):
+            return
+        try:
+            getattr(self.transaction, what)(frame)
+        except NoTransition:
+            where = "inside" if isinstance(frame, f.Begin) else "outside"
+            connection.machine.protocol_error(
+                f.BAD_COMMAND, f"{type(frame).__name__} {where} a transaction")
+
+    def commit_done(self) -> None:
+        self.commits_in_progress -= 1
         self._check_drained()
 
     def received(self, frame: f.Received) -> None:
@@ -673,12 +730,14 @@ class SessionCore:
         in progress is done.
         """
         self.state = CLOSING
+        self.transaction.end()
         self._cancel_all()
         self._check_drained()
 
     def _check_drained(self) -> None:
         if (self.state == CLOSING and self.connection is not None and self.machine is not None
-                and not self.sends_in_progress and not self.acks_in_progress):
+                and not self.sends_in_progress and not self.acks_in_progress
+                and not self.commits_in_progress):
             self.machine.drained()
 
     def closed(self) -> None:
@@ -707,6 +766,7 @@ class SessionCore:
         self.state = state
         self.connection = None
         self.paused = False
+        self.transaction.end()
         self._cancel_all()
         self.registry.remove(self)
         self.answers.clear()
@@ -763,7 +823,7 @@ def _build_session_machine():
     @open_.upon(SessionInputs.got_send).loop()
     def send(inputs: SessionInputs, core: SessionCore, frame: f.Send) -> None:
         if core.accept_command(frame):
-            core.send(frame)
+            core.transaction.send(frame)
 
     @open_.upon(SessionInputs.got_subscribe).loop()
     def subscribe(inputs: SessionInputs, core: SessionCore, frame: f.Subscribe) -> None:
@@ -783,7 +843,19 @@ def _build_session_machine():
     @open_.upon(SessionInputs.got_ack).loop()
     def ack(inputs: SessionInputs, core: SessionCore, frame: f.Ack) -> None:
         if core.accept_command(frame):
-            core.ack(frame)
+            core.transaction.ack(frame)
+
+    @open_.upon(SessionInputs.got_begin).loop()
+    def begin(inputs: SessionInputs, core: SessionCore, frame: f.Begin) -> None:
+        core.transact(frame, "begin")
+
+    @open_.upon(SessionInputs.got_commit).loop()
+    def commit(inputs: SessionInputs, core: SessionCore, frame: f.Commit) -> None:
+        core.transact(frame, "commit")
+
+    @open_.upon(SessionInputs.got_rollback).loop()
+    def rollback(inputs: SessionInputs, core: SessionCore, frame: f.Rollback) -> None:
+        core.transact(frame, "rollback")
 
     @open_.upon(SessionInputs.got_close).to(draining)
     def close(inputs: SessionInputs, core: SessionCore, frame: f.Close) -> None:

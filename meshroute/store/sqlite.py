@@ -80,6 +80,11 @@ message's id.  Rows older than the window count as absent and are pruned
 (a prefix, as above, at most L{PRUNE_CHUNK} at a time) by every
 C{accept_once}, at L{open} and by L{SQLiteStore.prune_duplicate_ids}.
 
+L{SQLiteStore.commit} is a client transaction's one store call: it
+accepts several messages (each as C{accept} or C{accept_once} would) and
+consumes several queue entries in one function, so the executor's
+savepoint makes it all or nothing.
+
 The dead-letter queue is the local queue
 L{meshroute.messages.DEAD_LETTER_QUEUE}; a dead-lettered message carries
 the reason in header L{DEAD_LETTER_REASON} and its original address
@@ -478,6 +483,39 @@ class SQLiteStore:
                 d.addCallback(_count_if_new, self._backlog, message.dest_router)
         return d
 
+    def commit(self, sends, entry_ids):
+        """
+        A client transaction, all or nothing: accept every message of
+        C{sends} (C{(message, duplicate_id)} pairs, C{""} for none) as
+        L{accept} or L{accept_once} would, and delete the queue entries
+        C{entry_ids} (ids not in any queue are ignored), in one transaction.
+
+        @return: Deferred firing, once durable, with one item per send:
+            None when accepted, or the C{msg_id} of the message first
+            accepted with its duplicate id (that send changed nothing);
+            failing (nothing changed) with L{DuplicateMessage} as C{accept}
+            does, or with the database's error.
+        """
+        router = self.router
+        calls = [(message, duplicate_id, message.dest_router == (router or message.origin))
+                 for message, duplicate_id in sends]
+        now = self._now()
+        d = self._submit(_commit, calls, json.dumps(list(entry_ids)), now,
+                         now - self.duplicate_id_window_s)
+        d.addCallback(self._committed, calls)
+        return d
+
+    def _committed(self, result, calls: list) -> list:
+        outcomes, consumed = result
+        for (message, _, local), original in zip(calls, outcomes):
+            if original is None and message.persistent:
+                if local:
+                    _count(None, self._queues, message.dest_queue, 1)
+                else:
+                    _count(None, self._backlog, message.dest_router, 1)
+        _add_counts(consumed, self._queues, -1)
+        return outcomes
+
     def duplicate_of(self, duplicate_id: str):
         """
         Fires with the C{msg_id} of the message accepted with
@@ -870,6 +908,25 @@ def _accept_once(connection, message: Message, duplicate_id: str, local: bool, n
         else:
             _accept_backlog(connection, message)
     return None
+
+
+def _commit(connection, calls: list, entry_ids: str, now: float, cutoff: float):
+    """
+    See L{SQLiteStore.commit}.  Not atomic: the executor runs it in a
+    savepoint, so anything raised undoes all of it.  Returns the outcome
+    of each call and C{{queue: entries deleted}}.
+    """
+    outcomes = []
+    for message, duplicate_id, local in calls:
+        if duplicate_id:
+            outcomes.append(_accept_once(connection, message, duplicate_id, local, now, cutoff))
+            continue
+        if local:
+            _accept_local(connection, message, now)
+        else:
+            _accept_backlog(connection, message)
+        outcomes.append(None)
+    return outcomes, _consume(connection, entry_ids)
 
 
 @_atomic

@@ -1,0 +1,223 @@
+"""
+The router's side of a client transaction (protocol version 2,
+docs/client-protocol.md "Transactions"), as a small Automat machine that
+each session owns beside its own:
+
+    idle ── begin ──▶ holding ── commit / rollback / end ──▶ idle
+
+ - C{idle}: no transaction: the session carries out Sends and Acks at
+   once, as in version 1.
+ - C{holding}: after C{Begin}: Sends and Acks are held until C{Commit},
+   which carries them all out in one store call
+   (L{meshroute.engine.MessageEngine.commit}), or C{Rollback} (or the
+   session ending), which discards the Sends and gives the acknowledged
+   deliveries back to their queues, flagged redelivered.
+
+A C{Begin} while holding, or a C{Commit} or C{Rollback} while idle, has
+no transition (C{NoTransition}): the session turns it into a
+connection-level C{bad-command}, as for any command out of place.
+
+The transaction lives in the session, not in the connection: a session
+resumed on a new connection keeps its transaction, and a C{Commit}
+replayed after a resume is carried out once (its held answer is re-sent).
+A session that ends (closed, expired, failed) rolls its transaction back.
+"""
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from automat import TypeMachineBuilder
+from twisted.internet.defer import maybeDeferred
+
+from meshroute.clients import frames as f
+
+#: Most Sends one transaction holds, and most bytes of their bodies: a
+#: Send beyond either is refused (C{transaction-too-large}) and the
+#: transaction can then only roll back.  The router holds a transaction's
+#: messages in memory until the commit, so this bounds what one client can
+#: make it hold.
+MAX_TRANSACTION_SENDS = 10_000
+MAX_TRANSACTION_BYTES = 64 * 1024 * 1024
+
+
+class TransactionInputs(Protocol):
+    """
+    Everything that can happen to a session's transaction.
+    """
+
+    def begin(self, frame: f.Begin) -> None:
+        "The client starts a transaction."
+
+    def send(self, frame: f.Send) -> None:
+        "The client sends a message."
+
+    def ack(self, frame: f.Ack) -> None:
+        "The client is done with some deliveries."
+
+    def commit(self, frame: f.Commit) -> None:
+        "The client commits the transaction."
+
+    def rollback(self, frame: f.Rollback) -> None:
+        "The client rolls the transaction back."
+
+    def end(self) -> None:
+        "The session ends (Close, expired, failed): nobody can commit any more."
+
+
+@dataclass(eq=False)
+class TransactionCore:
+    """
+    What one transaction holds, and the I/O of its end.
+
+    @ivar session: the L{meshroute.clients.session.SessionCore} it belongs
+        to: it answers the commands and carries out what is not held.
+    @ivar sends: the Send frames held, in order.
+    @ivar acks: the deliveries acknowledged, taken from their consumers
+        (a L{meshroute.queues.TransactionAcks}).
+    @ivar size: the bytes of the held Sends' bodies.
+    @ivar refused: why the transaction can only roll back ("" while it can
+        commit).
+    """
+
+    session: object
+    sends: list = field(default_factory=list)
+    acks: object = None
+    size: int = 0
+    refused: str = ""
+
+    def start(self, frame: f.Begin) -> None:
+        self.sends = []
+        self.acks = self.session.engine.queues.transaction()
+        self.size = 0
+        self.refused = ""
+        self.session.done(frame.command_id)
+
+    def _take(self) -> tuple[list, object]:
+        sends, acks = self.sends, self.acks
+        self.sends, self.acks = [], None
+        return sends, acks
+
+    def hold_send(self, frame: f.Send) -> None:
+        """
+        Hold C{frame} until the commit.  Holding it is carrying it out:
+        C{Processed} covers it, and its answer comes with the commit (or
+        the rollback).
+        """
+        session, command_id = self.session, frame.command_id
+        if len(self.sends) >= MAX_TRANSACTION_SENDS or (
+                self.size + len(frame.body) > MAX_TRANSACTION_BYTES):
+            self.refused = (f"a transaction holds at most {MAX_TRANSACTION_SENDS} messages and "
+                            f"{MAX_TRANSACTION_BYTES} bytes of bodies")
+            session.answer(command_id, f.Error(command_id, f.TRANSACTION_TOO_LARGE,
+                                               self.refused))
+            return
+        self.sends.append(frame)
+        self.size += len(frame.body)
+        session.done(command_id)
+
+    def hold_ack(self, frame: f.Ack) -> None:
+        """
+        Take the acknowledged deliveries into the transaction.
+        """
+        session = self.session
+        for number, delivery_ids in session.owned(frame.delivery_ids).items():
+            self.acks.add(session.subscriptions[number], delivery_ids)
+        session.done(frame.command_id)
+
+    def commit(self, frame: f.Commit) -> None:
+        """
+        Carry out every held Send and Ack in one store call; answer the
+        Sends, then the Commit, once it is durable.
+        """
+        sends, acks = self._take()
+        session, command_id = self.session, frame.command_id
+        if self.refused:
+            self._discard(sends, acks, self.refused)
+            session.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
+            return
+        session.commits_in_progress += 1
+        d = maybeDeferred(
+            session.engine.commit,
+            [(s.address, s.body, s.headers, s.persistent, s.duplicate_id) for s in sends],
+            acks.entry_ids(),
+        )
+        d.addCallbacks(self._committed, self._commit_failed, (command_id, sends, acks), None,
+                       (command_id, sends, acks))
+
+    def _committed(self, msg_ids: list, command_id: int, sends: list, acks) -> None:
+        session = self.session
+        for send, msg_id in zip(sends, msg_ids):
+            session.answer(send.command_id, f.Confirm(send.command_id, msg_id), done=False)
+        acks.committed()
+        session.answer(command_id, f.Confirm(command_id, ""))
+        session.commit_done()
+
+    def _commit_failed(self, failure, command_id: int, sends: list, acks) -> None:
+        self._discard(sends, acks, f"the commit failed: {failure.getErrorMessage()}")
+        self.session.refuse(command_id, failure, "commit")
+        self.session.commit_done()
+
+    def rollback(self, frame: f.Rollback) -> None:
+        sends, acks = self._take()
+        self._discard(sends, acks, "the client rolled the transaction back")
+        self.session.answer(frame.command_id, f.Confirm(frame.command_id, ""))
+
+    def abandon(self) -> None:
+        sends, acks = self._take()
+        self._discard(sends, acks, "the session ended before the commit")
+
+    def _discard(self, sends: list, acks, why: str) -> None:
+        """
+        Nothing of the transaction is done: its Sends are answered
+        C{rolled-back}, its deliveries go back to their queues.
+        """
+        session = self.session
+        for send in sends:
+            session.answer(send.command_id, f.Error(send.command_id, f.ROLLED_BACK, why),
+                           done=False)
+        acks.rolled_back()
+
+
+def _build_transaction_machine():
+    builder = TypeMachineBuilder(TransactionInputs, TransactionCore)
+    idle = builder.state("idle")
+    holding = builder.state("holding")
+
+    @idle.upon(TransactionInputs.begin).to(holding)
+    def begin(inputs: TransactionInputs, core: TransactionCore, frame: f.Begin) -> None:
+        core.start(frame)
+
+    @idle.upon(TransactionInputs.send).loop()
+    def send_now(inputs: TransactionInputs, core: TransactionCore, frame: f.Send) -> None:
+        core.session.send(frame)
+
+    @idle.upon(TransactionInputs.ack).loop()
+    def ack_now(inputs: TransactionInputs, core: TransactionCore, frame: f.Ack) -> None:
+        core.session.ack(frame)
+
+    @holding.upon(TransactionInputs.send).loop()
+    def hold_send(inputs: TransactionInputs, core: TransactionCore, frame: f.Send) -> None:
+        core.hold_send(frame)
+
+    @holding.upon(TransactionInputs.ack).loop()
+    def hold_ack(inputs: TransactionInputs, core: TransactionCore, frame: f.Ack) -> None:
+        core.hold_ack(frame)
+
+    @holding.upon(TransactionInputs.commit).to(idle)
+    def commit(inputs: TransactionInputs, core: TransactionCore, frame: f.Commit) -> None:
+        core.commit(frame)
+
+    @holding.upon(TransactionInputs.rollback).to(idle)
+    def rollback(inputs: TransactionInputs, core: TransactionCore, frame: f.Rollback) -> None:
+        core.rollback(frame)
+
+    @holding.upon(TransactionInputs.end).to(idle)
+    def end(inputs: TransactionInputs, core: TransactionCore) -> None:
+        core.abandon()
+
+    idle.upon(TransactionInputs.end).loop().returns(None)
+    return builder.build()
+
+
+#: Machine factory: C{TRANSACTION_MACHINE(core)} returns the inputs object.
+TRANSACTION_MACHINE = _build_transaction_machine()
