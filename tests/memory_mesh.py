@@ -277,12 +277,27 @@ class MemoryMesh:
         Build and start a router from C{config}, known in C{routers} as
         C{key} (default: its name; two routers may claim one name).
         """
-        router = RouterService(config, self.clock, self.network.endpoints(config.name),
-                               executor=InlineExecutor())
+        router = RouterService(config, self.router_clock(config.name),
+                               self.network.endpoints(config.name),
+                               executor=self.executor(config.name))
         self.routers[key or config.name] = router
         router.startService()
         self.network.flush()
         return router
+
+    def router_clock(self, name: str):
+        """
+        The clock router C{name} is given (at each start): the mesh's.
+        Subclasses may hand out a view of it.
+        """
+        return self.clock
+
+    def executor(self, name: str):
+        """
+        The store executor of router C{name} (at each start): inline, so
+        every store call commits at once.  Subclasses inject store faults.
+        """
+        return InlineExecutor()
 
     def add(self, name: str, connect_to=(), **options) -> RouterService:
         return self.start(self.config(name, connect_to, **options))
