@@ -80,7 +80,10 @@ class Outcome:
                   for d in self.deliveries]
         lines += self.stuck + self.memory + self.errors
         text = "\n".join(lines)
-        text = re.sub(r"(?<=:)[0-9a-f]{12}(?=:)|\b[0-9a-f]{32}\b", stable, text)
+        # Random per process: a message id's boot part, session ids, and
+        # link ids (numbered per process, not per router).
+        text = re.sub(r"(?<=:)[0-9a-f]{12}(?=:)|\b[0-9a-f]{32}\b|\b[\w.-]+/[LC]\d+\b",
+                      stable, text)
         return text.split("\n")
 
 
@@ -144,7 +147,7 @@ class World:
         config = self.mesh.config(name, connect_to=peers)
         return replace(
             config,
-            routing=RoutingConfig(max_backlog=100_000,
+            routing=RoutingConfig(max_backlog=schedule.max_backlog,
                                   max_transient_backlog=schedule.max_transient_backlog,
                                   reroute_delay_ms=schedule.reroute_delay_ms),
             clients=ClientListenerConfig(f"clients-{name}", connection_ttl_check_interval_ms=500),

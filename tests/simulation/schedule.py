@@ -123,22 +123,21 @@ class Schedule:
     reroute_delay_ms: int = 1000
     client_keep_alive_ms: int = 3000
     max_transient_backlog: int = 10
+    max_backlog: int = 100_000
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "Schedule":
         data = json.loads(text)
-
-        def tuples(value):
-            return tuple(tuples(v) for v in value) if isinstance(value, list) else value
-
-        data = {key: tuples(value) for key, value in data.items()}
-        data["producers"] = tuple(Producer(*p) for p in data["producers"])
-        data["consumers"] = tuple(Consumer(*c) for c in data["consumers"])
-        data["sends"] = tuple(Send(*s) for s in data["sends"])
-        data["faults"] = tuple(Fault(*f) for f in data["faults"])
+        data["routers"] = tuple(data["routers"])
+        data["connectors"] = tuple(tuple(pair) for pair in data["connectors"])
+        data["producers"] = tuple(Producer(**p) for p in data["producers"])
+        data["consumers"] = tuple(Consumer(**c) for c in data["consumers"])
+        data["sends"] = tuple(Send(**s) for s in data["sends"])
+        data["faults"] = tuple(Fault(**{**f, "target": tuple(f["target"])})
+                               for f in data["faults"])
         return cls(**data)
 
     def describe(self) -> str:
@@ -235,4 +234,5 @@ def generate(seed: int) -> Schedule:
                      clients, schedule.client_keep_alive_ms / 1000)
               for _ in range(rng.randint(1, 8))]
     return Schedule(seed, routers, connectors, producers, tuple(consumers),
-                    schedule.sends, tuple(sorted(faults, key=lambda f: f.at)))
+                    schedule.sends, tuple(sorted(faults, key=lambda f: f.at)),
+                    max_backlog=rng.choice([100_000, 100_000, 100_000, 60]))
