@@ -15,8 +15,9 @@ import sys
 import pytest
 
 from simulation import describe_failure, digest, simulate
-from simulation.invariants import check
-from simulation.runner import run
+from simulation.actors import Attempt
+from simulation.invariants import check, exactly_once, producer_order
+from simulation.runner import Outcome, run
 from simulation.schedule import Consumer, Fault, Producer, Schedule, Send, generate
 
 FIRST_SEED = int(os.environ.get("MESHROUTE_SIM_SEED", "0"))
@@ -114,3 +115,44 @@ def test_a_mesh_that_loses_messages_is_caught(observe_errors, monkeypatch):
     violations = check(run(_small_schedule()))
     assert {v.invariant for v in violations} == {"lost"}
     assert len(violations) >= 3
+
+
+def _outcome(attempts, events, lost_with_disk=None):
+    return Outcome(_small_schedule(), attempts, [], events, lost_with_disk or {}, [], [], [])
+
+
+def _enqueued(router, epoch, msg_id, time):
+    return (router, epoch, {"time": time, "router": router, "event": "message.enqueued",
+                            "msg_id": msg_id})
+
+
+def test_order_promise_is_a_parameter():
+    """
+    Two messages of one producer enqueued in reverse order break the
+    strict promise; the weaker one excuses them only when a link closed
+    in between.
+    """
+    attempts = [Attempt(f"p0-{n}", "p0", "q@r2", True, "", n, 0, 1.0, "confirmed", f"m{n}")
+                for n in (1, 2)]
+    reordered = [_enqueued("r2", 0, "m2", 3.0), _enqueued("r2", 0, "m1", 4.0)]
+    closed = [("r0", 0, {"time": 2.0, "router": "r0", "event": "link.closed"})]
+    assert [v.invariant for v in producer_order(_outcome(attempts, reordered))] == ["order"]
+    assert producer_order(_outcome(attempts, reordered), promise=None) == []
+    assert [v.invariant for v in producer_order(_outcome(attempts, reordered),
+                                                promise="between-failures")] == ["order"]
+    assert producer_order(_outcome(attempts, closed + reordered),
+                          promise="between-failures") == []
+    in_order = [_enqueued("r2", 0, "m1", 3.0), _enqueued("r2", 0, "m2", 4.0)]
+    assert producer_order(_outcome(attempts, in_order)) == []
+
+
+def test_only_what_a_wiped_store_held_may_be_missing():
+    attempts = [Attempt(f"p0-{n}", "p0", "q@r2", True, "", n, 0, 1.0, "confirmed", f"m{n}")
+                for n in (1, 2, 3)]
+    events = [_enqueued("r2", 0, "m1", 3.0)]
+    lost = exactly_once(_outcome(attempts, events, lost_with_disk={"m2": "r1"}))
+    assert [(v.invariant, v.detail.split()[0]) for v in lost] == [("lost", "p0-3")]
+    twice = exactly_once(_outcome(attempts[:1], events + [_enqueued("r2", 0, "m1", 5.0)]))
+    assert [v.invariant for v in twice] == ["enqueued-twice"]
+    # Once per incarnation of the destination's store is not twice.
+    assert exactly_once(_outcome(attempts[:1], events + [_enqueued("r2", 1, "m1", 5.0)])) == []

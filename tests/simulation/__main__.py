@@ -9,7 +9,7 @@ import sys
 from twisted.logger import globalLogBeginner
 
 from simulation import ORDER_PROMISE, describe_failure, digest, simulate
-from simulation.invariants import check
+from simulation.invariants import ORDER_PROMISES, check
 from simulation.runner import run
 from simulation.schedule import Schedule
 
@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=200, help="schedules to run (default 200)")
     parser.add_argument("--schedule", metavar="FILE",
                         help="replay one schedule printed as JSON by a failure")
-    parser.add_argument("--order", choices=["producer", "route", "none"], default=ORDER_PROMISE,
+    parser.add_argument("--order", choices=[*ORDER_PROMISES, "none"], default=ORDER_PROMISE,
                         help="the order promise to check (default %(default)s)")
     parser.add_argument("--no-shrink", action="store_true", help="print failing schedules whole")
     parser.add_argument("--digest", action="store_true",

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 #: The order promise checked: C{"producer"}: one producer's confirmed
 #: persistent messages to one address are enqueued in the order it sent
 #: them (docs/client-protocol.md, "Command ids": "a producer's messages
-#: are enqueued in the order it sent them"), whatever route they took.
-#: C{"route"}: the same, but only between messages that crossed the same
-#: links (a reroute may reorder).  C{None}: no order is checked.
+#: are enqueued in the order it sent them"), whatever failed on the way.
+#: C{"between-failures"}: the same, except for two messages between the
+#: send of the first and the enqueue of the second of which some link of
+#: the mesh closed (a reroute may reorder them).  C{None}: no order is
+#: checked.
 ORDER_PROMISE = "producer"
+ORDER_PROMISES = ("producer", "between-failures")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Violation:
 
     def __str__(self) -> str:
         return f"{self.invariant}: {self.detail}"
+
+
+def _kind(attempt) -> str:
+    return "persistent" if attempt.persistent else "non-persistent"
 
 
 def _dispositions(outcome) -> dict:
@@ -102,8 +109,9 @@ def exactly_once(outcome) -> list[Violation]:
             if earlier and later.outcome not in ("confirmed", "unblocked", None):
                 violations.append(Violation(
                     "duplicate-id-refused",
-                    f"{duplicate_id} of {producer} was confirmed as {earlier[0].msg_id}, "
-                    f"a retry at t={later.sent_at:.2f} was refused with {later.outcome}"))
+                    f"{duplicate_id} of {producer} ({_kind(later)} to {later.address}) was "
+                    f"confirmed as {earlier[0].msg_id}, a retry at t={later.sent_at:.2f} was "
+                    f"refused with {later.outcome}"))
     return violations
 
 
@@ -140,14 +148,6 @@ def consumed_once(outcome) -> list[Violation]:
     return violations
 
 
-def _paths(outcome) -> dict:
-    paths = defaultdict(list)
-    for router, _epoch, record in outcome.events:
-        if record["event"] == "message.forwarded":
-            paths[record["msg_id"]].append((router, record["peer"]))
-    return paths
-
-
 def producer_order(outcome, promise: str | None = ORDER_PROMISE) -> list[Violation]:
     """
     The order promise (L{ORDER_PROMISE}): among one producer's persistent
@@ -161,10 +161,12 @@ def producer_order(outcome, promise: str | None = ORDER_PROMISE) -> list[Violati
         return []
     unblocked = {a.key for a in outcome.attempts if a.outcome == "unblocked"}
     position = {}
+    closes = []
     for index, (router, epoch, record) in enumerate(outcome.events):
         if record["event"] == "message.enqueued":
-            position.setdefault(record["msg_id"], (epoch, index))
-    paths = _paths(outcome) if promise == "route" else {}
+            position.setdefault(record["msg_id"], (epoch, index, record["time"]))
+        elif record["event"] == "link.closed":
+            closes.append(record["time"])
     streams = defaultdict(list)
     for attempt in outcome.attempts:
         if (attempt.persistent and attempt.outcome == "confirmed" and not attempt.resent
@@ -175,10 +177,12 @@ def producer_order(outcome, promise: str | None = ORDER_PROMISE) -> list[Violati
         attempts.sort(key=lambda a: a.order)
         latest = None
         for attempt in attempts:
-            epoch, index = position[attempt.msg_id]
+            epoch, index, enqueued_at = position[attempt.msg_id]
             if latest is not None and latest[0] == epoch and index < latest[1]:
                 before = latest[2]
-                if promise == "route" and paths.get(before.msg_id) != paths.get(attempt.msg_id):
+                sent_at = outcome.start + before.sent_at
+                if promise == "between-failures" and any(
+                        sent_at <= t <= enqueued_at for t in closes):
                     latest = (epoch, index, attempt)
                     continue
                 violations.append(Violation(

@@ -45,19 +45,20 @@ class Outcome:
     @ivar stuck: what was still not done when the quiesce limit passed.
     @ivar memory: memory bounds found exceeded while the run went on.
     @ivar errors: logged errors that were not an injected fault's.
+    @ivar start: the mesh time (as in event records) the fault phase
+        began at, from which the schedule's times count.
     """
 
     schedule: Schedule
     attempts: list
     deliveries: list
     events: list
-    wiped: dict
     lost_with_disk: dict
     stuck: list
     memory: list
     errors: list
     notes: list = field(default_factory=list)
-    faults_played: int = 0
+    start: float = 0.0
 
     def trace(self) -> list[str]:
         """
@@ -133,7 +134,6 @@ class World:
         self.deliveries: list = []
         self.notes: list[str] = []
         self.memory: list[str] = []
-        self.wiped: dict[str, list] = {}
         self.lost_with_disk: dict[str, str] = {}
         self.finishing = False
         self.draining = False
@@ -191,7 +191,6 @@ class World:
             connection.close()
         for msg_id in held:
             self.lost_with_disk.setdefault(msg_id, name)
-        self.wiped.setdefault(name, []).append(self.now())
         os.rename(os.path.join(data_dir, "events.jsonl"),
                   os.path.join(self.root, f"{name}.{self.epochs[name]}.events.jsonl"))
         shutil.rmtree(data_dir)
@@ -417,6 +416,5 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
                     if epoch < world.epochs[name]
                     else os.path.join(world.configs[name].data_dir, "events.jsonl"))
             events += [(name, epoch, record) for record in read_events(path)]
-    return Outcome(schedule, world.attempts, world.deliveries, events, world.wiped,
-                   world.lost_with_disk, stuck, world.memory, errors.unexpected,
-                   world.notes, len(schedule.faults))
+    return Outcome(schedule, world.attempts, world.deliveries, events, world.lost_with_disk,
+                   stuck, world.memory, errors.unexpected, world.notes, world.start)

@@ -202,8 +202,8 @@ def _fault(rng: random.Random, at: float, routers: tuple, connectors: tuple,
 def generate(seed: int) -> Schedule:
     """
     The schedule of C{seed}: 3 to 8 routers, 1 to 3 producers, a consumer
-    or two per destination queue, 3 to 10 bursts of sends and 1 to 8
-    faults.
+    or two per destination queue, 3 to 10 bursts of sends (and sometimes
+    a flood of non-persistent ones when a link stalls) and 1 to 8 faults.
     """
     rng = random.Random(seed)
     routers, connectors = _topology(rng, rng.randint(3, 8))
@@ -233,6 +233,14 @@ def generate(seed: int) -> Schedule:
     faults = [_fault(rng, round(rng.uniform(0, FAULT_PHASE_S - 3), 2), routers, connectors,
                      clients, schedule.client_keep_alive_ms / 1000)
               for _ in range(rng.randint(1, 8))]
+    max_backlog = rng.choice([100_000, 100_000, 100_000, 60])
+    # Floods of non-persistent messages just after a link or a router
+    # stalls: what a stalled next hop may cost in memory.
+    for fault in faults:
+        if fault.kind in ("freeze", "link-cut") and rng.random() < 0.3:
+            router, queue = rng.choice(destinations)
+            sends.append(Send(round(fault.at + 0.1, 2), rng.choice(producers).name,
+                              f"{queue}@{router}", rng.randint(150, 400), False, False, False))
     return Schedule(seed, routers, connectors, producers, tuple(consumers),
-                    schedule.sends, tuple(sorted(faults, key=lambda f: f.at)),
-                    max_backlog=rng.choice([100_000, 100_000, 100_000, 60]))
+                    tuple(sorted(sends, key=lambda s: s.at)),
+                    tuple(sorted(faults, key=lambda f: f.at)), max_backlog=max_backlog)
