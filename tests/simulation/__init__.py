@@ -59,8 +59,9 @@ def simulate(seeds, order=ORDER_PROMISE) -> Report:
 def describe_failure(seed: int, violations, order=ORDER_PROMISE, minimise=True) -> str:
     """
     A failing seed for people: its violations (the first few of each
-    kind), how to replay it, and its schedule shrunk to what still breaks
-    the first invariant (as text and as JSON for C{--schedule}).
+    kind), how to replay it, and its schedule; with C{minimise}, shrunk to
+    what still breaks the first invariant, also as JSON for
+    C{--schedule}.
     """
     lines = [f"seed {seed} FAILED (replay: make simulate SEED={seed} RUNS=1)"]
     kinds: dict[str, list] = {}
@@ -70,11 +71,12 @@ def describe_failure(seed: int, violations, order=ORDER_PROMISE, minimise=True) 
         lines.append(f"  {invariant}: {len(found)}")
         lines += [f"    {v.detail.splitlines()[0] if v.detail else ''}" for v in found[:3]]
     schedule = generate(seed)
-    if minimise:
-        schedule, _ = shrink(schedule, violations[0].invariant, order=order)
-        lines.append(f"  shrunk schedule (still breaks {violations[0].invariant}):")
-    else:
+    if not minimise:
         lines.append("  schedule:")
+        lines += ["    " + line for line in schedule.describe().splitlines()]
+        return "\n".join(lines)
+    schedule, _ = shrink(schedule, violations[0].invariant, order=order)
+    lines.append(f"  shrunk schedule (still breaks {violations[0].invariant}):")
     lines += ["    " + line for line in schedule.describe().splitlines()]
     lines.append("  as JSON (replay with --schedule FILE):")
     lines.append(schedule.to_json())

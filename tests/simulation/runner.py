@@ -10,6 +10,7 @@ schedule always gives the same run (see L{Outcome.trace}).
 
 import json
 import os
+import pathlib
 import re
 import shutil
 import sqlite3
@@ -122,7 +123,7 @@ class World:
         self.schedule = schedule
         self.root = root
         self.mesh = FaultyMesh(
-            _Path(root), keepalive_interval_ms=schedule.keepalive_ms,
+            pathlib.Path(root), keepalive_interval_ms=schedule.keepalive_ms,
             stage_valid_timeout_ms=1000, reject_disconnect_delay_ms=1000,
             retry_interval_ms=200)
         self.clock = self.mesh.clock
@@ -246,6 +247,20 @@ class World:
             self.mesh.run(min(SAMPLE_EVERY_S, end - self.clock.seconds()))
             self.sample_memory()
 
+    def links_down(self) -> list[str]:
+        """
+        The configured links of running routers that are not in delivery.
+        """
+        down = []
+        for name in sorted(self.mesh.routers):
+            stages = self.mesh.stages(name)
+            for a, b in self.schedule.connectors:
+                if name in (a, b):
+                    peer = b if a == name else a
+                    if stages.get(peer) != "delivery":
+                        down.append(f"{name}: link to {peer} is {stages.get(peer)}")
+        return down
+
     def unfinished(self) -> list[str]:
         """
         What is not yet done: anything here after the quiesce limit is
@@ -264,12 +279,7 @@ class World:
             depths = router.engine.queues.depths()
             if depths:
                 left.append(f"{name}: queues not drained {depths}")
-            stages = self.mesh.stages(name)
-            for a, b in self.schedule.connectors:
-                if name in (a, b):
-                    peer = b if a == name else a
-                    if stages.get(peer) != "delivery":
-                        left.append(f"{name}: link to {peer} is {stages.get(peer)}")
+        left += self.links_down()
         pending = [a.key for a in self.attempts if a.outcome is None]
         if pending:
             left.append(f"sends without an answer: {pending[:10]} ({len(pending)})")
@@ -277,15 +287,6 @@ class World:
             if actor.client is None:
                 left.append(f"{name}: never connected")
         return left
-
-
-class _Path(str):
-    """
-    A directory name that joins with C{/}, as L{MemoryMesh} expects.
-    """
-
-    def __truediv__(self, other: str) -> str:
-        return os.path.join(self, other)
 
 
 def _timeline(schedule: Schedule, world: World) -> list:
@@ -352,7 +353,7 @@ def _converge(world: World, limit_s: float = 20.0) -> None:
     Run until every configured link is in delivery (or the limit).
     """
     for _ in range(int(limit_s / SAMPLE_EVERY_S)):
-        if not [line for line in world.unfinished() if "link to" in line]:
+        if not world.links_down():
             return
         world.run(SAMPLE_EVERY_S)
 
