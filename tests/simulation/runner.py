@@ -342,6 +342,22 @@ def _timeline(schedule: Schedule, world: World) -> list:
                     network.reset(client)
 
             end = lambda client=client, router=spec.router: network.heal_pair(client, router)
+        elif kind == "client-flap":
+            client = target[0]
+            spec = next(s for s in (*schedule.producers, *schedule.consumers)
+                        if s.name == client)
+            key = frozenset((client, spec.router))
+
+            def cut(client=client, router=spec.router):
+                network.cut_pair(client, router)
+                network.reset(client)
+
+            heal = lambda client=client, router=spec.router: network.heal_pair(client, router)
+            again = fault.at + fault.duration + fault.value
+            actions += [(again, 0, cut), (again + fault.duration, 2, heal),
+                        (again + fault.duration, 2, lambda k=key: network.delays.pop(k, None))]
+            start = lambda k=key, c=cut: (network.delays.__setitem__(k, 0.2), c())
+            end = heal
         actions.append((fault.at, 0, start))
         if end is not None:
             actions.append((fault.at + fault.duration, 2, end))

@@ -37,6 +37,8 @@ FAULT_WEIGHTS = {
     "freeze": 2,          # a router stops (SIGSTOP): nothing in or out
     "client-cut": 3,      # a client's connection is cut and new ones refused
     "client-silent": 1,   # a client's connection holds its traffic
+    "client-flap": 1,     # a slow client connection cut twice, the second
+                          # time while the client reopens its session
 }
 
 
@@ -94,7 +96,9 @@ class Fault:
     """
     At C{at}, fault C{kind} hits C{target} (router names, a client name,
     or for C{store-failure} the router and the store call) for C{duration}
-    seconds; C{value} is the delay of a slow link.
+    seconds; C{value} is the delay of a slow link, or for C{client-flap}
+    the time between the two cuts (its connection is 0.2 s slow
+    meanwhile).
     """
 
     at: float
@@ -156,7 +160,9 @@ class Schedule:
                      f"{' resent' if s.resend else ''} {s.producer} -> {s.address}")
                     for s in self.sends]
         timeline += [(f.at, f"{f.kind} {'/'.join(map(str, f.target))} for {f.duration:.2f}s"
-                      + (f" (delay {f.value:.2f}s)" if f.kind == "slow-link" else ""))
+                      + (f" (delay {f.value:.2f}s)" if f.kind == "slow-link" else "")
+                      + (f" (cut again {f.value:.2f}s after)" if f.kind == "client-flap"
+                         else ""))
                      for f in self.faults]
         lines += [f"  t={at:6.2f} {what}" for at, what in sorted(timeline)]
         return "\n".join(lines)
@@ -192,6 +198,12 @@ def _fault(rng: random.Random, at: float, routers: tuple, connectors: tuple,
         return Fault(at, kind, group, duration)
     if kind == "store-failure":
         return Fault(at, kind, (rng.choice(routers), rng.choice(STORE_CALLS)), 0.0)
+    if kind == "client-flap":
+        # Each cut outlives the disconnected session; the second comes
+        # while the reconnection's Open and re-subscriptions are in flight.
+        return Fault(at, kind, (rng.choice(clients),),
+                     round(rng.uniform(1.3, 2.0) * client_keep_alive_s, 2),
+                     round(rng.uniform(0.3, 1.0), 2))
     if kind in ("client-cut", "client-silent"):
         # Shorter or longer than the router keeps a disconnected session.
         factor = rng.choice([rng.uniform(0.1, 0.7), rng.uniform(1.3, 2.5)])
