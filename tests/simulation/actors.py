@@ -129,10 +129,6 @@ class ProducerActor:
 
         d.addCallbacks(confirmed, failed)
 
-    @property
-    def settled(self) -> bool:
-        return not self._waiting
-
 
 class ConsumerActor:
     """

@@ -80,7 +80,7 @@ class Outcome:
                   for a in self.attempts]
         lines += [f"deliver {d.consumer} {d.msg_id} {d.body!r} {d.redelivered} {d.at}"
                   for d in self.deliveries]
-        lines += self.stuck + self.memory + self.errors
+        lines += self.notes + self.stuck + self.memory + self.errors
         text = "\n".join(lines)
         # Random per process: a message id's boot part, session ids, and
         # link ids (numbered per process, not per router).
