@@ -110,6 +110,12 @@ class FaultyExecutor(InlineExecutor):
         return super().submit(fn, *args)
 
 
+#: Bytes a connection side holds written and not yet delivered before its
+#: transport pauses a registered streaming producer (a small socket
+#: buffer), as a real transport does; it resumes it once drained.
+HIGH_WATER = 4096
+
+
 def _pair(a: str, b: str) -> frozenset:
     return frozenset((a, b))
 
@@ -128,6 +134,7 @@ class FaultyNetwork(MemoryNetwork):
         self.cut: dict[frozenset, int] = {}
         self.delays: dict[frozenset, float] = {}
         self._late: dict[int, deque] = {}
+        self._paused: set = set()
 
     def cut_pair(self, a: str, b: str) -> None:
         key = _pair(a, b)
@@ -166,7 +173,36 @@ class FaultyNetwork(MemoryNetwork):
         listening = self._listening.get(address)
         if listening is not None and _pair(client_router, listening[0]) in self.cut:
             return fail(ConnectionRefusedError(f"{address} is cut off"))
-        return super()._connect(client_router, address, factory)
+        connecting = super()._connect(client_router, address, factory)
+        if self._connections:
+            connection = self._connections[-1]
+            for io in (connection.client_io, connection.server_io):
+                io.write = self._writer(io, io.write)
+        return connecting
+
+    def _writer(self, io, write):
+        """
+        C{io.write} that pauses C{io}'s streaming producer past
+        L{HIGH_WATER} bytes held.
+        """
+        def write_and_push_back(data):
+            write(data)
+            if (io.producer is not None and io.streamingProducer and io not in self._paused
+                    and sum(map(len, io.stream)) > HIGH_WATER):
+                self._paused.add(io)
+                io.producer.pauseProducing()
+
+        return write_and_push_back
+
+    def _resume_drained(self) -> bool:
+        resumed = False
+        for io in list(self._paused):
+            if not io.stream or io.disconnected:
+                self._paused.discard(io)
+                if io.producer is not None and not io.disconnected:
+                    io.producer.resumeProducing()
+                    resumed = True
+        return resumed
 
     def flush(self) -> None:
         moved = True
@@ -182,6 +218,8 @@ class FaultyNetwork(MemoryNetwork):
                 if connection.finished:
                     self._connections.remove(connection)
                     self._late.pop(id(connection), None)
+            if self._paused and self._resume_drained():
+                moved = True
 
     def _pump_late(self, connection, held: bool, delay: float) -> bool:
         """

@@ -25,7 +25,7 @@ from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import FastTransfer, Transfer
 
 from simulation.actors import ConsumerActor, ProducerActor
-from simulation.network import FaultyMesh, InjectedStoreError
+from simulation.network import HIGH_WATER, FaultyMesh, InjectedStoreError
 from simulation.schedule import FAULT_PHASE_S, Schedule
 
 #: How often (mesh seconds) memory bounds are sampled.
@@ -213,7 +213,9 @@ class World:
         Check the bounds the configuration promises: non-persistent
         messages waiting per destination, and what a link holds written
         but not yet delivered (a stalled peer): at most C{WINDOW}
-        transfers, and no more non-persistent ones than may wait.
+        transfers, and no more non-persistent bytes than a transport
+        buffers before it pushes back (L{HIGH_WATER}) plus as many
+        messages as may wait.
         """
         from meshroute.engine import WINDOW
 
@@ -225,18 +227,23 @@ class World:
                     self.memory.append(f"t={now:.2f} {name}: {len(waiting)} non-persistent "
                                        f"messages wait for {dest} (max {bound})")
         routers = set(self.schedule.routers)
-        transient_bound = bound * len(routers)
         for writer, reader, chunks in self.mesh.network.buffered():
-            if writer not in routers or reader not in routers or len(chunks) <= transient_bound:
+            if (writer not in routers or reader not in routers
+                    or sum(map(len, chunks)) <= HIGH_WATER):
                 continue
-            frames = FrameDecoder().feed(b"".join(chunks))
-            fast = sum(isinstance(frame, FastTransfer) for frame in frames)
-            transfers = sum(isinstance(frame, Transfer) for frame in frames)
-            if fast > transient_bound or transfers > WINDOW:
+            fast, transfers = [], 0
+            for chunk in chunks:
+                # One chunk per write (several, joined, on a slow link).
+                frames = FrameDecoder().feed(chunk)
+                fast += [len(chunk) // len(frames) for frame in frames
+                         if isinstance(frame, FastTransfer)]
+                transfers += sum(isinstance(frame, Transfer) for frame in frames)
+            fast_bound = HIGH_WATER + bound * len(routers) * max(fast, default=0)
+            if sum(fast) > fast_bound or transfers > WINDOW:
                 self.memory.append(
-                    f"t={now:.2f} link {writer}->{reader}: {fast} non-persistent and "
-                    f"{transfers} persistent transfers written and not delivered "
-                    f"(bounds {transient_bound} and {WINDOW})")
+                    f"t={now:.2f} link {writer}->{reader}: {len(fast)} non-persistent "
+                    f"({sum(fast)} bytes) and {transfers} persistent transfers written and "
+                    f"not delivered (bounds {fast_bound} bytes and {WINDOW})")
 
     def run(self, seconds: float) -> None:
         """
