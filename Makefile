@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SOURCES := setup.cfg pyproject.toml $(shell find meshroute twisted -name '*.py' -o -name '*.sql' 2>/dev/null)
 
-.PHONY: lab test install clean
+.PHONY: lab test simulate install clean
 
 install: $(VENV)/.installed
 
@@ -28,6 +28,13 @@ lab: install
 
 test: install
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# The seeded fault simulation (docs/simulation.md): RUNS schedules from
+# SEED; a failure prints its seed and its shrunk schedule.
+SEED ?= 0
+RUNS ?= 1000
+simulate: install
+	PYTHONPATH=tests $(PY) -m simulation --seed $(SEED) --runs $(RUNS) $(SIMULATE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info var .pytest_cache .hypothesis

@@ -47,9 +47,10 @@ BUFFER_SIZE = 2**16
 class _Transport(iosim.FakeTransport):
     """
     An iosim transport that pauses its streaming producer while more than
-    L{BUFFER_SIZE} bytes wait to be sent, as a TCP transport does.
+    C{buffer_size} bytes wait to be sent, as a TCP transport does.
     """
 
+    buffer_size = BUFFER_SIZE
     unsent = 0
     producer_paused = False
 
@@ -58,7 +59,7 @@ class _Transport(iosim.FakeTransport):
             return
         super().write(data)
         self.unsent += len(data)
-        if (self.unsent > BUFFER_SIZE and self.streamingProducer
+        if (self.unsent > self.buffer_size and self.streamingProducer
                 and self.producer is not None and not self.producer_paused):
             self.producer_paused = True
             self.producer.pauseProducing()
@@ -72,16 +73,25 @@ class _Transport(iosim.FakeTransport):
         return data
 
 
+class InjectedStoreError(sqlite3.OperationalError):
+    """
+    A store call a test made fail, as a disk I/O error would.
+    """
+
+
 class FaultyExecutor(InlineExecutor):
     """
     An L{InlineExecutor} whose next calls of a named store function can be
-    made to fail, as a disk I/O error would: nothing of the call is
-    written.
+    made to fail, as a disk I/O error would: the call is not run, so
+    nothing of it is written.
+
+    @ivar failed: the names of the calls failed so far.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._faults: dict[str, int] = {}
+        self.failed: list[str] = []
 
     def fail_next(self, function: str, times: int = 1) -> None:
         """
@@ -91,9 +101,11 @@ class FaultyExecutor(InlineExecutor):
         self._faults[function] = self._faults.get(function, 0) + times
 
     def submit(self, fn, *args):
-        if self._faults.get(fn.__name__):
-            self._faults[fn.__name__] -= 1
-            return fail(sqlite3.OperationalError("disk I/O error (injected)"))
+        name = getattr(fn, "__name__", "")
+        if self._faults.get(name):
+            self._faults[name] -= 1
+            self.failed.append(name)
+            return fail(InjectedStoreError(f"disk I/O error (injected into {name})"))
         return super().submit(fn, *args)
 
 
@@ -347,12 +359,28 @@ class MemoryMesh:
         Build and start a router from C{config}, known in C{routers} as
         C{key} (default: its name; two routers may claim one name).
         """
-        router = RouterService(config, self.clock, self.network.endpoints(config.name),
-                               executor=FaultyExecutor())
+        router = RouterService(config, self.router_clock(config.name),
+                               self.network.endpoints(config.name),
+                               executor=self.executor(config.name))
         self.routers[key or config.name] = router
         router.startService()
         self.network.flush()
         return router
+
+    def router_clock(self, name: str):
+        """
+        The clock router C{name} is given (at each start): the mesh's.
+        Subclasses may hand out a view of it.
+        """
+        return self.clock
+
+    def executor(self, name: str) -> "FaultyExecutor":
+        """
+        The store executor of router C{name} (at each start): inline, so
+        every store call commits at once, and told which calls to fail
+        (L{FaultyExecutor.fail_next}).
+        """
+        return FaultyExecutor()
 
     def add(self, name: str, connect_to=(), **options) -> RouterService:
         return self.start(self.config(name, connect_to, **options))

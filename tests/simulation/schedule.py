@@ -1,0 +1,258 @@
+"""
+What one simulated run does, drawn from a seed: a L{Schedule}.
+
+A schedule is plain data (it prints as JSON and loads back), so a failing
+run can be shown, minimised (L{meshroute} never sees the seed, only the
+schedule) and replayed.  L{generate} draws one from C{random.Random(seed)}
+and nothing else, so a seed always means the same schedule.
+
+Times are seconds of mesh time from the start of the fault phase.
+"""
+
+import json
+import random
+from dataclasses import asdict, dataclass
+
+#: Mesh time during which traffic is sent and faults happen; then every
+#: fault is healed and the mesh is left to quiesce.
+FAULT_PHASE_S = 30.0
+
+#: The store calls a store-failure fault may fail (the functions the
+#: store hands its executor).
+STORE_CALLS = (
+    "_accept_backlog", "_accept_local", "_accept_once", "_receive_backlog",
+    "_receive_local", "_assign", "_acknowledge", "_outbox", "_return_outbox",
+    "_fetch", "_consume", "_mark_redelivered",
+)
+
+#: Fault kinds, with the weight each is drawn with.
+FAULT_WEIGHTS = {
+    "link-cut": 4,        # a link's traffic is held (cut cable): keepalive notices
+    "link-reset": 2,      # a link's connection is reset: both ends see it close
+    "partition": 2,       # the routers split in two groups that cannot talk
+    "crash": 3,           # a router dies (SIGKILL) and restarts with its data
+    "wipe": 1,            # a router dies and restarts with an empty data dir
+    "store-failure": 3,   # one store call of a router fails (disk I/O error)
+    "slow-link": 2,       # a link delivers everything late
+    "freeze": 2,          # a router stops (SIGSTOP): nothing in or out
+    "client-cut": 3,      # a client's connection is cut and new ones refused
+    "client-silent": 1,   # a client's connection holds its traffic
+    "client-flap": 1,     # a slow client connection cut twice, the second
+                          # time while the client reopens its session
+}
+
+
+@dataclass(frozen=True)
+class Producer:
+    """
+    A native client at C{router} that sends.  C{window}: its confirmation
+    window (so a short cut is reattached), or -1 (no reattachment).
+    """
+
+    name: str
+    router: str
+    window: int
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """
+    A native client at C{router} consuming C{queue} with C{prefetch},
+    acknowledging each message after a delay drawn up to C{ack_delay}
+    seconds (from its own random stream, seeded by C{seed}).
+    """
+
+    name: str
+    router: str
+    queue: str
+    prefetch: int
+    ack_delay: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Send:
+    """
+    At C{at}, producer C{producer} sends C{count} messages to C{address}.
+
+    @ivar duplicate_ids: each carries a duplicate id; one that fails with
+        the session (outcome unknown) is sent again with the same id.
+    @ivar resend: with duplicate ids, each is sent a second time with the
+        same id right after its confirmation (a retry whose first answer
+        was lost): it must be confirmed with the first message's id.
+    """
+
+    at: float
+    producer: str
+    address: str
+    count: int
+    persistent: bool
+    duplicate_ids: bool
+    resend: bool
+
+
+@dataclass(frozen=True)
+class Fault:
+    """
+    At C{at}, fault C{kind} hits C{target} (router names, a client name,
+    or for C{store-failure} the router and the store call) for C{duration}
+    seconds; C{value} is the delay of a slow link, or for C{client-flap}
+    the time between the two cuts (its connection is 0.2 s slow
+    meanwhile).
+    """
+
+    at: float
+    kind: str
+    target: tuple
+    duration: float
+    value: float = 0.0
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """
+    One run: the mesh, its clients, the traffic and the faults.
+
+    @ivar connectors: C{(a, b)}: router C{a} has a connector to C{b}.
+    """
+
+    seed: int
+    routers: tuple
+    connectors: tuple
+    producers: tuple
+    consumers: tuple
+    sends: tuple
+    faults: tuple
+    keepalive_ms: int = 200
+    reroute_delay_ms: int = 1000
+    client_keep_alive_ms: int = 3000
+    max_transient_backlog: int = 10
+    max_backlog: int = 100_000
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Schedule":
+        data = json.loads(text)
+        data["routers"] = tuple(data["routers"])
+        data["connectors"] = tuple(tuple(pair) for pair in data["connectors"])
+        data["producers"] = tuple(Producer(**p) for p in data["producers"])
+        data["consumers"] = tuple(Consumer(**c) for c in data["consumers"])
+        data["sends"] = tuple(Send(**s) for s in data["sends"])
+        data["faults"] = tuple(Fault(**{**f, "target": tuple(f["target"])})
+                               for f in data["faults"])
+        return cls(**data)
+
+    def describe(self) -> str:
+        """
+        A few lines for people: the mesh, then traffic and faults in time
+        order.
+        """
+        lines = [f"seed {self.seed}: routers {', '.join(self.routers)}; links "
+                 + ", ".join(f"{a}->{b}" for a, b in self.connectors)]
+        lines += [f"  producer {p.name} at {p.router} (window {p.window})"
+                  for p in self.producers]
+        lines += [f"  consumer {c.name} at {c.router} on {c.queue} (prefetch {c.prefetch}, "
+                  f"ack within {c.ack_delay:.2f}s)" for c in self.consumers]
+        timeline = [(s.at, f"send {s.count} {'persistent' if s.persistent else 'non-persistent'}"
+                     f"{' with duplicate ids' if s.duplicate_ids else ''}"
+                     f"{' resent' if s.resend else ''} {s.producer} -> {s.address}")
+                    for s in self.sends]
+        timeline += [(f.at, f"{f.kind} {'/'.join(map(str, f.target))} for {f.duration:.2f}s"
+                      + (f" (delay {f.value:.2f}s)" if f.kind == "slow-link" else "")
+                      + (f" (cut again {f.value:.2f}s after)" if f.kind == "client-flap"
+                         else ""))
+                     for f in self.faults]
+        lines += [f"  t={at:6.2f} {what}" for at, what in sorted(timeline)]
+        return "\n".join(lines)
+
+
+def _topology(rng: random.Random, count: int) -> tuple:
+    """
+    A random connected graph: a random spanning tree plus a few extra
+    edges, each with one connector in a random direction.
+    """
+    names = [f"r{i}" for i in range(count)]
+    edges = set()
+    for i in range(1, count):
+        edges.add((names[rng.randrange(i)], names[i]))
+    for _ in range(rng.randrange(count)):
+        a, b = rng.sample(names, 2)
+        if (a, b) not in edges and (b, a) not in edges:
+            edges.add((a, b))
+    return tuple(names), tuple(sorted((a, b) if rng.random() < 0.5 else (b, a)
+                                      for a, b in sorted(edges)))
+
+
+def _fault(rng: random.Random, at: float, routers: tuple, connectors: tuple,
+           clients: tuple, client_keep_alive_s: float) -> Fault:
+    kind = rng.choices(list(FAULT_WEIGHTS), weights=list(FAULT_WEIGHTS.values()))[0]
+    duration = round(rng.uniform(0.3, 8.0), 2)
+    if kind in ("link-cut", "link-reset", "slow-link"):
+        target = rng.choice(connectors)
+        delay = round(rng.uniform(0.02, 0.6), 2) if kind == "slow-link" else 0.0
+        return Fault(at, kind, target, 0.0 if kind == "link-reset" else duration, delay)
+    if kind == "partition":
+        group = tuple(sorted(rng.sample(routers, rng.randrange(1, len(routers)))))
+        return Fault(at, kind, group, duration)
+    if kind == "store-failure":
+        return Fault(at, kind, (rng.choice(routers), rng.choice(STORE_CALLS)), 0.0)
+    if kind == "client-flap":
+        # Each cut outlives the disconnected session; the second comes
+        # while the reconnection's Open and re-subscriptions are in flight.
+        return Fault(at, kind, (rng.choice(clients),),
+                     round(rng.uniform(1.3, 2.0) * client_keep_alive_s, 2),
+                     round(rng.uniform(0.3, 1.0), 2))
+    if kind in ("client-cut", "client-silent"):
+        # Shorter or longer than the router keeps a disconnected session.
+        factor = rng.choice([rng.uniform(0.1, 0.7), rng.uniform(1.3, 2.5)])
+        return Fault(at, kind, (rng.choice(clients),), round(factor * client_keep_alive_s, 2))
+    return Fault(at, kind, (rng.choice(routers),), duration)
+
+
+def generate(seed: int) -> Schedule:
+    """
+    The schedule of C{seed}: 3 to 8 routers, 1 to 3 producers, a consumer
+    or two per destination queue, 3 to 10 bursts of sends (and sometimes
+    a flood of non-persistent ones when a link stalls) and 1 to 8 faults.
+    """
+    rng = random.Random(seed)
+    routers, connectors = _topology(rng, rng.randint(3, 8))
+    destinations = sorted({(rng.choice(routers), rng.choice(["q", "orders"]))
+                           for _ in range(rng.randint(1, 3))})
+    consumers = []
+    for router, queue in destinations:
+        for _ in range(rng.choice([1, 1, 2])):
+            consumers.append(Consumer(f"c{len(consumers)}", router, queue,
+                                      rng.choice([1, 3, 10, 50]),
+                                      round(rng.choice([0.0, 0.05, 0.5, 2.0]), 2),
+                                      rng.randrange(1 << 30)))
+    producers = tuple(Producer(f"p{i}", rng.choice(routers), rng.choice([-1, 1 << 20]))
+                      for i in range(rng.randint(1, 3)))
+    sends = []
+    for _ in range(rng.randint(3, 10)):
+        router, queue = rng.choice(destinations)
+        persistent = rng.random() < 0.75
+        duplicate_ids = rng.random() < 0.5
+        count = rng.randint(1, 40) if rng.random() < 0.9 else rng.randint(100, 400)
+        sends.append(Send(round(rng.uniform(0, FAULT_PHASE_S - 5), 2),
+                          rng.choice(producers).name, f"{queue}@{router}", count,
+                          persistent, duplicate_ids, duplicate_ids and rng.random() < 0.3))
+    clients = tuple(p.name for p in producers) + tuple(c.name for c in consumers)
+    schedule = Schedule(seed, routers, connectors, producers, tuple(consumers),
+                        tuple(sorted(sends, key=lambda s: s.at)), ())
+    faults = [_fault(rng, round(rng.uniform(0, FAULT_PHASE_S - 3), 2), routers, connectors,
+                     clients, schedule.client_keep_alive_ms / 1000)
+              for _ in range(rng.randint(1, 8))]
+    max_backlog = rng.choice([100_000, 100_000, 100_000, 60])
+    # Floods of non-persistent messages just after a link or a router
+    # stalls: what a stalled next hop may cost in memory.
+    for fault in faults:
+        if fault.kind in ("freeze", "link-cut") and rng.random() < 0.3:
+            router, queue = rng.choice(destinations)
+            sends.append(Send(round(fault.at + 0.1, 2), rng.choice(producers).name,
+                              f"{queue}@{router}", rng.randint(150, 400), False, False, False))
+    return Schedule(seed, routers, connectors, producers, tuple(consumers),
+                    tuple(sorted(sends, key=lambda s: s.at)),
+                    tuple(sorted(faults, key=lambda f: f.at)), max_backlog=max_backlog)
