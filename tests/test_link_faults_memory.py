@@ -185,6 +185,7 @@ def test_message_bounced_back_before_its_ack_is_kept(mesh):
     assert mesh.routers["router-b"].describe_routes()["router-d"]["next_hop"] == "router-a"
     a_b = connection(mesh, "router-a", "router-b")
     a_b.server_io.bufferReceived(a_b.client_io.getOutBuffer())  # M reaches b
+    mesh.clock.advance(0)  # the end of b's reactor turn: it acknowledges and forwards
     answer = a_b.server_io.getOutBuffer()
     carried = [type(f) for f in FrameDecoder().feed(answer) if type(f) in (Ack, Transfer)]
     assert carried == [Ack, Transfer]  # b acknowledges M before it sends M back
@@ -308,8 +309,37 @@ def test_message_bounced_back_through_another_router_is_kept(mesh):
     connection(mesh, "router-c", "router-d").reset_from("router-d")
     m_b = connection(mesh, "router-m", "router-b")
     m_b.pump(held=False)  # b (the connector) gets M, still routing d through c
+    mesh.clock.advance(0)  # the end of b's reactor turn: it acknowledges and forwards
     assert mesh.routers["router-b"].store.outbox_peers() == ["router-c"]
     m_b.reset_from("router-b")  # b's Ack of M is lost with the link
     mesh.run(5)
     assert_confirmed(sent)
     assert consumer.bodies == [b"0"]
+
+
+def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
+    """
+    Acknowledging a forwarded message before forwarding it (scenario 3)
+    must not cost one Ack, and so one outbox deletion at the sender, per
+    message: the transfers that arrive together are acknowledged together,
+    as those for a local queue are.
+    """
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b", connect_to=["router-c"])
+    mesh.add("router-c")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-c"], "q")
+    store = mesh.routers["router-a"].store
+    acknowledged = []
+    record = store.acknowledge
+
+    def counting(peer, up_to_seq):
+        acknowledged.append(up_to_seq)
+        return record(peer, up_to_seq)
+
+    store.acknowledge = counting
+    sent = send(mesh, "router-a", "q@router-c", 500)
+    mesh.run(1)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"%d" % i for i in range(500)]
+    assert len(acknowledged) < 10, acknowledged
