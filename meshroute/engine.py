@@ -581,7 +581,7 @@ class MessageEngine:
         """
         self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
                           origin=message.origin, hops=message.hops, reason=reason,
-                          dest=f"{message.dest_queue}@{message.dest_router}")
+                          dest=_address(message))
         self.queues.notify(DEAD_LETTER_QUEUE)
 
     def _emit_enqueued(self, message: Message) -> None:
