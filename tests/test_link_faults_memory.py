@@ -89,6 +89,42 @@ def test_restart_with_empty_data_dir_gets_the_peers_unacknowledged_replay(mesh):
     assert consumer.bodies == [b"%d" % i for i in range(40, 100)]
 
 
+def test_restart_from_an_older_copy_of_the_data_dir_loses_nothing_sent_by_it(mesh):
+    """
+    Scenario 1's other half: a router started on an older copy of its own
+    store (a restored backup; later, an HA promotion of a lagging replica)
+    has the same store id, and would number its transfers from the copy's
+    stale next sequence, at or below what its peer already received from
+    it.  The peer's recovery point is about this store, so it tells the
+    router where to number from: above it, never into it.
+    """
+    mesh.add("router-a")
+    mesh.add("router-b", connect_to=["router-a"])
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-a"], "q")
+    assert_confirmed(send(mesh, "router-b", "q@router-a", 20))
+    mesh.run(1)
+    config = mesh.routers["router-b"].config
+    mesh.stop("router-b")
+    backup = f"{config.data_dir}.backup"
+    shutil.copytree(config.data_dir, backup)
+    mesh.start(config)
+    mesh.run(2)
+    assert_confirmed(send(mesh, "router-b", "q@router-a", 30, start=20))
+    mesh.run(1)
+    assert len(consumer.bodies) == 50
+    mesh.crash("router-b")
+    shutil.rmtree(config.data_dir)
+    shutil.copytree(backup, config.data_dir)
+    mesh.start(config)
+    mesh.run(2)
+    assert mesh.stages("router-a").get("router-b") == "delivery"
+    sent = send(mesh, "router-b", "q@router-a", 30, start=50)
+    mesh.run(2)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"%d" % i for i in range(80)]
+
+
 def take_store_failures(observe_errors) -> list:
     return observe_errors.take(lambda e: "closing the link" in e.get("log_format", ""))
 
