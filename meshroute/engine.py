@@ -812,12 +812,22 @@ class PeerChannel:
             self._durable_seq = seq
         if onward is not None:
             self._onward.add(onward)
-        if self._ack_call is None and not self._closed:
+        if self._closed:
+            # Durable after the link closed (its write was queued before):
+            # no acknowledgement any more, but it moves on all the same.
+            self._forward()
+        elif self._ack_call is None:
             self._ack_call = self._clock.callLater(0, self._turn_ended)
 
     def _turn_ended(self) -> None:
         self._ack_call = None
         self.send_ack()
+        self._forward()
+
+    def _forward(self) -> None:
+        """
+        Pump towards the destinations of the durable transfers to forward.
+        """
         onward, self._onward = self._onward, set()
         for router in onward:
             self._engine._pump_towards(router)
@@ -849,6 +859,8 @@ class PeerChannel:
         self._closed = True
         if self._ack_call is not None and self._ack_call.active():
             self._ack_call.cancel()
+        self._ack_call = None
+        self._forward()
 
     def _failed(self, failure, doing: str) -> None:
         """

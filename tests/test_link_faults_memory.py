@@ -8,6 +8,8 @@ Each test is a scenario of issue 8, on the in-memory mesh (one clock).
 
 import shutil
 
+from twisted.internet.defer import Deferred
+
 import pytest
 
 from meshroute.wire.codec import FrameDecoder
@@ -379,3 +381,35 @@ def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
     assert_confirmed(sent)
     assert consumer.bodies == [b"%d" % i for i in range(500)]
     assert len(acknowledged) < 10, acknowledged
+
+
+def test_transfer_durable_after_its_link_closed_is_still_forwarded(mesh):
+    """
+    With the threaded store a transfer may become durable after its link
+    closed (the write was queued before the close): it must still be
+    forwarded, even though no acknowledgement goes out for it any more.
+    """
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b", connect_to=["router-c"])
+    mesh.add("router-c")
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-c"], "q")
+    store = mesh.routers["router-b"].store
+    held = []
+    receive = store.receive
+
+    def later(*args):
+        d = Deferred()
+        held.append(lambda: receive(*args).chainDeferred(d))
+        return d
+
+    store.receive = later
+    assert_confirmed(send(mesh, "router-a", "q@router-c", 1))
+    mesh.network.flush()
+    assert len(held) == 1  # M reached b; its write waits in b's store queue
+    mesh.partition("router-a")
+    connection(mesh, "router-a", "router-b").reset_from("router-a")
+    store.receive = receive
+    held.pop()()
+    mesh.run(5)
+    assert consumer.bodies == [b"0"]
