@@ -15,7 +15,7 @@ import pytest
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
 from memory_mesh import MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, events_of, send
+from test_messaging_memory import Consumer, assert_confirmed, events_of, line, send
 
 
 @pytest.fixture
@@ -362,10 +362,7 @@ def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
     message: the transfers that arrive together are acknowledged together,
     as those for a local queue are.
     """
-    mesh.add("router-a", connect_to=["router-b"])
-    mesh.add("router-b", connect_to=["router-c"])
-    mesh.add("router-c")
-    mesh.run(1)
+    line(mesh)
     consumer = Consumer(mesh.routers["router-c"], "q")
     store = mesh.routers["router-a"].store
     acknowledged = []
@@ -389,10 +386,7 @@ def test_transfer_durable_after_its_link_closed_is_still_forwarded(mesh):
     closed (the write was queued before the close): it must still be
     forwarded, even though no acknowledgement goes out for it any more.
     """
-    mesh.add("router-a", connect_to=["router-b"])
-    mesh.add("router-b", connect_to=["router-c"])
-    mesh.add("router-c")
-    mesh.run(1)
+    line(mesh)
     consumer = Consumer(mesh.routers["router-c"], "q")
     store = mesh.routers["router-b"].store
     held = []
