@@ -501,6 +501,15 @@ class MessageEngine:
                     channel.pump()
         return count
 
+    def acknowledge_due(self) -> None:
+        """
+        Every link sends now the acknowledgement it would send at the end
+        of this reactor turn: a transfer about to be sent may carry a
+        message one of them acknowledges.
+        """
+        for channel in self._channels.values():
+            channel.send_ack()
+
     def _next_channel(self, router: str) -> "PeerChannel | None":
         hop = self.routes.next_hop(router)
         return self._channels.get(hop) if hop is not None else None
@@ -629,7 +638,7 @@ class MessageEngine:
         """
         self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
                           origin=message.origin, hops=message.hops, reason=reason,
-                          dest=f"{message.dest_queue}@{message.dest_router}")
+                          dest=_address(message))
         self.queues.notify(DEAD_LETTER_QUEUE)
 
     def _emit_enqueued(self, message: Message) -> None:
@@ -691,6 +700,9 @@ class PeerChannel:
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
+        # Destinations of durable transfers to forward at the end of the
+        # reactor turn, after their acknowledgement.
+        self._onward: set[str] = set()
 
     # -- sending ------------------------------------------------------------
 
@@ -765,6 +777,8 @@ class PeerChannel:
         """
         if self._closed:
             return
+        if start < len(assigned):
+            self._engine.acknowledge_due()
         for index in range(start, len(assigned)):
             seq, message = assigned[index]
             frame = _transfer(seq, message)
@@ -841,25 +855,44 @@ class PeerChannel:
 
     def _durable(self, onward: str | None, seq: int) -> None:
         """
-        Transfer C{seq} is durable here.  Acknowledgements are cumulative
-        and sent once per reactor turn, except for a message we forward
-        (C{onward}: its destination): that one is acknowledged at once,
-        before the pump that may forward it, so that the peer never sees
-        our onward transfer of a message (which may come back to it when
-        routes change) before our acknowledgement of it.
+        Transfer C{seq} is durable here: at the end of this reactor turn,
+        acknowledge it with the others of the turn (acknowledgements are
+        cumulative), then forward it if it is not for us (C{onward}: its
+        destination).
+
+        The peer never sees our onward transfer of a message (which may
+        come back to it when routes change) before our acknowledgement of
+        it: besides, every link sends its due acknowledgement before it
+        sends a transfer (L{MessageEngine.acknowledge_due}).
         """
         if seq > self._durable_seq:
             self._durable_seq = seq
         if onward is not None:
-            self._send_ack()
-            self._engine._pump_towards(onward)
-        elif self._ack_call is None and not self._closed:
-            self._ack_call = self._clock.callLater(0, self._send_ack)
+            self._onward.add(onward)
+        if self._closed:
+            # Durable after the link closed (its write was queued before):
+            # no acknowledgement any more, but it moves on all the same.
+            self._forward()
+        elif self._ack_call is None:
+            self._ack_call = self._clock.callLater(0, self._turn_ended)
 
-    def _send_ack(self) -> None:
-        if self._ack_call is not None and self._ack_call.active():
-            self._ack_call.cancel()
+    def _turn_ended(self) -> None:
         self._ack_call = None
+        self.send_ack()
+        self._forward()
+
+    def _forward(self) -> None:
+        """
+        Pump towards the destinations of the durable transfers to forward.
+        """
+        onward, self._onward = self._onward, set()
+        for router in onward:
+            self._engine._pump_towards(router)
+
+    def send_ack(self) -> None:
+        """
+        Acknowledge what is durable and not acknowledged yet, if anything.
+        """
         if self._durable_seq > self._acked_seq and not self._closed:
             self._acked_seq = self._durable_seq
             self.send(Ack(self._durable_seq))
@@ -883,6 +916,8 @@ class PeerChannel:
         self._closed = True
         if self._ack_call is not None and self._ack_call.active():
             self._ack_call.cancel()
+        self._ack_call = None
+        self._forward()
 
     def _failed(self, failure, doing: str) -> None:
         """

@@ -139,7 +139,10 @@ class IMessageStore(Interface):
     def acknowledge(peer, up_to_seq):
         """
         C{peer} durably holds everything up to C{up_to_seq}: drop those
-        messages from its outbox.
+        messages from its outbox, and number every later transfer to it
+        above C{up_to_seq} (an older copy of this store, such as a
+        restored backup, would otherwise number at or below it again, and
+        the peer would discard those transfers as already received).
 
         @return: Deferred firing with the number of messages dropped.
         """

@@ -8,12 +8,14 @@ Each test is a scenario of issue 8, on the in-memory mesh (one clock).
 
 import shutil
 
+from twisted.internet.defer import Deferred
+
 import pytest
 
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
 from memory_mesh import MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, events_of, send
+from test_messaging_memory import Consumer, assert_confirmed, events_of, line, send
 
 
 @pytest.fixture
@@ -87,6 +89,42 @@ def test_restart_with_empty_data_dir_gets_the_peers_unacknowledged_replay(mesh):
     mesh.run(2)
     assert_confirmed(sent)
     assert consumer.bodies == [b"%d" % i for i in range(40, 100)]
+
+
+def test_restart_from_an_older_copy_of_the_data_dir_loses_nothing_sent_by_it(mesh):
+    """
+    Scenario 1's other half: a router started on an older copy of its own
+    store (a restored backup; later, an HA promotion of a lagging replica)
+    has the same store id, and would number its transfers from the copy's
+    stale next sequence, at or below what its peer already received from
+    it.  The peer's recovery point is about this store, so it tells the
+    router where to number from: above it, never into it.
+    """
+    mesh.add("router-a")
+    mesh.add("router-b", connect_to=["router-a"])
+    mesh.run(1)
+    consumer = Consumer(mesh.routers["router-a"], "q")
+    assert_confirmed(send(mesh, "router-b", "q@router-a", 20))
+    mesh.run(1)
+    config = mesh.routers["router-b"].config
+    mesh.stop("router-b")
+    backup = f"{config.data_dir}.backup"
+    shutil.copytree(config.data_dir, backup)
+    mesh.start(config)
+    mesh.run(2)
+    assert_confirmed(send(mesh, "router-b", "q@router-a", 30, start=20))
+    mesh.run(1)
+    assert len(consumer.bodies) == 50
+    mesh.crash("router-b")
+    shutil.rmtree(config.data_dir)
+    shutil.copytree(backup, config.data_dir)
+    mesh.start(config)
+    mesh.run(2)
+    assert mesh.stages("router-a").get("router-b") == "delivery"
+    sent = send(mesh, "router-b", "q@router-a", 30, start=50)
+    mesh.run(2)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"%d" % i for i in range(80)]
 
 
 def take_store_failures(observe_errors) -> list:
@@ -185,6 +223,7 @@ def test_message_bounced_back_before_its_ack_is_kept(mesh):
     assert mesh.routers["router-b"].describe_routes()["router-d"]["next_hop"] == "router-a"
     a_b = connection(mesh, "router-a", "router-b")
     a_b.server_io.bufferReceived(a_b.client_io.getOutBuffer())  # M reaches b
+    mesh.clock.advance(0)  # the end of b's reactor turn: it acknowledges and forwards
     answer = a_b.server_io.getOutBuffer()
     carried = [type(f) for f in FrameDecoder().feed(answer) if type(f) in (Ack, Transfer)]
     assert carried == [Ack, Transfer]  # b acknowledges M before it sends M back
@@ -308,8 +347,63 @@ def test_message_bounced_back_through_another_router_is_kept(mesh):
     connection(mesh, "router-c", "router-d").reset_from("router-d")
     m_b = connection(mesh, "router-m", "router-b")
     m_b.pump(held=False)  # b (the connector) gets M, still routing d through c
+    mesh.clock.advance(0)  # the end of b's reactor turn: it acknowledges and forwards
     assert mesh.routers["router-b"].store.outbox_peers() == ["router-c"]
     m_b.reset_from("router-b")  # b's Ack of M is lost with the link
     mesh.run(5)
     assert_confirmed(sent)
+    assert consumer.bodies == [b"0"]
+
+
+def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
+    """
+    Acknowledging a forwarded message before forwarding it (scenario 3)
+    must not cost one Ack, and so one outbox deletion at the sender, per
+    message: the transfers that arrive together are acknowledged together,
+    as those for a local queue are.
+    """
+    line(mesh)
+    consumer = Consumer(mesh.routers["router-c"], "q")
+    store = mesh.routers["router-a"].store
+    acknowledged = []
+    record = store.acknowledge
+
+    def counting(peer, up_to_seq):
+        acknowledged.append(up_to_seq)
+        return record(peer, up_to_seq)
+
+    store.acknowledge = counting
+    sent = send(mesh, "router-a", "q@router-c", 500)
+    mesh.run(1)
+    assert_confirmed(sent)
+    assert consumer.bodies == [b"%d" % i for i in range(500)]
+    assert len(acknowledged) < 10, acknowledged
+
+
+def test_transfer_durable_after_its_link_closed_is_still_forwarded(mesh):
+    """
+    With the threaded store a transfer may become durable after its link
+    closed (the write was queued before the close): it must still be
+    forwarded, even though no acknowledgement goes out for it any more.
+    """
+    line(mesh)
+    consumer = Consumer(mesh.routers["router-c"], "q")
+    store = mesh.routers["router-b"].store
+    held = []
+    receive = store.receive
+
+    def later(*args):
+        d = Deferred()
+        held.append(lambda: receive(*args).chainDeferred(d))
+        return d
+
+    store.receive = later
+    assert_confirmed(send(mesh, "router-a", "q@router-c", 1))
+    mesh.network.flush()
+    assert len(held) == 1  # M reached b; its write waits in b's store queue
+    mesh.partition("router-a")
+    connection(mesh, "router-a", "router-b").reset_from("router-a")
+    store.receive = receive
+    held.pop()()
+    mesh.run(5)
     assert consumer.bodies == [b"0"]

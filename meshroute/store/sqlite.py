@@ -254,6 +254,10 @@ _SELECT_OUTBOX = (
 _ACKNOWLEDGE = (
     "DELETE FROM messages WHERE state = 'outbox' AND peer = ? AND seq <= ? RETURNING dest_router"
 )
+# The peer holds our transfers up to ?2 (from this store): never number one
+# at or below it again.  Only an older copy of this store (a restored
+# backup) has its next_seq there; otherwise nothing is written.
+_NUMBER_ABOVE = "UPDATE links SET next_seq = ?2 + 1 WHERE peer = ?1 AND next_seq <= ?2"
 _RETURN_OUTBOX = (
     "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL "
     "WHERE state = 'outbox' AND peer = ? RETURNING dest_router"
@@ -1053,9 +1057,10 @@ def _outbox(connection, peer: str, after_seq: int) -> list:
     return [(r[0], _message(r)) for r in connection.execute(_SELECT_OUTBOX, (peer, after_seq))]
 
 
-@_atomic
 def _acknowledge(connection, peer: str, up_to_seq: int) -> dict:
-    return _by_key(connection.execute(_ACKNOWLEDGE, (peer, up_to_seq)).fetchall())
+    execute = connection.execute
+    execute(_NUMBER_ABOVE, (peer, up_to_seq))
+    return _by_key(execute(_ACKNOWLEDGE, (peer, up_to_seq)).fetchall())
 
 
 def _by_key(rows) -> dict:
