@@ -532,9 +532,9 @@ class MessageEngine:
 
         @param previous: see L{IMessageStore.receive}.
         @return: Deferred firing when it is durable (or known duplicate),
-            with the destination router to forward it to, or None: the
-            caller acknowledges it before it forwards it (see
-            L{PeerChannel._durable}).
+            with the destination routers whose backlog it added to (empty
+            when there is nothing to forward): the caller acknowledges it
+            before it forwards them (see L{PeerChannel._durable}).
         """
         local = message.dest_router == self.name
         dead = not local and message.hops >= self._max_hops
@@ -552,7 +552,7 @@ class MessageEngine:
         return d
 
     def _stored(self, result: str, peer: str, message: Message, stored: Message,
-                local: bool, dead: bool) -> str | None:
+                local: bool, dead: bool) -> tuple:
         if result == "duplicate-id":
             self._events.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
                               origin=message.origin)
@@ -560,7 +560,9 @@ class MessageEngine:
             log.info("message {msg_id} came back from {peer} while our copy awaited its "
                      "acknowledgement: the returned copy is kept", msg_id=message.msg_id,
                      peer=peer)
-            return message.dest_router
+            # Ours went back to the backlog, with what followed it in its
+            # outbox (possibly for other destinations).
+            return tuple(self._store.backlog_depths())
         elif result == "stored":
             if dead:
                 self.dead_lettered(message, "max-hops")
@@ -568,8 +570,8 @@ class MessageEngine:
                 self._emit_enqueued(message)
                 self.queues.notify(message.dest_queue)
             else:
-                return message.dest_router
-        return None
+                return (message.dest_router,)
+        return ()
 
     def arrived_transient(self, message: Message) -> None:
         self._route_transient(message)
@@ -853,12 +855,12 @@ class PeerChannel:
         d.addCallback(self._durable, frame.seq)
         d.addErrback(self._failed, "storing a message")
 
-    def _durable(self, onward: str | None, seq: int) -> None:
+    def _durable(self, onward: tuple, seq: int) -> None:
         """
         Transfer C{seq} is durable here: at the end of this reactor turn,
         acknowledge it with the others of the turn (acknowledgements are
-        cumulative), then forward it if it is not for us (C{onward}: its
-        destination).
+        cumulative), then forward what it added to the backlog (C{onward}:
+        the destinations).
 
         The peer never sees our onward transfer of a message (which may
         come back to it when routes change) before our acknowledgement of
@@ -867,8 +869,7 @@ class PeerChannel:
         """
         if seq > self._durable_seq:
             self._durable_seq = seq
-        if onward is not None:
-            self._onward.add(onward)
+        self._onward.update(onward)
         if self._closed:
             # Durable after the link closed (its write was queued before):
             # no acknowledgement any more, but it moves on all the same.

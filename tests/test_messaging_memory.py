@@ -243,7 +243,7 @@ def test_window_bounds_what_is_in_flight(mesh, monkeypatch):
     import memory_mesh
     from meshroute.engine import WINDOW
 
-    monkeypatch.setattr(memory_mesh, "BUFFER_SIZE", 2**20)
+    monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**20)
 
     mesh.add("router-a", connect_to=["router-b"])
     mesh.add("router-b")

@@ -901,3 +901,21 @@ async def test_receive_recalls_a_copy_waiting_in_an_outbox(store):
     assert (back.msg_id, back.hops) == ("m1", 2)
     assert await store.receive("peer-b", 2, msg(1), False) == "recalled"
     assert await store.receive("peer-b", 3, msg(1), False) == "duplicate-id"
+
+
+async def test_a_recall_takes_back_the_rest_of_that_outbox_too(store):
+    """
+    A copy of m2 comes back while m1..m4 wait in peer-c's outbox: m2 and
+    everything after it in that outbox go back to the backlog, in their
+    order, so the recovery that replays the outbox (m1 only) and then
+    takes the backlog cannot send m3 before m2.
+    """
+    for n in range(1, 5):
+        await store.accept(msg(n))
+    await store.assign("peer-c", ["router-c"], 4)
+    assert await store.receive("peer-a", 1, msg(2), False) == "recalled"
+    assert [m.msg_id for _, m in await store.outbox("peer-c", 0)] == ["m1"]
+    assert store.outbox_depths() == {"peer-c": {"router-c": 1}}
+    assert store.backlog_depths() == {"router-c": 3}
+    again = await store.assign("peer-c", ["router-c"], 5)
+    assert [m.msg_id for _, m in again] == ["m2", "m3", "m4"]

@@ -59,7 +59,10 @@ A copy of a message that arrives while this router's own copy waits in an
 outbox for its acknowledgement (the message came back: the router it was
 handed to forwarded it on before acknowledging it, and routes changed)
 is taken: the held copy goes back to the backlog (C{"recalled"}), so the
-acknowledgement that later deletes the outbox entry deletes nothing.
+acknowledgement that later deletes the outbox entry deletes nothing.  The
+messages after it in that outbox go back with it (keeping their entry
+ids, so their order): were they left there, the recovery of that link
+would replay them before the recalled one.
 
 C{enqueued_ids} records the id of every message enqueued here (accepted
 or received for a local queue, or dead-lettered), so that a copy arriving
@@ -231,8 +234,13 @@ _RECORD_PEER_STORE = (
 )
 # A copy of a message held in an outbox came back: take the held one back
 # to the backlog, with the returned copy's hop count.
-_IN_OUTBOX = "SELECT id, peer FROM messages WHERE msg_id = ? AND state = 'outbox'"
+_IN_OUTBOX = "SELECT id, peer, seq FROM messages WHERE msg_id = ? AND state = 'outbox'"
 _RECALL = "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL, hops = ? WHERE id = ?"
+# What follows a recalled message in its outbox goes back with it.
+_RETURN_OUTBOX_AFTER = (
+    "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL "
+    "WHERE state = 'outbox' AND peer = ? AND seq > ? RETURNING dest_router"
+)
 _SELECT_BACKLOG = (
     f"SELECT id, {_COLUMNS} FROM messages "
     "WHERE state = 'backlog' AND dest_router = ? ORDER BY id LIMIT ?"
@@ -548,9 +556,8 @@ class SQLiteStore:
         self, outcome, peer: str, seq: int, message: Message, local: bool
     ) -> str:
         if type(outcome) is tuple:
-            outcome, outbox_peer = outcome
-            self._left_outbox({message.dest_router: 1}, outbox_peer)
-            _count(None, self._backlog, message.dest_router, 1)
+            outcome, outbox_peer, returned = outcome
+            _add_counts(self._left_outbox(returned, outbox_peer), self._backlog, 1)
         if outcome != "duplicate-seq":
             self._received[peer] = seq
             if outcome == "stored":
@@ -997,7 +1004,10 @@ _receive_local.batch = _receive_local_batch
 def _receive_backlog(connection, peer: str, seq: int, previous: int, message: Message):
     """
     See L{SQLiteStore.receive}; a recalled message answers C{("recalled",
-    the peer whose outbox held it)}.
+    the peer whose outbox held it, {dest_router: messages that left that
+    outbox for the backlog})}: the recalled one and every one after it in
+    that outbox, so that a recovery replaying what is left of the outbox
+    cannot send them out of their order.
     """
     execute = connection.execute
     if not _new_seq(connection, peer, seq, previous):
@@ -1007,8 +1017,11 @@ def _receive_backlog(connection, peer: str, seq: int, previous: int, message: Me
     held = execute(_IN_OUTBOX, (message.msg_id,)).fetchone()
     if held is None:
         return "duplicate-id"
-    execute(_RECALL, (message.hops, held[0]))
-    return "recalled", held[1]
+    entry, outbox_peer, outbox_seq = held
+    execute(_RECALL, (message.hops, entry))
+    returned = _by_key(execute(_RETURN_OUTBOX_AFTER, (outbox_peer, outbox_seq)).fetchall())
+    returned[message.dest_router] = returned.get(message.dest_router, 0) + 1
+    return "recalled", outbox_peer, returned
 
 
 def _receive_backlog_batch(connection, calls: list) -> list:
