@@ -111,19 +111,20 @@ class LeaseCore:
 
     def begin(self, inputs: LeaseInputs, requested_at: float, granted_by: Iterable[str]) -> None:
         """
-        Start the lease from the election that won it.
+        Start the lease from the election that won it (the first round);
+        the next round goes out one interval from now.
         """
         for voter in granted_by:
             self.answered_at[voter] = requested_at
         self.reschedule(inputs)
-        self.beat(inputs)
+        self._tick = self.clock.callLater(self.heartbeat_interval, inputs.heartbeat_due)
 
     def beat(self, inputs: LeaseInputs) -> None:
         """
         Send a round of heartbeats and arm the next one.
         """
-        self.send_heartbeats(self.clock.seconds())
         self._tick = self.clock.callLater(self.heartbeat_interval, inputs.heartbeat_due)
+        self.send_heartbeats(self.clock.seconds())
 
     def answer(self, inputs: LeaseInputs, answer: HeartbeatAnswer) -> None:
         if not answer.accepted:
