@@ -87,6 +87,18 @@ def active_replicated(instance: Instance, epoch: int = 2) -> Instance:
     return instance
 
 
+def fall_silent(instance: Instance, timeout: float) -> None:
+    """
+    The peer is heard once, 1 s in, then never again: nothing happens
+    until C{timeout} after it was last heard.
+    """
+    instance.clock.advance(1.0)
+    instance.role.peer_heard()
+    instance.clock.advance(timeout - 0.5)
+    assert instance.take() == []
+    instance.clock.advance(0.5)
+
+
 # -- starting -----------------------------------------------------------------
 
 
@@ -141,11 +153,7 @@ def test_a_stale_instance_never_serves(instance):
 
 def test_an_in_sync_backup_takes_over_when_the_active_falls_silent(instance):
     in_sync_backup(instance)
-    instance.clock.advance(1.0)
-    instance.role.peer_heard()
-    instance.clock.advance(LEASE - 0.5)
-    assert instance.take() == []
-    instance.clock.advance(0.5)
+    fall_silent(instance, LEASE)
     assert instance.take() == [("request_votes", True)]
     instance.role.epoch_granted(3)
     assert instance.take() == [
@@ -180,11 +188,7 @@ def test_a_backup_handed_the_active_place_serves_replicated(instance):
 
 def test_an_active_that_loses_its_backup_holds_acks_until_it_may_run_alone(instance):
     active_replicated(instance)
-    instance.clock.advance(1.0)
-    instance.role.peer_heard()
-    instance.clock.advance(REPLICATION - 0.5)
-    assert instance.take() == []
-    instance.clock.advance(0.5)
+    fall_silent(instance, REPLICATION)
     assert instance.take() == [("hold_acknowledgements",), ("request_votes", True)]
     assert instance.core.state == ACTIVE_REPLICATED
     instance.role.epoch_granted(3)
