@@ -47,6 +47,14 @@ def test_strangers_and_the_active_itself_are_not_answers():
 # -- the machine, against voters ------------------------------------------------
 
 
+def frozen(active: "Active", seconds: float) -> None:
+    """
+    The process was stopped (SIGSTOP) for C{seconds}: time passed, and no
+    timer has run yet.
+    """
+    active.clock.rightNow += seconds
+
+
 class Active:
     """
     p, active in epoch 1 with voters b and w on one clock; heartbeats
@@ -63,6 +71,7 @@ class Active:
         self.rounds: list[float] = []
         self.lost: list[str] = []
         core = LeaseCore(self.clock, "p", VOTERS, INTERVAL, LEASE, self.send, self.lost.append)
+        self.core = core
         self.lease = hold_lease(core, requested_at=0.0, granted_by=["p", "b", "w"])
 
     def send(self, sent_at: float) -> None:
@@ -146,3 +155,18 @@ def test_a_released_lease_stops_its_timers_and_reports_nothing():
     active.lease.got_answer(HeartbeatAnswer("w", True, 0.0, 1))
     active.clock.advance(10 * LEASE)
     assert active.lost == [] and active.rounds == []
+
+
+def test_after_a_freeze_the_lease_is_gone_before_its_timer_runs():
+    """
+    Woken from SIGSTOP, the zombie may be handed a send before its
+    overdue expiry timer runs: asking the lease itself says no.
+    """
+    active = Active()
+    active.clock.advance(1.0)
+    assert active.core.holds()
+    active.reachable = set()
+    frozen(active, LEASE)
+    assert active.lost == [] and not active.core.holds()
+    active.clock.advance(0)
+    assert active.lost == [LEASE_EXPIRED]

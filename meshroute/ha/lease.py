@@ -22,7 +22,9 @@ when the election began.
 A voter that refuses a heartbeat because it knows a newer epoch fences
 the active at once: someone else holds (or is taking) its place.  When
 the lease runs out or is superseded, C{lost(reason)} is called once; the
-role (L{meshroute.ha.role}) then stops serving.  C{released} ends a
+role (L{meshroute.ha.role}) then stops serving.  Between the two, the
+active checks L{LeaseCore.holds} before each confirmation, since a
+timer can be late.  C{released} ends a
 lease the active gives up by itself (it hands over, or stops).
 """
 
@@ -51,6 +53,8 @@ def lease_expiry(
 
     @param answered_at: for each other voter, the send time of the newest
         heartbeat (or vote request) it accepted.
+    @param voters: the group's voters, C{instance} among them; a group
+        has at least two (the pair).
     @return: the moment the lease runs out: C{lease_timeout} after the
         send time of the heartbeat that, with the newer ones and the
         active's own voice, still makes a majority.
@@ -62,8 +66,6 @@ def lease_expiry(
     )
     if len(times) < needed:
         return None
-    if needed == 0:
-        return float("inf")
     return times[needed - 1] + lease_timeout
 
 
@@ -125,6 +127,17 @@ class LeaseCore:
         """
         self._tick = self.clock.callLater(self.heartbeat_interval, inputs.heartbeat_due)
         self.send_heartbeats(self.clock.seconds())
+
+    def holds(self) -> bool:
+        """
+        Whether the lease is held at this moment, by the clock.
+
+        The active asks this before it confirms anything: after a freeze
+        (SIGSTOP) the expiry timer is overdue, and the reactor may hand
+        it a client's send before it runs the timer.
+        """
+        until = lease_expiry(self.answered_at, self.voters, self.instance, self.lease_timeout)
+        return until is not None and self.clock.seconds() < until
 
     def answer(self, inputs: LeaseInputs, answer: HeartbeatAnswer) -> None:
         if not answer.accepted:

@@ -189,7 +189,6 @@ class HeartbeatAnswer:
     granted_epoch: int
 
 
-@dataclass
 class Voter:
     """
     One voter's rules for one group, over its durable record.
@@ -197,18 +196,21 @@ class Voter:
     @ivar record: the durable L{VoterRecord}; after every call the caller
         persists it before sending the answer.
     @ivar heard_at: when the voter last heard the instance it granted
-        (volatile); initialised to C{now}, so a restarted voter does not
-        grant away an active that may still be serving.
+        (volatile).
     """
 
-    name: str
-    lease_timeout: float
-    record: VoterRecord
-    now: float
-    heard_at: float | None = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.heard_at = self.now if self.record.granted_to is not None else None
+    def __init__(self, name: str, lease_timeout: float, record: VoterRecord, now: float) -> None:
+        """
+        @param record: the record as last persisted (L{VoterRecord()} for
+            a voter new to the group).
+        @param now: the time the voter (re)starts: it acts as if it had
+            just heard the instance it last granted, so that a restarted
+            voter never grants away an active that may still be serving.
+        """
+        self.name = name
+        self.lease_timeout = lease_timeout
+        self.record = record
+        self.heard_at: float | None = now if record.granted_to is not None else None
 
     def hears_active(self, now: float) -> bool:
         """
