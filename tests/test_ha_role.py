@@ -192,7 +192,8 @@ def test_an_active_that_loses_its_backup_holds_acks_until_it_may_run_alone(insta
     assert instance.take() == [("hold_acknowledgements",), ("request_votes", True)]
     assert instance.core.state == ACTIVE_REPLICATED
     instance.role.epoch_granted(3)
-    assert instance.take() == [("state_changed", ACTIVE_ALONE), ("release_acknowledgements",)]
+    assert instance.take() == [
+        ("state_changed", ACTIVE_ALONE), ("serve_in", 3), ("release_acknowledgements",)]
 
 
 def test_an_active_that_cannot_run_alone_fences_itself(instance):
@@ -215,7 +216,8 @@ def test_a_returning_peer_is_readmitted_with_a_new_epoch(instance):
     assert instance.core.state == ACTIVE_ALONE
     instance.role.peer_caught_up()
     instance.role.epoch_granted(4)
-    assert instance.take() == [("request_votes", False), ("state_changed", ACTIVE_REPLICATED)]
+    assert instance.take() == [
+        ("request_votes", False), ("state_changed", ACTIVE_REPLICATED), ("serve_in", 4)]
     assert instance.core.epoch == 4
 
 

@@ -108,6 +108,9 @@ class RoleActions(Protocol):
     def start_serving(self, epoch: int) -> None:
         "Become the router: connectors, client traffic, deliveries."
 
+    def serve_in(self, epoch: int) -> None:
+        "Go on serving, in the new epoch C{epoch}: tag everything with it."
+
     def stop_serving(self, reason: str) -> None:
         "Stop accepting and delivering at once."
 
@@ -329,6 +332,7 @@ def _build_role_machine():
     @isolating.upon(RoleInputs.epoch_granted).to(serving_alone)
     def alone(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
         core.activate(epoch, ACTIVE_ALONE)
+        core.actions.serve_in(epoch)
         core.actions.release_acknowledgements()
 
     @isolating.upon(RoleInputs.election_lost).to(fenced)
@@ -342,6 +346,7 @@ def _build_role_machine():
     @readmitting_peer.upon(RoleInputs.epoch_granted).to(serving_replicated)
     def replicated(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
         core.activate(epoch, ACTIVE_REPLICATED)
+        core.actions.serve_in(epoch)
         core.watch_peer(inputs, core.settings.replication_timeout_ms)
 
     @readmitting_peer.upon(RoleInputs.election_lost).to(serving_alone)
