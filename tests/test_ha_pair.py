@@ -31,7 +31,14 @@ from meshroute.ha.quorum import (
     VoterRecord,
     decide_start,
 )
-from meshroute.ha.role import ACTIVE_ALONE, ACTIVE_REPLICATED, BACKUP_IN_SYNC, start_role
+from meshroute.ha.role import (
+    ACTIVE_ALONE,
+    ACTIVE_REPLICATED,
+    BACKUP_IN_SYNC,
+    FENCED,
+    STARTING,
+    start_role,
+)
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
 
 REPLICATION = ReplicationSettings("tcp:0", "tcp:127.0.0.1:1", "secrets/mesh")
@@ -78,11 +85,17 @@ class Instance(Process):
     the router will one day provide, done here by hand.
     """
 
-    def __init__(self, net: "Net", name: str, role: str) -> None:
+    def __init__(self, net: "Net", name: str, role: str,
+                 record: VoterRecord = VoterRecord(), position: LogPosition = ORIGIN) -> None:
+        """
+        @param record: the voter's durable record and C{position} the
+            store's, as a restarted instance finds them.
+        """
         super().__init__(net, name)
+        self.clock.advance(net.now)
         self.is_primary = role == "primary"
-        self.voter = Voter(name, LEASE, VoterRecord(), 0.0)
-        self.position = ORIGIN
+        self.voter = Voter(name, LEASE, record, net.now)
+        self.position = position
         self.serving: int | None = None
         self.following = False
         self.in_sync = False
@@ -227,6 +240,16 @@ class Net:
         self.instances["p"] = Instance(self, "p", "primary")
         self.instances["b"] = Instance(self, "b", "backup")
 
+    def restart(self, name: str) -> Instance:
+        """
+        Start a killed instance again, with what it had stored.
+        """
+        old = self.instances[name]
+        assert not old.alive
+        role = "primary" if old.is_primary else "backup"
+        new = self.instances[name] = Instance(self, name, role, old.voter.record, old.position)
+        return new
+
     @property
     def processes(self) -> list[Process]:
         return [*self.instances.values(), self.witness]
@@ -326,4 +349,37 @@ def test_an_active_cut_off_from_everyone_fences_itself_before_the_backup_serves(
     p, b = net.instances["p"], net.instances["b"]
     net.cut |= {frozenset("pb"), frozenset("pw")}
     net.run_until(lambda: b.serving is not None, limit=FAILOVER_BOUND + 2)
-    assert p.serving is None and p.core.state == "fenced"
+    assert p.serving is None and p.core.state == FENCED
+
+
+def primary_ran_alone(net: Net) -> None:
+    """
+    Cut p from b until p runs alone in epoch 3, then kill both: p holds
+    changes confirmed in epoch 3 that b lacks.
+    """
+    p, b = net.instances["p"], net.instances["b"]
+    net.cut.add(frozenset("pb"))
+    net.run_until(lambda: p.core.state == ACTIVE_ALONE, limit=10)
+    net.run(1)
+    p.alive = b.alive = False
+    net.cut.clear()
+    net.run(10)
+
+
+def test_the_stale_backup_never_activates_after_the_primary_ran_alone(net):
+    primary_ran_alone(net)
+    b = net.restart("b")
+    net.run(60)
+    assert b.serving is None and b.core.state == STARTING
+
+
+@pytest.mark.parametrize("first", ["p", "b"])
+def test_both_restarted_in_either_order_the_newest_resumes(net, first):
+    primary_ran_alone(net)
+    net.restart(first)
+    net.run(5)
+    net.restart("b" if first == "p" else "p")
+    p, b = net.instances["p"], net.instances["b"]
+    net.run_until(lambda: p.core.state == ACTIVE_REPLICATED and b.core.state == BACKUP_IN_SYNC,
+                  limit=20)
+    assert [state for _, state in b.states if state.startswith("active")] == []
