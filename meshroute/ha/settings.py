@@ -1,0 +1,172 @@
+"""
+The HA settings of one instance, and the rules that make them usable.
+
+L{HASettings} is what C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]}
+will load into (docs/ha.md; the keys are the issue's, durations in
+milliseconds in attributes ending in C{_ms}, as in
+L{meshroute.config}).  C{meshroute.config} does not read these sections
+yet: a key accepted but doing nothing would be a lie to the operator.
+When it does, it converts the TOML values (types, durations, endpoints)
+and then calls L{errors} and L{warnings}, which judge the combination:
+an error names its dotted key and stops the router; a warning is printed
+by C{meshroute check-config} and logged at start.
+"""
+
+import re
+from dataclasses import dataclass
+
+from meshroute.ha.quorum import majority
+
+PRIMARY = "primary"
+BACKUP = "backup"
+ROLES = (PRIMARY, BACKUP)
+REPLICA_SYNCS = ("full", "normal")
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+@dataclass(frozen=True)
+class ReplicationSettings:
+    """
+    C{[ha.replication]}: how the two instances of a pair reach each other.
+
+    @ivar listener: this instance's replication listener (server endpoint).
+    @ivar peer: the other instance's replication listener (client
+        endpoint).
+    @ivar password_file: the shared secret, used with the same
+        challenge-response as routing links.
+    """
+
+    listener: str
+    peer: str
+    password_file: str
+
+
+@dataclass(frozen=True)
+class WitnessSettings:
+    """
+    One C{[[ha.witness]]}: another mesh router that votes for the group.
+
+    @ivar router: its router name.
+    @ivar endpoint: its routing listener (votes are not routing links).
+    """
+
+    router: str
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class HASettings:
+    """
+    C{[ha]}: one instance's part in a primary/backup pair.
+
+    Defaults are the issue's (and Artemis' where it has them).
+    """
+
+    role: str
+    group_name: str
+    replication: ReplicationSettings
+    witnesses: tuple[WitnessSettings, ...] = ()
+    heartbeat_interval_ms: int = 500
+    lease_timeout_ms: int = 3000
+    replication_timeout_ms: int = 5000
+    replica_sync: str = "full"
+    allow_failback: bool = True
+    restart_backup: bool = True
+    failover_on_shutdown: bool = True
+    initial_replication_sync_timeout_ms: int = 30000
+    max_saved_replicated_journals_size: int = 2
+
+    @property
+    def voters(self) -> int:
+        """
+        How many voters the group has: the pair and its witnesses.
+        """
+        return 2 + len(self.witnesses)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """
+    Something wrong with a combination of settings.
+
+    @ivar key: the dotted key to name (C{ha.lease-timeout},
+        C{ha.witness[2].router}).
+    """
+
+    key: str
+    message: str
+
+
+def errors(settings: HASettings, router_name: str) -> list[Problem]:
+    """
+    The settings that cannot work, each naming its key; empty when the
+    settings are usable.
+
+    @param router_name: C{router.name}, which a witness must not carry.
+    """
+    found: list[Problem] = []
+
+    def fail(key: str, message: str) -> None:
+        found.append(Problem(f"ha.{key}", message))
+
+    if settings.role not in ROLES:
+        fail("role", f'must be "primary" or "backup", got {settings.role!r}')
+    if not _NAME.fullmatch(settings.group_name):
+        fail("group-name", f"must match [A-Za-z0-9._-]{{1,64}}, got {settings.group_name!r}")
+    if settings.replica_sync not in REPLICA_SYNCS:
+        fail("replica-sync", f'must be "full" or "normal", got {settings.replica_sync!r}')
+    heartbeat = settings.heartbeat_interval_ms
+    if heartbeat < 1:
+        fail("heartbeat-interval", f"must be at least 1 ms, got {heartbeat} ms")
+    # Two heartbeats may be lost or late before the lease is in danger;
+    # with less, one slow round trip fences a healthy active.
+    for key, value in (("lease-timeout", settings.lease_timeout_ms),
+                       ("replication-timeout", settings.replication_timeout_ms)):
+        if value <= 2 * heartbeat:
+            fail(key, f"must exceed 2 × heartbeat-interval ({2 * heartbeat} ms), got {value} ms")
+    if settings.initial_replication_sync_timeout_ms < 1:
+        fail("initial-replication-sync-timeout", "must be at least 1 ms, got "
+             f"{settings.initial_replication_sync_timeout_ms} ms")
+    if settings.max_saved_replicated_journals_size < 0:
+        fail("max-saved-replicated-journals-size", "must not be negative, got "
+             f"{settings.max_saved_replicated_journals_size}")
+    seen: set[str] = set()
+    for index, witness in enumerate(settings.witnesses, start=1):
+        key = f"witness[{index}].router"
+        if witness.router == router_name:
+            fail(key, f"{witness.router!r} is this router: an instance of the pair "
+                      "cannot also be its witness")
+        elif witness.router in seen:
+            fail(key, f"{witness.router!r} is listed twice: each witness has one vote")
+        seen.add(witness.router)
+    return found
+
+
+def warnings(settings: HASettings) -> list[Problem]:
+    """
+    Settings that work but probably not as the operator hopes.
+    """
+    found: list[Problem] = []
+    if not settings.witnesses:
+        found.append(Problem(
+            "ha.witness",
+            "no witnesses: a majority of 2 voters is both instances, so neither can "
+            "take over from the other when it is lost (no automatic failover), and "
+            "the active stops when its peer is lost",
+        ))
+    elif settings.voters % 2 == 0:
+        found.append(Problem(
+            "ha.witness",
+            f"{settings.voters} voters need a majority of {majority(settings.voters)}, "
+            f"which tolerates no more lost voters than {settings.voters - 1} would: "
+            "add or remove a witness",
+        ))
+    if settings.replica_sync == "normal":
+        found.append(Problem(
+            "ha.replica-sync",
+            '"normal": the backup answers before it fsyncs, so a confirmed send is '
+            "lost if the active dies and the backup's host crashes before its disk "
+            "caught up",
+        ))
+    return found
