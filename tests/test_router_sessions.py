@@ -997,17 +997,24 @@ def test_duplicate_ids_last_exactly_the_window_and_are_pruned(tmp_path, clock):
         store.close()
 
 
-def test_accept_once_prunes_as_it_goes(tmp_path, clock):
+def test_accept_once_leaves_pruning_to_the_pruner(tmp_path, clock):
+    """
+    A send with a duplicate id writes its own row and nothing else: expired
+    rows are the pruner's (L{meshroute.store.pruning}), off the send path,
+    and an expired id counts as absent meanwhile.
+    """
     store = open_store(tmp_path / "s.db", clock, window_s=10)
     try:
         for n in range(5):
             outcome(store.accept_once(message(n), f"d-{n}"))
         clock.advance(11)
         outcome(store.accept_once(message(9), "d-9"))
+        assert outcome(store.accept_once(message(10), "d-0")) is None
         rows = outcome(store.executor.submit(
             lambda connection: [r[0] for r in connection.execute(
-                "SELECT duplicate_id FROM duplicate_ids")]))
-        assert rows == ["d-9"]
+                "SELECT duplicate_id FROM duplicate_ids ORDER BY id")]))
+        assert rows == ["d-1", "d-2", "d-3", "d-4", "d-9", "d-0"]
+        assert outcome(store.prune_duplicate_ids()) == 4
     finally:
         store.close()
 

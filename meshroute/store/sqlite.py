@@ -80,8 +80,9 @@ when: L{SQLiteStore.accept_once} accepts a message only if its duplicate
 id is not recorded within the last C{duplicate_id_window_s}, writing the
 row and the message in one transaction, and otherwise answers the first
 message's id.  Rows older than the window count as absent and are pruned
-(a prefix, as above, at most L{PRUNE_CHUNK} at a time) by every
-C{accept_once}, at L{open} and by L{SQLiteStore.prune_duplicate_ids}.
+(a prefix, as above, at most L{PRUNE_CHUNK} at a time) at L{open} and by
+L{SQLiteStore.prune_duplicate_ids}, which a running router calls on a
+timer: not on the send path.
 
 L{SQLiteStore.commit} is a client transaction's one store call: it
 accepts several messages (each as C{accept} or C{accept_once} would) and
@@ -904,13 +905,12 @@ def _accept_once(connection, message: Message, duplicate_id: str, local: bool, n
     savepoint, so a L{DuplicateMessage} undoes the duplicate id row too.
     """
     execute = connection.execute
-    execute(_PRUNE_DUPLICATES, (cutoff, PRUNE_CHUNK))
     row = execute(_FIND_DUPLICATE, (duplicate_id,)).fetchone()
     if row is not None:
         if row[2] >= cutoff:
             return row[1]
-        # Older than the window, and not pruned because a newer row comes
-        # first (the clock went back): it counts as absent.
+        # Older than the window and not pruned yet (the pruner runs on a
+        # timer, or the clock went back): it counts as absent.
         execute(_FORGET_DUPLICATE, (row[0],))
     execute(_RECORD_DUPLICATE, (duplicate_id, message.msg_id, now))
     if message.persistent:
