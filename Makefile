@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SOURCES := setup.cfg pyproject.toml $(shell find meshroute twisted -name '*.py' -o -name '*.sql' 2>/dev/null)
 
-.PHONY: lab test simulate install clean
+.PHONY: lab test run simulate install clean
 
 install: $(VENV)/.installed
 
@@ -18,7 +18,6 @@ $(VENV)/.installed: $(SOURCES)
 	touch $@
 
 # One router in the foreground: make run CONFIG=etc/router.toml
-.PHONY: run
 CONFIG ?= etc/router.toml
 run: install
 	$(VENV)/bin/twistd -n --pidfile= meshroute --config $(CONFIG)
