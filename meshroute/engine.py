@@ -29,8 +29,10 @@ Exactly once across links (docs/routing.md tells the whole story):
    outbox of a peer that is not its next hop, its newer messages stay in
    the backlog behind them (L{MessageEngine.assignable}).
 
-Flow control: at most L{WINDOW} unacknowledged messages per link; the rest
-wait in the store, not in memory, however large the backlog.  A link whose
+Flow control: at most L{WINDOW} unacknowledged messages per link, and at
+most L{WINDOW_BYTES} of their bodies (one message more when a single
+one is larger); the rest wait in the store, not in memory, however large
+the backlog.  A link whose
 transport is full (L{PeerChannel.pause}) takes no more messages until it
 drains: persistent ones wait in the store, non-persistent ones in the
 bounded waiting queue below.
@@ -68,6 +70,9 @@ log = Logger()
 
 #: Unacknowledged transfers allowed per link direction.
 WINDOW = 1024
+#: Bytes of message bodies allowed in those transfers: with large messages
+#: the window is full by size long before it is by count.
+WINDOW_BYTES = 16 * 1024 * 1024
 #: How many backlog messages one store call hands a link.
 ASSIGN_BATCH = 256
 #: Dead-letter reason of a message whose Transfer no link would take.
@@ -687,6 +692,7 @@ class PeerChannel:
         self._store = engine._store
         self._clock = engine._clock
         self._in_flight: dict[int, Message] = {}
+        self._in_flight_bytes = 0
         # No pump before recovered() has replayed the outbox: a message
         # taken from the backlog gets a higher sequence number than the
         # replayed ones, and a receiver that got it first would discard
@@ -732,7 +738,7 @@ class PeerChannel:
         held = frame.last_received if frame.peer_store_id == store.store_id else 0
         d.addCallback(lambda _: self._acknowledge(held))
         d.addCallback(lambda _: store.outbox(self.peer, held))
-        d.addCallback(self._send_assigned, None)
+        d.addCallback(self._send_assigned)
         d.addErrback(self._failed, "replaying the outbox")
 
     def _new_incarnation(self, previous_store: str, store_id: str) -> None:
@@ -752,24 +758,24 @@ class PeerChannel:
         if self._pumping or self._closed or self.paused:
             return
         room = WINDOW - len(self._in_flight)
-        if room <= 0:
+        byte_room = WINDOW_BYTES - self._in_flight_bytes
+        if room <= 0 or byte_room <= 0:
             return
         serving = self._engine.assignable(self.peer)
         depths = self._store.backlog_depths()
         if not any(depths.get(router) for router in serving):
             return
-        limit = min(room, ASSIGN_BATCH)
         self._pumping = True
-        d = self._store.assign(self.peer, serving, limit)
-        d.addCallback(self._send_assigned, limit)
+        d = self._store.assign(self.peer, serving, min(room, ASSIGN_BATCH), byte_room)
+        d.addCallback(self._send_assigned)
         d.addErrback(self._failed, "taking messages from the backlog")
 
-    def _send_assigned(self, assigned, limit) -> None:
-        self._send_from(assigned, 0, limit is None or len(assigned) == limit)
+    def _send_assigned(self, assigned) -> None:
+        self._send_from(assigned, 0)
 
-    def _send_from(self, assigned, start: int, more: bool) -> None:
+    def _send_from(self, assigned, start: int) -> None:
         """
-        Send C{assigned[start:]}, then pump if C{more} may wait.
+        Send C{assigned[start:]}, then pump: more may wait.
 
         A message whose Transfer no peer would take (it would be refused as
         a protocol error, and replayed on every reconnect) is
@@ -790,14 +796,14 @@ class PeerChannel:
                 d = self._store.dead_letter(message, TOO_LARGE)
                 d.addCallback(lambda _: self._engine.dead_lettered(message, TOO_LARGE))
                 d.addCallback(lambda _: self._engine.outbox_resolved(1, self.peer))
-                d.addCallback(lambda _: self._send_from(assigned, index + 1, more))
+                d.addCallback(lambda _: self._send_from(assigned, index + 1))
                 d.addErrback(self._failed, "dead-lettering a message too large for the link")
                 return
             self._in_flight[seq] = message
+            self._in_flight_bytes += len(message.body)
             self.send(frame)
         self._pumping = False
-        if more:
-            self.pump()
+        self.pump()
 
     def acknowledged(self, frame: Ack) -> None:
         """
@@ -805,7 +811,9 @@ class PeerChannel:
         """
         done = [seq for seq in self._in_flight if seq <= frame.seq]
         for seq in done:
-            self._engine.emit_forwarded(self.peer, self._in_flight.pop(seq))
+            message = self._in_flight.pop(seq)
+            self._in_flight_bytes -= len(message.body)
+            self._engine.emit_forwarded(self.peer, message)
         d = self._acknowledge(frame.seq)
         d.addErrback(self._failed, "recording an acknowledgement")
         self.pump()
@@ -911,6 +919,7 @@ class PeerChannel:
         """
         self._stop()
         self._in_flight.clear()
+        self._in_flight_bytes = 0
         self._engine.link_down(self.peer, self)
 
     def _stop(self) -> None:

@@ -119,11 +119,14 @@ class IMessageStore(Interface):
         @return: Deferred firing with None when durable.
         """
 
-    def assign(peer, dest_routers, limit):
+    def assign(peer, dest_routers, limit, max_bytes=None):
         """
         Move up to C{limit} backlog messages whose C{dest_router} is in
         C{dest_routers} into C{peer}'s outbox, oldest first, giving each
-        the next link sequence number for C{peer}.
+        the next link sequence number for C{peer}; with C{max_bytes}, stop
+        before the message whose body would take the bodies moved past it
+        (the first is moved whatever its size, so a large message is never
+        stuck).
 
         @return: Deferred firing with a list of C{(seq, message)}, in seq
             order.

@@ -220,3 +220,35 @@ def test_a_retried_send_to_a_router_forgotten_by_a_restart_gets_its_original_ans
     assert again == first
     [failure] = refused([engine.submit("q@router-b", b"1", {}, True, duplicate_id="d-1")])
     assert failure.check(UnknownRouter)
+
+
+def test_large_messages_to_a_frozen_next_hop_are_bounded_in_bytes(mesh, monkeypatch):
+    """
+    The window bounds what a link holds unacknowledged in bytes too: 40
+    messages of 1 MiB to a frozen peer leave at most WINDOW_BYTES of bodies
+    in flight (in memory; one message more at most: the first of a batch
+    always moves, so that no message is too large to move), the rest in
+    the store; all arrive once it thaws.
+    """
+    import memory_mesh
+    from meshroute.engine import WINDOW_BYTES
+
+    # A transport that never pushes back: the window alone must bound it.
+    monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**31)
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    mesh.partition("router-b")
+    body = b"x" * 2**20
+    sent = [mesh.routers["router-a"].engine.submit("q@router-b", body + b"%d" % n, {}, True)
+            for n in range(40)]
+    mesh.network.flush()
+    channel = mesh.routers["router-a"].engine._channels["router-b"]
+    in_flight = sum(len(m.body) for m in channel._in_flight.values())
+    assert WINDOW_BYTES - len(body) < in_flight <= WINDOW_BYTES + len(body) + 2
+    assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 40 - len(channel._in_flight)}
+    mesh.heal("router-b")
+    consumer = Consumer(mesh.routers["router-b"], "q")
+    mesh.run(2)
+    assert_confirmed(sent)
+    assert sorted(consumer.bodies) == sorted(body + b"%d" % n for n in range(40))

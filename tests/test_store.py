@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,18 @@ async def test_assign_takes_the_oldest_across_destinations_up_to_the_limit(store
     assert ids(assigned) == ["m0", "m1", "m2"]
     assert await store.assign("peer-b", ["router-c"], 0) == []
     assert store.backlog_depths() == {"router-c": 1, "router-e": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_assign_stops_at_max_bytes_but_always_takes_one(store):
+    for n, size in enumerate([300, 300, 500, 100]):
+        await store.accept(replace(msg(n), body=b"x" * size))
+    assert ids(await store.assign("peer-b", ["router-c"], 10, max_bytes=700)) == ["m0", "m1"]
+    # The next alone is larger than the room: it moves all the same.
+    assert ids(await store.assign("peer-b", ["router-c"], 10, max_bytes=10)) == ["m2"]
+    assert ids(await store.assign("peer-b", ["router-c"], 10, max_bytes=100)) == ["m3"]
+    assert store.backlog_depths() == {}
+    assert store.outbox_depths() == {"peer-b": {"router-c": 4}}
 
 
 @pytest_twisted.ensureDeferred

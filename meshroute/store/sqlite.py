@@ -242,9 +242,15 @@ _RETURN_OUTBOX_AFTER = (
     "UPDATE messages SET state = 'backlog', peer = NULL, seq = NULL "
     "WHERE state = 'outbox' AND peer = ? AND seq > ? RETURNING dest_router"
 )
-_SELECT_BACKLOG = (
-    f"SELECT id, {_COLUMNS} FROM messages "
+# Assigning reads entry ids and body sizes first (length() of a BLOB does
+# not read it), chooses by count and bytes, then reads only those rows.
+_SELECT_BACKLOG_SIZES = (
+    "SELECT id, length(body) FROM messages "
     "WHERE state = 'backlog' AND dest_router = ? ORDER BY id LIMIT ?"
+)
+_SELECT_ENTRIES = (
+    f"SELECT id, {_COLUMNS} FROM messages "
+    "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id"
 )
 _NEXT_SEQ = "SELECT next_seq FROM links WHERE peer = ?"
 _NEW_LINK = "INSERT INTO links (peer, next_seq, last_received) VALUES (?, 1, 0)"
@@ -584,8 +590,8 @@ class SQLiteStore:
         if forget_received:
             self._received.pop(peer, None)
 
-    def assign(self, peer: str, dest_routers, limit: int):
-        d = self._submit(_assign, peer, dest_routers, limit)
+    def assign(self, peer: str, dest_routers, limit: int, max_bytes: int | None = None):
+        d = self._submit(_assign, peer, dest_routers, limit, max_bytes)
         d.addCallback(self._assigned, peer)
         return d
 
@@ -1036,26 +1042,35 @@ def _receive_backlog_batch(connection, calls: list) -> list:
 _receive_backlog.batch = _receive_backlog_batch
 
 
-def _assign(connection, peer: str, dest_routers, limit: int) -> list:
+def _assign(connection, peer: str, dest_routers, limit: int, max_bytes: int | None) -> list:
     if limit <= 0:
         return []
     execute = connection.execute
-    rows: list = []
+    sizes: list = []
     dests = set(dest_routers)
     for dest in dests:
-        rows.extend(execute(_SELECT_BACKLOG, (dest, limit)))
-    if not rows:
+        sizes.extend(execute(_SELECT_BACKLOG_SIZES, (dest, limit)))
+    if not sizes:
         return []
     if len(dests) > 1:
-        rows.sort(key=itemgetter(0))
-        del rows[limit:]
+        sizes.sort(key=itemgetter(0))
+        del sizes[limit:]
+    if max_bytes is not None:
+        total = 0
+        for taken, (_, size) in enumerate(sizes):
+            total += size
+            if total > max_bytes and taken:
+                del sizes[taken:]
+                break
+    ids = json.dumps([entry for entry, _ in sizes])
+    rows = execute(_SELECT_ENTRIES, (ids,)).fetchall()
     found = execute(_NEXT_SEQ, (peer,)).fetchone()
     if found is None:
         execute(_NEW_LINK, (peer,))
         first = 1
     else:
         first = found[0]
-    execute(_TO_OUTBOX, (peer, first, json.dumps([r[0] for r in rows])))
+    execute(_TO_OUTBOX, (peer, first, ids))
     execute(_SET_NEXT_SEQ, (first + len(rows), peer))
     return [(first + i, _message(r)) for i, r in enumerate(rows)]
 
