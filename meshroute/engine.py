@@ -63,7 +63,12 @@ from meshroute.messages import (
 )
 from meshroute.queues import QueueManager
 from meshroute.routing.table import Advertisement
-from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, body_size
+from meshroute.wire.codec import (
+    MAX_CLIENT_FRAME_SIZE,
+    MAX_MESSAGE_FRAME_SIZE,
+    body_size,
+    size_bound,
+)
 from meshroute.wire.frames import Ack, FastTransfer, Recovery, Routes, Transfer
 
 log = Logger()
@@ -127,12 +132,12 @@ def _fits_a_link(message: Message, frame: Transfer) -> bool:
     """
     Whether a peer takes C{frame}, the Transfer of C{message}: certainly
     when the message would fit in a client Send (see
-    L{meshroute.wire.codec}; a UTF-8 character is at most 4 bytes), else
-    measured.
+    L{meshroute.wire.codec}), else measured.
     """
-    estimate = len(message.body) + sum(4 * (len(k) + len(v)) + 10
-                                       for k, v in message.headers.items())
-    return estimate <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
+    headers = message.headers
+    bound = size_bound(message.body, sum(len(k) + len(v) for k, v in headers.items()),
+                       2 * len(headers) + 8)
+    return bound <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
 def _advertisement_items(advertisements) -> list:

@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from meshroute.errors import WireError
-from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, body_size
+from meshroute.wire.codec import (
+    MAX_CLIENT_FRAME_SIZE,
+    MAX_MESSAGE_FRAME_SIZE,
+    body_size,
+    size_bound,
+)
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
@@ -140,11 +145,10 @@ def oversized_send(address: str, headers: dict, body: bytes, persistent: bool,
     router closes the connection on such a frame as a protocol error), or
     None when it fits.  Counted with the largest command id, so it holds
     for any command of the session.  Only a message near the limit is
-    encoded to be measured: below it, a bound on the encoding decides (a
-    character is at most 4 bytes of UTF-8, a msgpack header at most 9).
+    encoded to be measured: below it, a bound on the encoding decides.
     """
     texts = len(address) + len(duplicate_id) + sum(len(k) + len(v) for k, v in headers.items())
-    if len(body) + 4 * texts + 9 * (2 * len(headers) + 8) <= MAX_FRAME_SIZE:
+    if size_bound(body, texts, 2 * len(headers) + 8) <= MAX_FRAME_SIZE:
         return None
     size = body_size(Send(2**63 - 1, address, headers, body, persistent, duplicate_id))
     if size <= MAX_FRAME_SIZE:

@@ -47,6 +47,17 @@ def encode(frame) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
+def size_bound(body: bytes, text_chars: int, fields: int) -> int:
+    """
+    An upper bound on the body size of a frame that carries C{body}, text
+    of C{text_chars} characters in all, and C{fields} fields (headers'
+    keys and values count one each): a character is at most 4 bytes of
+    UTF-8, and a msgpack header or small value at most 9.  Below a limit it
+    spares encoding a frame to learn that it fits.
+    """
+    return len(body) + 4 * text_chars + 9 * fields
+
+
 def body_size(frame) -> int:
     """
     The length of C{frame}'s body on the wire (what the limits count).
