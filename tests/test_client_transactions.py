@@ -202,3 +202,37 @@ def test_acks_not_yet_written_when_the_session_is_recreated_make_it_rollback_onl
     got[0].ack()
     s.router.send(f.Opened(2, OTHER_SESSION, "router-a", 60000, False, 0))
     assert isinstance(failure_of(s.client.commit()), TransactionRolledBack)
+
+
+def test_what_a_rolled_back_send_s_errback_does_meets_the_rollback_only_transaction(
+        clock, endpoint):
+    """
+    The application's errback of a send the recreation rolled back runs
+    while the client settles the lost session: a rollback() or commit()
+    from it must see the transaction already rollback-only (and send no
+    Rollback or Commit, which the new session, where nothing began, would
+    refuse as a bad-command), and this turn's acknowledgements of the lost
+    session's deliveries must not be written into the new one.
+    """
+    s = transacted(clock, endpoint, reconnect_attempts=1)
+    got = []
+    subscribed = s.client.subscribe("in", got.append, prefetch=1)
+    s.router.send(f.Confirm(1, ""))
+    result_of(subscribed)
+    s.router.send(f.Deliver(1, 1, "m1", "r", {}, b"in", False))
+    sent = s.client.send("out", b"x")
+    s.router.lose()
+    s.reconnect()
+    got[0].ack()
+    ended = []
+
+    def failed(failure):
+        ended.extend([failure.value, s.client.commit(), s.client.rollback()])
+
+    sent.addErrback(failed)
+    s.router.send(f.Opened(2, OTHER_SESSION, "router-a", 60000, False, 0))
+    error, committed, rolled_back = ended
+    assert isinstance(error, TransactionRolledBack)
+    assert isinstance(failure_of(committed), TransactionRolledBack)
+    assert result_of(rolled_back) is None
+    assert [frame for frame in s.router.frames() if not isinstance(frame, f.Subscribe)] == []

@@ -118,6 +118,24 @@ def test_a_restarted_voter_acts_as_if_it_just_heard_the_active():
     assert restarted.request(request("b", 2), now=53.0).granted
 
 
+def test_the_active_s_own_voter_refuses_its_peer_only_by_hearing_its_heartbeats():
+    """
+    With three voters, the backup and the active's own voter are a
+    majority, sharing no voter but the active with the majority (active
+    and witness) that renews its lease.  So the active sends every
+    heartbeat to its own voter too (docs/ha.md, "The lease"): a backup
+    that stopped hearing the active while the witness still does must not
+    win through the active's own vote.
+    """
+    beat = Heartbeat("p", 1, LogPosition(1, 10), LogPosition(1, 10), 4.5)
+    takeover = request("b", 2, LogPosition(1, 10))
+    deaf = Voter("p", LEASE, granted_to_p(), now=0.0)
+    assert deaf.request(takeover, now=5.0).granted
+    hearing = Voter("p", LEASE, granted_to_p(), now=0.0)
+    hearing.heartbeat(beat, now=4.5)
+    assert hearing.request(takeover, now=5.0).reason == ACTIVE_ALIVE
+
+
 def test_an_instance_behind_the_confirmed_position_is_refused():
     voter = Voter("w", LEASE, granted_to_p(confirmed=LogPosition(1, 10)), now=-10.0)
     vote = voter.request(request("b", 2, LogPosition(1, 9)), now=0.0)

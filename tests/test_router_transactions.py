@@ -202,6 +202,18 @@ def test_a_transaction_too_large_can_only_roll_back(factory, connection, engine,
     assert engine.queues.depths() == {}
 
 
+def test_the_transaction_bound_counts_headers_too(factory, connection, engine, monkeypatch):
+    """
+    Empty bodies with large headers are held in memory as well: the bound
+    counts every byte of a held Send, not only its body.
+    """
+    monkeypatch.setattr(transaction_module, "MAX_TRANSACTION_BYTES", 100)
+    big = {"h": "x" * 60}
+    connection.send(f.Begin(1), f.Send(2, "q", big, b"", True), f.Send(3, "q", big, b"", True))
+    assert [(e.command_id, e.code) for e in only(connection.received(), f.Error)] == [
+        (3, f.TRANSACTION_TOO_LARGE)]
+
+
 def test_duplicate_ids_make_a_retried_transaction_apply_once(factory, connection, engine):
     connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
                     f.Send(3, "q", {}, b"b", True, "tx-1:2"), f.Commit(4))

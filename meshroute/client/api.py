@@ -245,10 +245,15 @@ def connect_endpoint(reactor: IReactorTime, endpoint, options: ClientOptions | N
     (used again, in turn, for every reconnection).  Logs and
     L{Client.endpoint} name each by its C{repr}.
     """
-    endpoints = list(endpoint) if isinstance(endpoint, (list, tuple)) else [endpoint]
-    if not endpoints:
-        raise ValueError("at least one endpoint is needed")
-    return _connect(reactor, [(repr(e), e) for e in endpoints], options, overrides)
+    return _connect(reactor, [(repr(e), e) for e in _listed(endpoint)], options, overrides)
+
+
+def _listed(one_or_more) -> list:
+    """
+    C{one_or_more} as a list: a list or tuple as it is, anything else as
+    its only item.  (An empty list is refused by L{EndpointRotation}.)
+    """
+    return list(one_or_more) if isinstance(one_or_more, (list, tuple)) else [one_or_more]
 
 
 def _connect(reactor: IReactorTime, endpoints: list, options: ClientOptions | None,
@@ -292,10 +297,7 @@ def connect(reactor, endpoint_string: str | list[str], options: ClientOptions | 
         L{SessionError} if the session cannot be made within
         C{initial_connect_attempts}.  Cancelling it gives up.
     """
-    strings = (list(endpoint_string) if isinstance(endpoint_string, (list, tuple))
-               else [endpoint_string])
-    if not strings:
-        raise ValueError("at least one endpoint string is needed")
+    strings = _listed(endpoint_string)
     return _connect(reactor, [(s, clientFromString(reactor, s)) for s in strings], options,
                     overrides)
 

@@ -428,8 +428,6 @@ class ClientCore:
         unknown, waiting = self.lose_transactions(
             self.log.new_session(), list(self.log.waiting),
             f"the session was lost and recreated as {frame.session_id}")
-        self._acks = []
-        self._credit = {}
         self.log.waiting.clear()
         # Every subscription the application holds is made again, whether
         # or not its re-subscription of an earlier recreation was answered
@@ -635,10 +633,21 @@ class ClientCore:
         (L{UnblockedError}); anything else of a transaction was not
         (L{TransactionRolledBack}; a Rollback simply succeeds).  The
         current transaction, if it had work (acknowledgements of this turn
-        not yet taken included), can only roll back.
+        not yet taken included), can only roll back; this turn's
+        acknowledgements and credit were for the lost session's deliveries
+        and subscriptions, and are dropped.  Both happen before any
+        command is settled: an application callback (a C{rollback()}, a
+        C{commit()}) runs inside the settling, and must find the new
+        state.
 
         @return: the other commands, written and waiting.
         """
+        current = self.transaction
+        if current.begun or (self.options.transacted and self._acks):
+            current.begun = False
+            current.rollback_only = f"the transaction's session was lost ({detail})"
+        self._acks = []
+        self._credit = {}
         committing = {command.transaction for command in written if command.kind == COMMIT}
         rest: tuple[list, list] = ([], [])
         for commands, others, was_written in ((written, rest[0], True),
@@ -658,10 +667,6 @@ class ClientCore:
                     d.errback(UnblockedError(detail))
                 else:
                     d.errback(TransactionRolledBack(f.ROLLED_BACK, detail))
-        current = self.transaction
-        if current.begun or (self.options.transacted and self._acks):
-            current.begun = False
-            current.rollback_only = f"the transaction's session was lost ({detail})"
         return rest
 
     def refuse(self, command: Command) -> None:

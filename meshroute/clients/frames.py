@@ -70,7 +70,8 @@ INTERNAL_ERROR = "internal-error"
 ROLLED_BACK = "rolled-back"
 #: A Send would make its transaction hold more than the router allows
 #: (L{meshroute.clients.transaction.MAX_TRANSACTION_SENDS} messages or
-#: L{meshroute.clients.transaction.MAX_TRANSACTION_BYTES} bytes of bodies).
+#: L{meshroute.clients.transaction.MAX_TRANSACTION_BYTES} bytes of
+#: messages, headers included).
 TRANSACTION_TOO_LARGE = "transaction-too-large"
 
 

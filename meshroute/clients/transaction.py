@@ -31,13 +31,23 @@ from twisted.internet.defer import maybeDeferred
 
 from meshroute.clients import frames as f
 
-#: Most Sends one transaction holds, and most bytes of their bodies: a
-#: Send beyond either is refused (C{transaction-too-large}) and the
-#: transaction can then only roll back.  The router holds a transaction's
-#: messages in memory until the commit, so this bounds what one client can
-#: make it hold.
+#: Most Sends one transaction holds, and most bytes of them (bodies,
+#: headers, addresses, duplicate ids; see L{held_size}): a Send beyond
+#: either is refused (C{transaction-too-large}) and the transaction can
+#: then only roll back.  The router holds a transaction's messages in
+#: memory until the commit, so this bounds what one client can make it
+#: hold.
 MAX_TRANSACTION_SENDS = 10_000
 MAX_TRANSACTION_BYTES = 64 * 1024 * 1024
+
+
+def held_size(frame: f.Send) -> int:
+    """
+    The bytes of C{frame} a transaction holds: its body and its texts
+    (a Send of empty body may carry megabytes of headers).
+    """
+    texts = [frame.address, frame.duplicate_id, *frame.headers.keys(), *frame.headers.values()]
+    return len(frame.body) + sum(len(text.encode()) for text in texts)
 
 
 class TransactionInputs(Protocol):
@@ -74,7 +84,7 @@ class TransactionCore:
     @ivar sends: the Send frames held, in order.
     @ivar acks: the deliveries acknowledged, taken from their consumers
         (a L{meshroute.queues.TransactionAcks}).
-    @ivar size: the bytes of the held Sends' bodies.
+    @ivar size: the bytes of the held Sends (L{held_size}).
     @ivar refused: why the transaction can only roll back ("" while it can
         commit).
     """
@@ -104,15 +114,16 @@ class TransactionCore:
         the rollback).
         """
         session, command_id = self.session, frame.command_id
+        size = held_size(frame)
         if len(self.sends) >= MAX_TRANSACTION_SENDS or (
-                self.size + len(frame.body) > MAX_TRANSACTION_BYTES):
+                self.size + size > MAX_TRANSACTION_BYTES):
             self.refused = (f"a transaction holds at most {MAX_TRANSACTION_SENDS} messages and "
-                            f"{MAX_TRANSACTION_BYTES} bytes of bodies")
+                            f"{MAX_TRANSACTION_BYTES} bytes of messages")
             session.answer(command_id, f.Error(command_id, f.TRANSACTION_TOO_LARGE,
                                                self.refused))
             return
         self.sends.append(frame)
-        self.size += len(frame.body)
+        self.size += size
         session.done(command_id)
 
     def hold_ack(self, frame: f.Ack) -> None:

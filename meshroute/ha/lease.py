@@ -6,9 +6,13 @@ machine driven by an injected clock.
        │   └── superseded ─────▶ fenced
        └────── released ───────▶ released
 
-The active sends a L{Heartbeat} to every other voter each
+The active sends a L{Heartbeat} to every voter each
 C{heartbeat-interval}, stamped with its own clock (C{sent_at}); a voter
-that accepts it echoes the stamp back.  The lease is held while a
+that accepts it echoes the stamp back.  Its own voter gets each one too
+(C{send_heartbeats}' duty): only then does that voter refuse the peer
+while the active serves, which the safety argument needs when the
+majority that elects the peer shares no voter but the active with the
+one that renews the lease.  The lease is held while a
 majority of the voters, the active itself counted, accepted a heartbeat
 sent less than C{lease-timeout} ago.  Measuring from when the heartbeat
 was I{sent}, not from when its answer arrived, is what makes the lease
@@ -96,7 +100,9 @@ class LeaseCore:
     The lease's data, its timers, and its ways out.
 
     @ivar send_heartbeats: sends one round of heartbeats stamped with the
-        given time to every other voter.
+        given time to every voter, this instance's own included (its
+        answer is not needed for the lease, which counts the active
+        anyway).
     @ivar lost: called once with L{LEASE_EXPIRED} or L{SUPERSEDED}.
     """
 

@@ -19,7 +19,9 @@ The rules, in the order a voter applies them to a request:
  2. While the voter still hears the active's heartbeats (the last one
     less than C{lease-timeout} ago) it refuses (C{active-alive}) anyone
     but the active itself: the active may ask for the next epoch to run
-    alone, to run replicated again, or to hand over to its peer.
+    alone, to run replicated again, or to hand over to its peer.  The
+    active's own voter hears it too: the active sends it every heartbeat
+    (L{meshroute.ha.lease}), else the peer could win with its vote.
  3. Only an instance in sync at the epoch the voter knows is granted
     (C{not-in-sync}); see L{VoterRecord.in_sync}.
 
