@@ -47,7 +47,7 @@ L{BacklogFull} and, of those arriving over links, the oldest is dropped.
 
 from collections import defaultdict, deque
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -254,28 +254,50 @@ class MessageEngine:
         (C{(address, body, headers, persistent, duplicate_id)} tuples, each
         as L{submit} would) and delete the queue entries C{entry_ids}, in
         one store call, so that all of it or none of it is done.  A send
-        that L{submit} would refuse refuses the whole transaction, even
-        one whose duplicate id was accepted before.
+        that L{submit} would refuse refuses the whole transaction, unless
+        its duplicate id was accepted before (the transaction is a retry of
+        one that was applied, whose answer a failure swallowed): as with
+        L{submit}, that send is answered with the first message's id,
+        whatever the mesh's state now.
 
         @return: Deferred firing with the message id of each send (the
             first message's for a duplicate id) once durable; failing
             with L{AddressError}, L{UnknownRouter}, L{BacklogFull} or the
             store's error, nothing done.
         """
-        messages: list[tuple[Message, str]] = []
+        refused = []
         try:
-            for address, body, headers, persistent, duplicate_id in sends:
-                queue, router = parse_address(address, self.name)
+            for address, _body, _headers, persistent, duplicate_id in sends:
+                _queue, router = parse_address(address, self.name)
                 refusal = self._refusal(router, persistent)
                 if refusal is not None:
-                    raise refusal
-                message = self._new_message(queue, router, body, headers, persistent)
-                if persistent and router != self.name:
-                    self._accepting[router] += 1
-                messages.append((message, duplicate_id))
+                    if not duplicate_id:
+                        raise refusal
+                    refused.append((refusal, duplicate_id))
         except MeshrouteError as e:
-            self._not_accepting(messages)
             return fail(e)
+        if not refused:
+            return self._commit(sends, entry_ids)
+        d = gatherResults([self._store.duplicate_of(duplicate_id)
+                           for _refusal, duplicate_id in refused], consumeErrors=True)
+
+        def decided(originals):
+            for (refusal, _duplicate_id), original in zip(refused, originals):
+                if original is None:
+                    return Failure(refusal)
+            return self._commit(sends, entry_ids)
+
+        d.addCallbacks(decided, lambda failure: failure.value.subFailure)
+        return d
+
+    def _commit(self, sends, entry_ids) -> Deferred:
+        messages: list[tuple[Message, str]] = []
+        for address, body, headers, persistent, duplicate_id in sends:
+            queue, router = parse_address(address, self.name)
+            message = self._new_message(queue, router, body, headers, persistent)
+            if persistent and router != self.name:
+                self._accepting[router] += 1
+            messages.append((message, duplicate_id))
         stored = [(m, duplicate_id) for m, duplicate_id in messages
                   if m.persistent or duplicate_id]
         d = self._store.commit(stored, entry_ids)

@@ -226,6 +226,39 @@ def test_duplicate_ids_make_a_retried_transaction_apply_once(factory, connection
     assert engine.queues.depths() == {"q": 2}
 
 
+def test_a_retried_transaction_that_was_applied_is_not_refused_by_a_bound(
+        factory, connection, engine, monkeypatch):
+    """
+    The retry of a committed transaction whose answer was lost gets the
+    first messages' ids, even when its sends would be refused now (a
+    bound reached meanwhile, a route forgotten after a restart): telling
+    the client "rolled back" would say nothing was done when it was.
+    """
+    from meshroute.engine import BacklogFull
+
+    connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
+                    f.Send(3, "q", {}, b"b", True, "tx-1:2"), f.Commit(4))
+    first = [c.msg_id for c in only(connection.received(), f.Confirm)][:2]
+    monkeypatch.setattr(engine, "_refusal",
+                        lambda router, persistent: BacklogFull("the bound was reached"))
+    retry = Connection(factory)
+    open_v2(retry)
+    retry.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
+               f.Send(3, "q", {}, b"b", True, "tx-1:2"), f.Commit(4))
+    frames = retry.received()
+    assert only(frames, f.Error) == []
+    assert [c.msg_id for c in only(frames, f.Confirm)][:2] == first
+    assert engine.queues.depths() == {"q": 2}
+    # A send never accepted before is refused, and takes the others down.
+    again = Connection(factory)
+    open_v2(again)
+    again.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
+               f.Send(3, "q", {}, b"c", True, "tx-2:1"), f.Commit(4))
+    assert {e.command_id: e.code for e in only(again.received(), f.Error)} == {
+        2: f.ROLLED_BACK, 3: f.ROLLED_BACK, 4: "backlog-full"}
+    assert engine.queues.depths() == {"q": 2}
+
+
 def test_close_rolls_back_an_open_transaction(factory, connection, engine):
     connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True), f.Close(3))
     frames = connection.received()
