@@ -5,31 +5,17 @@ listener; the router's grant is durable across a restart, and a vote
 connection leaves the routing link of the same router name alone.
 """
 
-import pytest
-
 from memory_mesh import SECRET, MemoryMesh
-from meshroute.events import read_events
 from meshroute.ha.quorum import ACTIVE_ALIVE, STALE_EPOCH
 from meshroute.link import reasons
 from meshroute.wire.frames import HeartbeatAnswer, VoteAnswer
+from test_mesh_memory import events_of, mesh  # noqa: F401 (mesh: a fixture)
 from vote_candidate import VoteCandidate
 
 GROUP = "router-b"
 PRIMARY = "router-b/primary"
 BACKUP = "router-b/backup"
 LEASE_MS = 3000
-
-
-@pytest.fixture
-def mesh(tmp_path):
-    mesh = MemoryMesh(tmp_path)
-    yield mesh
-    mesh.stop_all()
-
-
-def events_of(router, event: str) -> list[dict]:
-    router.events.flush()
-    return [e for e in read_events(router.events.path) if e["event"] == event]
 
 
 def dial(mesh: MemoryMesh, name: str, witness: str) -> VoteCandidate:
@@ -52,7 +38,7 @@ def answer(mesh: MemoryMesh, candidate: VoteCandidate):
     return candidate.answers.pop()
 
 
-def test_a_router_grants_an_epoch_once_and_remembers_it_across_a_restart(mesh):
+def test_a_router_grants_an_epoch_once_and_remembers_it_across_a_restart(mesh):  # noqa: F811
     mesh.add("router-a")
     backup = dial(mesh, "router-b", "router-a")
     backup.ask(GROUP, BACKUP, 1, position=(0, 0))
@@ -88,7 +74,7 @@ def test_a_router_grants_an_epoch_once_and_remembers_it_across_a_restart(mesh):
     ]
 
 
-def test_a_vote_connection_leaves_the_routing_link_of_the_same_name_alone(mesh):
+def test_a_vote_connection_leaves_the_routing_link_of_the_same_name_alone(mesh):  # noqa: F811
     a = mesh.add("router-a")
     mesh.add("router-b", connect_to=["router-a"])
     mesh.run(0.5)
