@@ -249,7 +249,8 @@ def test_a_router_without_a_witness_refuses_vote_connections(router):  # noqa: F
     peer = candidate(router)
     peer.hello()
     (reject,) = peer.expect(Reject)
-    assert reject.code == reasons.VERSION
+    assert (reject.code, reject.detail) == (reasons.VERSION,
+                                            "this router takes no vote connections")
 
 
 def test_a_vote_hello_without_version_3_is_refused(router, witness):  # noqa: F811

@@ -469,7 +469,9 @@ class LinkCore:
         own = self.context.name
         versions = SUPPORTED_VERSIONS
         if self.purpose == VOTES:
-            versions = VOTE_VERSIONS if self.context.witness is not None else ()
+            if self.context.witness is None:
+                return reasons.VERSION, "this router takes no vote connections"
+            versions = VOTE_VERSIONS
         common = set(frame.versions) & set(versions)
         if not common:
             return reasons.VERSION, f"we speak {list(versions)}"
