@@ -4,17 +4,22 @@ that accepted the connection (listener), one for the side that opened it
 (connector).
 
 Both go through the stages connect → authentication → recovery →
-delivery.  A connection that opens with L{VoteHello} instead of L{Hello}
-is a vote connection, not a routing link: the listener takes it through
-the same connect and authentication stages (without claiming the peer's
-name: it is not a link to it), then into the voting stage, where it
-answers HA vote requests and heartbeats through the router's
-L{meshroute.ha.witness.Witness} until the peer falls silent for
-stage-valid-timeout (close reason C{idle}).  Every state before delivery is named for the frame it awaits
+delivery.  Every state before delivery is named for the frame it awaits
 from the peer, and only there does the stage timer (stage-valid-timeout)
-run.  A frame the current state has no transition for raises
-C{NoTransition} before any behaviour runs; the protocol turns that into a
-C{protocol-error} close, so an out-of-stage frame cannot change state.
+run.
+
+A connection that opens with L{VoteHello} instead of L{Hello} is a vote
+connection, not a routing link: the listener takes it through the same
+connect and authentication stages (without claiming the peer's name: it
+is not a link to it), then into the voting stage, where it answers HA
+vote requests and heartbeats through the router's
+L{meshroute.ha.witness.Witness}; there the stage timer is an idle timer,
+restarted by each request (close reason C{idle}).
+
+A frame the current state has no transition for raises C{NoTransition}
+before any behaviour runs; the protocol turns that into a
+C{protocol-error} close, so an out-of-stage frame cannot change state
+(a vote frame on a link, a link frame on a vote connection).
 
 Where a frame must be checked before we know where to go (a Hello that may
 be refused, a proof that may be wrong), the machine moves to a C{vetting_*}
