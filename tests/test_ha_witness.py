@@ -25,7 +25,6 @@ from meshroute.wire.frames import (
     VoteAnswer,
     VoteHello,
     VoteRequest,
-    Welcome,
 )
 from test_handshake import (  # noqa: F401 (router: a fixture)
     KEEPALIVE_MS,
