@@ -34,6 +34,8 @@ SESSION_EXPIRED = "session.expired"
 SESSION_CLOSED = "session.closed"
 ROUTER_STARTED = "router.started"
 ROUTER_STOPPED = "router.stopped"
+HA_VOTE = "ha.vote"
+HA_HEARTBEAT_REFUSED = "ha.heartbeat-refused"
 
 
 #: One compact encoder for every record: json.dumps with custom separators

@@ -219,6 +219,28 @@ class IMessageStore(Interface):
         """
 
 
+class IVoterRecords(Interface):
+    """
+    A witness's durable HA voter records, one per group it votes for
+    (L{meshroute.ha.quorum.VoterRecord}, docs/ha.md).  A voter answers a
+    request only once the record the answer rests on is durable.
+    """
+
+    def voter_records():
+        """
+        Fires with C{{group: (VoterRecord, lease_timeout_ms)}}: every
+        group's record as last saved, and the longest lease-timeout its
+        instances have told this voter.
+        """
+
+    def save_voter_record(group, record, lease_timeout_ms):
+        """
+        Replace C{group}'s record.  Fires with None once durable (committed
+        with the store's sync mode), in submission order with every other
+        write.
+        """
+
+
 class IRouteTable(Interface):
     """
     What a router knows of the mesh's topology, and the next hop for each

@@ -28,6 +28,7 @@ from meshroute.clients.session import SessionSettings
 from meshroute.config import RouterConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
+from meshroute.ha.witness import Witness
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
@@ -121,6 +122,8 @@ class RouterService(MultiService):
         L{ThreadedExecutor} on C{clock}.
 
     @ivar registry: the L{LinkRegistry} of its live links.
+    @ivar witness: the L{Witness} answering HA votes on its routing
+        listener.
     @ivar engine: the L{MessageEngine}.
     """
 
@@ -167,12 +170,16 @@ class RouterService(MultiService):
             max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
         )
+        # Every router with a routing listener is a witness: it answers HA
+        # votes and heartbeats there (docs/ha.md), from its durable records.
+        self.witness = Witness(config.name, self.store, clock, self.events)
         self.context = RouterContext(
             name=config.name,
             clock=clock,
             events=self.events,
             registry=self.registry,
             engine=self.engine,
+            witness=self.witness,
         )
         reconnect = config.client_reconnect
         self.client_factory = ClientFactory(
@@ -246,6 +253,7 @@ class RouterService(MultiService):
                  version=__version__)
         Service.startService(self)
         self._opening = self.store.open()
+        self._opening.addCallback(lambda _: self.witness.load())
         self._opening.addCallback(self._store_opened)
         self._opening.addErrback(self._store_failed)
 
@@ -323,7 +331,7 @@ class RouterService(MultiService):
         return self.client_factory.describe()
 
     def _abort_links(self) -> None:
-        for link in self.registry.links():
+        for link in self.registry.connections():
             log.warn("link {link} did not close in time; aborting", link=link.core.link_id)
             link.core.transport.abortConnection()
 

@@ -187,7 +187,7 @@ def reach_delivery(attempt: Attempt) -> None:
     """
     Play the listener's side of a good handshake on a connected attempt.
     """
-    assert attempt.sent() == [Hello([2], OWN)]
+    assert attempt.sent() == [Hello([2, 3], OWN)]
     attempt.write(Welcome(2, PEER, 1000, LISTENER_CHALLENGE))
     [authenticate] = attempt.sent()
     assert isinstance(authenticate, Authenticate)
@@ -423,7 +423,7 @@ def test_tcp_connect_without_delivery_is_a_failure(harness):
     harness.service.startService()
     first = harness.endpoint.last
     first.connect()
-    assert first.sent() == [Hello([2], OWN)]
+    assert first.sent() == [Hello([2, 3], OWN)]
     harness.clock.advance(0.5)
     first.drop()
     harness.clock.advance(1.0)

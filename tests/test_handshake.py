@@ -467,7 +467,7 @@ def test_listener_welcomes_with_newest_common_version(router, monkeypatch, ours,
 def test_connector_happy_path(router):
     peer = router.connector()
     (hello,) = peer.expect(Hello)
-    assert hello == Hello([2], LOCAL)
+    assert hello == Hello([2, 3], LOCAL)
     assert peer.stages() == ["connect"]
 
     authenticate = peer.welcome_answered(keepalive_ms=200)

@@ -23,12 +23,17 @@ from meshroute.wire.frames import (
     Authenticate,
     Authenticated,
     FastTransfer,
+    Heartbeat,
+    HeartbeatAnswer,
     Hello,
     Keepalive,
     Recovery,
     Reject,
     Routes,
     Transfer,
+    VoteAnswer,
+    VoteHello,
+    VoteRequest,
     Welcome,
 )
 from meshroute.wire.frameset import frame_to_list
@@ -51,6 +56,11 @@ SAMPLES = [
     Ack(3),
     FastTransfer("router-a:ab:2", "router-a", "router-c", "orders", 0, 0.0, {}, b""),
     Routes([["router-a", 7, ["router-b", "router-c"]], ["router-b", 1, []]]),
+    VoteHello([3], "router-b"),
+    VoteRequest("router-b", "router-b/backup", "router-b/backup", 4, 3, 1200, True, 3000),
+    VoteAnswer("router-b", "router-a", 4, False, "stale-epoch", 5),
+    Heartbeat("router-b", "router-b/primary", 3, 3, 1200, 3, 1180, 17.5, 3000),
+    HeartbeatAnswer("router-b", "router-a", True, 17.5, 3),
 ]
 
 
@@ -81,7 +91,26 @@ def feed_bytewise(decoder: FrameDecoder, data: bytes) -> list:
 
 def test_samples_cover_every_frame_type():
     assert {type(f) for f in SAMPLES} == set(FRAME_TYPES.values())
-    assert sorted(FRAME_TYPES) == list(range(1, 12))
+    assert sorted(FRAME_TYPES) == list(range(1, 17))
+
+
+@pytest.mark.parametrize("items, why", [
+    ([13, "router b", "i", "i", 1, 0, 0, False, 3000], "group"),
+    ([13, "g", "", "i", 1, 0, 0, False, 3000], "candidate"),
+    ([13, "g", "i", "i" * 129, 1, 0, 0, False, 3000], "requester"),
+    ([13, "g", "i", "i", -1, 0, 0, False, 3000], "epoch"),
+    ([13, "g", "i", "i", 2**63, 0, 0, False, 3000], "epoch"),
+    ([13, "g", "i", "i", 1, 0, 0, False, 0], "lease_timeout_ms"),
+    ([15, "g", "i", 1, 0, 0, 0, -5, 1.0, 3000], "confirmed_position"),
+    ([12, ["3"], "router-b"], "versions"),
+], ids=lambda v: v if isinstance(v, str) else str(v[0]))
+def test_vote_frames_refuse_what_a_voter_cannot_store(items, why):
+    """
+    The checks run on decode: a peer's bad vote frame is a WireError (a
+    protocol error), never a value the store would choke on.
+    """
+    with pytest.raises(WireError, match=why):
+        FrameDecoder().feed(raw(items))
 
 
 @pytest.mark.parametrize("frame", SAMPLES, ids=lambda f: type(f).__name__)
@@ -278,7 +307,7 @@ def test_wrong_field_counts(items):
         FrameDecoder().feed(raw(items))
 
 
-@pytest.mark.parametrize("code", [0, 12, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
+@pytest.mark.parametrize("code", [0, 17, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
                          ids=repr)
 def test_unknown_type_codes(code):
     with pytest.raises(WireError, match="unknown link frame type"):

@@ -6,9 +6,20 @@ that accepted the connection (listener), one for the side that opened it
 Both go through the stages connect → authentication → recovery →
 delivery.  Every state before delivery is named for the frame it awaits
 from the peer, and only there does the stage timer (stage-valid-timeout)
-run.  A frame the current state has no transition for raises
-C{NoTransition} before any behaviour runs; the protocol turns that into a
-C{protocol-error} close, so an out-of-stage frame cannot change state.
+run.
+
+A connection that opens with L{VoteHello} instead of L{Hello} is a vote
+connection, not a routing link: the listener takes it through the same
+connect and authentication stages (without claiming the peer's name: it
+is not a link to it), then into the voting stage, where it answers HA
+vote requests and heartbeats through the router's
+L{meshroute.ha.witness.Witness}; there the stage timer is an idle timer,
+restarted by each request (close reason C{idle}).
+
+A frame the current state has no transition for raises C{NoTransition}
+before any behaviour runs; the protocol turns that into a
+C{protocol-error} close, so an out-of-stage frame cannot change state
+(a vote frame on a link, a link frame on a vote connection).
 
 Where a frame must be checked before we know where to go (a Hello that may
 be refused, a proof that may be wrong), the machine moves to a C{vetting_*}
@@ -35,16 +46,22 @@ from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
     SUPPORTED_VERSIONS,
+    VOTE_VERSIONS,
     Ack,
     Authenticate,
     Authenticated,
     FastTransfer,
+    Heartbeat,
+    HeartbeatAnswer,
     Hello,
     Keepalive as KeepaliveFrame,
     Recovery,
     Reject,
     Routes,
     Transfer,
+    VoteAnswer,
+    VoteHello,
+    VoteRequest,
     Welcome,
 )
 from meshroute.wire.transport import peer_address
@@ -55,6 +72,12 @@ CONNECT = "connect"
 AUTHENTICATION = "authentication"
 RECOVERY = "recovery"
 DELIVERY = "delivery"
+#: The stage of a vote connection after authentication.
+VOTING = "voting"
+
+#: What a connection is for: a routing link, or HA votes and heartbeats.
+ROUTING = "routing"
+VOTES = "votes"
 
 ROUTER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
@@ -69,6 +92,21 @@ class LinkInputs(Protocol):
 
     def got_hello(self, frame: Hello) -> None:
         "The connector introduced itself."
+
+    def got_vote_hello(self, frame: VoteHello) -> None:
+        "The connector introduced itself, for a vote connection."
+
+    def got_vote_request(self, frame: VoteRequest) -> None:
+        "A candidate asks this router's vote for an epoch."
+
+    def got_heartbeat(self, frame: Heartbeat) -> None:
+        "An active instance's heartbeat for this router's voter."
+
+    def got_vote_answer(self, frame: VoteAnswer) -> None:
+        "A voter answered a vote request (a listener never asks)."
+
+    def got_heartbeat_answer(self, frame: HeartbeatAnswer) -> None:
+        "A voter answered a heartbeat (a listener never sends one)."
 
     def got_welcome(self, frame: Welcome) -> None:
         "The listener answered the Hello."
@@ -103,6 +141,9 @@ class LinkInputs(Protocol):
     def accepted(self) -> None:
         "The frame being vetted passed every check."
 
+    def vote_accepted(self) -> None:
+        "The proof of a vote connection's peer passed every check."
+
     def refused(self, code: str, detail: str) -> None:
         "The frame being vetted failed a check; C{code} says which."
 
@@ -116,7 +157,7 @@ class LinkInputs(Protocol):
         "The keepalive counter reached 0."
 
     def store_failed(self, detail: str) -> None:
-        "The store failed an operation of the delivery stage."
+        "The store failed an operation of the delivery (or voting) stage."
 
     def protocol_error(self, why: str) -> None:
         "The peer sent bytes that are not a valid frame in this stage."
@@ -141,6 +182,9 @@ class RouterContext:
         makes the recovery stage's L{Recovery} (last sequence received
         from the peer, and the store ids it belongs to) and takes over each
         link's delivery stage.
+    @ivar witness: the router's L{meshroute.ha.witness.Witness}, which
+        answers vote connections; None: a L{VoteHello} is refused
+        (C{version}), as by a router without vote connections.
     """
 
     name: str
@@ -148,6 +192,7 @@ class RouterContext:
     events: events.EventLog
     registry: object
     engine: object
+    witness: object = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +251,7 @@ class LinkCore:
     peer_last_received: int | None = None
     version: int | None = None
     channel: object = None
+    purpose: str = ROUTING
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -236,6 +282,13 @@ class LinkCore:
             self.emit(events.LINK_STAGE, stage=stage, endpoint=self.endpoint)
         else:
             self.emit(events.LINK_STAGE, stage=stage)
+        self.restart_stage_timer(inputs)
+
+    def restart_stage_timer(self, inputs: LinkInputs) -> None:
+        """
+        Wait stage-valid-timeout (again) for the peer's next frame.
+        """
+        self._cancel_stage_timer()
         self._stage_timer = self.context.clock.callLater(
             self.settings.stage_valid_timeout_ms / 1000, inputs.stage_timer_expired
         )
@@ -274,6 +327,36 @@ class LinkCore:
             interval=self.keepalive_interval_ms,
         )
         self.on_delivery()
+
+    def begin_voting(self, inputs: LinkInputs) -> None:
+        """
+        A vote connection's peer proved it belongs to the mesh: answer its
+        requests and heartbeats from now on.
+        """
+        self.send(self.listener_proof())
+        self.begin_stage(inputs, VOTING)
+        log.info("vote connection {link} from {peer} authenticated", link=self.link_id,
+                 peer=self.peer)
+
+    def answer(self, inputs: LinkInputs, asking) -> None:
+        """
+        Send the witness's answer once it is durable; if it cannot be made
+        durable, close the connection without an answer.
+
+        @param asking: the witness's Deferred answer.
+        """
+        self.heard()
+        self.restart_stage_timer(inputs)
+
+        def answered(frame) -> None:
+            if self.close_reason is None:
+                self.send(frame)
+
+        def failed(failure) -> None:
+            if self.close_reason is None:
+                inputs.store_failed(failure.getErrorMessage())
+
+        asking.addCallbacks(answered, failed)
 
     def send_recovery(self) -> None:
         self.send(self.context.engine.recovery(self.peer))
@@ -389,9 +472,14 @@ class LinkCore:
         """
         self.peer = frame.router
         own = self.context.name
-        common = set(frame.versions) & set(SUPPORTED_VERSIONS)
+        versions = SUPPORTED_VERSIONS
+        if self.purpose == VOTES:
+            if self.context.witness is None:
+                return reasons.VERSION, "this router takes no vote connections"
+            versions = VOTE_VERSIONS
+        common = set(frame.versions) & set(versions)
         if not common:
-            return reasons.VERSION, f"we speak {list(SUPPORTED_VERSIONS)}"
+            return reasons.VERSION, f"we speak {list(versions)}"
         if not ROUTER_NAME.match(frame.router):
             self.peer = None
             return reasons.NOT_ALLOWED, "malformed router name"
@@ -400,7 +488,7 @@ class LinkCore:
         allowed = self.settings.allowed_routers
         if allowed is not None and frame.router not in allowed:
             return reasons.NOT_ALLOWED, f"{frame.router} is not in allowed-routers"
-        if self.context.registry.is_claimed(frame.router):
+        if self.purpose == ROUTING and self.context.registry.is_claimed(frame.router):
             return reasons.NAME_IN_USE, f"{frame.router} is already connected"
         self.keepalive_interval_ms = self.settings.keepalive_interval_ms
         self.version = max(common)
@@ -487,8 +575,12 @@ class LinkCore:
     def _claim_peer(self) -> tuple[str, str] | None:
         """
         Make this the one link to the (now authenticated) peer, unless
-        another link authenticated first.
+        another link authenticated first.  A vote connection claims
+        nothing: it is not a link, and the peer's routing link (or a
+        pair's other instance, which has the same name) may be up.
         """
+        if self.purpose == VOTES:
+            return None
         if not self.context.registry.claim(self.peer, self.link):
             return reasons.NAME_IN_USE, f"{self.peer} is already connected"
         return None
@@ -526,10 +618,16 @@ _FRAME_INPUTS = (
     LinkInputs.got_ack,
     LinkInputs.got_fast_transfer,
     LinkInputs.got_routes,
+    LinkInputs.got_vote_hello,
+    LinkInputs.got_vote_request,
+    LinkInputs.got_heartbeat,
+    LinkInputs.got_vote_answer,
+    LinkInputs.got_heartbeat_answer,
 )
 
 
-def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing):
+def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing,
+                            voting=()):
     """
     The transitions both roles share: timeouts, refusals from the peer,
     errors, shutdown, and the end of the connection.
@@ -537,8 +635,9 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     @param finishing: states (besides the live ones) from which
         C{connection_lost} is also possible, e.g. the listener's
         C{rejecting}.
+    @param voting: the listener's C{voting} state, live like the others.
     """
-    live = [*awaiting, *vetting, delivering]
+    live = [*awaiting, *vetting, delivering, *voting]
 
     for state in awaiting:
 
@@ -635,6 +734,7 @@ def _build_listener_machine():
     rejecting = builder.state("rejecting")
     closing = builder.state("closing")
     closed = builder.state("closed")
+    voting = builder.state("voting")
 
     @connecting.upon(LinkInputs.connection_made).to(awaiting_hello)
     def start(inputs: LinkInputs, core: LinkCore) -> None:
@@ -642,6 +742,12 @@ def _build_listener_machine():
 
     @awaiting_hello.upon(LinkInputs.got_hello).to(vetting_hello)
     def check_hello(inputs: LinkInputs, core: LinkCore, frame: Hello) -> None:
+        core.heard()
+        _vet(inputs, core.vet_hello(frame))
+
+    @awaiting_hello.upon(LinkInputs.got_vote_hello).to(vetting_hello)
+    def check_vote_hello(inputs: LinkInputs, core: LinkCore, frame: VoteHello) -> None:
+        core.purpose = VOTES
         core.heard()
         _vet(inputs, core.vet_hello(frame))
 
@@ -656,14 +762,38 @@ def _build_listener_machine():
         problem = _check_fields(frame)
         if problem:
             inputs.protocol_error(problem)
+            return
+        verdict = core.vet_authenticate(frame)
+        if verdict is None and core.purpose == VOTES:
+            inputs.vote_accepted()
         else:
-            _vet(inputs, core.vet_authenticate(frame))
+            _vet(inputs, verdict)
 
     @vetting_authenticate.upon(LinkInputs.accepted).to(awaiting_recovery)
     def authenticated(inputs: LinkInputs, core: LinkCore) -> None:
         core.send(core.listener_proof())
         core.begin_stage(inputs, RECOVERY)
         core.send_recovery()
+
+    @vetting_authenticate.upon(LinkInputs.vote_accepted).to(voting)
+    def vote_authenticated(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_voting(inputs)
+
+    @voting.upon(LinkInputs.got_vote_request).loop()
+    def vote(inputs: LinkInputs, core: LinkCore, frame: VoteRequest) -> None:
+        core.answer(inputs, core.context.witness.vote(core.peer, frame))
+
+    @voting.upon(LinkInputs.got_heartbeat).loop()
+    def heartbeat(inputs: LinkInputs, core: LinkCore, frame: Heartbeat) -> None:
+        core.answer(inputs, core.context.witness.heartbeat(core.peer, frame))
+
+    @voting.upon(LinkInputs.stage_timer_expired).to(closing)
+    def idle(inputs: LinkInputs, core: LinkCore) -> None:
+        core.close(reasons.IDLE, f"no vote request or heartbeat in {core.stage}")
+
+    @voting.upon(LinkInputs.store_failed).to(closing)
+    def not_durable(inputs: LinkInputs, core: LinkCore, detail: str) -> None:
+        core.close(reasons.STORE_FAILED, detail)
 
     @awaiting_recovery.upon(LinkInputs.got_recovery).to(delivering)
     def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
@@ -686,6 +816,7 @@ def _build_listener_machine():
         closing=closing,
         closed=closed,
         finishing=[rejecting],
+        voting=[voting],
     )
     return builder.build()
 

@@ -28,6 +28,7 @@ from meshroute.errors import WireError
 from meshroute.link.handshake import (
     CONNECTOR_MACHINE,
     LISTENER_MACHINE,
+    VOTES,
     ConnectorSettings,
     LinkCore,
     ListenerSettings,
@@ -40,12 +41,17 @@ from meshroute.wire.frames import (
     Authenticate,
     Authenticated,
     FastTransfer,
+    Heartbeat,
+    HeartbeatAnswer,
     Hello,
     Keepalive,
     Recovery,
     Reject,
     Routes,
     Transfer,
+    VoteAnswer,
+    VoteHello,
+    VoteRequest,
     Welcome,
 )
 
@@ -65,6 +71,11 @@ _INPUT_FOR_FRAME = {
     Ack: "got_ack",
     FastTransfer: "got_fast_transfer",
     Routes: "got_routes",
+    VoteHello: "got_vote_hello",
+    VoteRequest: "got_vote_request",
+    Heartbeat: "got_heartbeat",
+    VoteAnswer: "got_vote_answer",
+    HeartbeatAnswer: "got_heartbeat_answer",
 }
 
 _link_numbers = itertools.count(1)
@@ -84,6 +95,14 @@ class Link:
     @property
     def peer(self) -> str | None:
         return self.core.peer
+
+    @property
+    def votes(self) -> bool:
+        """
+        Whether this connection turned out to be a vote connection
+        (L{meshroute.wire.frames.VoteHello}), not a routing link.
+        """
+        return self.core.purpose == VOTES
 
     def frame_received(self, frame) -> bool:
         """

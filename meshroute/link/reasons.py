@@ -38,8 +38,14 @@ SHUTDOWN = "shutdown"
 #: This router's store failed a write or read for the link (storing a
 #: transfer, recording an acknowledgement, replaying the outbox, taking
 #: messages from the backlog): the link closes so that nothing after the
-#: failure is acknowledged, and recovery replays what is missing.
+#: failure is acknowledged, and recovery replays what is missing.  On a
+#: vote connection: a voter record could not be made durable, so its
+#: answer is not sent.
 STORE_FAILED = "store-failed"
 
+#: A vote connection received no request or heartbeat for
+#: stage-valid-timeout.
+IDLE = "idle"
+
 CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN,
-                 STORE_FAILED)
+                 STORE_FAILED, IDLE)

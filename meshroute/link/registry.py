@@ -9,6 +9,11 @@ authentication means a client that does not know the secret cannot squat
 a router's name; a name already claimed is refused early, on Hello or
 Welcome, before any authentication work.  It also lets the admin API list links and the router close them
 all at shutdown.
+
+Vote connections (HA votes and heartbeats on the routing listener) are
+held here too, so that shutdown closes them, but they claim no name and
+are not links: L{LinkRegistry.links} leaves them out once their
+L{meshroute.wire.frames.VoteHello} has said what they are.
 """
 
 from twisted.internet.defer import Deferred, DeferredList
@@ -60,7 +65,14 @@ class LinkRegistry:
 
     def links(self) -> list:
         """
-        The open links, in the order they were opened.
+        The open links, in the order they were opened: every connection
+        but the vote connections.
+        """
+        return [link for link in self._open if not getattr(link, "votes", False)]
+
+    def connections(self) -> list:
+        """
+        Every open connection, links and vote connections.
         """
         return list(self._open)
 

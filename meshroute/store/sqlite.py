@@ -124,7 +124,8 @@ import msgpack
 from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
-from meshroute.interfaces import IMessageStore
+from meshroute.ha.quorum import LogPosition, VoterRecord
+from meshroute.interfaces import IMessageStore, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, Message
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
@@ -343,7 +344,7 @@ def _message(r: tuple) -> Message:
     return Message(r[1], r[2], r[3], r[4], r[5], _unpackb(r[6]) if r[6] else {}, r[7], True, r[8])
 
 
-@implementer(IMessageStore)
+@implementer(IMessageStore, IVoterRecords)
 class SQLiteStore:
     """
     The durable state of one router in one SQLite database file.
@@ -710,6 +711,22 @@ class SQLiteStore:
 
     def queue_depths(self) -> dict[str, int]:
         return dict(self._queues)
+
+    # HA voter records (IVoterRecords; schema version 4).  Separate from
+    # the message functions above: a witness's promises, not messages.
+
+    def voter_records(self):
+        """
+        Fires with C{{group: (VoterRecord, lease_timeout_ms)}} for every
+        group this router has voted for.
+        """
+        return self._submit(_voter_records)
+
+    def save_voter_record(self, group: str, record: VoterRecord, lease_timeout_ms: int):
+        """
+        Replace C{group}'s voter record; fires with None once durable.
+        """
+        return self._submit(_save_voter_record, group, record, lease_timeout_ms)
 
 
 # Mirror updates, on the reactor thread as Deferred callbacks.
@@ -1168,3 +1185,34 @@ def _prune(connection, cutoff: float, limit: int) -> int:
 @_atomic
 def _prune_duplicates(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount
+
+
+# HA voter records, on the writer thread.
+
+
+def _voter_records(connection) -> dict:
+    rows = connection.execute(
+        "SELECT group_name, granted_epoch, granted_to, granted_at_epoch, granted_at_position, "
+        "confirmed_epoch, confirmed_position, lease_timeout_ms FROM ha_voter_records"
+    )
+    return {
+        group: (
+            VoterRecord(epoch, granted_to, LogPosition(at_epoch, at_position),
+                        LogPosition(confirmed_epoch, confirmed_position)),
+            lease_timeout_ms,
+        )
+        for (group, epoch, granted_to, at_epoch, at_position, confirmed_epoch,
+             confirmed_position, lease_timeout_ms) in rows
+    }
+
+
+@_atomic
+def _save_voter_record(connection, group: str, record: VoterRecord, lease_timeout_ms: int):
+    connection.execute(
+        "INSERT OR REPLACE INTO ha_voter_records (group_name, granted_epoch, granted_to, "
+        "granted_at_epoch, granted_at_position, confirmed_epoch, confirmed_position, "
+        "lease_timeout_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (group, record.granted_epoch, record.granted_to, record.granted_at.epoch,
+         record.granted_at.position, record.confirmed.epoch, record.confirmed.position,
+         lease_timeout_ms),
+    )

@@ -1,8 +1,11 @@
 """
-The frames of the routing link, protocol version 2.
+The frames of the routing link, protocol version 3.
 
 Version 2 added the store ids to L{Recovery}; a version-1 router is
-refused (C{version}), see docs/protocol.md.
+refused (C{version}), see docs/protocol.md.  Version 3 added the vote
+exchange on the routing listener (L{VoteHello} and the HA vote frames):
+its routing links are exactly version 2's, so a version-3 router links
+with a version-2 one at version 2; a vote connection needs version 3.
 
 Each frame is a small frozen dataclass, gathered in L{LINK_FRAMES}; see
 L{meshroute.wire.frameset} for how frames become msgpack arrays and how
@@ -11,6 +14,7 @@ decoding checks them.
 docs/protocol.md narrates the stages in which each frame may be sent.
 """
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -18,7 +22,14 @@ from meshroute.errors import WireError
 from meshroute.wire.frameset import FrameSet
 
 #: The link protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (2,)
+SUPPORTED_VERSIONS = (2, 3)
+
+#: The versions in which a vote connection exists (L{VoteHello}).
+VOTE_VERSIONS = (3,)
+
+#: The largest epoch, position or stamp a vote frame may carry: the
+#: store keeps them as SQLite's signed 64-bit integers.
+MAX_VOTE_NUMBER = 2**63 - 1
 
 #: Size of the random challenges exchanged during authentication.
 CHALLENGE_SIZE = 32
@@ -36,8 +47,36 @@ class Hello:
     router: str
 
     def __post_init__(self) -> None:
-        if not all(type(v) is int for v in self.versions):
-            raise WireError("Hello.versions must be a list of integers")
+        _check_versions(self)
+
+
+def _check_versions(frame) -> None:
+    if not all(type(v) is int for v in frame.versions):
+        raise WireError(f"{type(frame).__name__}.versions must be a list of integers")
+
+
+#: An HA group's name, as C{ha.group-name} allows it.
+_GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+#: The longest instance name a vote frame may carry.
+MAX_INSTANCE_NAME = 128
+
+
+def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None:
+    """
+    What a voter stores from a vote frame must be storable: a group name,
+    bounded instance names, numbers that fit SQLite, a positive lease.
+    """
+    kind = type(frame).__name__
+    if not _GROUP_NAME.match(frame.group):
+        raise WireError(f"{kind}.group is not a group name")
+    for name in names:
+        if not 0 < len(getattr(frame, name)) <= MAX_INSTANCE_NAME:
+            raise WireError(f"{kind}.{name} must be 1 to {MAX_INSTANCE_NAME} characters")
+    for name in numbers:
+        if not 0 <= getattr(frame, name) <= MAX_VOTE_NUMBER:
+            raise WireError(f"{kind}.{name} must be in 0..2**63-1")
+    if frame.lease_timeout_ms < 1:
+        raise WireError(f"{kind}.lease_timeout_ms must be positive")
 
 
 @dataclass(frozen=True)
@@ -194,8 +233,116 @@ class Routes:
                 raise WireError("Routes.advertisements must be [origin, seq, [names]] items")
 
 
+# The vote exchange (version 3): a connection to a routing listener that
+# is not a routing link.  docs/protocol.md ("Vote connections") and
+# docs/ha.md say what each field means; meshroute.ha.quorum holds the
+# rules the listener answers by.
+
+
+@dataclass(frozen=True)
+class VoteHello:
+    """
+    Connector → listener, first frame of a vote connection instead of
+    L{Hello}: who I am, which versions I speak (at least 3), and that this
+    connection is for HA votes and heartbeats, not a routing link.
+    Authentication follows as for a link.
+    """
+
+    TYPE: ClassVar[int] = 12
+    versions: list
+    router: str
+
+    def __post_init__(self) -> None:
+        _check_versions(self)
+
+
+@dataclass(frozen=True)
+class VoteRequest:
+    """
+    Connector → listener, vote connection: C{candidate} asks (through
+    C{requester}) for C{epoch} of HA group C{group}, holding data up to
+    (C{position_epoch}, C{position}); C{alone}: it will run without an
+    in-sync peer.  C{lease_timeout_ms} is the group's lease-timeout.
+    """
+
+    TYPE: ClassVar[int] = 13
+    group: str
+    candidate: str
+    requester: str
+    epoch: int
+    position_epoch: int
+    position: int
+    alone: bool
+    lease_timeout_ms: int
+
+    def __post_init__(self) -> None:
+        _check_vote(self, ("candidate", "requester"),
+                    ("epoch", "position_epoch", "position", "lease_timeout_ms"))
+
+
+@dataclass(frozen=True)
+class VoteAnswer:
+    """
+    Listener → connector: the answer to one L{VoteRequest}, sent only once
+    the voter's record is durable.  C{reason} is "" for a grant, else
+    C{stale-epoch}, C{active-alive} or C{not-in-sync};
+    C{granted_epoch} is the newest epoch the voter has granted.
+    """
+
+    TYPE: ClassVar[int] = 14
+    group: str
+    voter: str
+    epoch: int
+    granted: bool
+    reason: str
+    granted_epoch: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """
+    Connector → listener, vote connection: the active C{instance} of
+    C{group} serves in C{epoch}, holds (C{position_epoch}, C{position})
+    and has confirmed up to (C{confirmed_epoch}, C{confirmed_position});
+    C{sent_at} is its clock, echoed back.
+    """
+
+    TYPE: ClassVar[int] = 15
+    group: str
+    instance: str
+    epoch: int
+    position_epoch: int
+    position: int
+    confirmed_epoch: int
+    confirmed_position: int
+    sent_at: float
+    lease_timeout_ms: int
+
+    def __post_init__(self) -> None:
+        _check_vote(self, ("instance",), ("epoch", "position_epoch", "position",
+                                          "confirmed_epoch", "confirmed_position",
+                                          "lease_timeout_ms"))
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    """
+    Listener → connector: the answer to one L{Heartbeat} (C{sent_at}
+    echoed): C{accepted}, or refused because the voter has granted a
+    newer epoch (C{granted_epoch}); sent once the record is durable.
+    """
+
+    TYPE: ClassVar[int] = 16
+    group: str
+    voter: str
+    accepted: bool
+    sent_at: float
+    granted_epoch: int
+
+
 LINK_FRAMES = FrameSet(
     "link",
     (Hello, Welcome, Reject, Authenticate, Authenticated, Recovery, Keepalive,
-     Transfer, Ack, FastTransfer, Routes),
+     Transfer, Ack, FastTransfer, Routes,
+     VoteHello, VoteRequest, VoteAnswer, Heartbeat, HeartbeatAnswer),
 )

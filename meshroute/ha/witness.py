@@ -1,0 +1,216 @@
+"""
+The witness side of HA voting: every router votes for the HA groups that
+ask it.
+
+A router answers vote requests and heartbeats that arrive on vote
+connections to its routing listener (docs/protocol.md, "Vote
+connections").  For each group that ever asked, L{Witness} holds one
+L{quorum.Voter}, built at start from the record the store last saved
+(L{meshroute.interfaces.IVoterRecords}); the rules are the voter's, not
+this module's.  What this module adds is durability and order: after
+every request or heartbeat it saves the group's record if it changed,
+and answers only once that save, and every save before it, is durable.
+A grant that is not durable is never answered: if the save fails, the
+caller gets the failure instead of the answer (the vote connection
+closes), and the next request saves the record again before it is
+answered.
+
+The lease a voter waits out (rule 2 of L{meshroute.ha.quorum}) is the
+group's C{lease-timeout}, which the group's instances send in every
+request and heartbeat; the witness keeps the longest it was told,
+durably, so that no request can shorten what an active counts on.
+"""
+
+from dataclasses import dataclass
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from meshroute import events
+from meshroute.ha import quorum
+from meshroute.wire import frames
+
+log = Logger()
+
+
+@dataclass(frozen=True)
+class _NotSaved:
+    """
+    What a group's last save fired with when it failed: its waiters fail
+    too, and no one else sees the failure twice.
+    """
+
+    failure: Failure
+
+
+@dataclass
+class _Group:
+    """
+    One group's voter and where its record stands.
+
+    @ivar submitted: the (record, lease_timeout_ms) last handed to the
+        store; None when it must be saved again (the last save failed).
+    @ivar durable: fires with None once C{submitted} is durable, or with a
+        L{_NotSaved}.
+    """
+
+    voter: quorum.Voter
+    lease_timeout_ms: int
+    submitted: tuple | None
+    durable: Deferred
+
+
+class Witness:
+    """
+    The voters of one router, one per HA group that asked it.
+
+    @param name: the name this router votes as (its router name).
+    @param store: an L{meshroute.interfaces.IVoterRecords}.
+    """
+
+    def __init__(self, name: str, store, clock: IReactorTime, event_log: events.EventLog):
+        self.name = name
+        self._store = store
+        self._clock = clock
+        self._events = event_log
+        self._groups: dict[str, _Group] = {}
+
+    def load(self) -> Deferred:
+        """
+        Build a voter for every group whose record the store holds, as
+        restarted now (it acts as if it had just heard the instance it
+        last granted).  Fires when loaded; call before any request.
+        """
+        return self._store.voter_records().addCallback(self._loaded)
+
+    def _loaded(self, records: dict) -> None:
+        now = self._clock.seconds()
+        for group, (record, lease_timeout_ms) in records.items():
+            voter = quorum.Voter(self.name, lease_timeout_ms / 1000, record, now)
+            self._groups[group] = _Group(voter, lease_timeout_ms, (record, lease_timeout_ms),
+                                         succeed(None))
+
+    def records(self) -> dict[str, quorum.VoterRecord]:
+        """
+        Every group's current record (the durable one, or the one being
+        saved).
+        """
+        return {group: state.voter.record for group, state in self._groups.items()}
+
+    def vote(self, peer: str, frame: frames.VoteRequest) -> Deferred:
+        """
+        Answer a vote request from router C{peer}.
+
+        @return: Deferred firing with the L{frames.VoteAnswer} once the
+            record it rests on is durable.
+        """
+        state = self._group(frame.group, frame.lease_timeout_ms)
+        request = quorum.VoteRequest(
+            candidate=frame.candidate,
+            requester=frame.requester,
+            epoch=frame.epoch,
+            position=quorum.LogPosition(frame.position_epoch, frame.position),
+            alone=frame.alone,
+        )
+        vote = state.voter.request(request, self._clock.seconds())
+        answer = frames.VoteAnswer(frame.group, self.name, vote.epoch, vote.granted,
+                                   vote.reason or "", vote.granted_epoch)
+        return self._when_durable(frame.group, state).addCallback(
+            self._voted, peer, frame, answer)
+
+    def _voted(self, _, peer: str, frame: frames.VoteRequest,
+               answer: frames.VoteAnswer) -> frames.VoteAnswer:
+        self._events.emit(
+            events.HA_VOTE, group=frame.group, peer=peer, candidate=frame.candidate,
+            requester=frame.requester, epoch=frame.epoch, granted=answer.granted,
+            reason=answer.reason or None, granted_epoch=answer.granted_epoch,
+        )
+        log.info(
+            "HA group {group}: {verdict} epoch {epoch} to {candidate} (asked by {requester} "
+            "through {peer}){why}",
+            group=frame.group, verdict="granted" if answer.granted else "refused",
+            epoch=frame.epoch, candidate=frame.candidate, requester=frame.requester, peer=peer,
+            why="" if answer.granted else f": {answer.reason}",
+        )
+        return answer
+
+    def heartbeat(self, peer: str, frame: frames.Heartbeat) -> Deferred:
+        """
+        Answer the active's heartbeat, relayed by router C{peer}.
+
+        @return: Deferred firing with the L{frames.HeartbeatAnswer} once
+            the record it rests on is durable.
+        """
+        state = self._group(frame.group, frame.lease_timeout_ms)
+        beat = quorum.Heartbeat(
+            instance=frame.instance,
+            epoch=frame.epoch,
+            position=quorum.LogPosition(frame.position_epoch, frame.position),
+            confirmed=quorum.LogPosition(frame.confirmed_epoch, frame.confirmed_position),
+            sent_at=frame.sent_at,
+        )
+        heard = state.voter.heartbeat(beat, self._clock.seconds())
+        answer = frames.HeartbeatAnswer(frame.group, self.name, heard.accepted, heard.sent_at,
+                                        heard.granted_epoch)
+        return self._when_durable(frame.group, state).addCallback(
+            self._heard, peer, frame, answer)
+
+    def _heard(self, _, peer: str, frame: frames.Heartbeat,
+               answer: frames.HeartbeatAnswer) -> frames.HeartbeatAnswer:
+        if not answer.accepted:
+            self._events.emit(
+                events.HA_HEARTBEAT_REFUSED, group=frame.group, peer=peer,
+                instance=frame.instance, epoch=frame.epoch, granted_epoch=answer.granted_epoch,
+            )
+            log.info(
+                "HA group {group}: refused the heartbeat of {instance} in epoch {epoch}: "
+                "epoch {granted} was granted",
+                group=frame.group, instance=frame.instance, epoch=frame.epoch,
+                granted=answer.granted_epoch,
+            )
+        return answer
+
+    def _group(self, group: str, lease_timeout_ms: int) -> _Group:
+        """
+        C{group}'s voter (a new one for a group never heard of), waiting
+        out at least C{lease_timeout_ms}.
+        """
+        state = self._groups.get(group)
+        if state is None:
+            voter = quorum.Voter(self.name, lease_timeout_ms / 1000, quorum.VoterRecord(),
+                                 self._clock.seconds())
+            state = self._groups[group] = _Group(voter, lease_timeout_ms, None, succeed(None))
+        elif lease_timeout_ms > state.lease_timeout_ms:
+            state.lease_timeout_ms = lease_timeout_ms
+            state.voter.lease_timeout = lease_timeout_ms / 1000
+        return state
+
+    def _when_durable(self, group: str, state: _Group) -> Deferred:
+        """
+        Save C{group}'s record if it changed since the last save; fire once
+        the last save is durable (the store writes in submission order, so
+        every earlier save is too), or fail if it could not be made so.
+        """
+        current = (state.voter.record, state.lease_timeout_ms)
+        if current != state.submitted:
+            state.submitted = current
+            state.durable = self._store.save_voter_record(group, *current)
+            state.durable.addCallbacks(lambda _: None, self._not_saved, errbackArgs=(state,))
+        waiter = Deferred()
+
+        def fire(outcome):
+            if isinstance(outcome, _NotSaved):
+                waiter.errback(outcome.failure)
+            else:
+                waiter.callback(None)
+            return outcome
+
+        state.durable.addCallback(fire)
+        return waiter
+
+    def _not_saved(self, failure: Failure, state: _Group) -> _NotSaved:
+        log.failure("cannot save an HA voter record; its answers are not sent", failure)
+        state.submitted = None
+        return _NotSaved(failure)
