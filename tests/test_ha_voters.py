@@ -91,9 +91,10 @@ def harness(tmp_path, request) -> Harness:
     return made
 
 
-def reach_voting(attempt: Attempt, witness: str = WITNESS) -> None:
+def reach_voting(attempt: Attempt, witness: str = WITNESS, held=()) -> None:
     """
-    Play the witness's side of a vote connection's handshake.
+    Play the witness's side of a vote connection's handshake; the
+    connection then sends the frames C{held} for it, and nothing else.
     """
     attempt.connect()
     assert attempt.sent() == [VoteHello([3], ROUTER)]
@@ -104,7 +105,7 @@ def reach_voting(attempt: Attempt, witness: str = WITNESS) -> None:
                                             authenticate.challenge, LISTENER_CHALLENGE)
     attempt.write(Authenticated(auth.proof(SECRET, "listener", ROUTER, witness,
                                            authenticate.challenge, LISTENER_CHALLENGE)))
-    assert attempt.sent() == []  # no Recovery: a vote connection is not a link
+    assert attempt.sent() == list(held)  # no Recovery: a vote connection is not a link
 
 
 def request(epoch: int = 1, candidate: str = PRIMARY) -> quorum.VoteRequest:
@@ -139,7 +140,7 @@ def test_requests_and_answers_cross_a_vote_connection(harness):
     witness.stopService()
 
 
-def test_a_silent_witness_is_dialled_again_and_nothing_is_sent_meanwhile(harness):
+def test_a_silent_witness_is_dialled_again_and_what_is_asked_meanwhile_waits(harness):
     witness, answers = harness.started_witness()
     first = harness.endpoints[WITNESS].last
     reach_voting(first)
@@ -153,13 +154,23 @@ def test_a_silent_witness_is_dialled_again_and_nothing_is_sent_meanwhile(harness
     (closed,) = harness.recorded("link.closed")
     assert (closed["reason"], closed["stage"]) == (reasons.STAGE_TIMEOUT, "voting")
 
-    witness.ask(request(3))  # down: not sent anywhere, not answered
+    # Asked while down: held, the newest of each kind, and sent once up.
+    witness.ask(request(3))
+    beat = quorum.Heartbeat(PRIMARY, 1, quorum.ORIGIN, quorum.ORIGIN, 1.5)
+    witness.ask(beat)
+    witness.ask(request(4))
     harness.clock.advance(RETRY_MS / 1000)
     second = harness.endpoints[WITNESS].last
     assert second is not first
-    reach_voting(second)
-    witness.ask(request(4))
-    assert [frame.epoch for frame in second.sent()] == [4]
+    second.connect()
+    assert second.sent() == [VoteHello([3], ROUTER)]  # nothing before voting
+    second.drop()
+    harness.clock.advance(RETRY_MS / 1000)
+    third = harness.endpoints[WITNESS].last
+    reach_voting(third, held=[VoteRequest(GROUP, PRIMARY, PRIMARY, 4, 0, 0, True, 3000),
+                              Heartbeat(GROUP, PRIMARY, 1, 0, 0, 0, 0, 1.5, 3000)])
+    witness.ask(request(5))
+    assert [frame.epoch for frame in third.sent()] == [5]
     assert answers == []
     witness.stopService()
 
@@ -188,7 +199,7 @@ def test_a_version_2_witness_counts_as_silent_and_is_named_once(harness, no_vote
         attempt = harness.endpoints[WITNESS].last
         attempt.connect()
         assert attempt.sent() == [VoteHello([3], ROUTER)]
-        witness.ask(request())  # not in voting: nothing is sent
+        witness.ask(request())  # not in voting: held
         assert attempt.sent() == []
         attempt.drop()  # a version-2 router closes at the unknown frame
         harness.clock.advance(RETRY_MS / 1000)
@@ -362,4 +373,19 @@ def test_the_lease_runs_out_when_the_voters_fall_silent(harness):
         assert pair.outcomes == [1]
     pair.clock.advance(INTERVAL)
     assert pair.outcomes == [1, LEASE_EXPIRED]
+    pair.voters.stopService()
+
+
+def test_an_earlier_lease_s_refused_heartbeat_does_not_fence_the_next(harness):
+    pair = Pair(harness)
+    pair.elect()
+    pair.lease().release()  # e.g. handed over, then won again
+    pair.clock.advance(INTERVAL)
+    pair.elect(2)
+    pair.voters.hold_lease(2, lambda: (quorum.ORIGIN, quorum.ORIGIN), INTERVAL, LEASE,
+                           pair.outcomes.append)
+    # The witness answers, late, a heartbeat of the first lease: refused.
+    pair.attempt.write(HeartbeatAnswer(GROUP, WITNESS, False, 0.0, 2))
+    pair.clock.advance(INTERVAL)
+    assert pair.outcomes == [1, 2]
     pair.voters.stopService()

@@ -18,10 +18,15 @@ the answers.  A voter that does not answer is simply not counted: the
 election's timeout and the lease's expiry are the machines' own.  A
 witness's vote connection closes when a request stays unanswered for
 C{stage-valid-timeout} and is dialled again under the connector retry
-policy; while it is down, what would be sent to it is not, and counts as
-not answered.  A witness that does not know vote connections (link
-protocol version 2 closes the connection at the L{VoteHello}) is silent
-the same way, said once in the log.
+policy.  The witness closes it too when nothing was asked for
+C{stage-valid-timeout} (the active's heartbeats keep it open; a candidate
+between elections lets it fall idle): what is asked while it is down is
+sent once it is up again, the newest vote request and the newest
+heartbeat only (a late answer is harmless: the election ignores it once
+decided, and the lease measures from the time the heartbeat was sent).
+A witness that does not know vote connections (link protocol version 2
+closes the connection at the L{VoteHello}) never answers, said once in
+the log.
 
 Nothing in the router starts these yet: pairs do not exist (docs/ha.md,
 "Status").
@@ -91,12 +96,16 @@ class WitnessConnection(ConnectorService):
         self.deliver: Callable[[Answer], None] = lambda answer: None
         self._link = None
         self._said_no_votes = False
+        self._held: dict[type, Question] = {}
 
     # -- VoteSide ---------------------------------------------------------
 
     def voting(self, link) -> None:
         self._link = link
         self._said_no_votes = False
+        held, self._held = self._held, {}
+        for question in held.values():
+            self.ask(question)
 
     def answered(self, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> None:
         if frame.group != self.group:
@@ -125,10 +134,12 @@ class WitnessConnection(ConnectorService):
 
     def ask(self, question: Question) -> None:
         """
-        Send a vote request or heartbeat, if the vote connection is in
-        voting; otherwise it is not sent, and counts as not answered.
+        Send a vote request or heartbeat now if the vote connection is in
+        voting, else once it is (replacing one of the same kind held).
         """
-        if self._link is not None:
+        if self._link is None:
+            self._held[type(question)] = question
+        else:
             self._link.ask(_frame(self.group, question, self.lease_timeout_ms))
 
 
@@ -179,6 +190,7 @@ class Voters(MultiService):
         self._tally: quorum.Tally | None = None
         self._requested_at = 0.0
         self._lease: LeaseInputs | None = None
+        self._lease_since = 0.0
 
     def elect(self, request: quorum.VoteRequest, timeout: float,
               won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
@@ -213,6 +225,7 @@ class Voters(MultiService):
         core = LeaseCore(self._clock, self._own.name, self.names, heartbeat_interval,
                          lease_timeout, send_heartbeats, lost)
         granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
+        self._lease_since = self._requested_at
         self._lease = hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
@@ -228,8 +241,14 @@ class Voters(MultiService):
                  why=failure.getErrorMessage())
 
     def _answered(self, answer: Answer) -> None:
+        """
+        Feed an answer to the election, or to the lease; an answer to a
+        heartbeat sent before this lease began (an earlier lease's, held
+        while a witness was down) is not this lease's: a refusal of an
+        older epoch must not fence it.
+        """
         if isinstance(answer, quorum.Vote):
             if self._election is not None:
                 self._election.got_vote(answer)
-        elif self._lease is not None:
+        elif self._lease is not None and answer.sent_at >= self._lease_since:
             self._lease.got_answer(answer)
