@@ -298,7 +298,7 @@ class Pair:
 
     def lease(self):
         return self.voters.hold_lease(
-            1, lambda: (quorum.LogPosition(1, 3), quorum.LogPosition(1, 2)),
+            lambda: (quorum.LogPosition(1, 3), quorum.LogPosition(1, 2)),
             INTERVAL, LEASE, self.outcomes.append)
 
 
@@ -382,7 +382,7 @@ def test_an_earlier_lease_s_refused_heartbeat_does_not_fence_the_next(harness):
     pair.lease().release()  # e.g. handed over, then won again
     pair.clock.advance(INTERVAL)
     pair.elect(2)
-    pair.voters.hold_lease(2, lambda: (quorum.ORIGIN, quorum.ORIGIN), INTERVAL, LEASE,
+    pair.voters.hold_lease(lambda: (quorum.ORIGIN, quorum.ORIGIN), INTERVAL, LEASE,
                            pair.outcomes.append)
     # The witness answers, late, a heartbeat of the first lease: refused.
     pair.attempt.write(HeartbeatAnswer(GROUP, WITNESS, False, 0.0, 2))

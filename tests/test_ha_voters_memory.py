@@ -77,7 +77,7 @@ class Instance:
 
     def hold_lease(self, epoch: int) -> None:
         self.voters.hold_lease(
-            epoch, lambda: (quorum.LogPosition(epoch, 0), quorum.LogPosition(epoch, 0)),
+            lambda: (quorum.LogPosition(epoch, 0), quorum.LogPosition(epoch, 0)),
             INTERVAL, LEASE, self.outcomes.append)
 
     def stop(self) -> None:

@@ -39,9 +39,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute.ha import quorum
+from meshroute.ha import lease, quorum
 from meshroute.ha.election import Defeat, ElectionInputs, start_election
-from meshroute.ha.lease import LeaseCore, LeaseInputs, hold_lease
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import CONNECT, ConnectorSettings, RouterContext
@@ -189,7 +188,7 @@ class Voters(MultiService):
         self._election: ElectionInputs | None = None
         self._tally: quorum.Tally | None = None
         self._requested_at = 0.0
-        self._lease: LeaseInputs | None = None
+        self._lease: lease.LeaseInputs | None = None
         self._lease_since = 0.0
 
     def elect(self, request: quorum.VoteRequest, timeout: float,
@@ -204,29 +203,32 @@ class Voters(MultiService):
         self._ask_everyone(request, self._own.request)
         return self._election
 
-    def hold_lease(self, epoch: int, status: Callable[[], tuple[quorum.LogPosition,
-                                                                 quorum.LogPosition]],
+    def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
                    heartbeat_interval: float, lease_timeout: float,
-                   lost: Callable[[str], None]) -> LeaseInputs:
+                   lost: Callable[[str], None]) -> lease.LeaseInputs:
         """
-        Hold the lease won by the last election (C{epoch}): its grants are
-        the first round, then a heartbeat to every voter, this instance's
-        own included, each C{heartbeat_interval}.
+        Hold the lease of the epoch the last election won (call once it
+        was won): its grants are the first round, then a heartbeat to
+        every voter, this instance's own included, each
+        C{heartbeat_interval}; C{lost} is called once, as by
+        L{lease.hold_lease}.
 
         @param status: this instance's (position, confirmed position) now,
             for each heartbeat.
         """
+        epoch = self._tally.epoch
+
         def send_heartbeats(sent_at: float) -> None:
             position, confirmed = status()
             self._ask_everyone(
                 quorum.Heartbeat(self._own.name, epoch, position, confirmed, sent_at),
                 self._own.heartbeat)
 
-        core = LeaseCore(self._clock, self._own.name, self.names, heartbeat_interval,
+        core = lease.LeaseCore(self._clock, self._own.name, self.names, heartbeat_interval,
                          lease_timeout, send_heartbeats, lost)
         granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
         self._lease_since = self._requested_at
-        self._lease = hold_lease(core, self._requested_at, granted_by)
+        self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
     def _ask_everyone(self, question: Question,
