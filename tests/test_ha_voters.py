@@ -147,15 +147,18 @@ def test_a_silent_witness_is_dialled_again_and_what_is_asked_meanwhile_waits(har
     witness.ask(request())
     harness.clock.advance(STAGE_TIMEOUT_MS / 1000 - 0.01)
     witness.ask(request(2))  # the oldest unanswered one sets the deadline
+    assert [frame.epoch for frame in first.sent()] == [1, 2]
     assert not first.transport.disconnected
     harness.clock.advance(0.01)
     assert first.transport.disconnected  # aborted: the witness may be a half-open socket
+    witness.ask(request(3))
     first.drop()
+    assert first.sent() == []
     (closed,) = harness.recorded("link.closed")
     assert (closed["reason"], closed["stage"]) == (reasons.STAGE_TIMEOUT, "voting")
 
-    # Asked while down: held, the newest of each kind, and sent once up.
-    witness.ask(request(3))
+    # Asked while closing or down: held, the newest of each kind, and sent
+    # once up.
     beat = quorum.Heartbeat(PRIMARY, 1, quorum.ORIGIN, quorum.ORIGIN, 1.5)
     witness.ask(beat)
     witness.ask(request(4))
@@ -190,6 +193,21 @@ def no_votes_warnings():
     globalLogPublisher.addObserver(observe)
     yield warnings
     globalLogPublisher.removeObserver(observe)
+
+
+def test_a_witness_that_fails_the_mesh_secret_gets_no_request(harness):
+    witness, answers = harness.started_witness()
+    attempt = harness.endpoints[WITNESS].last
+    attempt.connect()
+    attempt.write(Welcome(3, WITNESS, 1000, LISTENER_CHALLENGE))
+    hello, authenticate = attempt.sent()
+    attempt.write(Authenticated(b"\0" * len(authenticate.proof)))
+    witness.ask(request())
+    assert [type(frame) for frame in attempt.sent()] == [Reject]
+    assert attempt.transport.disconnecting
+    (rejected,) = harness.recorded("link.rejected")
+    assert (rejected["code"], rejected["by"]) == (reasons.AUTH_FAILED, "local")
+    witness.stopService()
 
 
 def test_a_version_2_witness_counts_as_silent_and_is_named_once(harness, no_votes_warnings):

@@ -134,9 +134,10 @@ class WitnessConnection(ConnectorService):
     def ask(self, question: Question) -> None:
         """
         Send a vote request or heartbeat now if the vote connection is in
-        voting, else once it is (replacing one of the same kind held).
+        voting (and not closing), else once a vote connection is (replacing
+        one of the same kind held).
         """
-        if self._link is None:
+        if self._link is None or self._link.core.close_reason is not None:
             self._held[type(question)] = question
         else:
             self._link.ask(_frame(self.group, question, self.lease_timeout_ms))
