@@ -367,7 +367,7 @@ class LinkCore:
         log.info("vote connection {link} from {peer} authenticated", link=self.link_id,
                  peer=self.peer)
 
-    def begin_asking(self, inputs: LinkInputs) -> None:
+    def begin_asking(self) -> None:
         """
         The connector's side of a vote connection is authenticated: no
         timer runs until the first request is sent.
@@ -942,7 +942,7 @@ def _build_connector_machine():
 
     @vetting_authenticated.upon(LinkInputs.vote_accepted).to(asking)
     def ask_votes(inputs: LinkInputs, core: LinkCore) -> None:
-        core.begin_asking(inputs)
+        core.begin_asking()
 
     @asking.upon(LinkInputs.send_vote_frame).loop()
     def send_vote_frame(inputs: LinkInputs, core: LinkCore,
