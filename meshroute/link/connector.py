@@ -21,7 +21,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events
-from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.handshake import ConnectorSettings, RouterContext, VoteSide
 from meshroute.link.protocol import ConnectorFactory
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
@@ -59,10 +59,14 @@ class ConnectorService(Service):
         endpoints: EndpointRotation,
         schedule: RetrySchedule,
         clock: IReactorTime,
+        vote_side: VoteSide | None = None,
     ) -> None:
         """
         @param endpoints: the configured endpoints, tried in turn; each
             link records the one it used (logs, events, admin API).
+        @param vote_side: keep a vote connection up instead of a link (an
+            HA instance to a witness, L{meshroute.ha.voters}), reporting
+            to it; reaching voting counts as reaching delivery.
         """
         self.setName(f"connector:{settings.expected_peer}")
         self._endpoints = endpoints
@@ -73,7 +77,7 @@ class ConnectorService(Service):
         self.exhausted = False
         self._giving_up = None
         factory = ConnectorFactory(context, settings, on_delivery=self._delivered,
-                                   endpoint=lambda: endpoints.current)
+                                   endpoint=lambda: endpoints.current, vote_side=vote_side)
         self._client = _ClientService(
             endpoints, factory, retryPolicy=self._retry_delay, clock=clock
         )

@@ -14,7 +14,12 @@ connect and authentication stages (without claiming the peer's name: it
 is not a link to it), then into the voting stage, where it answers HA
 vote requests and heartbeats through the router's
 L{meshroute.ha.witness.Witness}; there the stage timer is an idle timer,
-restarted by each request (close reason C{idle}).
+restarted by each request (close reason C{idle}).  The connector side
+of a vote connection (an HA instance reaching a witness,
+L{meshroute.ha.voters}) takes the same stages from its side: L{VoteHello},
+the proof, then voting, where the stage timer runs only while a request
+is unanswered (a silent witness: close reason C{stage-timeout}, and the
+connector dials again); its answers go to the connection's L{VoteSide}.
 
 A frame the current state has no transition for raises C{NoTransition}
 before any behaviour runs; the protocol turns that into a
@@ -108,6 +113,9 @@ class LinkInputs(Protocol):
     def got_heartbeat_answer(self, frame: HeartbeatAnswer) -> None:
         "A voter answered a heartbeat (a listener never sends one)."
 
+    def send_vote_frame(self, frame: VoteRequest | Heartbeat) -> None:
+        "This HA instance asks the witness (the connector side of a vote connection)."
+
     def got_welcome(self, frame: Welcome) -> None:
         "The listener answered the Hello."
 
@@ -171,6 +179,25 @@ class LinkInputs(Protocol):
         C{why} the transport's error when it was not a clean close (a reset,
         a failed TLS handshake), else empty.
         """
+
+
+class VoteSide(Protocol):
+    """
+    Who a connector's vote connection reports to (its
+    L{meshroute.ha.voters.WitnessConnection}).
+    """
+
+    def voting(self, link) -> None:
+        """
+        The witness accepted our proof: requests may be sent from now on,
+        through C{link.ask} (a L{meshroute.link.protocol.Link}).
+        """
+
+    def answered(self, frame: VoteAnswer | HeartbeatAnswer) -> None:
+        "The witness answered a request or a heartbeat."
+
+    def closed(self, core: "LinkCore") -> None:
+        "The connection is gone (C{core.stage}, C{core.close_reason} say where and why)."
 
 
 @dataclass(frozen=True)
@@ -252,6 +279,8 @@ class LinkCore:
     version: int | None = None
     channel: object = None
     purpose: str = ROUTING
+    vote_side: VoteSide | None = None
+    unanswered: int = 0
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -337,6 +366,43 @@ class LinkCore:
         self.begin_stage(inputs, VOTING)
         log.info("vote connection {link} from {peer} authenticated", link=self.link_id,
                  peer=self.peer)
+
+    def begin_asking(self) -> None:
+        """
+        The connector's side of a vote connection is authenticated: no
+        timer runs until the first request is sent.
+        """
+        self._cancel_stage_timer()
+        self.stage = VOTING
+        self.since = self.context.clock.seconds()
+        self.emit(events.LINK_STAGE, stage=VOTING, endpoint=self.endpoint)
+        log.info("vote connection {link} to {peer} through {endpoint} authenticated",
+                 link=self.link_id, peer=self.peer, endpoint=self.endpoint)
+        self.on_delivery()
+        self.vote_side.voting(self.link)
+
+    def ask(self, inputs: LinkInputs, frame: VoteRequest | Heartbeat) -> None:
+        """
+        Send a request or heartbeat to the witness; wait stage-valid-timeout
+        for the oldest unanswered one.
+        """
+        self.send(frame)
+        self.unanswered += 1
+        if self.unanswered == 1:
+            self.restart_stage_timer(inputs)
+
+    def answered(self, inputs: LinkInputs, frame: VoteAnswer | HeartbeatAnswer) -> None:
+        """
+        The witness answered the oldest unanswered request (it answers in
+        order): wait for the next one, if any.
+        """
+        self.heard()
+        self.unanswered = max(0, self.unanswered - 1)
+        if self.unanswered:
+            self.restart_stage_timer(inputs)
+        else:
+            self._cancel_stage_timer()
+        self.vote_side.answered(frame)
 
     def answer(self, inputs: LinkInputs, asking) -> None:
         """
@@ -449,6 +515,8 @@ class LinkCore:
             reason=self.close_reason,
             detail=self.close_detail,
         )
+        if self.vote_side is not None:
+            self.vote_side.closed(self)
 
     def _cancel_stage_timer(self) -> None:
         if self._stage_timer is not None and self._stage_timer.active():
@@ -527,19 +595,22 @@ class LinkCore:
 
     # -- connector checks -------------------------------------------------
 
-    def hello(self) -> Hello:
+    def hello(self) -> Hello | VoteHello:
         self.peer = self.settings.expected_peer
+        if self.purpose == VOTES:
+            return VoteHello(list(VOTE_VERSIONS), self.context.name)
         return Hello(list(SUPPORTED_VERSIONS), self.context.name)
 
     def vet_welcome(self, frame: Welcome) -> tuple[str, str] | None:
-        if frame.version not in SUPPORTED_VERSIONS:
-            return reasons.VERSION, f"we speak {list(SUPPORTED_VERSIONS)}"
+        versions = VOTE_VERSIONS if self.purpose == VOTES else SUPPORTED_VERSIONS
+        if frame.version not in versions:
+            return reasons.VERSION, f"we speak {list(versions)}"
         if frame.router != self.settings.expected_peer:
             return (
                 reasons.UNEXPECTED_PEER,
                 f"expected {self.settings.expected_peer}, reached {frame.router}",
             )
-        if self.context.registry.is_claimed(frame.router):
+        if self.purpose == ROUTING and self.context.registry.is_claimed(frame.router):
             return reasons.NAME_IN_USE, f"{frame.router} is already connected"
         self.keepalive_interval_ms = frame.keepalive_interval_ms
         self.peer_challenge = frame.challenge
@@ -606,6 +677,17 @@ def _vet(inputs: LinkInputs, verdict: tuple[str, str] | None) -> None:
         inputs.refused(*verdict)
 
 
+def _vet_proof(inputs: LinkInputs, core: LinkCore, verdict: tuple[str, str] | None) -> None:
+    """
+    A proof passed or failed: a vote connection that passes goes to
+    voting, a link to recovery.
+    """
+    if verdict is None and core.purpose == VOTES:
+        inputs.vote_accepted()
+    else:
+        _vet(inputs, verdict)
+
+
 _FRAME_INPUTS = (
     LinkInputs.got_hello,
     LinkInputs.got_welcome,
@@ -635,7 +717,8 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     @param finishing: states (besides the live ones) from which
         C{connection_lost} is also possible, e.g. the listener's
         C{rejecting}.
-    @param voting: the listener's C{voting} state, live like the others.
+    @param voting: the voting states (the listener's C{voting}, the
+        connector's C{asking}), live like the others.
     """
     live = [*awaiting, *vetting, delivering, *voting]
 
@@ -720,6 +803,9 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
                  LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed):
         closing.upon(moot).loop().returns(None)
     closing.upon(LinkInputs.store_failed).loop().returns(None)
+    # A request sent while the connection closes is a request not answered.
+    for state in [closing, closed]:
+        state.upon(LinkInputs.send_vote_frame).loop().returns(None)
 
 
 def _build_listener_machine():
@@ -763,11 +849,7 @@ def _build_listener_machine():
         if problem:
             inputs.protocol_error(problem)
             return
-        verdict = core.vet_authenticate(frame)
-        if verdict is None and core.purpose == VOTES:
-            inputs.vote_accepted()
-        else:
-            _vet(inputs, verdict)
+        _vet_proof(inputs, core, core.vet_authenticate(frame))
 
     @vetting_authenticate.upon(LinkInputs.accepted).to(awaiting_recovery)
     def authenticated(inputs: LinkInputs, core: LinkCore) -> None:
@@ -832,6 +914,7 @@ def _build_connector_machine():
     delivering = builder.state("delivering")
     closing = builder.state("closing")
     closed = builder.state("closed")
+    asking = builder.state("asking")
 
     @connecting.upon(LinkInputs.connection_made).to(awaiting_welcome)
     def start(inputs: LinkInputs, core: LinkCore) -> None:
@@ -855,7 +938,26 @@ def _build_connector_machine():
     @awaiting_authenticated.upon(LinkInputs.got_authenticated).to(vetting_authenticated)
     def check_listener_proof(inputs: LinkInputs, core: LinkCore, frame: Authenticated) -> None:
         core.heard()
-        _vet(inputs, core.vet_authenticated(frame))
+        _vet_proof(inputs, core, core.vet_authenticated(frame))
+
+    @vetting_authenticated.upon(LinkInputs.vote_accepted).to(asking)
+    def ask_votes(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_asking()
+
+    @asking.upon(LinkInputs.send_vote_frame).loop()
+    def send_vote_frame(inputs: LinkInputs, core: LinkCore,
+                        frame: VoteRequest | Heartbeat) -> None:
+        core.ask(inputs, frame)
+
+    @asking.upon(LinkInputs.got_vote_answer).loop()
+    @asking.upon(LinkInputs.got_heartbeat_answer).loop()
+    def got_answer(inputs: LinkInputs, core: LinkCore,
+                   frame: VoteAnswer | HeartbeatAnswer) -> None:
+        core.answered(inputs, frame)
+
+    @asking.upon(LinkInputs.stage_timer_expired).to(closing)
+    def silent_witness(inputs: LinkInputs, core: LinkCore) -> None:
+        core.close(reasons.STAGE_TIMEOUT, f"{core.unanswered} unanswered in voting")
 
     @vetting_authenticated.upon(LinkInputs.accepted).to(awaiting_recovery)
     def recover(inputs: LinkInputs, core: LinkCore) -> None:
@@ -879,6 +981,7 @@ def _build_connector_machine():
         closing=closing,
         closed=closed,
         finishing=[],
+        voting=[asking],
     )
     return builder.build()
 

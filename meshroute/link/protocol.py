@@ -33,6 +33,7 @@ from meshroute.link.handshake import (
     LinkCore,
     ListenerSettings,
     RouterContext,
+    VoteSide,
 )
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.transport import send_immediately
@@ -119,6 +120,13 @@ class Link:
             return False
         return True
 
+    def ask(self, frame: VoteRequest | Heartbeat) -> None:
+        """
+        Send a vote request or heartbeat (the connector side of a vote
+        connection, in voting).
+        """
+        self.machine.send_vote_frame(frame)
+
     def shutdown(self) -> None:
         self.machine.shutdown()
 
@@ -152,8 +160,13 @@ class LinkProtocol(Protocol):
     """
 
     def __init__(self, context: RouterContext, direction: str, settings, on_delivery=None,
-                 endpoint: str | None = None):
+                 endpoint: str | None = None, vote_side: VoteSide | None = None):
+        """
+        @param vote_side: for a connector's vote connection (L{VoteHello}
+            instead of L{Hello}), who its answers go to.
+        """
         self._context = context
+        self._vote_side = vote_side
         self._direction = direction
         self._settings = settings
         self._on_delivery = on_delivery
@@ -174,6 +187,9 @@ class LinkProtocol(Protocol):
         )
         if self._on_delivery is not None:
             core.on_delivery = self._on_delivery
+        if self._vote_side is not None:
+            core.purpose = VOTES
+            core.vote_side = self._vote_side
         machines = LISTENER_MACHINE if self._direction == LISTENER else CONNECTOR_MACHINE
         self.link = Link(core, machines(core))
         core.link = self.link
@@ -238,15 +254,20 @@ class ConnectorFactory(Factory):
     @param on_delivery: called each time a link it built reaches delivery.
     @param endpoint: says which configured endpoint the connection being
         made goes through (None: the links record none).
+    @param vote_side: makes vote connections reporting to it, not links
+        (on_delivery: when one reaches voting).
     """
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings, on_delivery,
-                 endpoint: Callable[[], str] | None = None):
+                 endpoint: Callable[[], str] | None = None,
+                 vote_side: VoteSide | None = None):
         self._context = context
+        self._vote_side = vote_side
         self._settings = settings
         self._on_delivery = on_delivery
         self._endpoint = endpoint
 
     def buildProtocol(self, addr) -> LinkProtocol:
         return LinkProtocol(self._context, CONNECTOR, self._settings, self._on_delivery,
-                            self._endpoint() if self._endpoint is not None else None)
+                            self._endpoint() if self._endpoint is not None else None,
+                            self._vote_side)

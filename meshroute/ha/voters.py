@@ -1,0 +1,257 @@
+"""
+The candidate and active side of HA voting: how one instance of a pair
+reaches its group's voters and feeds their answers to the pure machines.
+
+The voters of a group are the instance's own voter (a L{quorum.Voter},
+asked directly), its peer (the pair's other instance, asked through an
+injected callable until the replication connection exists), and the
+witnesses: other routers, each reached over a vote connection to its
+routing listener (docs/protocol.md, "Vote connections") that a
+L{WitnessConnection} keeps up.
+
+L{Voters} sends an election's L{quorum.VoteRequest} to every voter and
+feeds each answer to the election (L{meshroute.ha.election}); once won,
+the lease (L{meshroute.ha.lease}) sends each round of heartbeats to every
+voter, the instance's own voter included (docs/ha.md, "The lease": only
+then does that voter refuse the peer while the active serves), and counts
+the answers.  A voter that does not answer is simply not counted: the
+election's timeout and the lease's expiry are the machines' own.  A
+witness's vote connection closes when a request stays unanswered for
+C{stage-valid-timeout} and is dialled again under the connector retry
+policy.  The witness closes it too when nothing was asked for
+C{stage-valid-timeout} (the active's heartbeats keep it open; a candidate
+between elections lets it fall idle): what is asked while it is down is
+sent once it is up again, the newest vote request and the newest
+heartbeat only (a late answer is harmless: the election ignores it once
+decided, and the lease measures from the time the heartbeat was sent).
+A witness that does not know vote connections (link protocol version 2
+closes the connection at the L{VoteHello}) never answers, said once in
+the log.
+
+Nothing in the router starts these yet: pairs do not exist (docs/ha.md,
+"Status").
+"""
+
+from collections.abc import Callable, Iterable
+
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from meshroute.ha import lease, quorum
+from meshroute.ha.election import Defeat, ElectionInputs, start_election
+from meshroute.link import reasons
+from meshroute.link.connector import ConnectorService
+from meshroute.link.handshake import CONNECT, ConnectorSettings, RouterContext
+from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
+from meshroute.wire import frames
+
+log = Logger()
+
+#: An answer from a voter: a vote, or a heartbeat's answer.
+Answer = quorum.Vote | quorum.HeartbeatAnswer
+#: What is sent to a voter.
+Question = quorum.VoteRequest | quorum.Heartbeat
+
+
+def _speaks_no_votes(core) -> bool:
+    """
+    Whether a vote connection that closed tells us the witness does not
+    take vote connections: it closed (a version-2 router does, as a
+    protocol error) or refused us C{version} before it welcomed us.
+    """
+    if core.stage != CONNECT:
+        return False
+    if core.close_reason == reasons.REJECTED:
+        return core.close_detail == reasons.VERSION
+    return core.close_reason in (reasons.PEER_CLOSED, reasons.PROTOCOL_ERROR)
+
+
+class WitnessConnection(ConnectorService):
+    """
+    The vote connection to one witness, dialled again whenever it closes
+    (the routing connector's service and retry policy, making vote
+    connections instead of links).
+
+    @ivar deliver: called with each answer, as a L{quorum.Vote} or
+        L{quorum.HeartbeatAnswer} from the witness.
+    """
+
+    def __init__(self, context: RouterContext, settings: ConnectorSettings,
+                 endpoints: EndpointRotation, schedule: RetrySchedule, clock: IReactorTime,
+                 group: str, lease_timeout: float) -> None:
+        """
+        @param settings: the secret, the witness's router name
+            (C{expected_peer}), and C{stage_valid_timeout_ms}: how long an
+            unanswered request keeps the connection open.
+        """
+        super().__init__(context, settings, endpoints, schedule, clock, vote_side=self)
+        self.setName(f"witness:{settings.expected_peer}")
+        self.witness = settings.expected_peer
+        self.group = group
+        self.lease_timeout_ms = round(lease_timeout * 1000)
+        self.deliver: Callable[[Answer], None] = lambda answer: None
+        self._link = None
+        self._said_no_votes = False
+        self._held: dict[type, Question] = {}
+
+    # -- VoteSide ---------------------------------------------------------
+
+    def voting(self, link) -> None:
+        self._link = link
+        self._said_no_votes = False
+        held, self._held = self._held, {}
+        for question in held.values():
+            self.ask(question)
+
+    def answered(self, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> None:
+        if frame.group != self.group:
+            return
+        if isinstance(frame, frames.VoteAnswer):
+            self.deliver(quorum.Vote(self.witness, frame.epoch, frame.granted,
+                                     frame.reason or None, frame.granted_epoch))
+        else:
+            self.deliver(quorum.HeartbeatAnswer(self.witness, frame.accepted, frame.sent_at,
+                                                frame.granted_epoch))
+
+    def closed(self, core) -> None:
+        if core.link is self._link:
+            self._link = None
+        if _speaks_no_votes(core) and not self._said_no_votes:
+            self._said_no_votes = True
+            log.warn(
+                "HA group {group}: witness {witness} at {endpoint} does not take vote "
+                "connections ({reason} {detail} before Welcome; a router of link protocol "
+                "version 2 does that): counted as silent, dialled again",
+                group=self.group, witness=self.witness, endpoint=core.endpoint,
+                reason=core.close_reason, detail=core.close_detail,
+            )
+
+    # -- asking -----------------------------------------------------------
+
+    def ask(self, question: Question) -> None:
+        """
+        Send a vote request or heartbeat now if the vote connection is in
+        voting (and not closing), else once a vote connection is (replacing
+        one of the same kind held).
+        """
+        if self._link is None or self._link.core.close_reason is not None:
+            self._held[type(question)] = question
+        else:
+            self._link.ask(_frame(self.group, question, self.lease_timeout_ms))
+
+
+def _frame(group: str, question: Question, lease_timeout_ms: int):
+    """
+    The wire frame of a vote request or heartbeat for C{group}.
+    """
+    if isinstance(question, quorum.VoteRequest):
+        return frames.VoteRequest(
+            group, question.candidate, question.requester, question.epoch,
+            question.position.epoch, question.position.position, question.alone,
+            lease_timeout_ms)
+    return frames.Heartbeat(
+        group, question.instance, question.epoch, question.position.epoch,
+        question.position.position, question.confirmed.epoch, question.confirmed.position,
+        question.sent_at, lease_timeout_ms)
+
+
+class Voters(MultiService):
+    """
+    The voters of one HA instance, and the election or lease their
+    answers feed.
+
+    @param own: this instance's own voter, named as the instance (the
+        candidate and heartbeat name); its record's durability is its
+        owner's business.
+    @param peer: C{(name, ask)}: the pair's other instance, and how to ask
+        it: C{ask(question)} returns a Deferred firing with its answer
+        (a failure or no firing: not answered).
+    @param witnesses: one L{WitnessConnection} per witness; started and
+        stopped with this service.
+    """
+
+    def __init__(self, clock: IReactorTime, own: quorum.Voter,
+                 peer: tuple[str, Callable[[Question], Deferred]],
+                 witnesses: Iterable[WitnessConnection]) -> None:
+        super().__init__()
+        self._clock = clock
+        self._own = own
+        self._peer_name, self._ask_peer = peer
+        self._witnesses = list(witnesses)
+        for witness in self._witnesses:
+            witness.deliver = self._answered
+            witness.setServiceParent(self)
+        self.names = frozenset([own.name, self._peer_name,
+                                *(witness.witness for witness in self._witnesses)])
+        self._election: ElectionInputs | None = None
+        self._tally: quorum.Tally | None = None
+        self._requested_at = 0.0
+        self._lease: lease.LeaseInputs | None = None
+        self._lease_since = 0.0
+
+    def elect(self, request: quorum.VoteRequest, timeout: float,
+              won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
+        """
+        Ask every voter for C{request.epoch}; C{won} or C{lost} is called
+        once (L{start_election}).
+        """
+        self._tally = quorum.Tally(self.names, request.epoch)
+        self._requested_at = self._clock.seconds()
+        self._election = start_election(self._clock, self._tally, timeout, won, lost)
+        self._ask_everyone(request, self._own.request)
+        return self._election
+
+    def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
+                   heartbeat_interval: float, lease_timeout: float,
+                   lost: Callable[[str], None]) -> lease.LeaseInputs:
+        """
+        Hold the lease of the epoch the last election won (call once it
+        was won): its grants are the first round, then a heartbeat to
+        every voter, this instance's own included, each
+        C{heartbeat_interval}; C{lost} is called once, as by
+        L{lease.hold_lease}.
+
+        @param status: this instance's (position, confirmed position) now,
+            for each heartbeat.
+        """
+        epoch = self._tally.epoch
+
+        def send_heartbeats(sent_at: float) -> None:
+            position, confirmed = status()
+            self._ask_everyone(
+                quorum.Heartbeat(self._own.name, epoch, position, confirmed, sent_at),
+                self._own.heartbeat)
+
+        core = lease.LeaseCore(self._clock, self._own.name, self.names, heartbeat_interval,
+                         lease_timeout, send_heartbeats, lost)
+        granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
+        self._lease_since = self._requested_at
+        self._lease = lease.hold_lease(core, self._requested_at, granted_by)
+        return self._lease
+
+    def _ask_everyone(self, question: Question,
+                      ask_own: Callable[[Question, float], Answer]) -> None:
+        for witness in self._witnesses:
+            witness.ask(question)
+        self._ask_peer(question).addCallbacks(self._answered, self._peer_silent)
+        self._answered(ask_own(question, self._clock.seconds()))
+
+    def _peer_silent(self, failure) -> None:
+        log.info("HA: {peer} did not answer: {why}", peer=self._peer_name,
+                 why=failure.getErrorMessage())
+
+    def _answered(self, answer: Answer) -> None:
+        """
+        Feed an answer to the election, or to the lease; an answer to a
+        heartbeat sent before this lease began (an earlier lease's, held
+        while a witness was down) is not this lease's: a refusal of an
+        older epoch must not fence it.
+        """
+        if isinstance(answer, quorum.Vote):
+            if self._election is not None:
+                self._election.got_vote(answer)
+        elif self._lease is not None and answer.sent_at >= self._lease_since:
+            self._lease.got_answer(answer)
