@@ -42,6 +42,13 @@ def keys(problems: list[Problem]) -> list[str]:
     return [problem.key for problem in problems]
 
 
+def test_lease_timeout_is_at_most_an_hour():
+    problems = errors(replace(GOOD, lease_timeout_ms=3_600_001), "router-b")
+    assert [(p.key, p.message) for p in problems] == [
+        ("ha.lease-timeout", "must be at most 3600000 ms (1 h), got 3600001 ms")]
+    assert errors(replace(GOOD, lease_timeout_ms=3_600_000), "router-b") == []
+
+
 def test_lease_timeout_must_exceed_two_heartbeats():
     problems = errors(replace(GOOD, lease_timeout_ms=1000), "router-b")
     assert problems == [Problem(

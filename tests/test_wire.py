@@ -492,3 +492,16 @@ def test_well_formed_msgpack_with_a_known_type_code(tail, code):
     frame = result[0]
     assert type(frame) is FRAME_TYPES[code]
     assert frame_to_list(frame) == [code, *tail]
+
+
+def test_a_vote_frame_cannot_claim_a_lease_longer_than_an_hour():
+    """
+    A witness keeps the longest lease it was told: a frame may not make
+    one longer than the timers' maximum.
+    """
+    from meshroute.errors import WireError
+    from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS, VoteRequest
+
+    VoteRequest("g", "b", "b", 1, 0, 0, False, MAX_LEASE_TIMEOUT_MS)
+    with pytest.raises(WireError, match="lease_timeout_ms"):
+        VoteRequest("g", "b", "b", 1, 0, 0, False, MAX_LEASE_TIMEOUT_MS + 1)

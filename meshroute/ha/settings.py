@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from meshroute.ha.quorum import majority
+from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
 PRIMARY = "primary"
 BACKUP = "backup"
@@ -125,6 +126,8 @@ def errors(settings: HASettings, router_name: str) -> list[Problem]:
                        ("replication-timeout", settings.replication_timeout_ms)):
         if value <= 2 * heartbeat:
             fail(key, f"must exceed 2 × heartbeat-interval ({2 * heartbeat} ms), got {value} ms")
+        elif value > MAX_LEASE_TIMEOUT_MS:
+            fail(key, f"must be at most {MAX_LEASE_TIMEOUT_MS} ms (1 h), got {value} ms")
     if settings.initial_replication_sync_timeout_ms < 1:
         fail("initial-replication-sync-timeout", "must be at least 1 ms, got "
              f"{settings.initial_replication_sync_timeout_ms} ms")

@@ -59,12 +59,18 @@ def _check_versions(frame) -> None:
 _GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 #: The longest instance name a vote frame may carry.
 MAX_INSTANCE_NAME = 128
+#: The longest lease-timeout a vote frame may carry (1 hour, as the other
+#: timers' maximum): a witness keeps the longest lease it was told for a
+#: group, and would otherwise refuse that group's other instance for as
+#: long as any one request claimed.
+MAX_LEASE_TIMEOUT_MS = 3_600_000
 
 
 def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None:
     """
     What a voter stores from a vote frame must be storable: a group name,
-    bounded instance names, numbers that fit SQLite, a positive lease.
+    bounded instance names, numbers that fit SQLite, a lease of at most
+    L{MAX_LEASE_TIMEOUT_MS}.
     """
     kind = type(frame).__name__
     if not _GROUP_NAME.match(frame.group):
@@ -75,8 +81,8 @@ def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None
     for name in numbers:
         if not 0 <= getattr(frame, name) <= MAX_VOTE_NUMBER:
             raise WireError(f"{kind}.{name} must be in 0..2**63-1")
-    if frame.lease_timeout_ms < 1:
-        raise WireError(f"{kind}.lease_timeout_ms must be positive")
+    if not 1 <= frame.lease_timeout_ms <= MAX_LEASE_TIMEOUT_MS:
+        raise WireError(f"{kind}.lease_timeout_ms must be in 1..{MAX_LEASE_TIMEOUT_MS}")
 
 
 @dataclass(frozen=True)
