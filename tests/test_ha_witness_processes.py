@@ -67,6 +67,9 @@ def test_a_grant_is_durable_across_sigkill(mesh):  # noqa: F811
 
     a_proc.sigkill()
     [a_proc] = mesh.start(a)
+    # Its listener serves links and votes once its store is open: router-b's
+    # link back in delivery shows it.
+    a_proc.wait_delivery("router-b")
     again = ask(a, secret, PRIMARY, 1)
     assert (again.granted, again.reason) == (False, STALE_EPOCH)
     assert [(v["candidate"], v["granted"]) for v in a_proc.events("ha.vote")] == [
