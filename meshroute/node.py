@@ -304,6 +304,7 @@ class RouterService(MultiService):
                 self._clock.seconds() - self._started_at if self._started_at is not None else 0.0
             ),
             "backlog": self.store.backlog_depths() if self._open else {},
+            "serving": self._open,
         }
 
     def describe_links(self) -> list[dict]:

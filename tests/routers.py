@@ -389,7 +389,8 @@ class RouterProcess:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
         """
-        Wait until the admin API answers with this router's name.
+        Wait until the admin API answers with this router's name and says
+        it is serving (its store is open: its listeners accept).
 
         @raise RuntimeError: the process exited first (its output is in the
             message).
@@ -402,7 +403,7 @@ class RouterProcess:
                     f"ready:\n{tail(self.spec.output_path)}\n{tail(self.spec.log_path)}"
                 )
             info = self.info()
-            return info if info.get("name") == self.name else None
+            return info if info.get("name") == self.name and info.get("serving") else None
 
         return wait_until(
             ready, timeout, what=f"{self.spec.label} to serve its admin API",

@@ -130,3 +130,24 @@ def test_recovery_points_are_exchanged(mesh):
     (b_link,) = mesh.routers["router-b"].describe_links()
     assert a_link["peer_last_received"] == 0
     assert b_link["peer_last_received"] == 0
+
+
+def test_a_router_says_it_serves_only_once_its_store_is_open(mesh, monkeypatch):
+    """
+    C{GET /api/v1/router}'s C{serving}: false while the store opens (the
+    listeners then close every connection at once), true from then on,
+    false again once stopped.  Readiness checks wait for it.
+    """
+    from twisted.internet.defer import Deferred
+
+    from meshroute.store.sqlite import SQLiteStore
+
+    opening = Deferred()
+    real_open = SQLiteStore.open
+    monkeypatch.setattr(SQLiteStore, "open", lambda store: opening)
+    router = mesh.start(mesh.config("router-a"))
+    assert router.describe()["serving"] is False
+    real_open(router.store).chainDeferred(opening)
+    assert router.describe()["serving"] is True
+    mesh.stop("router-a")
+    assert router.describe()["serving"] is False
