@@ -16,7 +16,8 @@ from meshroute.events import EventLog, read_events
 from meshroute.ha import quorum
 from meshroute.ha.election import NO_MAJORITY
 from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED
-from meshroute.ha.voters import Voters, WitnessConnection
+from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
+from meshroute.ha.witness import Witness
 from meshroute.link import auth, reasons
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
@@ -34,6 +35,7 @@ from meshroute.wire.frames import (
     Welcome,
 )
 from test_connector import LISTENER_CHALLENGE, Attempt, FakeEndpoint
+from test_ha_witness import HeldRecords
 
 SECRET = b"s3cret-mesh-password"
 ROUTER = "router-b"
@@ -305,7 +307,8 @@ class Pair:
         self.backup = quorum.Voter(BACKUP, LEASE, quorum.VoterRecord(), clock.seconds())
         self.witness = quorum.Voter(WITNESS, LEASE, quorum.VoterRecord(), clock.seconds())
         self.peer = LocalPeer(self.backup, clock)
-        self.voters = Voters(clock, self.own, (BACKUP, self.peer), [harness.witness()])
+        self.voters = Voters(clock, PRIMARY, {PRIMARY: LocalPeer(self.own, clock),
+                                              BACKUP: self.peer}, [harness.witness()])
         self.voters.startService()
         self.attempt = harness.endpoints[WITNESS].last
         reach_voting(self.attempt)
@@ -407,3 +410,24 @@ def test_an_earlier_lease_s_refused_heartbeat_does_not_fence_the_next(harness):
     pair.clock.advance(INTERVAL)
     assert pair.outcomes == [1, 2]
     pair.voters.stopService()
+
+
+def test_the_own_voter_s_grant_counts_only_once_its_record_is_durable(harness):
+    records = HeldRecords()
+    records.hold = True
+    own = Witness(PRIMARY, records, harness.clock, harness.events)
+    own.load()
+    backup = quorum.Voter(BACKUP, LEASE, quorum.VoterRecord(), harness.clock.seconds())
+    voters = Voters(harness.clock, PRIMARY,
+                    {PRIMARY: asking_witness(own, PRIMARY, GROUP, LEASE),
+                     BACKUP: LocalPeer(backup, harness.clock)}, [harness.witness()])
+    voters.startService()
+    outcomes = []
+    voters.elect(request(1), 2.0, outcomes.append, outcomes.append)
+    # The backup granted; the own voter granted too, but not durably yet.
+    assert outcomes == []
+    assert own.records()[GROUP].granted_to == PRIMARY
+    records.flush()
+    assert outcomes == [1]
+    assert records.durable[GROUP] == (own.records()[GROUP], round(LEASE * 1000))
+    voters.stopService()

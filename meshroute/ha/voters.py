@@ -2,12 +2,13 @@
 The candidate and active side of HA voting: how one instance of a pair
 reaches its group's voters and feeds their answers to the pure machines.
 
-The voters of a group are the instance's own voter (a L{quorum.Voter},
-asked directly), its peer (the pair's other instance, asked through an
-injected callable until the replication connection exists), and the
-witnesses: other routers, each reached over a vote connection to its
-routing listener (docs/protocol.md, "Vote connections") that a
-L{WitnessConnection} keeps up.
+The voters of a group are the instance's own voter (asked directly,
+through its L{meshroute.ha.witness.Witness}, so that its record is
+durable before its answer counts: L{asking_witness}), its peer (the
+pair's other instance, over a vote connection to the peer's replication
+listener) and the witnesses: other routers, each reached over a vote
+connection to its routing listener (docs/protocol.md, "Vote
+connections").  A L{WitnessConnection} keeps each vote connection up.
 
 L{Voters} sends an election's L{quorum.VoteRequest} to every voter and
 feeds each answer to the election (L{meshroute.ha.election}); once won,
@@ -27,12 +28,9 @@ decided, and the lease measures from the time the heartbeat was sent).
 A witness that does not know vote connections (link protocol version 2
 closes the connection at the L{VoteHello}) never answers, said once in
 the log.
-
-Nothing in the router starts these yet: pairs do not exist (docs/ha.md,
-"Status").
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
@@ -54,6 +52,9 @@ log = Logger()
 Answer = quorum.Vote | quorum.HeartbeatAnswer
 #: What is sent to a voter.
 Question = quorum.VoteRequest | quorum.Heartbeat
+#: How a voter asked directly is asked: a Deferred firing with its answer
+#: (a failure, or no firing: not answered).
+Ask = Callable[[Question], Deferred]
 
 
 def _speaks_no_votes(core) -> bool:
@@ -81,15 +82,18 @@ class WitnessConnection(ConnectorService):
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings,
                  endpoints: EndpointRotation, schedule: RetrySchedule, clock: IReactorTime,
-                 group: str, lease_timeout: float) -> None:
+                 group: str, lease_timeout: float, voter: str | None = None) -> None:
         """
         @param settings: the secret, the witness's router name
             (C{expected_peer}), and C{stage_valid_timeout_ms}: how long an
             unanswered request keeps the connection open.
+        @param voter: the name the witness votes as: its router name (the
+            default), or for the pair's other instance, which carries this
+            router's name, that instance's name.
         """
         super().__init__(context, settings, endpoints, schedule, clock, vote_side=self)
-        self.setName(f"witness:{settings.expected_peer}")
-        self.witness = settings.expected_peer
+        self.witness = voter if voter is not None else settings.expected_peer
+        self.setName(f"witness:{self.witness}")
         self.group = group
         self.lease_timeout_ms = round(lease_timeout * 1000)
         self.deliver: Callable[[Answer], None] = lambda answer: None
@@ -107,14 +111,8 @@ class WitnessConnection(ConnectorService):
             self.ask(question)
 
     def answered(self, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> None:
-        if frame.group != self.group:
-            return
-        if isinstance(frame, frames.VoteAnswer):
-            self.deliver(quorum.Vote(self.witness, frame.epoch, frame.granted,
-                                     frame.reason or None, frame.granted_epoch))
-        else:
-            self.deliver(quorum.HeartbeatAnswer(self.witness, frame.accepted, frame.sent_at,
-                                                frame.granted_epoch))
+        if frame.group == self.group:
+            self.deliver(_answer(self.witness, frame))
 
     def closed(self, core) -> None:
         if core.link is self._link:
@@ -158,33 +156,65 @@ def _frame(group: str, question: Question, lease_timeout_ms: int):
         question.sent_at, lease_timeout_ms)
 
 
+def _answer(voter: str, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> Answer:
+    """
+    The answer C{voter} sent as C{frame}.
+    """
+    if isinstance(frame, frames.VoteAnswer):
+        return quorum.Vote(voter, frame.epoch, frame.granted, frame.reason or None,
+                           frame.granted_epoch)
+    return quorum.HeartbeatAnswer(voter, frame.accepted, frame.sent_at, frame.granted_epoch)
+
+
+def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> Ask:
+    """
+    How an instance asks its own voter: through its
+    L{meshroute.ha.witness.Witness}, as a vote connection would, so that
+    the answer arrives only once the record it rests on is durable (a
+    grant the instance counted must survive the instance's restart).
+
+    @param instance: the instance asking (the C{peer} of the witness's
+        events).
+    """
+    lease_timeout_ms = round(lease_timeout * 1000)
+
+    def ask(question: Question) -> Deferred:
+        frame = _frame(group, question, lease_timeout_ms)
+        if isinstance(question, quorum.VoteRequest):
+            answering = witness.vote(instance, frame)
+        else:
+            answering = witness.heartbeat(instance, frame)
+        return answering.addCallback(lambda answer: _answer(witness.name, answer))
+
+    return ask
+
+
 class Voters(MultiService):
     """
     The voters of one HA instance, and the election or lease their
     answers feed.
 
-    @param own: this instance's own voter, named as the instance (the
-        candidate and heartbeat name); its record's durability is its
-        owner's business.
-    @param peer: C{(name, ask)}: the pair's other instance, and how to ask
-        it: C{ask(question)} returns a Deferred firing with its answer
-        (a failure or no firing: not answered).
-    @param witnesses: one L{WitnessConnection} per witness; started and
-        stopped with this service.
+    @param instance: this instance's name (the candidate and heartbeat
+        name), its own voter's too.
+    @param direct: the voters asked directly, name → L{Ask}: this
+        instance's own voter (L{asking_witness}), and any other voter a
+        caller reaches by itself.
+    @param witnesses: one L{WitnessConnection} per voter reached over a
+        vote connection (the witnesses, and the peer instance); started
+        and stopped with this service.
     """
 
-    def __init__(self, clock: IReactorTime, own: quorum.Voter,
-                 peer: tuple[str, Callable[[Question], Deferred]],
+    def __init__(self, clock: IReactorTime, instance: str, direct: Mapping[str, Ask],
                  witnesses: Iterable[WitnessConnection]) -> None:
         super().__init__()
         self._clock = clock
-        self._own = own
-        self._peer_name, self._ask_peer = peer
+        self.instance = instance
+        self._direct = dict(direct)
         self._witnesses = list(witnesses)
         for witness in self._witnesses:
             witness.deliver = self._answered
             witness.setServiceParent(self)
-        self.names = frozenset([own.name, self._peer_name,
+        self.names = frozenset([instance, *self._direct,
                                 *(witness.witness for witness in self._witnesses)])
         self._election: ElectionInputs | None = None
         self._tally: quorum.Tally | None = None
@@ -201,7 +231,7 @@ class Voters(MultiService):
         self._tally = quorum.Tally(self.names, request.epoch)
         self._requested_at = self._clock.seconds()
         self._election = start_election(self._clock, self._tally, timeout, won, lost)
-        self._ask_everyone(request, self._own.request)
+        self._ask_everyone(request)
         return self._election
 
     def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
@@ -222,25 +252,23 @@ class Voters(MultiService):
         def send_heartbeats(sent_at: float) -> None:
             position, confirmed = status()
             self._ask_everyone(
-                quorum.Heartbeat(self._own.name, epoch, position, confirmed, sent_at),
-                self._own.heartbeat)
+                quorum.Heartbeat(self.instance, epoch, position, confirmed, sent_at))
 
-        core = lease.LeaseCore(self._clock, self._own.name, self.names, heartbeat_interval,
+        core = lease.LeaseCore(self._clock, self.instance, self.names, heartbeat_interval,
                          lease_timeout, send_heartbeats, lost)
         granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
         self._lease_since = self._requested_at
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
-    def _ask_everyone(self, question: Question,
-                      ask_own: Callable[[Question, float], Answer]) -> None:
+    def _ask_everyone(self, question: Question) -> None:
         for witness in self._witnesses:
             witness.ask(question)
-        self._ask_peer(question).addCallbacks(self._answered, self._peer_silent)
-        self._answered(ask_own(question, self._clock.seconds()))
+        for name, ask in self._direct.items():
+            ask(question).addCallbacks(self._answered, self._silent, errbackArgs=(name,))
 
-    def _peer_silent(self, failure) -> None:
-        log.info("HA: {peer} did not answer: {why}", peer=self._peer_name,
+    def _silent(self, failure, name: str) -> None:
+        log.info("HA: {voter} did not answer: {why}", voter=name,
                  why=failure.getErrorMessage())
 
     def _answered(self, answer: Answer) -> None:
