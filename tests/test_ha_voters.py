@@ -431,3 +431,13 @@ def test_the_own_voter_s_grant_counts_only_once_its_record_is_durable(harness):
     assert outcomes == [1]
     assert records.durable[GROUP] == (own.records()[GROUP], round(LEASE * 1000))
     voters.stopService()
+
+
+def test_a_new_election_abandons_the_one_under_way(harness):
+    pair = Pair(harness)
+    pair.peer.silent = True
+    pair.elect(1)  # own grant only: undecided
+    pair.elect(2)
+    pair.clock.advance(2.0)  # both would time out; only the second reports
+    assert [defeat.newest_epoch for defeat in pair.outcomes] == [2]
+    pair.voters.stopService()

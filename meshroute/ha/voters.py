@@ -31,10 +31,11 @@ the log.
 """
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from twisted.application.service import MultiService
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute.ha import lease, quorum
@@ -48,10 +49,21 @@ from meshroute.wire import frames
 
 log = Logger()
 
-#: An answer from a voter: a vote, or a heartbeat's answer.
-Answer = quorum.Vote | quorum.HeartbeatAnswer
+@dataclass(frozen=True)
+class StartQuestion:
+    """
+    An instance that starts (or was fenced) asks a voter who is active
+    (Artemis' C{check-for-live-server}); the voter answers with a
+    L{quorum.StartAnswer}.
+    """
+
+    instance: str
+
+
+#: An answer from a voter: a vote, a heartbeat's answer, a start answer.
+Answer = quorum.Vote | quorum.HeartbeatAnswer | quorum.StartAnswer
 #: What is sent to a voter.
-Question = quorum.VoteRequest | quorum.Heartbeat
+Question = quorum.VoteRequest | quorum.Heartbeat | StartQuestion
 #: How a voter asked directly is asked: a Deferred firing with its answer
 #: (a failure, or no firing: not answered).
 Ask = Callable[[Question], Deferred]
@@ -173,12 +185,16 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
     the answer arrives only once the record it rests on is durable (a
     grant the instance counted must survive the instance's restart).
 
+    @param witness: anything that answers as a L{meshroute.ha.witness.Witness}
+        does (C{name}, C{vote}, C{heartbeat}, C{start_answer}).
     @param instance: the instance asking (the C{peer} of the witness's
         events).
     """
     lease_timeout_ms = round(lease_timeout * 1000)
 
     def ask(question: Question) -> Deferred:
+        if isinstance(question, StartQuestion):
+            return succeed(witness.start_answer(group))
         frame = _frame(group, question, lease_timeout_ms)
         if isinstance(question, quorum.VoteRequest):
             answering = witness.vote(instance, frame)
@@ -187,6 +203,17 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
         return answering.addCallback(lambda answer: _answer(witness.name, answer))
 
     return ask
+
+
+@dataclass
+class _StartAnswers:
+    """
+    The start-up question being asked: the answers so far, and when it ends.
+    """
+
+    answered: Deferred
+    timer: IDelayedCall
+    answers: dict[str, quorum.StartAnswer] = field(default_factory=dict)
 
 
 class Voters(MultiService):
@@ -221,18 +248,52 @@ class Voters(MultiService):
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
         self._lease_since = 0.0
+        self._start: _StartAnswers | None = None
+
+    def ask_start(self, timeout: float) -> Deferred:
+        """
+        Ask every voter who is active.
+
+        @return: a Deferred firing with the L{quorum.StartAnswer}s, once
+            every voter answered or after C{timeout} with those that did
+            (the start-up rule needs a majority, and counts what it has).
+        """
+        self._start = _StartAnswers(Deferred(),
+                                    self._clock.callLater(timeout, self._start_done))
+        asked = self._start.answered
+        self._ask_everyone(StartQuestion(self.instance))
+        return asked
+
+    def _start_done(self) -> None:
+        start, self._start = self._start, None
+        if start.timer.active():
+            start.timer.cancel()
+        start.answered.callback(list(start.answers.values()))
 
     def elect(self, request: quorum.VoteRequest, timeout: float,
               won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
         """
         Ask every voter for C{request.epoch}; C{won} or C{lost} is called
-        once (L{start_election}).
+        once (L{start_election}).  An election still undecided is
+        abandoned: only the newest is the caller's.
         """
+        self.abandon()
         self._tally = quorum.Tally(self.names, request.epoch)
         self._requested_at = self._clock.seconds()
         self._election = start_election(self._clock, self._tally, timeout, won, lost)
         self._ask_everyone(request)
         return self._election
+
+    def abandon(self) -> None:
+        """
+        Give up the election under way, if any: it reports nothing.
+        """
+        if self._election is not None:
+            self._election.abandon()
+
+    def stopService(self):
+        self.abandon()
+        return super().stopService()
 
     def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
                    heartbeat_interval: float, lease_timeout: float,
@@ -281,5 +342,10 @@ class Voters(MultiService):
         if isinstance(answer, quorum.Vote):
             if self._election is not None:
                 self._election.got_vote(answer)
+        elif isinstance(answer, quorum.StartAnswer):
+            if self._start is not None and answer.voter in self.names:
+                self._start.answers[answer.voter] = answer
+                if len(self._start.answers) == len(self.names):
+                    self._start_done()
         elif self._lease is not None and answer.sent_at >= self._lease_since:
             self._lease.got_answer(answer)

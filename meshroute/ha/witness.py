@@ -172,6 +172,17 @@ class Witness:
             )
         return answer
 
+    def start_answer(self, group: str) -> quorum.StartAnswer:
+        """
+        Answer an instance of C{group} that starts and asks who is active:
+        the instance this voter hears, if any, and its record (nothing to
+        save: the question changes no record).
+        """
+        state = self._groups.get(group)
+        if state is None:
+            return quorum.StartAnswer(self.name, None, quorum.VoterRecord())
+        return state.voter.start_answer(self._clock.seconds())
+
     def _group(self, group: str, lease_timeout_ms: int) -> _Group:
         """
         C{group}'s voter (a new one for a group never heard of), waiting
