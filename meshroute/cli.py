@@ -19,7 +19,7 @@ from twisted.python import usage
 
 from meshroute import __version__
 from meshroute.clients.frames import MAX_FRAME_SIZE
-from meshroute.config import endpoint_problem, format_config, load_config
+from meshroute.config import config_warnings, endpoint_problem, format_config, load_config
 from meshroute.errors import ConfigError
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
@@ -42,7 +42,8 @@ class _Options(usage.Options):
 
 class CheckConfigOptions(_Options):
     synopsis = "FILE"
-    longdesc = "Validate a router configuration and print it with every default filled in."
+    longdesc = ("Validate a router configuration and print it with every default filled in; "
+                "warnings (settings that work, but probably not as hoped) go to stderr.")
 
     def parseArgs(self, path: str) -> None:
         self["path"] = path
@@ -385,6 +386,8 @@ def check_config(options, out) -> int:
     except ConfigError as e:
         print(f"meshroute: {e}", file=sys.stderr)
         return 1
+    for warning in config_warnings(config):
+        print(f"meshroute: warning: {warning}", file=sys.stderr)
     out.write(f"# effective configuration of {config.path}\n")
     out.write(format_config(config))
     return 0
