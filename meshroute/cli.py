@@ -416,6 +416,18 @@ def format_links(router: dict, links: list[dict]) -> str:
     The human-readable status table.
     """
     lines = [f"router {router['name']} (meshroute {router['version']}, up {router['uptime_s']:.0f} s)"]
+    ha = router.get("ha")
+    if ha is not None:
+        lag = "-" if ha["lag"] is None else ha["lag"]
+        peer = "connected" if ha["peer"]["connected"] else "not connected"
+        lines.append(
+            f"  ha: {ha['role']}, {ha['state']}, epoch {ha['epoch']}, position "
+            f"{ha['position']['epoch']}/{ha['position']['position']}, lag {lag}, peer {peer}"
+            + ("" if router.get("serving", True) else "; not serving"))
+        if not router.get("serving", True):
+            # An HA instance that is not the active one has no router to
+            # show links of (its admin API answers not-active for them).
+            return "\n".join(lines) + "\n"
     if not links:
         lines.append("  no links")
     header = f"  {'peer':<16} {'direction':<10} {'stage':<15} {'keepalive':>10} {'counter':>8}"
@@ -435,7 +447,8 @@ def format_links(router: dict, links: list[dict]) -> str:
 def status(options, out) -> int:
     try:
         router = fetch_json(options["admin"], "/api/v1/router")
-        links = fetch_json(options["admin"], "/api/v1/links")
+        serving = router.get("serving", True) or "ha" not in router
+        links = fetch_json(options["admin"], "/api/v1/links") if serving else []
     except (urllib.error.URLError, OSError, ValueError) as e:
         print(f"meshroute: cannot read {options['admin']}: {e}", file=sys.stderr)
         return 1
