@@ -19,7 +19,7 @@ from twisted.python import usage
 
 from meshroute import __version__
 from meshroute.clients.frames import MAX_FRAME_SIZE
-from meshroute.config import endpoint_problem, format_config, load_config
+from meshroute.config import config_warnings, endpoint_problem, format_config, load_config
 from meshroute.errors import ConfigError
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
@@ -42,7 +42,8 @@ class _Options(usage.Options):
 
 class CheckConfigOptions(_Options):
     synopsis = "FILE"
-    longdesc = "Validate a router configuration and print it with every default filled in."
+    longdesc = ("Validate a router configuration and print it with every default filled in; "
+                "warnings (settings that work, but probably not as hoped) go to stderr.")
 
     def parseArgs(self, path: str) -> None:
         self["path"] = path
@@ -385,6 +386,8 @@ def check_config(options, out) -> int:
     except ConfigError as e:
         print(f"meshroute: {e}", file=sys.stderr)
         return 1
+    for warning in config_warnings(config):
+        print(f"meshroute: warning: {warning}", file=sys.stderr)
     out.write(f"# effective configuration of {config.path}\n")
     out.write(format_config(config))
     return 0
@@ -413,6 +416,18 @@ def format_links(router: dict, links: list[dict]) -> str:
     The human-readable status table.
     """
     lines = [f"router {router['name']} (meshroute {router['version']}, up {router['uptime_s']:.0f} s)"]
+    ha = router.get("ha")
+    if ha is not None:
+        lag = "-" if ha["lag"] is None else ha["lag"]
+        peer = "connected" if ha["peer"]["connected"] else "not connected"
+        lines.append(
+            f"  ha: {ha['role']}, {ha['state']}, epoch {ha['epoch']}, position "
+            f"{ha['position']['epoch']}/{ha['position']['position']}, lag {lag}, peer {peer}"
+            + ("" if router.get("serving", True) else "; not serving"))
+        if not router.get("serving", True):
+            # An HA instance that is not the active one has no router to
+            # show links of (its admin API answers not-active for them).
+            return "\n".join(lines) + "\n"
     if not links:
         lines.append("  no links")
     header = f"  {'peer':<16} {'direction':<10} {'stage':<15} {'keepalive':>10} {'counter':>8}"
@@ -432,7 +447,8 @@ def format_links(router: dict, links: list[dict]) -> str:
 def status(options, out) -> int:
     try:
         router = fetch_json(options["admin"], "/api/v1/router")
-        links = fetch_json(options["admin"], "/api/v1/links")
+        serving = router.get("serving", True) or "ha" not in router
+        links = fetch_json(options["admin"], "/api/v1/links") if serving else []
     except (urllib.error.URLError, OSError, ValueError) as e:
         print(f"meshroute: cannot read {options['admin']}: {e}", file=sys.stderr)
         return 1

@@ -366,3 +366,24 @@ class ILinkChannel(Interface):
         """
         The link is gone.
         """
+
+
+class IHAInstanceView(Interface):
+    """
+    What the admin API reads of an HA instance (L{meshroute.admin.api}),
+    which serves whether or not the instance is the active one.
+    """
+
+    name = Attribute("The router's name (the same on both instances).")
+    router = Attribute(
+        "The RouterService serving while this instance is the active one; None otherwise.")
+
+    def ha_status():
+        """
+        The instance's L{meshroute.ha.status.HAStatus} now.
+        """
+
+    def uptime_s():
+        """
+        Seconds since the instance started (not its current router).
+        """
