@@ -19,7 +19,12 @@ NOT_ALLOWED = "not-allowed"
 #: The connector reached a router other than the one it is configured for.
 UNEXPECTED_PEER = "unexpected-peer"
 
-REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER)
+#: A replication connection reached an HA instance that is not the active
+#: one: there is nothing to follow there.
+NOT_ACTIVE = "not-active"
+
+REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER,
+                   NOT_ACTIVE)
 
 # Close reasons, in link.closed events.
 
