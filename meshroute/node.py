@@ -112,6 +112,15 @@ class _Listening(StreamServerEndpointService):
                               f"{(reason or str(e.socketError)).lower()}") from None
 
 
+def listening(endpoints, config: RouterConfig, key: str, description: str,
+              factory) -> _Listening:
+    """
+    The service of one listener at C{description}, the value of C{key} in
+    C{config}'s file.
+    """
+    return _Listening(endpoints.server(description), factory, config.path, key, description)
+
+
 class RouterService(MultiService):
     """
     A meshroute router.
@@ -239,8 +248,7 @@ class RouterService(MultiService):
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
-        _Listening(endpoints.server(description), factory, self.config.path, key,
-                   description).setServiceParent(self)
+        listening(endpoints, self.config, key, description, factory).setServiceParent(self)
 
     def startService(self) -> None:
         """

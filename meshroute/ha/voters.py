@@ -139,6 +139,13 @@ class WitnessConnection(ConnectorService):
                 reason=core.close_reason, detail=core.close_detail,
             )
 
+    @property
+    def connected(self) -> bool:
+        """
+        Whether a vote connection is in voting.
+        """
+        return self._link is not None
+
     # -- asking -----------------------------------------------------------
 
     def ask(self, question: Question) -> None:
@@ -186,7 +193,7 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
     grant the instance counted must survive the instance's restart).
 
     @param witness: anything that answers as a L{meshroute.ha.witness.Witness}
-        does (C{name}, C{vote}, C{heartbeat}, C{start_answer}).
+        does (C{vote}, C{heartbeat}, C{start_answer}).
     @param instance: the instance asking (the C{peer} of the witness's
         events).
     """
@@ -200,7 +207,7 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
             answering = witness.vote(instance, frame)
         else:
             answering = witness.heartbeat(instance, frame)
-        return answering.addCallback(lambda answer: _answer(witness.name, answer))
+        return answering.addCallback(lambda answer: _answer(answer.voter, answer))
 
     return ask
 
@@ -283,6 +290,14 @@ class Voters(MultiService):
         self._election = start_election(self._clock, self._tally, timeout, won, lost)
         self._ask_everyone(request)
         return self._election
+
+    def connected(self) -> dict[str, bool]:
+        """
+        Voter → whether its vote connection is up (voters asked directly
+        are always reachable).
+        """
+        return {**{name: True for name in self._direct},
+                **{witness.witness: witness.connected for witness in self._witnesses}}
 
     def abandon(self) -> None:
         """

@@ -1,0 +1,439 @@
+"""
+One instance of an HA pair: what C{twistd meshroute} runs for a router
+with C{[ha]} (docs/ha.md).
+
+An L{HAInstance} is always up, whatever its role: its admin endpoint, its
+replication side (the replication listener, where the peer instance votes
+and, while this one is active, replicates), its own voter (a L{Witness}
+over its own C{ha.db}, not the replicated C{store.db}), and its
+L{Voters}: the witnesses and the peer.  The role machine
+(L{meshroute.ha.role}) decides what it does; this module carries out the
+machine's L{meshroute.ha.role.RoleActions}:
+
+ - while active, it runs a L{RouterService} on C{store.db}, built afresh
+   for each active period (routing listener, connectors, client listener,
+   deliveries), whose store's commits pass through the replication gate,
+   and it holds the lease of its epoch (C{Voters.hold_lease}): a lease
+   lost, or a voter that knows a newer epoch, fences it;
+ - while backup, it follows the active (the replication side's
+   C{follow}) and counts the active's heartbeats, which its own voter
+   hears, as the peer heard;
+ - on the way up, and when fenced, it asks every voter who is active and
+   decides by L{quorum.decide_start}.
+
+A hand-over (failback, or C{failover-on-shutdown} at SIGTERM) is an
+election the active runs for its peer.  The peer learns of it from its
+own voter, which grants it the epoch at the active's request; it then
+asks every voter for that same epoch as its own candidate, which each
+voter that granted it grants again (rule 1 of L{quorum}), and so learns
+that a majority did before it serves.
+"""
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+from twisted.application.service import MultiService
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from meshroute import __version__, events
+from meshroute.admin.api import admin_site
+from meshroute.config import RouterConfig
+from meshroute.ha import quorum, role
+from meshroute.ha.election import Defeat
+from meshroute.ha.lease import LEASE_EXPIRED
+from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
+from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
+from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
+from meshroute.ha.voters import Voters
+from meshroute.ha.witness import Witness
+from meshroute.interfaces import IHAInstanceView
+from meshroute.node import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
+from meshroute.wire import frames
+
+log = Logger()
+
+
+def instance_name(router: str, ha_role: str) -> str:
+    """
+    The name an instance votes and is granted epochs as: both instances
+    carry the router's name, so the configured role tells them apart.
+    """
+    return f"{router}/{ha_role}"
+
+
+def peer_role(ha_role: str) -> str:
+    return BACKUP if ha_role == PRIMARY else PRIMARY
+
+
+class ReplicationSide(Protocol):
+    """
+    What an instance needs of replication (the gate, the source, the
+    replica and the replication connection).
+    """
+
+    def position(self) -> quorum.LogPosition:
+        "The newest change this instance's C{store.db} holds."
+
+    def confirmed(self) -> quorum.LogPosition:
+        "The newest change confirmed to anyone (the active's heartbeats carry it)."
+
+    def lag(self) -> int | None:
+        "Changes the backup lacks, as far as a replication connection tells."
+
+    def executor(self):
+        "The store executor of the router serving now, its commits gated."
+
+    def serve_in(self, epoch: int) -> None:
+        "Tag what is committed from now on with C{epoch}."
+
+    def confirm(self, alone: bool) -> None:
+        "Confirm commits: at once when C{alone}, else once the backup acknowledged them."
+
+    def hold(self) -> None:
+        "Confirm nothing more (the backup is silent)."
+
+    def follow(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
+        "Replicate from the active; C{caught_up} once in sync, C{heard} on its traffic."
+
+    def stop_following(self) -> defer.Deferred:
+        "Drop the replication connection; fires once the replica is closed."
+
+
+@implementer(IHAInstanceView)
+class HAInstance(MultiService):
+    """
+    One instance of an HA pair.
+
+    @param records: the L{meshroute.interfaces.IVoterRecords} of C{ha.db}.
+    @param voters_for: builds this instance's L{Voters} from its instance
+        name and its own voter (this instance, which answers as a
+        L{Witness} does).
+    @param replication: the L{ReplicationSide}.
+
+    @ivar name: the router's name (both instances carry it).
+    @ivar instance: this instance's name (L{instance_name}).
+    @ivar router: the L{RouterService} while active, else None.
+    @ivar role: the role machine's core (C{state}, C{epoch}) once started.
+    """
+
+    def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints, records,
+                 voters_for: Callable[[str, "HAInstance"], Voters],
+                 replication: ReplicationSide) -> None:
+        super().__init__()
+        ha = config.ha
+        self.config = config
+        self.ha: HASettings = ha
+        self._clock = clock
+        self._endpoints = endpoints
+        self.name = config.name
+        self.instance = instance_name(config.name, ha.role)
+        self.peer_instance = instance_name(config.name, peer_role(ha.role))
+        self._lock_file = None
+        self.events = open_data_dir(config, clock, self._lock, self._unlock)
+        self.ha_events = HAEventLog(self.events, clock, ha.group_name, ha.role)
+        self.witness = Witness(self.instance, records, clock, self.events)
+        self.voters = voters_for(self.instance, self)
+        self.voters.setServiceParent(self)
+        self.replication = replication
+        if config.admin is not None:
+            listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
+                      admin_site(ha=self)).setServiceParent(self)
+        self.router: RouterService | None = None
+        self._router_stopped = defer.succeed(None)
+        self._role: role.RoleInputs | None = None
+        self.role: role.RoleCore | None = None
+        self._lease = None
+        self._newest_epoch = 0
+        self._started_at: float | None = None
+        self._peer_heard_at: float | None = None
+        self._stopping = False
+        self._handed: defer.Deferred | None = None
+
+    # -- IHAInstanceView --------------------------------------------------
+
+    def ha_status(self) -> HAStatus:
+        connected = self.voters.connected()
+        return HAStatus(
+            role=self.ha.role,
+            state=self.role.state if self.role is not None else role.STARTING,
+            epoch=self.role.epoch if self.role is not None else 0,
+            position=self.replication.position(),
+            lag=self.replication.lag(),
+            peer=PeerStatus(self.ha.replication.peer,
+                            connected.get(self.peer_instance, False)),
+            voters=tuple(VoterStatus(witness.router, witness.endpoint,
+                                     connected.get(witness.router, False))
+                         for witness in self.ha.witnesses),
+        )
+
+    def uptime_s(self) -> float:
+        return 0.0 if self._started_at is None else self._clock.seconds() - self._started_at
+
+    # -- the service ------------------------------------------------------
+
+    def startService(self) -> None:
+        if self._lock_file is None:
+            self._lock()
+        self._started_at = self._clock.seconds()
+        self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
+        log.info("HA instance {instance} starting (meshroute {version})",
+                 instance=self.instance, version=__version__)
+        super().startService()
+        self.witness.load().addCallback(self._loaded)
+
+    def _loaded(self, _) -> None:
+        if not self.running:
+            return
+        record = self.witness.records().get(self.ha.group_name)
+        if record is not None:
+            self._newest_epoch = record.granted_epoch
+        self._role, self.role = role.start_role(self._clock, self.ha, self)
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        """
+        Hand over to an in-sync backup first (C{failover-on-shutdown}),
+        waiting at most a second for the election, then stop serving or
+        following, and everything else.
+        """
+        self._stopping = True
+        if (self.role is not None and self.role.state == role.ACTIVE_REPLICATED
+                and self.ha.failover_on_shutdown):
+            self._handed = defer.Deferred()
+            timeout = self._clock.callLater(1.0, self._hand_over_ended)
+            self._role.handover_due()
+            yield self._handed
+            if timeout.active():
+                timeout.cancel()
+        if self.role is not None:
+            self.role.stop_watching()
+            self.role.stop_asking()
+        self._release_lease()
+        yield self._stop_router()
+        yield self.replication.stop_following()
+        yield defer.maybeDeferred(super().stopService)
+        self.events.emit(events.ROUTER_STOPPED)
+        self.events.close()
+        self._unlock()
+
+    def _hand_over_ended(self) -> None:
+        if self._handed is not None and not self._handed.called:
+            self._handed.callback(None)
+
+    def _lock(self) -> None:
+        self._lock_file = lock_data_dir(self.config)
+
+    def _unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # -- RoleActions ------------------------------------------------------
+
+    def state_changed(self, state: str) -> None:
+        epoch = self.role.epoch if self.role is not None else 0
+        log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
+                 state=state, epoch=epoch)
+        self.ha_events.state(state, epoch)
+
+    def ask_voters(self) -> None:
+        if not self._stopping:
+            self.voters.ask_start(self._question_timeout()).addCallback(self._decide_start)
+
+    def _question_timeout(self) -> float:
+        """
+        How long an election or the start-up question waits for voters
+        that have not answered: two heartbeats, as long as a heartbeat may
+        be late without danger.
+        """
+        return 2 * self.ha.heartbeat_interval_ms / 1000
+
+    def _decide_start(self, answers: list[quorum.StartAnswer]) -> None:
+        if self._stopping:
+            return
+        for answer in answers:
+            self._newest_epoch = max(self._newest_epoch, answer.record.granted_epoch)
+        decision = quorum.decide_start(self.instance, self.ha.role == PRIMARY,
+                                       self.replication.position(), self.voters.names, answers)
+        if decision == quorum.StartDecision.STALE:
+            log.warn("HA instance {instance}: a voter knows of confirmed changes this "
+                     "instance lacks; it never activates by itself", instance=self.instance)
+        if decision == quorum.StartDecision.FOLLOW:
+            self._role.active_found()
+        elif decision == quorum.StartDecision.RESUME:
+            self._role.holds_newest_data()
+        else:
+            self._role.must_wait()
+
+    def follow(self) -> None:
+        if self._stopping:
+            self._hand_over_ended()
+            return
+        self._peer_heard_at = self._clock.seconds()
+        self._router_stopped.addCallback(
+            lambda _: self.replication.follow(self._role.caught_up, self._role.peer_heard))
+
+    def stop_following(self) -> None:
+        self.replication.stop_following()
+
+    def request_votes(self, alone: bool) -> None:
+        self._elect(self.instance, alone)
+
+    def hand_over(self) -> None:
+        self._elect(self.peer_instance, alone=False)
+
+    def _elect(self, candidate: str, alone: bool) -> None:
+        epoch = max(self._newest_epoch, self.role.epoch) + 1
+        self._newest_epoch = epoch
+        request = quorum.VoteRequest(candidate, self.instance, epoch,
+                                     self.replication.position(), alone)
+        self.voters.elect(request, self._question_timeout(), self._won, self._lost)
+
+    def _won(self, epoch: int) -> None:
+        self._role.epoch_granted(epoch)
+
+    def _lost(self, defeat: Defeat) -> None:
+        self._newest_epoch = max(self._newest_epoch, defeat.newest_epoch)
+        log.info("HA instance {instance}: election lost ({reason}: {refusals})",
+                 instance=self.instance, reason=defeat.reason, refusals=defeat.refusals)
+        self._role.election_lost()
+
+    def start_serving(self, epoch: int) -> None:
+        alone = self.role.state == role.ACTIVE_ALONE
+        self.ha_events.epoch(epoch, alone)
+        if self._peer_heard_at is not None:
+            # It followed the peer until now: a failover.
+            self.ha_events.failover(from_instance=self.peer_instance, to_instance=self.instance,
+                                    epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
+                                    last_heard=self._peer_heard_at)
+            self._peer_heard_at = None
+        self.replication.serve_in(epoch)
+        self.replication.confirm(alone)
+        self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
+                                    self._endpoints, executor=self.replication.executor(),
+                                    host=HostedParts(self.events, self.witness))
+        self.router.setServiceParent(self)
+        self._hold_lease()
+
+    def serve_in(self, epoch: int) -> None:
+        alone = self.role.state == role.ACTIVE_ALONE
+        self.ha_events.epoch(epoch, alone)
+        self.replication.serve_in(epoch)
+        if not alone:
+            # Readmitted: confirm once the backup has it.  (An epoch to
+            # run alone is confirmed by release_acknowledgements.)
+            self.replication.confirm(alone=False)
+        self._hold_lease()
+
+    def stop_serving(self, reason: str) -> None:
+        log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
+                 reason=reason)
+        if reason != role.HANDING_OVER:
+            self.ha_events.fenced(self.role.epoch, reason)
+        self._release_lease()
+        self._router_stopped = self._stop_router()
+
+    def hold_acknowledgements(self) -> None:
+        self.replication.hold()
+
+    def release_acknowledgements(self) -> None:
+        self.replication.confirm(alone=True)
+
+    # -- the lease --------------------------------------------------------
+
+    def _hold_lease(self) -> None:
+        self._release_lease()
+        self._lease = self.voters.hold_lease(
+            lambda: (self.replication.position(), self.replication.confirmed()),
+            self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
+            self._lease_lost)
+
+    def _release_lease(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def _lease_lost(self, reason: str) -> None:
+        self._lease = None
+        if reason == LEASE_EXPIRED:
+            self._role.lease_lost()
+        else:
+            self._role.superseded(self._newest_epoch)
+
+    # -- this instance's voter, as the peer asks it ---------------------------
+
+    def vote(self, peer: str, frame: frames.VoteRequest) -> defer.Deferred:
+        """
+        Answer the peer's vote request with this instance's own voter.
+        When it grants this instance an epoch at the active peer's request
+        (a hand-over), make sure a majority did before serving in it.
+        """
+        return self.witness.vote(peer, frame).addCallback(self._voted, frame)
+
+    def _voted(self, answer: frames.VoteAnswer, frame: frames.VoteRequest):
+        if (answer.granted and frame.candidate == self.instance
+                and frame.requester == self.peer_instance and self._in_sync()):
+            self._confirm_hand_over(frame.epoch,
+                                    self._clock.seconds() + self.ha.lease_timeout_ms / 1000)
+        return answer
+
+    def _in_sync(self) -> bool:
+        return self.role is not None and self.role.state == role.BACKUP_IN_SYNC
+
+    def _confirm_hand_over(self, epoch: int, until: float) -> None:
+        """
+        Ask every voter for the handed-over C{epoch} as this instance's
+        own: each that granted it to this instance grants it again.  A
+        voter asked before the active's request reached it refuses
+        (C{active-alive}): ask again each heartbeat-interval, until
+        C{until} (by then the active's silence has this instance ask for
+        an epoch by itself).
+        """
+        if not self._in_sync() or self._clock.seconds() >= until:
+            return
+        request = quorum.VoteRequest(self.instance, self.instance, epoch,
+                                     self.replication.position(), alone=False)
+
+        def handed_over(epoch: int) -> None:
+            if self._in_sync():
+                self._role.epoch_handed_over(epoch)
+
+        def again(defeat: Defeat) -> None:
+            self._clock.callLater(self.ha.heartbeat_interval_ms / 1000,
+                                  self._confirm_hand_over, epoch, until)
+
+        self.voters.elect(request, self._question_timeout(), handed_over, again)
+
+    def heartbeat(self, peer: str, frame: frames.Heartbeat) -> defer.Deferred:
+        """
+        Answer the peer's heartbeat with this instance's own voter; one it
+        accepts from the active peer is the peer heard.
+        """
+        return self.witness.heartbeat(peer, frame).addCallback(self._heard, frame)
+
+    def _heard(self, answer: frames.HeartbeatAnswer, frame: frames.Heartbeat):
+        if answer.accepted and frame.instance == self.peer_instance and self._role is not None:
+            self._peer_heard_at = self._clock.seconds()
+            self._role.peer_heard()
+        return answer
+
+    def start_answer(self, group: str) -> quorum.StartAnswer:
+        """
+        Answer the peer that starts: this voter's answer, and this
+        instance's data position.
+        """
+        return dataclasses.replace(self.witness.start_answer(group),
+                                   own_position=self.replication.position())
+
+    # -- stopping ---------------------------------------------------------
+
+    def _stop_router(self) -> defer.Deferred:
+        router, self.router = self.router, None
+        if router is None:
+            return self._router_stopped
+        return defer.maybeDeferred(router.disownServiceParent)
