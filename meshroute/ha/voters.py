@@ -28,32 +28,48 @@ A witness that does not know vote connections (link protocol version 2
 closes the connection at the L{VoteHello}) never answers, said once in
 the log.
 
+Before any election, an instance that starts asks every voter who is
+active (L{Voters.ask_start}, the start-up question, L{frames.StartQuery}
+on a vote connection) and collects their L{quorum.StartAnswer}s, for
+L{quorum.decide_start}.
+
 Nothing in the router starts these yet: pairs do not exist (docs/ha.md,
 "Status").
 """
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute.ha import lease, quorum
+from meshroute.ha.witness import start_answer
 from meshroute.ha.election import Defeat, ElectionInputs, start_election
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
-from meshroute.link.handshake import CONNECT, ConnectorSettings, RouterContext
+from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import frames
 
 log = Logger()
 
-#: An answer from a voter: a vote, or a heartbeat's answer.
-Answer = quorum.Vote | quorum.HeartbeatAnswer
+
+@dataclass(frozen=True)
+class StartQuestion:
+    """
+    The start-up question to a voter: who is active?  (Artemis'
+    C{check-for-live-server}; answered by a L{quorum.StartAnswer}.)
+    """
+
+
+#: An answer from a voter: a vote, a heartbeat's answer, or a start answer.
+Answer = quorum.Vote | quorum.HeartbeatAnswer | quorum.StartAnswer
 #: What is sent to a voter.
-Question = quorum.VoteRequest | quorum.Heartbeat
+Question = quorum.VoteRequest | quorum.Heartbeat | StartQuestion
 
 
 def _speaks_no_votes(core) -> bool:
@@ -75,9 +91,13 @@ class WitnessConnection(ConnectorService):
     (the routing connector's service and retry policy, making vote
     connections instead of links).
 
-    @ivar deliver: called with each answer, as a L{quorum.Vote} or
-        L{quorum.HeartbeatAnswer} from the witness.
+    @ivar deliver: called with each answer, as a L{quorum.Vote},
+        L{quorum.HeartbeatAnswer} or L{quorum.StartAnswer} from the
+        witness.
     """
+
+    #: What its connections are for (L{meshroute.link.protocol.LinkProtocol}).
+    purpose = VOTES
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings,
                  endpoints: EndpointRotation, schedule: RetrySchedule, clock: IReactorTime,
@@ -87,7 +107,7 @@ class WitnessConnection(ConnectorService):
             (C{expected_peer}), and C{stage_valid_timeout_ms}: how long an
             unanswered request keeps the connection open.
         """
-        super().__init__(context, settings, endpoints, schedule, clock, vote_side=self)
+        super().__init__(context, settings, endpoints, schedule, clock, side=self)
         self.setName(f"witness:{settings.expected_peer}")
         self.witness = settings.expected_peer
         self.group = group
@@ -106,10 +126,13 @@ class WitnessConnection(ConnectorService):
         for question in held.values():
             self.ask(question)
 
-    def answered(self, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> None:
+    def answered(self,
+                 frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> None:
         if frame.group != self.group:
             return
-        if isinstance(frame, frames.VoteAnswer):
+        if isinstance(frame, frames.StartAnswer):
+            self.deliver(start_answer(frame))
+        elif isinstance(frame, frames.VoteAnswer):
             self.deliver(quorum.Vote(self.witness, frame.epoch, frame.granted,
                                      frame.reason or None, frame.granted_epoch))
         else:
@@ -133,9 +156,9 @@ class WitnessConnection(ConnectorService):
 
     def ask(self, question: Question) -> None:
         """
-        Send a vote request or heartbeat now if the vote connection is in
-        voting (and not closing), else once a vote connection is (replacing
-        one of the same kind held).
+        Send a vote request, heartbeat or start-up question now if the
+        vote connection is in voting (and not closing), else once a vote
+        connection is (replacing one of the same kind held).
         """
         if self._link is None or self._link.core.close_reason is not None:
             self._held[type(question)] = question
@@ -145,8 +168,10 @@ class WitnessConnection(ConnectorService):
 
 def _frame(group: str, question: Question, lease_timeout_ms: int):
     """
-    The wire frame of a vote request or heartbeat for C{group}.
+    The wire frame of a question for C{group}.
     """
+    if isinstance(question, StartQuestion):
+        return frames.StartQuery(group)
     if isinstance(question, quorum.VoteRequest):
         return frames.VoteRequest(
             group, question.candidate, question.requester, question.epoch,
@@ -158,6 +183,18 @@ def _frame(group: str, question: Question, lease_timeout_ms: int):
         question.sent_at, lease_timeout_ms)
 
 
+@dataclass
+class _StartRound:
+    """
+    The start answers collected so far, voter → answer, until every voter
+    answered or the timeout.
+    """
+
+    decided: Callable[[list[quorum.StartAnswer]], None]
+    timer: IDelayedCall | None = None
+    answers: dict[str, quorum.StartAnswer] = field(default_factory=dict)
+
+
 class Voters(MultiService):
     """
     The voters of one HA instance, and the election or lease their
@@ -167,7 +204,8 @@ class Voters(MultiService):
         candidate and heartbeat name); its record's durability is its
         owner's business.
     @param peer: C{(name, ask)}: the pair's other instance, and how to ask
-        it: C{ask(question)} returns a Deferred firing with its answer
+        it: C{ask(question)} (a vote request, heartbeat or L{StartQuestion})
+        returns a Deferred firing with its answer
         (a failure or no firing: not answered).
     @param witnesses: one L{WitnessConnection} per witness; started and
         stopped with this service.
@@ -191,6 +229,36 @@ class Voters(MultiService):
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
         self._lease_since = 0.0
+        self._start: _StartRound | None = None
+
+    def ask_start(self, timeout: float,
+                  decided: Callable[[list[quorum.StartAnswer]], None]) -> None:
+        """
+        Ask every voter who is active (the start-up question); C{decided}
+        is called once with the answers, as L{quorum.decide_start} takes
+        them: when every voter answered, or C{timeout} seconds after
+        asking with those that did (too few is that rule's C{WAIT}).  A
+        new round replaces one still collecting (its C{decided} is not
+        called).
+        """
+        self._end_start_round()
+        self._start = _StartRound(decided)
+        self._start.timer = self._clock.callLater(timeout, self._start_decided)
+        self._ask_everyone(StartQuestion(), lambda _, now: self._own.start_answer(now))
+
+    def _start_decided(self) -> None:
+        decided, answers = self._start.decided, list(self._start.answers.values())
+        self._end_start_round()
+        decided(answers)
+
+    def _end_start_round(self) -> None:
+        if self._start is not None and self._start.timer.active():
+            self._start.timer.cancel()
+        self._start = None
+
+    def stopService(self):
+        self._end_start_round()
+        return super().stopService()
 
     def elect(self, request: quorum.VoteRequest, timeout: float,
               won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
@@ -234,6 +302,10 @@ class Voters(MultiService):
 
     def _ask_everyone(self, question: Question,
                       ask_own: Callable[[Question, float], Answer]) -> None:
+        """
+        Ask the witnesses, the peer and this instance's own voter (its
+        answer counted at once).
+        """
         for witness in self._witnesses:
             witness.ask(question)
         self._ask_peer(question).addCallbacks(self._answered, self._peer_silent)
@@ -250,7 +322,12 @@ class Voters(MultiService):
         while a witness was down) is not this lease's: a refusal of an
         older epoch must not fence it.
         """
-        if isinstance(answer, quorum.Vote):
+        if isinstance(answer, quorum.StartAnswer):
+            if self._start is not None and answer.voter in self.names:
+                self._start.answers[answer.voter] = answer
+                if len(self._start.answers) == len(self.names):
+                    self._start_decided()
+        elif isinstance(answer, quorum.Vote):
             if self._election is not None:
                 self._election.got_vote(answer)
         elif self._lease is not None and answer.sent_at >= self._lease_since:
