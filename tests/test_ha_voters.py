@@ -16,7 +16,7 @@ from meshroute.events import EventLog, read_events
 from meshroute.ha import quorum
 from meshroute.ha.election import NO_MAJORITY
 from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED
-from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
+from meshroute.ha.voters import StartQuestion, Voters, WitnessConnection, asking_witness
 from meshroute.ha.witness import Witness
 from meshroute.link import auth, reasons
 from meshroute.link.handshake import ConnectorSettings, RouterContext
@@ -29,6 +29,8 @@ from meshroute.wire.frames import (
     Heartbeat,
     HeartbeatAnswer,
     Reject,
+    StartAnswer,
+    StartQuery,
     VoteAnswer,
     VoteHello,
     VoteRequest,
@@ -263,11 +265,14 @@ class LocalPeer:
         self.clock = clock
         self.asked = []
         self.silent = False
+        self.position = quorum.ORIGIN
 
     def __call__(self, question) -> Deferred:
         self.asked.append(question)
         if self.silent:
             return Deferred()
+        if isinstance(question, StartQuestion):
+            return succeed(self.voter.start_answer(self.clock.seconds(), self.position))
         if isinstance(question, quorum.VoteRequest):
             return succeed(self.voter.request(question, self.clock.seconds()))
         return succeed(self.voter.heartbeat(question, self.clock.seconds()))
@@ -335,6 +340,39 @@ def test_an_election_asks_every_voter_and_counts_their_answers(harness):
     answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.witness.record.granted_to == PRIMARY
     assert pair.outcomes == [1]
+    pair.voters.stopService()
+
+
+def test_the_start_up_question_is_asked_of_every_voter_for_decide_start(harness):
+    pair = Pair(harness)
+    pair.peer.position = quorum.LogPosition(0, 4)  # the backup holds more
+    decided = []
+    pair.voters.ask_start(2.0, decided.append)
+    assert pair.attempt.sent() == [StartQuery(GROUP)]
+    assert [type(q) for q in pair.peer.asked] == [StartQuestion]
+    assert decided == []  # the witness has not answered yet
+    pair.attempt.write(StartAnswer(GROUP, WITNESS, "", 0, "", 0, 0, 0, 0, []))
+    [answers] = decided
+    assert {a.voter for a in answers} == {PRIMARY, BACKUP, WITNESS}
+    assert quorum.decide_start(PRIMARY, True, quorum.ORIGIN, pair.voters.names,
+                               answers) == quorum.StartDecision.DEFER
+    pair.clock.advance(5.0)
+    assert len(decided) == 1  # once
+    pair.voters.stopService()
+
+
+def test_start_answers_are_collected_until_the_timeout(harness):
+    pair = Pair(harness)
+    decided = []
+    pair.voters.ask_start(2.0, decided.append)
+    pair.clock.advance(1.9)
+    assert decided == []
+    pair.clock.advance(0.1)
+    [answers] = decided
+    assert {a.voter for a in answers} == {PRIMARY, BACKUP}  # the witness is silent
+    # A late answer belongs to no round.
+    pair.attempt.write(StartAnswer(GROUP, WITNESS, PRIMARY, 1, PRIMARY, 0, 0, 0, 0, []))
+    assert len(decided) == 1
     pair.voters.stopService()
 
 

@@ -136,10 +136,11 @@ class HAInstance(MultiService):
         self._lock_file = None
         self.events = open_data_dir(config, clock, self._lock, self._unlock)
         self.ha_events = HAEventLog(self.events, clock, ha.group_name, ha.role)
-        self.witness = Witness(self.instance, records, clock, self.events)
+        self.replication = replication
+        self.witness = Witness(self.instance, records, clock, self.events,
+                               own_position=replication.position)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
-        self.replication = replication
         if config.admin is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self)).setServiceParent(self)
@@ -243,7 +244,7 @@ class HAInstance(MultiService):
 
     def ask_voters(self) -> None:
         if not self._stopping:
-            self.voters.ask_start(self._question_timeout()).addCallback(self._decide_start)
+            self.voters.ask_start(self._question_timeout(), self._decide_start)
 
     def _question_timeout(self) -> float:
         """
@@ -422,13 +423,12 @@ class HAInstance(MultiService):
             self._role.peer_heard()
         return answer
 
-    def start_answer(self, group: str) -> quorum.StartAnswer:
+    def start(self, peer: str, frame: frames.StartQuery) -> defer.Deferred:
         """
-        Answer the peer that starts: this voter's answer, and this
-        instance's data position.
+        Answer the peer's start-up question (with this instance's data
+        position).
         """
-        return dataclasses.replace(self.witness.start_answer(group),
-                                   own_position=self.replication.position())
+        return self.witness.start(peer, frame)
 
     # -- stopping ---------------------------------------------------------
 

@@ -28,39 +28,43 @@ decided, and the lease measures from the time the heartbeat was sent).
 A witness that does not know vote connections (link protocol version 2
 closes the connection at the L{VoteHello}) never answers, said once in
 the log.
+
+Before any election, an instance that starts asks every voter who is
+active (L{Voters.ask_start}, the start-up question, L{frames.StartQuery}
+on a vote connection) and collects their L{quorum.StartAnswer}s, for
+L{quorum.decide_start}.
 """
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from twisted.application.service import MultiService
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute.ha import lease, quorum
+from meshroute.ha.witness import start_answer
 from meshroute.ha.election import Defeat, ElectionInputs, start_election
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
-from meshroute.link.handshake import CONNECT, ConnectorSettings, RouterContext
+from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import frames
 
 log = Logger()
 
+
 @dataclass(frozen=True)
 class StartQuestion:
     """
-    An instance that starts (or was fenced) asks a voter who is active
-    (Artemis' C{check-for-live-server}); the voter answers with a
-    L{quorum.StartAnswer}.
+    The start-up question to a voter: who is active?  (Artemis'
+    C{check-for-live-server}; answered by a L{quorum.StartAnswer}.)
     """
 
-    instance: str
 
-
-#: An answer from a voter: a vote, a heartbeat's answer, a start answer.
+#: An answer from a voter: a vote, a heartbeat's answer, or a start answer.
 Answer = quorum.Vote | quorum.HeartbeatAnswer | quorum.StartAnswer
 #: What is sent to a voter.
 Question = quorum.VoteRequest | quorum.Heartbeat | StartQuestion
@@ -88,9 +92,13 @@ class WitnessConnection(ConnectorService):
     (the routing connector's service and retry policy, making vote
     connections instead of links).
 
-    @ivar deliver: called with each answer, as a L{quorum.Vote} or
-        L{quorum.HeartbeatAnswer} from the witness.
+    @ivar deliver: called with each answer, as a L{quorum.Vote},
+        L{quorum.HeartbeatAnswer} or L{quorum.StartAnswer} from the
+        witness.
     """
+
+    #: What its connections are for (L{meshroute.link.protocol.LinkProtocol}).
+    purpose = VOTES
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings,
                  endpoints: EndpointRotation, schedule: RetrySchedule, clock: IReactorTime,
@@ -103,7 +111,7 @@ class WitnessConnection(ConnectorService):
             default), or for the pair's other instance, which carries this
             router's name, that instance's name.
         """
-        super().__init__(context, settings, endpoints, schedule, clock, vote_side=self)
+        super().__init__(context, settings, endpoints, schedule, clock, side=self)
         self.witness = voter if voter is not None else settings.expected_peer
         self.setName(f"witness:{self.witness}")
         self.group = group
@@ -122,7 +130,8 @@ class WitnessConnection(ConnectorService):
         for question in held.values():
             self.ask(question)
 
-    def answered(self, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> None:
+    def answered(self,
+                 frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> None:
         if frame.group == self.group:
             self.deliver(_answer(self.witness, frame))
 
@@ -150,9 +159,9 @@ class WitnessConnection(ConnectorService):
 
     def ask(self, question: Question) -> None:
         """
-        Send a vote request or heartbeat now if the vote connection is in
-        voting (and not closing), else once a vote connection is (replacing
-        one of the same kind held).
+        Send a vote request, heartbeat or start-up question now if the
+        vote connection is in voting (and not closing), else once a vote
+        connection is (replacing one of the same kind held).
         """
         if self._link is None or self._link.core.close_reason is not None:
             self._held[type(question)] = question
@@ -162,8 +171,10 @@ class WitnessConnection(ConnectorService):
 
 def _frame(group: str, question: Question, lease_timeout_ms: int):
     """
-    The wire frame of a vote request or heartbeat for C{group}.
+    The wire frame of a question for C{group}.
     """
+    if isinstance(question, StartQuestion):
+        return frames.StartQuery(group)
     if isinstance(question, quorum.VoteRequest):
         return frames.VoteRequest(
             group, question.candidate, question.requester, question.epoch,
@@ -175,10 +186,13 @@ def _frame(group: str, question: Question, lease_timeout_ms: int):
         question.sent_at, lease_timeout_ms)
 
 
-def _answer(voter: str, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> Answer:
+def _answer(voter: str,
+            frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> Answer:
     """
     The answer C{voter} sent as C{frame}.
     """
+    if isinstance(frame, frames.StartAnswer):
+        return replace(start_answer(frame), voter=voter)
     if isinstance(frame, frames.VoteAnswer):
         return quorum.Vote(voter, frame.epoch, frame.granted, frame.reason or None,
                            frame.granted_epoch)
@@ -193,17 +207,17 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
     grant the instance counted must survive the instance's restart).
 
     @param witness: anything that answers as a L{meshroute.ha.witness.Witness}
-        does (C{vote}, C{heartbeat}, C{start_answer}).
+        does (C{vote}, C{heartbeat}, C{start}).
     @param instance: the instance asking (the C{peer} of the witness's
         events).
     """
     lease_timeout_ms = round(lease_timeout * 1000)
 
     def ask(question: Question) -> Deferred:
-        if isinstance(question, StartQuestion):
-            return succeed(witness.start_answer(group))
         frame = _frame(group, question, lease_timeout_ms)
-        if isinstance(question, quorum.VoteRequest):
+        if isinstance(question, StartQuestion):
+            answering = witness.start(instance, frame)
+        elif isinstance(question, quorum.VoteRequest):
             answering = witness.vote(instance, frame)
         else:
             answering = witness.heartbeat(instance, frame)
@@ -213,13 +227,14 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
 
 
 @dataclass
-class _StartAnswers:
+class _StartRound:
     """
-    The start-up question being asked: the answers so far, and when it ends.
+    The start answers collected so far, voter → answer, until every voter
+    answered or the timeout.
     """
 
-    answered: Deferred
-    timer: IDelayedCall
+    decided: Callable[[list[quorum.StartAnswer]], None]
+    timer: IDelayedCall | None = None
     answers: dict[str, quorum.StartAnswer] = field(default_factory=dict)
 
 
@@ -255,41 +270,37 @@ class Voters(MultiService):
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
         self._lease_since = 0.0
-        self._start: _StartAnswers | None = None
+        self._start: _StartRound | None = None
 
-    def ask_start(self, timeout: float) -> Deferred:
+    def ask_start(self, timeout: float,
+                  decided: Callable[[list[quorum.StartAnswer]], None]) -> None:
         """
-        Ask every voter who is active.
+        Ask every voter who is active (the start-up question); C{decided}
+        is called once with the answers, as L{quorum.decide_start} takes
+        them: when every voter answered, or C{timeout} seconds after
+        asking with those that did (too few is that rule's C{WAIT}).  A
+        new round replaces one still collecting (its C{decided} is not
+        called).
+        """
+        self._end_start_round()
+        self._start = _StartRound(decided)
+        self._start.timer = self._clock.callLater(timeout, self._start_decided)
+        self._ask_everyone(StartQuestion())
 
-        @return: a Deferred firing with the L{quorum.StartAnswer}s, once
-            every voter answered or after C{timeout} with those that did
-            (the start-up rule needs a majority, and counts what it has).
-        """
-        self._start = _StartAnswers(Deferred(),
-                                    self._clock.callLater(timeout, self._start_done))
-        asked = self._start.answered
-        self._ask_everyone(StartQuestion(self.instance))
-        return asked
+    def _start_decided(self) -> None:
+        decided, answers = self._start.decided, list(self._start.answers.values())
+        self._end_start_round()
+        decided(answers)
 
-    def _start_done(self) -> None:
-        start, self._start = self._start, None
-        if start.timer.active():
-            start.timer.cancel()
-        start.answered.callback(list(start.answers.values()))
+    def _end_start_round(self) -> None:
+        if self._start is not None and self._start.timer.active():
+            self._start.timer.cancel()
+        self._start = None
 
-    def elect(self, request: quorum.VoteRequest, timeout: float,
-              won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
-        """
-        Ask every voter for C{request.epoch}; C{won} or C{lost} is called
-        once (L{start_election}).  An election still undecided is
-        abandoned: only the newest is the caller's.
-        """
+    def stopService(self):
+        self._end_start_round()
         self.abandon()
-        self._tally = quorum.Tally(self.names, request.epoch)
-        self._requested_at = self._clock.seconds()
-        self._election = start_election(self._clock, self._tally, timeout, won, lost)
-        self._ask_everyone(request)
-        return self._election
+        return super().stopService()
 
     def connected(self) -> dict[str, bool]:
         """
@@ -306,9 +317,19 @@ class Voters(MultiService):
         if self._election is not None:
             self._election.abandon()
 
-    def stopService(self):
+    def elect(self, request: quorum.VoteRequest, timeout: float,
+              won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
+        """
+        Ask every voter for C{request.epoch}; C{won} or C{lost} is called
+        once (L{start_election}).  An election still undecided is
+        abandoned: only the newest is the caller's.
+        """
         self.abandon()
-        return super().stopService()
+        self._tally = quorum.Tally(self.names, request.epoch)
+        self._requested_at = self._clock.seconds()
+        self._election = start_election(self._clock, self._tally, timeout, won, lost)
+        self._ask_everyone(request)
+        return self._election
 
     def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
                    heartbeat_interval: float, lease_timeout: float,
@@ -338,6 +359,9 @@ class Voters(MultiService):
         return self._lease
 
     def _ask_everyone(self, question: Question) -> None:
+        """
+        Ask the voters over vote connections and those asked directly.
+        """
         for witness in self._witnesses:
             witness.ask(question)
         for name, ask in self._direct.items():
@@ -354,13 +378,13 @@ class Voters(MultiService):
         while a witness was down) is not this lease's: a refusal of an
         older epoch must not fence it.
         """
-        if isinstance(answer, quorum.Vote):
-            if self._election is not None:
-                self._election.got_vote(answer)
-        elif isinstance(answer, quorum.StartAnswer):
+        if isinstance(answer, quorum.StartAnswer):
             if self._start is not None and answer.voter in self.names:
                 self._start.answers[answer.voter] = answer
                 if len(self._start.answers) == len(self.names):
-                    self._start_done()
+                    self._start_decided()
+        elif isinstance(answer, quorum.Vote):
+            if self._election is not None:
+                self._election.got_vote(answer)
         elif self._lease is not None and answer.sent_at >= self._lease_since:
             self._lease.got_answer(answer)

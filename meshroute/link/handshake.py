@@ -20,6 +20,19 @@ L{meshroute.ha.voters}) takes the same stages from its side: L{VoteHello},
 the proof, then voting, where the stage timer runs only while a request
 is unanswered (a silent witness: close reason C{stage-timeout}, and the
 connector dials again); its answers go to the connection's L{VoteSide}.
+A vote connection also carries the start-up question (L{StartQuery}).
+
+A connection that opens with L{ReplicaHello} is a replication connection
+between the two instances of an HA pair: the same connect and
+authentication stages (no name claimed), then the replication stage, in
+which the listener (the active instance, L{RouterContext.replication};
+any other instance refuses C{not-active} once the proof is good) streams
+its store changes and the connector (the follower,
+L{meshroute.ha.follower}) applies them.  Both sides run the link's
+keepalive there, and the stage's frames go to the connection's channel
+(L{meshroute.ha.feed.ReplicaFeed} on the listener,
+L{meshroute.ha.follower.FollowerStream} on the connector), as a link's
+delivery frames go to the engine's.
 
 A frame the current state has no transition for raises C{NoTransition}
 before any behaviour runs; the protocol turns that into a
@@ -52,17 +65,27 @@ from meshroute.wire.frames import (
     CHALLENGE_SIZE,
     SUPPORTED_VERSIONS,
     VOTE_VERSIONS,
+    REPLICATION_VERSIONS,
     Ack,
+    Applied,
     Authenticate,
     Authenticated,
+    Changes,
     FastTransfer,
+    Follow,
     Heartbeat,
     HeartbeatAnswer,
     Hello,
+    InSync,
     Keepalive as KeepaliveFrame,
     Recovery,
     Reject,
+    ReplicaHello,
     Routes,
+    SnapshotChunk,
+    SnapshotEnd,
+    StartAnswer,
+    StartQuery,
     Transfer,
     VoteAnswer,
     VoteHello,
@@ -79,10 +102,23 @@ RECOVERY = "recovery"
 DELIVERY = "delivery"
 #: The stage of a vote connection after authentication.
 VOTING = "voting"
+#: The stage of a replication connection after authentication.
+REPLICATION = "replication"
 
-#: What a connection is for: a routing link, or HA votes and heartbeats.
+#: What a connection is for: a routing link, HA votes and heartbeats, or
+#: an HA pair's replication.
 ROUTING = "routing"
 VOTES = "votes"
+REPLICA = "replica"
+
+
+
+def _versions(purpose: str) -> tuple[int, ...]:
+    """
+    The protocol versions a connection for C{purpose} may use.
+    """
+    return {ROUTING: SUPPORTED_VERSIONS, VOTES: VOTE_VERSIONS,
+            REPLICA: REPLICATION_VERSIONS}[purpose]
 
 ROUTER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
@@ -101,8 +137,17 @@ class LinkInputs(Protocol):
     def got_vote_hello(self, frame: VoteHello) -> None:
         "The connector introduced itself, for a vote connection."
 
+    def got_replica_hello(self, frame: ReplicaHello) -> None:
+        "The connector introduced itself, for a replication connection."
+
     def got_vote_request(self, frame: VoteRequest) -> None:
         "A candidate asks this router's vote for an epoch."
+
+    def got_start_query(self, frame: StartQuery) -> None:
+        "An instance that starts asks this router's voter who is active."
+
+    def got_start_answer(self, frame: StartAnswer) -> None:
+        "A voter answered the start-up question (a listener never asks)."
 
     def got_heartbeat(self, frame: Heartbeat) -> None:
         "An active instance's heartbeat for this router's voter."
@@ -113,7 +158,25 @@ class LinkInputs(Protocol):
     def got_heartbeat_answer(self, frame: HeartbeatAnswer) -> None:
         "A voter answered a heartbeat (a listener never sends one)."
 
-    def send_vote_frame(self, frame: VoteRequest | Heartbeat) -> None:
+    def got_follow(self, frame: Follow) -> None:
+        "The follower says where its data stands (replication, listener)."
+
+    def got_applied(self, frame: Applied) -> None:
+        "The follower applied changes up to a position (replication, listener)."
+
+    def got_in_sync(self, frame: InSync) -> None:
+        "The follower reached the head it was told (replication, listener)."
+
+    def got_snapshot_chunk(self, frame: SnapshotChunk) -> None:
+        "A piece of the active's snapshot (replication, connector)."
+
+    def got_snapshot_end(self, frame: SnapshotEnd) -> None:
+        "The active's snapshot is complete (replication, connector)."
+
+    def got_changes(self, frame: Changes) -> None:
+        "The active's committed changes (replication, connector)."
+
+    def send_vote_frame(self, frame: VoteRequest | Heartbeat | StartQuery) -> None:
         "This HA instance asks the witness (the connector side of a vote connection)."
 
     def got_welcome(self, frame: Welcome) -> None:
@@ -151,6 +214,9 @@ class LinkInputs(Protocol):
 
     def vote_accepted(self) -> None:
         "The proof of a vote connection's peer passed every check."
+
+    def replica_accepted(self) -> None:
+        "The proof of a replication connection's peer passed every check."
 
     def refused(self, code: str, detail: str) -> None:
         "The frame being vetted failed a check; C{code} says which."
@@ -193,8 +259,8 @@ class VoteSide(Protocol):
         through C{link.ask} (a L{meshroute.link.protocol.Link}).
         """
 
-    def answered(self, frame: VoteAnswer | HeartbeatAnswer) -> None:
-        "The witness answered a request or a heartbeat."
+    def answered(self, frame: VoteAnswer | HeartbeatAnswer | StartAnswer) -> None:
+        "The witness answered a request, a heartbeat or the start-up question."
 
     def closed(self, core: "LinkCore") -> None:
         "The connection is gone (C{core.stage}, C{core.close_reason} say where and why)."
@@ -212,6 +278,11 @@ class RouterContext:
     @ivar witness: the router's L{meshroute.ha.witness.Witness}, which
         answers vote connections; None: a L{VoteHello} is refused
         (C{version}), as by a router without vote connections.
+    @ivar replication: on an HA instance's replication listener, its
+        L{meshroute.ha.feed.ReplicationServer}, which serves replication
+        connections; None: a L{ReplicaHello} is refused (C{version}).
+        That listener's context has no C{engine}: a L{Hello} is refused
+        (C{not-allowed}).
     """
 
     name: str
@@ -220,6 +291,7 @@ class RouterContext:
     registry: object
     engine: object
     witness: object = None
+    replication: object = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +352,7 @@ class LinkCore:
     channel: object = None
     purpose: str = ROUTING
     vote_side: VoteSide | None = None
+    replica_side: object = None
     unanswered: int = 0
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
@@ -336,13 +409,7 @@ class LinkCore:
             stage=DELIVERY,
             keepalive_interval_ms=self.keepalive_interval_ms,
         )
-        self.keepalive = Keepalive(
-            self.context.clock,
-            self.keepalive_interval_ms / 1000,
-            send=lambda: self.send(KeepaliveFrame()),
-            expired=inputs.keepalive_expired,
-        )
-        self.keepalive.start()
+        self._start_keepalive(inputs)
         self.channel = self.context.engine.link_up(
             self.peer, self.send, fail=inputs.store_failed, emit=self.emit)
         self.channel.recovered(frame)
@@ -356,6 +423,46 @@ class LinkCore:
             interval=self.keepalive_interval_ms,
         )
         self.on_delivery()
+
+    def _start_keepalive(self, inputs: LinkInputs) -> None:
+        self.keepalive = Keepalive(
+            self.context.clock,
+            self.keepalive_interval_ms / 1000,
+            send=lambda: self.send(KeepaliveFrame()),
+            expired=inputs.keepalive_expired,
+        )
+        self.keepalive.start()
+
+    def send_while_open(self, frame) -> None:
+        """
+        Send C{frame} unless the connection is closing (a channel's frame
+        that comes after the close decision is moot).
+        """
+        if self.close_reason is None:
+            self.send(frame)
+
+    def begin_replication(self, inputs: LinkInputs) -> None:
+        """
+        A replication connection is authenticated (both sides): keepalives
+        start, and the stage's frames go to the channel from now on: the
+        active's feed (listener) or the follower's stream (connector).
+        """
+        self._cancel_stage_timer()
+        self.heard()
+        self.stage = REPLICATION
+        self.since = self.context.clock.seconds()
+        through = {} if self.endpoint is None else {"endpoint": self.endpoint}
+        self.emit(events.LINK_STAGE, stage=REPLICATION,
+                  keepalive_interval_ms=self.keepalive_interval_ms, **through)
+        self._start_keepalive(inputs)
+        if self.replica_side is None:
+            self.channel = self.context.replication.feed(self, inputs.store_failed)
+        else:
+            self.on_delivery()
+            self.channel = self.replica_side.following(self, inputs.store_failed)
+        log.info("replication connection {link} {direction} {peer} authenticated",
+                 link=self.link_id, direction="from" if self.replica_side is None else "to",
+                 peer=self.peer)
 
     def begin_voting(self, inputs: LinkInputs) -> None:
         """
@@ -381,7 +488,7 @@ class LinkCore:
         self.on_delivery()
         self.vote_side.voting(self.link)
 
-    def ask(self, inputs: LinkInputs, frame: VoteRequest | Heartbeat) -> None:
+    def ask(self, inputs: LinkInputs, frame: VoteRequest | Heartbeat | StartQuery) -> None:
         """
         Send a request or heartbeat to the witness; wait stage-valid-timeout
         for the oldest unanswered one.
@@ -391,7 +498,8 @@ class LinkCore:
         if self.unanswered == 1:
             self.restart_stage_timer(inputs)
 
-    def answered(self, inputs: LinkInputs, frame: VoteAnswer | HeartbeatAnswer) -> None:
+    def answered(self, inputs: LinkInputs,
+                 frame: VoteAnswer | HeartbeatAnswer | StartAnswer) -> None:
         """
         The witness answered the oldest unanswered request (it answers in
         order): wait for the next one, if any.
@@ -540,11 +648,13 @@ class LinkCore:
         """
         self.peer = frame.router
         own = self.context.name
-        versions = SUPPORTED_VERSIONS
-        if self.purpose == VOTES:
-            if self.context.witness is None:
-                return reasons.VERSION, "this router takes no vote connections"
-            versions = VOTE_VERSIONS
+        versions = _versions(self.purpose)
+        if self.purpose == VOTES and self.context.witness is None:
+            return reasons.VERSION, "this router takes no vote connections"
+        if self.purpose == REPLICA and self.context.replication is None:
+            return reasons.VERSION, "this router takes no replication connections"
+        if self.purpose == ROUTING and self.context.engine is None:
+            return reasons.NOT_ALLOWED, "this is an HA replication listener, not a routing one"
         common = set(frame.versions) & set(versions)
         if not common:
             return reasons.VERSION, f"we speak {list(versions)}"
@@ -579,6 +689,8 @@ class LinkCore:
         )
         if not auth.verify(expected, frame.proof):
             return reasons.AUTH_FAILED, "wrong proof: the shared secrets differ"
+        if self.purpose == REPLICA:
+            return self.context.replication.refusal()
         return self._claim_peer()
 
     def listener_proof(self) -> Authenticated:
@@ -597,12 +709,11 @@ class LinkCore:
 
     def hello(self) -> Hello | VoteHello:
         self.peer = self.settings.expected_peer
-        if self.purpose == VOTES:
-            return VoteHello(list(VOTE_VERSIONS), self.context.name)
-        return Hello(list(SUPPORTED_VERSIONS), self.context.name)
+        hello = {ROUTING: Hello, VOTES: VoteHello, REPLICA: ReplicaHello}[self.purpose]
+        return hello(list(_versions(self.purpose)), self.context.name)
 
     def vet_welcome(self, frame: Welcome) -> tuple[str, str] | None:
-        versions = VOTE_VERSIONS if self.purpose == VOTES else SUPPORTED_VERSIONS
+        versions = _versions(self.purpose)
         if frame.version not in versions:
             return reasons.VERSION, f"we speak {list(versions)}"
         if frame.router != self.settings.expected_peer:
@@ -646,11 +757,12 @@ class LinkCore:
     def _claim_peer(self) -> tuple[str, str] | None:
         """
         Make this the one link to the (now authenticated) peer, unless
-        another link authenticated first.  A vote connection claims
-        nothing: it is not a link, and the peer's routing link (or a
-        pair's other instance, which has the same name) may be up.
+        another link authenticated first.  A vote or replication
+        connection claims nothing: it is not a link, and the peer's
+        routing link (or a pair's other instance, which has the same name)
+        may be up.
         """
-        if self.purpose == VOTES:
+        if self.purpose != ROUTING:
             return None
         if not self.context.registry.claim(self.peer, self.link):
             return reasons.NAME_IN_USE, f"{self.peer} is already connected"
@@ -680,10 +792,12 @@ def _vet(inputs: LinkInputs, verdict: tuple[str, str] | None) -> None:
 def _vet_proof(inputs: LinkInputs, core: LinkCore, verdict: tuple[str, str] | None) -> None:
     """
     A proof passed or failed: a vote connection that passes goes to
-    voting, a link to recovery.
+    voting, a replication connection to replication, a link to recovery.
     """
     if verdict is None and core.purpose == VOTES:
         inputs.vote_accepted()
+    elif verdict is None and core.purpose == REPLICA:
+        inputs.replica_accepted()
     else:
         _vet(inputs, verdict)
 
@@ -705,11 +819,20 @@ _FRAME_INPUTS = (
     LinkInputs.got_heartbeat,
     LinkInputs.got_vote_answer,
     LinkInputs.got_heartbeat_answer,
+    LinkInputs.got_replica_hello,
+    LinkInputs.got_start_query,
+    LinkInputs.got_start_answer,
+    LinkInputs.got_follow,
+    LinkInputs.got_applied,
+    LinkInputs.got_in_sync,
+    LinkInputs.got_snapshot_chunk,
+    LinkInputs.got_snapshot_end,
+    LinkInputs.got_changes,
 )
 
 
 def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing,
-                            voting=()):
+                            voting=(), replicating=None):
     """
     The transitions both roles share: timeouts, refusals from the peer,
     errors, shutdown, and the end of the connection.
@@ -719,8 +842,10 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
         C{rejecting}.
     @param voting: the voting states (the listener's C{voting}, the
         connector's C{asking}), live like the others.
+    @param replicating: the replication state, live like the others,
+        with the keepalive and the channel's failures of delivery.
     """
-    live = [*awaiting, *vetting, delivering, *voting]
+    live = [*awaiting, *vetting, delivering, *voting, replicating]
 
     for state in awaiting:
 
@@ -760,11 +885,19 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
         core.heard()
         core.channel.routes(frame)
 
+    @replicating.upon(LinkInputs.got_keepalive).loop()
+    def replica_keepalive(inputs: LinkInputs, core: LinkCore, frame: KeepaliveFrame) -> None:
+        core.heard()
+        core.keepalive.received()
+        core.channel.keepalive()
+
     @delivering.upon(LinkInputs.keepalive_expired).to(closing)
+    @replicating.upon(LinkInputs.keepalive_expired).to(closing)
     def keepalive_expired(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.KEEPALIVE, "keepalive counter reached 0")
 
     @delivering.upon(LinkInputs.store_failed).to(closing)
+    @replicating.upon(LinkInputs.store_failed).to(closing)
     def store_failed(inputs: LinkInputs, core: LinkCore, detail: str) -> None:
         core.close(reasons.STORE_FAILED, detail)
 
@@ -821,6 +954,7 @@ def _build_listener_machine():
     closing = builder.state("closing")
     closed = builder.state("closed")
     voting = builder.state("voting")
+    replicating = builder.state("replicating")
 
     @connecting.upon(LinkInputs.connection_made).to(awaiting_hello)
     def start(inputs: LinkInputs, core: LinkCore) -> None:
@@ -834,6 +968,12 @@ def _build_listener_machine():
     @awaiting_hello.upon(LinkInputs.got_vote_hello).to(vetting_hello)
     def check_vote_hello(inputs: LinkInputs, core: LinkCore, frame: VoteHello) -> None:
         core.purpose = VOTES
+        core.heard()
+        _vet(inputs, core.vet_hello(frame))
+
+    @awaiting_hello.upon(LinkInputs.got_replica_hello).to(vetting_hello)
+    def check_replica_hello(inputs: LinkInputs, core: LinkCore, frame: ReplicaHello) -> None:
+        core.purpose = REPLICA
         core.heard()
         _vet(inputs, core.vet_hello(frame))
 
@@ -869,6 +1009,30 @@ def _build_listener_machine():
     def heartbeat(inputs: LinkInputs, core: LinkCore, frame: Heartbeat) -> None:
         core.answer(inputs, core.context.witness.heartbeat(core.peer, frame))
 
+    @voting.upon(LinkInputs.got_start_query).loop()
+    def start_query(inputs: LinkInputs, core: LinkCore, frame: StartQuery) -> None:
+        core.answer(inputs, core.context.witness.start(core.peer, frame))
+
+    @vetting_authenticate.upon(LinkInputs.replica_accepted).to(replicating)
+    def replica_authenticated(inputs: LinkInputs, core: LinkCore) -> None:
+        core.send(core.listener_proof())
+        core.begin_replication(inputs)
+
+    @replicating.upon(LinkInputs.got_follow).loop()
+    def follow(inputs: LinkInputs, core: LinkCore, frame: Follow) -> None:
+        core.heard()
+        core.channel.follow(frame)
+
+    @replicating.upon(LinkInputs.got_applied).loop()
+    def applied(inputs: LinkInputs, core: LinkCore, frame: Applied) -> None:
+        core.heard()
+        core.channel.applied(frame)
+
+    @replicating.upon(LinkInputs.got_in_sync).loop()
+    def in_sync(inputs: LinkInputs, core: LinkCore, frame: InSync) -> None:
+        core.heard()
+        core.channel.in_sync(frame)
+
     @voting.upon(LinkInputs.stage_timer_expired).to(closing)
     def idle(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.IDLE, f"no vote request or heartbeat in {core.stage}")
@@ -899,6 +1063,7 @@ def _build_listener_machine():
         closed=closed,
         finishing=[rejecting],
         voting=[voting],
+        replicating=replicating,
     )
     return builder.build()
 
@@ -915,6 +1080,7 @@ def _build_connector_machine():
     closing = builder.state("closing")
     closed = builder.state("closed")
     asking = builder.state("asking")
+    following = builder.state("following")
 
     @connecting.upon(LinkInputs.connection_made).to(awaiting_welcome)
     def start(inputs: LinkInputs, core: LinkCore) -> None:
@@ -946,14 +1112,34 @@ def _build_connector_machine():
 
     @asking.upon(LinkInputs.send_vote_frame).loop()
     def send_vote_frame(inputs: LinkInputs, core: LinkCore,
-                        frame: VoteRequest | Heartbeat) -> None:
+                        frame: VoteRequest | Heartbeat | StartQuery) -> None:
         core.ask(inputs, frame)
 
     @asking.upon(LinkInputs.got_vote_answer).loop()
     @asking.upon(LinkInputs.got_heartbeat_answer).loop()
+    @asking.upon(LinkInputs.got_start_answer).loop()
     def got_answer(inputs: LinkInputs, core: LinkCore,
-                   frame: VoteAnswer | HeartbeatAnswer) -> None:
+                   frame: VoteAnswer | HeartbeatAnswer | StartAnswer) -> None:
         core.answered(inputs, frame)
+
+    @vetting_authenticated.upon(LinkInputs.replica_accepted).to(following)
+    def follow_active(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_replication(inputs)
+
+    @following.upon(LinkInputs.got_snapshot_chunk).loop()
+    def snapshot_chunk(inputs: LinkInputs, core: LinkCore, frame: SnapshotChunk) -> None:
+        core.heard()
+        core.channel.snapshot_chunk(frame)
+
+    @following.upon(LinkInputs.got_snapshot_end).loop()
+    def snapshot_end(inputs: LinkInputs, core: LinkCore, frame: SnapshotEnd) -> None:
+        core.heard()
+        core.channel.snapshot_end(frame)
+
+    @following.upon(LinkInputs.got_changes).loop()
+    def changes(inputs: LinkInputs, core: LinkCore, frame: Changes) -> None:
+        core.heard()
+        core.channel.changes(frame)
 
     @asking.upon(LinkInputs.stage_timer_expired).to(closing)
     def silent_witness(inputs: LinkInputs, core: LinkCore) -> None:
@@ -982,6 +1168,7 @@ def _build_connector_machine():
         closed=closed,
         finishing=[],
         voting=[asking],
+        replicating=following,
     )
     return builder.build()
 

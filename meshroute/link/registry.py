@@ -10,10 +10,12 @@ a router's name; a name already claimed is refused early, on Hello or
 Welcome, before any authentication work.  It also lets the admin API list links and the router close them
 all at shutdown.
 
-Vote connections (HA votes and heartbeats on the routing listener) are
-held here too, so that shutdown closes them, but they claim no name and
-are not links: L{LinkRegistry.links} leaves them out once their
-L{meshroute.wire.frames.VoteHello} has said what they are.
+Vote connections (HA votes and heartbeats on the routing listener) and
+replication connections (an HA pair's) are held here too, so that
+shutdown closes them, but they claim no name and are not links:
+L{LinkRegistry.links} leaves them out once their
+L{meshroute.wire.frames.VoteHello} or
+L{meshroute.wire.frames.ReplicaHello} has said what they are.
 """
 
 from twisted.internet.defer import Deferred, DeferredList
@@ -66,9 +68,9 @@ class LinkRegistry:
     def links(self) -> list:
         """
         The open links, in the order they were opened: every connection
-        but the vote connections.
+        but the vote and replication connections.
         """
-        return [link for link in self._open if not getattr(link, "votes", False)]
+        return [link for link in self._open if getattr(link, "routing", True)]
 
     def connections(self) -> list:
         """

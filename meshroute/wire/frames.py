@@ -30,6 +30,9 @@ SUPPORTED_VERSIONS = (2, 3)
 #: The versions in which a vote connection exists (L{VoteHello}).
 VOTE_VERSIONS = (3,)
 
+#: The versions in which a replication connection exists (L{ReplicaHello}).
+REPLICATION_VERSIONS = (3,)
+
 #: The largest epoch, position or stamp a vote frame may carry: the
 #: store keeps them as SQLite's signed 64-bit integers.
 MAX_VOTE_NUMBER = 2**63 - 1
