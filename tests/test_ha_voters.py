@@ -479,3 +479,17 @@ def test_a_new_election_abandons_the_one_under_way(harness):
     pair.clock.advance(2.0)  # both would time out; only the second reports
     assert [defeat.newest_epoch for defeat in pair.outcomes] == [2]
     pair.voters.stopService()
+
+
+def test_a_refusal_because_the_next_epoch_went_to_this_instance_does_not_fence_it(harness):
+    pair = Pair(harness)
+    pair.elect(1)
+    pair.lease()
+    pair.peer.silent = True
+    pair.elect(2)  # to run alone: the own voter grants 2 at once
+    answer_witness(pair.attempt, pair.witness, pair.clock)  # and the witness
+    assert pair.outcomes == [1, 2]
+    pair.clock.advance(INTERVAL)  # epoch-1 heartbeats: refused, for epoch 2
+    answer_witness(pair.attempt, pair.witness, pair.clock)
+    assert pair.outcomes == [1, 2]
+    pair.voters.stopService()

@@ -97,6 +97,12 @@ class ReplicationSide(Protocol):
     def hold(self) -> None:
         "Confirm nothing more (the backup is silent)."
 
+    def lead(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
+        "Serve the follower; C{caught_up} each time it is in sync, C{heard} on its traffic."
+
+    def stop_leading(self) -> None:
+        "Stop serving the follower (this instance stops serving)."
+
     def follow(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
         "Replicate from the active; C{caught_up} once in sync, C{heard} on its traffic."
 
@@ -154,6 +160,7 @@ class HAInstance(MultiService):
         self._peer_heard_at: float | None = None
         self._stopping = False
         self._handed: defer.Deferred | None = None
+        self._readmitting = False
 
     # -- IHAInstanceView --------------------------------------------------
 
@@ -243,6 +250,8 @@ class HAInstance(MultiService):
         self.ha_events.state(state, epoch)
 
     def ask_voters(self) -> None:
+        # Whatever election was under way, the role no longer awaits it.
+        self.voters.abandon()
         if not self._stopping:
             self.voters.ask_start(self._question_timeout(), self._decide_start)
 
@@ -277,19 +286,35 @@ class HAInstance(MultiService):
             return
         self._peer_heard_at = self._clock.seconds()
         self._router_stopped.addCallback(
-            lambda _: self.replication.follow(self._role.caught_up, self._role.peer_heard))
+            lambda _: self.replication.follow(self._caught_up, self._role.peer_heard))
+
+    def _caught_up(self) -> None:
+        if self.role.state == role.BACKUP_SYNCING:
+            self._role.caught_up()
+
+    def _peer_caught_up(self) -> None:
+        """
+        The backup reached the live stream: news only to an instance
+        serving alone (and not already readmitting it).
+        """
+        if self.role.state == role.ACTIVE_ALONE and not self._readmitting:
+            self._readmitting = True
+            self._role.peer_caught_up()
 
     def stop_following(self) -> None:
         self.replication.stop_following()
 
     def request_votes(self, alone: bool) -> None:
         self._elect(self.instance, alone)
+        self._readmitting = self.role.state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
         self._elect(self.peer_instance, alone=False)
 
     def _elect(self, candidate: str, alone: bool) -> None:
-        epoch = max(self._newest_epoch, self.role.epoch) + 1
+        own = self.witness.records().get(self.ha.group_name)
+        epoch = max(self._newest_epoch, self.role.epoch,
+                    own.granted_epoch if own is not None else 0) + 1
         self._newest_epoch = epoch
         request = quorum.VoteRequest(candidate, self.instance, epoch,
                                      self.replication.position(), alone)
@@ -319,6 +344,7 @@ class HAInstance(MultiService):
                                     self._endpoints, executor=self.replication.executor(),
                                     host=HostedParts(self.events, self.witness))
         self.router.setServiceParent(self)
+        self.replication.lead(self._peer_caught_up, self._role.peer_heard)
         self._hold_lease()
 
     def serve_in(self, epoch: int) -> None:
@@ -337,6 +363,7 @@ class HAInstance(MultiService):
         if reason != role.HANDING_OVER:
             self.ha_events.fenced(self.role.epoch, reason)
         self._release_lease()
+        self.replication.stop_leading()
         self._router_stopped = self._stop_router()
 
     def hold_acknowledgements(self) -> None:

@@ -271,6 +271,7 @@ class Voters(MultiService):
         self._lease: lease.LeaseInputs | None = None
         self._lease_since = 0.0
         self._start: _StartRound | None = None
+        self._candidate: str | None = None
 
     def ask_start(self, timeout: float,
                   decided: Callable[[list[quorum.StartAnswer]], None]) -> None:
@@ -325,6 +326,7 @@ class Voters(MultiService):
         abandoned: only the newest is the caller's.
         """
         self.abandon()
+        self._candidate = request.candidate
         self._tally = quorum.Tally(self.names, request.epoch)
         self._requested_at = self._clock.seconds()
         self._election = start_election(self._clock, self._tally, timeout, won, lost)
@@ -376,7 +378,10 @@ class Voters(MultiService):
         Feed an answer to the election, or to the lease; an answer to a
         heartbeat sent before this lease began (an earlier lease's, held
         while a witness was down) is not this lease's: a refusal of an
-        older epoch must not fence it.
+        older epoch must not fence it.  Nor must the refusal of a voter
+        that refuses it because it granted this instance the next epoch
+        (the active asks for one to run alone, or replicated again, while
+        its lease goes on).
         """
         if isinstance(answer, quorum.StartAnswer):
             if self._start is not None and answer.voter in self.names:
@@ -387,4 +392,15 @@ class Voters(MultiService):
             if self._election is not None:
                 self._election.got_vote(answer)
         elif self._lease is not None and answer.sent_at >= self._lease_since:
-            self._lease.got_answer(answer)
+            if answer.accepted or not self._granted_this_instance(answer):
+                self._lease.got_answer(answer)
+
+    def _granted_this_instance(self, answer: quorum.HeartbeatAnswer) -> bool:
+        """
+        Whether C{answer}'s voter granted this instance the epoch it names.
+        """
+        tally = self._tally
+        if tally is None or tally.epoch != answer.granted_epoch:
+            return False
+        vote = tally.votes.get(answer.voter)
+        return vote is not None and vote.granted and self._candidate == self.instance
