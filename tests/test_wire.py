@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshroute.errors import WireError
+from meshroute.ha.changes import ChangeBatch
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
@@ -151,11 +152,14 @@ GOOD_STATEMENT = ["INSERT INTO t VALUES (?1)", [1], False]
     ([23, [], -1], "head"),
     ([23, [[1, 2]], 3], "batches"),
     ([23, [[1, -2, [GOOD_STATEMENT]]], 3], "batches"),
+    ([23, [[1, 0, [GOOD_STATEMENT]]], 3], "batches"),  # positions count from 1
     ([23, [[1, 2, GOOD_STATEMENT]], 3], "batches"),
     ([23, [[1, 2, [["sql", [1]]]]], 3], "batches"),  # no many flag
     ([23, [[1, 2, [["sql", [[1]], False]]]], 3], "batches"),  # a list as a value
     ([23, [[1, 2, [["sql", [1], True]]]], 3], "batches"),  # many without rows
     ([23, [[1, 2, [["sql", [{"a": 1}], False]]]], 3], "batches"),
+    ([23, [[1, 2, [["sql", {"a": [1]}, False]]]], 3], "batches"),
+    ([23, [[1, 2, [["sql", [], True]]]], 3], "batches"),  # executemany of nothing
     ([23, [[1, 2, [[b"sql", [1], False]]]], 3], "batches"),
     ([24, -1], "position"),
     ([25, 2**63], "position"),
@@ -463,12 +467,14 @@ frames = st.one_of(
 
 sql_values = st.none() | ints.filter(lambda n: n < 2**63) | st.floats() | st.text(max_size=10) \
     | st.binary(max_size=10)
-rows = st.lists(sql_values, max_size=4)
+rows = st.lists(sql_values | st.booleans(), max_size=4) \
+    | st.dictionaries(st.text(max_size=5), sql_values, max_size=3)
 statements = st.one_of(
     st.tuples(st.text(max_size=30), rows).map(lambda t: [t[0], t[1], False]),
-    st.tuples(st.text(max_size=30), st.lists(rows, max_size=3)).map(lambda t: [t[0], t[1], True]),
+    st.tuples(st.text(max_size=30), st.lists(rows, min_size=1, max_size=3))
+    .map(lambda t: [t[0], t[1], True]),
 )
-batches = st.lists(st.tuples(positions, positions, st.lists(statements, max_size=4))
+batches = st.lists(st.tuples(positions, positions.filter(bool), st.lists(statements, max_size=4))
                    .map(list), max_size=4)
 
 
@@ -481,6 +487,9 @@ def test_any_changes_round_trip_however_chunked(sent, head, cuts):
     """
     frame = Changes(sent, head)
     data = encode(frame)
+    for batch in sent:  # what the follower makes of it
+        plain = ChangeBatch.from_plain(batch).to_plain()
+        assert msgpack.packb(plain, use_bin_type=True) == msgpack.packb(batch, use_bin_type=True)
     decoder = FrameDecoder()
     received = []
     for chunk in split(data, cuts):

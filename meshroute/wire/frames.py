@@ -414,8 +414,9 @@ class StartAnswer:
 
 #: The largest L{SnapshotChunk}.
 MAX_SNAPSHOT_CHUNK = 256 * 1024
-#: SQLite values a replicated statement's parameters may hold.
-_SQL_VALUES = (type(None), int, float, str, bytes)
+#: SQLite values a replicated statement's parameters may hold (sqlite3
+#: stores a bool as an integer).
+_SQL_VALUES = (type(None), bool, int, float, str, bytes)
 
 
 @dataclass(frozen=True)
@@ -486,9 +487,10 @@ class Changes:
     """
     Active → follower: committed store transactions in commit order, each
     C{[epoch, position, statements]} with each statement C{[sql, params,
-    many]}: C{params} a list of SQL values, or with C{many} a list of such
-    lists (one C{executemany}); and the active's C{head}, the position of
-    its newest committed change.
+    many]}: C{params} one parameter set (a list of SQL values, or a map of
+    named ones), or with C{many} a list of such sets (one C{executemany});
+    and the active's C{head}, the position of its newest committed change.
+    (L{meshroute.ha.changes.ChangeBatch.to_plain} makes a batch's form.)
     """
 
     TYPE: ClassVar[int] = 23
@@ -499,18 +501,34 @@ class Changes:
         _check_positions(self, "head")
         for batch in self.batches:
             if not (type(batch) is list and len(batch) == 3 and type(batch[2]) is list
-                    and all(type(n) is int and 0 <= n <= MAX_VOTE_NUMBER for n in batch[:2])
+                    and type(batch[0]) is int and 0 <= batch[0] <= MAX_VOTE_NUMBER
+                    and type(batch[1]) is int and 1 <= batch[1] <= MAX_VOTE_NUMBER
                     and all(_is_statement(s) for s in batch[2])):
                 raise WireError("Changes.batches must be [epoch, position, [statement, ...]] "
                                 "items, each statement [sql, params, many]")
 
 
 def _is_statement(statement) -> bool:
+    """
+    Whether C{statement} is C{[sql, params, many]} as
+    L{meshroute.ha.changes.ChangeBatch.to_plain} makes it.
+    """
     if not (type(statement) is list and len(statement) == 3 and type(statement[0]) is str
-            and type(statement[1]) is list and type(statement[2]) is bool):
+            and type(statement[2]) is bool):
         return False
-    rows = statement[1] if statement[2] else [statement[1]]
-    return all(type(row) is list and all(type(v) in _SQL_VALUES for v in row) for row in rows)
+    params, many = statement[1], statement[2]
+    if many:
+        return type(params) is list and bool(params) and all(_is_row(row) for row in params)
+    return _is_row(params)
+
+
+def _is_row(params) -> bool:
+    """
+    One parameter set: SQL values by position, or by name.
+    """
+    if type(params) is dict:
+        return all(type(k) is str and type(v) in _SQL_VALUES for k, v in params.items())
+    return type(params) is list and all(type(v) in _SQL_VALUES for v in params)
 
 
 @dataclass(frozen=True)
