@@ -12,6 +12,7 @@ hears the active each heartbeat-interval while neither is cut off.
 """
 
 import dataclasses
+import os
 
 import pytest
 from automat import NoTransition  # noqa: F401 (documents what a stray input raises)
@@ -21,10 +22,10 @@ from twisted.internet.task import LoopingCall
 from memory_mesh import SECRET, MemoryMesh
 from meshroute.ha import quorum, role
 from meshroute.ha.instance import HAInstance, instance_name
+from meshroute.ha.records import HA_DB, HARecords
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
 from meshroute.ha.voters import Voters, asking_witness
 from meshroute.store.executor import InlineExecutor
-from test_ha_witness import HeldRecords
 
 ROUTER = "router-b"
 WITNESS = "router-a"
@@ -162,7 +163,6 @@ class Pair:
         self.ha_options = ha_options
         self.instances: dict[str, HAInstance] = {}
         self.replication: dict[str, FakeReplication] = {}
-        self.records = {PRIMARY: HeldRecords(), BACKUP: HeldRecords()}
         self._traffic = LoopingCall(self._exchange)
         self._traffic.clock = self.clock
         self._traffic.start(HEARTBEAT_MS / 1000)
@@ -188,8 +188,9 @@ class Pair:
             listener=dataclasses.replace(self.mesh.config(ROUTER).listener, endpoint=key),
             ha=self.settings(ha_role))
         replication = self.replication[key] = FakeReplication(self, key)
+        records = HARecords(os.path.join(config.data_dir, HA_DB), InlineExecutor())
         instance = HAInstance(config, self.clock, self.mesh.network.endpoints(key),
-                              self.records[ha_role], self._voters_for, replication)
+                              records, self._voters_for, replication)
         self.instances[key] = instance
         instance.startService()
         return instance

@@ -46,12 +46,17 @@ from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.lease import LEASE_EXPIRED
+from meshroute.ha.records import InstanceIdentity
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
-from meshroute.ha.voters import Voters
+from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
 from meshroute.ha.witness import Witness
 from meshroute.interfaces import IHAInstanceView
+from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.registry import LinkRegistry
+from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
 from meshroute.node import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
 from meshroute.wire import frames
 
@@ -68,6 +73,40 @@ def instance_name(router: str, ha_role: str) -> str:
 
 def peer_role(ha_role: str) -> str:
     return BACKUP if ha_role == PRIMARY else PRIMARY
+
+
+def vote_connections(config: RouterConfig, clock: IReactorTime,
+                     endpoints) -> Callable[[str, "HAInstance"], Voters]:
+    """
+    How an instance of C{config} reaches its voters: its own voter
+    directly, the peer over a vote connection to the peer's replication
+    listener, each witness over one to its routing listener; all with
+    the mesh secret (C{ha.replication.password-file}), dialled again every
+    heartbeat-interval while down.
+    """
+    ha = config.ha
+    lease_timeout = ha.lease_timeout_ms / 1000
+    stage_valid_timeout_ms = (config.listener.stage_valid_timeout_ms
+                              if config.listener is not None else 15000)
+
+    def connection(context, router: str, endpoint: str, voter: str | None = None):
+        return WitnessConnection(
+            context, ConnectorSettings(ha.replication.secret, router, stage_valid_timeout_ms),
+            EndpointRotation([(endpoint, endpoints.client(endpoint))]),
+            RetrySchedule(ha.heartbeat_interval_ms, 1.0, ha.heartbeat_interval_ms, -1),
+            clock, ha.group_name, lease_timeout, voter=voter)
+
+    def voters_for(name: str, own: "HAInstance") -> Voters:
+        context = RouterContext(name=config.name, clock=clock, events=own.events,
+                                registry=LinkRegistry(), engine=None)
+        peer = connection(context, config.name, ha.replication.peer, own.peer_instance)
+        witnesses = [connection(context, witness.router, witness.endpoint)
+                     for witness in ha.witnesses]
+        return Voters(clock, name, {name: asking_witness(own, name, ha.group_name,
+                                                         lease_timeout)},
+                      [peer, *witnesses])
+
+    return voters_for
 
 
 class ReplicationSide(Protocol):
@@ -115,7 +154,8 @@ class HAInstance(MultiService):
     """
     One instance of an HA pair.
 
-    @param records: the L{meshroute.interfaces.IVoterRecords} of C{ha.db}.
+    @param records: this instance's C{ha.db} (L{HARecords}), opened at
+        start and closed at stop.
     @param voters_for: builds this instance's L{Voters} from its instance
         name and its own voter (this instance, which answers as a
         L{Witness} does).
@@ -142,6 +182,7 @@ class HAInstance(MultiService):
         self._lock_file = None
         self.events = open_data_dir(config, clock, self._lock, self._unlock)
         self.ha_events = HAEventLog(self.events, clock, ha.group_name, ha.role)
+        self.records = records
         self.replication = replication
         self.witness = Witness(self.instance, records, clock, self.events,
                                own_position=replication.position)
@@ -192,7 +233,17 @@ class HAInstance(MultiService):
         log.info("HA instance {instance} starting (meshroute {version})",
                  instance=self.instance, version=__version__)
         super().startService()
-        self.witness.load().addCallback(self._loaded)
+        opening = self.records.open(InstanceIdentity(self.name, self.ha.group_name, self.ha.role))
+        opening.addCallback(lambda _: self.witness.load())
+        opening.addCallback(self._loaded)
+        opening.addErrback(self._cannot_open)
+
+    def _cannot_open(self, failure) -> None:
+        log.failure("HA instance {instance}: cannot open its ha.db; stopping", failure,
+                    instance=self.instance)
+        from twisted.internet import reactor
+
+        reactor.stop()
 
     def _loaded(self, _) -> None:
         if not self.running:
@@ -225,6 +276,7 @@ class HAInstance(MultiService):
         yield self._stop_router()
         yield self.replication.stop_following()
         yield defer.maybeDeferred(super().stopService)
+        yield self.records.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()
         self._unlock()
