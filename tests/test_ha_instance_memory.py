@@ -90,6 +90,12 @@ class FakeReplication:
         self.acknowledged = quorum.ORIGIN
         self.executors = []
 
+    def open_replica(self):
+        return succeed(None)
+
+    def close_replica(self):
+        return succeed(None)
+
     def position(self):
         return self.held
 
@@ -126,7 +132,6 @@ class FakeReplication:
 
     def stop_following(self):
         self.following = None
-        return succeed(None)
 
     def exchange(self, leader: "FakeReplication") -> None:
         """

@@ -63,6 +63,10 @@ from meshroute.wire import frames
 log = Logger()
 
 
+#: The API states in which an instance serves.
+_SERVING = (role.ACTIVE_REPLICATED, role.ACTIVE_ALONE)
+
+
 def instance_name(router: str, ha_role: str) -> str:
     """
     The name an instance votes and is granted epochs as: both instances
@@ -113,7 +117,17 @@ class ReplicationSide(Protocol):
     """
     What an instance needs of replication (the gate, the source, the
     replica and the replication connection).
+
+    C{store.db} is the replica's while the instance does not serve, and
+    the serving router's while it does: C{open_replica} and
+    C{close_replica} hand it over, one at a time.
     """
+
+    def open_replica(self) -> defer.Deferred:
+        "Open C{store.db} as the replica (creating it if new); fires when open."
+
+    def close_replica(self) -> defer.Deferred:
+        "Close the replica; fires when closed."
 
     def position(self) -> quorum.LogPosition:
         "The newest change this instance's C{store.db} holds."
@@ -145,8 +159,8 @@ class ReplicationSide(Protocol):
     def follow(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
         "Replicate from the active; C{caught_up} once in sync, C{heard} on its traffic."
 
-    def stop_following(self) -> defer.Deferred:
-        "Drop the replication connection; fires once the replica is closed."
+    def stop_following(self) -> None:
+        "Drop the replication connection to the active."
 
 
 @implementer(IHAInstanceView)
@@ -192,7 +206,9 @@ class HAInstance(MultiService):
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self)).setServiceParent(self)
         self.router: RouterService | None = None
-        self._router_stopped = defer.succeed(None)
+        # Each change of who holds store.db (the replica, the router) waits
+        # for the one before it.
+        self._store_turn: defer.Deferred = defer.succeed(None)
         self._role: role.RoleInputs | None = None
         self.role: role.RoleCore | None = None
         self._lease = None
@@ -235,6 +251,7 @@ class HAInstance(MultiService):
         super().startService()
         opening = self.records.open(InstanceIdentity(self.name, self.ha.group_name, self.ha.role))
         opening.addCallback(lambda _: self.witness.load())
+        opening.addCallback(lambda _: self.replication.open_replica())
         opening.addCallback(self._loaded)
         opening.addErrback(self._cannot_open)
 
@@ -273,8 +290,10 @@ class HAInstance(MultiService):
             self.role.stop_watching()
             self.role.stop_asking()
         self._release_lease()
-        yield self._stop_router()
-        yield self.replication.stop_following()
+        self.replication.stop_following()
+        self._store_turn.addCallback(lambda _: self._stop_router())
+        self._store_turn.addCallback(lambda _: self.replication.close_replica())
+        yield self._store_turn
         yield defer.maybeDeferred(super().stopService)
         yield self.records.close()
         self.events.emit(events.ROUTER_STOPPED)
@@ -337,7 +356,7 @@ class HAInstance(MultiService):
             self._hand_over_ended()
             return
         self._peer_heard_at = self._clock.seconds()
-        self._router_stopped.addCallback(
+        self._store_turn.addCallback(
             lambda _: self.replication.follow(self._caught_up, self._role.peer_heard))
 
     def _caught_up(self) -> None:
@@ -390,6 +409,17 @@ class HAInstance(MultiService):
                                     epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
+        self._hold_lease()
+        self._store_turn.addCallback(lambda _: self.replication.close_replica())
+        self._store_turn.addCallback(lambda _: self._serve(epoch, alone))
+
+    def _serve(self, epoch: int, alone: bool) -> None:
+        """
+        Start this active period's router on C{store.db}, its commits
+        tagged with C{epoch}.
+        """
+        if self.role.epoch != epoch or self.role.state not in _SERVING:
+            return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch)
         self.replication.confirm(alone)
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
@@ -397,7 +427,6 @@ class HAInstance(MultiService):
                                     host=HostedParts(self.events, self.witness))
         self.router.setServiceParent(self)
         self.replication.lead(self._peer_caught_up, self._role.peer_heard)
-        self._hold_lease()
 
     def serve_in(self, epoch: int) -> None:
         alone = self.role.state == role.ACTIVE_ALONE
@@ -416,7 +445,8 @@ class HAInstance(MultiService):
             self.ha_events.fenced(self.role.epoch, reason)
         self._release_lease()
         self.replication.stop_leading()
-        self._router_stopped = self._stop_router()
+        self._store_turn.addCallback(lambda _: self._stop_router())
+        self._store_turn.addCallback(lambda _: self.replication.open_replica())
 
     def hold_acknowledgements(self) -> None:
         self.replication.hold()
@@ -511,8 +541,8 @@ class HAInstance(MultiService):
 
     # -- stopping ---------------------------------------------------------
 
-    def _stop_router(self) -> defer.Deferred:
+    def _stop_router(self) -> defer.Deferred | None:
         router, self.router = self.router, None
-        if router is None:
-            return self._router_stopped
-        return defer.maybeDeferred(router.disownServiceParent)
+        if router is not None:
+            return defer.maybeDeferred(router.disownServiceParent)
+        return None
