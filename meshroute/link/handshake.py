@@ -282,7 +282,8 @@ class RouterContext:
         L{meshroute.ha.feed.ReplicationServer}, which serves replication
         connections; None: a L{ReplicaHello} is refused (C{version}).
         That listener's context has no C{engine}: a L{Hello} is refused
-        (C{not-allowed}).
+        (C{not-allowed}); and there the peer has the listener's own router
+        name (the pair's other instance), and no other.
     """
 
     name: str
@@ -661,7 +662,12 @@ class LinkCore:
         if not ROUTER_NAME.match(frame.router):
             self.peer = None
             return reasons.NOT_ALLOWED, "malformed router name"
-        if frame.router == own:
+        if self.context.replication is not None:
+            # An HA instance's replication listener: only the pair's other
+            # instance, which has the same router name, connects there.
+            if frame.router != own:
+                return reasons.NOT_ALLOWED, f"only {own}'s other instance connects here"
+        elif frame.router == own:
             return reasons.OWN_NAME, f"{own} cannot link to itself"
         allowed = self.settings.allowed_routers
         if allowed is not None and frame.router not in allowed:

@@ -524,11 +524,12 @@ def _is_statement(statement) -> bool:
 
 def _is_row(params) -> bool:
     """
-    One parameter set: SQL values by position, or by name.
+    One parameter set: SQL values by position, or by name.  (A tuple is
+    a list that has not been through msgpack yet: a frame being sent.)
     """
     if type(params) is dict:
         return all(type(k) is str and type(v) in _SQL_VALUES for k, v in params.items())
-    return type(params) is list and all(type(v) in _SQL_VALUES for v in params)
+    return type(params) in (list, tuple) and all(type(v) in _SQL_VALUES for v in params)
 
 
 @dataclass(frozen=True)
