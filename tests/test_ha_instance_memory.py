@@ -132,6 +132,7 @@ class FakeReplication:
 
     def stop_following(self):
         self.following = None
+        return succeed(None)
 
     def exchange(self, leader: "FakeReplication") -> None:
         """
@@ -195,7 +196,7 @@ class Pair:
         replication = self.replication[key] = FakeReplication(self, key)
         records = HARecords(os.path.join(config.data_dir, HA_DB), InlineExecutor())
         instance = HAInstance(config, self.clock, self.mesh.network.endpoints(key),
-                              records, self._voters_for, replication)
+                              records, self._voters_for, lambda instance: replication)
         self.instances[key] = instance
         instance.startService()
         return instance

@@ -79,6 +79,15 @@ def peer_role(ha_role: str) -> str:
     return BACKUP if ha_role == PRIMARY else PRIMARY
 
 
+def stage_valid_timeout_ms(config: RouterConfig) -> int:
+    """
+    How long the instance's vote and replication connections wait for a
+    handshake stage or an answer: its routing listener's
+    C{stage-valid-timeout}, else that key's default.
+    """
+    return config.listener.stage_valid_timeout_ms if config.listener is not None else 15000
+
+
 def vote_connections(config: RouterConfig, clock: IReactorTime,
                      endpoints) -> Callable[[str, "HAInstance"], Voters]:
     """
@@ -90,12 +99,11 @@ def vote_connections(config: RouterConfig, clock: IReactorTime,
     """
     ha = config.ha
     lease_timeout = ha.lease_timeout_ms / 1000
-    stage_valid_timeout_ms = (config.listener.stage_valid_timeout_ms
-                              if config.listener is not None else 15000)
 
     def connection(context, router: str, endpoint: str, voter: str | None = None):
         return WitnessConnection(
-            context, ConnectorSettings(ha.replication.secret, router, stage_valid_timeout_ms),
+            context, ConnectorSettings(ha.replication.secret, router,
+                                       stage_valid_timeout_ms(config)),
             EndpointRotation([(endpoint, endpoints.client(endpoint))]),
             RetrySchedule(ha.heartbeat_interval_ms, 1.0, ha.heartbeat_interval_ms, -1),
             clock, ha.group_name, lease_timeout, voter=voter)
@@ -159,8 +167,8 @@ class ReplicationSide(Protocol):
     def follow(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
         "Replicate from the active; C{caught_up} once in sync, C{heard} on its traffic."
 
-    def stop_following(self) -> None:
-        "Drop the replication connection to the active."
+    def stop_following(self) -> defer.Deferred:
+        "Drop the replication connection to the active; fires once its work is done."
 
 
 @implementer(IHAInstanceView)
@@ -173,7 +181,8 @@ class HAInstance(MultiService):
     @param voters_for: builds this instance's L{Voters} from its instance
         name and its own voter (this instance, which answers as a
         L{Witness} does).
-    @param replication: the L{ReplicationSide}.
+    @param replication_for: builds this instance's L{ReplicationSide}
+        from the instance.
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -183,7 +192,7 @@ class HAInstance(MultiService):
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints, records,
                  voters_for: Callable[[str, "HAInstance"], Voters],
-                 replication: ReplicationSide) -> None:
+                 replication_for: Callable[["HAInstance"], ReplicationSide]) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
@@ -197,9 +206,9 @@ class HAInstance(MultiService):
         self.events = open_data_dir(config, clock, self._lock, self._unlock)
         self.ha_events = HAEventLog(self.events, clock, ha.group_name, ha.role)
         self.records = records
-        self.replication = replication
+        self.replication = replication_for(self)
         self.witness = Witness(self.instance, records, clock, self.events,
-                               own_position=replication.position)
+                               own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
         if config.admin is not None:
@@ -290,7 +299,7 @@ class HAInstance(MultiService):
             self.role.stop_watching()
             self.role.stop_asking()
         self._release_lease()
-        self.replication.stop_following()
+        self._store_turn.addCallback(lambda _: self.replication.stop_following())
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.close_replica())
         yield self._store_turn
@@ -373,7 +382,7 @@ class HAInstance(MultiService):
             self._role.peer_caught_up()
 
     def stop_following(self) -> None:
-        self.replication.stop_following()
+        self._store_turn.addCallback(lambda _: self.replication.stop_following())
 
     def request_votes(self, alone: bool) -> None:
         self._elect(self.instance, alone)
@@ -410,6 +419,7 @@ class HAInstance(MultiService):
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
         self._hold_lease()
+        self._store_turn.addCallback(lambda _: self.replication.stop_following())
         self._store_turn.addCallback(lambda _: self.replication.close_replica())
         self._store_turn.addCallback(lambda _: self._serve(epoch, alone))
 
