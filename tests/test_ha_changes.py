@@ -151,6 +151,11 @@ def test_the_callers_learn_of_a_commit_only_when_the_gate_fires(tmp_path):
     store.close()
 
 
+def write_then_fail(connection):
+    connection.execute("INSERT INTO meta (key, value) VALUES ('undone', 1)")
+    raise ZeroDivisionError()
+
+
 def test_a_function_that_raised_leaves_no_statement_and_a_failed_alone_no_batch(tmp_path):
     replication = RecordingReplication()
     store = open_inline(tmp_path, replication)
@@ -158,8 +163,12 @@ def test_a_function_that_raised_leaves_no_statement_and_a_failed_alone_no_batch(
     before = len(replication.batches)
     failures = []
     store.accept(msg(1)).addErrback(failures.append)
-    assert failures[0].check(DuplicateMessage)
-    assert replication.batches[before:] == [None]
+    store.executor.submit(write_then_fail).addErrback(failures.append)
+    store.fetch("q", 0, 1)
+    store.accept(msg(2))
+    assert failures[0].check(DuplicateMessage) and failures[1].check(ZeroDivisionError)
+    assert replication.batches[before:-1] == [None, None, None]
+    assert [params[0] for _, params in replication.batches[-1].statements] == ["m2"]
     store.close()
     assert state(tmp_path / "store.db")[1] == replication.writes()[-1].position
 
@@ -185,11 +194,6 @@ async def test_a_group_transaction_drops_only_what_its_failed_functions_ran(tmp_
     sent = [store.accept(msg(n)) for n in range(1, 8)]
     sent.append(store.accept(msg(50, dest_router=ROUTER)))
     sent.append(store.accept(msg(60, dest_router=ROUTER)))
-
-    def write_then_fail(connection):
-        connection.execute("INSERT INTO meta (key, value) VALUES ('undone', 1)")
-        raise ZeroDivisionError()
-
     sent.append(store.executor.submit(write_then_fail))
     go.set()
     await held
