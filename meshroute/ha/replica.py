@@ -115,7 +115,9 @@ class Replica:
     def position(self) -> LogPosition:
         """
         The epoch and position of the last batch the replica holds (as far
-        as the Deferreds of L{apply} have fired).
+        as the Deferreds of L{apply} have fired).  Its epoch is that
+        batch's: the epoch the instance may claim for its data in a vote
+        (L{meshroute.ha.quorum}) is the instance's to know.
         """
         return self._position
 
@@ -144,7 +146,7 @@ class Replica:
         Replace the store with the snapshot at C{path} (moved, not
         copied), keeping the replaced store in C{oldreplica.N/} when it
         may hold changes the snapshot lacks.  Everything submitted before
-        is finished first.
+        is finished first.  Call it on an open replica.
 
         @return: Deferred firing with the new L{position}.
         """
