@@ -187,6 +187,8 @@ class HAInstance(MultiService):
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
     @ivar router: the L{RouterService} while active, else None.
+    @ivar registry: the connections of its replication listener, closed
+        when it stops.
     @ivar role: the role machine's core (C{state}, C{epoch}) once started.
     """
 
@@ -215,6 +217,7 @@ class HAInstance(MultiService):
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self)).setServiceParent(self)
         self.router: RouterService | None = None
+        self.registry = LinkRegistry()
         # Each change of who holds store.db (the replica, the router) waits
         # for the one before it.
         self._store_turn: defer.Deferred = defer.succeed(None)
@@ -303,6 +306,7 @@ class HAInstance(MultiService):
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.close_replica())
         yield self._store_turn
+        yield self.registry.close_all()
         yield defer.maybeDeferred(super().stopService)
         yield self.records.close()
         self.events.emit(events.ROUTER_STOPPED)
