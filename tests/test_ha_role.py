@@ -183,6 +183,14 @@ def test_a_backup_handed_the_active_place_serves_replicated(instance):
     assert instance.take() == [("state_changed", ACTIVE_REPLICATED), ("start_serving", 4)]
 
 
+def test_a_backup_handed_the_place_of_an_active_that_stops_serves_alone(instance):
+    in_sync_backup(instance)
+    instance.role.epoch_handed_over_alone(4)
+    assert instance.take() == [("state_changed", ACTIVE_ALONE), ("start_serving", 4)]
+    instance.clock.advance(LEASE * 10)  # no peer to watch
+    assert instance.take() == []
+
+
 # -- active -------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ The transitions, top to bottom (the code below follows the same order):
     catching_up            ─ peer_silent ──────────▶ asking_voters
     following              ─ peer_silent ──────────▶ taking_over
     following              ─ epoch_handed_over ────▶ serving_replicated
+    following              ─ epoch_handed_over_alone ▶ serving_alone
     taking_over            ─ epoch_granted ────────▶ serving_alone
     taking_over            ─ election_lost ────────▶ asking_voters
     serving_replicated     ─ peer_silent ──────────▶ isolating
@@ -155,6 +156,9 @@ class RoleInputs(Protocol):
 
     def epoch_handed_over(self, epoch: int) -> None:
         "The active handed this in-sync backup its place in epoch C{epoch}."
+
+    def epoch_handed_over_alone(self, epoch: int) -> None:
+        "The active, stopping, handed this backup its place in C{epoch}, to run alone."
 
     def handover_due(self) -> None:
         "Time to hand over to the in-sync peer (failback, graceful stop)."
@@ -301,6 +305,13 @@ def _build_role_machine():
         core.activate(epoch, ACTIVE_REPLICATED)
         core.actions.start_serving(epoch)
         core.watch_peer(inputs, core.settings.replication_timeout_ms)
+
+    @following.upon(RoleInputs.epoch_handed_over_alone).to(serving_alone)
+    def handed_over_alone(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
+        # The active stops: there is no backup to wait for.
+        core.stop_watching()
+        core.activate(epoch, ACTIVE_ALONE)
+        core.actions.start_serving(epoch)
 
     @taking_over.upon(RoleInputs.epoch_granted).to(serving_alone)
     def took_over(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
