@@ -6,10 +6,13 @@ import gc
 import signal
 
 from twisted.application.service import MultiService
+from twisted.logger import Logger
 from twisted.python import usage
 
-from meshroute.config import load_config
+from meshroute.config import config_warnings, load_config
 from meshroute.errors import ConfigError
+
+log = Logger()
 
 
 class Options(usage.Options):
@@ -36,14 +39,23 @@ class Options(usage.Options):
 def makeService(options: Options, reactor=None):
     """
     Build the router's service tree on C{reactor} (the global one by
-    default).
+    default): a router, or for a configuration with C{[ha]} one instance
+    of an HA pair (L{meshroute.ha.instance.HAInstance}), which runs the
+    router only while it is the active one.
     """
+    from meshroute.ha.build import build_instance
     from meshroute.node import RouterService, StringEndpoints
 
     if reactor is None:
         from twisted.internet import reactor
+    config = options["router-config"]
+    for warning in config_warnings(config):
+        log.warn("{warning}", warning=warning)
     try:
-        router = RouterService(options["router-config"], reactor, StringEndpoints(reactor))
+        if config.ha is not None:
+            router = build_instance(config, reactor, StringEndpoints(reactor))
+        else:
+            router = RouterService(config, reactor, StringEndpoints(reactor))
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
     reactor.callWhenRunning(_stop_cleanly_on_signals, reactor)
