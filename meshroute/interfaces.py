@@ -307,11 +307,12 @@ class ILinkEngine(Interface):
         the store id of C{peer}'s that the sequence belongs to.
         """
 
-    def link_up(peer, send, fail, emit):
+    def link_up(peer, send, fail, emit, version):
         """
         A link to C{peer} reached delivery; C{send(frame)} writes to it,
         C{fail(detail)} closes it (reason C{store-failed}) and
-        C{emit(event, **fields)} writes a link event.
+        C{emit(event, **fields)} writes a link event; C{version} is the
+        link protocol version agreed (what its frames may carry).
 
         @return: the link's L{ILinkChannel}.
         """

@@ -120,6 +120,10 @@ class RouterService(MultiService):
         (L{StringEndpoints} on a real reactor).
     @param executor: runs the store's SQL; by default a
         L{ThreadedExecutor} on C{clock}.
+    @param epoch: the epoch this instance serves in, when it is the active
+        instance of an HA pair (docs/ha.md); 0, a router without HA.  Its
+        links and route advertisements carry it, so the mesh takes this
+        instance over an older one of the same name.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
@@ -128,7 +132,7 @@ class RouterService(MultiService):
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
-                 executor=None) -> None:
+                 executor=None, epoch: int = 0) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
@@ -162,7 +166,7 @@ class RouterService(MultiService):
         self.engine = MessageEngine(
             config.name,
             self.store,
-            RouteTable(config.name, clock),
+            RouteTable(config.name, clock, epoch),
             self.events,
             clock,
             max_hops=config.routing.max_hops,
@@ -180,6 +184,7 @@ class RouterService(MultiService):
             registry=self.registry,
             engine=self.engine,
             witness=self.witness,
+            epoch=epoch,
         )
         reconnect = config.client_reconnect
         self.client_factory = ClientFactory(

@@ -127,6 +127,12 @@ class Link:
         """
         self.machine.send_vote_frame(frame)
 
+    def supersede(self, epoch: int) -> None:
+        """
+        A link from epoch C{epoch} of this link's peer name took its place.
+        """
+        self.machine.superseded(epoch)
+
     def shutdown(self) -> None:
         self.machine.shutdown()
 

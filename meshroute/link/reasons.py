@@ -19,7 +19,13 @@ NOT_ALLOWED = "not-allowed"
 #: The connector reached a router other than the one it is configured for.
 UNEXPECTED_PEER = "unexpected-peer"
 
-REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER)
+#: The peer is an instance of its router (an HA pair's) whose epoch is
+#: lower than the highest this router has seen for that name: an instance
+#: that lost its place.
+STALE_EPOCH = "stale-epoch"
+
+REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER,
+                   STALE_EPOCH)
 
 # Close reasons, in link.closed events.
 
@@ -47,5 +53,10 @@ STORE_FAILED = "store-failed"
 #: stage-valid-timeout.
 IDLE = "idle"
 
+#: A link from a higher epoch of the same router name (the new active
+#: instance of an HA pair) was admitted: this one, from a lower epoch,
+#: gives it its place.
+SUPERSEDED = "superseded"
+
 CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN,
-                 STORE_FAILED, IDLE)
+                 STORE_FAILED, IDLE, SUPERSEDED)
