@@ -241,6 +241,26 @@ class IVoterRecords(Interface):
         """
 
 
+class IPeerEpochs(Interface):
+    """
+    The highest epoch a router has seen per peer router name, durably
+    (L{meshroute.link.epochs.PeerEpochs}, docs/protocol.md "Epochs").
+    """
+
+    def peer_epochs():
+        """
+        Fires with C{{peer: epoch}} for every peer router name seen with an
+        epoch above 0.
+        """
+
+    def save_peer_epoch(peer, epoch):
+        """
+        Raise C{peer}'s epoch to C{epoch} (a lower one than held changes
+        nothing).  Fires with None once durable, in submission order with
+        every other write.
+        """
+
+
 class IRouteTable(Interface):
     """
     What a router knows of the mesh's topology, and the next hop for each

@@ -30,6 +30,7 @@ from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.ha.witness import Witness
 from meshroute.link.connector import ConnectorService
+from meshroute.link.epochs import PeerEpochs
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
@@ -128,6 +129,8 @@ class RouterService(MultiService):
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
         listener.
+    @ivar peer_epochs: the L{PeerEpochs}: the highest epoch seen per peer
+        router name.
     @ivar engine: the L{MessageEngine}.
     """
 
@@ -177,6 +180,9 @@ class RouterService(MultiService):
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
         self.witness = Witness(config.name, self.store, clock, self.events)
+        # The highest epoch seen per peer name, so that an HA instance that
+        # lost its place is refused, across restarts too.
+        self.peer_epochs = PeerEpochs(self.store)
         self.context = RouterContext(
             name=config.name,
             clock=clock,
@@ -185,6 +191,7 @@ class RouterService(MultiService):
             engine=self.engine,
             witness=self.witness,
             epoch=epoch,
+            peer_epochs=self.peer_epochs,
         )
         reconnect = config.client_reconnect
         self.client_factory = ClientFactory(
@@ -259,6 +266,7 @@ class RouterService(MultiService):
         Service.startService(self)
         self._opening = self.store.open()
         self._opening.addCallback(lambda _: self.witness.load())
+        self._opening.addCallback(lambda _: self.peer_epochs.load())
         self._opening.addCallback(self._store_opened)
         self._opening.addErrback(self._store_failed)
 
