@@ -131,6 +131,7 @@ def test_a_higher_epoch_takes_the_name_over_at_once(router):
     new.send(Recovery(0))
     assert new.core.stage == handshake.DELIVERY
     assert router.registry.links() == [new.link]
+    assert new.link.describe()["peer_epoch"] == 2
     assert router.context.peer_epochs.highest(REMOTE) == 2
 
 

@@ -152,6 +152,7 @@ class Link:
             "since": core.since,
             "last_heard": core.last_heard,
             "peer_last_received": core.peer_last_received,
+            "peer_epoch": core.peer_epoch,
         }
 
 
