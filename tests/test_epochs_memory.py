@@ -194,3 +194,44 @@ def test_a_version_2_link_carries_no_epochs(mesh, tmp_path, monkeypatch):
     mesh.run(1)
     assert {link["peer"] for link in mesh.routers[NEW_B].describe_links()} == {A, C}
     assert b_advertisement(mesh, A).epoch == b_advertisement(mesh, C).epoch == 0
+
+
+def test_a_connector_refuses_the_stale_instance_and_tries_the_other(mesh, tmp_path):
+    """
+    a's connector lists both instances of b.  Once a has linked with the
+    epoch-2 instance, the epoch-1 one is refused when a reaches it (the
+    connector's rotation then tries the other endpoint at once).
+    """
+    instances = {OLD_B: "b-address-1", NEW_B: "b-address-2"}
+    config_a = mesh.config(A, connect_to=[B], listen=False)
+    (connector,) = config_a.connectors
+    mesh.start(dataclasses.replace(config_a, connectors=(
+        dataclasses.replace(connector, endpoint=tuple(instances.values())),)))
+
+    def start_b(key: str, epoch: int) -> None:
+        config = mesh.config(B)
+        config = dataclasses.replace(
+            config, data_dir=str(tmp_path / key),
+            listener=dataclasses.replace(config.listener, endpoint=instances[key]))
+        mesh.start(config, key=key, epoch=epoch)
+
+    start_b(OLD_B, 1)
+    mesh.run(1)
+    assert [link["endpoint"] for link in mesh.routers[A].describe_links()] == [
+        instances[OLD_B]]
+    mesh.partition(OLD_B)  # frozen: a's link to it dies by keepalive
+    start_b(NEW_B, 2)
+    mesh.run(2)
+    (link,) = [link for link in mesh.routers[A].describe_links() if link["stage"] == "delivery"]
+    assert (link["endpoint"], link["peer_epoch"]) == (instances[NEW_B], 2)
+
+    mesh.heal(OLD_B)
+    mesh.crash(NEW_B)
+    mesh.run(3)  # a tries b's endpoints in turn: the old one is refused every time
+    refused = events_of(mesh.routers[A], "link.rejected")
+    assert refused and {(e["code"], e["by"]) for e in refused} == {("stale-epoch", "local")}
+    assert B not in mesh.stages(A) or mesh.stages(A)[B] != "delivery"
+    start_b(NEW_B, 2)
+    mesh.run(3)
+    (link,) = [link for link in mesh.routers[A].describe_links() if link["stage"] == "delivery"]
+    assert (link["endpoint"], link["peer_epoch"]) == (instances[NEW_B], 2)
