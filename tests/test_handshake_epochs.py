@@ -21,7 +21,7 @@ from meshroute.link.handshake import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.wire.frames import Authenticate, Authenticated, Hello, Recovery, Reject, Welcome
 from fakes import RecordingEngine
-from test_handshake import LOCAL, REJECT_DELAY, REMOTE, STAGE_TIMEOUT, Router
+from test_handshake import KEEPALIVE, LOCAL, REJECT_DELAY, REMOTE, STAGE_TIMEOUT, Router
 
 
 class FakeEpochStore:
@@ -271,3 +271,22 @@ def test_a_connector_reaching_the_same_epoch_as_a_live_link_is_name_in_use(route
     new, _ = welcomed_connector(router, epoch=2)
     (reject,) = new.expect(Reject)
     assert reject.code == reasons.NAME_IN_USE
+
+
+def test_a_closing_link_gives_a_newer_epoch_its_name_at_once(router):
+    """
+    A link that is closing (here: its keepalive ran out) holds the name
+    until its connection is gone; a newer epoch does not wait for that.
+    """
+    old = delivering_listener_link(router, epoch=1)
+    old_channel = router.engine.channels[REMOTE]
+    old.advance(5 * KEEPALIVE, step=KEEPALIVE)
+    assert old.how_closed == "abort"
+    new = listener_link(router, epoch=2)
+    new.expect(Authenticated, Recovery)
+    assert old_channel.is_closed
+    new.send(Recovery(0))
+    assert new.core.stage == handshake.DELIVERY
+    old.complete_close()
+    assert old.closed_record()["reason"] == reasons.KEEPALIVE
+    assert router.registry.holder(REMOTE) is new.link

@@ -499,13 +499,20 @@ class LinkCore:
     def superseded(self, epoch: int) -> None:
         """
         A link from epoch C{epoch} of our peer's name was admitted: close,
-        and give up the name and the delivery channel at once, before the
-        connection is gone, so that the new link alone uses them.
+        and give way to it.
         """
         detail = f"{self.peer} serves in epoch {epoch} now, this link in epoch {self.peer_epoch}"
         log.info("link {link} to {peer} ({direction}) superseded: {detail}",
                  link=self.link_id, peer=self.peer, direction=self.direction, detail=detail)
         self.close(reasons.SUPERSEDED, detail)
+        self.give_way()
+
+    def give_way(self) -> None:
+        """
+        Give up the peer's name and the delivery channel at once, before
+        the connection is gone, so that the link from a newer epoch alone
+        uses them (the store's outbox for the name above all).
+        """
         self.context.registry.release(self.peer, self.link)
         channel, self.channel = self.channel, None
         if channel is not None:
@@ -915,9 +922,14 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
             state.upon(frame_input).loop().returns(None)
         state.upon(LinkInputs.protocol_error).loop().returns(None)
     for moot in (LinkInputs.shutdown, LinkInputs.stage_timer_expired,
-                 LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed,
-                 LinkInputs.superseded):
+                 LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed):
         closing.upon(moot).loop().returns(None)
+
+    # A link closing for another reason holds the name until its
+    # connection is gone: a newer epoch does not wait for that.
+    @closing.upon(LinkInputs.superseded).loop()
+    def give_way(inputs: LinkInputs, core: LinkCore, epoch: int) -> None:
+        core.give_way()
     closing.upon(LinkInputs.store_failed).loop().returns(None)
     # A request sent while the connection closes is a request not answered.
     for state in [closing, closed]:
