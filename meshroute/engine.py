@@ -46,6 +46,7 @@ L{BacklogFull} and, of those arriving over links, the oldest is dropped.
 """
 
 from collections import defaultdict, deque
+from typing import Callable
 
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -167,6 +168,9 @@ class MessageEngine:
         dropped.
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
+    @param epoch_heard: called C{(origin, epoch)} for every route
+        advertisement taken from an epoch above 0
+        (L{meshroute.link.epochs.PeerEpochs.heard}).
     """
 
     def __init__(
@@ -180,6 +184,7 @@ class MessageEngine:
         max_backlog: int = 100_000,
         max_transient_backlog: int = 10_000,
         reroute_delay: float = 5.0,
+        epoch_heard: Callable[[str, int], None] = lambda origin, epoch: None,
     ) -> None:
         self.name = name
         self.queues = QueueManager(store, event_log, clock)
@@ -191,6 +196,7 @@ class MessageEngine:
         self._max_backlog = max_backlog
         self._max_transient_backlog = max_transient_backlog
         self._reroute_delay = reroute_delay
+        self._epoch_heard = epoch_heard
         self._ids = MessageIds(name)
         self._channels: dict[str, PeerChannel] = {}
         self._serving: dict[str, frozenset] = {}
@@ -485,6 +491,9 @@ class MessageEngine:
         for origin, seq, neighbors, *epoch in frame.advertisements:
             news.extend(self.routes.received(
                 Advertisement(origin, seq, tuple(sorted(neighbors)), *epoch)))
+        for advertisement in news:
+            if advertisement.epoch and advertisement.origin != self.name:
+                self._epoch_heard(advertisement.origin, advertisement.epoch)
         if news:
             self._flood(news, exclude=peer)
             self._routes_changed()

@@ -166,6 +166,9 @@ class RouterService(MultiService):
             ),
         )
         self._pruner = IdPruner(self.store, clock)
+        # The highest epoch seen per peer name, so that an HA instance that
+        # lost its place is refused, across restarts too.
+        self.peer_epochs = PeerEpochs(self.store, self.registry)
         self.engine = MessageEngine(
             config.name,
             self.store,
@@ -176,13 +179,11 @@ class RouterService(MultiService):
             max_backlog=config.routing.max_backlog,
             max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
+            epoch_heard=self.peer_epochs.heard,
         )
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
         self.witness = Witness(config.name, self.store, clock, self.events)
-        # The highest epoch seen per peer name, so that an HA instance that
-        # lost its place is refused, across restarts too.
-        self.peer_epochs = PeerEpochs(self.store)
         self.context = RouterContext(
             name=config.name,
             clock=clock,

@@ -235,3 +235,40 @@ def test_a_connector_refuses_the_stale_instance_and_tries_the_other(mesh, tmp_pa
     mesh.run(3)
     (link,) = [link for link in mesh.routers[A].describe_links() if link["stage"] == "delivery"]
     assert (link["endpoint"], link["peer_epoch"]) == (instances[NEW_B], 2)
+
+
+def test_a_router_that_only_dials_b_leaves_the_old_instance_on_hearing_the_new_epoch(
+        mesh, tmp_path):
+    """
+    x dials b (both instances listed) and a; b's instances dial a.  When
+    the new instance takes b's place at a, its advertisement (epoch 2)
+    reaches x through a: x closes its link to the frozen old instance
+    (C{superseded}) and moves to the new one at once, without waiting for
+    its keepalive to notice the silence.
+    """
+    X = "router-x"
+    instances = {OLD_B: "b-address-1", NEW_B: "b-address-2"}
+    mesh.add(A)
+    config_x = mesh.config(X, connect_to=[A, B], listen=False)
+    to_a, to_b = config_x.connectors
+    mesh.start(dataclasses.replace(config_x, connectors=(
+        to_a, dataclasses.replace(to_b, endpoint=tuple(instances.values())))))
+
+    def start_b(key: str, epoch: int) -> None:
+        config = mesh.config(B, connect_to=[A])
+        config = dataclasses.replace(
+            config, data_dir=str(tmp_path / key),
+            listener=dataclasses.replace(config.listener, endpoint=instances[key]))
+        mesh.start(config, key=key, epoch=epoch)
+
+    start_b(OLD_B, 1)
+    mesh.run(1)
+    assert mesh.stages(X) == {A: "delivery", B: "delivery"}
+    mesh.partition(OLD_B)
+    start_b(NEW_B, 2)
+    mesh.run(0.5)  # x's keepalive would take 5 × 200 ms to notice
+    assert closes(mesh, X, B) == ["superseded"]
+    links = {link["peer"]: link for link in mesh.routers[X].describe_links()}
+    assert (links[B]["stage"], links[B]["endpoint"], links[B]["peer_epoch"]) == (
+        "delivery", instances[NEW_B], 2)
+    assert mesh.routers[X].peer_epochs.highest(B) == 2

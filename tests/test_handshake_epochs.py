@@ -55,7 +55,7 @@ def make_router(tmp_path, epoch: int = 0, store: FakeEpochStore | None = None) -
     registry = LinkRegistry()
     engine = RecordingEngine()
     path = str(tmp_path / "events.jsonl")
-    peer_epochs = PeerEpochs(store if store is not None else FakeEpochStore())
+    peer_epochs = PeerEpochs(store if store is not None else FakeEpochStore(), registry)
     peer_epochs.load()
     context = RouterContext(name=LOCAL, clock=clock, events=events.EventLog(path, LOCAL, clock),
                             registry=registry, engine=engine, epoch=epoch,
@@ -290,3 +290,21 @@ def test_a_closing_link_gives_a_newer_epoch_its_name_at_once(router):
     old.complete_close()
     assert old.closed_record()["reason"] == reasons.KEEPALIVE
     assert router.registry.holder(REMOTE) is new.link
+
+
+def test_a_newer_epoch_heard_in_routes_supersedes_the_link_once_durable(router, store):
+    """
+    L{PeerEpochs.heard}: a route advertisement of the peer from a newer
+    epoch (relayed by another router) closes the link from the older one.
+    """
+    old = delivering_listener_link(router, epoch=1)
+    router.context.peer_epochs.heard(REMOTE, 1)
+    assert old.how_closed == "open"
+    store.hold = True
+    router.context.peer_epochs.heard(REMOTE, 2)
+    assert old.how_closed == "open"
+    store.held[0].callback(None)
+    assert router.engine.channels[REMOTE].is_closed
+    old.assert_closed(reasons.SUPERSEDED, "abort")
+    assert router.context.peer_epochs.highest(REMOTE) == 2
+    assert router.registry.holder(REMOTE) is None

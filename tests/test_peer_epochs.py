@@ -12,6 +12,7 @@ from zope.interface.verify import verifyObject
 
 from meshroute.interfaces import IPeerEpochs
 from meshroute.link.epochs import PeerEpochs
+from meshroute.link.registry import LinkRegistry
 from test_store import Opener, opener  # noqa: F401 (the fixture)
 
 
@@ -30,14 +31,14 @@ async def test_epochs_survive_reopening_and_are_never_lowered(opener):  # noqa: 
 @pytest_twisted.ensureDeferred
 async def test_a_restarted_router_knows_the_epochs_it_saw(opener):  # noqa: F811
     store = await opener.open()
-    epochs = PeerEpochs(store)
+    epochs = PeerEpochs(store, LinkRegistry())
     await epochs.load()
     assert epochs.raise_to("router-b", 0) is None  # a router without HA: nothing to save
     await epochs.raise_to("router-b", 4)
     assert epochs.highest("router-b") == 4
     assert epochs.raise_to("router-b", 4) is None
     store = await opener.reopen(store)
-    restarted = PeerEpochs(store)
+    restarted = PeerEpochs(store, LinkRegistry())
     await restarted.load()
     assert restarted.highest("router-b") == 4
     assert restarted.highest("router-c") == 0

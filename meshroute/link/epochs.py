@@ -14,9 +14,20 @@ the stale instance back: so a higher epoch is made durable in the store
 admitted, and the epochs are loaded when the router opens its store.
 Only an authenticated peer raises an epoch: a Hello proves nothing, and
 an epoch raised by anyone could fence a router out of the mesh.
+
+The epoch also arrives in route advertisements, relayed by mesh members
+(L{PeerEpochs.heard}): a router that only dials a pair's instances (its
+connector lists both) hears there that the other instance took over,
+while its own link to the old one, frozen or partitioned, could stay up
+until its keepalive notices (five keepalive intervals).  It raises the
+epoch and closes that link (C{superseded}) at once, so that its
+connector moves on to the other endpoint.
 """
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+log = Logger()
 
 
 class PeerEpochs:
@@ -25,10 +36,13 @@ class PeerEpochs:
     seen with one: a router without HA).
 
     @param store: an L{meshroute.interfaces.IPeerEpochs}.
+    @param registry: the router's L{meshroute.link.registry.LinkRegistry},
+        whose link to a peer from an older epoch L{heard} closes.
     """
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, registry) -> None:
         self._store = store
+        self._registry = registry
         self._highest: dict[str, int] = {}
 
     def load(self) -> Deferred:
@@ -58,3 +72,22 @@ class PeerEpochs:
 
     def _saved(self, _, peer: str, epoch: int) -> None:
         self._highest[peer] = max(epoch, self.highest(peer))
+
+    def heard(self, peer: str, epoch: int) -> None:
+        """
+        A route advertisement of C{peer} from C{epoch} was taken: when that
+        epoch is news, raise it, and once it is durable, close a link to
+        C{peer} from an older epoch (C{superseded}).
+        """
+        saving = self.raise_to(peer, epoch)
+        if saving is None:
+            return
+        saving.addCallback(lambda _: self._supersede_older(peer, epoch))
+        saving.addErrback(lambda f: log.failure(
+            "saving epoch {epoch} of {peer}, heard in its route advertisement", f,
+            peer=peer, epoch=epoch))
+
+    def _supersede_older(self, peer: str, epoch: int) -> None:
+        holder = self._registry.holder(peer)
+        if holder is not None and holder.core.peer_epoch < epoch:
+            holder.supersede(epoch)
