@@ -85,6 +85,30 @@ def b_instance(mesh: PairMesh, tmp_path, key: str):
                                data_dir=str(tmp_path / key))
 
 
+#: Where each instance of b listens, when it does.
+ADDRESSES = {OLD_B: "b-address-1", NEW_B: "b-address-2"}
+
+
+def start_listening_b(mesh: PairMesh, tmp_path, key: str, epoch: int, connect_to=()) -> None:
+    """
+    Start instance C{key} of b, listening at its own address.
+    """
+    config = mesh.config(B, connect_to=connect_to)
+    mesh.start(dataclasses.replace(
+        config, data_dir=str(tmp_path / key),
+        listener=dataclasses.replace(config.listener, endpoint=ADDRESSES[key])),
+        key=key, epoch=epoch)
+
+
+def dialling_both_bs(config):
+    """
+    C{config} with its connector to b listing both instances' addresses.
+    """
+    return dataclasses.replace(config, connectors=tuple(
+        dataclasses.replace(c, endpoint=tuple(ADDRESSES.values())) if c.router == B else c
+        for c in config.connectors))
+
+
 def copy_store(source_dir: str, target_dir) -> None:
     """
     SQLite's online backup of C{source_dir}'s store.db into C{target_dir}.
@@ -202,28 +226,16 @@ def test_a_connector_refuses_the_stale_instance_and_tries_the_other(mesh, tmp_pa
     epoch-2 instance, the epoch-1 one is refused when a reaches it (the
     connector's rotation then tries the other endpoint at once).
     """
-    instances = {OLD_B: "b-address-1", NEW_B: "b-address-2"}
-    config_a = mesh.config(A, connect_to=[B], listen=False)
-    (connector,) = config_a.connectors
-    mesh.start(dataclasses.replace(config_a, connectors=(
-        dataclasses.replace(connector, endpoint=tuple(instances.values())),)))
-
-    def start_b(key: str, epoch: int) -> None:
-        config = mesh.config(B)
-        config = dataclasses.replace(
-            config, data_dir=str(tmp_path / key),
-            listener=dataclasses.replace(config.listener, endpoint=instances[key]))
-        mesh.start(config, key=key, epoch=epoch)
-
-    start_b(OLD_B, 1)
+    mesh.start(dialling_both_bs(mesh.config(A, connect_to=[B], listen=False)))
+    start_listening_b(mesh, tmp_path, OLD_B, 1)
     mesh.run(1)
     assert [link["endpoint"] for link in mesh.routers[A].describe_links()] == [
-        instances[OLD_B]]
+        ADDRESSES[OLD_B]]
     mesh.partition(OLD_B)  # frozen: a's link to it dies by keepalive
-    start_b(NEW_B, 2)
+    start_listening_b(mesh, tmp_path, NEW_B, 2)
     mesh.run(2)
     (link,) = [link for link in mesh.routers[A].describe_links() if link["stage"] == "delivery"]
-    assert (link["endpoint"], link["peer_epoch"]) == (instances[NEW_B], 2)
+    assert (link["endpoint"], link["peer_epoch"]) == (ADDRESSES[NEW_B], 2)
 
     mesh.heal(OLD_B)
     mesh.crash(NEW_B)
@@ -231,10 +243,10 @@ def test_a_connector_refuses_the_stale_instance_and_tries_the_other(mesh, tmp_pa
     refused = events_of(mesh.routers[A], "link.rejected")
     assert refused and {(e["code"], e["by"]) for e in refused} == {("stale-epoch", "local")}
     assert B not in mesh.stages(A) or mesh.stages(A)[B] != "delivery"
-    start_b(NEW_B, 2)
+    start_listening_b(mesh, tmp_path, NEW_B, 2)
     mesh.run(3)
     (link,) = [link for link in mesh.routers[A].describe_links() if link["stage"] == "delivery"]
-    assert (link["endpoint"], link["peer_epoch"]) == (instances[NEW_B], 2)
+    assert (link["endpoint"], link["peer_epoch"]) == (ADDRESSES[NEW_B], 2)
 
 
 def test_a_router_that_only_dials_b_leaves_the_old_instance_on_hearing_the_new_epoch(
@@ -247,28 +259,16 @@ def test_a_router_that_only_dials_b_leaves_the_old_instance_on_hearing_the_new_e
     its keepalive to notice the silence.
     """
     X = "router-x"
-    instances = {OLD_B: "b-address-1", NEW_B: "b-address-2"}
     mesh.add(A)
-    config_x = mesh.config(X, connect_to=[A, B], listen=False)
-    to_a, to_b = config_x.connectors
-    mesh.start(dataclasses.replace(config_x, connectors=(
-        to_a, dataclasses.replace(to_b, endpoint=tuple(instances.values())))))
-
-    def start_b(key: str, epoch: int) -> None:
-        config = mesh.config(B, connect_to=[A])
-        config = dataclasses.replace(
-            config, data_dir=str(tmp_path / key),
-            listener=dataclasses.replace(config.listener, endpoint=instances[key]))
-        mesh.start(config, key=key, epoch=epoch)
-
-    start_b(OLD_B, 1)
+    mesh.start(dialling_both_bs(mesh.config(X, connect_to=[A, B], listen=False)))
+    start_listening_b(mesh, tmp_path, OLD_B, 1, connect_to=[A])
     mesh.run(1)
     assert mesh.stages(X) == {A: "delivery", B: "delivery"}
     mesh.partition(OLD_B)
-    start_b(NEW_B, 2)
+    start_listening_b(mesh, tmp_path, NEW_B, 2, connect_to=[A])
     mesh.run(0.5)  # x's keepalive would take 5 × 200 ms to notice
     assert closes(mesh, X, B) == ["superseded"]
     links = {link["peer"]: link for link in mesh.routers[X].describe_links()}
     assert (links[B]["stage"], links[B]["endpoint"], links[B]["peer_epoch"]) == (
-        "delivery", instances[NEW_B], 2)
+        "delivery", ADDRESSES[NEW_B], 2)
     assert mesh.routers[X].peer_epochs.highest(B) == 2
