@@ -53,9 +53,10 @@ STORE_FAILED = "store-failed"
 #: stage-valid-timeout.
 IDLE = "idle"
 
-#: A link from a higher epoch of the same router name (the new active
-#: instance of an HA pair) was admitted: this one, from a lower epoch,
-#: gives it its place.
+#: The peer's router name serves in a higher epoch now (the new active
+#: instance of an HA pair): a link from that epoch was admitted, or a
+#: route advertisement from it arrived; this link, from a lower epoch,
+#: gives way.
 SUPERSEDED = "superseded"
 
 CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN,
