@@ -440,9 +440,12 @@ class HAInstance(MultiService):
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch)
         self.replication.confirm(alone)
+        # Its links and route advertisements carry the epoch it started
+        # serving in (a later epoch of the same active period, to run alone
+        # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
                                     self._endpoints, executor=self.replication.executor(),
-                                    host=HostedParts(self.events, self.witness))
+                                    host=HostedParts(self.events, self.witness), epoch=epoch)
         self.router.setServiceParent(self)
         self.replication.lead(self._peer_caught_up, self._role.peer_heard)
 

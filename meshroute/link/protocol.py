@@ -153,6 +153,12 @@ class Link:
         """
         self.machine.send_vote_frame(frame)
 
+    def supersede(self, epoch: int) -> None:
+        """
+        A link from epoch C{epoch} of this link's peer name took its place.
+        """
+        self.machine.superseded(epoch)
+
     def shutdown(self) -> None:
         self.machine.shutdown()
 
@@ -172,6 +178,7 @@ class Link:
             "since": core.since,
             "last_heard": core.last_heard,
             "peer_last_received": core.peer_last_received,
+            "peer_epoch": core.peer_epoch,
         }
 
 
