@@ -38,7 +38,7 @@ Nothing in the router starts these yet: pairs do not exist (docs/ha.md,
 """
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
@@ -131,7 +131,7 @@ class WitnessConnection(ConnectorService):
         if frame.group != self.group:
             return
         if isinstance(frame, frames.StartAnswer):
-            self.deliver(start_answer(frame))
+            self.deliver(replace(start_answer(frame), voter=self.witness))
         elif isinstance(frame, frames.VoteAnswer):
             self.deliver(quorum.Vote(self.witness, frame.epoch, frame.granted,
                                      frame.reason or None, frame.granted_epoch))
