@@ -343,10 +343,15 @@ def test_a_batch_too_large_for_a_frame_reaches_the_follower_in_a_snapshot(active
     follower.to_replication()
     follower.send(Follow(STORE_ID, 1, 3))
     follower.written()
+    [subscriber] = active.source.subscribers
     active.source.append(batch(4, size=2000))
     assert follower.written() == []
     assert len(active.source.snapshots) == 1
     assert active.source.subscribers == []
+    # A batch the source hands the unsubscribed feed (it calls a copy of
+    # its subscribers) waits in the log.
+    subscriber(batch(5))
+    assert follower.written() == []
 
 
 # -- flow control --------------------------------------------------------------
