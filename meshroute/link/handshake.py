@@ -78,9 +78,9 @@ from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
     EPOCH_VERSION,
+    REPLICATION_VERSIONS,
     SUPPORTED_VERSIONS,
     VOTE_VERSIONS,
-    REPLICATION_VERSIONS,
     Ack,
     Applied,
     Authenticate,
@@ -125,7 +125,6 @@ REPLICATION = "replication"
 ROUTING = "routing"
 VOTES = "votes"
 REPLICA = "replica"
-
 
 
 def _versions(purpose: str) -> tuple[int, ...]:
@@ -767,7 +766,7 @@ class LinkCore:
 
     # -- connector checks -------------------------------------------------
 
-    def hello(self) -> Hello | VoteHello:
+    def hello(self) -> Hello | VoteHello | ReplicaHello:
         self.peer = self.settings.expected_peer
         hello = {ROUTING: Hello, VOTES: VoteHello, REPLICA: ReplicaHello}[self.purpose]
         if self.purpose == ROUTING:
@@ -949,7 +948,7 @@ _FRAME_INPUTS = (
 
 
 def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing,
-                            voting=(), replicating=None):
+                            voting, replicating):
     """
     The transitions both roles share: timeouts, refusals from the peer,
     errors, shutdown, and the end of the connection.
