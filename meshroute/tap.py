@@ -27,6 +27,7 @@ class Options(usage.Options):
         """
         Load and validate the configuration now, so that a bad file stops
         twistd with a message naming the file and key, before anything runs.
+        Its warnings go to the log (buffered until twistd's log starts).
         """
         if not self["config"]:
             raise usage.UsageError("--config FILE is required")
@@ -34,6 +35,8 @@ class Options(usage.Options):
             self["router-config"] = load_config(self["config"])
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
+        for warning in config_warnings(self["router-config"]):
+            log.warn("configuration warning: {warning}", warning=warning)
 
 
 def makeService(options: Options, reactor=None):
