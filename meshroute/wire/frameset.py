@@ -7,6 +7,12 @@ array: the type code, then the fields in declaration order.  The field
 annotations are the wire schema, checked on decode, so a frame object that
 exists is always well-typed: a peer cannot smuggle a bool where an int is
 due, or a number where bytes are due.
+
+A later protocol version may extend a frame with more fields: the longer
+frame is a class of its own with the same type code (usually a subclass),
+and the field count tells the shapes apart on decoding.  Which shape a
+peer must send is the protocol's rule (the version it negotiated), not the
+codec's.
 """
 
 from dataclasses import fields
@@ -34,18 +40,26 @@ def frame_to_list(frame) -> list:
 
 class FrameSet:
     """
-    The frames one protocol may carry, by type code.
+    The frames one protocol may carry, by type code and field count.
+
+    @ivar types: each type code's first class given (its original shape).
+    @ivar classes: every class, in the order given.
     """
 
     def __init__(self, name: str, classes) -> None:
         self.name = name
+        self.classes = tuple(classes)
         self.types: dict[int, type] = {}
+        self._shapes: dict[tuple[int, int], type] = {}
         self._specs: dict[type, tuple] = {}
-        for cls in classes:
-            if cls.TYPE in self.types:
-                raise ValueError(f"{name}: type code {cls.TYPE} used twice")
-            self.types[cls.TYPE] = cls
-            self._specs[cls] = tuple((f.name, _WIRE_TYPES[f.type]) for f in fields(cls))
+        for cls in self.classes:
+            spec = tuple((f.name, _WIRE_TYPES[f.type]) for f in fields(cls))
+            if (cls.TYPE, len(spec)) in self._shapes:
+                raise ValueError(f"{name}: type code {cls.TYPE} with {len(spec)} fields "
+                                 "used twice")
+            self._shapes[cls.TYPE, len(spec)] = cls
+            self._specs[cls] = spec
+            self.types.setdefault(cls.TYPE, cls)
 
     def from_list(self, items):
         """
@@ -57,15 +71,17 @@ class FrameSet:
         if type(items) is not list or not items:
             raise WireError("frame body is not a non-empty array")
         code = items[0]
-        cls = self.types.get(code) if type(code) is int else None
-        if cls is None:
+        first = self.types.get(code) if type(code) is int else None
+        if first is None:
             raise WireError(f"unknown {self.name} frame type {code!r}")
-        spec = self._specs[cls]
-        if len(items) - 1 != len(spec):
+        cls = self._shapes.get((code, len(items) - 1))
+        if cls is None:
+            counts = sorted(n for c, n in self._shapes if c == code)
+            expected = " or ".join(str(n) for n in counts)
             raise WireError(
-                f"{cls.__name__} frame has {len(items) - 1} fields, expected {len(spec)}"
+                f"{first.__name__} frame has {len(items) - 1} fields, expected {expected}"
             )
-        for (name, expected), value in zip(spec, items[1:]):
+        for (name, expected), value in zip(self._specs[cls], items[1:]):
             if type(value) is not expected:
                 raise WireError(
                     f"{cls.__name__}.{name} is {type(value).__name__}, "
