@@ -11,6 +11,7 @@ thing a link does is ask the store for its recovery point.
 
 import fcntl
 import os
+from collections.abc import Callable
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
@@ -23,6 +24,7 @@ from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.clients.ha_view import WITHOUT_HA, HAView
 from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import SessionSettings
 from meshroute.config import RouterConfig
@@ -120,6 +122,9 @@ class RouterService(MultiService):
         (L{StringEndpoints} on a real reactor).
     @param executor: runs the store's SQL; by default a
         L{ThreadedExecutor} on C{clock}.
+    @param ha_view: for an HA instance, returns its L{HAView} (whether it
+        is active, its epoch, the pair's client endpoints), which the
+        client listener answers C{Open} by; default: a router without HA.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
@@ -128,7 +133,7 @@ class RouterService(MultiService):
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
-                 executor=None) -> None:
+                 executor=None, ha_view: Callable[[], HAView] = lambda: WITHOUT_HA) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
@@ -195,6 +200,7 @@ class RouterService(MultiService):
                 recovery_buffer_size=reconnect.recovery_buffer_size,
             ),
             events=self.events,
+            ha_view=ha_view,
         )
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:

@@ -16,6 +16,7 @@ their duplicate ids.  Everything runs on a C{task.Clock}.
 """
 
 import sqlite3
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -308,6 +309,42 @@ def instances(tmp_path, clock):
         instance.engine.close()
 
 
+def failing_over(clock, endpoint, endpoint_from_string, flush, **options):
+    """
+    Connect a client that reconnects forever, every 500 ms, through
+    C{endpoint}; C{flush} lets the connection happen.
+
+    @return: the client and the list of its failure events.
+    """
+    d = connect_endpoint(clock, endpoint, client_id="app", reconnect_attempts=-1,
+                         retry_interval_ms=500, endpoint_from_string=endpoint_from_string,
+                         **options)
+    flush()
+    client = result_of(d)
+    events = []
+    client.add_failure_listener(events.append)
+    return client, events
+
+
+def send_retrying(client, body: bytes, duplicate_id: str):
+    """
+    Send C{body} to C{q} with C{duplicate_id}, and send it again with the
+    same id if the send fails with L{UnblockedError} (as an application
+    does after a failover).
+
+    @return: the send's Deferred (with the retry's result, if retried),
+        and the list of retries made.
+    """
+    retried = []
+
+    def retry(failure):
+        failure.trap(UnblockedError)
+        retried.append(client.send("q", body, duplicate_id=duplicate_id))
+        return retried[-1]
+
+    return client.send("q", body, duplicate_id=duplicate_id).addErrback(retry), retried
+
+
 def flush(*instances: Instance) -> None:
     for instance in instances:
         instance.net.flush()
@@ -328,22 +365,10 @@ def test_a_send_retried_after_failover_is_enqueued_once(clock, tmp_path, instanc
     topology = (PRIMARY, BACKUP)
     addresses = {name: Address(name) for name in topology}
     primary = addresses[PRIMARY].instance = instances(PRIMARY, HAView(True, 1, topology))
-    d = connect_endpoint(clock, addresses[PRIMARY], client_id="app", reconnect_attempts=-1,
-                         retry_interval_ms=500, endpoint_from_string=addresses.__getitem__)
-    primary.net.flush()
-    client = result_of(d)
+    client, events = failing_over(clock, addresses[PRIMARY], addresses.__getitem__,
+                                  primary.net.flush)
     assert client.endpoints == topology
-    events = []
-    client.add_failure_listener(events.append)
-    retried = []
-
-    def retry(failure):
-        failure.trap(UnblockedError)
-        retried.append(client.send("q", b"order 1", duplicate_id="order-1"))
-        return retried[-1]
-
-    sent = client.send("q", b"order 1", duplicate_id="order-1")
-    sent.addErrback(retry)
+    sent, retried = send_retrying(client, b"order 1", "order-1")
     # The primary reads the Send and stores it; its Confirm never leaves.
     pump = primary.net.pumps[-1]
     pump.serverIO.bufferReceived(pump.clientIO.getOutBuffer())
@@ -389,17 +414,17 @@ def test_a_send_retried_after_failover_is_enqueued_once(clock, tmp_path, instanc
 
 
 def test_a_transaction_with_work_at_failover_can_only_roll_back(clock, tmp_path, instances):
+    """
+    A transaction holding work when the client fails over to the other
+    instance is rollback-only: its send fails with TransactionRolledBack,
+    and so does commit(); nothing of it reaches the new active instance.
+    """
     topology = (PRIMARY, BACKUP)
     primary = instances(PRIMARY, HAView(True, 1, topology))
     backup = instances(BACKUP, HAView(False, 1, topology))
     named = {PRIMARY: primary.net, BACKUP: backup.net}
-    d = connect_endpoint(clock, [primary.net, backup.net], client_id="app", transacted=True,
-                         reconnect_attempts=-1, retry_interval_ms=500,
-                         endpoint_from_string=named.__getitem__)
-    primary.net.flush()
-    client = result_of(d)
-    events = []
-    client.add_failure_listener(events.append)
+    client, events = failing_over(clock, [primary.net, backup.net], named.__getitem__,
+                                  primary.net.flush, transacted=True)
     sent = client.send("q", b"in the transaction")
     flush(primary)
     primary.dies()
@@ -412,3 +437,78 @@ def test_a_transaction_with_work_at_failover_can_only_roll_back(clock, tmp_path,
     flush(backup)
     assert isinstance(failure_of(committed), TransactionRolledBack)
     assert backup.engine.store.queue_depths() == {}
+
+
+# -- a pair of whole routers ----------------------------------------------------------
+
+
+class Named:
+    """
+    A client endpoint named by the endpoint string it stands for.
+    """
+
+    def __init__(self, name: str, endpoint) -> None:
+        self.name = name
+        self.connect = endpoint.connect
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def test_a_pair_of_routers_fails_its_client_over(tmp_path):
+    """
+    Two whole routers of one name (the in-memory mesh's), built with the
+    HA view an HA instance gives them, stand for a pair's instances: the
+    primary stores a send and dies before confirming it, the backup starts
+    on a copy of its store (as replication leaves it) and refuses clients
+    until it is active.  The client, given only the primary, learns the
+    backup from the primary's Opened, fails over to it, and its retried
+    send is confirmed with the stored message's id, enqueued once.
+    """
+    from memory_mesh import MemoryMesh
+    from meshroute.config import ClientListenerConfig
+    from meshroute.node import RouterService
+
+    mesh = MemoryMesh(tmp_path)
+    topology = ("clients-primary", "clients-backup")
+    views = {"primary": HAView(True, 1, topology), "backup": HAView(False, 1, topology)}
+
+    def instance(role: str) -> RouterService:
+        config = replace(mesh.config("router-b", listen=False), data_dir=str(tmp_path / role),
+                         clients=ClientListenerConfig(f"clients-{role}"))
+        router = mesh.routers[role] = RouterService(
+            config, mesh.clock, mesh.network.endpoints(role), executor=mesh.executor(role),
+            ha_view=lambda: views[role])
+        router.startService()
+        mesh.network.flush()
+        return router
+
+    instance("primary")
+    app = mesh.network.endpoints("app")
+    primary = Named("clients-primary", app.client("clients-primary"))
+    client, events = failing_over(mesh.clock, primary, lambda s: Named(s, app.client(s)),
+                                  mesh.network.flush)
+    assert client.endpoints == topology
+    sent, retried = send_retrying(client, b"order 1", "order-1")
+    # The primary reads the Send and stores it; it dies before its
+    # Confirm leaves.
+    (connection,) = mesh.network.connections_of("app")
+    connection.server_io.bufferReceived(connection.client_io.getOutBuffer())
+    mesh.clock.advance(0)
+    mesh.crash("primary")
+    with sqlite3.connect(str(tmp_path / "primary" / "store.db")) as db:
+        (stored,) = [row[0] for row in db.execute("SELECT msg_id FROM messages")]
+        (tmp_path / "backup").mkdir()
+        with sqlite3.connect(str(tmp_path / "backup" / "store.db")) as copy:
+            db.backup(copy)
+
+    backup = instance("backup")
+    mesh.run(1.2)  # not active: each attempt there is refused, the session not made
+    assert events == [] and retried == [] and backup.describe_sessions() == []
+    views["backup"] = HAView(True, 2, topology)
+    mesh.run(1)
+    assert events == [FAILOVER] and client.endpoint == "clients-backup"
+    assert len(retried) == 1 and result_of(sent) == stored
+    with sqlite3.connect(str(tmp_path / "backup" / "store.db")) as db:
+        assert [row[0] for row in db.execute("SELECT msg_id FROM messages")] == [stored]
+    mesh.stop("backup")
