@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import msgpack
 import pytest
+import pytest_twisted
 from twisted.internet.defer import fail
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
@@ -512,3 +513,40 @@ def test_a_pair_of_routers_fails_its_client_over(tmp_path):
     with sqlite3.connect(str(tmp_path / "backup" / "store.db")) as db:
         assert [row[0] for row in db.execute("SELECT msg_id FROM messages")] == [stored]
     mesh.stop("backup")
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_send_command_finds_the_active_instance(tmp_path):
+    """
+    C{meshroute send -c E1 -c E2} where E1 is the instance that is not
+    active: it moves on to E2 and sends there, instead of failing on E1's
+    refusal.
+    """
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import serverFromString
+
+    from test_client import meshroute_command
+
+    ports, engines = [], []
+    try:
+        for n, active in enumerate((False, True)):
+            engine = FakeEngine(str(tmp_path / f"{n}.sqlite"), reactor, auto=True)
+            engines.append(engine)
+            factory = ClientFactory(engine, reactor,
+                                    ha_view=lambda active=active: HAView(active, 1, ()))
+            ports.append(await serverFromString(
+                reactor, "tcp:0:interface=127.0.0.1").listen(factory))
+        inactive, active = (f"tcp:127.0.0.1:{port.getHost().port}" for port in ports)
+        out, err, status = await meshroute_command(
+            "send", "-c", inactive, "-c", active, "--to", "orders", "--count", "10")
+        assert (status, err) == (0, b"")
+        assert out == b"10 messages to orders accepted\n"
+        assert [e.store.queue_depths() for e in engines] == [{}, {"orders": 10}]
+    finally:
+        for port in ports:
+            await port.stopListening()
+        for engine in engines:
+            engine.close()
