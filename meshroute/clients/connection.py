@@ -6,7 +6,9 @@ The router's side of one client connection, as an Automat machine.
           └────────────────────────┴── error ─────┴────────────┘
 
  - C{awaiting_open}: only C{Open} is allowed.
- - C{vetting_open}: checking the Open's versions and TTL.
+ - C{vetting_open}: checking the Open's versions and TTL, and whether this
+   instance is the active one of its HA pair (its L{HAView}; else
+   C{not-active}).
  - C{attached}: the connection carries a session (a new one, or one it
    resumed); command and C{Received} frames are inputs of the session's
    machine (L{meshroute.clients.session}), C{Ping} is answered here.
