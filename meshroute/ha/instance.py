@@ -42,6 +42,7 @@ from zope.interface import implementer
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.clients.ha_view import HAView
 from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
@@ -445,9 +446,18 @@ class HAInstance(MultiService):
         # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
                                     self._endpoints, executor=self.replication.executor(),
-                                    host=HostedParts(self.events, self.witness), epoch=epoch)
+                                    host=HostedParts(self.events, self.witness), epoch=epoch,
+                                    ha_view=self._client_view)
         self.router.setServiceParent(self)
         self.replication.lead(self._peer_caught_up, self._role.peer_heard)
+
+    def _client_view(self) -> HAView:
+        """
+        What the serving router's client listener tells clients (and
+        whether it takes them: not once this instance stops serving).
+        """
+        return HAView(active=self.role.state in _SERVING and self.router is not None,
+                      epoch=self.role.epoch, endpoints=self.ha.client_endpoints)
 
     def serve_in(self, epoch: int) -> None:
         alone = self.role.state == role.ACTIVE_ALONE
