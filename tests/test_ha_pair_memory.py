@@ -10,7 +10,8 @@ import pytest
 from twisted.internet.defer import succeed
 
 from memory_mesh import SECRET, MemoryMesh
-from meshroute.ha import role
+from meshroute.events import read_events
+from meshroute.ha import records, role
 from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
@@ -199,3 +200,25 @@ def test_a_graceful_stop_hands_over_within_a_second(pair):
     del pair.instances[pair.key(PRIMARY)]
     assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
     assert depth(backup) == 5
+
+
+def test_a_stale_instance_never_activates_unless_forced(pair):
+    primary, backup = start_both(pair)
+    pair.mesh.partition(pair.key(BACKUP))
+    sends = send(primary, 3)
+    pair.run_until(lambda: all(d.called for d in sends), 10.0)  # confirmed alone
+    pair.kill(BACKUP)
+    pair.kill(PRIMARY)
+    backup = pair.start(BACKUP)  # lacks what the primary confirmed alone
+    pair.mesh.run(10.0)
+    assert backup.router is None and pair.states()[pair.key(BACKUP)] == role.STARTING
+    pair.kill(BACKUP)
+    data_dir = str(pair.tmp_path / pair.key(BACKUP).replace("/", "-"))
+    records.record_forced_activation(data_dir, records.ForcedActivation("op@host", 0.0))
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: serving(backup), 1.0)
+    pair.mesh.run(10.0)  # its lease holds: the voters learn its epoch
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    assert backup.role.epoch == 4  # above the epoch 3 it knew of
+    events = [e for e in read_events(backup.events.path) if e["event"] == "ha.force-activate"]
+    assert [(e["step"], e["epoch"]) for e in events] == [("activated", 4)]

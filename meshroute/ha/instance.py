@@ -47,7 +47,7 @@ from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.lease import LEASE_EXPIRED
-from meshroute.ha.records import InstanceIdentity
+from meshroute.ha.records import ForcedActivation, InstanceIdentity
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
@@ -231,6 +231,11 @@ class HAInstance(MultiService):
         self._stopping = False
         self._handed: defer.Deferred | None = None
         self._readmitting = False
+        self._forced_epoch: int | None = None
+        # The role's state and epoch as its actions tell them (the role
+        # may act before start_role returns its core: a forced activation).
+        self._state = role.STARTING
+        self._epoch = 0
 
     # -- IHAInstanceView --------------------------------------------------
 
@@ -281,7 +286,26 @@ class HAInstance(MultiService):
         record = self.witness.records().get(self.ha.group_name)
         if record is not None:
             self._newest_epoch = record.granted_epoch
-        self._role, self.role = role.start_role(self._clock, self.ha, self)
+        self.records.forced_activation().addCallback(self._start_role)
+
+    def _start_role(self, forced: ForcedActivation | None) -> None:
+        """
+        Start the role: ask the voters, or, when C{meshroute ha
+        force-activate} asked for it, serve alone at once in an epoch above
+        every epoch this instance knows (its voter's record, its data).
+        """
+        if forced is not None:
+            self._forced_epoch = max(self._newest_epoch,
+                                     self.replication.position().epoch) + 1
+            self._newest_epoch = self._epoch = self._forced_epoch
+            log.warn("HA instance {instance}: activation forced by {by}: serving alone in "
+                     "epoch {epoch} without asking the voters", instance=self.instance,
+                     by=forced.requested_by, epoch=self._forced_epoch)
+            self.ha_events.force_activate("activated", forced.requested_by,
+                                          self._forced_epoch)
+            self.records.clear_forced_activation()
+        self._role, self.role = role.start_role(self._clock, self.ha, self,
+                                                forced_epoch=self._forced_epoch)
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -329,10 +353,12 @@ class HAInstance(MultiService):
     # -- RoleActions ------------------------------------------------------
 
     def state_changed(self, state: str) -> None:
-        epoch = self.role.epoch if self.role is not None else 0
+        self._state = state
+        if self.role is not None:
+            self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
-                 state=state, epoch=epoch)
-        self.ha_events.state(state, epoch)
+                 state=state, epoch=self._epoch)
+        self.ha_events.state(state, self._epoch)
 
     def ask_voters(self) -> None:
         # Whatever election was under way, the role no longer awaits it.
@@ -376,15 +402,18 @@ class HAInstance(MultiService):
             lambda _: self.replication.follow(self._caught_up, self._role.peer_heard))
 
     def _caught_up(self) -> None:
-        if self.role.state == role.BACKUP_SYNCING:
+        if self._state == role.BACKUP_SYNCING:
             self._role.caught_up()
+
+    def _backup_heard(self) -> None:
+        self._role.peer_heard()
 
     def _peer_caught_up(self) -> None:
         """
         The backup reached the live stream: news only to an instance
         serving alone (and not already readmitting it).
         """
-        if self.role.state == role.ACTIVE_ALONE and not self._readmitting:
+        if self._state == role.ACTIVE_ALONE and not self._readmitting:
             self._readmitting = True
             self._role.peer_caught_up()
 
@@ -393,7 +422,7 @@ class HAInstance(MultiService):
 
     def request_votes(self, alone: bool) -> None:
         self._elect(self.instance, alone)
-        self._readmitting = self.role.state == role.ACTIVE_ALONE
+        self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
         # An active that stops hands over to run alone: the peer has no
@@ -402,7 +431,7 @@ class HAInstance(MultiService):
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
-        epoch = max(self._newest_epoch, self.role.epoch,
+        epoch = max(self._newest_epoch, self._epoch,
                     own.granted_epoch if own is not None else 0) + 1
         self._newest_epoch = epoch
         request = quorum.VoteRequest(candidate, self.instance, epoch,
@@ -419,7 +448,8 @@ class HAInstance(MultiService):
         self._role.election_lost()
 
     def start_serving(self, epoch: int) -> None:
-        alone = self.role.state == role.ACTIVE_ALONE
+        self._epoch = epoch
+        alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
         if self._peer_heard_at is not None:
             # It followed the peer until now: a failover.
@@ -437,7 +467,7 @@ class HAInstance(MultiService):
         Start this active period's router on C{store.db}, its commits
         tagged with C{epoch}.
         """
-        if self.role.epoch != epoch or self.role.state not in _SERVING:
+        if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch)
         self.replication.confirm(alone)
@@ -449,18 +479,19 @@ class HAInstance(MultiService):
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)
-        self.replication.lead(self._peer_caught_up, self._role.peer_heard)
+        self.replication.lead(self._peer_caught_up, self._backup_heard)
 
     def _client_view(self) -> HAView:
         """
         What the serving router's client listener tells clients (and
         whether it takes them: not once this instance stops serving).
         """
-        return HAView(active=self.role.state in _SERVING and self.router is not None,
-                      epoch=self.role.epoch, endpoints=self.ha.client_endpoints)
+        return HAView(active=self._state in _SERVING and self.router is not None,
+                      epoch=self._epoch, endpoints=self.ha.client_endpoints)
 
     def serve_in(self, epoch: int) -> None:
-        alone = self.role.state == role.ACTIVE_ALONE
+        self._epoch = epoch
+        alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
         self.replication.serve_in(epoch)
         if not alone:
@@ -473,7 +504,7 @@ class HAInstance(MultiService):
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
                  reason=reason)
         if reason != role.HANDING_OVER:
-            self.ha_events.fenced(self.role.epoch, reason)
+            self.ha_events.fenced(self._epoch, reason)
         self._release_lease()
         self.replication.stop_leading()
         self._store_turn.addCallback(lambda _: self._stop_router())
@@ -489,10 +520,11 @@ class HAInstance(MultiService):
 
     def _hold_lease(self) -> None:
         self._release_lease()
+        epoch = self._epoch
         self._lease = self.voters.hold_lease(
             lambda: (self.replication.position(), self.replication.confirmed()),
             self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
-            self._lease_lost)
+            self._lease_lost, forced_epoch=epoch if epoch == self._forced_epoch else None)
 
     def _release_lease(self) -> None:
         if self._lease is not None:
@@ -524,7 +556,7 @@ class HAInstance(MultiService):
         return answer
 
     def _in_sync(self) -> bool:
-        return self.role is not None and self.role.state == role.BACKUP_IN_SYNC
+        return self._state == role.BACKUP_IN_SYNC
 
     def _confirm_hand_over(self, epoch: int, alone: bool, until: float) -> None:
         """
