@@ -236,6 +236,7 @@ class HAInstance(MultiService):
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
         self._epoch = 0
+        self._stop_reason: str | None = None
 
     # -- IHAInstanceView --------------------------------------------------
 
@@ -358,7 +359,8 @@ class HAInstance(MultiService):
             self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
                  state=state, epoch=self._epoch)
-        self.ha_events.state(state, self._epoch)
+        reason, self._stop_reason = self._stop_reason, None
+        self.ha_events.state(state, self._epoch, reason)
 
     def ask_voters(self) -> None:
         # Whatever election was under way, the role no longer awaits it.
@@ -410,9 +412,10 @@ class HAInstance(MultiService):
 
     def _peer_caught_up(self) -> None:
         """
-        The backup reached the live stream: news only to an instance
-        serving alone (and not already readmitting it).
+        The backup reached the live stream: news to the role only for an
+        instance serving alone (and not already readmitting it).
         """
+        self.ha_events.replication("in-sync", self.replication.position().position, 0)
         if self._state == role.ACTIVE_ALONE and not self._readmitting:
             self._readmitting = True
             self._role.peer_caught_up()
@@ -453,7 +456,7 @@ class HAInstance(MultiService):
         self.ha_events.epoch(epoch, alone)
         if self._peer_heard_at is not None:
             # It followed the peer until now: a failover.
-            self.ha_events.failover(from_instance=self.peer_instance, to_instance=self.instance,
+            self.ha_events.failover(from_instance=peer_role(self.ha.role), to_instance=self.ha.role,
                                     epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
@@ -503,6 +506,7 @@ class HAInstance(MultiService):
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
                  reason=reason)
+        self._stop_reason = reason
         if reason != role.HANDING_OVER:
             self.ha_events.fenced(self._epoch, reason)
         self._release_lease()
@@ -511,6 +515,7 @@ class HAInstance(MultiService):
         self._store_turn.addCallback(lambda _: self.replication.open_replica())
 
     def hold_acknowledgements(self) -> None:
+        self.ha_events.replication("lost", self.replication.position().position, None)
         self.replication.hold()
 
     def release_acknowledgements(self) -> None:
