@@ -52,11 +52,12 @@ class Pair:
         self.tmp_path = tmp_path
         self.witness_router = self.mesh.add(WITNESS)
         self.instances: dict[str, HAInstance] = {}
+        self.stopped: list[str] = []  # instances that ended their process
 
     def key(self, ha_role: str) -> str:
         return instance_name(ROUTER, ha_role)
 
-    def start(self, ha_role: str) -> HAInstance:
+    def start(self, ha_role: str, **ha_options) -> HAInstance:
         other = BACKUP if ha_role == PRIMARY else PRIMARY
         key = self.key(ha_role)
         base = self.mesh.config(ROUTER)
@@ -69,9 +70,9 @@ class Pair:
                 replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
                                                 "(memory)", SECRET),
                 witnesses=(WitnessSettings(WITNESS, WITNESS),),
-                heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS))
+                heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS, **ha_options))
         instance = build_instance(config, self.clock, self.mesh.network.endpoints(key),
-                                  inline_executor)
+                                  inline_executor, lambda: self.stopped.append(key))
         self.instances[key] = instance
         instance.privilegedStartService()
         instance.startService()
@@ -234,3 +235,29 @@ def test_a_stale_instance_never_activates_unless_forced(pair):
     assert backup.role.epoch == 4  # above the epoch 3 it knew of
     assert [(e["step"], e["epoch"]) for e in ha_events(backup, "ha.force-activate")] == [
         ("activated", 4)]
+
+
+def test_the_returning_primary_catches_up_and_the_backup_hands_the_router_back(pair):
+    primary, backup = start_both(pair)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    sends = send(backup, 7)
+    pair.run_until(lambda: all(d.called for d in sends), 1.0)
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC}
+        and serving(primary), 20.0)
+    assert depth(primary) == 7
+    assert pair.stopped == []
+
+
+def test_without_restart_backup_the_backup_stops_after_handing_back(pair):
+    primary = pair.start(PRIMARY)
+    backup = pair.start(BACKUP, restart_backup=False)
+    pair.run_until(lambda: serving(primary) and pair.states()[pair.key(BACKUP)]
+                   == role.BACKUP_IN_SYNC, 15.0)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: pair.stopped == [pair.key(BACKUP)], 20.0)
+    pair.run_until(lambda: serving(primary), 1.0)

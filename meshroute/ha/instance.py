@@ -37,6 +37,7 @@ from typing import Protocol
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
+from automat import NoTransition
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -184,6 +185,8 @@ class HAInstance(MultiService):
         L{Witness} does).
     @param replication_for: builds this instance's L{ReplicationSide}
         from the instance.
+    @param stop_process: ends the process (C{reactor.stop}): a backup that
+        handed the router back with C{restart-backup = false} stops.
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -195,7 +198,8 @@ class HAInstance(MultiService):
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints, records,
                  voters_for: Callable[[str, "HAInstance"], Voters],
-                 replication_for: Callable[["HAInstance"], ReplicationSide]) -> None:
+                 replication_for: Callable[["HAInstance"], ReplicationSide],
+                 stop_process: Callable[[], None]) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
@@ -211,6 +215,7 @@ class HAInstance(MultiService):
         self.records = records
         self.registry = LinkRegistry()
         self.replication = replication_for(self)
+        self._stop_process = stop_process
         self.witness = Witness(self.instance, records, clock, self.events,
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
@@ -232,6 +237,7 @@ class HAInstance(MultiService):
         self._handed: defer.Deferred | None = None
         self._readmitting = False
         self._forced_epoch: int | None = None
+        self._failing_back = False
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -394,6 +400,13 @@ class HAInstance(MultiService):
             self._role.must_wait()
 
     def follow(self) -> None:
+        if self._failing_back:
+            self._failing_back = False
+            if not self.ha.restart_backup:
+                log.info("HA instance {instance}: handed the router back; it stops "
+                         "(restart-backup = false)", instance=self.instance)
+                self._clock.callLater(0, self._stop_process)
+                return
         if self._stopping:
             # Handed over at the stop: finish stopping once the role has
             # finished this transition (it arms its timers after this).
@@ -428,9 +441,10 @@ class HAInstance(MultiService):
         self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
-        # An active that stops hands over to run alone: the peer has no
-        # backup to wait for.
-        self._elect(self.peer_instance, alone=self._stopping)
+        # An active that stops (now, or after handing the router back with
+        # restart-backup = false) hands over an epoch to run alone: the
+        # peer will have no backup to wait for.
+        self._elect(self.peer_instance, alone=self._stopping or not self.ha.restart_backup)
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
@@ -483,6 +497,7 @@ class HAInstance(MultiService):
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)
         self.replication.lead(self._peer_caught_up, self._backup_heard)
+        self._fail_back_when_due()
 
     def _client_view(self) -> HAView:
         """
@@ -502,6 +517,27 @@ class HAInstance(MultiService):
             # run alone is confirmed by release_acknowledgements.)
             self.replication.confirm(alone=False)
         self._hold_lease()
+        self._fail_back_when_due()
+
+    def _fail_back_when_due(self) -> None:
+        """
+        With C{allow-failback}, a backup serving with the primary in sync
+        hands the router back to it.
+        """
+        if (self.ha.role == BACKUP and self.ha.allow_failback
+                and self._state == role.ACTIVE_REPLICATED):
+            self._clock.callLater(0, self._fail_back)
+
+    def _fail_back(self) -> None:
+        if self._stopping or self._state != role.ACTIVE_REPLICATED:
+            return
+        log.info("HA instance {instance}: the primary is in sync: handing the router back "
+                 "(allow-failback)", instance=self.instance)
+        try:
+            self._role.handover_due()
+        except NoTransition:
+            return  # it lost the primary meanwhile, or hands over already
+        self._failing_back = True
 
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
