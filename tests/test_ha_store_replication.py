@@ -18,18 +18,21 @@ class Link:
         self.shut = True
 
 
-def follower(server: _DeadlinedServer) -> Link:
-    link = Link()
-    server.feed(SimpleNamespace(send_while_open=lambda frame: None, peer="router-b", link=link),
-                lambda why: None)
-    return link
-
-
-def test_a_backup_not_in_sync_by_the_timeout_is_closed_to_start_again():
+def following() -> tuple[Clock, _DeadlinedServer, Link]:
+    """
+    A serving server with a timeout of 30 s, and one follower's link.
+    """
     clock = Clock()
     server = _DeadlinedServer(clock, 30_000)
     server.serve(object(), object())
-    link = follower(server)
+    link = Link()
+    server.feed(SimpleNamespace(send_while_open=lambda frame: None, peer="router-b", link=link),
+                lambda why: None)
+    return clock, server, link
+
+
+def test_a_backup_not_in_sync_by_the_timeout_is_closed_to_start_again():
+    clock, server, link = following()
     clock.advance(29.9)
     assert not link.shut
     clock.advance(0.1)
@@ -37,10 +40,7 @@ def test_a_backup_not_in_sync_by_the_timeout_is_closed_to_start_again():
 
 
 def test_a_backup_in_sync_in_time_keeps_its_connection():
-    clock = Clock()
-    server = _DeadlinedServer(clock, 30_000)
-    server.serve(object(), object())
-    link = follower(server)
+    clock, server, link = following()
     clock.advance(10)
     server.caught_up()
     clock.advance(60)
