@@ -177,7 +177,7 @@ def test_while_the_backup_is_cut_off_nothing_is_confirmed_until_the_primary_runs
     pair.run_until(lambda: all(d.called for d in sends), 10.0)
     assert pair.states()[pair.key(PRIMARY)] == role.ACTIVE_ALONE
     assert [e["status"] for e in ha_events(primary, "ha.replication")] == [
-        "in-sync", "lost"]
+        "connected", "in-sync", "lost"]
     assert [(e["epoch"], e["mode"]) for e in ha_events(primary, "ha.epoch")] == [
         (1, "alone"), (2, "replicated"), (3, "alone")]
     # The backup, cut off from everyone, never activates.

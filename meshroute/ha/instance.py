@@ -160,8 +160,9 @@ class ReplicationSide(Protocol):
     def hold(self) -> None:
         "Confirm nothing more (the backup is silent)."
 
-    def lead(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
-        "Serve the follower; C{caught_up} each time it is in sync, C{heard} on its traffic."
+    def lead(self, connected: Callable[[], None], caught_up: Callable[[], None],
+             heard: Callable[[], None]) -> None:
+        "Serve followers; C{connected} for each, C{caught_up} when in sync, C{heard} on traffic."
 
     def stop_leading(self) -> None:
         "Stop serving the follower (this instance stops serving)."
@@ -250,8 +251,8 @@ class HAInstance(MultiService):
         connected = self.voters.connected()
         return HAStatus(
             role=self.ha.role,
-            state=self.role.state if self.role is not None else role.STARTING,
-            epoch=self.role.epoch if self.role is not None else 0,
+            state=self._state,
+            epoch=self._epoch,
             position=self.replication.position(),
             lag=self.replication.lag(),
             peer=PeerStatus(self.ha.replication.peer,
@@ -420,6 +421,10 @@ class HAInstance(MultiService):
         if self._state == role.BACKUP_SYNCING:
             self._role.caught_up()
 
+    def _backup_connected(self) -> None:
+        head = self.replication.position().position
+        self.ha_events.replication("connected", head, self.replication.lag())
+
     def _backup_heard(self) -> None:
         self._role.peer_heard()
 
@@ -496,7 +501,7 @@ class HAInstance(MultiService):
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)
-        self.replication.lead(self._peer_caught_up, self._backup_heard)
+        self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
         self._fail_back_when_due()
 
     def _client_view(self) -> HAView:

@@ -12,6 +12,7 @@ active's heartbeats report as confirmed.
 """
 
 import os
+from collections.abc import Callable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -20,7 +21,7 @@ from twisted.logger import Logger
 from meshroute.config import RouterConfig
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
-from meshroute.ha.gate import HELD, ReplicationGate
+from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
 from meshroute.ha.instance import stage_valid_timeout_ms
 from meshroute.ha.quorum import ORIGIN, LogPosition
 from meshroute.ha.replica import STORE_NAME, Replica
@@ -72,12 +73,14 @@ class _DeadlinedServer(ReplicationServer):
 
     def __init__(self, clock: IReactorTime, timeout_ms: int) -> None:
         super().__init__(lambda: None, lambda: None)
+        self.connected: Callable[[], None] = lambda: None
         self._clock = clock
         self._timeout = timeout_ms / 1000
         self._deadlines: dict = {}
 
     def feed(self, core, fail):
         feed = super().feed(core, fail)
+        self.connected()
         self._deadlines[feed] = self._clock.callLater(self._timeout, self._too_slow, feed)
         return feed
 
@@ -176,7 +179,7 @@ class StoreReplication:
         return self._confirmed
 
     def lag(self) -> int | None:
-        if self._gate is None or self._gate.mode != "replicated":
+        if self._gate is None or self._gate.mode != REPLICATED:
             return None
         return self._source.head.position - self._gate.acknowledged_position
 
@@ -206,11 +209,12 @@ class StoreReplication:
     def hold(self) -> None:
         self._gate.hold_acknowledgements()
 
-    def lead(self, caught_up, heard) -> None:
+    def lead(self, connected, caught_up, heard) -> None:
         def in_sync() -> None:
             self.server.caught_up()
             caught_up()
 
+        self.server.connected = connected
         self.server.peer_caught_up = in_sync
         self.server.peer_heard = heard
         self.server.serve(self._source, self._gate)
