@@ -59,3 +59,28 @@ def test_sigterm_of_the_active_hands_over_within_a_second(mesh):  # noqa: F811
     assert primary.popen.wait(15) == 0
     assert backup.ha()["state"] == "active-alone"
     assert backup.queue_depth("orders") == 20
+
+
+def test_a_frozen_active_is_replaced_then_fences_itself_and_rejoins_as_backup(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    sent = mesh.send(primary, QUEUE, 10)
+    assert sent.returncode == 0, sent.stderr
+    frozen_at = time.monotonic()
+    primary.sigstop()
+    backup.wait_for(lambda: backup.info().get("serving"), timeout=FAILOVER_BOUND_S + 5,
+                    what="the backup to serve")
+    took = time.monotonic() - frozen_at
+    assert took <= FAILOVER_BOUND_S, f"failover took {took:.2f} s"
+    sent = mesh.send(backup, QUEUE, 5)
+    assert sent.returncode == 0, sent.stderr
+    primary.sigcont()
+    # The zombie fences itself, never serves again in its old epoch,
+    # follows the new active and, once in sync, is handed the router back
+    # (allow-failback) in a newer epoch.
+    [fenced] = primary.wait_for(lambda: primary.events("ha.fenced"), timeout=30,
+                                what="the zombie to fence itself")
+    assert fenced["reason"] in ("lease-lost", "superseded")
+    primary.wait_for(lambda: primary.info().get("serving"), timeout=30,
+                     what="the primary to serve again")
+    assert primary.ha()["epoch"] > fenced["epoch"]
+    assert primary.queue_depth("orders") == 15
