@@ -84,3 +84,23 @@ def test_a_frozen_active_is_replaced_then_fences_itself_and_rejoins_as_backup(me
                      what="the primary to serve again")
     assert primary.ha()["epoch"] > fenced["epoch"]
     assert primary.queue_depth("orders") == 15
+
+
+def test_both_killed_the_instance_with_the_newest_data_resumes_whatever_the_order(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    assert mesh.send(primary, QUEUE, 10).returncode == 0
+    backup.sigkill()
+    assert mesh.send(primary, QUEUE, 5).returncode == 0  # confirmed alone, once voters agree
+    primary.sigkill()
+    # The backup, started first, lacks what the primary confirmed alone.
+    backup = mesh.spawn(backup.spec)
+    backup.wait_ha("starting")
+    watched_until = time.monotonic() + 5.0  # more than a lease: it never activates
+    while time.monotonic() < watched_until:
+        assert backup.ha()["state"] == "starting"
+        time.sleep(0.1)
+    primary = mesh.spawn(primary.spec)
+    primary.wait_for(lambda: primary.info().get("serving"), timeout=30,
+                     what="the primary to resume")
+    backup.wait_ha("backup-in-sync", timeout=30)
+    assert primary.queue_depth("orders") == 15
