@@ -239,6 +239,7 @@ class HAInstance(MultiService):
         self._readmitting = False
         self._forced_epoch: int | None = None
         self._failing_back = False
+        self._said_stale = False
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -282,11 +283,9 @@ class HAInstance(MultiService):
         opening.addErrback(self._cannot_open)
 
     def _cannot_open(self, failure) -> None:
-        log.failure("HA instance {instance}: cannot open its ha.db; stopping", failure,
-                    instance=self.instance)
-        from twisted.internet import reactor
-
-        reactor.stop()
+        log.failure("HA instance {instance}: cannot open its ha.db or store.db; stopping",
+                    failure, instance=self.instance)
+        self._stop_process()
 
     def _loaded(self, _) -> None:
         if not self.running:
@@ -323,11 +322,15 @@ class HAInstance(MultiService):
         following, and everything else.
         """
         self._stopping = True
-        if (self.role is not None and self.role.state == role.ACTIVE_REPLICATED
-                and self.ha.failover_on_shutdown):
+        if self._state == role.ACTIVE_REPLICATED and self.ha.failover_on_shutdown:
             self._handed = defer.Deferred()
             timeout = self._clock.callLater(1.0, self._hand_over_ended)
-            self._role.handover_due()
+            try:
+                self._role.handover_due()
+            except NoTransition:
+                # Not with an in-sync backup now (it lost it, or hands over
+                # already): nothing to hand over to.
+                self._hand_over_ended()
             yield self._handed
             if timeout.active():
                 timeout.cancel()
@@ -390,9 +393,11 @@ class HAInstance(MultiService):
             self._newest_epoch = max(self._newest_epoch, answer.record.granted_epoch)
         decision = quorum.decide_start(self.instance, self.ha.role == PRIMARY,
                                        self.replication.position(), self.voters.names, answers)
-        if decision == quorum.StartDecision.STALE:
+        if decision == quorum.StartDecision.STALE and not self._said_stale:
             log.warn("HA instance {instance}: a voter knows of confirmed changes this "
-                     "instance lacks; it never activates by itself", instance=self.instance)
+                     "instance lacks; it never activates by itself (it follows an active "
+                     "that appears, or meshroute ha force-activate)", instance=self.instance)
+        self._said_stale = decision == quorum.StartDecision.STALE
         if decision == quorum.StartDecision.FOLLOW:
             self._role.active_found()
         elif decision == quorum.StartDecision.RESUME:
