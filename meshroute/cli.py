@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import sqlite3
 import sys
 import urllib.error
 import urllib.request
@@ -19,7 +20,7 @@ from twisted.python import usage
 
 from meshroute import __version__
 from meshroute.clients.frames import MAX_FRAME_SIZE
-from meshroute.config import endpoint_problem, format_config, load_config
+from meshroute.config import config_warnings, endpoint_problem, format_config, load_config
 from meshroute.errors import ConfigError
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
@@ -42,7 +43,8 @@ class _Options(usage.Options):
 
 class CheckConfigOptions(_Options):
     synopsis = "FILE"
-    longdesc = "Validate a router configuration and print it with every default filled in."
+    longdesc = ("Validate a router configuration and print it with every default filled in; "
+                "warnings (settings that work, but probably not as hoped) go to stderr.")
 
     def parseArgs(self, path: str) -> None:
         self["path"] = path
@@ -364,6 +366,43 @@ class AuditOptions(_Options):
             self["error"] = str(e)
 
 
+class ForceActivateOptions(_Options):
+    synopsis = "--data-dir DIR --accept-data-loss"
+    longdesc = (
+        "Make the stopped HA instance of DIR activate at its next start without asking the "
+        "voters, in an epoch above every epoch it knows: the one way around the start-up "
+        "rule, for when the instance that holds the newest data is gone for good.  Changes "
+        "that were confirmed to clients and that this instance lacks are lost.  Refused "
+        "while a router runs on DIR.  Written to DIR/ha.db and logged (ha.force-activate)."
+    )
+    optParameters = [["data-dir", "d", None, "The stopped instance's data dir."]]
+    optFlags = [["accept-data-loss", None,
+                 "Say that you accept losing confirmed changes this instance lacks."]]
+
+    def postOptions(self) -> None:
+        if not self["data-dir"]:
+            raise usage.UsageError("--data-dir DIR is required")
+        if not self["accept-data-loss"]:
+            raise usage.UsageError(
+                "refused without --accept-data-loss: a forced activation skips the voters, "
+                "so this instance serves even if it lacks changes that were confirmed to "
+                "clients, which are then lost for good; start the instance normally unless "
+                "the instance with the newest data cannot come back")
+
+
+class HAOptions(_Options):
+    synopsis = "force-activate [options]"
+    longdesc = "Operate an HA instance (docs/ha.md)."
+    subCommands = [
+        ["force-activate", None, ForceActivateOptions,
+         "Activate a stopped instance at its next start, accepting data loss."],
+    ]
+
+    def postOptions(self) -> None:
+        if self.subCommand is None:
+            raise usage.UsageError("an ha command is required: force-activate")
+
+
 class Options(_Options):
     synopsis = "COMMAND [options]"
     subCommands = [
@@ -372,6 +411,7 @@ class Options(_Options):
         ["send", None, SendOptions, "Send messages through a router."],
         ["receive", None, ReceiveOptions, "Consume messages from a router's queue."],
         ["audit", None, AuditOptions, "Audit the mesh from its event logs (PySpark)."],
+        ["ha", None, HAOptions, "Operate an HA instance: force-activate."],
     ]
 
     def postOptions(self) -> None:
@@ -385,6 +425,8 @@ def check_config(options, out) -> int:
     except ConfigError as e:
         print(f"meshroute: {e}", file=sys.stderr)
         return 1
+    for warning in config_warnings(config):
+        print(f"meshroute: warning: {warning}", file=sys.stderr)
     out.write(f"# effective configuration of {config.path}\n")
     out.write(format_config(config))
     return 0
@@ -413,6 +455,18 @@ def format_links(router: dict, links: list[dict]) -> str:
     The human-readable status table.
     """
     lines = [f"router {router['name']} (meshroute {router['version']}, up {router['uptime_s']:.0f} s)"]
+    ha = router.get("ha")
+    if ha is not None:
+        lag = "-" if ha["lag"] is None else ha["lag"]
+        peer = "connected" if ha["peer"]["connected"] else "not connected"
+        lines.append(
+            f"  ha: {ha['role']}, {ha['state']}, epoch {ha['epoch']}, position "
+            f"{ha['position']['epoch']}/{ha['position']['position']}, lag {lag}, peer {peer}"
+            + ("" if router.get("serving", True) else "; not serving"))
+        if not router.get("serving", True):
+            # An HA instance that is not the active one has no router to
+            # show links of (its admin API answers not-active for them).
+            return "\n".join(lines) + "\n"
     if not links:
         lines.append("  no links")
     header = f"  {'peer':<16} {'direction':<10} {'stage':<15} {'keepalive':>10} {'counter':>8}"
@@ -432,7 +486,8 @@ def format_links(router: dict, links: list[dict]) -> str:
 def status(options, out) -> int:
     try:
         router = fetch_json(options["admin"], "/api/v1/router")
-        links = fetch_json(options["admin"], "/api/v1/links")
+        serving = router.get("serving", True) or "ha" not in router
+        links = fetch_json(options["admin"], "/api/v1/links") if serving else []
     except (urllib.error.URLError, OSError, ValueError) as e:
         print(f"meshroute: cannot read {options['admin']}: {e}", file=sys.stderr)
         return 1
@@ -738,8 +793,65 @@ def audit(options, out) -> int:
     return job.run(options["settings"], out)
 
 
+def force_activate(options, out) -> int:
+    """
+    C{meshroute ha force-activate}: record the forced activation in the
+    stopped instance's C{ha.db} and log it.
+    """
+    import getpass
+    import socket
+    import time
+
+    from twisted.internet import reactor
+
+    from meshroute.events import EventLog
+    from meshroute.ha import records
+    from meshroute.ha.reporting import HAEventLog
+
+    data_dir = options["data-dir"]
+    if not os.path.isdir(data_dir):
+        print(f"meshroute: {data_dir} is not a directory", file=sys.stderr)
+        return 1
+    try:
+        lock = records.hold_data_dir(data_dir)
+    except (records.RecordsError, OSError) as e:
+        print(f"meshroute: {e}", file=sys.stderr)
+        return 1
+    try:
+        identity = records.read_identity(data_dir)
+        if identity is None:
+            print(f"meshroute: {data_dir} holds no HA instance's records ({records.HA_DB}): "
+                  "only an instance that has run with [ha] can be force-activated",
+                  file=sys.stderr)
+            return 1
+        marker = records.ForcedActivation(f"{getpass.getuser()}@{socket.gethostname()}",
+                                          time.time())
+        records.record_forced_activation(data_dir, marker)
+        event_log = EventLog(os.path.join(data_dir, "events.jsonl"), identity.router, reactor)
+        HAEventLog(event_log, reactor, identity.group, identity.role).force_activate(
+            "recorded", requested_by=marker.requested_by, epoch=None)
+        event_log.close()
+    except (records.RecordsError, OSError, sqlite3.Error) as e:
+        print(f"meshroute: cannot record the forced activation in {data_dir}: {e}",
+              file=sys.stderr)
+        return 1
+    finally:
+        lock.close()
+    out.write(f"recorded in {os.path.join(data_dir, records.HA_DB)}: instance "
+              f"{identity.router}/{identity.role} of group {identity.group} activates at its "
+              "next start without asking the voters, in an epoch above every epoch it knows; "
+              "confirmed changes it lacks are lost (event ha.force-activate logged)\n")
+    return 0
+
+
+def ha(options, out) -> int:
+    return HA_COMMANDS[options.subCommand](options.subOptions, out)
+
+
+HA_COMMANDS = {"force-activate": force_activate}
+
 COMMANDS = {"check-config": check_config, "status": status, "send": send, "receive": receive,
-            "audit": audit}
+            "audit": audit, "ha": ha}
 
 
 def main(argv=None, out=sys.stdout) -> int:

@@ -18,6 +18,11 @@ milliseconds in attributes ending in C{_ms}.
 Relative paths (C{data-dir}, C{password-file}) are kept as written and so
 are relative to the current working directory of the process, as with every
 other path given to twistd; they are not relative to the config file.
+
+C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} load into
+L{meshroute.ha.settings.HASettings}, judged by its C{errors} (refusals)
+and C{warnings} (L{config_warnings}); the twistd plugin then runs an HA
+instance (L{meshroute.ha.instance}) instead of a plain router.
 """
 
 import json
@@ -31,6 +36,9 @@ from decimal import Decimal
 from twisted.internet.endpoints import clientFromString, serverFromString
 
 from meshroute.errors import ConfigError
+from meshroute.ha import settings as ha_settings
+from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -179,6 +187,7 @@ class RouterConfig:
     store: StoreConfig = StoreConfig()
     clients: ClientListenerConfig | None = None
     client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
+    ha: HASettings | None = None
 
 
 _REQUIRED = object()
@@ -192,7 +201,7 @@ class _Key:
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
         C{number}, C{server-endpoint}, C{client-endpoint},
         C{client-endpoints} (one client endpoint string or a non-empty
-        list of them, stored as a tuple), C{password-file}
+        list of them, stored as a tuple), C{bool}, C{password-file}
         (a string; the file's contents become the section's C{secret}),
         C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
@@ -256,6 +265,27 @@ _CLIENT_LISTENER_KEYS = (
     _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
     _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
 )
+_HA_KEYS = (
+    _Key("role", "choice", choices=ha_settings.ROLES),
+    # None: the router's name, filled in by _read_ha.
+    _Key("group-name", "name", None),
+    _Key("heartbeat-interval", "duration", 500, 1, _HOUR_MS),
+    _Key("lease-timeout", "duration", 3000, 1, MAX_LEASE_TIMEOUT_MS),
+    _Key("replication-timeout", "duration", 5000, 1, MAX_LEASE_TIMEOUT_MS),
+    _Key("replica-sync", "choice", "full", choices=ha_settings.REPLICA_SYNCS),
+    _Key("allow-failback", "bool", True),
+    _Key("restart-backup", "bool", True),
+    _Key("failover-on-shutdown", "bool", True),
+    _Key("initial-replication-sync-timeout", "duration", 30000, 1, _DAY_MS),
+    _Key("max-saved-replicated-journals-size", "int", 2, 0, 1000),
+    _Key("client-endpoints", "client-endpoints", ()),
+)
+_HA_REPLICATION_KEYS = (
+    _Key("listener", "server-endpoint"),
+    _Key("peer", "client-endpoint"),
+    _Key("password-file", "password-file"),
+)
+_HA_WITNESS_KEYS = (_Key("router", "name"), _Key("endpoint", "client-endpoint"))
 _CLIENT_RECONNECT_KEYS = (
     _Key("keep-alive", "duration", 60000, 0, _DAY_MS),
     _Key("max-depth", "int", 1000, 0, 10_000_000),
@@ -303,6 +333,10 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     elif spec.kind == "int":
         if not is_int:
             raise fail("an integer")
+        result = value
+    elif spec.kind == "bool":
+        if not isinstance(value, bool):
+            raise fail("true or false")
         result = value
     elif spec.kind == "number":
         if not (is_int or isinstance(value, float)):
@@ -468,8 +502,8 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    _reject_unknown(document, ["router", "routing", "store", "clients", "admin"], path=path,
-                    prefix="")
+    sections = ["router", "routing", "store", "clients", "admin", "ha"]
+    _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
     router = take(document["router"], _ROUTER_KEYS, "router")
@@ -520,11 +554,60 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
             **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
     client_reconnect = ClientReconnectConfig(
         **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
+    ha = None
+    if "ha" in document:
+        ha = _read_ha(document["ha"], router["name"], client_listener, take, path=path)
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
         routing=routing_config, store=store, clients=client_listener,
-        client_reconnect=client_reconnect, **router
+        client_reconnect=client_reconnect, ha=ha, **router
     )
+
+
+def _read_ha(table: object, router_name: str, clients: ClientListenerConfig | None, take, *,
+             path: str) -> HASettings:
+    """
+    Read C{[ha]} with its C{[ha.replication]} and C{[[ha.witness]]}, then
+    judge the combination (L{meshroute.ha.settings.errors}): the first
+    problem is the error.
+
+    @param take: L{_take} bound to the file and reactor.
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(path, "ha", f"expected a table, got {type(table).__name__}")
+    _reject_unknown(table, ["replication", "witness", *(spec.name for spec in _HA_KEYS)],
+                    path=path, prefix="ha")
+    if "replication" not in table:
+        raise ConfigError(path, "ha.replication", "required section [ha.replication] is missing")
+    replication = ReplicationSettings(
+        **take(table["replication"], _HA_REPLICATION_KEYS, "ha.replication"))
+    tables = table.get("witness", [])
+    if not isinstance(tables, list):
+        raise ConfigError(path, "ha.witness", "expected [[ha.witness]] tables")
+    witnesses = tuple(WitnessSettings(**take(witness, _HA_WITNESS_KEYS, f"ha.witness[{index}]"))
+                      for index, witness in enumerate(tables))
+    scalars = {k: v for k, v in table.items() if k not in ("replication", "witness")}
+    values = take(scalars, _HA_KEYS, "ha")
+    values["group_name"] = values["group_name"] or router_name
+    if values["client_endpoints"] and clients is None:
+        raise ConfigError(path, "ha.client-endpoints",
+                          "this instance has no [clients.listener] for clients to reach")
+    settings = HASettings(replication=replication, witnesses=witnesses, **values)
+    for problem in ha_settings.errors(settings, router_name):
+        raise ConfigError(path, problem.key, problem.message)
+    return settings
+
+
+def config_warnings(config: RouterConfig) -> list[str]:
+    """
+    What works but probably not as the operator hopes, one line each
+    naming the file and the dotted key: C{meshroute check-config} prints
+    these, and the router logs them at start.
+    """
+    if config.ha is None:
+        return []
+    return [f"{config.path}: {problem.key}: {problem.message}"
+            for problem in ha_settings.warnings(config.ha)]
 
 
 def _toml_value(value: object) -> str:
@@ -538,18 +621,20 @@ def _toml_value(value: object) -> str:
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return repr(value)
 
 
 def _toml_table(header: str, config: object, keys: tuple[_Key, ...]) -> str:
     """
-    One table with every key that has a value; C{secret} is not a key, so
-    it is never printed.
+    One table with every key that has a value (an empty list is none);
+    C{secret} is not a key, so it is never printed.
     """
     lines = [header]
     for spec in keys:
         value = getattr(config, spec.attr)
-        if value is not None:
+        if value is not None and value != ():
             lines.append(f"{spec.name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
@@ -577,4 +662,10 @@ def format_config(config: RouterConfig) -> str:
         tables.append(_toml_table("[[routing.connector]]", connector, _CONNECTOR_KEYS))
     if config.admin is not None:
         tables.append(_toml_table("[admin]", config.admin, _ADMIN_KEYS))
+    if config.ha is not None:
+        tables.append(_toml_table("[ha]", config.ha, _HA_KEYS))
+        tables.append(_toml_table("[ha.replication]", config.ha.replication,
+                                  _HA_REPLICATION_KEYS))
+        for witness in config.ha.witnesses:
+            tables.append(_toml_table("[[ha.witness]]", witness, _HA_WITNESS_KEYS))
     return "\n".join(tables)

@@ -36,6 +36,13 @@ ROUTER_STARTED = "router.started"
 ROUTER_STOPPED = "router.stopped"
 HA_VOTE = "ha.vote"
 HA_HEARTBEAT_REFUSED = "ha.heartbeat-refused"
+# An HA instance's own events (docs/events.md, "HA instance events").
+HA_STATE = "ha.state"
+HA_EPOCH = "ha.epoch"
+HA_FENCED = "ha.fenced"
+HA_FAILOVER = "ha.failover"
+HA_REPLICATION = "ha.replication"
+HA_FORCE_ACTIVATE = "ha.force-activate"
 
 
 #: One compact encoder for every record: json.dumps with custom separators

@@ -11,6 +11,8 @@ thing a link does is ask the store for its recovery point.
 
 import fcntl
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
@@ -23,6 +25,7 @@ from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.clients.ha_view import WITHOUT_HA, HAView
 from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import SessionSettings
 from meshroute.config import RouterConfig
@@ -30,6 +33,7 @@ from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.ha.witness import Witness
 from meshroute.link.connector import ConnectorService
+from meshroute.link.epochs import PeerEpochs
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
@@ -111,6 +115,15 @@ class _Listening(StreamServerEndpointService):
                               f"{(reason or str(e.socketError)).lower()}") from None
 
 
+def listening(endpoints, config: RouterConfig, key: str, description: str,
+              factory) -> _Listening:
+    """
+    The service of one listener at C{description}, the value of C{key} in
+    C{config}'s file.
+    """
+    return _Listening(endpoints.server(description), factory, config.path, key, description)
+
+
 class RouterService(MultiService):
     """
     A meshroute router.
@@ -120,33 +133,43 @@ class RouterService(MultiService):
         (L{StringEndpoints} on a real reactor).
     @param executor: runs the store's SQL; by default a
         L{ThreadedExecutor} on C{clock}.
+    @param host: for the router an HA instance runs while it is active
+        (L{meshroute.ha.instance}), the instance's L{HostedParts}: the
+        instance owns the data-dir's lock, the event log and the witness
+        (whose records are in its C{ha.db}), which outlive each active
+        period; None for a router on its own.
+    @param epoch: the epoch this instance serves in, when it is the active
+        instance of an HA pair (docs/ha.md); 0, a router without HA.  Its
+        links and route advertisements carry it, so the mesh takes this
+        instance over an older one of the same name.
+    @param ha_view: for an HA instance, returns its L{HAView} (whether it
+        is active, its epoch, the pair's client endpoints), which the
+        client listener answers C{Open} by; default: a router without HA.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
         listener.
+    @ivar peer_epochs: the L{PeerEpochs}: the highest epoch seen per peer
+        router name.
     @ivar engine: the L{MessageEngine}.
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
-                 executor=None) -> None:
+                 executor=None, host: "HostedParts | None" = None, epoch: int = 0,
+                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
         self._started_at: float | None = None
         self._open = False
+        self._host = host
         self.registry = LinkRegistry()
         self._lock_file = None
-        try:
-            os.makedirs(config.data_dir, exist_ok=True)
-            self._lock_data_dir()
-            self.events = events.EventLog(
-                os.path.join(config.data_dir, "events.jsonl"), config.name, clock
-            )
-        except OSError as e:
-            self._unlock_data_dir()
-            raise ConfigError(config.path, "router.data-dir",
-                              f"cannot use {config.data_dir!r} as the data-dir: "
-                              f"{e.strerror or e}") from None
+        if host is not None:
+            self.events = host.events
+        else:
+            self.events = open_data_dir(config, clock, self._lock_data_dir,
+                                        self._unlock_data_dir)
         clients = config.clients
         self.store = SQLiteStore(
             os.path.join(config.data_dir, "store.db"),
@@ -159,20 +182,25 @@ class RouterService(MultiService):
             ),
         )
         self._pruner = IdPruner(self.store, clock)
+        # The highest epoch seen per peer name, so that an HA instance that
+        # lost its place is refused, across restarts too.
+        self.peer_epochs = PeerEpochs(self.store, self.registry)
         self.engine = MessageEngine(
             config.name,
             self.store,
-            RouteTable(config.name, clock),
+            RouteTable(config.name, clock, epoch),
             self.events,
             clock,
             max_hops=config.routing.max_hops,
             max_backlog=config.routing.max_backlog,
             max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
+            epoch_heard=self.peer_epochs.heard,
         )
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
-        self.witness = Witness(config.name, self.store, clock, self.events)
+        self.witness = (host.witness if host is not None
+                        else Witness(config.name, self.store, clock, self.events))
         self.context = RouterContext(
             name=config.name,
             clock=clock,
@@ -180,6 +208,8 @@ class RouterService(MultiService):
             registry=self.registry,
             engine=self.engine,
             witness=self.witness,
+            epoch=epoch,
+            peer_epochs=self.peer_epochs,
         )
         reconnect = config.client_reconnect
         self.client_factory = ClientFactory(
@@ -195,6 +225,7 @@ class RouterService(MultiService):
                 recovery_buffer_size=reconnect.recovery_buffer_size,
             ),
             events=self.events,
+            ha_view=ha_view,
         )
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
@@ -237,23 +268,25 @@ class RouterService(MultiService):
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
-        _Listening(endpoints.server(description), factory, self.config.path, key,
-                   description).setServiceParent(self)
+        listening(endpoints, self.config, key, description, factory).setServiceParent(self)
 
     def startService(self) -> None:
         """
         Open the store, then start serving: listeners accept, connectors
         dial.  (Ports were bound by C{privilegedStartService}.)
         """
-        if self._lock_file is None:
-            self._lock_data_dir()
         self._started_at = self._clock.seconds()
-        self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
-        log.info("router {name} starting (meshroute {version})", name=self.config.name,
-                 version=__version__)
+        if self._host is None:
+            if self._lock_file is None:
+                self._lock_data_dir()
+            self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
+            log.info("router {name} starting (meshroute {version})", name=self.config.name,
+                     version=__version__)
         Service.startService(self)
         self._opening = self.store.open()
-        self._opening.addCallback(lambda _: self.witness.load())
+        if self._host is None:
+            self._opening.addCallback(lambda _: self.witness.load())
+        self._opening.addCallback(lambda _: self.peer_epochs.load())
         self._opening.addCallback(self._store_opened)
         self._opening.addErrback(self._store_failed)
 
@@ -289,9 +322,10 @@ class RouterService(MultiService):
         self.engine.stop()
         yield self._pruner.stop()
         yield self.store.close()
-        self.events.emit(events.ROUTER_STOPPED)
-        self.events.close()
-        self._unlock_data_dir()
+        if self._host is None:
+            self.events.emit(events.ROUTER_STOPPED)
+            self.events.close()
+            self._unlock_data_dir()
 
     def describe(self) -> dict:
         """
@@ -337,23 +371,59 @@ class RouterService(MultiService):
             link.core.transport.abortConnection()
 
     def _lock_data_dir(self) -> None:
-        """
-        Refuse to start when another router process uses the same data-dir.
-        """
-        path = os.path.join(self.config.data_dir, "router.lock")
-        lock_file = open(path, "a")
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock_file.close()
-            raise ConfigError(
-                self.config.path,
-                "router.data-dir",
-                f"{self.config.data_dir} is in use by another running router",
-            ) from None
-        self._lock_file = lock_file
+        self._lock_file = lock_data_dir(self.config)
 
     def _unlock_data_dir(self) -> None:
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
+
+
+@dataclass(frozen=True)
+class HostedParts:
+    """
+    What an HA instance lends the router it runs while active
+    (L{RouterService}'s C{host}).
+    """
+
+    events: events.EventLog
+    witness: Witness
+
+
+def lock_data_dir(config: RouterConfig):
+    """
+    Refuse to start when another router process uses the same data-dir.
+
+    @return: the open lock file; closing it releases the lock.
+    """
+    path = os.path.join(config.data_dir, "router.lock")
+    lock_file = open(path, "a")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock_file.close()
+        raise ConfigError(
+            config.path,
+            "router.data-dir",
+            f"{config.data_dir} is in use by another running router",
+        ) from None
+    return lock_file
+
+
+def open_data_dir(config: RouterConfig, clock: IReactorTime, lock, unlock) -> events.EventLog:
+    """
+    Create and lock the data-dir (C{lock()}), and open its event log.
+
+    @raise ConfigError: naming C{router.data-dir} when it cannot be used
+        (after C{unlock()}).
+    """
+    try:
+        os.makedirs(config.data_dir, exist_ok=True)
+        lock()
+        return events.EventLog(os.path.join(config.data_dir, "events.jsonl"), config.name,
+                               clock)
+    except OSError as e:
+        unlock()
+        raise ConfigError(config.path, "router.data-dir",
+                          f"cannot use {config.data_dir!r} as the data-dir: "
+                          f"{e.strerror or e}") from None

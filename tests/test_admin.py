@@ -33,7 +33,13 @@ def get(path: str, method: bytes = b"GET", router=None):
     """
     Serve C{method path} from the admin site: (status, content type, JSON).
     """
-    site = admin_site(router or FakeRouter())
+    return serve(admin_site(router or FakeRouter()), path, method)
+
+
+def serve(site, path: str, method: bytes = b"GET"):
+    """
+    Serve C{method path} from C{site}: (status, content type, JSON).
+    """
     request = DummyRequest(path.encode().split(b"/")[1:])
     request.method = method
     request.uri = request.path = path.encode()

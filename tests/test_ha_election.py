@@ -91,3 +91,13 @@ def test_a_decision_cannot_be_fed_from_outside_after_the_end():
     candidate.grant("w")
     with pytest.raises(NoTransition):
         candidate.election.majority_refused()
+
+
+def test_an_abandoned_election_reports_nothing():
+    candidate = Candidate()
+    candidate.grant("b")
+    candidate.election.abandon()
+    assert candidate.clock.getDelayedCalls() == []
+    candidate.grant("w")
+    candidate.clock.advance(TIMEOUT * 2)
+    assert (candidate.won, candidate.lost) == ([], [])

@@ -191,10 +191,17 @@ def test_a_heartbeat_from_an_older_epoch_is_refused():
     assert voter.record.confirmed == LogPosition(3, 0)
 
 
-def test_a_heartbeat_for_the_same_epoch_from_another_instance_is_refused():
+def test_a_heartbeat_for_the_same_epoch_from_another_instance_is_learned():
+    """
+    This voter granted epoch 3 to p, which did not win it (it was cut
+    off); b won it with the other voters' grants and says so in its
+    heartbeats: the voter learns b, and p can no longer have epoch 3.
+    """
     voter = Voter("w", LEASE, granted_to_p(epoch=3), now=0.0)
     answer = voter.heartbeat(Heartbeat("b", 3, LogPosition(3, 9), LogPosition(3, 9), 1.0), 1.0)
-    assert not answer.accepted
+    assert answer.accepted
+    assert (voter.record.granted_epoch, voter.record.granted_to) == (3, "b")
+    assert voter.request(request("p", 3, LogPosition(3, 9)), now=100.0).reason == STALE_EPOCH
 
 
 def test_a_heartbeat_of_a_newer_epoch_is_learned():

@@ -75,12 +75,12 @@ def test_each_impossible_value_names_its_key(change, key):
 
 def test_the_router_itself_cannot_be_its_witness():
     bad = replace(GOOD, witnesses=(WITNESS_A, WitnessSettings("router-b", "tcp:h:1")))
-    assert keys(errors(bad, "router-b")) == ["ha.witness[2].router"]
+    assert keys(errors(bad, "router-b")) == ["ha.witness[1].router"]
 
 
 def test_a_witness_listed_twice_is_refused():
     bad = replace(GOOD, witnesses=(WITNESS_A, WITNESS_A))
-    assert keys(errors(bad, "router-b")) == ["ha.witness[2].router"]
+    assert keys(errors(bad, "router-b")) == ["ha.witness[1].router"]
 
 
 def test_no_witnesses_warns_that_failover_is_impossible():

@@ -16,7 +16,8 @@ from meshroute.events import EventLog, read_events
 from meshroute.ha import quorum
 from meshroute.ha.election import NO_MAJORITY
 from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED
-from meshroute.ha.voters import Voters, WitnessConnection
+from meshroute.ha.voters import StartQuestion, Voters, WitnessConnection, asking_witness
+from meshroute.ha.witness import Witness
 from meshroute.link import auth, reasons
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
@@ -28,12 +29,15 @@ from meshroute.wire.frames import (
     Heartbeat,
     HeartbeatAnswer,
     Reject,
+    StartAnswer,
+    StartQuery,
     VoteAnswer,
     VoteHello,
     VoteRequest,
     Welcome,
 )
 from test_connector import LISTENER_CHALLENGE, Attempt, FakeEndpoint
+from test_ha_witness import HeldRecords
 
 SECRET = b"s3cret-mesh-password"
 ROUTER = "router-b"
@@ -261,11 +265,14 @@ class LocalPeer:
         self.clock = clock
         self.asked = []
         self.silent = False
+        self.position = quorum.ORIGIN
 
     def __call__(self, question) -> Deferred:
         self.asked.append(question)
         if self.silent:
             return Deferred()
+        if isinstance(question, StartQuestion):
+            return succeed(self.voter.start_answer(self.clock.seconds(), self.position))
         if isinstance(question, quorum.VoteRequest):
             return succeed(self.voter.request(question, self.clock.seconds()))
         return succeed(self.voter.heartbeat(question, self.clock.seconds()))
@@ -305,7 +312,8 @@ class Pair:
         self.backup = quorum.Voter(BACKUP, LEASE, quorum.VoterRecord(), clock.seconds())
         self.witness = quorum.Voter(WITNESS, LEASE, quorum.VoterRecord(), clock.seconds())
         self.peer = LocalPeer(self.backup, clock)
-        self.voters = Voters(clock, self.own, (BACKUP, self.peer), [harness.witness()])
+        self.voters = Voters(clock, PRIMARY, {PRIMARY: LocalPeer(self.own, clock),
+                                              BACKUP: self.peer}, [harness.witness()])
         self.voters.startService()
         self.attempt = harness.endpoints[WITNESS].last
         reach_voting(self.attempt)
@@ -332,6 +340,40 @@ def test_an_election_asks_every_voter_and_counts_their_answers(harness):
     answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.witness.record.granted_to == PRIMARY
     assert pair.outcomes == [1]
+    pair.voters.stopService()
+
+
+def test_the_start_up_question_is_asked_of_every_voter_for_decide_start(harness):
+    pair = Pair(harness)
+    pair.peer.position = quorum.LogPosition(0, 4)  # the backup holds more
+    decided = []
+    pair.voters.ask_start(2.0, decided.append)
+    assert pair.attempt.sent() == [StartQuery(GROUP)]
+    assert [type(q) for q in pair.peer.asked] == [StartQuestion]
+    assert decided == []  # the witness has not answered yet
+    # Counted as the witness the connection is for, as its votes are.
+    pair.attempt.write(StartAnswer(GROUP, "another-name", "", 0, "", 0, 0, 0, 0, []))
+    [answers] = decided
+    assert {a.voter for a in answers} == {PRIMARY, BACKUP, WITNESS}
+    assert quorum.decide_start(PRIMARY, True, quorum.ORIGIN, pair.voters.names,
+                               answers) == quorum.StartDecision.DEFER
+    pair.clock.advance(5.0)
+    assert len(decided) == 1  # once
+    pair.voters.stopService()
+
+
+def test_start_answers_are_collected_until_the_timeout(harness):
+    pair = Pair(harness)
+    decided = []
+    pair.voters.ask_start(2.0, decided.append)
+    pair.clock.advance(1.9)
+    assert decided == []
+    pair.clock.advance(0.1)
+    [answers] = decided
+    assert {a.voter for a in answers} == {PRIMARY, BACKUP}  # the witness is silent
+    # A late answer belongs to no round.
+    pair.attempt.write(StartAnswer(GROUP, WITNESS, PRIMARY, 1, PRIMARY, 0, 0, 0, 0, []))
+    assert len(decided) == 1
     pair.voters.stopService()
 
 
@@ -405,5 +447,50 @@ def test_an_earlier_lease_s_refused_heartbeat_does_not_fence_the_next(harness):
     # The witness answers, late, a heartbeat of the first lease: refused.
     pair.attempt.write(HeartbeatAnswer(GROUP, WITNESS, False, 0.0, 2))
     pair.clock.advance(INTERVAL)
+    assert pair.outcomes == [1, 2]
+    pair.voters.stopService()
+
+
+def test_the_own_voter_s_grant_counts_only_once_its_record_is_durable(harness):
+    records = HeldRecords()
+    records.hold = True
+    own = Witness(PRIMARY, records, harness.clock, harness.events)
+    own.load()
+    backup = quorum.Voter(BACKUP, LEASE, quorum.VoterRecord(), harness.clock.seconds())
+    voters = Voters(harness.clock, PRIMARY,
+                    {PRIMARY: asking_witness(own, PRIMARY, GROUP, LEASE),
+                     BACKUP: LocalPeer(backup, harness.clock)}, [harness.witness()])
+    voters.startService()
+    outcomes = []
+    voters.elect(request(1), 2.0, outcomes.append, outcomes.append)
+    # The backup granted; the own voter granted too, but not durably yet.
+    assert outcomes == []
+    assert own.records()[GROUP].granted_to == PRIMARY
+    records.flush()
+    assert outcomes == [1]
+    assert records.durable[GROUP] == (own.records()[GROUP], round(LEASE * 1000))
+    voters.stopService()
+
+
+def test_a_new_election_abandons_the_one_under_way(harness):
+    pair = Pair(harness)
+    pair.peer.silent = True
+    pair.elect(1)  # own grant only: undecided
+    pair.elect(2)
+    pair.clock.advance(2.0)  # both would time out; only the second reports
+    assert [defeat.newest_epoch for defeat in pair.outcomes] == [2]
+    pair.voters.stopService()
+
+
+def test_a_refusal_because_the_next_epoch_went_to_this_instance_does_not_fence_it(harness):
+    pair = Pair(harness)
+    pair.elect(1)
+    pair.lease()
+    pair.peer.silent = True
+    pair.elect(2)  # to run alone: the own voter grants 2 at once
+    answer_witness(pair.attempt, pair.witness, pair.clock)  # and the witness
+    assert pair.outcomes == [1, 2]
+    pair.clock.advance(INTERVAL)  # epoch-1 heartbeats: refused, for epoch 2
+    answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.outcomes == [1, 2]
     pair.voters.stopService()

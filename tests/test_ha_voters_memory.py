@@ -53,18 +53,21 @@ class Instance:
             for witness in WITNESSES
         ]
         self.name = own.name
+        self.own = own
         self.peer = peer
         self.peer_answers = True
-        self.voters = Voters(self.clock, own, (peer.name, self.ask_peer), witnesses)
+        self.voters = Voters(self.clock, own.name, {own.name: self.ask_own,
+                                                    peer.name: self.ask_peer}, witnesses)
         self.outcomes = []
         self.voters.startService()
+
+    def ask_own(self, question) -> Deferred:
+        return succeed(answer(self.own, question, self.clock.seconds()))
 
     def ask_peer(self, question) -> Deferred:
         if not self.peer_answers:
             return Deferred()
-        if isinstance(question, quorum.VoteRequest):
-            return succeed(self.peer.request(question, self.clock.seconds()))
-        return succeed(self.peer.heartbeat(question, self.clock.seconds()))
+        return succeed(answer(self.peer, question, self.clock.seconds()))
 
     def elect(self, epoch: int) -> None:
         """
@@ -83,6 +86,15 @@ class Instance:
     def stop(self) -> None:
         self.voters.stopService()
         self.event_log.close()
+
+
+def answer(voter: quorum.Voter, question, now: float):
+    """
+    C{voter}'s answer to a vote request or heartbeat.
+    """
+    if isinstance(question, quorum.VoteRequest):
+        return voter.request(question, now)
+    return voter.heartbeat(question, now)
 
 
 def pair(mesh: MemoryMesh, tmp_path) -> tuple[Instance, Instance]:

@@ -22,6 +22,8 @@ from meshroute.wire.frames import (
     Hello,
     Recovery,
     Reject,
+    StartAnswer,
+    StartQuery,
     VoteAnswer,
     VoteHello,
     VoteRequest,
@@ -202,6 +204,46 @@ def test_a_grant_that_cannot_be_saved_is_not_answered(router, witness, records, 
     (answer,) = again.expect(VoteAnswer)
     assert answer.granted
     assert records.durable[GROUP][0].granted_to == BACKUP
+
+
+def test_the_start_up_question_is_answered_from_the_group_s_record(router, witness):  # noqa: F811
+    peer = candidate(router)
+    peer.to_voting()
+    peer.send(StartQuery(GROUP))
+    (answer,) = peer.expect(StartAnswer)
+    assert answer == StartAnswer(GROUP, LOCAL, "", 0, "", 0, 0, 0, 0, [])  # never heard of
+    assert GROUP not in witness.records()  # a question creates no record
+    peer.ask(1, candidate=PRIMARY, position=(0, 5))
+    peer.expect(VoteAnswer)
+    peer.send(StartQuery(GROUP))
+    (answer,) = peer.expect(StartAnswer)
+    # It granted epoch 1 to the primary (running alone: confirmed (1, 0))
+    # and hears it: the primary is active.
+    assert answer == StartAnswer(GROUP, LOCAL, PRIMARY, 1, PRIMARY, 0, 5, 1, 0, [])
+    router.clock.advance(LEASE_MS / 1000)
+    peer.send(StartQuery(GROUP))
+    (answer,) = peer.expect(StartAnswer)
+    assert answer.active == "" and answer.granted_to == PRIMARY
+
+
+def test_a_start_answer_waits_until_the_record_it_tells_is_durable(router, witness,  # noqa: F811
+                                                                   records):
+    peer = candidate(router)
+    peer.to_voting()
+    records.hold = True
+    peer.ask(1)
+    peer.send(StartQuery(GROUP))
+    assert peer.written() == []
+    records.flush()
+    (_, answer) = peer.expect(VoteAnswer, StartAnswer)
+    assert answer.granted_to == BACKUP
+
+
+def test_an_instance_s_own_witness_tells_its_data_position(router, records):  # noqa: F811
+    own = Witness(LOCAL, records, router.clock, router.context.events,
+                  own_position=lambda: LogPosition(3, 1200))
+    answer = own.start(REMOTE, StartQuery(GROUP)).result
+    assert answer.own_position == [3, 1200]
 
 
 def test_heartbeats_are_accepted_and_a_stale_one_refused(router, witness):  # noqa: F811

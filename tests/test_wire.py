@@ -15,21 +15,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshroute.errors import WireError
+from meshroute.ha.changes import ChangeBatch
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
     LINK_FRAMES,
+    MAX_SNAPSHOT_CHUNK,
     Ack,
+    Applied,
     Authenticate,
     Authenticated,
+    Changes,
     FastTransfer,
+    Follow,
     Heartbeat,
     HeartbeatAnswer,
     Hello,
+    InSync,
     Keepalive,
     Recovery,
     Reject,
+    ReplicaHello,
     Routes,
+    SnapshotChunk,
+    SnapshotEnd,
+    StartAnswer,
+    StartQuery,
     Transfer,
     VoteAnswer,
     VoteHello,
@@ -61,6 +72,17 @@ SAMPLES = [
     VoteAnswer("router-b", "router-a", 4, False, "stale-epoch", 5),
     Heartbeat("router-b", "router-b/primary", 3, 3, 1200, 3, 1180, 17.5, 3000),
     HeartbeatAnswer("router-b", "router-a", True, 17.5, 3),
+    StartQuery("router-b"),
+    StartAnswer("router-b", "router-b/backup", "router-b/primary", 4, "router-b/primary", 3,
+                1200, 4, 0, [4, 1210]),
+    ReplicaHello([3], "router-b"),
+    Follow("0f3e", 3, 1200),
+    SnapshotChunk(b"SQLite format 3\x00"),
+    SnapshotEnd(4, 1210),
+    Changes([[4, 1211, [["INSERT INTO t VALUES (?1, ?2)", [1, b"x"], False],
+                        ["DELETE FROM u WHERE k = ?1", [["a"], ["b"]], True]]]], 1214),
+    Applied(1211),
+    InSync(1214),
 ]
 
 
@@ -91,7 +113,7 @@ def feed_bytewise(decoder: FrameDecoder, data: bytes) -> list:
 
 def test_samples_cover_every_frame_type():
     assert {type(f) for f in SAMPLES} == set(FRAME_TYPES.values())
-    assert sorted(FRAME_TYPES) == list(range(1, 17))
+    assert sorted(FRAME_TYPES) == list(range(1, 26))
 
 
 @pytest.mark.parametrize("items, why", [
@@ -103,6 +125,10 @@ def test_samples_cover_every_frame_type():
     ([13, "g", "i", "i", 1, 0, 0, False, 0], "lease_timeout_ms"),
     ([15, "g", "i", 1, 0, 0, 0, -5, 1.0, 3000], "confirmed_position"),
     ([12, ["3"], "router-b"], "versions"),
+    ([17, "router b"], "group"),
+    ([18, "g", "v", "", 1, "", 0, 0, 0, 0, [1]], "own_position"),
+    ([18, "g", "v", "", 1, "", 0, 0, 0, 0, [1, -1]], "own_position"),
+    ([18, "g", "v", "", 1, "", 0, 0, 0, 0, [1, "2"]], "own_position"),
 ], ids=lambda v: v if isinstance(v, str) else str(v[0]))
 def test_vote_frames_refuse_what_a_voter_cannot_store(items, why):
     """
@@ -111,6 +137,49 @@ def test_vote_frames_refuse_what_a_voter_cannot_store(items, why):
     """
     with pytest.raises(WireError, match=why):
         FrameDecoder().feed(raw(items))
+
+
+GOOD_STATEMENT = ["INSERT INTO t VALUES (?1)", [1], False]
+
+
+@pytest.mark.parametrize("items, why", [
+    ([19, ["3"], "router-b"], "versions"),
+    ([20, "s", -1, 0], "epoch"),
+    ([20, "s", 0, 2**63], "position"),
+    ([21, b""], "data"),
+    ([21, b"x" * (MAX_SNAPSHOT_CHUNK + 1)], "data"),
+    ([22, 1, -1], "position"),
+    ([23, [], -1], "head"),
+    ([23, [[1, 2]], 3], "batches"),
+    ([23, [[1, -2, [GOOD_STATEMENT]]], 3], "batches"),
+    ([23, [[1, 0, [GOOD_STATEMENT]]], 3], "batches"),  # positions count from 1
+    ([23, [[1, 2, GOOD_STATEMENT]], 3], "batches"),
+    ([23, [[1, 2, [["sql", [1]]]]], 3], "batches"),  # no many flag
+    ([23, [[1, 2, [["sql", [[1]], False]]]], 3], "batches"),  # a list as a value
+    ([23, [[1, 2, [["sql", [1], True]]]], 3], "batches"),  # many without rows
+    ([23, [[1, 2, [["sql", [{"a": 1}], False]]]], 3], "batches"),
+    ([23, [[1, 2, [["sql", {"a": [1]}, False]]]], 3], "batches"),
+    ([23, [[1, 2, [["sql", [], True]]]], 3], "batches"),  # executemany of nothing
+    ([23, [[1, 2, [[b"sql", [1], False]]]], 3], "batches"),
+    ([24, -1], "position"),
+    ([25, 2**63], "position"),
+], ids=lambda v: v if isinstance(v, str) else str(v[0]))
+def test_replication_frames_refuse_what_a_replica_cannot_apply(items, why):
+    """
+    A follower applies what it decodes: every statement is SQL text with
+    SQL values (one row, or rows for executemany), every number fits
+    SQLite, a snapshot chunk is bounded.
+    """
+    with pytest.raises(WireError, match=why):
+        FrameDecoder().feed(raw(items))
+
+
+def test_a_changes_frame_may_carry_no_batches():
+    """
+    An empty Changes tells a follower the active's head (it may be in
+    sync already).
+    """
+    assert FrameDecoder().feed(encode(Changes([], 7))) == [Changes([], 7)]
 
 
 @pytest.mark.parametrize("frame", SAMPLES, ids=lambda f: type(f).__name__)
@@ -289,7 +358,7 @@ def test_wrong_field_types(items):
     "items",
     [
         [1, [1]],  # Hello without router
-        [1, [1], "a", "b"],
+        [1, [1], "a", 3, "b"],  # Hello with more than its optional epoch
         [2, 1, "router-b", 1000],
         [3, "code"],
         [4, b"p"],
@@ -307,7 +376,7 @@ def test_wrong_field_counts(items):
         FrameDecoder().feed(raw(items))
 
 
-@pytest.mark.parametrize("code", [0, 17, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
+@pytest.mark.parametrize("code", [0, 26, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
                          ids=repr)
 def test_unknown_type_codes(code):
     with pytest.raises(WireError, match="unknown link frame type"):
@@ -365,6 +434,7 @@ def test_challenge_is_not_checked_by_the_codec():
 # -- fuzzing ------------------------------------------------------------------
 
 ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+positions = st.integers(min_value=0, max_value=2**63 - 1)
 
 frames = st.one_of(
     st.builds(Hello, st.lists(ints, max_size=5), st.text(max_size=70)),
@@ -386,7 +456,45 @@ frames = st.one_of(
     st.builds(Routes, st.lists(st.tuples(st.text(max_size=10), ints,
                                          st.lists(st.text(max_size=10), max_size=4))
                                .map(lambda t: [t[0], t[1], t[2]]), max_size=4)),
+    st.builds(StartQuery, st.from_regex(r"[a-z.-]{1,64}", fullmatch=True)),
+    st.builds(ReplicaHello, st.lists(ints, max_size=5), st.text(max_size=70)),
+    st.builds(Follow, st.text(max_size=40), positions, positions),
+    st.builds(SnapshotChunk, st.binary(min_size=1, max_size=300)),
+    st.builds(SnapshotEnd, positions, positions),
+    st.builds(Applied, positions),
+    st.builds(InSync, positions),
 )
+
+sql_values = st.none() | ints.filter(lambda n: n < 2**63) | st.floats() | st.text(max_size=10) \
+    | st.binary(max_size=10)
+rows = st.lists(sql_values | st.booleans(), max_size=4) \
+    | st.dictionaries(st.text(max_size=5), sql_values, max_size=3)
+statements = st.one_of(
+    st.tuples(st.text(max_size=30), rows).map(lambda t: [t[0], t[1], False]),
+    st.tuples(st.text(max_size=30), st.lists(rows, min_size=1, max_size=3))
+    .map(lambda t: [t[0], t[1], True]),
+)
+batches = st.lists(st.tuples(positions, positions.filter(bool), st.lists(statements, max_size=4))
+                   .map(list), max_size=4)
+
+
+@FUZZ
+@given(batches, positions, st.lists(st.integers(min_value=0), max_size=10))
+def test_any_changes_round_trip_however_chunked(sent, head, cuts):
+    """
+    Every batch list a store can record survives the wire exactly (NaN
+    compared as bytes: it is not equal to itself).
+    """
+    frame = Changes(sent, head)
+    data = encode(frame)
+    for batch in sent:  # what the follower makes of it
+        plain = ChangeBatch.from_plain(batch).to_plain()
+        assert msgpack.packb(plain, use_bin_type=True) == msgpack.packb(batch, use_bin_type=True)
+    decoder = FrameDecoder()
+    received = []
+    for chunk in split(data, cuts):
+        received.extend(decoder.feed(chunk))
+    assert [encode(f) for f in received] == [data]
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -477,7 +585,7 @@ def test_frames_mixed_with_garbage_give_frames_or_wire_error(pieces, cuts, limit
         | st.dictionaries(st.text(max_size=5), inner, max_size=3),
         max_leaves=20,
     ).map(lambda tail: [tail] if not isinstance(tail, list) else tail),
-    st.integers(min_value=1, max_value=11),
+    st.sampled_from(sorted(FRAME_TYPES)),
 )
 def test_well_formed_msgpack_with_a_known_type_code(tail, code):
     """
@@ -505,3 +613,46 @@ def test_a_vote_frame_cannot_claim_a_lease_longer_than_an_hour():
     VoteRequest("g", "b", "b", 1, 0, 0, False, MAX_LEASE_TIMEOUT_MS)
     with pytest.raises(WireError, match="lease_timeout_ms"):
         VoteRequest("g", "b", "b", 1, 0, 0, False, MAX_LEASE_TIMEOUT_MS + 1)
+
+
+# -- epochs (version 3): optional on the wire, so a router without HA sends
+# -- exactly what version 2 sends --------------------------------------------
+
+
+def test_hello_without_an_epoch_is_version_2_s_hello():
+    assert encode(Hello([2, 3], "router-a")) == raw([1, [2, 3], "router-a"])
+    assert FrameDecoder().feed(raw([1, [2], "router-a"])) == [Hello([2], "router-a", 0)]
+
+
+def test_hello_carries_a_nonzero_epoch():
+    frame = Hello([2, 3], "router-b", 7)
+    assert encode(frame) == raw([1, [2, 3], "router-b", 7])
+    assert FrameDecoder().feed(encode(frame)) == [frame]
+
+
+def test_welcome_carries_a_nonzero_epoch_only():
+    challenge = b"\x01" * CHALLENGE_SIZE
+    assert encode(Welcome(2, "router-b", 1000, challenge)) == raw(
+        [2, 2, "router-b", 1000, challenge])
+    frame = Welcome(3, "router-b", 1000, challenge, 4)
+    assert FrameDecoder().feed(encode(frame)) == [frame]
+
+
+@pytest.mark.parametrize("items", [
+    [1, [3], "router-b", -1],
+    [1, [3], "router-b", 2**63],
+    [2, 3, "router-b", 1000, b"\x01" * CHALLENGE_SIZE, -1],
+    [11, [["router-b", 1, [], -1]]],
+    [11, [["router-b", 1, [], 1, 2]]],
+    [11, [["router-b", 1, [], True]]],
+    [1, [3]],
+], ids=["hello-negative", "hello-too-large", "welcome-negative", "routes-negative",
+        "routes-five-items", "routes-bool", "hello-short"])
+def test_epochs_are_checked_on_decode(items):
+    with pytest.raises(WireError):
+        FrameDecoder().feed(raw(items))
+
+
+def test_routes_items_may_carry_an_epoch():
+    frame = Routes([["router-b", 5, ["router-a"], 2], ["router-c", 9, []]])
+    assert FrameDecoder().feed(encode(frame)) == [frame]

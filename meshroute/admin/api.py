@@ -1,19 +1,29 @@
 """
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
-queues hold and who is connected, as JSON.  Read-only; bind it to loopback or protect
-it with a TLS endpoint string.
+queues hold and who is connected, as JSON; and C{/ha}, an HA instance's
+role and state.  Read-only; bind it to loopback or protect it with a TLS
+endpoint string.
+
+An HA instance serves this API all the time, while its router exists
+only when the instance is the active one: then C{/router} says
+C{"serving": false} with the HA state, and the router's other resources
+answer C{not-active} (503).
 
 Every answer is JSON, errors too: C{{"error": CODE, "detail": TEXT}} with
 C{not-found} (404) for a path that names no resource (Twisted's default
 would answer C{/api/v1/queues/anything} with the whole queue list, and
-errors with HTML pages), C{method-not-allowed} (405) for anything but
-GET and HEAD, and C{internal-error} (500, logged here) when producing the
+errors with HTML pages; and C{/ha} of a router without C{[ha]}),
+C{method-not-allowed} (405) for anything but GET and HEAD, C{not-active}
+(503) for the router's resources on an HA instance that is not the
+active one, and C{internal-error} (500, logged here) when producing the
 answer failed.
 """
 
 import json
 from typing import Callable
+
+from meshroute import __version__
 
 from twisted.logger import Logger
 from twisted.web import http
@@ -32,6 +42,19 @@ def _answer(request, code: int, value: object) -> bytes:
 
 def _error(request, code: int, error: str, detail: str) -> bytes:
     return _answer(request, code, {"error": error, "detail": detail})
+
+
+class Unavailable(Exception):
+    """
+    Raised by a producer of L{JSONResource} to answer with a JSON error
+    rather than a value.
+    """
+
+    def __init__(self, code: int, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.error = error
+        self.detail = detail
 
 
 class _NotFound(Resource):
@@ -79,6 +102,8 @@ class JSONResource(Resource):
                           f"{request.method.decode(errors='replace')} is not served; use GET")
         try:
             value = self._produce()
+        except Unavailable as e:
+            return _error(request, e.code, e.error, e.detail)
         except Exception:
             log.failure("admin API: answering {path} failed",
                         path=request.uri.decode("utf-8", errors="replace"))
@@ -99,16 +124,53 @@ class AdminSite(Site):
         pass
 
 
-def admin_site(router) -> Site:
+#: The router's own resources: each answers C{router.describe_NAME()}.
+_ROUTER_RESOURCES = ("links", "routes", "queues", "sessions")
+
+
+def admin_site(router=None, *, ha=None) -> Site:
     """
-    The admin API of C{router} (a L{meshroute.node.RouterService}).
+    The admin API of C{router} (a L{meshroute.node.RouterService}), or of
+    the HA instance C{ha} (a L{meshroute.interfaces.IHAInstanceView}),
+    whose router is looked up at each request.
     """
+    if (router is None) == (ha is None):
+        raise TypeError("admin_site takes a router or an HA instance")
+
+    def current():
+        return router if ha is None else ha.router
+
+    def serving(name: str):
+        serving_router = current()
+        if serving_router is None:
+            raise Unavailable(
+                http.SERVICE_UNAVAILABLE, "not-active",
+                f"this instance of {ha.name} is not the active one (state "
+                f"{ha.ha_status().state}); the other instance serves, see /api/v1/ha")
+        return getattr(serving_router, f"describe_{name}")()
+
+    def describe_router() -> dict:
+        serving_router = current()
+        if serving_router is not None:
+            answer = serving_router.describe()
+        else:
+            answer = {"name": ha.name, "version": __version__, "uptime_s": ha.uptime_s(),
+                      "backlog": {}, "serving": False}
+        if ha is not None:
+            answer["ha"] = ha.ha_status().describe()
+        return answer
+
+    def describe_ha() -> dict:
+        if ha is None:
+            raise Unavailable(http.NOT_FOUND, "not-found",
+                              "this router is not an HA instance (no [ha] section)")
+        return ha.ha_status().describe()
+
     v1 = _Directory()
-    v1.putChild(b"router", JSONResource(router.describe))
-    v1.putChild(b"links", JSONResource(router.describe_links))
-    v1.putChild(b"routes", JSONResource(router.describe_routes))
-    v1.putChild(b"queues", JSONResource(router.describe_queues))
-    v1.putChild(b"sessions", JSONResource(router.describe_sessions))
+    v1.putChild(b"router", JSONResource(describe_router))
+    for name in _ROUTER_RESOURCES:
+        v1.putChild(name.encode(), JSONResource(lambda name=name: serving(name)))
+    v1.putChild(b"ha", JSONResource(describe_ha))
     api = _Directory()
     api.putChild(b"v1", v1)
     root = _Directory()

@@ -88,11 +88,13 @@ TABLES = {
     "boots": ("router", "boot"),
     "malformed_lines": ("file", "line"),
     "inputs": ("file",),
+    "failovers": ("time", "router", "role"),
+    "ha_groups": ("router", "group", "role"),
 }
 
 #: The most rows of a table the driver collects for the report.
 COLLECT_LIMITS = {"link_sessions": 3000, "message_problems": 200, "malformed_lines": 200,
-                  "keepalive_closes": 200}
+                  "keepalive_closes": 200, "failovers": 200}
 
 
 @dataclass
@@ -317,6 +319,8 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
     frames["link_sessions"] = sessions
     frames["links"] = views.links(sessions)
     frames["keepalive_closes"] = views.keepalive_closes(sessions)
+    frames["failovers"] = views.failovers(events)
+    frames["ha_groups"] = views.ha_groups(events)
 
     tables_dir = f"{settings.out.rstrip('/')}/tables"
     collected, counts = {}, {}
@@ -346,6 +350,9 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
              f"{counts['routes']} route(s)")
     write("link_sessions", "links", "keepalive_closes")
     progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
+    write("failovers", "ha_groups")
+    ha = report.ha_summary(_rows(views.ha_totals(events))[0], collected["failovers"])
+    progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
     for frame in (*frames.values(), fates, starts):
         frame.unpersist()
@@ -365,7 +372,7 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
         routers=collected["routers"], inputs=collected["inputs"],
         malformed=collected["malformed_lines"], malformed_count=malformed_count,
         keepalive_limit=settings.keepalive_limit, grace_s=settings.in_flight_grace_s,
-        audit=audit_info, time_range=(first, horizon),
+        audit=audit_info, time_range=(first, horizon), ha=ha,
     )
     return summary, collected, counts
 

@@ -18,6 +18,10 @@ MESSAGE_COUNTS = ("accepted", "enqueued", "consumed", "lost", "lost_non_persiste
 
 LATENCIES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms")
 
+#: The HA counts of summary.json's C{ha} (L{meshroute.audit.views.ha_totals}).
+HA_COUNTS = ("failovers", "takeovers", "handovers", "fenced", "epochs", "alone_epochs",
+             "forced_activations")
+
 SESSION_COUNTS = ("session_opened", "session_disconnected", "session_reattached",
                   "session_recreated", "session_expired", "session_closed")
 
@@ -72,12 +76,47 @@ def route_name(row: dict) -> str:
     return f"{row['origin']} → {row['dest']}"
 
 
+def ha_summary(totals: dict, failovers: list[dict]) -> dict:
+    """
+    summary.json's C{ha}: the counts of L{meshroute.audit.views.ha_totals}
+    (C{totals}, one row; empty for none), the failover durations'
+    percentiles, and the first failovers (C{failovers}, sorted by time).
+    """
+    return {
+        **{key: _number(totals.get(key)) for key in HA_COUNTS},
+        "failover_ms": {"p50": totals.get("failover_p50_ms"),
+                        "p99": totals.get("failover_p99_ms"),
+                        "max": totals.get("failover_max_ms")},
+        "list": [{"time_utc": stamp(row["time"]),
+                  **{key: row[key] for key in ("router", "group", "from", "to", "epoch",
+                                               "kind", "duration_ms")}}
+                 for row in failovers[:SUMMARY_EXAMPLES]],
+    }
+
+
+def ha_lines(ha: dict) -> list[str]:
+    """
+    The console's line about HA pairs: none when the logs have no HA
+    instance's event.
+    """
+    if not any(ha[key] for key in HA_COUNTS):
+        return []
+    took = ha["failover_ms"]
+    durations = (f", took p50 {took['p50']:.1f} ms, max {took['max']:.1f} ms"
+                 if ha["failovers"] else "")
+    return [f"ha: {ha['failovers']} failover(s) ({ha['takeovers']} takeover(s), "
+            f"{ha['handovers']} hand-over(s)){durations}; {ha['fenced']} fenced, "
+            f"{ha['forced_activations']} forced activation(s)"]
+
+
 def build_summary(*, totals: dict, routes: list[dict], links: list[dict], routers: list[dict],
                   inputs: list[dict], malformed: list[dict], malformed_count: int,
                   keepalive_limit: float, grace_s: float, audit: dict,
-                  time_range: tuple) -> dict:
+                  time_range: tuple, ha: dict) -> dict:
     """
     The content of summary.json: headline figures, the verdict and why.
+
+    @param ha: L{ha_summary}.
     """
     messages = {key: _number(totals.get(key)) for key in MESSAGE_COUNTS}
     messages["latency_ms"] = {
@@ -152,6 +191,7 @@ def build_summary(*, totals: dict, routes: list[dict], links: list[dict], router
                    for row in routes],
         "links": link_summary,
         "routers": router_summary,
+        "ha": ha,
         "settings": {"in_flight_grace_s": grace_s, "keepalive_limit_intervals": keepalive_limit},
         "audit": audit,
     }
@@ -202,6 +242,10 @@ def judge(summary: dict, routes: list[dict]) -> None:
     if links["keepalive_early"]:
         warnings.append(f"{links['keepalive_early']} keepalive close(s) came after less than 4 "
                         "intervals of silence")
+    forced = summary.get("ha", {}).get("forced_activations")
+    if forced:
+        warnings.append(f"{forced} forced activation(s) (meshroute ha force-activate): an "
+                        "operator accepted losing confirmed changes the instance lacked")
     summary["ok"] = not reasons
 
 
@@ -237,6 +281,7 @@ def console_lines(summary: dict, out_dir: str) -> list[str]:
     lines.append(f"routers: starts {routers['starts']}, clean stops {routers['clean_stops']}, "
                  f"rejections {routers['rejections_local'] + routers['rejections_peer']}, "
                  f"client sessions {session_counts}")
+    lines.extend(ha_lines(summary["ha"]))
     for row in summary["routes"][:20]:
         lines.append(
             f"  {route_name(row)}: accepted {row['accepted']}, enqueued {row['enqueued']}, "
@@ -610,6 +655,8 @@ def render_html(summary: dict, tables: dict[str, list[dict]],
                                                       summary["time"]["first"],
                                                       summary["time"]["last"],
                                                       counts.get("link_sessions"))),
+        ("HA failovers", table(tables.get("failovers", []), total=counts.get("failovers"))),
+        ("HA instances", table(tables.get("ha_groups", []))),
         ("Links (as each router saw them)", table(tables.get("links", []))),
         ("Keepalive closes", table(tables.get("keepalive_closes", []),
                                    total=counts.get("keepalive_closes"))),

@@ -20,6 +20,12 @@ from pyspark.sql import types as T
 # (docs/events.md), imported so that the two cannot drift apart.
 from meshroute.events import (
     CONNECTOR_EXHAUSTED,
+    HA_EPOCH,
+    HA_FAILOVER,
+    HA_FENCED,
+    HA_FORCE_ACTIVATE,
+    HA_REPLICATION,
+    HA_STATE,
     LINK_CLOSED,
     LINK_REJECTED,
     LINK_STAGE,
@@ -47,6 +53,11 @@ SESSION_EVENTS = (SESSION_OPENED, SESSION_DISCONNECTED, SESSION_REATTACHED, SESS
                   SESSION_EXPIRED, SESSION_CLOSED)
 
 
+#: An HA instance's own events, counted per instance (C{ha.vote} and
+#: C{ha.heartbeat-refused} are a witness's).
+HA_INSTANCE_EVENTS = (HA_STATE, HA_EPOCH, HA_FENCED, HA_FAILOVER, HA_REPLICATION,
+                      HA_FORCE_ACTIVATE)
+
 #: The column Spark fills with the raw line when it does not fit the schema.
 CORRUPT = "_corrupt_record"
 
@@ -70,7 +81,7 @@ FIELDS = [
     ("by", T.StringType(), "link.rejected"),
     ("reason", T.StringType(),
      "link.closed, message.duplicate, message.dead-lettered, message.dropped, "
-     "session.disconnected, session.closed"),
+     "session.disconnected, session.closed, ha.state, ha.fenced"),
     ("last_heard", T.DoubleType(), "link.closed"),
     ("previous_store_id", T.StringType(), "link.incarnation"),
     ("store_id", T.StringType(), "link.incarnation"),
@@ -98,6 +109,20 @@ FIELDS = [
     ("requeued", T.LongType(), "session.reattached, session.expired"),
     ("disconnected_for_s", T.DoubleType(), "session.reattached"),
     ("resumable", T.BooleanType(), "session.expired"),
+    ("group", T.StringType(), "ha.*"),
+    ("role", T.StringType(), "ha.* of an HA instance"),
+    ("state", T.StringType(), "ha.state"),
+    ("epoch", T.LongType(), "ha.*"),
+    ("mode", T.StringType(), "ha.epoch"),
+    ("from", T.StringType(), "ha.failover"),
+    ("to", T.StringType(), "ha.failover"),
+    ("kind", T.StringType(), "ha.failover"),
+    ("duration_ms", T.DoubleType(), "ha.failover"),
+    ("status", T.StringType(), "ha.replication"),
+    ("position", T.LongType(), "ha.replication"),
+    ("lag", T.LongType(), "ha.replication"),
+    ("step", T.StringType(), "ha.force-activate"),
+    ("requested_by", T.StringType(), "ha.force-activate"),
 ]
 
 #: One event line.

@@ -30,6 +30,10 @@ Definitions (docs/events.md, "Audit", says the same for operators):
  - A link is seen from one router: (router, peer), one row per ordered
    pair; each connection appears in the logs of both its ends.  A
    connection is one link id within one router process (boot).
+ - A failover is an C{ha.failover}, written by the instance of an HA
+   pair that serves now; its duration runs from the moment it last heard
+   the old active to serving, by its own clock.  An HA instance is
+   (router, group, role): both instances write under the router's name.
 """
 
 from pyspark.sql import Column, DataFrame
@@ -41,7 +45,9 @@ from meshroute.audit import schema as S
 #: line's position) once a line is parsed and checked.
 FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "direction", "stage",
                "keepalive_interval_ms", "code", "detail", "by", "reason", "last_heard", "msg_id",
-               "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at")
+               "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at",
+               "group", "role", "epoch", "mode", "from", "to", "kind", "duration_ms", "status",
+               "step")
 
 #: Percentiles of the latency columns.
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -435,3 +441,59 @@ def keepalive_closes(sessions: DataFrame) -> DataFrame:
         "keepalive_interval_ms", "silence_s", "silence_intervals", "keepalive_late",
         "keepalive_early",
     )
+
+
+# -- HA pairs --------------------------------------------------------------------
+
+
+def failovers(events: DataFrame) -> DataFrame:
+    """
+    Every failover: C{router}, C{group}, C{role} (of the instance that
+    serves now), C{time}, C{from}, C{to}, C{epoch}, C{kind} (C{takeover}
+    or C{handover}), C{duration_ms}.
+    """
+    return events.where(_is(S.HA_FAILOVER)).select(
+        "router", "group", "role", "time", "from", "to", "epoch", "kind", "duration_ms")
+
+
+def _ha_counts() -> list[Column]:
+    failover = _is(S.HA_FAILOVER)
+    return [
+        _count_if(failover).alias("failovers"),
+        _count_if(failover & (F.col("kind") == "takeover")).alias("takeovers"),
+        _count_if(failover & (F.col("kind") == "handover")).alias("handovers"),
+        F.max(_when(failover, "duration_ms")).alias("failover_max_ms"),
+        _count_if(_is(S.HA_FENCED)).alias("fenced"),
+        _count_if(_is(S.HA_EPOCH)).alias("epochs"),
+        _count_if(_is(S.HA_EPOCH) & (F.col("mode") == "alone")).alias("alone_epochs"),
+        _count_if(_is(S.HA_REPLICATION) & (F.col("status") == "lost")).alias("backup_lost"),
+        _count_if(_is(S.HA_FORCE_ACTIVATE) & (F.col("step") == "recorded")
+                  ).alias("forced_activations"),
+    ]
+
+
+def _ha_events(events: DataFrame) -> DataFrame:
+    return events.where(F.col("event").isin(*S.HA_INSTANCE_EVENTS))
+
+
+def ha_groups(events: DataFrame) -> DataFrame:
+    """
+    One row per HA instance (C{router}, C{group}, C{role}): failovers to
+    it by kind and the longest, times it fenced itself, epochs it was
+    granted (and of those, to run alone), backups it lost, forced
+    activations, and the newest epoch it logged.
+    """
+    return _ha_events(events).groupBy("router", "group", "role").agg(
+        *_ha_counts(), F.max("epoch").alias("newest_epoch"))
+
+
+def ha_totals(events: DataFrame) -> DataFrame:
+    """
+    L{ha_groups}' counts over every instance, with the failover duration
+    percentiles C{failover_p50_ms} and C{failover_p99_ms}: one row.
+    """
+    duration = _when(_is(S.HA_FAILOVER), "duration_ms")
+    quantiles = F.percentile_approx(duration, [0.5, 0.99], ACCURACY)
+    return _ha_events(events).agg(*_ha_counts(), quantiles.alias("q")).select(
+        "*", F.col("q")[0].alias("failover_p50_ms"), F.col("q")[1].alias("failover_p99_ms")
+    ).drop("q")

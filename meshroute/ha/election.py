@@ -4,7 +4,8 @@ The candidate's side of an epoch election, as an Automat machine.
     awaiting_votes ── majority granted ──▶ won
           │
           ├──── majority refused ───────▶ lost
-          └──── election timeout ───────▶ lost
+          ├──── election timeout ───────▶ lost
+          └──── abandoned ──────────────▶ abandoned
 
 The candidate has sent its L{VoteRequest} to every voter (itself
 included: it is a voter too); each answer is fed in as C{got_vote}.  A
@@ -12,7 +13,8 @@ L{Tally} decides: a majority of grants wins, refusals that leave no
 majority possible lose at once, and voters that stay silent for the
 election timeout lose it too (a candidate cut off from the voters never
 wins by waiting).  The outcome is reported once; answers that arrive
-after it are ignored.
+after it are ignored.  An election its candidate gives up (it started
+another, or stops) reports nothing.
 
 A lost election reports the newest epoch any voter had granted, so the
 next attempt (the role's business, not this machine's) asks above it.
@@ -63,6 +65,9 @@ class ElectionInputs(Protocol):
     def election_timed_out(self) -> None:
         "The election timeout passed without a decision."
 
+    def abandon(self) -> None:
+        "The candidate no longer wants this election's outcome."
+
 
 @dataclass
 class ElectionCore:
@@ -105,6 +110,7 @@ def _build_election_machine():
     awaiting_votes = builder.state("awaiting_votes")
     won = builder.state("won")
     lost = builder.state("lost")
+    abandoned = builder.state("abandoned")
 
     @awaiting_votes.upon(ElectionInputs.got_vote).loop()
     def count(inputs: ElectionInputs, core: ElectionCore, vote: Vote) -> None:
@@ -125,9 +131,14 @@ def _build_election_machine():
         core.finish()
         core.lost(core.defeat(NO_MAJORITY))
 
+    @awaiting_votes.upon(ElectionInputs.abandon).to(abandoned)
+    def abandon(inputs: ElectionInputs, core: ElectionCore) -> None:
+        core.finish()
+
     # Decided: late answers change nothing.
-    for decided in (won, lost):
+    for decided in (won, lost, abandoned):
         decided.upon(ElectionInputs.got_vote).loop().returns(None)
+        decided.upon(ElectionInputs.abandon).loop().returns(None)
     return builder.build()
 
 

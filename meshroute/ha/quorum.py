@@ -250,22 +250,23 @@ class Voter:
 
     def heartbeat(self, beat: Heartbeat, now: float) -> HeartbeatAnswer:
         """
-        Answer the active's heartbeat: refuse one from an older epoch (or
-        from an instance this epoch was not granted to); otherwise note
-        the time and what it confirmed.
+        Answer the active's heartbeat: refuse one from an older epoch;
+        otherwise note the time and what it confirmed.
 
-        A heartbeat of a newer epoch than the voter granted comes from an
+        Only the instance that won an epoch sends heartbeats in it.  So a
+        heartbeat of a newer epoch than the voter granted comes from an
         active that won it without this voter's grant (its request was
-        lost); the voter learns that epoch, so it will never grant it to
-        anyone else.
+        lost), and one of the epoch the voter granted to another instance
+        comes from the instance that won it with other voters' grants
+        (the one this voter granted, cut off, asked in vain): either way
+        the voter learns who holds that epoch, so it will never grant it
+        to anyone else, and an instance cut off for a while does not
+        fence the active when it returns.
         """
         record = self.record
-        stale = beat.epoch < record.granted_epoch or (
-            beat.epoch == record.granted_epoch and beat.instance != record.granted_to
-        )
-        if stale:
+        if beat.epoch < record.granted_epoch:
             return HeartbeatAnswer(self.name, False, beat.sent_at, record.granted_epoch)
-        if beat.epoch > record.granted_epoch:
+        if (beat.epoch, beat.instance) != (record.granted_epoch, record.granted_to):
             record = replace(
                 record,
                 granted_epoch=beat.epoch,

@@ -2,18 +2,17 @@
 The HA settings of one instance, and the rules that make them usable.
 
 L{HASettings} is what C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]}
-will load into (docs/ha.md; the keys are the issue's, durations in
+load into (docs/ha.md; the keys are the issue's, durations in
 milliseconds in attributes ending in C{_ms}, as in
-L{meshroute.config}).  C{meshroute.config} does not read these sections
-yet: a key accepted but doing nothing would be a lie to the operator.
-When it does, it converts the TOML values (types, durations, endpoints)
-and then calls L{errors} and L{warnings}, which judge the combination:
-an error names its dotted key and stops the router; a warning is printed
-by C{meshroute check-config} and logged at start.
+L{meshroute.config}).  L{meshroute.config} converts the TOML values
+(types, ranges, durations, endpoints, the password file) and then calls
+L{errors} and L{warnings}, which judge the combination: an error names
+its dotted key and stops the router; a warning is printed by
+C{meshroute check-config} and logged at start.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from meshroute.ha.quorum import majority
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
@@ -36,11 +35,15 @@ class ReplicationSettings:
         endpoint).
     @ivar password_file: the shared secret, used with the same
         challenge-response as routing links.
+    @ivar secret: the contents of C{password_file} without trailing line
+        ends, kept out of C{repr} (as L{meshroute.config} does for
+        connectors); empty only where nothing is dialled or answered.
     """
 
     listener: str
     peer: str
     password_file: str
+    secret: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,11 @@ class HASettings:
     C{[ha]}: one instance's part in a primary/backup pair.
 
     Defaults are the issue's (and Artemis' where it has them).
+
+    @ivar client_endpoints: the client endpoint strings of the pair (the
+        primary's client listener, then the backup's; the same list on
+        both instances), which clients learn in C{Opened}; empty when not
+        configured.
     """
 
     role: str
@@ -77,6 +85,7 @@ class HASettings:
     failover_on_shutdown: bool = True
     initial_replication_sync_timeout_ms: int = 30000
     max_saved_replicated_journals_size: int = 2
+    client_endpoints: tuple[str, ...] = ()
 
     @property
     def voters(self) -> int:
@@ -92,7 +101,8 @@ class Problem:
     Something wrong with a combination of settings.
 
     @ivar key: the dotted key to name (C{ha.lease-timeout},
-        C{ha.witness[2].router}).
+        C{ha.witness[1].router}: indexes from 0, as the configuration's
+        other arrays of tables).
     """
 
     key: str
@@ -135,7 +145,7 @@ def errors(settings: HASettings, router_name: str) -> list[Problem]:
         fail("max-saved-replicated-journals-size", "must not be negative, got "
              f"{settings.max_saved_replicated_journals_size}")
     seen: set[str] = set()
-    for index, witness in enumerate(settings.witnesses, start=1):
+    for index, witness in enumerate(settings.witnesses):
         key = f"witness[{index}].router"
         if witness.router == router_name:
             fail(key, f"{witness.router!r} is this router: an instance of the pair "

@@ -2,12 +2,13 @@
 The candidate and active side of HA voting: how one instance of a pair
 reaches its group's voters and feeds their answers to the pure machines.
 
-The voters of a group are the instance's own voter (a L{quorum.Voter},
-asked directly), its peer (the pair's other instance, asked through an
-injected callable until the replication connection exists), and the
-witnesses: other routers, each reached over a vote connection to its
-routing listener (docs/protocol.md, "Vote connections") that a
-L{WitnessConnection} keeps up.
+The voters of a group are the instance's own voter (asked directly,
+through its L{meshroute.ha.witness.Witness}, so that its record is
+durable before its answer counts: L{asking_witness}), its peer (the
+pair's other instance, over a vote connection to the peer's replication
+listener) and the witnesses: other routers, each reached over a vote
+connection to its routing listener (docs/protocol.md, "Vote
+connections").  A L{WitnessConnection} keeps each vote connection up.
 
 L{Voters} sends an election's L{quorum.VoteRequest} to every voter and
 feeds each answer to the election (L{meshroute.ha.election}); once won,
@@ -28,32 +29,48 @@ A witness that does not know vote connections (link protocol version 2
 closes the connection at the L{VoteHello}) never answers, said once in
 the log.
 
-Nothing in the router starts these yet: pairs do not exist (docs/ha.md,
-"Status").
+Before any election, an instance that starts asks every voter who is
+active (L{Voters.ask_start}, the start-up question, L{frames.StartQuery}
+on a vote connection) and collects their L{quorum.StartAnswer}s, for
+L{quorum.decide_start}.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute.ha import lease, quorum
+from meshroute.ha.witness import start_answer
 from meshroute.ha.election import Defeat, ElectionInputs, start_election
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
-from meshroute.link.handshake import CONNECT, ConnectorSettings, RouterContext
+from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import frames
 
 log = Logger()
 
-#: An answer from a voter: a vote, or a heartbeat's answer.
-Answer = quorum.Vote | quorum.HeartbeatAnswer
+
+@dataclass(frozen=True)
+class StartQuestion:
+    """
+    The start-up question to a voter: who is active?  (Artemis'
+    C{check-for-live-server}; answered by a L{quorum.StartAnswer}.)
+    """
+
+
+#: An answer from a voter: a vote, a heartbeat's answer, or a start answer.
+Answer = quorum.Vote | quorum.HeartbeatAnswer | quorum.StartAnswer
 #: What is sent to a voter.
-Question = quorum.VoteRequest | quorum.Heartbeat
+Question = quorum.VoteRequest | quorum.Heartbeat | StartQuestion
+#: How a voter asked directly is asked: a Deferred firing with its answer
+#: (a failure, or no firing: not answered).
+Ask = Callable[[Question], Deferred]
 
 
 def _speaks_no_votes(core) -> bool:
@@ -75,21 +92,28 @@ class WitnessConnection(ConnectorService):
     (the routing connector's service and retry policy, making vote
     connections instead of links).
 
-    @ivar deliver: called with each answer, as a L{quorum.Vote} or
-        L{quorum.HeartbeatAnswer} from the witness.
+    @ivar deliver: called with each answer, as a L{quorum.Vote},
+        L{quorum.HeartbeatAnswer} or L{quorum.StartAnswer} from the
+        witness.
     """
+
+    #: What its connections are for (L{meshroute.link.protocol.LinkProtocol}).
+    purpose = VOTES
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings,
                  endpoints: EndpointRotation, schedule: RetrySchedule, clock: IReactorTime,
-                 group: str, lease_timeout: float) -> None:
+                 group: str, lease_timeout: float, voter: str | None = None) -> None:
         """
         @param settings: the secret, the witness's router name
             (C{expected_peer}), and C{stage_valid_timeout_ms}: how long an
             unanswered request keeps the connection open.
+        @param voter: the name the witness votes as: its router name (the
+            default), or for the pair's other instance, which carries this
+            router's name, that instance's name.
         """
-        super().__init__(context, settings, endpoints, schedule, clock, vote_side=self)
-        self.setName(f"witness:{settings.expected_peer}")
-        self.witness = settings.expected_peer
+        super().__init__(context, settings, endpoints, schedule, clock, side=self)
+        self.witness = voter if voter is not None else settings.expected_peer
+        self.setName(f"witness:{self.witness}")
         self.group = group
         self.lease_timeout_ms = round(lease_timeout * 1000)
         self.deliver: Callable[[Answer], None] = lambda answer: None
@@ -106,15 +130,10 @@ class WitnessConnection(ConnectorService):
         for question in held.values():
             self.ask(question)
 
-    def answered(self, frame: frames.VoteAnswer | frames.HeartbeatAnswer) -> None:
-        if frame.group != self.group:
-            return
-        if isinstance(frame, frames.VoteAnswer):
-            self.deliver(quorum.Vote(self.witness, frame.epoch, frame.granted,
-                                     frame.reason or None, frame.granted_epoch))
-        else:
-            self.deliver(quorum.HeartbeatAnswer(self.witness, frame.accepted, frame.sent_at,
-                                                frame.granted_epoch))
+    def answered(self,
+                 frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> None:
+        if frame.group == self.group:
+            self.deliver(_answer(self.witness, frame))
 
     def closed(self, core) -> None:
         if core.link is self._link:
@@ -129,13 +148,20 @@ class WitnessConnection(ConnectorService):
                 reason=core.close_reason, detail=core.close_detail,
             )
 
+    @property
+    def connected(self) -> bool:
+        """
+        Whether a vote connection is in voting.
+        """
+        return self._link is not None
+
     # -- asking -----------------------------------------------------------
 
     def ask(self, question: Question) -> None:
         """
-        Send a vote request or heartbeat now if the vote connection is in
-        voting (and not closing), else once a vote connection is (replacing
-        one of the same kind held).
+        Send a vote request, heartbeat or start-up question now if the
+        vote connection is in voting (and not closing), else once a vote
+        connection is (replacing one of the same kind held).
         """
         if self._link is None or self._link.core.close_reason is not None:
             self._held[type(question)] = question
@@ -145,8 +171,10 @@ class WitnessConnection(ConnectorService):
 
 def _frame(group: str, question: Question, lease_timeout_ms: int):
     """
-    The wire frame of a vote request or heartbeat for C{group}.
+    The wire frame of a question for C{group}.
     """
+    if isinstance(question, StartQuestion):
+        return frames.StartQuery(group)
     if isinstance(question, quorum.VoteRequest):
         return frames.VoteRequest(
             group, question.candidate, question.requester, question.epoch,
@@ -158,55 +186,158 @@ def _frame(group: str, question: Question, lease_timeout_ms: int):
         question.sent_at, lease_timeout_ms)
 
 
+def _answer(voter: str,
+            frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> Answer:
+    """
+    The answer C{voter} sent as C{frame}.
+    """
+    if isinstance(frame, frames.StartAnswer):
+        return replace(start_answer(frame), voter=voter)
+    if isinstance(frame, frames.VoteAnswer):
+        return quorum.Vote(voter, frame.epoch, frame.granted, frame.reason or None,
+                           frame.granted_epoch)
+    return quorum.HeartbeatAnswer(voter, frame.accepted, frame.sent_at, frame.granted_epoch)
+
+
+def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> Ask:
+    """
+    How an instance asks its own voter: through its
+    L{meshroute.ha.witness.Witness}, as a vote connection would, so that
+    the answer arrives only once the record it rests on is durable (a
+    grant the instance counted must survive the instance's restart).
+
+    @param witness: anything that answers as a L{meshroute.ha.witness.Witness}
+        does (C{vote}, C{heartbeat}, C{start}).
+    @param instance: the instance asking (the C{peer} of the witness's
+        events).
+    """
+    lease_timeout_ms = round(lease_timeout * 1000)
+
+    def ask(question: Question) -> Deferred:
+        frame = _frame(group, question, lease_timeout_ms)
+        if isinstance(question, StartQuestion):
+            answering = witness.start(instance, frame)
+        elif isinstance(question, quorum.VoteRequest):
+            answering = witness.vote(instance, frame)
+        else:
+            answering = witness.heartbeat(instance, frame)
+        return answering.addCallback(lambda answer: _answer(answer.voter, answer))
+
+    return ask
+
+
+@dataclass
+class _StartRound:
+    """
+    The start answers collected so far, voter → answer, until every voter
+    answered or the timeout.
+    """
+
+    decided: Callable[[list[quorum.StartAnswer]], None]
+    timer: IDelayedCall | None = None
+    answers: dict[str, quorum.StartAnswer] = field(default_factory=dict)
+
+
 class Voters(MultiService):
     """
     The voters of one HA instance, and the election or lease their
     answers feed.
 
-    @param own: this instance's own voter, named as the instance (the
-        candidate and heartbeat name); its record's durability is its
-        owner's business.
-    @param peer: C{(name, ask)}: the pair's other instance, and how to ask
-        it: C{ask(question)} returns a Deferred firing with its answer
-        (a failure or no firing: not answered).
-    @param witnesses: one L{WitnessConnection} per witness; started and
-        stopped with this service.
+    @param instance: this instance's name (the candidate and heartbeat
+        name), its own voter's too.
+    @param direct: the voters asked directly, name → L{Ask}: this
+        instance's own voter (L{asking_witness}), and any other voter a
+        caller reaches by itself.
+    @param witnesses: one L{WitnessConnection} per voter reached over a
+        vote connection (the witnesses, and the peer instance); started
+        and stopped with this service.
     """
 
-    def __init__(self, clock: IReactorTime, own: quorum.Voter,
-                 peer: tuple[str, Callable[[Question], Deferred]],
+    def __init__(self, clock: IReactorTime, instance: str, direct: Mapping[str, Ask],
                  witnesses: Iterable[WitnessConnection]) -> None:
         super().__init__()
         self._clock = clock
-        self._own = own
-        self._peer_name, self._ask_peer = peer
+        self.instance = instance
+        self._direct = dict(direct)
         self._witnesses = list(witnesses)
         for witness in self._witnesses:
             witness.deliver = self._answered
             witness.setServiceParent(self)
-        self.names = frozenset([own.name, self._peer_name,
+        self.names = frozenset([instance, *self._direct,
                                 *(witness.witness for witness in self._witnesses)])
         self._election: ElectionInputs | None = None
         self._tally: quorum.Tally | None = None
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
+        self._lease_core: lease.LeaseCore | None = None
         self._lease_since = 0.0
+        self._start: _StartRound | None = None
+        self._candidate: str | None = None
+
+    def ask_start(self, timeout: float,
+                  decided: Callable[[list[quorum.StartAnswer]], None]) -> None:
+        """
+        Ask every voter who is active (the start-up question); C{decided}
+        is called once with the answers, as L{quorum.decide_start} takes
+        them: when every voter answered, or C{timeout} seconds after
+        asking with those that did (too few is that rule's C{WAIT}).  A
+        new round replaces one still collecting (its C{decided} is not
+        called).
+        """
+        self._end_start_round()
+        self._start = _StartRound(decided)
+        self._start.timer = self._clock.callLater(timeout, self._start_decided)
+        self._ask_everyone(StartQuestion())
+
+    def _start_decided(self) -> None:
+        decided, answers = self._start.decided, list(self._start.answers.values())
+        self._end_start_round()
+        decided(answers)
+
+    def _end_start_round(self) -> None:
+        if self._start is not None and self._start.timer.active():
+            self._start.timer.cancel()
+        self._start = None
+
+    def stopService(self):
+        self._end_start_round()
+        self.abandon()
+        return super().stopService()
+
+    def connected(self) -> dict[str, bool]:
+        """
+        Voter → whether its vote connection is up (voters asked directly
+        are always reachable).
+        """
+        return {**{name: True for name in self._direct},
+                **{witness.witness: witness.connected for witness in self._witnesses}}
+
+    def abandon(self) -> None:
+        """
+        Give up the election under way, if any: it reports nothing.
+        """
+        if self._election is not None:
+            self._election.abandon()
 
     def elect(self, request: quorum.VoteRequest, timeout: float,
               won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
         """
         Ask every voter for C{request.epoch}; C{won} or C{lost} is called
-        once (L{start_election}).
+        once (L{start_election}).  An election still undecided is
+        abandoned: only the newest is the caller's.
         """
+        self.abandon()
+        self._candidate = request.candidate
         self._tally = quorum.Tally(self.names, request.epoch)
         self._requested_at = self._clock.seconds()
         self._election = start_election(self._clock, self._tally, timeout, won, lost)
-        self._ask_everyone(request, self._own.request)
+        self._ask_everyone(request)
         return self._election
 
     def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
                    heartbeat_interval: float, lease_timeout: float,
-                   lost: Callable[[str], None]) -> lease.LeaseInputs:
+                   lost: Callable[[str], None],
+                   forced_epoch: int | None = None) -> lease.LeaseInputs:
         """
         Hold the lease of the epoch the last election won (call once it
         was won): its grants are the first round, then a heartbeat to
@@ -216,31 +347,50 @@ class Voters(MultiService):
 
         @param status: this instance's (position, confirmed position) now,
             for each heartbeat.
+        @param forced_epoch: the epoch of a forced activation (C{meshroute
+            ha force-activate}), which no election won: the operator's word
+            stands for the grants of every voter now, and the voters learn
+            the epoch from its heartbeats (or refuse them, knowing a newer
+            one, which ends the lease).
         """
-        epoch = self._tally.epoch
+        if forced_epoch is not None:
+            epoch, granted_by = forced_epoch, list(self.names)
+            self._requested_at = self._clock.seconds()
+        else:
+            epoch = self._tally.epoch
+            granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
 
         def send_heartbeats(sent_at: float) -> None:
             position, confirmed = status()
             self._ask_everyone(
-                quorum.Heartbeat(self._own.name, epoch, position, confirmed, sent_at),
-                self._own.heartbeat)
+                quorum.Heartbeat(self.instance, epoch, position, confirmed, sent_at))
 
-        core = lease.LeaseCore(self._clock, self._own.name, self.names, heartbeat_interval,
-                         lease_timeout, send_heartbeats, lost)
-        granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
+        core = self._lease_core = lease.LeaseCore(
+            self._clock, self.instance, self.names, heartbeat_interval,
+            lease_timeout, send_heartbeats, lost)
         self._lease_since = self._requested_at
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
-    def _ask_everyone(self, question: Question,
-                      ask_own: Callable[[Question, float], Answer]) -> None:
+    def lease_holds(self) -> bool:
+        """
+        Whether the last lease held is held now, by the clock
+        (L{lease.LeaseCore.holds}): what an active checks before it
+        confirms anything.
+        """
+        return self._lease_core is not None and self._lease_core.holds()
+
+    def _ask_everyone(self, question: Question) -> None:
+        """
+        Ask the voters over vote connections and those asked directly.
+        """
         for witness in self._witnesses:
             witness.ask(question)
-        self._ask_peer(question).addCallbacks(self._answered, self._peer_silent)
-        self._answered(ask_own(question, self._clock.seconds()))
+        for name, ask in self._direct.items():
+            ask(question).addCallbacks(self._answered, self._silent, errbackArgs=(name,))
 
-    def _peer_silent(self, failure) -> None:
-        log.info("HA: {peer} did not answer: {why}", peer=self._peer_name,
+    def _silent(self, failure, name: str) -> None:
+        log.info("HA: {voter} did not answer: {why}", voter=name,
                  why=failure.getErrorMessage())
 
     def _answered(self, answer: Answer) -> None:
@@ -248,10 +398,29 @@ class Voters(MultiService):
         Feed an answer to the election, or to the lease; an answer to a
         heartbeat sent before this lease began (an earlier lease's, held
         while a witness was down) is not this lease's: a refusal of an
-        older epoch must not fence it.
+        older epoch must not fence it.  Nor must the refusal of a voter
+        that refuses it because it granted this instance the next epoch
+        (the active asks for one to run alone, or replicated again, while
+        its lease goes on).
         """
-        if isinstance(answer, quorum.Vote):
+        if isinstance(answer, quorum.StartAnswer):
+            if self._start is not None and answer.voter in self.names:
+                self._start.answers[answer.voter] = answer
+                if len(self._start.answers) == len(self.names):
+                    self._start_decided()
+        elif isinstance(answer, quorum.Vote):
             if self._election is not None:
                 self._election.got_vote(answer)
         elif self._lease is not None and answer.sent_at >= self._lease_since:
-            self._lease.got_answer(answer)
+            if answer.accepted or not self._granted_this_instance(answer):
+                self._lease.got_answer(answer)
+
+    def _granted_this_instance(self, answer: quorum.HeartbeatAnswer) -> bool:
+        """
+        Whether C{answer}'s voter granted this instance the epoch it names.
+        """
+        tally = self._tally
+        if tally is None or tally.epoch != answer.granted_epoch:
+            return False
+        vote = tally.votes.get(answer.voter)
+        return vote is not None and vote.granted and self._candidate == self.instance

@@ -19,8 +19,14 @@ The lease a voter waits out (rule 2 of L{meshroute.ha.quorum}) is the
 group's C{lease-timeout}, which the group's instances send in every
 request and heartbeat; the witness keeps the longest it was told,
 durably, so that no request can shorten what an active counts on.
+
+It also answers the start-up question (L{frames.StartQuery}): who is
+active, and its record, as L{quorum.Voter.start_answer} says; an HA
+instance's own witness, which its peer asks over the replication
+listener, adds its own data position.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred, succeed
@@ -68,10 +74,15 @@ class Witness:
 
     @param name: the name this router votes as (its router name).
     @param store: an L{meshroute.interfaces.IVoterRecords}.
+    @param own_position: on an HA instance, its own data position now
+        (a L{quorum.LogPosition}), told in start answers; None for a
+        witness, which holds no data of the group.
     """
 
-    def __init__(self, name: str, store, clock: IReactorTime, event_log: events.EventLog):
+    def __init__(self, name: str, store, clock: IReactorTime, event_log: events.EventLog,
+                 own_position: Callable[[], quorum.LogPosition] | None = None):
         self.name = name
+        self._own_position = own_position
         self._store = store
         self._clock = clock
         self._events = event_log
@@ -172,6 +183,24 @@ class Witness:
             )
         return answer
 
+    def start(self, peer: str, frame: frames.StartQuery) -> Deferred:
+        """
+        Answer the start-up question of an instance of C{frame.group}
+        (relayed by router C{peer}): a group never heard of has an empty
+        record and no active.
+
+        @return: Deferred firing with the L{frames.StartAnswer} once the
+            record it tells is durable.
+        """
+        own = None if self._own_position is None else self._own_position()
+        state = self._groups.get(frame.group)
+        if state is None:
+            answer = quorum.StartAnswer(self.name, None, quorum.VoterRecord(), own)
+            return succeed(_start_frame(frame.group, answer))
+        answer = state.voter.start_answer(self._clock.seconds(), own)
+        return self._when_durable(frame.group, state).addCallback(
+            lambda _: _start_frame(frame.group, answer))
+
     def _group(self, group: str, lease_timeout_ms: int) -> _Group:
         """
         C{group}'s voter (a new one for a group never heard of), waiting
@@ -214,3 +243,29 @@ class Witness:
         log.failure("cannot save an HA voter record; its answers are not sent", failure)
         state.submitted = None
         return _NotSaved(failure)
+
+
+def _start_frame(group: str, answer: quorum.StartAnswer) -> frames.StartAnswer:
+    """
+    The wire form of a start answer (L{start_answer} is its inverse).
+    """
+    record = answer.record
+    own = answer.own_position
+    return frames.StartAnswer(
+        group, answer.voter, answer.active or "", record.granted_epoch,
+        record.granted_to or "", record.granted_at.epoch, record.granted_at.position,
+        record.confirmed.epoch, record.confirmed.position,
+        [] if own is None else [own.epoch, own.position])
+
+
+def start_answer(frame: frames.StartAnswer) -> quorum.StartAnswer:
+    """
+    A start answer as it came over the wire.
+    """
+    own = frame.own_position
+    return quorum.StartAnswer(
+        frame.voter, frame.active or None,
+        quorum.VoterRecord(frame.granted_epoch, frame.granted_to or None,
+                           quorum.LogPosition(frame.granted_at_epoch, frame.granted_at_position),
+                           quorum.LogPosition(frame.confirmed_epoch, frame.confirmed_position)),
+        quorum.LogPosition(*own) if own else None)

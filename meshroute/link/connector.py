@@ -21,7 +21,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events
-from meshroute.link.handshake import ConnectorSettings, RouterContext, VoteSide
+from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.protocol import ConnectorFactory
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
@@ -59,14 +59,16 @@ class ConnectorService(Service):
         endpoints: EndpointRotation,
         schedule: RetrySchedule,
         clock: IReactorTime,
-        vote_side: VoteSide | None = None,
+        side=None,
     ) -> None:
         """
         @param endpoints: the configured endpoints, tried in turn; each
             link records the one it used (logs, events, admin API).
-        @param vote_side: keep a vote connection up instead of a link (an
+        @param side: keep a vote connection up instead of a link (an
             HA instance to a witness, L{meshroute.ha.voters}), reporting
-            to it; reaching voting counts as reaching delivery.
+            to this L{VoteSide}, or a replication connection
+            (L{meshroute.ha.follower}); reaching voting or replication
+            counts as reaching delivery.
         """
         self.setName(f"connector:{settings.expected_peer}")
         self._endpoints = endpoints
@@ -77,7 +79,7 @@ class ConnectorService(Service):
         self.exhausted = False
         self._giving_up = None
         factory = ConnectorFactory(context, settings, on_delivery=self._delivered,
-                                   endpoint=lambda: endpoints.current, vote_side=vote_side)
+                                   endpoint=lambda: endpoints.current, side=side)
         self._client = _ClientService(
             endpoints, factory, retryPolicy=self._retry_delay, clock=clock
         )

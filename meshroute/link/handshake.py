@@ -20,6 +20,19 @@ L{meshroute.ha.voters}) takes the same stages from its side: L{VoteHello},
 the proof, then voting, where the stage timer runs only while a request
 is unanswered (a silent witness: close reason C{stage-timeout}, and the
 connector dials again); its answers go to the connection's L{VoteSide}.
+A vote connection also carries the start-up question (L{StartQuery}).
+
+A connection that opens with L{ReplicaHello} is a replication connection
+between the two instances of an HA pair: the same connect and
+authentication stages (no name claimed), then the replication stage, in
+which the listener (the active instance, L{RouterContext.replication};
+any other instance refuses C{not-active} once the proof is good) streams
+its store changes and the connector (the follower,
+L{meshroute.ha.follower}) applies them.  Both sides run the link's
+keepalive there, and the stage's frames go to the connection's channel
+(L{meshroute.ha.feed.ReplicaFeed} on the listener,
+L{meshroute.ha.follower.FollowerStream} on the connector), as a link's
+delivery frames go to the engine's.
 
 A frame the current state has no transition for raises C{NoTransition}
 before any behaviour runs; the protocol turns that into a
@@ -30,6 +43,19 @@ Where a frame must be checked before we know where to go (a Hello that may
 be refused, a proof that may be wrong), the machine moves to a C{vetting_*}
 state whose behaviour decides and feeds back C{accepted} or C{refused};
 Automat runs such re-entrant inputs right after the current transition.
+A proof that raises the epoch seen for the peer's name decides only once
+that epoch is durable (L{meshroute.link.epochs}): the C{vetting_*} state
+then waits, under the stage timer, and a save that fails closes the
+connection (C{store-failed}).
+
+Epochs (docs/protocol.md): the instances of an HA pair share a router
+name, and each says in L{Hello} (connector) or L{Welcome} (listener) the
+epoch it serves in.  A peer from an epoch lower than the highest seen
+for its name is refused (C{stale-epoch}); one from a higher epoch than
+the link holding its name is not refused C{name-in-use}: once it has
+proved the secret and its epoch is durable, it takes the name, and the
+older link closes at once (C{superseded}), its delivery channel first,
+so that the two never share the name's outbox.
 
 The machines hold no state of their own: L{LinkCore} keeps the link's
 data and does the I/O, and docs/protocol.md narrates the same exchange
@@ -41,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from automat import TypeMachineBuilder
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
@@ -50,19 +77,30 @@ from meshroute.link.keepalive import Keepalive
 from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
+    EPOCH_VERSION,
+    REPLICATION_VERSIONS,
     SUPPORTED_VERSIONS,
     VOTE_VERSIONS,
     Ack,
+    Applied,
     Authenticate,
     Authenticated,
+    Changes,
     FastTransfer,
+    Follow,
     Heartbeat,
     HeartbeatAnswer,
     Hello,
+    InSync,
     Keepalive as KeepaliveFrame,
     Recovery,
     Reject,
+    ReplicaHello,
     Routes,
+    SnapshotChunk,
+    SnapshotEnd,
+    StartAnswer,
+    StartQuery,
     Transfer,
     VoteAnswer,
     VoteHello,
@@ -79,10 +117,22 @@ RECOVERY = "recovery"
 DELIVERY = "delivery"
 #: The stage of a vote connection after authentication.
 VOTING = "voting"
+#: The stage of a replication connection after authentication.
+REPLICATION = "replication"
 
-#: What a connection is for: a routing link, or HA votes and heartbeats.
+#: What a connection is for: a routing link, HA votes and heartbeats, or
+#: an HA pair's replication.
 ROUTING = "routing"
 VOTES = "votes"
+REPLICA = "replica"
+
+
+def _versions(purpose: str) -> tuple[int, ...]:
+    """
+    The protocol versions a connection for C{purpose} may use.
+    """
+    return {ROUTING: SUPPORTED_VERSIONS, VOTES: VOTE_VERSIONS,
+            REPLICA: REPLICATION_VERSIONS}[purpose]
 
 ROUTER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
@@ -101,8 +151,17 @@ class LinkInputs(Protocol):
     def got_vote_hello(self, frame: VoteHello) -> None:
         "The connector introduced itself, for a vote connection."
 
+    def got_replica_hello(self, frame: ReplicaHello) -> None:
+        "The connector introduced itself, for a replication connection."
+
     def got_vote_request(self, frame: VoteRequest) -> None:
         "A candidate asks this router's vote for an epoch."
+
+    def got_start_query(self, frame: StartQuery) -> None:
+        "An instance that starts asks this router's voter who is active."
+
+    def got_start_answer(self, frame: StartAnswer) -> None:
+        "A voter answered the start-up question (a listener never asks)."
 
     def got_heartbeat(self, frame: Heartbeat) -> None:
         "An active instance's heartbeat for this router's voter."
@@ -113,7 +172,25 @@ class LinkInputs(Protocol):
     def got_heartbeat_answer(self, frame: HeartbeatAnswer) -> None:
         "A voter answered a heartbeat (a listener never sends one)."
 
-    def send_vote_frame(self, frame: VoteRequest | Heartbeat) -> None:
+    def got_follow(self, frame: Follow) -> None:
+        "The follower says where its data stands (replication, listener)."
+
+    def got_applied(self, frame: Applied) -> None:
+        "The follower applied changes up to a position (replication, listener)."
+
+    def got_in_sync(self, frame: InSync) -> None:
+        "The follower reached the head it was told (replication, listener)."
+
+    def got_snapshot_chunk(self, frame: SnapshotChunk) -> None:
+        "A piece of the active's snapshot (replication, connector)."
+
+    def got_snapshot_end(self, frame: SnapshotEnd) -> None:
+        "The active's snapshot is complete (replication, connector)."
+
+    def got_changes(self, frame: Changes) -> None:
+        "The active's committed changes (replication, connector)."
+
+    def send_vote_frame(self, frame: VoteRequest | Heartbeat | StartQuery) -> None:
         "This HA instance asks the witness (the connector side of a vote connection)."
 
     def got_welcome(self, frame: Welcome) -> None:
@@ -152,6 +229,9 @@ class LinkInputs(Protocol):
     def vote_accepted(self) -> None:
         "The proof of a vote connection's peer passed every check."
 
+    def replica_accepted(self) -> None:
+        "The proof of a replication connection's peer passed every check."
+
     def refused(self, code: str, detail: str) -> None:
         "The frame being vetted failed a check; C{code} says which."
 
@@ -173,6 +253,9 @@ class LinkInputs(Protocol):
     def shutdown(self) -> None:
         "This router is stopping."
 
+    def superseded(self, epoch: int) -> None:
+        "A link from a newer epoch (C{epoch}) of the peer's router name took its place."
+
     def connection_lost(self, truncated: bool, why: str) -> None:
         """
         The connection is gone; C{truncated} if a partial frame was pending,
@@ -193,8 +276,8 @@ class VoteSide(Protocol):
         through C{link.ask} (a L{meshroute.link.protocol.Link}).
         """
 
-    def answered(self, frame: VoteAnswer | HeartbeatAnswer) -> None:
-        "The witness answered a request or a heartbeat."
+    def answered(self, frame: VoteAnswer | HeartbeatAnswer | StartAnswer) -> None:
+        "The witness answered a request, a heartbeat or the start-up question."
 
     def closed(self, core: "LinkCore") -> None:
         "The connection is gone (C{core.stage}, C{core.close_reason} say where and why)."
@@ -212,6 +295,18 @@ class RouterContext:
     @ivar witness: the router's L{meshroute.ha.witness.Witness}, which
         answers vote connections; None: a L{VoteHello} is refused
         (C{version}), as by a router without vote connections.
+    @ivar replication: on an HA instance's replication listener, its
+        L{meshroute.ha.feed.ReplicationServer}, which serves replication
+        connections; None: a L{ReplicaHello} is refused (C{version}).
+        That listener's context has no C{engine}: a L{Hello} is refused
+        (C{not-allowed}); and there the peer has the listener's own router
+        name (the pair's other instance), and no other.
+    @ivar epoch: the epoch this instance of the router serves in (the
+        active instance of an HA pair); 0 for a router without HA.
+    @ivar peer_epochs: the L{meshroute.link.epochs.PeerEpochs} of the
+        router; None (a context without a store, in tests of other
+        concerns): no epoch is remembered, so only the link holding a name
+        is compared with.
     """
 
     name: str
@@ -220,6 +315,9 @@ class RouterContext:
     registry: object
     engine: object
     witness: object = None
+    replication: object = None
+    epoch: int = 0
+    peer_epochs: object = None
 
 
 @dataclass(frozen=True)
@@ -255,6 +353,8 @@ class LinkCore:
         it to reset their retry schedule).
     @ivar endpoint: the configured endpoint a connector's link was made
         through (one of the connector's list); None for a listener's link.
+    @ivar held_frames: while a verdict on the peer's proof is being made
+        (its epoch saved), the frames it sent since, in order; else None.
     """
 
     context: RouterContext
@@ -277,10 +377,13 @@ class LinkCore:
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
     version: int | None = None
+    peer_epoch: int = 0
     channel: object = None
     purpose: str = ROUTING
     vote_side: VoteSide | None = None
+    replica_side: object = None
     unanswered: int = 0
+    held_frames: list | None = None
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -336,15 +439,10 @@ class LinkCore:
             stage=DELIVERY,
             keepalive_interval_ms=self.keepalive_interval_ms,
         )
-        self.keepalive = Keepalive(
-            self.context.clock,
-            self.keepalive_interval_ms / 1000,
-            send=lambda: self.send(KeepaliveFrame()),
-            expired=inputs.keepalive_expired,
-        )
-        self.keepalive.start()
+        self._start_keepalive(inputs)
         self.channel = self.context.engine.link_up(
-            self.peer, self.send, fail=inputs.store_failed, emit=self.emit)
+            self.peer, self.send, fail=inputs.store_failed, emit=self.emit,
+            version=self.version)
         self.channel.recovered(frame)
         log.info(
             "link {link} to {peer} ({direction}{through}) in delivery, keepalive {interval} ms",
@@ -356,6 +454,46 @@ class LinkCore:
             interval=self.keepalive_interval_ms,
         )
         self.on_delivery()
+
+    def _start_keepalive(self, inputs: LinkInputs) -> None:
+        self.keepalive = Keepalive(
+            self.context.clock,
+            self.keepalive_interval_ms / 1000,
+            send=lambda: self.send(KeepaliveFrame()),
+            expired=inputs.keepalive_expired,
+        )
+        self.keepalive.start()
+
+    def send_while_open(self, frame) -> None:
+        """
+        Send C{frame} unless the connection is closing (a channel's frame
+        that comes after the close decision is moot).
+        """
+        if self.close_reason is None:
+            self.send(frame)
+
+    def begin_replication(self, inputs: LinkInputs) -> None:
+        """
+        A replication connection is authenticated (both sides): keepalives
+        start, and the stage's frames go to the channel from now on: the
+        active's feed (listener) or the follower's stream (connector).
+        """
+        self._cancel_stage_timer()
+        self.heard()
+        self.stage = REPLICATION
+        self.since = self.context.clock.seconds()
+        through = {} if self.endpoint is None else {"endpoint": self.endpoint}
+        self.emit(events.LINK_STAGE, stage=REPLICATION,
+                  keepalive_interval_ms=self.keepalive_interval_ms, **through)
+        self._start_keepalive(inputs)
+        if self.replica_side is None:
+            self.channel = self.context.replication.feed(self, inputs.store_failed)
+        else:
+            self.on_delivery()
+            self.channel = self.replica_side.following(self, inputs.store_failed)
+        log.info("replication connection {link} {direction} {peer} authenticated",
+                 link=self.link_id, direction="from" if self.replica_side is None else "to",
+                 peer=self.peer)
 
     def begin_voting(self, inputs: LinkInputs) -> None:
         """
@@ -381,7 +519,7 @@ class LinkCore:
         self.on_delivery()
         self.vote_side.voting(self.link)
 
-    def ask(self, inputs: LinkInputs, frame: VoteRequest | Heartbeat) -> None:
+    def ask(self, inputs: LinkInputs, frame: VoteRequest | Heartbeat | StartQuery) -> None:
         """
         Send a request or heartbeat to the witness; wait stage-valid-timeout
         for the oldest unanswered one.
@@ -391,7 +529,8 @@ class LinkCore:
         if self.unanswered == 1:
             self.restart_stage_timer(inputs)
 
-    def answered(self, inputs: LinkInputs, frame: VoteAnswer | HeartbeatAnswer) -> None:
+    def answered(self, inputs: LinkInputs,
+                 frame: VoteAnswer | HeartbeatAnswer | StartAnswer) -> None:
         """
         The witness answered the oldest unanswered request (it answers in
         order): wait for the next one, if any.
@@ -468,6 +607,28 @@ class LinkCore:
             detail=frame.detail,
         )
 
+    def superseded(self, epoch: int) -> None:
+        """
+        A link from epoch C{epoch} of our peer's name was admitted: close,
+        and give way to it.
+        """
+        detail = f"{self.peer} serves in epoch {epoch} now, this link in epoch {self.peer_epoch}"
+        log.info("link {link} to {peer} ({direction}) superseded: {detail}",
+                 link=self.link_id, peer=self.peer, direction=self.direction, detail=detail)
+        self.close(reasons.SUPERSEDED, detail)
+        self.give_way()
+
+    def give_way(self) -> None:
+        """
+        Give up the peer's name and the delivery channel at once, before
+        the connection is gone, so that the link from a newer epoch alone
+        uses them (the store's outbox for the name above all).
+        """
+        self.context.registry.release(self.peer, self.link)
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            channel.closed()
+
     def close(self, reason: str, detail: str = "") -> None:
         """
         Close the connection for C{reason}.
@@ -540,34 +701,45 @@ class LinkCore:
         """
         self.peer = frame.router
         own = self.context.name
-        versions = SUPPORTED_VERSIONS
-        if self.purpose == VOTES:
-            if self.context.witness is None:
-                return reasons.VERSION, "this router takes no vote connections"
-            versions = VOTE_VERSIONS
+        versions = _versions(self.purpose)
+        if self.purpose == VOTES and self.context.witness is None:
+            return reasons.VERSION, "this router takes no vote connections"
+        if self.purpose == REPLICA and self.context.replication is None:
+            return reasons.VERSION, "this router takes no replication connections"
+        if self.purpose == ROUTING and self.context.engine is None:
+            return reasons.NOT_ALLOWED, "this is an HA replication listener, not a routing one"
         common = set(frame.versions) & set(versions)
         if not common:
             return reasons.VERSION, f"we speak {list(versions)}"
         if not ROUTER_NAME.match(frame.router):
             self.peer = None
             return reasons.NOT_ALLOWED, "malformed router name"
-        if frame.router == own:
+        if self.context.replication is not None:
+            # An HA instance's replication listener: only the pair's other
+            # instance, which has the same router name, connects there.
+            if frame.router != own:
+                return reasons.NOT_ALLOWED, f"only {own}'s other instance connects here"
+        elif frame.router == own:
             return reasons.OWN_NAME, f"{own} cannot link to itself"
         allowed = self.settings.allowed_routers
         if allowed is not None and frame.router not in allowed:
             return reasons.NOT_ALLOWED, f"{frame.router} is not in allowed-routers"
-        if self.purpose == ROUTING and self.context.registry.is_claimed(frame.router):
-            return reasons.NAME_IN_USE, f"{frame.router} is already connected"
+        if self.purpose == ROUTING:
+            self.peer_epoch = frame.epoch
+            verdict = self._vet_epoch()
+            if verdict is not None:
+                return verdict
         self.keepalive_interval_ms = self.settings.keepalive_interval_ms
         self.version = max(common)
         return None
 
     def welcome(self) -> Welcome:
         return Welcome(
-            self.version, self.context.name, self.keepalive_interval_ms, self.own_challenge
+            self.version, self.context.name, self.keepalive_interval_ms, self.own_challenge,
+            self.context.epoch if self.version >= EPOCH_VERSION else 0,
         )
 
-    def vet_authenticate(self, frame: Authenticate) -> tuple[str, str] | None:
+    def vet_authenticate(self, frame: Authenticate) -> tuple[str, str] | Deferred | None:
         self.peer_challenge = frame.challenge
         expected = auth.proof(
             self.settings.secret,
@@ -579,6 +751,8 @@ class LinkCore:
         )
         if not auth.verify(expected, frame.proof):
             return reasons.AUTH_FAILED, "wrong proof: the shared secrets differ"
+        if self.purpose == REPLICA:
+            return self.context.replication.refusal()
         return self._claim_peer()
 
     def listener_proof(self) -> Authenticated:
@@ -595,14 +769,15 @@ class LinkCore:
 
     # -- connector checks -------------------------------------------------
 
-    def hello(self) -> Hello | VoteHello:
+    def hello(self) -> Hello | VoteHello | ReplicaHello:
         self.peer = self.settings.expected_peer
-        if self.purpose == VOTES:
-            return VoteHello(list(VOTE_VERSIONS), self.context.name)
-        return Hello(list(SUPPORTED_VERSIONS), self.context.name)
+        hello = {ROUTING: Hello, VOTES: VoteHello, REPLICA: ReplicaHello}[self.purpose]
+        if self.purpose == ROUTING:
+            return Hello(list(SUPPORTED_VERSIONS), self.context.name, self.context.epoch)
+        return hello(list(_versions(self.purpose)), self.context.name)
 
     def vet_welcome(self, frame: Welcome) -> tuple[str, str] | None:
-        versions = VOTE_VERSIONS if self.purpose == VOTES else SUPPORTED_VERSIONS
+        versions = _versions(self.purpose)
         if frame.version not in versions:
             return reasons.VERSION, f"we speak {list(versions)}"
         if frame.router != self.settings.expected_peer:
@@ -610,8 +785,11 @@ class LinkCore:
                 reasons.UNEXPECTED_PEER,
                 f"expected {self.settings.expected_peer}, reached {frame.router}",
             )
-        if self.purpose == ROUTING and self.context.registry.is_claimed(frame.router):
-            return reasons.NAME_IN_USE, f"{frame.router} is already connected"
+        if self.purpose == ROUTING:
+            self.peer_epoch = frame.epoch
+            verdict = self._vet_epoch()
+            if verdict is not None:
+                return verdict
         self.keepalive_interval_ms = frame.keepalive_interval_ms
         self.peer_challenge = frame.challenge
         self.version = frame.version
@@ -630,7 +808,7 @@ class LinkCore:
             self.own_challenge,
         )
 
-    def vet_authenticated(self, frame: Authenticated) -> tuple[str, str] | None:
+    def vet_authenticated(self, frame: Authenticated) -> tuple[str, str] | Deferred | None:
         expected = auth.proof(
             self.settings.secret,
             "listener",
@@ -643,17 +821,56 @@ class LinkCore:
             return reasons.AUTH_FAILED, "listener's proof is wrong: the shared secrets differ"
         return self._claim_peer()
 
-    def _claim_peer(self) -> tuple[str, str] | None:
+    def _claim_peer(self) -> tuple[str, str] | Deferred | None:
         """
         Make this the one link to the (now authenticated) peer, unless
-        another link authenticated first.  A vote connection claims
-        nothing: it is not a link, and the peer's routing link (or a
-        pair's other instance, which has the same name) may be up.
+        another link of its epoch or a newer one authenticated first, or
+        its epoch is stale; once its epoch, if it is the highest seen, is
+        durable (then the verdict is a Deferred).  A vote or replication
+        connection claims nothing: it is not a link, and the peer's routing
+        link (or a pair's other instance, which has the same name) may be
+        up.
         """
-        if self.purpose == VOTES:
+        if self.purpose != ROUTING:
             return None
-        if not self.context.registry.claim(self.peer, self.link):
-            return reasons.NAME_IN_USE, f"{self.peer} is already connected"
+        peer_epochs = self.context.peer_epochs
+        saving = None if peer_epochs is None else peer_epochs.raise_to(self.peer,
+                                                                       self.peer_epoch)
+        if saving is None:
+            return self._take_name()
+        # A link that closed while the epoch was saved takes no name.
+        return saving.addCallback(
+            lambda _: self._take_name() if self.close_reason is None else None)
+
+    def _take_name(self) -> tuple[str, str] | None:
+        """
+        The epoch checks again (another link may have raised the epoch or
+        taken the name meanwhile), then the name: a link holding it from an
+        older epoch is superseded.
+        """
+        verdict = self._vet_epoch()
+        if verdict is not None:
+            return verdict
+        registry = self.context.registry
+        holder = registry.holder(self.peer)
+        if holder is not None and holder is not self.link:
+            holder.supersede(self.peer_epoch)
+        registry.claim(self.peer, self.link)
+        return None
+
+    def _vet_epoch(self) -> tuple[str, str] | None:
+        """
+        Whether the peer's epoch may link: not below the highest seen for
+        its name, and above the epoch of a link that holds the name.
+        """
+        peer, epoch = self.peer, self.peer_epoch
+        highest = 0 if self.context.peer_epochs is None else self.context.peer_epochs.highest(peer)
+        if epoch < highest:
+            return (reasons.STALE_EPOCH,
+                    f"{peer} serves in epoch {highest}, this instance in epoch {epoch}")
+        holder = self.context.registry.holder(peer)
+        if holder is not None and holder is not self.link and holder.core.peer_epoch >= epoch:
+            return reasons.NAME_IN_USE, f"{peer} is already connected"
         return None
 
 
@@ -677,13 +894,37 @@ def _vet(inputs: LinkInputs, verdict: tuple[str, str] | None) -> None:
         inputs.refused(*verdict)
 
 
-def _vet_proof(inputs: LinkInputs, core: LinkCore, verdict: tuple[str, str] | None) -> None:
+def _vet_proof(inputs: LinkInputs, core: LinkCore,
+               verdict: tuple[str, str] | Deferred | None) -> None:
     """
     A proof passed or failed: a vote connection that passes goes to
-    voting, a link to recovery.
+    voting, a replication connection to replication, a link to recovery.
+    A verdict still being made (a Deferred: the peer's epoch being saved)
+    is fed to the machine when made, unless the link closed meanwhile (its
+    stage timer, the peer, shutdown); if the save failed, the link closes
+    C{store-failed}.
     """
-    if verdict is None and core.purpose == VOTES:
+    if isinstance(verdict, Deferred):
+        # The peer may already be past its proof (a listener sends its
+        # Recovery right after): what it sends meanwhile waits for the
+        # verdict.
+        core.held_frames = []
+
+        def decided(result: tuple[str, str] | None) -> None:
+            if core.close_reason is None:
+                _vet(inputs, result)
+            core.link.release_held_frames()
+
+        def failed(failure) -> None:
+            if core.close_reason is None:
+                inputs.store_failed(failure.getErrorMessage())
+            core.link.release_held_frames()
+
+        verdict.addCallbacks(decided, failed)
+    elif verdict is None and core.purpose == VOTES:
         inputs.vote_accepted()
+    elif verdict is None and core.purpose == REPLICA:
+        inputs.replica_accepted()
     else:
         _vet(inputs, verdict)
 
@@ -705,11 +946,20 @@ _FRAME_INPUTS = (
     LinkInputs.got_heartbeat,
     LinkInputs.got_vote_answer,
     LinkInputs.got_heartbeat_answer,
+    LinkInputs.got_replica_hello,
+    LinkInputs.got_start_query,
+    LinkInputs.got_start_answer,
+    LinkInputs.got_follow,
+    LinkInputs.got_applied,
+    LinkInputs.got_in_sync,
+    LinkInputs.got_snapshot_chunk,
+    LinkInputs.got_snapshot_end,
+    LinkInputs.got_changes,
 )
 
 
 def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing,
-                            voting=()):
+                            voting, replicating):
     """
     The transitions both roles share: timeouts, refusals from the peer,
     errors, shutdown, and the end of the connection.
@@ -719,14 +969,30 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
         C{rejecting}.
     @param voting: the voting states (the listener's C{voting}, the
         connector's C{asking}), live like the others.
+    @param replicating: the replication state, live like the others,
+        with the keepalive and the channel's failures of delivery.
     """
-    live = [*awaiting, *vetting, delivering, *voting]
+    live = [*awaiting, *vetting, delivering, *voting, replicating]
 
-    for state in awaiting:
+    for state in [*awaiting, *vetting]:
 
         @state.upon(LinkInputs.stage_timer_expired).to(closing)
         def stage_timeout(inputs: LinkInputs, core: LinkCore) -> None:
             core.close(reasons.STAGE_TIMEOUT, f"no reply in {core.stage}")
+
+    for state in vetting:
+
+        @state.upon(LinkInputs.store_failed).to(closing)
+        def epoch_not_saved(inputs: LinkInputs, core: LinkCore, detail: str) -> None:
+            core.close(reasons.STORE_FAILED, detail)
+
+    for state in [*awaiting, *vetting, delivering]:
+
+        @state.upon(LinkInputs.superseded).to(closing)
+        def superseded(inputs: LinkInputs, core: LinkCore, epoch: int) -> None:
+            core.superseded(epoch)
+
+    for state in awaiting:
 
         @state.upon(LinkInputs.got_reject).to(closing)
         def peer_rejected(inputs: LinkInputs, core: LinkCore, frame: Reject) -> None:
@@ -760,11 +1026,19 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
         core.heard()
         core.channel.routes(frame)
 
+    @replicating.upon(LinkInputs.got_keepalive).loop()
+    def replica_keepalive(inputs: LinkInputs, core: LinkCore, frame: KeepaliveFrame) -> None:
+        core.heard()
+        core.keepalive.received()
+        core.channel.keepalive()
+
     @delivering.upon(LinkInputs.keepalive_expired).to(closing)
+    @replicating.upon(LinkInputs.keepalive_expired).to(closing)
     def keepalive_expired(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.KEEPALIVE, "keepalive counter reached 0")
 
     @delivering.upon(LinkInputs.store_failed).to(closing)
+    @replicating.upon(LinkInputs.store_failed).to(closing)
     def store_failed(inputs: LinkInputs, core: LinkCore, detail: str) -> None:
         core.close(reasons.STORE_FAILED, detail)
 
@@ -802,6 +1076,12 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     for moot in (LinkInputs.shutdown, LinkInputs.stage_timer_expired,
                  LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed):
         closing.upon(moot).loop().returns(None)
+
+    # A link closing for another reason holds the name until its
+    # connection is gone: a newer epoch does not wait for that.
+    @closing.upon(LinkInputs.superseded).loop()
+    def give_way(inputs: LinkInputs, core: LinkCore, epoch: int) -> None:
+        core.give_way()
     closing.upon(LinkInputs.store_failed).loop().returns(None)
     # A request sent while the connection closes is a request not answered.
     for state in [closing, closed]:
@@ -821,6 +1101,7 @@ def _build_listener_machine():
     closing = builder.state("closing")
     closed = builder.state("closed")
     voting = builder.state("voting")
+    replicating = builder.state("replicating")
 
     @connecting.upon(LinkInputs.connection_made).to(awaiting_hello)
     def start(inputs: LinkInputs, core: LinkCore) -> None:
@@ -834,6 +1115,12 @@ def _build_listener_machine():
     @awaiting_hello.upon(LinkInputs.got_vote_hello).to(vetting_hello)
     def check_vote_hello(inputs: LinkInputs, core: LinkCore, frame: VoteHello) -> None:
         core.purpose = VOTES
+        core.heard()
+        _vet(inputs, core.vet_hello(frame))
+
+    @awaiting_hello.upon(LinkInputs.got_replica_hello).to(vetting_hello)
+    def check_replica_hello(inputs: LinkInputs, core: LinkCore, frame: ReplicaHello) -> None:
+        core.purpose = REPLICA
         core.heard()
         _vet(inputs, core.vet_hello(frame))
 
@@ -869,6 +1156,30 @@ def _build_listener_machine():
     def heartbeat(inputs: LinkInputs, core: LinkCore, frame: Heartbeat) -> None:
         core.answer(inputs, core.context.witness.heartbeat(core.peer, frame))
 
+    @voting.upon(LinkInputs.got_start_query).loop()
+    def start_query(inputs: LinkInputs, core: LinkCore, frame: StartQuery) -> None:
+        core.answer(inputs, core.context.witness.start(core.peer, frame))
+
+    @vetting_authenticate.upon(LinkInputs.replica_accepted).to(replicating)
+    def replica_authenticated(inputs: LinkInputs, core: LinkCore) -> None:
+        core.send(core.listener_proof())
+        core.begin_replication(inputs)
+
+    @replicating.upon(LinkInputs.got_follow).loop()
+    def follow(inputs: LinkInputs, core: LinkCore, frame: Follow) -> None:
+        core.heard()
+        core.channel.follow(frame)
+
+    @replicating.upon(LinkInputs.got_applied).loop()
+    def applied(inputs: LinkInputs, core: LinkCore, frame: Applied) -> None:
+        core.heard()
+        core.channel.applied(frame)
+
+    @replicating.upon(LinkInputs.got_in_sync).loop()
+    def in_sync(inputs: LinkInputs, core: LinkCore, frame: InSync) -> None:
+        core.heard()
+        core.channel.in_sync(frame)
+
     @voting.upon(LinkInputs.stage_timer_expired).to(closing)
     def idle(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.IDLE, f"no vote request or heartbeat in {core.stage}")
@@ -899,6 +1210,7 @@ def _build_listener_machine():
         closed=closed,
         finishing=[rejecting],
         voting=[voting],
+        replicating=replicating,
     )
     return builder.build()
 
@@ -915,6 +1227,7 @@ def _build_connector_machine():
     closing = builder.state("closing")
     closed = builder.state("closed")
     asking = builder.state("asking")
+    following = builder.state("following")
 
     @connecting.upon(LinkInputs.connection_made).to(awaiting_welcome)
     def start(inputs: LinkInputs, core: LinkCore) -> None:
@@ -946,14 +1259,34 @@ def _build_connector_machine():
 
     @asking.upon(LinkInputs.send_vote_frame).loop()
     def send_vote_frame(inputs: LinkInputs, core: LinkCore,
-                        frame: VoteRequest | Heartbeat) -> None:
+                        frame: VoteRequest | Heartbeat | StartQuery) -> None:
         core.ask(inputs, frame)
 
     @asking.upon(LinkInputs.got_vote_answer).loop()
     @asking.upon(LinkInputs.got_heartbeat_answer).loop()
+    @asking.upon(LinkInputs.got_start_answer).loop()
     def got_answer(inputs: LinkInputs, core: LinkCore,
-                   frame: VoteAnswer | HeartbeatAnswer) -> None:
+                   frame: VoteAnswer | HeartbeatAnswer | StartAnswer) -> None:
         core.answered(inputs, frame)
+
+    @vetting_authenticated.upon(LinkInputs.replica_accepted).to(following)
+    def follow_active(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_replication(inputs)
+
+    @following.upon(LinkInputs.got_snapshot_chunk).loop()
+    def snapshot_chunk(inputs: LinkInputs, core: LinkCore, frame: SnapshotChunk) -> None:
+        core.heard()
+        core.channel.snapshot_chunk(frame)
+
+    @following.upon(LinkInputs.got_snapshot_end).loop()
+    def snapshot_end(inputs: LinkInputs, core: LinkCore, frame: SnapshotEnd) -> None:
+        core.heard()
+        core.channel.snapshot_end(frame)
+
+    @following.upon(LinkInputs.got_changes).loop()
+    def changes(inputs: LinkInputs, core: LinkCore, frame: Changes) -> None:
+        core.heard()
+        core.channel.changes(frame)
 
     @asking.upon(LinkInputs.stage_timer_expired).to(closing)
     def silent_witness(inputs: LinkInputs, core: LinkCore) -> None:
@@ -982,6 +1315,7 @@ def _build_connector_machine():
         closed=closed,
         finishing=[],
         voting=[asking],
+        replicating=following,
     )
     return builder.build()
 

@@ -12,7 +12,8 @@ not at all) the transport pauses it, and the delivery stage's channel stops
 writing messages until the buffer drains; they wait where their bounds
 apply (the store's backlog, the engine's non-persistent waiting queue).
 Control frames (acknowledgements, keepalives, routes) are small and still
-go out.
+go out.  On a replication connection the channel is the active's feed,
+which stops reading its store's changes the same way.
 """
 
 import itertools
@@ -28,27 +29,40 @@ from meshroute.errors import WireError
 from meshroute.link.handshake import (
     CONNECTOR_MACHINE,
     LISTENER_MACHINE,
+    ROUTING,
     VOTES,
     ConnectorSettings,
     LinkCore,
     ListenerSettings,
     RouterContext,
-    VoteSide,
 )
-from meshroute.wire.codec import FrameDecoder
+from meshroute.wire.codec import (
+    DEFAULT_MAX_FRAME_SIZE,
+    MAX_REPLICATION_FRAME_SIZE,
+    FrameDecoder,
+)
 from meshroute.wire.transport import send_immediately
 from meshroute.wire.frames import (
     Ack,
+    Applied,
     Authenticate,
     Authenticated,
+    Changes,
     FastTransfer,
+    Follow,
     Heartbeat,
     HeartbeatAnswer,
     Hello,
+    InSync,
     Keepalive,
     Recovery,
     Reject,
+    ReplicaHello,
     Routes,
+    SnapshotChunk,
+    SnapshotEnd,
+    StartAnswer,
+    StartQuery,
     Transfer,
     VoteAnswer,
     VoteHello,
@@ -77,6 +91,15 @@ _INPUT_FOR_FRAME = {
     Heartbeat: "got_heartbeat",
     VoteAnswer: "got_vote_answer",
     HeartbeatAnswer: "got_heartbeat_answer",
+    StartQuery: "got_start_query",
+    StartAnswer: "got_start_answer",
+    ReplicaHello: "got_replica_hello",
+    Follow: "got_follow",
+    Applied: "got_applied",
+    InSync: "got_in_sync",
+    SnapshotChunk: "got_snapshot_chunk",
+    SnapshotEnd: "got_snapshot_end",
+    Changes: "got_changes",
 }
 
 _link_numbers = itertools.count(1)
@@ -98,12 +121,13 @@ class Link:
         return self.core.peer
 
     @property
-    def votes(self) -> bool:
+    def routing(self) -> bool:
         """
-        Whether this connection turned out to be a vote connection
-        (L{meshroute.wire.frames.VoteHello}), not a routing link.
+        Whether this connection is a routing link: not one that turned out
+        to be a vote connection (L{meshroute.wire.frames.VoteHello}) or a
+        replication connection (L{meshroute.wire.frames.ReplicaHello}).
         """
-        return self.core.purpose == VOTES
+        return self.core.purpose == ROUTING
 
     def frame_received(self, frame) -> bool:
         """
@@ -111,6 +135,10 @@ class Link:
 
         @return: False if the frame was out of stage (the link is closing).
         """
+        held = self.core.held_frames
+        if held is not None:
+            held.append(frame)
+            return True
         try:
             getattr(self.machine, _INPUT_FOR_FRAME[type(frame)])(frame)
         except NoTransition:
@@ -120,12 +148,29 @@ class Link:
             return False
         return True
 
-    def ask(self, frame: VoteRequest | Heartbeat) -> None:
+    def release_held_frames(self) -> None:
         """
-        Send a vote request or heartbeat (the connector side of a vote
-        connection, in voting).
+        The verdict on the peer's proof is made: feed the frames it held,
+        in order (none if the link closed meanwhile).
+        """
+        held, self.core.held_frames = self.core.held_frames, None
+        if self.core.close_reason is None:
+            for frame in held or ():
+                if not self.frame_received(frame):
+                    return
+
+    def ask(self, frame: VoteRequest | Heartbeat | StartQuery) -> None:
+        """
+        Send a vote request, heartbeat or start-up question (the connector
+        side of a vote connection, in voting).
         """
         self.machine.send_vote_frame(frame)
+
+    def supersede(self, epoch: int) -> None:
+        """
+        A link from epoch C{epoch} of this link's peer name took its place.
+        """
+        self.machine.superseded(epoch)
 
     def shutdown(self) -> None:
         self.machine.shutdown()
@@ -146,6 +191,7 @@ class Link:
             "since": core.since,
             "last_heard": core.last_heard,
             "peer_last_received": core.peer_last_received,
+            "peer_epoch": core.peer_epoch,
         }
 
 
@@ -160,13 +206,16 @@ class LinkProtocol(Protocol):
     """
 
     def __init__(self, context: RouterContext, direction: str, settings, on_delivery=None,
-                 endpoint: str | None = None, vote_side: VoteSide | None = None):
+                 endpoint: str | None = None, side=None):
         """
-        @param vote_side: for a connector's vote connection (L{VoteHello}
-            instead of L{Hello}), who its answers go to.
+        @param side: for a connector's vote connection (L{VoteHello}
+            instead of L{Hello}), the L{meshroute.link.handshake.VoteSide} its answers go to; for a
+            connector's replication connection (L{ReplicaHello}), the
+            follower that makes its channel (L{meshroute.ha.follower}).
+            Its C{purpose} says which.
         """
         self._context = context
-        self._vote_side = vote_side
+        self._side = side
         self._direction = direction
         self._settings = settings
         self._on_delivery = on_delivery
@@ -187,13 +236,20 @@ class LinkProtocol(Protocol):
         )
         if self._on_delivery is not None:
             core.on_delivery = self._on_delivery
-        if self._vote_side is not None:
-            core.purpose = VOTES
-            core.vote_side = self._vote_side
+        # Only an authenticated active sends a follower large frames: a
+        # group-committed transaction may exceed any message frame.
+        limit = DEFAULT_MAX_FRAME_SIZE
+        if self._side is not None:
+            core.purpose = self._side.purpose
+            if core.purpose == VOTES:
+                core.vote_side = self._side
+            else:
+                core.replica_side = self._side
+                limit = MAX_REPLICATION_FRAME_SIZE
         machines = LISTENER_MACHINE if self._direction == LISTENER else CONNECTOR_MACHINE
         self.link = Link(core, machines(core))
         core.link = self.link
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(max_frame_size=limit)
         self._context.registry.opened(self.link)
         self.link.machine.connection_made()
 
@@ -254,15 +310,16 @@ class ConnectorFactory(Factory):
     @param on_delivery: called each time a link it built reaches delivery.
     @param endpoint: says which configured endpoint the connection being
         made goes through (None: the links record none).
-    @param vote_side: makes vote connections reporting to it, not links
-        (on_delivery: when one reaches voting).
+    @param side: makes vote connections reporting to it (a
+        L{meshroute.link.handshake.VoteSide}),
+        or replication connections following through it, not links
+        (on_delivery: when one reaches voting or replication).
     """
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings, on_delivery,
-                 endpoint: Callable[[], str] | None = None,
-                 vote_side: VoteSide | None = None):
+                 endpoint: Callable[[], str] | None = None, side=None):
         self._context = context
-        self._vote_side = vote_side
+        self._side = side
         self._settings = settings
         self._on_delivery = on_delivery
         self._endpoint = endpoint
@@ -270,4 +327,4 @@ class ConnectorFactory(Factory):
     def buildProtocol(self, addr) -> LinkProtocol:
         return LinkProtocol(self._context, CONNECTOR, self._settings, self._on_delivery,
                             self._endpoint() if self._endpoint is not None else None,
-                            self._vote_side)
+                            self._side)

@@ -24,14 +24,43 @@ Both executors offer the same methods:
 
 The connection must be opened with C{isolation_level=None}: the executors
 issue BEGIN, SAVEPOINT and COMMIT themselves.
+
+Replication
+===========
+
+Both executors take C{replication}, the active HA instance's
+L{meshroute.ha.gate.ReplicationGate} (or None: a router without HA, for
+which nothing here changes or costs more).  With it:
+
+  - the functions get a L{RecordingConnection} instead of the connection,
+    and the write statements of each committed transaction become one
+    L{ChangeBatch} (what a function that raised had run is dropped with
+    its rollback);
+  - a transaction with writes also sets the store's C{replication_state}
+    row (schema version 5) to the batch's C{(replication.epoch,
+    position)} before its COMMIT, so the data and the position it is at
+    always commit together; C{position} is the row's, plus one;
+  - after each transaction (committed with or without writes, or failed;
+    and after each C{run}), on the reactor thread, in commit order, the
+    executor calls C{replication.committed(batch_or_None, fire)} instead
+    of firing the Deferreds: C{fire()} fires them.  Whoever holds the
+    gate decides when a caller may learn of a change.
 """
 
 import sqlite3
 import threading
+from functools import partial
 from queue import Empty, SimpleQueue
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
+
+from meshroute.ha.changes import (
+    READ_REPLICATION_STATE,
+    SET_REPLICATION_STATE,
+    ChangeBatch,
+    RecordingConnection,
+)
 
 # Item kinds in the writer thread's queue.
 _GROUPED = 0
@@ -63,10 +92,12 @@ class ThreadedExecutor:
     @ivar commits: transactions committed so far.
     """
 
-    def __init__(self, reactor) -> None:
+    def __init__(self, reactor, replication=None) -> None:
         """
         @param reactor: an C{IReactorFromThreads}; the Deferreds fire in
             its thread.
+        @param replication: None, or what each transaction is handed to
+            (see "Replication" in the module docstring).
         @raise TypeError: when C{reactor} cannot be called from a thread
             (a L{task.Clock}: use an L{InlineExecutor} there).
         """
@@ -76,9 +107,12 @@ class ThreadedExecutor:
                 "on a task.Clock use InlineExecutor"
             )
         self._reactor = reactor
+        self.replication = replication
         self._queue: SimpleQueue = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
+        self._recording: RecordingConnection | None = None
+        self._position: int | None = None
         self._closed = False
         self._stopped = False
         self._waiting: list[Deferred] = []
@@ -170,6 +204,7 @@ class ThreadedExecutor:
         call = self._reactor.callFromThread
         try:
             self._connection = connect()
+            self._recording = _recording(self.replication, self._connection)
         except BaseException:
             failure = Failure()
             call(started.errback, failure)
@@ -189,7 +224,10 @@ class ThreadedExecutor:
             outcomes: list = []
             rest = self._run_batch(batch, outcomes)
             if outcomes:
-                call(_fire, outcomes)
+                if self.replication is None:
+                    call(_fire, outcomes)
+                else:
+                    call(_hand_over, self.replication, outcomes)
             if rest is not None:
                 break
         try:
@@ -219,9 +257,10 @@ class ThreadedExecutor:
                 return batch[index + 1:]
             _, fn, args, d = item
             try:
-                outcomes.append((d, True, fn(self._connection, *args)))
+                outcome = (d, True, fn(self._connection, *args))
             except BaseException:
-                outcomes.append((d, False, Failure()))
+                outcome = (d, False, Failure())
+            _ended(self, outcomes, [outcome])
         if group:
             _transaction(self, group, outcomes)
         return None
@@ -254,14 +293,22 @@ class InlineExecutor:
     @ivar commits: transactions committed so far.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, replication=None) -> None:
+        """
+        @param replication: None, or what each transaction is handed to
+            (see "Replication" in the module docstring).
+        """
+        self.replication = replication
         self._connection: sqlite3.Connection | None = None
+        self._recording: RecordingConnection | None = None
+        self._position: int | None = None
         self._stopped = False
         self.commits = 0
 
     def start(self, connect) -> Deferred:
         try:
             self._connection = connect()
+            self._recording = _recording(self.replication, self._connection)
         except BaseException:
             return fail()
         return succeed(None)
@@ -270,17 +317,30 @@ class InlineExecutor:
         if self._stopped or self._connection is None:
             return fail(ExecutorStopped("the store is not open"))
         outcomes: list = []
-        _transaction(self, [(_GROUPED, fn, args, None)], outcomes)
-        _, ok, value = outcomes[0]
-        return succeed(value) if ok else fail(value)
+        if self.replication is None:
+            _transaction(self, [(_GROUPED, fn, args, None)], outcomes)
+            _, ok, value = outcomes[0]
+            return succeed(value) if ok else fail(value)
+        d = Deferred()
+        _transaction(self, [(_GROUPED, fn, args, d)], outcomes)
+        _hand_over(self.replication, outcomes)
+        return d
 
     def run(self, fn, *args) -> Deferred:
         if self._stopped or self._connection is None:
             return fail(ExecutorStopped("the store is not open"))
+        if self.replication is None:
+            try:
+                return succeed(fn(self._connection, *args))
+            except BaseException:
+                return fail()
+        d = Deferred()
         try:
-            return succeed(fn(self._connection, *args))
+            outcome = (d, True, fn(self._connection, *args))
         except BaseException:
-            return fail()
+            outcome = (d, False, Failure())
+        self.replication.committed(None, partial(_fire, [outcome]))
+        return d
 
     def stop(self) -> Deferred:
         if not self._stopped:
@@ -297,7 +357,8 @@ def _transaction(executor, group: list, outcomes: list) -> None:
     """
     Run C{group}'s functions in one transaction on C{executor}'s
     connection and append C{(deferred, ok, value)} to C{outcomes}, in
-    submission order.
+    submission order (with replication: C{(batch_or_None, [(deferred, ok,
+    value), ...])} per transaction, see L{_ended}).
 
     Each function runs inside a SAVEPOINT, so one that raises is rolled
     back alone and the others stay; two shortcuts skip that cost:
@@ -316,19 +377,25 @@ def _transaction(executor, group: list, outcomes: list) -> None:
     the functions after the abandoned point start a new transaction.
     """
     connection = executor._connection
+    recording = executor._recording
+    # What the functions are given: the connection, or its recorder.
+    given = connection if recording is None else recording
     execute = connection.execute
     try:
         execute("BEGIN IMMEDIATE")
     except BaseException:
         failure = Failure()
-        outcomes.extend((item[3], False, failure) for item in group)
+        _ended(executor, outcomes, [(item[3], False, failure) for item in group])
         return
     results: list = []  # [d, ok, value] of the open transaction
     alone = len(group) == 1
     i, n = 0, len(group)
     one_by_one = 0  # items before this index are not batched again
+    mark = 0  # where the current function's recorded statements start
     while i < n:
         _, fn, args, d = group[i]
+        if recording is not None:
+            mark = len(recording.statements)
         batch = getattr(fn, "batch", None)
         if batch is not None and i >= one_by_one and i + 1 < n and group[i + 1][1] is fn:
             j = i + 2
@@ -337,13 +404,15 @@ def _transaction(executor, group: list, outcomes: list) -> None:
             run = group[i:j]
             execute("SAVEPOINT fn")
             try:
-                values = batch(connection, [item[2] for item in run])
+                values = batch(given, [item[2] for item in run])
             except BaseException:
                 failure = Failure()
-                if not _undo(connection):
-                    outcomes.extend(_failed(results, failure))
+                if _undo(connection):
+                    _forget(recording, mark)
+                else:
+                    _ended(executor, outcomes, _failed(results, failure))
                     results = []
-                    if not _begin(connection, group[i:], outcomes):
+                    if not _begin(connection, group[i:], executor, outcomes):
                         return
                 one_by_one = j
             else:
@@ -355,22 +424,25 @@ def _transaction(executor, group: list, outcomes: list) -> None:
         if savepoint:
             execute("SAVEPOINT fn")
         try:
-            value = fn(connection, *args)
+            value = fn(given, *args)
         except BaseException:
             failure = Failure()
             results.append([d, False, failure])
             if alone:
                 _rollback(connection)
-                outcomes.extend(results)
+                _forget(recording, 0)
+                _ended(executor, outcomes, results)
                 return
             if (_undo(connection) if savepoint else connection.in_transaction):
+                # Undone (an atomic function that raised changed nothing).
+                _forget(recording, mark)
                 i += 1
                 continue
             # SQLite abandoned the whole transaction: everything so far in
             # it is lost.  Carry on with the rest in a new one.
-            outcomes.extend(_failed(results, failure))
+            _ended(executor, outcomes, _failed(results, failure))
             results = []
-            if not _begin(connection, group[i + 1:], outcomes):
+            if not _begin(connection, group[i + 1:], executor, outcomes):
                 return
             i += 1
             continue
@@ -378,15 +450,71 @@ def _transaction(executor, group: list, outcomes: list) -> None:
             execute("RELEASE fn")
         results.append([d, True, value])
         i += 1
+    batch = None
     try:
+        if recording is not None and recording.statements:
+            batch = _record_position(executor, connection, recording.take())
         execute("COMMIT")
     except BaseException:
         failure = Failure()
         _rollback(connection)
-        outcomes.extend(_failed(results, failure))
+        _forget(recording, 0)
+        _ended(executor, outcomes, _failed(results, failure))
         return
     executor.commits += 1
-    outcomes.extend(results)
+    if batch is not None:
+        executor._position = batch.position
+    _ended(executor, outcomes, results, batch)
+
+
+def _record_position(executor, connection: sqlite3.Connection, statements: tuple) -> ChangeBatch:
+    """
+    In the open transaction: the batch of C{statements}, at the position
+    after the store's, whose (epoch, position) is now written into the
+    C{replication_state} row.
+    """
+    if executor._position is None:
+        executor._position = connection.execute(READ_REPLICATION_STATE).fetchone()[1]
+    batch = ChangeBatch(executor.replication.epoch, executor._position + 1, statements)
+    connection.execute(SET_REPLICATION_STATE, (batch.epoch, batch.position))
+    return batch
+
+
+def _recording(replication, connection: sqlite3.Connection) -> RecordingConnection | None:
+    """
+    The recorder the functions write through, when replicated.
+    """
+    return None if replication is None else RecordingConnection(connection)
+
+
+def _forget(recording: RecordingConnection | None, mark: int) -> None:
+    """
+    Rolled back: forget what was recorded after C{mark}.
+    """
+    if recording is not None:
+        recording.drop_after(mark)
+
+
+def _ended(executor, outcomes: list, results: list, batch: ChangeBatch | None = None) -> None:
+    """
+    The outcomes C{results} of one transaction (or of one C{run}) are
+    known: append them to C{outcomes}, as they are, or with replication as
+    one C{(batch_or_None, results)} entry (the gate fires each entry in
+    turn).
+    """
+    if executor.replication is None:
+        outcomes.extend(results)
+    else:
+        outcomes.append((batch, results))
+
+
+def _hand_over(replication, transactions: list) -> None:
+    """
+    On the reactor thread: hand each transaction's batch (or None) and the
+    firing of its outcomes to C{replication}, in commit order.
+    """
+    for batch, results in transactions:
+        replication.committed(batch, partial(_fire, results))
 
 
 def _undo(connection: sqlite3.Connection) -> bool:
@@ -403,16 +531,18 @@ def _undo(connection: sqlite3.Connection) -> bool:
     return connection.in_transaction
 
 
-def _begin(connection: sqlite3.Connection, rest: list, outcomes: list) -> bool:
+def _begin(connection: sqlite3.Connection, rest: list, executor, outcomes: list) -> bool:
     """
-    Begin a new transaction for C{rest}; if that fails, fail them all and
-    return False.
+    Begin a new transaction for C{rest} (what was recorded in the
+    abandoned one is forgotten); if that fails, fail them all and return
+    False.
     """
+    _forget(executor._recording, 0)
     try:
         connection.execute("BEGIN IMMEDIATE")
     except BaseException:
         failure = Failure()
-        outcomes.extend((item[3], False, failure) for item in rest)
+        _ended(executor, outcomes, [(item[3], False, failure) for item in rest])
         return False
     return True
 

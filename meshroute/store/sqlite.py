@@ -125,7 +125,7 @@ from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
 from meshroute.ha.quorum import LogPosition, VoterRecord
-from meshroute.interfaces import IMessageStore, IVoterRecords
+from meshroute.interfaces import IMessageStore, IPeerEpochs, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, Message
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
@@ -321,6 +321,24 @@ _packb = msgpack.packb
 _unpackb = msgpack.unpackb
 
 
+def connect(path: str, sync: str) -> sqlite3.Connection:
+    """
+    A connection to the store database at C{path} as the executors need
+    it (no implicit transactions), in WAL mode with C{sync} (one of
+    L{SYNC_MODES}) as C{PRAGMA synchronous}.
+    """
+    connection = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+    try:
+        connection.execute("PRAGMA busy_timeout = 5000")
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute(f"PRAGMA synchronous = {sync.upper()}")
+        connection.execute("PRAGMA temp_store = MEMORY")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
 def _row(m: Message) -> tuple:
     """
     C{m} as the parameters of the C{_COLUMNS}.
@@ -344,7 +362,7 @@ def _message(r: tuple) -> Message:
     return Message(r[1], r[2], r[3], r[4], r[5], _unpackb(r[6]) if r[6] else {}, r[7], True, r[8])
 
 
-@implementer(IMessageStore, IVoterRecords)
+@implementer(IMessageStore, IVoterRecords, IPeerEpochs)
 class SQLiteStore:
     """
     The durable state of one router in one SQLite database file.
@@ -425,16 +443,7 @@ class SQLiteStore:
     # Opening and closing.
 
     def _connect(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self.path, isolation_level=None, cached_statements=256)
-        try:
-            connection.execute("PRAGMA busy_timeout = 5000")
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute(f"PRAGMA synchronous = {self.sync.upper()}")
-            connection.execute("PRAGMA temp_store = MEMORY")
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        return connect(self.path, self.sync)
 
     def open(self):
         """
@@ -442,14 +451,22 @@ class SQLiteStore:
         steps it lacks, prune old enqueued ids and duplicate ids and load the synchronous
         accessors' state.  Fires with None when ready.
         """
+        # A replicated store's every change must be a recorded write
+        # transaction (meshroute.ha.changes): its open-time prune is one,
+        # submitted after the open; otherwise it is part of the open.
+        replicated = getattr(self._executor, "replication", None) is not None
+        cutoff = self._now() - self.dedup_window_s
+        duplicates_cutoff = self._now() - self.duplicate_id_window_s
         d = self._executor.start(self._connect)
         d.addCallback(
             lambda _: self._executor.run(
-                _open, self.path, self.router, self._now() - self.dedup_window_s,
-                self._now() - self.duplicate_id_window_s,
+                _open, self.path, self.router, cutoff, duplicates_cutoff, not replicated
             )
         )
         d.addCallback(self._opened)
+        if replicated:
+            d.addCallback(lambda _: self._submit(_prune_expired, cutoff, duplicates_cutoff))
+            d.addCallback(lambda _: None)
         return d
 
     def _opened(self, state) -> None:
@@ -728,6 +745,22 @@ class SQLiteStore:
         """
         return self._submit(_save_voter_record, group, record, lease_timeout_ms)
 
+    # The highest epoch seen per peer router name (IPeerEpochs; schema
+    # version 6): what lets a restarted router still refuse an HA instance
+    # that lost its place.
+
+    def peer_epochs(self):
+        """
+        Fires with C{{peer: epoch}}.
+        """
+        return self._submit(_peer_epochs)
+
+    def save_peer_epoch(self, peer: str, epoch: int):
+        """
+        Raise C{peer}'s epoch to C{epoch}; fires with None once durable.
+        """
+        return self._submit(_save_peer_epoch, peer, epoch)
+
 
 # Mirror updates, on the reactor thread as Deferred callbacks.
 
@@ -841,8 +874,15 @@ def _none_enqueued(connection, messages) -> None:
         raise _OneByOne()
 
 
-def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff: float,
-          duplicates_cutoff: float):
+def upgrade_schema(connection: sqlite3.Connection, path: str) -> tuple[int, list[int]]:
+    """
+    Apply the schema upgrade steps the database at C{path} lacks, each in
+    its own transaction with its version; return the latest version and
+    the versions applied.  Run outside any transaction.
+
+    @raise StoreError: the schema is newer than this meshroute knows, or
+        a step failed.
+    """
     execute = connection.execute
     steps = migrations()
     latest = steps[-1][0]
@@ -871,6 +911,13 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
                 execute("ROLLBACK")
             raise StoreError(f"{path}: schema upgrade {name} failed: {e}") from e
         applied.append(step)
+    return latest, applied
+
+
+def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff: float,
+          duplicates_cutoff: float, prune: bool):
+    execute = connection.execute
+    latest, applied = upgrade_schema(connection, path)
     execute("BEGIN IMMEDIATE")
     try:
         row = execute("SELECT value FROM meta WHERE key = 'router'").fetchone()
@@ -880,8 +927,8 @@ def _open(connection: sqlite3.Connection, path: str, router: str | None, cutoff:
             execute("INSERT INTO meta (key, value) VALUES ('router', ?)", (router,))
         elif row[0] != router:
             raise StoreError(f"{path} is the store of router {row[0]!r}, not {router!r}")
-        execute(_PRUNE, (cutoff, PRUNE_CHUNK))
-        execute(_PRUNE_DUPLICATES, (duplicates_cutoff, PRUNE_CHUNK))
+        if prune:
+            _prune_expired(connection, cutoff, duplicates_cutoff)
         store_id = execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
         received = dict(execute("SELECT peer, last_received FROM links WHERE last_received > 0"))
         peer_stores = dict(
@@ -1182,6 +1229,14 @@ def _prune(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE, (cutoff, limit)).rowcount
 
 
+def _prune_expired(connection, cutoff: float, duplicates_cutoff: float) -> None:
+    """
+    At open: one chunk of each table's expired ids.
+    """
+    connection.execute(_PRUNE, (cutoff, PRUNE_CHUNK))
+    connection.execute(_PRUNE_DUPLICATES, (duplicates_cutoff, PRUNE_CHUNK))
+
+
 @_atomic
 def _prune_duplicates(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount
@@ -1215,4 +1270,20 @@ def _save_voter_record(connection, group: str, record: VoterRecord, lease_timeou
         (group, record.granted_epoch, record.granted_to, record.granted_at.epoch,
          record.granted_at.position, record.confirmed.epoch, record.confirmed.position,
          lease_timeout_ms),
+    )
+
+
+# Peer epochs, on the writer thread.
+
+
+def _peer_epochs(connection) -> dict:
+    return dict(connection.execute("SELECT peer, epoch FROM peer_epochs"))
+
+
+@_atomic
+def _save_peer_epoch(connection, peer: str, epoch: int) -> None:
+    connection.execute(
+        "INSERT INTO peer_epochs (peer, epoch) VALUES (?, ?) "
+        "ON CONFLICT (peer) DO UPDATE SET epoch = max(epoch, excluded.epoch)",
+        (peer, epoch),
     )

@@ -38,6 +38,17 @@ MAX_MESSAGE_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE + ENVELOPE_ALLOWANCE
 #: Default ceiling for one frame body on a link.
 DEFAULT_MAX_FRAME_SIZE = MAX_MESSAGE_FRAME_SIZE
 
+# A replication connection carries the active's store transactions
+# (meshroute.ha.feed): one group-committed transaction may hold many
+# messages, so one Changes frame may be larger than any message frame.
+
+#: What a Changes frame carries at most, unless one transaction alone is
+#: larger (it then travels alone).
+CHANGES_FRAME_SIZE = 1024 * 1024
+#: The largest frame a follower accepts from the active; a transaction
+#: larger than this reaches the follower in a snapshot instead.
+MAX_REPLICATION_FRAME_SIZE = 64 * 1024 * 1024
+
 
 def encode(frame) -> bytes:
     """

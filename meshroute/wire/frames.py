@@ -3,9 +3,16 @@ The frames of the routing link, protocol version 3.
 
 Version 2 added the store ids to L{Recovery}; a version-1 router is
 refused (C{version}), see docs/protocol.md.  Version 3 added the vote
-exchange on the routing listener (L{VoteHello} and the HA vote frames):
-its routing links are exactly version 2's, so a version-3 router links
-with a version-2 one at version 2; a vote connection needs version 3.
+exchange on the routing listener (L{VoteHello} and the HA vote frames,
+with the start-up question L{StartQuery}), and the replication
+connection between the two instances of an HA pair (L{ReplicaHello} and
+the replication frames): a vote or replication connection needs version
+3.  Version 3 also carries the epoch of an HA instance (docs/ha.md) in
+L{Hello}, L{Welcome} and each advertisement of L{Routes}, always
+optional on the wire and left off while 0 (a router without HA): such a
+router's routing links are exactly version 2's, byte for byte, so it
+links with a version-2 router at version 2.  Only an HA instance (epoch
+above 0) sends a L{Hello} a version-2 router cannot read.
 
 Each frame is a small frozen dataclass, gathered in L{LINK_FRAMES}; see
 L{meshroute.wire.frameset} for how frames become msgpack arrays and how
@@ -27,27 +34,44 @@ SUPPORTED_VERSIONS = (2, 3)
 #: The versions in which a vote connection exists (L{VoteHello}).
 VOTE_VERSIONS = (3,)
 
+#: The versions in which a replication connection exists (L{ReplicaHello}).
+REPLICATION_VERSIONS = (3,)
+
 #: The largest epoch, position or stamp a vote frame may carry: the
 #: store keeps them as SQLite's signed 64-bit integers.
 MAX_VOTE_NUMBER = 2**63 - 1
+
+#: The first version whose L{Welcome} and L{Routes} carry epochs (a
+#: L{Hello} may carry one before any version is agreed).
+EPOCH_VERSION = 3
 
 #: Size of the random challenges exchanged during authentication.
 CHALLENGE_SIZE = 32
 
 
+def _check_epoch(frame, epoch: int) -> None:
+    if not 0 <= epoch <= MAX_VOTE_NUMBER:
+        raise WireError(f"{type(frame).__name__}.epoch must be in 0..2**63-1")
+
+
 @dataclass(frozen=True)
 class Hello:
     """
-    Connector → listener, first frame of the connect stage: who I am and
-    which protocol versions I speak.
+    Connector → listener, first frame of the connect stage: who I am,
+    which protocol versions I speak, and (version 3) the epoch this
+    instance of the router serves in (0: a router without HA; left off
+    the wire then, as version 2 sends it).
     """
 
     TYPE: ClassVar[int] = 1
+    OPTIONAL_TAIL: ClassVar[int] = 1
     versions: list
     router: str
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         _check_versions(self)
+        _check_epoch(self, self.epoch)
 
 
 def _check_versions(frame) -> None:
@@ -66,6 +90,20 @@ MAX_INSTANCE_NAME = 128
 MAX_LEASE_TIMEOUT_MS = 3_600_000
 
 
+def _check_positions(frame, *names: str) -> None:
+    """
+    Epochs, positions and stamps are SQLite's signed 64-bit integers.
+    """
+    for name in names:
+        if not 0 <= getattr(frame, name) <= MAX_VOTE_NUMBER:
+            raise WireError(f"{type(frame).__name__}.{name} must be in 0..2**63-1")
+
+
+def _check_group(frame) -> None:
+    if not _GROUP_NAME.match(frame.group):
+        raise WireError(f"{type(frame).__name__}.group is not a group name")
+
+
 def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None:
     """
     What a voter stores from a vote frame must be storable: a group name,
@@ -73,14 +111,11 @@ def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None
     L{MAX_LEASE_TIMEOUT_MS}.
     """
     kind = type(frame).__name__
-    if not _GROUP_NAME.match(frame.group):
-        raise WireError(f"{kind}.group is not a group name")
+    _check_group(frame)
     for name in names:
         if not 0 < len(getattr(frame, name)) <= MAX_INSTANCE_NAME:
             raise WireError(f"{kind}.{name} must be 1 to {MAX_INSTANCE_NAME} characters")
-    for name in numbers:
-        if not 0 <= getattr(frame, name) <= MAX_VOTE_NUMBER:
-            raise WireError(f"{kind}.{name} must be in 0..2**63-1")
+    _check_positions(frame, *numbers)
     if not 1 <= frame.lease_timeout_ms <= MAX_LEASE_TIMEOUT_MS:
         raise WireError(f"{kind}.lease_timeout_ms must be in 1..{MAX_LEASE_TIMEOUT_MS}")
 
@@ -89,15 +124,22 @@ def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None
 class Welcome:
     """
     Listener → connector, ends the connect stage: the chosen version, the
-    listener's name, the keepalive interval both sides will use, and the
-    challenge the connector must answer to authenticate.
+    listener's name, the keepalive interval both sides will use, the
+    challenge the connector must answer to authenticate, and (version 3)
+    the listener's epoch (left off the wire while 0, and always at
+    version 2).
     """
 
     TYPE: ClassVar[int] = 2
+    OPTIONAL_TAIL: ClassVar[int] = 1
     version: int
     router: str
     keepalive_interval_ms: int
     challenge: bytes
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        _check_epoch(self, self.epoch)
 
 
 @dataclass(frozen=True)
@@ -220,7 +262,9 @@ class FastTransfer:
 class Routes:
     """
     Either direction, delivery stage: link-state advertisements, each
-    C{[origin, seq, [neighbour, ...]]} (see docs/routing.md).
+    C{[origin, seq, [neighbour, ...]]}, or (version 3, when the origin's
+    epoch is not 0) C{[origin, seq, [neighbour, ...], epoch]} (see
+    docs/routing.md).
     """
 
     TYPE: ClassVar[int] = 11
@@ -230,13 +274,17 @@ class Routes:
         for item in self.advertisements:
             if not (
                 type(item) is list
-                and len(item) == 3
+                and len(item) in (3, 4)
                 and type(item[0]) is str
                 and type(item[1]) is int
                 and type(item[2]) is list
                 and all(type(n) is str for n in item[2])
+                and (len(item) == 3
+                     or (type(item[3]) is int and 0 <= item[3] <= MAX_VOTE_NUMBER))
             ):
-                raise WireError("Routes.advertisements must be [origin, seq, [names]] items")
+                raise WireError(
+                    "Routes.advertisements must be [origin, seq, [names]] or "
+                    "[origin, seq, [names], epoch] items")
 
 
 # The vote exchange (version 3): a connection to a routing listener that
@@ -346,9 +394,208 @@ class HeartbeatAnswer:
     granted_epoch: int
 
 
+@dataclass(frozen=True)
+class StartQuery:
+    """
+    Connector → listener, vote connection: an instance of C{group} that
+    starts asks who is active (Artemis' C{check-for-live-server}).
+    """
+
+    TYPE: ClassVar[int] = 17
+    group: str
+
+    def __post_init__(self) -> None:
+        _check_group(self)
+
+
+@dataclass(frozen=True)
+class StartAnswer:
+    """
+    Listener → connector: the answer to one L{StartQuery}, what
+    L{meshroute.ha.quorum.Voter.start_answer} says: the instance whose
+    heartbeats the voter hears (C{active}, "" for none), the voter's
+    durable record for the group (C{granted_to} "" for none), and, when
+    the voter is the pair's other instance, its own data position
+    C{own_position} as C{[epoch, position]} (C{[]} for a witness).
+    """
+
+    TYPE: ClassVar[int] = 18
+    group: str
+    voter: str
+    active: str
+    granted_epoch: int
+    granted_to: str
+    granted_at_epoch: int
+    granted_at_position: int
+    confirmed_epoch: int
+    confirmed_position: int
+    own_position: list
+
+    def __post_init__(self) -> None:
+        position = self.own_position
+        if not (position == [] or (len(position) == 2 and all(
+                type(n) is int and 0 <= n <= MAX_VOTE_NUMBER for n in position))):
+            raise WireError("StartAnswer.own_position must be [] or [epoch, position]")
+
+
+# The replication connection (version 3): the backup instance of an HA
+# pair follows the active one's store changes.  docs/protocol.md
+# ("Replication connections") narrates the exchange; meshroute.ha.feed and
+# meshroute.ha.follower are its two sides.
+
+#: The largest L{SnapshotChunk}.
+MAX_SNAPSHOT_CHUNK = 256 * 1024
+#: SQLite values a replicated statement's parameters may hold (sqlite3
+#: stores a bool as an integer).
+_SQL_VALUES = (type(None), bool, int, float, str, bytes)
+
+
+@dataclass(frozen=True)
+class ReplicaHello:
+    """
+    Connector → listener, first frame of a replication connection instead
+    of L{Hello}: who I am (the pair's router name), which versions I speak
+    (at least 3), and that I follow the active instance's store.
+    Authentication follows as for a link.
+    """
+
+    TYPE: ClassVar[int] = 19
+    versions: list
+    router: str
+
+    def __post_init__(self) -> None:
+        _check_versions(self)
+
+
+@dataclass(frozen=True)
+class Follow:
+    """
+    Follower → active: the store id the follower's data belongs to, and
+    the (epoch, position) of the last change it holds.
+    """
+
+    TYPE: ClassVar[int] = 20
+    store_id: str
+    epoch: int
+    position: int
+
+    def __post_init__(self) -> None:
+        _check_positions(self, "epoch", "position")
+
+
+@dataclass(frozen=True)
+class SnapshotChunk:
+    """
+    Active → follower: the next piece of a snapshot of the active's store
+    (the file's bytes in order, at most L{MAX_SNAPSHOT_CHUNK} each).
+    """
+
+    TYPE: ClassVar[int] = 21
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if not 0 < len(self.data) <= MAX_SNAPSHOT_CHUNK:
+            raise WireError(f"SnapshotChunk.data must be 1 to {MAX_SNAPSHOT_CHUNK} bytes")
+
+
+@dataclass(frozen=True)
+class SnapshotEnd:
+    """
+    Active → follower: the snapshot is complete; it holds the store up to
+    the change (C{epoch}, C{position}).
+    """
+
+    TYPE: ClassVar[int] = 22
+    epoch: int
+    position: int
+
+    def __post_init__(self) -> None:
+        _check_positions(self, "epoch", "position")
+
+
+@dataclass(frozen=True)
+class Changes:
+    """
+    Active → follower: committed store transactions in commit order, each
+    C{[epoch, position, statements]} with each statement C{[sql, params,
+    many]}: C{params} one parameter set (a list of SQL values, or a map of
+    named ones), or with C{many} a list of such sets (one C{executemany});
+    and the active's C{head}, the position of its newest committed change.
+    (L{meshroute.ha.changes.ChangeBatch.to_plain} makes a batch's form.)
+    """
+
+    TYPE: ClassVar[int] = 23
+    batches: list
+    head: int
+
+    def __post_init__(self) -> None:
+        _check_positions(self, "head")
+        for batch in self.batches:
+            if not (type(batch) is list and len(batch) == 3 and type(batch[2]) is list
+                    and type(batch[0]) is int and 0 <= batch[0] <= MAX_VOTE_NUMBER
+                    and type(batch[1]) is int and 1 <= batch[1] <= MAX_VOTE_NUMBER
+                    and all(_is_statement(s) for s in batch[2])):
+                raise WireError("Changes.batches must be [epoch, position, [statement, ...]] "
+                                "items, each statement [sql, params, many]")
+
+
+def _is_statement(statement) -> bool:
+    """
+    Whether C{statement} is C{[sql, params, many]} as
+    L{meshroute.ha.changes.ChangeBatch.to_plain} makes it.
+    """
+    if not (type(statement) is list and len(statement) == 3 and type(statement[0]) is str
+            and type(statement[2]) is bool):
+        return False
+    params, many = statement[1], statement[2]
+    if many:
+        return type(params) is list and bool(params) and all(_is_row(row) for row in params)
+    return _is_row(params)
+
+
+def _is_row(params) -> bool:
+    """
+    One parameter set: SQL values by position, or by name.  (A tuple is
+    a list that has not been through msgpack yet: a frame being sent.)
+    """
+    if type(params) is dict:
+        return all(type(k) is str and type(v) in _SQL_VALUES for k, v in params.items())
+    return type(params) in (list, tuple) and all(type(v) in _SQL_VALUES for v in params)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """
+    Follower → active: every change up to C{position} is applied (and,
+    with C{replica-sync = "full"}, fsynced).
+    """
+
+    TYPE: ClassVar[int] = 24
+    position: int
+
+    def __post_init__(self) -> None:
+        _check_positions(self, "position")
+
+
+@dataclass(frozen=True)
+class InSync:
+    """
+    Follower → active, once per connection: the follower holds every
+    change up to the active's head as last told (C{position}).
+    """
+
+    TYPE: ClassVar[int] = 25
+    position: int
+
+    def __post_init__(self) -> None:
+        _check_positions(self, "position")
+
+
 LINK_FRAMES = FrameSet(
     "link",
     (Hello, Welcome, Reject, Authenticate, Authenticated, Recovery, Keepalive,
      Transfer, Ack, FastTransfer, Routes,
-     VoteHello, VoteRequest, VoteAnswer, Heartbeat, HeartbeatAnswer),
+     VoteHello, VoteRequest, VoteAnswer, Heartbeat, HeartbeatAnswer,
+     StartQuery, StartAnswer,
+     ReplicaHello, Follow, SnapshotChunk, SnapshotEnd, Changes, Applied, InSync),
 )

@@ -1,0 +1,130 @@
+"""
+When the active instance may tell anyone about a committed store change.
+
+The store's executor (L{meshroute.store.executor}, C{replication=gate})
+hands the gate every transaction it ends, in commit order, as
+C{committed(batch_or_None, fire)}: C{batch} the transaction's
+L{ChangeBatch} (None when it wrote nothing, or failed), C{fire} what tells
+its callers.  The gate passes every batch on to the L{ReplicationSource}
+at once, and calls each C{fire} when its mode allows:
+
+  - C{alone}: at once.  The active runs without a backup, after a
+    majority of voters recorded that it does (or before any backup
+    exists).
+  - C{replicated}: a batch when the backup acknowledged its position
+    (L{acknowledged}); the backup holds it (fsynced with C{replica-sync =
+    "full"}) before any caller learns of it.
+  - C{held}: never, until the mode changes.  The backup fell silent and
+    no majority recorded yet that the active runs alone: nothing may be
+    confirmed that a promotable backup might lack.
+
+Whatever the mode, the gate fires strictly in commit order: a later
+transaction, even one that only read (or failed), never fires before an
+earlier one, because what it tells its caller may show the earlier,
+unconfirmed change (a read of a queue holding a message whose send is not
+confirmed yet must not deliver it).
+
+The role's actions map to the modes: C{hold_acknowledgements} to
+L{ReplicationGate.hold_acknowledgements}, C{release_acknowledgements}
+(the voters recorded that the active runs alone) to
+L{ReplicationGate.run_alone}, a replicated epoch to
+L{ReplicationGate.run_replicated}.  The epoch the executor tags batches
+with is L{ReplicationGate.epoch}: set it (C{serve_in}) before the first
+transaction of the new epoch.
+"""
+
+from collections import deque
+
+ALONE = "alone"
+REPLICATED = "replicated"
+HELD = "held"
+
+
+class ReplicationGate:
+    """
+    The active's gate between its store's commits and their confirmation.
+    Called on the reactor thread only.
+
+    @ivar epoch: the epoch the active serves in: what the executor tags
+        each new batch with.
+    @ivar mode: L{ALONE}, L{REPLICATED} or L{HELD}.
+    @ivar acknowledged_position: the highest position the backup
+        acknowledged.
+    """
+
+    def __init__(self, source, epoch: int, mode: str = ALONE) -> None:
+        """
+        @param source: the L{ReplicationSource} every batch is appended to.
+        @param epoch: the epoch to tag batches with.
+        @param mode: the first mode.
+        """
+        if mode not in (ALONE, REPLICATED, HELD):
+            raise ValueError(f"no gate mode {mode!r}")
+        self.epoch = epoch
+        self.mode = mode
+        self.acknowledged_position = 0
+        self._source = source
+        # (position or None, fire) of the transactions not fired yet, in
+        # commit order.
+        self._waiting: deque = deque()
+
+    @property
+    def waiting(self) -> int:
+        """
+        How many ended transactions wait to be confirmed.
+        """
+        return len(self._waiting)
+
+    def committed(self, batch, fire) -> None:
+        """
+        The executor ended a transaction: C{batch} (a L{ChangeBatch} or
+        None) goes to the source, C{fire} waits its turn.
+        """
+        if batch is not None:
+            self._source.append(batch)
+        self._waiting.append((None if batch is None else batch.position, fire))
+        self._release()
+
+    def acknowledged(self, position: int) -> None:
+        """
+        The backup holds every batch up to C{position}.
+        """
+        if position > self.acknowledged_position:
+            self.acknowledged_position = position
+            self._release()
+
+    def run_alone(self) -> None:
+        """
+        Confirm everything at once, from now on (and all that waits).
+        """
+        self.mode = ALONE
+        self._release()
+
+    def run_replicated(self) -> None:
+        """
+        Confirm each batch once the backup acknowledged it.
+        """
+        self.mode = REPLICATED
+        self._release()
+
+    def hold_acknowledgements(self) -> None:
+        """
+        Confirm nothing until the mode changes.
+        """
+        self.mode = HELD
+
+    def _release(self) -> None:
+        """
+        Fire, in order, what the mode allows.
+        """
+        waiting = self._waiting
+        mode = self.mode
+        if mode == HELD:
+            return
+        alone = mode == ALONE
+        while waiting:
+            position, fire = waiting[0]
+            if not (alone or position is None or position <= self.acknowledged_position):
+                return
+            waiting.popleft()
+            fire()

@@ -1,0 +1,257 @@
+"""
+An HA instance's own records: C{DATA-DIR/ha.db}.
+
+C{store.db} is replicated whole between the two instances of a pair;
+what belongs to one instance alone lives beside it in C{ha.db}, which is
+never replicated:
+
+ - its own voter record (the rows of C{ha_voter_records}, with the
+   columns of the store's table of schema 004), which its own
+   L{meshroute.ha.witness.Witness} answers from: L{HARecords} is an
+   L{IVoterRecords};
+ - who it is (C{instance}: router name, group, configured role), written
+   at each start, so that C{meshroute ha force-activate}, which is given
+   only a data dir, can name the instance and log under its router name;
+ - a forced activation (C{force_activate}: who asked, when), written by
+   C{meshroute ha force-activate --accept-data-loss} while the instance
+   is stopped, carried out and cleared by the instance at its next start.
+
+The schema is small and versioned with SQLite's C{user_version}; a
+version this code does not know is refused rather than misread.  The
+same functions run on the instance's executor (off the reactor thread)
+and, for the command, on a plain connection.
+"""
+
+import fcntl
+import os
+import sqlite3
+from dataclasses import dataclass
+from importlib.resources import files
+
+from twisted.internet.defer import Deferred
+from zope.interface import implementer
+
+from meshroute.errors import MeshrouteError
+from meshroute.interfaces import IVoterRecords
+
+# The store's voter-record statements, so that both files read and write
+# those rows alike.
+from meshroute.store.sqlite import _atomic, _save_voter_record, _voter_records
+
+#: The file, in the data dir.
+HA_DB = "ha.db"
+
+#: The data dir's lock file, held by the running router or HA instance.
+LOCK_FILE = "router.lock"
+
+SCHEMA_VERSION = 1
+
+#: The voter records' table is the store's own (its schema step 004).
+_VOTER_RECORDS_SCHEMA = "004-ha-voter-records.sql"
+
+_SCHEMA = """
+CREATE TABLE instance (
+    only INTEGER PRIMARY KEY CHECK (only = 1),
+    router TEXT NOT NULL,
+    group_name TEXT NOT NULL,
+    role TEXT NOT NULL
+);
+CREATE TABLE force_activate (
+    only INTEGER PRIMARY KEY CHECK (only = 1),
+    requested_by TEXT NOT NULL,
+    requested_at REAL NOT NULL
+);
+"""
+
+
+class RecordsError(MeshrouteError):
+    """
+    C{ha.db} cannot be used: a newer schema, or a data dir in use.
+    """
+
+
+@dataclass(frozen=True)
+class InstanceIdentity:
+    """
+    Who an instance is: C{router.name}, C{ha.group-name}, C{ha.role}.
+    """
+
+    router: str
+    group: str
+    role: str
+
+
+@dataclass(frozen=True)
+class ForcedActivation:
+    """
+    A forced activation waiting for the instance's next start.
+
+    @ivar requested_by: C{user@host} of the command.
+    @ivar requested_at: epoch seconds.
+    """
+
+    requested_by: str
+    requested_at: float
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """
+    Open C{ha.db} as the executors want it (they issue their own
+    transactions), fsyncing every commit: a voter record must be durable
+    before the answer that rests on it is sent.
+    """
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA busy_timeout = 5000")
+        connection.execute("PRAGMA synchronous = FULL")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _create(connection, identity: InstanceIdentity | None) -> None:
+    """
+    Create the schema (or check the existing one's version) and, given
+    C{identity}, write it, in one transaction.
+    """
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise RecordsError(f"ha.db has schema version {version}; this meshroute knows "
+                           f"{SCHEMA_VERSION}: it was written by a newer meshroute")
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        if version == 0:
+            voter_records = files("meshroute.store").joinpath("schema", _VOTER_RECORDS_SCHEMA)
+            for statement in (voter_records.read_text() + _SCHEMA).split(";"):
+                if statement.strip():
+                    connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if identity is not None:
+            connection.execute(
+                "INSERT OR REPLACE INTO instance (only, router, group_name, role) "
+                "VALUES (1, ?, ?, ?)", (identity.router, identity.group, identity.role))
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def _identity(connection) -> InstanceIdentity | None:
+    row = connection.execute("SELECT router, group_name, role FROM instance").fetchone()
+    return None if row is None else InstanceIdentity(*row)
+
+
+def _forced_activation(connection) -> ForcedActivation | None:
+    row = connection.execute(
+        "SELECT requested_by, requested_at FROM force_activate").fetchone()
+    return None if row is None else ForcedActivation(*row)
+
+
+@_atomic
+def _force_activation(connection, marker: ForcedActivation) -> None:
+    connection.execute(
+        "INSERT OR REPLACE INTO force_activate (only, requested_by, requested_at) "
+        "VALUES (1, ?, ?)", (marker.requested_by, marker.requested_at))
+
+
+@_atomic
+def _clear_forced_activation(connection) -> None:
+    connection.execute("DELETE FROM force_activate")
+
+
+@implementer(IVoterRecords)
+class HARecords:
+    """
+    C{ha.db} of a running instance, its SQL on C{executor}
+    (L{meshroute.store.executor}: a L{ThreadedExecutor} without
+    replication, or an L{InlineExecutor} in tests).
+    """
+
+    def __init__(self, path: str, executor) -> None:
+        self.path = path
+        self._executor = executor
+
+    def open(self, identity: InstanceIdentity) -> Deferred:
+        """
+        Open (creating if needed) and write who this instance is; fires
+        with None when ready.
+        """
+        d = self._executor.start(lambda: connect(self.path))
+        d.addCallback(lambda _: self._executor.run(_create, identity))
+        return d
+
+    def close(self) -> Deferred:
+        """
+        Finish every write and close; fires with None.
+        """
+        return self._executor.stop()
+
+    def voter_records(self) -> Deferred:
+        return self._executor.submit(_voter_records)
+
+    def save_voter_record(self, group: str, record, lease_timeout_ms: int) -> Deferred:
+        return self._executor.submit(_save_voter_record, group, record, lease_timeout_ms)
+
+    def forced_activation(self) -> Deferred:
+        """
+        Fires with the L{ForcedActivation} waiting, or None.
+        """
+        return self._executor.submit(_forced_activation)
+
+    def clear_forced_activation(self) -> Deferred:
+        """
+        The forced activation was carried out: forget it (durably).
+        """
+        return self._executor.submit(_clear_forced_activation)
+
+
+def read_identity(data_dir: str) -> InstanceIdentity | None:
+    """
+    Who the instance of C{data_dir} is, or None when it has no C{ha.db}
+    (it never ran as an HA instance).  Creates nothing.
+    """
+    path = os.path.join(data_dir, HA_DB)
+    if not os.path.exists(path):
+        return None
+    connection = connect(path)
+    try:
+        return _identity(connection) if _has_schema(connection) else None
+    finally:
+        connection.close()
+
+
+def _has_schema(connection) -> bool:
+    return connection.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'instance'"
+    ).fetchone() is not None
+
+
+def hold_data_dir(data_dir: str):
+    """
+    Take the data dir's lock, as a router or an HA instance does when it
+    starts, so that neither starts while the caller writes.
+
+    @return: the open lock file; closing it releases the lock.
+    @raise RecordsError: a running router or instance holds it.
+    """
+    lock_file = open(os.path.join(data_dir, LOCK_FILE), "a")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock_file.close()
+        raise RecordsError(f"{data_dir} is in use by a running router: stop it first") from None
+    return lock_file
+
+
+def record_forced_activation(data_dir: str, marker: ForcedActivation) -> None:
+    """
+    Write C{marker} into C{data_dir}'s C{ha.db}, durably.  The caller
+    holds the data dir (L{hold_data_dir}).
+    """
+    connection = connect(os.path.join(data_dir, HA_DB))
+    try:
+        _create(connection, None)
+        _force_activation(connection, marker)
+    finally:
+        connection.close()

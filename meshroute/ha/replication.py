@@ -1,0 +1,283 @@
+"""
+An HA instance's replication over its C{store.db}: the
+L{meshroute.ha.instance.ReplicationSide} that a real instance runs.
+
+While the instance does not serve, C{store.db} is its L{Replica}, which
+the follower fills from the active.  While it serves, C{store.db} is its
+router's store, whose executor hands every transaction to this side
+(C{replication=}): the L{ReplicationGate} confirms it when its mode
+allows, after the L{ReplicationSource} took its batch for the followers
+the L{ReplicationServer} feeds.  What the gate confirmed is what the
+active's heartbeats report as confirmed.
+"""
+
+import os
+from collections.abc import Callable
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from meshroute.config import RouterConfig
+from meshroute.ha.feed import ReplicationServer
+from meshroute.ha.follower import ReplicationFollower
+from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
+from meshroute.ha.instance import stage_valid_timeout_ms
+from meshroute.ha.quorum import ORIGIN, LogPosition
+from meshroute.ha.replica import STORE_NAME, Replica
+from meshroute.ha.source import ReplicationSource
+from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.registry import LinkRegistry
+from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
+from meshroute.store.executor import ThreadedExecutor
+
+log = Logger()
+
+
+def _begin_epoch(connection) -> None:
+    """
+    The change that starts an epoch: it changes no row, but is one batch
+    of the new epoch (the executor writes its position).
+    """
+    connection.execute("UPDATE replication_state SET epoch = epoch")
+
+
+class _Confirming:
+    """
+    What the serving store's executor hands its transactions to: the
+    gate, noting each batch it confirms, and confirming nothing at all
+    while the lease is not held by the clock (an active woken from
+    SIGSTOP may commit before its overdue expiry timer fences it; what
+    it does not confirm then, it never does: its router stops).
+    """
+
+    def __init__(self, gate: ReplicationGate, confirmed: Callable[[LogPosition], None],
+                 lease_holds: Callable[[], bool]) -> None:
+        self._gate = gate
+        self._confirmed = confirmed
+        self._lease_holds = lease_holds
+
+    @property
+    def epoch(self) -> int:
+        return self._gate.epoch
+
+    def committed(self, batch, fire) -> None:
+        def confirm() -> None:
+            if not self._lease_holds():
+                return
+            if batch is not None:
+                self._confirmed(LogPosition(batch.epoch, batch.position))
+            fire()
+
+        self._gate.committed(batch, confirm)
+
+
+class _DeadlinedServer(ReplicationServer):
+    """
+    A L{ReplicationServer} that gives each follower
+    C{initial-replication-sync-timeout} to catch up: the active confirms
+    alone meanwhile (no write waits for a catching-up backup), and a
+    follower that is not in sync by then has its connection closed, to
+    start again (from the log, or a new snapshot) rather than stay
+    behind for ever.
+    """
+
+    def __init__(self, clock: IReactorTime, timeout_ms: int) -> None:
+        super().__init__(lambda: None, lambda: None)
+        self.connected: Callable[[], None] = lambda: None
+        self._clock = clock
+        self._timeout = timeout_ms / 1000
+        self._deadlines: dict = {}
+
+    def feed(self, core, fail):
+        feed = super().feed(core, fail)
+        self.connected()
+        self._deadlines[feed] = self._clock.callLater(self._timeout, self._too_slow, feed)
+        return feed
+
+    def _too_slow(self, feed) -> None:
+        del self._deadlines[feed]
+        log.warn("HA: the backup did not catch up within initial-replication-sync-timeout "
+                 "({timeout} s); its replication connection is closed, and it starts again",
+                 timeout=self._timeout)
+        feed.link.shutdown()
+
+    def caught_up(self) -> None:
+        """
+        A follower is in sync: no deadline for it any more.
+        """
+        for deadline in self._deadlines.values():
+            if deadline.active():
+                deadline.cancel()
+        self._deadlines.clear()
+
+    def forget(self, feed) -> None:
+        deadline = self._deadlines.pop(feed, None)
+        if deadline is not None and deadline.active():
+            deadline.cancel()
+        super().forget(feed)
+
+
+class StoreReplication:
+    """
+    The replication side of the instance whose data dir is C{data_dir}.
+
+    @ivar server: the L{ReplicationServer} its replication listener
+        serves followers with.
+    """
+
+    def __init__(self, reactor: IReactorTime, config: RouterConfig, endpoints, events,
+                 registry: LinkRegistry, executor_factory=None) -> None:
+        """
+        @param config: the instance's configuration (its C{[ha]} and
+            data dir).
+        @param endpoints: turns endpoint strings into endpoints.
+        @param events: the instance's event log.
+        @param registry: the instance's connections.
+        @param executor_factory: makes an unstarted store executor, given
+            its C{replication} (None for the replica's): a
+            L{ThreadedExecutor} on C{reactor} by default.
+        """
+        ha = config.ha
+        self._reactor = reactor
+        self._config = config
+        self._endpoints = endpoints
+        self._events = events
+        self._registry = registry
+        self._path = os.path.join(config.data_dir, STORE_NAME)
+        self._executor_factory = executor_factory or (
+            lambda replication=None: ThreadedExecutor(reactor, replication=replication))
+        self.replica = Replica(config.data_dir, self._executor_factory, ha.replica_sync,
+                               ha.max_saved_replicated_journals_size)
+        self.server = _DeadlinedServer(reactor, ha.initial_replication_sync_timeout_ms)
+        self._follower: ReplicationFollower | None = None
+        self._replica_open = False
+        self._held = ORIGIN
+        self._store_id = ""
+        self._source: ReplicationSource | None = None
+        self._executor = None
+        self._gate: ReplicationGate | None = None
+        self._confirmed = ORIGIN
+
+    # -- store.db ----------------------------------------------------------
+
+    def open_replica(self) -> defer.Deferred:
+        opening = self.replica.open()
+        opening.addCallback(self._replica_opened)
+        return opening
+
+    def _replica_opened(self, position: LogPosition) -> None:
+        self._replica_open = True
+        self._held = position
+
+    def close_replica(self) -> defer.Deferred:
+        if not self._replica_open:
+            return defer.succeed(None)
+        self._replica_open = False
+        self._held = self.replica.position()
+        self._store_id = self.replica.store_id
+        return self.replica.close()
+
+    # -- where the data stands -------------------------------------------------
+
+    def position(self) -> LogPosition:
+        if self._source is not None:
+            return self._source.head
+        if self._replica_open:
+            return self.replica.position()
+        return self._held
+
+    def confirmed(self) -> LogPosition:
+        return self._confirmed
+
+    def lag(self) -> int | None:
+        if self._gate is None or self._gate.mode != REPLICATED:
+            return None
+        return self._source.head.position - self._gate.acknowledged_position
+
+    # -- serving ---------------------------------------------------------------
+
+    def serve_in(self, epoch: int) -> None:
+        """
+        Tag what is committed from now on with C{epoch}.  An epoch taken
+        while serving (to run alone, or replicated again) starts with a
+        change of its own, so that a backup that holds it holds that
+        epoch (a router that starts serving writes at once anyway).
+        """
+        if self._gate is None:
+            head = self._held
+            self._confirmed = head
+            self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
+            self._gate = ReplicationGate(self._source, epoch, HELD)
+            return
+        self._gate.epoch = epoch
+        self._executor.submit(_begin_epoch).addErrback(self._epoch_not_begun, epoch)
+
+    def _epoch_not_begun(self, failure, epoch: int) -> None:
+        log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
+
+    def executor(self, lease_holds: Callable[[], bool]):
+        self._executor = self._executor_factory(
+            replication=_Confirming(self._gate, self._note_confirmed, lease_holds))
+        return self._executor
+
+    def _note_confirmed(self, position: LogPosition) -> None:
+        self._confirmed = max(self._confirmed, position)
+
+    def confirm(self, alone: bool) -> None:
+        if alone:
+            self._gate.run_alone()
+        else:
+            self._gate.run_replicated()
+
+    def hold(self) -> None:
+        self._gate.hold_acknowledgements()
+
+    def lead(self, connected, caught_up, heard) -> None:
+        def in_sync() -> None:
+            self.server.caught_up()
+            caught_up()
+
+        self.server.connected = connected
+        self.server.peer_caught_up = in_sync
+        self.server.peer_heard = heard
+        self.server.serve(self._source, self._gate)
+
+    def stop_leading(self) -> None:
+        """
+        Stop feeding followers; what the gate still holds is never
+        confirmed (the router stops with it).
+        """
+        self.server.stop()
+        if self._gate is not None:
+            self._gate.hold_acknowledgements()
+            self._held = self._source.head
+        self._source = self._gate = None
+
+    # -- following ---------------------------------------------------------------
+
+    def follow(self, caught_up, heard) -> None:
+        """
+        Follow the active over a replication connection to the peer's
+        replication listener, dialled again each heartbeat-interval while
+        down.
+        """
+        ha = self._config.ha
+        context = RouterContext(name=self._config.name, clock=self._reactor,
+                                events=self._events, registry=self._registry, engine=None)
+        peer = ha.replication.peer
+        self._follower = ReplicationFollower(
+            context, ConnectorSettings(ha.replication.secret, self._config.name,
+                                       stage_valid_timeout_ms(self._config)),
+            EndpointRotation([(peer, self._endpoints.client(peer))]),
+            RetrySchedule(ha.heartbeat_interval_ms, 1.0, ha.heartbeat_interval_ms, -1),
+            self._reactor, self.replica, self._config.data_dir, caught_up,
+            lambda: None, heard)
+        self._follower.startService()
+
+    def stop_following(self) -> defer.Deferred:
+        follower, self._follower = self._follower, None
+        if follower is None:
+            return defer.succeed(None)
+        return defer.maybeDeferred(follower.stopService)

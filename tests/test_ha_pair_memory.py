@@ -1,0 +1,302 @@
+"""
+A pair of real HA instances (L{build_instance}: ha.db, vote connections,
+the replication listener, the follower, the gate) and a witness router,
+in the in-memory mesh on one clock, with inline store executors.
+"""
+
+import dataclasses
+
+import pytest
+from twisted.internet.defer import succeed
+
+from memory_mesh import SECRET, MemoryMesh
+from test_messaging_memory import Consumer
+from meshroute.events import read_events
+from meshroute.ha import records, role
+from meshroute.ha.build import build_instance
+from meshroute.ha.instance import HAInstance, instance_name
+from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
+from meshroute.store.executor import InlineExecutor
+
+ROUTER = "router-b"
+WITNESS = "router-a"
+HEARTBEAT_MS = 500
+LEASE_MS = 3000
+FAILOVER_BOUND = (LEASE_MS + 2 * HEARTBEAT_MS) / 1000 + 1.0
+QUEUE = f"orders@{ROUTER}"
+
+
+class _InlinePool:
+    """
+    A thread pool that runs its work at once (snapshots, in these tests).
+    """
+
+    def callInThreadWithCallback(self, on_result, function, *args, **kwargs):
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as e:  # handed to the Deferred, as a thread would
+            on_result(False, e)
+        else:
+            on_result(True, result)
+
+
+def inline_executor(replication=None):
+    return InlineExecutor(replication=replication)
+
+
+class Pair:
+    def __init__(self, tmp_path) -> None:
+        self.mesh = MemoryMesh(tmp_path)
+        self.clock = self.mesh.clock
+        self.clock.getThreadPool = _InlinePool
+        self.clock.callFromThread = lambda f, *a, **kw: f(*a, **kw)
+        self.tmp_path = tmp_path
+        self.witness_router = self.mesh.add(WITNESS)
+        self.instances: dict[str, HAInstance] = {}
+        self.stopped: list[str] = []  # instances that ended their process
+
+    def key(self, ha_role: str) -> str:
+        return instance_name(ROUTER, ha_role)
+
+    def start(self, ha_role: str, **ha_options) -> HAInstance:
+        other = BACKUP if ha_role == PRIMARY else PRIMARY
+        key = self.key(ha_role)
+        base = self.mesh.config(ROUTER)
+        config = dataclasses.replace(
+            base, path=f"(memory)/{key}.toml",
+            data_dir=str(self.tmp_path / key.replace("/", "-")),
+            listener=dataclasses.replace(base.listener, endpoint=key),
+            ha=HASettings(
+                role=ha_role, group_name=ROUTER,
+                replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
+                                                "(memory)", SECRET),
+                witnesses=(WitnessSettings(WITNESS, WITNESS),),
+                heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS, **ha_options))
+        instance = build_instance(config, self.clock, self.mesh.network.endpoints(key),
+                                  inline_executor, lambda: self.stopped.append(key))
+        self.instances[key] = instance
+        instance.privilegedStartService()
+        instance.startService()
+        self.mesh.network.flush()
+        return instance
+
+    def states(self) -> dict[str, str]:
+        return {key: instance.role.state for key, instance in self.instances.items()
+                if instance.role is not None}
+
+    def run_until(self, predicate, limit: float, step: float = 0.05) -> float:
+        start = self.clock.seconds()
+        while not predicate():
+            assert self.clock.seconds() - start <= limit, (
+                f"not within {limit} s: {self.states()}")
+            self.mesh.run(step)
+        return self.clock.seconds() - start
+
+    def kill(self, ha_role: str) -> None:
+        """
+        SIGKILL: the instance's connections reset, it says nothing more.
+        """
+        key = self.key(ha_role)
+        network = self.mesh.network
+        network.partitioned.add(key)
+        for connection in network.connections_of(key):
+            connection.reset_from(key)
+        instance = self.instances.pop(key)
+        stopped = instance.stopService()
+        self.mesh.run(2.0)
+        assert stopped.called
+        network.forget(key)
+        network.partitioned.discard(key)
+
+    def shut(self) -> None:
+        for key in list(self.instances):
+            stopped = self.instances.pop(key).stopService()
+            self.mesh.run(2.0)
+            assert stopped.called
+        self.mesh.stop_all()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    pair = Pair(tmp_path)
+    yield pair
+    pair.shut()
+
+
+def serving(instance: HAInstance) -> bool:
+    return instance.router is not None and instance.router.describe()["serving"]
+
+
+def start_both(pair: Pair) -> tuple[HAInstance, HAInstance]:
+    primary = pair.start(PRIMARY)
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC}
+        and serving(primary), 15.0)
+    return primary, backup
+
+
+def ha_events(instance: HAInstance, event: str) -> list[dict]:
+    instance.events.flush()
+    return [e for e in read_events(instance.events.path) if e["event"] == event]
+
+
+def send(instance: HAInstance, count: int) -> list:
+    engine = instance.router.engine
+    return [engine.submit(QUEUE, b"%d" % i, {}, True) for i in range(count)]
+
+
+def depth(instance: HAInstance) -> int:
+    return {queue["name"]: queue["depth"]
+            for queue in instance.router.describe_queues()}.get("orders", 0)
+
+
+def test_a_send_confirmed_on_the_primary_is_on_the_backup_after_its_death(pair):
+    primary, backup = start_both(pair)
+    sends = send(primary, 20)
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    confirmed = []
+    for d in sends:
+        d.addCallback(confirmed.append)
+    assert len(confirmed) == 20
+    pair.kill(PRIMARY)
+    took = 2.0 + pair.run_until(lambda: serving(backup), FAILOVER_BOUND - 2.0)
+    assert took <= FAILOVER_BOUND
+    assert depth(backup) == 20
+    [failover] = ha_events(backup, "ha.failover")
+    assert (failover["from"], failover["to"], failover["kind"]) == (PRIMARY, BACKUP, "takeover")
+    assert failover["duration_ms"] <= FAILOVER_BOUND * 1000
+
+
+def test_while_the_backup_is_cut_off_nothing_is_confirmed_until_the_primary_runs_alone(pair):
+    primary, backup = start_both(pair)
+    pair.mesh.partition(pair.key(BACKUP))
+    sends = send(primary, 5)
+    pair.mesh.run(1.0)
+    assert not any(d.called for d in sends)  # held: the backup has not acknowledged
+    # replication-timeout, then an epoch to run alone (primary + witness).
+    pair.run_until(lambda: all(d.called for d in sends), 10.0)
+    assert pair.states()[pair.key(PRIMARY)] == role.ACTIVE_ALONE
+    assert [e["status"] for e in ha_events(primary, "ha.replication")] == [
+        "connected", "in-sync", "lost"]
+    assert [(e["epoch"], e["mode"]) for e in ha_events(primary, "ha.epoch")] == [
+        (1, "alone"), (2, "replicated"), (3, "alone")]
+    # The backup, cut off from everyone, never activates.
+    pair.mesh.run(30.0)
+    assert backup.router is None
+    # Healed, it catches up and the primary runs replicated again.
+    pair.mesh.heal(pair.key(BACKUP))
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC},
+        20.0)
+    # The replicated epoch starts with a change, which the backup holds:
+    # its data is that epoch's, and it may take over from now on.
+    pair.run_until(lambda: backup.replication.position() == primary.replication.position(),
+                   1.0)
+    assert backup.replication.position().epoch == primary.role.epoch == 4
+
+
+def test_at_start_up_the_primary_serves_and_the_backup_follows_in_sync(pair):
+    primary, backup = start_both(pair)
+    assert backup.router is None
+    pair.mesh.run(10.0)  # it stays so: the lease holds, the backup hears the active
+    assert pair.states() == {pair.key(PRIMARY): role.ACTIVE_REPLICATED,
+                             pair.key(BACKUP): role.BACKUP_IN_SYNC}
+    status = primary.ha_status().describe()
+    assert (status["role"], status["state"], status["epoch"]) == (
+        PRIMARY, role.ACTIVE_REPLICATED, 2)
+    assert status["peer"]["connected"] and status["voters"][0]["connected"]
+
+
+def test_a_graceful_stop_hands_over_within_a_second(pair):
+    primary, backup = start_both(pair)
+    sends = send(primary, 5)
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    stopped = primary.stopService()
+    took = pair.run_until(lambda: serving(backup), 1.0, step=0.01)
+    assert took <= 1.0
+    pair.run_until(lambda: stopped.called, 2.0)
+    del pair.instances[pair.key(PRIMARY)]
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    assert depth(backup) == 5
+
+
+def test_a_stale_instance_never_activates_unless_forced(pair):
+    primary, backup = start_both(pair)
+    pair.mesh.partition(pair.key(BACKUP))
+    sends = send(primary, 3)
+    pair.run_until(lambda: all(d.called for d in sends), 10.0)  # confirmed alone
+    pair.kill(BACKUP)
+    pair.kill(PRIMARY)
+    backup = pair.start(BACKUP)  # lacks what the primary confirmed alone
+    pair.mesh.run(10.0)
+    assert backup.router is None and pair.states()[pair.key(BACKUP)] == role.STARTING
+    pair.kill(BACKUP)
+    data_dir = str(pair.tmp_path / pair.key(BACKUP).replace("/", "-"))
+    records.record_forced_activation(data_dir, records.ForcedActivation("op@host", 0.0))
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: serving(backup), 1.0)
+    pair.mesh.run(10.0)  # its lease holds: the voters learn its epoch
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    assert backup.role.epoch == 4  # above the epoch 3 it knew of
+    assert [(e["step"], e["epoch"]) for e in ha_events(backup, "ha.force-activate")] == [
+        ("activated", 4)]
+
+
+def test_the_returning_primary_catches_up_and_the_backup_hands_the_router_back(pair):
+    primary, backup = start_both(pair)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    sends = send(backup, 7)
+    pair.run_until(lambda: all(d.called for d in sends), 1.0)
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC}
+        and serving(primary), 20.0)
+    assert depth(primary) == 7
+    assert pair.stopped == []
+
+
+def test_without_restart_backup_the_backup_stops_after_handing_back(pair):
+    primary = pair.start(PRIMARY)
+    backup = pair.start(BACKUP, restart_backup=False)
+    pair.run_until(lambda: serving(primary) and pair.states()[pair.key(BACKUP)]
+                   == role.BACKUP_IN_SYNC, 15.0)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: pair.stopped == [pair.key(BACKUP)], 20.0)
+    pair.run_until(lambda: serving(primary), 1.0)
+
+
+def test_a_neighbour_s_consumer_gets_every_message_once_across_a_failover(pair):
+    """
+    router-c dials both instances (an endpoint list); messages sent on
+    router-b to a queue on router-c are confirmed on the primary while c
+    is cut off (held in b's outbox, replicated), the primary dies, and
+    the backup forwards them and the next ones: c's consumer gets each
+    one once.
+    """
+    base = pair.mesh.config("router-c", connect_to=[ROUTER])
+    (connector,) = base.connectors
+    config = dataclasses.replace(base, connectors=(dataclasses.replace(
+        connector, endpoint=(pair.key(PRIMARY), pair.key(BACKUP))),))
+    router_c = pair.mesh.start(config)
+    consumer = Consumer(router_c, "far")
+    primary, backup = start_both(pair)
+    pair.run_until(lambda: "router-c" in primary.router.describe_routes(), 5.0)
+    pair.mesh.partition("router-c")
+    engine = primary.router.engine
+    first = [engine.submit("far@router-c", b"%d" % i, {}, True) for i in range(30)]
+    pair.run_until(lambda: all(d.called for d in first), 5.0)
+    assert consumer.received == []
+    pair.kill(PRIMARY)
+    pair.mesh.heal("router-c")
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    # c moves its link to the new active (the next endpoint of its list).
+    pair.run_until(lambda: "router-c" in backup.router.describe_routes(), 2.0)
+    engine = backup.router.engine
+    rest = [engine.submit("far@router-c", b"%d" % i, {}, True) for i in range(30, 50)]
+    pair.run_until(lambda: all(d.called for d in rest) and len(consumer.received) >= 50, 10.0)
+    pair.mesh.run(5.0)
+    assert sorted(int(body) for body in consumer.bodies) == list(range(50))
