@@ -199,3 +199,22 @@ def test_a_graceful_stop_hands_over_within_a_second(pair):
     del pair.instances[pair.key(PRIMARY)]
     assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
     assert depth(backup) == 5
+
+
+def test_a_frozen_active_woken_up_confirms_nothing_once_its_lease_ran_out(pair):
+    """
+    SIGSTOP, in memory: time passes and none of the primary's timers run;
+    when it wakes, the backup's acknowledgements of its last sends are
+    read before its overdue lease timer runs.  Its lease ran out by its
+    own clock meanwhile (the backup may be serving already): it must not
+    confirm them (docs/ha.md, "The lease").
+    """
+    primary, backup = start_both(pair)
+    sends = send(primary, 5)  # committed, on their way to the backup
+    assert not any(d.called for d in sends)
+    pair.clock.rightNow += (LEASE_MS + HEARTBEAT_MS) / 1000  # frozen: no timer runs
+    pair.mesh.network.flush()  # woken: the backup's acknowledgements arrive first
+    assert primary.replication.lag() == 0  # acknowledged...
+    assert not any(d.called for d in sends)  # ...and still not confirmed
+    pair.run_until(lambda: pair.states()[pair.key(PRIMARY)] != role.ACTIVE_REPLICATED, 1.0)
+    assert not any(d.called for d in sends)

@@ -494,6 +494,13 @@ class HAInstance(MultiService):
             self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
             self._lease_lost)
 
+    def lease_holds(self) -> bool:
+        """
+        Whether this instance holds the lease of the epoch it serves in,
+        now, by its clock: asked before each confirmation.
+        """
+        return self._lease is not None and self.voters.lease_holds()
+
     def _release_lease(self) -> None:
         if self._lease is not None:
             self._lease.release()

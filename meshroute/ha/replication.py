@@ -12,6 +12,7 @@ active's heartbeats report as confirmed.
 """
 
 import os
+from collections.abc import Callable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -66,7 +67,8 @@ class StoreReplication:
     """
 
     def __init__(self, reactor: IReactorTime, config: RouterConfig, endpoints, events,
-                 registry: LinkRegistry, executor_factory=None) -> None:
+                 registry: LinkRegistry, executor_factory=None,
+                 may_confirm: Callable[[], bool] = lambda: True) -> None:
         """
         @param config: the instance's configuration (its C{[ha]} and
             data dir).
@@ -76,6 +78,8 @@ class StoreReplication:
         @param executor_factory: makes an unstarted store executor, given
             its C{replication} (None for the replica's): a
             L{ThreadedExecutor} on C{reactor} by default.
+        @param may_confirm: whether the instance's lease holds now, asked
+            by the gate before each confirmation (L{ReplicationGate}).
         """
         ha = config.ha
         self._reactor = reactor
@@ -96,6 +100,7 @@ class StoreReplication:
         self._source: ReplicationSource | None = None
         self._gate: ReplicationGate | None = None
         self._confirmed = ORIGIN
+        self._may_confirm = may_confirm
 
     # -- store.db ----------------------------------------------------------
 
@@ -140,7 +145,7 @@ class StoreReplication:
             head = self._held
             self._confirmed = head
             self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
-            self._gate = ReplicationGate(self._source, epoch, HELD)
+            self._gate = ReplicationGate(self._source, epoch, HELD, self._may_confirm)
         self._gate.epoch = epoch
 
     def executor(self):

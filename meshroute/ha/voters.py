@@ -269,6 +269,7 @@ class Voters(MultiService):
         self._tally: quorum.Tally | None = None
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
+        self._lease_core: lease.LeaseCore | None = None
         self._lease_since = 0.0
         self._start: _StartRound | None = None
         self._candidate: str | None = None
@@ -357,8 +358,17 @@ class Voters(MultiService):
                          lease_timeout, send_heartbeats, lost)
         granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
         self._lease_since = self._requested_at
+        self._lease_core = core
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
+
+    def lease_holds(self) -> bool:
+        """
+        Whether the lease of the last L{hold_lease} holds at this moment,
+        by the clock (L{lease.LeaseCore.holds}): the active asks before
+        each confirmation, since its expiry timer may be overdue.
+        """
+        return self._lease_core is not None and self._lease_core.holds()
 
     def _ask_everyone(self, question: Question) -> None:
         """
