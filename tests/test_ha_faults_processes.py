@@ -128,7 +128,8 @@ def start_pair(mesh, witness, primary_spec, backup_spec):  # noqa: F811
 def test_a_frozen_active_is_replaced_fenced_refused_and_rejoins_as_backup(
         mesh, proxies):  # noqa: F811
     witness = mesh.router("router-a")
-    primary_spec, backup_spec = mesh.pair("router-b", [witness], **HA)
+    # Without failback, the zombie stays the backup once it rejoined.
+    primary_spec, backup_spec = mesh.pair("router-b", [witness], allow_failback=False, **HA)
     # The primary's routing link to router-a goes through a proxy that
     # holds it: its Hello, sent in the primary's epoch, reaches router-a
     # only when the test says, after router-a linked with the backup's
