@@ -151,6 +151,7 @@ def test_a_frozen_active_is_replaced_fenced_refused_and_rejoins_as_backup(
     sender = mesh.start_send(primary, "orders@router-b", 100000, "--duplicate-id-prefix", "z-")
     primary.wait_for(lambda: primary.queue_depth("orders") >= 50, timeout=30,
                      what="sends confirmed by the primary")
+    epoch = primary.ha()["epoch"]  # (as it serves now)
     frozen_at = freeze(primary)
     started = time.monotonic()
     serving = backup.wait_ha(*ACTIVE, timeout=FAILOVER_BOUND_S + 10)
@@ -168,8 +169,9 @@ def test_a_frozen_active_is_replaced_fenced_refused_and_rejoins_as_backup(
 
     woken_at = time.time()
     primary.sigcont()
-    fenced = primary.wait_event("ha.fenced", timeout=10)
-    assert fenced[0]["epoch"] == epoch and fenced[0]["time"] >= woken_at
+    fenced = wait_until(lambda: [e for e in primary.events("ha.fenced") if e["time"] > frozen_at],
+                        10, what="the zombie to fence itself")
+    assert fenced[0]["epoch"] == epoch and fenced[0]["time"] >= woken_at, fenced
     primary.wait_ha("backup-in-sync", timeout=30)
     backup.wait_ha("active-replicated", timeout=10)
 
