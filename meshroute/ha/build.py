@@ -42,8 +42,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     instance = HAInstance(
         config, clock, endpoints, records, vote_connections(config, clock, endpoints),
         lambda instance: StoreReplication(clock, config, endpoints, instance.events,
-                                          instance.registry, factory,
-                                          may_confirm=instance.lease_holds),
+                                          instance.registry, factory),
         stop_process or clock.stop)
     # The peer reaches this instance's voter and, while it is active, its
     # store's changes here; keepalives each heartbeat-interval tell each

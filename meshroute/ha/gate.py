@@ -18,12 +18,6 @@ at once, and calls each C{fire} when its mode allows:
     no majority recorded yet that the active runs alone: nothing may be
     confirmed that a promotable backup might lack.
 
-Whatever the mode, the gate fires nothing while C{may_confirm()} is
-false: the active's lease no longer holds by its clock.  A process woken
-from a freeze (SIGSTOP) reads the backup's acknowledgements before it
-runs its overdue lease timer, and by then another instance may serve
-(docs/ha.md, "The lease").
-
 Whatever the mode, the gate fires strictly in commit order: a later
 transaction, even one that only read (or failed), never fires before an
 earlier one, because what it tells its caller may show the earlier,
@@ -40,7 +34,6 @@ transaction of the new epoch.
 """
 
 from collections import deque
-from collections.abc import Callable
 
 ALONE = "alone"
 REPLICATED = "replicated"
@@ -59,14 +52,11 @@ class ReplicationGate:
         acknowledged.
     """
 
-    def __init__(self, source, epoch: int, mode: str = ALONE,
-                 may_confirm: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, source, epoch: int, mode: str = ALONE) -> None:
         """
         @param source: the L{ReplicationSource} every batch is appended to.
         @param epoch: the epoch to tag batches with.
         @param mode: the first mode.
-        @param may_confirm: asked before anything is fired: whether the
-            active's lease holds now.
         """
         if mode not in (ALONE, REPLICATED, HELD):
             raise ValueError(f"no gate mode {mode!r}")
@@ -74,7 +64,6 @@ class ReplicationGate:
         self.mode = mode
         self.acknowledged_position = 0
         self._source = source
-        self._may_confirm = may_confirm
         # (position or None, fire) of the transactions not fired yet, in
         # commit order.
         self._waiting: deque = deque()
@@ -130,7 +119,7 @@ class ReplicationGate:
         """
         waiting = self._waiting
         mode = self.mode
-        if mode == HELD or not waiting or not self._may_confirm():
+        if mode == HELD:
             return
         alone = mode == ALONE
         while waiting:

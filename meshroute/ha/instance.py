@@ -148,8 +148,8 @@ class ReplicationSide(Protocol):
     def lag(self) -> int | None:
         "Changes the backup lacks, as far as a replication connection tells."
 
-    def executor(self):
-        "The store executor of the router serving now, its commits gated."
+    def executor(self, lease_holds: Callable[[], bool]):
+        "The store executor of the router serving now, its commits gated (and C{lease_holds})."
 
     def serve_in(self, epoch: int) -> None:
         "Tag what is committed from now on with C{epoch}."
@@ -502,7 +502,7 @@ class HAInstance(MultiService):
         # serving in (a later epoch of the same active period, to run alone
         # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
-                                    self._endpoints, executor=self.replication.executor(),
+                                    self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)
@@ -576,13 +576,6 @@ class HAInstance(MultiService):
             lambda: (self.replication.position(), self.replication.confirmed()),
             self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
             self._lease_lost, forced_epoch=epoch if epoch == self._forced_epoch else None)
-
-    def lease_holds(self) -> bool:
-        """
-        Whether this instance holds the lease of the epoch it serves in,
-        now, by its clock: asked before each confirmation.
-        """
-        return self._lease is not None and self.voters.lease_holds()
 
     def _release_lease(self) -> None:
         if self._lease is not None:

@@ -46,24 +46,28 @@ def _begin_epoch(connection) -> None:
 class _Confirming:
     """
     What the serving store's executor hands its transactions to: the
-    gate, noting each batch it confirms.
+    gate, noting each batch it confirms, and confirming nothing at all
+    while the lease is not held by the clock (an active woken from
+    SIGSTOP may commit before its overdue expiry timer fences it; what
+    it does not confirm then, it never does: its router stops).
     """
 
-    def __init__(self, gate: ReplicationGate, confirmed) -> None:
+    def __init__(self, gate: ReplicationGate, confirmed: Callable[[LogPosition], None],
+                 lease_holds: Callable[[], bool]) -> None:
         self._gate = gate
         self._confirmed = confirmed
+        self._lease_holds = lease_holds
 
     @property
     def epoch(self) -> int:
         return self._gate.epoch
 
     def committed(self, batch, fire) -> None:
-        if batch is None:
-            self._gate.committed(None, fire)
-            return
-
         def confirm() -> None:
-            self._confirmed(LogPosition(batch.epoch, batch.position))
+            if not self._lease_holds():
+                return
+            if batch is not None:
+                self._confirmed(LogPosition(batch.epoch, batch.position))
             fire()
 
         self._gate.committed(batch, confirm)
@@ -124,8 +128,7 @@ class StoreReplication:
     """
 
     def __init__(self, reactor: IReactorTime, config: RouterConfig, endpoints, events,
-                 registry: LinkRegistry, executor_factory=None,
-                 may_confirm: Callable[[], bool] = lambda: True) -> None:
+                 registry: LinkRegistry, executor_factory=None) -> None:
         """
         @param config: the instance's configuration (its C{[ha]} and
             data dir).
@@ -135,8 +138,6 @@ class StoreReplication:
         @param executor_factory: makes an unstarted store executor, given
             its C{replication} (None for the replica's): a
             L{ThreadedExecutor} on C{reactor} by default.
-        @param may_confirm: whether the instance's lease holds now, asked
-            by the gate before each confirmation (L{ReplicationGate}).
         """
         ha = config.ha
         self._reactor = reactor
@@ -158,7 +159,6 @@ class StoreReplication:
         self._executor = None
         self._gate: ReplicationGate | None = None
         self._confirmed = ORIGIN
-        self._may_confirm = may_confirm
 
     # -- store.db ----------------------------------------------------------
 
@@ -209,7 +209,7 @@ class StoreReplication:
             head = self._held
             self._confirmed = head
             self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
-            self._gate = ReplicationGate(self._source, epoch, HELD, self._may_confirm)
+            self._gate = ReplicationGate(self._source, epoch, HELD)
             return
         self._gate.epoch = epoch
         self._executor.submit(_begin_epoch).addErrback(self._epoch_not_begun, epoch)
@@ -217,9 +217,9 @@ class StoreReplication:
     def _epoch_not_begun(self, failure, epoch: int) -> None:
         log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
 
-    def executor(self):
+    def executor(self, lease_holds: Callable[[], bool]):
         self._executor = self._executor_factory(
-            replication=_Confirming(self._gate, self._note_confirmed))
+            replication=_Confirming(self._gate, self._note_confirmed, lease_holds))
         return self._executor
 
     def _note_confirmed(self, position: LogPosition) -> None:

@@ -366,19 +366,19 @@ class Voters(MultiService):
             self._ask_everyone(
                 quorum.Heartbeat(self.instance, epoch, position, confirmed, sent_at))
 
-        core = lease.LeaseCore(self._clock, self.instance, self.names, heartbeat_interval,
-                         lease_timeout, send_heartbeats, lost)
+        core = self._lease_core = lease.LeaseCore(
+            self._clock, self.instance, self.names, heartbeat_interval,
+            lease_timeout, send_heartbeats, lost)
         self._lease_since = self._requested_at
         self._lease_epoch = epoch
-        self._lease_core = core
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
     def lease_holds(self) -> bool:
         """
-        Whether the lease of the last L{hold_lease} holds at this moment,
-        by the clock (L{lease.LeaseCore.holds}): the active asks before
-        each confirmation, since its expiry timer may be overdue.
+        Whether the last lease held is held now, by the clock
+        (L{lease.LeaseCore.holds}): what an active checks before it
+        confirms anything.
         """
         return self._lease_core is not None and self._lease_core.holds()
 

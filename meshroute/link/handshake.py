@@ -353,6 +353,8 @@ class LinkCore:
         it to reset their retry schedule).
     @ivar endpoint: the configured endpoint a connector's link was made
         through (one of the connector's list); None for a listener's link.
+    @ivar held_frames: while a verdict on the peer's proof is being made
+        (its epoch saved), the frames it sent since, in order; else None.
     """
 
     context: RouterContext
@@ -381,6 +383,7 @@ class LinkCore:
     vote_side: VoteSide | None = None
     replica_side: object = None
     unanswered: int = 0
+    held_frames: list | None = None
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -835,7 +838,9 @@ class LinkCore:
                                                                        self.peer_epoch)
         if saving is None:
             return self._take_name()
-        return saving.addCallback(lambda _: self._take_name())
+        # A link that closed while the epoch was saved takes no name.
+        return saving.addCallback(
+            lambda _: self._take_name() if self.close_reason is None else None)
 
     def _take_name(self) -> tuple[str, str] | None:
         """
@@ -900,14 +905,20 @@ def _vet_proof(inputs: LinkInputs, core: LinkCore,
     C{store-failed}.
     """
     if isinstance(verdict, Deferred):
+        # The peer may already be past its proof (a listener sends its
+        # Recovery right after): what it sends meanwhile waits for the
+        # verdict.
+        core.held_frames = []
 
         def decided(result: tuple[str, str] | None) -> None:
             if core.close_reason is None:
                 _vet(inputs, result)
+            core.link.release_held_frames()
 
         def failed(failure) -> None:
             if core.close_reason is None:
                 inputs.store_failed(failure.getErrorMessage())
+            core.link.release_held_frames()
 
         verdict.addCallbacks(decided, failed)
     elif verdict is None and core.purpose == VOTES:
