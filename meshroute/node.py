@@ -309,9 +309,10 @@ class RouterService(MultiService):
     @defer.inlineCallbacks
     def stopService(self):
         """
-        Close every link with reason shutdown, stop listening and
-        reconnecting, then close the event log.
+        Close every client connection and every link (reason shutdown),
+        stop listening and reconnecting, then close the event log.
         """
+        self.client_factory.close_connections()
         closing = self.registry.close_all()
         stopping = defer.maybeDeferred(super().stopService)
         abort = self._clock.callLater(SHUTDOWN_GRACE_S, self._abort_links)

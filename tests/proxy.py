@@ -14,6 +14,15 @@ and a selector::
 L{TcpProxy.cut} closes every proxied connection (both sides) and the
 listening socket, so reconnection attempts meet "connection refused"
 until L{TcpProxy.restore} listens again on the same port.
+
+L{TcpProxy.hold} delays instead of refusing: connections are accepted
+but not forwarded, what their clients send waits unread, until
+L{TcpProxy.release} connects them to the target and passes it on (a
+frame sent at one moment that arrives at a later one)::
+
+    proxy.hold()
+    ...               # the client connects and writes; nothing arrives
+    proxy.release()   # now it does
 """
 
 import errno
@@ -63,6 +72,8 @@ class TcpProxy:
         self._selector = selectors.DefaultSelector()
         self._pipes: dict[socket.socket, _Pipe] = {}
         self._listener: socket.socket | None = None
+        self._holding = False
+        self._held: list[socket.socket] = []
         self._requests: list = []
         self._stopping = False
         self._wake_r, self._wake_w = socket.socketpair()
@@ -99,6 +110,11 @@ class TcpProxy:
         with self._lock:
             return len({id(p) for p in self._pipes.values()})
 
+    def held_connections(self) -> int:
+        "How many accepted connections wait for L{release}."
+        with self._lock:
+            return len(self._held)
+
     # -- control (any thread) ----------------------------------------------------
 
     def cut(self) -> None:
@@ -112,6 +128,20 @@ class TcpProxy:
         Listen again on the same port; returns once listening.
         """
         self._call(self._listen_in_loop)
+
+    def hold(self) -> None:
+        """
+        From now on, accept connections but forward nothing of them (not
+        even the connection: the target hears of it at L{release}).
+        """
+        self._call(self._do_hold)
+
+    def release(self) -> None:
+        """
+        Connect every held connection to the target, forward what its
+        client sent meanwhile, and forward new connections at once again.
+        """
+        self._call(self._do_release)
 
     def close(self) -> None:
         """
@@ -160,8 +190,22 @@ class TcpProxy:
         if self._listener is None:
             self._listen()
 
+    def _do_hold(self) -> None:
+        self._holding = True
+
+    def _do_release(self) -> None:
+        self._holding = False
+        with self._lock:
+            held, self._held = self._held, []
+        for client in held:
+            self._forward(client)
+
     def _do_cut(self) -> None:
         self.cuts += 1
+        with self._lock:
+            held, self._held = self._held, []
+        for client in held:
+            client.close()
         if self._listener is not None:
             self._selector.unregister(self._listener)
             self._listener.close()
@@ -197,6 +241,13 @@ class TcpProxy:
             client, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        if self._holding:
+            with self._lock:
+                self._held.append(client)
+            return
+        self._forward(client)
+
+    def _forward(self, client: socket.socket) -> None:
         target = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             target.connect((_HOST, self.target_port))

@@ -867,7 +867,8 @@ class Mesh:
         self.processes.append(process)
         return process
 
-    def pair(self, name: str, witnesses: Iterable[RouterSpec], **ha: object,
+    def pair(self, name: str, witnesses: Iterable[RouterSpec],
+             via: Callable[[str, str, int], int | None] | None = None, **ha: object,
              ) -> tuple[RouterSpec, RouterSpec]:
         """
         Describe the two instances of an HA pair of router C{name} (labels
@@ -875,10 +876,23 @@ class Mesh:
         and a replication listener on fresh ports, voting with
         C{witnesses}; write their configuration files.
 
+        @param via: puts a (cuttable) proxy on the way an instance dials
+            its voters: C{via(role, target, port)} is called for each
+            endpoint instance C{role} dials, C{target} being C{"peer"} (the
+            other instance's replication listener: votes and, to the
+            active, replication) or a witness's router name, C{port} the
+            port it listens on; it returns the port to dial instead (a
+            L{proxy.TcpProxy}'s), or None to dial it directly.
         @param ha: more keys of C{[ha]}, with C{_} for C{-}
             (C{lease_timeout="2s"}).
         """
+        witnesses = list(witnesses)
         ports = {role: self.ports.allocate() for role in ("primary", "backup")}
+
+        def endpoint(role: str, target: str, port: int) -> str:
+            proxied = via(role, target, port) if via is not None else None
+            return f"tcp:127.0.0.1:{port if proxied is None else proxied}"
+
         specs = []
         for role, other in (("primary", "backup"), ("backup", "primary")):
             spec = self.router(name, label=f"{name}-{role}", clients=True)
@@ -887,11 +901,12 @@ class Mesh:
                                 **{key.replace("_", "-"): value for key, value in ha.items()}}
             spec.extra["ha.replication"] = {
                 "listener": f"tcp:{ports[role]}:interface=127.0.0.1",
-                "peer": f"tcp:127.0.0.1:{ports[other]}",
+                "peer": endpoint(role, "peer", ports[other]),
                 "password-file": self.password_file,
             }
             spec.arrays["ha.witness"] = [
-                {"router": witness.name, "endpoint": witness.routing_endpoint}
+                {"router": witness.name,
+                 "endpoint": endpoint(role, witness.name, witness.routing_port)}
                 for witness in witnesses]
             spec.write()
             specs.append(spec)

@@ -300,3 +300,22 @@ def test_a_neighbour_s_consumer_gets_every_message_once_across_a_failover(pair):
     pair.run_until(lambda: all(d.called for d in rest) and len(consumer.received) >= 50, 10.0)
     pair.mesh.run(5.0)
     assert sorted(int(body) for body in consumer.bodies) == list(range(50))
+
+
+def test_a_frozen_active_woken_up_confirms_nothing_once_its_lease_ran_out(pair):
+    """
+    SIGSTOP, in memory: time passes and none of the primary's timers run;
+    when it wakes, the backup's acknowledgements of its last sends are
+    read before its overdue lease timer runs.  Its lease ran out by its
+    own clock meanwhile (the backup may be serving already): it must not
+    confirm them (docs/ha.md, "The lease").
+    """
+    primary, backup = start_both(pair)
+    sends = send(primary, 5)  # committed, on their way to the backup
+    assert not any(d.called for d in sends)
+    pair.clock.rightNow += (LEASE_MS + HEARTBEAT_MS) / 1000  # frozen: no timer runs
+    pair.mesh.network.flush()  # woken: the backup's acknowledgements arrive first
+    assert primary.replication.lag() == 0  # acknowledged...
+    assert not any(d.called for d in sends)  # ...and still not confirmed
+    pair.run_until(lambda: pair.states()[pair.key(PRIMARY)] != role.ACTIVE_REPLICATED, 1.0)
+    assert not any(d.called for d in sends)

@@ -494,3 +494,28 @@ def test_a_refusal_because_the_next_epoch_went_to_this_instance_does_not_fence_i
     answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.outcomes == [1, 2]
     pair.voters.stopService()
+
+
+def test_a_refusal_naming_the_lease_s_own_epoch_does_not_fence_it(harness):
+    """
+    The active asks for epoch 2 (to run replicated again) while its
+    epoch-1 lease goes on beating, and wins it before the witness's grant
+    arrives.  The witness, having granted epoch 2, refuses an epoch-1
+    heartbeat sent during the election; its answer reaches the epoch-2
+    lease: it names no newer epoch than the lease's own, and must not
+    fence it (a process test saw an active fence itself so, superseded by
+    its own epoch).
+    """
+    pair = Pair(harness)
+    pair.elect(1)
+    answer_witness(pair.attempt, pair.witness, pair.clock)
+    first = pair.lease()
+    pair.elect(2)  # its own voter and the backup grant at once
+    assert pair.outcomes == [1, 2]
+    first.release()
+    pair.voters.hold_lease(lambda: (quorum.ORIGIN, quorum.ORIGIN), INTERVAL, LEASE,
+                           pair.outcomes.append)
+    pair.attempt.write(HeartbeatAnswer(GROUP, WITNESS, False, pair.clock.seconds(), 2))
+    pair.clock.advance(INTERVAL)
+    assert pair.outcomes == [1, 2]
+    pair.voters.stopService()

@@ -32,6 +32,9 @@ from meshroute.store.sqlite import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
 from client_fakes import ROUTER, FakeEngine, RecordingEvents
+from memory_mesh import MemoryMesh
+
+from meshroute.events import read_events
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=1000, keep_alive_ms=5000,
                            max_depth=1000, recovery_buffer_size=64)
@@ -1163,3 +1166,20 @@ def f_error(code: str, detail: str):
     error = MeshrouteError(detail)
     error.code = code
     return error
+
+
+def test_a_stopped_router_closes_its_client_connections(tmp_path):
+    """
+    An HA instance that stops serving (fenced, handed over) stops its
+    router inside a process that lives on: a client still connected
+    would wait forever for answers from a router that no longer works,
+    instead of moving on to the active instance.
+    """
+    mesh = MemoryMesh(tmp_path)
+    router = mesh.add("router-a")
+    connection = Connection(router.client_factory)
+    connection.open()
+    mesh.stop("router-a")
+    assert connection.aborted
+    assert [e for e in read_events(router.events.path)
+            if e["event"] == event_names.SESSION_DISCONNECTED]

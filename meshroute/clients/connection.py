@@ -81,6 +81,7 @@ MAX_BUFFERED_FRAMES = 8
 #: C{reason} of C{session.disconnected}).
 FRAME_TIMEOUT = "frame-timeout"
 BUFFERS_FULL = "buffers-full"
+ROUTER_STOPPED = "router-stopped"
 
 #: Slack when comparing silence with a TTL, so that float clocks never
 #: close a connection a hair before its TTL nor miss the check that
@@ -145,6 +146,13 @@ class ConnectionInputs(Protocol):
 
     def buffers_full(self) -> None:
         "The partial frame the client is sending would pass the listener's buffer bound."
+
+    def router_stopped(self) -> None:
+        """
+        The router stops serving (it shuts down, or its HA instance stops
+        being the active one while the process lives on): the client must
+        go elsewhere, not wait for answers that will never come.
+        """
 
     def connection_lost(self) -> None:
         "The transport is closed."
@@ -461,6 +469,10 @@ def _build_connection_machine():
         def full(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.drop(BUFFERS_FULL)
 
+        @state.upon(ConnectionInputs.router_stopped).to(closing)
+        def stopped(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.drop(ROUTER_STOPPED)
+
     for state in (awaiting_open, vetting_open, attached):
 
         @state.upon(ConnectionInputs.protocol_error).to(closing)
@@ -476,7 +488,7 @@ def _build_connection_machine():
 
     # Once we have decided to close, whatever else arrives is moot.
     late = (ConnectionInputs.ttl_expired, ConnectionInputs.frame_overdue,
-            ConnectionInputs.buffers_full)
+            ConnectionInputs.buffers_full, ConnectionInputs.router_stopped)
     for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
                  ConnectionInputs.got_ping, ConnectionInputs.got_pong,
                  ConnectionInputs.protocol_error, ConnectionInputs.session_ended,

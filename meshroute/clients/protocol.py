@@ -186,6 +186,17 @@ class ClientFactory(Factory):
             if check.running:
                 check.stop()
 
+    def close_connections(self) -> None:
+        """
+        Close every client connection without a word, as a crash would:
+        the router stops serving.  An HA instance's router stops inside a
+        process that lives on, and its clients must fail over to the
+        active instance; each session goes disconnected at once (reason
+        C{router-stopped}), while the router's event log is still open.
+        """
+        for core in list(self.connections):
+            core.machine.router_stopped()
+
     @property
     def buffered(self) -> int:
         """

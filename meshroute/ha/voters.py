@@ -271,6 +271,7 @@ class Voters(MultiService):
         self._lease: lease.LeaseInputs | None = None
         self._lease_core: lease.LeaseCore | None = None
         self._lease_since = 0.0
+        self._lease_epoch = 0
         self._start: _StartRound | None = None
         self._candidate: str | None = None
 
@@ -369,6 +370,7 @@ class Voters(MultiService):
             self._clock, self.instance, self.names, heartbeat_interval,
             lease_timeout, send_heartbeats, lost)
         self._lease_since = self._requested_at
+        self._lease_epoch = epoch
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
@@ -401,7 +403,10 @@ class Voters(MultiService):
         older epoch must not fence it.  Nor must the refusal of a voter
         that refuses it because it granted this instance the next epoch
         (the active asks for one to run alone, or replicated again, while
-        its lease goes on).
+        its lease goes on), nor a refusal naming no newer epoch than the
+        lease's own: a heartbeat of the epoch before, sent while the
+        election for this one was under way, refused by a voter whose
+        grant came after the election was won.
         """
         if isinstance(answer, quorum.StartAnswer):
             if self._start is not None and answer.voter in self.names:
@@ -412,7 +417,8 @@ class Voters(MultiService):
             if self._election is not None:
                 self._election.got_vote(answer)
         elif self._lease is not None and answer.sent_at >= self._lease_since:
-            if answer.accepted or not self._granted_this_instance(answer):
+            if answer.accepted or (answer.granted_epoch > self._lease_epoch
+                                   and not self._granted_this_instance(answer)):
                 self._lease.got_answer(answer)
 
     def _granted_this_instance(self, answer: quorum.HeartbeatAnswer) -> bool:
