@@ -44,3 +44,63 @@ def test_sigkill_of_the_active_under_load_loses_and_doubles_nothing(mesh):  # no
     messages = [m for m in backup.stored_messages() if m["dest"] == QUEUE]
     assert len(messages) == COUNT  # nothing lost...
     assert len({m["body"] for m in messages}) == COUNT  # ...and nothing twice
+
+
+def test_sigterm_of_the_active_hands_over_within_a_second(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    sent = mesh.send(primary, QUEUE, 20)
+    assert sent.returncode == 0, sent.stderr
+    stopped_at = time.monotonic()
+    primary.popen.terminate()
+    backup.wait_for(lambda: backup.info().get("serving"), timeout=5,
+                    what="the backup to serve")
+    took = time.monotonic() - stopped_at
+    assert took <= 1.0, f"hand-over took {took:.2f} s"
+    assert primary.popen.wait(15) == 0
+    assert backup.ha()["state"] == "active-alone"
+    assert backup.queue_depth("orders") == 20
+
+
+def test_a_frozen_active_is_replaced_then_fences_itself_and_rejoins_as_backup(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    sent = mesh.send(primary, QUEUE, 10)
+    assert sent.returncode == 0, sent.stderr
+    frozen_at = time.monotonic()
+    primary.sigstop()
+    backup.wait_for(lambda: backup.info().get("serving"), timeout=FAILOVER_BOUND_S + 5,
+                    what="the backup to serve")
+    took = time.monotonic() - frozen_at
+    assert took <= FAILOVER_BOUND_S, f"failover took {took:.2f} s"
+    sent = mesh.send(backup, QUEUE, 5)
+    assert sent.returncode == 0, sent.stderr
+    primary.sigcont()
+    # The zombie fences itself, never serves again in its old epoch,
+    # follows the new active and, once in sync, is handed the router back
+    # (allow-failback) in a newer epoch.
+    [fenced] = primary.wait_for(lambda: primary.events("ha.fenced"), timeout=30,
+                                what="the zombie to fence itself")
+    assert fenced["reason"] in ("lease-lost", "superseded")
+    primary.wait_for(lambda: primary.info().get("serving"), timeout=30,
+                     what="the primary to serve again")
+    assert primary.ha()["epoch"] > fenced["epoch"]
+    assert primary.queue_depth("orders") == 15
+
+
+def test_both_killed_the_instance_with_the_newest_data_resumes_whatever_the_order(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    assert mesh.send(primary, QUEUE, 10).returncode == 0
+    backup.sigkill()
+    assert mesh.send(primary, QUEUE, 5).returncode == 0  # confirmed alone, once voters agree
+    primary.sigkill()
+    # The backup, started first, lacks what the primary confirmed alone.
+    backup = mesh.spawn(backup.spec)
+    backup.wait_ha("starting")
+    watched_until = time.monotonic() + 5.0  # more than a lease: it never activates
+    while time.monotonic() < watched_until:
+        assert backup.ha()["state"] == "starting"
+        time.sleep(0.1)
+    primary = mesh.spawn(primary.spec)
+    primary.wait_for(lambda: primary.info().get("serving"), timeout=30,
+                     what="the primary to resume")
+    backup.wait_ha("backup-in-sync", timeout=30)
+    assert primary.queue_depth("orders") == 15

@@ -37,6 +37,7 @@ from typing import Protocol
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
+from automat import NoTransition
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -47,7 +48,7 @@ from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.lease import LEASE_EXPIRED
-from meshroute.ha.records import InstanceIdentity
+from meshroute.ha.records import ForcedActivation, InstanceIdentity
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
@@ -159,8 +160,9 @@ class ReplicationSide(Protocol):
     def hold(self) -> None:
         "Confirm nothing more (the backup is silent)."
 
-    def lead(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
-        "Serve the follower; C{caught_up} each time it is in sync, C{heard} on its traffic."
+    def lead(self, connected: Callable[[], None], caught_up: Callable[[], None],
+             heard: Callable[[], None]) -> None:
+        "Serve followers; C{connected} for each, C{caught_up} when in sync, C{heard} on traffic."
 
     def stop_leading(self) -> None:
         "Stop serving the follower (this instance stops serving)."
@@ -184,6 +186,8 @@ class HAInstance(MultiService):
         L{Witness} does).
     @param replication_for: builds this instance's L{ReplicationSide}
         from the instance.
+    @param stop_process: ends the process (C{reactor.stop}): a backup that
+        handed the router back with C{restart-backup = false} stops.
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -195,7 +199,8 @@ class HAInstance(MultiService):
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints, records,
                  voters_for: Callable[[str, "HAInstance"], Voters],
-                 replication_for: Callable[["HAInstance"], ReplicationSide]) -> None:
+                 replication_for: Callable[["HAInstance"], ReplicationSide],
+                 stop_process: Callable[[], None]) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
@@ -211,6 +216,7 @@ class HAInstance(MultiService):
         self.records = records
         self.registry = LinkRegistry()
         self.replication = replication_for(self)
+        self._stop_process = stop_process
         self.witness = Witness(self.instance, records, clock, self.events,
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
@@ -231,6 +237,13 @@ class HAInstance(MultiService):
         self._stopping = False
         self._handed: defer.Deferred | None = None
         self._readmitting = False
+        self._forced_epoch: int | None = None
+        self._failing_back = False
+        # The role's state and epoch as its actions tell them (the role
+        # may act before start_role returns its core: a forced activation).
+        self._state = role.STARTING
+        self._epoch = 0
+        self._stop_reason: str | None = None
 
     # -- IHAInstanceView --------------------------------------------------
 
@@ -238,8 +251,8 @@ class HAInstance(MultiService):
         connected = self.voters.connected()
         return HAStatus(
             role=self.ha.role,
-            state=self.role.state if self.role is not None else role.STARTING,
-            epoch=self.role.epoch if self.role is not None else 0,
+            state=self._state,
+            epoch=self._epoch,
             position=self.replication.position(),
             lag=self.replication.lag(),
             peer=PeerStatus(self.ha.replication.peer,
@@ -281,7 +294,26 @@ class HAInstance(MultiService):
         record = self.witness.records().get(self.ha.group_name)
         if record is not None:
             self._newest_epoch = record.granted_epoch
-        self._role, self.role = role.start_role(self._clock, self.ha, self)
+        self.records.forced_activation().addCallback(self._start_role)
+
+    def _start_role(self, forced: ForcedActivation | None) -> None:
+        """
+        Start the role: ask the voters, or, when C{meshroute ha
+        force-activate} asked for it, serve alone at once in an epoch above
+        every epoch this instance knows (its voter's record, its data).
+        """
+        if forced is not None:
+            self._forced_epoch = max(self._newest_epoch,
+                                     self.replication.position().epoch) + 1
+            self._newest_epoch = self._epoch = self._forced_epoch
+            log.warn("HA instance {instance}: activation forced by {by}: serving alone in "
+                     "epoch {epoch} without asking the voters", instance=self.instance,
+                     by=forced.requested_by, epoch=self._forced_epoch)
+            self.ha_events.force_activate("activated", forced.requested_by,
+                                          self._forced_epoch)
+            self.records.clear_forced_activation()
+        self._role, self.role = role.start_role(self._clock, self.ha, self,
+                                                forced_epoch=self._forced_epoch)
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -329,10 +361,13 @@ class HAInstance(MultiService):
     # -- RoleActions ------------------------------------------------------
 
     def state_changed(self, state: str) -> None:
-        epoch = self.role.epoch if self.role is not None else 0
+        self._state = state
+        if self.role is not None:
+            self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
-                 state=state, epoch=epoch)
-        self.ha_events.state(state, epoch)
+                 state=state, epoch=self._epoch)
+        reason, self._stop_reason = self._stop_reason, None
+        self.ha_events.state(state, self._epoch, reason)
 
     def ask_voters(self) -> None:
         # Whatever election was under way, the role no longer awaits it.
@@ -366,6 +401,13 @@ class HAInstance(MultiService):
             self._role.must_wait()
 
     def follow(self) -> None:
+        if self._failing_back:
+            self._failing_back = False
+            if not self.ha.restart_backup:
+                log.info("HA instance {instance}: handed the router back; it stops "
+                         "(restart-backup = false)", instance=self.instance)
+                self._clock.callLater(0, self._stop_process)
+                return
         if self._stopping:
             # Handed over at the stop: finish stopping once the role has
             # finished this transition (it arms its timers after this).
@@ -376,15 +418,23 @@ class HAInstance(MultiService):
             lambda _: self.replication.follow(self._caught_up, self._role.peer_heard))
 
     def _caught_up(self) -> None:
-        if self.role.state == role.BACKUP_SYNCING:
+        if self._state == role.BACKUP_SYNCING:
             self._role.caught_up()
+
+    def _backup_connected(self) -> None:
+        head = self.replication.position().position
+        self.ha_events.replication("connected", head, self.replication.lag())
+
+    def _backup_heard(self) -> None:
+        self._role.peer_heard()
 
     def _peer_caught_up(self) -> None:
         """
-        The backup reached the live stream: news only to an instance
-        serving alone (and not already readmitting it).
+        The backup reached the live stream: news to the role only for an
+        instance serving alone (and not already readmitting it).
         """
-        if self.role.state == role.ACTIVE_ALONE and not self._readmitting:
+        self.ha_events.replication("in-sync", self.replication.position().position, 0)
+        if self._state == role.ACTIVE_ALONE and not self._readmitting:
             self._readmitting = True
             self._role.peer_caught_up()
 
@@ -393,16 +443,17 @@ class HAInstance(MultiService):
 
     def request_votes(self, alone: bool) -> None:
         self._elect(self.instance, alone)
-        self._readmitting = self.role.state == role.ACTIVE_ALONE
+        self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
-        # An active that stops hands over to run alone: the peer has no
-        # backup to wait for.
-        self._elect(self.peer_instance, alone=self._stopping)
+        # An active that stops (now, or after handing the router back with
+        # restart-backup = false) hands over an epoch to run alone: the
+        # peer will have no backup to wait for.
+        self._elect(self.peer_instance, alone=self._stopping or not self.ha.restart_backup)
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
-        epoch = max(self._newest_epoch, self.role.epoch,
+        epoch = max(self._newest_epoch, self._epoch,
                     own.granted_epoch if own is not None else 0) + 1
         self._newest_epoch = epoch
         request = quorum.VoteRequest(candidate, self.instance, epoch,
@@ -419,11 +470,12 @@ class HAInstance(MultiService):
         self._role.election_lost()
 
     def start_serving(self, epoch: int) -> None:
-        alone = self.role.state == role.ACTIVE_ALONE
+        self._epoch = epoch
+        alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
         if self._peer_heard_at is not None:
             # It followed the peer until now: a failover.
-            self.ha_events.failover(from_instance=self.peer_instance, to_instance=self.instance,
+            self.ha_events.failover(from_instance=peer_role(self.ha.role), to_instance=self.ha.role,
                                     epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
@@ -437,7 +489,7 @@ class HAInstance(MultiService):
         Start this active period's router on C{store.db}, its commits
         tagged with C{epoch}.
         """
-        if self.role.epoch != epoch or self.role.state not in _SERVING:
+        if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch)
         self.replication.confirm(alone)
@@ -449,18 +501,20 @@ class HAInstance(MultiService):
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)
-        self.replication.lead(self._peer_caught_up, self._role.peer_heard)
+        self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
+        self._fail_back_when_due()
 
     def _client_view(self) -> HAView:
         """
         What the serving router's client listener tells clients (and
         whether it takes them: not once this instance stops serving).
         """
-        return HAView(active=self.role.state in _SERVING and self.router is not None,
-                      epoch=self.role.epoch, endpoints=self.ha.client_endpoints)
+        return HAView(active=self._state in _SERVING and self.router is not None,
+                      epoch=self._epoch, endpoints=self.ha.client_endpoints)
 
     def serve_in(self, epoch: int) -> None:
-        alone = self.role.state == role.ACTIVE_ALONE
+        self._epoch = epoch
+        alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
         self.replication.serve_in(epoch)
         if not alone:
@@ -468,18 +522,41 @@ class HAInstance(MultiService):
             # run alone is confirmed by release_acknowledgements.)
             self.replication.confirm(alone=False)
         self._hold_lease()
+        self._fail_back_when_due()
+
+    def _fail_back_when_due(self) -> None:
+        """
+        With C{allow-failback}, a backup serving with the primary in sync
+        hands the router back to it.
+        """
+        if (self.ha.role == BACKUP and self.ha.allow_failback
+                and self._state == role.ACTIVE_REPLICATED):
+            self._clock.callLater(0, self._fail_back)
+
+    def _fail_back(self) -> None:
+        if self._stopping or self._state != role.ACTIVE_REPLICATED:
+            return
+        log.info("HA instance {instance}: the primary is in sync: handing the router back "
+                 "(allow-failback)", instance=self.instance)
+        try:
+            self._role.handover_due()
+        except NoTransition:
+            return  # it lost the primary meanwhile, or hands over already
+        self._failing_back = True
 
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
                  reason=reason)
+        self._stop_reason = reason
         if reason != role.HANDING_OVER:
-            self.ha_events.fenced(self.role.epoch, reason)
+            self.ha_events.fenced(self._epoch, reason)
         self._release_lease()
         self.replication.stop_leading()
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.open_replica())
 
     def hold_acknowledgements(self) -> None:
+        self.ha_events.replication("lost", self.replication.position().position, None)
         self.replication.hold()
 
     def release_acknowledgements(self) -> None:
@@ -489,10 +566,11 @@ class HAInstance(MultiService):
 
     def _hold_lease(self) -> None:
         self._release_lease()
+        epoch = self._epoch
         self._lease = self.voters.hold_lease(
             lambda: (self.replication.position(), self.replication.confirmed()),
             self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
-            self._lease_lost)
+            self._lease_lost, forced_epoch=epoch if epoch == self._forced_epoch else None)
 
     def _release_lease(self) -> None:
         if self._lease is not None:
@@ -524,7 +602,7 @@ class HAInstance(MultiService):
         return answer
 
     def _in_sync(self) -> bool:
-        return self.role is not None and self.role.state == role.BACKUP_IN_SYNC
+        return self._state == role.BACKUP_IN_SYNC
 
     def _confirm_hand_over(self, epoch: int, alone: bool, until: float) -> None:
         """
