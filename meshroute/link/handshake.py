@@ -376,6 +376,7 @@ class LinkCore:
     peer_last_received: int | None = None
     version: int | None = None
     peer_epoch: int = 0
+    peer_recovery: Recovery | None = None
     channel: object = None
     purpose: str = ROUTING
     vote_side: VoteSide | None = None
@@ -835,7 +836,18 @@ class LinkCore:
                                                                        self.peer_epoch)
         if saving is None:
             return self._take_name()
-        return saving.addCallback(lambda _: self._take_name())
+        return saving.addCallback(self._take_name_once_saved)
+
+    def _take_name_once_saved(self, _) -> tuple[str, str] | None:
+        """
+        The peer's epoch is durable: take the name, unless the link closed
+        meanwhile (its connection may be gone already, and with it the
+        registry's release of the name: a dead holder would refuse every
+        later link C{name-in-use}).
+        """
+        if self.close_reason is not None:
+            return None
+        return self._take_name()
 
     def _take_name(self) -> tuple[str, str] | None:
         """
@@ -1281,10 +1293,19 @@ def _build_connector_machine():
     def silent_witness(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.STAGE_TIMEOUT, f"{core.unanswered} unanswered in voting")
 
+    # The listener sends its Recovery right after Authenticated: it may
+    # come while the listener's new epoch is being made durable here.
+    @vetting_authenticated.upon(LinkInputs.got_recovery).loop()
+    def early_recovery(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
+        core.heard()
+        core.peer_recovery = frame
+
     @vetting_authenticated.upon(LinkInputs.accepted).to(awaiting_recovery)
     def recover(inputs: LinkInputs, core: LinkCore) -> None:
         core.begin_stage(inputs, RECOVERY)
         core.send_recovery()
+        if core.peer_recovery is not None:
+            inputs.got_recovery(core.peer_recovery)
 
     @awaiting_recovery.upon(LinkInputs.got_recovery).to(delivering)
     def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
