@@ -25,11 +25,9 @@ mesh at work, with producers and consumers as separate processes
     exactly once;
  6. the killed instance is started again: it finds the new active and
     catches up as its backup;
- 7. failback: the router goes back to the primary.  C{allow-failback} is
-    not built yet (docs/ha.md, "Status"): when the primary does not take
-    the router back by itself within 5 s, the lab says so and hands it
-    back with SIGTERM of the active backup (C{failover-on-shutdown}),
-    then starts the backup again.
+ 7. failback: once the primary is in sync, the active backup hands the
+    router back to it (C{allow-failback}) and follows it again
+    (C{restart-backup}).
 
 Then it keeps reporting link events until Ctrl-C, which stops every
 router with SIGTERM (links close with reason C{shutdown}), and ends by
@@ -51,6 +49,9 @@ import urllib.error
 import urllib.request
 
 from meshroute.cli import format_links
+
+#: The HA states in which an instance serves.
+ACTIVE = ("active-replicated", "active-alone")
 
 #: twistd from the running interpreter's environment.
 TWISTD = [sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.exit(run())"]
@@ -141,7 +142,7 @@ class LabRouter:
             return None
 
     def serving(self) -> bool:
-        return self.ha_state() in ("active-replicated", "active-alone")
+        return self.ha_state() in ACTIVE
 
     def queue_depth(self, queue: str) -> int:
         depths = {q["name"]: q["depth"] for q in self.get("/api/v1/queues")}
@@ -414,7 +415,8 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
               count: int = 2000) -> None:
     """
     The pair's part of the scenario: a failover under traffic (SIGKILL of
-    the active), the killed instance's return as backup, and failback.
+    the active), the killed instance's return as backup, and failback
+    (when the killed one was the primary).
     """
     name = pair[0].name
     address = f"payments@{name}"
@@ -445,27 +447,23 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
           "active and catches up as its backup", flush=True)
     restarted_at = time.monotonic()
     active.start()
-    if lab.watch(60, until=lambda: active.ha_state() == "backup-in-sync"):
+    # With allow-failback the backup hands the router back as soon as
+    # the primary is in sync: that state may be over before a poll sees it.
+    if lab.watch(60, until=lambda: active.ha_state() in ("backup-in-sync", *ACTIVE)):
         print(f"   {active.label} in sync {time.monotonic() - restarted_at:.1f} s after its "
               "restart", flush=True)
-    lab.print_pair(pair)
-
     primary, backup = pair
-    print(f"\n== 7. failback: the router goes back to {primary.label}", flush=True)
-    if primary is active and not lab.watch(5, until=primary.serving):
-        print(f"   allow-failback is not built in this version (docs/ha.md, Status): "
-              f"{primary.label} stays the backup. A graceful stop hands the router back "
-              f"instead: SIGTERM of {backup.label} (failover-on-shutdown)", flush=True)
-        backup.down = True
-        backup.process.terminate()
-        stopped_at = time.monotonic()
-        if lab.watch(10, until=primary.serving):
-            print(f"   {primary.label} serves {time.monotonic() - stopped_at:.1f} s after the "
-                  "SIGTERM (the bound: 1 s)", flush=True)
-        print(f"   {backup.label} stopped (exit status {backup.process.wait(timeout=15)}); "
-              "started again, it catches up as the backup", flush=True)
-        backup.start()
-    if lab.watch(60, until=lab.pairs_ready):
+    if primary is active:
+        print(f"\n== 7. failback: {backup.label} hands the router back to {primary.label} "
+              "once it is in sync (allow-failback), and follows it again (restart-backup)",
+              flush=True)
+        if lab.watch(30, until=primary.serving):
+            print(f"   {primary.label} serves again {time.monotonic() - restarted_at:.1f} s "
+                  "after its restart", flush=True)
+        else:
+            print(f"   {primary.label} does not serve 30 s after its restart; see the logs",
+                  flush=True)
+    if lab.watch(30, until=lab.pairs_ready):
         lab.print_pair(pair)
     lab.watch(30, until=lambda: lab.all_in_delivery(expected_links))
     send(sender, address, 200, "sent after the failback")

@@ -20,8 +20,6 @@ from routers import REPO_ROOT, router_env
 
 #: The failover bound of issue 9 at the lab's [ha] defaults.
 FAILOVER_BOUND_S = 3.0 + 2 * 0.5 + 1.0
-#: A graceful stop hands over within this.
-HANDOVER_BOUND_S = 1.0
 
 
 def run_lab(directory) -> str:
@@ -64,16 +62,17 @@ def test_the_lab_plays_its_scenario_with_a_pair_and_the_audit_finds_it_clean(tmp
     says("router-c-primary killed with")
     took = seconds(output, r"router-c-backup serves ([0-9.]+) s after the kill")
     assert took <= FAILOVER_BOUND_S
-    says("ha: failover (takeover) from router-c/primary to router-c/backup")
+    says("ha: failover (takeover) from primary to backup")
     says("consumer of payments on router-c: received 2000 of 2000, each exactly once")
     # ...the killed instance back as backup...
-    says("router-c-primary in sync")
-    # ...failback, by itself or by a graceful stop of the active backup,
-    # and the pair replicating again...
+    returned = output[output.index("== 6. router-c-primary returns"):]
+    assert "router-c-primary in sync" in returned, returned
+    # ...failback (its event may come before the lab's heading for it),
+    # and the pair replicating again.
+    assert re.search(r"router-c-primary ha: failover \((handover|takeover)\) from backup to "
+                     r"primary", returned), returned
     failback = output[output.index("== 7. failback"):]
-    if "allow-failback is not built" in failback:
-        assert seconds(failback, r"router-c-primary serves ([0-9.]+) s after the SIGTERM") \
-            <= HANDOVER_BOUND_S
+    assert "router-c-primary serves again" in failback, failback
     assert re.search(r"router-c-primary +active-replicated", failback), failback
     assert re.search(r"router-c-backup +backup-in-sync", failback), failback
     says("consumer of payments on router-c: received 200 of 200, each exactly once")
