@@ -188,6 +188,11 @@ def test_while_the_backup_is_cut_off_nothing_is_confirmed_until_the_primary_runs
     pair.run_until(lambda: pair.states() == {
         pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC},
         20.0)
+    # The replicated epoch starts with a change, which the backup holds:
+    # its data is that epoch's, and it may take over from now on.
+    pair.run_until(lambda: backup.replication.position() == primary.replication.position(),
+                   1.0)
+    assert backup.replication.position().epoch == primary.role.epoch == 4
 
 
 def test_at_start_up_the_primary_serves_and_the_backup_follows_in_sync(pair):

@@ -35,6 +35,14 @@ from meshroute.store.executor import ThreadedExecutor
 log = Logger()
 
 
+def _begin_epoch(connection) -> None:
+    """
+    The change that starts an epoch: it changes no row, but is one batch
+    of the new epoch (the executor writes its position).
+    """
+    connection.execute("UPDATE replication_state SET epoch = epoch")
+
+
 class _Confirming:
     """
     What the serving store's executor hands its transactions to: the
@@ -144,6 +152,7 @@ class StoreReplication:
         self._held = ORIGIN
         self._store_id = ""
         self._source: ReplicationSource | None = None
+        self._executor = None
         self._gate: ReplicationGate | None = None
         self._confirmed = ORIGIN
 
@@ -186,16 +195,28 @@ class StoreReplication:
     # -- serving ---------------------------------------------------------------
 
     def serve_in(self, epoch: int) -> None:
+        """
+        Tag what is committed from now on with C{epoch}.  An epoch taken
+        while serving (to run alone, or replicated again) starts with a
+        change of its own, so that a backup that holds it holds that
+        epoch (a router that starts serving writes at once anyway).
+        """
         if self._gate is None:
             head = self._held
             self._confirmed = head
             self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
             self._gate = ReplicationGate(self._source, epoch, HELD)
+            return
         self._gate.epoch = epoch
+        self._executor.submit(_begin_epoch).addErrback(self._epoch_not_begun, epoch)
+
+    def _epoch_not_begun(self, failure, epoch: int) -> None:
+        log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
 
     def executor(self):
-        return self._executor_factory(
+        self._executor = self._executor_factory(
             replication=_Confirming(self._gate, self._note_confirmed))
+        return self._executor
 
     def _note_confirmed(self, position: LogPosition) -> None:
         self._confirmed = max(self._confirmed, position)
