@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from routers import REPO_ROOT, ClientProcess, mesh  # noqa: F401 (mesh is a fixture)
+from routers import REPO_ROOT, ClientProcess, WaitTimeout, mesh  # noqa: F401 (mesh is a fixture)
 
 BACKLOG = 100_000
 #: Messages the pipelined producer sends meanwhile.
@@ -52,6 +52,22 @@ class TimedProducer(ClientProcess):
     def stop(self, timeout: float = 30.0) -> int:
         self.stop_file.touch()
         return self.wait(timeout)
+
+
+def ha_states(*instances) -> str:
+    """
+    What each instance's C{/api/v1/ha} says, for a failure message.
+    """
+    states = []
+    for instance in instances:
+        try:
+            ha = instance.ha()
+        except OSError as e:
+            states.append(f"{instance.spec.label}: {e}")
+            continue
+        states.append(f"{instance.spec.label}: {ha['state']}, epoch {ha['epoch']}, position "
+                      f"{ha['position']}, lag {ha['lag']}")
+    return "; ".join(states)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -88,8 +104,12 @@ def test_a_backup_catching_up_a_large_backlog_never_stalls_a_send(mesh):  # noqa
     catch_up_s = time.monotonic() - started
     primary.wait_ha("active-replicated", timeout=30)
     replicated_from = producer.count()
-    primary.wait_for(lambda: producer.count() >= replicated_from + REPLICATED_SENDS, timeout=60,
-                     what=f"{REPLICATED_SENDS} sends confirmed in replicated mode")
+    try:
+        primary.wait_for(lambda: producer.count() >= replicated_from + REPLICATED_SENDS,
+                         timeout=60, what=f"{REPLICATED_SENDS} sends confirmed in replicated mode")
+    except WaitTimeout as e:
+        raise AssertionError(f"{e}: {ha_states(primary, backup)}; "
+                             f"last confirmed send: {producer.messages()[-1:]}") from None
     assert producer.stop() == 0, producer.stderr
     assert bulk.wait(120) == 0, bulk.stderr
 
