@@ -270,6 +270,7 @@ class Voters(MultiService):
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
         self._lease_since = 0.0
+        self._lease_epoch = 0
         self._start: _StartRound | None = None
         self._candidate: str | None = None
 
@@ -367,6 +368,7 @@ class Voters(MultiService):
         core = lease.LeaseCore(self._clock, self.instance, self.names, heartbeat_interval,
                          lease_timeout, send_heartbeats, lost)
         self._lease_since = self._requested_at
+        self._lease_epoch = epoch
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
 
@@ -391,7 +393,10 @@ class Voters(MultiService):
         older epoch must not fence it.  Nor must the refusal of a voter
         that refuses it because it granted this instance the next epoch
         (the active asks for one to run alone, or replicated again, while
-        its lease goes on).
+        its lease goes on), nor one that knows no newer epoch than the
+        lease's own: a voter whose grant of this lease's epoch came after
+        the election was decided refuses a heartbeat of the epoch before,
+        sent meanwhile.
         """
         if isinstance(answer, quorum.StartAnswer):
             if self._start is not None and answer.voter in self.names:
@@ -402,7 +407,8 @@ class Voters(MultiService):
             if self._election is not None:
                 self._election.got_vote(answer)
         elif self._lease is not None and answer.sent_at >= self._lease_since:
-            if answer.accepted or not self._granted_this_instance(answer):
+            if answer.accepted or (answer.granted_epoch > self._lease_epoch
+                                   and not self._granted_this_instance(answer)):
                 self._lease.got_answer(answer)
 
     def _granted_this_instance(self, answer: quorum.HeartbeatAnswer) -> bool:
