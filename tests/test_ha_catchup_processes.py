@@ -53,6 +53,14 @@ class TimedProducer(ClientProcess):
         self.stop_file.touch()
         return self.wait(timeout)
 
+    def confirmed(self, at_least: int) -> bool:
+        """
+        Whether it confirmed C{at_least} sends; it must not have ended.
+        """
+        if self.poll() is not None:
+            raise AssertionError(f"{self.label} exited with {self.poll()}:\n{self.stderr}")
+        return self.count() >= at_least
+
 
 def ha_states(*instances) -> str:
     """
@@ -91,7 +99,7 @@ def test_a_backup_catching_up_a_large_backlog_never_stalls_a_send(mesh):  # noqa
     producer = TimedProducer("timed-producer", [primary.client_endpoint], "orders@router-b",
                              mesh.directory / "clients")
     mesh.clients.append(producer)
-    primary.wait_for(lambda: producer.count() >= 10, timeout=30,
+    primary.wait_for(lambda: producer.confirmed(10), timeout=30,
                      what="the timed producer's first sends")
     before_backup = producer.count()
 
@@ -105,7 +113,7 @@ def test_a_backup_catching_up_a_large_backlog_never_stalls_a_send(mesh):  # noqa
     primary.wait_ha("active-replicated", timeout=30)
     replicated_from = producer.count()
     try:
-        primary.wait_for(lambda: producer.count() >= replicated_from + REPLICATED_SENDS,
+        primary.wait_for(lambda: producer.confirmed(replicated_from + REPLICATED_SENDS),
                          timeout=60, what=f"{REPLICATED_SENDS} sends confirmed in replicated mode")
     except WaitTimeout as e:
         raise AssertionError(f"{e}: {ha_states(primary, backup)}; "
