@@ -10,6 +10,7 @@ import pytest
 from twisted.internet.defer import succeed
 
 from memory_mesh import SECRET, MemoryMesh
+from test_messaging_memory import Consumer
 from meshroute.events import read_events
 from meshroute.ha import records, role
 from meshroute.ha.build import build_instance
@@ -266,3 +267,36 @@ def test_without_restart_backup_the_backup_stops_after_handing_back(pair):
     primary = pair.start(PRIMARY)
     pair.run_until(lambda: pair.stopped == [pair.key(BACKUP)], 20.0)
     pair.run_until(lambda: serving(primary), 1.0)
+
+
+def test_a_neighbour_s_consumer_gets_every_message_once_across_a_failover(pair):
+    """
+    router-c dials both instances (an endpoint list); messages sent on
+    router-b to a queue on router-c are confirmed on the primary while c
+    is cut off (held in b's outbox, replicated), the primary dies, and
+    the backup forwards them and the next ones: c's consumer gets each
+    one once.
+    """
+    base = pair.mesh.config("router-c", connect_to=[ROUTER])
+    (connector,) = base.connectors
+    config = dataclasses.replace(base, connectors=(dataclasses.replace(
+        connector, endpoint=(pair.key(PRIMARY), pair.key(BACKUP))),))
+    router_c = pair.mesh.start(config)
+    consumer = Consumer(router_c, "far")
+    primary, backup = start_both(pair)
+    pair.run_until(lambda: "router-c" in primary.router.describe_routes(), 5.0)
+    pair.mesh.partition("router-c")
+    engine = primary.router.engine
+    first = [engine.submit("far@router-c", b"%d" % i, {}, True) for i in range(30)]
+    pair.run_until(lambda: all(d.called for d in first), 5.0)
+    assert consumer.received == []
+    pair.kill(PRIMARY)
+    pair.mesh.heal("router-c")
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    # c moves its link to the new active (the next endpoint of its list).
+    pair.run_until(lambda: "router-c" in backup.router.describe_routes(), 2.0)
+    engine = backup.router.engine
+    rest = [engine.submit("far@router-c", b"%d" % i, {}, True) for i in range(30, 50)]
+    pair.run_until(lambda: all(d.called for d in rest) and len(consumer.received) >= 50, 10.0)
+    pair.mesh.run(5.0)
+    assert sorted(int(body) for body in consumer.bodies) == list(range(50))

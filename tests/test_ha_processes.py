@@ -105,3 +105,33 @@ def test_both_killed_the_instance_with_the_newest_data_resumes_whatever_the_orde
                      what="the primary to resume")
     backup.wait_ha("backup-in-sync", timeout=30)
     assert primary.queue_depth("orders") == 15
+
+
+def test_the_far_consumer_gets_every_message_once_across_a_sigkill(mesh):  # noqa: F811
+    """
+    router-c dials both instances of router-b; a producer sends to a
+    queue on router-c through router-b's instances; the active is
+    SIGKILLed mid-stream; c's consumer receives every message once.
+    """
+    primary, backup = start_pair(mesh)
+    far = mesh.router("router-c", clients=True, connect=[mesh.connector(
+        router="router-b",
+        endpoint=[primary.spec.routing_endpoint, backup.spec.routing_endpoint])])
+    (router_c,) = mesh.start(far)
+    primary.wait_route("router-c")
+    receiver = mesh.start_receive(router_c, "far", COUNT, 120)
+    sender = mesh._client("send", [
+        "send", "--connect", primary.spec.client_endpoint,
+        "--connect", backup.spec.client_endpoint, "--to", "far@router-c",
+        "--count", str(COUNT), "--duplicate-id-prefix", "far-", "--reconnect-attempts", "-1",
+        "--retry-interval", "100"])
+    router_c.wait_for(lambda: receiver.count() >= COUNT // 3, timeout=60,
+                      what="a third of the messages at the far consumer")
+    primary.sigkill()
+    assert sender.wait(120) == 0, sender.stderr
+    assert receiver.wait(120) == 0, receiver.stderr
+    bodies = [message["body"] for message in receiver.messages()]
+    assert sorted(bodies) == sorted(f"message {n}" for n in range(1, COUNT + 1))
+    router_c.wait_for(lambda: backup.queue_depth("far") == 0 and
+                      router_c.queue_depth("far") == 0, timeout=10,
+                      what="nothing left over (nothing enqueued twice)")

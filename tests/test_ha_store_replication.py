@@ -1,13 +1,16 @@
 """
-L{StoreReplication}'s replication server gives a catching-up backup
-C{initial-replication-sync-timeout}.
+L{StoreReplication}'s pieces: its replication server gives a catching-up
+backup C{initial-replication-sync-timeout}; what the store commits is
+confirmed only while the lease holds.
 """
 
 from types import SimpleNamespace
 
 from twisted.internet.task import Clock
 
-from meshroute.ha.replication import _DeadlinedServer
+from meshroute.ha.changes import ChangeBatch
+from meshroute.ha.quorum import LogPosition
+from meshroute.ha.replication import _Confirming, _DeadlinedServer
 
 
 class Link:
@@ -46,3 +49,31 @@ def test_a_backup_in_sync_in_time_keeps_its_connection():
     clock.advance(60)
     assert not link.shut
     assert clock.getDelayedCalls() == []
+
+
+class Gate:
+    """
+    A gate that lets everything out at once, in epoch 3.
+    """
+
+    epoch = 3
+
+    def committed(self, batch, fire) -> None:
+        fire()
+
+
+def test_nothing_is_confirmed_while_the_lease_is_not_held():
+    """
+    An active woken from SIGSTOP may commit before its overdue lease
+    timer fences it: the lease is checked, by the clock, at each
+    confirmation.
+    """
+    held = [True]
+    confirmed, fired = [], []
+    confirming = _Confirming(Gate(), confirmed.append, lambda: held[0])
+    confirming.committed(ChangeBatch(3, 7, ()), lambda: fired.append(7))
+    held[0] = False
+    confirming.committed(ChangeBatch(3, 8, ()), lambda: fired.append(8))
+    confirming.committed(None, lambda: fired.append("read"))
+    assert fired == [7]
+    assert confirmed == [LogPosition(3, 7)]

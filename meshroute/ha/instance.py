@@ -148,8 +148,8 @@ class ReplicationSide(Protocol):
     def lag(self) -> int | None:
         "Changes the backup lacks, as far as a replication connection tells."
 
-    def executor(self):
-        "The store executor of the router serving now, its commits gated."
+    def executor(self, lease_holds: Callable[[], bool]):
+        "The store executor of the router serving now, its commits gated (and C{lease_holds})."
 
     def serve_in(self, epoch: int) -> None:
         "Tag what is committed from now on with C{epoch}."
@@ -239,6 +239,7 @@ class HAInstance(MultiService):
         self._readmitting = False
         self._forced_epoch: int | None = None
         self._failing_back = False
+        self._said_stale = False
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -282,11 +283,9 @@ class HAInstance(MultiService):
         opening.addErrback(self._cannot_open)
 
     def _cannot_open(self, failure) -> None:
-        log.failure("HA instance {instance}: cannot open its ha.db; stopping", failure,
-                    instance=self.instance)
-        from twisted.internet import reactor
-
-        reactor.stop()
+        log.failure("HA instance {instance}: cannot open its ha.db or store.db; stopping",
+                    failure, instance=self.instance)
+        self._stop_process()
 
     def _loaded(self, _) -> None:
         if not self.running:
@@ -323,11 +322,15 @@ class HAInstance(MultiService):
         following, and everything else.
         """
         self._stopping = True
-        if (self.role is not None and self.role.state == role.ACTIVE_REPLICATED
-                and self.ha.failover_on_shutdown):
+        if self._state == role.ACTIVE_REPLICATED and self.ha.failover_on_shutdown:
             self._handed = defer.Deferred()
             timeout = self._clock.callLater(1.0, self._hand_over_ended)
-            self._role.handover_due()
+            try:
+                self._role.handover_due()
+            except NoTransition:
+                # Not with an in-sync backup now (it lost it, or hands over
+                # already): nothing to hand over to.
+                self._hand_over_ended()
             yield self._handed
             if timeout.active():
                 timeout.cancel()
@@ -390,9 +393,11 @@ class HAInstance(MultiService):
             self._newest_epoch = max(self._newest_epoch, answer.record.granted_epoch)
         decision = quorum.decide_start(self.instance, self.ha.role == PRIMARY,
                                        self.replication.position(), self.voters.names, answers)
-        if decision == quorum.StartDecision.STALE:
+        if decision == quorum.StartDecision.STALE and not self._said_stale:
             log.warn("HA instance {instance}: a voter knows of confirmed changes this "
-                     "instance lacks; it never activates by itself", instance=self.instance)
+                     "instance lacks; it never activates by itself (it follows an active "
+                     "that appears, or meshroute ha force-activate)", instance=self.instance)
+        self._said_stale = decision == quorum.StartDecision.STALE
         if decision == quorum.StartDecision.FOLLOW:
             self._role.active_found()
         elif decision == quorum.StartDecision.RESUME:
@@ -497,7 +502,7 @@ class HAInstance(MultiService):
         # serving in (a later epoch of the same active period, to run alone
         # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
-                                    self._endpoints, executor=self.replication.executor(),
+                                    self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)

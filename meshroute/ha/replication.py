@@ -46,24 +46,28 @@ def _begin_epoch(connection) -> None:
 class _Confirming:
     """
     What the serving store's executor hands its transactions to: the
-    gate, noting each batch it confirms.
+    gate, noting each batch it confirms, and confirming nothing at all
+    while the lease is not held by the clock (an active woken from
+    SIGSTOP may commit before its overdue expiry timer fences it; what
+    it does not confirm then, it never does: its router stops).
     """
 
-    def __init__(self, gate: ReplicationGate, confirmed) -> None:
+    def __init__(self, gate: ReplicationGate, confirmed: Callable[[LogPosition], None],
+                 lease_holds: Callable[[], bool]) -> None:
         self._gate = gate
         self._confirmed = confirmed
+        self._lease_holds = lease_holds
 
     @property
     def epoch(self) -> int:
         return self._gate.epoch
 
     def committed(self, batch, fire) -> None:
-        if batch is None:
-            self._gate.committed(None, fire)
-            return
-
         def confirm() -> None:
-            self._confirmed(LogPosition(batch.epoch, batch.position))
+            if not self._lease_holds():
+                return
+            if batch is not None:
+                self._confirmed(LogPosition(batch.epoch, batch.position))
             fire()
 
         self._gate.committed(batch, confirm)
@@ -213,9 +217,9 @@ class StoreReplication:
     def _epoch_not_begun(self, failure, epoch: int) -> None:
         log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
 
-    def executor(self):
+    def executor(self, lease_holds: Callable[[], bool]):
         self._executor = self._executor_factory(
-            replication=_Confirming(self._gate, self._note_confirmed))
+            replication=_Confirming(self._gate, self._note_confirmed, lease_holds))
         return self._executor
 
     def _note_confirmed(self, position: LogPosition) -> None:

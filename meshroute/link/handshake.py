@@ -353,6 +353,8 @@ class LinkCore:
         it to reset their retry schedule).
     @ivar endpoint: the configured endpoint a connector's link was made
         through (one of the connector's list); None for a listener's link.
+    @ivar held_frames: while a verdict on the peer's proof is being made
+        (its epoch saved), the frames it sent since, in order; else None.
     """
 
     context: RouterContext
@@ -376,12 +378,12 @@ class LinkCore:
     peer_last_received: int | None = None
     version: int | None = None
     peer_epoch: int = 0
-    peer_recovery: Recovery | None = None
     channel: object = None
     purpose: str = ROUTING
     vote_side: VoteSide | None = None
     replica_side: object = None
     unanswered: int = 0
+    held_frames: list | None = None
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -836,18 +838,9 @@ class LinkCore:
                                                                        self.peer_epoch)
         if saving is None:
             return self._take_name()
-        return saving.addCallback(self._take_name_once_saved)
-
-    def _take_name_once_saved(self, _) -> tuple[str, str] | None:
-        """
-        The peer's epoch is durable: take the name, unless the link closed
-        meanwhile (its connection may be gone already, and with it the
-        registry's release of the name: a dead holder would refuse every
-        later link C{name-in-use}).
-        """
-        if self.close_reason is not None:
-            return None
-        return self._take_name()
+        # A link that closed while the epoch was saved takes no name.
+        return saving.addCallback(
+            lambda _: self._take_name() if self.close_reason is None else None)
 
     def _take_name(self) -> tuple[str, str] | None:
         """
@@ -912,14 +905,20 @@ def _vet_proof(inputs: LinkInputs, core: LinkCore,
     C{store-failed}.
     """
     if isinstance(verdict, Deferred):
+        # The peer may already be past its proof (a listener sends its
+        # Recovery right after): what it sends meanwhile waits for the
+        # verdict.
+        core.held_frames = []
 
         def decided(result: tuple[str, str] | None) -> None:
             if core.close_reason is None:
                 _vet(inputs, result)
+            core.link.release_held_frames()
 
         def failed(failure) -> None:
             if core.close_reason is None:
                 inputs.store_failed(failure.getErrorMessage())
+            core.link.release_held_frames()
 
         verdict.addCallbacks(decided, failed)
     elif verdict is None and core.purpose == VOTES:
@@ -1293,19 +1292,10 @@ def _build_connector_machine():
     def silent_witness(inputs: LinkInputs, core: LinkCore) -> None:
         core.close(reasons.STAGE_TIMEOUT, f"{core.unanswered} unanswered in voting")
 
-    # The listener sends its Recovery right after Authenticated: it may
-    # come while the listener's new epoch is being made durable here.
-    @vetting_authenticated.upon(LinkInputs.got_recovery).loop()
-    def early_recovery(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
-        core.heard()
-        core.peer_recovery = frame
-
     @vetting_authenticated.upon(LinkInputs.accepted).to(awaiting_recovery)
     def recover(inputs: LinkInputs, core: LinkCore) -> None:
         core.begin_stage(inputs, RECOVERY)
         core.send_recovery()
-        if core.peer_recovery is not None:
-            inputs.got_recovery(core.peer_recovery)
 
     @awaiting_recovery.upon(LinkInputs.got_recovery).to(delivering)
     def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
