@@ -2,21 +2,32 @@
 The local lab: run a mesh of routers on 127.0.0.1 and watch it.
 
 C{python -m meshroute.lab etc/lab} (what C{make lab} runs) starts one
-C{twistd -n meshroute} per C{*.toml} in the directory, prints the links as
-they reach delivery, then plays a short scenario so a newcomer sees the
+C{twistd -n meshroute} per C{*.toml} in the directory (the two instances
+of an HA pair are two files with the same router name), prints the links
+as they reach delivery, then plays a short scenario so a newcomer sees the
 mesh at work, with producers and consumers as separate processes
 (C{meshroute send} and C{meshroute receive}):
 
  1. every link reaches delivery (connect → authentication → recovery →
-    delivery);
+    delivery), and each pair elects its active instance, which
+    replicates to the other;
  2. traffic: messages sent at the first router to a queue on the last one
     arrive there, each exactly once;
- 3. the middle router is frozen with SIGSTOP: its neighbours' keepalive
-    counters run down and they close their links to it with reason
-    C{keepalive}; messages sent to it meanwhile wait in the sender's
-    store;
+ 3. the middle router without HA is frozen with SIGSTOP: its neighbours'
+    keepalive counters run down and they close their links to it with
+    reason C{keepalive}; messages sent to it meanwhile wait in the
+    sender's store;
  4. it is resumed with SIGCONT: its links come back to delivery, the
-    waiting messages flow, and its consumer gets each exactly once.
+    waiting messages flow, and its consumer gets each exactly once;
+ 5. for each pair: messages flow from the first router to the pair, and
+    its active instance is killed with SIGKILL; the backup takes over
+    (how long it took is printed), and the consumer gets each message
+    exactly once;
+ 6. the killed instance is started again: it finds the new active and
+    catches up as its backup;
+ 7. failback: once the primary is in sync, the active backup hands the
+    router back to it (C{allow-failback}) and follows it again
+    (C{restart-backup}).
 
 Then it keeps reporting link events until Ctrl-C, which stops every
 router with SIGTERM (links close with reason C{shutdown}), and ends by
@@ -34,9 +45,13 @@ import subprocess
 import sys
 import time
 import tomllib
+import urllib.error
 import urllib.request
 
 from meshroute.cli import format_links
+
+#: The HA states in which an instance serves.
+ACTIVE = ("active-replicated", "active-alone")
 
 #: twistd from the running interpreter's environment.
 TWISTD = [sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.exit(run())"]
@@ -52,6 +67,11 @@ class LabRouter:
             config = tomllib.load(f)
         self.config_path = config_path
         self.name = config["router"]["name"]
+        #: C{primary} or C{backup} for an instance of an HA pair, else None.
+        self.ha_role = config.get("ha", {}).get("role")
+        #: Names the process: the router's name, and the role of an instance.
+        self.label = f"{self.name}-{self.ha_role}" if self.ha_role else self.name
+        self.connectors = len(config.get("routing", {}).get("connector", []))
         self.events_path = os.path.join(config["router"]["data-dir"], "events.jsonl")
         endpoint = config.get("admin", {}).get("endpoint", "")
         port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
@@ -59,12 +79,15 @@ class LabRouter:
         endpoint = config.get("clients", {}).get("listener", {}).get("endpoint", "")
         port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
         self.clients = f"tcp:127.0.0.1:{port}" if port else None
-        self.log_path = os.path.join(log_dir, f"{self.name}.log")
+        self.log_path = os.path.join(log_dir, f"{self.label}.log")
         self.process: subprocess.Popen | None = None
+        #: Killed or stopped on purpose: its exit is no failure of the lab.
+        self.down = False
         self._events_offset = os.path.getsize(self.events_path) if os.path.exists(
             self.events_path) else 0
 
     def start(self) -> None:
+        self.down = False
         self.process = subprocess.Popen(
             [*TWISTD, "-n", "--pidfile=", f"--logfile={self.log_path}",
              "meshroute", "--config", self.config_path],
@@ -86,24 +109,65 @@ class LabRouter:
             self._events_offset += sum(len(line.encode()) for line in lines)
         return [json.loads(line) for line in lines]
 
-    def links(self) -> list[dict]:
-        with urllib.request.urlopen(self.admin + "/api/v1/links", timeout=2) as response:
+    def get(self, path: str):
+        with urllib.request.urlopen(self.admin + path, timeout=2) as response:
             return json.load(response)
+
+    def links(self) -> list[dict]:
+        """
+        Its links; none for an instance of a pair that is not the active
+        one (its admin API answers 503 C{not-active}: it has no router).
+        """
+        try:
+            return self.get("/api/v1/links")
+        except urllib.error.HTTPError as e:
+            if self.ha_role and e.code == 503:
+                return []
+            raise
 
     def router_info(self) -> dict:
-        with urllib.request.urlopen(self.admin + "/api/v1/router", timeout=2) as response:
-            return json.load(response)
+        return self.get("/api/v1/router")
+
+    def ha(self) -> dict:
+        return self.get("/api/v1/ha")
+
+    def ha_state(self) -> str | None:
+        """
+        The instance's HA state, or None while its admin API does not
+        answer (starting, killed).
+        """
+        try:
+            return self.ha()["state"]
+        except OSError:
+            return None
+
+    def serving(self) -> bool:
+        return self.ha_state() in ACTIVE
+
+    def queue_depth(self, queue: str) -> int:
+        depths = {q["name"]: q["depth"] for q in self.get("/api/v1/queues")}
+        return depths.get(queue, 0)
 
     def status(self) -> str:
-        return format_links(self.router_info(), self.links())
+        info = self.router_info()
+        return format_links(info, self.links() if info.get("serving", True) else [])
+
+    def describe_ha(self) -> str:
+        ha = self.ha()
+        lag = "-" if ha["lag"] is None else ha["lag"]
+        return (f"{self.label:<16} {ha['state']:<17} epoch {ha['epoch']:<3} position "
+                f"{ha['position']['epoch']}/{ha['position']['position']:<6} lag {lag}")
 
 
-def describe(event: dict) -> str | None:
+def describe(event: dict, label: str) -> str | None:
     """
     One line for a person, or None for events not worth a line.
+
+    @param label: who wrote it (L{LabRouter.label}: both instances of a
+        pair write under the router's name).
     """
     stamp = time.strftime("%H:%M:%S", time.localtime(event["time"]))
-    who = f"{stamp} {event['router']:<9}"
+    who = f"{stamp} {label:<9}"
     name = event["event"]
     peer = event.get("peer") or "?"
     if name == "link.stage":
@@ -116,8 +180,42 @@ def describe(event: dict) -> str | None:
                 f"in {event['stage']}: {event['reason']}")
     if name.startswith("router."):
         return f"{who} {name}"
+    if name.startswith("ha."):
+        return describe_ha(who, event)
+    if name.startswith("session."):
+        client = event.get("client_id") or event.get("session_id", "?")
+        why = f": {event['reason']}" if event.get("reason") else ""
+        return f"{who} session of {client} {name.split('.', 1)[1]}{why}"
     if name.startswith("message."):
         return None  # counted, not printed: there are thousands
+    return f"{who} {name} {json.dumps(event)}"
+
+
+def describe_ha(who: str, event: dict) -> str | None:
+    """
+    One line for an C{ha.*} event (docs/events.md).
+    """
+    name = event["event"]
+    if name == "ha.state":
+        why = f" ({event['reason']})" if event.get("reason") else ""
+        return f"{who} ha: {event['state']}, epoch {event['epoch']}{why}"
+    if name == "ha.epoch":
+        return f"{who} ha: granted epoch {event['epoch']} by a majority, {event['mode']}"
+    if name == "ha.failover":
+        return (f"{who} ha: failover ({event['kind']}) from {event['from']} to {event['to']}, "
+                f"epoch {event['epoch']}: {event['duration_ms']:.0f} ms since it last heard "
+                f"the old active")
+    if name == "ha.fenced":
+        return f"{who} ha: fenced in epoch {event['epoch']}: {event['reason']}"
+    if name == "ha.replication":
+        lag = "" if event.get("lag") is None else f", lag {event['lag']}"
+        return f"{who} ha: its backup {event['status']} at position {event['position']}{lag}"
+    if name == "ha.vote":
+        answer = "granted" if event["granted"] else f"refused ({event['reason']})"
+        return f"{who} ha: vote for {event['candidate']}, epoch {event['epoch']}: {answer}"
+    if name == "ha.heartbeat-refused":
+        return (f"{who} ha: refused a heartbeat of {event['instance']} in epoch "
+                f"{event['epoch']} (granted {event['granted_epoch']})")
     return f"{who} {name} {json.dumps(event)}"
 
 
@@ -128,13 +226,17 @@ def meshroute_command(*args: str) -> list[str]:
 class Consumer:
     """
     A C{meshroute receive} process, started before the messages are sent.
+
+    @param routers: the router, or both instances of a pair (the consumer
+        is given both endpoints and finds the active one).
     """
 
-    def __init__(self, router: LabRouter, queue: str, count: int) -> None:
-        self.description = f"{queue} on {router.name}"
+    def __init__(self, routers: list[LabRouter], queue: str, count: int) -> None:
+        self.description = f"{queue} on {routers[0].name}"
         self.count = count
+        connect = [arg for router in routers for arg in ("--connect", router.clients)]
         self.process = subprocess.Popen(
-            meshroute_command("receive", "--connect", router.clients, "--queue", queue,
+            meshroute_command("receive", *connect, "--queue", queue,
                               "--count", str(count), "--timeout", "60", "--json"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -148,15 +250,27 @@ class Consumer:
               f"{self.count}, {verdict}", flush=True)
 
 
+class Producer:
+    """
+    A C{meshroute send} process.
+    """
+
+    def __init__(self, router: LabRouter, address: str, count: int, label: str) -> None:
+        self.description = f"{count} messages to {address} at {router.label}"
+        self.process = subprocess.Popen(
+            meshroute_command("send", "--connect", router.clients, "--to", address,
+                              "--count", str(count), "--body", label),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+
+    def report(self) -> None:
+        _, err = self.process.communicate(timeout=120)
+        status = "durably accepted" if self.process.returncode == 0 else f"FAILED: {err.strip()}"
+        print(f"   meshroute send: {self.description}: {status}", flush=True)
+
+
 def send(router: LabRouter, address: str, count: int, label: str) -> None:
-    result = subprocess.run(
-        meshroute_command("send", "--connect", router.clients, "--to", address,
-                          "--count", str(count), "--body", label),
-        capture_output=True, text=True, timeout=120,
-    )
-    status = "durably accepted" if result.returncode == 0 else f"FAILED: {result.stderr.strip()}"
-    print(f"   meshroute send: {count} messages to {address} at {router.name}: {status}",
-          flush=True)
+    Producer(router, address, count, label).report()
 
 
 class Lab:
@@ -169,8 +283,8 @@ class Lab:
         for router in self.routers:
             for event in router.new_events():
                 if event["event"].startswith("message."):
-                    self.message_counts[event["router"], event["event"]] += 1
-                line = describe(event)
+                    self.message_counts[router.label, event["event"]] += 1
+                line = describe(event, router.label)
                 if line is not None:
                     lines.append((event["time"], line))
         for _, line in sorted(lines):
@@ -183,10 +297,10 @@ class Lab:
         self.report()
         for router in self.routers:
             counts = {event.split(".", 1)[1]: n for (name, event), n
-                      in sorted(self.message_counts.items()) if name == router.name}
+                      in sorted(self.message_counts.items()) if name == router.label}
             if counts:
                 listed = ", ".join(f"{what} {n}" for what, n in counts.items())
-                print(f"   {router.name} event log: messages {listed}", flush=True)
+                print(f"   {router.label} event log: messages {listed}", flush=True)
 
     def watch(self, seconds: float, until=None) -> bool:
         """
@@ -204,10 +318,10 @@ class Lab:
 
     def check_alive(self) -> None:
         for router in self.routers:
-            if router.process.poll() is not None:
+            if not router.down and router.process.poll() is not None:
                 error = router.process.stderr.read().decode(errors="replace")
                 raise SystemExit(
-                    f"{router.name} exited with status {router.process.returncode}:\n{error}"
+                    f"{router.label} exited with status {router.process.returncode}:\n{error}"
                     f"(see {router.log_path})"
                 )
 
@@ -218,10 +332,38 @@ class Lab:
             return False
         return len(links) == expected and all(link["stage"] == "delivery" for link in links)
 
+    def instances(self, name: str) -> list[LabRouter]:
+        """
+        The processes of router C{name}: one, or the two instances of a
+        pair (primary first).
+        """
+        return sorted((router for router in self.routers if router.name == name),
+                      key=lambda router: router.ha_role != "primary")
+
+    def pairs(self) -> list[list[LabRouter]]:
+        names = sorted({router.name for router in self.routers if router.ha_role})
+        return [self.instances(name) for name in names]
+
+    def pairs_ready(self) -> bool:
+        """
+        Whether each pair has an active instance replicating to an in-sync
+        backup.
+        """
+        return all(sorted(router.ha_state() or "" for router in pair)
+                   == ["active-replicated", "backup-in-sync"] for pair in self.pairs())
+
+    def print_pair(self, pair: list[LabRouter]) -> None:
+        for router in pair:
+            try:
+                print(f"   {router.describe_ha()}", flush=True)
+            except OSError:
+                print(f"   {router.label:<16} not answering", flush=True)
+
     def print_status(self) -> None:
         print()
         for router in self.routers:
-            print(router.status(), end="")
+            if not router.down:
+                print(router.status(), end="")
         print(flush=True)
 
     def stop(self) -> None:
@@ -236,7 +378,7 @@ class Lab:
                 except subprocess.TimeoutExpired:
                     router.process.kill()
                     code = router.process.wait()
-                print(f"{router.name} stopped (exit status {code})")
+                print(f"{router.label} stopped (exit status {code})")
         self.report()
 
 
@@ -269,6 +411,65 @@ def run_audit(routers: list[LabRouter], out: str) -> None:
           f"{verdict.get(result.returncode, 'the audit failed')}", flush=True)
 
 
+def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links: int,
+              count: int = 2000) -> None:
+    """
+    The pair's part of the scenario: a failover under traffic (SIGKILL of
+    the active), the killed instance's return as backup, and failback
+    (when the killed one was the primary).
+    """
+    name = pair[0].name
+    address = f"payments@{name}"
+    print(f"\n== 5. {name} is a pair: two instances, one active, the other replicating every "
+          "store change; the other routers vote (docs/ha.md)", flush=True)
+    lab.print_pair(pair)
+    active = next(router for router in pair if router.serving())
+    standby = next(router for router in pair if router is not active)
+    print(f"   {count} messages from {sender.name} to {address}; the active instance "
+          f"{active.label} is killed (SIGKILL) while they arrive", flush=True)
+    producer = Producer(sender, address, count, "sent across the failover")
+    lab.watch(30, until=lambda: active.queue_depth("payments") >= count // 10)
+    depth = active.queue_depth("payments")
+    active.down = True
+    active.process.kill()
+    killed_at = time.monotonic()
+    active.process.wait()
+    print(f"   {active.label} killed with {depth} of them in its queue", flush=True)
+    if lab.watch(15, until=standby.serving):
+        print(f"   {standby.label} serves {time.monotonic() - killed_at:.1f} s after the kill "
+              "(the bound: lease-timeout + 2 × heartbeat-interval + 1 s, 5 s here)", flush=True)
+    else:
+        print(f"   {standby.label} does not serve 15 s after the kill; see its log", flush=True)
+    producer.report()
+    Consumer(pair, "payments", count).report()
+
+    print(f"\n== 6. {active.label} returns: it asks the voters, finds {standby.label} "
+          "active and catches up as its backup", flush=True)
+    restarted_at = time.monotonic()
+    active.start()
+    # With allow-failback the backup hands the router back as soon as
+    # the primary is in sync: that state may be over before a poll sees it.
+    if lab.watch(60, until=lambda: active.ha_state() in ("backup-in-sync", *ACTIVE)):
+        print(f"   {active.label} in sync {time.monotonic() - restarted_at:.1f} s after its "
+              "restart", flush=True)
+    primary, backup = pair
+    if primary is active:
+        print(f"\n== 7. failback: {backup.label} hands the router back to {primary.label} "
+              "once it is in sync (allow-failback), and follows it again (restart-backup)",
+              flush=True)
+        if lab.watch(30, until=primary.serving):
+            print(f"   {primary.label} serves again {time.monotonic() - restarted_at:.1f} s "
+                  "after its restart", flush=True)
+        else:
+            print(f"   {primary.label} does not serve 30 s after its restart; see the logs",
+                  flush=True)
+    if lab.watch(30, until=lab.pairs_ready):
+        lab.print_pair(pair)
+    lab.watch(30, until=lambda: lab.all_in_delivery(expected_links))
+    send(sender, address, 200, "sent after the failback")
+    Consumer(pair, "payments", 200).report()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="directory of router configurations (*.toml)")
@@ -281,25 +482,29 @@ def main(argv=None) -> int:
     log_dir = os.path.join("var", "lab")
     os.makedirs(log_dir, exist_ok=True)
     lab = Lab([LabRouter(path, log_dir) for path in paths])
-    expected_links = 2 * sum(
-        len(tomllib.load(open(path, "rb")).get("routing", {}).get("connector", []))
-        for path in paths
-    )
+    # Both instances of a pair have the same connectors; only the active runs them.
+    expected_links = 2 * sum(router.connectors for router in lab.routers
+                             if router.ha_role != "backup")
     print(f"meshroute lab: starting {len(paths)} routers from {args.directory}")
     for router in lab.routers:
-        print(f"  {router.name:<10} admin API {router.admin}/api/v1/links   log {router.log_path}")
+        print(f"  {router.label:<16} admin API {router.admin}/api/v1/links   "
+              f"log {router.log_path}")
         router.start()
     started = time.monotonic()
     try:
-        print("\n== 1. the mesh comes up: every link passes the four stages")
-        if not lab.watch(30, until=lambda: lab.all_in_delivery(expected_links)):
+        print("\n== 1. the mesh comes up: every link passes the four stages"
+              + (", each pair elects its active" if lab.pairs() else ""))
+        if not lab.watch(30, until=lambda: lab.all_in_delivery(expected_links)
+                         and lab.pairs_ready()):
             print("not every link reached delivery in 30 s; see the logs above")
         lab.print_status()
-        first, victim, last = lab.routers[0], lab.routers[len(lab.routers) // 2], lab.routers[-1]
+        plain = [router for router in lab.routers if router.ha_role is None]
+        first, victim = plain[0], plain[len(plain) // 2]
+        last = lab.instances(max(router.name for router in lab.routers))
 
-        print(f"== 2. traffic: 1000 messages from {first.name} to orders@{last.name}")
+        print(f"== 2. traffic: 1000 messages from {first.name} to orders@{last[0].name}")
         consumer = Consumer(last, "orders", 1000)
-        send(first, f"orders@{last.name}", 1000, "lab traffic")
+        send(first, f"orders@{last[0].name}", 1000, "lab traffic")
         consumer.report()
         lab.print_message_counts()
 
@@ -316,7 +521,10 @@ def main(argv=None) -> int:
               "waiting messages flow")
         victim.process.send_signal(signal.SIGCONT)
         lab.watch(20, until=lambda: lab.all_in_delivery(expected_links))
-        Consumer(victim, "inbox", 500).report()
+        Consumer([victim], "inbox", 500).report()
+        lab.print_message_counts()
+        for pair in lab.pairs():
+            show_pair(lab, pair, first, expected_links)
         lab.print_message_counts()
         lab.print_status()
         print("== the mesh runs; events appear as they happen. Ctrl-C stops every router.")

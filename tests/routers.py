@@ -646,18 +646,25 @@ class ClientProcess:
     could fill up.
 
     @ivar label: names its files (C{LABEL.out}, C{LABEL.err}).
-    @ivar args: the command's arguments (after C{meshroute}).
+    @ivar args: the command's arguments (after C{meshroute}, or after
+        C{program}).
     """
 
-    def __init__(self, label: str, args: list[str], directory: Path) -> None:
+    def __init__(self, label: str, args: list[str], directory: Path,
+                 program: list[str] | None = None) -> None:
+        """
+        @param program: what runs with C{args}: C{meshroute} by default,
+            or another command line (a client script of the tests).
+        """
         self.label = label
         self.args = list(args)
         directory.mkdir(parents=True, exist_ok=True)
         self.stdout_path = directory / f"{label}.out"
         self.stderr_path = directory / f"{label}.err"
+        program = program or [sys.executable, "-m", "meshroute.cli"]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "meshroute.cli", *self.args],
+                [*program, *self.args],
                 env=router_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             )
 

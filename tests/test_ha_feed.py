@@ -499,3 +499,21 @@ def test_a_routing_listener_takes_no_replication_connections(router):  # noqa: F
     peer.send(ReplicaHello([3], REMOTE))
     (reject,) = peer.expect(Reject)
     assert reject.code == reasons.VERSION
+
+
+def test_a_pause_and_resume_between_batches_leaves_one_subscription(active):
+    """
+    The transport may fill up with something else than a batch (a
+    keepalive, the head): resumed, the feed finds nothing to catch up and
+    goes on streaming, each batch once.
+    """
+    follower = active.connection()
+    follower.to_replication()
+    follower.send(Follow(STORE_ID, 1, 3))
+    follower.written()
+    follower.transport.producerState = "paused"
+    follower.protocol.pauseProducing()
+    follower.transport.drain()
+    assert len(active.source.subscribers) == 1
+    active.source.append(batch(4))
+    assert follower.written() == [Changes([wire(4)], 4)]

@@ -306,12 +306,16 @@ class Pair:
     callable, and one witness played by the test.
     """
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: Harness, peer=None) -> None:
+        """
+        @param peer: makes the backup's callable from its voter and the
+            clock (L{LocalPeer} by default).
+        """
         clock = self.clock = harness.clock
         self.own = quorum.Voter(PRIMARY, LEASE, quorum.VoterRecord(), clock.seconds())
         self.backup = quorum.Voter(BACKUP, LEASE, quorum.VoterRecord(), clock.seconds())
         self.witness = quorum.Voter(WITNESS, LEASE, quorum.VoterRecord(), clock.seconds())
-        self.peer = LocalPeer(self.backup, clock)
+        self.peer = (peer or LocalPeer)(self.backup, clock)
         self.voters = Voters(clock, PRIMARY, {PRIMARY: LocalPeer(self.own, clock),
                                               BACKUP: self.peer}, [harness.witness()])
         self.voters.startService()
@@ -517,5 +521,56 @@ def test_a_refusal_naming_the_lease_s_own_epoch_does_not_fence_it(harness):
                            pair.outcomes.append)
     pair.attempt.write(HeartbeatAnswer(GROUP, WITNESS, False, pair.clock.seconds(), 2))
     pair.clock.advance(INTERVAL)
+    assert pair.outcomes == [1, 2]
+    pair.voters.stopService()
+
+
+class HoldingPeer(LocalPeer):
+    """
+    The peer instance answering by its voter's rules, but only when the
+    test says (L{answer_held}), in the order asked.
+    """
+
+    def __init__(self, voter: quorum.Voter, clock: Clock) -> None:
+        super().__init__(voter, clock)
+        self.holding = False
+        self.held: list[tuple[object, Deferred]] = []
+
+    def __call__(self, question) -> Deferred:
+        if not self.holding:
+            return super().__call__(question)
+        self.asked.append(question)
+        answer = Deferred()
+        self.held.append((question, answer))
+        return answer
+
+    def answer_held(self) -> None:
+        held, self.held, self.holding = self.held, [], False
+        for question, answer in held:
+            LocalPeer.__call__(self, question).chainDeferred(answer)
+
+
+def test_a_late_grant_s_refusal_of_the_last_epoch_s_heartbeat_does_not_fence(harness):
+    """
+    The active won its next epoch (to run replicated again) with its own
+    voter and the witness; the peer's grant came after the count, and so
+    did its refusal of a heartbeat the active sent in its last epoch
+    meanwhile (C{granted_epoch} is the active's own epoch): no voter
+    knows a newer epoch, and the new lease holds.
+    """
+    pair = Pair(harness, HoldingPeer)
+    pair.elect(1)
+    old = pair.lease()
+    answer_witness(pair.attempt, pair.witness, pair.clock)
+    pair.peer.holding = True
+    pair.elect(2)
+    pair.clock.advance(INTERVAL)  # the epoch-1 lease beats meanwhile
+    answer_witness(pair.attempt, pair.witness, pair.clock)  # grants 2: won
+    assert pair.outcomes == [1, 2]
+    old.release()
+    pair.lease()
+    pair.peer.answer_held()  # grants 2 (too late to count), refuses the epoch-1 heartbeat
+    pair.clock.advance(INTERVAL)
+    answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.outcomes == [1, 2]
     pair.voters.stopService()

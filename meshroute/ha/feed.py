@@ -156,7 +156,8 @@ class FeedCore:
         """
         Send the batches after C{sent} from the log until done or paused;
         once done, tell the head (if not told since the follow) and
-        subscribe to the live stream.
+        subscribe to the live stream, unless still subscribed (the
+        transport paused and resumed between two batches).
         """
         if self.paused:
             return
@@ -166,8 +167,9 @@ class FeedCore:
         elif self.send_batches(inputs, batches):
             if not self.told_head:
                 self._send_changes([])
-            self.subscriber = inputs.committed
-            self.source.subscribe(self.subscriber)
+            if self.subscriber is None:
+                self.subscriber = inputs.committed
+                self.source.subscribe(self.subscriber)
 
     def stream(self, inputs: FeedInputs, batch) -> None:
         """
