@@ -262,6 +262,35 @@ async def poll(reactor, what: str, check, done=bool, deadline: float = DEADLINE_
         await task.deferLater(reactor, POLL_S)
 
 
+def windowed(count: int, window: int, start_one) -> defer.Deferred:
+    """
+    Run C{start_one(i)} for i in range(count) with at most C{window}
+    outstanding; fire when all have fired, or with the first failure.
+    """
+    done = defer.Deferred()
+    state = {"next": 0, "finished": 0}
+
+    def launch() -> None:
+        i = state["next"]
+        state["next"] += 1
+        start_one(i).addCallbacks(finished, failed)
+
+    def finished(_) -> None:
+        state["finished"] += 1
+        if state["next"] < count:
+            launch()
+        elif state["finished"] == count:
+            done.callback(None)
+
+    def failed(failure) -> None:
+        if not done.called:
+            done.errback(failure)
+
+    for _ in range(min(window, count)):
+        launch()
+    return done
+
+
 def spawn_role(reactor, script: str, workdir: str, role: str, *args) -> Child:
     """
     Run C{script role args...} (a worker mode of a benchmark script).
