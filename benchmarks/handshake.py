@@ -112,7 +112,7 @@ class IdleEngine:
     def recovery(self, peer: str) -> Recovery:
         return Recovery(0)
 
-    def link_up(self, peer: str, send, fail, emit) -> _IdleChannel:
+    def link_up(self, peer: str, send, fail, emit, version: int) -> _IdleChannel:
         return _IdleChannel()
 
 

@@ -21,8 +21,8 @@ other path given to twistd; they are not relative to the config file.
 
 C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} load into
 L{meshroute.ha.settings.HASettings}, judged by its C{errors} (refusals)
-and C{warnings} (L{config_warnings}), but only once L{HA_WIRED} says an
-HA instance acts on them.
+and C{warnings} (L{config_warnings}); the twistd plugin then runs an HA
+instance (L{meshroute.ha.instance}) instead of a plain router.
 """
 
 import json
@@ -39,13 +39,6 @@ from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
-
-#: Whether C{[ha]} is read.  False while nothing starts an HA instance
-#: from it (the twistd plugin builds no C{HAInstance}): a router given
-#: these sections refuses them rather than run as a plain router that the
-#: operator believes is half of a pair.  The reader and its tests are
-#: complete; the change that wires the instance sets this to True.
-HA_WIRED = False
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -509,10 +502,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    if "ha" in document and not HA_WIRED:
-        raise ConfigError(path, "ha", "HA pairs are not started by this version of meshroute "
-                                      "yet (docs/ha.md, Status); remove [ha] and its tables")
-    sections = ["router", "routing", "store", "clients", "admin"] + (["ha"] if HA_WIRED else [])
+    sections = ["router", "routing", "store", "clients", "admin", "ha"]
     _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")

@@ -46,6 +46,7 @@ L{BacklogFull} and, of those arriving over links, the oldest is dropped.
 """
 
 from collections import defaultdict, deque
+from typing import Callable
 
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -69,7 +70,7 @@ from meshroute.wire.codec import (
     body_size,
     size_bound,
 )
-from meshroute.wire.frames import Ack, FastTransfer, Recovery, Routes, Transfer
+from meshroute.wire.frames import EPOCH_VERSION, Ack, FastTransfer, Recovery, Routes, Transfer
 
 log = Logger()
 
@@ -140,8 +141,17 @@ def _fits_a_link(message: Message, frame: Transfer) -> bool:
     return bound <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
-def _advertisement_items(advertisements) -> list:
-    return [[a.origin, a.seq, list(a.neighbors)] for a in advertisements]
+def _routes_frame(advertisements, version: int) -> Routes:
+    """
+    The L{Routes} frame of C{advertisements} for a link at C{version}: an
+    advertisement of an epoch above 0 carries it, except on a version-2
+    link, whose peer could not read it (it compares C{seq} alone).
+    """
+    return Routes([
+        [a.origin, a.seq, list(a.neighbors)]
+        + ([a.epoch] if a.epoch and version >= EPOCH_VERSION else [])
+        for a in advertisements
+    ])
 
 
 class MessageEngine:
@@ -158,6 +168,9 @@ class MessageEngine:
         dropped.
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
+    @param epoch_heard: called C{(origin, epoch)} for every route
+        advertisement taken from an epoch above 0
+        (L{meshroute.link.epochs.PeerEpochs.heard}).
     """
 
     def __init__(
@@ -171,6 +184,7 @@ class MessageEngine:
         max_backlog: int = 100_000,
         max_transient_backlog: int = 10_000,
         reroute_delay: float = 5.0,
+        epoch_heard: Callable[[str, int], None] = lambda origin, epoch: None,
     ) -> None:
         self.name = name
         self.queues = QueueManager(store, event_log, clock)
@@ -182,6 +196,7 @@ class MessageEngine:
         self._max_backlog = max_backlog
         self._max_transient_backlog = max_transient_backlog
         self._reroute_delay = reroute_delay
+        self._epoch_heard = epoch_heard
         self._ids = MessageIds(name)
         self._channels: dict[str, PeerChannel] = {}
         self._serving: dict[str, frozenset] = {}
@@ -405,21 +420,22 @@ class MessageEngine:
         store = self._store
         return Recovery(store.last_received(peer), store.store_id, store.peer_store_id(peer))
 
-    def link_up(self, peer: str, send, fail, emit) -> "PeerChannel":
+    def link_up(self, peer: str, send, fail, emit, version: int) -> "PeerChannel":
         """
         A link to C{peer} reached delivery; C{send(frame)} writes to it,
         C{fail(detail)} closes it because the store failed, and
-        C{emit(event, **fields)} writes a link event.
+        C{emit(event, **fields)} writes a link event; C{version} is the
+        link protocol version it speaks.
 
         @return: the channel the link feeds its delivery-stage frames to.
         """
         pending = self._reroutes.pop(peer, None)
         if pending is not None and pending.active():
             pending.cancel()
-        channel = PeerChannel(self, peer, send, fail, emit)
+        channel = PeerChannel(self, peer, send, fail, emit, version)
         self._channels[peer] = channel
         news = self.routes.link_up(peer)
-        channel.send(Routes(_advertisement_items(self.routes.advertisements())))
+        channel.send(_routes_frame(self.routes.advertisements(), version))
         self._flood(news, exclude=peer)
         self._routes_changed()
         return channel
@@ -472,8 +488,12 @@ class MessageEngine:
 
     def routes_received(self, peer: str, frame: Routes) -> None:
         news = []
-        for origin, seq, neighbors in frame.advertisements:
-            news.extend(self.routes.received(Advertisement(origin, seq, tuple(sorted(neighbors)))))
+        for origin, seq, neighbors, *epoch in frame.advertisements:
+            news.extend(self.routes.received(
+                Advertisement(origin, seq, tuple(sorted(neighbors)), *epoch)))
+        for advertisement in news:
+            if advertisement.epoch and advertisement.origin != self.name:
+                self._epoch_heard(advertisement.origin, advertisement.epoch)
         if news:
             self._flood(news, exclude=peer)
             self._routes_changed()
@@ -481,9 +501,13 @@ class MessageEngine:
     def _flood(self, advertisements, exclude: str | None = None) -> None:
         if not advertisements:
             return
-        frame = Routes(_advertisement_items(advertisements))
+        frames = {}
         for peer, channel in self._channels.items():
             if peer != exclude:
+                frame = frames.get(channel.version)
+                if frame is None:
+                    frame = frames[channel.version] = _routes_frame(advertisements,
+                                                                    channel.version)
                 channel.send(frame)
 
     def _routes_changed(self) -> None:
@@ -710,8 +734,11 @@ class PeerChannel:
     replayed by the next recovery stage, before anything new is sent.
     """
 
-    def __init__(self, engine: MessageEngine, peer: str, send, fail, emit) -> None:
+    def __init__(self, engine: MessageEngine, peer: str, send, fail, emit,
+                 version: int) -> None:
         self.peer = peer
+        #: The link protocol version the peer speaks.
+        self.version = version
         self.send = send
         self._fail_link = fail
         self._emit = emit

@@ -241,6 +241,26 @@ class IVoterRecords(Interface):
         """
 
 
+class IPeerEpochs(Interface):
+    """
+    The highest epoch a router has seen per peer router name, durably
+    (L{meshroute.link.epochs.PeerEpochs}, docs/protocol.md "Epochs").
+    """
+
+    def peer_epochs():
+        """
+        Fires with C{{peer: epoch}} for every peer router name seen with an
+        epoch above 0.
+        """
+
+    def save_peer_epoch(peer, epoch):
+        """
+        Raise C{peer}'s epoch to C{epoch} (a lower one than held changes
+        nothing).  Fires with None once durable, in submission order with
+        every other write.
+        """
+
+
 class IRouteTable(Interface):
     """
     What a router knows of the mesh's topology, and the next hop for each
@@ -307,11 +327,12 @@ class ILinkEngine(Interface):
         the store id of C{peer}'s that the sequence belongs to.
         """
 
-    def link_up(peer, send, fail, emit):
+    def link_up(peer, send, fail, emit, version):
         """
         A link to C{peer} reached delivery; C{send(frame)} writes to it,
         C{fail(detail)} closes it (reason C{store-failed}) and
-        C{emit(event, **fields)} writes a link event.
+        C{emit(event, **fields)} writes a link event; C{version} is the
+        link protocol version agreed (what its frames may carry).
 
         @return: the link's L{ILinkChannel}.
         """

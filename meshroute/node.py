@@ -31,6 +31,7 @@ from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.ha.witness import Witness
 from meshroute.link.connector import ConnectorService
+from meshroute.link.epochs import PeerEpochs
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
@@ -135,15 +136,21 @@ class RouterService(MultiService):
         instance owns the data-dir's lock, the event log and the witness
         (whose records are in its C{ha.db}), which outlive each active
         period; None for a router on its own.
+    @param epoch: the epoch this instance serves in, when it is the active
+        instance of an HA pair (docs/ha.md); 0, a router without HA.  Its
+        links and route advertisements carry it, so the mesh takes this
+        instance over an older one of the same name.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
         listener.
+    @ivar peer_epochs: the L{PeerEpochs}: the highest epoch seen per peer
+        router name.
     @ivar engine: the L{MessageEngine}.
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
-                 executor=None, host: "HostedParts | None" = None) -> None:
+                 executor=None, host: "HostedParts | None" = None, epoch: int = 0) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
@@ -169,16 +176,20 @@ class RouterService(MultiService):
             ),
         )
         self._pruner = IdPruner(self.store, clock)
+        # The highest epoch seen per peer name, so that an HA instance that
+        # lost its place is refused, across restarts too.
+        self.peer_epochs = PeerEpochs(self.store, self.registry)
         self.engine = MessageEngine(
             config.name,
             self.store,
-            RouteTable(config.name, clock),
+            RouteTable(config.name, clock, epoch),
             self.events,
             clock,
             max_hops=config.routing.max_hops,
             max_backlog=config.routing.max_backlog,
             max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
+            epoch_heard=self.peer_epochs.heard,
         )
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
@@ -191,6 +202,8 @@ class RouterService(MultiService):
             registry=self.registry,
             engine=self.engine,
             witness=self.witness,
+            epoch=epoch,
+            peer_epochs=self.peer_epochs,
         )
         reconnect = config.client_reconnect
         self.client_factory = ClientFactory(
@@ -266,6 +279,7 @@ class RouterService(MultiService):
         self._opening = self.store.open()
         if self._host is None:
             self._opening.addCallback(lambda _: self.witness.load())
+        self._opening.addCallback(lambda _: self.peer_epochs.load())
         self._opening.addCallback(self._store_opened)
         self._opening.addErrback(self._store_failed)
 

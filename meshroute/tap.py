@@ -6,10 +6,13 @@ import gc
 import signal
 
 from twisted.application.service import MultiService
+from twisted.logger import Logger
 from twisted.python import usage
 
-from meshroute.config import load_config
+from meshroute.config import config_warnings, load_config
 from meshroute.errors import ConfigError
+
+log = Logger()
 
 
 class Options(usage.Options):
@@ -24,6 +27,7 @@ class Options(usage.Options):
         """
         Load and validate the configuration now, so that a bad file stops
         twistd with a message naming the file and key, before anything runs.
+        Its warnings go to the log (buffered until twistd's log starts).
         """
         if not self["config"]:
             raise usage.UsageError("--config FILE is required")
@@ -31,19 +35,30 @@ class Options(usage.Options):
             self["router-config"] = load_config(self["config"])
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
+        for warning in config_warnings(self["router-config"]):
+            log.warn("configuration warning: {warning}", warning=warning)
 
 
 def makeService(options: Options, reactor=None):
     """
     Build the router's service tree on C{reactor} (the global one by
-    default).
+    default): a router, or for a configuration with C{[ha]} one instance
+    of an HA pair (L{meshroute.ha.instance.HAInstance}), which runs the
+    router only while it is the active one.
     """
+    from meshroute.ha.build import build_instance
     from meshroute.node import RouterService, StringEndpoints
 
     if reactor is None:
         from twisted.internet import reactor
+    config = options["router-config"]
+    for warning in config_warnings(config):
+        log.warn("{warning}", warning=warning)
     try:
-        router = RouterService(options["router-config"], reactor, StringEndpoints(reactor))
+        if config.ha is not None:
+            router = build_instance(config, reactor, StringEndpoints(reactor))
+        else:
+            router = RouterService(config, reactor, StringEndpoints(reactor))
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
     reactor.callWhenRunning(_stop_cleanly_on_signals, reactor)

@@ -57,7 +57,7 @@ class RecordingEngine:
     def recovery(self, peer: str) -> Recovery:
         return Recovery(self.last_received(peer))
 
-    def link_up(self, peer: str, send, fail, emit) -> RecordingChannel:
+    def link_up(self, peer: str, send, fail, emit, version: int) -> RecordingChannel:
         channel = self.channels[peer] = RecordingChannel(peer, send)
         return channel
 

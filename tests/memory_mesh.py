@@ -354,15 +354,19 @@ class MemoryMesh:
             store=StoreConfig(sync="normal"),
         )
 
-    def start(self, config: RouterConfig, key: str | None = None) -> RouterService:
+    def start(self, config: RouterConfig, key: str | None = None, epoch: int = 0
+              ) -> RouterService:
         """
-        Build and start a router from C{config}, known in C{routers} as
-        C{key} (default: its name; two routers may claim one name).
+        Build and start a router from C{config}, known in C{routers} and
+        to the network (L{partition}, L{crash}) as C{key} (default: its
+        name; two routers may claim one name, as the two instances of an
+        HA pair do), serving in C{epoch} (0: without HA).
         """
+        key = key or config.name
         router = RouterService(config, self.router_clock(config.name),
-                               self.network.endpoints(config.name),
-                               executor=self.executor(config.name))
-        self.routers[key or config.name] = router
+                               self.network.endpoints(key),
+                               executor=self.executor(config.name), epoch=epoch)
+        self.routers[key] = router
         router.startService()
         self.network.flush()
         return router

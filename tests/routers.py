@@ -188,6 +188,8 @@ class RouterSpec:
     @ivar extra: more top-level tables, C{{"section": {key: value}}}
         (C{"clients.listener"}, C{"routing"}, C{"store"}, ...).
     @ivar client_port: the client listener's port, or None without one.
+    @ivar arrays: arrays of tables, C{{"ha.witness": [{key: value}, ...]}}.
+    @ivar replication_port: an HA instance's replication listener's port.
     """
 
     name: str
@@ -200,6 +202,8 @@ class RouterSpec:
     connectors: list[dict[str, object]] = field(default_factory=list)
     extra: dict[str, dict[str, object]] = field(default_factory=dict)
     client_port: int | None = None
+    arrays: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    replication_port: int | None = None
 
     @property
     def config_path(self) -> Path:
@@ -262,6 +266,8 @@ class RouterSpec:
                 _toml_table("[admin]", {"endpoint": f"tcp:{self.admin_port}:interface=127.0.0.1"})
             )
         tables.extend(_toml_table(f"[{name}]", table) for name, table in self.extra.items())
+        tables.extend(_toml_table(f"[[{name}]]", table)
+                      for name, array in self.arrays.items() for table in array)
         return "\n".join(tables)
 
     def write(self) -> Path:
@@ -409,6 +415,29 @@ class RouterProcess:
             ready, timeout, what=f"{self.spec.label} to serve its admin API",
             interval=0.05, retry_on=_HTTP_ERRORS,
         )
+
+    def ha(self) -> dict:
+        """
+        C{GET /api/v1/ha}.
+        """
+        return self.get("/api/v1/ha")
+
+    def wait_ha(self, *states: str, timeout: float = READY_TIMEOUT_S) -> dict:
+        """
+        Wait until this HA instance reports one of C{states}; return its
+        C{/api/v1/ha}.
+        """
+
+        def reached():
+            if self.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{self.spec.label} exited with {self.popen.returncode}:\n"
+                    f"{tail(self.spec.output_path)}\n{tail(self.spec.log_path)}")
+            ha = self.ha()
+            return ha if ha["state"] in states else None
+
+        return wait_until(reached, timeout, what=f"{self.spec.label} to be {'/'.join(states)}",
+                          interval=0.05, retry_on=_HTTP_ERRORS)
 
     def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0, what: str | None = None) -> T:
         """
@@ -837,6 +866,36 @@ class Mesh:
         process = RouterProcess(spec, popen)
         self.processes.append(process)
         return process
+
+    def pair(self, name: str, witnesses: Iterable[RouterSpec], **ha: object,
+             ) -> tuple[RouterSpec, RouterSpec]:
+        """
+        Describe the two instances of an HA pair of router C{name} (labels
+        C{NAME-primary} and C{NAME-backup}), each with a client listener
+        and a replication listener on fresh ports, voting with
+        C{witnesses}; write their configuration files.
+
+        @param ha: more keys of C{[ha]}, with C{_} for C{-}
+            (C{lease_timeout="2s"}).
+        """
+        ports = {role: self.ports.allocate() for role in ("primary", "backup")}
+        specs = []
+        for role, other in (("primary", "backup"), ("backup", "primary")):
+            spec = self.router(name, label=f"{name}-{role}", clients=True)
+            spec.replication_port = ports[role]
+            spec.extra["ha"] = {"role": role,
+                                **{key.replace("_", "-"): value for key, value in ha.items()}}
+            spec.extra["ha.replication"] = {
+                "listener": f"tcp:{ports[role]}:interface=127.0.0.1",
+                "peer": f"tcp:127.0.0.1:{ports[other]}",
+                "password-file": self.password_file,
+            }
+            spec.arrays["ha.witness"] = [
+                {"router": witness.name, "endpoint": witness.routing_endpoint}
+                for witness in witnesses]
+            spec.write()
+            specs.append(spec)
+        return specs[0], specs[1]
 
     def start(self, *specs: RouterSpec, timeout: float = READY_TIMEOUT_S) -> list[RouterProcess]:
         """

@@ -3,9 +3,6 @@ Tests for reading C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} in
 L{meshroute.config} into L{meshroute.ha.settings.HASettings}: every
 refusal names the file and the dotted key, and C{meshroute check-config}
 prints the warnings.
-
-The sections are refused while no HA instance acts on them
-(L{meshroute.config.HA_WIRED}); the tests of the reader switch it on.
 """
 
 import dataclasses
@@ -15,7 +12,7 @@ import pytest
 from test_config import SECRET, load, secret_file, write  # noqa: F401 (fixtures)
 from test_config import assert_refused as refused
 
-from meshroute import cli, config
+from meshroute import cli
 from meshroute.config import config_warnings, format_config
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
 
@@ -49,14 +46,6 @@ endpoint = "tcp:127.0.0.1:7001"
 """
 
 
-@pytest.fixture
-def wired(monkeypatch):
-    """
-    The HA instance is wired: the sections are read.
-    """
-    monkeypatch.setattr(config, "HA_WIRED", True)
-
-
 def assert_refused(path, key, *fragments):
     """
     The refusal names the file, exactly C{key}, and C{fragments}.
@@ -64,15 +53,7 @@ def assert_refused(path, key, *fragments):
     assert refused(path, key, *fragments).key == key
 
 
-def test_ha_is_refused_while_no_instance_acts_on_it(write):
-    """
-    Until the HA instance is wired, C{[ha]} is not accepted-but-inert.
-    """
-    assert not config.HA_WIRED
-    assert_refused(write(ROUTER + HA + REPLICATION + WITNESS), "ha", "not started")
-
-
-def test_the_issues_example_with_defaults(wired, write, secret_file):
+def test_the_issues_example_with_defaults(write, secret_file):
     path = write(ROUTER + CLIENTS + HA + REPLICATION + WITNESS)
     assert load(path).ha == HASettings(
         role="primary",
@@ -87,11 +68,11 @@ def test_the_issues_example_with_defaults(wired, write, secret_file):
     )
 
 
-def test_a_router_without_ha_has_none(wired, write):
+def test_a_router_without_ha_has_none(write):
     assert load(write(ROUTER)).ha is None
 
 
-def test_explicit_values(wired, write):
+def test_explicit_values(write):
     path = write(ROUTER + CLIENTS + """
 [ha]
 role = "backup"
@@ -136,7 +117,7 @@ client-endpoints = ["tcp:127.0.0.1:6002", "tcp:127.0.0.1:6102"]
     ('role = "primary"\nheartbeat-interval = "3s"', "ha.lease-timeout",
      "must exceed 2 × heartbeat-interval (6000 ms)"),
 ])
-def test_ha_refusals_name_the_key(wired, write, text, key, fragment):
+def test_ha_refusals_name_the_key(write, text, key, fragment):
     assert_refused(write(ROUTER + "[ha]\n" + text + "\n" + REPLICATION + WITNESS), key, fragment)
 
 
@@ -152,7 +133,7 @@ def test_ha_refusals_name_the_key(wired, write, text, key, fragment):
     ("", "ha.replication", "required section [ha.replication] is missing"),
     ("[ha.replication]\n", "ha.replication.listener", "required key is missing"),
 ])
-def test_replication_refusals_name_the_key(wired, write, text, key, fragment):
+def test_replication_refusals_name_the_key(write, text, key, fragment):
     assert_refused(write(ROUTER + HA + text + WITNESS), key, fragment)
 
 
@@ -165,7 +146,7 @@ def test_replication_refusals_name_the_key(wired, write, text, key, fragment):
     (WITNESS.replace("router-a", "router-b"), "ha.witness[0].router", "is this router"),
     ("[ha.witness]\nrouter = 'router-a'\n", "ha.witness", "[[ha.witness]] tables"),
 ])
-def test_witness_refusals_name_the_key(wired, write, text, key, fragment):
+def test_witness_refusals_name_the_key(write, text, key, fragment):
     assert_refused(write(ROUTER + HA + REPLICATION + text), key, fragment)
 
 
@@ -174,21 +155,21 @@ def test_witness_refusals_name_the_key(wired, write, text, key, fragment):
     ('["6002"]', "ha.client-endpoints[0]", "invalid client endpoint"),
     ('["tcp:h:6002", "tcp:h:6002"]', "ha.client-endpoints", "repeated"),
 ])
-def test_client_endpoints_refusals(wired, write, value, key, fragment):
+def test_client_endpoints_refusals(write, value, key, fragment):
     text = ROUTER + CLIENTS + HA + f"client-endpoints = {value}\n" + REPLICATION + WITNESS
     assert_refused(write(text), key, fragment)
 
 
-def test_client_endpoints_need_a_client_listener(wired, write):
+def test_client_endpoints_need_a_client_listener(write):
     text = ROUTER + HA + 'client-endpoints = ["tcp:h:6002", "tcp:h:6102"]\n' + REPLICATION
     assert_refused(write(text), "ha.client-endpoints", "[clients.listener]")
 
 
-def test_ha_must_be_a_table(wired, write):
+def test_ha_must_be_a_table(write):
     assert_refused(write('ha = "primary"\n' + ROUTER), "ha", "expected a table")
 
 
-def test_format_config_round_trip(wired, write):
+def test_format_config_round_trip(write):
     path = write(ROUTER + CLIENTS + HA + 'allow-failback = false\nlease-timeout = "2.5s"\n'
                  + 'client-endpoints = ["tcp:127.0.0.1:6002", "tcp:127.0.0.1:6102"]\n'
                  + REPLICATION + WITNESS + WITNESS.replace("router-a", "router-c"))
@@ -202,13 +183,13 @@ def test_format_config_round_trip(wired, write):
     assert again == dataclasses.replace(loaded, path=again.path)
 
 
-def test_format_config_without_client_endpoints_round_trips(wired, write):
+def test_format_config_without_client_endpoints_round_trips(write):
     loaded = load(write(ROUTER + HA + REPLICATION + WITNESS))
     again = load(write(format_config(loaded), name="effective.toml"))
     assert again == dataclasses.replace(loaded, path=again.path)
 
 
-def test_warnings_name_file_and_key(wired, write):
+def test_warnings_name_file_and_key(write):
     path = write(ROUTER + HA + 'replica-sync = "normal"\n' + REPLICATION)
     warnings = config_warnings(load(path))
     assert [w.split(": ")[:2] for w in warnings] == [
@@ -216,11 +197,11 @@ def test_warnings_name_file_and_key(wired, write):
     assert "no automatic failover" in warnings[0]
 
 
-def test_a_router_without_ha_has_no_warnings(wired, write):
+def test_a_router_without_ha_has_no_warnings(write):
     assert config_warnings(load(write(ROUTER))) == []
 
 
-def test_check_config_prints_warnings_on_stderr(wired, write, capsys):
+def test_check_config_prints_warnings_on_stderr(write, capsys):
     path = write(ROUTER + HA + REPLICATION + WITNESS + WITNESS.replace("router-a", "router-c"))
     out = io.StringIO()
     assert cli.main(["check-config", str(path)], out=out) == 0
@@ -229,7 +210,7 @@ def test_check_config_prints_warnings_on_stderr(wired, write, capsys):
     assert "[ha]" in out.getvalue() and "warning" not in out.getvalue()
 
 
-def test_check_config_refuses_impossible_timings(wired, write, capsys):
+def test_check_config_refuses_impossible_timings(write, capsys):
     path = write(ROUTER + HA + 'lease-timeout = "1s"\n' + REPLICATION + WITNESS)
     assert cli.main(["check-config", str(path)], out=io.StringIO()) == 1
     assert "ha.lease-timeout: must exceed 2 × heartbeat-interval" in capsys.readouterr().err

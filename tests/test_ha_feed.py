@@ -46,6 +46,7 @@ from meshroute.wire.frames import (
     Welcome,
 )
 from test_ha_witness import HeldRecords
+from test_handshake import REMOTE, router  # noqa: F401 (router: a fixture)
 
 NAME = "router-b"
 SECRET = b"mesh secret"
@@ -343,10 +344,15 @@ def test_a_batch_too_large_for_a_frame_reaches_the_follower_in_a_snapshot(active
     follower.to_replication()
     follower.send(Follow(STORE_ID, 1, 3))
     follower.written()
+    [subscriber] = active.source.subscribers
     active.source.append(batch(4, size=2000))
     assert follower.written() == []
     assert len(active.source.snapshots) == 1
     assert active.source.subscribers == []
+    # A batch the source hands the unsubscribed feed (it calls a copy of
+    # its subscribers) waits in the log.
+    subscriber(batch(5))
+    assert follower.written() == []
 
 
 # -- flow control --------------------------------------------------------------
@@ -481,3 +487,15 @@ def test_the_peer_s_vote_connection_is_answered_by_the_instance_s_own_witness(in
     peer.send(StartQuery(NAME))
     (answer,) = peer.written()
     assert answer == StartAnswer(NAME, NAME, "", 0, "", 0, 0, 0, 0, [1, 3])
+
+
+def test_a_routing_listener_takes_no_replication_connections(router):  # noqa: F811
+    """
+    Replication is between a pair's instances, on their replication
+    listeners: a router's routing listener refuses it as a router
+    without vote connections refuses those.
+    """
+    peer = router.listener()
+    peer.send(ReplicaHello([3], REMOTE))
+    (reject,) = peer.expect(Reject)
+    assert reject.code == reasons.VERSION

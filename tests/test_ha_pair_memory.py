@@ -174,3 +174,28 @@ def test_while_the_backup_is_cut_off_nothing_is_confirmed_until_the_primary_runs
     pair.run_until(lambda: pair.states() == {
         pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC},
         20.0)
+
+
+def test_at_start_up_the_primary_serves_and_the_backup_follows_in_sync(pair):
+    primary, backup = start_both(pair)
+    assert backup.router is None
+    pair.mesh.run(10.0)  # it stays so: the lease holds, the backup hears the active
+    assert pair.states() == {pair.key(PRIMARY): role.ACTIVE_REPLICATED,
+                             pair.key(BACKUP): role.BACKUP_IN_SYNC}
+    status = primary.ha_status().describe()
+    assert (status["role"], status["state"], status["epoch"]) == (
+        PRIMARY, role.ACTIVE_REPLICATED, 2)
+    assert status["peer"]["connected"] and status["voters"][0]["connected"]
+
+
+def test_a_graceful_stop_hands_over_within_a_second(pair):
+    primary, backup = start_both(pair)
+    sends = send(primary, 5)
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    stopped = primary.stopService()
+    took = pair.run_until(lambda: serving(backup), 1.0, step=0.01)
+    assert took <= 1.0
+    pair.run_until(lambda: stopped.called, 2.0)
+    del pair.instances[pair.key(PRIMARY)]
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    assert depth(backup) == 5

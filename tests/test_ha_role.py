@@ -183,6 +183,14 @@ def test_a_backup_handed_the_active_place_serves_replicated(instance):
     assert instance.take() == [("state_changed", ACTIVE_REPLICATED), ("start_serving", 4)]
 
 
+def test_a_backup_handed_the_place_of_an_active_that_stops_serves_alone(instance):
+    in_sync_backup(instance)
+    instance.role.epoch_handed_over_alone(4)
+    assert instance.take() == [("state_changed", ACTIVE_ALONE), ("start_serving", 4)]
+    instance.clock.advance(LEASE * 10)  # no peer to watch
+    assert instance.take() == []
+
+
 # -- active -------------------------------------------------------------------
 
 
@@ -263,3 +271,27 @@ def test_an_alone_active_cannot_hand_over(instance):
     instance.role.epoch_granted(2)
     with pytest.raises(NoTransition):
         instance.role.handover_due()
+
+
+def test_a_forced_activation_serves_alone_without_asking_the_voters():
+    """
+    C{meshroute ha force-activate}: at its next start the instance serves
+    alone in the epoch it was given, and asks no voter first.
+    """
+    clock, actions = Clock(), RecordingActions()
+    role, core = start_role(clock, SETTINGS, actions, forced_epoch=9)
+    assert actions.take() == [("state_changed", STARTING), ("state_changed", ACTIVE_ALONE),
+                              ("start_serving", 9)]
+    assert (core.state, core.epoch) == (ACTIVE_ALONE, 9)
+    # It is an ordinary active from then on: the returning peer is
+    # readmitted, a lost lease fences it.
+    role.peer_caught_up()
+    assert actions.take() == [("request_votes", False)]
+    role.lease_lost()
+    assert core.state == FENCED
+
+
+def test_a_forced_activation_is_only_at_start(instance):
+    instance.role.active_found()
+    with pytest.raises(NoTransition):
+        instance.role.activation_forced(9)

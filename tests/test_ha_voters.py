@@ -351,7 +351,8 @@ def test_the_start_up_question_is_asked_of_every_voter_for_decide_start(harness)
     assert pair.attempt.sent() == [StartQuery(GROUP)]
     assert [type(q) for q in pair.peer.asked] == [StartQuestion]
     assert decided == []  # the witness has not answered yet
-    pair.attempt.write(StartAnswer(GROUP, WITNESS, "", 0, "", 0, 0, 0, 0, []))
+    # Counted as the witness the connection is for, as its votes are.
+    pair.attempt.write(StartAnswer(GROUP, "another-name", "", 0, "", 0, 0, 0, 0, []))
     [answers] = decided
     assert {a.voter for a in answers} == {PRIMARY, BACKUP, WITNESS}
     assert quorum.decide_start(PRIMARY, True, quorum.ORIGIN, pair.voters.names,

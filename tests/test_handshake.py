@@ -141,6 +141,8 @@ class _Probe:
 
     def __init__(self, peer: str) -> None:
         self.peer = peer
+        self.core = self  # a link of a router without HA
+        self.peer_epoch = 0
 
 
 @pytest.fixture
@@ -643,7 +645,7 @@ def test_no_stage_timer_while_waiting_to_disconnect_a_rejected_peer(router):
 
 
 def _pretend_claimed(router: Router) -> None:
-    assert router.registry.claim(REMOTE, object())
+    assert router.registry.claim(REMOTE, _Probe(REMOTE))
 
 
 REJECTIONS = [

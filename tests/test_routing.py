@@ -445,3 +445,79 @@ def test_random_failures_converge_to_shortest_paths(graph, data):
         m.up(a, b)
     m.settle()
     check_converged(m)
+
+
+# Epochs: the instances of an HA pair share one router name; the newer
+# epoch's advertisements win whatever their sequence numbers.
+
+
+def test_a_higher_epoch_wins_with_a_lower_seq():
+    """
+    A new instance numbers from its own clock, which may be behind the
+    old one's: its epoch decides.
+    """
+    table = RouteTable("a", Clock())
+    old = Advertisement("b", 9_000, ("a",), epoch=1)
+    assert table.received(old) == [old]
+    new = Advertisement("b", 5, ("a", "c"), epoch=2)
+    assert table.received(new) == [new]
+    assert table.advertisements() == [table.own, new]
+
+
+def test_a_lower_epoch_loses_with_a_higher_seq():
+    table = RouteTable("a", Clock())
+    new = Advertisement("b", 5, ("a",), epoch=2)
+    table.received(new)
+    assert table.received(Advertisement("b", 9_000, (), epoch=1)) == []
+    assert table.advertisements() == [table.own, new]
+
+
+def test_within_one_epoch_seq_decides():
+    table = RouteTable("a", Clock())
+    table.received(Advertisement("b", 5, ("a",), epoch=2))
+    assert table.received(Advertisement("b", 4, (), epoch=2)) == []
+    newer = Advertisement("b", 6, (), epoch=2)
+    assert table.received(newer) == [newer]
+
+
+def test_own_advertisements_carry_the_epoch():
+    table = RouteTable("a", clock_at(1), epoch=7)
+    assert table.own.epoch == 7
+    [own] = table.link_up("b")
+    assert own == Advertisement("a", 1001, ("b",), epoch=7)
+
+
+def test_a_newer_instance_of_ourselves_is_not_fought():
+    """
+    An advertisement about us from a higher epoch is the instance that
+    took our place: we do not jump above it (we would win nothing: its
+    epoch is higher) nor flood anything.
+    """
+    table = RouteTable("a", clock_at(10), epoch=1)
+    table.link_up("b")
+    own = table.own
+    assert table.received(Advertisement("a", 5, ("c",), epoch=2)) == []
+    assert table.own == own
+
+
+def test_a_stale_instance_of_ourselves_is_ignored_whatever_its_seq():
+    table = RouteTable("a", clock_at(10), epoch=2)
+    own = table.own
+    assert table.received(Advertisement("a", 99_999, ("x",), epoch=1)) == []
+    assert table.own == own
+
+
+def test_routes_follow_the_new_epoch_in_a_mesh():
+    """
+    The old instance of b (epoch 1, its clock ahead) and the new one
+    (epoch 2) both advertise b; every router keeps the new one's view.
+    """
+    m = mesh("abc", ["ab", "bc"])
+    for name in "ac":
+        m.tables[name].received(Advertisement("b", 10**9, (), epoch=1))
+    assert m.tables["a"].next_hop("c") is None
+    new_b = Advertisement("b", 1, ("a", "c"), epoch=2)
+    for name in "ac":
+        m.tables[name].received(new_b)
+        m.tables[name].received(Advertisement("b", 10**9 + 1, (), epoch=1))
+    assert m.tables["a"].routes() == {"b": ("b", 1), "c": ("b", 2)}

@@ -358,7 +358,7 @@ def test_wrong_field_types(items):
     "items",
     [
         [1, [1]],  # Hello without router
-        [1, [1], "a", "b"],
+        [1, [1], "a", 3, "b"],  # Hello with more than its optional epoch
         [2, 1, "router-b", 1000],
         [3, "code"],
         [4, b"p"],
@@ -613,3 +613,46 @@ def test_a_vote_frame_cannot_claim_a_lease_longer_than_an_hour():
     VoteRequest("g", "b", "b", 1, 0, 0, False, MAX_LEASE_TIMEOUT_MS)
     with pytest.raises(WireError, match="lease_timeout_ms"):
         VoteRequest("g", "b", "b", 1, 0, 0, False, MAX_LEASE_TIMEOUT_MS + 1)
+
+
+# -- epochs (version 3): optional on the wire, so a router without HA sends
+# -- exactly what version 2 sends --------------------------------------------
+
+
+def test_hello_without_an_epoch_is_version_2_s_hello():
+    assert encode(Hello([2, 3], "router-a")) == raw([1, [2, 3], "router-a"])
+    assert FrameDecoder().feed(raw([1, [2], "router-a"])) == [Hello([2], "router-a", 0)]
+
+
+def test_hello_carries_a_nonzero_epoch():
+    frame = Hello([2, 3], "router-b", 7)
+    assert encode(frame) == raw([1, [2, 3], "router-b", 7])
+    assert FrameDecoder().feed(encode(frame)) == [frame]
+
+
+def test_welcome_carries_a_nonzero_epoch_only():
+    challenge = b"\x01" * CHALLENGE_SIZE
+    assert encode(Welcome(2, "router-b", 1000, challenge)) == raw(
+        [2, 2, "router-b", 1000, challenge])
+    frame = Welcome(3, "router-b", 1000, challenge, 4)
+    assert FrameDecoder().feed(encode(frame)) == [frame]
+
+
+@pytest.mark.parametrize("items", [
+    [1, [3], "router-b", -1],
+    [1, [3], "router-b", 2**63],
+    [2, 3, "router-b", 1000, b"\x01" * CHALLENGE_SIZE, -1],
+    [11, [["router-b", 1, [], -1]]],
+    [11, [["router-b", 1, [], 1, 2]]],
+    [11, [["router-b", 1, [], True]]],
+    [1, [3]],
+], ids=["hello-negative", "hello-too-large", "welcome-negative", "routes-negative",
+        "routes-five-items", "routes-bool", "hello-short"])
+def test_epochs_are_checked_on_decode(items):
+    with pytest.raises(WireError):
+        FrameDecoder().feed(raw(items))
+
+
+def test_routes_items_may_carry_an_epoch():
+    frame = Routes([["router-b", 5, ["router-a"], 2], ["router-c", 9, []]])
+    assert FrameDecoder().feed(encode(frame)) == [frame]

@@ -39,7 +39,8 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     records = HARecords(os.path.join(config.data_dir, HA_DB), factory())
     instance = HAInstance(
         config, clock, endpoints, records, vote_connections(config, clock, endpoints),
-        lambda instance: StoreReplication(clock, config, endpoints, instance.events, factory))
+        lambda instance: StoreReplication(clock, config, endpoints, instance.events,
+                                          instance.registry, factory))
     # The peer reaches this instance's voter and, while it is active, its
     # store's changes here; keepalives each heartbeat-interval tell each
     # side that the other is alive.

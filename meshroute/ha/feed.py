@@ -357,6 +357,13 @@ def _build_feed_machine():
     def snapshot_sent(inputs: FeedInputs, core: FeedCore) -> None:
         core.choose(inputs)
 
+    # The source calls its subscribers from a copy of their list: a batch
+    # may still come just after the feed unsubscribed (in the append that
+    # made it take a snapshot).  It is in the log; and the source's append
+    # must never fail for a feed.
+    for state in (choosing, taking_snapshot, sending_snapshot):
+        state.upon(FeedInputs.committed).loop().returns(None)
+
     # A resume that finds nothing to resume: not yet following, or
     # waiting for the snapshot.
     for state in (awaiting_follow, taking_snapshot, ended):

@@ -110,7 +110,7 @@ def vote_connections(config: RouterConfig, clock: IReactorTime,
 
     def voters_for(name: str, own: "HAInstance") -> Voters:
         context = RouterContext(name=config.name, clock=clock, events=own.events,
-                                registry=LinkRegistry(), engine=None)
+                                registry=own.registry, engine=None)
         peer = connection(context, config.name, ha.replication.peer, own.peer_instance)
         witnesses = [connection(context, witness.router, witness.endpoint)
                      for witness in ha.witnesses]
@@ -187,8 +187,8 @@ class HAInstance(MultiService):
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
     @ivar router: the L{RouterService} while active, else None.
-    @ivar registry: the connections of its replication listener, closed
-        when it stops.
+    @ivar registry: its connections (vote connections, the replication
+        listener's and the follower's), closed when it stops.
     @ivar role: the role machine's core (C{state}, C{epoch}) once started.
     """
 
@@ -208,6 +208,7 @@ class HAInstance(MultiService):
         self.events = open_data_dir(config, clock, self._lock, self._unlock)
         self.ha_events = HAEventLog(self.events, clock, ha.group_name, ha.role)
         self.records = records
+        self.registry = LinkRegistry()
         self.replication = replication_for(self)
         self.witness = Witness(self.instance, records, clock, self.events,
                                own_position=self.replication.position)
@@ -217,7 +218,6 @@ class HAInstance(MultiService):
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self)).setServiceParent(self)
         self.router: RouterService | None = None
-        self.registry = LinkRegistry()
         # Each change of who holds store.db (the replica, the router) waits
         # for the one before it.
         self._store_turn: defer.Deferred = defer.succeed(None)
@@ -306,8 +306,8 @@ class HAInstance(MultiService):
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.close_replica())
         yield self._store_turn
-        yield self.registry.close_all()
         yield defer.maybeDeferred(super().stopService)
+        yield self.registry.close_all()
         yield self.records.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()
@@ -366,7 +366,9 @@ class HAInstance(MultiService):
 
     def follow(self) -> None:
         if self._stopping:
-            self._hand_over_ended()
+            # Handed over at the stop: finish stopping once the role has
+            # finished this transition (it arms its timers after this).
+            self._clock.callLater(0, self._hand_over_ended)
             return
         self._peer_heard_at = self._clock.seconds()
         self._store_turn.addCallback(
@@ -393,7 +395,9 @@ class HAInstance(MultiService):
         self._readmitting = self.role.state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
-        self._elect(self.peer_instance, alone=False)
+        # An active that stops hands over to run alone: the peer has no
+        # backup to wait for.
+        self._elect(self.peer_instance, alone=self._stopping)
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
@@ -436,9 +440,12 @@ class HAInstance(MultiService):
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch)
         self.replication.confirm(alone)
+        # Its links and route advertisements carry the epoch it started
+        # serving in (a later epoch of the same active period, to run alone
+        # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
                                     self._endpoints, executor=self.replication.executor(),
-                                    host=HostedParts(self.events, self.witness))
+                                    host=HostedParts(self.events, self.witness), epoch=epoch)
         self.router.setServiceParent(self)
         self.replication.lead(self._peer_caught_up, self._role.peer_heard)
 
@@ -502,34 +509,39 @@ class HAInstance(MultiService):
     def _voted(self, answer: frames.VoteAnswer, frame: frames.VoteRequest):
         if (answer.granted and frame.candidate == self.instance
                 and frame.requester == self.peer_instance and self._in_sync()):
-            self._confirm_hand_over(frame.epoch,
+            self._confirm_hand_over(frame.epoch, frame.alone,
                                     self._clock.seconds() + self.ha.lease_timeout_ms / 1000)
         return answer
 
     def _in_sync(self) -> bool:
         return self.role is not None and self.role.state == role.BACKUP_IN_SYNC
 
-    def _confirm_hand_over(self, epoch: int, until: float) -> None:
+    def _confirm_hand_over(self, epoch: int, alone: bool, until: float) -> None:
         """
         Ask every voter for the handed-over C{epoch} as this instance's
         own: each that granted it to this instance grants it again.  A
         voter asked before the active's request reached it refuses
         (C{active-alive}): ask again each heartbeat-interval, until
         C{until} (by then the active's silence has this instance ask for
-        an epoch by itself).
+        an epoch by itself).  C{alone}: the active stops, and hands over
+        an epoch to run alone in.
         """
         if not self._in_sync() or self._clock.seconds() >= until:
             return
         request = quorum.VoteRequest(self.instance, self.instance, epoch,
-                                     self.replication.position(), alone=False)
+                                     self.replication.position(), alone)
 
         def handed_over(epoch: int) -> None:
-            if self._in_sync():
+            if not self._in_sync():
+                return
+            if alone:
+                self._role.epoch_handed_over_alone(epoch)
+            else:
                 self._role.epoch_handed_over(epoch)
 
         def again(defeat: Defeat) -> None:
             self._clock.callLater(self.ha.heartbeat_interval_ms / 1000,
-                                  self._confirm_hand_over, epoch, until)
+                                  self._confirm_hand_over, epoch, alone, until)
 
         self.voters.elect(request, self._question_timeout(), handed_over, again)
 

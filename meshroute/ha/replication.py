@@ -66,12 +66,13 @@ class StoreReplication:
     """
 
     def __init__(self, reactor: IReactorTime, config: RouterConfig, endpoints, events,
-                 executor_factory=None) -> None:
+                 registry: LinkRegistry, executor_factory=None) -> None:
         """
         @param config: the instance's configuration (its C{[ha]} and
             data dir).
         @param endpoints: turns endpoint strings into endpoints.
         @param events: the instance's event log.
+        @param registry: the instance's connections.
         @param executor_factory: makes an unstarted store executor, given
             its C{replication} (None for the replica's): a
             L{ThreadedExecutor} on C{reactor} by default.
@@ -81,6 +82,7 @@ class StoreReplication:
         self._config = config
         self._endpoints = endpoints
         self._events = events
+        self._registry = registry
         self._path = os.path.join(config.data_dir, STORE_NAME)
         self._executor_factory = executor_factory or (
             lambda replication=None: ThreadedExecutor(reactor, replication=replication))
@@ -183,7 +185,7 @@ class StoreReplication:
         """
         ha = self._config.ha
         context = RouterContext(name=self._config.name, clock=self._reactor,
-                                events=self._events, registry=LinkRegistry(), engine=None)
+                                events=self._events, registry=self._registry, engine=None)
         peer = ha.replication.peer
         self._follower = ReplicationFollower(
             context, ConnectorSettings(ha.replication.secret, self._config.name,

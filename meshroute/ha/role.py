@@ -24,12 +24,14 @@ The transitions, top to bottom (the code below follows the same order):
     asking_voters, fenced  ─ active_found ─────────▶ catching_up
     asking_voters, fenced  ─ holds_newest_data ────▶ claiming
     asking_voters, fenced  ─ must_wait ────────────▶ (same, asks again later)
+    asking_voters          ─ activation_forced ────▶ serving_alone
     claiming               ─ epoch_granted ────────▶ serving_alone
     claiming               ─ election_lost ────────▶ asking_voters
     catching_up            ─ caught_up ────────────▶ following
     catching_up            ─ peer_silent ──────────▶ asking_voters
     following              ─ peer_silent ──────────▶ taking_over
     following              ─ epoch_handed_over ────▶ serving_replicated
+    following              ─ epoch_handed_over_alone ▶ serving_alone
     taking_over            ─ epoch_granted ────────▶ serving_alone
     taking_over            ─ election_lost ────────▶ asking_voters
     serving_replicated     ─ peer_silent ──────────▶ isolating
@@ -135,6 +137,9 @@ class RoleInputs(Protocol):
     def must_wait(self) -> None:
         "No decision yet, or the peer should resume, or this one is stale."
 
+    def activation_forced(self, epoch: int) -> None:
+        "C{meshroute ha force-activate}: serve alone in C{epoch}, asking no voter."
+
     def caught_up(self) -> None:
         "The backup's replication reached the active's live stream."
 
@@ -155,6 +160,9 @@ class RoleInputs(Protocol):
 
     def epoch_handed_over(self, epoch: int) -> None:
         "The active handed this in-sync backup its place in epoch C{epoch}."
+
+    def epoch_handed_over_alone(self, epoch: int) -> None:
+        "The active, stopping, handed this backup its place in C{epoch}, to run alone."
 
     def handover_due(self) -> None:
         "Time to hand over to the in-sync peer (failback, graceful stop)."
@@ -270,6 +278,13 @@ def _build_role_machine():
     def wait(inputs: RoleInputs, core: RoleCore) -> None:
         core.ask_voters_later()
 
+    @asking_voters.upon(RoleInputs.activation_forced).to(serving_alone)
+    def forced(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
+        # The operator accepted losing what this instance lacks
+        # (docs/ha.md, "Operating a pair"): no election.
+        core.activate(epoch, ACTIVE_ALONE)
+        core.actions.start_serving(epoch)
+
     @claiming.upon(RoleInputs.epoch_granted).to(serving_alone)
     def resumed(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
         core.activate(epoch, ACTIVE_ALONE)
@@ -301,6 +316,13 @@ def _build_role_machine():
         core.activate(epoch, ACTIVE_REPLICATED)
         core.actions.start_serving(epoch)
         core.watch_peer(inputs, core.settings.replication_timeout_ms)
+
+    @following.upon(RoleInputs.epoch_handed_over_alone).to(serving_alone)
+    def handed_over_alone(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
+        # The active stops: there is no backup to wait for.
+        core.stop_watching()
+        core.activate(epoch, ACTIVE_ALONE)
+        core.actions.start_serving(epoch)
 
     @taking_over.upon(RoleInputs.epoch_granted).to(serving_alone)
     def took_over(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
@@ -402,16 +424,23 @@ def _build_role_machine():
 _ROLE_MACHINE = _build_role_machine()
 
 
-def start_role(clock: IReactorTime, settings: HASettings, actions: RoleActions) -> tuple[
-        RoleInputs, RoleCore]:
+def start_role(clock: IReactorTime, settings: HASettings, actions: RoleActions,
+               forced_epoch: int | None = None) -> tuple[RoleInputs, RoleCore]:
     """
     Start an instance's role: it asks the voters first (always; Artemis'
-    C{check-for-live-server}).
+    C{check-for-live-server}), unless the operator forced its activation.
 
+    @param forced_epoch: given when C{meshroute ha force-activate} recorded
+        a forced activation (L{meshroute.ha.records}): the instance serves
+        alone in this epoch at once, which the caller chose above every
+        epoch it knows.
     @return: the machine's inputs and its core (for C{state} and C{epoch}).
     """
     core = RoleCore(clock, settings, actions)
     inputs = _ROLE_MACHINE(core)
     actions.state_changed(STARTING)
-    actions.ask_voters()
+    if forced_epoch is None:
+        actions.ask_voters()
+    else:
+        inputs.activation_forced(forced_epoch)
     return inputs, core

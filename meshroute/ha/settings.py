@@ -8,9 +8,7 @@ L{meshroute.config}).  L{meshroute.config} converts the TOML values
 (types, ranges, durations, endpoints, the password file) and then calls
 L{errors} and L{warnings}, which judge the combination: an error names
 its dotted key and stops the router; a warning is printed by
-C{meshroute check-config} and logged at start.  (C{meshroute.config}
-refuses the sections while C{HA_WIRED} is false: a key accepted but
-doing nothing would be a lie to the operator.)
+C{meshroute check-config} and logged at start.
 """
 
 import re

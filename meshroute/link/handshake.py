@@ -43,6 +43,19 @@ Where a frame must be checked before we know where to go (a Hello that may
 be refused, a proof that may be wrong), the machine moves to a C{vetting_*}
 state whose behaviour decides and feeds back C{accepted} or C{refused};
 Automat runs such re-entrant inputs right after the current transition.
+A proof that raises the epoch seen for the peer's name decides only once
+that epoch is durable (L{meshroute.link.epochs}): the C{vetting_*} state
+then waits, under the stage timer, and a save that fails closes the
+connection (C{store-failed}).
+
+Epochs (docs/protocol.md): the instances of an HA pair share a router
+name, and each says in L{Hello} (connector) or L{Welcome} (listener) the
+epoch it serves in.  A peer from an epoch lower than the highest seen
+for its name is refused (C{stale-epoch}); one from a higher epoch than
+the link holding its name is not refused C{name-in-use}: once it has
+proved the secret and its epoch is durable, it takes the name, and the
+older link closes at once (C{superseded}), its delivery channel first,
+so that the two never share the name's outbox.
 
 The machines hold no state of their own: L{LinkCore} keeps the link's
 data and does the I/O, and docs/protocol.md narrates the same exchange
@@ -54,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from automat import TypeMachineBuilder
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
@@ -63,9 +77,10 @@ from meshroute.link.keepalive import Keepalive
 from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
+    EPOCH_VERSION,
+    REPLICATION_VERSIONS,
     SUPPORTED_VERSIONS,
     VOTE_VERSIONS,
-    REPLICATION_VERSIONS,
     Ack,
     Applied,
     Authenticate,
@@ -110,7 +125,6 @@ REPLICATION = "replication"
 ROUTING = "routing"
 VOTES = "votes"
 REPLICA = "replica"
-
 
 
 def _versions(purpose: str) -> tuple[int, ...]:
@@ -239,6 +253,9 @@ class LinkInputs(Protocol):
     def shutdown(self) -> None:
         "This router is stopping."
 
+    def superseded(self, epoch: int) -> None:
+        "A link from a newer epoch (C{epoch}) of the peer's router name took its place."
+
     def connection_lost(self, truncated: bool, why: str) -> None:
         """
         The connection is gone; C{truncated} if a partial frame was pending,
@@ -284,6 +301,12 @@ class RouterContext:
         That listener's context has no C{engine}: a L{Hello} is refused
         (C{not-allowed}); and there the peer has the listener's own router
         name (the pair's other instance), and no other.
+    @ivar epoch: the epoch this instance of the router serves in (the
+        active instance of an HA pair); 0 for a router without HA.
+    @ivar peer_epochs: the L{meshroute.link.epochs.PeerEpochs} of the
+        router; None (a context without a store, in tests of other
+        concerns): no epoch is remembered, so only the link holding a name
+        is compared with.
     """
 
     name: str
@@ -293,6 +316,8 @@ class RouterContext:
     engine: object
     witness: object = None
     replication: object = None
+    epoch: int = 0
+    peer_epochs: object = None
 
 
 @dataclass(frozen=True)
@@ -350,6 +375,7 @@ class LinkCore:
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
     version: int | None = None
+    peer_epoch: int = 0
     channel: object = None
     purpose: str = ROUTING
     vote_side: VoteSide | None = None
@@ -412,7 +438,8 @@ class LinkCore:
         )
         self._start_keepalive(inputs)
         self.channel = self.context.engine.link_up(
-            self.peer, self.send, fail=inputs.store_failed, emit=self.emit)
+            self.peer, self.send, fail=inputs.store_failed, emit=self.emit,
+            version=self.version)
         self.channel.recovered(frame)
         log.info(
             "link {link} to {peer} ({direction}{through}) in delivery, keepalive {interval} ms",
@@ -577,6 +604,28 @@ class LinkCore:
             detail=frame.detail,
         )
 
+    def superseded(self, epoch: int) -> None:
+        """
+        A link from epoch C{epoch} of our peer's name was admitted: close,
+        and give way to it.
+        """
+        detail = f"{self.peer} serves in epoch {epoch} now, this link in epoch {self.peer_epoch}"
+        log.info("link {link} to {peer} ({direction}) superseded: {detail}",
+                 link=self.link_id, peer=self.peer, direction=self.direction, detail=detail)
+        self.close(reasons.SUPERSEDED, detail)
+        self.give_way()
+
+    def give_way(self) -> None:
+        """
+        Give up the peer's name and the delivery channel at once, before
+        the connection is gone, so that the link from a newer epoch alone
+        uses them (the store's outbox for the name above all).
+        """
+        self.context.registry.release(self.peer, self.link)
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            channel.closed()
+
     def close(self, reason: str, detail: str = "") -> None:
         """
         Close the connection for C{reason}.
@@ -672,18 +721,22 @@ class LinkCore:
         allowed = self.settings.allowed_routers
         if allowed is not None and frame.router not in allowed:
             return reasons.NOT_ALLOWED, f"{frame.router} is not in allowed-routers"
-        if self.purpose == ROUTING and self.context.registry.is_claimed(frame.router):
-            return reasons.NAME_IN_USE, f"{frame.router} is already connected"
+        if self.purpose == ROUTING:
+            self.peer_epoch = frame.epoch
+            verdict = self._vet_epoch()
+            if verdict is not None:
+                return verdict
         self.keepalive_interval_ms = self.settings.keepalive_interval_ms
         self.version = max(common)
         return None
 
     def welcome(self) -> Welcome:
         return Welcome(
-            self.version, self.context.name, self.keepalive_interval_ms, self.own_challenge
+            self.version, self.context.name, self.keepalive_interval_ms, self.own_challenge,
+            self.context.epoch if self.version >= EPOCH_VERSION else 0,
         )
 
-    def vet_authenticate(self, frame: Authenticate) -> tuple[str, str] | None:
+    def vet_authenticate(self, frame: Authenticate) -> tuple[str, str] | Deferred | None:
         self.peer_challenge = frame.challenge
         expected = auth.proof(
             self.settings.secret,
@@ -713,9 +766,11 @@ class LinkCore:
 
     # -- connector checks -------------------------------------------------
 
-    def hello(self) -> Hello | VoteHello:
+    def hello(self) -> Hello | VoteHello | ReplicaHello:
         self.peer = self.settings.expected_peer
         hello = {ROUTING: Hello, VOTES: VoteHello, REPLICA: ReplicaHello}[self.purpose]
+        if self.purpose == ROUTING:
+            return Hello(list(SUPPORTED_VERSIONS), self.context.name, self.context.epoch)
         return hello(list(_versions(self.purpose)), self.context.name)
 
     def vet_welcome(self, frame: Welcome) -> tuple[str, str] | None:
@@ -727,8 +782,11 @@ class LinkCore:
                 reasons.UNEXPECTED_PEER,
                 f"expected {self.settings.expected_peer}, reached {frame.router}",
             )
-        if self.purpose == ROUTING and self.context.registry.is_claimed(frame.router):
-            return reasons.NAME_IN_USE, f"{frame.router} is already connected"
+        if self.purpose == ROUTING:
+            self.peer_epoch = frame.epoch
+            verdict = self._vet_epoch()
+            if verdict is not None:
+                return verdict
         self.keepalive_interval_ms = frame.keepalive_interval_ms
         self.peer_challenge = frame.challenge
         self.version = frame.version
@@ -747,7 +805,7 @@ class LinkCore:
             self.own_challenge,
         )
 
-    def vet_authenticated(self, frame: Authenticated) -> tuple[str, str] | None:
+    def vet_authenticated(self, frame: Authenticated) -> tuple[str, str] | Deferred | None:
         expected = auth.proof(
             self.settings.secret,
             "listener",
@@ -760,18 +818,54 @@ class LinkCore:
             return reasons.AUTH_FAILED, "listener's proof is wrong: the shared secrets differ"
         return self._claim_peer()
 
-    def _claim_peer(self) -> tuple[str, str] | None:
+    def _claim_peer(self) -> tuple[str, str] | Deferred | None:
         """
         Make this the one link to the (now authenticated) peer, unless
-        another link authenticated first.  A vote or replication
-        connection claims nothing: it is not a link, and the peer's
-        routing link (or a pair's other instance, which has the same name)
-        may be up.
+        another link of its epoch or a newer one authenticated first, or
+        its epoch is stale; once its epoch, if it is the highest seen, is
+        durable (then the verdict is a Deferred).  A vote or replication
+        connection claims nothing: it is not a link, and the peer's routing
+        link (or a pair's other instance, which has the same name) may be
+        up.
         """
         if self.purpose != ROUTING:
             return None
-        if not self.context.registry.claim(self.peer, self.link):
-            return reasons.NAME_IN_USE, f"{self.peer} is already connected"
+        peer_epochs = self.context.peer_epochs
+        saving = None if peer_epochs is None else peer_epochs.raise_to(self.peer,
+                                                                       self.peer_epoch)
+        if saving is None:
+            return self._take_name()
+        return saving.addCallback(lambda _: self._take_name())
+
+    def _take_name(self) -> tuple[str, str] | None:
+        """
+        The epoch checks again (another link may have raised the epoch or
+        taken the name meanwhile), then the name: a link holding it from an
+        older epoch is superseded.
+        """
+        verdict = self._vet_epoch()
+        if verdict is not None:
+            return verdict
+        registry = self.context.registry
+        holder = registry.holder(self.peer)
+        if holder is not None and holder is not self.link:
+            holder.supersede(self.peer_epoch)
+        registry.claim(self.peer, self.link)
+        return None
+
+    def _vet_epoch(self) -> tuple[str, str] | None:
+        """
+        Whether the peer's epoch may link: not below the highest seen for
+        its name, and above the epoch of a link that holds the name.
+        """
+        peer, epoch = self.peer, self.peer_epoch
+        highest = 0 if self.context.peer_epochs is None else self.context.peer_epochs.highest(peer)
+        if epoch < highest:
+            return (reasons.STALE_EPOCH,
+                    f"{peer} serves in epoch {highest}, this instance in epoch {epoch}")
+        holder = self.context.registry.holder(peer)
+        if holder is not None and holder is not self.link and holder.core.peer_epoch >= epoch:
+            return reasons.NAME_IN_USE, f"{peer} is already connected"
         return None
 
 
@@ -795,12 +889,28 @@ def _vet(inputs: LinkInputs, verdict: tuple[str, str] | None) -> None:
         inputs.refused(*verdict)
 
 
-def _vet_proof(inputs: LinkInputs, core: LinkCore, verdict: tuple[str, str] | None) -> None:
+def _vet_proof(inputs: LinkInputs, core: LinkCore,
+               verdict: tuple[str, str] | Deferred | None) -> None:
     """
     A proof passed or failed: a vote connection that passes goes to
     voting, a replication connection to replication, a link to recovery.
+    A verdict still being made (a Deferred: the peer's epoch being saved)
+    is fed to the machine when made, unless the link closed meanwhile (its
+    stage timer, the peer, shutdown); if the save failed, the link closes
+    C{store-failed}.
     """
-    if verdict is None and core.purpose == VOTES:
+    if isinstance(verdict, Deferred):
+
+        def decided(result: tuple[str, str] | None) -> None:
+            if core.close_reason is None:
+                _vet(inputs, result)
+
+        def failed(failure) -> None:
+            if core.close_reason is None:
+                inputs.store_failed(failure.getErrorMessage())
+
+        verdict.addCallbacks(decided, failed)
+    elif verdict is None and core.purpose == VOTES:
         inputs.vote_accepted()
     elif verdict is None and core.purpose == REPLICA:
         inputs.replica_accepted()
@@ -838,7 +948,7 @@ _FRAME_INPUTS = (
 
 
 def _add_common_transitions(awaiting, vetting, delivering, closing, closed, finishing,
-                            voting=(), replicating=None):
+                            voting, replicating):
     """
     The transitions both roles share: timeouts, refusals from the peer,
     errors, shutdown, and the end of the connection.
@@ -853,11 +963,25 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     """
     live = [*awaiting, *vetting, delivering, *voting, replicating]
 
-    for state in awaiting:
+    for state in [*awaiting, *vetting]:
 
         @state.upon(LinkInputs.stage_timer_expired).to(closing)
         def stage_timeout(inputs: LinkInputs, core: LinkCore) -> None:
             core.close(reasons.STAGE_TIMEOUT, f"no reply in {core.stage}")
+
+    for state in vetting:
+
+        @state.upon(LinkInputs.store_failed).to(closing)
+        def epoch_not_saved(inputs: LinkInputs, core: LinkCore, detail: str) -> None:
+            core.close(reasons.STORE_FAILED, detail)
+
+    for state in [*awaiting, *vetting, delivering]:
+
+        @state.upon(LinkInputs.superseded).to(closing)
+        def superseded(inputs: LinkInputs, core: LinkCore, epoch: int) -> None:
+            core.superseded(epoch)
+
+    for state in awaiting:
 
         @state.upon(LinkInputs.got_reject).to(closing)
         def peer_rejected(inputs: LinkInputs, core: LinkCore, frame: Reject) -> None:
@@ -941,6 +1065,12 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
     for moot in (LinkInputs.shutdown, LinkInputs.stage_timer_expired,
                  LinkInputs.keepalive_expired, LinkInputs.reject_delay_elapsed):
         closing.upon(moot).loop().returns(None)
+
+    # A link closing for another reason holds the name until its
+    # connection is gone: a newer epoch does not wait for that.
+    @closing.upon(LinkInputs.superseded).loop()
+    def give_way(inputs: LinkInputs, core: LinkCore, epoch: int) -> None:
+        core.give_way()
     closing.upon(LinkInputs.store_failed).loop().returns(None)
     # A request sent while the connection closes is a request not answered.
     for state in [closing, closed]:

@@ -29,14 +29,12 @@ from meshroute.errors import WireError
 from meshroute.link.handshake import (
     CONNECTOR_MACHINE,
     LISTENER_MACHINE,
-    REPLICA,
     ROUTING,
     VOTES,
     ConnectorSettings,
     LinkCore,
     ListenerSettings,
     RouterContext,
-    VoteSide,
 )
 from meshroute.wire.codec import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -153,6 +151,12 @@ class Link:
         """
         self.machine.send_vote_frame(frame)
 
+    def supersede(self, epoch: int) -> None:
+        """
+        A link from epoch C{epoch} of this link's peer name took its place.
+        """
+        self.machine.superseded(epoch)
+
     def shutdown(self) -> None:
         self.machine.shutdown()
 
@@ -172,6 +176,7 @@ class Link:
             "since": core.since,
             "last_heard": core.last_heard,
             "peer_last_received": core.peer_last_received,
+            "peer_epoch": core.peer_epoch,
         }
 
 
@@ -189,7 +194,7 @@ class LinkProtocol(Protocol):
                  endpoint: str | None = None, side=None):
         """
         @param side: for a connector's vote connection (L{VoteHello}
-            instead of L{Hello}), the L{VoteSide} its answers go to; for a
+            instead of L{Hello}), the L{meshroute.link.handshake.VoteSide} its answers go to; for a
             connector's replication connection (L{ReplicaHello}), the
             follower that makes its channel (L{meshroute.ha.follower}).
             Its C{purpose} says which.
@@ -290,7 +295,8 @@ class ConnectorFactory(Factory):
     @param on_delivery: called each time a link it built reaches delivery.
     @param endpoint: says which configured endpoint the connection being
         made goes through (None: the links record none).
-    @param side: makes vote connections reporting to it (a L{VoteSide}),
+    @param side: makes vote connections reporting to it (a
+        L{meshroute.link.handshake.VoteSide}),
         or replication connections following through it, not links
         (on_delivery: when one reaches voting or replication).
     """

@@ -23,8 +23,13 @@ UNEXPECTED_PEER = "unexpected-peer"
 #: one: there is nothing to follow there.
 NOT_ACTIVE = "not-active"
 
+#: The peer is an instance of its router (an HA pair's) whose epoch is
+#: lower than the highest this router has seen for that name: an instance
+#: that lost its place.
+STALE_EPOCH = "stale-epoch"
+
 REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER,
-                   NOT_ACTIVE)
+                   NOT_ACTIVE, STALE_EPOCH)
 
 # Close reasons, in link.closed events.
 
@@ -52,5 +57,11 @@ STORE_FAILED = "store-failed"
 #: stage-valid-timeout.
 IDLE = "idle"
 
+#: The peer's router name serves in a higher epoch now (the new active
+#: instance of an HA pair): a link from that epoch was admitted, or a
+#: route advertisement from it arrived; this link, from a lower epoch,
+#: gives way.
+SUPERSEDED = "superseded"
+
 CLOSE_REASONS = (KEEPALIVE, STAGE_TIMEOUT, PEER_CLOSED, REJECTED, PROTOCOL_ERROR, SHUTDOWN,
-                 STORE_FAILED, IDLE)
+                 STORE_FAILED, IDLE, SUPERSEDED)

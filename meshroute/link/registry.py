@@ -10,6 +10,12 @@ a router's name; a name already claimed is refused early, on Hello or
 Welcome, before any authentication work.  It also lets the admin API list links and the router close them
 all at shutdown.
 
+The one exception to "connected once" is a newer instance of the same
+router (an HA pair's new active, docs/ha.md): the link from the higher
+epoch takes the name, and the link holding it gives it up at once
+(L{LinkRegistry.release}) as it closes C{superseded}, before its
+connection is gone.
+
 Vote connections (HA votes and heartbeats on the routing listener) and
 replication connections (an HA pair's) are held here too, so that
 shutdown closes them, but they claim no name and are not links:
@@ -52,6 +58,20 @@ class LinkRegistry:
         Whether a live link holds C{peer}.
         """
         return peer in self._by_peer
+
+    def holder(self, peer: str):
+        """
+        The live link that holds C{peer}, or None.
+        """
+        return self._by_peer.get(peer)
+
+    def release(self, peer: str, link) -> None:
+        """
+        C{link} gives up C{peer}'s name before its connection is gone (a
+        link from a newer epoch takes its place).
+        """
+        if self._by_peer.get(peer) is link:
+            del self._by_peer[peer]
 
     def claim(self, peer: str, link) -> bool:
         """

@@ -38,6 +38,17 @@ across restarts without being stored, so a router takes the larger of
 carries an advertisement of a previous incarnation numbered above ours
 (a clock that went backwards), hearing it makes us jump above it and
 flood a fresh one, so the mesh forgets the stale one.
+
+Epochs order the instances of one router.  The two instances of an HA
+pair share a router name (docs/ha.md); the one serving carries the
+epoch its voters granted, and every advertisement carries its origin's
+epoch (0 for a router without HA).  Advertisements compare by
+C{(epoch, seq)}: a higher epoch wins even with a lower C{seq} (the new
+instance numbers from its own clock, which may be behind the old
+one's), and a stale instance's advertisements lose wherever they
+arrive, whatever their C{seq}.  An instance that hears of itself from a
+higher epoch does not jump above it: it has lost its place and must not
+fight the instance that took it.
 """
 
 from dataclasses import dataclass
@@ -58,14 +69,25 @@ class Advertisement:
     @ivar seq: orders the advertisements of C{origin}; higher is newer.
     @ivar neighbors: the routers C{origin} has a delivery-stage link to,
         sorted and without duplicates (normalised on construction).
+    @ivar epoch: the epoch of the instance of C{origin} that made it (0
+        for a router without HA); it orders advertisements before C{seq}.
     """
 
     origin: str
     seq: int
     neighbors: tuple[str, ...] = ()
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "neighbors", tuple(sorted(set(self.neighbors))))
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """
+        C{(epoch, seq)}: what makes one advertisement of C{origin} newer
+        than another.
+        """
+        return self.epoch, self.seq
 
 
 @implementer(IRouteTable)
@@ -79,16 +101,19 @@ class RouteTable:
     database changed.
     """
 
-    def __init__(self, name: str, clock: IReactorTime) -> None:
+    def __init__(self, name: str, clock: IReactorTime, epoch: int = 0) -> None:
         """
         @param name: this router's name.
         @param clock: only C{seconds()} is used, to number our own
             advertisements.
+        @param epoch: the epoch this instance of the router serves in (0
+            without HA), carried by our own advertisements.
         """
         self.name = name
+        self.epoch = epoch
         self._clock = clock
         self._links: set[str] = set()
-        self._own = Advertisement(name, self._next_seq(0), ())
+        self._own = Advertisement(name, self._next_seq(0), (), epoch)
         self._database: dict[str, Advertisement] = {}
         self._heard: set[str] = {name}
         self._routes: dict[str, tuple[str, int]] | None = None
@@ -104,7 +129,8 @@ class RouteTable:
         return max(above + 1, int(self._clock.seconds() * 1000))
 
     def _advertise(self, above: int) -> list[Advertisement]:
-        self._own = Advertisement(self.name, self._next_seq(above), tuple(self._links))
+        self._own = Advertisement(self.name, self._next_seq(above), tuple(self._links),
+                                  self.epoch)
         self._routes = None
         return [self._own]
 
@@ -147,23 +173,26 @@ class RouteTable:
         """
         An advertisement arrived from a neighbour.
 
-        @return: C{[advertisement]} when it is newer than what we held for
-            its origin (pass it on to the other neighbours); C{[]} when it
-            is not news.  When it is about I{us} and not our current one
-            (a previous incarnation's, numbered at or above ours), our own
-            fresh advertisement, numbered above it: send that to every
-            neighbour, the sender included, since the sender holds the
-            stale one.
+        @return: C{[advertisement]} when it is newer (by C{(epoch, seq)})
+            than what we held for its origin (pass it on to the other
+            neighbours); C{[]} when it is not news.  When it is about I{us},
+            of our epoch and not our current one (a previous incarnation's,
+            numbered at or above ours), our own fresh advertisement,
+            numbered above it: send that to every neighbour, the sender
+            included, since the sender holds the stale one.  About us from
+            another epoch: C{[]} (a lower one loses to ours everywhere; a
+            higher one is the instance that took our place).
         """
         origin = advertisement.origin
         if origin == self.name:
-            if advertisement.seq > self._own.seq or (
-                advertisement.seq == self._own.seq and advertisement != self._own
+            if advertisement.epoch == self.epoch and (
+                advertisement.seq > self._own.seq
+                or (advertisement.seq == self._own.seq and advertisement != self._own)
             ):
                 return self._advertise(max(advertisement.seq, self._own.seq))
             return []
         held = self._database.get(origin)
-        if held is not None and held.seq >= advertisement.seq:
+        if held is not None and held.order >= advertisement.order:
             return []
         self._database[origin] = advertisement
         self._heard.add(origin)

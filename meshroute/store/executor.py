@@ -49,9 +49,8 @@ which nothing here changes or costs more).  With it:
 
 import sqlite3
 import threading
-from queue import Empty, SimpleQueue
-
 from functools import partial
+from queue import Empty, SimpleQueue
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure

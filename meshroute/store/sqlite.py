@@ -125,7 +125,7 @@ from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
 from meshroute.ha.quorum import LogPosition, VoterRecord
-from meshroute.interfaces import IMessageStore, IVoterRecords
+from meshroute.interfaces import IMessageStore, IPeerEpochs, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, Message
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
@@ -362,7 +362,7 @@ def _message(r: tuple) -> Message:
     return Message(r[1], r[2], r[3], r[4], r[5], _unpackb(r[6]) if r[6] else {}, r[7], True, r[8])
 
 
-@implementer(IMessageStore, IVoterRecords)
+@implementer(IMessageStore, IVoterRecords, IPeerEpochs)
 class SQLiteStore:
     """
     The durable state of one router in one SQLite database file.
@@ -744,6 +744,22 @@ class SQLiteStore:
         Replace C{group}'s voter record; fires with None once durable.
         """
         return self._submit(_save_voter_record, group, record, lease_timeout_ms)
+
+    # The highest epoch seen per peer router name (IPeerEpochs; schema
+    # version 6): what lets a restarted router still refuse an HA instance
+    # that lost its place.
+
+    def peer_epochs(self):
+        """
+        Fires with C{{peer: epoch}}.
+        """
+        return self._submit(_peer_epochs)
+
+    def save_peer_epoch(self, peer: str, epoch: int):
+        """
+        Raise C{peer}'s epoch to C{epoch}; fires with None once durable.
+        """
+        return self._submit(_save_peer_epoch, peer, epoch)
 
 
 # Mirror updates, on the reactor thread as Deferred callbacks.
@@ -1254,4 +1270,20 @@ def _save_voter_record(connection, group: str, record: VoterRecord, lease_timeou
         (group, record.granted_epoch, record.granted_to, record.granted_at.epoch,
          record.granted_at.position, record.confirmed.epoch, record.confirmed.position,
          lease_timeout_ms),
+    )
+
+
+# Peer epochs, on the writer thread.
+
+
+def _peer_epochs(connection) -> dict:
+    return dict(connection.execute("SELECT peer, epoch FROM peer_epochs"))
+
+
+@_atomic
+def _save_peer_epoch(connection, peer: str, epoch: int) -> None:
+    connection.execute(
+        "INSERT INTO peer_epochs (peer, epoch) VALUES (?, ?) "
+        "ON CONFLICT (peer) DO UPDATE SET epoch = max(epoch, excluded.epoch)",
+        (peer, epoch),
     )

@@ -6,9 +6,13 @@ refused (C{version}), see docs/protocol.md.  Version 3 added the vote
 exchange on the routing listener (L{VoteHello} and the HA vote frames,
 with the start-up question L{StartQuery}), and the replication
 connection between the two instances of an HA pair (L{ReplicaHello} and
-the replication frames): its routing links are exactly version 2's, so a
-version-3 router links with a version-2 one at version 2; a vote or
-replication connection needs version 3.
+the replication frames): a vote or replication connection needs version
+3.  Version 3 also carries the epoch of an HA instance (docs/ha.md) in
+L{Hello}, L{Welcome} and each advertisement of L{Routes}, always
+optional on the wire and left off while 0 (a router without HA): such a
+router's routing links are exactly version 2's, byte for byte, so it
+links with a version-2 router at version 2.  Only an HA instance (epoch
+above 0) sends a L{Hello} a version-2 router cannot read.
 
 Each frame is a small frozen dataclass, gathered in L{LINK_FRAMES}; see
 L{meshroute.wire.frameset} for how frames become msgpack arrays and how
@@ -37,23 +41,37 @@ REPLICATION_VERSIONS = (3,)
 #: store keeps them as SQLite's signed 64-bit integers.
 MAX_VOTE_NUMBER = 2**63 - 1
 
+#: The first version whose L{Welcome} and L{Routes} carry epochs (a
+#: L{Hello} may carry one before any version is agreed).
+EPOCH_VERSION = 3
+
 #: Size of the random challenges exchanged during authentication.
 CHALLENGE_SIZE = 32
+
+
+def _check_epoch(frame, epoch: int) -> None:
+    if not 0 <= epoch <= MAX_VOTE_NUMBER:
+        raise WireError(f"{type(frame).__name__}.epoch must be in 0..2**63-1")
 
 
 @dataclass(frozen=True)
 class Hello:
     """
-    Connector → listener, first frame of the connect stage: who I am and
-    which protocol versions I speak.
+    Connector → listener, first frame of the connect stage: who I am,
+    which protocol versions I speak, and (version 3) the epoch this
+    instance of the router serves in (0: a router without HA; left off
+    the wire then, as version 2 sends it).
     """
 
     TYPE: ClassVar[int] = 1
+    OPTIONAL_TAIL: ClassVar[int] = 1
     versions: list
     router: str
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         _check_versions(self)
+        _check_epoch(self, self.epoch)
 
 
 def _check_versions(frame) -> None:
@@ -106,15 +124,22 @@ def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None
 class Welcome:
     """
     Listener → connector, ends the connect stage: the chosen version, the
-    listener's name, the keepalive interval both sides will use, and the
-    challenge the connector must answer to authenticate.
+    listener's name, the keepalive interval both sides will use, the
+    challenge the connector must answer to authenticate, and (version 3)
+    the listener's epoch (left off the wire while 0, and always at
+    version 2).
     """
 
     TYPE: ClassVar[int] = 2
+    OPTIONAL_TAIL: ClassVar[int] = 1
     version: int
     router: str
     keepalive_interval_ms: int
     challenge: bytes
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        _check_epoch(self, self.epoch)
 
 
 @dataclass(frozen=True)
@@ -237,7 +262,9 @@ class FastTransfer:
 class Routes:
     """
     Either direction, delivery stage: link-state advertisements, each
-    C{[origin, seq, [neighbour, ...]]} (see docs/routing.md).
+    C{[origin, seq, [neighbour, ...]]}, or (version 3, when the origin's
+    epoch is not 0) C{[origin, seq, [neighbour, ...], epoch]} (see
+    docs/routing.md).
     """
 
     TYPE: ClassVar[int] = 11
@@ -247,13 +274,17 @@ class Routes:
         for item in self.advertisements:
             if not (
                 type(item) is list
-                and len(item) == 3
+                and len(item) in (3, 4)
                 and type(item[0]) is str
                 and type(item[1]) is int
                 and type(item[2]) is list
                 and all(type(n) is str for n in item[2])
+                and (len(item) == 3
+                     or (type(item[3]) is int and 0 <= item[3] <= MAX_VOTE_NUMBER))
             ):
-                raise WireError("Routes.advertisements must be [origin, seq, [names]] items")
+                raise WireError(
+                    "Routes.advertisements must be [origin, seq, [names]] or "
+                    "[origin, seq, [names], epoch] items")
 
 
 # The vote exchange (version 3): a connection to a routing listener that

@@ -7,9 +7,17 @@ array: the type code, then the fields in declaration order.  The field
 annotations are the wire schema, checked on decode, so a frame object that
 exists is always well-typed: a peer cannot smuggle a bool where an int is
 due, or a number where bytes are due.
+
+A frame may declare C{OPTIONAL_TAIL = n}: its last C{n} fields (each
+with a default) may be left off the wire.  The encoder leaves off those
+at the end that hold their default, and the decoder fills them in.  So
+a field added to a frame that must stay readable by older peers (the
+link's L{meshroute.wire.frames.Hello} before a version is agreed) costs
+nothing on the wire while it holds its default, and an older peer that
+never sends it is understood.
 """
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 from meshroute.errors import WireError
 
@@ -19,17 +27,27 @@ _WIRE_TYPES = {int: int, str: str, bytes: bytes, list: list, dict: dict, bool: b
 
 
 _field_names: dict[type, tuple[str, ...]] = {}
+_optional_defaults: dict[type, tuple] = {}
 
 
 def frame_to_list(frame) -> list:
     """
-    The msgpack array for C{frame}: its type code, then its fields.
+    The msgpack array for C{frame}: its type code, then its fields, less
+    the optional ones at the end that hold their default.
     """
     cls = type(frame)
     names = _field_names.get(cls)
     if names is None:
         names = _field_names[cls] = tuple(f.name for f in fields(cls))
-    return [frame.TYPE, *(getattr(frame, name) for name in names)]
+        tail = getattr(cls, "OPTIONAL_TAIL", 0)
+        _optional_defaults[cls] = tuple(
+            f.default for f in fields(cls)[len(names) - tail:]) if tail else ()
+    items = [frame.TYPE, *(getattr(frame, name) for name in names)]
+    for default in reversed(_optional_defaults[cls]):
+        if items[-1] != default or type(items[-1]) is not type(default):
+            break
+        items.pop()
+    return items
 
 
 class FrameSet:
@@ -46,13 +64,17 @@ class FrameSet:
                 raise ValueError(f"{name}: type code {cls.TYPE} used twice")
             self.types[cls.TYPE] = cls
             self._specs[cls] = tuple((f.name, _WIRE_TYPES[f.type]) for f in fields(cls))
+            tail = getattr(cls, "OPTIONAL_TAIL", 0)
+            if any(f.default is MISSING for f in fields(cls)[len(fields(cls)) - tail:]):
+                raise ValueError(f"{name}: {cls.__name__}'s optional fields need defaults")
 
     def from_list(self, items):
         """
         Rebuild a frame from a decoded msgpack array, checking every field.
 
         @raise WireError: not an array, unknown type code, wrong number of
-            fields, or a field of the wrong type.
+            fields (optional ones at the end may be missing), or a field of
+            the wrong type.
         """
         if type(items) is not list or not items:
             raise WireError("frame body is not a non-empty array")
@@ -61,9 +83,11 @@ class FrameSet:
         if cls is None:
             raise WireError(f"unknown {self.name} frame type {code!r}")
         spec = self._specs[cls]
-        if len(items) - 1 != len(spec):
+        least = len(spec) - getattr(cls, "OPTIONAL_TAIL", 0)
+        if not least <= len(items) - 1 <= len(spec):
+            expected = str(len(spec)) if least == len(spec) else f"{least} to {len(spec)}"
             raise WireError(
-                f"{cls.__name__} frame has {len(items) - 1} fields, expected {len(spec)}"
+                f"{cls.__name__} frame has {len(items) - 1} fields, expected {expected}"
             )
         for (name, expected), value in zip(spec, items[1:]):
             if type(value) is not expected:

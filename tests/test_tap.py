@@ -1,0 +1,38 @@
+"""
+Tests for L{meshroute.tap}: the twistd plugin's options.
+"""
+
+import pytest
+from twisted.logger import globalLogPublisher
+from twisted.python import usage
+
+from test_config import secret_file, write  # noqa: F401 (fixtures)
+from test_config_ha import HA, REPLICATION, ROUTER
+
+from meshroute import config, tap
+
+
+@pytest.fixture
+def logged():
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    yield events
+    globalLogPublisher.removeObserver(events.append)
+
+
+def test_the_configuration_s_warnings_are_logged_at_start(write, monkeypatch, logged):
+    monkeypatch.setattr(config, "HA_WIRED", True)
+    path = write(ROUTER + HA + REPLICATION)
+    options = tap.Options()
+    options.parseOptions(["--config", str(path)])
+    warnings = [e for e in logged if e.get("log_namespace") == "meshroute.tap"]
+    assert [e["warning"] for e in warnings] == [
+        f"{path}: ha.witness: " + config.ha_settings.warnings(options["router-config"].ha)[0]
+        .message]
+    assert all(e["log_level"].name == "warn" for e in warnings)
+
+
+def test_a_bad_configuration_is_a_usage_error(write):
+    path = write(ROUTER + "[routing]\nmax-hops = 0\n")
+    with pytest.raises(usage.UsageError, match="routing.max-hops"):
+        tap.Options().parseOptions(["--config", str(path)])
