@@ -11,6 +11,7 @@ thing a link does is ask the store for its recovery point.
 
 import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from twisted.application.internet import StreamServerEndpointService
@@ -24,6 +25,7 @@ from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.clients.ha_view import WITHOUT_HA, HAView
 from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import SessionSettings
 from meshroute.config import RouterConfig
@@ -140,6 +142,9 @@ class RouterService(MultiService):
         instance of an HA pair (docs/ha.md); 0, a router without HA.  Its
         links and route advertisements carry it, so the mesh takes this
         instance over an older one of the same name.
+    @param ha_view: for an HA instance, returns its L{HAView} (whether it
+        is active, its epoch, the pair's client endpoints), which the
+        client listener answers C{Open} by; default: a router without HA.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
@@ -150,7 +155,8 @@ class RouterService(MultiService):
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
-                 executor=None, host: "HostedParts | None" = None, epoch: int = 0) -> None:
+                 executor=None, host: "HostedParts | None" = None, epoch: int = 0,
+                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
@@ -219,6 +225,7 @@ class RouterService(MultiService):
                 recovery_buffer_size=reconnect.recovery_buffer_size,
             ),
             events=self.events,
+            ha_view=ha_view,
         )
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:

@@ -23,6 +23,7 @@ from twisted.internet.testing import StringTransport
 from meshroute.clients import frames as f
 from meshroute.clients import connection as connection_module
 from meshroute.clients import session as session_module
+from meshroute.clients.ha_view import HAView
 from meshroute.clients.protocol import ClientFactory
 from meshroute.errors import WireError
 from meshroute.messages import AddressError
@@ -109,6 +110,7 @@ SAMPLES = [
     f.Open([1], "producer-1", "5f0c", -1, 7, 12),
     f.Opened(1, "5f0c", ROUTER, 60000, False, 0),
     f.Opened(1, "5f0c", ROUTER, 60000, True, 9),
+    f.OpenedWithTopology(3, "5f0c", ROUTER, 60000, False, 0, 4, ["tcp:a:6001", "tcp:b:6001"]),
     f.Send(1, "orders@router-c", {"k": "v"}, b"body", True),
     f.Send(1, "orders", {}, b"", False, "producer-1:42"),
     f.Confirm(1, "router-a:ab:1"),
@@ -131,20 +133,39 @@ SAMPLES = [
 
 
 def test_every_frame_type_has_a_sample():
-    assert {type(frame) for frame in SAMPLES} == set(f.CLIENT_FRAMES.types.values())
+    assert {type(frame) for frame in SAMPLES} == set(f.CLIENT_FRAMES.classes)
 
 
 @pytest.mark.parametrize("frame", SAMPLES, ids=lambda frame: type(frame).__name__)
 def test_frames_round_trip(frame):
-    frames = f.FROM_CLIENT if type(frame) in f.FROM_CLIENT.types.values() else f.FROM_ROUTER
+    frames = f.FROM_CLIENT if type(frame) in f.FROM_CLIENT.classes else f.FROM_ROUTER
     assert FrameDecoder(frames=frames).feed(encode(frame)) == [frame]
     assert FrameDecoder(frames=f.CLIENT_FRAMES).feed(encode(frame)) == [frame]
 
 
+def test_opened_has_one_shape_per_protocol_generation():
+    """
+    Opened is six fields up to version 2, eight (the pair's topology
+    added) from version 3; seven is neither.
+    """
+    opened = f.OpenedWithTopology(3, "5f0c", ROUTER, 60000, False, 0, 4, ["tcp:a:6001"])
+    assert len(frame_to_list(opened)) == 9
+    assert len(frame_to_list(f.Opened(2, "5f0c", ROUTER, 60000, False, 0))) == 7
+    with pytest.raises(WireError, match="Opened frame has 7 fields, expected 6 or 8"):
+        FrameDecoder(frames=f.FROM_ROUTER).feed(_encoded_list(frame_to_list(opened)[:-1]))
+
+
+def _encoded_list(items: list) -> bytes:
+    import msgpack
+
+    body = msgpack.packb(items, use_bin_type=True)
+    return len(body).to_bytes(4, "big") + body
+
+
 def test_directions_cover_every_frame_and_share_only_ping_pong():
-    to_router = set(f.FROM_CLIENT.types.values())
-    to_client = set(f.FROM_ROUTER.types.values())
-    assert to_router | to_client == set(f.CLIENT_FRAMES.types.values())
+    to_router = set(f.FROM_CLIENT.classes)
+    to_client = set(f.FROM_ROUTER.classes)
+    assert to_router | to_client == set(f.CLIENT_FRAMES.classes)
     assert to_router & to_client == {f.Ping, f.Pong}
 
 
@@ -166,7 +187,7 @@ def test_arbitrary_bytes_decode_to_frames_or_wire_error(data, frames):
         decoded = decoder.feed(data)
     except WireError:
         return
-    assert all(type(frame) in frames.types.values() for frame in decoded)
+    assert all(type(frame) in frames.classes for frame in decoded)
 
 
 @FUZZ
@@ -228,11 +249,88 @@ def test_ttl_override(engine, clock):
 def test_unsupported_version(connection, factory):
     connection.send(f.Open([7, 8], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3]")
     ]
     assert connection.closing
     connection.lose()
     assert factory.sessions.describe() == []
+
+
+# -- an instance of an HA pair ---------------------------------------------------
+
+PAIR = ("tcp:10.0.0.2:6001", "tcp:10.0.1.2:6001")
+
+
+def pair_instance(engine, clock, view: HAView) -> ClientFactory:
+    views = [view]
+    factory = ClientFactory(engine, clock, ha_view=lambda: views[-1])
+    factory.views = views
+    return factory
+
+
+def test_version_3_opened_tells_the_pair_s_topology(engine, clock):
+    connection = Connection(pair_instance(engine, clock, HAView(True, 4, PAIR)))
+    connection.send(f.Open([1, 2, 3], "c", "", 60000))
+    (opened,) = connection.received()
+    assert opened == f.OpenedWithTopology(3, opened.session_id, ROUTER, 60000, False, 0, 4,
+                                          list(PAIR))
+
+
+def test_a_resumed_session_s_opened_tells_the_topology_in_force(engine, clock):
+    factory = pair_instance(engine, clock, HAView(True, 4, PAIR))
+    first = Connection(factory)
+    first.send(f.Open([3], "c", "", 60000))
+    (opened,) = first.received()
+    first.lose()
+    factory.views.append(HAView(True, 5, PAIR))
+    second = Connection(factory)
+    second.send(f.Open([3], "c", opened.session_id, 60000))
+    (again,) = second.received()
+    assert again == f.OpenedWithTopology(3, opened.session_id, ROUTER, 60000, True, 0, 5,
+                                         list(PAIR))
+
+
+@pytest.mark.parametrize("versions", [[1], [1, 2]])
+def test_older_clients_get_the_old_opened(engine, clock, versions):
+    """
+    A version-1 or version-2 client cannot decode the topology: it gets
+    the six-field Opened, and is told nothing of the pair.
+    """
+    connection = Connection(pair_instance(engine, clock, HAView(True, 4, PAIR)))
+    connection.send(f.Open(versions, "c", "", 60000))
+    (opened,) = connection.received()
+    assert type(opened) is f.Opened
+    assert opened.version == versions[-1]
+
+
+def test_a_router_without_ha_is_active_at_epoch_0_with_no_endpoints(connection):
+    connection.send(f.Open([1, 2, 3], "c", "", 60000))
+    (opened,) = connection.received()
+    assert (opened.epoch, opened.endpoints) == (0, [])
+
+
+@pytest.mark.parametrize("versions", [[1], [1, 2, 3]])
+def test_an_instance_that_is_not_active_refuses_open(engine, clock, versions):
+    factory = pair_instance(engine, clock, HAView(False, 4, PAIR))
+    connection = Connection(factory)
+    connection.send(f.Open(versions, "c", "", 60000))
+    error = assert_closed_with(connection, f.NOT_ACTIVE)
+    assert "not the active instance" in error.detail
+    connection.lose()
+    assert factory.sessions.describe() == []
+
+
+def test_an_instance_that_stopped_being_active_refuses_a_resume(engine, clock):
+    factory = pair_instance(engine, clock, HAView(True, 4, PAIR))
+    first = Connection(factory)
+    opened = first.open()
+    first.lose()
+    factory.views.append(HAView(False, 4, PAIR))
+    second = Connection(factory)
+    second.send(f.Open([1], "c", opened.session_id, 60000))
+    assert_closed_with(second, f.NOT_ACTIVE)
+    (described,) = factory.sessions.describe()
+    assert described["state"] == "disconnected"
 
 
 def test_a_lost_connection_leaves_its_session_disconnected(connection, factory, clock):
@@ -298,11 +396,15 @@ def test_the_frame_table_in_the_docs_lists_every_field_of_every_frame():
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         fields = re.findall(r"`(\w+)(?::[^`]*)?`", cells[2])
         documented[int(cells[0])] = (cells[1].strip("`"), fields)
+    # A frame with a longer shape in a later version (Opened) is one row,
+    # under its first name, with every field of its longest shape.
+    longest = {}
+    for cls in f.FROM_CLIENT.classes + f.FROM_ROUTER.classes:
+        fields = [field.name for field in dataclasses.fields(cls)]
+        if len(fields) >= len(longest.get(cls.TYPE, [])):
+            longest[cls.TYPE] = fields
     frames = {**f.FROM_CLIENT.types, **f.FROM_ROUTER.types}
-    assert documented == {
-        code: (cls.__name__, [field.name for field in dataclasses.fields(cls)])
-        for code, cls in frames.items()
-    }
+    assert documented == {code: (cls.__name__, longest[code]) for code, cls in frames.items()}
 
 
 def test_a_protocol_error_log_names_the_remote_address(connection, request):

@@ -10,7 +10,8 @@ import pytest
 from twisted.internet.defer import succeed
 
 from memory_mesh import SECRET, MemoryMesh
-from meshroute.ha import role
+from meshroute.events import read_events
+from meshroute.ha import records, role
 from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
@@ -133,6 +134,11 @@ def start_both(pair: Pair) -> tuple[HAInstance, HAInstance]:
     return primary, backup
 
 
+def ha_events(instance: HAInstance, event: str) -> list[dict]:
+    instance.events.flush()
+    return [e for e in read_events(instance.events.path) if e["event"] == event]
+
+
 def send(instance: HAInstance, count: int) -> list:
     engine = instance.router.engine
     return [engine.submit(QUEUE, b"%d" % i, {}, True) for i in range(count)]
@@ -155,6 +161,9 @@ def test_a_send_confirmed_on_the_primary_is_on_the_backup_after_its_death(pair):
     took = 2.0 + pair.run_until(lambda: serving(backup), FAILOVER_BOUND - 2.0)
     assert took <= FAILOVER_BOUND
     assert depth(backup) == 20
+    [failover] = ha_events(backup, "ha.failover")
+    assert (failover["from"], failover["to"], failover["kind"]) == (PRIMARY, BACKUP, "takeover")
+    assert failover["duration_ms"] <= FAILOVER_BOUND * 1000
 
 
 def test_while_the_backup_is_cut_off_nothing_is_confirmed_until_the_primary_runs_alone(pair):
@@ -166,6 +175,10 @@ def test_while_the_backup_is_cut_off_nothing_is_confirmed_until_the_primary_runs
     # replication-timeout, then an epoch to run alone (primary + witness).
     pair.run_until(lambda: all(d.called for d in sends), 10.0)
     assert pair.states()[pair.key(PRIMARY)] == role.ACTIVE_ALONE
+    assert [e["status"] for e in ha_events(primary, "ha.replication")] == [
+        "in-sync", "lost"]
+    assert [(e["epoch"], e["mode"]) for e in ha_events(primary, "ha.epoch")] == [
+        (1, "alone"), (2, "replicated"), (3, "alone")]
     # The backup, cut off from everyone, never activates.
     pair.mesh.run(30.0)
     assert backup.router is None
@@ -199,3 +212,25 @@ def test_a_graceful_stop_hands_over_within_a_second(pair):
     del pair.instances[pair.key(PRIMARY)]
     assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
     assert depth(backup) == 5
+
+
+def test_a_stale_instance_never_activates_unless_forced(pair):
+    primary, backup = start_both(pair)
+    pair.mesh.partition(pair.key(BACKUP))
+    sends = send(primary, 3)
+    pair.run_until(lambda: all(d.called for d in sends), 10.0)  # confirmed alone
+    pair.kill(BACKUP)
+    pair.kill(PRIMARY)
+    backup = pair.start(BACKUP)  # lacks what the primary confirmed alone
+    pair.mesh.run(10.0)
+    assert backup.router is None and pair.states()[pair.key(BACKUP)] == role.STARTING
+    pair.kill(BACKUP)
+    data_dir = str(pair.tmp_path / pair.key(BACKUP).replace("/", "-"))
+    records.record_forced_activation(data_dir, records.ForcedActivation("op@host", 0.0))
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: serving(backup), 1.0)
+    pair.mesh.run(10.0)  # its lease holds: the voters learn its epoch
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    assert backup.role.epoch == 4  # above the epoch 3 it knew of
+    assert [(e["step"], e["epoch"]) for e in ha_events(backup, "ha.force-activate")] == [
+        ("activated", 4)]

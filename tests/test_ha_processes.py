@@ -44,3 +44,18 @@ def test_sigkill_of_the_active_under_load_loses_and_doubles_nothing(mesh):  # no
     messages = [m for m in backup.stored_messages() if m["dest"] == QUEUE]
     assert len(messages) == COUNT  # nothing lost...
     assert len({m["body"] for m in messages}) == COUNT  # ...and nothing twice
+
+
+def test_sigterm_of_the_active_hands_over_within_a_second(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    sent = mesh.send(primary, QUEUE, 20)
+    assert sent.returncode == 0, sent.stderr
+    stopped_at = time.monotonic()
+    primary.popen.terminate()
+    backup.wait_for(lambda: backup.info().get("serving"), timeout=5,
+                    what="the backup to serve")
+    took = time.monotonic() - stopped_at
+    assert took <= 1.0, f"hand-over took {took:.2f} s"
+    assert primary.popen.wait(15) == 0
+    assert backup.ha()["state"] == "active-alone"
+    assert backup.queue_depth("orders") == 20

@@ -82,6 +82,12 @@ rounds; after a failure the next round starts at the endpoint after the
 one that failed.  A session that moves to another router is recreated
 there.  L{Client.endpoint} says which endpoint is in use.
 
+High-availability pairs (docs/ha.md, "Clients"): an instance that is not
+the active one refuses with C{not-active}, and the client tries the next
+endpoint; the active one names the pair's endpoints, which join the list
+(L{Client.endpoints}), and its epoch: the client refuses an instance
+serving an older epoch than it has seen (a stale one).
+
 Transactions (C{transacted=True}, a JMS transacted session): every send
 and acknowledgement belongs to the current transaction, which
 L{Client.commit} carries out atomically on the router, or

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
 from meshroute.client.commands import SEND, SUBSCRIBE, Command
 from meshroute.client.errors import TOO_LARGE, SendError
@@ -60,6 +60,15 @@ class Client:
         the string given to L{connect}, or the endpoint's C{repr}.
         """
         return self._core.endpoints.current
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """
+        Every endpoint the client tries, in turn: those given to
+        L{connect}, then those its router's pair named (docs/ha.md,
+        "Clients").
+        """
+        return self._core.endpoints.descriptions
 
     @property
     def session_id(self) -> str:
@@ -239,13 +248,25 @@ def _default_client_id() -> str:
 
 
 def connect_endpoint(reactor: IReactorTime, endpoint, options: ClientOptions | None = None,
+                     endpoint_from_string: Callable[[str], IStreamClientEndpoint] | None = None,
                      **overrides) -> Deferred:
     """
     Like L{connect}, with an C{IStreamClientEndpoint} or a list of them
     (used again, in turn, for every reconnection).  Logs and
     L{Client.endpoint} name each by its C{repr}.
+
+    @param endpoint_from_string: makes the endpoint of each endpoint string
+        the router names as its pair's (default: C{clientFromString} on
+        C{reactor}); one whose C{repr} equals a string is not added again.
     """
-    return _connect(reactor, [(repr(e), e) for e in _listed(endpoint)], options, overrides)
+    if endpoint_from_string is None:
+        endpoint_from_string = _from_string(reactor)
+    return _connect(reactor, [(repr(e), e) for e in _listed(endpoint)], options, overrides,
+                    endpoint_from_string)
+
+
+def _from_string(reactor) -> Callable[[str], IStreamClientEndpoint]:
+    return lambda description: clientFromString(reactor, description)
 
 
 def _listed(one_or_more) -> list:
@@ -257,7 +278,8 @@ def _listed(one_or_more) -> list:
 
 
 def _connect(reactor: IReactorTime, endpoints: list, options: ClientOptions | None,
-             overrides: dict) -> Deferred:
+             overrides: dict,
+             endpoint_from_string: Callable[[str], IStreamClientEndpoint]) -> Deferred:
     """
     Make the client and start its first connection attempt.
 
@@ -266,7 +288,7 @@ def _connect(reactor: IReactorTime, endpoints: list, options: ClientOptions | No
     options = replace(options or ClientOptions(), **overrides)
     client_id = options.client_id if options.client_id is not None else _default_client_id()
     core = ClientCore(reactor, EndpointRotation(endpoints), options, client_id,
-                      _where_created())
+                      _where_created(), endpoint_from_string)
     core.machine = ClientMachine(core)
     client = Client(core)
     core._client_until_opened = client
@@ -297,9 +319,9 @@ def connect(reactor, endpoint_string: str | list[str], options: ClientOptions | 
         L{SessionError} if the session cannot be made within
         C{initial_connect_attempts}.  Cancelling it gives up.
     """
-    strings = _listed(endpoint_string)
-    return _connect(reactor, [(s, clientFromString(reactor, s)) for s in strings], options,
-                    overrides)
+    from_string = _from_string(reactor)
+    return _connect(reactor, [(s, from_string(s)) for s in _listed(endpoint_string)], options,
+                    overrides, from_string)
 
 
 def describe_body(body: bytes) -> dict:

@@ -22,6 +22,9 @@ UNBLOCKED = "unblocked"
 TOO_LARGE = "too-large"
 #: commit() or rollback() on a client not made with C{transacted=True}.
 NOT_TRANSACTED = "not-transacted"
+#: The router serves an older epoch than the client has seen from its pair:
+#: a stale instance, which the client refused.
+STALE_EPOCH = "stale-epoch"
 
 
 class ClientError(MeshrouteError):
@@ -30,7 +33,7 @@ class ClientError(MeshrouteError):
 
     @ivar code: a stable code: one of the router's (docs/client-protocol.md)
         or C{connection-lost}, C{timeout}, C{closed}, C{unblocked},
-        C{too-large}.
+        C{too-large}, C{not-transacted}, C{stale-epoch}.
     @ivar detail: human-readable explanation.
     """
 

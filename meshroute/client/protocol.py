@@ -17,9 +17,11 @@ from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.transport import send_immediately
 
-#: Which machine input each router frame feeds (Error splits by id below).
+#: Which machine input each router frame feeds (Error and Opened split
+#: further below).
 _INPUT_FOR_FRAME = {
     f.Opened: "got_opened",
+    f.OpenedWithTopology: "got_opened",
     f.Confirm: "got_confirm",
     f.Error: "got_error",
     f.Deliver: "got_deliver",
@@ -58,7 +60,9 @@ class ClientProtocol(Protocol):
             if core.protocol is not self:
                 return
             if type(frame) is f.Error and frame.command_id == 0:
-                name = "got_refusal"
+                name = "got_not_active" if frame.code == f.NOT_ACTIVE else "got_refusal"
+            elif isinstance(frame, f.Opened) and core.stale(frame):
+                name = "got_stale_opened"
             else:
                 name = _INPUT_FOR_FRAME[type(frame)]
             try:

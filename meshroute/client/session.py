@@ -16,6 +16,7 @@ connection as a protocol error).  Reading the table top to bottom::
                           connect_failed              waiting_to_retry      next initial-connect delay (or exhausted)
     opening               got_opened                  connected             fire connect()'s Deferred
                           got_refusal                 disconnected          connect() fails with the router's code
+                          got_not_active              waiting_to_retry      the next endpoint (or the next delay)
                           connection_failed           waiting_to_retry      next initial-connect delay (or exhausted)
     waiting_to_retry      retry_due                   connecting            connect again
                           exhausted                   disconnected          connect() fails
@@ -29,7 +30,9 @@ connection as a protocol error).  Reading the table top to bottom::
                           connect_failed              waiting_to_reconnect  next delay (or exhausted)
     reopening             got_opened(reattached)      connected             replay commands above last_command_id; FAILOVER
                           got_opened(new session)     connected             recreate: unblock, re-subscribe; FAILOVER
-                          got_refusal / conn._failed  waiting_to_reconnect  next delay (or exhausted)
+                          got_stale_opened            waiting_to_reconnect  refuse an older epoch: the next endpoint
+                          got_refusal/not_active/     waiting_to_reconnect  next endpoint or delay (or exhausted)
+                            connection_failed
     waiting_to_reconnect, submit, turn_ended          (same)                queue the command, this turn's acks
       reconnecting, reopening
     closing               got_closed                  closing               close the connection
@@ -53,6 +56,19 @@ C{client-failure-check-period}, broken by a protocol error, refused by the
 router) leads to C{waiting_to_reconnect}; the connection itself is let go
 at once, so a late C{connectionLost} of it is ignored.
 
+The instances of a high-availability pair (docs/ha.md, "Clients"): an
+instance that is not the active one refuses Open with C{not-active}, and
+the client tries the next endpoint as after a failed attempt (the first
+connection too: unlike other refusals, this one is about the instance,
+not the client).  A version-3 router's Opened (L{f.OpenedWithTopology})
+names the pair's endpoints, which join the rotation after those the
+client was given (L{ClientCore.learn_topology}), and its epoch: the client
+keeps the highest epoch it has seen, and refuses an instance that answers
+with a lower one (a stale instance that still believes it is active),
+closing that connection before writing anything there
+(C{got_stale_opened}, decided by L{ClientCore.stale}).  The session the
+new active instance makes is a recreated one, as at any other router.
+
 A transacted client (C{ClientOptions.transacted}) issues a C{Begin}
 before the first send or acknowledgement of each transaction, and
 C{commit()} / C{rollback()} end it (L{ClientCore.end_transaction}).  When
@@ -69,7 +85,7 @@ from typing import Protocol
 from automat import NoTransition
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import connectProtocol
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, IStreamClientEndpoint
 from twisted.logger import Logger
 
 from meshroute.client.commands import (
@@ -90,6 +106,7 @@ from meshroute.client.errors import CLOSED as CLOSED_CODE
 from meshroute.client.errors import (
     CONNECTION_LOST,
     NOT_TRANSACTED,
+    STALE_EPOCH,
     TIMEOUT,
     ClientError,
     SendError,
@@ -133,6 +150,18 @@ class ClientInputs(Protocol):
 
     def got_refusal(self, frame: f.Error) -> None:
         "The router is closing the connection for C{frame.code} (Error with id 0)."
+
+    def got_not_active(self, frame: f.Error) -> None:
+        """
+        The router instance is not the active one of its pair, and is
+        closing the connection (Error(0, not-active)): try another.
+        """
+
+    def got_stale_opened(self, frame: f.Opened) -> None:
+        """
+        The router answered Open with an epoch lower than one the client
+        has seen: a stale instance.
+        """
 
     def got_confirm(self, frame: f.Confirm) -> None:
         "A command succeeded."
@@ -197,11 +226,19 @@ class ClientCore:
         failure was survived (None if none was).
     @ivar end: why the session ended, if not by L{close}.
     @ivar transaction: the current L{Transaction} of a transacted client.
+    @ivar epoch: the highest epoch a router of the pair told (0: none).
     """
 
     def __init__(self, clock: IReactorTime, endpoints: EndpointRotation, options: ClientOptions,
-                 client_id: str, created_at: str) -> None:
+                 client_id: str, created_at: str,
+                 endpoint_from_string: Callable[[str], IStreamClientEndpoint]) -> None:
+        """
+        @param endpoint_from_string: makes the endpoint of an endpoint
+            string a router tells (its pair's instances).
+        """
         self.clock = clock
+        self.endpoint_from_string = endpoint_from_string
+        self.epoch = 0
         self.options = options
         self.client_id = client_id
         self.created_at = created_at
@@ -365,12 +402,63 @@ class ClientCore:
 
     # -- the session opened -------------------------------------------------------
 
+    def stale(self, frame: f.Opened) -> bool:
+        """
+        Whether C{frame} comes from an instance serving an older epoch than
+        one the client has seen (a router that does not tell its epoch
+        counts as epoch 0, as a router without HA).
+        """
+        return _epoch_of(frame) < self.epoch
+
+    def refuse_stale(self, frame: f.Opened, first: bool) -> None:
+        """
+        Close the connection to a stale instance, and go on as after a
+        failed attempt.
+        """
+        epoch = _epoch_of(frame)
+        log.info("client {client_id}: router {router} at {endpoint} serves epoch {epoch}, "
+                 "older than epoch {seen}; trying the next endpoint", client_id=self.client_id,
+                 router=frame.router, endpoint=self.endpoints.current, epoch=epoch,
+                 seen=self.epoch)
+        self.attempt_failed(SessionError(
+            STALE_EPOCH, f"router {frame.router} at {self.endpoints.current} serves epoch "
+            f"{epoch}, older than epoch {self.epoch}"), first)
+
+    def turned_away(self, frame: f.Error, first: bool) -> None:
+        """
+        The router refused the Open, and a retry may do better: go on as
+        after a failed attempt.
+        """
+        self.attempt_failed(SessionError(frame.code, frame.detail), first)
+
+    def learn_topology(self, frame: f.OpenedWithTopology) -> None:
+        """
+        Keep the highest epoch, and try the pair's endpoints too (after the
+        configured ones, each once, compared as strings).
+        """
+        self.epoch = max(self.epoch, frame.epoch)
+        known = set(self.endpoints.descriptions)
+        for description in frame.endpoints:
+            if description in known:
+                continue
+            known.add(description)
+            try:
+                endpoint = self.endpoint_from_string(description)
+            except Exception as e:
+                log.warn("client {client_id}: router {router} names the endpoint {endpoint!r} "
+                         "of its pair, which cannot be used: {why}", client_id=self.client_id,
+                         router=frame.router, endpoint=description, why=str(e))
+                continue
+            self.endpoints.add(description, endpoint)
+
     def _opened(self, frame: f.Opened) -> None:
         _cancel(self._open_timer)
         self._open_timer = None
         self.router = frame.router
         self.ttl_ms = frame.ttl_ms
         self.endpoints.connected()
+        if isinstance(frame, f.OpenedWithTopology):
+            self.learn_topology(frame)
         self.keepalive.start(frame.ttl_ms, self.options.client_failure_check_period_ms)
 
     def opened_first(self, frame: f.Opened) -> None:
@@ -899,6 +987,13 @@ class ClientCore:
                 log.failure("failure listener {listener!r} raised", listener=listener)
 
 
+def _epoch_of(frame: f.Opened) -> int:
+    """
+    The epoch C{frame} tells; 0 for a router older than the topology.
+    """
+    return frame.epoch if isinstance(frame, f.OpenedWithTopology) else 0
+
+
 def _is_resubscription(command: Command) -> bool:
     """
     Whether C{command} is the client's own Subscribe of a recreation
@@ -957,6 +1052,8 @@ def _transitions() -> dict:
        lambda core, why: core.attempt_failed(why, first=True))
     on(OPENING, "got_opened", CONNECTED, C.opened_first)
     on(OPENING, "got_refusal", DISCONNECTED, C.refused)
+    on(OPENING, "got_not_active", WAITING_TO_RETRY,
+       lambda core, frame: core.turned_away(frame, first=True))
     on(OPENING, "connection_failed", WAITING_TO_RETRY,
        lambda core, why: core.attempt_failed(why, first=True))
     on(WAITING_TO_RETRY, "retry_due", CONNECTING, C.start_attempt)
@@ -969,6 +1066,7 @@ def _transitions() -> dict:
     on(_OPEN, "got_processed", None, C.processed)
     on(_OPEN, "got_pong", None, C.got_pong)
     on(_OPEN, "got_refusal", None, C.refusal)
+    on(_OPEN, "got_not_active", None, C.refusal)
     on(_OPEN, "ping_requested", None, C.ping)
     on((OPENING, REOPENING) + _OPEN, "got_ping", None, C.pong)
     on(CONNECTED, "submit", None, C.submit)
@@ -983,9 +1081,11 @@ def _transitions() -> dict:
     on(RECONNECTING, "connect_failed", WAITING_TO_RECONNECT,
        lambda core, why: core.attempt_failed(why, first=False))
     on(REOPENING, "got_opened", CONNECTED, C.reopened)
-    on(REOPENING, "got_refusal", WAITING_TO_RECONNECT,
-       lambda core, frame: core.attempt_failed(SessionError(frame.code, frame.detail),
-                                               first=False))
+    on(REOPENING, "got_stale_opened", WAITING_TO_RECONNECT,
+       lambda core, frame: core.refuse_stale(frame, first=False))
+    for refusal in ("got_refusal", "got_not_active"):
+        on(REOPENING, refusal, WAITING_TO_RECONNECT,
+           lambda core, frame: core.turned_away(frame, first=False))
     on(REOPENING, "connection_failed", WAITING_TO_RECONNECT,
        lambda core, why: core.attempt_failed(why, first=False))
     on(_FIRST + _DOWN, "submit", None, C.queue)
@@ -1062,6 +1162,12 @@ class ClientMachine:
 
     def got_refusal(self, frame: f.Error) -> None:
         self._fire("got_refusal", frame)
+
+    def got_not_active(self, frame: f.Error) -> None:
+        self._fire("got_not_active", frame)
+
+    def got_stale_opened(self, frame: f.Opened) -> None:
+        self._fire("got_stale_opened", frame)
 
     def got_confirm(self, frame: f.Confirm) -> None:
         self._fire("got_confirm", frame)

@@ -6,7 +6,9 @@ The router's side of one client connection, as an Automat machine.
           └────────────────────────┴── error ─────┴────────────┘
 
  - C{awaiting_open}: only C{Open} is allowed.
- - C{vetting_open}: checking the Open's versions and TTL.
+ - C{vetting_open}: checking the Open's versions and TTL, and whether this
+   instance is the active one of its HA pair (its L{HAView}; else
+   C{not-active}).
  - C{attached}: the connection carries a session (a new one, or one it
    resumed); command and C{Received} frames are inputs of the session's
    machine (L{meshroute.clients.session}), C{Ping} is answered here.
@@ -37,6 +39,7 @@ size); a connection whose partial frame would pass the bound is aborted
 TTL expiry, and the reason is logged.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,6 +48,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
 from meshroute.clients import frames as f
+from meshroute.clients.ha_view import WITHOUT_HA, HAView
 from meshroute.clients.session import (
     NO_EVENTS,
     SESSION_MACHINE,
@@ -172,6 +176,9 @@ class ConnectionCore:
         it is incomplete.
     @ivar buffered: the bytes of that frame held, counted in C{budget}.
     @ivar session: the session attached, once Open was accepted.
+    @ivar ha_view: returns the router's L{HAView} now.
+    @ivar view: the L{HAView} the Open was vetted with (what its Opened
+        tells).
     """
 
     engine: object
@@ -181,6 +188,8 @@ class ConnectionCore:
     settings: SessionSettings
     events: object = NO_EVENTS
     budget: BufferBudget = field(default_factory=BufferBudget)
+    ha_view: Callable[[], HAView] = lambda: WITHOUT_HA
+    view: HAView = WITHOUT_HA
     machine: ConnectionInputs | None = None
     session: SessionCore | None = None
     version: int = 0
@@ -266,10 +275,26 @@ class ConnectionCore:
             return f.BAD_COMMAND, "ttl_ms must be -1 (never) or at least 0"
         if frame.answered_up_to < 0 or frame.delivered_up_to < 0:
             return f.BAD_COMMAND, "answered_up_to and delivered_up_to must not be negative"
+        self.view = self.ha_view()
+        if not self.view.active:
+            return f.NOT_ACTIVE, ("this router instance is not the active instance of its "
+                                  "pair; try another endpoint")
         self.version = max(common)
         override = self.settings.connection_ttl_override
         self.ttl_ms = frame.ttl_ms if override == -1 else override
         return None
+
+    def opened(self, session_id: str, router: str, ttl_ms: int, reattached: bool,
+               last_command_id: int) -> f.Opened:
+        """
+        The Opened of this connection's version: from version 3 on, with
+        the epoch and the pair's endpoints the Open was vetted with.
+        """
+        if self.version < f.TOPOLOGY_VERSION:
+            return f.Opened(self.version, session_id, router, ttl_ms, reattached,
+                            last_command_id)
+        return f.OpenedWithTopology(self.version, session_id, router, ttl_ms, reattached,
+                                    last_command_id, self.view.epoch, list(self.view.endpoints))
 
     def attach(self, frame: f.Open) -> None:
         """
@@ -317,10 +342,13 @@ class ConnectionCore:
         with it.
         """
         session, self.session = self.session, None
-        log.warn("client session {session} ({client}) from {address}: {code}: {detail}",
-                 session=session.session_id if session is not None else "-",
-                 client=session.client_id or "-" if session is not None else "-",
-                 address=peer_address(self.transport), code=code, detail=detail)
+        # Refusing clients while another instance is active is the normal
+        # course of a pair, not a problem to warn of.
+        say = log.info if code == f.NOT_ACTIVE else log.warn
+        say("client session {session} ({client}) from {address}: {code}: {detail}",
+            session=session.session_id if session is not None else "-",
+            client=session.client_id or "-" if session is not None else "-",
+            address=peer_address(self.transport), code=code, detail=detail)
         self.write(f.Error(0, code, detail))
         self.silent = True
         if session is not None:

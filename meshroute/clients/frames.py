@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, versions 1 and 2.
+The frames of the native client protocol, versions 1 to 3.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -17,6 +17,11 @@ connection, not the session.
 
 Version 2 adds transactions: L{Begin}, L{Commit} and L{Rollback}, also
 commands, allowed only on a connection that negotiated version 2.
+
+Version 3 tells the client where it is in a high-availability pair: its
+L{Opened} is an L{OpenedWithTopology} (the pair's epoch and client
+endpoints), and an instance that is not the active one refuses L{Open}
+with L{NOT_ACTIVE}, which sends the client on to the next endpoint.
 """
 
 from dataclasses import dataclass
@@ -32,9 +37,12 @@ from meshroute.wire.codec import (
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = (1, 2, 3)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
+#: The first version whose Opened tells the pair's topology
+#: (L{OpenedWithTopology}).
+TOPOLOGY_VERSION = 3
 
 #: Largest frame a client may send (a Send: a message body must fit).
 MAX_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE
@@ -53,6 +61,10 @@ PROTOCOL_ERROR = "protocol-error"
 BAD_COMMAND = "bad-command"
 #: No protocol version in common (connection-level).
 UNSUPPORTED_VERSION = "unsupported-version"
+#: This router instance is not the active one of its HA pair (the other
+#: one is, or none is right now): try another endpoint (connection-level,
+#: retryable, unlike the two above).
+NOT_ACTIVE = "not-active"
 #: The address or queue name is malformed.
 BAD_ADDRESS = "bad-address"
 #: No router of that name is known in the mesh.
@@ -119,6 +131,33 @@ class Opened:
     ttl_ms: int
     reattached: bool
     last_command_id: int
+
+    def __post_init__(self) -> None:
+        if self.version >= TOPOLOGY_VERSION:
+            raise WireError(f"an Opened of version {self.version} must tell the topology "
+                            "(OpenedWithTopology)")
+
+
+@dataclass(frozen=True)
+class OpenedWithTopology(Opened):
+    """
+    Router → client, answers L{Open} from version 3 on: L{Opened} and the
+    router's place in a high-availability pair.  C{epoch} is the epoch the
+    instance serves in (0 for a router without HA), C{endpoints} the client
+    endpoints of the pair's instances, as the operator configured them
+    (empty for a router without HA).  A client adds the endpoints to those
+    it tries, and refuses an instance whose epoch is lower than one it has
+    seen.
+    """
+
+    epoch: int
+    endpoints: list
+
+    def __post_init__(self) -> None:
+        if self.version < TOPOLOGY_VERSION:
+            raise WireError(f"an Opened of version {self.version} cannot tell the topology")
+        if not all(type(e) is str for e in self.endpoints):
+            raise WireError("OpenedWithTopology.endpoints must be a list of strings")
 
 
 @dataclass(frozen=True)
@@ -365,8 +404,8 @@ class Rollback:
 
 CLIENT_FRAMES = FrameSet(
     "client",
-    (Open, Opened, Send, Confirm, Error, Subscribe, Unsubscribe, Credit, Deliver, Ack,
-     Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback),
+    (Open, Opened, OpenedWithTopology, Send, Confirm, Error, Subscribe, Unsubscribe, Credit,
+     Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback),
 )
 
 #: What a router's decoder accepts: the frames a client may send.  A
@@ -379,5 +418,6 @@ FROM_CLIENT = FrameSet(
 
 #: What a client's decoder accepts: the frames a router may send.
 FROM_ROUTER = FrameSet(
-    "router-to-client", (Opened, Confirm, Error, Deliver, Ping, Pong, Closed, Processed)
+    "router-to-client",
+    (Opened, OpenedWithTopology, Confirm, Error, Deliver, Ping, Pong, Closed, Processed),
 )

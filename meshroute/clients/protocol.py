@@ -17,6 +17,7 @@ the one timer that closes connections silent for their TTL or slow to
 finish a frame.
 """
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from automat import NoTransition
@@ -31,6 +32,7 @@ from meshroute.clients.connection import (
     BufferBudget,
     ConnectionCore,
 )
+from meshroute.clients.ha_view import WITHOUT_HA, HAView
 from meshroute.clients.session import NO_EVENTS, SessionRegistry, SessionSettings
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
@@ -71,7 +73,7 @@ class ClientProtocol(Protocol):
         self.core = ConnectionCore(
             engine=factory.engine, transport=self.transport, clock=factory.clock,
             registry=factory.sessions, settings=factory.settings, events=factory.events,
-            budget=factory.budget,
+            budget=factory.budget, ha_view=factory.ha_view,
         )
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
@@ -125,6 +127,10 @@ class ClientFactory(Factory):
         connections together (default L{MAX_BUFFERED_FRAMES} times
         C{max_frame_size}); at least C{max_frame_size}, so that one frame
         of the largest size always fits.
+    @param ha_view: returns the router's L{HAView} now, asked at every
+        C{Open}: an instance that is not active refuses it (C{not-active}),
+        and version-3 clients are told the epoch and the pair's endpoints.
+        Default: a router without HA (L{WITHOUT_HA}).
     @ivar sessions: the L{SessionRegistry} of the sessions (open,
         disconnected and closing).
     @ivar connections: the live connections' L{ConnectionCore}s.
@@ -134,7 +140,8 @@ class ClientFactory(Factory):
                  connection_ttl_override: int = -1,
                  max_frame_size: int = f.MAX_FRAME_SIZE, *,
                  settings: SessionSettings | None = None, events=None,
-                 max_buffered: int | None = None) -> None:
+                 max_buffered: int | None = None,
+                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA) -> None:
         if max_buffered is None:
             max_buffered = MAX_BUFFERED_FRAMES * max_frame_size
         if max_buffered < max_frame_size:
@@ -149,6 +156,7 @@ class ClientFactory(Factory):
         self.settings = settings
         self.events = events if events is not None else getattr(engine, "events", NO_EVENTS)
         self.max_frame_size = max_frame_size
+        self.ha_view = ha_view
         self.budget = BufferBudget(max_buffered)
         self.connections: set[ConnectionCore] = set()
         self._ttl_check: LoopingCall | None = None

@@ -353,8 +353,7 @@ class SessionCore:
         self.ttl_ms = connection.ttl_ms
         self.state = OPEN
         self.registry.add(self)
-        self.write(f.Opened(connection.version, self.session_id, self.engine.name, self.ttl_ms,
-                            False, 0))
+        self.write(connection.opened(self.session_id, self.engine.name, self.ttl_ms, False, 0))
         self.events.emit(event_names.SESSION_OPENED, session_id=self.session_id,
                          client_id=self.client_id, ttl_ms=self.ttl_ms)
         if frame.session_id:
@@ -663,8 +662,8 @@ class SessionCore:
         self.disconnected_at = None
         self.client_id = frame.client_id
         self.ttl_ms = connection.ttl_ms
-        self.write(f.Opened(connection.version, self.session_id, self.engine.name, self.ttl_ms,
-                            True, self.last_command_id))
+        self.write(connection.opened(self.session_id, self.engine.name, self.ttl_ms, True,
+                                     self.last_command_id))
         # 1. The answers the client does not hold.
         self._forget_answers(frame.answered_up_to)
         answers = self.answers

@@ -42,11 +42,12 @@ from zope.interface import implementer
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.clients.ha_view import HAView
 from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.lease import LEASE_EXPIRED
-from meshroute.ha.records import InstanceIdentity
+from meshroute.ha.records import ForcedActivation, InstanceIdentity
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
@@ -230,6 +231,12 @@ class HAInstance(MultiService):
         self._stopping = False
         self._handed: defer.Deferred | None = None
         self._readmitting = False
+        self._forced_epoch: int | None = None
+        # The role's state and epoch as its actions tell them (the role
+        # may act before start_role returns its core: a forced activation).
+        self._state = role.STARTING
+        self._epoch = 0
+        self._stop_reason: str | None = None
 
     # -- IHAInstanceView --------------------------------------------------
 
@@ -280,7 +287,26 @@ class HAInstance(MultiService):
         record = self.witness.records().get(self.ha.group_name)
         if record is not None:
             self._newest_epoch = record.granted_epoch
-        self._role, self.role = role.start_role(self._clock, self.ha, self)
+        self.records.forced_activation().addCallback(self._start_role)
+
+    def _start_role(self, forced: ForcedActivation | None) -> None:
+        """
+        Start the role: ask the voters, or, when C{meshroute ha
+        force-activate} asked for it, serve alone at once in an epoch above
+        every epoch this instance knows (its voter's record, its data).
+        """
+        if forced is not None:
+            self._forced_epoch = max(self._newest_epoch,
+                                     self.replication.position().epoch) + 1
+            self._newest_epoch = self._epoch = self._forced_epoch
+            log.warn("HA instance {instance}: activation forced by {by}: serving alone in "
+                     "epoch {epoch} without asking the voters", instance=self.instance,
+                     by=forced.requested_by, epoch=self._forced_epoch)
+            self.ha_events.force_activate("activated", forced.requested_by,
+                                          self._forced_epoch)
+            self.records.clear_forced_activation()
+        self._role, self.role = role.start_role(self._clock, self.ha, self,
+                                                forced_epoch=self._forced_epoch)
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -328,10 +354,13 @@ class HAInstance(MultiService):
     # -- RoleActions ------------------------------------------------------
 
     def state_changed(self, state: str) -> None:
-        epoch = self.role.epoch if self.role is not None else 0
+        self._state = state
+        if self.role is not None:
+            self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
-                 state=state, epoch=epoch)
-        self.ha_events.state(state, epoch)
+                 state=state, epoch=self._epoch)
+        reason, self._stop_reason = self._stop_reason, None
+        self.ha_events.state(state, self._epoch, reason)
 
     def ask_voters(self) -> None:
         # Whatever election was under way, the role no longer awaits it.
@@ -375,15 +404,19 @@ class HAInstance(MultiService):
             lambda _: self.replication.follow(self._caught_up, self._role.peer_heard))
 
     def _caught_up(self) -> None:
-        if self.role.state == role.BACKUP_SYNCING:
+        if self._state == role.BACKUP_SYNCING:
             self._role.caught_up()
+
+    def _backup_heard(self) -> None:
+        self._role.peer_heard()
 
     def _peer_caught_up(self) -> None:
         """
-        The backup reached the live stream: news only to an instance
-        serving alone (and not already readmitting it).
+        The backup reached the live stream: news to the role only for an
+        instance serving alone (and not already readmitting it).
         """
-        if self.role.state == role.ACTIVE_ALONE and not self._readmitting:
+        self.ha_events.replication("in-sync", self.replication.position().position, 0)
+        if self._state == role.ACTIVE_ALONE and not self._readmitting:
             self._readmitting = True
             self._role.peer_caught_up()
 
@@ -392,7 +425,7 @@ class HAInstance(MultiService):
 
     def request_votes(self, alone: bool) -> None:
         self._elect(self.instance, alone)
-        self._readmitting = self.role.state == role.ACTIVE_ALONE
+        self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
         # An active that stops hands over to run alone: the peer has no
@@ -401,7 +434,7 @@ class HAInstance(MultiService):
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
-        epoch = max(self._newest_epoch, self.role.epoch,
+        epoch = max(self._newest_epoch, self._epoch,
                     own.granted_epoch if own is not None else 0) + 1
         self._newest_epoch = epoch
         request = quorum.VoteRequest(candidate, self.instance, epoch,
@@ -418,11 +451,12 @@ class HAInstance(MultiService):
         self._role.election_lost()
 
     def start_serving(self, epoch: int) -> None:
-        alone = self.role.state == role.ACTIVE_ALONE
+        self._epoch = epoch
+        alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
         if self._peer_heard_at is not None:
             # It followed the peer until now: a failover.
-            self.ha_events.failover(from_instance=self.peer_instance, to_instance=self.instance,
+            self.ha_events.failover(from_instance=peer_role(self.ha.role), to_instance=self.ha.role,
                                     epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
@@ -436,7 +470,7 @@ class HAInstance(MultiService):
         Start this active period's router on C{store.db}, its commits
         tagged with C{epoch}.
         """
-        if self.role.epoch != epoch or self.role.state not in _SERVING:
+        if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch)
         self.replication.confirm(alone)
@@ -445,12 +479,22 @@ class HAInstance(MultiService):
         # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
                                     self._endpoints, executor=self.replication.executor(),
-                                    host=HostedParts(self.events, self.witness), epoch=epoch)
+                                    host=HostedParts(self.events, self.witness), epoch=epoch,
+                                    ha_view=self._client_view)
         self.router.setServiceParent(self)
-        self.replication.lead(self._peer_caught_up, self._role.peer_heard)
+        self.replication.lead(self._peer_caught_up, self._backup_heard)
+
+    def _client_view(self) -> HAView:
+        """
+        What the serving router's client listener tells clients (and
+        whether it takes them: not once this instance stops serving).
+        """
+        return HAView(active=self._state in _SERVING and self.router is not None,
+                      epoch=self._epoch, endpoints=self.ha.client_endpoints)
 
     def serve_in(self, epoch: int) -> None:
-        alone = self.role.state == role.ACTIVE_ALONE
+        self._epoch = epoch
+        alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
         self.replication.serve_in(epoch)
         if not alone:
@@ -462,14 +506,16 @@ class HAInstance(MultiService):
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
                  reason=reason)
+        self._stop_reason = reason
         if reason != role.HANDING_OVER:
-            self.ha_events.fenced(self.role.epoch, reason)
+            self.ha_events.fenced(self._epoch, reason)
         self._release_lease()
         self.replication.stop_leading()
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.open_replica())
 
     def hold_acknowledgements(self) -> None:
+        self.ha_events.replication("lost", self.replication.position().position, None)
         self.replication.hold()
 
     def release_acknowledgements(self) -> None:
@@ -479,10 +525,11 @@ class HAInstance(MultiService):
 
     def _hold_lease(self) -> None:
         self._release_lease()
+        epoch = self._epoch
         self._lease = self.voters.hold_lease(
             lambda: (self.replication.position(), self.replication.confirmed()),
             self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
-            self._lease_lost)
+            self._lease_lost, forced_epoch=epoch if epoch == self._forced_epoch else None)
 
     def _release_lease(self) -> None:
         if self._lease is not None:
@@ -514,7 +561,7 @@ class HAInstance(MultiService):
         return answer
 
     def _in_sync(self) -> bool:
-        return self.role is not None and self.role.state == role.BACKUP_IN_SYNC
+        return self._state == role.BACKUP_IN_SYNC
 
     def _confirm_hand_over(self, epoch: int, alone: bool, until: float) -> None:
         """

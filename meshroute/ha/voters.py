@@ -335,7 +335,8 @@ class Voters(MultiService):
 
     def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
                    heartbeat_interval: float, lease_timeout: float,
-                   lost: Callable[[str], None]) -> lease.LeaseInputs:
+                   lost: Callable[[str], None],
+                   forced_epoch: int | None = None) -> lease.LeaseInputs:
         """
         Hold the lease of the epoch the last election won (call once it
         was won): its grants are the first round, then a heartbeat to
@@ -345,8 +346,18 @@ class Voters(MultiService):
 
         @param status: this instance's (position, confirmed position) now,
             for each heartbeat.
+        @param forced_epoch: the epoch of a forced activation (C{meshroute
+            ha force-activate}), which no election won: the operator's word
+            stands for the grants of every voter now, and the voters learn
+            the epoch from its heartbeats (or refuse them, knowing a newer
+            one, which ends the lease).
         """
-        epoch = self._tally.epoch
+        if forced_epoch is not None:
+            epoch, granted_by = forced_epoch, list(self.names)
+            self._requested_at = self._clock.seconds()
+        else:
+            epoch = self._tally.epoch
+            granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
 
         def send_heartbeats(sent_at: float) -> None:
             position, confirmed = status()
@@ -355,7 +366,6 @@ class Voters(MultiService):
 
         core = lease.LeaseCore(self._clock, self.instance, self.names, heartbeat_interval,
                          lease_timeout, send_heartbeats, lost)
-        granted_by = [vote.voter for vote in self._tally.votes.values() if vote.granted]
         self._lease_since = self._requested_at
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease

@@ -51,6 +51,7 @@ class EndpointRotation:
             raise ValueError("at least one endpoint is needed")
         self._endpoints = tuple(endpoints)
         self._next = 0
+        self._used: int | None = None
         self._tried = 0
         self._connected = False
         self.current = self._endpoints[0][0]
@@ -72,12 +73,23 @@ class EndpointRotation:
         "The description of the endpoint the next attempt will use."
         return self._endpoints[self._next][0]
 
+    def add(self, description: str, endpoint: IStreamClientEndpoint) -> None:
+        """
+        Try C{endpoint} too, after every endpoint there is (a client told
+        of its router's pair by the router).  The round in progress, if
+        any, takes it in.
+        """
+        self._endpoints += ((description, endpoint),)
+        if self._used is not None:
+            self._next = (self._used + 1) % len(self._endpoints)
+
     def connect(self, protocolFactory) -> Deferred:  # noqa: N803 (IStreamClientEndpoint)
         """
         One attempt, through the next endpoint in turn.
         """
         description, endpoint = self._endpoints[self._next]
         self.current = description
+        self._used = self._next
         self._next = (self._next + 1) % len(self._endpoints)
         return endpoint.connect(protocolFactory)
 

@@ -15,6 +15,12 @@ a field added to a frame that must stay readable by older peers (the
 link's L{meshroute.wire.frames.Hello} before a version is agreed) costs
 nothing on the wire while it holds its default, and an older peer that
 never sends it is understood.
+
+A later protocol version may extend a frame with more fields: the longer
+frame is a class of its own with the same type code (usually a subclass),
+and the field count tells the shapes apart on decoding.  Which shape a
+peer must send is the protocol's rule (the version it negotiated), not the
+codec's.
 """
 
 from dataclasses import MISSING, fields
@@ -52,21 +58,30 @@ def frame_to_list(frame) -> list:
 
 class FrameSet:
     """
-    The frames one protocol may carry, by type code.
+    The frames one protocol may carry, by type code and field count.
+
+    @ivar types: each type code's first class given (its original shape).
+    @ivar classes: every class, in the order given.
     """
 
     def __init__(self, name: str, classes) -> None:
         self.name = name
+        self.classes = tuple(classes)
         self.types: dict[int, type] = {}
+        self._shapes: dict[tuple[int, int], type] = {}
         self._specs: dict[type, tuple] = {}
-        for cls in classes:
-            if cls.TYPE in self.types:
-                raise ValueError(f"{name}: type code {cls.TYPE} used twice")
-            self.types[cls.TYPE] = cls
-            self._specs[cls] = tuple((f.name, _WIRE_TYPES[f.type]) for f in fields(cls))
+        for cls in self.classes:
+            spec = tuple((f.name, _WIRE_TYPES[f.type]) for f in fields(cls))
             tail = getattr(cls, "OPTIONAL_TAIL", 0)
-            if any(f.default is MISSING for f in fields(cls)[len(fields(cls)) - tail:]):
+            if any(f.default is MISSING for f in fields(cls)[len(spec) - tail:]):
                 raise ValueError(f"{name}: {cls.__name__}'s optional fields need defaults")
+            for count in range(len(spec) - tail, len(spec) + 1):
+                if (cls.TYPE, count) in self._shapes:
+                    raise ValueError(f"{name}: type code {cls.TYPE} with {count} fields "
+                                     "used twice")
+                self._shapes[cls.TYPE, count] = cls
+            self._specs[cls] = spec
+            self.types.setdefault(cls.TYPE, cls)
 
     def from_list(self, items):
         """
@@ -79,17 +94,17 @@ class FrameSet:
         if type(items) is not list or not items:
             raise WireError("frame body is not a non-empty array")
         code = items[0]
-        cls = self.types.get(code) if type(code) is int else None
-        if cls is None:
+        first = self.types.get(code) if type(code) is int else None
+        if first is None:
             raise WireError(f"unknown {self.name} frame type {code!r}")
-        spec = self._specs[cls]
-        least = len(spec) - getattr(cls, "OPTIONAL_TAIL", 0)
-        if not least <= len(items) - 1 <= len(spec):
-            expected = str(len(spec)) if least == len(spec) else f"{least} to {len(spec)}"
+        cls = self._shapes.get((code, len(items) - 1))
+        if cls is None:
+            counts = sorted(n for c, n in self._shapes if c == code)
+            expected = " or ".join(str(n) for n in counts)
             raise WireError(
-                f"{cls.__name__} frame has {len(items) - 1} fields, expected {expected}"
+                f"{first.__name__} frame has {len(items) - 1} fields, expected {expected}"
             )
-        for (name, expected), value in zip(spec, items[1:]):
+        for (name, expected), value in zip(self._specs[cls], items[1:]):
             if type(value) is not expected:
                 raise WireError(
                     f"{cls.__name__}.{name} is {type(value).__name__}, "
