@@ -209,8 +209,15 @@ class Router:
         self._agent = Agent.usingEndpointFactory(reactor, self)
         with open(os.path.join(self.workdir, "secret"), "wb") as f:
             f.write(SECRET)
+        self.configure(template, **fields)
+
+    def configure(self, template: str, **fields) -> None:
+        """
+        (Re)write the configuration, e.g. once other routers' ports are
+        known.
+        """
         with open(os.path.join(self.workdir, "router.toml"), "w") as f:
-            f.write(template.format(name=name, client_port=self.client_port,
+            f.write(template.format(name=self.name, client_port=self.client_port,
                                     admin_port=self.admin_port, **fields))
 
     @property

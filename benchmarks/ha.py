@@ -30,9 +30,12 @@ position is the active's head and it holds as many messages.  See
 benchmarks/README.md.
 """
 
+import json
 import os
 import shutil
+import signal
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -43,7 +46,10 @@ from _harness import (  # noqa: E402
     DEADLINE_S,
     SECRET,
     Meter,
+    Router,
     cpu_s,
+    free_port,
+    poll,
     print_table,
     remove_tree,
     role_result,
@@ -51,7 +57,7 @@ from _harness import (  # noqa: E402
     spawn_role,
     windowed,
 )
-from twisted.internet import defer  # noqa: E402
+from twisted.internet import defer, task  # noqa: E402
 from twisted.internet.endpoints import clientFromString, serverFromString  # noqa: E402
 from twisted.python import usage  # noqa: E402
 
@@ -82,25 +88,61 @@ COUNT_MESSAGES = "SELECT count(*) FROM messages"
 
 
 class Options(usage.Options):
-    synopsis = "[--messages N] [--quick] [--dir DIR] [--keep]"
+    synopsis = "[--only PARTS] [--quick] [--messages N] [--kills N] [...]"
     optParameters = [
-        ["messages", "n", None, "Messages in the active's store (default 100000; 10000 with "
-         "--quick).", int],
+        ["only", None, "catchup,throughput,failover", "Comma-separated parts to run."],
+        ["messages", "n", None, "Catch-up: messages in the active's store (default 100000; "
+         "10000 with --quick).", int],
         ["body", None, 100, "Body size in bytes.", int],
-        ["window", None, 1000, "Accepts in flight while filling the store (group commit).", int],
+        ["window", None, 1000, "Catch-up: accepts in flight while filling the store (group "
+         "commit).", int],
+        ["tp-messages", None, None, "Throughput: messages of the full-load run (default 20000; "
+         "2000 with --quick).", int],
+        ["rate", None, 1000, "Throughput: offered load of the latency run, messages/s.", int],
+        ["latency-seconds", None, None, "Throughput: length of the latency run (default 10; 3 "
+         "with --quick).", float],
+        ["warmup", None, 200, "Throughput: messages of the latency run left out of the "
+         "percentiles.", int],
+        ["kills", None, None, "Failover: kills of each kind (default 20; 1 with --quick).", int],
+        ["kinds", None, "KILL,STOP,TERM", "Failover: the signals, in order."],
+        ["heartbeat-interval", None, 500, "The pair's [ha] heartbeat-interval, ms.", int],
+        ["lease-timeout", None, 3000, "The pair's [ha] lease-timeout, ms.", int],
+        ["replica-sync", None, "full", "The pair's [ha] replica-sync: full or normal."],
+        ["steady", None, None, "Failover: seconds the pair runs settled (active-replicated, "
+         "backup in sync) before each signal (default 5; 1 with --quick).", float],
+        ["probe-interval", None, 5, "Failover: the probe sends one message every this many ms.",
+         int],
+        ["failure-check", None, 1000, "Failover: the probe's client-failure-check-period, ms "
+         "(how soon it gives up on a frozen instance).", int],
         ["dir", None, None, "Where to make the data dirs (default: the system's temporary "
-         "directory; its disk is what replica-sync full measures)."],
+         "directory; its disk is what sync full measures)."],
     ]
     optFlags = [
-        ["quick", "q", "Smoke run: fewer messages."],
+        ["quick", "q", "Smoke run: fewer messages, shorter runs, one kill of each kind."],
         ["keep", None, "Keep the data dirs (stores, router logs)."],
     ]
 
     def postOptions(self) -> None:
-        if self["messages"] is None:
-            self["messages"] = 10_000 if self["quick"] else 100_000
-        if self["messages"] < 1 or self["body"] < 1 or self["window"] < 1:
-            raise usage.UsageError("--messages, --body and --window must be positive")
+        quick = self["quick"]
+        for key, full, short in (("messages", 100_000, 10_000), ("tp-messages", 20_000, 2000),
+                                 ("latency-seconds", 10.0, 3.0), ("kills", 20, 1),
+                                 ("steady", 5.0, 1.0)):
+            if self[key] is None:
+                self[key] = short if quick else full
+        if min(self["messages"], self["body"], self["window"], self["tp-messages"],
+               self["rate"], self["kills"], self["probe-interval"]) < 1 \
+                or self["latency-seconds"] <= 0 or self["steady"] < 0:
+            raise usage.UsageError("counts, sizes, rates and durations must be positive")
+        if self["warmup"] >= self["rate"] * self["latency-seconds"]:
+            raise usage.UsageError("--warmup leaves no message of the latency run")
+        self["parts"] = [p.strip() for p in self["only"].split(",") if p.strip()]
+        self["kinds"] = [k.strip().upper() for k in self["kinds"].split(",") if k.strip()]
+        if not self["parts"] or set(self["parts"]) - set(PARTS):
+            raise usage.UsageError(f"--only: parts are {', '.join(PARTS)}")
+        if not self["kinds"] or set(self["kinds"]) - set(KINDS):
+            raise usage.UsageError(f"--kinds: kinds are {', '.join(KINDS)}")
+        if self["replica-sync"] not in ("full", "normal"):
+            raise usage.UsageError("--replica-sync: full or normal")
 
 
 # -- the active side ------------------------------------------------------------------
@@ -284,6 +326,451 @@ async def bench_catch_up(reactor, options, workdir: str) -> None:
           "s: follower start -> in sync; others' CPU: processes not ours, share of one CPU.")
 
 
+# -- pairs under twistd -------------------------------------------------------------------
+
+
+THROUGHPUT_SCRIPT = os.path.join(os.path.dirname(SCRIPT), "throughput.py")
+#: The pair's router name; the witness is another router of the mesh.
+PAIR_NAME = "router-b"
+WITNESS_NAME = "router-w"
+PROBE_QUEUE = "probe"
+#: How often an instance's state is read while waiting for it.
+STATE_POLL_S = 0.02
+
+ROUTER_CONFIG = """\
+[router]
+name = "{router}"
+data-dir = "data"
+
+[clients.listener]
+endpoint = "tcp:{client_port}:interface=127.0.0.1"
+
+[store]
+sync = "full"
+
+[admin]
+endpoint = "tcp:{admin_port}:interface=127.0.0.1"
+"""
+WITNESS_CONFIG = ROUTER_CONFIG + """
+[routing.listener]
+endpoint = "tcp:{routing_port}:interface=127.0.0.1"
+password-file = "secret"
+"""
+INSTANCE_CONFIG = ROUTER_CONFIG + """
+[ha]
+role = "{role}"
+heartbeat-interval = {heartbeat}
+lease-timeout = {lease}
+replica-sync = "{replica_sync}"
+allow-failback = false
+client-endpoints = [{client_endpoints}]
+
+[ha.replication]
+listener = "tcp:{replication_port}:interface=127.0.0.1"
+peer = "tcp:127.0.0.1:{peer_replication_port}"
+password-file = "secret"
+
+[[ha.witness]]
+router = "{witness}"
+endpoint = "tcp:127.0.0.1:{witness_port}"
+"""
+
+
+class NotSettled(RuntimeError):
+    """
+    The pair did not reach an active instance with its backup in sync.
+    """
+
+
+class Pair:
+    """
+    An HA pair of C{router-b} (primary and backup, each C{twistd -n
+    meshroute} with C{[ha]}) and a witness router, on free ports.
+    """
+
+    def __init__(self, reactor, workdir: str, options) -> None:
+        self._reactor = reactor
+        witness_port = free_port()
+        self.witness = Router(reactor, workdir, "witness", WITNESS_CONFIG, router=WITNESS_NAME,
+                              routing_port=witness_port)
+        self.instances = [Router(reactor, workdir, role, "") for role in ("primary", "backup")]
+        replication = [free_port(), free_port()]
+        endpoints = ", ".join(f'"{i.client_endpoint}"' for i in self.instances)
+        for i, (instance, role) in enumerate(zip(self.instances, ("primary", "backup"))):
+            instance.configure(
+                INSTANCE_CONFIG, router=PAIR_NAME, role=role,
+                heartbeat=options["heartbeat-interval"], lease=options["lease-timeout"],
+                replica_sync=options["replica-sync"], client_endpoints=endpoints,
+                replication_port=replication[i], peer_replication_port=replication[1 - i],
+                witness=WITNESS_NAME, witness_port=witness_port)
+
+    async def start(self) -> None:
+        await self.witness.start()
+        for instance in self.instances:
+            await instance.start()
+        await self.settled()
+
+    async def state(self, instance: Router) -> dict:
+        return await instance.get("ha")
+
+    async def settled(self, deadline: float = DEADLINE_S) -> tuple[Router, Router]:
+        """
+        Wait until one instance is active-replicated with its backup in
+        sync; return (active, backup).
+        """
+        states: list = []
+
+        async def roles():
+            states[:] = [(await self.state(i))["state"] for i in self.instances]
+            return states
+
+        try:
+            await poll(self._reactor, "", roles,
+                       lambda s: sorted(s) == ["active-replicated", "backup-in-sync"], deadline)
+        except RuntimeError:
+            raise NotSettled(f"after {deadline:g} s the instances are {states or 'unknown'}, "
+                             f"not active-replicated and backup-in-sync") from None
+        active = 0 if states[0] == "active-replicated" else 1
+        return self.instances[active], self.instances[1 - active]
+
+    async def stop(self) -> dict[str, int | None]:
+        """
+        Stop every router (SIGTERM, after SIGCONT for a frozen one; SIGKILL
+        if one does not go in time); return their exit codes.
+        """
+        codes = {}
+        for router in (*self.instances, self.witness):
+            if router.child is None:
+                continue
+            if not router.child.ended.called:
+                router.child.process.signalProcess(signal.SIGCONT)
+            try:
+                codes[router.name] = await router.child.stop(self._reactor)
+            except defer.TimeoutError:
+                codes[router.name] = await router.child.kill()
+        return codes
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+# -- throughput and latency with and without a backup -----------------------------------------
+
+
+async def produce_and_consume(reactor, router: Router, workdir: str, count: int,
+                              rate: int | None, options, backup: Router | None = None,
+                              sample=None) -> dict:
+    """
+    A throughput.py consumer and producer on C{router}'s client listener
+    (C{count} persistent messages, at C{rate} or as fast as confirmed);
+    C{sample()} is awaited every 100 ms meanwhile.  Checked: every message
+    exactly once.  The CPU of C{router} and C{backup} is measured.
+    """
+    kind = "latency" if rate else "throughput"
+    ready, consumed_path, produced_path = (os.path.join(workdir, f"{kind}-{what}")
+                                           for what in ("ready", "consumer.json",
+                                                        "producer.json"))
+    endpoint = router.client_endpoint
+    consumer = spawn_role(reactor, THROUGHPUT_SCRIPT, workdir, "worker-consume", "--connect",
+                          endpoint, "--queue", "bench", "--count", count, "--prefetch", 1000,
+                          "--warmup", options["warmup"] if rate else 0, "--ready", ready,
+                          "--result", consumed_path)
+
+    async def subscribed():
+        consumer.check_alive()
+        return os.path.exists(ready)
+
+    await poll(reactor, "the consumer to subscribe", subscribed)
+    cpu_before = router.child.cpu(), backup.child.cpu() if backup else 0.0
+    producer = spawn_role(reactor, THROUGHPUT_SCRIPT, workdir, "worker-produce", "--connect",
+                          endpoint, "--to", "bench", "--count", count, "--size", options["body"],
+                          "--window", 1000, "--result", produced_path,
+                          *(("--rate", rate) if rate else ()))
+    samples = []
+    while not (producer.ended.called and consumer.ended.called):
+        router.child.check_alive()
+        if sample is not None:
+            samples.append(await sample())
+        await task.deferLater(reactor, 0.1)
+    cpu = router.child.cpu() - cpu_before[0]
+    backup_cpu = backup.child.cpu() - cpu_before[1] if backup else None
+    for child in (producer, consumer):
+        if child.ended.result != 0:
+            raise RuntimeError(f"{child.name} exited {child.ended.result}:\n"
+                               f"{child.output.decode(errors='replace')}")
+    with open(produced_path) as f:
+        produced = json.load(f)
+    with open(consumed_path) as f:
+        consumed = json.load(f)
+    if consumed["unique"] != count or consumed["duplicates"] or produced["refused"]:
+        raise RuntimeError(f"exactly-once violated: {consumed['unique']} of {count} distinct, "
+                           f"{consumed['duplicates']} duplicates, {produced['refused']} refused "
+                           f"({produced['first_error']})")
+    start = produced["first_send"]
+    return {"sent_per_s": produced["confirmed"] / (produced["last_confirm"] - start),
+            "consumed_per_s": consumed["received"] / (consumed["last_receive"] - start),
+            "latency_ms": consumed["latency_ms"], "router_cpu_per_10k": cpu / count * 10_000,
+            "backup_cpu_per_10k": None if backup is None else backup_cpu / count * 10_000,
+            "samples": samples}
+
+
+async def bench_throughput(reactor, options, workdir: str) -> None:
+    rows = []
+    for backup in (False, True):
+        label = "with a backup" if backup else "without a backup"
+        directory = os.path.join(workdir, "with-backup" if backup else "without-backup")
+        os.makedirs(directory)
+        meter = Meter()
+        if backup:
+            pair = Pair(reactor, directory, options)
+            await pair.start()
+            router, backup_instance = await pair.settled()
+        else:
+            pair = backup_instance = None
+            router = Router(reactor, directory, "alone", ROUTER_CONFIG, router=PAIR_NAME)
+            await router.start()
+        try:
+            async def lag():
+                return (await router.get("ha"))["lag"]
+
+            full = await produce_and_consume(reactor, router, directory, options["tp-messages"],
+                                             None, options, backup_instance,
+                                             lag if backup else None)
+            paced = await produce_and_consume(
+                reactor, router, directory, int(options["rate"] * options["latency-seconds"]),
+                options["rate"], options, backup_instance)
+        finally:
+            if pair is not None:
+                await pair.stop()
+            else:
+                await router.stop()
+        lags = [v for v in full["samples"] if v is not None]
+        latency = paced["latency_ms"]
+        rows.append((label, f"{full['sent_per_s']:,.0f}", f"{full['consumed_per_s']:,.0f}",
+                     cpu_per_10k(full), f"{latency['p50']:.1f}", f"{latency['p99']:.1f}",
+                     f"{latency['max']:.1f}", cpu_per_10k(paced),
+                     f"{statistics.median(lags):.0f} / {max(lags)} (n={len(lags)})"
+                     if lags else "-",
+                     f"{meter.stop()[0]:.0%}"))
+    print_table(
+        f"Persistent messages of {options['body']} B, producer and consumer on the (active) "
+        f"router, store sync=full, replica-sync={options['replica-sync']}: "
+        f"{options['tp-messages']:,} as fast as confirmed (1000 in flight), then "
+        f"{options['rate']:,}/s for {options['latency-seconds']:g} s",
+        ("router", "sent/s", "cons/s", "rCPU/10k", "p50 ms", "p99 ms", "max ms", "@rate/10k",
+         "lag median / max", "others' CPU"),
+        rows)
+    print("lag: GET /api/v1/ha `lag` of the active every 100 ms of the full-load run "
+          "(store changes the backup has not acknowledged); rCPU/10k and @rate/10k: CPU s per "
+          "10,000 messages of the (active) router, + the backup's.")
+
+
+def cpu_per_10k(run: dict) -> str:
+    own = f"{run['router_cpu_per_10k']:.2f}"
+    return own if run["backup_cpu_per_10k"] is None else \
+        f"{own} + {run['backup_cpu_per_10k']:.2f}"
+
+
+# -- failover ------------------------------------------------------------------------------
+
+
+async def worker_probe(reactor, endpoints: str, interval_ms: str, check_ms: str) -> None:
+    """
+    Send a persistent message every C{interval_ms} through a client with
+    both instances' endpoints; print C{SWITCH} and the time whenever a
+    confirmation comes from another endpoint than the last one.  Runs
+    until killed.
+    """
+    from meshroute.client import connect
+
+    # A frozen instance accepts TCP connections (the kernel does) and never
+    # answers: the open timeout is what moves the client on from it.
+    client = await connect(reactor, endpoints.split(","), reconnect_attempts=-1,
+                           retry_interval_ms=50, max_retry_interval_ms=50,
+                           client_failure_check_period_ms=int(check_ms),
+                           open_timeout_ms=int(check_ms))
+    state = {"endpoint": None, "sent": 0, "in_flight": 0, "failed": 0}
+
+    def confirmed(endpoint) -> None:
+        state["in_flight"] -= 1
+        if endpoint != state["endpoint"]:
+            state["endpoint"] = endpoint
+            print("SWITCH " + json.dumps({"t": time.time(), "endpoint": endpoint,
+                                          "failed": state["failed"]}), flush=True)
+
+    def failed(_) -> None:
+        state["in_flight"] -= 1
+        state["failed"] += 1
+
+    def tick() -> None:
+        if state["in_flight"] >= 200:
+            return
+        state["sent"] += 1
+        state["in_flight"] += 1
+        # A confirmation arrives on the client's current connection.
+        client.send(PROBE_QUEUE, b"%d" % state["sent"], duplicate_id=f"p{state['sent']}") \
+            .addCallbacks(lambda _: confirmed(client.endpoint), failed)
+
+    task.LoopingCall(tick).start(int(interval_ms) / 1000)
+    await defer.Deferred()
+
+
+def switches(probe) -> list[dict]:
+    return [json.loads(line[len("SWITCH "):])
+            for line in probe.stdout.decode(errors="replace").splitlines()
+            if line.startswith("SWITCH ")]
+
+
+KINDS = {"KILL": "SIGKILL", "STOP": "SIGSTOP", "TERM": "SIGTERM"}
+
+
+async def one_failover(reactor, pair: Pair, probe, kind: str, steady: float,
+                       deadline: float) -> dict:
+    """
+    Once the pair has been settled for C{steady} seconds, signal the active, time its backup's activation (admin API) and the
+    probe's first confirmation from it, then bring the signalled one back
+    and wait until it is the backup, in sync.  A pair that does not get
+    there is a C{problem} of the result.
+    """
+    active, backup = await pair.settled()
+    await task.deferLater(reactor, steady)
+    active, backup = await pair.settled()
+    seen = len(switches(probe))
+    killed = time.time()
+    active.child.process.signalProcess(getattr(signal, KINDS[kind]))
+
+    async def activation():
+        backup.child.check_alive()
+        return activated_at(backup, killed)
+
+    activated = await poll(reactor, f"{backup.name} to activate", activation,
+                           lambda t: t is not None, deadline) - killed
+
+    async def confirmed():
+        probe.check_alive()
+        return [s for s in switches(probe)[seen:] if s["endpoint"] == backup.client_endpoint]
+
+    first = (await poll(reactor, "the probe's first confirmation from the new active",
+                        confirmed, bool, deadline))[0]
+    result = {"activated": activated, "confirmed": first["t"] - killed}
+    if kind == "STOP":
+        active.child.process.signalProcess(signal.SIGCONT)
+    else:
+        await active.child.ended.addTimeout(DEADLINE_S, reactor)
+        await active.start()
+    try:
+        await pair.settled()
+    except NotSettled as e:
+        result["problem"] = f"afterwards: {e}"
+    return result
+
+
+def activated_at(instance: Router, since: float) -> float | None:
+    """
+    When C{instance}'s event log says it became active after C{since}.
+    """
+    with open(os.path.join(instance.workdir, "data", "events.jsonl")) as f:
+        for line in f:
+            if '"ha.state"' in line:
+                event = json.loads(line)
+                if event["time"] > since and event["state"].startswith("active"):
+                    return event["time"]
+    return None
+
+
+class FailoverRig:
+    """
+    A pair and the probe; started again, in a new directory, after a
+    failover that left the pair unsettled.
+    """
+
+    def __init__(self, reactor, options, workdir: str) -> None:
+        self._reactor = reactor
+        self._options = options
+        self._workdir = workdir
+        self.started = 0
+        self.pair: Pair | None = None
+        self.probe = None
+
+    async def start(self) -> None:
+        self.started += 1
+        directory = os.path.join(self._workdir, f"failover-{self.started}")
+        self.pair = Pair(self._reactor, directory, self._options)
+        await self.pair.start()
+        self.probe = spawn_role(self._reactor, SCRIPT, directory, "worker-probe",
+                                ",".join(i.client_endpoint for i in self.pair.instances),
+                                self._options["probe-interval"], self._options["failure-check"])
+
+        async def first():
+            self.probe.check_alive()
+            return switches(self.probe)
+
+        await poll(self._reactor, "the probe's first confirmation", first)
+
+    async def stop(self) -> None:
+        if self.probe is not None:
+            await self.probe.kill()
+        if self.pair is not None:
+            await self.pair.stop()
+        self.pair = self.probe = None
+
+
+async def bench_failover(reactor, options, workdir: str) -> None:
+    lease, heartbeat = options["lease-timeout"] / 1000, options["heartbeat-interval"] / 1000
+    bound = {"KILL": lease + 2 * heartbeat + 1, "STOP": lease + 2 * heartbeat + 1, "TERM": 1.0}
+    rig = FailoverRig(reactor, options, workdir)
+    meter = Meter()
+    rows, problems = [], []
+    try:
+        await rig.start()
+        for kind in options["kinds"]:
+            results = []
+            for i in range(options["kills"]):
+                try:
+                    result = await one_failover(reactor, rig.pair, rig.probe, kind,
+                                                options["steady"], 10 * bound[kind] + 30)
+                except RuntimeError as e:
+                    result = {"problem": str(e).splitlines()[0]}
+                results.append(result)
+                if "problem" in result:
+                    problems.append(f"{KINDS[kind]} #{i + 1}: {result['problem']}")
+                    await rig.stop()
+                    await rig.start()
+            measured = [r for r in results if "confirmed" in r]
+            row = [KINDS[kind], f"{len(measured)}/{len(results)}", f"{bound[kind]:.1f}"]
+            for key in ("activated", "confirmed"):
+                values = [r[key] for r in measured]
+                row += ([f"{percentile(values, 50):.2f}", f"{percentile(values, 99):.2f}",
+                         f"{max(values):.2f}"] if values else ["-"] * 3)
+            over = sum(r["confirmed"] > bound[kind] for r in measured)
+            row.append("-" if not measured else "yes" if not over else f"NO ({over} over)")
+            rows.append(tuple(row))
+    finally:
+        await rig.stop()
+    others = meter.stop()[0]
+    print_table(
+        f"Failover of an HA pair (+ a witness) under a probe sending a persistent message every "
+        f"{options['probe-interval']} ms to both endpoints: heartbeat-interval "
+        f"{options['heartbeat-interval']} ms, lease-timeout {options['lease-timeout']} ms, "
+        f"replica-sync {options['replica-sync']}, settled {options['steady']:g} s before each "
+        f"signal; the probe's client-failure-check-period and "
+        f"open-timeout {options['failure-check']} ms; others' CPU {others:.0%}",
+        ("signal", "measured", "bound s", "active p50", "p99", "max", "confirm p50", "p99",
+         "max", "bound held"),
+        rows)
+    print("active: signal -> the backup's ha.state event saying active; confirm: signal -> the "
+          "probe's first send confirmed by the new active (seconds).  Bound: lease-timeout + "
+          "2 x heartbeat-interval + 1 s, SIGTERM 1 s; checked on confirm.  After each signal "
+          "the instance comes back (SIGCONT, or a restart) and rejoins as the backup.")
+    for problem in problems:
+        print(f"PROBLEM {problem} (a fresh pair was started)")
+
+
+PARTS = {"catchup": bench_catch_up, "throughput": bench_throughput, "failover": bench_failover}
+
+
 async def main(reactor, *argv) -> None:
     options = Options()
     try:
@@ -292,7 +779,9 @@ async def main(reactor, *argv) -> None:
         raise SystemExit(f"{e}\n{options}")
     workdir = tempfile.mkdtemp(prefix="meshroute-ha-", dir=options["dir"])
     try:
-        await bench_catch_up(reactor, options, workdir)
+        for part in options["parts"]:
+            await PARTS[part](reactor, options, workdir)
+            print(flush=True)
     finally:
         if options["keep"]:
             print(f"kept {workdir}")
@@ -301,4 +790,4 @@ async def main(reactor, *argv) -> None:
 
 
 if __name__ == "__main__":
-    run_main(main, {"worker-follow": worker_follow})
+    run_main(main, {"worker-follow": worker_follow, "worker-probe": worker_probe})
