@@ -1,36 +1,44 @@
 """
-High availability: how fast a backup catches up with the active
-instance's store (issue 9, "Measure and report").
+High availability, issue 9's "Measure and report": a backup's catch-up
+speed, persistent throughput and latency with and without a backup (and
+the backup's lag), and failover times.  Three parts (--only):
 
-An *active side* runs in this process: a real store (L{SQLiteStore},
-C{ThreadedExecutor} with a L{ReplicationGate} in mode alone) filled with
---messages accepted persistent messages of --body bytes (--window accepts
-in flight, so group commit makes the batches a busy router makes), its
-L{ReplicationSource} (the retained log sized to hold them all) and an HA
-instance's replication listener (L{meshroute.ha.listener}, the link
-handshake with the mesh secret, L{meshroute.ha.feed.ReplicationServer})
-on a free 127.0.0.1 port.  A *backup* is this script again in another
-process (C{worker-follow}): a L{Replica} on its own data dir and the real
-L{ReplicationFollower}, which dials the listener over loopback TCP and
-follows until it says it is in sync (the C{caught_up} of its role).
+catchup -- an *active side* runs in this process: a real store
+(L{SQLiteStore}, C{ThreadedExecutor} with a L{ReplicationGate} in mode
+alone) filled with --messages accepted persistent messages of --body
+bytes (--window accepts in flight, so group commit makes the batches a
+busy router makes), its L{ReplicationSource} (the retained log sized to
+hold them all) and an HA instance's replication listener
+(L{meshroute.ha.listener}, the link handshake with the mesh secret,
+L{meshroute.ha.feed.ReplicationServer}) on a free 127.0.0.1 port.  A
+*backup* is this script again in another process (C{worker-follow}): a
+L{Replica} on its own data dir and the real L{ReplicationFollower}, which
+dials the listener over loopback TCP and follows until it says it is in
+sync.  From the log: the backup's store is a copy of the active's taken
+before the fill (the same store id, position 0), so every batch comes
+from the retained log; from a snapshot: the backup's data dir is empty
+(another store id), so the feed sends SQLite's online backup of the
+store.  Time is the backup's, from starting the follower to in sync;
+each run is checked against the active's position and message count.
 
-Rows:
+throughput -- a pair (two C{twistd -n meshroute} instances with C{[ha]})
+and a witness router, against the same router without C{[ha]}: a
+producer and a consumer (throughput.py's workers) on the (active)
+router, as fast as confirmed and then at --rate; the active's
+C{GET /api/v1/ha} C{lag} sampled under the full load.
 
-  - from the log: the backup's store is a copy of the active's taken
-    before the fill (the same store id, position 0), so the feed sends
-    every batch from the retained log (C{Changes} frames) and the backup
-    applies them (C{replica-sync} full, then normal);
-  - from a snapshot: the backup's data dir is empty (another store id),
-    so the feed takes a snapshot (SQLite's online backup, in a thread),
-    sends it in C{SnapshotChunk}s and the backup installs it.
+failover -- a pair, a witness and a probe (C{worker-probe}: a client with
+both instances' endpoints sending every --probe-interval ms); --kills
+signals of each of --kinds to the active instance, timed to the backup's
+activation (its C{ha.state} event) and to the probe's first send
+confirmed by it, against the issue's bound; the signalled instance comes
+back and the pair settles before the next.
 
-Time is the backup's, from starting the follower to in sync (TCP
-connect and handshake included).  Each run is checked: the backup's
-position is the active's head and it holds as many messages.  See
-benchmarks/README.md.
+See benchmarks/README.md.
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -334,8 +342,6 @@ THROUGHPUT_SCRIPT = os.path.join(os.path.dirname(SCRIPT), "throughput.py")
 PAIR_NAME = "router-b"
 WITNESS_NAME = "router-w"
 PROBE_QUEUE = "probe"
-#: How often an instance's state is read while waiting for it.
-STATE_POLL_S = 0.02
 
 ROUTER_CONFIG = """\
 [router]
@@ -410,9 +416,6 @@ class Pair:
             await instance.start()
         await self.settled()
 
-    async def state(self, instance: Router) -> dict:
-        return await instance.get("ha")
-
     async def settled(self, deadline: float = DEADLINE_S) -> tuple[Router, Router]:
         """
         Wait until one instance is active-replicated with its backup in
@@ -421,7 +424,7 @@ class Pair:
         states: list = []
 
         async def roles():
-            states[:] = [(await self.state(i))["state"] for i in self.instances]
+            states[:] = [(await i.get("ha"))["state"] for i in self.instances]
             return states
 
         try:
@@ -433,27 +436,28 @@ class Pair:
         active = 0 if states[0] == "active-replicated" else 1
         return self.instances[active], self.instances[1 - active]
 
-    async def stop(self) -> dict[str, int | None]:
+    async def stop(self) -> None:
         """
-        Stop every router (SIGTERM, after SIGCONT for a frozen one; SIGKILL
-        if one does not go in time); return their exit codes.
+        Stop every router: SIGTERM (after SIGCONT, for a frozen one), and
+        SIGKILL if it does not go in time.
         """
-        codes = {}
         for router in (*self.instances, self.witness):
             if router.child is None:
                 continue
             if not router.child.ended.called:
                 router.child.process.signalProcess(signal.SIGCONT)
             try:
-                codes[router.name] = await router.child.stop(self._reactor)
+                await router.child.stop(self._reactor)
             except defer.TimeoutError:
-                codes[router.name] = await router.child.kill()
-        return codes
+                await router.child.kill()
 
 
 def percentile(values: list[float], p: float) -> float:
+    """
+    The nearest-rank C{p}th percentile of C{values}.
+    """
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 # -- throughput and latency with and without a backup -----------------------------------------
