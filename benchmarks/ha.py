@@ -78,7 +78,11 @@ from meshroute.ha.listener import replication_listener  # noqa: E402
 from meshroute.ha.quorum import LogPosition  # noqa: E402
 from meshroute.ha.replica import STORE_NAME, Replica  # noqa: E402
 from meshroute.ha.source import ReplicationSource  # noqa: E402
-from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext  # noqa: E402
+from meshroute.link.handshake import (  # noqa: E402
+    ConnectorSettings,
+    ListenerSettings,
+    RouterContext,
+)
 from meshroute.link.registry import LinkRegistry  # noqa: E402
 from meshroute.link.retry import RetrySchedule  # noqa: E402
 from meshroute.link.rotation import EndpointRotation  # noqa: E402
@@ -138,7 +142,7 @@ class Options(usage.Options):
             if self[key] is None:
                 self[key] = short if quick else full
         if min(self["messages"], self["body"], self["window"], self["tp-messages"],
-               self["rate"], self["kills"], self["probe-interval"]) < 1 \
+               self["rate"], self["kills"], self["probe-interval"], self["failure-check"]) < 1 \
                 or self["latency-seconds"] <= 0 or self["steady"] < 0:
             raise usage.UsageError("counts, sizes, rates and durations must be positive")
         if self["warmup"] >= self["rate"] * self["latency-seconds"]:
@@ -168,6 +172,7 @@ class ActiveSide:
         self.path = os.path.join(directory, STORE_NAME)
         self.store: SQLiteStore | None = None
         self.source: ReplicationSource | None = None
+        self.gate: ReplicationGate | None = None
         self.port = None
 
     async def create(self, copy_to: str) -> None:
@@ -330,7 +335,7 @@ async def bench_catch_up(reactor, options, workdir: str) -> None:
         ("catch-up", "replica-sync", "messages", "batches", "MiB", "s", "msg/s", "MiB/s",
          "active CPU s", "backup CPU s", "others' CPU"),
         rows)
-    print("MiB: the batches' msgpack size (from the log) or the store file (snapshot); "
+    print("MiB: the batches' msgpack size (from the log) or the store's pages (snapshot); "
           "s: follower start -> in sync; others' CPU: processes not ours, share of one CPU.")
 
 
@@ -633,10 +638,11 @@ KINDS = {"KILL": "SIGKILL", "STOP": "SIGSTOP", "TERM": "SIGTERM"}
 async def one_failover(reactor, pair: Pair, probe, kind: str, steady: float,
                        deadline: float) -> dict:
     """
-    Once the pair has been settled for C{steady} seconds, signal the active, time its backup's activation (admin API) and the
-    probe's first confirmation from it, then bring the signalled one back
-    and wait until it is the backup, in sync.  A pair that does not get
-    there is a C{problem} of the result.
+    Once the pair has been settled for C{steady} seconds, signal the
+    active; time its backup's activation (its event log) and the probe's
+    first confirmation from it; then bring the signalled one back and
+    wait until it is the backup, in sync.  A pair that does not get there
+    is a C{problem} of the result.
     """
     active, backup = await pair.settled()
     await task.deferLater(reactor, steady)
@@ -780,7 +786,7 @@ async def main(reactor, *argv) -> None:
     try:
         options.parseOptions(argv)
     except usage.UsageError as e:
-        raise SystemExit(f"{e}\n{options}")
+        raise SystemExit(f"ha.py: {e} (see --help)")
     workdir = tempfile.mkdtemp(prefix="meshroute-ha-", dir=options["dir"])
     try:
         for part in options["parts"]:
