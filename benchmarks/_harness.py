@@ -209,8 +209,15 @@ class Router:
         self._agent = Agent.usingEndpointFactory(reactor, self)
         with open(os.path.join(self.workdir, "secret"), "wb") as f:
             f.write(SECRET)
+        self.configure(template, **fields)
+
+    def configure(self, template: str, **fields) -> None:
+        """
+        (Re)write the configuration, e.g. once other routers' ports are
+        known.
+        """
         with open(os.path.join(self.workdir, "router.toml"), "w") as f:
-            f.write(template.format(name=name, client_port=self.client_port,
+            f.write(template.format(name=self.name, client_port=self.client_port,
                                     admin_port=self.admin_port, **fields))
 
     @property
@@ -260,6 +267,35 @@ async def poll(reactor, what: str, check, done=bool, deadline: float = DEADLINE_
         if reactor.seconds() > end:
             raise RuntimeError(f"timed out waiting for {what} (last error: {last!r})")
         await task.deferLater(reactor, POLL_S)
+
+
+def windowed(count: int, window: int, start_one) -> defer.Deferred:
+    """
+    Run C{start_one(i)} for i in range(count) with at most C{window}
+    outstanding; fire when all have fired, or with the first failure.
+    """
+    done = defer.Deferred()
+    state = {"next": 0, "finished": 0}
+
+    def launch() -> None:
+        i = state["next"]
+        state["next"] += 1
+        start_one(i).addCallbacks(finished, failed)
+
+    def finished(_) -> None:
+        state["finished"] += 1
+        if state["next"] < count:
+            launch()
+        elif state["finished"] == count:
+            done.callback(None)
+
+    def failed(failure) -> None:
+        if not done.called:
+            done.errback(failure)
+
+    for _ in range(min(window, count)):
+        launch()
+    return done
 
 
 def spawn_role(reactor, script: str, workdir: str, role: str, *args) -> Child:

@@ -28,10 +28,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from twisted.internet import defer, task  # noqa: E402
 from twisted.python import usage  # noqa: E402
 
+from _harness import windowed  # noqa: E402
 from meshroute.messages import Message  # noqa: E402
 from meshroute.store import SQLiteStore, ThreadedExecutor  # noqa: E402
 
@@ -49,31 +51,6 @@ class Options(usage.Options):
 
 def message(i: int, dest_router: str) -> Message:
     return Message(f"m:{i}", ROUTER, dest_router, "q", BODY, {}, 0, True, 0.0)
-
-
-def windowed(count: int, window: int, start_one) -> defer.Deferred:
-    """
-    Run C{start_one(i)} for i in range(count) with at most C{window}
-    outstanding; fire when all have fired.
-    """
-    done = defer.Deferred()
-    state = {"next": 0, "finished": 0}
-
-    def launch() -> None:
-        i = state["next"]
-        state["next"] += 1
-        start_one(i).addCallback(finished)
-
-    def finished(_) -> None:
-        state["finished"] += 1
-        if state["next"] < count:
-            launch()
-        elif state["finished"] == count:
-            done.callback(None)
-
-    for _ in range(min(window, count)):
-        launch()
-    return done
 
 
 async def open_store(reactor, directory: str, name: str, sync: str) -> SQLiteStore:
