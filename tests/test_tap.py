@@ -20,8 +20,7 @@ def logged():
     globalLogPublisher.removeObserver(events.append)
 
 
-def test_the_configuration_s_warnings_are_logged_at_start(write, monkeypatch, logged):
-    monkeypatch.setattr(config, "HA_WIRED", True)
+def test_the_configuration_s_warnings_are_logged_at_start(write, logged):
     path = write(ROUTER + HA + REPLICATION)
     options = tap.Options()
     options.parseOptions(["--config", str(path)])
