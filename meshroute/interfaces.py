@@ -324,7 +324,20 @@ class IRouteTable(Interface):
 
     def known(router):
         """
-        Whether C{router} has ever been heard of (reachable or not).
+        Whether C{router} has ever been heard of (reachable or not), by
+        this table or, as L{remember} told it, by an earlier one.
+        """
+
+    def remember(routers):
+        """
+        Routers heard of before this table existed (saved by an earlier
+        run): known from now on, and not news for L{newly_heard}.
+        """
+
+    def newly_heard():
+        """
+        The routers first heard of since the last call (not remembered
+        ones): what is left to save.
         """
 
     def routes():
