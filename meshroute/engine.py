@@ -171,6 +171,9 @@ class MessageEngine:
     @param epoch_heard: called C{(origin, epoch)} for every route
         advertisement taken from an epoch above 0
         (L{meshroute.link.epochs.PeerEpochs.heard}).
+    @param routers_heard: called with the set of router names the route
+        table heard of first, after a link came up or advertisements
+        arrived (L{meshroute.routing.known.KnownRouters.heard}).
     """
 
     def __init__(
@@ -185,6 +188,7 @@ class MessageEngine:
         max_transient_backlog: int = 10_000,
         reroute_delay: float = 5.0,
         epoch_heard: Callable[[str, int], None] = lambda origin, epoch: None,
+        routers_heard: Callable[[set[str]], None] = lambda routers: None,
     ) -> None:
         self.name = name
         self.queues = QueueManager(store, event_log, clock)
@@ -197,6 +201,7 @@ class MessageEngine:
         self._max_transient_backlog = max_transient_backlog
         self._reroute_delay = reroute_delay
         self._epoch_heard = epoch_heard
+        self._routers_heard = routers_heard
         self._ids = MessageIds(name)
         self._channels: dict[str, PeerChannel] = {}
         self._serving: dict[str, frozenset] = {}
@@ -435,6 +440,7 @@ class MessageEngine:
         channel = PeerChannel(self, peer, send, fail, emit, version)
         self._channels[peer] = channel
         news = self.routes.link_up(peer)
+        self._hand_over_routers_heard()
         channel.send(_routes_frame(self.routes.advertisements(), version))
         self._flood(news, exclude=peer)
         self._routes_changed()
@@ -495,8 +501,14 @@ class MessageEngine:
             if advertisement.epoch and advertisement.origin != self.name:
                 self._epoch_heard(advertisement.origin, advertisement.epoch)
         if news:
+            self._hand_over_routers_heard()
             self._flood(news, exclude=peer)
             self._routes_changed()
+
+    def _hand_over_routers_heard(self) -> None:
+        heard = self.routes.newly_heard()
+        if heard:
+            self._routers_heard(heard)
 
     def _flood(self, advertisements, exclude: str | None = None) -> None:
         if not advertisements:

@@ -261,6 +261,25 @@ class IPeerEpochs(Interface):
         """
 
 
+class IKnownRouters(Interface):
+    """
+    The router names a router has heard of, durably
+    (L{meshroute.routing.known.KnownRouters}, docs/routing.md).
+    """
+
+    def known_routers():
+        """
+        Fires with the set of router names saved.
+        """
+
+    def save_known_routers(names):
+        """
+        Save those of the router names C{names} that are not saved yet (a
+        saved name is never changed).  Fires with None once durable, in
+        submission order with every other write.
+        """
+
+
 class IRouteTable(Interface):
     """
     What a router knows of the mesh's topology, and the next hop for each
@@ -305,7 +324,20 @@ class IRouteTable(Interface):
 
     def known(router):
         """
-        Whether C{router} has ever been heard of (reachable or not).
+        Whether C{router} has ever been heard of (reachable or not), by
+        this table or, as L{remember} told it, by an earlier one.
+        """
+
+    def remember(routers):
+        """
+        Routers heard of before this table existed (saved by an earlier
+        run): known from now on, and not news for L{newly_heard}.
+        """
+
+    def newly_heard():
+        """
+        The routers first heard of since the last call (not remembered
+        ones): what is left to save.
         """
 
     def routes():

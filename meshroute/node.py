@@ -39,6 +39,7 @@ from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
@@ -151,6 +152,8 @@ class RouterService(MultiService):
         listener.
     @ivar peer_epochs: the L{PeerEpochs}: the highest epoch seen per peer
         router name.
+    @ivar known_routers: the L{KnownRouters}: the router names heard of,
+        saved in the store and loaded when it opens.
     @ivar engine: the L{MessageEngine}.
     """
 
@@ -185,10 +188,14 @@ class RouterService(MultiService):
         # The highest epoch seen per peer name, so that an HA instance that
         # lost its place is refused, across restarts too.
         self.peer_epochs = PeerEpochs(self.store, self.registry)
+        routes = RouteTable(config.name, clock, epoch)
+        # The routers heard of, so that sends to them are taken after a
+        # restart, or by an HA backup that took over, before links are up.
+        self.known_routers = KnownRouters(self.store, routes)
         self.engine = MessageEngine(
             config.name,
             self.store,
-            RouteTable(config.name, clock, epoch),
+            routes,
             self.events,
             clock,
             max_hops=config.routing.max_hops,
@@ -196,6 +203,7 @@ class RouterService(MultiService):
             max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
             epoch_heard=self.peer_epochs.heard,
+            routers_heard=self.known_routers.heard,
         )
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
@@ -287,6 +295,7 @@ class RouterService(MultiService):
         if self._host is None:
             self._opening.addCallback(lambda _: self.witness.load())
         self._opening.addCallback(lambda _: self.peer_epochs.load())
+        self._opening.addCallback(lambda _: self.known_routers.load())
         self._opening.addCallback(self._store_opened)
         self._opening.addErrback(self._store_failed)
 

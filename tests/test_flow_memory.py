@@ -5,6 +5,8 @@ router's memory finite while it waits, and the answer a retried send gets
 when a new one would be refused.
 """
 
+import sqlite3
+
 import pytest
 
 from meshroute.engine import BacklogFull, UnknownRouter
@@ -203,6 +205,11 @@ def test_a_retried_send_past_the_bound_gets_its_original_answer(mesh, persistent
 
 
 def test_a_retried_send_to_a_router_forgotten_by_a_restart_gets_its_original_answer(mesh):
+    """
+    Router-a is restarted having forgotten router-b (as docs/routing.md
+    tells an operator to: its row deleted from the stopped router's
+    store): a new send to router-b is refused, a retried one is not.
+    """
     mesh.add("router-a", connect_to=["router-b"])
     mesh.add("router-b")
     mesh.run(1)
@@ -214,6 +221,8 @@ def test_a_retried_send_to_a_router_forgotten_by_a_restart_gets_its_original_ans
     assert first
     config = mesh.routers["router-a"].config
     mesh.stop("router-a")
+    with sqlite3.connect(f"{config.data_dir}/store.db") as store:
+        store.execute("DELETE FROM known_routers WHERE router = 'router-b'")
     engine = mesh.start(config).engine
     again = []
     engine.submit("q@router-b", b"0", {}, True, duplicate_id="d-0").addBoth(again.append)

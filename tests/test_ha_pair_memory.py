@@ -319,3 +319,32 @@ def test_a_frozen_active_woken_up_confirms_nothing_once_its_lease_ran_out(pair):
     assert not any(d.called for d in sends)  # ...and still not confirmed
     pair.run_until(lambda: pair.states()[pair.key(PRIMARY)] != role.ACTIVE_REPLICATED, 1.0)
     assert not any(d.called for d in sends)
+
+
+def test_the_new_active_takes_sends_to_a_router_the_old_one_knew_before_its_links_are_up(
+        pair):
+    """
+    router-c, known to the primary, is cut off when the primary dies: the
+    backup, serving with no link to c yet, takes a send to c into its
+    backlog (the names heard of are in the replicated store), not
+    C{unknown-router}, and forwards it once c's link is up.
+    """
+    base = pair.mesh.config("router-c", connect_to=[ROUTER])
+    (connector,) = base.connectors
+    config = dataclasses.replace(base, connectors=(dataclasses.replace(
+        connector, endpoint=(pair.key(PRIMARY), pair.key(BACKUP))),))
+    router_c = pair.mesh.start(config)
+    consumer = Consumer(router_c, "far")
+    primary, backup = start_both(pair)
+    pair.run_until(lambda: "router-c" in primary.router.describe_routes(), 5.0)
+    pair.mesh.partition("router-c")
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    assert "router-c" not in backup.router.describe_routes()
+    sent = backup.router.engine.submit("far@router-c", b"0", {}, True)
+    pair.run_until(lambda: sent.called, 2.0)
+    outcome = []
+    sent.addBoth(outcome.append)
+    assert isinstance(outcome[0], str), outcome[0]  # its message id: taken
+    pair.mesh.heal("router-c")
+    pair.run_until(lambda: consumer.bodies == [b"0"], 10.0)

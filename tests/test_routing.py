@@ -241,6 +241,17 @@ def test_known():
     assert not table.known("e")
 
 
+def test_remembered_routers_are_known_and_news_is_what_was_first_heard():
+    table = RouteTable("a", Clock())
+    table.remember({"c"})
+    assert table.known("c") and table.newly_heard() == set()
+    table.link_up("b")
+    table.received(Advertisement("b", 1, ("a", "c", "d")))
+    assert table.newly_heard() == {"b", "d"}  # c was remembered, a is us
+    table.received(Advertisement("b", 2, ("a", "d")))
+    assert table.newly_heard() == set()
+
+
 def test_routes_are_by_router_name():
     m = mesh("edcba", ["ed", "dc", "cb", "ba", "ae"])
     assert list(m.tables["c"].routes()) == ["a", "b", "d", "e"]

@@ -116,6 +116,7 @@ class RouteTable:
         self._own = Advertisement(name, self._next_seq(0), (), epoch)
         self._database: dict[str, Advertisement] = {}
         self._heard: set[str] = {name}
+        self._news: set[str] = set()
         self._routes: dict[str, tuple[str, int]] | None = None
 
     @property
@@ -144,7 +145,7 @@ class RouteTable:
         """
         if peer == self.name:
             raise ValueError(f"{self.name} cannot link to itself")
-        self._heard.add(peer)
+        self._hear((peer,))
         if peer in self._links:
             return [self._own]
         self._links.add(peer)
@@ -195,8 +196,7 @@ class RouteTable:
         if held is not None and held.order >= advertisement.order:
             return []
         self._database[origin] = advertisement
-        self._heard.add(origin)
-        self._heard.update(advertisement.neighbors)
+        self._hear((origin, *advertisement.neighbors))
         self._routes = None
         return [advertisement]
 
@@ -255,10 +255,31 @@ class RouteTable:
         route = self._routes.get(router)
         return route[0] if route is not None else None
 
+    def _hear(self, routers) -> None:
+        for router in routers:
+            if router not in self._heard:
+                self._heard.add(router)
+                self._news.add(router)
+
     def known(self, router: str) -> bool:
         """
         Whether C{router} has ever been heard of (reachable or not): this
         router, an origin or a listed neighbour of any advertisement we
-        stored, or a direct peer.
+        stored, a direct peer, or a router L{remember}ed.
         """
         return router in self._heard
+
+    def remember(self, routers) -> None:
+        """
+        Routers heard of by an earlier run (saved in the store): known from
+        now on, and not news for L{newly_heard}.
+        """
+        self._heard.update(routers)
+
+    def newly_heard(self) -> set[str]:
+        """
+        The routers first heard of since the last call, and not
+        L{remember}ed: the names left to save.
+        """
+        news, self._news = self._news, set()
+        return news

@@ -89,6 +89,12 @@ accepts several messages (each as C{accept} or C{accept_once} would) and
 consumes several queue entries in one function, so the executor's
 savepoint makes it all or nothing.
 
+C{known_routers} (schema version 7) holds every router name this router
+has heard of, written once per name (L{meshroute.routing.known}): a
+send to a router heard of by an earlier run, or by the active instance
+whose replicated store an HA backup took over, waits in the backlog
+instead of being refused as C{unknown-router}.
+
 The dead-letter queue is the local queue
 L{meshroute.messages.DEAD_LETTER_QUEUE}; a dead-lettered message carries
 the reason in header L{DEAD_LETTER_REASON} and its original address
@@ -125,7 +131,7 @@ from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
 from meshroute.ha.quorum import LogPosition, VoterRecord
-from meshroute.interfaces import IMessageStore, IPeerEpochs, IVoterRecords
+from meshroute.interfaces import IKnownRouters, IMessageStore, IPeerEpochs, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, Message
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
@@ -362,7 +368,7 @@ def _message(r: tuple) -> Message:
     return Message(r[1], r[2], r[3], r[4], r[5], _unpackb(r[6]) if r[6] else {}, r[7], True, r[8])
 
 
-@implementer(IMessageStore, IVoterRecords, IPeerEpochs)
+@implementer(IMessageStore, IVoterRecords, IPeerEpochs, IKnownRouters)
 class SQLiteStore:
     """
     The durable state of one router in one SQLite database file.
@@ -760,6 +766,23 @@ class SQLiteStore:
         Raise C{peer}'s epoch to C{epoch}; fires with None once durable.
         """
         return self._submit(_save_peer_epoch, peer, epoch)
+
+    # The routers heard of (IKnownRouters; schema version 7): what lets a
+    # restarted router, or an HA backup that took over, accept sends to
+    # them before its links are up.
+
+    def known_routers(self):
+        """
+        Fires with the set of router names saved.
+        """
+        return self._submit(_known_routers)
+
+    def save_known_routers(self, names):
+        """
+        Save the router names C{names} not saved yet; fires with None once
+        durable.
+        """
+        return self._submit(_save_known_routers, sorted(names), self._now())
 
 
 # Mirror updates, on the reactor thread as Deferred callbacks.
@@ -1286,4 +1309,20 @@ def _save_peer_epoch(connection, peer: str, epoch: int) -> None:
         "INSERT INTO peer_epochs (peer, epoch) VALUES (?, ?) "
         "ON CONFLICT (peer) DO UPDATE SET epoch = max(epoch, excluded.epoch)",
         (peer, epoch),
+    )
+
+
+# Known routers, on the writer thread.
+
+
+def _known_routers(connection) -> set:
+    return {router for (router,) in connection.execute("SELECT router FROM known_routers")}
+
+
+@_atomic
+def _save_known_routers(connection, names: list, now: float) -> None:
+    connection.executemany(
+        "INSERT INTO known_routers (router, first_heard) VALUES (?, ?) "
+        "ON CONFLICT (router) DO NOTHING",
+        [(name, now) for name in names],
     )
