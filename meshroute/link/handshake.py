@@ -374,6 +374,7 @@ class LinkCore:
     own_challenge: bytes = field(default_factory=auth.new_challenge)
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
+    early_recovery: Recovery | None = None
     version: int | None = None
     peer_epoch: int = 0
     channel: object = None
@@ -835,7 +836,10 @@ class LinkCore:
                                                                        self.peer_epoch)
         if saving is None:
             return self._take_name()
-        return saving.addCallback(lambda _: self._take_name())
+        # A link that closed meanwhile (its stage timer, the peer) takes
+        # no name: nothing would ever release it.
+        return saving.addCallback(
+            lambda _: self._take_name() if self.close_reason is None else None)
 
     def _take_name(self) -> tuple[str, str] | None:
         """
@@ -1211,6 +1215,9 @@ def _build_connector_machine():
     vetting_welcome = builder.state("vetting_welcome")
     awaiting_authenticated = builder.state("awaiting_authenticated")
     vetting_authenticated = builder.state("vetting_authenticated")
+    # The listener sends Recovery right after its proof: it may come while
+    # the listener's epoch is being made durable.
+    vetting_recovered = builder.state("vetting_recovered")
     awaiting_recovery = builder.state("awaiting_recovery")
     delivering = builder.state("delivering")
     closing = builder.state("closing")
@@ -1290,15 +1297,27 @@ def _build_connector_machine():
     def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
         core.begin_delivery(inputs, frame)
 
+    @vetting_authenticated.upon(LinkInputs.got_recovery).to(vetting_recovered)
+    def keep_recovery(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
+        core.heard()
+        core.early_recovery = frame
+
+    @vetting_recovered.upon(LinkInputs.accepted).to(delivering)
+    def recover_at_once(inputs: LinkInputs, core: LinkCore) -> None:
+        core.begin_stage(inputs, RECOVERY)
+        core.send_recovery()
+        core.begin_delivery(inputs, core.early_recovery)
+
     @vetting_welcome.upon(LinkInputs.refused).to(closing)
     @vetting_authenticated.upon(LinkInputs.refused).to(closing)
+    @vetting_recovered.upon(LinkInputs.refused).to(closing)
     def give_up(inputs: LinkInputs, core: LinkCore, code: str, detail: str) -> None:
         core.refuse(code, detail)
         core.close(reasons.REJECTED, code)
 
     _add_common_transitions(
         awaiting=[awaiting_welcome, awaiting_authenticated, awaiting_recovery],
-        vetting=[vetting_welcome, vetting_authenticated],
+        vetting=[vetting_welcome, vetting_authenticated, vetting_recovered],
         delivering=delivering,
         closing=closing,
         closed=closed,
