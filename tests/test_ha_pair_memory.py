@@ -56,7 +56,10 @@ class Pair:
     def key(self, ha_role: str) -> str:
         return instance_name(ROUTER, ha_role)
 
-    def start(self, ha_role: str) -> HAInstance:
+    def start(self, ha_role: str, **ha) -> HAInstance:
+        """
+        Start the instance of C{ha_role}; C{ha}: more L{HASettings} fields.
+        """
         other = BACKUP if ha_role == PRIMARY else PRIMARY
         key = self.key(ha_role)
         base = self.mesh.config(ROUTER)
@@ -69,7 +72,7 @@ class Pair:
                 replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
                                                 "(memory)", SECRET),
                 witnesses=(WitnessSettings(WITNESS, WITNESS),),
-                heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS))
+                heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS, **ha))
         instance = build_instance(config, self.clock, self.mesh.network.endpoints(key),
                                   inline_executor)
         self.instances[key] = instance
@@ -234,3 +237,47 @@ def test_a_stale_instance_never_activates_unless_forced(pair):
     assert backup.role.epoch == 4  # above the epoch 3 it knew of
     assert [(e["step"], e["epoch"]) for e in ha_events(backup, "ha.force-activate")] == [
         ("activated", 4)]
+
+
+def took_over_from_the_primary(pair, **ha) -> tuple[HAInstance, list]:
+    """
+    The primary dies, the backup (started with C{ha}) serves alone and
+    confirms sends; the primary returns.
+    """
+    pair.start(PRIMARY)
+    backup = pair.start(BACKUP, **ha)
+    pair.run_until(lambda: pair.states().get(pair.key(BACKUP)) == role.BACKUP_IN_SYNC, 15.0)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    sends = send(backup, 10)
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    return pair.start(PRIMARY), sends
+
+
+def test_failback_hands_the_router_back_to_the_returning_primary(pair):
+    """
+    allow-failback: the primary returns, catches up, and the active
+    backup hands it the router in a new epoch, then follows it
+    (restart-backup).
+    """
+    primary, _ = took_over_from_the_primary(pair)
+    backup = pair.instances[pair.key(BACKUP)]
+    taken_over_in = backup.role.epoch
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.ACTIVE_REPLICATED, pair.key(BACKUP): role.BACKUP_IN_SYNC}
+        and serving(primary), 20.0)
+    assert backup.router is None
+    assert primary.role.epoch > taken_over_in
+    assert depth(primary) == 10
+    sends = send(primary, 5)  # confirmed replicated: the backup follows
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    assert [e["kind"] for e in ha_events(primary, "ha.failover")] == ["handover"]
+
+
+def test_without_failback_the_backup_stays_active(pair):
+    primary, _ = took_over_from_the_primary(pair, allow_failback=False)
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.BACKUP_IN_SYNC, pair.key(BACKUP): role.ACTIVE_REPLICATED}, 20.0)
+    pair.mesh.run(10.0)
+    assert pair.states() == {pair.key(PRIMARY): role.BACKUP_IN_SYNC,
+                             pair.key(BACKUP): role.ACTIVE_REPLICATED}

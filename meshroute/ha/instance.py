@@ -22,7 +22,9 @@ machine's L{meshroute.ha.role.RoleActions}:
    decides by L{quorum.decide_start}.
 
 A hand-over (failback, or C{failover-on-shutdown} at SIGTERM) is an
-election the active runs for its peer.  The peer learns of it from its
+election the active runs for its peer.  Failback (C{allow-failback} on
+the backup) is due when the active backup has readmitted the returning
+primary, in sync, in a replicated epoch.  The peer learns of it from its
 own voter, which grants it the epoch at the active's request; it then
 asks every voter for that same epoch as its own candidate, which each
 voter that granted it grants again (rule 1 of L{quorum}), and so learns
@@ -502,6 +504,21 @@ class HAInstance(MultiService):
             # run alone is confirmed by release_acknowledgements.)
             self.replication.confirm(alone=False)
         self._hold_lease()
+        if not alone and self.ha.role == BACKUP and self.ha.allow_failback:
+            # The primary is back and in sync: give it the router back,
+            # once the role has finished entering its replicated epoch.
+            self._clock.callLater(0, self._fail_back, epoch)
+
+    def _fail_back(self, epoch: int) -> None:
+        """
+        C{allow-failback}: hand the router over to the returning primary,
+        unless this replicated epoch ended meanwhile (the primary fell
+        silent again, the lease ran out) or the instance stops.
+        """
+        if self._state == role.ACTIVE_REPLICATED and self._epoch == epoch and not self._stopping:
+            log.info("HA instance {instance}: the primary is in sync: failing back",
+                     instance=self.instance)
+            self._role.handover_due()
 
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
