@@ -8,14 +8,18 @@ import dataclasses
 
 import pytest
 from twisted.internet.defer import succeed
+from twisted.internet.protocol import Factory, Protocol
 
 from memory_mesh import SECRET, MemoryMesh
+from meshroute.clients import frames as f
+from meshroute.config import ClientListenerConfig
 from meshroute.events import read_events
 from meshroute.ha import records, role
 from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
 from meshroute.store.executor import InlineExecutor
+from meshroute.wire.codec import FrameDecoder, encode
 
 ROUTER = "router-b"
 WITNESS = "router-a"
@@ -67,6 +71,7 @@ class Pair:
             base, path=f"(memory)/{key}.toml",
             data_dir=str(self.tmp_path / key.replace("/", "-")),
             listener=dataclasses.replace(base.listener, endpoint=key),
+            clients=ClientListenerConfig(f"clients-{ha_role}"),
             ha=HASettings(
                 role=ha_role, group_name=ROUTER,
                 replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
@@ -281,3 +286,44 @@ def test_without_failback_the_backup_stays_active(pair):
     pair.mesh.run(10.0)
     assert pair.states() == {pair.key(PRIMARY): role.BACKUP_IN_SYNC,
                              pair.key(BACKUP): role.ACTIVE_REPLICATED}
+
+
+class RawClient(Protocol):
+    """
+    A client connection that keeps what the router wrote and whether it
+    was closed.
+    """
+
+    def connectionMade(self):
+        self.data = b""
+        self.closed = False
+
+    def dataReceived(self, data):
+        self.data += data
+
+    def connectionLost(self, reason=None):
+        self.closed = True
+
+    def frames(self) -> list:
+        return FrameDecoder(frames=f.FROM_ROUTER).feed(self.data)
+
+
+def test_an_active_that_stops_serving_sends_its_clients_away_not_active(pair):
+    """
+    The router of an active period stops (here: a hand-over at a graceful
+    stop): its client connections are told C{not-active} and closed at
+    once, so that clients fail over (a send in flight is unblocked, and
+    retried with its duplicate id), instead of staying attached to a
+    router whose store is closed.
+    """
+    primary, backup = start_both(pair)
+    connecting = pair.mesh.network._connect("a-client", "clients-primary",
+                                            Factory.forProtocol(RawClient))
+    client = connecting.result
+    client.transport.write(encode(f.Open([3], "shop-7", "", 60000)))
+    pair.mesh.network.flush()
+    assert [type(frame) for frame in client.frames()] == [f.OpenedWithTopology]
+    primary.stopService()
+    pair.run_until(lambda: client.closed, 1.0, step=0.01)
+    error = client.frames()[-1]
+    assert (type(error), error.command_id, error.code) == (f.Error, 0, f.NOT_ACTIVE)
