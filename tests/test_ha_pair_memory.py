@@ -323,7 +323,46 @@ def test_an_active_that_stops_serving_sends_its_clients_away_not_active(pair):
     client.transport.write(encode(f.Open([3], "shop-7", "", 60000)))
     pair.mesh.network.flush()
     assert [type(frame) for frame in client.frames()] == [f.OpenedWithTopology]
-    primary.stopService()
+    stopped = pair.instances.pop(pair.key(PRIMARY)).stopService()
     pair.run_until(lambda: client.closed, 1.0, step=0.01)
     error = client.frames()[-1]
     assert (type(error), error.command_id, error.code) == (f.Error, 0, f.NOT_ACTIVE)
+    pair.run_until(lambda: stopped.called, 2.0)
+
+
+
+def test_failback_waits_until_the_primary_has_what_the_backup_confirmed_alone(pair):
+    """
+    Sends the backup confirmed while serving alone, after the returning
+    primary said it was in sync and before the backup readmitted it,
+    reach the primary before the backup hands the router back: here the
+    stream to the primary is paused meanwhile (its transport's buffer is
+    full, say), and the hand-over waits for the primary's acknowledgement.
+    """
+    pair.start(PRIMARY)
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: pair.states().get(pair.key(BACKUP)) == role.BACKUP_IN_SYNC, 15.0)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    server = backup.replication.server
+    caught_up, sends, paused = server.peer_caught_up, [], []
+
+    def sends_then_caught_up() -> None:
+        # Before the backup acts on the news, it confirms 3 more sends
+        # alone, which the paused stream does not bring the primary yet.
+        paused.extend(server._feeds)
+        for feed in paused:
+            feed.pause()
+        sends.extend(send(backup, 3))
+        server.peer_caught_up = caught_up
+        caught_up()
+
+    server.peer_caught_up = sends_then_caught_up
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: paused, 10.0)
+    assert all(d.called for d in sends)  # confirmed alone
+    pair.mesh.run(0.2)
+    for feed in paused:
+        feed.resume()
+    pair.run_until(lambda: serving(primary), 10.0)
+    assert depth(primary) == 3

@@ -233,6 +233,7 @@ class HAInstance(MultiService):
         self._stopping = False
         self._handed: defer.Deferred | None = None
         self._readmitting = False
+        self._fail_back_at: tuple[int, int] | None = None
         self._forced_epoch: int | None = None
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
@@ -411,6 +412,7 @@ class HAInstance(MultiService):
 
     def _backup_heard(self) -> None:
         self._role.peer_heard()
+        self._fail_back_if_acknowledged()
 
     def _peer_caught_up(self) -> None:
         """
@@ -505,15 +507,33 @@ class HAInstance(MultiService):
             self.replication.confirm(alone=False)
         self._hold_lease()
         if not alone and self.ha.role == BACKUP and self.ha.allow_failback:
-            # The primary is back and in sync: give it the router back,
-            # once the role has finished entering its replicated epoch.
-            self._clock.callLater(0, self._fail_back, epoch)
+            # The primary is back and in sync: give it the router back once
+            # it acknowledged everything this instance may have confirmed
+            # while it ran alone (up to now; what follows is confirmed only
+            # once acknowledged anyway).
+            self._fail_back_at = (epoch, self.replication.position().position)
+            self._fail_back_if_acknowledged()
+
+    def _fail_back_if_acknowledged(self) -> None:
+        """
+        C{allow-failback}: once the returning primary acknowledged the
+        position the replicated epoch began at, hand it the router (after
+        the role finished its current transition).
+        """
+        if self._fail_back_at is None:
+            return
+        epoch, position = self._fail_back_at
+        lag = self.replication.lag()
+        if lag is None or self.replication.position().position - lag < position:
+            return
+        self._fail_back_at = None
+        self._clock.callLater(0, self._fail_back, epoch)
 
     def _fail_back(self, epoch: int) -> None:
         """
-        C{allow-failback}: hand the router over to the returning primary,
-        unless this replicated epoch ended meanwhile (the primary fell
-        silent again, the lease ran out) or the instance stops.
+        Hand the router over to the primary, unless this replicated epoch
+        ended meanwhile (the primary fell silent again, the lease ran out)
+        or the instance stops.
         """
         if self._state == role.ACTIVE_REPLICATED and self._epoch == epoch and not self._stopping:
             log.info("HA instance {instance}: the primary is in sync: failing back",
