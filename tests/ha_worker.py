@@ -7,7 +7,8 @@ checkout, as an application would run them:
    time at a steady pace, so that a test can kill routers while it
    sends; a send that a failover interrupted (C{UnblockedError}) is sent
    again with its duplicate id.  Prints C{confirmed N} for each message
-   the router confirmed.
+   the router confirmed; with C{--until FILE}, it stops sending once FILE
+   exists.
  - C{transact-produce}: the same, in transactions of C{--batch} sends
    (C{transacted=True}): a transaction the failover rolled back
    (C{TransactionRolledBack}) or left unknown (C{TransactionOutcomeUnknown})
@@ -17,13 +18,14 @@ checkout, as an application would run them:
    message on and acknowledges the one it got in one transaction; the
    message sent on carries a duplicate id made from the one it got, so a
    transaction done again after an unknown outcome enqueues nothing twice.
-   Prints C{relayed BODY} per committed transaction.
+   Prints C{relayed N} per committed transaction (the body's number).
 
 Each exits 0 once done (the relay: once it relayed C{--count} messages),
 1 on any other error.
 """
 
 import argparse
+import os
 import sys
 
 from twisted.internet import defer, task
@@ -55,6 +57,16 @@ def options(transacted: bool) -> ClientOptions:
                          client_failure_check_period_ms=2000, transacted=transacted)
 
 
+async def next_turn(reactor) -> None:
+    """
+    Let a reactor turn pass.  Known problem (reported, not fixed here): a
+    transacted client's commit() made in the same turn as the transaction's
+    sends is carried out without them (the sends land in the next
+    transaction), so each transaction's commit waits a turn.
+    """
+    await task.deferLater(reactor, 0, lambda: None)
+
+
 def say(line: str) -> None:
     print(line, flush=True)
 
@@ -63,6 +75,8 @@ async def produce(reactor, args) -> None:
     client = await connect(reactor, args.connect, options(transacted=False))
     try:
         for n in range(1, args.count + 1):
+            if args.until and os.path.exists(args.until):
+                break
             while True:
                 try:
                     await client.send(args.to, b"message %d" % n,
@@ -89,6 +103,7 @@ async def transact_produce(reactor, args) -> None:
             while True:
                 sends = [client.send(args.to, b"message %d" % n,
                                      duplicate_id=f"{args.prefix}{n}") for n in numbers]
+                await next_turn(reactor)
                 try:
                     await client.commit()
                     for d in sends:
@@ -116,6 +131,7 @@ async def transact_relay(reactor, args) -> None:
             sent = client.send(args.to, message.body,
                                duplicate_id=f"{args.prefix}{message.body.decode()}")
             message.ack()
+            await next_turn(reactor)
             try:
                 await client.commit()
                 await sent
@@ -126,7 +142,7 @@ async def transact_relay(reactor, args) -> None:
                 sent.addErrback(lambda _: None)
                 continue
             relayed.add(message.body)
-            say(f"relayed {message.body.decode()}")
+            say(f"relayed {message.body.decode().split()[-1]}")
     finally:
         await client.close()
 
@@ -145,6 +161,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--prefix", default="w-")
     parser.add_argument("--batch", type=int, default=5)
     parser.add_argument("--pace", type=float, default=0.005)
+    parser.add_argument("--until")
     args = parser.parse_args(argv)
     task.react(lambda reactor: defer.ensureDeferred(MODES[args.mode](reactor, args)))
 

@@ -101,7 +101,7 @@ class PairRun:
         return self.backup
 
     def start_pair(self) -> None:
-        self.start_primary()
+        self.start_primary().wait_ha("active-alone")
         self.start_backup()
         self.primary.wait_ha("active-replicated")
         self.backup.wait_ha("backup-in-sync")
@@ -117,16 +117,16 @@ class PairRun:
         self.mesh.clients.append(worker)
         return worker
 
-    def send(self, count: int, prefix: str = "order-") -> WorkerProcess:
+    def send(self, count: int, *options: str) -> WorkerProcess:
         """
         A paced producer of C{count} persistent messages with duplicate
         ids to the far side's queue, reconnecting forever along both
         instances.
         """
         return self.worker("produce", "--to", ADDRESS, "--count", str(count),
-                           "--prefix", prefix)
+                           "--prefix", "order-", *options)
 
-    def receive(self, count: int):
+    def receive(self, count: int | None = None):
         return self.mesh.start_receive(self.far, QUEUE, count)
 
     def stop_all(self) -> None:
@@ -150,6 +150,15 @@ class PairRun:
 def active_state(process: RouterProcess) -> str | None:
     state = process.ha()["state"]
     return state if state in ACTIVE else None
+
+
+def confirmed_more(sender: WorkerProcess, more: int, what: str) -> None:
+    """
+    Wait until C{sender} had C{more} messages confirmed than now.
+    """
+    before = len(sender.done("confirmed"))
+    wait_until(lambda: len(sender.done("confirmed")) >= before + more, 60,
+               what=f"{more} messages confirmed {what}")
 
 
 def since_start(process: RouterProcess, event: str) -> list[dict]:
@@ -191,14 +200,11 @@ def test_both_instances_killed_then_started_in_either_order(mesh, spark, first, 
     run.start_pair()
     consumer = run.receive(count)
     sender = run.send(count)
-    wait_until(lambda: len(sender.done("confirmed")) >= 150, 60,
-               what="150 messages through the primary")
+    confirmed_more(sender, 150, "by the primary")
     killed_at = time.monotonic()
     run.primary.sigkill()
     takeover = took_over(run.backup, killed_at, TAKEOVER_BOUND_S)
-    progress = len(sender.done("confirmed"))
-    wait_until(lambda: len(sender.done("confirmed")) >= progress + 150, 60,
-               what="150 messages through the backup")
+    confirmed_more(sender, 150, "by the backup")
     run.backup.sigkill()
     assert sender.poll() is None, "the producer finished before both instances died"
 
@@ -230,3 +236,76 @@ def test_both_instances_killed_then_started_in_either_order(mesh, spark, first, 
     run.stop_all()
     run.audit(spark, tmp_path / "audit")
     print(f"takeover {takeover:.2f} s; resumed {resumed:.2f} s after the restart ({first} first)")
+
+
+def test_ten_failback_cycles_under_load_lose_and_double_nothing(mesh, spark, tmp_path):  # noqa: F811
+    """
+    allow-failback and restart-backup (the defaults): ten times, the
+    primary is SIGKILLed under load, the backup takes over, the primary
+    returns, catches up and gets the router back in a new epoch, and the
+    backup follows it again.  Every confirmed message reaches the far
+    consumer once.
+    """
+    run = PairRun(mesh)
+    run.start_pair()
+    consumer = run.receive()
+    stop = tmp_path / "stop-sending"
+    sender = run.send(1_000_000, "--until", str(stop))
+    takeovers, failbacks = [], []
+    for cycle in range(10):
+        confirmed_more(sender, 20, f"by the primary (cycle {cycle})")
+        killed_at = time.monotonic()
+        run.primary.sigkill()
+        takeovers.append(took_over(run.backup, killed_at, TAKEOVER_BOUND_S))
+        confirmed_more(sender, 20, f"by the backup (cycle {cycle})")
+        restarted_at = time.monotonic()
+        run.start_primary().wait_ha("active-replicated")
+        failbacks.append(time.monotonic() - restarted_at)
+        run.backup.wait_ha("backup-in-sync")
+    stop.touch()
+    assert sender.wait(60) == 0, sender.stderr
+    confirmed = sender.done("confirmed")
+    wait_until(lambda: consumer.count() >= len(confirmed), 60,
+               what=f"{len(confirmed)} messages at the far consumer")
+    run.stop_all()
+    consumer.kill()
+    received_once(consumer, len(confirmed))
+    handovers = [e["duration_ms"] for e in run.primary.events("ha.failover", kind="handover")]
+    assert len(handovers) == 10
+    run.audit(spark, tmp_path / "audit")
+    print(f"{len(confirmed)} messages; takeover s: {sorted(round(t, 2) for t in takeovers)}; "
+          f"primary restart to serving again s: {sorted(round(t, 2) for t in failbacks)}; "
+          f"hand-over ms: {sorted(handovers)}")
+
+
+def test_a_transacted_producer_and_relay_across_a_failover_process_each_message_once(
+        mesh, spark, tmp_path):  # noqa: F811
+    """
+    A transacted producer sends to a queue of the pair in transactions of
+    five; a transacted relay consumes that queue and, per message, sends
+    one on to the far side and acknowledges in one transaction.  The
+    active is SIGKILLed under that load: commits then fail with
+    TransactionRolledBack or TransactionOutcomeUnknown, and the workers
+    do their transactions again with the same duplicate ids.  Every
+    message reaches the far consumer exactly once.
+    """
+    count = 300
+    run = PairRun(mesh)
+    run.start_pair()
+    consumer = mesh.start_receive(run.far, "out", count)
+    producer = run.worker("transact-produce", "--to", "in@router-b", "--count", str(count),
+                          "--prefix", "in-", "--batch", "5")
+    relay = run.worker("transact-relay", "--queue", "in", "--to", "out@router-a",
+                       "--count", str(count), "--prefix", "out-")
+    wait_until(lambda: len(relay.done("relayed")) >= 50, 60, what="50 messages relayed")
+    killed_at = time.monotonic()
+    run.primary.sigkill()
+    takeover = took_over(run.backup, killed_at, TAKEOVER_BOUND_S)
+    assert producer.wait(120) == 0, producer.stderr
+    assert sorted(producer.done("committed")) == list(range(1, count + 1))
+    assert consumer.wait(120) == 0, consumer.stderr
+    received_once(consumer, count)
+    relay.kill()
+    run.stop_all()
+    run.audit(spark, tmp_path / "audit")
+    print(f"transacted: takeover {takeover:.2f} s")
