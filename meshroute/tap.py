@@ -52,8 +52,6 @@ def makeService(options: Options, reactor=None):
     if reactor is None:
         from twisted.internet import reactor
     config = options["router-config"]
-    for warning in config_warnings(config):
-        log.warn("{warning}", warning=warning)
     try:
         if config.ha is not None:
             router = build_instance(config, reactor, StringEndpoints(reactor))

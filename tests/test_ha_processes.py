@@ -59,3 +59,79 @@ def test_sigterm_of_the_active_hands_over_within_a_second(mesh):  # noqa: F811
     assert primary.popen.wait(15) == 0
     assert backup.ha()["state"] == "active-alone"
     assert backup.queue_depth("orders") == 20
+
+
+def test_a_frozen_active_is_replaced_then_fences_itself_and_rejoins_as_backup(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    sent = mesh.send(primary, QUEUE, 10)
+    assert sent.returncode == 0, sent.stderr
+    frozen_at = time.monotonic()
+    primary.sigstop()
+    backup.wait_for(lambda: backup.info().get("serving"), timeout=FAILOVER_BOUND_S + 5,
+                    what="the backup to serve")
+    took = time.monotonic() - frozen_at
+    assert took <= FAILOVER_BOUND_S, f"failover took {took:.2f} s"
+    sent = mesh.send(backup, QUEUE, 5)
+    assert sent.returncode == 0, sent.stderr
+    primary.sigcont()
+    # The zombie fences itself, never serves again in its old epoch,
+    # follows the new active and, once in sync, is handed the router back
+    # (allow-failback) in a newer epoch.
+    [fenced] = primary.wait_for(lambda: primary.events("ha.fenced"), timeout=30,
+                                what="the zombie to fence itself")
+    assert fenced["reason"] in ("lease-lost", "superseded")
+    primary.wait_for(lambda: primary.info().get("serving"), timeout=30,
+                     what="the primary to serve again")
+    assert primary.ha()["epoch"] > fenced["epoch"]
+    assert primary.queue_depth("orders") == 15
+
+
+def test_both_killed_the_instance_with_the_newest_data_resumes_whatever_the_order(mesh):  # noqa: F811
+    primary, backup = start_pair(mesh)
+    assert mesh.send(primary, QUEUE, 10).returncode == 0
+    backup.sigkill()
+    assert mesh.send(primary, QUEUE, 5).returncode == 0  # confirmed alone, once voters agree
+    primary.sigkill()
+    # The backup, started first, lacks what the primary confirmed alone.
+    backup = mesh.spawn(backup.spec)
+    backup.wait_ha("starting", "backup-syncing")
+    watched_until = time.monotonic() + 5.0  # more than a lease: it never activates
+    while time.monotonic() < watched_until:
+        # (It follows the primary the witness still heard, until silent.)
+        assert backup.ha()["state"] in ("starting", "backup-syncing")
+        time.sleep(0.1)
+    primary = mesh.spawn(primary.spec)
+    primary.wait_for(lambda: primary.info().get("serving"), timeout=30,
+                     what="the primary to resume")
+    backup.wait_ha("backup-in-sync", timeout=30)
+    assert primary.queue_depth("orders") == 15
+
+
+def test_the_far_consumer_gets_every_message_once_across_a_sigkill(mesh):  # noqa: F811
+    """
+    router-c dials both instances of router-b; a producer sends to a
+    queue on router-c through router-b's instances; the active is
+    SIGKILLed mid-stream; c's consumer receives every message once.
+    """
+    primary, backup = start_pair(mesh)
+    far = mesh.router("router-c", clients=True, connect=[mesh.connector(
+        router="router-b",
+        endpoint=[primary.spec.routing_endpoint, backup.spec.routing_endpoint])])
+    (router_c,) = mesh.start(far)
+    primary.wait_route("router-c")
+    receiver = mesh.start_receive(router_c, "far", COUNT, 120)
+    sender = mesh._client("send", [
+        "send", "--connect", primary.spec.client_endpoint,
+        "--connect", backup.spec.client_endpoint, "--to", "far@router-c",
+        "--count", str(COUNT), "--duplicate-id-prefix", "far-", "--reconnect-attempts", "-1",
+        "--retry-interval", "100"])
+    router_c.wait_for(lambda: receiver.count() >= COUNT // 3, timeout=60,
+                      what="a third of the messages at the far consumer")
+    primary.sigkill()
+    assert sender.wait(120) == 0, sender.stderr
+    assert receiver.wait(120) == 0, receiver.stderr
+    bodies = [message["body"] for message in receiver.messages()]
+    assert sorted(bodies) == sorted(f"message {n}" for n in range(1, COUNT + 1))
+    router_c.wait_for(lambda: backup.queue_depth("far") == 0 and
+                      router_c.queue_depth("far") == 0, timeout=10,
+                      what="nothing left over (nothing enqueued twice)")

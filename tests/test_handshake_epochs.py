@@ -342,3 +342,31 @@ def test_a_newer_epoch_heard_in_routes_supersedes_the_link_once_durable(router, 
     old.assert_closed(reasons.SUPERSEDED, "abort")
     assert router.context.peer_epochs.highest(REMOTE) == 2
     assert router.registry.holder(REMOTE) is None
+
+
+def test_a_connector_holds_the_listener_s_recovery_while_its_epoch_is_saved(router, store):
+    """
+    A real listener sends its Recovery right after its proof; the
+    connector, still saving the listener's new epoch, takes it once its
+    verdict is made instead of calling it out of stage.
+    """
+    store.hold = True
+    new, _ = welcomed_connector(router, epoch=2)
+    (new.authenticate_frame,) = new.expect(Authenticate)
+    new.authenticated()
+    new.send(Recovery(0))
+    assert new.how_closed == "open"
+    store.held[0].callback(None)
+    new.expect(Recovery)
+    assert new.core.stage == handshake.DELIVERY
+
+
+def test_a_connector_closed_while_its_peer_s_epoch_is_saved_claims_no_name(router, store):
+    store.hold = True
+    new, _ = welcomed_connector(router, epoch=2)
+    (new.authenticate_frame,) = new.expect(Authenticate)
+    new.authenticated()
+    new.advance(STAGE_TIMEOUT)
+    new.assert_closed(reasons.STAGE_TIMEOUT, "abort")
+    store.held[0].callback(None)
+    assert not router.registry.is_claimed(REMOTE)

@@ -1034,6 +1034,7 @@ def test_a_version_1_store_is_upgraded(tmp_path, clock):
     # Pretend it was a version 1 store holding a message.
     connection = sqlite3.connect(path, isolation_level=None)
     connection.executescript("DROP TABLE duplicate_ids; DROP TABLE ha_voter_records; "
+                             "DROP TABLE replication_state; DROP TABLE peer_epochs; "
                              "ALTER TABLE links DROP COLUMN peer_store_id; "
                              "DELETE FROM meta WHERE key = 'store_id'; "
                              "UPDATE meta SET value = 1 WHERE key = 'schema_version';")

@@ -23,7 +23,7 @@ from meshroute.store.executor import ThreadedExecutor
 
 
 def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
-                   executor_factory=None) -> HAInstance:
+                   executor_factory=None, stop_process=None) -> HAInstance:
     """
     The HA instance of C{config} (which has C{[ha]}).
 
@@ -32,6 +32,8 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     @param executor_factory: makes an unstarted store executor, given its
         C{replication} (None for C{ha.db} and the replica): a
         L{ThreadedExecutor} on C{clock} by default.
+    @param stop_process: ends the process; C{clock.stop} (the reactor's)
+        by default.
     """
     ha = config.ha
     factory = executor_factory or (
@@ -40,7 +42,8 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     instance = HAInstance(
         config, clock, endpoints, records, vote_connections(config, clock, endpoints),
         lambda instance: StoreReplication(clock, config, endpoints, instance.events,
-                                          instance.registry, factory))
+                                          instance.registry, factory),
+        stop_process or clock.stop)
     # The peer reaches this instance's voter and, while it is active, its
     # store's changes here; keepalives each heartbeat-interval tell each
     # side that the other is alive.

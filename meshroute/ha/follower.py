@@ -29,9 +29,6 @@ names the position the replica will really hold.  A replica that fails
 one starts again from the replica's position.  When the replica falls
 behind, the stream stops reading the connection (the active then stops
 sending, as its transport's buffer fills).
-
-Built and tested; the HA instance that starts it is not (docs/ha.md,
-"Status").
 """
 
 import os

@@ -39,6 +39,7 @@ from typing import Protocol
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
+from automat import NoTransition
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -149,8 +150,8 @@ class ReplicationSide(Protocol):
     def lag(self) -> int | None:
         "Changes the backup lacks, as far as a replication connection tells."
 
-    def executor(self):
-        "The store executor of the router serving now, its commits gated."
+    def executor(self, lease_holds: Callable[[], bool]):
+        "The store executor of the router serving now, its commits gated (and C{lease_holds})."
 
     def serve_in(self, epoch: int) -> None:
         "Tag what is committed from now on with C{epoch}."
@@ -161,8 +162,9 @@ class ReplicationSide(Protocol):
     def hold(self) -> None:
         "Confirm nothing more (the backup is silent)."
 
-    def lead(self, caught_up: Callable[[], None], heard: Callable[[], None]) -> None:
-        "Serve the follower; C{caught_up} each time it is in sync, C{heard} on its traffic."
+    def lead(self, connected: Callable[[], None], caught_up: Callable[[], None],
+             heard: Callable[[], None]) -> None:
+        "Serve followers; C{connected} for each, C{caught_up} when in sync, C{heard} on traffic."
 
     def stop_leading(self) -> None:
         "Stop serving the follower (this instance stops serving)."
@@ -186,6 +188,8 @@ class HAInstance(MultiService):
         L{Witness} does).
     @param replication_for: builds this instance's L{ReplicationSide}
         from the instance.
+    @param stop_process: ends the process (C{reactor.stop}): a backup that
+        handed the router back with C{restart-backup = false} stops.
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -197,7 +201,8 @@ class HAInstance(MultiService):
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints, records,
                  voters_for: Callable[[str, "HAInstance"], Voters],
-                 replication_for: Callable[["HAInstance"], ReplicationSide]) -> None:
+                 replication_for: Callable[["HAInstance"], ReplicationSide],
+                 stop_process: Callable[[], None]) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
@@ -213,6 +218,7 @@ class HAInstance(MultiService):
         self.records = records
         self.registry = LinkRegistry()
         self.replication = replication_for(self)
+        self._stop_process = stop_process
         self.witness = Witness(self.instance, records, clock, self.events,
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
@@ -235,6 +241,8 @@ class HAInstance(MultiService):
         self._readmitting = False
         self._fail_back_at: tuple[int, int] | None = None
         self._forced_epoch: int | None = None
+        self._failing_back = False
+        self._said_stale = False
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -247,8 +255,8 @@ class HAInstance(MultiService):
         connected = self.voters.connected()
         return HAStatus(
             role=self.ha.role,
-            state=self.role.state if self.role is not None else role.STARTING,
-            epoch=self.role.epoch if self.role is not None else 0,
+            state=self._state,
+            epoch=self._epoch,
             position=self.replication.position(),
             lag=self.replication.lag(),
             peer=PeerStatus(self.ha.replication.peer,
@@ -278,11 +286,9 @@ class HAInstance(MultiService):
         opening.addErrback(self._cannot_open)
 
     def _cannot_open(self, failure) -> None:
-        log.failure("HA instance {instance}: cannot open its ha.db; stopping", failure,
-                    instance=self.instance)
-        from twisted.internet import reactor
-
-        reactor.stop()
+        log.failure("HA instance {instance}: cannot open its ha.db or store.db; stopping",
+                    failure, instance=self.instance)
+        self._stop_process()
 
     def _loaded(self, _) -> None:
         if not self.running:
@@ -319,11 +325,15 @@ class HAInstance(MultiService):
         following, and everything else.
         """
         self._stopping = True
-        if (self.role is not None and self.role.state == role.ACTIVE_REPLICATED
-                and self.ha.failover_on_shutdown):
+        if self._state == role.ACTIVE_REPLICATED and self.ha.failover_on_shutdown:
             self._handed = defer.Deferred()
             timeout = self._clock.callLater(1.0, self._hand_over_ended)
-            self._role.handover_due()
+            try:
+                self._role.handover_due()
+            except NoTransition:
+                # Not with an in-sync backup now (it lost it, or hands over
+                # already): nothing to hand over to.
+                self._hand_over_ended()
             yield self._handed
             if timeout.active():
                 timeout.cancel()
@@ -386,9 +396,11 @@ class HAInstance(MultiService):
             self._newest_epoch = max(self._newest_epoch, answer.record.granted_epoch)
         decision = quorum.decide_start(self.instance, self.ha.role == PRIMARY,
                                        self.replication.position(), self.voters.names, answers)
-        if decision == quorum.StartDecision.STALE:
+        if decision == quorum.StartDecision.STALE and not self._said_stale:
             log.warn("HA instance {instance}: a voter knows of confirmed changes this "
-                     "instance lacks; it never activates by itself", instance=self.instance)
+                     "instance lacks; it never activates by itself (it follows an active "
+                     "that appears, or meshroute ha force-activate)", instance=self.instance)
+        self._said_stale = decision == quorum.StartDecision.STALE
         if decision == quorum.StartDecision.FOLLOW:
             self._role.active_found()
         elif decision == quorum.StartDecision.RESUME:
@@ -397,6 +409,13 @@ class HAInstance(MultiService):
             self._role.must_wait()
 
     def follow(self) -> None:
+        if self._failing_back:
+            self._failing_back = False
+            if not self.ha.restart_backup:
+                log.info("HA instance {instance}: handed the router back; it stops "
+                         "(restart-backup = false)", instance=self.instance)
+                self._clock.callLater(0, self._stop_process)
+                return
         if self._stopping:
             # Handed over at the stop: finish stopping once the role has
             # finished this transition (it arms its timers after this).
@@ -409,6 +428,10 @@ class HAInstance(MultiService):
     def _caught_up(self) -> None:
         if self._state == role.BACKUP_SYNCING:
             self._role.caught_up()
+
+    def _backup_connected(self) -> None:
+        head = self.replication.position().position
+        self.ha_events.replication("connected", head, self.replication.lag())
 
     def _backup_heard(self) -> None:
         self._role.peer_heard()
@@ -432,9 +455,10 @@ class HAInstance(MultiService):
         self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
-        # An active that stops hands over to run alone: the peer has no
-        # backup to wait for.
-        self._elect(self.peer_instance, alone=self._stopping)
+        # An active that stops (now, or after handing the router back with
+        # restart-backup = false) hands over an epoch to run alone: the
+        # peer will have no backup to wait for.
+        self._elect(self.peer_instance, alone=self._stopping or not self.ha.restart_backup)
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
@@ -482,11 +506,12 @@ class HAInstance(MultiService):
         # serving in (a later epoch of the same active period, to run alone
         # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
-                                    self._endpoints, executor=self.replication.executor(),
+                                    self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
         self.router.setServiceParent(self)
-        self.replication.lead(self._peer_caught_up, self._backup_heard)
+        self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
+        self._fail_back_when_due()
 
     def _client_view(self) -> HAView:
         """
@@ -506,19 +531,24 @@ class HAInstance(MultiService):
             # run alone is confirmed by release_acknowledgements.)
             self.replication.confirm(alone=False)
         self._hold_lease()
-        if not alone and self.ha.role == BACKUP and self.ha.allow_failback:
-            # The primary is back and in sync: give it the router back once
-            # it acknowledged everything this instance may have confirmed
-            # while it ran alone (up to now; what follows is confirmed only
-            # once acknowledged anyway).
-            self._fail_back_at = (epoch, self.replication.position().position)
+        self._fail_back_when_due()
+
+    def _fail_back_when_due(self) -> None:
+        """
+        With C{allow-failback}, a backup serving with the primary in sync
+        hands the router back to it, once the primary acknowledged
+        everything this instance may have confirmed while it ran alone (up
+        to now: what follows is confirmed only once acknowledged anyway).
+        """
+        if (self.ha.role == BACKUP and self.ha.allow_failback
+                and self._state == role.ACTIVE_REPLICATED):
+            self._fail_back_at = (self._epoch, self.replication.position().position)
             self._fail_back_if_acknowledged()
 
     def _fail_back_if_acknowledged(self) -> None:
         """
-        C{allow-failback}: once the returning primary acknowledged the
-        position the replicated epoch began at, hand it the router (after
-        the role finished its current transition).
+        Fail back (after the role finished its current transition) once the
+        primary acknowledged the position the replicated epoch began at.
         """
         if self._fail_back_at is None:
             return
@@ -530,15 +560,15 @@ class HAInstance(MultiService):
         self._clock.callLater(0, self._fail_back, epoch)
 
     def _fail_back(self, epoch: int) -> None:
-        """
-        Hand the router over to the primary, unless this replicated epoch
-        ended meanwhile (the primary fell silent again, the lease ran out)
-        or the instance stops.
-        """
-        if self._state == role.ACTIVE_REPLICATED and self._epoch == epoch and not self._stopping:
-            log.info("HA instance {instance}: the primary is in sync: failing back",
-                     instance=self.instance)
+        if self._stopping or self._state != role.ACTIVE_REPLICATED or self._epoch != epoch:
+            return
+        log.info("HA instance {instance}: the primary is in sync: handing the router back "
+                 "(allow-failback)", instance=self.instance)
+        try:
             self._role.handover_due()
+        except NoTransition:
+            return  # it lost the primary meanwhile, or hands over already
+        self._failing_back = True
 
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,

@@ -12,14 +12,16 @@ active's heartbeats report as confirmed.
 """
 
 import os
+from collections.abc import Callable
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
 from meshroute.config import RouterConfig
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
-from meshroute.ha.gate import HELD, ReplicationGate
+from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
 from meshroute.ha.instance import stage_valid_timeout_ms
 from meshroute.ha.quorum import ORIGIN, LogPosition
 from meshroute.ha.replica import STORE_NAME, Replica
@@ -30,31 +32,91 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.store.executor import ThreadedExecutor
 
+log = Logger()
+
+
+def _begin_epoch(connection) -> None:
+    """
+    The change that starts an epoch: it changes no row, but is one batch
+    of the new epoch (the executor writes its position).
+    """
+    connection.execute("UPDATE replication_state SET epoch = epoch")
+
 
 class _Confirming:
     """
     What the serving store's executor hands its transactions to: the
-    gate, noting each batch it confirms.
+    gate, noting each batch it confirms, and confirming nothing at all
+    while the lease is not held by the clock (an active woken from
+    SIGSTOP may commit before its overdue expiry timer fences it; what
+    it does not confirm then, it never does: its router stops).
     """
 
-    def __init__(self, gate: ReplicationGate, confirmed) -> None:
+    def __init__(self, gate: ReplicationGate, confirmed: Callable[[LogPosition], None],
+                 lease_holds: Callable[[], bool]) -> None:
         self._gate = gate
         self._confirmed = confirmed
+        self._lease_holds = lease_holds
 
     @property
     def epoch(self) -> int:
         return self._gate.epoch
 
     def committed(self, batch, fire) -> None:
-        if batch is None:
-            self._gate.committed(None, fire)
-            return
-
         def confirm() -> None:
-            self._confirmed(LogPosition(batch.epoch, batch.position))
+            if not self._lease_holds():
+                return
+            if batch is not None:
+                self._confirmed(LogPosition(batch.epoch, batch.position))
             fire()
 
         self._gate.committed(batch, confirm)
+
+
+class _DeadlinedServer(ReplicationServer):
+    """
+    A L{ReplicationServer} that gives each follower
+    C{initial-replication-sync-timeout} to catch up: the active confirms
+    alone meanwhile (no write waits for a catching-up backup), and a
+    follower that is not in sync by then has its connection closed, to
+    start again (from the log, or a new snapshot) rather than stay
+    behind for ever.
+    """
+
+    def __init__(self, clock: IReactorTime, timeout_ms: int) -> None:
+        super().__init__(lambda: None, lambda: None)
+        self.connected: Callable[[], None] = lambda: None
+        self._clock = clock
+        self._timeout = timeout_ms / 1000
+        self._deadlines: dict = {}
+
+    def feed(self, core, fail):
+        feed = super().feed(core, fail)
+        self.connected()
+        self._deadlines[feed] = self._clock.callLater(self._timeout, self._too_slow, feed)
+        return feed
+
+    def _too_slow(self, feed) -> None:
+        del self._deadlines[feed]
+        log.warn("HA: the backup did not catch up within initial-replication-sync-timeout "
+                 "({timeout} s); its replication connection is closed, and it starts again",
+                 timeout=self._timeout)
+        feed.link.shutdown()
+
+    def caught_up(self) -> None:
+        """
+        A follower is in sync: no deadline for it any more.
+        """
+        for deadline in self._deadlines.values():
+            if deadline.active():
+                deadline.cancel()
+        self._deadlines.clear()
+
+    def forget(self, feed) -> None:
+        deadline = self._deadlines.pop(feed, None)
+        if deadline is not None and deadline.active():
+            deadline.cancel()
+        super().forget(feed)
 
 
 class StoreReplication:
@@ -88,12 +150,13 @@ class StoreReplication:
             lambda replication=None: ThreadedExecutor(reactor, replication=replication))
         self.replica = Replica(config.data_dir, self._executor_factory, ha.replica_sync,
                                ha.max_saved_replicated_journals_size)
-        self.server = ReplicationServer(lambda: None, lambda: None)
+        self.server = _DeadlinedServer(reactor, ha.initial_replication_sync_timeout_ms)
         self._follower: ReplicationFollower | None = None
         self._replica_open = False
         self._held = ORIGIN
         self._store_id = ""
         self._source: ReplicationSource | None = None
+        self._executor = None
         self._gate: ReplicationGate | None = None
         self._confirmed = ORIGIN
 
@@ -129,23 +192,35 @@ class StoreReplication:
         return self._confirmed
 
     def lag(self) -> int | None:
-        if self._gate is None or self._gate.mode != "replicated":
+        if self._gate is None or self._gate.mode != REPLICATED:
             return None
         return self._source.head.position - self._gate.acknowledged_position
 
     # -- serving ---------------------------------------------------------------
 
     def serve_in(self, epoch: int) -> None:
+        """
+        Tag what is committed from now on with C{epoch}.  An epoch taken
+        while serving (to run alone, or replicated again) starts with a
+        change of its own, so that a backup that holds it holds that
+        epoch (a router that starts serving writes at once anyway).
+        """
         if self._gate is None:
             head = self._held
             self._confirmed = head
             self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
             self._gate = ReplicationGate(self._source, epoch, HELD)
+            return
         self._gate.epoch = epoch
+        self._executor.submit(_begin_epoch).addErrback(self._epoch_not_begun, epoch)
 
-    def executor(self):
-        return self._executor_factory(
-            replication=_Confirming(self._gate, self._note_confirmed))
+    def _epoch_not_begun(self, failure, epoch: int) -> None:
+        log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
+
+    def executor(self, lease_holds: Callable[[], bool]):
+        self._executor = self._executor_factory(
+            replication=_Confirming(self._gate, self._note_confirmed, lease_holds))
+        return self._executor
 
     def _note_confirmed(self, position: LogPosition) -> None:
         self._confirmed = max(self._confirmed, position)
@@ -159,8 +234,13 @@ class StoreReplication:
     def hold(self) -> None:
         self._gate.hold_acknowledgements()
 
-    def lead(self, caught_up, heard) -> None:
-        self.server.peer_caught_up = caught_up
+    def lead(self, connected, caught_up, heard) -> None:
+        def in_sync() -> None:
+            self.server.caught_up()
+            caught_up()
+
+        self.server.connected = connected
+        self.server.peer_caught_up = in_sync
         self.server.peer_heard = heard
         self.server.serve(self._source, self._gate)
 

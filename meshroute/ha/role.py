@@ -53,8 +53,8 @@ feeds C{peer_silent}.  Elsewhere C{peer_heard} is ignored.
 
 The machine decides; it does nothing itself.  Its outputs are calls on a
 L{RoleActions} (start serving, stop serving, request votes, hold
-acknowledgements, ...), which the router will implement (not yet: see
-docs/ha.md, "Status") and tests record.  The inputs come from the start-up
+acknowledgements, ...), which the HA instance implements
+(L{meshroute.ha.instance.HAInstance}) and tests record.  The inputs come from the start-up
 rule (L{meshroute.ha.quorum.decide_start}), elections
 (L{meshroute.ha.election}), the lease (L{meshroute.ha.lease}) and
 replication.  An input the current state has no transition for raises

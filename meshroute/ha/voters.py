@@ -269,6 +269,7 @@ class Voters(MultiService):
         self._tally: quorum.Tally | None = None
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
+        self._lease_core: lease.LeaseCore | None = None
         self._lease_since = 0.0
         self._start: _StartRound | None = None
         self._candidate: str | None = None
@@ -364,11 +365,20 @@ class Voters(MultiService):
             self._ask_everyone(
                 quorum.Heartbeat(self.instance, epoch, position, confirmed, sent_at))
 
-        core = lease.LeaseCore(self._clock, self.instance, self.names, heartbeat_interval,
-                         lease_timeout, send_heartbeats, lost)
+        core = self._lease_core = lease.LeaseCore(
+            self._clock, self.instance, self.names, heartbeat_interval,
+            lease_timeout, send_heartbeats, lost)
         self._lease_since = self._requested_at
         self._lease = lease.hold_lease(core, self._requested_at, granted_by)
         return self._lease
+
+    def lease_holds(self) -> bool:
+        """
+        Whether the last lease held is held now, by the clock
+        (L{lease.LeaseCore.holds}): what an active checks before it
+        confirms anything.
+        """
+        return self._lease_core is not None and self._lease_core.holds()
 
     def _ask_everyone(self, question: Question) -> None:
         """

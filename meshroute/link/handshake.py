@@ -353,6 +353,8 @@ class LinkCore:
         it to reset their retry schedule).
     @ivar endpoint: the configured endpoint a connector's link was made
         through (one of the connector's list); None for a listener's link.
+    @ivar held_frames: while a verdict on the peer's proof is being made
+        (its epoch saved), the frames it sent since, in order; else None.
     """
 
     context: RouterContext
@@ -374,7 +376,6 @@ class LinkCore:
     own_challenge: bytes = field(default_factory=auth.new_challenge)
     peer_challenge: bytes = b""
     peer_last_received: int | None = None
-    early_recovery: Recovery | None = None
     version: int | None = None
     peer_epoch: int = 0
     channel: object = None
@@ -382,6 +383,7 @@ class LinkCore:
     vote_side: VoteSide | None = None
     replica_side: object = None
     unanswered: int = 0
+    held_frames: list | None = None
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -836,8 +838,7 @@ class LinkCore:
                                                                        self.peer_epoch)
         if saving is None:
             return self._take_name()
-        # A link that closed meanwhile (its stage timer, the peer) takes
-        # no name: nothing would ever release it.
+        # A link that closed while the epoch was saved takes no name.
         return saving.addCallback(
             lambda _: self._take_name() if self.close_reason is None else None)
 
@@ -904,14 +905,20 @@ def _vet_proof(inputs: LinkInputs, core: LinkCore,
     C{store-failed}.
     """
     if isinstance(verdict, Deferred):
+        # The peer may already be past its proof (a listener sends its
+        # Recovery right after): what it sends meanwhile waits for the
+        # verdict.
+        core.held_frames = []
 
         def decided(result: tuple[str, str] | None) -> None:
             if core.close_reason is None:
                 _vet(inputs, result)
+            core.link.release_held_frames()
 
         def failed(failure) -> None:
             if core.close_reason is None:
                 inputs.store_failed(failure.getErrorMessage())
+            core.link.release_held_frames()
 
         verdict.addCallbacks(decided, failed)
     elif verdict is None and core.purpose == VOTES:
@@ -1215,9 +1222,6 @@ def _build_connector_machine():
     vetting_welcome = builder.state("vetting_welcome")
     awaiting_authenticated = builder.state("awaiting_authenticated")
     vetting_authenticated = builder.state("vetting_authenticated")
-    # The listener sends Recovery right after its proof: it may come while
-    # the listener's epoch is being made durable.
-    vetting_recovered = builder.state("vetting_recovered")
     awaiting_recovery = builder.state("awaiting_recovery")
     delivering = builder.state("delivering")
     closing = builder.state("closing")
@@ -1297,27 +1301,15 @@ def _build_connector_machine():
     def recovered(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
         core.begin_delivery(inputs, frame)
 
-    @vetting_authenticated.upon(LinkInputs.got_recovery).to(vetting_recovered)
-    def keep_recovery(inputs: LinkInputs, core: LinkCore, frame: Recovery) -> None:
-        core.heard()
-        core.early_recovery = frame
-
-    @vetting_recovered.upon(LinkInputs.accepted).to(delivering)
-    def recover_at_once(inputs: LinkInputs, core: LinkCore) -> None:
-        core.begin_stage(inputs, RECOVERY)
-        core.send_recovery()
-        core.begin_delivery(inputs, core.early_recovery)
-
     @vetting_welcome.upon(LinkInputs.refused).to(closing)
     @vetting_authenticated.upon(LinkInputs.refused).to(closing)
-    @vetting_recovered.upon(LinkInputs.refused).to(closing)
     def give_up(inputs: LinkInputs, core: LinkCore, code: str, detail: str) -> None:
         core.refuse(code, detail)
         core.close(reasons.REJECTED, code)
 
     _add_common_transitions(
         awaiting=[awaiting_welcome, awaiting_authenticated, awaiting_recovery],
-        vetting=[vetting_welcome, vetting_authenticated, vetting_recovered],
+        vetting=[vetting_welcome, vetting_authenticated],
         delivering=delivering,
         closing=closing,
         closed=closed,

@@ -135,6 +135,10 @@ class Link:
 
         @return: False if the frame was out of stage (the link is closing).
         """
+        held = self.core.held_frames
+        if held is not None:
+            held.append(frame)
+            return True
         try:
             getattr(self.machine, _INPUT_FOR_FRAME[type(frame)])(frame)
         except NoTransition:
@@ -143,6 +147,17 @@ class Link:
             )
             return False
         return True
+
+    def release_held_frames(self) -> None:
+        """
+        The verdict on the peer's proof is made: feed the frames it held,
+        in order (none if the link closed meanwhile).
+        """
+        held, self.core.held_frames = self.core.held_frames, None
+        if self.core.close_reason is None:
+            for frame in held or ():
+                if not self.frame_received(frame):
+                    return
 
     def ask(self, frame: VoteRequest | Heartbeat | StartQuery) -> None:
         """
