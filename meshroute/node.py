@@ -319,9 +319,15 @@ class RouterService(MultiService):
     def stopService(self):
         """
         Close every client connection and every link (reason shutdown),
-        stop listening and reconnecting, then close the event log.
+        stop listening and reconnecting, then close the event log.  The
+        router of an HA instance's active period sends its clients away
+        (C{not-active}: the other instance takes them); a router on its own
+        drops them as a crash would, while its event log is still open.
         """
-        self.client_factory.close_connections()
+        if self._host is not None:
+            self.client_factory.stop_serving()
+        else:
+            self.client_factory.close_connections()
         closing = self.registry.close_all()
         stopping = defer.maybeDeferred(super().stopService)
         abort = self._clock.callLater(SHUTDOWN_GRACE_S, self._abort_links)

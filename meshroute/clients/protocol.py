@@ -170,6 +170,16 @@ class ClientFactory(Factory):
         """
         return self.sessions.describe()
 
+    def stop_serving(self) -> None:
+        """
+        The router, an HA instance's, stops serving (a hand-over, fencing,
+        a stop): send every client away with C{not-active} now, so that
+        it fails over at once and nothing more is submitted to a router
+        whose store is about to close.
+        """
+        for core in list(self.connections):
+            core.machine.stopped_serving()
+
     # -- the connection TTL -----------------------------------------------------
 
     def connection_made(self, core: ConnectionCore) -> None:
@@ -189,10 +199,9 @@ class ClientFactory(Factory):
     def close_connections(self) -> None:
         """
         Close every client connection without a word, as a crash would:
-        the router stops serving.  An HA instance's router stops inside a
-        process that lives on, and its clients must fail over to the
-        active instance; each session goes disconnected at once (reason
-        C{router-stopped}), while the router's event log is still open.
+        the router shuts down.  Each session goes disconnected at once
+        (reason C{router-stopped}), while the router's event log is still
+        open.
         """
         for core in list(self.connections):
             core.machine.router_stopped()
