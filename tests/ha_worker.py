@@ -32,7 +32,6 @@ from twisted.internet import defer, task
 
 from meshroute.client import (
     ClientOptions,
-    SendError,
     TransactionOutcomeUnknown,
     TransactionRolledBack,
     UnblockedError,
@@ -41,15 +40,6 @@ from meshroute.client import (
 
 #: What a failover makes a call fail with: the work is done again.
 RETRYABLE = (UnblockedError, TransactionRolledBack, TransactionOutcomeUnknown)
-
-#: A router that just became active knows no route until its links are
-#: up: it refuses sends to other routers for that moment.
-NO_ROUTE_YET = "unknown-router"
-
-
-def no_route_yet(error: Exception) -> bool:
-    return isinstance(error, SendError) and error.code == NO_ROUTE_YET
-
 
 def options(transacted: bool) -> ClientOptions:
     return ClientOptions(reconnect_attempts=-1, initial_connect_attempts=-1,
@@ -72,11 +62,6 @@ async def produce(reactor, args) -> None:
                     await client.send(args.to, b"message %d" % n,
                                       duplicate_id=f"{args.prefix}{n}")
                 except UnblockedError:
-                    continue
-                except SendError as e:
-                    if not no_route_yet(e):
-                        raise
-                    await task.deferLater(reactor, 0.1, lambda: None)
                     continue
                 break
             say(f"confirmed {n}")
