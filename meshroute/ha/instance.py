@@ -22,7 +22,9 @@ machine's L{meshroute.ha.role.RoleActions}:
    decides by L{quorum.decide_start}.
 
 A hand-over (failback, or C{failover-on-shutdown} at SIGTERM) is an
-election the active runs for its peer.  The peer learns of it from its
+election the active runs for its peer.  Failback (C{allow-failback} on
+the backup) is due when the active backup has readmitted the returning
+primary, in sync, in a replicated epoch.  The peer learns of it from its
 own voter, which grants it the epoch at the active's request; it then
 asks every voter for that same epoch as its own candidate, which each
 voter that granted it grants again (rule 1 of L{quorum}), and so learns
@@ -237,6 +239,7 @@ class HAInstance(MultiService):
         self._stopping = False
         self._handed: defer.Deferred | None = None
         self._readmitting = False
+        self._fail_back_at: tuple[int, int] | None = None
         self._forced_epoch: int | None = None
         self._failing_back = False
         self._said_stale = False
@@ -432,6 +435,7 @@ class HAInstance(MultiService):
 
     def _backup_heard(self) -> None:
         self._role.peer_heard()
+        self._fail_back_if_acknowledged()
 
     def _peer_caught_up(self) -> None:
         """
@@ -532,14 +536,31 @@ class HAInstance(MultiService):
     def _fail_back_when_due(self) -> None:
         """
         With C{allow-failback}, a backup serving with the primary in sync
-        hands the router back to it.
+        hands the router back to it, once the primary acknowledged
+        everything this instance may have confirmed while it ran alone (up
+        to now: what follows is confirmed only once acknowledged anyway).
         """
         if (self.ha.role == BACKUP and self.ha.allow_failback
                 and self._state == role.ACTIVE_REPLICATED):
-            self._clock.callLater(0, self._fail_back)
+            self._fail_back_at = (self._epoch, self.replication.position().position)
+            self._fail_back_if_acknowledged()
 
-    def _fail_back(self) -> None:
-        if self._stopping or self._state != role.ACTIVE_REPLICATED:
+    def _fail_back_if_acknowledged(self) -> None:
+        """
+        Fail back (after the role finished its current transition) once the
+        primary acknowledged the position the replicated epoch began at.
+        """
+        if self._fail_back_at is None:
+            return
+        epoch, position = self._fail_back_at
+        lag = self.replication.lag()
+        if lag is None or self.replication.position().position - lag < position:
+            return
+        self._fail_back_at = None
+        self._clock.callLater(0, self._fail_back, epoch)
+
+    def _fail_back(self, epoch: int) -> None:
+        if self._stopping or self._state != role.ACTIVE_REPLICATED or self._epoch != epoch:
             return
         log.info("HA instance {instance}: the primary is in sync: handing the router back "
                  "(allow-failback)", instance=self.instance)
