@@ -431,3 +431,30 @@ def test_a_frozen_active_woken_up_confirms_nothing_once_its_lease_ran_out(pair):
     assert not any(d.called for d in sends)  # ...and still not confirmed
     pair.run_until(lambda: pair.states()[pair.key(PRIMARY)] != role.ACTIVE_REPLICATED, 1.0)
     assert not any(d.called for d in sends)
+
+
+def test_a_backup_that_caught_up_while_the_active_ran_alone_is_not_promotable(pair):
+    """
+    A backup that caught up during the primary's alone epoch, but was not
+    yet readmitted in a replicated epoch, holds only part of that epoch:
+    the voters know what was confirmed in it only as of the primary's
+    last heartbeat.  If the primary dies in that window with sends
+    confirmed since its last heartbeat that the backup lacks, the backup
+    must not take over without them (docs/ha.md "Epochs").
+    """
+    primary, _ = start_both(pair)
+    pair.kill(BACKUP)
+    pair.run_until(lambda: pair.states()[pair.key(PRIMARY)] == role.ACTIVE_ALONE, 10.0)
+    server = primary.replication.server
+    server.peer_caught_up = lambda: None  # the primary never readmits it
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.BACKUP_IN_SYNC, 20.0)
+    pair.mesh.run(1.0)  # heartbeats report everything the backup holds as confirmed
+    for feed in list(server._feeds):
+        feed.pause()
+    sends = send(primary, 5)
+    assert all(d.called for d in sends)  # confirmed alone, not yet reported
+    pair.kill(PRIMARY)
+    pair.mesh.run(2 * FAILOVER_BOUND)
+    assert not serving(backup)
+    assert backup.replication.position() < primary.replication.position()

@@ -153,8 +153,8 @@ class ReplicationSide(Protocol):
     def executor(self, lease_holds: Callable[[], bool]):
         "The store executor of the router serving now, its commits gated (and C{lease_holds})."
 
-    def serve_in(self, epoch: int) -> None:
-        "Tag what is committed from now on with C{epoch}."
+    def serve_in(self, epoch: int, alone: bool) -> None:
+        "Tag what is committed from now on with C{epoch}, which begins with its start record."
 
     def confirm(self, alone: bool) -> None:
         "Confirm commits: at once when C{alone}, else once the backup acknowledged them."
@@ -500,7 +500,7 @@ class HAInstance(MultiService):
         """
         if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
-        self.replication.serve_in(epoch)
+        self.replication.serve_in(epoch, alone)
         self.replication.confirm(alone)
         # Its links and route advertisements carry the epoch it started
         # serving in (a later epoch of the same active period, to run alone
@@ -525,7 +525,7 @@ class HAInstance(MultiService):
         self._epoch = epoch
         alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
-        self.replication.serve_in(epoch)
+        self.replication.serve_in(epoch, alone)
         if not alone:
             # Readmitted: confirm once the backup has it.  (An epoch to
             # run alone is confirmed by release_acknowledgements.)
