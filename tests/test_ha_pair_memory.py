@@ -458,3 +458,24 @@ def test_a_backup_that_caught_up_while_the_active_ran_alone_is_not_promotable(pa
     pair.mesh.run(2 * FAILOVER_BOUND)
     assert not serving(backup)
     assert backup.replication.position() < primary.replication.position()
+
+
+def test_a_backup_that_missed_the_active_s_last_epoch_takes_over_within_the_bound(pair):
+    """
+    The active won a new epoch with the witness's grant and died before
+    its backup heard of it (no request, no heartbeat of that epoch reached
+    the backup's own voter): the backup's first request, for that same
+    epoch, is refused stale-epoch by the witness; it asks again above
+    it at once, and serves within the bound.
+    """
+    primary, backup = start_both(pair)
+    pair.mesh.run(0.5)
+    witness = pair.witness_router.witness._groups[ROUTER].voter
+    record = witness.record
+    taken = record.granted_epoch + 1
+    witness.record = dataclasses.replace(record, granted_epoch=taken,
+                                         granted_to=pair.key(PRIMARY))
+    pair.kill(PRIMARY)
+    took = 2.0 + pair.run_until(lambda: serving(backup), 2 * FAILOVER_BOUND)
+    assert backup.role.epoch > taken
+    assert took <= FAILOVER_BOUND

@@ -231,9 +231,16 @@ def test_tally_wins_with_a_majority_of_grants():
 
 def test_tally_loses_when_no_majority_is_left():
     tally = Tally(VOTERS, 2)
-    assert tally.record(vote("p", False, granted_epoch=7)) is Outcome.UNDECIDED
+    assert tally.record(vote("p", False, reason=NOT_IN_SYNC)) is Outcome.UNDECIDED
     assert tally.record(vote("w", False, reason=ACTIVE_ALIVE)) is Outcome.LOST
-    assert tally.refusals() == {"p": STALE_EPOCH, "w": ACTIVE_ALIVE}
+    assert tally.refusals() == {"p": NOT_IN_SYNC, "w": ACTIVE_ALIVE}
+
+
+def test_tally_loses_at_once_when_a_voter_granted_the_epoch_already():
+    tally = Tally(VOTERS, 2)
+    assert tally.record(vote("b", True)) is Outcome.UNDECIDED
+    assert tally.record(vote("p", False, granted_epoch=7)) is Outcome.LOST
+    assert tally.refusals() == {"p": STALE_EPOCH}
     assert tally.newest_epoch() == 7
 
 
