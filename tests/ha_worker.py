@@ -57,16 +57,6 @@ def options(transacted: bool) -> ClientOptions:
                          client_failure_check_period_ms=2000, transacted=transacted)
 
 
-async def next_turn(reactor) -> None:
-    """
-    Let a reactor turn pass.  Known problem (reported, not fixed here): a
-    transacted client's commit() made in the same turn as the transaction's
-    sends is carried out without them (the sends land in the next
-    transaction), so each transaction's commit waits a turn.
-    """
-    await task.deferLater(reactor, 0, lambda: None)
-
-
 def say(line: str) -> None:
     print(line, flush=True)
 
@@ -103,7 +93,6 @@ async def transact_produce(reactor, args) -> None:
             while True:
                 sends = [client.send(args.to, b"message %d" % n,
                                      duplicate_id=f"{args.prefix}{n}") for n in numbers]
-                await next_turn(reactor)
                 try:
                     await client.commit()
                     for d in sends:
@@ -131,7 +120,6 @@ async def transact_relay(reactor, args) -> None:
             sent = client.send(args.to, message.body,
                                duplicate_id=f"{args.prefix}{message.body.decode()}")
             message.ack()
-            await next_turn(reactor)
             try:
                 await client.commit()
                 await sent
