@@ -479,3 +479,26 @@ def test_a_backup_that_missed_the_active_s_last_epoch_takes_over_within_the_boun
     took = 2.0 + pair.run_until(lambda: serving(backup), 2 * FAILOVER_BOUND)
     assert backup.role.epoch > taken
     assert took <= FAILOVER_BOUND
+
+
+def test_an_instance_handed_the_router_to_run_alone_readmits_its_returning_peer(pair):
+    """
+    The backup readmitted the returning primary (a replicated epoch) and
+    handed the router back to it (failback); the primary then stops
+    (SIGTERM) and hands the backup an epoch to run alone.  When the
+    primary returns and catches up, the backup asks for a replicated
+    epoch again: its earlier readmission, long over, does not count.
+    """
+    primary, backup = start_both(pair)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: serving(primary) and pair.states()[pair.key(BACKUP)]
+                   == role.BACKUP_IN_SYNC, 20.0)
+    stopped = primary.stopService()
+    pair.run_until(lambda: serving(backup), 1.0, step=0.01)
+    pair.run_until(lambda: stopped.called, 2.0)
+    del pair.instances[pair.key(PRIMARY)]
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    pair.start(PRIMARY)
+    pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.ACTIVE_REPLICATED, 20.0)

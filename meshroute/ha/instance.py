@@ -371,6 +371,9 @@ class HAInstance(MultiService):
 
     def state_changed(self, state: str) -> None:
         self._state = state
+        if state != role.ACTIVE_ALONE:
+            # A readmission belongs to one spell of running alone.
+            self._readmitting = False
         if self.role is not None:
             self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
@@ -456,7 +459,6 @@ class HAInstance(MultiService):
     def request_votes(self, alone: bool) -> None:
         self._candidacy = (alone, False)
         self._elect(self.instance, alone)
-        self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
         self._candidacy = None
@@ -476,6 +478,7 @@ class HAInstance(MultiService):
 
     def _won(self, epoch: int) -> None:
         self._candidacy = None
+        self._readmitting = False
         self._role.epoch_granted(epoch)
 
     def _lost(self, defeat: Defeat) -> None:
@@ -485,6 +488,7 @@ class HAInstance(MultiService):
         if self._ask_above_stale_epoch(defeat):
             return
         self._candidacy = None
+        self._readmitting = False
         self._role.election_lost()
 
     def _ask_above_stale_epoch(self, defeat: Defeat) -> bool:
