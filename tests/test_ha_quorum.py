@@ -118,6 +118,19 @@ def test_a_restarted_voter_acts_as_if_it_just_heard_the_active():
     assert restarted.request(request("b", 2), now=53.0).granted
 
 
+def test_an_instance_s_own_voter_restarted_does_not_hear_its_own_instance():
+    """
+    An instance's own voter restarts with its instance (one process): the
+    instance it last granted, itself, holds no lease any more.  So the
+    active peer may hand the router over to it at once (failback), though
+    no heartbeat of the peer reached this voter yet (its vote connection
+    was down while the peer took its epochs).
+    """
+    restarted = Voter("p", LEASE, granted_to_p(), now=50.0)
+    handover = request("p", 3, LogPosition(1, 10), alone=False, requester="b")
+    assert restarted.request(handover, now=50.5).granted
+
+
 def test_the_active_s_own_voter_refuses_its_peer_only_by_hearing_its_heartbeats():
     """
     With three voters, the backup and the active's own voter are a

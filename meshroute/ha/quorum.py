@@ -208,11 +208,15 @@ class Voter:
         @param now: the time the voter (re)starts: it acts as if it had
             just heard the instance it last granted, so that a restarted
             voter never grants away an active that may still be serving.
+            Unless that instance is the voter itself: an instance's own
+            voter (named as the instance) restarts with it, and an
+            instance that restarted holds no lease.
         """
         self.name = name
         self.lease_timeout = lease_timeout
         self.record = record
-        self.heard_at: float | None = now if record.granted_to is not None else None
+        self.heard_at: float | None = (
+            now if record.granted_to not in (None, name) else None)
 
     def hears_active(self, now: float) -> bool:
         """
