@@ -227,6 +227,8 @@ def test_a_graceful_stop_hands_over_within_a_second(pair):
     del pair.instances[pair.key(PRIMARY)]
     assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
     assert depth(backup) == 5
+    [failover] = ha_events(backup, "ha.failover")
+    assert (failover["from"], failover["to"], failover["kind"]) == (PRIMARY, BACKUP, "handover")
 
 
 def test_a_stale_instance_never_activates_unless_forced(pair):

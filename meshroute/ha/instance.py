@@ -246,6 +246,8 @@ class HAInstance(MultiService):
         # The election this instance runs for itself: (alone, asked
         # again above a stale epoch already).
         self._candidacy: tuple[bool, bool] | None = None
+        # The epoch the peer handed over to this instance, until it serves.
+        self._handed_epoch: int | None = None
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -515,10 +517,13 @@ class HAInstance(MultiService):
         self._epoch = epoch
         alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
+        handed, self._handed_epoch = self._handed_epoch == epoch, None
         if self._peer_heard_at is not None:
-            # It followed the peer until now: a failover.
+            # It followed the peer until now: a failover, handed over (a
+            # failback, or a graceful stop, whose epoch may run alone) or
+            # taken over.
             self.ha_events.failover(from_instance=peer_role(self.ha.role), to_instance=self.ha.role,
-                                    epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
+                                    epoch=epoch, kind=HANDOVER if handed else TAKEOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
         self._hold_lease()
@@ -681,6 +686,7 @@ class HAInstance(MultiService):
         def handed_over(epoch: int) -> None:
             if not self._in_sync():
                 return
+            self._handed_epoch = epoch
             if alone:
                 self._role.epoch_handed_over_alone(epoch)
             else:
