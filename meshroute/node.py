@@ -319,8 +319,12 @@ class RouterService(MultiService):
     def stopService(self):
         """
         Close every client connection and every link (reason shutdown),
-        stop listening and reconnecting, then close the event log.
+        stop listening and reconnecting, then close the event log.  The
+        router of an HA instance's active period first sends its clients
+        away (C{not-active}): the other instance takes them.
         """
+        if self._host is not None:
+            self.client_factory.stop_serving()
         self.client_factory.close_connections()
         closing = self.registry.close_all()
         stopping = defer.maybeDeferred(super().stopService)

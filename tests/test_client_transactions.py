@@ -65,6 +65,37 @@ def test_sends_and_acks_go_between_begin_and_commit(clock, endpoint):
     assert s.router.frames() == [f.Begin(7), f.Send(8, "out", {}, b"y", True, "")]
 
 
+def test_a_commit_made_in_a_delivery_callback_commits_that_callback_s_sends(clock, endpoint):
+    """
+    A relay sends, acknowledges and commits from its C{on_message} (a
+    callback the session fires while it handles a frame): the commit
+    comes after the send on the wire and waits for the router, instead
+    of finding the send not yet taken into the transaction and ending an
+    empty transaction at once (the send then fell into the next one).
+    """
+    s = transacted(clock, endpoint)
+    commits = []
+
+    def relay(message):
+        s.client.send("out", b"x")
+        message.ack()
+        commits.append(s.client.commit())
+
+    subscribed = s.client.subscribe("in", relay, prefetch=1)
+    s.router.send(f.Confirm(1, ""))
+    result_of(subscribed)
+    s.router.send(f.Deliver(1, 1, "m1", "r", {}, b"in", False))
+    [committed] = commits
+    assert not committed.called
+    assert s.router.frames() == [
+        f.Subscribe(1, 1, "in", 1),
+        f.Begin(2), f.Send(3, "out", {}, b"x", True, ""),
+        f.Ack(4, [1]), f.Credit(5, 1, 1), f.Commit(6),
+    ]
+    s.router.send(f.Confirm(3, "id-3"), f.Confirm(6, ""))
+    assert result_of(committed) is None
+
+
 def test_a_commit_with_nothing_to_commit_is_done_at_once(clock, endpoint):
     s = transacted(clock, endpoint)
     assert result_of(s.client.commit()) is None

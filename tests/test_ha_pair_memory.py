@@ -8,8 +8,11 @@ import dataclasses
 
 import pytest
 from twisted.internet.defer import succeed
+from twisted.internet.protocol import Factory, Protocol
 
 from memory_mesh import SECRET, MemoryMesh
+from meshroute.clients import frames as f
+from meshroute.config import ClientListenerConfig
 from test_messaging_memory import Consumer
 from meshroute.events import read_events
 from meshroute.ha import records, role
@@ -17,6 +20,7 @@ from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
 from meshroute.store.executor import InlineExecutor
+from meshroute.wire.codec import FrameDecoder, encode
 
 ROUTER = "router-b"
 WITNESS = "router-a"
@@ -59,6 +63,9 @@ class Pair:
         return instance_name(ROUTER, ha_role)
 
     def start(self, ha_role: str, **ha_options) -> HAInstance:
+        """
+        Start the instance of C{ha_role}; C{ha_options}: more L{HASettings} fields.
+        """
         other = BACKUP if ha_role == PRIMARY else PRIMARY
         key = self.key(ha_role)
         base = self.mesh.config(ROUTER)
@@ -66,6 +73,7 @@ class Pair:
             base, path=f"(memory)/{key}.toml",
             data_dir=str(self.tmp_path / key.replace("/", "-")),
             listener=dataclasses.replace(base.listener, endpoint=key),
+            clients=ClientListenerConfig(f"clients-{ha_role}"),
             ha=HASettings(
                 role=ha_role, group_name=ROUTER,
                 replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
@@ -219,6 +227,8 @@ def test_a_graceful_stop_hands_over_within_a_second(pair):
     del pair.instances[pair.key(PRIMARY)]
     assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
     assert depth(backup) == 5
+    [failover] = ha_events(backup, "ha.failover")
+    assert (failover["from"], failover["to"], failover["kind"]) == (PRIMARY, BACKUP, "handover")
 
 
 def test_a_stale_instance_never_activates_unless_forced(pair):
@@ -241,6 +251,110 @@ def test_a_stale_instance_never_activates_unless_forced(pair):
     assert backup.role.epoch == 4  # above the epoch 3 it knew of
     assert [(e["step"], e["epoch"]) for e in ha_events(backup, "ha.force-activate")] == [
         ("activated", 4)]
+
+
+def took_over_from_the_primary(pair, **ha) -> tuple[HAInstance, list]:
+    """
+    The primary dies, the backup (started with C{ha}) serves alone and
+    confirms sends; the primary returns.
+    """
+    pair.start(PRIMARY)
+    backup = pair.start(BACKUP, **ha)
+    pair.run_until(lambda: pair.states().get(pair.key(BACKUP)) == role.BACKUP_IN_SYNC, 15.0)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    sends = send(backup, 10)
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    return pair.start(PRIMARY), sends
+
+
+def test_without_failback_the_backup_stays_active(pair):
+    primary, _ = took_over_from_the_primary(pair, allow_failback=False)
+    pair.run_until(lambda: pair.states() == {
+        pair.key(PRIMARY): role.BACKUP_IN_SYNC, pair.key(BACKUP): role.ACTIVE_REPLICATED}, 20.0)
+    pair.mesh.run(10.0)
+    assert pair.states() == {pair.key(PRIMARY): role.BACKUP_IN_SYNC,
+                             pair.key(BACKUP): role.ACTIVE_REPLICATED}
+
+
+class RawClient(Protocol):
+    """
+    A client connection that keeps what the router wrote and whether it
+    was closed.
+    """
+
+    def connectionMade(self):
+        self.data = b""
+        self.closed = False
+
+    def dataReceived(self, data):
+        self.data += data
+
+    def connectionLost(self, reason=None):
+        self.closed = True
+
+    def frames(self) -> list:
+        return FrameDecoder(frames=f.FROM_ROUTER).feed(self.data)
+
+
+def test_an_active_that_stops_serving_sends_its_clients_away_not_active(pair):
+    """
+    The router of an active period stops (here: a hand-over at a graceful
+    stop): its client connections are told C{not-active} and closed at
+    once, so that clients fail over (a send in flight is unblocked, and
+    retried with its duplicate id), instead of staying attached to a
+    router whose store is closed.
+    """
+    primary, backup = start_both(pair)
+    connecting = pair.mesh.network._connect("a-client", "clients-primary",
+                                            Factory.forProtocol(RawClient))
+    client = connecting.result
+    client.transport.write(encode(f.Open([3], "shop-7", "", 60000)))
+    pair.mesh.network.flush()
+    assert [type(frame) for frame in client.frames()] == [f.OpenedWithTopology]
+    stopped = pair.instances.pop(pair.key(PRIMARY)).stopService()
+    pair.run_until(lambda: client.closed, 1.0, step=0.01)
+    error = client.frames()[-1]
+    assert (type(error), error.command_id, error.code) == (f.Error, 0, f.NOT_ACTIVE)
+    pair.run_until(lambda: stopped.called, 2.0)
+
+
+
+def test_failback_waits_until_the_primary_has_what_the_backup_confirmed_alone(pair):
+    """
+    Sends the backup confirmed while serving alone, after the returning
+    primary said it was in sync and before the backup readmitted it,
+    reach the primary before the backup hands the router back: here the
+    stream to the primary is paused meanwhile (its transport's buffer is
+    full, say), and the hand-over waits for the primary's acknowledgement.
+    """
+    pair.start(PRIMARY)
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: pair.states().get(pair.key(BACKUP)) == role.BACKUP_IN_SYNC, 15.0)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    server = backup.replication.server
+    caught_up, sends, paused = server.peer_caught_up, [], []
+
+    def sends_then_caught_up() -> None:
+        # Before the backup acts on the news, it confirms 3 more sends
+        # alone, which the paused stream does not bring the primary yet.
+        paused.extend(server._feeds)
+        for feed in paused:
+            feed.pause()
+        sends.extend(send(backup, 3))
+        server.peer_caught_up = caught_up
+        caught_up()
+
+    server.peer_caught_up = sends_then_caught_up
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: paused, 10.0)
+    assert all(d.called for d in sends)  # confirmed alone
+    pair.mesh.run(0.2)
+    for feed in paused:
+        feed.resume()
+    pair.run_until(lambda: serving(primary), 10.0)
+    assert depth(primary) == 3
 
 
 def test_the_returning_primary_catches_up_and_the_backup_hands_the_router_back(pair):
@@ -348,3 +462,74 @@ def test_the_new_active_takes_sends_to_a_router_the_old_one_knew_before_its_link
     assert isinstance(outcome[0], str), outcome[0]  # its message id: taken
     pair.mesh.heal("router-c")
     pair.run_until(lambda: consumer.bodies == [b"0"], 10.0)
+
+
+def test_a_backup_that_caught_up_while_the_active_ran_alone_is_not_promotable(pair):
+    """
+    A backup that caught up during the primary's alone epoch, but was not
+    yet readmitted in a replicated epoch, holds only part of that epoch:
+    the voters know what was confirmed in it only as of the primary's
+    last heartbeat.  If the primary dies in that window with sends
+    confirmed since its last heartbeat that the backup lacks, the backup
+    must not take over without them (docs/ha.md "Epochs").
+    """
+    primary, _ = start_both(pair)
+    pair.kill(BACKUP)
+    pair.run_until(lambda: pair.states()[pair.key(PRIMARY)] == role.ACTIVE_ALONE, 10.0)
+    server = primary.replication.server
+    server.peer_caught_up = lambda: None  # the primary never readmits it
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.BACKUP_IN_SYNC, 20.0)
+    pair.mesh.run(1.0)  # heartbeats report everything the backup holds as confirmed
+    for feed in list(server._feeds):
+        feed.pause()
+    sends = send(primary, 5)
+    assert all(d.called for d in sends)  # confirmed alone, not yet reported
+    pair.kill(PRIMARY)
+    pair.mesh.run(2 * FAILOVER_BOUND)
+    assert not serving(backup)
+    assert backup.replication.position() < primary.replication.position()
+
+
+def test_a_backup_that_missed_the_active_s_last_epoch_takes_over_within_the_bound(pair):
+    """
+    The active won a new epoch with the witness's grant and died before
+    its backup heard of it (no request, no heartbeat of that epoch reached
+    the backup's own voter): the backup's first request, for that same
+    epoch, is refused stale-epoch by the witness; it asks again above
+    it at once, and serves within the bound.
+    """
+    primary, backup = start_both(pair)
+    pair.mesh.run(0.5)
+    witness = pair.witness_router.witness._groups[ROUTER].voter
+    record = witness.record
+    taken = record.granted_epoch + 1
+    witness.record = dataclasses.replace(record, granted_epoch=taken,
+                                         granted_to=pair.key(PRIMARY))
+    pair.kill(PRIMARY)
+    took = 2.0 + pair.run_until(lambda: serving(backup), 2 * FAILOVER_BOUND)
+    assert backup.role.epoch > taken
+    assert took <= FAILOVER_BOUND
+
+
+def test_an_instance_handed_the_router_to_run_alone_readmits_its_returning_peer(pair):
+    """
+    The backup readmitted the returning primary (a replicated epoch) and
+    handed the router back to it (failback); the primary then stops
+    (SIGTERM) and hands the backup an epoch to run alone.  When the
+    primary returns and catches up, the backup asks for a replicated
+    epoch again: its earlier readmission, long over, does not count.
+    """
+    primary, backup = start_both(pair)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: serving(primary) and pair.states()[pair.key(BACKUP)]
+                   == role.BACKUP_IN_SYNC, 20.0)
+    stopped = primary.stopService()
+    pair.run_until(lambda: serving(backup), 1.0, step=0.01)
+    pair.run_until(lambda: stopped.called, 2.0)
+    del pair.instances[pair.key(PRIMARY)]
+    assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
+    pair.start(PRIMARY)
+    pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.ACTIVE_REPLICATED, 20.0)

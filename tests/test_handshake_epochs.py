@@ -199,6 +199,23 @@ def test_the_stage_timer_runs_while_the_epoch_is_saved(router, store):
     assert router.registry.links() == []
 
 
+def test_a_link_closed_while_its_epoch_was_saved_leaves_the_name_free(router, store):
+    """
+    The save that ends after the link closed claims no name for it: a
+    later link of the same epoch is not refused C{name-in-use} by a link
+    that is gone.
+    """
+    store.hold = True
+    new = listener_link(router, epoch=2)
+    new.advance(STAGE_TIMEOUT)
+    new.assert_closed(reasons.STAGE_TIMEOUT, "abort")
+    store.held[0].callback(None)
+    assert router.registry.holder(REMOTE) is None
+    store.hold = False
+    again = listener_link(router, epoch=2)
+    again.expect(Authenticated, Recovery)
+
+
 def test_an_epoch_that_cannot_be_saved_closes_the_link_store_failed(router, store):
     old = delivering_listener_link(router, epoch=1)
     store.failing = True
@@ -264,6 +281,23 @@ def test_a_connector_reaching_a_newer_instance_supersedes_the_older_link(router)
     new.expect(Recovery)
     old.assert_closed(reasons.SUPERSEDED, "abort")
     assert router.context.peer_epochs.highest(REMOTE) == 2
+
+
+def test_a_connector_takes_the_listener_s_recovery_while_its_epoch_is_saved(router, store):
+    """
+    The listener sends Recovery right after Authenticated; a connector
+    still making the listener's new epoch durable keeps it, and enters
+    delivery once the epoch is saved.
+    """
+    store.hold = True
+    new, _ = welcomed_connector(router, epoch=2)
+    (new.authenticate_frame,) = new.expect(Authenticate)
+    new.send(Authenticated(new.proof()), Recovery(0))
+    assert new.written() == [] and new.how_closed == "open"
+    store.held[0].callback(None)
+    new.expect(Recovery)
+    assert new.core.stage == handshake.DELIVERY
+    assert router.registry.holder(REMOTE) is new.link
 
 
 def test_a_connector_reaching_the_same_epoch_as_a_live_link_is_name_in_use(router):

@@ -179,7 +179,7 @@ class Client:
             L{TransactionOutcomeUnknown} (the session failed during the
             commit and could not be resumed).
         """
-        return self._core.end_transaction(commit=True)
+        return self._core.request_end_of_transaction(commit=True)
 
     def rollback(self) -> Deferred:
         """
@@ -187,7 +187,7 @@ class Client:
         fail with L{TransactionRolledBack}) and the messages it
         acknowledged are delivered again, flagged redelivered.
         """
-        return self._core.end_transaction(commit=False)
+        return self._core.request_end_of_transaction(commit=False)
 
     def ping(self) -> Deferred:
         """

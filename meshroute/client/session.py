@@ -43,6 +43,8 @@ connection as a protocol error).  Reading the table top to bottom::
       disconnected                                                          Close if connected
     closing, closed,      submit                      (same)                the call fails (SessionError)
       disconnected
+    every state           transaction_ended           (same)                commit/rollback, in order after the
+                                                                            sends before it
 
 The first connection retries under C{initial-connect-attempts}, later
 ones under C{reconnect-attempts}, each with its own
@@ -198,6 +200,14 @@ class ClientInputs(Protocol):
 
     def submit(self, command: Command) -> None:
         "The application (or the client itself) issues a command."
+
+    def transaction_ended(self, commit: bool, deferred: Deferred) -> None:
+        """
+        The application commits or rolls back; C{deferred} fires with the
+        outcome.  An input like C{submit}, so that it is taken after the
+        sends the application made before it, also from a callback the
+        session fires while it handles a frame.
+        """
 
     def ping_requested(self, deferred: Deferred) -> None:
         "The application asks for a round trip."
@@ -675,11 +685,25 @@ class ClientCore:
         transaction.begun = True
         return [Command(BEGIN, f.Begin, (), transaction=transaction), command]
 
+    def request_end_of_transaction(self, commit: bool) -> Deferred:
+        """
+        C{commit()} or C{rollback()}: this turn's acknowledgements join
+        the transaction, then it ends, both as machine inputs, so that they
+        are taken in order after the sends the application made before,
+        even from a callback the session fires while handling a frame (a
+        delivery): those sends' inputs are still to be taken then.
+        """
+        if self.options.transacted and not self.finished:
+            for command in self.take_acks():
+                self.machine.submit(command)
+        d = Deferred()
+        self.machine.transaction_ended(commit, d)
+        return d
+
     def end_transaction(self, commit: bool) -> Deferred:
         """
-        C{commit()} or C{rollback()}: end the current transaction (its
-        acknowledgements of this turn included) and start the next.  A
-        transaction with no work ends at once; one that is rollback-only
+        The machine's C{transaction_ended}: end the current transaction
+        and start the next.  A transaction with no work ends at once; one that is rollback-only
         is rolled back, and its commit fails with L{TransactionRolledBack}.
         """
         d = Deferred()
@@ -689,8 +713,6 @@ class ClientCore:
         if self.finished:
             d.errback(self.unusable())
             return d
-        for command in self.take_acks():
-            self.machine.submit(command)
         transaction, self.transaction = self.transaction, Transaction()
         refused = TransactionRolledBack(f.ROLLED_BACK, transaction.rollback_only) if (
             commit and transaction.rollback_only) else None
@@ -1107,6 +1129,8 @@ def _transitions() -> dict:
     on(_FIRST + _DOWN, "ping_requested", None,
        lambda core, d: d.errback(SessionError(CONNECTION_LOST, "not connected now")))
     on(_FIRST + (CLOSING,) + _OVER, "turn_ended", None, nothing)
+    on(_FIRST + _DOWN + _OPEN + _OVER, "transaction_ended", None,
+       lambda core, commit, d: core.end_transaction(commit).chainDeferred(d))
     return table
 
 
@@ -1201,6 +1225,9 @@ class ClientMachine:
 
     def submit(self, command: Command) -> None:
         self._fire("submit", command)
+
+    def transaction_ended(self, commit: bool, deferred: Deferred) -> None:
+        self._fire("transaction_ended", commit, deferred)
 
     def ping_requested(self, deferred: Deferred) -> None:
         self._fire("ping_requested", deferred)

@@ -138,6 +138,9 @@ class ConnectionInputs(Protocol):
     def taken_over(self) -> None:
         "Another connection resumed this connection's session."
 
+    def stopped_serving(self) -> None:
+        "The router, an HA instance's, stops serving: another instance takes over."
+
     def ttl_expired(self) -> None:
         "The client sent no whole frame for the connection's TTL."
 
@@ -475,6 +478,13 @@ def _build_connection_machine():
 
     for state in (awaiting_open, vetting_open, attached):
 
+        @state.upon(ConnectionInputs.stopped_serving).to(closing)
+        def send_away(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.fail(f.NOT_ACTIVE, "this router instance stopped serving: the other "
+                                    "instance of its pair takes over")
+
+    for state in (awaiting_open, vetting_open, attached):
+
         @state.upon(ConnectionInputs.protocol_error).to(closing)
         def protocol_error(inputs: ConnectionInputs, core: ConnectionCore, code: str,
                            detail: str) -> None:
@@ -492,9 +502,10 @@ def _build_connection_machine():
     for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
                  ConnectionInputs.got_ping, ConnectionInputs.got_pong,
                  ConnectionInputs.protocol_error, ConnectionInputs.session_ended,
-                 ConnectionInputs.taken_over, *late):
+                 ConnectionInputs.taken_over, ConnectionInputs.stopped_serving, *late):
         closing.upon(moot).loop().returns(None)
-    for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over, *late):
+    for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over,
+                 ConnectionInputs.stopped_serving, *late):
         gone.upon(moot).loop().returns(None)
     return builder.build()
 

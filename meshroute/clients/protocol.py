@@ -170,6 +170,16 @@ class ClientFactory(Factory):
         """
         return self.sessions.describe()
 
+    def stop_serving(self) -> None:
+        """
+        The router, an HA instance's, stops serving (a hand-over, fencing,
+        a stop): send every client away with C{not-active} now, so that
+        it fails over at once and nothing more is submitted to a router
+        whose store is about to close.
+        """
+        for core in list(self.connections):
+            core.machine.stopped_serving()
+
     # -- the connection TTL -----------------------------------------------------
 
     def connection_made(self, core: ConnectionCore) -> None:
