@@ -533,3 +533,19 @@ def test_an_instance_handed_the_router_to_run_alone_readmits_its_returning_peer(
     assert pair.states()[pair.key(BACKUP)] == role.ACTIVE_ALONE
     pair.start(PRIMARY)
     pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.ACTIVE_REPLICATED, 20.0)
+
+
+def test_a_backup_whose_requests_cross_the_witness_s_idle_closes_takes_over(pair):
+    """
+    The primary dies a second after start-up: the backup's vote
+    connection to the witness, idle since, is closed by the witness
+    (stage-valid-timeout) at the very instant each of the backup's vote
+    requests goes out on it.  A request lost so is asked again on the
+    next connection: the backup serves within the bound, not stuck in
+    C{starting} asking for epoch after epoch.
+    """
+    primary, backup = start_both(pair)
+    pair.mesh.run(1.0)
+    pair.kill(PRIMARY)
+    took = 2.0 + pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    assert took <= FAILOVER_BOUND
