@@ -574,3 +574,24 @@ def test_a_late_grant_s_refusal_of_the_last_epoch_s_heartbeat_does_not_fence(har
     answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.outcomes == [1, 2]
     pair.voters.stopService()
+
+
+def test_a_request_the_witness_closed_on_unanswered_is_asked_again_once_up(harness):
+    """
+    The witness closed an idle vote connection just as a request crossed
+    it: the request was never answered, and goes out again on the next
+    connection (unless a newer one of its kind was asked meanwhile), so
+    an election or start-up question does not wait out its timeout for a
+    witness that is there.
+    """
+    witness, answers = harness.started_witness()
+    first = harness.endpoints[WITNESS].last
+    reach_voting(first)
+    witness.ask(StartQuestion())
+    witness.ask(request(3))
+    first.write(StartAnswer(GROUP, WITNESS, "", 0, "", 0, 0, 0, 0, []))
+    first.drop()  # closed before it answered the request
+    harness.clock.advance(RETRY_MS / 1000)
+    second = harness.endpoints[WITNESS].last
+    reach_voting(second, held=[VoteRequest(GROUP, PRIMARY, PRIMARY, 3, 0, 0, True, 3000)])
+    witness.stopService()

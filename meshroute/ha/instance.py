@@ -153,8 +153,8 @@ class ReplicationSide(Protocol):
     def executor(self, lease_holds: Callable[[], bool]):
         "The store executor of the router serving now, its commits gated (and C{lease_holds})."
 
-    def serve_in(self, epoch: int) -> None:
-        "Tag what is committed from now on with C{epoch}."
+    def serve_in(self, epoch: int, alone: bool) -> None:
+        "Tag what is committed from now on with C{epoch}, which begins with its start record."
 
     def confirm(self, alone: bool) -> None:
         "Confirm commits: at once when C{alone}, else once the backup acknowledged them."
@@ -243,6 +243,11 @@ class HAInstance(MultiService):
         self._forced_epoch: int | None = None
         self._failing_back = False
         self._said_stale = False
+        # The election this instance runs for itself: (alone, asked
+        # again above a stale epoch already).
+        self._candidacy: tuple[bool, bool] | None = None
+        # The epoch the peer handed over to this instance, until it serves.
+        self._handed_epoch: int | None = None
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -368,6 +373,9 @@ class HAInstance(MultiService):
 
     def state_changed(self, state: str) -> None:
         self._state = state
+        if state != role.ACTIVE_ALONE:
+            # A readmission belongs to one spell of running alone.
+            self._readmitting = False
         if self.role is not None:
             self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
@@ -451,10 +459,11 @@ class HAInstance(MultiService):
         self._store_turn.addCallback(lambda _: self.replication.stop_following())
 
     def request_votes(self, alone: bool) -> None:
+        self._candidacy = (alone, False)
         self._elect(self.instance, alone)
-        self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
+        self._candidacy = None
         # An active that stops (now, or after handing the router back with
         # restart-backup = false) hands over an epoch to run alone: the
         # peer will have no backup to wait for.
@@ -462,7 +471,7 @@ class HAInstance(MultiService):
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
-        epoch = max(self._newest_epoch, self._epoch,
+        epoch = max(self._newest_epoch, self._epoch, self.replication.position().epoch,
                     own.granted_epoch if own is not None else 0) + 1
         self._newest_epoch = epoch
         request = quorum.VoteRequest(candidate, self.instance, epoch,
@@ -470,22 +479,51 @@ class HAInstance(MultiService):
         self.voters.elect(request, self._question_timeout(), self._won, self._lost)
 
     def _won(self, epoch: int) -> None:
+        self._candidacy = None
+        self._readmitting = False
         self._role.epoch_granted(epoch)
 
     def _lost(self, defeat: Defeat) -> None:
         self._newest_epoch = max(self._newest_epoch, defeat.newest_epoch)
         log.info("HA instance {instance}: election lost ({reason}: {refusals})",
                  instance=self.instance, reason=defeat.reason, refusals=defeat.refusals)
+        if self._ask_above_stale_epoch(defeat):
+            return
+        self._candidacy = None
+        self._readmitting = False
         self._role.election_lost()
+
+    def _ask_above_stale_epoch(self, defeat: Defeat) -> bool:
+        """
+        A backup taking over, or an instance resuming, refused only
+        because a voter granted that epoch already (the active won it and
+        died before this instance heard of it) asks once more at once,
+        above the newest epoch the voters named: going back to asking who
+        is active first would cost seconds of a takeover's bound.  An
+        active's own elections (to run alone, or replicated again) are
+        not asked again: a newer epoch means it was superseded.
+        """
+        if self._candidacy is None or self._state not in (role.BACKUP_IN_SYNC, role.STARTING):
+            return False
+        alone, asked_again = self._candidacy
+        reasons = set(defeat.refusals.values())
+        if asked_again or reasons != {quorum.STALE_EPOCH}:
+            return False
+        self._candidacy = (alone, True)
+        self._elect(self.instance, alone)
+        return True
 
     def start_serving(self, epoch: int) -> None:
         self._epoch = epoch
         alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
+        handed, self._handed_epoch = self._handed_epoch == epoch, None
         if self._peer_heard_at is not None:
-            # It followed the peer until now: a failover.
+            # It followed the peer until now: a failover, handed over (a
+            # failback, or a graceful stop, whose epoch may run alone) or
+            # taken over.
             self.ha_events.failover(from_instance=peer_role(self.ha.role), to_instance=self.ha.role,
-                                    epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
+                                    epoch=epoch, kind=HANDOVER if handed else TAKEOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
         self._hold_lease()
@@ -500,7 +538,7 @@ class HAInstance(MultiService):
         """
         if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
-        self.replication.serve_in(epoch)
+        self.replication.serve_in(epoch, alone)
         self.replication.confirm(alone)
         # Its links and route advertisements carry the epoch it started
         # serving in (a later epoch of the same active period, to run alone
@@ -525,7 +563,7 @@ class HAInstance(MultiService):
         self._epoch = epoch
         alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
-        self.replication.serve_in(epoch)
+        self.replication.serve_in(epoch, alone)
         if not alone:
             # Readmitted: confirm once the backup has it.  (An epoch to
             # run alone is confirmed by release_acknowledgements.)
@@ -648,6 +686,7 @@ class HAInstance(MultiService):
         def handed_over(epoch: int) -> None:
             if not self._in_sync():
                 return
+            self._handed_epoch = epoch
             if alone:
                 self._role.epoch_handed_over_alone(epoch)
             else:

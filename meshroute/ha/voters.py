@@ -120,11 +120,15 @@ class WitnessConnection(ConnectorService):
         self._link = None
         self._said_no_votes = False
         self._held: dict[type, Question] = {}
+        # Sent on the connection in voting, not answered yet (the witness
+        # answers in order).
+        self._unanswered: list[Question] = []
 
     # -- VoteSide ---------------------------------------------------------
 
     def voting(self, link) -> None:
         self._link = link
+        self._unanswered = []
         self._said_no_votes = False
         held, self._held = self._held, {}
         for question in held.values():
@@ -132,12 +136,15 @@ class WitnessConnection(ConnectorService):
 
     def answered(self,
                  frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> None:
+        if self._unanswered:
+            del self._unanswered[0]
         if frame.group == self.group:
             self.deliver(_answer(self.witness, frame))
 
     def closed(self, core) -> None:
         if core.link is self._link:
             self._link = None
+            self._hold_unanswered()
         if _speaks_no_votes(core) and not self._said_no_votes:
             self._said_no_votes = True
             log.warn(
@@ -147,6 +154,19 @@ class WitnessConnection(ConnectorService):
                 group=self.group, witness=self.witness, endpoint=core.endpoint,
                 reason=core.close_reason, detail=core.close_detail,
             )
+
+    def _hold_unanswered(self) -> None:
+        """
+        The connection closed with requests and start-up questions not
+        answered (the witness may have closed it as idle just as they
+        crossed): hold them for the next connection, unless a newer one
+        of their kind is held already.  Heartbeats are not asked again:
+        the next one is due anyway, and an old one says nothing new.
+        """
+        unanswered, self._unanswered = self._unanswered, []
+        for question in reversed(unanswered):
+            if not isinstance(question, quorum.Heartbeat):
+                self._held.setdefault(type(question), question)
 
     @property
     def connected(self) -> bool:
@@ -166,6 +186,7 @@ class WitnessConnection(ConnectorService):
         if self._link is None or self._link.core.close_reason is not None:
             self._held[type(question)] = question
         else:
+            self._unanswered.append(question)
             self._link.ask(_frame(self.group, question, self.lease_timeout_ms))
 
 
