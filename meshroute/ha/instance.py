@@ -50,7 +50,8 @@ from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.lease import LEASE_EXPIRED
-from meshroute.ha.records import ForcedActivation, InstanceIdentity
+from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
+                                  NotServing)
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
@@ -219,7 +220,10 @@ class HAInstance(MultiService):
         self.registry = LinkRegistry()
         self.replication = replication_for(self)
         self._stop_process = stop_process
-        self.witness = Witness(self.instance, records, clock, self.events,
+        # Its own group's record in ha.db, other groups' in the serving
+        # router's replicated store.db (InstanceVoterRecords says why).
+        self.voter_records = InstanceVoterRecords(ha.group_name, records)
+        self.witness = Witness(self.instance, self.voter_records, clock, self.events,
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
@@ -547,6 +551,11 @@ class HAInstance(MultiService):
                                     self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
+        # The router's witness loads the other groups' records from this
+        # store once it is open (the other instance may have granted some):
+        # no voter of another group held from before may shadow them.
+        self.voter_records.serve(self.router.store)
+        self.witness.retain(self.ha.group_name)
         self.router.setServiceParent(self)
         self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
         self._fail_back_when_due()
@@ -656,7 +665,25 @@ class HAInstance(MultiService):
         When it grants this instance an epoch at the active peer's request
         (a hand-over), make sure a majority did before serving in it.
         """
+        if not self._answers(frame.group):
+            return self._not_serving(frame.group)
         return self.witness.vote(peer, frame).addCallback(self._voted, frame)
+
+    def _answers(self, group: str) -> bool:
+        """
+        Whether this instance's voter answers C{group} now: its own group
+        always, another only while serving (its records are the serving
+        store's: L{InstanceVoterRecords}).
+        """
+        return self.voter_records.owns(group) or self.router is not None
+
+    def _not_serving(self, group: str) -> defer.Deferred:
+        """
+        No answer (the vote connection closes), and the voter is not
+        touched: a grant it could not save must not linger in memory.
+        """
+        return defer.fail(NotServing(f"{self.instance} is not active: it answers no "
+                                     f"vote of group {group!r}"))
 
     def _voted(self, answer: frames.VoteAnswer, frame: frames.VoteRequest):
         if (answer.granted and frame.candidate == self.instance
@@ -703,6 +730,8 @@ class HAInstance(MultiService):
         Answer the peer's heartbeat with this instance's own voter; one it
         accepts from the active peer is the peer heard.
         """
+        if not self._answers(frame.group):
+            return self._not_serving(frame.group)
         return self.witness.heartbeat(peer, frame).addCallback(self._heard, frame)
 
     def _heard(self, answer: frames.HeartbeatAnswer, frame: frames.Heartbeat):
@@ -716,6 +745,8 @@ class HAInstance(MultiService):
         Answer the peer's start-up question (with this instance's data
         position).
         """
+        if not self._answers(frame.group):
+            return self._not_serving(frame.group)
         return self.witness.start(peer, frame)
 
     # -- stopping ---------------------------------------------------------
@@ -723,5 +754,8 @@ class HAInstance(MultiService):
     def _stop_router(self) -> defer.Deferred | None:
         router, self.router = self.router, None
         if router is not None:
+            # Other groups' records are the next active's now.
+            self.voter_records.stop_serving()
+            self.witness.retain(self.ha.group_name)
             return defer.maybeDeferred(router.disownServiceParent)
         return None
