@@ -118,6 +118,24 @@ def test_a_restarted_voter_acts_as_if_it_just_heard_the_active():
     assert restarted.request(request("b", 2), now=53.0).granted
 
 
+def test_an_instance_s_own_voter_stops_hearing_its_instance_once_it_stops_serving():
+    """
+    The active fenced itself (its lease ran out while it was frozen) and
+    follows the new active in sync; its own voter still heard its own
+    last heartbeats.  Once the instance stopped serving it holds no lease:
+    its voter takes the new active's hand-over to it (a graceful stop)
+    instead of refusing it active-alive, which turned the hand-over into
+    a takeover.
+    """
+    voter = Voter("b", LEASE, VoterRecord(20, "b", LogPosition(19, 5), LogPosition(20, 9)),
+                  now=0.0)
+    voter.heartbeat(Heartbeat("b", 20, LogPosition(20, 9), LogPosition(20, 9), 10.0), now=10.0)
+    handover = request("b", 23, LogPosition(20, 9), alone=True, requester="p")
+    assert voter.request(handover, now=10.5).reason == ACTIVE_ALIVE
+    voter.own_instance_stopped()
+    assert voter.request(handover, now=10.6).granted
+
+
 def test_an_instance_s_own_voter_restarted_does_not_hear_its_own_instance():
     """
     An instance's own voter restarts with its instance (one process): the

@@ -624,6 +624,7 @@ class HAInstance(MultiService):
         if reason != role.HANDING_OVER:
             self.ha_events.fenced(self._epoch, reason)
         self._release_lease()
+        self.witness.own_instance_stopped(self.ha.group_name)
         self.replication.stop_leading()
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.open_replica())

@@ -218,6 +218,18 @@ class Voter:
         self.heard_at: float | None = (
             now if record.granted_to not in (None, name) else None)
 
+    def own_instance_stopped(self) -> None:
+        """
+        This voter is an instance's own (named as the instance), and the
+        instance stopped serving (fenced, or handing over): it holds no
+        lease any more, so its own last heartbeats no longer make the
+        voter refuse others (C{active-alive}).  Otherwise a fenced
+        instance following the new active in sync would refuse, for up to
+        a lease-timeout, that active's hand-over to it.
+        """
+        if self.record.granted_to == self.name:
+            self.heard_at = None
+
     def hears_active(self, now: float) -> bool:
         """
         Whether the active's heartbeats still arrive: the last one less

@@ -125,6 +125,15 @@ class Witness:
         """
         return {group: state.voter.record for group, state in self._groups.items()}
 
+    def own_instance_stopped(self, group: str) -> None:
+        """
+        The HA instance this voter belongs to stopped serving C{group}'s
+        router (L{quorum.Voter.own_instance_stopped}).
+        """
+        state = self._groups.get(group)
+        if state is not None:
+            state.voter.own_instance_stopped()
+
     def vote(self, peer: str, frame: frames.VoteRequest) -> Deferred:
         """
         Answer a vote request from router C{peer}.
