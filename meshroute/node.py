@@ -137,8 +137,9 @@ class RouterService(MultiService):
     @param host: for the router an HA instance runs while it is active
         (L{meshroute.ha.instance}), the instance's L{HostedParts}: the
         instance owns the data-dir's lock, the event log and the witness
-        (whose records are in its C{ha.db}), which outlive each active
-        period; None for a router on its own.
+        (its own group's record in its C{ha.db}, other groups' in this
+        router's store), which outlive each active period; None for a
+        router on its own.
     @param epoch: the epoch this instance serves in, when it is the active
         instance of an HA pair (docs/ha.md); 0, a router without HA.  Its
         links and route advertisements carry it, so the mesh takes this
@@ -292,8 +293,9 @@ class RouterService(MultiService):
                      version=__version__)
         Service.startService(self)
         self._opening = self.store.open()
-        if self._host is None:
-            self._opening.addCallback(lambda _: self.witness.load())
+        # A hosted router's witness (the HA instance's) loads again: the
+        # other groups' records are in this store (docs/ha.md).
+        self._opening.addCallback(lambda _: self.witness.load())
         self._opening.addCallback(lambda _: self.peer_epochs.load())
         self._opening.addCallback(lambda _: self.known_routers.load())
         self._opening.addCallback(self._store_opened)

@@ -27,6 +27,7 @@ from meshroute.clients.ha_view import HAView
 from meshroute.clients.protocol import ClientFactory
 from meshroute.errors import WireError
 from meshroute.messages import AddressError
+from meshroute.store import ExecutorStopped
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frameset import frame_to_list
 
@@ -537,6 +538,21 @@ def test_an_engine_bug_is_an_internal_error_and_is_logged(connection, engine, ob
     engine.submitted[0].deferred.errback(ZeroDivisionError())
     assert connection.received() == [f.Error(1, f.INTERNAL_ERROR, "send failed in the router")]
     assert len(observe_errors.take(lambda e: e.get("log_failure") is not None)) == 1
+
+
+def test_a_send_in_flight_when_the_store_closes_is_left_to_the_closing_connection(
+        connection, engine):
+    """
+    The router stops (an HA instance fenced, or handing over) with a send
+    in flight: its store closes under it.  That is no router bug to log
+    with a traceback, nor an internal-error for the client: the router
+    closes its client connections before its store, so the client fails
+    the call as unblocked and retries it (with its duplicate id).
+    """
+    connection.open()
+    connection.send(f.Send(1, "q", {}, b"x", True))
+    engine.submitted[0].deferred.errback(ExecutorStopped("the store is closed"))
+    assert connection.received() == []
 
 
 def test_engine_raising_synchronously(connection, engine):

@@ -101,3 +101,18 @@ def test_an_abandoned_election_reports_nothing():
     candidate.grant("w")
     candidate.clock.advance(TIMEOUT * 2)
     assert (candidate.won, candidate.lost) == ([], [])
+
+
+def test_a_voter_that_granted_the_epoch_already_loses_it_at_once():
+    """
+    A voter that already granted this epoch (or a newer one) to another
+    instance refuses stale-epoch: the candidate learns at once which
+    epoch to ask above, rather than waiting out the timeout for a voter
+    that is gone (the active that won that epoch and died).
+    """
+    candidate = Candidate()
+    candidate.grant("b")
+    candidate.refuse("w", STALE_EPOCH, granted_epoch=2)
+    assert candidate.lost == [Defeat("refused", {"w": STALE_EPOCH}, 2)]
+    candidate.clock.advance(TIMEOUT * 2)
+    assert len(candidate.lost) == 1

@@ -118,6 +118,37 @@ def test_a_restarted_voter_acts_as_if_it_just_heard_the_active():
     assert restarted.request(request("b", 2), now=53.0).granted
 
 
+def test_an_instance_s_own_voter_stops_hearing_its_instance_once_it_stops_serving():
+    """
+    The active fenced itself (its lease ran out while it was frozen) and
+    follows the new active in sync; its own voter still heard its own
+    last heartbeats.  Once the instance stopped serving it holds no lease:
+    its voter takes the new active's hand-over to it (a graceful stop)
+    instead of refusing it active-alive, which turned the hand-over into
+    a takeover.
+    """
+    voter = Voter("b", LEASE, VoterRecord(20, "b", LogPosition(19, 5), LogPosition(20, 9)),
+                  now=0.0)
+    voter.heartbeat(Heartbeat("b", 20, LogPosition(20, 9), LogPosition(20, 9), 10.0), now=10.0)
+    handover = request("b", 23, LogPosition(20, 9), alone=True, requester="p")
+    assert voter.request(handover, now=10.5).reason == ACTIVE_ALIVE
+    voter.own_instance_stopped()
+    assert voter.request(handover, now=10.6).granted
+
+
+def test_an_instance_s_own_voter_restarted_does_not_hear_its_own_instance():
+    """
+    An instance's own voter restarts with its instance (one process): the
+    instance it last granted, itself, holds no lease any more.  So the
+    active peer may hand the router over to it at once (failback), though
+    no heartbeat of the peer reached this voter yet (its vote connection
+    was down while the peer took its epochs).
+    """
+    restarted = Voter("p", LEASE, granted_to_p(), now=50.0)
+    handover = request("p", 3, LogPosition(1, 10), alone=False, requester="b")
+    assert restarted.request(handover, now=50.5).granted
+
+
 def test_the_active_s_own_voter_refuses_its_peer_only_by_hearing_its_heartbeats():
     """
     With three voters, the backup and the active's own voter are a
@@ -231,9 +262,16 @@ def test_tally_wins_with_a_majority_of_grants():
 
 def test_tally_loses_when_no_majority_is_left():
     tally = Tally(VOTERS, 2)
-    assert tally.record(vote("p", False, granted_epoch=7)) is Outcome.UNDECIDED
+    assert tally.record(vote("p", False, reason=NOT_IN_SYNC)) is Outcome.UNDECIDED
     assert tally.record(vote("w", False, reason=ACTIVE_ALIVE)) is Outcome.LOST
-    assert tally.refusals() == {"p": STALE_EPOCH, "w": ACTIVE_ALIVE}
+    assert tally.refusals() == {"p": NOT_IN_SYNC, "w": ACTIVE_ALIVE}
+
+
+def test_tally_loses_at_once_when_a_voter_granted_the_epoch_already():
+    tally = Tally(VOTERS, 2)
+    assert tally.record(vote("b", True)) is Outcome.UNDECIDED
+    assert tally.record(vote("p", False, granted_epoch=7)) is Outcome.LOST
+    assert tally.refusals() == {"p": STALE_EPOCH}
     assert tally.newest_epoch() == 7
 
 

@@ -19,6 +19,8 @@ from meshroute.ha.records import (
     ForcedActivation,
     HARecords,
     InstanceIdentity,
+    InstanceVoterRecords,
+    NotServing,
     read_identity,
 )
 from meshroute.ha.witness import Witness
@@ -68,6 +70,47 @@ def test_a_witness_loads_from_it(tmp_path):
     result(records.save_voter_record("router-b", RECORD, 3000))
     witness = Witness("router-b/primary", records, Clock(), None)
     result(witness.load())
+    assert witness.records() == {"router-b": RECORD}
+
+
+def test_an_instance_keeps_its_own_group_in_ha_db_and_other_groups_in_the_serving_store(
+        tmp_path):
+    """
+    Its own record is the instance's alone; another group's is saved
+    only while serving, to the store (here a second file of the same
+    rows), and read from it only then.
+    """
+    (tmp_path / "own").mkdir()
+    (tmp_path / "store").mkdir()
+    own, store = opened(tmp_path / "own"), opened(tmp_path / "store")
+    records = InstanceVoterRecords("router-b", own)
+    other = VoterRecord(3, "router-x/primary", LogPosition(2, 9), LogPosition(2, 9))
+    refused = []
+    records.save_voter_record("router-x", other, 3000).addErrback(refused.append)
+    assert refused[0].check(NotServing)  # a follower answers no other group
+    result(records.save_voter_record("router-b", RECORD, 3000))
+    records.serve(store)
+    result(records.save_voter_record("router-x", other, 3000))
+    assert result(own.voter_records()) == {"router-b": (RECORD, 3000)}
+    assert result(store.voter_records()) == {"router-x": (other, 3000)}
+    assert result(records.voter_records()) == {"router-b": (RECORD, 3000),
+                                               "router-x": (other, 3000)}
+    records.stop_serving()
+    assert result(records.voter_records()) == {"router-b": (RECORD, 3000)}
+
+
+def test_a_witness_loaded_again_keeps_the_voters_it_holds_and_retain_forgets_the_others(
+        tmp_path):
+    records = opened(tmp_path)
+    result(records.save_voter_record("router-b", RECORD, 3000))
+    witness = Witness("router-b/primary", records, Clock(), None)
+    result(witness.load())
+    newer = VoterRecord(9, "router-b/backup", LogPosition(8, 1), LogPosition(8, 1))
+    result(records.save_voter_record("router-b", newer, 3000))
+    result(records.save_voter_record("router-x", newer, 3000))
+    result(witness.load())
+    assert witness.records() == {"router-b": RECORD, "router-x": newer}
+    witness.retain("router-b")
     assert witness.records() == {"router-b": RECORD}
 
 

@@ -208,7 +208,7 @@ def test_a_replica_holds_the_primarys_rows_at_its_position(ops, snapshot_at):
         head = primary.source.head
         assert [b.position for b in primary.shipped] == list(range(1, head.position + 1))
         expected = rows(primary.path)
-        assert expected["replication_state"] == [(1, head.epoch, head.position)]
+        assert expected["replication_state"] == [(1, head.epoch, head.position, 0, 0, "")]
         for number, snapshot in enumerate(snapshots):
             replica = replica_from(os.path.join(directory, f"replica{number}"), snapshot.path,
                                    primary.shipped)

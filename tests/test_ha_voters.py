@@ -14,7 +14,7 @@ from twisted.logger import LogLevel, globalLogPublisher
 from fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
 from meshroute.ha import quorum
-from meshroute.ha.election import NO_MAJORITY
+from meshroute.ha.election import NO_MAJORITY, Defeat
 from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED
 from meshroute.ha.voters import StartQuestion, Voters, WitnessConnection, asking_witness
 from meshroute.ha.witness import Witness
@@ -573,4 +573,62 @@ def test_a_late_grant_s_refusal_of_the_last_epoch_s_heartbeat_does_not_fence(har
     pair.clock.advance(INTERVAL)
     answer_witness(pair.attempt, pair.witness, pair.clock)
     assert pair.outcomes == [1, 2]
+    pair.voters.stopService()
+
+
+def test_a_request_the_witness_closed_on_unanswered_is_asked_again_once_up(harness):
+    """
+    The witness closed an idle vote connection just as a request crossed
+    it: the request was never answered, and goes out again on the next
+    connection (unless a newer one of its kind was asked meanwhile), so
+    an election or start-up question does not wait out its timeout for a
+    witness that is there.
+    """
+    witness, answers = harness.started_witness()
+    first = harness.endpoints[WITNESS].last
+    reach_voting(first)
+    witness.ask(StartQuestion())
+    witness.ask(request(3))
+    first.write(StartAnswer(GROUP, WITNESS, "", 0, "", 0, 0, 0, 0, []))
+    first.drop()  # closed before it answered the request
+    harness.clock.advance(RETRY_MS / 1000)
+    second = harness.endpoints[WITNESS].last
+    reach_voting(second, held=[VoteRequest(GROUP, PRIMARY, PRIMARY, 3, 0, 0, True, 3000)])
+    witness.stopService()
+
+
+def test_a_question_is_asked_again_unless_its_election_was_lost_or_its_round_ended(harness):
+    """
+    A vote request or start-up question that a closing vote connection
+    left unanswered goes out again on the next one while its election is
+    undecided or won (the witness learns the grant counted on; a
+    hand-over's request is how the peer learns of it) and its start-up
+    round open; a lost election's is not (a witness asked late would
+    record a grant no one counts, one that could fence a healthy active
+    whose heartbeats it has not heard yet), nor an ended round's, whether
+    the decision came while the connection was up or down.
+    """
+    pair = Pair(harness)
+    pair.elect(1)  # its own voter and the peer grant at once: won
+    decided = []
+    pair.voters.ask_start(2.0, decided.append)
+    won = VoteRequest(GROUP, PRIMARY, PRIMARY, 1, 0, 0, True, 3000)
+    assert pair.attempt.sent() == [won, StartQuery(GROUP)]
+    pair.attempt.drop()  # the witness closed it (idle) just as they crossed
+    harness.clock.advance(RETRY_MS / 1000)
+    second = harness.endpoints[WITNESS].last
+    reach_voting(second, held=[StartQuery(GROUP), won])
+    pair.peer.silent = True
+    pair.elect(2)  # its own grant only: undecided
+    assert second.sent() == [VoteRequest(GROUP, PRIMARY, PRIMARY, 2, 0, 0, True, 3000)]
+    second.drop()
+    harness.clock.advance(RETRY_MS / 1000)
+    third = harness.endpoints[WITNESS].last
+    reach_voting(third, held=[VoteRequest(GROUP, PRIMARY, PRIMARY, 2, 0, 0, True, 3000),
+                              StartQuery(GROUP)])
+    third.drop()
+    harness.clock.advance(2.0)  # meanwhile the round and the election time out
+    assert len(decided) == 1 and [type(o) for o in pair.outcomes] == [int, Defeat]
+    fourth = harness.endpoints[WITNESS].last
+    reach_voting(fourth)  # nothing asked again
     pair.voters.stopService()

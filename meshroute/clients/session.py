@@ -64,6 +64,7 @@ from meshroute.clients import frames as f
 from meshroute.clients.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
 from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
+from meshroute.store.executor import ExecutorStopped
 
 log = Logger()
 
@@ -426,11 +427,18 @@ class SessionCore:
     def refuse(self, command_id: int, failure, doing: str) -> None:
         """
         Answer a command that failed with C{failure}: with the error's own
-        code when it has one, else C{internal-error} (and log it).
+        code when it has one, else C{internal-error} (and log it).  Not
+        when the router's store closed under it: the router stops, and
+        has closed its client connections first (an HA instance's with
+        C{not-active}), so the client fails the call as unblocked and
+        retries it elsewhere.
         """
         error = failure.value
         code = getattr(error, "code", None)
-        if isinstance(error, MeshrouteError) and type(code) is str:
+        if failure.check(ExecutorStopped):
+            log.info("client session {session}: {doing} not finished: the router stopped",
+                     session=self.session_id, doing=doing)
+        elif isinstance(error, MeshrouteError) and type(code) is str:
             self.answer(command_id, f.Error(command_id, code, str(error)))
         else:
             log.failure("client session {session}: {doing} failed", failure,

@@ -25,6 +25,52 @@ READ_REPLICATION_STATE = "SELECT epoch, position FROM replication_state"
 #: Sets it, in the transaction of the batch it names.
 SET_REPLICATION_STATE = "UPDATE replication_state SET epoch = ?, position = ?"
 
+#: What the latest epoch starts said (schema version 8): see L{EpochStarts}.
+READ_EPOCH_STARTS = (
+    "SELECT replicated_epoch, alone_epoch, alone_instance FROM replication_state")
+_START_REPLICATED = "UPDATE replication_state SET replicated_epoch = ?"
+_START_ALONE = "UPDATE replication_state SET alone_epoch = ?, alone_instance = ?"
+
+
+@dataclass(frozen=True)
+class EpochStarts:
+    """
+    What the newest epoch starts a store holds said (docs/ha.md
+    "Epochs"): every epoch begins with a start record, a change of its
+    own, which names the instances in sync in it: both (the epoch is run
+    replicated), or only the active (run alone).
+
+    @ivar replicated: the newest epoch whose start named both instances.
+    @ivar alone: the newest epoch run alone, by C{alone_instance}.
+    """
+
+    replicated: int = 0
+    alone: int = 0
+    alone_instance: str = ""
+
+    def newest_naming(self, instance: str) -> int:
+        """
+        The newest epoch whose start record names C{instance}: the epoch
+        it may claim for its data in a vote.  (Its own older alone epochs
+        do not matter: a newer alone epoch of the peer raised every
+        granting voter's confirmed position above them.)
+        """
+        own = self.alone if self.alone_instance == instance else 0
+        return max(self.replicated, own)
+
+
+def start_epoch(connection, epoch: int, active: str, alone: bool) -> None:
+    """
+    Write the start record of C{epoch}, the epoch's first change (on the
+    serving store's connection, so that it is replicated): run alone by
+    C{active}, or replicated.
+    """
+    if alone:
+        connection.execute(_START_ALONE, (epoch, active))
+    else:
+        connection.execute(_START_REPLICATED, (epoch,))
+
+
 #: One statement: C{(sql, params)} as run by C{execute} (params a tuple,
 #: or a dict of named parameters), or C{(sql, [params, ...])} as run by
 #: C{executemany}.

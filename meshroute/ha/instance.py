@@ -50,7 +50,8 @@ from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.lease import LEASE_EXPIRED
-from meshroute.ha.records import ForcedActivation, InstanceIdentity
+from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
+                                  NotServing)
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
@@ -153,8 +154,8 @@ class ReplicationSide(Protocol):
     def executor(self, lease_holds: Callable[[], bool]):
         "The store executor of the router serving now, its commits gated (and C{lease_holds})."
 
-    def serve_in(self, epoch: int) -> None:
-        "Tag what is committed from now on with C{epoch}."
+    def serve_in(self, epoch: int, alone: bool) -> None:
+        "Tag what is committed from now on with C{epoch}, which begins with its start record."
 
     def confirm(self, alone: bool) -> None:
         "Confirm commits: at once when C{alone}, else once the backup acknowledged them."
@@ -219,7 +220,10 @@ class HAInstance(MultiService):
         self.registry = LinkRegistry()
         self.replication = replication_for(self)
         self._stop_process = stop_process
-        self.witness = Witness(self.instance, records, clock, self.events,
+        # Its own group's record in ha.db, other groups' in the serving
+        # router's replicated store.db (InstanceVoterRecords says why).
+        self.voter_records = InstanceVoterRecords(ha.group_name, records)
+        self.witness = Witness(self.instance, self.voter_records, clock, self.events,
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
@@ -243,6 +247,11 @@ class HAInstance(MultiService):
         self._forced_epoch: int | None = None
         self._failing_back = False
         self._said_stale = False
+        # The election this instance runs for itself: (alone, asked
+        # again above a stale epoch already).
+        self._candidacy: tuple[bool, bool] | None = None
+        # The epoch the peer handed over to this instance, until it serves.
+        self._handed_epoch: int | None = None
         # The role's state and epoch as its actions tell them (the role
         # may act before start_role returns its core: a forced activation).
         self._state = role.STARTING
@@ -368,6 +377,9 @@ class HAInstance(MultiService):
 
     def state_changed(self, state: str) -> None:
         self._state = state
+        if state != role.ACTIVE_ALONE:
+            # A readmission belongs to one spell of running alone.
+            self._readmitting = False
         if self.role is not None:
             self._epoch = self.role.epoch
         log.info("HA instance {instance}: {state} (epoch {epoch})", instance=self.instance,
@@ -451,10 +463,11 @@ class HAInstance(MultiService):
         self._store_turn.addCallback(lambda _: self.replication.stop_following())
 
     def request_votes(self, alone: bool) -> None:
+        self._candidacy = (alone, False)
         self._elect(self.instance, alone)
-        self._readmitting = self._state == role.ACTIVE_ALONE
 
     def hand_over(self) -> None:
+        self._candidacy = None
         # An active that stops (now, or after handing the router back with
         # restart-backup = false) hands over an epoch to run alone: the
         # peer will have no backup to wait for.
@@ -462,7 +475,7 @@ class HAInstance(MultiService):
 
     def _elect(self, candidate: str, alone: bool) -> None:
         own = self.witness.records().get(self.ha.group_name)
-        epoch = max(self._newest_epoch, self._epoch,
+        epoch = max(self._newest_epoch, self._epoch, self.replication.position().epoch,
                     own.granted_epoch if own is not None else 0) + 1
         self._newest_epoch = epoch
         request = quorum.VoteRequest(candidate, self.instance, epoch,
@@ -470,22 +483,51 @@ class HAInstance(MultiService):
         self.voters.elect(request, self._question_timeout(), self._won, self._lost)
 
     def _won(self, epoch: int) -> None:
+        self._candidacy = None
+        self._readmitting = False
         self._role.epoch_granted(epoch)
 
     def _lost(self, defeat: Defeat) -> None:
         self._newest_epoch = max(self._newest_epoch, defeat.newest_epoch)
         log.info("HA instance {instance}: election lost ({reason}: {refusals})",
                  instance=self.instance, reason=defeat.reason, refusals=defeat.refusals)
+        if self._ask_above_stale_epoch(defeat):
+            return
+        self._candidacy = None
+        self._readmitting = False
         self._role.election_lost()
+
+    def _ask_above_stale_epoch(self, defeat: Defeat) -> bool:
+        """
+        A backup taking over, or an instance resuming, refused only
+        because a voter granted that epoch already (the active won it and
+        died before this instance heard of it) asks once more at once,
+        above the newest epoch the voters named: going back to asking who
+        is active first would cost seconds of a takeover's bound.  An
+        active's own elections (to run alone, or replicated again) are
+        not asked again: a newer epoch means it was superseded.
+        """
+        if self._candidacy is None or self._state not in (role.BACKUP_IN_SYNC, role.STARTING):
+            return False
+        alone, asked_again = self._candidacy
+        reasons = set(defeat.refusals.values())
+        if asked_again or reasons != {quorum.STALE_EPOCH}:
+            return False
+        self._candidacy = (alone, True)
+        self._elect(self.instance, alone)
+        return True
 
     def start_serving(self, epoch: int) -> None:
         self._epoch = epoch
         alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
+        handed, self._handed_epoch = self._handed_epoch == epoch, None
         if self._peer_heard_at is not None:
-            # It followed the peer until now: a failover.
+            # It followed the peer until now: a failover, handed over (a
+            # failback, or a graceful stop, whose epoch may run alone) or
+            # taken over.
             self.ha_events.failover(from_instance=peer_role(self.ha.role), to_instance=self.ha.role,
-                                    epoch=epoch, kind=TAKEOVER if alone else HANDOVER,
+                                    epoch=epoch, kind=HANDOVER if handed else TAKEOVER,
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
         self._hold_lease()
@@ -500,7 +542,7 @@ class HAInstance(MultiService):
         """
         if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
-        self.replication.serve_in(epoch)
+        self.replication.serve_in(epoch, alone)
         self.replication.confirm(alone)
         # Its links and route advertisements carry the epoch it started
         # serving in (a later epoch of the same active period, to run alone
@@ -509,6 +551,11 @@ class HAInstance(MultiService):
                                     self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
                                     host=HostedParts(self.events, self.witness), epoch=epoch,
                                     ha_view=self._client_view)
+        # The router's witness loads the other groups' records from this
+        # store once it is open (the other instance may have granted some):
+        # no voter of another group held from before may shadow them.
+        self.voter_records.serve(self.router.store)
+        self.witness.retain(self.ha.group_name)
         self.router.setServiceParent(self)
         self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
         self._fail_back_when_due()
@@ -525,7 +572,7 @@ class HAInstance(MultiService):
         self._epoch = epoch
         alone = self._state == role.ACTIVE_ALONE
         self.ha_events.epoch(epoch, alone)
-        self.replication.serve_in(epoch)
+        self.replication.serve_in(epoch, alone)
         if not alone:
             # Readmitted: confirm once the backup has it.  (An epoch to
             # run alone is confirmed by release_acknowledgements.)
@@ -577,6 +624,7 @@ class HAInstance(MultiService):
         if reason != role.HANDING_OVER:
             self.ha_events.fenced(self._epoch, reason)
         self._release_lease()
+        self.witness.own_instance_stopped(self.ha.group_name)
         self.replication.stop_leading()
         self._store_turn.addCallback(lambda _: self._stop_router())
         self._store_turn.addCallback(lambda _: self.replication.open_replica())
@@ -618,7 +666,25 @@ class HAInstance(MultiService):
         When it grants this instance an epoch at the active peer's request
         (a hand-over), make sure a majority did before serving in it.
         """
+        if not self._answers(frame.group):
+            return self._not_serving(frame.group)
         return self.witness.vote(peer, frame).addCallback(self._voted, frame)
+
+    def _answers(self, group: str) -> bool:
+        """
+        Whether this instance's voter answers C{group} now: its own group
+        always, another only while serving (its records are the serving
+        store's: L{InstanceVoterRecords}).
+        """
+        return self.voter_records.owns(group) or self.router is not None
+
+    def _not_serving(self, group: str) -> defer.Deferred:
+        """
+        No answer (the vote connection closes), and the voter is not
+        touched: a grant it could not save must not linger in memory.
+        """
+        return defer.fail(NotServing(f"{self.instance} is not active: it answers no "
+                                     f"vote of group {group!r}"))
 
     def _voted(self, answer: frames.VoteAnswer, frame: frames.VoteRequest):
         if (answer.granted and frame.candidate == self.instance
@@ -648,6 +714,7 @@ class HAInstance(MultiService):
         def handed_over(epoch: int) -> None:
             if not self._in_sync():
                 return
+            self._handed_epoch = epoch
             if alone:
                 self._role.epoch_handed_over_alone(epoch)
             else:
@@ -664,6 +731,8 @@ class HAInstance(MultiService):
         Answer the peer's heartbeat with this instance's own voter; one it
         accepts from the active peer is the peer heard.
         """
+        if not self._answers(frame.group):
+            return self._not_serving(frame.group)
         return self.witness.heartbeat(peer, frame).addCallback(self._heard, frame)
 
     def _heard(self, answer: frames.HeartbeatAnswer, frame: frames.Heartbeat):
@@ -677,6 +746,8 @@ class HAInstance(MultiService):
         Answer the peer's start-up question (with this instance's data
         position).
         """
+        if not self._answers(frame.group):
+            return self._not_serving(frame.group)
         return self.witness.start(peer, frame)
 
     # -- stopping ---------------------------------------------------------
@@ -684,5 +755,8 @@ class HAInstance(MultiService):
     def _stop_router(self) -> defer.Deferred | None:
         router, self.router = self.router, None
         if router is not None:
+            # Other groups' records are the next active's now.
+            self.voter_records.stop_serving()
+            self.witness.retain(self.ha.group_name)
             return defer.maybeDeferred(router.disownServiceParent)
         return None

@@ -208,11 +208,27 @@ class Voter:
         @param now: the time the voter (re)starts: it acts as if it had
             just heard the instance it last granted, so that a restarted
             voter never grants away an active that may still be serving.
+            Unless that instance is the voter itself: an instance's own
+            voter (named as the instance) restarts with it, and an
+            instance that restarted holds no lease.
         """
         self.name = name
         self.lease_timeout = lease_timeout
         self.record = record
-        self.heard_at: float | None = now if record.granted_to is not None else None
+        self.heard_at: float | None = (
+            now if record.granted_to not in (None, name) else None)
+
+    def own_instance_stopped(self) -> None:
+        """
+        This voter is an instance's own (named as the instance), and the
+        instance stopped serving (fenced, or handing over): it holds no
+        lease any more, so its own last heartbeats no longer make the
+        voter refuse others (C{active-alive}).  Otherwise a fenced
+        instance following the new active in sync would refuse, for up to
+        a lease-timeout, that active's hand-over to it.
+        """
+        if self.record.granted_to == self.name:
+            self.heard_at = None
 
     def hears_active(self, now: float) -> bool:
         """
@@ -309,7 +325,11 @@ class Tally:
     A voter's latest answer counts (a retried request may turn a refusal
     into a grant); answers from non-voters and for other epochs are
     ignored.  The election is won with a majority of grants, lost as soon
-    as the refusals leave too few voters for a majority.
+    as the refusals leave too few voters for a majority, or as soon as a
+    voter refuses it as stale (C{stale-epoch}): that voter granted this
+    epoch, or a newer one, to another instance, so a new election above
+    it is the way on, and waiting for silent voters (the active that won
+    that epoch may be dead) would only delay it.
     """
 
     voters: frozenset[str]
@@ -334,6 +354,8 @@ class Tally:
         if granted >= needed:
             return Outcome.WON
         if len(self.voters) - refused < needed:
+            return Outcome.LOST
+        if any(vote.reason == STALE_EPOCH for vote in self.votes.values()):
             return Outcome.LOST
         return Outcome.UNDECIDED
 

@@ -5,16 +5,22 @@ C{store.db} is replicated whole between the two instances of a pair;
 what belongs to one instance alone lives beside it in C{ha.db}, which is
 never replicated:
 
- - its own voter record (the rows of C{ha_voter_records}, with the
-   columns of the store's table of schema 004), which its own
-   L{meshroute.ha.witness.Witness} answers from: L{HARecords} is an
-   L{IVoterRecords};
+ - its own voter record, for its own group (the rows of
+   C{ha_voter_records}, with the columns of the store's table of schema
+   004), which its own L{meshroute.ha.witness.Witness} answers from
+   (each instance of the pair is its own voter: a copy of the peer's
+   record would be a second vote);
  - who it is (C{instance}: router name, group, configured role), written
    at each start, so that C{meshroute ha force-activate}, which is given
    only a data dir, can name the instance and log under its router name;
  - a forced activation (C{force_activate}: who asked, when), written by
    C{meshroute ha force-activate --accept-data-loss} while the instance
    is stopped, carried out and cleared by the instance at its next start.
+
+The records the instance keeps as a witness for OTHER groups belong to
+the router, not the instance: they live in C{store.db}, replicated, so
+that the instance taking over knows every epoch the other one granted.
+L{InstanceVoterRecords} routes each group to its file.
 
 The schema is small and versioned with SQLite's C{user_version}; a
 version this code does not know is refused rather than misread.  The
@@ -28,7 +34,7 @@ import sqlite3
 from dataclasses import dataclass
 from importlib.resources import files
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
@@ -204,6 +210,81 @@ class HARecords:
         The forced activation was carried out: forget it (durably).
         """
         return self._executor.submit(_clear_forced_activation)
+
+
+class NotServing(MeshrouteError):
+    """
+    A voter record of another group was to be saved by an instance that
+    is not active: it answers no other group (it has no routing
+    listener, and its C{store.db} is the replica).
+    """
+
+
+@implementer(IVoterRecords)
+class InstanceVoterRecords:
+    """
+    The voter records an HA instance's L{meshroute.ha.witness.Witness}
+    answers from, routed by group name.
+
+    Its own group's record is the instance's alone (C{ha.db}, never
+    replicated: each instance is one voter of its group).  Every other
+    group's record is the router's, in the serving router's C{store.db}:
+    written through that store, it is replicated before the answer that
+    rests on it goes out (the gate fires a write once the backup has
+    it), so that the instance taking over never grants an epoch the
+    other already granted.  Only the active instance has that store
+    (L{serve}); a follower holds, and answers, no other group.
+
+    @param own_group: C{ha.group-name}.
+    @param own: the instance's L{HARecords}.
+    """
+
+    def __init__(self, own_group: str, own: HARecords) -> None:
+        self._own_group = own_group
+        self._own = own
+        self._store = None
+
+    def serve(self, store) -> None:
+        """
+        The instance is active, on C{store} (an L{IVoterRecords}): other
+        groups' records are read from and saved there.
+        """
+        self._store = store
+
+    def stop_serving(self) -> None:
+        """
+        The instance no longer serves: other groups' records are the next
+        active's.
+        """
+        self._store = None
+
+    def owns(self, group: str) -> bool:
+        """
+        Whether C{group}'s record is this instance's own (kept in C{ha.db}).
+        """
+        return group == self._own_group
+
+    def voter_records(self) -> Deferred:
+        """
+        The own group's record from C{ha.db}, and, while serving, every
+        other group's from C{store.db} (a group's row in the other file,
+        written before this routing, is not read).
+        """
+        own = self._own.voter_records().addCallback(self._select, True)
+        if self._store is None:
+            return own
+        others = self._store.voter_records().addCallback(self._select, False)
+        return own.addCallback(lambda mine: others.addCallback(lambda theirs: mine | theirs))
+
+    def _select(self, records: dict, own: bool) -> dict:
+        return {group: record for group, record in records.items() if self.owns(group) == own}
+
+    def save_voter_record(self, group: str, record, lease_timeout_ms: int) -> Deferred:
+        if self.owns(group):
+            return self._own.save_voter_record(group, record, lease_timeout_ms)
+        if self._store is None:
+            return fail(NotServing(f"not active: no voter record of group {group!r} is kept"))
+        return self._store.save_voter_record(group, record, lease_timeout_ms)
 
 
 def read_identity(data_dir: str) -> InstanceIdentity | None:

@@ -39,7 +39,8 @@ from twisted.internet.defer import fail, succeed
 from twisted.logger import Logger
 
 from meshroute.errors import MeshrouteError
-from meshroute.ha.changes import READ_REPLICATION_STATE, SET_REPLICATION_STATE, apply_statements
+from meshroute.ha.changes import (READ_EPOCH_STARTS, READ_REPLICATION_STATE,
+                                   SET_REPLICATION_STATE, EpochStarts, apply_statements)
 from meshroute.ha.quorum import ORIGIN, LogPosition
 from meshroute.store.sqlite import SYNC_MODES, connect, upgrade_schema
 
@@ -96,6 +97,7 @@ class Replica:
         self._executor_factory = executor_factory
         self._executor = None
         self._position = ORIGIN
+        self._starts = EpochStarts()
 
     def open(self):
         """
@@ -109,7 +111,7 @@ class Replica:
         return d
 
     def _opened(self, state) -> LogPosition:
-        self._position, self.store_id = state
+        (self._position, self.store_id), self._starts = state
         return self._position
 
     def position(self) -> LogPosition:
@@ -117,9 +119,17 @@ class Replica:
         The epoch and position of the last batch the replica holds (as far
         as the Deferreds of L{apply} have fired).  Its epoch is that
         batch's: the epoch the instance may claim for its data in a vote
-        (L{meshroute.ha.quorum}) is the instance's to know.
+        (L{meshroute.ha.quorum}) follows from L{epoch_starts}.
         """
         return self._position
+
+    def epoch_starts(self) -> EpochStarts:
+        """
+        What the newest epoch starts the replica holds said (as far as the
+        Deferreds of L{apply} have fired): from it the instance knows the
+        epoch it may claim for its data.
+        """
+        return self._starts
 
     def apply(self, batches):
         """
@@ -137,9 +147,9 @@ class Replica:
         d.addCallback(self._applied)
         return d
 
-    def _applied(self, position: LogPosition) -> LogPosition:
-        self._position = position
-        return position
+    def _applied(self, state) -> LogPosition:
+        self._position, self._starts = state
+        return self._position
 
     def install_snapshot(self, path: str):
         """
@@ -205,9 +215,13 @@ class Replica:
 # On the replica's store connection.
 
 
-def _open(connection: sqlite3.Connection, path: str) -> tuple[LogPosition, str]:
+def _open(connection: sqlite3.Connection, path: str):
     upgrade_schema(connection, path)
-    return _read(connection)
+    return _read(connection), _starts(connection)
+
+
+def _starts(connection: sqlite3.Connection) -> EpochStarts:
+    return EpochStarts(*connection.execute(READ_EPOCH_STARTS).fetchone())
 
 
 def _read(connection: sqlite3.Connection) -> tuple[LogPosition, str]:
@@ -226,7 +240,7 @@ def _state(path: str) -> tuple[LogPosition, str]:
         connection.close()
 
 
-def _apply(connection: sqlite3.Connection, batches: list) -> LogPosition:
+def _apply(connection: sqlite3.Connection, batches: list) -> tuple[LogPosition, EpochStarts]:
     epoch, position = connection.execute(READ_REPLICATION_STATE).fetchone()
     for batch in batches:
         if batch.position != position + 1:
@@ -234,4 +248,4 @@ def _apply(connection: sqlite3.Connection, batches: list) -> LogPosition:
         apply_statements(connection, batch.statements)
         epoch, position = batch.epoch, batch.position
     connection.execute(SET_REPLICATION_STATE, (epoch, position))
-    return LogPosition(epoch, position)
+    return LogPosition(epoch, position), _starts(connection)

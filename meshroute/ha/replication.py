@@ -22,7 +22,8 @@ from meshroute.config import RouterConfig
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
-from meshroute.ha.instance import stage_valid_timeout_ms
+from meshroute.ha.changes import start_epoch
+from meshroute.ha.instance import instance_name, stage_valid_timeout_ms
 from meshroute.ha.quorum import ORIGIN, LogPosition
 from meshroute.ha.replica import STORE_NAME, Replica
 from meshroute.ha.source import ReplicationSource
@@ -33,14 +34,6 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.store.executor import ThreadedExecutor
 
 log = Logger()
-
-
-def _begin_epoch(connection) -> None:
-    """
-    The change that starts an epoch: it changes no row, but is one batch
-    of the new epoch (the executor writes its position).
-    """
-    connection.execute("UPDATE replication_state SET epoch = epoch")
 
 
 class _Confirming:
@@ -146,6 +139,7 @@ class StoreReplication:
         self._events = events
         self._registry = registry
         self._path = os.path.join(config.data_dir, STORE_NAME)
+        self._instance = instance_name(config.name, ha.role)
         self._executor_factory = executor_factory or (
             lambda replication=None: ThreadedExecutor(reactor, replication=replication))
         self.replica = Replica(config.data_dir, self._executor_factory, ha.replica_sync,
@@ -154,6 +148,8 @@ class StoreReplication:
         self._follower: ReplicationFollower | None = None
         self._replica_open = False
         self._held = ORIGIN
+        self._held_epoch = 0
+        self._start: tuple[int, bool] | None = None
         self._store_id = ""
         self._source: ReplicationSource | None = None
         self._executor = None
@@ -170,23 +166,35 @@ class StoreReplication:
     def _replica_opened(self, position: LogPosition) -> None:
         self._replica_open = True
         self._held = position
+        self._held_epoch = self._replica_epoch()
+
+    def _replica_epoch(self) -> int:
+        return self.replica.epoch_starts().newest_naming(self._instance)
 
     def close_replica(self) -> defer.Deferred:
         if not self._replica_open:
             return defer.succeed(None)
         self._replica_open = False
         self._held = self.replica.position()
+        self._held_epoch = self._replica_epoch()
         self._store_id = self.replica.store_id
         return self.replica.close()
 
     # -- where the data stands -------------------------------------------------
 
     def position(self) -> LogPosition:
+        """
+        This instance's position in a vote (docs/ha.md "Epochs"): the
+        last change it holds, and the newest epoch in which its data was
+        complete: the epoch it serves in, or else the newest epoch whose
+        start record names it (a backup that caught up while the active
+        ran alone holds that epoch's changes, not that epoch).
+        """
         if self._source is not None:
-            return self._source.head
+            return LogPosition(self._gate.epoch, self._source.head.position)
         if self._replica_open:
-            return self.replica.position()
-        return self._held
+            return LogPosition(self._replica_epoch(), self.replica.position().position)
+        return LogPosition(self._held_epoch, self._held.position)
 
     def confirmed(self) -> LogPosition:
         return self._confirmed
@@ -198,21 +206,28 @@ class StoreReplication:
 
     # -- serving ---------------------------------------------------------------
 
-    def serve_in(self, epoch: int) -> None:
+    def serve_in(self, epoch: int, alone: bool) -> None:
         """
-        Tag what is committed from now on with C{epoch}.  An epoch taken
-        while serving (to run alone, or replicated again) starts with a
-        change of its own, so that a backup that holds it holds that
-        epoch (a router that starts serving writes at once anyway).
+        Tag what is committed from now on with C{epoch}.  Every epoch
+        starts with a change of its own, its start record, which says
+        whether it runs C{alone} or replicated: a backup that holds it is
+        named in sync in that epoch only when it runs replicated.  (The
+        first epoch of an active period starts once the router's store
+        is up: L{lead}.)
         """
         if self._gate is None:
             head = self._held
             self._confirmed = head
             self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
             self._gate = ReplicationGate(self._source, epoch, HELD)
+            self._start = (epoch, alone)
             return
         self._gate.epoch = epoch
-        self._executor.submit(_begin_epoch).addErrback(self._epoch_not_begun, epoch)
+        self._begin_epoch(epoch, alone)
+
+    def _begin_epoch(self, epoch: int, alone: bool) -> None:
+        starting = self._executor.submit(start_epoch, epoch, self._instance, alone)
+        starting.addErrback(self._epoch_not_begun, epoch)
 
     def _epoch_not_begun(self, failure, epoch: int) -> None:
         log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
@@ -243,6 +258,9 @@ class StoreReplication:
         self.server.peer_caught_up = in_sync
         self.server.peer_heard = heard
         self.server.serve(self._source, self._gate)
+        start, self._start = self._start, None
+        if start is not None:
+            self._begin_epoch(*start)
 
     def stop_leading(self) -> None:
         """
@@ -253,7 +271,8 @@ class StoreReplication:
         if self._gate is not None:
             self._gate.hold_acknowledgements()
             self._held = self._source.head
-        self._source = self._gate = None
+            self._held_epoch = self._gate.epoch
+        self._source = self._gate = self._start = None
 
     # -- following ---------------------------------------------------------------
 

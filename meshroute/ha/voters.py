@@ -25,6 +25,28 @@ between elections lets it fall idle): what is asked while it is down is
 sent once it is up again, the newest vote request and the newest
 heartbeat only (a late answer is harmless: the election ignores it once
 decided, and the lease measures from the time the heartbeat was sent).
+
+A request or start-up question written to a connection that then closes
+unanswered is asked again on the next one, while it is the newest of its
+kind and L{Voters} has not withdrawn it: it withdraws a request whose
+election was lost or abandoned (a witness asked late would record a
+grant no one counts, one that could refuse a healthy active's
+heartbeats) and a start-up question whose round ended.  A won election's
+request is still sent: the voter learns the grant the election counted
+on, and a hand-over's request is how the peer learns it was handed the
+router.  A heartbeat is not asked again: the next round is due within a
+heartbeat-interval.  The witness's idle close is left as it is: a
+request still on the wire when the witness's timer fires crosses the
+close whatever the witness does (it cannot see a frame that has not
+arrived), and a connection ends for other reasons too (a reset, a store
+that failed), so only the asker, which knows what it still waits for,
+can make up for a lost request; keeping idle connections open
+(keepalives between elections) would be a new frame on vote connections
+for every router of the mesh and would still need the re-send.  With it,
+a request that crosses an idle close costs one reconnection: it goes out
+as the next connection reaches voting, long before that connection's
+idle timer, so the two cannot stay in lock-step.
+
 A witness that does not know vote connections (link protocol version 2
 closes the connection at the L{VoteHello}) never answers, said once in
 the log.
@@ -120,11 +142,17 @@ class WitnessConnection(ConnectorService):
         self._link = None
         self._said_no_votes = False
         self._held: dict[type, Question] = {}
+        # Sent on the connection in voting, not answered yet (the witness
+        # answers in order).
+        self._unanswered: list[Question] = []
+        # The newest question of each kind asked and not withdrawn.
+        self._wanted: dict[type, Question] = {}
 
     # -- VoteSide ---------------------------------------------------------
 
     def voting(self, link) -> None:
         self._link = link
+        self._unanswered = []
         self._said_no_votes = False
         held, self._held = self._held, {}
         for question in held.values():
@@ -132,12 +160,15 @@ class WitnessConnection(ConnectorService):
 
     def answered(self,
                  frame: frames.VoteAnswer | frames.HeartbeatAnswer | frames.StartAnswer) -> None:
+        if self._unanswered:
+            del self._unanswered[0]
         if frame.group == self.group:
             self.deliver(_answer(self.witness, frame))
 
     def closed(self, core) -> None:
         if core.link is self._link:
             self._link = None
+            self._hold_unanswered()
         if _speaks_no_votes(core) and not self._said_no_votes:
             self._said_no_votes = True
             log.warn(
@@ -147,6 +178,21 @@ class WitnessConnection(ConnectorService):
                 group=self.group, witness=self.witness, endpoint=core.endpoint,
                 reason=core.close_reason, detail=core.close_detail,
             )
+
+    def _hold_unanswered(self) -> None:
+        """
+        The connection closed with requests and start-up questions not
+        answered (the witness may have closed it as idle just as they
+        crossed): hold those still wanted (the newest of their kind, not
+        withdrawn) for the next connection.  Heartbeats are not asked
+        again: the next one is due anyway, and an old one says nothing
+        new.
+        """
+        unanswered, self._unanswered = self._unanswered, []
+        for question in reversed(unanswered):
+            if (not isinstance(question, quorum.Heartbeat)
+                    and self._wanted.get(type(question)) is question):
+                self._held[type(question)] = question
 
     @property
     def connected(self) -> bool:
@@ -163,10 +209,26 @@ class WitnessConnection(ConnectorService):
         vote connection is in voting (and not closing), else once a vote
         connection is (replacing one of the same kind held).
         """
+        self._wanted[type(question)] = question
         if self._link is None or self._link.core.close_reason is not None:
             self._held[type(question)] = question
         else:
+            self._unanswered.append(question)
             self._link.ask(_frame(self.group, question, self.lease_timeout_ms))
+
+    def withdraw(self, question: Question) -> None:
+        """
+        C{question} must not reach the witness late any more (its
+        election was lost or abandoned, its start-up round ended): it is
+        not sent on a later connection, whether held or left unanswered
+        by one that closed.  (Questions are told apart by identity: every
+        L{StartQuestion} is equal to every other.)
+        """
+        kind = type(question)
+        if self._wanted.get(kind) is question:
+            del self._wanted[kind]
+        if self._held.get(kind) is question:
+            del self._held[kind]
 
 
 def _frame(group: str, question: Question, lease_timeout_ms: int):
@@ -230,10 +292,12 @@ def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> 
 class _StartRound:
     """
     The start answers collected so far, voter → answer, until every voter
-    answered or the timeout.
+    answered or the timeout; C{question} is this round's own (withdrawn
+    from the vote connections when the round ends).
     """
 
     decided: Callable[[list[quorum.StartAnswer]], None]
+    question: StartQuestion = field(default_factory=StartQuestion)
     timer: IDelayedCall | None = None
     answers: dict[str, quorum.StartAnswer] = field(default_factory=dict)
 
@@ -266,6 +330,8 @@ class Voters(MultiService):
         self.names = frozenset([instance, *self._direct,
                                 *(witness.witness for witness in self._witnesses)])
         self._election: ElectionInputs | None = None
+        # The request of the election under way (undecided), if any.
+        self._request: quorum.VoteRequest | None = None
         self._tally: quorum.Tally | None = None
         self._requested_at = 0.0
         self._lease: lease.LeaseInputs | None = None
@@ -288,7 +354,7 @@ class Voters(MultiService):
         self._end_start_round()
         self._start = _StartRound(decided)
         self._start.timer = self._clock.callLater(timeout, self._start_decided)
-        self._ask_everyone(StartQuestion())
+        self._ask_everyone(self._start.question)
 
     def _start_decided(self) -> None:
         decided, answers = self._start.decided, list(self._start.answers.values())
@@ -296,8 +362,10 @@ class Voters(MultiService):
         decided(answers)
 
     def _end_start_round(self) -> None:
-        if self._start is not None and self._start.timer.active():
-            self._start.timer.cancel()
+        if self._start is not None:
+            if self._start.timer.active():
+                self._start.timer.cancel()
+            self._withdraw(self._start.question)
         self._start = None
 
     def stopService(self):
@@ -319,6 +387,7 @@ class Voters(MultiService):
         """
         if self._election is not None:
             self._election.abandon()
+        self._withdraw_undecided()
 
     def elect(self, request: quorum.VoteRequest, timeout: float,
               won: Callable[[int], None], lost: Callable[[Defeat], None]) -> ElectionInputs:
@@ -331,9 +400,28 @@ class Voters(MultiService):
         self._candidate = request.candidate
         self._tally = quorum.Tally(self.names, request.epoch)
         self._requested_at = self._clock.seconds()
-        self._election = start_election(self._clock, self._tally, timeout, won, lost)
+        self._request = request
+
+        def was_won(epoch: int) -> None:
+            self._request = None
+            won(epoch)
+
+        def was_lost(defeat: Defeat) -> None:
+            self._withdraw_undecided()
+            lost(defeat)
+
+        self._election = start_election(self._clock, self._tally, timeout, was_won, was_lost)
         self._ask_everyone(request)
         return self._election
+
+    def _withdraw_undecided(self) -> None:
+        """
+        The election under way, if any, was lost or abandoned: its request
+        is withdrawn from the vote connections (L{WitnessConnection.withdraw}).
+        """
+        request, self._request = self._request, None
+        if request is not None:
+            self._withdraw(request)
 
     def hold_lease(self, status: Callable[[], tuple[quorum.LogPosition, quorum.LogPosition]],
                    heartbeat_interval: float, lease_timeout: float,
@@ -390,6 +478,14 @@ class Voters(MultiService):
             witness.ask(question)
         for name, ask in self._direct.items():
             ask(question).addCallbacks(self._answered, self._silent, errbackArgs=(name,))
+
+    def _withdraw(self, question: Question) -> None:
+        """
+        No one waits for C{question}'s answers any more: the vote
+        connections do not ask it again (L{WitnessConnection.withdraw}).
+        """
+        for witness in self._witnesses:
+            witness.withdraw(question)
 
     def _silent(self, failure, name: str) -> None:
         log.info("HA: {voter} did not answer: {why}", voter=name,

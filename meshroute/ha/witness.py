@@ -93,12 +93,27 @@ class Witness:
         Build a voter for every group whose record the store holds, as
         restarted now (it acts as if it had just heard the instance it
         last granted).  Fires when loaded; call before any request.
+
+        A group this witness already holds keeps its voter (its record is
+        the newest): an HA instance loads again when it becomes active,
+        to add the other groups' records the replicated store holds
+        (L{meshroute.ha.records.InstanceVoterRecords}).
         """
         return self._store.voter_records().addCallback(self._loaded)
+
+    def retain(self, group: str) -> None:
+        """
+        Forget every group's voter but C{group}'s: an HA instance that
+        stops serving no longer answers other groups, and when it serves
+        again it loads their records as the other instance left them.
+        """
+        self._groups = {name: state for name, state in self._groups.items() if name == group}
 
     def _loaded(self, records: dict) -> None:
         now = self._clock.seconds()
         for group, (record, lease_timeout_ms) in records.items():
+            if group in self._groups:
+                continue
             voter = quorum.Voter(self.name, lease_timeout_ms / 1000, record, now)
             self._groups[group] = _Group(voter, lease_timeout_ms, (record, lease_timeout_ms),
                                          succeed(None))
@@ -109,6 +124,15 @@ class Witness:
         saved).
         """
         return {group: state.voter.record for group, state in self._groups.items()}
+
+    def own_instance_stopped(self, group: str) -> None:
+        """
+        The HA instance this voter belongs to stopped serving C{group}'s
+        router (L{quorum.Voter.own_instance_stopped}).
+        """
+        state = self._groups.get(group)
+        if state is not None:
+            state.voter.own_instance_stopped()
 
     def vote(self, peer: str, frame: frames.VoteRequest) -> Deferred:
         """
