@@ -496,8 +496,10 @@ def test_a_backup_that_missed_the_active_s_last_epoch_takes_over_within_the_boun
     The active won a new epoch with the witness's grant and died before
     its backup heard of it (no request, no heartbeat of that epoch reached
     the backup's own voter): the backup's first request, for that same
-    epoch, is refused stale-epoch by the witness; it asks again above
-    it at once, and serves within the bound.
+    epoch, is refused stale-epoch by the witness, which loses the
+    election at once (no waiting for the dead active's vote); the backup
+    asks who is active, then above that epoch, and serves within the
+    bound.
     """
     primary, backup = start_both(pair)
     pair.mesh.run(0.5)

@@ -247,9 +247,6 @@ class HAInstance(MultiService):
         self._forced_epoch: int | None = None
         self._failing_back = False
         self._said_stale = False
-        # The election this instance runs for itself: (alone, asked
-        # again above a stale epoch already).
-        self._candidacy: tuple[bool, bool] | None = None
         # The epoch the peer handed over to this instance, until it serves.
         self._handed_epoch: int | None = None
         # The role's state and epoch as its actions tell them (the role
@@ -463,11 +460,9 @@ class HAInstance(MultiService):
         self._store_turn.addCallback(lambda _: self.replication.stop_following())
 
     def request_votes(self, alone: bool) -> None:
-        self._candidacy = (alone, False)
         self._elect(self.instance, alone)
 
     def hand_over(self) -> None:
-        self._candidacy = None
         # An active that stops (now, or after handing the router back with
         # restart-backup = false) hands over an epoch to run alone: the
         # peer will have no backup to wait for.
@@ -483,7 +478,6 @@ class HAInstance(MultiService):
         self.voters.elect(request, self._question_timeout(), self._won, self._lost)
 
     def _won(self, epoch: int) -> None:
-        self._candidacy = None
         self._readmitting = False
         self._role.epoch_granted(epoch)
 
@@ -491,31 +485,8 @@ class HAInstance(MultiService):
         self._newest_epoch = max(self._newest_epoch, defeat.newest_epoch)
         log.info("HA instance {instance}: election lost ({reason}: {refusals})",
                  instance=self.instance, reason=defeat.reason, refusals=defeat.refusals)
-        if self._ask_above_stale_epoch(defeat):
-            return
-        self._candidacy = None
         self._readmitting = False
         self._role.election_lost()
-
-    def _ask_above_stale_epoch(self, defeat: Defeat) -> bool:
-        """
-        A backup taking over, or an instance resuming, refused only
-        because a voter granted that epoch already (the active won it and
-        died before this instance heard of it) asks once more at once,
-        above the newest epoch the voters named: going back to asking who
-        is active first would cost seconds of a takeover's bound.  An
-        active's own elections (to run alone, or replicated again) are
-        not asked again: a newer epoch means it was superseded.
-        """
-        if self._candidacy is None or self._state not in (role.BACKUP_IN_SYNC, role.STARTING):
-            return False
-        alone, asked_again = self._candidacy
-        reasons = set(defeat.refusals.values())
-        if asked_again or reasons != {quorum.STALE_EPOCH}:
-            return False
-        self._candidacy = (alone, True)
-        self._elect(self.instance, alone)
-        return True
 
     def start_serving(self, epoch: int) -> None:
         self._epoch = epoch
