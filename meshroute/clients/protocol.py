@@ -158,7 +158,10 @@ class ClientFactory(Factory):
         self.max_frame_size = max_frame_size
         self.ha_view = ha_view
         self.budget = BufferBudget(max_buffered)
-        self.connections: set[ConnectionCore] = set()
+        # In the order they were made (a dict, not a set): what is done to
+        # all of them (a stop, the TTL check) happens in one order, run
+        # after run, so a seeded simulation replays event for event.
+        self.connections: dict[ConnectionCore, None] = {}
         self._ttl_check: LoopingCall | None = None
 
     def buildProtocol(self, addr) -> ClientProtocol:
@@ -183,14 +186,14 @@ class ClientFactory(Factory):
     # -- the connection TTL -----------------------------------------------------
 
     def connection_made(self, core: ConnectionCore) -> None:
-        self.connections.add(core)
+        self.connections[core] = None
         if self._ttl_check is None:
             check = self._ttl_check = LoopingCall(self.check_ttls)
             check.clock = self.clock
             check.start(self.settings.connection_ttl_check_interval_ms / 1000, now=False)
 
     def connection_gone(self, core: ConnectionCore) -> None:
-        self.connections.discard(core)
+        self.connections.pop(core, None)
         if not self.connections and self._ttl_check is not None:
             check, self._ttl_check = self._ttl_check, None
             if check.running:
