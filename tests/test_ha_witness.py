@@ -15,6 +15,7 @@ from meshroute.interfaces import IVoterRecords
 from meshroute.link import handshake, reasons
 from meshroute.link.handshake import ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
+from meshroute.store.executor import ExecutorStopped
 from meshroute.wire.frames import (
     Authenticated,
     Heartbeat,
@@ -68,8 +69,8 @@ class HeldRecords:
 
     def save_voter_record(self, group, record, lease_timeout_ms):
         if self.fail_next:
-            self.fail_next = False
-            return fail(OSError("disk full"))
+            failure, self.fail_next = self.fail_next, False
+            return fail(failure if isinstance(failure, Exception) else OSError("disk full"))
         d = Deferred()
         self.pending.append((d, group, (record, lease_timeout_ms)))
         if not self.hold:
@@ -204,6 +205,21 @@ def test_a_grant_that_cannot_be_saved_is_not_answered(router, witness, records, 
     (answer,) = again.expect(VoteAnswer)
     assert answer.granted
     assert records.durable[GROUP][0].granted_to == BACKUP
+
+
+def test_a_grant_not_saved_because_the_store_closed_is_no_fault(router, witness,  # noqa: F811
+                                                                records, observe_errors):
+    """
+    An instance that stops (a hand-over, a shutdown) closes the records'
+    store under a request in flight: unanswered, as any record not saved,
+    but logged as what it is, not as a fault.
+    """
+    peer = candidate(router)
+    peer.to_voting()
+    records.fail_next = ExecutorStopped("the store is closed")
+    peer.ask(1)
+    assert peer.written() == []
+    assert not observe_errors.take(lambda e: True)
 
 
 def test_the_start_up_question_is_answered_from_the_group_s_record(router, witness):  # noqa: F811

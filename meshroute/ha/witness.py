@@ -36,6 +36,8 @@ from twisted.python.failure import Failure
 
 from meshroute import events
 from meshroute.ha import quorum
+from meshroute.ha.records import NotServing
+from meshroute.store.executor import ExecutorStopped
 from meshroute.wire import frames
 
 log = Logger()
@@ -250,7 +252,7 @@ class Witness:
         if current != state.submitted:
             state.submitted = current
             state.durable = self._store.save_voter_record(group, *current)
-            state.durable.addCallbacks(lambda _: None, self._not_saved, errbackArgs=(state,))
+            state.durable.addCallbacks(lambda _: None, self._not_saved, errbackArgs=(group, state))
         waiter = Deferred()
 
         def fire(outcome):
@@ -263,8 +265,15 @@ class Witness:
         state.durable.addCallback(fire)
         return waiter
 
-    def _not_saved(self, failure: Failure, state: _Group) -> _NotSaved:
-        log.failure("cannot save an HA voter record; its answers are not sent", failure)
+    def _not_saved(self, failure: Failure, group: str, state: _Group) -> _NotSaved:
+        if failure.check(ExecutorStopped, NotServing):
+            # The records' store closed, or stopped being this instance's,
+            # as it stops (a hand-over, a shutdown): unanswered is right,
+            # and no fault.
+            log.info("HA voter record of group {group} not saved ({why}); its answers "
+                     "are not sent", group=group, why=failure.getErrorMessage())
+        else:
+            log.failure("cannot save an HA voter record; its answers are not sent", failure)
         state.submitted = None
         return _NotSaved(failure)
 
