@@ -9,6 +9,7 @@ function blocks the writer thread on a L{threading.Event} until the test
 has queued everything it wants in one transaction.
 """
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -800,11 +801,13 @@ CHILD = textwrap.dedent(
     from twisted.internet import defer, task
     from meshroute.messages import Message
     from meshroute.store import SQLiteStore, ThreadedExecutor
+    from meshroute.store.checkpoints import WalCheckpoints
 
-    path, sync = sys.argv[2], sys.argv[3]
+    path, sync, interval_s = sys.argv[2], sys.argv[3], float(sys.argv[4])
 
     async def main(reactor):
-        store = SQLiteStore(path, sync, ThreadedExecutor(reactor), router="router-a")
+        executor = ThreadedExecutor(reactor, checkpoints=WalCheckpoints(interval_s))
+        store = SQLiteStore(path, sync, executor, router="router-a")
         await store.open()
         print("open", flush=True)
         forever = defer.Deferred()
@@ -831,10 +834,16 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("sync", SYNC_MODES)
-def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
+@pytest.mark.parametrize("checkpoint_interval_s", [0.05, 3600.0])
+def test_sigkill_loses_no_confirmed_message(tmp_path, sync, checkpoint_interval_s):
+    """
+    Killed while writing, the store keeps every confirmed message: with
+    checkpoints running meanwhile, and with none at all (what was confirmed
+    is then only in the WAL, replayed by the next open).
+    """
     path = tmp_path / "store.db"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync],
+        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync, str(checkpoint_interval_s)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -856,6 +865,9 @@ def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
         child.stdout.close()
         child.stderr.close()
     assert child.returncode == -signal.SIGKILL
+    if checkpoint_interval_s > 60:
+        # Never checkpointed: the messages are in the WAL alone.
+        assert os.path.getsize(f"{path}-wal") > 100 * 4096
 
     connection = sqlite3.connect(path)
     try:

@@ -25,6 +25,13 @@ Both executors offer the same methods:
 The connection must be opened with C{isolation_level=None}: the executors
 issue BEGIN, SAVEPOINT and COMMIT themselves.
 
+Both also take C{checkpoints}, a L{WalCheckpoints}: the connection's WAL
+is checkpointed by the executor, never inside a commit (see
+L{meshroute.store.checkpoints}).  The writer thread checkpoints when it is
+idle and the checkpoint is due, or after a batch that took the WAL past
+its size, and only after handing that batch's outcomes to the reactor;
+the inline executor only by size.
+
 Replication
 ===========
 
@@ -61,6 +68,7 @@ from meshroute.ha.changes import (
     ChangeBatch,
     RecordingConnection,
 )
+from meshroute.store.checkpoints import WalCheckpoints
 
 # Item kinds in the writer thread's queue.
 _GROUPED = 0
@@ -92,12 +100,16 @@ class ThreadedExecutor:
     @ivar commits: transactions committed so far.
     """
 
-    def __init__(self, reactor, replication=None) -> None:
+    def __init__(
+        self, reactor, replication=None, checkpoints: WalCheckpoints | None = None
+    ) -> None:
         """
         @param reactor: an C{IReactorFromThreads}; the Deferreds fire in
             its thread.
         @param replication: None, or what each transaction is handed to
             (see "Replication" in the module docstring).
+        @param checkpoints: when the writer thread checkpoints the WAL
+            (default: a L{WalCheckpoints} with its defaults).
         @raise TypeError: when C{reactor} cannot be called from a thread
             (a L{task.Clock}: use an L{InlineExecutor} there).
         """
@@ -108,6 +120,7 @@ class ThreadedExecutor:
             )
         self._reactor = reactor
         self.replication = replication
+        self.checkpoints = checkpoints or WalCheckpoints()
         self._queue: SimpleQueue = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
@@ -205,6 +218,7 @@ class ThreadedExecutor:
         try:
             self._connection = connect()
             self._recording = _recording(self.replication, self._connection)
+            self.checkpoints.opened(self._connection)
         except BaseException:
             failure = Failure()
             call(started.errback, failure)
@@ -214,8 +228,14 @@ class ThreadedExecutor:
         call(started.callback, None)
         get = self._queue.get
         get_nowait = self._queue.get_nowait
+        checkpoints = self.checkpoints
         while True:
-            batch = [get()]
+            try:
+                batch = [get(timeout=checkpoints.idle_wait_s())]
+            except Empty:
+                # Idle, and a checkpoint is due.
+                checkpoints.checkpoint(self._connection)
+                continue
             try:
                 while True:
                     batch.append(get_nowait())
@@ -230,6 +250,7 @@ class ThreadedExecutor:
                     call(_hand_over, self.replication, outcomes)
             if rest is not None:
                 break
+            checkpoints.wrote(self._connection)
         try:
             self._connection.close()
         except BaseException:
@@ -293,12 +314,15 @@ class InlineExecutor:
     @ivar commits: transactions committed so far.
     """
 
-    def __init__(self, replication=None) -> None:
+    def __init__(self, replication=None, checkpoints: WalCheckpoints | None = None) -> None:
         """
         @param replication: None, or what each transaction is handed to
             (see "Replication" in the module docstring).
+        @param checkpoints: when the WAL is checkpointed: with no thread
+            to be idle in, only when a call took it past its size.
         """
         self.replication = replication
+        self.checkpoints = checkpoints or WalCheckpoints()
         self._connection: sqlite3.Connection | None = None
         self._recording: RecordingConnection | None = None
         self._position: int | None = None
@@ -309,6 +333,7 @@ class InlineExecutor:
         try:
             self._connection = connect()
             self._recording = _recording(self.replication, self._connection)
+            self.checkpoints.opened(self._connection)
         except BaseException:
             return fail()
         return succeed(None)
@@ -317,6 +342,12 @@ class InlineExecutor:
         if self._stopped or self._connection is None:
             return fail(ExecutorStopped("the store is not open"))
         outcomes: list = []
+        try:
+            return self._submit(fn, args, outcomes)
+        finally:
+            self.checkpoints.wrote(self._connection)
+
+    def _submit(self, fn, args: tuple, outcomes: list) -> Deferred:
         if self.replication is None:
             _transaction(self, [(_GROUPED, fn, args, None)], outcomes)
             _, ok, value = outcomes[0]

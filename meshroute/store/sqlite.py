@@ -21,6 +21,10 @@ C{sync} chooses SQLite's C{PRAGMA synchronous}:
     acknowledgement) already succeeded.  The database is never corrupted
     either way.
 
+The WAL is checkpointed by the executor's writer thread when it is idle,
+or when the WAL passes a size, never inside a commit
+(L{meshroute.store.checkpoints}).
+
 Data model
 ==========
 
