@@ -944,3 +944,68 @@ async def test_a_recall_takes_back_the_rest_of_that_outbox_too(store):
     assert store.backlog_depths() == {"router-c": 3}
     again = await store.assign("peer-c", ["router-c"], 5)
     assert [m.msg_id for _, m in again] == ["m2", "m3", "m4"]
+
+
+def commit_syncs(store: SQLiteStore):
+    """
+    Start tracing C{store}'s connection; returns a function giving the
+    C{synchronous} level (C{"FULL"} or C{"NORMAL"}) of each COMMIT since.
+    """
+    statements: list[str] = []
+    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
+
+    def syncs() -> list[str]:
+        level, found = "FULL", []
+        for statement in statements:
+            if statement.startswith("PRAGMA synchronous = "):
+                level = statement.rpartition(" ")[2]
+            elif statement == "COMMIT":
+                found.append(level)
+        return found
+
+    return syncs
+
+
+async def three_in_an_outbox(store: SQLiteStore) -> None:
+    for n in range(1, 4):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 3)
+
+
+@pytest_twisted.ensureDeferred
+async def test_forgetting_acknowledged_transfers_commits_without_an_fsync(opener):
+    store = await opener.open()
+    await three_in_an_outbox(store)
+    syncs = commit_syncs(store)
+    assert await store.acknowledge("peer-b", 2) == 2
+    await store.accept(msg(4))
+    assert syncs() == ["NORMAL", "FULL"]
+    assert store.outbox_depths() == {"peer-b": {"router-c": 1}}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_transaction_with_anything_else_is_fsynced(threaded):
+    store = await threaded.open()
+    await three_in_an_outbox(store)
+    syncs = commit_syncs(store)
+    go, held = hold_writer(store)
+    acknowledged = store.acknowledge("peer-b", 3)
+    accepted = store.accept(msg(4))
+    before = store.executor.commits
+    go.set()
+    await defer.gatherResults([held, acknowledged, accepted])
+    # The hold's transaction, then the acknowledgement's with the accept.
+    assert store.executor.commits == before + 2
+    assert syncs() == ["FULL", "FULL"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_sync_normal_nothing_changes_the_level(opener):
+    store = await opener.open(sync="normal")
+    await store.accept(msg(1))
+    await store.assign("peer-b", ["router-c"], 1)
+    statements: list[str] = []
+    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
+    await store.acknowledge("peer-b", 1)
+    assert "COMMIT" in statements
+    assert not [s for s in statements if s.startswith("PRAGMA synchronous")]
