@@ -162,7 +162,7 @@ class Options(usage.Options):
         ["json", None, None, "Also write every measurement to this JSON file."],
         ["wait-idle", None, 0.0, "Before each run, wait up to this many seconds for the machine "
          "to be idle (under 10% busy for 2 s); for shared machines.", float],
-        ["py-spy", None, None, "Record every router with py-spy during the throughput runs, "
+        ["py-spy", None, None, "Record every router with py-spy during each run, "
          "into this directory (py-spy must be on PATH or next to this Python)."],
         ["py-spy-format", None, "flamegraph", "py-spy output format: flamegraph, raw, "
          "speedscope."],
@@ -515,11 +515,12 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int) -> dict
         wait_until("the consumer to subscribe", lambda: os.path.exists(ready), START_DEADLINE_S,
                    consumer_alive)
         cpu_before, busy_before, wall_before = mesh.cpu(), busy_seconds(), time.monotonic()
-        if options["py-spy"] and not rate:
+        if options["py-spy"]:
             for router in mesh.routers:
                 extension = {"flamegraph": "svg", "raw": "txt"}.get(options["py-spy-format"],
                                                                     "json")
-                output = os.path.join(options["py-spy"], f"{row.id}-{router.name}.{extension}")
+                output = os.path.join(options["py-spy"],
+                                      f"{row.id}-{kind}-{router.name}.{extension}")
                 profilers.append(subprocess.Popen(
                     [options["py-spy-binary"], "record", "--pid", str(router.proc.pid),
                      "--threads", "--rate", "250", "--format", options["py-spy-format"],

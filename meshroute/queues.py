@@ -82,6 +82,10 @@ from meshroute.messages import Message
 
 log = Logger()
 
+#: The fields of a C{message.consumed} record, in the order
+#: L{meshroute.events.EventLog.emit_many} is given them.
+_CONSUMED_FIELDS = ("msg_id", "queue", "origin", "accepted_at", "persistent", "redelivered")
+
 #: Default bound of the per-queue read-ahead buffer (persistent entries
 #: fetched from the store, not yet delivered).
 READ_AHEAD = 256
@@ -793,11 +797,8 @@ class QueueManager:
             del self._queues[state.name]
 
     def _consumed(self, deliveries: list[Delivery]) -> None:
-        emit = self._events.emit
-        for delivery in deliveries:
-            message = delivery.message
-            emit(
-                event_names.MESSAGE_CONSUMED, msg_id=message.msg_id, queue=delivery.queue,
-                origin=message.origin, accepted_at=message.accepted_at,
-                persistent=message.persistent, redelivered=delivery.redelivered,
-            )
+        self._events.emit_many(
+            event_names.MESSAGE_CONSUMED, _CONSUMED_FIELDS,
+            [(d.message.msg_id, d.queue, d.message.origin, d.message.accepted_at,
+              d.message.persistent, d.redelivered) for d in deliveries],
+        )

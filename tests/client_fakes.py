@@ -37,6 +37,9 @@ class RecordingEvents:
     def emit(self, event: str, **fields) -> None:
         self.records.append((event, fields))
 
+    def emit_many(self, event: str, names: tuple, rows) -> None:
+        self.records.extend((event, dict(zip(names, row))) for row in rows)
+
     def named(self, event: str) -> list[dict]:
         return [fields for name, fields in self.records if name == event]
 

@@ -9,6 +9,7 @@ function blocks the writer thread on a L{threading.Event} until the test
 has queued everything it wants in one transaction.
 """
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -800,11 +801,13 @@ CHILD = textwrap.dedent(
     from twisted.internet import defer, task
     from meshroute.messages import Message
     from meshroute.store import SQLiteStore, ThreadedExecutor
+    from meshroute.store.checkpoints import WalCheckpoints
 
-    path, sync = sys.argv[2], sys.argv[3]
+    path, sync, interval_s = sys.argv[2], sys.argv[3], float(sys.argv[4])
 
     async def main(reactor):
-        store = SQLiteStore(path, sync, ThreadedExecutor(reactor), router="router-a")
+        executor = ThreadedExecutor(reactor, checkpoints=WalCheckpoints(interval_s))
+        store = SQLiteStore(path, sync, executor, router="router-a")
         await store.open()
         print("open", flush=True)
         forever = defer.Deferred()
@@ -831,10 +834,16 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("sync", SYNC_MODES)
-def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
+@pytest.mark.parametrize("checkpoint_interval_s", [0.05, 3600.0])
+def test_sigkill_loses_no_confirmed_message(tmp_path, sync, checkpoint_interval_s):
+    """
+    Killed while writing, the store keeps every confirmed message: with
+    checkpoints running meanwhile, and with none at all (what was confirmed
+    is then only in the WAL, replayed by the next open).
+    """
     path = tmp_path / "store.db"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync],
+        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync, str(checkpoint_interval_s)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -856,6 +865,9 @@ def test_sigkill_loses_no_confirmed_message(tmp_path, sync):
         child.stdout.close()
         child.stderr.close()
     assert child.returncode == -signal.SIGKILL
+    if checkpoint_interval_s > 60:
+        # Never checkpointed: the messages are in the WAL alone.
+        assert os.path.getsize(f"{path}-wal") > 100 * 4096
 
     connection = sqlite3.connect(path)
     try:
@@ -932,3 +944,68 @@ async def test_a_recall_takes_back_the_rest_of_that_outbox_too(store):
     assert store.backlog_depths() == {"router-c": 3}
     again = await store.assign("peer-c", ["router-c"], 5)
     assert [m.msg_id for _, m in again] == ["m2", "m3", "m4"]
+
+
+def commit_syncs(store: SQLiteStore):
+    """
+    Start tracing C{store}'s connection; returns a function giving the
+    C{synchronous} level (C{"FULL"} or C{"NORMAL"}) of each COMMIT since.
+    """
+    statements: list[str] = []
+    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
+
+    def syncs() -> list[str]:
+        level, found = "FULL", []
+        for statement in statements:
+            if statement.startswith("PRAGMA synchronous = "):
+                level = statement.rpartition(" ")[2]
+            elif statement == "COMMIT":
+                found.append(level)
+        return found
+
+    return syncs
+
+
+async def three_in_an_outbox(store: SQLiteStore) -> None:
+    for n in range(1, 4):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 3)
+
+
+@pytest_twisted.ensureDeferred
+async def test_forgetting_acknowledged_transfers_commits_without_an_fsync(opener):
+    store = await opener.open()
+    await three_in_an_outbox(store)
+    syncs = commit_syncs(store)
+    assert await store.acknowledge("peer-b", 2) == 2
+    await store.accept(msg(4))
+    assert syncs() == ["NORMAL", "FULL"]
+    assert store.outbox_depths() == {"peer-b": {"router-c": 1}}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_transaction_with_anything_else_is_fsynced(threaded):
+    store = await threaded.open()
+    await three_in_an_outbox(store)
+    syncs = commit_syncs(store)
+    go, held = hold_writer(store)
+    acknowledged = store.acknowledge("peer-b", 3)
+    accepted = store.accept(msg(4))
+    before = store.executor.commits
+    go.set()
+    await defer.gatherResults([held, acknowledged, accepted])
+    # The hold's transaction, then the acknowledgement's with the accept.
+    assert store.executor.commits == before + 2
+    assert syncs() == ["FULL", "FULL"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_sync_normal_nothing_changes_the_level(opener):
+    store = await opener.open(sync="normal")
+    await store.accept(msg(1))
+    await store.assign("peer-b", ["router-c"], 1)
+    statements: list[str] = []
+    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
+    await store.acknowledge("peer-b", 1)
+    assert "COMMIT" in statements
+    assert not [s for s in statements if s.startswith("PRAGMA synchronous")]

@@ -25,6 +25,28 @@ Both executors offer the same methods:
 The connection must be opened with C{isolation_level=None}: the executors
 issue BEGIN, SAVEPOINT and COMMIT themselves.
 
+Relaxed commits
+===============
+
+A function may carry C{relaxed = True}: its changes may be lost to a
+power failure or an OS crash (never to a crash of the process) as long
+as every later commit keeps them, because losing them only repeats work
+that is safe to repeat (forgetting outbox entries the peer acknowledged:
+the peer discards what it already holds).  A transaction made only of such functions, on a connection with
+C{synchronous = FULL}, commits with C{synchronous = NORMAL}: no fsync of
+its own.  The WAL is one file written in order, so the next fsynced
+commit makes it durable too, and no later transaction can survive it.
+
+Checkpoints
+===========
+
+Both also take C{checkpoints}, a L{WalCheckpoints}: the connection's WAL
+is checkpointed by the executor, never inside a commit (see
+L{meshroute.store.checkpoints}).  The writer thread checkpoints when it is
+idle and the checkpoint is due, or after a batch that took the WAL past
+its size, and only after handing that batch's outcomes to the reactor;
+the inline executor only by size.
+
 Replication
 ===========
 
@@ -61,6 +83,10 @@ from meshroute.ha.changes import (
     ChangeBatch,
     RecordingConnection,
 )
+from meshroute.store.checkpoints import WalCheckpoints
+
+#: C{PRAGMA synchronous} FULL, as SQLite reports it.
+_FULL = 2
 
 # Item kinds in the writer thread's queue.
 _GROUPED = 0
@@ -92,12 +118,16 @@ class ThreadedExecutor:
     @ivar commits: transactions committed so far.
     """
 
-    def __init__(self, reactor, replication=None) -> None:
+    def __init__(
+        self, reactor, replication=None, checkpoints: WalCheckpoints | None = None
+    ) -> None:
         """
         @param reactor: an C{IReactorFromThreads}; the Deferreds fire in
             its thread.
         @param replication: None, or what each transaction is handed to
             (see "Replication" in the module docstring).
+        @param checkpoints: when the writer thread checkpoints the WAL
+            (default: a L{WalCheckpoints} with its defaults).
         @raise TypeError: when C{reactor} cannot be called from a thread
             (a L{task.Clock}: use an L{InlineExecutor} there).
         """
@@ -108,10 +138,12 @@ class ThreadedExecutor:
             )
         self._reactor = reactor
         self.replication = replication
+        self.checkpoints = checkpoints or WalCheckpoints()
         self._queue: SimpleQueue = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
         self._recording: RecordingConnection | None = None
+        self._relaxable = False
         self._position: int | None = None
         self._closed = False
         self._stopped = False
@@ -203,8 +235,7 @@ class ThreadedExecutor:
     def _main(self, connect, started: Deferred) -> None:
         call = self._reactor.callFromThread
         try:
-            self._connection = connect()
-            self._recording = _recording(self.replication, self._connection)
+            _open(self, connect)
         except BaseException:
             failure = Failure()
             call(started.errback, failure)
@@ -214,8 +245,14 @@ class ThreadedExecutor:
         call(started.callback, None)
         get = self._queue.get
         get_nowait = self._queue.get_nowait
+        checkpoints = self.checkpoints
         while True:
-            batch = [get()]
+            try:
+                batch = [get(timeout=checkpoints.idle_wait_s())]
+            except Empty:
+                # Idle, and a checkpoint is due.
+                checkpoints.checkpoint(self._connection)
+                continue
             try:
                 while True:
                     batch.append(get_nowait())
@@ -230,6 +267,7 @@ class ThreadedExecutor:
                     call(_hand_over, self.replication, outcomes)
             if rest is not None:
                 break
+            checkpoints.wrote(self._connection)
         try:
             self._connection.close()
         except BaseException:
@@ -293,22 +331,25 @@ class InlineExecutor:
     @ivar commits: transactions committed so far.
     """
 
-    def __init__(self, replication=None) -> None:
+    def __init__(self, replication=None, checkpoints: WalCheckpoints | None = None) -> None:
         """
         @param replication: None, or what each transaction is handed to
             (see "Replication" in the module docstring).
+        @param checkpoints: when the WAL is checkpointed: with no thread
+            to be idle in, only when a call took it past its size.
         """
         self.replication = replication
+        self.checkpoints = checkpoints or WalCheckpoints()
         self._connection: sqlite3.Connection | None = None
         self._recording: RecordingConnection | None = None
+        self._relaxable = False
         self._position: int | None = None
         self._stopped = False
         self.commits = 0
 
     def start(self, connect) -> Deferred:
         try:
-            self._connection = connect()
-            self._recording = _recording(self.replication, self._connection)
+            _open(self, connect)
         except BaseException:
             return fail()
         return succeed(None)
@@ -317,6 +358,12 @@ class InlineExecutor:
         if self._stopped or self._connection is None:
             return fail(ExecutorStopped("the store is not open"))
         outcomes: list = []
+        try:
+            return self._submit(fn, args, outcomes)
+        finally:
+            self.checkpoints.wrote(self._connection)
+
+    def _submit(self, fn, args: tuple, outcomes: list) -> Deferred:
         if self.replication is None:
             _transaction(self, [(_GROUPED, fn, args, None)], outcomes)
             _, ok, value = outcomes[0]
@@ -372,9 +419,29 @@ def _transaction(executor, group: list, outcomes: list) -> None:
         the submissions run one by one through C{fn}, which gives each its
         own outcome: a batch only has to handle the common case.
 
+    A transaction whose every function has C{relaxed = True} commits
+    without an fsync when the connection's C{synchronous} is FULL (see
+    "Relaxed commits" in the module docstring).
+
     If SQLite itself abandons the transaction (I/O error, disk full), or
     COMMIT fails, nothing in it is durable, so every function in it fails;
     the functions after the abandoned point start a new transaction.
+    """
+    execute = executor._connection.execute
+    # SQLite takes the level only outside a transaction.
+    relaxed = executor._relaxable and all(getattr(item[1], "relaxed", False) for item in group)
+    if relaxed:
+        execute("PRAGMA synchronous = NORMAL")
+    try:
+        _group_transaction(executor, group, outcomes)
+    finally:
+        if relaxed:
+            execute("PRAGMA synchronous = FULL")
+
+
+def _group_transaction(executor, group: list, outcomes: list) -> None:
+    """
+    L{_transaction} at the connection's current C{synchronous} level.
     """
     connection = executor._connection
     recording = executor._recording
@@ -465,6 +532,17 @@ def _transaction(executor, group: list, outcomes: list) -> None:
     if batch is not None:
         executor._position = batch.position
     _ended(executor, outcomes, results, batch)
+
+
+def _open(executor, connect) -> None:
+    """
+    Open C{executor}'s connection with C{connect()} (in the thread that
+    will use it) and set up what the executor does around its commits.
+    """
+    connection = executor._connection = connect()
+    executor._recording = _recording(executor.replication, connection)
+    executor.checkpoints.opened(connection)
+    executor._relaxable = connection.execute("PRAGMA synchronous").fetchone()[0] == _FULL
 
 
 def _record_position(executor, connection: sqlite3.Connection, statements: tuple) -> ChangeBatch:

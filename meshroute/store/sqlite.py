@@ -21,6 +21,15 @@ C{sync} chooses SQLite's C{PRAGMA synchronous}:
     acknowledgement) already succeeded.  The database is never corrupted
     either way.
 
+The WAL is checkpointed by the executor's writer thread when it is idle,
+or when the WAL passes a size, never inside a commit
+(L{meshroute.store.checkpoints}).
+
+With C{"full"}, forgetting the transfers a peer acknowledged
+(L{SQLiteStore.acknowledge}) is the one write committed without an fsync
+of its own ("Relaxed commits" in L{meshroute.store.executor}): a power
+failure can only make the peer receive those again, which it discards.
+
 Data model
 ==========
 
@@ -1176,6 +1185,14 @@ def _acknowledge(connection, peer: str, up_to_seq: int) -> dict:
     execute = connection.execute
     execute(_NUMBER_ABOVE, (peer, up_to_seq))
     return _by_key(execute(_ACKNOWLEDGE, (peer, up_to_seq)).fetchall())
+
+
+# Needs no fsync of its own (see "Relaxed commits" in the executor): lost
+# to a power failure, the forgotten transfers are replayed and the peer
+# discards them by their seqs; and the next seq moved above the peer's
+# (a restored store) is durable before any transfer numbered after it is
+# sent (its assign is fsynced), and moved again at every link recovery.
+_acknowledge.relaxed = True
 
 
 def _by_key(rows) -> dict:

@@ -1,0 +1,137 @@
+"""
+WAL checkpoints off the commit path.
+
+In WAL mode SQLite appends every committed page to the C{-wal} file and,
+by default, copies the WAL back into the database ("checkpoints") inside
+the commit that takes the WAL past 1,000 pages: that commit, and every
+caller waiting for it, pays for copying and fsyncing megabytes, which set
+the store's p99.  Here the store's connection runs with
+C{wal_autocheckpoint = 0} and its executor checkpoints instead, on the
+writer thread, after the Deferreds of what it committed have been handed
+to the reactor:
+
+  - when the writer is idle (nothing queued) and C{interval_s} has passed
+    since the first write the last checkpoint did not cover: a PASSIVE
+    checkpoint, so a steady low rate never waits for one;
+  - at once, after a batch that took the C{-wal} file past
+    C{wal_max_bytes} (a writer that is never idle): also PASSIVE.
+
+PASSIVE never waits for a reader (an HA snapshot reading the store on
+its own connection): what it cannot copy yet waits for the next one.  The
+connection's C{journal_size_limit} is C{wal_max_bytes}, so once a
+checkpoint has copied everything, the next write restarts the WAL at its
+beginning and truncates a file that had grown larger back to that size;
+TRUNCATE checkpoints, which wait (up to the busy timeout) for readers,
+are not needed.
+
+Checkpoints change no row: they are not transactions and nothing of them
+is recorded for HA replication.  A process killed at any moment loses
+nothing committed: the WAL is the durable log, and the next open replays
+whatever was not yet checkpointed.
+"""
+
+import os
+import sqlite3
+import time
+
+from twisted.logger import Logger
+
+#: Default of C{interval_s}: how long after a write an idle writer
+#: checkpoints it.
+CHECKPOINT_INTERVAL_S = 1.0
+#: Default of C{wal_max_bytes}: the WAL size past which a writer that is
+#: never idle checkpoints anyway.
+WAL_MAX_BYTES = 64 * 1024 * 1024
+
+_log = Logger()
+
+
+class WalCheckpoints:
+    """
+    When one connection's WAL is checkpointed; called on the executor's
+    thread only.
+
+    @ivar checkpoints: checkpoints run so far (for tests and benchmarks).
+    """
+
+    def __init__(
+        self,
+        interval_s: float = CHECKPOINT_INTERVAL_S,
+        wal_max_bytes: int = WAL_MAX_BYTES,
+        monotonic=time.monotonic,
+    ) -> None:
+        """
+        @param interval_s: how long after the first write it has not
+            covered an idle writer checkpoints.
+        @param wal_max_bytes: the C{-wal} file size past which a
+            checkpoint runs after the batch that passed it.
+        @param monotonic: the clock of C{interval_s}.
+        """
+        if interval_s <= 0 or wal_max_bytes <= 0:
+            raise ValueError("interval_s and wal_max_bytes must be positive")
+        self.interval_s = interval_s
+        self.wal_max_bytes = wal_max_bytes
+        self._monotonic = monotonic
+        self._wal_path: str | None = None
+        self._due: float | None = None  # None: nothing written since the last checkpoint
+        self._threshold = wal_max_bytes
+        self.checkpoints = 0
+
+    def opened(self, connection: sqlite3.Connection) -> None:
+        """
+        C{connection} was just opened: take the checkpoints off its
+        commits, and learn where its WAL is.
+        """
+        connection.execute("PRAGMA wal_autocheckpoint = 0")
+        connection.execute(f"PRAGMA journal_size_limit = {int(self.wal_max_bytes)}")
+        for _, name, path in connection.execute("PRAGMA database_list"):
+            if name == "main" and path:
+                self._wal_path = path + "-wal"
+
+    def wrote(self, connection: sqlite3.Connection) -> None:
+        """
+        A batch of work ran: start the idle timer, and checkpoint now if
+        the WAL has passed its size.
+        """
+        if self._due is None:
+            self._due = self._monotonic() + self.interval_s
+        if self._wal_size() > self._threshold:
+            self.checkpoint(connection)
+
+    def idle_wait_s(self) -> float | None:
+        """
+        How long an idle writer may wait for work before it checkpoints
+        (0: now), or None when there is nothing to checkpoint.
+        """
+        if self._due is None:
+            return None
+        return max(0.0, self._due - self._monotonic())
+
+    def checkpoint(self, connection: sqlite3.Connection) -> None:
+        """
+        Run a PASSIVE checkpoint now.  One that could not copy everything
+        (a reader holds an older snapshot) is retried after another
+        C{interval_s}, and the size trigger moves up by C{wal_max_bytes}
+        so that it does not run after every batch meanwhile.
+        """
+        self.checkpoints += 1
+        try:
+            busy, log, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as e:
+            _log.warn("WAL checkpoint of {path} failed, retried later: {error}",
+                      path=self._wal_path, error=e)
+            busy, log, copied = 1, 0, -1
+        if busy == 0 and log == copied:
+            self._due = None
+            self._threshold = self.wal_max_bytes
+        else:
+            self._due = self._monotonic() + self.interval_s
+            self._threshold = self._wal_size() + self.wal_max_bytes
+
+    def _wal_size(self) -> int:
+        if self._wal_path is None:
+            return 0
+        try:
+            return os.stat(self._wal_path).st_size
+        except OSError:
+            return 0
