@@ -93,6 +93,18 @@ class IMessageStore(Interface):
             C{previous} is not stored.
         """
 
+    def receive_many(peer, previous, items):
+        """
+        C{receive} for each of C{items}, C{(seq, message, local)} in link
+        order (C{previous}: the highest sequence known received before the
+        first), in one call and one transaction: a link's whole batch.
+
+        @return: Deferred firing with the list of their outcomes, as
+            C{receive} gives them; failing with
+            L{meshroute.store.MissingTransfer} (nothing stored) when
+            C{previous} is not stored.
+        """
+
     def last_received(peer):
         """
         The last link sequence durably received from C{peer} (0 if none).
