@@ -401,6 +401,11 @@ class ILinkChannel(Interface):
         A L{meshroute.wire.frames.Transfer} arrived.
         """
 
+    def transferred_batch(frame):
+        """
+        A L{meshroute.wire.frames.TransferBatch} arrived (version 4).
+        """
+
     def acknowledged(frame):
         """
         An L{meshroute.wire.frames.Ack} arrived.
@@ -409,6 +414,11 @@ class ILinkChannel(Interface):
     def fast_transferred(frame):
         """
         A L{meshroute.wire.frames.FastTransfer} arrived.
+        """
+
+    def fast_transferred_batch(frame):
+        """
+        A L{meshroute.wire.frames.FastTransferBatch} arrived (version 4).
         """
 
     def routes(frame):
