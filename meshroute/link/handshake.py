@@ -37,7 +37,13 @@ delivery frames go to the engine's.
 A frame the current state has no transition for raises C{NoTransition}
 before any behaviour runs; the protocol turns that into a
 C{protocol-error} close, so an out-of-stage frame cannot change state
-(a vote frame on a link, a link frame on a vote connection).
+(a vote frame on a link, a link frame on a vote connection).  Delivery's
+data frames (L{Transfer}, L{TransferBatch}, L{Ack}, L{FastTransfer},
+L{FastTransferBatch}) have no transition in delivery: entering delivery
+sets L{LinkCore.delivering}, leaving it clears it, and while it is set
+the link hands them to the channel itself, sparing the machine's
+dispatch on every message; in every other state they reach the machine
+as before.
 
 Where a frame must be checked before we know where to go (a Hello that may
 be refused, a proof that may be wrong), the machine moves to a C{vetting_*}

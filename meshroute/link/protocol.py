@@ -2,9 +2,13 @@
 The thin protocol of a routing link: bytes in, frames out, machine inputs.
 
 L{LinkProtocol.dataReceived} feeds a L{FrameDecoder}; each decoded frame
-becomes one input of the link's machine.  A decode error or an
-out-of-stage frame becomes the C{protocol_error} input, which closes this
-one connection and nothing else.
+becomes one input of the link's machine, except delivery's data frames
+(transfers and acknowledgements, one or many messages each), which a link
+the machine has put in delivery hands its channel directly, as the
+machine's own transition would (L{Link.frame_received}): they are most of
+the traffic.  A decode error or an out-of-stage frame becomes the
+C{protocol_error} input, which closes this one connection and nothing
+else.
 
 Backpressure: the protocol is the streaming producer of its transport.
 When the transport's buffer fills (the peer reads slower than we write, or
