@@ -38,7 +38,8 @@ drains: persistent ones wait in the store, non-persistent ones in the
 bounded waiting queue below.
 
 Non-persistent messages (C{persistent=False}) never touch the store: they
-travel as C{FastTransfer} frames without sequence or acknowledgement, so
+travel as C{FastTransfer} frames (or, on a version-4 link, in one
+C{FastTransferBatch} per reactor turn) without sequence or acknowledgement, so
 they may be lost with a link or a router and are never duplicated.  While
 they have no route, or their link is paused, they wait in memory, at most
 C{max-transient-backlog} per destination: past it producers get
@@ -791,9 +792,11 @@ class PeerChannel:
     The delivery stage of one link, both directions, as the engine sees it.
 
     Sending: up to L{WINDOW} transfers in flight, taken from the store's
-    backlog for the destinations this peer is the next hop of.  Receiving:
-    each transfer is stored, then acknowledged cumulatively once per
-    reactor turn.
+    backlog for the destinations this peer is the next hop of; on a
+    version-4 link what one backlog read hands it goes in
+    L{TransferBatch} frames (a new one at each gap in the sequence, or
+    when one is full).  Receiving: each transfer (each batch in one store
+    call) is stored, then acknowledged cumulatively once per reactor turn.
 
     Any store failure closes the link (reason C{store-failed}): a transfer
     that could not be stored is then never covered by a later cumulative
