@@ -38,7 +38,8 @@ drains: persistent ones wait in the store, non-persistent ones in the
 bounded waiting queue below.
 
 Non-persistent messages (C{persistent=False}) never touch the store: they
-travel as C{FastTransfer} frames without sequence or acknowledgement, so
+travel as C{FastTransfer} frames (or, on a version-4 link, in one
+C{FastTransferBatch} per reactor turn) without sequence or acknowledgement, so
 they may be lost with a link or a router and are never duplicated.  While
 they have no route, or their link is paused, they wait in memory, at most
 C{max-transient-backlog} per destination: past it producers get
@@ -70,7 +71,19 @@ from meshroute.wire.codec import (
     body_size,
     size_bound,
 )
-from meshroute.wire.frames import EPOCH_VERSION, Ack, FastTransfer, Recovery, Routes, Transfer
+from meshroute.wire.frames import (
+    BATCH_MAX_BYTES,
+    BATCH_MAX_MESSAGES,
+    BATCH_VERSION,
+    EPOCH_VERSION,
+    Ack,
+    FastTransfer,
+    FastTransferBatch,
+    Recovery,
+    Routes,
+    Transfer,
+    TransferBatch,
+)
 
 log = Logger()
 
@@ -104,41 +117,53 @@ class BacklogFull(MeshrouteError):
     code = "backlog-full"
 
 
+def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: int,
+             accepted_at: float, headers: dict, body: bytes, persistent: bool) -> Message:
+    """
+    The message a transfer carries (its fields in the frames' order).
+    """
+    return Message(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
+                   accepted_at)
+
+
 def _message_from(frame, persistent: bool) -> Message:
-    return Message(
-        msg_id=frame.msg_id,
-        origin=frame.origin,
-        dest_router=frame.dest_router,
-        dest_queue=frame.dest_queue,
-        body=frame.body,
-        headers=frame.headers,
-        hops=frame.hops,
-        persistent=persistent,
-        accepted_at=frame.accepted_at,
-    )
+    return _message(frame.msg_id, frame.origin, frame.dest_router, frame.dest_queue,
+                    frame.hops, frame.accepted_at, frame.headers, frame.body, persistent)
 
 
 def _address(message: Message) -> str:
     return f"{message.dest_queue}@{message.dest_router}"
 
 
-def _transfer(seq: int, message: Message) -> Transfer:
-    forwarded = message.forwarded()
-    return Transfer(seq, forwarded.msg_id, forwarded.origin, forwarded.dest_router,
-                    forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
-                    forwarded.headers, forwarded.body)
+def _on_the_wire(message: Message) -> tuple:
+    """
+    C{message} as the next hop receives it (one more hop), in the order
+    of a transfer's fields: a batch frame's item, or the fields of a
+    L{FastTransfer} (after the seq, of a L{Transfer}).
+    """
+    return (message.msg_id, message.origin, message.dest_router, message.dest_queue,
+            message.hops + 1, message.accepted_at, message.headers, message.body)
 
 
-def _fits_a_link(message: Message, frame: Transfer) -> bool:
+def _wire_size(item: tuple) -> int:
     """
-    Whether a peer takes C{frame}, the Transfer of C{message}: certainly
-    when the message would fit in a client Send (see
-    L{meshroute.wire.codec}), else measured.
+    A bound on the bytes C{item} (L{_on_the_wire}) takes in a frame: what
+    batches are bounded by (L{BATCH_MAX_BYTES}).
     """
-    headers = message.headers
-    bound = size_bound(message.body, sum(len(k) + len(v) for k, v in headers.items()),
-                       2 * len(headers) + 8)
-    return bound <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
+    headers = item[6]
+    text = len(item[0]) + len(item[1]) + len(item[2]) + len(item[3])
+    if headers:
+        text += sum(len(k) + len(v) for k, v in headers.items())
+    return size_bound(item[7], text, 2 * len(headers) + 9)
+
+
+def _fits_a_link(size: int, frame: Transfer) -> bool:
+    """
+    Whether a peer takes C{frame}, the Transfer of a message of
+    L{_wire_size} C{size}: certainly when that is within a client Send
+    (see L{meshroute.wire.codec}), else measured.
+    """
+    return size <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
 def _routes_frame(advertisements, version: int) -> Routes:
@@ -604,6 +629,40 @@ class MessageEngine:
             when there is nothing to forward): the caller acknowledges it
             before it forwards them (see L{PeerChannel._durable}).
         """
+        stored, local, dead = self._placed(message)
+        d = self._store.receive(peer, seq, stored, local or dead, previous)
+        d.addCallback(self._stored, peer, message, stored, local, dead)
+        return d
+
+    def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
+        """
+        L{arrived} for each of C{arrivals} (C{(seq, message)} in link
+        order, C{previous} the highest sequence known received before the
+        first), in one store call.
+
+        @return: Deferred firing when all are durable (or known
+            duplicates) with the destination routers whose backlog they
+            added to.
+        """
+        placed = [self._placed(message) for _seq, message in arrivals]
+        d = self._store.receive_many(
+            peer, previous, [(seq, stored, local or dead)
+                             for (seq, _), (stored, local, dead) in zip(arrivals, placed)])
+        d.addCallback(self._stored_many, peer, arrivals, placed)
+        return d
+
+    def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
+        onward = set()
+        for result, (_seq, message), (stored, local, dead) in zip(results, arrivals, placed):
+            onward.update(self._stored(result, peer, message, stored, local, dead))
+        return onward
+
+    def _placed(self, message: Message) -> tuple[Message, bool, bool]:
+        """
+        Where a message that arrived over a link goes: C{(what is stored,
+        for a local queue, dead-lettered here)}; dead-lettered here when it
+        crossed too many links on its way elsewhere.
+        """
         local = message.dest_router == self.name
         dead = not local and message.hops >= self._max_hops
         stored = message
@@ -615,9 +674,7 @@ class MessageEngine:
                          "x-original-address": f"{message.dest_queue}@{message.dest_router}"},
                 hops=message.hops, accepted_at=message.accepted_at,
             )
-        d = self._store.receive(peer, seq, stored, local or dead, previous)
-        d.addCallback(self._stored, peer, message, stored, local, dead)
-        return d
+        return stored, local, dead
 
     def _stored(self, result: str, peer: str, message: Message, stored: Message,
                 local: bool, dead: bool) -> tuple:
@@ -735,9 +792,11 @@ class PeerChannel:
     The delivery stage of one link, both directions, as the engine sees it.
 
     Sending: up to L{WINDOW} transfers in flight, taken from the store's
-    backlog for the destinations this peer is the next hop of.  Receiving:
-    each transfer is stored, then acknowledged cumulatively once per
-    reactor turn.
+    backlog for the destinations this peer is the next hop of; on a
+    version-4 link what one backlog read hands it goes in
+    L{TransferBatch} frames (a new one at each gap in the sequence, or
+    when one is full).  Receiving: each transfer (each batch in one store
+    call) is stored, then acknowledged cumulatively once per reactor turn.
 
     Any store failure closes the link (reason C{store-failed}): a transfer
     that could not be stored is then never covered by a later cumulative
@@ -777,6 +836,13 @@ class PeerChannel:
         # Destinations of durable transfers to forward at the end of the
         # reactor turn, after their acknowledgement.
         self._onward: set[str] = set()
+        #: Messages one frame carries: a batch frame's worth at version 4.
+        self._batch_limit = BATCH_MAX_MESSAGES if version >= BATCH_VERSION else 1
+        # Non-persistent messages for the FastTransferBatch at the end of
+        # this reactor turn (version 4), and their bytes (_wire_size).
+        self._fast: list[tuple] = []
+        self._fast_bytes = 0
+        self._fast_call = None
 
     # -- sending ------------------------------------------------------------
 
@@ -853,10 +919,20 @@ class PeerChannel:
             return
         if start < len(assigned):
             self._engine.acknowledge_due()
+        in_flight = self._in_flight
+        limit = self._batch_limit
+        batch: list[tuple] = []
+        first = batch_bytes = 0
         for index in range(start, len(assigned)):
             seq, message = assigned[index]
-            frame = _transfer(seq, message)
-            if not _fits_a_link(message, frame):
+            item = _on_the_wire(message)
+            size = _wire_size(item)
+            if batch and (seq != first + len(batch) or len(batch) == limit
+                          or batch_bytes + size > BATCH_MAX_BYTES):
+                self._send_transfers(first, batch)
+                batch = []
+            if size > BATCH_MAX_BYTES and not _fits_a_link(size, Transfer(seq, *item)):
+                self._send_transfers(first, batch)
                 log.warn("message {msg_id} is too large for any link; dead-lettered",
                          msg_id=message.msg_id)
                 d = self._store.dead_letter(message, TOO_LARGE)
@@ -865,11 +941,25 @@ class PeerChannel:
                 d.addCallback(lambda _: self._send_from(assigned, index + 1))
                 d.addErrback(self._failed, "dead-lettering a message too large for the link")
                 return
-            self._in_flight[seq] = message
+            if not batch:
+                first, batch_bytes = seq, 0
+            batch.append(item)
+            batch_bytes += size
+            in_flight[seq] = message
             self._in_flight_bytes += len(message.body)
-            self.send(frame)
+        self._send_transfers(first, batch)
         self._pumping = False
         self.pump()
+
+    def _send_transfers(self, first_seq: int, items: list) -> None:
+        """
+        Send C{items} (L{_on_the_wire}), numbered from C{first_seq} on: one
+        L{TransferBatch}, or a L{Transfer} for a single message.
+        """
+        if len(items) > 1:
+            self.send(TransferBatch(first_seq, items))
+        elif items:
+            self.send(Transfer(first_seq, *items[0]))
 
     def acknowledged(self, frame: Ack) -> None:
         """
@@ -910,11 +1000,41 @@ class PeerChannel:
             self.pump()
 
     def send_transient(self, message: Message) -> None:
-        forwarded = message.forwarded()
-        self.send(FastTransfer(forwarded.msg_id, forwarded.origin, forwarded.dest_router,
-                               forwarded.dest_queue, forwarded.hops, forwarded.accepted_at,
-                               forwarded.headers, forwarded.body))
+        """
+        Send a non-persistent message: at version 4, in the
+        L{FastTransferBatch} that goes at the end of this reactor turn, or
+        as soon as it holds a batch's worth; before, in a L{FastTransfer}
+        of its own.
+        """
+        item = _on_the_wire(message)
         self._engine.emit_forwarded(self.peer, message)
+        if self._batch_limit == 1:
+            self.send(FastTransfer(*item))
+            return
+        size = _wire_size(item)
+        if self._fast and self._fast_bytes + size > BATCH_MAX_BYTES:
+            self._send_fast()
+        self._fast.append(item)
+        self._fast_bytes += size
+        if len(self._fast) == self._batch_limit or self._fast_bytes >= BATCH_MAX_BYTES:
+            self._send_fast()
+        elif self._fast_call is None:
+            self._fast_call = self._clock.callLater(0, self._send_fast)
+
+    def _send_fast(self) -> None:
+        """
+        Send the non-persistent messages gathered: one L{FastTransferBatch},
+        or a L{FastTransfer} for a single message.
+        """
+        if self._fast_call is not None:
+            if self._fast_call.active():
+                self._fast_call.cancel()
+            self._fast_call = None
+        items, self._fast, self._fast_bytes = self._fast, [], 0
+        if len(items) > 1:
+            self.send(FastTransferBatch(items))
+        elif items:
+            self.send(FastTransfer(*items[0]))
 
     # -- receiving ------------------------------------------------------------
 
@@ -928,6 +1048,23 @@ class PeerChannel:
                                  _message_from(frame, persistent=True))
         d.addCallback(self._durable, frame.seq)
         d.addErrback(self._failed, "storing a message")
+
+    def transferred_batch(self, frame: TransferBatch) -> None:
+        """
+        Persistent messages arrived: stored in one store call, acknowledged
+        once durable, as L{transferred} does for one.
+        """
+        previous = self._previous
+        last = frame.last_seq
+        self._previous = max(previous, last)
+        seq = frame.first_seq
+        arrivals = []
+        for item in frame.messages:
+            arrivals.append((seq, _message(*item, True)))
+            seq += 1
+        d = self._engine.arrived_many(self.peer, previous, arrivals)
+        d.addCallback(self._durable, last)
+        d.addErrback(self._failed, "storing messages")
 
     def _durable(self, onward: tuple, seq: int) -> None:
         """
@@ -975,6 +1112,11 @@ class PeerChannel:
     def fast_transferred(self, frame: FastTransfer) -> None:
         self._engine.arrived_transient(_message_from(frame, persistent=False))
 
+    def fast_transferred_batch(self, frame: FastTransferBatch) -> None:
+        arrived = self._engine.arrived_transient
+        for item in frame.messages:
+            arrived(_message(*item, False))
+
     def routes(self, frame: Routes) -> None:
         self._engine.routes_received(self.peer, frame)
 
@@ -989,6 +1131,9 @@ class PeerChannel:
         self._engine.link_down(self.peer, self)
 
     def _stop(self) -> None:
+        # What this turn gathered goes as it would have (non-persistent
+        # messages may be lost with the link, never held back).
+        self._send_fast()
         self._closed = True
         if self._ack_call is not None and self._ack_call.active():
             self._ack_call.cancel()

@@ -93,6 +93,18 @@ class IMessageStore(Interface):
             C{previous} is not stored.
         """
 
+    def receive_many(peer, previous, items):
+        """
+        C{receive} for each of C{items}, C{(seq, message, local)} in link
+        order (C{previous}: the highest sequence known received before the
+        first), in one call and one transaction: a link's whole batch.
+
+        @return: Deferred firing with the list of their outcomes, as
+            C{receive} gives them; failing with
+            L{meshroute.store.MissingTransfer} (nothing stored) when
+            C{previous} is not stored.
+        """
+
     def last_received(peer):
         """
         The last link sequence durably received from C{peer} (0 if none).
@@ -389,6 +401,11 @@ class ILinkChannel(Interface):
         A L{meshroute.wire.frames.Transfer} arrived.
         """
 
+    def transferred_batch(frame):
+        """
+        A L{meshroute.wire.frames.TransferBatch} arrived (version 4).
+        """
+
     def acknowledged(frame):
         """
         An L{meshroute.wire.frames.Ack} arrived.
@@ -397,6 +414,11 @@ class ILinkChannel(Interface):
     def fast_transferred(frame):
         """
         A L{meshroute.wire.frames.FastTransfer} arrived.
+        """
+
+    def fast_transferred_batch(frame):
+        """
+        A L{meshroute.wire.frames.FastTransferBatch} arrived (version 4).
         """
 
     def routes(frame):

@@ -10,7 +10,7 @@ so any router can recognise a duplicate.
 import itertools
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from meshroute.errors import MeshrouteError
 
@@ -67,12 +67,6 @@ class Message:
     hops: int = 0
     persistent: bool = True
     accepted_at: float = 0.0
-
-    def forwarded(self) -> "Message":
-        """
-        This message as the next hop receives it.
-        """
-        return replace(self, hops=self.hops + 1)
 
 
 class MessageIds:

@@ -29,6 +29,7 @@ class RecordingChannel:
         self.frames.append(frame)
 
     acknowledged = fast_transferred = routes = transferred
+    transferred_batch = fast_transferred_batch = transferred
 
     def pause(self) -> None:
         self.paused = True

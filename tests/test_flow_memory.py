@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 
 from meshroute.engine import BacklogFull, UnknownRouter
+from meshroute.wire.frames import BATCH_MAX_BYTES
 from memory_mesh import BUFFER_SIZE, MemoryMesh
 from test_messaging_memory import Consumer, assert_confirmed, events_of, send
 
@@ -141,12 +142,13 @@ def test_non_persistent_to_a_frozen_next_hop_is_bounded(mesh):
     failures = refused(sent)
     assert failures and all(f.check(BacklogFull) for f in failures)
     accepted = 20_000 - len(failures)
-    assert accepted <= 10 + BUFFER_SIZE // 1024 + 1
-    assert unsent(mesh, "router-a") <= BUFFER_SIZE + 2048
+    # What fills the transport, one batch frame, and max-transient-backlog.
+    assert accepted <= 10 + BUFFER_SIZE // 1024 + 1 + BATCH_MAX_BYTES // 1024
+    assert unsent(mesh, "router-a") <= BUFFER_SIZE + BATCH_MAX_BYTES + 2048
     # Persistent transfers stop at the full transport too.
     persistent = send(mesh, "router-a", "q@router-b", 100)
     assert_confirmed(persistent)
-    assert unsent(mesh, "router-a") <= BUFFER_SIZE + 2048
+    assert unsent(mesh, "router-a") <= BUFFER_SIZE + BATCH_MAX_BYTES + 2048
     mesh.heal("router-b")
     consumer = Consumer(mesh.routers["router-b"], "q", credit=1000)
     mesh.run(1)
@@ -175,9 +177,9 @@ def test_non_persistent_arriving_for_a_frozen_next_hop_drops_the_oldest(mesh):
     assert refused(sent) == []
     router_b = mesh.routers["router-b"]
     assert len(router_b.engine._transient["router-c"]) == 10
-    assert unsent(mesh, "router-b") <= BUFFER_SIZE + 2048
+    assert unsent(mesh, "router-b") <= BUFFER_SIZE + BATCH_MAX_BYTES + 2048
     dropped = events_of(router_b, "message.dropped")
-    assert len(dropped) >= 2000 - 10 - BUFFER_SIZE // 1024 - 1
+    assert len(dropped) >= 2000 - 10 - BUFFER_SIZE // 1024 - 1 - BATCH_MAX_BYTES // 1024
     assert {e["reason"] for e in dropped} == {"max-backlog"}
 
 

@@ -116,6 +116,14 @@ class Primary:
             seq = last if again and last else last + 1
             d = store.receive(peer, seq, message(n, local, origin=peer), local,
                               seq - 1 if seq > last else last)
+        elif kind == "receive_many":
+            _, peer, items, again = op
+            last = store.last_received(peer)
+            first = last if again and last else last + 1
+            d = store.receive_many(
+                peer, first - 1 if first > last else last,
+                [(first + i, message(n, local, origin=peer), local)
+                 for i, (n, local) in enumerate(items)])
         elif kind == "assign":
             d = store.assign(op[1], ["router-d"], op[2], op[3])
         elif kind == "acknowledge":
@@ -159,6 +167,8 @@ operations = st.one_of(
     st.tuples(st.just("accept_once"), n, st.booleans(), st.integers(0, 3)),
     st.tuples(st.just("commit"), st.lists(n, max_size=3, unique=True), st.integers(0, 3)),
     st.tuples(st.just("receive"), peer, n, st.booleans(), st.booleans()),
+    st.tuples(st.just("receive_many"), peer,
+              st.lists(st.tuples(n, st.booleans()), min_size=1, max_size=4), st.booleans()),
     st.tuples(st.just("assign"), peer, st.integers(0, 4), st.sampled_from([None, 10])),
     st.tuples(st.just("acknowledge"), peer, st.integers(0, 6)),
     st.tuples(st.just("return_outbox"), peer),

@@ -39,12 +39,17 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
+    Ack,
     Authenticate,
     Authenticated,
+    FastTransfer,
+    FastTransferBatch,
     Hello,
     Keepalive,
     Recovery,
     Reject,
+    Transfer,
+    TransferBatch,
     Welcome,
 )
 
@@ -469,7 +474,7 @@ def test_listener_welcomes_with_newest_common_version(router, monkeypatch, ours,
 def test_connector_happy_path(router):
     peer = router.connector()
     (hello,) = peer.expect(Hello)
-    assert hello == Hello([2, 3], LOCAL)
+    assert hello == Hello([2, 3, 4], LOCAL)
     assert peer.stages() == ["connect"]
 
     authenticate = peer.welcome_answered(keepalive_ms=200)
@@ -967,6 +972,9 @@ def _drive_in(peer: PeerSide, stage: str) -> None:
         _drive(peer, stage)
 
 
+#: A message as transfer frames carry it.
+ITEM = ["router-b:ab:1", REMOTE, LOCAL, "q", 1, 2.5, {}, b"body"]
+
 OUT_OF_STAGE = [
     # (direction, stage, frame)
     ("listener", "connect", Keepalive()),
@@ -989,6 +997,10 @@ OUT_OF_STAGE = [
     ("connector", "recovery", Authenticated(b"p" * 32)),
     ("connector", "delivery", Welcome(2, REMOTE, 1000, b"c" * 32)),
     ("connector", "delivery", Recovery(0)),
+    ("listener", "recovery", TransferBatch(1, [ITEM, ITEM])),
+    ("listener", "authentication", Transfer(1, *ITEM)),
+    ("connector", "recovery", FastTransferBatch([ITEM, ITEM])),
+    ("connector", "recovery", Ack(1)),
 ]
 
 
@@ -1210,3 +1222,75 @@ def test_connector_releases_name_on_close(router):
     second = router.connector()
     second.to_delivery()
     assert second.deliveries == [1]
+
+
+# -- delivery's data frames ---------------------------------------------------------
+
+
+class _InputsSeen:
+    """
+    Stands in front of a link's machine and records the inputs it is fed.
+    """
+
+    def __init__(self, machine) -> None:
+        self._machine = machine
+        self.inputs: list[str] = []
+
+    def __getattr__(self, name: str):
+        self.inputs.append(name)
+        return getattr(self._machine, name)
+
+
+def _to_delivery_at(peer: ConnectorPeer, versions) -> None:
+    peer.hello(versions=versions)
+    (peer.welcome,) = peer.expect(Welcome)
+    peer.authenticate()
+    peer.expect(Authenticated, Recovery)
+    peer.send(Recovery(0))
+    assert peer.core.stage == handshake.DELIVERY
+
+
+DATA_FRAMES = [Transfer(1, *ITEM), TransferBatch(2, [ITEM, ITEM]), Ack(0),
+               FastTransfer(*ITEM), FastTransferBatch([ITEM, ITEM])]
+
+
+def test_delivery_data_frames_go_to_the_channel_without_the_machine(router):
+    """
+    In delivery (version 4) every data frame reaches the channel, and
+    counts as hearing the peer, without a machine input; the machine
+    still takes the others (a keepalive).
+    """
+    peer = router.listener()
+    _to_delivery_at(peer, (2, 3, 4))
+    assert peer.core.version == 4
+    seen = peer.link.machine = _InputsSeen(peer.link.machine)
+    peer.advance(0.5)
+    peer.send(*DATA_FRAMES)
+    assert router.engine.channels[REMOTE].frames == DATA_FRAMES
+    assert peer.core.last_heard == peer.clock.seconds()
+    assert seen.inputs == []
+    peer.send(Keepalive())
+    assert seen.inputs == ["got_keepalive"]
+
+
+def test_batch_frames_on_a_version_3_link_are_a_protocol_error(router):
+    peer = router.listener()
+    _to_delivery_at(peer, (2, 3))
+    assert peer.core.version == 3
+    peer.send(Transfer(1, *ITEM), TransferBatch(2, [ITEM, ITEM]), Ack(0))
+    assert router.engine.channels[REMOTE].frames == [Transfer(1, *ITEM)]
+    record = peer.assert_closed(reasons.PROTOCOL_ERROR, "abort")
+    assert "TransferBatch frame not expected at version 3" in record["detail"]
+
+
+def test_data_frames_after_the_link_left_delivery_are_moot(router):
+    """
+    Once the machine has left delivery (here: the store failed), data
+    frames no longer reach the channel.
+    """
+    peer = router.listener()
+    _to_delivery_at(peer, (2, 3, 4))
+    peer.link.machine.store_failed("disk full")
+    peer.send(*DATA_FRAMES)
+    assert router.engine.channels[REMOTE].frames == []
+    peer.assert_closed(reasons.STORE_FAILED, "abort")

@@ -1009,3 +1009,81 @@ async def test_with_sync_normal_nothing_changes_the_level(opener):
     await store.acknowledge("peer-b", 1)
     assert "COMMIT" in statements
     assert not [s for s in statements if s.startswith("PRAGMA synchronous")]
+
+
+# -- receive_many: a link's whole batch in one call ------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_many_stores_a_batch_in_one_transaction(store):
+    """
+    A clean batch (the common case): one commit, every message stored,
+    the last seq recorded, the counts kept.
+    """
+    before = store.executor.commits
+    items = [(n, msg(n), False) for n in range(1, 6)]
+    items += [(n, msg(n, dest_router=ROUTER), True) for n in range(6, 9)]
+    assert await store.receive_many("peer-b", 0, items) == ["stored"] * 8
+    assert store.executor.commits - before == 1
+    assert store.last_received("peer-b") == 8
+    assert store.backlog_depths() == {"router-c": 5}
+    assert store.queue_depths() == {"q": 3}
+    assert [m.msg_id for _, m, _ in await store.fetch("q", 0, 10)] == ["m6", "m7", "m8"]
+    assert [m.msg_id for _, m in await store.assign("peer-c", ["router-c"], 10)] == [
+        f"m{n}" for n in range(1, 6)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_many_gives_each_message_the_outcome_receive_gives_it(store):
+    """
+    A batch with what is unusual (a replayed seq, a held id, an enqueued
+    id, a copy waiting in an outbox, the same id twice) gets, per
+    message, what L{SQLiteStore.receive} answers one by one.
+    """
+    await store.accept(msg(3))
+    await store.accept(msg(4))
+    await store.assign("peer-c", ["router-c"], 1, None)  # m3 waits in peer-c's outbox
+    await store.receive("peer-b", 2, msg(100, dest_router=ROUTER), True)
+    items = [
+        (2, msg(1), False),  # seq already received
+        (3, msg(2), False),
+        (4, msg(4), False),  # held in the backlog
+        (5, msg(100, dest_router=ROUTER), True),  # enqueued here
+        (6, msg(3, hops=2), False),  # ours waits in an outbox: recalled
+        (7, msg(7, dest_router=ROUTER), True),
+        (8, msg(7, dest_router=ROUTER), True),  # twice in one batch
+    ]
+    assert await store.receive_many("peer-b", 1, items) == [
+        "duplicate-seq", "stored", "duplicate-id", "duplicate-id", "recalled", "stored",
+        "duplicate-id"]
+    assert store.last_received("peer-b") == 8
+    assert store.backlog_depths() == {"router-c": 3}
+    assert store.outbox_peers() == []
+    assert store.queue_depths() == {"q": 2}
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_many_refuses_a_batch_after_one_that_was_not_stored(store):
+    """
+    The batch before (up to seq 4) was not stored: this one, which
+    follows it, is refused whole, so no acknowledgement covers the gap.
+    """
+    assert await store.receive_many("peer-b", 0, [(1, msg(1), False)]) == ["stored"]
+    with pytest.raises(MissingTransfer):
+        await store.receive_many("peer-b", 4, [(5, msg(5), False), (6, msg(6), False)])
+    assert store.last_received("peer-b") == 1
+    assert store.backlog_depths() == {"router-c": 1}
+    assert await store.receive_many("peer-b", 1, [(2, msg(2), False), (3, msg(3), False)]) == [
+        "stored", "stored"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_receive_many_takes_a_gap_in_the_sequence(store):
+    """
+    A sender may skip sequence numbers (a message dead-lettered there):
+    the batch after the gap follows the last one received.
+    """
+    assert await store.receive_many("peer-b", 0, [(1, msg(1), False)]) == ["stored"]
+    assert await store.receive_many("peer-b", 1, [(3, msg(3), False), (4, msg(4), False)]) == [
+        "stored", "stored"]
+    assert store.last_received("peer-b") == 4

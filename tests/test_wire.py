@@ -18,6 +18,7 @@ from meshroute.errors import WireError
 from meshroute.ha.changes import ChangeBatch
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
+    BATCH_MAX_MESSAGES,
     CHALLENGE_SIZE,
     LINK_FRAMES,
     MAX_SNAPSHOT_CHUNK,
@@ -27,6 +28,7 @@ from meshroute.wire.frames import (
     Authenticated,
     Changes,
     FastTransfer,
+    FastTransferBatch,
     Follow,
     Heartbeat,
     HeartbeatAnswer,
@@ -42,6 +44,7 @@ from meshroute.wire.frames import (
     StartAnswer,
     StartQuery,
     Transfer,
+    TransferBatch,
     VoteAnswer,
     VoteHello,
     VoteRequest,
@@ -83,6 +86,11 @@ SAMPLES = [
                         ["DELETE FROM u WHERE k = ?1", [["a"], ["b"]], True]]]], 1214),
     Applied(1211),
     InSync(1214),
+    TransferBatch(4, [["router-a:ab:3", "router-a", "router-c", "orders", 1, 1795306854.5,
+                       {"k": "v"}, b"one"],
+                      ["router-a:ab:4", "router-a", "router-c", "orders", 2, 1795306855.0,
+                       {}, b""]]),
+    FastTransferBatch([["router-a:ab:5", "router-a", "router-c", "orders", 0, 0.0, {}, b"x"]]),
 ]
 
 
@@ -113,7 +121,7 @@ def feed_bytewise(decoder: FrameDecoder, data: bytes) -> list:
 
 def test_samples_cover_every_frame_type():
     assert {type(f) for f in SAMPLES} == set(FRAME_TYPES.values())
-    assert sorted(FRAME_TYPES) == list(range(1, 26))
+    assert sorted(FRAME_TYPES) == list(range(1, 28))
 
 
 @pytest.mark.parametrize("items, why", [
@@ -376,7 +384,7 @@ def test_wrong_field_counts(items):
         FrameDecoder().feed(raw(items))
 
 
-@pytest.mark.parametrize("code", [0, 26, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
+@pytest.mark.parametrize("code", [0, 28, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
                          ids=repr)
 def test_unknown_type_codes(code):
     with pytest.raises(WireError, match="unknown link frame type"):
@@ -436,6 +444,13 @@ def test_challenge_is_not_checked_by_the_codec():
 ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 positions = st.integers(min_value=0, max_value=2**63 - 1)
 
+batch_messages = st.lists(
+    st.tuples(st.text(max_size=30), st.text(max_size=20), st.text(max_size=20),
+              st.text(max_size=20), ints, st.floats(allow_nan=False),
+              st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+              st.binary(max_size=100)).map(list),
+    min_size=1, max_size=5)
+
 frames = st.one_of(
     st.builds(Hello, st.lists(ints, max_size=5), st.text(max_size=70)),
     st.builds(Welcome, ints, st.text(max_size=70), ints, st.binary(max_size=40)),
@@ -463,6 +478,8 @@ frames = st.one_of(
     st.builds(SnapshotEnd, positions, positions),
     st.builds(Applied, positions),
     st.builds(InSync, positions),
+    st.builds(TransferBatch, st.integers(min_value=1, max_value=2**62), batch_messages),
+    st.builds(FastTransferBatch, batch_messages),
 )
 
 sql_values = st.none() | ints.filter(lambda n: n < 2**63) | st.floats() | st.text(max_size=10) \
@@ -656,3 +673,69 @@ def test_epochs_are_checked_on_decode(items):
 def test_routes_items_may_carry_an_epoch():
     frame = Routes([["router-b", 5, ["router-a"], 2], ["router-c", 9, []]])
     assert FrameDecoder().feed(encode(frame)) == [frame]
+
+
+# -- version 4: batches ---------------------------------------------------------------
+
+GOOD_ITEM = ["router-a:ab:1", "router-a", "router-c", "q", 1, 2.5, {"k": "v"}, b"body"]
+
+
+@pytest.mark.parametrize("items, why", [
+    ([26, 1, []], "1 to"),  # an empty batch
+    ([27, []], "1 to"),
+    ([26, 1, [GOOD_ITEM] * (BATCH_MAX_MESSAGES + 1)], "1 to"),
+    ([27, [GOOD_ITEM] * (BATCH_MAX_MESSAGES + 1)], "1 to"),
+    ([26, 0, [GOOD_ITEM]], "sequence"),
+    ([26, -3, [GOOD_ITEM]], "sequence"),
+    ([26, 2**63 - 1, [GOOD_ITEM, GOOD_ITEM]], "sequence"),
+    ([26, 1, [GOOD_ITEM[:7]]], "items"),  # no body
+    ([26, 1, [GOOD_ITEM + [b""]]], "items"),
+    ([27, [GOOD_ITEM[:4] + [True] + GOOD_ITEM[5:]]], "items"),  # bool as hops
+    ([27, [GOOD_ITEM[:5] + [2] + GOOD_ITEM[6:]]], "items"),  # int as accepted_at
+    ([27, [GOOD_ITEM[:6] + [{"k": 1}] + GOOD_ITEM[7:]]], "items"),  # header value not str
+    ([27, [GOOD_ITEM[:7] + ["body"]]], "items"),  # str as body
+    ([27, [GOOD_ITEM, "not a message"]], "items"),
+    ([27, [{"msg_id": "m"}]], "items"),
+], ids=repr)
+def test_batch_frames_refuse_what_is_not_a_batch_of_messages(items, why):
+    with pytest.raises(WireError, match=why):
+        FrameDecoder().feed(raw(items))
+
+
+def test_a_batch_of_the_most_messages_decodes():
+    frame = TransferBatch(2**63 - BATCH_MAX_MESSAGES, [GOOD_ITEM] * BATCH_MAX_MESSAGES)
+    assert FrameDecoder().feed(encode(frame)) == [frame]
+    assert frame.last_seq == 2**63 - 1
+
+
+any_value = st.recursive(
+    st.none() | st.booleans() | st.floats() | ints | st.text(max_size=10)
+    | st.binary(max_size=10),
+    lambda inner: st.lists(inner, max_size=9)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=30,
+)
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(
+    st.lists(st.one_of(st.just(GOOD_ITEM), any_value,
+                       st.lists(any_value, min_size=8, max_size=8)), max_size=6),
+    st.sampled_from([26, 27]),
+    ints,
+)
+def test_arbitrary_batch_contents_give_a_batch_or_wire_error(messages, code, first_seq):
+    """
+    Whatever a peer puts in a batch's message list: a batch whose every
+    message has the fields a message needs, or WireError.
+    """
+    items = [code, first_seq, messages] if code == 26 else [code, messages]
+    try:
+        (frame,) = FrameDecoder().feed(raw(items))
+    except WireError:
+        return
+    assert 0 < len(frame.messages) <= BATCH_MAX_MESSAGES
+    for message in frame.messages:
+        assert [type(v) for v in message] == [str, str, str, str, int, float, dict, bytes]
+        assert all(type(k) is str and type(v) is str for k, v in message[6].items())

@@ -37,7 +37,13 @@ delivery frames go to the engine's.
 A frame the current state has no transition for raises C{NoTransition}
 before any behaviour runs; the protocol turns that into a
 C{protocol-error} close, so an out-of-stage frame cannot change state
-(a vote frame on a link, a link frame on a vote connection).
+(a vote frame on a link, a link frame on a vote connection).  Delivery's
+data frames (L{Transfer}, L{TransferBatch}, L{Ack}, L{FastTransfer},
+L{FastTransferBatch}) have no transition in delivery: entering delivery
+sets L{LinkCore.delivering}, leaving it clears it, and while it is set
+the link hands them to the channel itself, sparing the machine's
+dispatch on every message; in every other state they reach the machine
+as before.
 
 Where a frame must be checked before we know where to go (a Hello that may
 be refused, a proof that may be wrong), the machine moves to a C{vetting_*}
@@ -87,6 +93,7 @@ from meshroute.wire.frames import (
     Authenticated,
     Changes,
     FastTransfer,
+    FastTransferBatch,
     Follow,
     Heartbeat,
     HeartbeatAnswer,
@@ -102,6 +109,7 @@ from meshroute.wire.frames import (
     StartAnswer,
     StartQuery,
     Transfer,
+    TransferBatch,
     VoteAnswer,
     VoteHello,
     VoteRequest,
@@ -211,14 +219,25 @@ class LinkInputs(Protocol):
     def got_reject(self, frame: Reject) -> None:
         "The peer refused the handshake."
 
+    # The delivery stage's data frames: in delivery the link hands them
+    # to its channel directly (L{meshroute.link.protocol.Link.frame_received},
+    # while L{LinkCore.delivering}); the machine sees them only in the
+    # other stages, where they are out of stage or moot.
+
     def got_transfer(self, frame: Transfer) -> None:
         "A persistent message arrived."
+
+    def got_transfer_batch(self, frame: TransferBatch) -> None:
+        "Persistent messages arrived (version 4)."
 
     def got_ack(self, frame: Ack) -> None:
         "The peer durably holds our transfers up to a sequence."
 
     def got_fast_transfer(self, frame: FastTransfer) -> None:
         "A non-persistent message arrived."
+
+    def got_fast_transfer_batch(self, frame: FastTransferBatch) -> None:
+        "Non-persistent messages arrived (version 4)."
 
     def got_routes(self, frame: Routes) -> None:
         "Route advertisements arrived."
@@ -355,6 +374,8 @@ class LinkCore:
         through (one of the connector's list); None for a listener's link.
     @ivar held_frames: while a verdict on the peer's proof is being made
         (its epoch saved), the frames it sent since, in order; else None.
+    @ivar delivering: the machine is in delivery (set on entering it,
+        cleared on leaving it): the data frames go straight to the channel.
     """
 
     context: RouterContext
@@ -384,6 +405,7 @@ class LinkCore:
     replica_side: object = None
     unanswered: int = 0
     held_frames: list | None = None
+    delivering: bool = False
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
@@ -444,6 +466,7 @@ class LinkCore:
             self.peer, self.send, fail=inputs.store_failed, emit=self.emit,
             version=self.version)
         self.channel.recovered(frame)
+        self.delivering = True
         log.info(
             "link {link} to {peer} ({direction}{through}) in delivery, keepalive {interval} ms",
             link=self.link_id,
@@ -637,6 +660,7 @@ class LinkCore:
         our Reject); every other close is abortive, because the peer is
         silent, broken or hostile and its socket may never drain.
         """
+        self.delivering = False
         if self.close_reason is None:
             self.close_reason = reason
             self.close_detail = detail
@@ -653,6 +677,7 @@ class LinkCore:
         """
         The connection is gone: record why and release the peer's name.
         """
+        self.delivering = False
         self._stop_timers()
         if self.channel is not None:
             self.channel.closed()
@@ -938,8 +963,10 @@ _FRAME_INPUTS = (
     LinkInputs.got_keepalive,
     LinkInputs.got_reject,
     LinkInputs.got_transfer,
+    LinkInputs.got_transfer_batch,
     LinkInputs.got_ack,
     LinkInputs.got_fast_transfer,
+    LinkInputs.got_fast_transfer_batch,
     LinkInputs.got_routes,
     LinkInputs.got_vote_hello,
     LinkInputs.got_vote_request,
@@ -1004,22 +1031,8 @@ def _add_common_transitions(awaiting, vetting, delivering, closing, closed, fini
         core.heard()
         core.keepalive.received()
 
-    # The delivery stage's traffic belongs to the engine's channel.
-
-    @delivering.upon(LinkInputs.got_transfer).loop()
-    def transfer(inputs: LinkInputs, core: LinkCore, frame: Transfer) -> None:
-        core.heard()
-        core.channel.transferred(frame)
-
-    @delivering.upon(LinkInputs.got_ack).loop()
-    def ack(inputs: LinkInputs, core: LinkCore, frame: Ack) -> None:
-        core.heard()
-        core.channel.acknowledged(frame)
-
-    @delivering.upon(LinkInputs.got_fast_transfer).loop()
-    def fast_transfer(inputs: LinkInputs, core: LinkCore, frame: FastTransfer) -> None:
-        core.heard()
-        core.channel.fast_transferred(frame)
+    # The delivery stage's traffic belongs to the engine's channel; its
+    # data frames go there without the machine (LinkCore.delivering).
 
     @delivering.upon(LinkInputs.got_routes).loop()
     def routes(inputs: LinkInputs, core: LinkCore, frame: Routes) -> None:

@@ -2,9 +2,13 @@
 The thin protocol of a routing link: bytes in, frames out, machine inputs.
 
 L{LinkProtocol.dataReceived} feeds a L{FrameDecoder}; each decoded frame
-becomes one input of the link's machine.  A decode error or an
-out-of-stage frame becomes the C{protocol_error} input, which closes this
-one connection and nothing else.
+becomes one input of the link's machine, except delivery's data frames
+(transfers and acknowledgements, one or many messages each), which a link
+the machine has put in delivery hands its channel directly, as the
+machine's own transition would (L{Link.frame_received}): they are most of
+the traffic.  A decode error or an out-of-stage frame becomes the
+C{protocol_error} input, which closes this one connection and nothing
+else.
 
 Backpressure: the protocol is the streaming producer of its transport.
 When the transport's buffer fills (the peer reads slower than we write, or
@@ -43,12 +47,14 @@ from meshroute.wire.codec import (
 )
 from meshroute.wire.transport import send_immediately
 from meshroute.wire.frames import (
+    BATCH_VERSION,
     Ack,
     Applied,
     Authenticate,
     Authenticated,
     Changes,
     FastTransfer,
+    FastTransferBatch,
     Follow,
     Heartbeat,
     HeartbeatAnswer,
@@ -64,6 +70,7 @@ from meshroute.wire.frames import (
     StartAnswer,
     StartQuery,
     Transfer,
+    TransferBatch,
     VoteAnswer,
     VoteHello,
     VoteRequest,
@@ -83,8 +90,10 @@ _INPUT_FOR_FRAME = {
     Keepalive: "got_keepalive",
     Reject: "got_reject",
     Transfer: "got_transfer",
+    TransferBatch: "got_transfer_batch",
     Ack: "got_ack",
     FastTransfer: "got_fast_transfer",
+    FastTransferBatch: "got_fast_transfer_batch",
     Routes: "got_routes",
     VoteHello: "got_vote_hello",
     VoteRequest: "got_vote_request",
@@ -100,6 +109,17 @@ _INPUT_FOR_FRAME = {
     SnapshotChunk: "got_snapshot_chunk",
     SnapshotEnd: "got_snapshot_end",
     Changes: "got_changes",
+}
+
+#: The delivery stage's data frames, which a link in delivery hands its
+#: channel directly (sparing the machine's dispatch on every message):
+#: the channel's method for each, and the first version that carries it.
+_DATA_FRAMES = {
+    Transfer: ("transferred", 2),
+    TransferBatch: ("transferred_batch", BATCH_VERSION),
+    Ack: ("acknowledged", 2),
+    FastTransfer: ("fast_transferred", 2),
+    FastTransferBatch: ("fast_transferred_batch", BATCH_VERSION),
 }
 
 _link_numbers = itertools.count(1)
@@ -131,11 +151,26 @@ class Link:
 
     def frame_received(self, frame) -> bool:
         """
-        Feed one decoded frame to the machine.
+        Feed one decoded frame to the machine, or in delivery a data frame
+        to the channel, as the machine's delivery stage would: the machine
+        decides when the link is in delivery (C{core.delivering}), and
+        the channel what a frame does there.
 
         @return: False if the frame was out of stage (the link is closing).
         """
-        held = self.core.held_frames
+        core = self.core
+        if core.delivering:
+            data = _DATA_FRAMES.get(type(frame))
+            if data is not None:
+                method, version = data
+                if core.version < version:
+                    self.machine.protocol_error(
+                        f"{type(frame).__name__} frame not expected at version {core.version}")
+                    return False
+                core.heard()
+                getattr(core.channel, method)(frame)
+                return True
+        held = core.held_frames
         if held is not None:
             held.append(frame)
             return True
@@ -143,7 +178,7 @@ class Link:
             getattr(self.machine, _INPUT_FOR_FRAME[type(frame)])(frame)
         except NoTransition:
             self.machine.protocol_error(
-                f"{type(frame).__name__} frame not expected in {self.core.stage}"
+                f"{type(frame).__name__} frame not expected in {core.stage}"
             )
             return False
         return True

@@ -233,6 +233,7 @@ _INSERT_BACKLOG_ANY = (
 _ANY_ENQUEUED = (
     "SELECT 1 FROM enqueued_ids WHERE msg_id IN (SELECT value FROM json_each(?)) LIMIT 1"
 )
+_ANY_HELD = "SELECT 1 FROM messages WHERE msg_id IN (SELECT value FROM json_each(?)) LIMIT 1"
 _LAST_RECEIVED = "SELECT last_received FROM links WHERE peer = ?"
 _RECORD_ENQUEUED = "INSERT INTO enqueued_ids (msg_id, at) VALUES (?, ?)"
 _RECORD_ENQUEUED_NEW = "INSERT OR IGNORE INTO enqueued_ids (msg_id, at) VALUES (?, ?)"
@@ -606,6 +607,25 @@ class SQLiteStore:
                 else:
                     _count(None, self._backlog, message.dest_router, 1)
         return outcome
+
+    def receive_many(self, peer: str, previous: int, items):
+        """
+        L{receive} for each of C{items} (C{(seq, message, local)} in link
+        order, C{previous} the highest sequence known received before the
+        first) in one store call and one transaction.
+
+        @return: Deferred firing with the outcome of each, as L{receive}
+            gives it; failing (nothing stored) with L{MissingTransfer} when
+            C{previous} is not stored.
+        """
+        d = self._submit(_receive_many, peer, previous, items, self._now())
+        d.addCallback(self._received_many, peer, items)
+        return d
+
+    def _received_many(self, outcomes: list, peer: str, items) -> list:
+        received_one = self._received_one
+        return [received_one(outcome, peer, seq, message, local)
+                for outcome, (seq, message, local) in zip(outcomes, items)]
 
     def last_received(self, peer: str) -> int:
         return self._received.get(peer, 0)
@@ -1136,6 +1156,52 @@ def _receive_backlog_batch(connection, calls: list) -> list:
 
 
 _receive_backlog.batch = _receive_backlog_batch
+
+
+def _receive_many(connection, peer: str, previous: int, items: list, now: float) -> list:
+    """
+    See L{SQLiteStore.receive_many}: a clean batch (new sequences after
+    the last received, no id held or enqueued here, none twice) with one
+    statement per kind of write; anything else one by one, as
+    L{_receive_local} and L{_receive_backlog} decide for a single
+    transfer.  A transfer refused (L{MissingTransfer}) refuses the batch:
+    its changes are undone with the function's.
+    """
+    calls = []
+    for seq, message, local in items:
+        calls.append((peer, seq, previous, message, local))
+        previous = seq
+    try:
+        _check_new(connection, calls)
+    except _OneByOne:
+        return [_receive_local(connection, peer, seq, before, message, now) if local
+                else _receive_backlog(connection, peer, seq, before, message)
+                for peer, seq, before, message, local in calls]
+    connection.execute(_RECORD_RECEIVED, (peer, previous))
+    local = [call[3] for call in calls if call[4]]
+    if local:
+        connection.executemany(_RECORD_ENQUEUED, [(m.msg_id, now) for m in local])
+        connection.executemany(_INSERT_QUEUE, [_row(m) for m in local])
+    if len(local) < len(calls):
+        connection.executemany(_INSERT_BACKLOG_ANY,
+                               [_row(call[3]) for call in calls if not call[4]])
+    return ["stored"] * len(calls)
+
+
+def _check_new(connection, calls) -> None:
+    """
+    Raise L{_OneByOne} unless the receives C{calls} can be written
+    without a conflict: their sequences follow the last received, and
+    their ids are distinct and neither held nor enqueued here.
+    """
+    _check_seqs(connection, calls)
+    messages = [call[3] for call in calls]
+    ids = json.dumps([m.msg_id for m in messages])
+    if len(set(m.msg_id for m in messages)) < len(messages):
+        raise _OneByOne()
+    if connection.execute(_ANY_HELD, (ids,)).fetchone() is not None:
+        raise _OneByOne()
+    _none_enqueued(connection, messages)
 
 
 def _assign(connection, peer: str, dest_routers, limit: int, max_bytes: int | None) -> list:

@@ -1,5 +1,5 @@
 """
-The frames of the routing link, protocol version 3.
+The frames of the routing link, protocol version 4.
 
 Version 2 added the store ids to L{Recovery}; a version-1 router is
 refused (C{version}), see docs/protocol.md.  Version 3 added the vote
@@ -12,7 +12,10 @@ L{Hello}, L{Welcome} and each advertisement of L{Routes}, always
 optional on the wire and left off while 0 (a router without HA): such a
 router's routing links are exactly version 2's, byte for byte, so it
 links with a version-2 router at version 2.  Only an HA instance (epoch
-above 0) sends a L{Hello} a version-2 router cannot read.
+above 0) sends a L{Hello} a version-2 router cannot read.  Version 4
+added L{TransferBatch} and L{FastTransferBatch}: many messages in one
+frame; a link agreed at version 2 or 3 carries one message per frame as
+before.
 
 Each frame is a small frozen dataclass, gathered in L{LINK_FRAMES}; see
 L{meshroute.wire.frameset} for how frames become msgpack arrays and how
@@ -29,7 +32,24 @@ from meshroute.errors import WireError
 from meshroute.wire.frameset import FrameSet
 
 #: The link protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (2, 3)
+SUPPORTED_VERSIONS = (2, 3, 4)
+
+#: The first version whose links carry L{TransferBatch} and
+#: L{FastTransferBatch}.
+BATCH_VERSION = 4
+
+#: The most messages one L{TransferBatch} or L{FastTransferBatch} carries
+#: (a receiver refuses more); as many as one store call hands a link.
+BATCH_MAX_MESSAGES = 256
+
+#: The most bytes of messages a sender puts in one batch frame, counted
+#: as L{meshroute.wire.codec.size_bound} bounds each message's encoding:
+#: so a batch frame is always far within the link's frame limit, and a
+#: message larger than this travels in a frame of its own (a
+#: L{Transfer} or L{FastTransfer}).  About one socket buffer (Twisted's
+#: C{bufferSize}): a transport that pauses its producer holds at most one
+#: batch more than it would hold of single messages.
+BATCH_MAX_BYTES = 64 * 1024
 
 #: The versions in which a vote connection exists (L{VoteHello}).
 VOTE_VERSIONS = (3,)
@@ -256,6 +276,66 @@ class FastTransfer:
     accepted_at: float
     headers: dict
     body: bytes
+
+
+def _check_batch(frame, messages: list) -> None:
+    """
+    A batch holds 1 to L{BATCH_MAX_MESSAGES} messages, each C{[msg_id,
+    origin, dest_router, dest_queue, hops, accepted_at, headers, body]}
+    typed as L{Transfer}'s fields (a tuple is such a list not yet through
+    msgpack: a frame being sent).
+    """
+    kind = type(frame).__name__
+    if not 0 < len(messages) <= BATCH_MAX_MESSAGES:
+        raise WireError(f"{kind}.messages must hold 1 to {BATCH_MAX_MESSAGES} messages")
+    for item in messages:
+        if not (type(item) in (list, tuple) and len(item) == 8
+                and type(item[0]) is str and type(item[1]) is str
+                and type(item[2]) is str and type(item[3]) is str
+                and type(item[4]) is int and type(item[5]) is float
+                and type(item[6]) is dict and type(item[7]) is bytes
+                and all(type(k) is str and type(v) is str for k, v in item[6].items())):
+            raise WireError(
+                f"{kind}.messages must be [msg_id, origin, dest_router, dest_queue, hops, "
+                "accepted_at, {headers}, body] items")
+
+
+@dataclass(frozen=True)
+class TransferBatch:
+    """
+    Either direction, delivery stage of a version-4 link: persistent
+    messages, as L{Transfer}s with the consecutive sequence numbers
+    C{first_seq}, C{first_seq + 1}, ...  (a sender with a gap in its
+    sequence starts a new frame there).  Acknowledged by L{Ack} like
+    the transfers it stands for.
+    """
+
+    TYPE: ClassVar[int] = 26
+    first_seq: int
+    messages: list
+
+    def __post_init__(self) -> None:
+        _check_batch(self, self.messages)
+        if not 0 < self.first_seq <= MAX_VOTE_NUMBER - len(self.messages) + 1:
+            raise WireError("TransferBatch sequence numbers must be in 1..2**63-1")
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + len(self.messages) - 1
+
+
+@dataclass(frozen=True)
+class FastTransferBatch:
+    """
+    Either direction, delivery stage of a version-4 link: non-persistent
+    messages, as L{FastTransfer}s, in order.
+    """
+
+    TYPE: ClassVar[int] = 27
+    messages: list
+
+    def __post_init__(self) -> None:
+        _check_batch(self, self.messages)
 
 
 @dataclass(frozen=True)
@@ -597,5 +677,6 @@ LINK_FRAMES = FrameSet(
      Transfer, Ack, FastTransfer, Routes,
      VoteHello, VoteRequest, VoteAnswer, Heartbeat, HeartbeatAnswer,
      StartQuery, StartAnswer,
-     ReplicaHello, Follow, SnapshotChunk, SnapshotEnd, Changes, Applied, InSync),
+     ReplicaHello, Follow, SnapshotChunk, SnapshotEnd, Changes, Applied, InSync,
+     TransferBatch, FastTransferBatch),
 )
