@@ -155,6 +155,9 @@ class _Connection:
             alive.disconnecting = alive.disconnected = True
             alive.reportDisconnect()
 
+    def _sides(self):
+        return [(self.client_io, self.server_io), (self.server_io, self.client_io)]
+
     def pump(self, held: bool) -> bool:
         """
         Move what can move now.
@@ -162,14 +165,41 @@ class _Connection:
         @return: whether anything happened.
         """
         moved = False
-        sides = [(self.client_io, self.server_io), (self.server_io, self.client_io)]
         if not held:
-            for source, target in sides:
-                data = source.getOutBuffer()
-                if data and not target.disconnected:
-                    target.bufferReceived(data)
-                    moved = True
-        for source, target in sides:
+            for source, target in self._sides():
+                moved |= self._hand(target, source.getOutBuffer())
+        return self._close(held) or moved
+
+    def take(self, held: bool) -> list:
+        """
+        The bytes written on each side so far, on their way to the other
+        (none while C{held}): for L{deliver}.
+        """
+        if held:
+            return []
+        return [(target, source.getOutBuffer()) for source, target in self._sides()]
+
+    def deliver(self, taken: list, held: bool) -> bool:
+        """
+        Hand each side the bytes L{take} took for it, then the closes.
+
+        @return: whether anything happened.
+        """
+        moved = False
+        for target, data in taken:
+            moved |= self._hand(target, data)
+        return self._close(held) or moved
+
+    @staticmethod
+    def _hand(target, data: bytes) -> bool:
+        if data and not target.disconnected:
+            target.bufferReceived(data)
+            return True
+        return False
+
+    def _close(self, held: bool) -> bool:
+        moved = False
+        for source, target in self._sides():
             if source.disconnecting and not source.disconnected:
                 source.disconnected = True
                 source.reportDisconnect()
@@ -264,6 +294,28 @@ class MemoryNetwork:
                                  client_router, server_router)
         self._connections.append(connection)
         return succeed(client)
+
+    def step(self) -> bool:
+        """
+        Deliver, on every connection, what was written before this call
+        (and the closes that follow): one one-way delay of the network.
+        What the deliveries make routers write waits for the next step.
+        The scale benchmark steps a mesh this way to count the delays its
+        routes take to converge.
+
+        @return: whether anything moved.
+        """
+        taken = []
+        for connection in list(self._connections):
+            held = bool(connection.routers & self.partitioned)
+            taken.append((connection, held, connection.take(held)))
+        moved = False
+        for connection, held, data in taken:
+            if connection.deliver(data, held):
+                moved = True
+            if connection.finished:
+                self._connections.remove(connection)
+        return moved
 
     def flush(self) -> None:
         """
