@@ -536,9 +536,17 @@ class MessageEngine:
         self._routes_changed()
 
     def _routes_changed(self) -> None:
-        for router in list(self._transient):
+        """
+        Move what the new routes let move: the non-persistent messages
+        that wait, and the backlog.  With nothing waiting, routes are not
+        computed: the table computes them on the next question (a message
+        to forward), so a router that forwards nothing does no route
+        computation while the mesh changes.
+        """
+        for router in [router for router, waiting in self._transient.items() if waiting]:
             self._release_transient(router)
-        self._pump_all()
+        if any(self._store.backlog_depths().values()):
+            self._pump_all()
 
     def serving(self, peer: str) -> frozenset:
         """
