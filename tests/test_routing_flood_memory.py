@@ -81,6 +81,23 @@ def wait_for_a_router_that_is_down(mesh: MemoryMesh) -> None:
         assert accepted.called and not isinstance(accepted.result, Exception)
 
 
+def converge_then_close_a_link(mesh: MemoryMesh, meter: RoutingMeter) -> tuple[str, str]:
+    """
+    Start the mesh, let it converge, then close one link (its connector
+    stopped) and let the mesh take the change in: what the meter counts
+    is the change's.
+
+    @return: the link's two ends.
+    """
+    start_together(mesh)
+    mesh.run(0.1)
+    meter.reset()
+    a, b = LINKS[0]
+    mesh.routers[a].getServiceNamed(f"connector:{b}").stopService()
+    mesh.run(0)
+    return a, b
+
+
 def assert_every_route_known(mesh: MemoryMesh) -> None:
     for name in NAMES:
         assert set(mesh.routers[name].engine.routes.routes()) == set(NAMES) - {name}
@@ -137,12 +154,7 @@ def test_a_router_failure_is_computed_once_per_turn_not_per_advertisement(
 def test_an_advertisement_is_not_sent_back_to_the_neighbours_it_came_from(
         mesh, monkeypatch):
     meter = RoutingMeter(monkeypatch)
-    start_together(mesh)
-    mesh.run(0.1)
-    meter.reset()
-    a, b = LINKS[0]
-    mesh.routers[a].getServiceNamed(f"connector:{b}").stopService()
-    mesh.run(0)
+    a, b = converge_then_close_a_link(mesh, meter)
     # Two new advertisements (a's and b's) crossing 12 routers: at least
     # 22 must arrive.  Each router passes each on only to the neighbours
     # it did not get it from in this turn (34 here); passing it on to all
@@ -154,12 +166,7 @@ def test_an_advertisement_is_not_sent_back_to_the_neighbours_it_came_from(
 def test_a_router_with_nothing_to_forward_computes_no_routes_until_asked(
         mesh, monkeypatch):
     meter = RoutingMeter(monkeypatch)
-    start_together(mesh)
-    mesh.run(0.1)
-    meter.reset()
-    a, b = LINKS[0]
-    mesh.routers[a].getServiceNamed(f"connector:{b}").stopService()
-    mesh.run(0)
+    a, b = converge_then_close_a_link(mesh, meter)
     assert sum(meter.computations.values()) == 0, meter.computations
     # The first question computes them, over what the mesh holds now.
     assert mesh.routers[a].engine.routes.next_hop(b) != b
