@@ -64,6 +64,7 @@ from meshroute.messages import (
     parse_address,
 )
 from meshroute.queues import QueueManager
+from meshroute.routing.flood import TurnFlood
 from meshroute.routing.table import Advertisement
 from meshroute.wire.codec import (
     MAX_CLIENT_FRAME_SIZE,
@@ -229,7 +230,8 @@ class MessageEngine:
         self._routers_heard = routers_heard
         self._ids = MessageIds(name)
         self._channels: dict[str, PeerChannel] = {}
-        self._serving: dict[str, frozenset] = {}
+        self._serving: dict[str, frozenset] | None = {}
+        self._flood = TurnFlood(clock, self._turn_ended)
         self._reroutes: dict[str, IDelayedCall] = {}
         self._accepting: dict[str, int] = defaultdict(int)
         self._transient: dict[str, deque] = defaultdict(deque)
@@ -464,11 +466,11 @@ class MessageEngine:
             pending.cancel()
         channel = PeerChannel(self, peer, send, fail, emit, version)
         self._channels[peer] = channel
-        news = self.routes.link_up(peer)
-        self._hand_over_routers_heard()
+        for advertisement in self.routes.link_up(peer):
+            self._flood.news(advertisement)
         channel.send(_routes_frame(self.routes.advertisements(), version))
-        self._flood(news, exclude=peer)
-        self._routes_changed()
+        self._flood.sent_everything(peer)
+        self._serving = None
         return channel
 
     def link_down(self, peer: str, channel: "PeerChannel") -> None:
@@ -478,8 +480,9 @@ class MessageEngine:
         if self._channels.get(peer) is not channel:
             return
         del self._channels[peer]
-        self._flood(self.routes.link_down(peer))
-        self._routes_changed()
+        for advertisement in self.routes.link_down(peer):
+            self._flood.news(advertisement)
+        self._serving = None
         self._reroutes[peer] = self._clock.callLater(self._reroute_delay, self._reroute, peer)
 
     def reroute_orphans(self) -> None:
@@ -501,6 +504,7 @@ class MessageEngine:
             if call.active():
                 call.cancel()
         self._reroutes.clear()
+        self._flood.stop()
 
     def _reroute(self, peer: str) -> None:
         del self._reroutes[peer]
@@ -518,48 +522,66 @@ class MessageEngine:
         d.addErrback(lambda f: log.failure("returning the outbox of {peer}", f, peer=peer))
 
     def routes_received(self, peer: str, frame: Routes) -> None:
-        news = []
+        """
+        Advertisements arrived from C{peer}: what is news is taken now
+        (every question about routes sees it) and flooded, and the routes
+        acted on, once at the end of the turn (L{TurnFlood}).
+        """
         for origin, seq, neighbors, *epoch in frame.advertisements:
-            news.extend(self.routes.received(
-                Advertisement(origin, seq, tuple(sorted(neighbors)), *epoch)))
-        for advertisement in news:
-            if advertisement.epoch and advertisement.origin != self.name:
-                self._epoch_heard(advertisement.origin, advertisement.epoch)
-        if news:
-            self._hand_over_routers_heard()
-            self._flood(news, exclude=peer)
-            self._routes_changed()
+            advertisement = Advertisement(origin, seq, tuple(neighbors), *epoch)
+            news = self.routes.received(advertisement)
+            if not news:
+                self._flood.heard_again(advertisement, peer)
+                continue
+            if advertisement.epoch and origin != self.name:
+                self._epoch_heard(origin, advertisement.epoch)
+            for fresh in news:
+                # Our own fresh one (above a stale one about us) goes to
+                # the sender too: it holds the stale one.
+                self._flood.news(fresh, peer if fresh is advertisement else None)
+            self._serving = None
 
     def _hand_over_routers_heard(self) -> None:
         heard = self.routes.newly_heard()
         if heard:
             self._routers_heard(heard)
 
-    def _flood(self, advertisements, exclude: str | None = None) -> None:
-        if not advertisements:
-            return
-        frames = {}
-        for peer, channel in self._channels.items():
-            if peer != exclude:
-                frame = frames.get(channel.version)
-                if frame is None:
-                    frame = frames[channel.version] = _routes_frame(advertisements,
-                                                                    channel.version)
-                channel.send(frame)
+    def _turn_ended(self, pending: dict) -> None:
+        """
+        The end of a turn in which routes changed: flood its news, one
+        frame per neighbour with what it does not hold, save the names
+        first heard, then move what the new routes let move.
+        """
+        for peer, channel in list(self._channels.items()):
+            news = [advertisement for advertisement, holders in pending.values()
+                    if peer not in holders]
+            if news:
+                channel.send(_routes_frame(news, channel.version))
+        self._hand_over_routers_heard()
+        self._routes_changed()
 
     def _routes_changed(self) -> None:
-        serving = defaultdict(set)
-        for router, (next_hop, _hops) in self.routes.routes().items():
-            serving[next_hop].add(router)
-        self._serving = {peer: frozenset(routers) for peer, routers in serving.items()}
-        for router in list(self._transient):
+        """
+        Move what the new routes let move: the non-persistent messages
+        that wait, and the backlog.  With nothing waiting, routes are not
+        computed: the table computes them on the next question (a message
+        to forward), so a router that forwards nothing does no route
+        computation while the mesh changes.
+        """
+        for router in [router for router, waiting in self._transient.items() if waiting]:
             self._release_transient(router)
-        self._pump_all()
+        if any(self._store.backlog_depths().values()):
+            self._pump_all()
 
     def serving(self, peer: str) -> frozenset:
         """
         The destination routers whose next hop is C{peer}.
         """
+        if self._serving is None:
+            serving = defaultdict(set)
+            for router, (next_hop, _hops) in self.routes.routes().items():
+                serving[next_hop].add(router)
+            self._serving = {peer: frozenset(routers) for peer, routers in serving.items()}
         return self._serving.get(peer, frozenset())
 
     def assignable(self, peer: str) -> frozenset:

@@ -1,0 +1,500 @@
+"""
+An in-memory mesh: real L{RouterService}s wired together by iosim
+transports and driven by one shared L{Clock}.
+
+Routers are built exactly as twistd builds them, except that endpoint
+strings resolve to an in-memory network instead of sockets: a listener
+endpoint string is an address, and a connector endpoint string names the
+address it connects to.  Time only moves when the test says so, and
+L{MemoryMesh.run} jumps from one scheduled call to the next, flushing
+every connection in between, so a minute of mesh time costs milliseconds
+and every timer fires at its exact instant.
+
+Faults: L{MemoryMesh.partition} holds all traffic to and from a router
+(its connections stay open but nothing arrives, like a frozen process or
+a cut cable) and L{MemoryMesh.heal} releases it; L{MemoryMesh.stop} stops
+a router as SIGTERM would.
+
+Backpressure is a socket's: a side whose unsent bytes pass
+L{BUFFER_SIZE} pauses its streaming producer, and resumes it once they
+are sent (iosim alone never pauses one).
+
+It is in the package, not under C{tests/}, because the scale benchmark
+(C{benchmarks/mesh_scale.py}) runs its meshes on it too; tests import it
+through C{tests/memory_mesh.py}.
+"""
+
+import sqlite3
+
+from twisted.internet.defer import fail, succeed
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.task import Clock
+from twisted.test import iosim
+
+from meshroute.config import (
+    ConnectorConfig,
+    ListenerConfig,
+    RouterConfig,
+    RoutingConfig,
+    StoreConfig,
+)
+from meshroute.node import RouterService
+from meshroute.store.executor import InlineExecutor
+
+__all__ = ["BUFFER_SIZE", "SECRET", "FaultyExecutor", "InjectedStoreError", "MemoryMesh",
+           "MemoryNetwork"]
+
+SECRET = b"in-memory mesh secret"
+
+#: Unsent bytes past which a transport pauses its streaming producer, as
+#: Twisted's C{FileDescriptor.bufferSize}.
+BUFFER_SIZE = 2**16
+
+
+class _Transport(iosim.FakeTransport):
+    """
+    An iosim transport that pauses its streaming producer while more than
+    C{buffer_size} bytes wait to be sent, as a TCP transport does.
+    """
+
+    buffer_size = BUFFER_SIZE
+    unsent = 0
+    producer_paused = False
+
+    def write(self, data) -> None:
+        if self.disconnecting:
+            return
+        super().write(data)
+        self.unsent += len(data)
+        if (self.unsent > self.buffer_size and self.streamingProducer
+                and self.producer is not None and not self.producer_paused):
+            self.producer_paused = True
+            self.producer.pauseProducing()
+
+    def getOutBuffer(self):
+        data = super().getOutBuffer()
+        self.unsent = 0
+        if self.producer_paused and self.producer is not None:
+            self.producer_paused = False
+            self.producer.resumeProducing()
+        return data
+
+
+class InjectedStoreError(sqlite3.OperationalError):
+    """
+    A store call a test made fail, as a disk I/O error would.
+    """
+
+
+class FaultyExecutor(InlineExecutor):
+    """
+    An L{InlineExecutor} whose next calls of a named store function can be
+    made to fail, as a disk I/O error would: the call is not run, so
+    nothing of it is written.
+
+    @ivar failed: the names of the calls failed so far.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._faults: dict[str, int] = {}
+        self.failed: list[str] = []
+
+    def fail_next(self, function: str, times: int = 1) -> None:
+        """
+        Fail the next C{times} calls of the store function named
+        C{function} (e.g. C{"_receive_local"}).
+        """
+        self._faults[function] = self._faults.get(function, 0) + times
+
+    def submit(self, fn, *args):
+        name = getattr(fn, "__name__", "")
+        if self._faults.get(name):
+            self._faults[name] -= 1
+            self.failed.append(name)
+            return fail(InjectedStoreError(f"disk I/O error (injected into {name})"))
+        return super().submit(fn, *args)
+
+
+class _Connection:
+    """
+    Two iosim transports and the rules that move bytes and closes between
+    them.
+
+    A side that closes (C{loseConnection} or C{abortConnection}) sees its
+    own C{connectionLost} at once, as a socket does; the other side learns
+    of it only when the connection is not held, after the bytes written
+    before the close have arrived.
+    """
+
+    def __init__(self, server, client, client_router: str, server_router: str) -> None:
+        self.server_io = _Transport(server, isServer=True)
+        self.client_io = _Transport(client, isServer=False)
+        self.server_router = server_router
+        self.routers = {client_router, server_router}
+        server.makeConnection(self.server_io)
+        client.makeConnection(self.client_io)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.server_io.disconnected and self.client_io.disconnected)
+
+    def unsent_from(self, router: str) -> int:
+        """
+        The bytes C{router} wrote on this connection that have not left it.
+        """
+        return (self.server_io if self.server_router == router else self.client_io).unsent
+
+    def reset_from(self, router: str) -> None:
+        """
+        C{router} died: the other side sees its connection reset at once,
+        and nothing the dead side does afterwards reaches it.
+        """
+        alive = self.client_io if self.server_router == router else self.server_io
+        if not alive.disconnected:
+            alive.disconnecting = alive.disconnected = True
+            alive.reportDisconnect()
+
+    def _sides(self):
+        return [(self.client_io, self.server_io), (self.server_io, self.client_io)]
+
+    def pump(self, held: bool) -> bool:
+        """
+        Move what can move now.
+
+        @return: whether anything happened.
+        """
+        moved = False
+        if not held:
+            for source, target in self._sides():
+                moved |= self._hand(target, source.getOutBuffer())
+        return self._close(held) or moved
+
+    def take(self, held: bool) -> list:
+        """
+        The bytes written on each side so far, on their way to the other
+        (none while C{held}): for L{deliver}.
+        """
+        if held:
+            return []
+        return [(target, source.getOutBuffer()) for source, target in self._sides()]
+
+    def deliver(self, taken: list, held: bool) -> bool:
+        """
+        Hand each side the bytes L{take} took for it, then the closes.
+
+        @return: whether anything happened.
+        """
+        moved = False
+        for target, data in taken:
+            moved |= self._hand(target, data)
+        return self._close(held) or moved
+
+    @staticmethod
+    def _hand(target, data: bytes) -> bool:
+        if data and not target.disconnected:
+            target.bufferReceived(data)
+            return True
+        return False
+
+    def _close(self, held: bool) -> bool:
+        moved = False
+        for source, target in self._sides():
+            if source.disconnecting and not source.disconnected:
+                source.disconnected = True
+                source.reportDisconnect()
+                moved = True
+            if source.disconnected and not target.disconnected and not held:
+                target.disconnecting = target.disconnected = True
+                target.reportDisconnect()
+                moved = True
+        return moved
+
+
+class _ListeningPort:
+    def __init__(self, network: "MemoryNetwork", address: str) -> None:
+        self._network = network
+        self._address = address
+
+    def stopListening(self):
+        self._network._listening.pop(self._address, None)
+        return succeed(None)
+
+
+class _ServerEndpoint:
+    def __init__(self, network: "MemoryNetwork", router: str, address: str) -> None:
+        self._network = network
+        self._router = router
+        self._address = address
+
+    def listen(self, factory):
+        self._network._listening[self._address] = (self._router, factory)
+        return succeed(_ListeningPort(self._network, self._address))
+
+
+class _ClientEndpoint:
+    def __init__(self, network: "MemoryNetwork", router: str, address: str) -> None:
+        self._network = network
+        self._router = router
+        self._address = address
+
+    def connect(self, factory):
+        return self._network._connect(self._router, self._address, factory)
+
+
+class _RouterEndpoints:
+    """
+    The C{endpoints} argument of L{RouterService}, for one router.
+    """
+
+    def __init__(self, network: "MemoryNetwork", router: str) -> None:
+        self._network = network
+        self._router = router
+
+    def server(self, address: str) -> _ServerEndpoint:
+        return _ServerEndpoint(self._network, self._router, address)
+
+    def client(self, address: str) -> _ClientEndpoint:
+        return _ClientEndpoint(self._network, self._router, address)
+
+
+class MemoryNetwork:
+    """
+    Addresses, connections and the clock they share.
+    """
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self._listening: dict[str, tuple[str, object]] = {}
+        self._connections: list[_Connection] = []
+        self.partitioned: set[str] = set()
+
+    def connections_of(self, router: str) -> list[_Connection]:
+        return [c for c in self._connections if router in c.routers]
+
+    def forget(self, router: str) -> None:
+        """
+        Drop every connection and listening address of C{router}.
+        """
+        self._connections = [c for c in self._connections if router not in c.routers]
+        self._listening = {a: (r, f) for a, (r, f) in self._listening.items() if r != router}
+
+    def endpoints(self, router: str) -> _RouterEndpoints:
+        return _RouterEndpoints(self, router)
+
+    def _connect(self, client_router: str, address: str, factory):
+        listening = self._listening.get(address)
+        if listening is None:
+            return fail(ConnectionRefusedError(address))
+        server_router, server_factory = listening
+        if {client_router, server_router} & self.partitioned:
+            return fail(ConnectionRefusedError(f"{address} is unreachable"))
+        client = factory.buildProtocol(None)
+        connection = _Connection(server_factory.buildProtocol(None), client,
+                                 client_router, server_router)
+        self._connections.append(connection)
+        return succeed(client)
+
+    def step(self) -> bool:
+        """
+        Deliver, on every connection, what was written before this call
+        (and the closes that follow): one one-way delay of the network.
+        What the deliveries make routers write waits for the next step.
+        The scale benchmark steps a mesh this way to count the delays its
+        routes take to converge.
+
+        @return: whether anything moved.
+        """
+        taken = []
+        for connection in list(self._connections):
+            held = bool(connection.routers & self.partitioned)
+            taken.append((connection, held, connection.take(held)))
+        moved = False
+        for connection, held, data in taken:
+            if connection.deliver(data, held):
+                moved = True
+            if connection.finished:
+                self._connections.remove(connection)
+        return moved
+
+    def flush(self) -> None:
+        """
+        Deliver everything deliverable, until nothing moves.
+        """
+        moved = True
+        while moved:
+            moved = False
+            for connection in list(self._connections):
+                if connection.pump(held=bool(connection.routers & self.partitioned)):
+                    moved = True
+                if connection.finished:
+                    self._connections.remove(connection)
+
+    def run(self, seconds: float) -> None:
+        """
+        Let C{seconds} of mesh time pass, firing every timer at its instant
+        and delivering traffic after each.
+        """
+        end = self.clock.seconds() + seconds
+        self.flush()
+        while True:
+            due = min((call.getTime() for call in self.clock.getDelayedCalls()), default=None)
+            if due is None or due > end:
+                break
+            self.clock.advance(max(0.0, due - self.clock.seconds()))
+            self.flush()
+        self.clock.advance(end - self.clock.seconds())
+        self.flush()
+
+
+class MemoryMesh:
+    """
+    Routers on a L{MemoryNetwork}, built from short test intervals.
+
+    @param data_root: a directory for the routers' data-dirs.
+    """
+
+    def __init__(self, data_root, keepalive_interval_ms: int = 200,
+                 stage_valid_timeout_ms: int = 1000, reject_disconnect_delay_ms: int = 1000,
+                 retry_interval_ms: int = 200) -> None:
+        self.network = MemoryNetwork()
+        self.clock = self.network.clock
+        self.routers: dict[str, RouterService] = {}
+        self._data_root = data_root
+        self._defaults = dict(
+            keepalive_interval_ms=keepalive_interval_ms,
+            stage_valid_timeout_ms=stage_valid_timeout_ms,
+            reject_disconnect_delay_ms=reject_disconnect_delay_ms,
+            retry_interval_ms=retry_interval_ms,
+        )
+
+    def config(self, name: str, connect_to=(), listen: bool = True, secret: bytes = SECRET,
+               allowed_routers=None, max_hops: int = 16, max_backlog: int = 100_000,
+               max_transient_backlog: int = 10_000, **overrides) -> RouterConfig:
+        """
+        A router's configuration: listening at address C{name}, with a
+        connector to each router named in C{connect_to}.  Its store syncs
+        "normal": these tests are about exactly-once logic, not power loss,
+        and a full fsync per inline commit would make them crawl.
+        """
+        settings = {**self._defaults, **overrides}
+        listener = None
+        if listen:
+            listener = ListenerConfig(
+                endpoint=name,
+                password_file="(memory)",
+                secret=secret,
+                keepalive_interval_ms=settings["keepalive_interval_ms"],
+                stage_valid_timeout_ms=settings["stage_valid_timeout_ms"],
+                reject_disconnect_delay_ms=settings["reject_disconnect_delay_ms"],
+                allowed_routers=allowed_routers,
+            )
+        connectors = tuple(
+            ConnectorConfig(
+                router=peer,
+                endpoint=(peer,),
+                password_file="(memory)",
+                secret=secret,
+                retry_interval_ms=settings["retry_interval_ms"],
+                max_retry_interval_ms=settings["retry_interval_ms"],
+                stage_valid_timeout_ms=settings["stage_valid_timeout_ms"],
+            )
+            for peer in connect_to
+        )
+        return RouterConfig(
+            path=f"(memory)/{name}.toml",
+            name=name,
+            data_dir=str(self._data_root / name),
+            listener=listener,
+            connectors=connectors,
+            admin=None,
+            routing=RoutingConfig(max_hops=max_hops, max_backlog=max_backlog,
+                                  max_transient_backlog=max_transient_backlog),
+            store=StoreConfig(sync="normal"),
+        )
+
+    def start(self, config: RouterConfig, key: str | None = None, epoch: int = 0
+              ) -> RouterService:
+        """
+        Build and start a router from C{config}, known in C{routers} and
+        to the network (L{partition}, L{crash}) as C{key} (default: its
+        name; two routers may claim one name, as the two instances of an
+        HA pair do), serving in C{epoch} (0: without HA).
+        """
+        key = key or config.name
+        router = RouterService(config, self.router_clock(config.name),
+                               self.network.endpoints(key),
+                               executor=self.executor(config.name), epoch=epoch)
+        self.routers[key] = router
+        router.startService()
+        self.network.flush()
+        return router
+
+    def router_clock(self, name: str):
+        """
+        The clock router C{name} is given (at each start): the mesh's.
+        Subclasses may hand out a view of it.
+        """
+        return self.clock
+
+    def executor(self, name: str) -> "FaultyExecutor":
+        """
+        The store executor of router C{name} (at each start): inline, so
+        every store call commits at once, and told which calls to fail
+        (L{FaultyExecutor.fail_next}).
+        """
+        return FaultyExecutor()
+
+    def add(self, name: str, connect_to=(), **options) -> RouterService:
+        return self.start(self.config(name, connect_to, **options))
+
+    def stop(self, name: str) -> None:
+        """
+        Stop a router as SIGTERM would, and let its goodbyes arrive.
+        """
+        router = self.routers.pop(name)
+        done = router.stopService()
+        self.network.flush()
+        assert done.called, f"{name} did not finish stopping"
+
+    def crash(self, name: str) -> None:
+        """
+        Kill a router abruptly: its peers see their connections reset, it
+        says no goodbye, and what it had committed stays in its data-dir
+        for a restart.  (The in-memory store commits every call at once, so
+        a crash loses nothing committed, as with SIGKILL.)
+        """
+        router = self.routers.pop(name)
+        self.network.partitioned.add(name)
+        for connection in self.network.connections_of(name):
+            connection.reset_from(name)
+        stopped = router.stopService()
+        self.network.flush()
+        assert stopped.called, f"{name} did not finish stopping"
+        self.network.forget(name)
+        self.network.partitioned.discard(name)
+        self.network.flush()
+
+    def run(self, seconds: float) -> None:
+        self.network.run(seconds)
+
+    def partition(self, name: str) -> None:
+        self.network.partitioned.add(name)
+
+    def heal(self, name: str) -> None:
+        self.network.partitioned.discard(name)
+        self.network.flush()
+
+    def stages(self, name: str) -> dict[str, str]:
+        """
+        Peer name → stage, for every link of router C{name} with a known peer.
+        """
+        return {
+            link["peer"]: link["stage"]
+            for link in self.routers[name].describe_links()
+            if link["peer"] is not None
+        }
+
+    def stop_all(self) -> None:
+        for name in list(self.routers):
+            self.stop(name)
