@@ -162,7 +162,7 @@ class Options(usage.Options):
         ["json", None, None, "Also write every measurement to this JSON file."],
         ["wait-idle", None, 0.0, "Before each run, wait up to this many seconds for the machine "
          "to be idle (under 10% busy for 2 s); for shared machines.", float],
-        ["py-spy", None, None, "Record every router with py-spy during each run, "
+        ["py-spy", None, None, "Record every router with py-spy during the throughput runs, "
          "into this directory (py-spy must be on PATH or next to this Python)."],
         ["py-spy-format", None, "flamegraph", "py-spy output format: flamegraph, raw, "
          "speedscope."],
@@ -340,8 +340,15 @@ def wait_until(what: str, check, deadline_s: float, alive=lambda: None):
 
 
 class RouterProc:
-    def __init__(self, name: str, directory: str) -> None:
+    """
+    One C{twistd -n meshroute} process: C{name} labels it (logs, CPU),
+    C{router} is the router name it serves (the same for both instances of
+    an HA pair; C{name} by default).
+    """
+
+    def __init__(self, name: str, directory: str, router: str | None = None) -> None:
         self.name = name
+        self.router = router or name
         self.directory = directory
         self.client_port, self.admin_port = free_port(), free_port()
         self.routing_port: int | None = None
@@ -479,10 +486,68 @@ def read_enqueued(path: str, queue: str) -> tuple[int, float | None]:
     return count, last
 
 
-def run_once(row: Row, options, base: str, rate: int | None, count: int) -> dict:
+def run_workers(children: Children, workdir: str, consumer_argv: list[str],
+                producer_argv: list[str], deadline_s: float, check_alive,
+                before_producer=lambda: None) -> tuple[dict, dict, object]:
     """
-    One run on a fresh mesh: start it, start the consumer, then the
-    producer; wait for both; measure; stop everything.
+    Start a consumer worker (C{consumer_argv} + C{--ready} and C{--result}
+    files in C{workdir}), wait until it is subscribed, call
+    C{before_producer()}, start the producer worker (C{producer_argv} +
+    C{--result}) and wait until both exited 0.  C{check_alive()} raises when
+    the system under test is gone.
+
+    @return: (the producer's result, the consumer's, what C{before_producer}
+        returned).
+    """
+    consumer_out = os.path.join(workdir, "consumer.json")
+    ready = os.path.join(workdir, "consumer.ready")
+    consumer = children.spawn([*consumer_argv, "--ready", ready, "--result", consumer_out],
+                              workdir, os.path.join(workdir, "consumer.out"))
+
+    def consumer_alive() -> None:
+        if consumer.poll() is not None:
+            raise RuntimeError("the consumer exited early:\n"
+                               + tail(os.path.join(workdir, "consumer.out")))
+        check_alive()
+
+    wait_until("the consumer to subscribe", lambda: os.path.exists(ready), START_DEADLINE_S,
+               consumer_alive)
+    before = before_producer()
+    producer_out = os.path.join(workdir, "producer.json")
+    producer = children.spawn([*producer_argv, "--result", producer_out], workdir,
+                              os.path.join(workdir, "producer.out"))
+    workers = {"producer": producer, "consumer": consumer}
+
+    def workers_done() -> bool:
+        check_alive()
+        for name, proc in workers.items():
+            if proc.poll() not in (None, 0):
+                raise RuntimeError(f"the {name} exited with {proc.returncode}:\n"
+                                   + tail(os.path.join(workdir, f"{name}.out")))
+        return all(proc.poll() == 0 for proc in workers.values())
+
+    wait_until("the producer and the consumer to finish", workers_done, deadline_s)
+    with open(producer_out) as f:
+        produced = json.load(f)
+    with open(consumer_out) as f:
+        consumed = json.load(f)
+    return produced, consumed, before
+
+
+def run_deadline(count: int, rate: int | None) -> float:
+    """
+    How long a run may take: generous, a slow disk with sync=full must not
+    fail it.
+    """
+    return (count / rate + 60) if rate else (60 + count / 200)
+
+
+def run_once(row: Row, options, base: str, rate: int | None, count: int,
+             make_mesh=Mesh) -> dict:
+    """
+    One run on a fresh mesh (C{make_mesh(workdir, hops, sync, children)}):
+    start it, start the consumer, then the producer; wait for both;
+    measure; stop everything.
     """
     kind = "latency" if rate else "throughput"
     if options["wait-idle"] > 0 and not wait_for_idle(options["wait-idle"]):
@@ -492,82 +557,36 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int) -> dict
     children = Children()
     profilers: list[subprocess.Popen] = []
     try:
-        mesh = Mesh(workdir, row.hops, row.sync, children)
+        mesh = make_mesh(workdir, row.hops, row.sync, children)
         mesh.start()
         dest = mesh.destination
 
-        consumer_out = os.path.join(workdir, "consumer.json")
-        ready = os.path.join(workdir, "consumer.ready")
-        consumer = children.spawn(
+        def mesh_alive() -> None:
+            for router in mesh.routers:
+                router.check_alive()
+
+        def measure_from() -> tuple:
+            before = mesh.cpu(), busy_seconds(), time.monotonic()
+            if options["py-spy"]:
+                profilers.extend(start_profilers(options, row, mesh, kind))
+            return before
+
+        produced, consumed, (cpu_before, busy_before, wall_before) = run_workers(
+            children, workdir,
             [sys.executable, SCRIPT, "worker-consume", "--connect", dest.client_endpoint,
              "--queue", QUEUE, "--count", str(count), "--prefetch", str(options["prefetch"]),
-             "--warmup", str(options["warmup"] if rate else 0), "--ready", ready,
-             "--result", consumer_out],
-            workdir, os.path.join(workdir, "consumer.out"))
-
-        def consumer_alive() -> None:
-            if consumer.poll() is not None:
-                raise RuntimeError("the consumer exited early:\n"
-                                   + tail(os.path.join(workdir, "consumer.out")))
-            for router in mesh.routers:
-                router.check_alive()
-
-        wait_until("the consumer to subscribe", lambda: os.path.exists(ready), START_DEADLINE_S,
-                   consumer_alive)
-        cpu_before, busy_before, wall_before = mesh.cpu(), busy_seconds(), time.monotonic()
-        if options["py-spy"]:
-            for router in mesh.routers:
-                extension = {"flamegraph": "svg", "raw": "txt"}.get(options["py-spy-format"],
-                                                                    "json")
-                output = os.path.join(options["py-spy"],
-                                      f"{row.id}-{kind}-{router.name}.{extension}")
-                profilers.append(subprocess.Popen(
-                    [options["py-spy-binary"], "record", "--pid", str(router.proc.pid),
-                     "--threads", "--rate", "250", "--format", options["py-spy-format"],
-                     "-o", output],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent))
-
-        producer_out = os.path.join(workdir, "producer.json")
-        argv = [sys.executable, SCRIPT, "worker-produce", "--connect",
-                mesh.origin.client_endpoint, "--to", f"{QUEUE}@{dest.name}", "--count",
-                str(count), "--size", str(row.size), "--window", str(options["window"]),
-                "--result", producer_out]
-        if rate:
-            argv += ["--rate", str(rate)]
-        if not row.persistent:
-            argv.append("--non-persistent")
-        producer = children.spawn(argv, workdir, os.path.join(workdir, "producer.out"))
-
-        # Generous: a slow disk with sync=full must not fail the run.
-        deadline = (count / rate + 60) if rate else (60 + count / 200)
-        workers = {"producer": producer, "consumer": consumer}
-
-        def workers_done() -> bool:
-            for router in mesh.routers:
-                router.check_alive()
-            for name, proc in workers.items():
-                if proc.poll() not in (None, 0):
-                    raise RuntimeError(f"the {name} exited with {proc.returncode}:\n"
-                                       + tail(os.path.join(workdir, f"{name}.out")))
-            return all(proc.poll() == 0 for proc in workers.values())
-
-        wait_until("the producer and the consumer to finish", workers_done, deadline)
-        with open(producer_out) as f:
-            produced = json.load(f)
-        with open(consumer_out) as f:
-            consumed = json.load(f)
+             "--warmup", str(options["warmup"] if rate else 0)],
+            [sys.executable, SCRIPT, "worker-produce", "--connect", mesh.origin.client_endpoint,
+             "--to", f"{QUEUE}@{dest.router}", "--count", str(count), "--size", str(row.size),
+             "--window", str(options["window"]),
+             *(("--rate", str(rate)) if rate else ()),
+             *(() if row.persistent else ("--non-persistent",))],
+            run_deadline(count, rate), mesh_alive, measure_from)
         if row.persistent:
             wait_until(f"queue {QUEUE} of {dest.name} to be empty",
                        lambda: dest.queue_depth(QUEUE) == 0, START_DEADLINE_S)
         cpu_after, busy_after, wall_after = mesh.cpu(), busy_seconds(), time.monotonic()
-        for profiler in profilers:
-            profiler.send_signal(signal.SIGINT)
-        for profiler in profilers:
-            try:
-                profiler.wait(STOP_DEADLINE_S)
-            except subprocess.TimeoutExpired:
-                profiler.kill()
+        stop_profilers(profilers)
         exit_codes = mesh.stop()
         enqueued, last_enqueued = read_enqueued(dest.events_path, QUEUE)
     finally:
@@ -578,24 +597,61 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int) -> dict
         children.kill_all()
         if not options["keep"]:
             shutil.rmtree(workdir, ignore_errors=True)
+    result = summarize(row.id, row.persistent, kind, count, rate, produced, consumed,
+                       cpu_before, cpu_after, busy_after - busy_before, wall_after - wall_before,
+                       exit_codes)
+    start = produced["first_send"]
+    result.update(enqueued=enqueued, delivered_per_s=(
+        enqueued / max(1e-9, last_enqueued - start) if last_enqueued else 0.0))
+    return result
 
+
+def start_profilers(options, row: Row, mesh: Mesh, kind: str) -> list[subprocess.Popen]:
+    """
+    py-spy recording every router of C{mesh} (--py-spy) during a C{kind} run.
+    """
+    extension = {"flamegraph": "svg", "raw": "txt"}.get(options["py-spy-format"], "json")
+    return [subprocess.Popen(
+        [options["py-spy-binary"], "record", "--pid", str(router.proc.pid), "--threads",
+         "--rate", "250", "--format", options["py-spy-format"],
+         "-o", os.path.join(options["py-spy"], f"{row.id}-{kind}-{router.name}.{extension}")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        for router in mesh.routers]
+
+
+def stop_profilers(profilers: list[subprocess.Popen]) -> None:
+    for profiler in profilers:
+        profiler.send_signal(signal.SIGINT)
+    for profiler in profilers:
+        try:
+            profiler.wait(STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+
+
+def summarize(row_id: str, persistent: bool, kind: str, count: int, rate: int | None,
+              produced: dict, consumed: dict, cpu_before: dict[str, float],
+              cpu_after: dict[str, float], busy_s: float, elapsed: float,
+              exit_codes: dict[str, int]) -> dict:
+    """
+    One run's measurements from the workers' results and the CPU seconds of
+    the system's processes (by name) before and after; C{problems} lists
+    what makes the run a failure (a persistent run not exactly once, a
+    process that did not exit 0 on SIGTERM).
+    """
     start = produced["first_send"]
     received = consumed["received"]
     router_cpu = sum(cpu_after.values()) - sum(cpu_before.values())
     # What else kept the machine busy meanwhile (other processes, not ours):
     # machine busy time minus routers, producer (whole process) and consumer.
-    elapsed = wall_after - wall_before
-    foreign = (busy_after - busy_before) - router_cpu - produced["cpu_total_s"] \
-        - consumed["cpu_s"]
+    foreign = busy_s - router_cpu - produced["cpu_total_s"] - consumed["cpu_s"]
     result = {
-        "row": row.id, "kind": kind, "count": count, "rate": rate,
+        "row": row_id, "kind": kind, "count": count, "rate": rate,
         "confirmed": produced["confirmed"], "refused": produced["refused"],
-        "enqueued": enqueued, "received": received, "unique": consumed["unique"],
+        "received": received, "unique": consumed["unique"],
         "duplicates": consumed["duplicates"], "redelivered": consumed["redelivered"],
         "sent_per_s": produced["confirmed"] / max(1e-9, produced["last_confirm"] - start),
         "offered_per_s": produced["sent"] / max(1e-9, produced["last_send"] - start),
-        "delivered_per_s": (enqueued / max(1e-9, last_enqueued - start)
-                            if last_enqueued else 0.0),
         "consumed_per_s": (received / max(1e-9, consumed["last_receive"] - start)
                            if received else 0.0),
         "router_cpu_s": router_cpu,
@@ -607,12 +663,12 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int) -> dict
         "elapsed_s": elapsed, "foreign_cpu_s": foreign,
     }
     problems = []
-    if row.persistent and (consumed["unique"] != count or consumed["duplicates"]
-                           or produced["refused"]):
+    if persistent and (consumed["unique"] != count or consumed["duplicates"]
+                       or produced["refused"]):
         problems.append(f"exactly-once violated: {consumed['unique']} of {count} distinct, "
                         f"{consumed['duplicates']} duplicates, {produced['refused']} refused")
     if any(exit_codes.values()):
-        problems.append(f"routers did not exit 0 on SIGTERM: {exit_codes}")
+        problems.append(f"did not exit 0 on SIGTERM: {exit_codes}")
     result["problems"] = problems
     return result
 
@@ -768,13 +824,31 @@ def make_body(i: int, size: int, now: float) -> bytes:
 
 
 async def produce(reactor, options) -> None:
-    from twisted.internet import defer
-
     from meshroute.client import connect
 
     client = await connect(reactor, options["connect"])
-    count, size, window = options["count"], options["size"], options["window"]
-    rate, to, persistent = options["rate"], options["to"], not options["non-persistent"]
+    to, persistent = options["to"], not options["non-persistent"]
+    result = await paced_sends(reactor, lambda body: client.send(to, body, persistent=persistent),
+                               options)
+    await client.close()
+    write_produced(options["result"], result)
+
+
+def paced_sends(reactor, send, options):
+    """
+    Call C{send(body)} (returns a Deferred that fires once the system
+    confirmed the message) for C{options["count"]} bodies of
+    C{options["size"]} bytes (L{make_body}), at most C{options["window"]}
+    unconfirmed, at C{options["rate"]} per second or as fast as confirmed.
+    Shared by every system's producer worker.
+
+    @return: a Deferred firing with the producer's result (see
+        L{write_produced}) once every send is confirmed or refused.
+    """
+    from twisted.internet import defer
+
+    count, size, window, rate = options["count"], options["size"], options["window"], \
+        options["rate"]
     state = {"sent": 0, "in_flight": 0, "confirmed": 0, "refused": 0, "first_error": None,
              "last_confirm": None, "last_send": None, "timer": None}
     done = defer.Deferred()
@@ -796,7 +870,11 @@ async def produce(reactor, options) -> None:
         if state["confirmed"] + state["refused"] == count:
             state["last_confirm"] = time.time()
             if not done.called:
-                done.callback(None)
+                done.callback({"first_send": start, "last_send": state["last_send"],
+                               "last_confirm": state["last_confirm"], "sent": state["sent"],
+                               "confirmed": state["confirmed"], "refused": state["refused"],
+                               "first_error": state["first_error"],
+                               "cpu_s": _process_cpu() - cpu_start})
         else:
             pump()
 
@@ -807,10 +885,10 @@ async def produce(reactor, options) -> None:
     def pump():
         now = time.time()
         allowed = count if rate is None else min(count, int((now - start) * rate) + 1)
-        send, sent = client.send, state["sent"]
+        sent = state["sent"]
         while sent < allowed and state["in_flight"] < window:
             now = time.time()
-            d = send(to, make_body(sent, size, now), persistent=persistent)
+            d = send(make_body(sent, size, now))
             sent += 1
             state["in_flight"] += 1
             state["sent"] = sent
@@ -822,16 +900,73 @@ async def produce(reactor, options) -> None:
                                                on_timer)
 
     pump()
-    await done
-    cpu = _process_cpu() - cpu_start
-    await client.close()
-    result = {"first_send": start, "last_send": state["last_send"],
-              "last_confirm": state["last_confirm"], "sent": state["sent"],
-              "confirmed": state["confirmed"], "refused": state["refused"],
-              "first_error": state["first_error"], "cpu_s": cpu,
-              "cpu_total_s": _process_cpu()}
-    with open(options["result"], "w") as f:
-        json.dump(result, f)
+    return done
+
+
+def write_produced(path: str, result: dict) -> None:
+    """
+    Write a producer's result: what L{paced_sends} measured (first_send,
+    last_send, last_confirm: time.time(); sent, confirmed, refused,
+    first_error; cpu_s: the sending's CPU) and the whole process's CPU.
+    """
+    with open(path, "w") as f:
+        json.dump(dict(result, cpu_total_s=_process_cpu()), f)
+
+
+class Receipts:
+    """
+    What a consumer received: every body made by L{make_body} counted once
+    by its sequence number (duplicates and redeliveries apart), and its
+    latency (receive time minus the send time in the body) unless among the
+    first C{warmup}.  Shared by every system's consumer worker.
+    """
+
+    def __init__(self, count: int, warmup: int) -> None:
+        self.count, self.warmup = count, warmup
+        self.seen = bytearray(count)
+        self.latencies: list[float] = []
+        self.received = self.unique = self.duplicates = self.redelivered = 0
+        self.last: float | None = None
+        self.cpu_start = _process_cpu()
+
+    def record(self, body: bytes, redelivered: bool) -> bool:
+        """
+        Count one receipt; returns whether every message has arrived.
+        """
+        now = time.time()
+        self.received += 1
+        self.last = now
+        if redelivered:
+            self.redelivered += 1
+        seq, sent_at = body.split(b" ", 2)[:2]
+        i = int(seq)
+        if 0 <= i < self.count and not self.seen[i]:
+            self.seen[i] = 1
+            self.unique += 1
+            if i >= self.warmup:
+                self.latencies.append(now - float(sent_at))
+        else:
+            self.duplicates += 1
+        return self.unique == self.count
+
+    def idle(self) -> bool:
+        """
+        Whether something arrived but nothing for IDLE_TIMEOUT_S since.
+        """
+        return self.last is not None and time.time() - self.last > IDLE_TIMEOUT_S
+
+    def write(self, path: str) -> None:
+        latency = None
+        if self.latencies:
+            ms = [x * 1000 for x in self.latencies]
+            latency = {"p50": percentile(ms, 50), "p90": percentile(ms, 90),
+                       "p99": percentile(ms, 99), "max": max(ms), "n": len(ms)}
+        result = {"received": self.received, "unique": self.unique,
+                  "duplicates": self.duplicates, "redelivered": self.redelivered,
+                  "last_receive": self.last, "latency_ms": latency,
+                  "cpu_s": _process_cpu() - self.cpu_start}
+        with open(path, "w") as f:
+            json.dump(result, f)
 
 
 async def consume(reactor, options) -> None:
@@ -840,35 +975,16 @@ async def consume(reactor, options) -> None:
     from meshroute.client import connect
 
     client = await connect(reactor, options["connect"])
-    count, warmup = options["count"], options["warmup"]
-    seen = bytearray(count)
-    latencies: list[float] = []
-    state = {"received": 0, "unique": 0, "duplicates": 0, "redelivered": 0, "last": None,
-             "cpu_start": None}
+    receipts: Receipts | None = None
     done = defer.Deferred()
 
     def on_message(message) -> None:
-        now = time.time()
         message.ack()
-        state["received"] += 1
-        state["last"] = now
-        if message.redelivered:
-            state["redelivered"] += 1
-        seq, sent_at = message.body.split(b" ", 2)[:2]
-        i = int(seq)
-        if 0 <= i < count and not seen[i]:
-            seen[i] = 1
-            state["unique"] += 1
-            if i >= warmup:
-                latencies.append(now - float(sent_at))
-        else:
-            state["duplicates"] += 1
-        if state["unique"] == count and not done.called:
+        if receipts.record(message.body, message.redelivered) and not done.called:
             done.callback(None)
 
     def idle_check() -> None:
-        if state["last"] is not None and time.time() - state["last"] > IDLE_TIMEOUT_S \
-                and not done.called:
+        if receipts.idle() and not done.called:
             done.callback(None)
 
     def lost(failure) -> None:
@@ -876,28 +992,19 @@ async def consume(reactor, options) -> None:
             done.errback(failure)
 
     client.when_closed().addErrback(lost)
+    receipts = Receipts(options["count"], options["warmup"])
     await client.subscribe(options["queue"], on_message, prefetch=options["prefetch"])
-    state["cpu_start"] = _process_cpu()
+    receipts.cpu_start = _process_cpu()
     with open(options["ready"], "w"):
         pass
     checker = task.LoopingCall(idle_check)
     checker.start(1.0, now=False)
     await done
     checker.stop()
-    cpu = _process_cpu() - state["cpu_start"]
+    receipts.write(options["result"])
     # Let the last acknowledgements go out before closing.
     await task.deferLater(reactor, 0.05)
     await client.close()
-    latency = None
-    if latencies:
-        ms = [x * 1000 for x in latencies]
-        latency = {"p50": percentile(ms, 50), "p90": percentile(ms, 90),
-                   "p99": percentile(ms, 99), "max": max(ms), "n": len(ms)}
-    result = {"received": state["received"], "unique": state["unique"],
-              "duplicates": state["duplicates"], "redelivered": state["redelivered"],
-              "last_receive": state["last"], "latency_ms": latency, "cpu_s": cpu}
-    with open(options["result"], "w") as f:
-        json.dump(result, f)
 
 
 def worker(kind: str, argv: list[str]) -> None:
