@@ -367,7 +367,8 @@ WITNESS_CONFIG = ROUTER_CONFIG + """
 endpoint = "tcp:{routing_port}:interface=127.0.0.1"
 password-file = "secret"
 """
-INSTANCE_CONFIG = ROUTER_CONFIG + """
+#: An instance's [ha] sections (also compare.py's pair).
+HA_CONFIG = """
 [ha]
 role = "{role}"
 heartbeat-interval = {heartbeat}
@@ -385,6 +386,7 @@ password-file = "secret"
 router = "{witness}"
 endpoint = "tcp:127.0.0.1:{witness_port}"
 """
+INSTANCE_CONFIG = ROUTER_CONFIG + HA_CONFIG
 
 
 class NotSettled(RuntimeError):

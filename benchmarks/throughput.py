@@ -226,8 +226,8 @@ class Children:
         self.procs: list[subprocess.Popen] = []
 
     def spawn(self, argv: list[str], cwd: str, out_path: str, stop_signal=signal.SIGKILL,
-              **kwargs) -> subprocess.Popen:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+              env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
         with open(out_path, "wb") as out:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -709,15 +709,42 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(argv: list[str]) -> int:
-    options = Options()
+def print_notes(row_id: str, kind: str, run: dict) -> bool:
+    """
+    Print a run's problems and what makes its numbers doubtful (lost
+    non-persistent messages, a busy machine, a latency run that could not
+    offer its rate); returns whether it has problems (a failure).
+    """
+    notes = list(run["problems"])
+    if run["row"].endswith("nonpersistent") and run["unique"] != run["count"]:
+        notes.append(f"non-persistent: {run['count'] - run['unique']} of {run['count']} lost")
+    if run["foreign_cpu_s"] > 0.1 * run["elapsed_s"]:
+        notes.append(f"other processes used {run['foreign_cpu_s']:.1f} CPU s during "
+                     f"this {run['elapsed_s']:.1f} s run: the machine was not idle")
+    if kind == "latency" and run["offered_per_s"] < 0.95 * run["rate"]:
+        notes.append(f"offered only {run['offered_per_s']:.0f} msg/s "
+                     f"(the origin confirms too slowly for the window)")
+    for note in notes:
+        print(f"NOTE {row_id} {kind}: {note}")
+    return bool(run["problems"])
+
+
+def parse_main_options(options: usage.Options, argv: list[str]) -> usage.Options:
+    """
+    Parse a benchmark's command line (exit with usage on errors) and make
+    SIGTERM and SIGHUP unwind like Ctrl-C, so every finally runs.
+    """
     try:
         options.parseOptions(argv)
     except usage.UsageError as e:
         raise SystemExit(f"{e}\n{options}")
-    # SIGTERM (and SIGHUP) unwind like Ctrl-C, so every finally runs.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
+    return options
+
+
+def main(argv: list[str]) -> int:
+    options = parse_main_options(Options(), argv)
     if options["py-spy"]:
         os.makedirs(options["py-spy"], exist_ok=True)
     base = tempfile.mkdtemp(prefix="meshroute-throughput-", dir=options["dir"])
@@ -764,21 +791,8 @@ def main(argv: list[str]) -> int:
     failed = False
     for row_id, runs in results.items():
         for kind, run in runs.items():
-            if not run:
-                continue
-            notes = list(run["problems"])
-            if run["row"].endswith("nonpersistent") and run["unique"] != run["count"]:
-                notes.append(f"non-persistent: {run['count'] - run['unique']} of "
-                             f"{run['count']} lost")
-            if run["foreign_cpu_s"] > 0.1 * run["elapsed_s"]:
-                notes.append(f"other processes used {run['foreign_cpu_s']:.1f} CPU s during "
-                             f"this {run['elapsed_s']:.1f} s run: the machine was not idle")
-            if kind == "latency" and run["offered_per_s"] < 0.95 * rate:
-                notes.append(f"offered only {run['offered_per_s']:.0f} msg/s "
-                             f"(router-a confirms too slowly for the window)")
-            for note in notes:
-                print(f"NOTE {row_id} {kind}: {note}")
-            failed = failed or bool(run["problems"])
+            if run:
+                failed = print_notes(row_id, kind, run) or failed
     return 1 if failed else 0
 
 
