@@ -32,6 +32,7 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
+    SUPPORTED_VERSIONS,
     Authenticate,
     Authenticated,
     Hello,
@@ -187,7 +188,7 @@ def reach_delivery(attempt: Attempt) -> None:
     """
     Play the listener's side of a good handshake on a connected attempt.
     """
-    assert attempt.sent() == [Hello([2, 3], OWN)]
+    assert attempt.sent() == [Hello(list(SUPPORTED_VERSIONS), OWN)]
     attempt.write(Welcome(2, PEER, 1000, LISTENER_CHALLENGE))
     [authenticate] = attempt.sent()
     assert isinstance(authenticate, Authenticate)
@@ -423,7 +424,7 @@ def test_tcp_connect_without_delivery_is_a_failure(harness):
     harness.service.startService()
     first = harness.endpoint.last
     first.connect()
-    assert first.sent() == [Hello([2, 3], OWN)]
+    assert first.sent() == [Hello(list(SUPPORTED_VERSIONS), OWN)]
     harness.clock.advance(0.5)
     first.drop()
     harness.clock.advance(1.0)
