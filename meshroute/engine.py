@@ -290,9 +290,10 @@ class MessageEngine:
             refusal = self._refusal(router, persistent)
             if refusal is not None:
                 if duplicate_id:
-                    d = self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
-                    rechecks.append(d.addBoth(_put, outcomes, len(outcomes)))
+                    # Its place first: the store's look-up may answer at once.
                     outcomes.append(None)
+                    d = self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
+                    rechecks.append(d.addBoth(_put, outcomes, len(outcomes) - 1))
                 else:
                     outcomes.append(Failure(refusal))
                 continue

@@ -96,6 +96,23 @@ def test_duplicate_ids_in_a_batch(connection, store, engine):
     assert store.queue_depths() == {"q": 1}
 
 
+def test_a_refused_send_with_a_duplicate_id_in_a_batch(connection, store):
+    # Its refusal waits for the store's look-up of the id (the retry of an
+    # accepted send is answered with the first message's id), which an
+    # inline store answers at once: every send of the batch is answered.
+    connection.send(batch(1, b"a", duplicate_ids=["y"]))
+    (first,) = only(connection.received(), f.Confirmed)
+    connection.send(f.SendBatch(2, [["q@nowhere", {}, b"b", True, "x"],
+                                    ["q@nowhere", {}, b"a", True, "y"],
+                                    ["q", {}, b"c", True, "z"]]))
+    frames = [fr for fr in connection.received() if not isinstance(fr, f.Processed)]
+    assert [type(fr) for fr in frames] == [f.Error, f.Confirmed]
+    assert (frames[0].command_id, frames[0].code) == (2, f.UNKNOWN_ROUTER)
+    assert frames[1].first_command_id == 3
+    assert frames[1].msg_ids[0] == first.msg_ids[0]
+    assert store.queue_depths() == {"q": 2}
+
+
 @pytest.mark.parametrize("frame", [batch(1, b"a"), f.AckThrough(1, 1, 1)],
                          ids=["SendBatch", "AckThrough"])
 def test_a_version_3_connection_may_not_send_batch_frames(factory, frame):
