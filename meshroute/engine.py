@@ -281,6 +281,11 @@ class MessageEngine:
         stored: list[tuple[Message, str]] = []
         positions: list[int] = []
         rechecks: list[Deferred] = []
+        # The position of the first stored send of each duplicate id, and
+        # the refused sends repeating one: answered as that send is (its
+        # transaction is not written yet, a look-up would not find it).
+        firsts: dict[str, int] = {}
+        repeats: list[tuple] = []
         for address, headers, body, persistent, duplicate_id in sends:
             try:
                 queue, router = parse_address(address, self.name)
@@ -289,7 +294,11 @@ class MessageEngine:
                 continue
             refusal = self._refusal(router, persistent)
             if refusal is not None:
-                if duplicate_id:
+                if duplicate_id in firsts:
+                    repeats.append((len(outcomes), firsts[duplicate_id], refusal,
+                                    f"{queue}@{router}", duplicate_id))
+                    outcomes.append(None)
+                elif duplicate_id:
                     # Its place first: the store's look-up may answer at once.
                     outcomes.append(None)
                     d = self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
@@ -305,12 +314,16 @@ class MessageEngine:
                 continue
             if persistent and router != self.name:
                 self._accepting[router] += 1
+            if duplicate_id:
+                firsts.setdefault(duplicate_id, len(outcomes))
             positions.append(len(outcomes))
             outcomes.append(None)
             stored.append((message, duplicate_id))
         if stored:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)
+            if repeats:
+                d.addCallback(self._repeats_answered, repeats, outcomes)
             rechecks.append(d)
         if not rechecks:
             return succeed(outcomes)
@@ -329,6 +342,20 @@ class MessageEngine:
                 outcome = self._accepted_transient_once(original, message, duplicate_id)
             outcomes[position] = outcome
         return None
+
+    def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:
+        """
+        Answer the refused sends of a batch that repeat the duplicate id of
+        a send stored before them in it, as L{submit} would answer them
+        after that send: with its message id once it is accepted.
+        """
+        for position, first, refusal, dest, duplicate_id in repeats:
+            original = outcomes[first]
+            if type(original) is str:
+                self._emit_duplicate_send(original, dest, duplicate_id)
+                outcomes[position] = original
+            else:
+                outcomes[position] = Failure(refusal)
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
                      persistent: bool) -> Message:

@@ -11,6 +11,7 @@ import pytest
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
+from meshroute.engine import BacklogFull
 
 from test_router_sessions import Connection, deliveries, only
 from test_router_transactions import clock, engine, factory, store  # noqa: F401 (fixtures)
@@ -111,6 +112,21 @@ def test_a_refused_send_with_a_duplicate_id_in_a_batch(connection, store):
     assert frames[1].first_command_id == 3
     assert frames[1].msg_ids[0] == first.msg_ids[0]
     assert store.queue_depths() == {"q": 2}
+
+
+def test_a_refused_send_repeating_a_duplicate_id_of_its_batch(store, engine):
+    # The backlog for "far" is full after the batch's first message, so the
+    # second send is refused, but it repeats the first's duplicate id: as
+    # with two Sends, its answer is the first message's id.
+    engine._max_backlog = 1
+    engine.routes.remember({"far"})
+    outcomes = []
+    engine.submit_many([["q@far", {}, b"a", True, "x"], ["q@far", {}, b"a", True, "x"],
+                        ["q@far", {}, b"b", True, "y"]]).addCallback(outcomes.extend)
+    first, again, refused = outcomes
+    assert type(first) is str and again == first
+    assert refused.check(BacklogFull)
+    assert store.backlog_depths() == {"far": 1}
 
 
 @pytest.mark.parametrize("frame", [batch(1, b"a"), f.AckThrough(1, 1, 1)],
