@@ -49,7 +49,7 @@ L{BacklogFull} and, of those arriving over links, the oldest is dropped.
 from collections import defaultdict, deque
 from typing import Callable
 
-from twisted.internet.defer import Deferred, fail, gatherResults, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -130,6 +130,14 @@ def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: 
 def _message_from(frame, persistent: bool) -> Message:
     return _message(frame.msg_id, frame.origin, frame.dest_router, frame.dest_queue,
                     frame.hops, frame.accepted_at, frame.headers, frame.body, persistent)
+
+
+def _put(outcome, outcomes: list, position: int) -> None:
+    """
+    Record C{outcome} (a message id or a L{Failure}) as the outcome at
+    C{position} of a batch of sends.
+    """
+    outcomes[position] = outcome
 
 
 def _address(message: Message) -> str:
@@ -281,6 +289,100 @@ class MessageEngine:
         d = self._store.accept(message)
         d.addBoth(self._accepted, message)
         return d
+
+    def submit_many(self, sends) -> Deferred:
+        """
+        Accept a batch of client sends, each C{(address, headers, body,
+        persistent, duplicate_id)} (a Send's fields, as a SendBatch carries
+        them), each as L{submit} would (same
+        refusals, same events, in order), with ONE store call for all the
+        messages to store (L{SQLiteStore.accept_many}).
+
+        @return: Deferred firing with one outcome per send, in order: the
+            message id (the first message's for a duplicate id), or a
+            L{Failure} (L{AddressError}, L{UnknownRouter}, L{BacklogFull},
+            or the store's error for every stored one when the store call
+            failed).
+        """
+        outcomes: list = []
+        stored: list[tuple[Message, str]] = []
+        positions: list[int] = []
+        rechecks: list[Deferred] = []
+        # The position of the first stored send of each duplicate id, and
+        # the refused sends repeating one: answered as that send is (its
+        # transaction is not written yet, a look-up would not find it).
+        firsts: dict[str, int] = {}
+        repeats: list[tuple] = []
+        for address, headers, body, persistent, duplicate_id in sends:
+            try:
+                queue, router = parse_address(address, self.name)
+            except AddressError as e:
+                outcomes.append(Failure(e))
+                continue
+            refusal = self._refusal(router, persistent)
+            if refusal is not None:
+                if duplicate_id in firsts:
+                    repeats.append((len(outcomes), firsts[duplicate_id], refusal,
+                                    f"{queue}@{router}", duplicate_id))
+                    outcomes.append(None)
+                elif duplicate_id:
+                    # Its place first: the store's look-up may answer at once.
+                    outcomes.append(None)
+                    d = self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
+                    rechecks.append(d.addBoth(_put, outcomes, len(outcomes) - 1))
+                else:
+                    outcomes.append(Failure(refusal))
+                continue
+            message = self._new_message(queue, router, body, headers, persistent)
+            if not persistent and not duplicate_id:
+                self._emit_accepted(message)
+                self._route_transient(message)
+                outcomes.append(message.msg_id)
+                continue
+            if persistent and router != self.name:
+                self._accepting[router] += 1
+            if duplicate_id:
+                firsts.setdefault(duplicate_id, len(outcomes))
+            positions.append(len(outcomes))
+            outcomes.append(None)
+            stored.append((message, duplicate_id))
+        if stored:
+            d = self._store.accept_many(stored)
+            d.addBoth(self._accepted_many, stored, positions, outcomes)
+            if repeats:
+                d.addCallback(self._repeats_answered, repeats, outcomes)
+            rechecks.append(d)
+        if not rechecks:
+            return succeed(outcomes)
+        return DeferredList(rechecks).addCallback(lambda _: outcomes)
+
+    def _accepted_many(self, result, stored: list, positions: list, outcomes: list) -> None:
+        if isinstance(result, Failure):
+            self._not_accepting(stored)
+            for position in positions:
+                outcomes[position] = result
+            return None
+        for (message, duplicate_id), original, position in zip(stored, result, positions):
+            if message.persistent:
+                outcome = self._accepted_once(original, message, duplicate_id)
+            else:
+                outcome = self._accepted_transient_once(original, message, duplicate_id)
+            outcomes[position] = outcome
+        return None
+
+    def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:
+        """
+        Answer the refused sends of a batch that repeat the duplicate id of
+        a send stored before them in it, as L{submit} would answer them
+        after that send: with its message id once it is accepted.
+        """
+        for position, first, refusal, dest, duplicate_id in repeats:
+            original = outcomes[first]
+            if type(original) is str:
+                self._emit_duplicate_send(original, dest, duplicate_id)
+                outcomes[position] = original
+            else:
+                outcomes[position] = Failure(refusal)
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
                      persistent: bool) -> Message:

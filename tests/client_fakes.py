@@ -12,7 +12,7 @@ real engine does for a bare queue, so sends can be received.
 import itertools
 from dataclasses import dataclass
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
@@ -105,6 +105,16 @@ class FakeEngine:
         d.addCallback(lambda _: self.queues.notify(queue))
         d.addCallback(lambda _: message.msg_id)
         return d
+
+    def submit_many(self, sends) -> Deferred:
+        """
+        A SendBatch's messages, each as L{submit} takes it (recorded one by
+        one when not automatic): one Deferred, one outcome per message.
+        """
+        ds = [self.submit(address, body, headers, persistent, duplicate_id)
+              for address, headers, body, persistent, duplicate_id in sends]
+        return DeferredList(ds, consumeErrors=True).addCallback(
+            lambda results: [value for _, value in results])
 
     def message(self, queue: str, body: bytes, headers: dict | None = None,
                 persistent: bool = True) -> Message:

@@ -589,11 +589,16 @@ def test_send_command_keeps_a_bounded_window(harness, engine):
                       ["send", "--connect", "tcp:x:1", "--to", "q", "--count", "2500"])
     harness.flush()
     assert len(engine.submitted) == cli.SEND_WINDOW
+    # The window's sends travelled together (a SendBatch): answered together.
     for submitted in engine.submitted[:10]:
         submitted.deferred.callback("id")
     harness.flush()
-    assert len(engine.submitted) == cli.SEND_WINDOW + 10
-    n = 10
+    assert len(engine.submitted) == cli.SEND_WINDOW
+    for submitted in engine.submitted[10:]:
+        submitted.deferred.callback("id")
+    harness.flush()
+    assert len(engine.submitted) == 2 * cli.SEND_WINDOW
+    n = cli.SEND_WINDOW
     while not d.called:
         for submitted in engine.submitted[n:]:
             submitted.deferred.callback("id")

@@ -110,7 +110,7 @@ def connected(clock, pair, epoch: int = 1, configured: int = 2, **options):
 def test_the_client_offers_version_3(clock, pair):
     d = connect_endpoint(clock, pair[0], client_id="app")
     (open_,) = pair[0].accept().frames()
-    assert open_.versions == [1, 2, 3]
+    assert open_.versions == [1, 2, 3, 4]
     d.cancel()
     failure_of(d)
 
@@ -370,6 +370,7 @@ def test_a_send_retried_after_failover_is_enqueued_once(clock, tmp_path, instanc
                                   primary.net.flush)
     assert client.endpoints == topology
     sent, retried = send_retrying(client, b"order 1", "order-1")
+    clock.advance(0)  # the end of the turn: the send is written
     # The primary reads the Send and stores it; its Confirm never leaves.
     pump = primary.net.pumps[-1]
     pump.serverIO.bufferReceived(pump.clientIO.getOutBuffer())
@@ -491,6 +492,7 @@ def test_a_pair_of_routers_fails_its_client_over(tmp_path):
                                   mesh.network.flush)
     assert client.endpoints == topology
     sent, retried = send_retrying(client, b"order 1", "order-1")
+    mesh.clock.advance(0)  # the end of the turn: the send is written
     # The primary reads the Send and stores it; it dies before its
     # Confirm leaves.
     (connection,) = mesh.network.connections_of("app")

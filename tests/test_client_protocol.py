@@ -130,6 +130,12 @@ SAMPLES = [
     f.Begin(7),
     f.Commit(8),
     f.Rollback(9),
+    f.SendBatch(10, [["q", {}, b"a", False, ""], ["orders@router-c", {"k": "v"}, b"b", True,
+                                                   "producer-1:43"]]),
+    f.Confirmed(10, ["router-a:ab:2", "router-a:ab:3"]),
+    f.DeliverBatch(7, [[13, "router-a:ab:2", ROUTER, {}, b"x", False],
+                       [15, "router-a:ab:3", ROUTER, {"k": "v"}, b"", True]]),
+    f.AckThrough(12, 7, 15),
 ]
 
 
@@ -197,16 +203,59 @@ def test_arbitrary_bytes_decode_to_frames_or_wire_error(data, frames):
                           st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
                 min_size=1, max_size=9))
 def test_arbitrary_msgpack_arrays_decode_to_frames_or_wire_error(items):
-    import msgpack
+    _decodes_to_itself_or_wire_error(items)
 
-    body = msgpack.packb(items, use_bin_type=True)
-    data = len(body).to_bytes(4, "big") + body
+
+def _decodes_to_itself_or_wire_error(items: list) -> None:
+    """
+    The frame C{items} (type code and fields) encodes is decoded to a
+    frame of those very fields, or refused with a WireError.
+    """
     try:
-        decoded = FrameDecoder(frames=f.CLIENT_FRAMES).feed(data)
+        decoded = FrameDecoder(frames=f.CLIENT_FRAMES).feed(_encoded_list(items))
     except WireError:
         return
     (frame,) = decoded
     assert frame_to_list(frame) == items
+
+
+_ANY_ITEM = st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=5), st.binary(max_size=5),
+                     st.booleans(), st.none(),
+                     st.dictionaries(st.text(max_size=3),
+                                     st.one_of(st.text(max_size=3), st.integers(0, 9)),
+                                     max_size=2))
+
+
+@FUZZ
+@given(st.sampled_from([f.SendBatch, f.Confirmed, f.DeliverBatch, f.AckThrough]),
+       st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=3)),
+       st.lists(st.one_of(st.lists(_ANY_ITEM, max_size=7), _ANY_ITEM), max_size=4),
+       st.booleans())
+def test_arbitrary_batch_frames_decode_to_frames_or_wire_error(cls, first, items, extra):
+    """
+    The version-4 frames check what their lists hold (every message or
+    delivery array, every header map): arbitrary content is a frame or a
+    WireError, never another exception.
+    """
+    _decodes_to_itself_or_wire_error([cls.TYPE, first, items] + ([first] if extra else []))
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.text(max_size=8), st.dictionaries(st.text(max_size=3),
+                                                               st.text(max_size=3), max_size=2),
+                          st.binary(max_size=8), st.booleans(), st.text(max_size=4)),
+                min_size=1, max_size=5), st.integers(1, 2**40))
+def test_well_formed_send_batches_round_trip(messages, first):
+    frame = f.SendBatch(first, [list(m) for m in messages])
+    assert FrameDecoder(frames=f.FROM_CLIENT).feed(encode(frame)) == [frame]
+    assert frame.command_id == first + len(messages) - 1
+
+
+def test_batch_frames_must_not_be_empty():
+    for make in (lambda: f.SendBatch(1, []), lambda: f.Confirmed(1, []),
+                 lambda: f.DeliverBatch(1, [])):
+        with pytest.raises(WireError):
+            make()
 
 
 # -- opening -------------------------------------------------------------------
@@ -250,7 +299,7 @@ def test_ttl_override(engine, clock):
 def test_unsupported_version(connection, factory):
     connection.send(f.Open([7, 8], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4]")
     ]
     assert connection.closing
     connection.lose()

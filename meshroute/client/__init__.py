@@ -100,7 +100,7 @@ A client garbage-collected without L{Client.close} logs a warning naming
 where it was created, and closes its connection.
 """
 
-from meshroute.client.api import Client, connect, connect_endpoint, describe_body
+from meshroute.client.api import Client, Producer, connect, connect_endpoint, describe_body
 from meshroute.client.errors import (
     CLOSED,
     CONNECTION_LOST,
@@ -123,7 +123,8 @@ OPEN_TIMEOUT_S = ClientOptions().open_timeout_ms / 1000
 
 __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
-    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "ReceivedMessage",
+    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "Producer",
+    "ReceivedMessage",
     "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown",
     "TransactionRolledBack", "UnblockedError", "connect",
     "connect_endpoint", "describe_body",

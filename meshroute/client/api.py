@@ -7,14 +7,15 @@ import base64
 import os
 import traceback
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, gatherResults, maybeDeferred
 from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
-from meshroute.client.commands import SEND, SUBSCRIBE, Command
+from meshroute.client.commands import SUBSCRIBE, Command
 from meshroute.client.errors import TOO_LARGE, SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.session import ClientCore, ClientMachine
@@ -129,9 +130,31 @@ class Client:
         if oversized is not None:
             return fail(SendError(TOO_LARGE, oversized))
         d = Deferred()
-        self._core.machine.submit(Command(
-            SEND, f.Send, (address, headers, body, bool(persistent), duplicate_id), d))
+        self._core.send_later([address, headers, body, bool(persistent), duplicate_id], d)
         return d
+
+    def send_many(self, address: str, bodies, headers: dict | None = None,
+                  persistent: bool = True) -> Deferred:
+        """
+        Send every body of C{bodies} to C{address}, in order, with the same
+        C{headers}: L{send} for each, so they travel in SendBatch frames
+        (with a version-4 router) and the router stores them with one
+        store call per frame.
+
+        @return: ONE Deferred for the batch, firing with the message ids
+            in order once every message was accepted; failing with the
+            first failure (L{SendError} ...) once every send has its
+            outcome.  Use L{send} (or a L{Producer}) to learn each
+            message's outcome on its own.
+        """
+        return gatherResults([self.send(address, body, headers, persistent) for body in bodies],
+                             consumeErrors=True).addErrback(lambda failure: failure.value.subFailure)
+
+    def producer(self, window: int = 10_000) -> "Producer":
+        """
+        A L{Producer}: sends with at most C{window} of them in flight.
+        """
+        return Producer(self, window)
 
     def subscribe(self, queue: str, on_message: Callable[[ReceivedMessage], None],
                   prefetch: int = 100, max_messages: int | None = None) -> Deferred:
@@ -232,6 +255,78 @@ class Client:
             (the router refused it, or reconnection gave up).
         """
         return self._core.when_closed()
+
+
+class Producer:
+    """
+    A high-rate sender over a L{Client}: at most C{window} sends in flight
+    (sent and not yet answered by the router).  A send made while the
+    window is full waits, in order, in the producer until an answer makes
+    room: no error and no loss, the application's Deferred simply fires
+    later.  So that what waits stays bounded too, a loop awaits
+    L{ready} before each send (or each batch of sends): it fires at once
+    while there is room, and only once an answer made room otherwise.
+    Sends made in one reactor turn travel together (L{Client.send}).
+
+    @ivar window: most sends in flight.
+    @ivar in_flight: sends written to the client and not yet answered.
+    """
+
+    def __init__(self, client: Client, window: int) -> None:
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        self.window = window
+        self.in_flight = 0
+        self._client = client
+        self._waiting: deque = deque()
+        self._ready: list[Deferred] = []
+
+    @property
+    def waiting(self) -> int:
+        "Sends made while the window was full, not yet handed to the client."
+        return len(self._waiting)
+
+    def send(self, address: str, body: bytes, headers: dict | None = None,
+             persistent: bool = True, duplicate_id: str | None = None) -> Deferred:
+        """
+        L{Client.send}, within the window.
+
+        @return: Deferred firing with the message id (as L{Client.send});
+            failing as it does, and with C{TypeError} for arguments it
+            would raise that for.
+        """
+        if self.in_flight < self.window and not self._waiting:
+            return self._send((address, body, headers, persistent, duplicate_id))
+        d = Deferred()
+        self._waiting.append(((address, body, headers, persistent, duplicate_id), d))
+        return d
+
+    def ready(self) -> Deferred:
+        """
+        @return: Deferred firing with None as soon as a send would not
+            wait (at once if it would not now).
+        """
+        d = Deferred()
+        if self.in_flight + len(self._waiting) < self.window:
+            d.callback(None)
+        else:
+            self._ready.append(d)
+        return d
+
+    def _send(self, args: tuple) -> Deferred:
+        self.in_flight += 1
+        return maybeDeferred(self._client.send, *args).addBoth(self._answered)
+
+    def _answered(self, result):
+        self.in_flight -= 1
+        waiting = self._waiting
+        while waiting and self.in_flight < self.window:
+            args, d = waiting.popleft()
+            self._send(args).chainDeferred(d)
+        ready = self._ready
+        while ready and self.in_flight + len(waiting) < self.window:
+            ready.pop(0).callback(None)
+        return result
 
 
 def _where_created() -> str:

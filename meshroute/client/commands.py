@@ -27,6 +27,7 @@ from twisted.internet.defer import Deferred
 from meshroute.wire.codec import encode
 
 SEND = "send"
+SEND_BATCH = "send-batch"
 SUBSCRIBE = "subscribe"
 UNSUBSCRIBE = "unsubscribe"
 ACK = "ack"
@@ -37,7 +38,25 @@ COMMIT = "commit"
 ROLLBACK = "rollback"
 
 #: The commands the router answers one by one with Confirm or Error.
-ANSWERED = frozenset({SEND, SUBSCRIBE, UNSUBSCRIBE, COMMIT, ROLLBACK})
+ANSWERED = frozenset({SEND, SEND_BATCH, SUBSCRIBE, UNSUBSCRIBE, COMMIT, ROLLBACK})
+
+
+class BatchDeferreds:
+    """
+    The Deferreds of the messages of one SendBatch, in order: what a
+    L{Command} of kind C{send-batch} waits on.  Failing it fails every
+    message not yet answered (the others have their answer already).
+    """
+
+    __slots__ = ("deferreds",)
+
+    def __init__(self, deferreds: list) -> None:
+        self.deferreds = deferreds
+
+    def errback(self, error) -> None:
+        for d in self.deferreds:
+            if not d.called:
+                d.errback(error)
 
 
 @dataclass(eq=False, slots=True)
@@ -71,7 +90,10 @@ class Command:
     @ivar subscription: the subscription a (un)subscribe or credit is for.
     @ivar transaction: the L{Transaction} a transacted client's command
         belongs to (None outside transactions).
-    @ivar command_id: its id once written (0 before).
+    @ivar command_id: its id once written (0 before); a C{send-batch}'s
+        first, the batch being the C{count} commands from it on.
+    @ivar count: how many commands it is (the messages of a batch).
+    @ivar unanswered: how many of them await their answer.
     """
 
     kind: str
@@ -81,6 +103,8 @@ class Command:
     subscription: object = None
     transaction: Transaction | None = None
     command_id: int = 0
+    count: int = 1
+    unanswered: int = 1
     _encoded_for: int = 0
     _encoded: bytes = b""
 
@@ -175,14 +199,18 @@ class CommandLog:
         return None
 
     def _record(self, command: Command, command_id: int, data: bytes) -> None:
-        command.command_id = self.last_id = command_id
+        command.command_id = command_id
+        last = self.last_id = command_id + command.count - 1
         command.args = None
         command._encoded = b""
         if self.window >= 0:
-            self._replay[command_id] = data
+            # A batch by its last id: it is replayed until all of it is done.
+            self._replay[last] = data
             self.replay_bytes += len(data)
         if command.kind in ANSWERED:
-            self.pending[command_id] = command
+            pending = self.pending
+            for one in range(command_id, last + 1):
+                pending[one] = command
         else:
             self._unprocessed.append(command_id)
             self._unprocessed_ids.add(command_id)
@@ -197,7 +225,10 @@ class CommandLog:
         command = self.pending.pop(command_id, None)
         if command is None:
             return None
-        data = self._replay.pop(command_id, None)
+        command.unanswered -= 1
+        if command.unanswered:
+            return command
+        data = self._replay.pop(command.command_id + command.count - 1, None)
         if data is not None:
             self.replay_bytes -= len(data)
         return command
@@ -231,7 +262,7 @@ class CommandLog:
         @return: the written commands that were awaiting an answer, in
             order: their outcome is unknown.
         """
-        unknown = [self.pending[command_id] for command_id in sorted(self.pending)]
+        unknown = list({self.pending[command_id]: None for command_id in sorted(self.pending)})
         self.pending = {}
         self._replay.clear()
         self.replay_bytes = 0

@@ -25,6 +25,8 @@ _INPUT_FOR_FRAME = {
     f.Confirm: "got_confirm",
     f.Error: "got_error",
     f.Deliver: "got_deliver",
+    f.Confirmed: "got_confirmed",
+    f.DeliverBatch: "got_deliver_batch",
     f.Processed: "got_processed",
     f.Ping: "got_ping",
     f.Pong: "got_pong",

@@ -98,8 +98,10 @@ from meshroute.client.commands import (
     CREDIT,
     ROLLBACK,
     SEND,
+    SEND_BATCH,
     SUBSCRIBE,
     UNSUBSCRIBE,
+    BatchDeferreds,
     Command,
     CommandLog,
     Transaction,
@@ -129,6 +131,13 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.wire.codec import encode
 
 log = Logger()
+
+#: Most messages, and most bytes of bodies, one SendBatch carries: a
+#: turn's sends past either go in the next one, so that a SendBatch stays
+#: within the router's frame limit (a message too large for the bytes
+#: alone still fits: L{f.oversized_send} checked it as a Send).
+SEND_BATCH_MAX_MESSAGES = 1000
+SEND_BATCH_MAX_BYTES = 1024 * 1024
 
 #: How a failover went, as L{ClientCore.last_failover} says.
 REATTACHED = "reattached"
@@ -167,6 +176,12 @@ class ClientInputs(Protocol):
 
     def got_confirm(self, frame: f.Confirm) -> None:
         "A command succeeded."
+
+    def got_confirmed(self, frame: f.Confirmed) -> None:
+        "The router confirmed a run of sends (version 4)."
+
+    def got_deliver_batch(self, frame: f.DeliverBatch) -> None:
+        "Deliveries for a subscription (version 4)."
 
     def got_error(self, frame: f.Error) -> None:
         "A command was refused."
@@ -285,7 +300,12 @@ class ClientCore:
                           if not options.transacted or v >= f.TRANSACTIONS_VERSION]
         self.subscriptions: dict[int, Subscription] = {}
         self.subscription_numbers = itertools.count(1)
+        self.version = 0
+        self._sends: list = []
+        self._send_deferreds: list[Deferred] = []
+        self._send_bytes = 0
         self._acks: list[int] = []
+        self._through: dict[Subscription, int] = {}
         self._credit: dict[Subscription, int] = {}
         self.delivered_up_to = 0
         self._reported = (0, 0)
@@ -465,6 +485,7 @@ class ClientCore:
         _cancel(self._open_timer)
         self._open_timer = None
         self.router = frame.router
+        self.version = frame.version
         self.ttl_ms = frame.ttl_ms
         self.endpoints.connected()
         if isinstance(frame, f.OpenedWithTopology):
@@ -578,6 +599,9 @@ class ClientCore:
             d = command.deferred
             if command.kind == SEND:
                 d.callback(frame.msg_id)
+            elif command.kind == SEND_BATCH:
+                # A batch held in a transaction is answered message by message.
+                d.deferreds[frame.command_id - command.command_id].callback(frame.msg_id)
             elif command.kind == SUBSCRIBE:
                 command.subscription.confirmed = True
                 if d is not None:
@@ -598,6 +622,10 @@ class ClientCore:
         if command is None:
             log.warn("router refused command {command}: {code} {detail}",
                      command=frame.command_id, code=frame.code, detail=frame.detail)
+        elif command.kind == SEND_BATCH:
+            error = (TransactionRolledBack if frame.code == f.ROLLED_BACK else SendError)(
+                frame.code, frame.detail)
+            command.deferred.deferreds[frame.command_id - command.command_id].errback(error)
         elif command.kind in (COMMIT, ROLLBACK) or frame.code == f.ROLLED_BACK:
             command.deferred.errback(TransactionRolledBack(frame.code, frame.detail))
         elif command.kind == SEND:
@@ -616,6 +644,29 @@ class ClientCore:
         self.drain()
         self.schedule_flush()
 
+    def confirmed(self, frame: f.Confirmed) -> None:
+        """
+        Version 4: the sends C{first_command_id} on succeeded, one message
+        id each.
+        """
+        first = frame.first_command_id
+        if not self._check_id(first + len(frame.msg_ids) - 1, "Confirmed"):
+            return
+        answered = self.log.answered
+        for command_id, msg_id in enumerate(frame.msg_ids, first):
+            command = answered(command_id)
+            if command is None:
+                continue
+            if command.kind == SEND_BATCH:
+                command.deferred.deferreds[command_id - command.command_id].callback(msg_id)
+            elif command.kind == SEND:
+                command.deferred.callback(msg_id)
+            else:
+                self.broken(f"Confirmed for command {command_id}, which is not a send")
+                return
+        self.drain()
+        self.schedule_flush()
+
     def deliver(self, frame: f.Deliver) -> None:
         if frame.delivery_id <= self.delivered_up_to:
             # Re-sent after a reattachment although we had it.
@@ -624,9 +675,27 @@ class ClientCore:
         self.schedule_flush()
         subscription = self.subscriptions.get(frame.subscription)
         if subscription is not None and subscription.active:
-            subscription._delivered(frame, self.generation)
+            subscription._delivered(frame.delivery_id, frame.msg_id, frame.origin,
+                                    frame.headers, frame.body, frame.redelivered,
+                                    self.generation)
         # Otherwise it is being cancelled: the router gives the message
         # back to the queue.
+
+    def deliver_batch(self, frame: f.DeliverBatch) -> None:
+        """
+        Version 4: a subscription's deliveries of one turn, each as a
+        Deliver's fields.
+        """
+        self.schedule_flush()
+        subscription = self.subscriptions.get(frame.subscription)
+        generation = self.generation
+        for delivery_id, msg_id, origin, headers, body, redelivered in frame.deliveries:
+            if delivery_id <= self.delivered_up_to:
+                continue
+            self.delivered_up_to = delivery_id
+            if subscription is not None and subscription.active:
+                subscription._delivered(delivery_id, msg_id, origin, headers, body,
+                                        redelivered, generation)
 
     def processed(self, frame: f.Processed) -> None:
         if not self._check_id(frame.command_id, "Processed"):
@@ -666,6 +735,47 @@ class ClientCore:
             if data is not None:
                 self.write(data)
 
+    def send_later(self, message: list, d: Deferred) -> None:
+        """
+        C{Client.send}: the message (a SendBatch item) joins this turn's
+        sends, written together at the end of the turn, or before any
+        other command so that commands keep their order
+        (L{release_sends}); at a bound, at once.  Without a version-4
+        session (an older router, or none opened yet) it is a Send
+        command at once, as always.
+        """
+        if self.version < f.BATCH_VERSION or self.finished:
+            self.machine.submit(Command(SEND, f.Send, tuple(message), d))
+            return
+        self._sends.append(message)
+        self._send_deferreds.append(d)
+        self._send_bytes += len(message[2])
+        if (len(self._sends) >= SEND_BATCH_MAX_MESSAGES
+                or self._send_bytes >= SEND_BATCH_MAX_BYTES):
+            self.release_sends()
+        else:
+            self.schedule_flush()
+
+    def release_sends(self) -> None:
+        """
+        Submit this turn's sends: one SendBatch, or a Send for a message
+        alone (or, the session having been recreated on an older router
+        meanwhile, a Send each).
+        """
+        sends = self._sends
+        if not sends:
+            return
+        deferreds = self._send_deferreds
+        self._sends, self._send_deferreds, self._send_bytes = [], [], 0
+        submit = self.machine.submit
+        if len(sends) > 1 and self.version >= f.BATCH_VERSION:
+            n = len(sends)
+            submit(Command(SEND_BATCH, f.SendBatch, (sends,), BatchDeferreds(deferreds),
+                           count=n, unanswered=n))
+            return
+        for message, d in zip(sends, deferreds):
+            submit(Command(SEND, f.Send, tuple(message), d))
+
     def queue(self, command: Command) -> None:
         """
         No connection now: C{command} waits for the session to be resumed.
@@ -677,7 +787,7 @@ class ClientCore:
         C{command}, preceded by the current transaction's Begin when it is
         the transaction's first send or acknowledgement.
         """
-        if not self.options.transacted or command.kind not in (SEND, ACK):
+        if not self.options.transacted or command.kind not in (SEND, SEND_BATCH, ACK):
             return [command]
         transaction = command.transaction = self.transaction
         if transaction.begun:
@@ -753,10 +863,11 @@ class ClientCore:
         @return: the other commands, written and waiting.
         """
         current = self.transaction
-        if current.begun or (self.options.transacted and self._acks):
+        if current.begun or (self.options.transacted and (self._acks or self._through)):
             current.begun = False
             current.rollback_only = f"the transaction's session was lost ({detail})"
         self._acks = []
+        self._through = {}
         self._credit = {}
         committing = {command.transaction for command in written if command.kind == COMMIT}
         rest: tuple[list, list] = ([], [])
@@ -822,12 +933,29 @@ class ClientCore:
             self._credit[subscription] = self._credit.get(subscription, 0) + credit
         self.schedule_flush()
 
+    def ack_through(self, subscription: Subscription, delivery_id: int, covered: list[int],
+                    credit: int) -> None:
+        """
+        A cumulative acknowledgement: the subscription's deliveries up to
+        C{delivery_id} (C{covered}, those it held).  One AckThrough per
+        subscription and turn on a version-4 session, else their ids in
+        this turn's Ack.
+        """
+        if self.version >= f.BATCH_VERSION:
+            self._through[subscription] = delivery_id
+        else:
+            self._acks.extend(covered)
+        if credit:
+            self._credit[subscription] = self._credit.get(subscription, 0) + credit
+        self.schedule_flush()
+
     def schedule_flush(self) -> None:
         if self._flush_call is None:
             self._flush_call = self.clock.callLater(0, self._turn_ended)
 
     def _turn_ended(self) -> None:
         self._flush_call = None
+        self.release_sends()
         self.machine.turn_ended()
 
     def take_acks(self) -> list[Command]:
@@ -839,6 +967,10 @@ class ClientCore:
         if self._acks:
             acks, self._acks = self._acks, []
             commands.append(Command(ACK, f.Ack, (acks,)))
+        if self._through:
+            through, self._through = self._through, {}
+            for subscription, delivery_id in through.items():
+                commands.append(Command(ACK, f.AckThrough, (subscription.number, delivery_id)))
         if self._credit:
             credit, self._credit = self._credit, {}
             for subscription, n in credit.items():
@@ -945,6 +1077,7 @@ class ClientCore:
         The session is over: stop every timer, let the connection go, and
         settle everything still waiting so that nothing hangs.
         """
+        self.release_sends()
         self.finished = True
         self.end = end
         self.detach()
@@ -1084,7 +1217,9 @@ def _transitions() -> dict:
     # An open session (connected, or closing).
     on(_OPEN, "got_confirm", None, C.confirm)
     on(_OPEN, "got_error", None, C.error)
+    on(_OPEN, "got_confirmed", None, C.confirmed)
     on(_OPEN, "got_deliver", None, C.deliver)
+    on(_OPEN, "got_deliver_batch", None, C.deliver_batch)
     on(_OPEN, "got_processed", None, C.processed)
     on(_OPEN, "got_pong", None, C.got_pong)
     on(_OPEN, "got_refusal", None, C.refusal)
@@ -1199,6 +1334,12 @@ class ClientMachine:
     def got_error(self, frame: f.Error) -> None:
         self._fire("got_error", frame)
 
+    def got_confirmed(self, frame: f.Confirmed) -> None:
+        self._fire("got_confirmed", frame)
+
+    def got_deliver_batch(self, frame: f.DeliverBatch) -> None:
+        self._fire("got_deliver_batch", frame)
+
     def got_deliver(self, frame: f.Deliver) -> None:
         self._fire("got_deliver", frame)
 
@@ -1223,10 +1364,17 @@ class ClientMachine:
     def exhausted(self, why: ClientError) -> None:
         self._fire("exhausted", why)
 
+    # Commands keep the order the application made them in: this turn's
+    # sends, which wait to travel together (ClientCore.send_later), go
+    # before any other command, and before a transaction's end or Close.
+
     def submit(self, command: Command) -> None:
+        if command.kind not in (SEND, SEND_BATCH):
+            self._core.release_sends()
         self._fire("submit", command)
 
     def transaction_ended(self, commit: bool, deferred: Deferred) -> None:
+        self._core.release_sends()
         self._fire("transaction_ended", commit, deferred)
 
     def ping_requested(self, deferred: Deferred) -> None:
@@ -1236,6 +1384,7 @@ class ClientMachine:
         self._fire("turn_ended")
 
     def close_requested(self) -> None:
+        self._core.release_sends()
         self._fire("close_requested")
 
     def forgotten(self) -> None:

@@ -15,7 +15,6 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from meshroute.client.ending import Ending
-from meshroute.clients import frames as f
 
 log = Logger()
 
@@ -51,6 +50,17 @@ class ReceivedMessage:
             self._acked = True
             self._subscription._acked(self)
 
+    def ack_through(self) -> None:
+        """
+        Done with this message and every message of its subscription
+        delivered before it and not yet acknowledged: a cumulative
+        acknowledgement, one small frame for any number of messages (with
+        a version-4 router; an older one gets their ids).  The same rules
+        as L{ack} otherwise.
+        """
+        if not self._acked:
+            self._subscription._acked_through(self)
+
 
 class Subscription:
     """
@@ -85,6 +95,9 @@ class Subscription:
         self.confirmed = False
         self._granted = self.initial_credit()
         self._ending = Ending()
+        # Delivered and not acknowledged, in delivery order (at most
+        # prefetch of them): what ack_through covers.
+        self._unacked: dict[int, ReceivedMessage] = {}
 
     def initial_credit(self) -> int:
         """
@@ -104,6 +117,7 @@ class Subscription:
         """
         credit = self.initial_credit()
         self._granted = self.received + credit
+        self._unacked.clear()
         return credit
 
     def cancel(self) -> Deferred:
@@ -136,12 +150,12 @@ class Subscription:
         self.active = False
         self._ending.end(why)
 
-    def _delivered(self, frame: f.Deliver, generation: int) -> None:
+    def _delivered(self, delivery_id: int, msg_id: str, origin: str, headers: dict,
+                   body: bytes, redelivered: bool, generation: int) -> None:
         self.received += 1
-        message = ReceivedMessage(
-            frame.msg_id, self.queue, frame.origin, frame.headers, frame.body,
-            frame.redelivered, frame.delivery_id, self, generation,
-        )
+        message = ReceivedMessage(msg_id, self.queue, origin, headers, body, redelivered,
+                                  delivery_id, self, generation)
+        self._unacked[delivery_id] = message
         try:
             self._on_message(message)
         except Exception:
@@ -150,8 +164,29 @@ class Subscription:
     def _acked(self, message: ReceivedMessage) -> None:
         if not self.active or message._generation != self._core.generation:
             return
-        credit = 1
+        self._unacked.pop(message.delivery_id, None)
+        self._core.ack(self, message.delivery_id, self._credit_for(1))
+
+    def _acked_through(self, message: ReceivedMessage) -> None:
+        if not self.active or message._generation != self._core.generation:
+            return
+        unacked, through = self._unacked, message.delivery_id
+        covered = []
+        for delivery_id in unacked:
+            if delivery_id > through:
+                break
+            covered.append(delivery_id)
+        for delivery_id in covered:
+            unacked.pop(delivery_id)._acked = True
+        self._core.ack_through(self, through, covered, self._credit_for(len(covered)))
+
+    def _credit_for(self, acknowledged: int) -> int:
+        """
+        The credit C{acknowledged} messages give back: one each, bounded by
+        what is left of C{max_messages}.
+        """
+        credit = acknowledged
         if self.max_messages is not None:
-            credit = max(0, min(1, self.max_messages - self._granted))
+            credit = max(0, min(acknowledged, self.max_messages - self._granted))
         self._granted += credit
-        self._core.ack(self, message.delivery_id, credit)
+        return credit

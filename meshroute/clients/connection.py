@@ -100,6 +100,8 @@ _SESSION_INPUT = {
     f.Begin: "got_begin",
     f.Commit: "got_commit",
     f.Rollback: "got_rollback",
+    f.SendBatch: "got_send_batch",
+    f.AckThrough: "got_ack_through",
 }
 
 

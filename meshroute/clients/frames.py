@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, versions 1 to 3.
+The frames of the native client protocol, versions 1 to 4.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -22,6 +22,14 @@ Version 3 tells the client where it is in a high-availability pair: its
 L{Opened} is an L{OpenedWithTopology} (the pair's epoch and client
 endpoints), and an instance that is not the active one refuses L{Open}
 with L{NOT_ACTIVE}, which sends the client on to the next endpoint.
+
+Version 4 carries many messages per frame: L{SendBatch} (the commands
+C{first_command_id} to C{first_command_id + n - 1}, one per message, so
+reattachment, C{Processed} and C{Received} keep counting per message),
+L{Confirmed} (one answer for a consecutive run of them), L{DeliverBatch}
+(one subscription's deliveries of one reactor turn) and L{AckThrough}
+(every unacknowledged delivery of a subscription up to an id).  Every
+version-1 frame keeps its meaning.
 """
 
 from dataclasses import dataclass
@@ -37,12 +45,15 @@ from meshroute.wire.codec import (
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2, 3)
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
 #: The first version whose Opened tells the pair's topology
 #: (L{OpenedWithTopology}).
 TOPOLOGY_VERSION = 3
+#: The first version with frames of many messages (L{SendBatch},
+#: L{Confirmed}, L{DeliverBatch}, L{AckThrough}).
+BATCH_VERSION = 4
 
 #: Largest frame a client may send (a Send: a message body must fit).
 MAX_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE
@@ -402,22 +413,125 @@ class Rollback:
     command_id: int
 
 
+def _check_send_item(item) -> None:
+    if not (type(item) is list and len(item) == 5 and type(item[0]) is str
+            and type(item[1]) is dict and type(item[2]) is bytes and type(item[3]) is bool
+            and type(item[4]) is str):
+        raise WireError("SendBatch.messages must be [address: str, headers: map, body: bin, "
+                        "persistent: bool, duplicate_id: str] arrays")
+    if not all(type(k) is str and type(v) is str for k, v in item[1].items()):
+        raise WireError("SendBatch message headers must map strings to strings")
+
+
+@dataclass(frozen=True)
+class SendBatch:
+    """
+    Client → router, commands (version 4): send C{messages}, each
+    C{[address, headers, body, persistent, duplicate_id]} as a L{Send}'s
+    fields.  The n messages are the n commands C{first_command_id} to
+    C{first_command_id + n - 1}, carried out in order as n Sends would
+    be, and answered by L{Confirmed} (and an L{Error} for each refused
+    one).  At least one message; at most L{MAX_FRAME_SIZE} bytes.
+    """
+
+    TYPE: ClassVar[int] = 20
+    first_command_id: int
+    messages: list
+
+    def __post_init__(self) -> None:
+        if not self.messages:
+            raise WireError("SendBatch.messages must not be empty")
+        for item in self.messages:
+            _check_send_item(item)
+
+    @property
+    def command_id(self) -> int:
+        "The id of its last command (what the session has received once it is taken)."
+        return self.first_command_id + len(self.messages) - 1
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """
+    Router → client (version 4): the consecutive commands
+    C{first_command_id} to C{first_command_id + len(msg_ids) - 1}, Sends,
+    succeeded; C{msg_ids} are their messages' ids, in order.
+    """
+
+    TYPE: ClassVar[int] = 21
+    first_command_id: int
+    msg_ids: list
+
+    def __post_init__(self) -> None:
+        if not self.msg_ids or not all(type(m) is str for m in self.msg_ids):
+            raise WireError("Confirmed.msg_ids must be a non-empty list of strings")
+
+
+def _check_delivery_item(item) -> None:
+    if not (type(item) is list and len(item) == 6 and type(item[0]) is int
+            and type(item[1]) is str and type(item[2]) is str and type(item[3]) is dict
+            and type(item[4]) is bytes and type(item[5]) is bool):
+        raise WireError("DeliverBatch.deliveries must be [delivery_id: int, msg_id: str, "
+                        "origin: str, headers: map, body: bin, redelivered: bool] arrays")
+    if not all(type(k) is str and type(v) is str for k, v in item[3].items()):
+        raise WireError("DeliverBatch delivery headers must map strings to strings")
+
+
+@dataclass(frozen=True)
+class DeliverBatch:
+    """
+    Router → client (version 4): deliveries for one subscription, each
+    C{[delivery_id, msg_id, origin, headers, body, redelivered]} as a
+    L{Deliver}'s fields, in delivery id order: what the subscription took
+    in one reactor turn.
+    """
+
+    TYPE: ClassVar[int] = 22
+    subscription: int
+    deliveries: list
+
+    def __post_init__(self) -> None:
+        if not self.deliveries:
+            raise WireError("DeliverBatch.deliveries must not be empty")
+        for item in self.deliveries:
+            _check_delivery_item(item)
+
+
+@dataclass(frozen=True)
+class AckThrough:
+    """
+    Client → router, command (version 4): every delivery of
+    C{subscription} not yet acknowledged, up to and including
+    C{delivery_id}, is done with (a cumulative L{Ack}).  Not confirmed.
+    """
+
+    TYPE: ClassVar[int] = 23
+    command_id: int
+    subscription: int
+    delivery_id: int
+
+
 CLIENT_FRAMES = FrameSet(
     "client",
     (Open, Opened, OpenedWithTopology, Send, Confirm, Error, Subscribe, Unsubscribe, Credit,
-     Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback),
+     Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback,
+     SendBatch, Confirmed, DeliverBatch, AckThrough),
 )
+
+#: The frames only a connection of L{BATCH_VERSION} or later may carry.
+BATCH_FRAMES = (SendBatch, Confirmed, DeliverBatch, AckThrough)
 
 #: What a router's decoder accepts: the frames a client may send.  A
 #: router-to-client frame arriving at the router is a protocol error.
 FROM_CLIENT = FrameSet(
     "client-to-router",
     (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received,
-     Begin, Commit, Rollback),
+     Begin, Commit, Rollback, SendBatch, AckThrough),
 )
 
 #: What a client's decoder accepts: the frames a router may send.
 FROM_ROUTER = FrameSet(
     "router-to-client",
-    (Opened, OpenedWithTopology, Confirm, Error, Deliver, Ping, Pong, Closed, Processed),
+    (Opened, OpenedWithTopology, Confirm, Error, Deliver, Ping, Pong, Closed, Processed,
+     Confirmed, DeliverBatch),
 )

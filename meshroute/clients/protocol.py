@@ -33,7 +33,13 @@ from meshroute.clients.connection import (
     ConnectionCore,
 )
 from meshroute.clients.ha_view import WITHOUT_HA, HAView
-from meshroute.clients.session import NO_EVENTS, SessionRegistry, SessionSettings
+from meshroute.clients.session import (
+    HOT_FRAMES,
+    NO_EVENTS,
+    OPEN,
+    SessionRegistry,
+    SessionSettings,
+)
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.transport import send_immediately
@@ -51,6 +57,8 @@ _INPUT_FOR_FRAME = {
     f.Begin: "got_session_frame",
     f.Commit: "got_session_frame",
     f.Rollback: "got_session_frame",
+    f.SendBatch: "got_session_frame",
+    f.AckThrough: "got_session_frame",
     f.Ping: "got_ping",
     f.Pong: "got_pong",
 }
@@ -91,6 +99,16 @@ class ClientProtocol(Protocol):
         room = core.read(len(frames), self._decoder.pending)
         machine = self.machine
         for frame in frames:
+            # The data path: straight to the open session (HOT_FRAMES);
+            # an attached connection is one with a session.
+            session = core.session
+            if session is not None and session.state == OPEN:
+                hot = HOT_FRAMES.get(type(frame))
+                if hot is not None:
+                    hot(session, frame)
+                    if core.silent:
+                        return
+                    continue
             try:
                 getattr(machine, _INPUT_FOR_FRAME[type(frame)])(frame)
             except NoTransition:

@@ -75,6 +75,13 @@ log = Logger()
 MAX_SENDS_IN_PROGRESS = 8192
 RESUME_SENDS_AT = MAX_SENDS_IN_PROGRESS // 2
 
+#: Most deliveries in one DeliverBatch, and most bytes of bodies and
+#: headers: a turn's deliveries past either go in the next frame, and a
+#: delivery larger than the bytes goes as a Deliver of its own, so that a
+#: frame to the client stays within L{f.MAX_ROUTER_FRAME_SIZE}.
+DELIVER_BATCH_MAX_MESSAGES = 1000
+DELIVER_BATCH_MAX_BYTES = 1024 * 1024
+
 #: Answers held for a client that does not report receiving them
 #: (C{Received}); past it the session can no longer be resumed.
 MAX_HELD_ANSWERS = 2 * MAX_SENDS_IN_PROGRESS
@@ -100,6 +107,12 @@ class SessionInputs(Protocol):
 
     def got_send(self, frame: f.Send) -> None:
         "The client sends a message."
+
+    def got_send_batch(self, frame: f.SendBatch) -> None:
+        "The client sends many messages (version 4)."
+
+    def got_ack_through(self, frame: f.AckThrough) -> None:
+        "The client is done with a subscription's deliveries up to one (version 4)."
 
     def got_subscribe(self, frame: f.Subscribe) -> None:
         "The client wants to consume from a queue."
@@ -273,6 +286,11 @@ class SessionCore:
     holding: bool = False
     resumable: bool = True
     disconnected_at: float | None = None
+    batching: bool = False
+    _batches: dict = field(default_factory=dict)
+    _batch_bytes: int = 0
+    _batch_count: int = 0
+    _batch_call: IDelayedCall | None = None
     _done_above: set = field(default_factory=set)
     _processed_sent: int = 0
     _processed_call: IDelayedCall | None = None
@@ -280,14 +298,19 @@ class SessionCore:
 
     def __post_init__(self) -> None:
         self.recovery = deque(maxlen=self.settings.recovery_buffer_size)
-        self.transaction = TRANSACTION_MACHINE(TransactionCore(self))
+        self._transaction = TransactionCore(self)
+        self.transaction = TRANSACTION_MACHINE(self._transaction)
 
     # -- output ---------------------------------------------------------------
 
     def write(self, frame) -> None:
         """
-        Send C{frame} on the session's connection, if it has one.
+        Send C{frame} on the session's connection, if it has one, after
+        the deliveries of this turn not yet written (so that frames keep
+        the order in which they were made).
         """
+        if self._batches:
+            self._write_batches()
         if self.connection is not None:
             self.connection.write(frame)
 
@@ -323,6 +346,17 @@ class SessionCore:
         self.processed_up_to = n
         self._schedule_processed()
 
+    def done_through(self, first: int, last: int) -> None:
+        """
+        Commands C{first} to C{last} (a batch) have been carried out.
+        """
+        if first != self.processed_up_to + 1:
+            self._done_above.update(range(first, last + 1))
+            return
+        self.processed_up_to = first - 1
+        self._done_above.update(range(first + 1, last + 1))
+        self.done(first)
+
     def _schedule_processed(self) -> None:
         if self._processed_call is None and self.connection is not None:
             self._processed_call = self.clock.callLater(0, self._send_processed)
@@ -350,6 +384,7 @@ class SessionCore:
         """
         self.session_id = uuid.uuid4().hex
         self.connection = connection
+        self.batching = connection.version >= f.BATCH_VERSION
         self.client_id = frame.client_id
         self.ttl_ms = connection.ttl_ms
         self.state = OPEN
@@ -394,6 +429,76 @@ class SessionCore:
         )
         return False
 
+    # The data commands.  The machine's behaviours for them in C{open} are
+    # these methods, and the connection's protocol calls them directly
+    # while the session is open (L{HOT_FRAMES}): the machine stays the
+    # authority for every change of stage (C{state} is set by its
+    # behaviours only), and the transaction machine's for Begin, Commit
+    # and Rollback (C{TransactionCore.holding}, likewise).
+
+    def take_send(self, frame: f.Send) -> None:
+        if self.accept_command(frame):
+            if self._transaction.holding:
+                self.transaction.send(frame)
+            else:
+                self.send(frame)
+
+    def take_send_batch(self, frame: f.SendBatch) -> None:
+        if not self._speaks_batches(frame):
+            return
+        skip = self.accept_batch(frame)
+        if skip < 0 or skip == len(frame.messages):
+            return
+        if not self._transaction.holding:
+            self.send_batch(frame, skip)
+            return
+        first = frame.first_command_id
+        for offset in range(skip, len(frame.messages)):
+            self.transaction.send(f.Send(first + offset, *frame.messages[offset]))
+
+    def take_ack(self, frame: f.Ack) -> None:
+        if self.accept_command(frame):
+            if self._transaction.holding:
+                self.transaction.ack(frame)
+            else:
+                self.ack(frame)
+
+    def take_ack_through(self, frame: f.AckThrough) -> None:
+        if self._speaks_batches(frame) and self.accept_command(frame):
+            ack = f.Ack(frame.command_id, self.unacknowledged_through(
+                frame.subscription, frame.delivery_id))
+            if self._transaction.holding:
+                self.transaction.ack(ack)
+            else:
+                self.ack(ack)
+
+    def take_credit(self, frame: f.Credit) -> None:
+        if self.accept_command(frame):
+            self.credit(frame)
+
+    def _speaks_batches(self, frame) -> bool:
+        connection = self.connection
+        if connection.version >= f.BATCH_VERSION:
+            return True
+        connection.machine.protocol_error(
+            f.BAD_COMMAND, f"{type(frame).__name__} needs protocol version "
+            f"{f.BATCH_VERSION}; this connection speaks {connection.version}")
+        return False
+
+    def unacknowledged_through(self, number: int, delivery_id: int) -> list[int]:
+        """
+        The session delivery ids of subscription C{number} not yet
+        acknowledged, up to C{delivery_id} (what an AckThrough names).
+        """
+        ids = []
+        for owned, owner in self.owners.items():
+            # In delivery id order: deliveries are added as they are made.
+            if owned > delivery_id:
+                break
+            if owner[0] == number:
+                ids.append(owned)
+        return ids
+
     def send(self, frame: f.Send) -> None:
         command_id = frame.command_id
         if frame.duplicate_id:
@@ -408,6 +513,93 @@ class SessionCore:
             self.connection.pause()
         d.addCallbacks(self._sent, self._send_failed, (command_id,), None, (command_id,))
 
+    def accept_batch(self, frame: f.SendBatch) -> int:
+        """
+        How many of C{frame}'s leading commands the session already
+        received (a client replaying after a resume: their held answers
+        are re-sent, they are not carried out again), or -1 when the batch
+        does not follow the last command (a connection-level
+        C{bad-command}, as for any command out of sequence).
+        """
+        first, last = frame.first_command_id, frame.command_id
+        received = self.last_command_id
+        if 1 <= first <= received + 1:
+            if last > received:
+                self.last_command_id = last
+            skip = min(last, received) - first + 1
+            if skip:
+                self._resend_answers(first, first + skip - 1)
+            return skip
+        self.connection.machine.protocol_error(
+            f.BAD_COMMAND,
+            f"SendBatch has command ids {first} to {last}, expected {received + 1} next",
+        )
+        return -1
+
+    def _resend_answers(self, first: int, last: int) -> None:
+        answers, written = self.answers, None
+        for command_id in range(first, last + 1):
+            held = answers.get(command_id)
+            if held is not None and held is not written:
+                self.write(held)
+                written = held
+
+    def send_batch(self, frame: f.SendBatch, skip: int) -> None:
+        """
+        Carry out the commands of C{frame} after its first C{skip} (a
+        replay's), with ONE call of the engine (one store call), and
+        answer them together when it fires.
+        """
+        messages = frame.messages[skip:] if skip else frame.messages
+        first = frame.first_command_id + skip
+        n = len(messages)
+        d = self.engine.submit_many(messages)
+        self.sends_in_progress += n
+        if self.sends_in_progress >= MAX_SENDS_IN_PROGRESS and not self.paused:
+            self.paused = True
+            self.connection.pause()
+        d.addCallbacks(self._sent_batch, self._send_batch_failed, (first,), None, (first, n))
+
+    def _sent_batch(self, outcomes: list, first: int) -> None:
+        """
+        Answer a batch: one Confirmed per run of accepted sends, an Error
+        for each refused one.
+        """
+        run_start, msg_ids = first, []
+        for offset, outcome in enumerate(outcomes):
+            if type(outcome) is str:
+                msg_ids.append(outcome)
+                continue
+            if msg_ids:
+                self._confirm_run(run_start, msg_ids)
+                msg_ids = []
+            command_id = first + offset
+            self.refuse(command_id, outcome, "send")
+            run_start = command_id + 1
+        if msg_ids:
+            self._confirm_run(run_start, msg_ids)
+        self._sends_done(len(outcomes))
+
+    def _confirm_run(self, first: int, msg_ids: list) -> None:
+        last = first + len(msg_ids) - 1
+        frame = f.Confirmed(first, msg_ids)
+        if self.resumable:
+            answers = self.answers
+            for command_id in range(first, last + 1):
+                answers[command_id] = frame
+            if len(answers) > MAX_HELD_ANSWERS:
+                self._not_resumable(f"more than {MAX_HELD_ANSWERS} answers were not reported "
+                                    "received")
+        self.write(frame)
+        self.done_through(first, last)
+
+    def _send_batch_failed(self, failure, first: int, n: int) -> None:
+        # submit_many reports each send's failure as its outcome; this is
+        # a bug of its own.
+        for command_id in range(first, first + n):
+            self.refuse(command_id, failure, "send")
+        self._sends_done(n)
+
     def _sent(self, msg_id: str, command_id: int) -> None:
         self.answer(command_id, f.Confirm(command_id, msg_id))
         self._send_done()
@@ -417,7 +609,10 @@ class SessionCore:
         self._send_done()
 
     def _send_done(self) -> None:
-        self.sends_in_progress -= 1
+        self._sends_done(1)
+
+    def _sends_done(self, n: int) -> None:
+        self.sends_in_progress -= n
         if self.paused and self.sends_in_progress <= RESUME_SENDS_AT:
             self.paused = False
             if self.connection is not None:
@@ -480,12 +675,68 @@ class SessionCore:
         m = delivery.message
         frame = f.Deliver(delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
                           delivery.redelivered)
-        if self.connection is not None:
-            self.write(frame)
-            if self.resumable:
-                self.recovery.append(frame)
-        else:
+        if self.connection is None:
             self._hold(frame, delivery.entry_id is not None)
+            return
+        if self.batching:
+            self._batch(frame)
+        else:
+            self.write(frame)
+        if self.resumable:
+            self.recovery.append(frame)
+
+    def _batch(self, frame: f.Deliver) -> None:
+        """
+        Version 4: gather the deliveries of this turn, a run of one
+        subscription's at a time (delivery ids stay in order on the wire),
+        into DeliverBatch frames written at the end of the turn, or
+        before any other frame, or at a bound.
+        """
+        size = len(frame.body) + sum(len(k) + len(v) for k, v in frame.headers.items())
+        if size > DELIVER_BATCH_MAX_BYTES:
+            self.write(frame)
+            return
+        batches = self._batches
+        if batches and (frame.subscription not in batches
+                        or self._batch_count >= DELIVER_BATCH_MAX_MESSAGES
+                        or self._batch_bytes + size > DELIVER_BATCH_MAX_BYTES):
+            self._write_batches()
+            batches = self._batches
+        run = batches.get(frame.subscription)
+        if run is None:
+            run = batches[frame.subscription] = []
+        run.append([frame.delivery_id, frame.msg_id, frame.origin, frame.headers, frame.body,
+                    frame.redelivered])
+        self._batch_count += 1
+        self._batch_bytes += size
+        if self._batch_call is None:
+            self._batch_call = self.clock.callLater(0, self._turn_ended)
+
+    def _turn_ended(self) -> None:
+        self._batch_call = None
+        if self._batches:
+            self._write_batches()
+
+    def _write_batches(self) -> None:
+        batches, self._batches = self._batches, {}
+        self._batch_count = self._batch_bytes = 0
+        connection = self.connection
+        if connection is not None:
+            for number, deliveries in batches.items():
+                connection.write(f.DeliverBatch(number, deliveries))
+
+    def _drop_batches(self) -> None:
+        """
+        The connection is gone: this turn's deliveries not yet written
+        are as lost in transit (kept in the recovery buffer and owners,
+        so a resume deals with them as with any delivery the client did
+        not receive).
+        """
+        self._batches = {}
+        self._batch_count = self._batch_bytes = 0
+        if self._batch_call is not None and self._batch_call.active():
+            self._batch_call.cancel()
+        self._batch_call = None
 
     def _hold(self, frame: f.Deliver, persistent: bool) -> None:
         """
@@ -635,6 +886,7 @@ class SessionCore:
         keep-alive (or end it now if it cannot be resumed).
         """
         self.connection = None
+        self._drop_batches()
         self.paused = False
         self.state = DISCONNECTED
         self.disconnected_at = self.clock.seconds()
@@ -666,6 +918,7 @@ class SessionCore:
         self._keep_alive_call = None
         disconnected_for = self.clock.seconds() - self.disconnected_at
         self.connection = connection
+        self.batching = connection.version >= f.BATCH_VERSION
         self.state = OPEN
         self.disconnected_at = None
         self.client_id = frame.client_id
@@ -674,9 +927,12 @@ class SessionCore:
                                      self.last_command_id))
         # 1. The answers the client does not hold.
         self._forget_answers(frame.answered_up_to)
-        answers = self.answers
+        answers, written = self.answers, None
         for command_id in sorted(answers):
-            self.write(answers[command_id])
+            # A Confirmed answers several commands: written once.
+            if answers[command_id] is not written:
+                written = answers[command_id]
+                self.write(written)
         # 2. The deliveries it did not receive: from the recovery buffer,
         # then what queued while disconnected.
         delivered_up_to, owners = frame.delivered_up_to, self.owners
@@ -772,6 +1028,7 @@ class SessionCore:
     def _end(self, state: str) -> None:
         self.state = state
         self.connection = None
+        self._drop_batches()
         self.paused = False
         self.transaction.end()
         self._cancel_all()
@@ -829,8 +1086,15 @@ def _build_session_machine():
 
     @open_.upon(SessionInputs.got_send).loop()
     def send(inputs: SessionInputs, core: SessionCore, frame: f.Send) -> None:
-        if core.accept_command(frame):
-            core.transaction.send(frame)
+        core.take_send(frame)
+
+    @open_.upon(SessionInputs.got_send_batch).loop()
+    def send_batch(inputs: SessionInputs, core: SessionCore, frame: f.SendBatch) -> None:
+        core.take_send_batch(frame)
+
+    @open_.upon(SessionInputs.got_ack_through).loop()
+    def ack_through(inputs: SessionInputs, core: SessionCore, frame: f.AckThrough) -> None:
+        core.take_ack_through(frame)
 
     @open_.upon(SessionInputs.got_subscribe).loop()
     def subscribe(inputs: SessionInputs, core: SessionCore, frame: f.Subscribe) -> None:
@@ -844,13 +1108,11 @@ def _build_session_machine():
 
     @open_.upon(SessionInputs.got_credit).loop()
     def credit(inputs: SessionInputs, core: SessionCore, frame: f.Credit) -> None:
-        if core.accept_command(frame):
-            core.credit(frame)
+        core.take_credit(frame)
 
     @open_.upon(SessionInputs.got_ack).loop()
     def ack(inputs: SessionInputs, core: SessionCore, frame: f.Ack) -> None:
-        if core.accept_command(frame):
-            core.transaction.ack(frame)
+        core.take_ack(frame)
 
     @open_.upon(SessionInputs.got_begin).loop()
     def begin(inputs: SessionInputs, core: SessionCore, frame: f.Begin) -> None:
@@ -916,3 +1178,17 @@ def _build_session_machine():
 
 #: Machine factory: C{SESSION_MACHINE(core)} returns the inputs object.
 SESSION_MACHINE = _build_session_machine()
+
+
+#: The frames that, while the session is C{open} (its machine's state, as
+#: C{SessionCore.state} mirrors it), the connection's protocol hands
+#: straight to the core's method, without Automat's transition (the data
+#: path: one per message or per batch).  Any other state goes through the
+#: machines, which refuse what has no transition.
+HOT_FRAMES = {
+    f.Send: SessionCore.take_send,
+    f.SendBatch: SessionCore.take_send_batch,
+    f.Ack: SessionCore.take_ack,
+    f.AckThrough: SessionCore.take_ack_through,
+    f.Credit: SessionCore.take_credit,
+}

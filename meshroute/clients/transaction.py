@@ -6,7 +6,9 @@ each session owns beside its own:
     idle ── begin ──▶ holding ── commit / rollback / end ──▶ idle
 
  - C{idle}: no transaction: the session carries out Sends and Acks at
-   once, as in version 1.
+   once, as in version 1, without handing them to this machine (it
+   reads C{TransactionCore.holding}, which only this machine's
+   behaviours change).
  - C{holding}: after C{Begin}: Sends and Acks are held until C{Commit},
    which carries them all out in one store call
    (L{meshroute.engine.MessageEngine.commit}), or C{Rollback} (or the
@@ -87,6 +89,9 @@ class TransactionCore:
     @ivar size: the bytes of the held Sends (L{held_size}).
     @ivar refused: why the transaction can only roll back ("" while it can
         commit).
+    @ivar holding: the machine is in C{holding} (set and cleared by its
+        behaviours only), so that the session hands Sends and Acks
+        straight to itself outside a transaction, without the machine.
     """
 
     session: object
@@ -94,8 +99,10 @@ class TransactionCore:
     acks: object = None
     size: int = 0
     refused: str = ""
+    holding: bool = False
 
     def start(self, frame: f.Begin) -> None:
+        self.holding = True
         self.sends = []
         self.acks = self.session.engine.queues.transaction()
         self.size = 0
@@ -103,6 +110,7 @@ class TransactionCore:
         self.session.done(frame.command_id)
 
     def _take(self) -> tuple[list, object]:
+        self.holding = False
         sends, acks = self.sends, self.acks
         self.sends, self.acks = [], None
         return sends, acks
@@ -197,14 +205,6 @@ def _build_transaction_machine():
     @idle.upon(TransactionInputs.begin).to(holding)
     def begin(inputs: TransactionInputs, core: TransactionCore, frame: f.Begin) -> None:
         core.start(frame)
-
-    @idle.upon(TransactionInputs.send).loop()
-    def send_now(inputs: TransactionInputs, core: TransactionCore, frame: f.Send) -> None:
-        core.session.send(frame)
-
-    @idle.upon(TransactionInputs.ack).loop()
-    def ack_now(inputs: TransactionInputs, core: TransactionCore, frame: f.Ack) -> None:
-        core.session.ack(frame)
 
     @holding.upon(TransactionInputs.send).loop()
     def hold_send(inputs: TransactionInputs, core: TransactionCore, frame: f.Send) -> None:

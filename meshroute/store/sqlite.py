@@ -536,6 +536,38 @@ class SQLiteStore:
                 d.addCallback(_count_if_new, self._backlog, message.dest_router)
         return d
 
+    def accept_many(self, items):
+        """
+        Accept a batch of client sends in one transaction: C{items} are
+        C{(message, duplicate_id)} pairs (C{""} for none), each taken as
+        L{accept} or L{accept_once} would take it, in order (a duplicate id
+        repeated within the batch is a duplicate of the earlier item).
+        Non-persistent messages without a duplicate id have nothing to
+        store and must not be given.
+
+        @return: Deferred firing, once durable, with one outcome per item:
+            None when accepted, or the C{msg_id} of the message first
+            accepted with its duplicate id (that item changed nothing);
+            failing (nothing changed) with L{DuplicateMessage} as
+            C{accept} does, or with the database's error.
+        """
+        router = self.router
+        calls = [(message, duplicate_id, message.dest_router == (router or message.origin))
+                 for message, duplicate_id in items]
+        now = self._now()
+        d = self._submit(_accept_many, calls, now, now - self.duplicate_id_window_s)
+        d.addCallback(self._accepted_many, calls)
+        return d
+
+    def _accepted_many(self, outcomes: list, calls: list) -> list:
+        for (message, _, local), original in zip(calls, outcomes):
+            if original is None and message.persistent:
+                if local:
+                    _count(None, self._queues, message.dest_queue, 1)
+                else:
+                    _count(None, self._backlog, message.dest_router, 1)
+        return outcomes
+
     def commit(self, sends, entry_ids):
         """
         A client transaction, all or nothing: accept every message of
@@ -560,12 +592,7 @@ class SQLiteStore:
 
     def _committed(self, result, calls: list) -> list:
         outcomes, consumed = result
-        for (message, _, local), original in zip(calls, outcomes):
-            if original is None and message.persistent:
-                if local:
-                    _count(None, self._queues, message.dest_queue, 1)
-                else:
-                    _count(None, self._backlog, message.dest_router, 1)
+        self._accepted_many(outcomes, calls)
         _add_counts(consumed, self._queues, -1)
         return outcomes
 
@@ -1049,6 +1076,14 @@ def _commit(connection, calls: list, entry_ids: str, now: float, cutoff: float):
     savepoint, so anything raised undoes all of it.  Returns the outcome
     of each call and C{{queue: entries deleted}}.
     """
+    return _accept_each(connection, calls, now, cutoff), _consume(connection, entry_ids)
+
+
+def _accept_each(connection, calls: list, now: float, cutoff: float) -> list:
+    """
+    Accept C{(message, duplicate_id, local)} calls one by one, in order;
+    the outcome of each (None, or the original's C{msg_id}).
+    """
     outcomes = []
     for message, duplicate_id, local in calls:
         if duplicate_id:
@@ -1059,7 +1094,35 @@ def _commit(connection, calls: list, entry_ids: str, now: float, cutoff: float):
         else:
             _accept_backlog(connection, message)
         outcomes.append(None)
-    return outcomes, _consume(connection, entry_ids)
+    return outcomes
+
+
+def _accept_many(connection, calls: list, now: float, cutoff: float) -> list:
+    """
+    See L{SQLiteStore.accept_many}.  Not atomic: the executor runs it in a
+    savepoint, so anything raised undoes all of it.  Without duplicate ids
+    (the common case) each kind of destination is one C{executemany}, as
+    the executor's batch forms do: a batch's messages have different
+    destinations in order of their own, so grouping keeps each
+    destination's order.
+    """
+    if any(call[1] for call in calls):
+        return _accept_each(connection, calls, now, cutoff)
+    local = [(message, now) for message, _, is_local in calls if is_local]
+    backlog = [(message,) for message, _, is_local in calls if not is_local]
+    try:
+        if local:
+            _accept_local_batch(connection, local)
+        if backlog:
+            _accept_backlog_batch(connection, backlog)
+    except (sqlite3.IntegrityError, _OneByOne):
+        # A message id already held: the batch fails whole (raising undoes
+        # what the statements did; a partly run executemany must not stay).
+        # Ids are made by this router, so this is a broken invariant, not
+        # a client's doing.
+        first, last = calls[0][0].msg_id, calls[-1][0].msg_id
+        raise DuplicateMessage(first if first == last else f"{first}..{last}") from None
+    return [None] * len(calls)
 
 
 @_atomic
