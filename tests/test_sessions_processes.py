@@ -299,12 +299,16 @@ def _hold_deliveries(port: int, queue: str, n: int) -> socket.socket:
     sock.sendall(encode(f.Open(list(f.SUPPORTED_VERSIONS), "holder", "", -1, 0, 0))
                  + encode(f.Subscribe(1, 1, queue, n)))
     decoder = FrameDecoder(frames=f.FROM_ROUTER)
-    delivered: list = []
-    while len(delivered) < n:
+    redelivered: list[bool] = []  # each delivery's flag, one Deliver or a DeliverBatch's
+    while len(redelivered) < n:
         data = sock.recv(65536)
         assert data, "the router closed the connection"
-        delivered += [frame for frame in decoder.feed(data) if isinstance(frame, f.Deliver)]
-    assert not any(d.redelivered for d in delivered)
+        for frame in decoder.feed(data):
+            if isinstance(frame, f.Deliver):
+                redelivered.append(frame.redelivered)
+            elif isinstance(frame, f.DeliverBatch):
+                redelivered += [item[5] for item in frame.deliveries]
+    assert not any(redelivered)
     return sock
 
 
