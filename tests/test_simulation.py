@@ -104,18 +104,20 @@ def test_a_mesh_that_loses_messages_is_caught(observe_errors, monkeypatch):
 
     from meshroute import engine
 
-    arrived = engine.MessageEngine.arrived
+    placed = engine.MessageEngine._placed
     count = []
 
-    def forgetful(self, peer, seq, previous, message):
-        # Every tenth transfer is stored and acknowledged under another
-        # id: the link sees nothing wrong, the message itself is gone.
-        count.append(seq)
+    def forgetful(self, message):
+        # Every tenth transfer (alone or in a batch) is stored and
+        # acknowledged under another id: the link sees nothing wrong, the
+        # message itself is gone.
+        count.append(message)
+        stored, local, dead = placed(self, message)
         if len(count) % 10 == 0:
-            message = replace(message, msg_id=message.msg_id + "-forgotten")
-        return arrived(self, peer, seq, previous, message)
+            stored = replace(stored, msg_id=stored.msg_id + "-forgotten")
+        return stored, local, dead
 
-    monkeypatch.setattr(engine.MessageEngine, "arrived", forgetful)
+    monkeypatch.setattr(engine.MessageEngine, "_placed", forgetful)
     violations = check(run(_small_schedule()))
     assert {v.invariant for v in violations} == {"lost"}
     assert len(violations) >= 3
