@@ -72,8 +72,9 @@ class Options(usage.Options):
 
 class Sink(protocol.Protocol):
     """
-    Answers Open, and confirms every Send and SendBatch at once (Confirm /
-    Confirmed with made-up ids); ignores everything else.
+    Answers Open, confirms every Send and SendBatch at once (Confirm /
+    Confirmed with made-up ids), answers Close with Closed and closes;
+    ignores everything else.
     """
 
     def connectionMade(self) -> None:
@@ -87,7 +88,7 @@ class Sink(protocol.Protocol):
         from meshroute.wire.codec import encode
 
         f = self.f
-        out = []
+        out, closing = [], False
         for frame in self.decoder.feed(data):
             kind = type(frame)
             if kind is f.SendBatch:
@@ -104,8 +105,13 @@ class Sink(protocol.Protocol):
                                   f.Opened(version, "sink", "sink", frame.ttl_ms, False, 0)))
             elif kind is f.Ping:
                 out.append(encode(f.Pong(frame.n)))
+            elif kind is f.Close:
+                out.append(encode(f.Closed()))
+                closing = True
         if out:
             self.transport.write(b"".join(out))
+        if closing:
+            self.transport.loseConnection()
 
 
 async def sink_worker(reactor, port: str) -> None:
