@@ -383,6 +383,18 @@ def test_without_restart_backup_the_backup_stops_after_handing_back(pair):
     pair.run_until(lambda: serving(primary), 1.0)
 
 
+def consumer_on_router_c(pair) -> "Consumer":
+    """
+    Start router-c, dialling the pair's primary then its backup, with a
+    consumer on its queue C{far}.
+    """
+    base = pair.mesh.config("router-c", connect_to=[ROUTER])
+    (connector,) = base.connectors
+    config = dataclasses.replace(base, connectors=(dataclasses.replace(
+        connector, endpoint=(pair.key(PRIMARY), pair.key(BACKUP))),))
+    return Consumer(pair.mesh.start(config), "far")
+
+
 def test_a_neighbour_s_consumer_gets_every_message_once_across_a_failover(pair):
     """
     router-c dials both instances (an endpoint list); messages sent on
@@ -391,12 +403,7 @@ def test_a_neighbour_s_consumer_gets_every_message_once_across_a_failover(pair):
     the backup forwards them and the next ones: c's consumer gets each
     one once.
     """
-    base = pair.mesh.config("router-c", connect_to=[ROUTER])
-    (connector,) = base.connectors
-    config = dataclasses.replace(base, connectors=(dataclasses.replace(
-        connector, endpoint=(pair.key(PRIMARY), pair.key(BACKUP))),))
-    router_c = pair.mesh.start(config)
-    consumer = Consumer(router_c, "far")
+    consumer = consumer_on_router_c(pair)
     primary, backup = start_both(pair)
     pair.run_until(lambda: "router-c" in primary.router.describe_routes(), 5.0)
     pair.mesh.partition("router-c")
@@ -443,12 +450,7 @@ def test_the_new_active_takes_sends_to_a_router_the_old_one_knew_before_its_link
     backlog (the names heard of are in the replicated store), not
     C{unknown-router}, and forwards it once c's link is up.
     """
-    base = pair.mesh.config("router-c", connect_to=[ROUTER])
-    (connector,) = base.connectors
-    config = dataclasses.replace(base, connectors=(dataclasses.replace(
-        connector, endpoint=(pair.key(PRIMARY), pair.key(BACKUP))),))
-    router_c = pair.mesh.start(config)
-    consumer = Consumer(router_c, "far")
+    consumer = consumer_on_router_c(pair)
     primary, backup = start_both(pair)
     pair.run_until(lambda: "router-c" in primary.router.describe_routes(), 5.0)
     pair.mesh.partition("router-c")
