@@ -684,10 +684,17 @@ def config_warnings(config: RouterConfig) -> list[str]:
     naming the file and the dotted key: C{meshroute check-config} prints
     these, and the router logs them at start.
     """
-    if config.ha is None:
-        return []
-    return [f"{config.path}: {problem.key}: {problem.message}"
-            for problem in ha_settings.warnings(config.ha)]
+    warnings = []
+    if config.clients is not None and config.security is None:
+        warnings.append(
+            f"{config.path}: security: no [security] section: the client listener "
+            f"{config.clients.endpoint} is open to any client that reaches it, which may "
+            "send to every queue of the mesh and consume from every local queue "
+            "(docs/security.md)")
+    if config.ha is not None:
+        warnings.extend(f"{config.path}: {problem.key}: {problem.message}"
+                        for problem in ha_settings.warnings(config.ha))
+    return warnings
 
 
 def _toml_value(value: object) -> str:

@@ -42,6 +42,7 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.routing.known import KnownRouters
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
+from meshroute.security.reload import reload_security
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
@@ -352,6 +353,13 @@ class RouterService(MultiService):
             self.events.emit(events.ROUTER_STOPPED)
             self.events.close()
             self._unlock_data_dir()
+
+    def reload_security(self) -> bool:
+        """
+        Read C{[security]} and the users file again (SIGHUP,
+        L{meshroute.security.reload}); whether a new policy is in force.
+        """
+        return reload_security(self.security, self.config, self._clock)
 
     def describe(self) -> dict:
         """
