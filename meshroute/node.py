@@ -40,10 +40,10 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.routing.known import KnownRouters
+from meshroute.routing.table import RouteTable
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
-from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
 from meshroute.store.pruning import IdPruner
