@@ -285,9 +285,10 @@ class MessageEngine:
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
             d.addBoth(self._accepted_once, message, duplicate_id)
-            return d
-        d = self._store.accept(message)
-        d.addBoth(self._accepted, message)
+        else:
+            d = self._store.accept(message)
+            d.addBoth(self._accepted, message)
+        self._pump_ahead((router,))
         return d
 
     def submit_many(self, sends) -> Deferred:
@@ -352,6 +353,7 @@ class MessageEngine:
             if repeats:
                 d.addCallback(self._repeats_answered, repeats, outcomes)
             rechecks.append(d)
+            self._pump_ahead({m.dest_router for m, _ in stored if m.persistent})
         if not rechecks:
             return succeed(outcomes)
         return DeferredList(rechecks).addCallback(lambda _: outcomes)
@@ -451,6 +453,7 @@ class MessageEngine:
                   if m.persistent or duplicate_id]
         d = self._store.commit(stored, entry_ids)
         d.addBoth(self._committed, messages)
+        self._pump_ahead({m.dest_router for m, _ in stored if m.persistent})
         return d
 
     def _not_accepting(self, messages) -> None:
@@ -731,6 +734,31 @@ class MessageEngine:
         hop = self.routes.next_hop(router)
         return self._channels.get(hop) if hop is not None else None
 
+    def accepting(self, router: str) -> int:
+        """
+        Persistent messages for C{router} submitted to the store and not
+        yet accepted (they join its backlog when they are).
+        """
+        return self._accepting.get(router, 0)
+
+    def _pump_ahead(self, routers) -> None:
+        """
+        Persistent messages for C{routers} were just submitted to the
+        store, not yet accepted: let their links take them from the backlog
+        now, so that the store's group commit writes the accept and the
+        hand-over in one transaction (the assign is submitted after the
+        accept and sees it; if the writer commits them apart, the assign
+        finds less, and the accept pumps again when it is durable).  Only
+        this pump counts messages not accepted yet: one that follows an
+        assign counts the backlog alone, so a store that answers the
+        assign before the accept does not make the link pump in a loop.
+        """
+        for router in routers:
+            if router != self.name:
+                channel = self._next_channel(router)
+                if channel is not None:
+                    channel.pump(ahead=True)
+
     def _pump_towards(self, router: str) -> None:
         channel = self._next_channel(router)
         if channel is not None:
@@ -756,6 +784,8 @@ class MessageEngine:
         stored, local, dead = self._placed(message)
         d = self._store.receive(peer, seq, stored, local or dead, previous)
         d.addCallback(self._stored, peer, message, stored, local, dead)
+        if local:
+            self.queues.notify(message.dest_queue)
         return d
 
     def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
@@ -773,6 +803,8 @@ class MessageEngine:
             peer, previous, [(seq, stored, local or dead)
                              for (seq, _), (stored, local, dead) in zip(arrivals, placed)])
         d.addCallback(self._stored_many, peer, arrivals, placed)
+        for queue in {message.dest_queue for message, local, _ in placed if local}:
+            self.queues.notify(queue)
         return d
 
     def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
@@ -816,8 +848,8 @@ class MessageEngine:
             if dead:
                 self.dead_lettered(message, "max-hops")
             elif local:
+                # Its queue was notified when it was submitted (arrived).
                 self._emit_enqueued(message)
-                self.queues.notify(message.dest_queue)
             else:
                 return (message.dest_router,)
         return ()
@@ -1006,10 +1038,11 @@ class PeerChannel:
                    store_id=store_id, discarded_last_received=self._previous)
         self._previous = 0
 
-    def pump(self) -> None:
+    def pump(self, ahead: bool = False) -> None:
         """
         Hand the peer more backlog messages if the window has room and
-        there are any for destinations it serves.
+        there are any for destinations it serves (with C{ahead}, or
+        being accepted for them: see L{MessageEngine._pump_ahead}).
         """
         if self._pumping or self._closed or self.paused:
             return
@@ -1019,7 +1052,8 @@ class PeerChannel:
             return
         serving = self._engine.assignable(self.peer)
         depths = self._store.backlog_depths()
-        if not any(depths.get(router) for router in serving):
+        accepting = self._engine.accepting if ahead else lambda router: 0
+        if not any(depths.get(router) or accepting(router) for router in serving):
             return
         self._pumping = True
         d = self._store.assign(self.peer, serving, min(room, ASSIGN_BATCH), byte_room)
