@@ -95,6 +95,14 @@ WINDOW = 1024
 WINDOW_BYTES = 16 * 1024 * 1024
 #: How many backlog messages one store call hands a link.
 ASSIGN_BATCH = 256
+#: Durable transfers a receiver acknowledges at the end of the turn they
+#: became durable in; fewer, with none to forward, wait up to
+#: L{ACK_DELAY_S} for more (one Ack then covers them all).
+ACK_EVERY = WINDOW // 16
+#: The longest a durable transfer waits for its acknowledgement: at a low
+#: rate, one Ack for a few transfers instead of one frame (and one wake-up
+#: of the sender) per message; far below anything a window notices.
+ACK_DELAY_S = 0.01
 #: Dead-letter reason of a message whose Transfer no link would take.
 TOO_LARGE = "too-large"
 #: How many waiting non-persistent messages one reactor turn hands a link
@@ -989,6 +997,7 @@ class PeerChannel:
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
+        self._ack_delay = None
         # Destinations of durable transfers to forward at the end of the
         # reactor turn, after their acknowledgement.
         self._onward: set[str] = set()
@@ -1229,7 +1238,9 @@ class PeerChannel:
         Transfer C{seq} is durable here: at the end of this reactor turn,
         acknowledge it with the others of the turn (acknowledgements are
         cumulative), then forward what it added to the backlog (C{onward}:
-        the destinations).
+        the destinations).  With nothing to forward and fewer than
+        L{ACK_EVERY} durable transfers unacknowledged, the acknowledgement
+        waits up to L{ACK_DELAY_S} for more.
 
         The peer never sees our onward transfer of a message (which may
         come back to it when routes change) before our acknowledgement of
@@ -1248,7 +1259,10 @@ class PeerChannel:
 
     def _turn_ended(self) -> None:
         self._ack_call = None
-        self.send_ack()
+        if self._onward or self._durable_seq - self._acked_seq >= ACK_EVERY:
+            self.send_ack()
+        elif self._ack_delay is None and self._durable_seq > self._acked_seq:
+            self._ack_delay = self._clock.callLater(ACK_DELAY_S, self.send_ack)
         self._forward()
 
     def _forward(self) -> None:
@@ -1263,9 +1277,16 @@ class PeerChannel:
         """
         Acknowledge what is durable and not acknowledged yet, if anything.
         """
+        self._cancel_ack_delay()
         if self._durable_seq > self._acked_seq and not self._closed:
             self._acked_seq = self._durable_seq
             self.send(Ack(self._durable_seq))
+
+    def _cancel_ack_delay(self) -> None:
+        if self._ack_delay is not None:
+            if self._ack_delay.active():
+                self._ack_delay.cancel()
+            self._ack_delay = None
 
     def fast_transferred(self, frame: FastTransfer) -> None:
         self._engine.arrived_transient(_message_from(frame, persistent=False))
@@ -1296,6 +1317,7 @@ class PeerChannel:
         if self._ack_call is not None and self._ack_call.active():
             self._ack_call.cancel()
         self._ack_call = None
+        self._cancel_ack_delay()
         self._forward()
 
     def _failed(self, failure, doing: str) -> None:
