@@ -95,6 +95,14 @@ WINDOW = 1024
 WINDOW_BYTES = 16 * 1024 * 1024
 #: How many backlog messages one store call hands a link.
 ASSIGN_BATCH = 256
+#: Durable transfers a receiver acknowledges at the end of the turn they
+#: became durable in; fewer, with none to forward, wait up to
+#: L{ACK_DELAY_S} for more (one Ack then covers them all).
+ACK_EVERY = WINDOW // 16
+#: The longest a durable transfer waits for its acknowledgement: at a low
+#: rate, one Ack for a few transfers instead of one frame (and one wake-up
+#: of the sender) per message; far below anything a window notices.
+ACK_DELAY_S = 0.01
 #: Dead-letter reason of a message whose Transfer no link would take.
 TOO_LARGE = "too-large"
 #: How many waiting non-persistent messages one reactor turn hands a link
@@ -285,9 +293,10 @@ class MessageEngine:
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
             d.addBoth(self._accepted_once, message, duplicate_id)
-            return d
-        d = self._store.accept(message)
-        d.addBoth(self._accepted, message)
+        else:
+            d = self._store.accept(message)
+            d.addBoth(self._accepted, message)
+        self._pump_ahead((router,))
         return d
 
     def submit_many(self, sends) -> Deferred:
@@ -352,6 +361,7 @@ class MessageEngine:
             if repeats:
                 d.addCallback(self._repeats_answered, repeats, outcomes)
             rechecks.append(d)
+            self._pump_ahead({m.dest_router for m, _ in stored if m.persistent})
         if not rechecks:
             return succeed(outcomes)
         return DeferredList(rechecks).addCallback(lambda _: outcomes)
@@ -451,6 +461,7 @@ class MessageEngine:
                   if m.persistent or duplicate_id]
         d = self._store.commit(stored, entry_ids)
         d.addBoth(self._committed, messages)
+        self._pump_ahead({m.dest_router for m, _ in stored if m.persistent})
         return d
 
     def _not_accepting(self, messages) -> None:
@@ -731,6 +742,31 @@ class MessageEngine:
         hop = self.routes.next_hop(router)
         return self._channels.get(hop) if hop is not None else None
 
+    def accepting(self, router: str) -> int:
+        """
+        Persistent messages for C{router} submitted to the store and not
+        yet accepted (they join its backlog when they are).
+        """
+        return self._accepting.get(router, 0)
+
+    def _pump_ahead(self, routers) -> None:
+        """
+        Persistent messages for C{routers} were just submitted to the
+        store, not yet accepted: let their links take them from the backlog
+        now, so that the store's group commit writes the accept and the
+        hand-over in one transaction (the assign is submitted after the
+        accept and sees it; if the writer commits them apart, the assign
+        finds less, and the accept pumps again when it is durable).  Only
+        this pump counts messages not accepted yet: one that follows an
+        assign counts the backlog alone, so a store that answers the
+        assign before the accept does not make the link pump in a loop.
+        """
+        for router in routers:
+            if router != self.name:
+                channel = self._next_channel(router)
+                if channel is not None:
+                    channel.pump(ahead=True)
+
     def _pump_towards(self, router: str) -> None:
         channel = self._next_channel(router)
         if channel is not None:
@@ -756,6 +792,8 @@ class MessageEngine:
         stored, local, dead = self._placed(message)
         d = self._store.receive(peer, seq, stored, local or dead, previous)
         d.addCallback(self._stored, peer, message, stored, local, dead)
+        if local:
+            self.queues.notify(message.dest_queue)
         return d
 
     def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
@@ -773,6 +811,8 @@ class MessageEngine:
             peer, previous, [(seq, stored, local or dead)
                              for (seq, _), (stored, local, dead) in zip(arrivals, placed)])
         d.addCallback(self._stored_many, peer, arrivals, placed)
+        for queue in {message.dest_queue for message, local, _ in placed if local}:
+            self.queues.notify(queue)
         return d
 
     def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
@@ -816,8 +856,8 @@ class MessageEngine:
             if dead:
                 self.dead_lettered(message, "max-hops")
             elif local:
+                # Its queue was notified when it was submitted (arrived).
                 self._emit_enqueued(message)
-                self.queues.notify(message.dest_queue)
             else:
                 return (message.dest_router,)
         return ()
@@ -957,6 +997,7 @@ class PeerChannel:
         self._durable_seq = 0
         self._acked_seq = 0
         self._ack_call = None
+        self._ack_delay = None
         # Destinations of durable transfers to forward at the end of the
         # reactor turn, after their acknowledgement.
         self._onward: set[str] = set()
@@ -1006,10 +1047,11 @@ class PeerChannel:
                    store_id=store_id, discarded_last_received=self._previous)
         self._previous = 0
 
-    def pump(self) -> None:
+    def pump(self, ahead: bool = False) -> None:
         """
         Hand the peer more backlog messages if the window has room and
-        there are any for destinations it serves.
+        there are any for destinations it serves (with C{ahead}, or
+        being accepted for them: see L{MessageEngine._pump_ahead}).
         """
         if self._pumping or self._closed or self.paused:
             return
@@ -1019,7 +1061,8 @@ class PeerChannel:
             return
         serving = self._engine.assignable(self.peer)
         depths = self._store.backlog_depths()
-        if not any(depths.get(router) for router in serving):
+        accepting = self._engine.accepting if ahead else lambda router: 0
+        if not any(depths.get(router) or accepting(router) for router in serving):
             return
         self._pumping = True
         d = self._store.assign(self.peer, serving, min(room, ASSIGN_BATCH), byte_room)
@@ -1195,7 +1238,9 @@ class PeerChannel:
         Transfer C{seq} is durable here: at the end of this reactor turn,
         acknowledge it with the others of the turn (acknowledgements are
         cumulative), then forward what it added to the backlog (C{onward}:
-        the destinations).
+        the destinations).  With nothing to forward and fewer than
+        L{ACK_EVERY} durable transfers unacknowledged, the acknowledgement
+        waits up to L{ACK_DELAY_S} for more.
 
         The peer never sees our onward transfer of a message (which may
         come back to it when routes change) before our acknowledgement of
@@ -1214,7 +1259,10 @@ class PeerChannel:
 
     def _turn_ended(self) -> None:
         self._ack_call = None
-        self.send_ack()
+        if self._onward or self._durable_seq - self._acked_seq >= ACK_EVERY:
+            self.send_ack()
+        elif self._ack_delay is None and self._durable_seq > self._acked_seq:
+            self._ack_delay = self._clock.callLater(ACK_DELAY_S, self.send_ack)
         self._forward()
 
     def _forward(self) -> None:
@@ -1229,9 +1277,16 @@ class PeerChannel:
         """
         Acknowledge what is durable and not acknowledged yet, if anything.
         """
+        self._cancel_ack_delay()
         if self._durable_seq > self._acked_seq and not self._closed:
             self._acked_seq = self._durable_seq
             self.send(Ack(self._durable_seq))
+
+    def _cancel_ack_delay(self) -> None:
+        if self._ack_delay is not None:
+            if self._ack_delay.active():
+                self._ack_delay.cancel()
+            self._ack_delay = None
 
     def fast_transferred(self, frame: FastTransfer) -> None:
         self._engine.arrived_transient(_message_from(frame, persistent=False))
@@ -1262,6 +1317,7 @@ class PeerChannel:
         if self._ack_call is not None and self._ack_call.active():
             self._ack_call.cancel()
         self._ack_call = None
+        self._cancel_ack_delay()
         self._forward()
 
     def _failed(self, failure, doing: str) -> None:

@@ -170,11 +170,15 @@ class IMessageStore(Interface):
         @return: Deferred firing with the number of messages moved.
         """
 
-    def fetch(queue, after_entry, limit):
+    def fetch(queue, after_entry, limit, mark=0):
         """
+        @param mark: flag the first C{mark} entries fetched that are not
+            flagged redelivered as L{mark_redelivered} would, in the same
+            transaction (for deliveries that consumers' credit awaits).
         @return: Deferred firing with up to C{limit} C{(entry_id, message,
             redelivered)} from local queue C{queue} with entry id above
-            C{after_entry}, oldest first.
+            C{after_entry}, oldest first; C{redelivered} as it was before
+            the call.
         """
 
     def consume(entry_ids):

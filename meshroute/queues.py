@@ -33,7 +33,14 @@ Delivery rules:
  - B{Delivered means flagged.}  A persistent entry is marked redelivered
    in the store before its first delivery is handed to the consumer, so a
    message delivered and not acknowledged comes back flagged even after
-   the router died.  The deliveries one dispatch makes form a batch: one
+   the router died.  Entries read from the store while consumers have
+   credit for them are flagged by the read itself (as many as that
+   credit, C{fetch(..., mark=n)}), so a message arriving for a waiting
+   consumer costs no commit besides its arrival's: it may then be
+   flagged a moment before its delivery (if the router stops in between,
+   it comes back flagged without having been delivered, which the flag
+   allows: it means "maybe delivered before").  The deliveries one
+   dispatch makes of entries not flagged yet form a batch: one
    store call marks them all, and the batch is handed over once that call
    is durable, behind the earlier batches of its queue (so the order
    holds).  If the store fails the call, the batch goes back to the front
@@ -133,6 +140,10 @@ class _Item:
     message: Message
     redelivered: bool
     seq: int
+    #: The store has it flagged redelivered already (fetched and flagged
+    #: in one call, L{QueueManager._fill}): its first delivery needs no
+    #: mark of its own.
+    marked: bool = False
 
 
 class _Queue:
@@ -484,7 +495,11 @@ class QueueManager:
 
     def notify(self, queue: str) -> None:
         """
-        New persistent entries may be in the store for C{queue}.
+        New persistent entries for C{queue} are in the store, or submitted
+        to it: every store call made from now on sees them.  The engine
+        notifies as it submits an arrival, so that the read for a waiting
+        consumer joins the arrival's transaction (group commit) instead of
+        following it in one of its own.
         """
         state = self._queues.get(queue)
         if state is None:
@@ -628,7 +643,7 @@ class QueueManager:
         earlier batches of the queue.
         """
         entry_ids = [item.entry_id for _, _, item in deliveries
-                     if item.entry_id is not None and not item.redelivered]
+                     if item.entry_id is not None and not (item.redelivered or item.marked)]
         batch = _Batch(deliveries, not entry_ids)
         state.sending.append(batch)
         if entry_ids:
@@ -716,31 +731,42 @@ class QueueManager:
     def _fill(self, state: _Queue) -> None:
         """
         Read more entries from the store when consumers exist, the store
-        may have more, and the buffer is at most half full.
+        may have more, and the buffer is at most half full; the store flags
+        as many of them as consumers have credit for beyond what already
+        waits (L{_Item.marked}).
         """
         if state.fetching or not state.more or not state.consumers:
             return
         room = self._read_ahead - len(state.buffer)
         if room * 2 < self._read_ahead:
             return
+        credit = sum(consumer.credit for consumer in state.consumers
+                     if not consumer.holding_persistent)
+        mark = max(0, min(room, credit - len(state.returned) - len(state.buffer)))
         state.fetching = True
-        d = self._store.fetch(state.name, state.last_fetched, room)
+        d = self._store.fetch(state.name, state.last_fetched, room, mark)
         d.addCallbacks(
             self._fetched, self._fetch_failed,
-            callbackArgs=(state, state.notified, state.epoch, room),
+            callbackArgs=(state, state.notified, state.epoch, room, mark),
             errbackArgs=(state,),
         )
 
-    def _fetched(self, rows, state: _Queue, notified: int, epoch: int, limit: int) -> None:
+    def _fetched(self, rows, state: _Queue, notified: int, epoch: int, limit: int,
+                 mark: int) -> None:
         state.fetching = False
         if epoch != state.epoch:
             # The persistent memory was released while this fetch ran.
             self._dispatch(state)
             return
         for entry_id, message, redelivered in rows:
+            # The store flagged the first `mark` not flagged before.
+            marked = not redelivered and mark > 0
+            if marked:
+                mark -= 1
             if entry_id <= state.last_fetched:
                 continue
-            state.buffer.append(_Item(entry_id, message, bool(redelivered), next(state.seq)))
+            state.buffer.append(_Item(entry_id, message, bool(redelivered), next(state.seq),
+                                      marked))
             state.last_fetched = entry_id
         if len(rows) < limit and notified == state.notified:
             state.more = False

@@ -40,6 +40,9 @@ class _Engine:
     def assignable(self, peer: str) -> frozenset:
         return frozenset()
 
+    def accepting(self, router: str) -> int:
+        return 0
+
     def emit_forwarded(self, peer: str, message: Message) -> None:
         self.forwarded.append(message.msg_id)
 

@@ -12,6 +12,7 @@ from twisted.internet.defer import Deferred
 
 import pytest
 
+from meshroute.engine import ACK_DELAY_S
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
 from memory_mesh import MemoryMesh
@@ -378,6 +379,35 @@ def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
     assert_confirmed(sent)
     assert consumer.bodies == [b"%d" % i for i in range(500)]
     assert len(acknowledged) < 10, acknowledged
+
+
+def test_at_a_low_rate_one_ack_covers_several_transfers(mesh):
+    """
+    Transfers that arrive one at a time, for a local queue, are
+    acknowledged together within ACK_DELAY_S: not one Ack, and one outbox
+    deletion at the sender, per message.  Every outbox still empties.
+    """
+    line(mesh)
+    consumer = Consumer(mesh.routers["router-c"], "q")
+    store = mesh.routers["router-b"].store
+    acknowledged = []
+    record = store.acknowledge
+
+    def counting(peer, up_to_seq):
+        acknowledged.append(up_to_seq)
+        return record(peer, up_to_seq)
+
+    store.acknowledge = counting
+    sent = []
+    for _ in range(20):
+        sent += send(mesh, "router-a", "q@router-c", 1)
+        mesh.run(ACK_DELAY_S / 5)
+    mesh.run(1)
+    assert_confirmed(sent)
+    assert len(consumer.bodies) == 20
+    assert 1 < len(acknowledged) <= 20 // 4, acknowledged
+    assert acknowledged[-1] == 20
+    assert all(r.store.outbox_depths() == {} for r in mesh.routers.values())
 
 
 def test_transfer_durable_after_its_link_closed_is_still_forwarded(mesh):

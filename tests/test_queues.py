@@ -50,9 +50,9 @@ class CountingStore:
         self._store = store
         self.fetches: list[tuple[str, int, int]] = []
 
-    def fetch(self, queue, after_entry, limit):
+    def fetch(self, queue, after_entry, limit, mark=0):
         self.fetches.append((queue, after_entry, limit))
-        return self._store.fetch(queue, after_entry, limit)
+        return self._store.fetch(queue, after_entry, limit, mark)
 
     def __getattr__(self, name):
         return getattr(self._store, name)
@@ -312,7 +312,9 @@ def test_deliveries_are_sent_once_marked_in_one_store_call_per_batch(store, log)
     sent = enqueue(store, manager, "q", 5)
     transient = message(persistent=False)
     manager.put_transient("q", transient)
-    consumer = Consumer(manager, credit=3)
+    # Read ahead without credit: nothing flagged by the read.
+    consumer = Consumer(manager, credit=0)
+    consumer.subscription.add_credit(3)
     # The non-persistent message waits with the persistent ones of its batch.
     assert consumer.deliveries == []
     assert [len(ids) for ids, _ in marking.marks] == [2]
@@ -334,7 +336,8 @@ def test_a_delivery_cancelled_before_it_was_handed_over_goes_back(store, log):
     marking = MarkingStore(store)
     manager = QueueManager(marking, log, Clock())
     sent = enqueue(store, manager, "q", 2)
-    first = Consumer(manager, credit=2)
+    first = Consumer(manager, credit=0)
+    first.subscription.add_credit(2)
     first.subscription.cancel()
     marking.release()
     assert first.deliveries == []
@@ -349,7 +352,8 @@ def test_a_failed_mark_sends_nothing_and_tries_again_later(store, log, observe_e
     clock = Clock()
     manager = QueueManager(marking, log, clock)
     sent = enqueue(store, manager, "q", 2)
-    consumer = Consumer(manager, credit=2)
+    consumer = Consumer(manager, credit=0)
+    consumer.subscription.add_credit(2)
     ((_, d),) = marking.marks
     marking.marks.clear()
     d.errback(RuntimeError("disk I/O error"))
@@ -360,6 +364,29 @@ def test_a_failed_mark_sends_nothing_and_tries_again_later(store, log, observe_e
     marking.release()
     assert [(d.message.body, d.redelivered) for d in consumer.deliveries] == [
         (m.body, False) for m in sent]
+
+
+def test_entries_read_for_waiting_credit_are_flagged_by_the_read(store, log):
+    """
+    Entries a consumer's credit awaits are flagged by the read that finds
+    them (no mark call, no commit of their own), only as many as that
+    credit: the rest get a mark call when they are delivered.
+    """
+    marking = MarkingStore(store)
+    manager = QueueManager(marking, log, Clock())
+    consumer = Consumer(manager, credit=2)
+    sent = enqueue(store, manager, "q", 1)
+    assert consumer.bodies == [sent[0].body]
+    sent += enqueue(store, manager, "q", 4)
+    assert marking.marks == []
+    assert consumer.bodies == [m.body for m in sent[:2]]
+    assert [e[2] for e in store.fetch("q", 0, 10).result] == [True, True, False, False, False]
+    consumer.subscription.add_credit(3)
+    assert [len(ids) for ids, _ in marking.marks] == [3]
+    marking.release()
+    assert consumer.bodies == [m.body for m in sent]
+    assert [d.redelivered for d in consumer.deliveries] == [False] * 5
+    assert [e[2] for e in store.fetch("q", 0, 10).result] == [True] * 5
 
 
 class FailingConsumeStore(CountingStore):
@@ -453,10 +480,10 @@ def test_notify_during_a_fetch_is_not_lost(store, log):
             super().__init__(store)
             self.pending: list[tuple[Deferred, list]] = []
 
-        def fetch(self, queue, after_entry, limit):
+        def fetch(self, queue, after_entry, limit, mark=0):
             self.fetches.append((queue, after_entry, limit))
             rows = []
-            self._store.fetch(queue, after_entry, limit).addCallback(rows.extend)
+            self._store.fetch(queue, after_entry, limit, mark).addCallback(rows.extend)
             d = Deferred()
             self.pending.append((d, rows))
             return d
@@ -641,9 +668,9 @@ class LaggyStore(CountingStore):
         self.held.append((later, results[0]))
         return later
 
-    def fetch(self, queue, after_entry, limit):
+    def fetch(self, queue, after_entry, limit, mark=0):
         self.fetches.append((queue, after_entry, limit))
-        return self._later(self._store.fetch(queue, after_entry, limit))
+        return self._later(self._store.fetch(queue, after_entry, limit, mark))
 
     def consume(self, entry_ids):
         return self._later(self._store.consume(entry_ids))

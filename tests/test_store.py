@@ -371,6 +371,62 @@ async def test_consume_deletes_entries_and_mark_redelivered_flags_them(store):
 
 
 @pytest_twisted.ensureDeferred
+async def test_fetch_flags_the_first_unflagged_entries_it_is_asked_to(store):
+    """
+    C{fetch(..., mark=n)} flags the first C{n} entries it reads that are
+    not flagged yet, in its own transaction; its rows show the flags as
+    they were.
+    """
+    for n in range(1, 6):
+        await store.accept(msg(n, dest_router=ROUTER))
+    entries = [entry for entry, _, _ in await store.fetch("q", 0, 10)]
+    await store.mark_redelivered(entries[:1])
+    commits = store.executor.commits
+    fetched = await store.fetch("q", 0, 4, mark=2)
+    assert store.executor.commits == commits + 1
+    assert [(e, r) for e, _, r in fetched] == [
+        (entries[0], True), (entries[1], False), (entries[2], False), (entries[3], False)]
+    assert [r for _, _, r in await store.fetch("q", 0, 10)] == [True, True, True, False, False]
+
+
+@pytest_twisted.ensureDeferred
+async def test_consuming_commits_without_an_fsync(opener):
+    """
+    A consumer's acknowledgement is never confirmed to it: its deletion
+    is made durable by the next fsynced commit.
+    """
+    store = await opener.open()
+    await store.accept(msg(1, dest_router=ROUTER))
+    [(entry, _, _)] = await store.fetch("q", 0, 10)
+    syncs = commit_syncs(store)
+    assert await store.consume([entry]) == 1
+    await store.accept(msg(2, dest_router=ROUTER))
+    assert syncs() == ["NORMAL", "FULL"]
+    assert store.queue_depths() == {"q": 1}
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_assign_submitted_behind_an_accept_takes_it_in_one_commit(threaded):
+    """
+    What the engine does at the origin: the accept and the link's assign,
+    submitted in the same turn, are one group commit (one fsync), and
+    the assign takes the message the accept stores.
+    """
+    store = await threaded.open()
+    go, held = hold_writer(store)
+    accepted = store.accept(msg(1))
+    assigned = store.assign("peer-b", ["router-c"], 10)
+    before = store.executor.commits
+    go.set()
+    _, _, taken = await defer.gatherResults([held, accepted, assigned])
+    # The hold's transaction, then the accept's with the assign.
+    assert store.executor.commits == before + 2
+    assert [(seq, m.msg_id) for seq, m in taken] == [(1, "m1")]
+    assert store.backlog_depths() == {}
+    assert store.outbox_depths() == {"peer-b": {"router-c": 1}}
+
+
+@pytest_twisted.ensureDeferred
 async def test_entry_ids_are_never_reused(opener):
     store = await opener.open()
     await store.accept(msg(1, dest_router=ROUTER))
@@ -997,6 +1053,37 @@ async def test_a_transaction_with_anything_else_is_fsynced(threaded):
     # The hold's transaction, then the acknowledgement's with the accept.
     assert store.executor.commits == before + 2
     assert syncs() == ["FULL", "FULL"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_relaxed_write_waits_for_the_next_commit_to_go_with(threaded):
+    """
+    A relaxed write does not wake the writer: the next write that does
+    takes it along, in its place, in one transaction.
+    """
+    store = await threaded.open()
+    await three_in_an_outbox(store)
+    syncs = commit_syncs(store)
+    before = store.executor.commits
+    acknowledged = store.acknowledge("peer-b", 2)
+    await task.deferLater(reactor, 0, lambda: None)
+    assert not acknowledged.called
+    assigned = store.assign("peer-b", ["router-c"], 10)
+    accepted = store.accept(msg(4))
+    counts = await defer.gatherResults([acknowledged, assigned, accepted])
+    assert counts[0] == 2
+    assert store.executor.commits == before + 1
+    assert syncs() == ["FULL"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_relaxed_write_alone_is_committed_after_a_short_delay(threaded):
+    store = await threaded.open()
+    await three_in_an_outbox(store)
+    before = store.executor.commits
+    assert await store.acknowledge("peer-b", 3) == 3
+    assert store.executor.commits == before + 1
+    assert store.outbox_depths() == {}
 
 
 @pytest_twisted.ensureDeferred

@@ -37,6 +37,13 @@ C{synchronous = FULL}, commits with C{synchronous = NORMAL}: no fsync of
 its own.  The WAL is one file written in order, so the next fsynced
 commit makes it durable too, and no later transaction can survive it.
 
+Nor does such a function wake the threaded executor's writer: it waits,
+in its place in the order of submissions, for the next function that
+does, or at most L{RELAXED_DELAY_S}, and usually shares that function's
+transaction and its one round trip between the threads.  So forgetting
+what a peer acknowledged, or what a consumer acknowledged, costs a
+steady flow of messages neither a commit nor a thread wake-up of its own.
+
 Checkpoints
 ===========
 
@@ -72,7 +79,7 @@ which nothing here changes or costs more).  With it:
 import sqlite3
 import threading
 from functools import partial
-from queue import Empty, SimpleQueue
+from collections import deque
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
@@ -87,6 +94,9 @@ from meshroute.store.checkpoints import WalCheckpoints
 
 #: C{PRAGMA synchronous} FULL, as SQLite reports it.
 _FULL = 2
+#: The longest a relaxed function waits for a function that wakes the
+#: writer before it wakes it itself ("Relaxed commits" above).
+RELAXED_DELAY_S = 0.05
 
 # Item kinds in the writer thread's queue.
 _GROUPED = 0
@@ -139,7 +149,11 @@ class ThreadedExecutor:
         self._reactor = reactor
         self.replication = replication
         self.checkpoints = checkpoints or WalCheckpoints()
-        self._queue: SimpleQueue = SimpleQueue()
+        # What was submitted, in order; the writer takes it all when woken.
+        self._queue: deque = deque()
+        self._wake = threading.Event()
+        # A wake-up is scheduled for the relaxed functions queued.
+        self._relaxed_wake = None
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
         self._recording: RecordingConnection | None = None
@@ -182,8 +196,20 @@ class ThreadedExecutor:
         if self._closed:
             return fail(ExecutorStopped("the store is closed"))
         d = Deferred()
-        self._queue.put((_GROUPED, fn, args, d))
+        self._queue.append((_GROUPED, fn, args, d))
+        if not getattr(fn, "relaxed", False):
+            self._wake.set()
+        elif self._relaxed_wake is None:
+            self._relaxed_wake = self._reactor.callLater(RELAXED_DELAY_S, self._wake_relaxed)
         return d
+
+    def _wake_relaxed(self) -> None:
+        """
+        Relaxed functions waited L{RELAXED_DELAY_S}: wake the writer (if
+        another function took them along meanwhile, it finds nothing).
+        """
+        self._relaxed_wake = None
+        self._wake.set()
 
     def run(self, fn, *args) -> Deferred:
         """
@@ -192,7 +218,8 @@ class ThreadedExecutor:
         if self._closed:
             return fail(ExecutorStopped("the store is closed"))
         d = Deferred()
-        self._queue.put((_ALONE, fn, args, d))
+        self._queue.append((_ALONE, fn, args, d))
+        self._wake.set()
         return d
 
     def stop(self) -> Deferred:
@@ -211,7 +238,8 @@ class ThreadedExecutor:
         self._waiting.append(d)
         if not self._closed:
             self._closed = True
-            self._queue.put((_STOP, None, (), None))
+            self._queue.append((_STOP, None, (), None))
+            self._wake.set()
         return d
 
     def _done(self, failure: Failure | None) -> None:
@@ -221,6 +249,9 @@ class ThreadedExecutor:
         self._closed = True
         self._stopped = True
         self._thread.join()
+        if self._relaxed_wake is not None and self._relaxed_wake.active():
+            self._relaxed_wake.cancel()
+        self._relaxed_wake = None
         # Anything submitted while the thread was ending.
         self._fail_queued(call=lambda f, *a: f(*a))
         waiting, self._waiting = self._waiting, []
@@ -243,21 +274,19 @@ class ThreadedExecutor:
             self._fail_queued()
             return
         call(started.callback, None)
-        get = self._queue.get
-        get_nowait = self._queue.get_nowait
+        queue, wake = self._queue, self._wake
         checkpoints = self.checkpoints
         while True:
-            try:
-                batch = [get(timeout=checkpoints.idle_wait_s())]
-            except Empty:
+            if not wake.wait(checkpoints.idle_wait_s()):
                 # Idle, and a checkpoint is due.
                 checkpoints.checkpoint(self._connection)
                 continue
-            try:
-                while True:
-                    batch.append(get_nowait())
-            except Empty:
-                pass
+            # Cleared before taking: what is submitted after the take
+            # wakes the next wait.
+            wake.clear()
+            batch = _take_all(queue)
+            if not batch:
+                continue
             outcomes: list = []
             rest = self._run_batch(batch, outcomes)
             if outcomes:
@@ -308,12 +337,7 @@ class ThreadedExecutor:
         Fail whatever was queued behind a stop (or a failed start), through
         C{call} (default: C{reactor.callFromThread}).
         """
-        items = list(items)
-        try:
-            while True:
-                items.append(self._queue.get_nowait())
-        except Empty:
-            pass
+        items = list(items) + _take_all(self._queue)
         failure = Failure(ExecutorStopped("the store is closed"))
         outcomes = [(item[3], False, failure) for item in items if item[3] is not None]
         if outcomes:
@@ -398,6 +422,18 @@ class InlineExecutor:
                 except BaseException:
                     return fail()
         return succeed(None)
+
+
+def _take_all(queue: deque) -> list:
+    """
+    Take everything in C{queue} (the reactor thread may append meanwhile:
+    what it appends after the last take waits for the next).
+    """
+    taken = []
+    take = queue.popleft
+    while queue:
+        taken.append(take())
+    return taken
 
 
 def _transaction(executor, group: list, outcomes: list) -> None:

@@ -25,10 +25,13 @@ The WAL is checkpointed by the executor's writer thread when it is idle,
 or when the WAL passes a size, never inside a commit
 (L{meshroute.store.checkpoints}).
 
-With C{"full"}, forgetting the transfers a peer acknowledged
-(L{SQLiteStore.acknowledge}) is the one write committed without an fsync
-of its own ("Relaxed commits" in L{meshroute.store.executor}): a power
-failure can only make the peer receive those again, which it discards.
+With C{"full"}, two writes are committed without an fsync of their own
+("Relaxed commits" in L{meshroute.store.executor}), made durable by the
+next commit that has one: forgetting the transfers a peer acknowledged
+(L{SQLiteStore.acknowledge}), which a power failure can only make the
+peer receive again, and it discards them; and deleting the queue entries
+consumers acknowledged (L{SQLiteStore.consume}), which a power failure
+can only make delivered again, flagged redelivered.
 
 Data model
 ==========
@@ -729,13 +732,29 @@ class SQLiteStore:
         """
         return {peer: dict(outbox) for peer, outbox in self._outboxes.items()}
 
-    def fetch(self, queue: str, after_entry: int, limit: int):
+    def fetch(self, queue: str, after_entry: int, limit: int, mark: int = 0):
+        """
+        See L{IMessageStore.fetch}: with C{mark}, the first C{mark}
+        entries fetched that are not flagged redelivered are flagged in
+        the same transaction (their rows show them unflagged, as they
+        were): the deliveries a consumer's credit already awaits need no
+        L{mark_redelivered} commit of their own.
+        """
+        if mark:
+            return self._submit(_fetch_marking, queue, after_entry, limit, mark)
         return self._submit(_fetch, queue, after_entry, limit)
 
     def consume(self, entry_ids):
         """
         Consumers acknowledged these queue entries: delete them.  Fires
         with the number deleted (ids not in any queue are ignored).
+
+        With C{sync = "full"} the deletion has no fsync of its own, it is
+        made durable by the next commit that has one (a relaxed commit,
+        see L{meshroute.store.executor}): a client's acknowledgement is
+        never confirmed to it, and one lost to a power failure only
+        delivers the message again, flagged redelivered, as one lost on
+        the wire does.
         """
         d = self._submit(_consume, json.dumps(list(entry_ids)))
         d.addCallback(_add_counts, self._queues, -1)
@@ -1344,9 +1363,22 @@ def _fetch(connection, queue: str, after_entry: int, limit: int) -> list:
     ]
 
 
+def _fetch_marking(connection, queue: str, after_entry: int, limit: int, mark: int) -> list:
+    rows = _fetch(connection, queue, after_entry, limit)
+    first = [entry for entry, _, redelivered in rows if not redelivered][:mark]
+    if first:
+        connection.execute(_MARK_REDELIVERED, (json.dumps(first),))
+    return rows
+
+
 @_atomic
 def _consume(connection, entry_ids: str) -> dict:
     return _by_key(connection.execute(_CONSUME, (entry_ids,)).fetchall())
+
+
+# Needs no fsync of its own (see SQLiteStore.consume): lost to a power
+# failure, the entries are delivered again, flagged redelivered.
+_consume.relaxed = True
 
 
 @_atomic
