@@ -17,10 +17,12 @@ flight, and reports:
 Rows: the router is a real one (C{twistd -n meshroute}, C{[store] sync =
 "normal"}, non-persistent, then persistent), or a I{sink}: a process that
 reads the client protocol and confirms every send at once without doing
-anything else, so that the producer is measured alone.  Each with the
-version-4 client protocol (SendBatch) and with version 3 (a Send per
-message) for the ratio.  The machine may be shared: judge by ratios
-within one run.
+anything else, so that the producer is measured alone.  Each three ways:
+the version-4 client protocol (SendBatch) with C{Producer.send_many} (one
+Deferred per call, as many messages as the window has room for) and with
+C{Producer.send} (one Deferred per message), and version 3 (a Send per
+message) with C{Producer.send}, for the ratio.  The machine may be
+shared: judge by ratios within one run.
 
     python benchmarks/producer_rate.py                       # 200,000 messages per row
     python benchmarks/producer_rate.py --messages 50000 --only sink,nonpersistent
@@ -56,6 +58,9 @@ endpoint = "tcp:{admin_port}:interface=127.0.0.1"
 """
 
 ROWS = ("sink", "nonpersistent", "persistent")
+#: The producer's ways of sending, each row: the protocol version and the
+#: call (one Deferred per call of many messages, or one per message).
+APIS = ((4, "send_many"), (4, "send"), (3, "send"))
 
 
 class Options(usage.Options):
@@ -125,7 +130,7 @@ async def sink_worker(reactor, port: str) -> None:
 
 
 async def producer_worker(reactor, port: str, messages: str, window: str, persistent: str,
-                          version: str, profile: str) -> None:
+                          version: str, api: str, profile: str) -> None:
     import json
 
     from meshroute.client import connect
@@ -149,8 +154,11 @@ async def producer_worker(reactor, port: str, messages: str, window: str, persis
     last = None
     while sent < count:
         room = min(producer.window - producer.in_flight - producer.waiting, count - sent)
-        for _ in range(room):
-            last = producer.send(QUEUE, BODY, persistent=persistent)
+        if room and api == "send_many":
+            last = producer.send_many(QUEUE, [BODY] * room, persistent=persistent)
+        else:
+            for _ in range(room):
+                last = producer.send(QUEUE, BODY, persistent=persistent)
         sent += room
         if sent < count:
             await producer.ready()
@@ -174,7 +182,8 @@ def _cpu() -> float:
 # -- the benchmark -----------------------------------------------------------------------
 
 
-async def run_row(reactor, workdir: str, row: str, version: int, o: Options) -> tuple:
+async def run_row(reactor, workdir: str, row: str, version: int, api: str,
+                  o: Options) -> tuple:
     router = None
     if row == "sink":
         port = h.free_port()
@@ -182,16 +191,16 @@ async def run_row(reactor, workdir: str, row: str, version: int, o: Options) -> 
         await target.wait_line(reactor, "listening ", h.DEADLINE_S)
         cpu_of = target.cpu
     else:
-        router = h.Router(reactor, workdir, f"router-{row}-v{version}", CONFIG)
+        router = h.Router(reactor, workdir, f"router-{row}-v{version}-{api}", CONFIG)
         await router.start()
         port, target, cpu_of = router.client_port, router.child, router.child.cpu
-    profile = (os.path.join(o["profile"], f"producer-{row}-v{version}.prof")
+    profile = (os.path.join(o["profile"], f"producer-{row}-v{version}-{api}.prof")
                if o["profile"] else "-")
     if o["profile"]:
         os.makedirs(o["profile"], exist_ok=True)
     cpu0 = cpu_of()
     worker = h.spawn_role(reactor, __file__, workdir, "_producer", port, o["messages"],
-                          o["window"], int(row == "persistent"), version, profile)
+                          o["window"], int(row == "persistent"), version, api, profile)
     r = h.role_result(worker, await worker.ended.addTimeout(1800, reactor))
     target_cpu = cpu_of() - cpu0
     if router is not None:
@@ -203,7 +212,7 @@ async def run_row(reactor, workdir: str, row: str, version: int, o: Options) -> 
     rate = r["messages"] / r["elapsed_s"]
     per_cpu = r["messages"] / r["cpu_s"] if r["cpu_s"] else float("inf")
     stored = "" if depth is None else f" stored {_queue_depth(depth)}"
-    return (row, f"v{version}", f"{rate:,.0f}", f"{r['cpu_s']:.2f}", f"{per_cpu:,.0f}",
+    return (row, f"v{version}", api, f"{rate:,.0f}", f"{r['cpu_s']:.2f}", f"{per_cpu:,.0f}",
             f"{target_cpu:.2f}{stored}")
 
 
@@ -226,8 +235,8 @@ async def main(reactor, *argv) -> None:
     results = []
     try:
         for row in rows:
-            for version in (4, 3):
-                results.append(await run_row(reactor, workdir, row, version, o))
+            for version, api in APIS:
+                results.append(await run_row(reactor, workdir, row, version, api, o))
     finally:
         h.remove_tree(workdir)
     others, load0, load1 = meter.stop()
@@ -235,7 +244,7 @@ async def main(reactor, *argv) -> None:
         f"One producer process, {o['messages']:,} x 100 B messages per row, window "
         f"{o['window']:,} (other processes used {others:.2f} CPU; load {load0:.1f} -> "
         f"{load1:.1f}: judge by ratios)",
-        ("router", "protocol", "msg/s", "producer CPU s", "msg per producer CPU-s",
+        ("router", "protocol", "API", "msg/s", "producer CPU s", "msg per producer CPU-s",
          "router CPU s"), results)
 
 

@@ -148,6 +148,10 @@ def _put(outcome, outcomes: list, position: int) -> None:
     outcomes[position] = outcome
 
 
+#: The fields of a message's MESSAGE_ACCEPTED record after the head.
+_ACCEPTED_FIELDS = ("msg_id", "origin", "dest", "size", "persistent")
+
+
 def _address(message: Message) -> str:
     return f"{message.dest_queue}@{message.dest_router}"
 
@@ -322,6 +326,9 @@ class MessageEngine:
         # transaction is not written yet, a look-up would not find it).
         firsts: dict[str, int] = {}
         repeats: list[tuple] = []
+        # Non-persistent sends without a duplicate id: taken at once, their
+        # acceptance recorded with one call of the event log.
+        transient: list[Message] = []
         for address, headers, body, persistent, duplicate_id in sends:
             try:
                 queue, router = parse_address(address, self.name)
@@ -344,8 +351,7 @@ class MessageEngine:
                 continue
             message = self._new_message(queue, router, body, headers, persistent)
             if not persistent and not duplicate_id:
-                self._emit_accepted(message)
-                self._route_transient(message)
+                transient.append(message)
                 outcomes.append(message.msg_id)
                 continue
             if persistent and router != self.name:
@@ -355,6 +361,10 @@ class MessageEngine:
             positions.append(len(outcomes))
             outcomes.append(None)
             stored.append((message, duplicate_id))
+        if transient:
+            self._emit_accepted_many(transient)
+            for message in transient:
+                self._route_transient(message)
         if stored:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)
@@ -917,11 +927,12 @@ class MessageEngine:
     # -- events -------------------------------------------------------------
 
     def _emit_accepted(self, message: Message) -> None:
-        self._events.emit(
-            events.MESSAGE_ACCEPTED, msg_id=message.msg_id, origin=message.origin,
-            dest=_address(message), size=len(message.body),
-            persistent=message.persistent,
-        )
+        self._emit_accepted_many((message,))
+
+    def _emit_accepted_many(self, messages) -> None:
+        self._events.emit_many(
+            events.MESSAGE_ACCEPTED, _ACCEPTED_FIELDS,
+            [(m.msg_id, m.origin, _address(m), len(m.body), m.persistent) for m in messages])
 
     def dead_lettered(self, message: Message, reason: str) -> None:
         """

@@ -12,7 +12,9 @@ memory; older routers get Send frames.
 
 import pytest
 
-from meshroute.client import Producer
+from meshroute.client import TOO_LARGE, Producer, SendError, UnblockedError
+from meshroute.client import session as session_module_client
+from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
 from meshroute.clients import connection as connection_module
 from meshroute.clients import frames as f
 from meshroute.clients import session as session_module
@@ -225,3 +227,93 @@ def test_ack_through_acknowledges_every_earlier_message_with_one_frame(harness, 
     got[-1].ack_through()
     harness.flush()
     assert store.queue_depths() == {}
+
+
+def test_producer_send_many_keeps_its_window_with_one_deferred(harness, store, batches):
+    """
+    A send_many larger than the window: the window's worth goes out (in
+    SendBatch frames of at most SEND_BATCH_MAX_MESSAGES), the rest waits
+    in the producer and goes out as answers make room, and the one
+    Deferred fires with every id, in order.
+    """
+    client = harness.connect()
+    producer = client.producer(window=1500)
+    d = producer.send_many("q", [b"%d" % n for n in range(4000)])
+    assert (producer.in_flight, producer.waiting) == (1500, 2500)
+    ready = producer.ready()
+    assert not ready.called
+    for _ in range(10):
+        harness.clock.advance(0)
+        harness.flush()
+    ids = result_of(d)
+    assert len(ids) == len(set(ids)) == 4000
+    assert ready.called
+    assert (producer.in_flight, producer.waiting) == (0, 0)
+    assert sum(n for _, n in batches) == 4000
+    assert max(n for _, n in batches) <= session_module_client.SEND_BATCH_MAX_MESSAGES
+    assert store.queue_depths() == {"q": 4000}
+
+
+def test_send_many_of_a_body_too_large_fails_at_once_and_sends_nothing(harness, store,
+                                                                       batches):
+    client = harness.connect()
+    d = client.send_many("q", [b"a", b"x" * f.MAX_FRAME_SIZE, b"c"])
+    assert failure_of(d).code == TOO_LARGE
+    harness.flush()
+    assert batches == [] and store.queue_depths() == {}
+
+
+def test_send_many_of_nothing_fires_at_once(harness):
+    client = harness.connect()
+    assert result_of(client.send_many("q", [])) == []
+    assert result_of(client.producer(window=2).send_many("q", [])) == []
+
+
+def test_send_many_in_a_transaction(harness, store):
+    client = harness.connect(transacted=True)
+    d = client.send_many("q", [b"a", b"b", b"c"])
+    committed = client.commit()
+    harness.flush()
+    assert len(result_of(d)) == 3
+    assert result_of(committed) is None
+    assert store.queue_depths() == {"q": 3}
+
+
+def test_send_many_to_a_version_3_router_is_a_send_per_message(harness, batches,
+                                                               monkeypatch):
+    monkeypatch.setattr(f, "SUPPORTED_VERSIONS", (1, 2, 3))
+    client = harness.connect()
+    d = client.producer(window=2).send_many("q", [b"a", b"b", b"c"])
+    harness.flush()
+    assert batches == []
+    assert len(set(result_of(d))) == 3
+
+
+# -- where a command's answers go: SendOutcomes, pure --------------------------------
+
+
+def test_an_answer_for_a_run_reaches_each_target_once():
+    one, group = SendDeferred(), SendGroup(3)
+    settled = []
+    group.on_settled = settled.append
+    # One command: the first message a send's, the next three a group's
+    # (its first three); a second command carries none of them.
+    outcomes = SendOutcomes(4, [(0, one, 0), (1, group, 0)])
+    outcomes.answered(0, ["m0", "m1", "m2"])
+    assert result_of(one) == "m0"
+    assert settled == [2] and not group.deferred.called
+    outcomes.answered(3, ["m3"])
+    assert result_of(group.deferred) == ["m1", "m2", "m3"]
+
+
+def test_a_group_fails_with_its_first_failure_once_every_send_has_its_outcome():
+    group = SendGroup(4)
+    first, second = SendOutcomes(2, [(0, group, 0)]), SendOutcomes(2, [(0, group, 2)])
+    second.failed(1, SendError("backlog-full", "later"))
+    first.failed(1, SendError("bad-address", "earlier"))
+    first.answered(0, ["m0"])
+    assert not group.deferred.called
+    # The session is lost: only the message without an outcome fails again.
+    second.errback(UnblockedError("gone"))
+    second.errback(UnblockedError("gone again"))
+    assert failure_of(group.deferred).code == "bad-address"

@@ -492,3 +492,22 @@ def test_no_reconnect_attempts_means_no_failover(engine, other_engine, clock):
     clock.advance(10)
     assert second.attempts == 0
     assert events == [DISCONNECT]
+
+
+def test_a_send_many_lost_in_flight_is_replayed_and_answered_once(engine, clock):
+    """
+    The SendBatch frames of a send_many are lost with the connection: the
+    reattached session replays them, the router carries each message out
+    once, and the one Deferred fires with every id.
+    """
+    factory, net = listener(engine, clock)
+    client, events = connect(clock, net, confirmation_window_size=1 << 20, reconnect_attempts=1)
+    d = client.producer(window=5000).send_many("q", [b"%d" % n for n in range(2500)])
+    clock.advance(0)  # the turn ends: every SendBatch is written, and lost
+    net.cut()
+    clock.advance(2)
+    net.flush()
+    assert events == [FAILOVER] and client.last_failover == "reattached"
+    ids = result_of(d)
+    assert len(set(ids)) == 2500
+    assert engine.queues.depths() == {"q": 2500}

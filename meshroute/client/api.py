@@ -11,11 +11,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
-from twisted.internet.defer import Deferred, fail, gatherResults, maybeDeferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
-from meshroute.client.commands import SUBSCRIBE, Command
+from meshroute.client.commands import SUBSCRIBE, Command, SendDeferred, SendGroup
 from meshroute.client.errors import TOO_LARGE, SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.session import ClientCore, ClientMachine
@@ -113,42 +113,42 @@ class Client:
             C{headers} does not map strings to strings, or C{duplicate_id}
             is not a string.
         """
-        if type(address) is not str:
-            raise TypeError(f"address must be a string, not {type(address).__name__}")
-        if isinstance(body, (bytearray, memoryview)):
-            body = bytes(body)
-        if type(body) is not bytes:
-            raise TypeError(f"body must be bytes, not {type(body).__name__}")
-        headers = {} if headers is None else dict(headers)
-        if not all(type(k) is str and type(v) is str for k, v in headers.items()):
-            raise TypeError("headers must map strings to strings")
-        if duplicate_id is None:
-            duplicate_id = ""
-        elif type(duplicate_id) is not str:
-            raise TypeError("duplicate_id must be a string")
-        oversized = f.oversized_send(address, headers, body, bool(persistent), duplicate_id)
+        message = _send_item(address, body, headers, persistent, duplicate_id)
+        oversized = f.oversized_send(*message)
         if oversized is not None:
             return fail(SendError(TOO_LARGE, oversized))
-        d = Deferred()
-        self._core.send_later([address, headers, body, bool(persistent), duplicate_id], d)
+        d = SendDeferred()
+        self._core.send_later([message], d)
         return d
 
     def send_many(self, address: str, bodies, headers: dict | None = None,
                   persistent: bool = True) -> Deferred:
         """
         Send every body of C{bodies} to C{address}, in order, with the same
-        C{headers}: L{send} for each, so they travel in SendBatch frames
-        (with a version-4 router) and the router stores them with one
-        store call per frame.
+        C{headers}, as that many L{send}s would, with ONE Deferred for them
+        all: the way to send at a high rate (a Deferred per message costs
+        more than the rest of a send).  They travel in SendBatch frames
+        (with a version-4 router), with the sends of the same turn, and the
+        router stores each frame's with one store call.
 
         @return: ONE Deferred for the batch, firing with the message ids
             in order once every message was accepted; failing with the
-            first failure (L{SendError} ...) once every send has its
-            outcome.  Use L{send} (or a L{Producer}) to learn each
-            message's outcome on its own.
+            failure of the first message that failed (L{SendError} ...,
+            as L{send}'s) once every send has its outcome.  A body too
+            large for one frame fails it at once with L{SendError} code
+            C{too-large}, and none of the batch is sent.
+        @raise TypeError: as L{send}, for any of the bodies.
         """
-        return gatherResults([self.send(address, body, headers, persistent) for body in bodies],
-                             consumeErrors=True).addErrback(lambda failure: failure.value.subFailure)
+        try:
+            messages = _send_items(address, bodies, headers, persistent)
+        except SendError as e:
+            return fail(e)
+        group = SendGroup(len(messages))
+        if messages:
+            self._core.send_later(messages, group)
+        else:
+            group.deferred.callback([])
+        return group.deferred
 
     def producer(self, window: int = 10_000) -> "Producer":
         """
@@ -260,16 +260,17 @@ class Client:
 class Producer:
     """
     A high-rate sender over a L{Client}: at most C{window} sends in flight
-    (sent and not yet answered by the router).  A send made while the
-    window is full waits, in order, in the producer until an answer makes
-    room: no error and no loss, the application's Deferred simply fires
-    later.  So that what waits stays bounded too, a loop awaits
-    L{ready} before each send (or each batch of sends): it fires at once
-    while there is room, and only once an answer made room otherwise.
+    (handed to the client and not yet answered by the router).  Sends
+    made while the window is full wait, in order, in the producer until
+    answers make room: no error and no loss, the application's Deferred
+    simply fires later.  So that what waits stays bounded too, a loop
+    awaits L{ready} before each send (or each L{send_many}): it fires at
+    once while there is room, and only once answers made room otherwise.
     Sends made in one reactor turn travel together (L{Client.send}).
+    L{send_many} is the fast way: one Deferred for many messages.
 
     @ivar window: most sends in flight.
-    @ivar in_flight: sends written to the client and not yet answered.
+    @ivar in_flight: sends handed to the client and not yet answered.
     """
 
     def __init__(self, client: Client, window: int) -> None:
@@ -277,14 +278,18 @@ class Producer:
             raise ValueError("window must be at least 1")
         self.window = window
         self.in_flight = 0
-        self._client = client
+        self._core = client._core
+        # Sends not yet handed to the client, in order: [messages, target,
+        # how many of them were handed over].
         self._waiting: deque = deque()
-        self._ready: list[Deferred] = []
+        self._waiting_count = 0
+        self._ready: deque[Deferred] = deque()
+        self._wake_call = None
 
     @property
     def waiting(self) -> int:
         "Sends made while the window was full, not yet handed to the client."
-        return len(self._waiting)
+        return self._waiting_count
 
     def send(self, address: str, body: bytes, headers: dict | None = None,
              persistent: bool = True, duplicate_id: str | None = None) -> Deferred:
@@ -295,11 +300,38 @@ class Producer:
             failing as it does, and with C{TypeError} for arguments it
             would raise that for.
         """
-        if self.in_flight < self.window and not self._waiting:
-            return self._send((address, body, headers, persistent, duplicate_id))
-        d = Deferred()
-        self._waiting.append(((address, body, headers, persistent, duplicate_id), d))
+        try:
+            message = _send_item(address, body, headers, persistent, duplicate_id)
+        except TypeError as e:
+            return fail(e)
+        oversized = f.oversized_send(*message)
+        if oversized is not None:
+            return fail(SendError(TOO_LARGE, oversized))
+        d = SendDeferred()
+        d.on_settled = self._settled
+        self._offer([message], d)
         return d
+
+    def send_many(self, address: str, bodies, headers: dict | None = None,
+                  persistent: bool = True) -> Deferred:
+        """
+        L{Client.send_many}, within the window: each message counts as one
+        send, and those that do not fit wait (so a batch larger than the
+        window goes out as answers make room).
+
+        @return: ONE Deferred, as L{Client.send_many}'s; failing with
+            C{TypeError} for arguments it would raise that for.
+        """
+        try:
+            messages = _send_items(address, bodies, headers, persistent)
+        except (TypeError, SendError) as e:
+            return fail(e)
+        group = SendGroup(len(messages), self._settled)
+        if messages:
+            self._offer(messages, group)
+        else:
+            group.deferred.callback([])
+        return group.deferred
 
     def ready(self) -> Deferred:
         """
@@ -307,26 +339,116 @@ class Producer:
             wait (at once if it would not now).
         """
         d = Deferred()
-        if self.in_flight + len(self._waiting) < self.window:
+        if self.in_flight + self._waiting_count < self.window:
             d.callback(None)
         else:
             self._ready.append(d)
         return d
 
-    def _send(self, args: tuple) -> Deferred:
-        self.in_flight += 1
-        return maybeDeferred(self._client.send, *args).addBoth(self._answered)
+    def _offer(self, messages: list, target) -> None:
+        if not self._waiting and self.in_flight + len(messages) <= self.window:
+            self.in_flight += len(messages)
+            self._core.send_later(messages, target)
+            return
+        self._waiting.append([messages, target, 0])
+        self._waiting_count += len(messages)
+        self._hand_over()
 
-    def _answered(self, result):
-        self.in_flight -= 1
+    def _settled(self, count: int) -> None:
+        """
+        C{count} sends got their outcome: hand over what now fits, then
+        wake the loops waiting for room.
+        """
+        self.in_flight -= count
+        if self._waiting:
+            self._hand_over()
+        if self._ready and self._wake_call is None:
+            # At the end of the turn: the loops waiting for room then find
+            # every answer of the turn's frames counted, and fill the room
+            # with one call rather than a send per answer.
+            self._wake_call = self._core.clock.callLater(0, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_call = None
+        ready = self._ready
+        while ready and self.in_flight + self._waiting_count < self.window:
+            ready.popleft().callback(None)
+
+    def _hand_over(self) -> None:
         waiting = self._waiting
         while waiting and self.in_flight < self.window:
-            args, d = waiting.popleft()
-            self._send(args).chainDeferred(d)
-        ready = self._ready
-        while ready and self.in_flight + len(waiting) < self.window:
-            ready.pop(0).callback(None)
-        return result
+            entry = waiting[0]
+            messages, target, taken = entry
+            part = messages[taken:taken + self.window - self.in_flight]
+            if taken + len(part) == len(messages):
+                waiting.popleft()
+            else:
+                entry[2] = taken + len(part)
+            self._waiting_count -= len(part)
+            self.in_flight += len(part)
+            self._core.send_later(part, target, taken)
+
+
+def _send_item(address: str, body: bytes, headers: dict | None, persistent: bool,
+               duplicate_id: str | None) -> tuple:
+    """
+    A send's SendBatch item (a Send's fields after the command id), its
+    arguments checked.
+
+    @raise TypeError: C{address} is not a string, C{body} is not bytes,
+        C{headers} does not map strings to strings, or C{duplicate_id} is
+        not a string.
+    """
+    if type(address) is not str:
+        raise TypeError(f"address must be a string, not {type(address).__name__}")
+    if isinstance(body, (bytearray, memoryview)):
+        body = bytes(body)
+    if type(body) is not bytes:
+        raise TypeError(f"body must be bytes, not {type(body).__name__}")
+    if duplicate_id is None:
+        duplicate_id = ""
+    elif type(duplicate_id) is not str:
+        raise TypeError("duplicate_id must be a string")
+    return (address, _checked_headers(headers), body, bool(persistent), duplicate_id)
+
+
+def _checked_headers(headers: dict | None) -> dict:
+    """
+    A copy of C{headers} (none: empty).
+
+    @raise TypeError: they do not map strings to strings.
+    """
+    headers = {} if headers is None else dict(headers)
+    if not all(type(k) is str and type(v) is str for k, v in headers.items()):
+        raise TypeError("headers must map strings to strings")
+    return headers
+
+
+def _send_items(address: str, bodies, headers: dict | None, persistent: bool) -> list[tuple]:
+    """
+    The SendBatch items of C{send_many}: the address and headers checked
+    once, the bodies' types, and the largest body's size.
+
+    @raise TypeError: as L{_send_item}.
+    @raise SendError: C{too-large}: a body does not fit in one client frame.
+    """
+    if type(address) is not str:
+        raise TypeError(f"address must be a string, not {type(address).__name__}")
+    headers = _checked_headers(headers)
+    bodies = list(bodies)
+    if set(map(type, bodies)) - {bytes}:
+        bodies = [bytes(body) if isinstance(body, (bytearray, memoryview)) else body
+                  for body in bodies]
+        for body in bodies:
+            if type(body) is not bytes:
+                raise TypeError(f"body must be bytes, not {type(body).__name__}")
+    if not bodies:
+        return []
+    persistent = bool(persistent)
+    oversized = f.oversized_send(address, headers, max(bodies, key=len), persistent, "")
+    if oversized is not None:
+        raise SendError(TOO_LARGE, oversized)
+    return [(address, headers, body, persistent, "") for body in bodies]
 
 
 def _where_created() -> str:

@@ -19,12 +19,14 @@ highest id up to which every command is done: what C{Received} and
 C{Open} report.
 """
 
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred
 
-from meshroute.wire.codec import encode
+from meshroute.clients.frames import SendBatch
+from meshroute.wire.codec import encode, encode_items
 
 SEND = "send"
 SEND_BATCH = "send-batch"
@@ -37,26 +39,149 @@ BEGIN = "begin"
 COMMIT = "commit"
 ROLLBACK = "rollback"
 
+SEND_BATCH_TYPE = SendBatch.TYPE
+
 #: The commands the router answers one by one with Confirm or Error.
 ANSWERED = frozenset({SEND, SEND_BATCH, SUBSCRIBE, UNSUBSCRIBE, COMMIT, ROLLBACK})
 
 
-class BatchDeferreds:
+class SendDeferred(Deferred):
     """
-    The Deferreds of the messages of one SendBatch, in order: what a
-    L{Command} of kind C{send-batch} waits on.  Failing it fails every
-    message not yet answered (the others have their answer already).
+    The Deferred of one message's send (L{Client.send}, L{Producer.send}):
+    a target of L{SendOutcomes}, firing with the message id or failing.
+
+    @ivar on_settled: called with 1 once the send has its outcome, before
+        the Deferred fires (a L{Producer}'s window); None for none.
     """
 
-    __slots__ = ("deferreds",)
+    on_settled = None
 
-    def __init__(self, deferreds: list) -> None:
-        self.deferreds = deferreds
+    def answered(self, index: int, msg_ids: list) -> None:
+        if self.on_settled is not None:
+            self.on_settled(1)
+        self.callback(msg_ids[0])
+
+    def failed(self, index: int, count: int, error) -> None:
+        if self.on_settled is not None:
+            self.on_settled(1)
+        self.errback(error)
+
+
+class SendGroup:
+    """
+    The outcome of the sends one call made (L{Client.send_many},
+    L{Producer.send_many}): ONE Deferred for all of them, so that a
+    high-rate producer pays for a Deferred per call rather than per
+    message.  It fires with the message ids in order once every send was
+    accepted, or fails with the failure of the first refused message (in
+    message order) once every send has its outcome.
+
+    @ivar deferred: what the application waits on.
+    @ivar on_settled: called with how many sends of the group just got
+        their outcome, as they come (a L{Producer}'s window); None for none.
+    """
+
+    __slots__ = ("deferred", "on_settled", "_msg_ids", "_unsettled", "_failed_at", "_failure")
+
+    def __init__(self, count: int, on_settled=None) -> None:
+        self.deferred = Deferred()
+        self.on_settled = on_settled
+        self._msg_ids: list = [None] * count
+        self._unsettled = count
+        self._failed_at = count
+        self._failure = None
+
+    def answered(self, index: int, msg_ids: list) -> None:
+        """
+        The sends C{index} on were accepted, with C{msg_ids}.
+        """
+        self._msg_ids[index:index + len(msg_ids)] = msg_ids
+        self._settled(len(msg_ids))
+
+    def failed(self, index: int, count: int, error) -> None:
+        """
+        The C{count} sends from C{index} on failed with C{error}.
+        """
+        if index < self._failed_at:
+            self._failed_at, self._failure = index, error
+        self._settled(count)
+
+    def _settled(self, count: int) -> None:
+        self._unsettled -= count
+        if self.on_settled is not None:
+            self.on_settled(count)
+        if self._unsettled:
+            return
+        if self._failure is None:
+            self.deferred.callback(self._msg_ids)
+        else:
+            self.deferred.errback(self._failure)
+
+
+def _start(segment: tuple) -> int:
+    return segment[0]
+
+
+class SendOutcomes:
+    """
+    What a send command (a Send, or a SendBatch of n messages) waits on:
+    where its messages came from.  The messages of one command may come
+    from several calls (a turn's L{Client.send}s) and one call's may span
+    several commands (a L{SendGroup} larger than a SendBatch), so the
+    command keeps I{segments}: C{(offset, target, index)}, its messages
+    from C{offset} on being the target's from C{index} on, up to the next
+    segment.  An answer for a run of messages is handed to each target
+    once, not once per message.
+    """
+
+    __slots__ = ("_segments", "_open")
+
+    def __init__(self, count: int, segments: list) -> None:
+        self._segments = segments
+        # One byte per message: 1 until it has its outcome.
+        self._open = bytearray(b"\x01") * count
+
+    def answered(self, offset: int, msg_ids: list) -> None:
+        """
+        The messages C{offset} to C{offset + len(msg_ids) - 1} of the
+        command were accepted, with C{msg_ids}.
+        """
+        self._settle(offset, len(msg_ids), msg_ids, None)
+
+    def failed(self, offset: int, error) -> None:
+        """
+        The command's message C{offset} failed with C{error}.
+        """
+        self._settle(offset, 1, None, error)
 
     def errback(self, error) -> None:
-        for d in self.deferreds:
-            if not d.called:
-                d.errback(error)
+        """
+        Every message of the command still without its outcome failed with
+        C{error} (the session was lost or closed).
+        """
+        open_ = self._open
+        start = open_.find(1)
+        while start >= 0:
+            end = open_.find(0, start)
+            if end < 0:
+                end = len(open_)
+            self._settle(start, end - start, None, error)
+            start = open_.find(1, end)
+
+    def _settle(self, offset: int, count: int, msg_ids: list | None, error) -> None:
+        open_, segments = self._open, self._segments
+        open_[offset:offset + count] = bytes(count)
+        first, end = offset, offset + count
+        i = bisect_right(segments, offset, key=_start) - 1
+        while offset < end:
+            start, target, index = segments[i]
+            i += 1
+            upto = min(end, segments[i][0] if i < len(segments) else len(open_))
+            if error is None:
+                target.answered(index + offset - start, msg_ids[offset - first:upto - first])
+            else:
+                target.failed(index + offset - start, upto - offset, error)
+            offset = upto
 
 
 @dataclass(eq=False, slots=True)
@@ -86,7 +211,8 @@ class Command:
     @ivar args: ... and the frame's fields after the command id (dropped
         once written: the replay buffer keeps the bytes).
     @ivar deferred: what the application waits on (None for the client's
-        own commands: acknowledgements, credit, re-subscriptions).
+        own commands: acknowledgements, credit, re-subscriptions); for a
+        C{send} or C{send-batch}, its L{SendOutcomes}.
     @ivar subscription: the subscription a (un)subscribe or credit is for.
     @ivar transaction: the L{Transaction} a transacted client's command
         belongs to (None outside transactions).
@@ -113,7 +239,13 @@ class Command:
         The bytes of this command with C{command_id}.
         """
         if self._encoded_for != command_id:
-            self._encoded = encode(self.frame_type(command_id, *self.args))
+            if self.kind == SEND_BATCH:
+                # Its items were checked as each message's Send (by the
+                # client's calls): the frame's own check of every item
+                # would cost as much again.
+                self._encoded = encode_items([SEND_BATCH_TYPE, command_id, *self.args])
+            else:
+                self._encoded = encode(self.frame_type(command_id, *self.args))
             self._encoded_for = command_id
         return self._encoded
 
@@ -225,13 +357,49 @@ class CommandLog:
         command = self.pending.pop(command_id, None)
         if command is None:
             return None
-        command.unanswered -= 1
-        if command.unanswered:
-            return command
-        data = self._replay.pop(command.command_id + command.count - 1, None)
-        if data is not None:
-            self.replay_bytes -= len(data)
+        self._count_answers(command, 1)
         return command
+
+    def _count_answers(self, command: Command, n: int) -> None:
+        """
+        C{n} more of C{command}'s commands were answered: once all of them
+        are, it leaves the replay buffer.
+        """
+        command.unanswered -= n
+        if not command.unanswered:
+            data = self._replay.pop(command.command_id + command.count - 1, None)
+            if data is not None:
+                self.replay_bytes -= len(data)
+
+    def answered_run(self, first: int, count: int) -> list[tuple[Command, int, int, int]]:
+        """
+        The router answered the commands C{first} to C{first + count - 1}
+        at once (a Confirmed).
+
+        @return: C{(command, offset, start, n)} for each command of the run
+            awaiting its answer: its commands from C{offset} on (the
+            run's from C{start} on), C{n} of them, were answered; answers
+            re-sent after a reattachment that had already arrived are left
+            out.
+        """
+        pending = self.pending
+        answered = []
+        i = 0
+        while i < count:
+            command_id = first + i
+            command = pending.get(command_id)
+            if command is None:
+                i += 1
+                continue
+            start = i
+            end = min(count, i + command.command_id + command.count - command_id)
+            while i < end and pending.get(first + i) is command:
+                del pending[first + i]
+                i += 1
+            n = i - start
+            answered.append((command, command_id - command.command_id, start, n))
+            self._count_answers(command, n)
+        return answered
 
     def processed(self, command_id: int) -> None:
         """

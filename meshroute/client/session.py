@@ -82,6 +82,7 @@ current transaction, if it had work, can only roll back.
 
 import itertools
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Protocol
 
 from automat import NoTransition
@@ -101,9 +102,9 @@ from meshroute.client.commands import (
     SEND_BATCH,
     SUBSCRIBE,
     UNSUBSCRIBE,
-    BatchDeferreds,
     Command,
     CommandLog,
+    SendOutcomes,
     Transaction,
 )
 from meshroute.client.errors import CLOSED as CLOSED_CODE
@@ -138,6 +139,9 @@ log = Logger()
 #: alone still fits: L{f.oversized_send} checked it as a Send).
 SEND_BATCH_MAX_MESSAGES = 1000
 SEND_BATCH_MAX_BYTES = 1024 * 1024
+
+#: A SendBatch item's body.
+_BODY = itemgetter(2)
 
 #: How a failover went, as L{ClientCore.last_failover} says.
 REATTACHED = "reattached"
@@ -302,7 +306,7 @@ class ClientCore:
         self.subscription_numbers = itertools.count(1)
         self.version = 0
         self._sends: list = []
-        self._send_deferreds: list[Deferred] = []
+        self._send_segments: list[tuple] = []
         self._send_bytes = 0
         self._acks: list[int] = []
         self._through: dict[Subscription, int] = {}
@@ -597,11 +601,9 @@ class ClientCore:
         command = self.log.answered(frame.command_id)
         if command is not None:
             d = command.deferred
-            if command.kind == SEND:
-                d.callback(frame.msg_id)
-            elif command.kind == SEND_BATCH:
+            if command.kind in (SEND, SEND_BATCH):
                 # A batch held in a transaction is answered message by message.
-                d.deferreds[frame.command_id - command.command_id].callback(frame.msg_id)
+                d.answered(frame.command_id - command.command_id, [frame.msg_id])
             elif command.kind == SUBSCRIBE:
                 command.subscription.confirmed = True
                 if d is not None:
@@ -622,14 +624,12 @@ class ClientCore:
         if command is None:
             log.warn("router refused command {command}: {code} {detail}",
                      command=frame.command_id, code=frame.code, detail=frame.detail)
-        elif command.kind == SEND_BATCH:
+        elif command.kind in (SEND, SEND_BATCH):
             error = (TransactionRolledBack if frame.code == f.ROLLED_BACK else SendError)(
                 frame.code, frame.detail)
-            command.deferred.deferreds[frame.command_id - command.command_id].errback(error)
+            command.deferred.failed(frame.command_id - command.command_id, error)
         elif command.kind in (COMMIT, ROLLBACK) or frame.code == f.ROLLED_BACK:
             command.deferred.errback(TransactionRolledBack(frame.code, frame.detail))
-        elif command.kind == SEND:
-            command.deferred.errback(SendError(frame.code, frame.detail))
         else:
             subscription = command.subscription
             error = SubscribeError(frame.code, frame.detail)
@@ -649,21 +649,18 @@ class ClientCore:
         Version 4: the sends C{first_command_id} on succeeded, one message
         id each.
         """
-        first = frame.first_command_id
-        if not self._check_id(first + len(frame.msg_ids) - 1, "Confirmed"):
+        first, msg_ids = frame.first_command_id, frame.msg_ids
+        if not self._check_id(first + len(msg_ids) - 1, "Confirmed"):
             return
-        answered = self.log.answered
-        for command_id, msg_id in enumerate(frame.msg_ids, first):
-            command = answered(command_id)
-            if command is None:
-                continue
-            if command.kind == SEND_BATCH:
-                command.deferred.deferreds[command_id - command.command_id].callback(msg_id)
-            elif command.kind == SEND:
-                command.deferred.callback(msg_id)
-            else:
-                self.broken(f"Confirmed for command {command_id}, which is not a send")
+        runs = self.log.answered_run(first, len(msg_ids))
+        for command, offset, start, n in runs:
+            if command.kind not in (SEND, SEND_BATCH):
+                self.broken(f"Confirmed for command {command.command_id + offset}, which is "
+                            "not a send")
                 return
+        for command, offset, start, n in runs:
+            command.deferred.answered(offset, msg_ids[start:start + n] if n < len(msg_ids)
+                                      else msg_ids)
         self.drain()
         self.schedule_flush()
 
@@ -735,25 +732,48 @@ class ClientCore:
             if data is not None:
                 self.write(data)
 
-    def send_later(self, message: list, d: Deferred) -> None:
+    def send_later(self, messages: list, target, index: int = 0) -> None:
         """
-        C{Client.send}: the message (a SendBatch item) joins this turn's
-        sends, written together at the end of the turn, or before any
-        other command so that commands keep their order
-        (L{release_sends}); at a bound, at once.  Without a version-4
-        session (an older router, or none opened yet) it is a Send
-        command at once, as always.
+        C{Client.send} and the like: C{messages} (SendBatch items), the
+        sends of C{target} (a L{SendDeferred} or L{SendGroup}) from
+        C{index} on, join this turn's sends, written together at the end of
+        the turn, or before any other command so that commands keep their
+        order (L{release_sends}); at a bound (L{SEND_BATCH_MAX_MESSAGES},
+        L{SEND_BATCH_MAX_BYTES}), at once.  Without a version-4 session (an
+        older router, or none opened yet) each is a Send command at once,
+        as always.
         """
         if self.version < f.BATCH_VERSION or self.finished:
-            self.machine.submit(Command(SEND, f.Send, tuple(message), d))
+            submit = self.machine.submit
+            for i, message in enumerate(messages, index):
+                submit(Command(SEND, f.Send, tuple(message), SendOutcomes(1, [(0, target, i)])))
             return
-        self._sends.append(message)
-        self._send_deferreds.append(d)
-        self._send_bytes += len(message[2])
-        if (len(self._sends) >= SEND_BATCH_MAX_MESSAGES
-                or self._send_bytes >= SEND_BATCH_MAX_BYTES):
-            self.release_sends()
-        else:
+        if len(messages) == 1:
+            # One message (a Client.send): the common case, kept cheap.
+            sends = self._sends
+            self._send_segments.append((len(sends), target, index))
+            sends.append(messages[0])
+            self._send_bytes += len(messages[0][2])
+            if (len(sends) >= SEND_BATCH_MAX_MESSAGES
+                    or self._send_bytes >= SEND_BATCH_MAX_BYTES):
+                self.release_sends()
+            else:
+                self.schedule_flush()
+            return
+        taken, total = 0, len(messages)
+        while taken < total:
+            sends = self._sends
+            chunk = messages[taken:taken + SEND_BATCH_MAX_MESSAGES - len(sends)]
+            size = self._send_bytes + sum(map(len, map(_BODY, chunk)))
+            if size >= SEND_BATCH_MAX_BYTES:
+                chunk, size = _within_bytes(chunk, self._send_bytes)
+            self._send_segments.append((len(sends), target, index + taken))
+            sends.extend(chunk)
+            self._send_bytes = size
+            taken += len(chunk)
+            if len(sends) >= SEND_BATCH_MAX_MESSAGES or size >= SEND_BATCH_MAX_BYTES:
+                self.release_sends()
+        if self._sends:
             self.schedule_flush()
 
     def release_sends(self) -> None:
@@ -765,16 +785,19 @@ class ClientCore:
         sends = self._sends
         if not sends:
             return
-        deferreds = self._send_deferreds
-        self._sends, self._send_deferreds, self._send_bytes = [], [], 0
+        segments = self._send_segments
+        self._sends, self._send_segments, self._send_bytes = [], [], 0
         submit = self.machine.submit
-        if len(sends) > 1 and self.version >= f.BATCH_VERSION:
-            n = len(sends)
-            submit(Command(SEND_BATCH, f.SendBatch, (sends,), BatchDeferreds(deferreds),
+        n = len(sends)
+        if n > 1 and self.version >= f.BATCH_VERSION:
+            submit(Command(SEND_BATCH, f.SendBatch, (sends,), SendOutcomes(n, segments),
                            count=n, unanswered=n))
             return
-        for message, d in zip(sends, deferreds):
-            submit(Command(SEND, f.Send, tuple(message), d))
+        ends = [start for start, _, _ in segments[1:]] + [n]
+        for (start, target, index), end in zip(segments, ends):
+            for i in range(end - start):
+                submit(Command(SEND, f.Send, tuple(sends[start + i]),
+                               SendOutcomes(1, [(0, target, index + i)])))
 
     def queue(self, command: Command) -> None:
         """
@@ -1140,6 +1163,20 @@ class ClientCore:
                 listener(event)
             except Exception:
                 log.failure("failure listener {listener!r} raised", listener=listener)
+
+
+def _within_bytes(messages: list, size: int) -> tuple[list, int]:
+    """
+    The first of C{messages} (SendBatch items) that a SendBatch already
+    holding C{size} bytes of bodies takes before it reaches
+    L{SEND_BATCH_MAX_BYTES} (the one that reaches it included), and the
+    size then.
+    """
+    for taken, message in enumerate(messages, 1):
+        size += len(message[2])
+        if size >= SEND_BATCH_MAX_BYTES:
+            return messages[:taken], size
+    return messages, size
 
 
 def _epoch_of(frame: f.Opened) -> int:
