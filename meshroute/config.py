@@ -38,11 +38,14 @@ from twisted.internet.endpoints import clientFromString, serverFromString
 from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.security.policy import Permission
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+#: A user or queue name pattern: name characters and C{*}.
+_PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,21 @@ class ClientReconnectConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """
+    C{[security]} with its C{[[security.permission]]} entries: who the
+    client listener lets in (the users file, read by
+    L{meshroute.security.load.load_policy}) and what each may do.
+
+    @ivar users_file: the users file (L{meshroute.security.users}), or
+        None when clients authenticate by TLS certificate only.
+    """
+
+    users_file: str | None = None
+    permissions: tuple[Permission, ...] = ()
+
+
+@dataclass(frozen=True)
 class RouterConfig:
     """
     A whole router configuration; C{path} is the file it was loaded from.
@@ -188,6 +206,7 @@ class RouterConfig:
     clients: ClientListenerConfig | None = None
     client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
     ha: HASettings | None = None
+    security: SecurityConfig | None = None
 
 
 _REQUIRED = object()
@@ -201,7 +220,10 @@ class _Key:
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
         C{number}, C{server-endpoint}, C{client-endpoint},
         C{client-endpoints} (one client endpoint string or a non-empty
-        list of them, stored as a tuple), C{bool}, C{password-file}
+        list of them, stored as a tuple), C{user-patterns},
+        C{queue-patterns}, C{address-patterns} (lists of name patterns,
+        L{meshroute.security.policy}; an address pattern may name a
+        router after one C{@}), C{bool}, C{password-file}
         (a string; the file's contents become the section's C{secret}),
         C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
@@ -286,6 +308,12 @@ _HA_REPLICATION_KEYS = (
     _Key("password-file", "password-file"),
 )
 _HA_WITNESS_KEYS = (_Key("router", "name"), _Key("endpoint", "client-endpoint"))
+_SECURITY_KEYS = (_Key("users-file", "str", None),)
+_PERMISSION_KEYS = (
+    _Key("users", "user-patterns"),
+    _Key("send", "address-patterns", ()),
+    _Key("consume", "queue-patterns", ()),
+)
 _CLIENT_RECONNECT_KEYS = (
     _Key("keep-alive", "duration", 60000, 0, _DAY_MS),
     _Key("max-depth", "int", 1000, 0, 10_000_000),
@@ -353,6 +381,15 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
         if len(set(value)) != len(value):
             raise ConfigError(path, key, f"router names are repeated in {value!r}")
         result = tuple(value)
+    elif spec.kind.endswith("-patterns"):
+        if not isinstance(value, list) or (spec.kind == "user-patterns" and not value):
+            raise fail("a non-empty list of patterns" if spec.kind == "user-patterns"
+                       else "a list of patterns")
+        for index, item in enumerate(value):
+            problem = pattern_problem(spec.kind, item)
+            if problem is not None:
+                raise ConfigError(path, f"{key}[{index}]", problem)
+        result = tuple(value)
     elif spec.kind == "client-endpoints":
         one = _Key(spec.name, "client-endpoint")
         if isinstance(value, str):
@@ -382,6 +419,25 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     if spec.maximum is not None and result > spec.maximum:
         raise ConfigError(path, key, f"must be at most {spec.maximum}{unit}, got {result}{unit}")
     return result
+
+
+def pattern_problem(kind: str, value: object) -> str | None:
+    """
+    What is wrong with one pattern of a C{[[security.permission]]} list,
+    or None.
+
+    @param kind: C{"user-patterns"}, C{"queue-patterns"} or
+        C{"address-patterns"} (C{QUEUE} or C{QUEUE@ROUTER} patterns).
+    """
+    if not isinstance(value, str):
+        return f"expected a pattern string, got {type(value).__name__} {value!r}"
+    parts = value.split("@") if kind == "address-patterns" else [value]
+    if len(parts) > 2:
+        return f"{value!r} has more than one @"
+    if not all(_PATTERN.fullmatch(part) for part in parts):
+        what = "QUEUE or QUEUE@ROUTER" if kind == "address-patterns" else "a name pattern"
+        return f"{value!r} is not {what} (1 to 64 of A-Z a-z 0-9 . _ - and *)"
+    return None
 
 
 def endpoint_problem(kind: str, value: str, reactor) -> str | None:
@@ -502,7 +558,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    sections = ["router", "routing", "store", "clients", "admin", "ha"]
+    sections = ["router", "routing", "store", "clients", "admin", "ha", "security"]
     _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
@@ -557,11 +613,35 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     ha = None
     if "ha" in document:
         ha = _read_ha(document["ha"], router["name"], client_listener, take, path=path)
+    security = None
+    if "security" in document:
+        security = _read_security(document["security"], take, path=path)
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
         routing=routing_config, store=store, clients=client_listener,
-        client_reconnect=client_reconnect, ha=ha, **router
+        client_reconnect=client_reconnect, ha=ha, security=security, **router
     )
+
+
+def _read_security(table: object, take, *, path: str) -> SecurityConfig:
+    """
+    Read C{[security]} and its C{[[security.permission]]} tables.
+
+    @param take: L{_take} bound to the file and reactor.
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(path, "security", f"expected a table, got {type(table).__name__}")
+    _reject_unknown(table, ["permission", *(spec.name for spec in _SECURITY_KEYS)],
+                    path=path, prefix="security")
+    tables = table.get("permission", [])
+    if not isinstance(tables, list):
+        raise ConfigError(path, "security.permission",
+                          "expected [[security.permission]] tables")
+    permissions = tuple(Permission(**take(permission, _PERMISSION_KEYS,
+                                          f"security.permission[{index}]"))
+                        for index, permission in enumerate(tables))
+    scalars = {k: v for k, v in table.items() if k != "permission"}
+    return SecurityConfig(permissions=permissions, **take(scalars, _SECURITY_KEYS, "security"))
 
 
 def _read_ha(table: object, router_name: str, clients: ClientListenerConfig | None, take, *,
@@ -604,10 +684,17 @@ def config_warnings(config: RouterConfig) -> list[str]:
     naming the file and the dotted key: C{meshroute check-config} prints
     these, and the router logs them at start.
     """
-    if config.ha is None:
-        return []
-    return [f"{config.path}: {problem.key}: {problem.message}"
-            for problem in ha_settings.warnings(config.ha)]
+    warnings = []
+    if config.clients is not None and config.security is None:
+        warnings.append(
+            f"{config.path}: security: no [security] section: the client listener "
+            f"{config.clients.endpoint} is open to any client that reaches it, which may "
+            "send to every queue of the mesh and consume from every local queue "
+            "(docs/security.md)")
+    if config.ha is not None:
+        warnings.extend(f"{config.path}: {problem.key}: {problem.message}"
+                        for problem in ha_settings.warnings(config.ha))
+    return warnings
 
 
 def _toml_value(value: object) -> str:
@@ -662,6 +749,10 @@ def format_config(config: RouterConfig) -> str:
         tables.append(_toml_table("[[routing.connector]]", connector, _CONNECTOR_KEYS))
     if config.admin is not None:
         tables.append(_toml_table("[admin]", config.admin, _ADMIN_KEYS))
+    if config.security is not None:
+        tables.append(_toml_table("[security]", config.security, _SECURITY_KEYS))
+        for permission in config.security.permissions:
+            tables.append(_toml_table("[[security.permission]]", permission, _PERMISSION_KEYS))
     if config.ha is not None:
         tables.append(_toml_table("[ha]", config.ha, _HA_KEYS))
         tables.append(_toml_table("[ha.replication]", config.ha.replication,

@@ -40,6 +40,9 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.routing.known import KnownRouters
+from meshroute.security.load import load_policy
+from meshroute.security.policy import Security
+from meshroute.security.reload import reload_security
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
@@ -156,6 +159,8 @@ class RouterService(MultiService):
     @ivar known_routers: the L{KnownRouters}: the router names heard of,
         saved in the store and loaded when it opens.
     @ivar engine: the L{MessageEngine}.
+    @ivar security: the L{Security} holding the users and permissions in
+        force, or None without C{[security]} (the client listener is open).
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
@@ -168,6 +173,10 @@ class RouterService(MultiService):
         self._open = False
         self._host = host
         self.registry = LinkRegistry()
+        # Before the data-dir is locked: a users file that stops the
+        # router leaves nothing half-open.
+        self.security = (Security(load_policy(config)) if config.security is not None
+                         else None)
         self._lock_file = None
         if host is not None:
             self.events = host.events
@@ -344,6 +353,13 @@ class RouterService(MultiService):
             self.events.emit(events.ROUTER_STOPPED)
             self.events.close()
             self._unlock_data_dir()
+
+    def reload_security(self) -> bool:
+        """
+        Read C{[security]} and the users file again (SIGHUP,
+        L{meshroute.security.reload}); whether a new policy is in force.
+        """
+        return reload_security(self.security, self.config, self._clock)
 
     def describe(self) -> dict:
         """

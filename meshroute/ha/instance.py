@@ -275,6 +275,14 @@ class HAInstance(MultiService):
     def uptime_s(self) -> float:
         return 0.0 if self._started_at is None else self._clock.seconds() - self._started_at
 
+    def reload_security(self) -> bool:
+        """
+        SIGHUP: the serving router reads C{[security]} and the users file
+        again; an instance that is not serving reads them when it next
+        serves.
+        """
+        return self.router is not None and self.router.reload_security()
+
     # -- the service ------------------------------------------------------
 
     def startService(self) -> None:
