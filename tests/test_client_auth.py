@@ -13,14 +13,17 @@ from twisted.internet.ssl import Certificate
 from twisted.internet.testing import StringTransport
 
 from meshroute import events
+from meshroute.client import ClientOptions, SendError, SessionError, connect_endpoint
 from meshroute.clients import frames as f
 from meshroute.clients.protocol import ClientFactory
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
-from meshroute.security.scram import ScramClient
+from meshroute.security.scram import ScramClient, ScramServer
 from meshroute.wire.codec import FrameDecoder, encode
 from certificates import make_ca, make_client_cert
 from client_fakes import ROUTER, FakeEngine
+from client_testing import Harness, failure_of, kept_clients, result_of  # noqa: F401
+from scripted_router import ScriptedEndpoint
 
 USERS = {"orders-app": derive("orders-pw", iterations=4096),
          "billing": derive("billing-pw", iterations=4096)}
@@ -314,3 +317,83 @@ def test_a_reload_applies_new_permissions_to_open_sessions(factory, security):
     second = client.command()
     client.send(f.Send(second, "invoices", {}, b"x", True))
     assert isinstance(answers(client)[second], f.Confirm)
+
+
+# -- the client library ------------------------------------------------------------
+
+
+@pytest.fixture
+def harness(engine, clock, security):
+    return Harness(engine, clock, security=security, secret=b"router secret")
+
+
+def test_the_client_authenticates_with_a_password(harness):
+    client = harness.connect("shop", user="orders-app", password="orders-pw")
+    assert client.router == ROUTER
+    (session,) = harness.factory.sessions.describe()
+    assert session["user"] == "orders-app"
+    d = client.send("orders", b"hello")
+    harness.flush()
+    assert result_of(d)
+
+
+def test_a_refused_send_fails_with_not_allowed(harness):
+    client = harness.connect("shop", user="orders-app", password="orders-pw")
+    d = client.send("invoices", b"x")
+    harness.flush()
+    error = failure_of(d)
+    assert isinstance(error, SendError) and error.code == f.NOT_ALLOWED
+    # The session goes on.
+    ok = client.send("orders", b"y")
+    harness.flush()
+    assert result_of(ok)
+
+
+def test_a_refused_subscribe_fails_with_not_allowed(harness):
+    client = harness.connect("shop", user="orders-app", password="orders-pw")
+    d = client.subscribe("invoices", lambda delivery: None)
+    harness.flush()
+    assert failure_of(d).code == f.NOT_ALLOWED
+
+
+def test_a_wrong_password_fails_connect_as_not_authenticated(harness, clock):
+    d = connect_endpoint(clock, harness.endpoint, client_id="c", user="orders-app",
+                         password="wrong")
+    harness.flush()
+    error = failure_of(d)
+    assert isinstance(error, SessionError) and error.code == f.NOT_AUTHENTICATED
+
+
+def test_a_client_without_credentials_is_refused_by_a_router_with_users(harness, clock):
+    d = connect_endpoint(clock, harness.endpoint, client_id="c")
+    harness.flush()
+    error = failure_of(d)
+    assert error.code == f.NOT_AUTHENTICATED and "requires authentication" in str(error)
+
+
+def test_the_client_refuses_a_router_that_cannot_prove_the_credentials(clock):
+    """
+    Mutual authentication: a router that accepts any proof but does not
+    hold the user's ServerKey is not trusted.
+    """
+    endpoint = ScriptedEndpoint()
+    d = connect_endpoint(clock, endpoint, client_id="c", user="orders-app",
+                         password="orders-pw")
+    router = endpoint.accept()
+    (open_,) = router.frames()
+    assert open_.versions[-1] == f.AUTH_VERSION
+    router.send(f.Mechanisms(["SCRAM-SHA-256"]))
+    (authenticate,) = router.frames()
+    impostor = ScramServer({"orders-app": derive("another", iterations=4096)}.get, b"s")
+    router.send(f.Challenge(impostor.first(authenticate.data)))
+    (response,) = router.frames()
+    assert b"orders-pw" not in response.data
+    router.send(f.Authenticated("orders-app", b"v=" + b"A" * 43 + b"="))
+    assert router.aborted
+    assert failure_of(d).code == f.PROTOCOL_ERROR
+
+
+def test_user_and_password_go_together():
+    with pytest.raises(ValueError, match="user and password go together"):
+        ClientOptions(user="a")
+    assert "secret" not in repr(ClientOptions(user="a", password="secret"))

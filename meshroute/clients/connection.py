@@ -103,9 +103,6 @@ FRAME_TIMEOUT = "frame-timeout"
 BUFFERS_FULL = "buffers-full"
 ROUTER_STOPPED = "router-stopped"
 
-#: The SASL mechanism of a verified TLS client certificate.
-EXTERNAL = "EXTERNAL"
-
 #: The detail of every C{not-authenticated} refusal: the same for an
 #: unknown user, a wrong password and a certificate naming nobody.
 _NOT_AUTHENTICATED = "authentication failed"
@@ -400,7 +397,7 @@ class ConnectionCore:
         self._open = frame
         offered = [SCRAM]
         if self.certificate_user() is not None:
-            offered.insert(0, EXTERNAL)
+            offered.insert(0, f.EXTERNAL)
         self.write(f.Mechanisms(offered))
 
     def authenticate(self, inputs: ConnectionInputs, frame: f.Authenticate) -> None:
@@ -408,12 +405,12 @@ class ConnectionCore:
         Start the mechanism the client chose: EXTERNAL decides at once,
         SCRAM challenges.
         """
-        if frame.mechanism == EXTERNAL:
+        if frame.mechanism == f.EXTERNAL:
             user = self.certificate_user()
             if user is None:
                 self.not_authenticated(inputs, "", "no verified client certificate")
             else:
-                self.identified(inputs, user, EXTERNAL, b"")
+                self.identified(inputs, user, f.EXTERNAL, b"")
             return
         if frame.mechanism != SCRAM:
             self.not_authenticated(inputs, "", f"mechanism {frame.mechanism!r} not offered")
@@ -474,7 +471,7 @@ class ConnectionCore:
         """
         if self.user is None:
             return True
-        if self.mechanism == EXTERNAL:
+        if self.mechanism == f.EXTERNAL:
             return policy.names(self.user)
         return policy.credentials(self.user) is not None
 

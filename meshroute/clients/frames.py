@@ -68,6 +68,10 @@ BATCH_VERSION = 4
 #: L{Challenge}, L{AuthResponse}, L{Authenticated}).
 AUTH_VERSION = 5
 
+#: The SASL mechanism of a TLS client certificate the router verified
+#: (offered in L{Mechanisms}; the certificate's subject CN is the user).
+EXTERNAL = "EXTERNAL"
+
 #: Largest frame a client may send (a Send: a message body must fit).
 MAX_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE
 #: Largest frame a router sends a client: a Deliver of any message a legal
