@@ -18,9 +18,10 @@ from meshroute.clients import frames as f
 from meshroute.clients.protocol import ClientFactory
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
-from meshroute.security.scram import ScramClient, ScramServer
+from meshroute.security.scram import ScramServer
 from meshroute.wire.codec import FrameDecoder, encode
 from certificates import make_ca, make_client_cert
+from client_auth_testing import scram_open
 from client_fakes import ROUTER, FakeEngine
 from client_testing import Harness, failure_of, kept_clients, result_of  # noqa: F401
 from scripted_router import ScriptedEndpoint
@@ -82,6 +83,7 @@ class Client:
         self.transport = transport if transport is not None else StringTransport()
         self.protocol.makeConnection(self.transport)
         self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+        self._pending: list = []
         self.next_id = 1
 
     def send(self, *frames) -> None:
@@ -96,24 +98,13 @@ class Client:
         self.next_id += 1
         return self.next_id - 1
 
-    def scram(self, user: str, password: str, session_id: str = "",
-              versions=(1, 2, 3, 4, 5)) -> list:
-        """
-        Open and run the SCRAM exchange; the frames of the router's last
-        answer.
-        """
-        self.send(f.Open(list(versions), "c", session_id, 60000))
-        (mechanisms,) = self.received()
-        assert isinstance(mechanisms, f.Mechanisms)
-        client = ScramClient(user, password)
-        self.send(f.Authenticate("SCRAM-SHA-256", client.first()))
-        (challenge,) = self.received()
-        assert isinstance(challenge, f.Challenge)
-        self.send(f.AuthResponse(client.final(challenge.data)))
-        answer = self.received()
-        if isinstance(answer[0], f.Authenticated):
-            client.verify(answer[0].data)
-        return answer
+    def expect(self):
+        if not self._pending:
+            self._pending = self.received()
+        return self._pending.pop(0)
+
+    def scram(self, user: str, password: str, session_id: str = "") -> list:
+        return scram_open(self, user, password, session_id)
 
     def login(self, user="orders-app", password="orders-pw", session_id="") -> f.Opened:
         authenticated, opened = self.scram(user, password, session_id)
