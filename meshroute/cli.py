@@ -55,10 +55,23 @@ class CheckConfigOptions(_Options):
         self["path"] = path
 
 
+#: Where admin API commands find the token when no --token-file is given.
+ADMIN_TOKEN_VARIABLE = "MESHROUTE_ADMIN_TOKEN"
+
+
 class StatusOptions(_Options):
-    synopsis = "--admin URL [--json]"
-    longdesc = "Show a running router's identity and links, from its admin API."
-    optParameters = [["admin", "a", None, "The router's admin base URL, e.g. http://127.0.0.1:8001"]]
+    synopsis = "--admin URL [--token-file FILE] [--ca-file PEM] [--json]"
+    longdesc = ("Show a running router's identity and links, from its admin API.  A router "
+                "with [admin] token-file wants its token: from --token-file (a file only "
+                f"you may read), or the environment variable {ADMIN_TOKEN_VARIABLE}; never "
+                "from the command line.")
+    optParameters = [
+        ["admin", "a", None, "The router's admin base URL, e.g. http://127.0.0.1:8001"],
+        ["token-file", None, None, "The file holding the admin API's bearer token."],
+        ["ca-file", None, None,
+         "For an https URL: the CA certificates (PEM) to verify the router's with, "
+         "instead of the system's."],
+    ]
     optFlags = [["json", None, "Print the raw JSON instead of a table."]]
 
     def postOptions(self) -> None:
@@ -543,17 +556,47 @@ def check_config(options, out) -> int:
     return 0
 
 
-def fetch_json(base: str, path: str):
+def admin_token(options) -> bytes | None:
+    """
+    The admin token: the contents of C{--token-file}, else the
+    environment's C{MESHROUTE_ADMIN_TOKEN}, else None.
+
+    @raise ConfigError: the token file cannot be read, or others may.
+    """
+    from meshroute.security.files import read_private
+
+    if options["token-file"]:
+        return read_private(options["token-file"]).strip("\r\n").encode("utf-8")
+    token = os.environ.get(ADMIN_TOKEN_VARIABLE)
+    return token.encode("utf-8") if token else None
+
+
+def fetch_json(base: str, path: str, token: bytes | None = None, cafile: str | None = None):
     """
     GET C{base + path} and decode its JSON.
 
+    @param token: sent as C{Authorization: Bearer TOKEN}.
+    @param cafile: the CA certificates an https router's certificate is
+        verified with (the system's by default).
     @raise ValueError: the answer is not an admin API's (not HTTP, or not
-        JSON).
+        JSON), or the API refused (its error code and detail).
     @raise OSError: no answer (C{urllib.error.URLError} is one).
     """
+    import ssl
+
+    request = urllib.request.Request(base.rstrip("/") + path)
+    if token is not None:
+        request.add_header("Authorization", "Bearer " + token.decode("utf-8"))
+    context = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(base.rstrip("/") + path, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
             return json.load(response)
+    except urllib.error.HTTPError as e:
+        try:
+            answer = json.load(e)
+        except ValueError:
+            raise e from None
+        raise ValueError(f"{e.code} {answer.get('error')}: {answer.get('detail')}") from None
     except http.client.HTTPException as e:
         raise ValueError(f"not an HTTP server, or not a meshroute admin API "
                          f"({type(e).__name__}: {str(e).strip()[:80]!r})") from None
@@ -596,9 +639,17 @@ def format_links(router: dict, links: list[dict]) -> str:
 
 def status(options, out) -> int:
     try:
-        router = fetch_json(options["admin"], "/api/v1/router")
+        token = admin_token(options)
+    except ConfigError as e:
+        print(f"meshroute: {e}", file=sys.stderr)
+        return 1
+    try:
+        def fetch(path):
+            return fetch_json(options["admin"], path, token, options["ca-file"])
+
+        router = fetch("/api/v1/router")
         serving = router.get("serving", True) or "ha" not in router
-        links = fetch_json(options["admin"], "/api/v1/links") if serving else []
+        links = fetch("/api/v1/links") if serving else []
     except (urllib.error.URLError, OSError, ValueError) as e:
         print(f"meshroute: cannot read {options['admin']}: {e}", file=sys.stderr)
         return 1

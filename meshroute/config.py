@@ -25,6 +25,7 @@ and C{warnings} (L{config_warnings}); the twistd plugin then runs an HA
 instance (L{meshroute.ha.instance}) instead of a plain router.
 """
 
+import ipaddress
 import json
 import math
 import os
@@ -33,12 +34,13 @@ import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, serverFromString
 
 from meshroute.clients.tls import load_client_ca
 from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.security.files import read_private
 from meshroute.security.policy import Permission
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
@@ -96,10 +98,17 @@ class ConnectorConfig:
 @dataclass(frozen=True)
 class AdminConfig:
     """
-    C{[admin]}: where the JSON admin API listens.
+    C{[admin]}: where the JSON admin API listens, and the bearer token it
+    asks for.
+
+    @ivar token: the contents of C{token_file} without trailing line ends,
+        or None without one (then C{endpoint} is loopback or a UNIX
+        socket); kept out of C{repr} like a listener's secret.
     """
 
     endpoint: str
+    token_file: str | None = None
+    token: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,8 @@ class _Key:
         L{meshroute.security.policy}; an address pattern may name a
         router after one C{@}), C{bool}, C{password-file}
         (a string; the file's contents become the section's C{secret}),
+        C{token-file} (a string; the file, which only its owner may read,
+        holds the section's C{token}),
         C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
     @ivar minimum: the smallest allowed value (milliseconds for durations).
@@ -277,7 +288,10 @@ _CONNECTOR_KEYS = (
     _Key("reconnect-attempts", "int", -1, -1, 2**31 - 1),
     _Key("stage-valid-timeout", "duration", 15000, 1000, _HOUR_MS),
 )
-_ADMIN_KEYS = (_Key("endpoint", "server-endpoint"),)
+_ADMIN_KEYS = (_Key("endpoint", "server-endpoint"), _Key("token-file", "token-file", None))
+
+#: The shortest admin token accepted: shorter ones can be guessed.
+MIN_TOKEN_LENGTH = 16
 _ROUTING_KEYS = (
     _Key("max-hops", "int", 16, 1, 255),
     _Key("max-backlog", "int", 100_000, 1, 1_000_000_000),
@@ -507,6 +521,8 @@ def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reac
         values[spec.attr] = value
         if spec.kind == "password-file":
             values["secret"] = _read_secret(value, path=path, key=key)
+        if spec.kind == "token-file" and value is not None:
+            values["token"] = _read_token(value, path=path, key=key)
     return values
 
 
@@ -527,6 +543,35 @@ def _check_client_ca(listener: ClientListenerConfig, path: str) -> None:
         raise ConfigError(path, key, f"cannot read {listener.client_ca!r}: {e.strerror}") from e
     except ValueError as e:
         raise ConfigError(path, key, str(e)) from e
+
+
+def _read_token(token_file: str, *, path: str, key: str) -> bytes:
+    """
+    Read a bearer token from a file only its owner may read or write.
+    """
+    token = read_private(token_file, key=key, config=path).strip("\r\n")
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(path, key, f"{token_file}: the token must be one line of at least "
+                                     f"{MIN_TOKEN_LENGTH} printable characters without spaces "
+                                     "(e.g. from `openssl rand -hex 32`)")
+    return token.encode("utf-8")
+
+
+def is_local(description: str, reactor) -> bool:
+    """
+    Whether the server endpoint C{description} (already valid) can only be
+    reached from this host: a UNIX socket, or TCP (or TLS) bound to a
+    loopback address.  An endpoint of any other kind, or bound to every
+    interface, is not.
+    """
+    endpoint = serverFromString(reactor, description)
+    if isinstance(endpoint, UNIXServerEndpoint):
+        return True
+    interface = getattr(endpoint, "_interface", "")
+    try:
+        return bool(interface) and ipaddress.ip_address(interface).is_loopback
+    except ValueError:
+        return False
 
 
 def _read_secret(password_file: str, *, path: str, key: str) -> bytes:
@@ -623,6 +668,12 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     admin = None
     if "admin" in document:
         admin = AdminConfig(**take(document["admin"], _ADMIN_KEYS, "admin"))
+        if admin.token is None and not is_local(admin.endpoint, reactor):
+            raise ConfigError(path, "admin.endpoint",
+                              f"{admin.endpoint!r} is reachable from other hosts and there is "
+                              "no admin.token-file: anyone reaching it would read the whole "
+                              "mesh; bind it to loopback (interface=127.0.0.1) or set "
+                              "token-file")
     store = StoreConfig(**take(document.get("store", {}), _STORE_KEYS, "store"))
     clients = document.get("clients", {})
     if not isinstance(clients, dict):

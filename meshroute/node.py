@@ -293,7 +293,8 @@ class RouterService(MultiService):
                 clock,
             ).setServiceParent(self)
         if config.admin is not None:
-            self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))
+            self._listen(endpoints, "admin.endpoint", config.admin.endpoint,
+                         admin_site(self, token=config.admin.token))
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
         listening(endpoints, self.config, key, description, factory).setServiceParent(self)

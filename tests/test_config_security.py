@@ -156,3 +156,74 @@ def test_check_config_refuses_a_bad_users_file(write, users_file, capsys):
     os.remove(users_file)
     assert cli.main(["check-config", str(path)], out=io.StringIO()) == 1
     assert f"{users_file}: cannot read: No such file" in capsys.readouterr().err
+
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "admin.token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def admin(endpoint, token_file=None):
+    text = f'[admin]\nendpoint = "{endpoint}"\n'
+    return text + (f'token-file = "{token_file}"\n' if token_file else "")
+
+
+@pytest.mark.parametrize("endpoint", [
+    "tcp:8001:interface=127.0.0.1", "tcp:8001:interface=127.1.2.3",
+    "tcp6:8001:interface=\\\\:\\\\:1", "unix:/run/meshroute/admin.sock",
+])
+def test_an_admin_api_without_token_on_loopback(write, endpoint):
+    config = load(write(ROUTER + admin(endpoint)))
+    assert config.admin.token is None and config.admin.token_file is None
+
+
+@pytest.mark.parametrize("endpoint", [
+    "tcp:8001", "tcp:8001:interface=0.0.0.0", "tcp:8001:interface=192.0.2.7",
+    "tcp6:8001", "tcp6:8001:interface=\\\\:\\\\:",
+])
+def test_an_admin_api_reachable_from_elsewhere_needs_a_token(write, token_file, endpoint):
+    assert_refused(write(ROUTER + admin(endpoint)), "admin.endpoint",
+                   "reachable from other hosts", "no admin.token-file")
+    assert load(write(ROUTER + admin(endpoint, token_file))).admin.token == TOKEN.encode()
+
+
+def test_the_token_is_read_and_never_shown(write, token_file):
+    config = load(write(ROUTER + admin("tcp:8001", token_file)))
+    assert config.admin.token_file == str(token_file)
+    assert TOKEN not in repr(config)
+    text = format_config(config)
+    assert TOKEN not in text and f'token-file = "{token_file}"' in text
+    again = load(write(text, name="effective.toml"))
+    assert again == dataclasses.replace(config, path=again.path)
+
+
+@pytest.mark.parametrize("content, mode, fragment", [
+    (TOKEN, 0o644, "readable by others (mode 0644); run chmod 600"),
+    (TOKEN, 0o620, "writable by its group (mode 0620)"),
+    ("short", 0o600, "at least 16 printable characters"),
+    ("with a space in the token", 0o600, "without spaces"),
+    ("", 0o600, "at least 16"),
+])
+def test_a_bad_token_file(write, tmp_path, content, mode, fragment):
+    path = tmp_path / "admin.token"
+    path.write_text(content + "\n")
+    path.chmod(mode)
+    error = refused(write(ROUTER + admin("tcp:8001", path)), "admin.token-file", fragment)
+    assert str(path) in error.message
+
+
+def test_a_missing_token_file(write, tmp_path):
+    assert_refused(write(ROUTER + admin("tcp:8001", tmp_path / "nothing")),
+                   "admin.token-file", "cannot read: No such file")
+
+
+def test_check_config_refuses_an_open_admin_api(write, capsys):
+    path = write(ROUTER + admin("tcp:8001"))
+    assert cli.main(["check-config", str(path)], out=io.StringIO()) == 1
+    assert "admin.endpoint" in capsys.readouterr().err
