@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactor
 
-rom certificates import make_ca, make_server_cert
+from certificates import make_ca, make_server_cert
 
 from meshroute.config import (
     AdminConfig,
