@@ -27,6 +27,10 @@ from meshroute.security.users import USER_NAME, read_users, write_users
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
 SEND_WINDOW = 1000
 
+#: The environment variable C{meshroute send} and C{receive} read
+#: C{--user}'s password from when no C{--password-file} is given.
+PASSWORD_VARIABLE = "MESHROUTE_PASSWORD"
+
 
 class _Options(usage.Options):
     """
@@ -219,7 +223,41 @@ class _SessionOptions(_Options):
          "session (sends in flight then fail, see --duplicate-id-prefix).",
          _count("--confirmation-window-size", lowest=0, never=True)],
         ["client-id", None, None, "How the router names this client (default meshroute-PID)."],
+        ["user", None, None,
+         "Authenticate as this user (SCRAM-SHA-256: the password never crosses the wire), "
+         "with the password from --password-file or the environment variable "
+         f"{PASSWORD_VARIABLE}; never from the command line.  Without it, a router with "
+         "users accepts only a TLS client certificate (tls:...:certificate=...:privateKey=... "
+         "in --connect)."],
+        ["password-file", None, None,
+         f"The file whose first line is --user's password (else ${PASSWORD_VARIABLE})."],
     ]
+
+    def password(self) -> str | None:
+        """
+        --user's password: the first line of --password-file, else
+        C{$MESHROUTE_PASSWORD}; None without --user.
+
+        @raise usage.UsageError: --user without a password, or a password
+            without --user.
+        """
+        path = self["password-file"]
+        if self["user"] is None:
+            if path is not None:
+                raise usage.UsageError("--password-file needs --user")
+            return None
+        if path is None:
+            password = os.environ.get(PASSWORD_VARIABLE)
+            if password is None:
+                raise usage.UsageError(f"--user {self['user']} needs its password: "
+                                       f"--password-file FILE or ${PASSWORD_VARIABLE}")
+            return password
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise usage.UsageError(f"--password-file {path}: "
+                                   f"{getattr(e, 'strerror', None) or e}") from None
 
     def client_options(self):
         """
@@ -242,6 +280,7 @@ class _SessionOptions(_Options):
                 retry_interval_multiplier=self["retry-interval-multiplier"],
                 max_retry_interval_ms=longest, reconnect_attempts=self["reconnect-attempts"],
                 initial_connect_attempts=self["initial-connect-attempts"],
+                user=self["user"], password=self.password(),
             )
         except ValueError as e:
             raise usage.UsageError(

@@ -36,6 +36,7 @@ from decimal import Decimal
 
 from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, serverFromString
 
+from meshroute.clients.tls import load_client_ca
 from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
@@ -153,12 +154,15 @@ class ClientListenerConfig:
         for their TTL are looked for and closed.
     @ivar duplicate_id_window_ms: how long a send's duplicate id keeps a
         second send with the same id from being accepted.
+    @ivar client_ca: the PEM file of the CA whose client certificates
+        authenticate users (subject CN) on an C{ssl:} endpoint, or None.
     """
 
     endpoint: str
     connection_ttl_override: int = -1
     connection_ttl_check_interval_ms: int = 2000
     duplicate_id_window_ms: int = 3_600_000
+    client_ca: str | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,7 @@ _CLIENT_LISTENER_KEYS = (
     _Key("connection-ttl-override", "int", -1, -1, _DAY_MS),
     _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
     _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
+    _Key("client-ca", "str", None),
 )
 _HA_KEYS = (
     _Key("role", "choice", choices=ha_settings.ROLES),
@@ -521,6 +526,25 @@ def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reac
     return values
 
 
+def _check_client_ca(listener: ClientListenerConfig, path: str) -> None:
+    """
+    A C{client-ca} needs an C{ssl:} endpoint (a certificate over plain TCP
+    proves nothing) and a readable PEM certificate.
+    """
+    if listener.client_ca is None:
+        return
+    key = "clients.listener.client-ca"
+    if not listener.endpoint.startswith("ssl:"):
+        raise ConfigError(path, key, "client certificates need an ssl: endpoint, not "
+                                     f"{listener.endpoint!r}")
+    try:
+        load_client_ca(listener.client_ca)
+    except OSError as e:
+        raise ConfigError(path, key, f"cannot read {listener.client_ca!r}: {e.strerror}") from e
+    except ValueError as e:
+        raise ConfigError(path, key, str(e)) from e
+
+
 def _read_token(token_file: str, *, path: str, key: str) -> bytes:
     """
     Read a bearer token from a file only its owner may read or write.
@@ -659,6 +683,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     if "listener" in clients:
         client_listener = ClientListenerConfig(
             **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
+        _check_client_ca(client_listener, path)
     client_reconnect = ClientReconnectConfig(
         **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
     ha = None

@@ -27,6 +27,7 @@ from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.clients.ha_view import WITHOUT_HA, HAView
 from meshroute.clients.protocol import ClientFactory
+from meshroute.clients.tls import load_client_ca, verify_client_certificates
 from meshroute.clients.session import SessionSettings
 from meshroute.config import RouterConfig
 from meshroute.engine import MessageEngine
@@ -41,6 +42,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
+from meshroute.security.decoy import decoy_secret
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
@@ -244,6 +246,9 @@ class RouterService(MultiService):
             ),
             events=self.events,
             ha_view=ha_view,
+            security=self.security,
+            secret=decoy_secret(config.data_dir) if self.security is not None else None,
+            verifies_certificates=clients is not None and clients.client_ca is not None,
         )
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
@@ -262,8 +267,13 @@ class RouterService(MultiService):
             self._listen(endpoints, "routing.listener.endpoint", listener.endpoint,
                          _UntilOpen(ListenerFactory(self.context, settings), is_open))
         if config.clients is not None:
-            self._listen(endpoints, "clients.listener.endpoint", config.clients.endpoint,
-                         _UntilOpen(self.client_factory, is_open))
+            listening_clients = listening(endpoints, config, "clients.listener.endpoint",
+                                          config.clients.endpoint,
+                                          _UntilOpen(self.client_factory, is_open))
+            if config.clients.client_ca is not None:
+                verify_client_certificates(listening_clients.endpoint,
+                                           load_client_ca(config.clients.client_ca))
+            listening_clients.setServiceParent(self)
         for connector in config.connectors:
             ConnectorService(
                 self.context,

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
 from meshroute.clients import frames as f
 from meshroute.clients import connection as connection_module
@@ -31,7 +30,7 @@ from meshroute.store import ExecutorStopped
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frameset import frame_to_list
 
-from client_fakes import ROUTER, FakeBacklogFull, FakeEngine, FakeUnknownRouter
+from client_fakes import ROUTER, ClientEnd, FakeBacklogFull, FakeEngine, FakeUnknownRouter
 
 FUZZ = settings(max_examples=200, deadline=None)
 
@@ -53,28 +52,17 @@ def factory(engine, clock):
     return ClientFactory(engine, clock)
 
 
-class Connection:
+class Connection(ClientEnd):
     """
     One client connection to the router side, driven frame by frame.
     """
 
     def __init__(self, factory) -> None:
-        self.protocol = factory.buildProtocol(None)
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+        super().__init__(factory)
         self._commands = itertools.count(1)
 
     def command_id(self) -> int:
         return next(self._commands)
-
-    def send(self, *frames) -> None:
-        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
-
-    def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        return self._decoder.feed(data)
 
     def open(self, client_id: str = "test-client", ttl_ms: int = 60000) -> f.Opened:
         self.send(f.Open([1], client_id, "", ttl_ms))
@@ -90,9 +78,6 @@ class Connection:
     @property
     def closing(self) -> bool:
         return self.transport.disconnecting
-
-    def lose(self) -> None:
-        self.protocol.connectionLost(None)
 
 
 @pytest.fixture
@@ -136,6 +121,11 @@ SAMPLES = [
     f.DeliverBatch(7, [[13, "router-a:ab:2", ROUTER, {}, b"x", False],
                        [15, "router-a:ab:3", ROUTER, {"k": "v"}, b"", True]]),
     f.AckThrough(12, 7, 15),
+    f.Mechanisms(["EXTERNAL", "SCRAM-SHA-256"]),
+    f.Authenticate("SCRAM-SHA-256", b"n,,n=user,r=abc"),
+    f.Challenge(b"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+    f.AuthResponse(b"c=biws,r=abcdef,p=AAAA"),
+    f.Authenticated("orders-app", b"v=AAAA"),
 ]
 
 
@@ -299,7 +289,7 @@ def test_ttl_override(engine, clock):
 def test_unsupported_version(connection, factory):
     connection.send(f.Open([7, 8], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5]")
     ]
     assert connection.closing
     connection.lose()

@@ -17,7 +17,6 @@ from dataclasses import replace
 
 import pytest
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
@@ -31,7 +30,7 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
-from client_fakes import ROUTER, FakeEngine, RecordingEvents
+from client_fakes import ROUTER, ClientEnd, FakeEngine, RecordingEvents
 from memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
@@ -68,25 +67,10 @@ def factory(engine, clock):
     return make_factory(engine, clock)
 
 
-class Connection:
+class Connection(ClientEnd):
     """
     One client connection to the router side, driven frame by frame.
     """
-
-    def __init__(self, factory) -> None:
-        self.factory = factory
-        self.protocol = factory.buildProtocol(None)
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
-
-    def send(self, *frames) -> None:
-        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
-
-    def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        return self._decoder.feed(data)
 
     def open(self, session_id: str = "", answered_up_to: int = 0, delivered_up_to: int = 0,
              ttl_ms: int = 60000, client_id: str = "c") -> f.Opened:
@@ -107,9 +91,6 @@ class Connection:
     @property
     def aborted(self) -> bool:
         return self.transport.disconnected
-
-    def lose(self) -> None:
-        self.protocol.connectionLost(None)
 
 
 def deliveries(frames) -> list[f.Deliver]:
@@ -1071,7 +1052,7 @@ def test_sessions_as_the_admin_api_shows_them(factory, engine, clock):
     connection.send(f.Subscribe(1, 1, "q", 5))
     described = session_of(factory, opened.session_id)
     assert described == {
-        "session_id": opened.session_id, "client_id": "shop-7", "state": "open",
+        "session_id": opened.session_id, "client_id": "shop-7", "user": None, "state": "open",
         "ttl_ms": 30000, "queued": 0, "recovery": 1, "answers_held": 1, "subscriptions": 1,
         "unacknowledged": 1, "last_command_id": 1, "processed_up_to": 1, "resumable": True,
         "disconnected_for_s": None, "expires_in_s": None,

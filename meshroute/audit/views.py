@@ -47,7 +47,7 @@ FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "dir
                "keepalive_interval_ms", "code", "detail", "by", "reason", "last_heard", "msg_id",
                "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at",
                "group", "role", "epoch", "mode", "from", "to", "kind", "duration_ms", "status",
-               "step")
+               "step", "user", "action")
 
 #: Percentiles of the latency columns.
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -161,6 +161,16 @@ def rejections(events: DataFrame) -> DataFrame:
     """
     return (events.where(_is(S.LINK_REJECTED))
             .groupBy("router", "peer", "code", "by").agg(F.count(F.lit(1)).alias("count")))
+
+
+def denials(events: DataFrame) -> DataFrame:
+    """
+    Client requests refused by a router's security (C{security.denied}),
+    per user: C{router}, C{user}, C{action} (connect, send, consume,
+    resume), C{count}.
+    """
+    return (events.where(_is(S.SECURITY_DENIED))
+            .groupBy("router", F.col("user"), "action").agg(F.count(F.lit(1)).alias("count")))
 
 
 # -- messages ------------------------------------------------------------------
