@@ -22,6 +22,7 @@ from twisted.internet.testing import StringTransport
 from meshroute import events as event_names
 from meshroute.clients import frames as f
 from meshroute.clients.connection import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
+from meshroute.clients.limits import ClientLimits
 from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import DROP_NEWEST, SessionSettings
 from meshroute.engine import MessageEngine
@@ -32,6 +33,7 @@ from meshroute.store.sqlite import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
 from client_fakes import ROUTER, FakeEngine, RecordingEvents
+from router_connection import Connection
 from memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
@@ -66,50 +68,6 @@ def make_factory(engine, clock, **settings) -> ClientFactory:
 @pytest.fixture
 def factory(engine, clock):
     return make_factory(engine, clock)
-
-
-class Connection:
-    """
-    One client connection to the router side, driven frame by frame.
-    """
-
-    def __init__(self, factory) -> None:
-        self.factory = factory
-        self.protocol = factory.buildProtocol(None)
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
-
-    def send(self, *frames) -> None:
-        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
-
-    def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        return self._decoder.feed(data)
-
-    def open(self, session_id: str = "", answered_up_to: int = 0, delivered_up_to: int = 0,
-             ttl_ms: int = 60000, client_id: str = "c") -> f.Opened:
-        """
-        Open (or resume); what the router sent after Opened is in
-        C{self.after_open}.
-        """
-        self.send(f.Open([1], client_id, session_id, ttl_ms, answered_up_to, delivered_up_to))
-        frames = self.received()
-        assert isinstance(frames[0], f.Opened), frames
-        self.after_open = frames[1:]
-        return frames[0]
-
-    @property
-    def closed(self) -> bool:
-        return self.transport.disconnecting
-
-    @property
-    def aborted(self) -> bool:
-        return self.transport.disconnected
-
-    def lose(self) -> None:
-        self.protocol.connectionLost(None)
 
 
 def deliveries(frames) -> list[f.Deliver]:
@@ -189,7 +147,10 @@ def test_an_override_of_minus_one_never_closes(engine, clock):
     assert not connection.aborted and not connection.closed
 
 
-def test_a_connection_that_never_opens_gets_the_default_ttl(factory, clock):
+def test_a_connection_that_never_opens_gets_the_default_ttl(engine, clock):
+    # A stage-valid-timeout longer than the TTL, else it closes first.
+    factory = make_factory(engine, clock,
+                           limits=ClientLimits(stage_valid_timeout_ms=2 * DEFAULT_TTL_MS))
     connection = Connection(factory)
     clock.advance(DEFAULT_TTL_MS / 1000 - 1)
     assert not connection.aborted

@@ -37,6 +37,14 @@ L{BufferBudget}, by default L{MAX_BUFFERED_FRAMES} frames of the largest
 size); a connection whose partial frame would pass the bound is aborted
 (C{buffers_full}).  Either way the session stays resumable, as after a
 TTL expiry, and the reason is logged.
+
+Limits (L{meshroute.clients.limits}): the same check closes a connection
+that has had no session for the listener's C{stage-valid-timeout}
+(C{handshake_expired}: it said nothing, or never finished opening), and
+C{over_limit} closes one that passed a bound (C{max-connections}, the
+header bounds); an Open that would start a session beyond
+C{max-sessions} is refused.  Each sends C{Error(0, "limit-reached")} with
+the key in its detail, and logs it.
 """
 
 from collections.abc import Callable
@@ -149,6 +157,16 @@ class ConnectionInputs(Protocol):
     def frame_overdue(self) -> None:
         "The client began a frame longer than PARTIAL_FRAME_TIMEOUT_S ago and has not finished it."
 
+    def handshake_expired(self) -> None:
+        "The connection has had no session for the listener's stage-valid-timeout."
+
+    def over_limit(self, detail: str) -> None:
+        """
+        The client passed a bound of its listener
+        (L{meshroute.clients.limits}): too many connections, or headers
+        beyond the bounds.
+        """
+
     def buffers_full(self) -> None:
         "The partial frame the client is sending would pass the listener's buffer bound."
 
@@ -189,6 +207,7 @@ class ConnectionCore:
     @ivar partial_since: when the frame the client is sending began, while
         it is incomplete.
     @ivar buffered: the bytes of that frame held, counted in C{budget}.
+    @ivar made: when the connection was made (clock seconds).
     @ivar session: the session attached, once Open was accepted.
     @ivar ha_view: returns the router's L{HAView} now.
     @ivar view: the L{HAView} the Open was vetted with (what its Opened
@@ -208,6 +227,7 @@ class ConnectionCore:
     session: SessionCore | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
+    made: float = 0.0
     last_heard: float = 0.0
     partial_since: float | None = None
     buffered: int = 0
@@ -216,7 +236,7 @@ class ConnectionCore:
     _abort_call: IDelayedCall | None = None
 
     def __post_init__(self) -> None:
-        self.last_heard = self.clock.seconds()
+        self.made = self.last_heard = self.clock.seconds()
         if self.settings.connection_ttl_override != -1:
             self.ttl_ms = self.settings.connection_ttl_override
 
@@ -279,6 +299,14 @@ class ConnectionCore:
         return (self.partial_since is not None
                 and now - self.partial_since >= PARTIAL_FRAME_TIMEOUT_S - _EPSILON_S)
 
+    def handshake_late(self, now: float) -> bool:
+        """
+        Whether the connection has been without a session for the
+        listener's C{stage-valid-timeout}.
+        """
+        timeout_s = self.settings.limits.stage_valid_timeout_ms / 1000
+        return self.session is None and now - self.made >= timeout_s - _EPSILON_S
+
     # -- opening ----------------------------------------------------------------
 
     def vet_open(self, frame: f.Open) -> tuple[str, str] | None:
@@ -293,6 +321,10 @@ class ConnectionCore:
         if not self.view.active:
             return f.NOT_ACTIVE, ("this router instance is not the active instance of its "
                                   "pair; try another endpoint")
+        if not (frame.session_id and self.registry.resumable(frame.session_id)):
+            refusal = self.settings.limits.session_refusal(len(self.registry.sessions))
+            if refusal is not None:
+                return f.LIMIT_REACHED, refusal
         self.version = max(common)
         override = self.settings.connection_ttl_override
         self.ttl_ms = frame.ttl_ms if override == -1 else override
@@ -479,6 +511,11 @@ def _build_connection_machine():
         def stopped(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.drop(ROUTER_STOPPED)
 
+    @awaiting_open.upon(ConnectionInputs.handshake_expired).to(closing)
+    def handshake_expired(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.fail(f.LIMIT_REACHED, "no session within stage-valid-timeout "
+                                   f"({core.settings.limits.stage_valid_timeout_ms} ms)")
+
     for state in (awaiting_open, vetting_open, attached):
 
         @state.upon(ConnectionInputs.stopped_serving).to(closing)
@@ -493,6 +530,10 @@ def _build_connection_machine():
                            detail: str) -> None:
             core.fail(code, detail)
 
+        @state.upon(ConnectionInputs.over_limit).to(closing)
+        def over_limit(inputs: ConnectionInputs, core: ConnectionCore, detail: str) -> None:
+            core.fail(f.LIMIT_REACHED, detail)
+
     for state in (awaiting_open, vetting_open, attached, closing):
 
         @state.upon(ConnectionInputs.connection_lost).to(gone)
@@ -501,10 +542,11 @@ def _build_connection_machine():
 
     # Once we have decided to close, whatever else arrives is moot.
     late = (ConnectionInputs.ttl_expired, ConnectionInputs.frame_overdue,
-            ConnectionInputs.buffers_full, ConnectionInputs.router_stopped)
+            ConnectionInputs.buffers_full, ConnectionInputs.router_stopped,
+            ConnectionInputs.handshake_expired)
     for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
                  ConnectionInputs.got_ping, ConnectionInputs.got_pong,
-                 ConnectionInputs.protocol_error, ConnectionInputs.session_ended,
+                 ConnectionInputs.protocol_error, ConnectionInputs.over_limit, ConnectionInputs.session_ended,
                  ConnectionInputs.taken_over, ConnectionInputs.stopped_serving, *late):
         closing.upon(moot).loop().returns(None)
     for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over,

@@ -1,0 +1,53 @@
+"""
+One client connection to a router's client listener, driven frame by
+frame over a C{StringTransport}: what the router-side tests speak with.
+"""
+
+from twisted.internet.testing import StringTransport
+
+from meshroute.clients import frames as f
+from meshroute.wire.codec import FrameDecoder, encode
+
+
+class Connection:
+    """
+    One client connection to the router side, driven frame by frame.
+    """
+
+    def __init__(self, factory) -> None:
+        self.factory = factory
+        self.protocol = factory.buildProtocol(None)
+        self.transport = StringTransport()
+        self.protocol.makeConnection(self.transport)
+        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+
+    def send(self, *frames) -> None:
+        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
+
+    def received(self) -> list:
+        data = self.transport.value()
+        self.transport.clear()
+        return self._decoder.feed(data)
+
+    def open(self, session_id: str = "", answered_up_to: int = 0, delivered_up_to: int = 0,
+             ttl_ms: int = 60000, client_id: str = "c") -> f.Opened:
+        """
+        Open (or resume); what the router sent after Opened is in
+        C{self.after_open}.
+        """
+        self.send(f.Open([1], client_id, session_id, ttl_ms, answered_up_to, delivered_up_to))
+        frames = self.received()
+        assert isinstance(frames[0], f.Opened), frames
+        self.after_open = frames[1:]
+        return frames[0]
+
+    @property
+    def closed(self) -> bool:
+        return self.transport.disconnecting
+
+    @property
+    def aborted(self) -> bool:
+        return self.transport.disconnected
+
+    def lose(self) -> None:
+        self.protocol.connectionLost(None)
