@@ -390,6 +390,10 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     else:
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")
+        if "\x00" in value:
+            # No path or endpoint holds one; the OS would refuse it later,
+            # with a ValueError naming neither file nor key.
+            raise fail("a string without NUL characters")
         if spec.kind == "choice" and value not in spec.choices:
             raise ConfigError(path, key, f"expected one of {', '.join(spec.choices)}, got {value!r}")
         if spec.kind == "name" and not _NAME.fullmatch(value):
