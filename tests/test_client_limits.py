@@ -221,3 +221,37 @@ def test_a_message_beyond_the_header_bounds_closes_its_connection(engine, clock,
     assert engine.submitted == []
     bystander.send(f.Send(1, "q", {"h": "v"}, b"body", True))
     assert len(engine.submitted) == 1 and not bystander.closed
+
+
+# -- a client that does not read --------------------------------------------------------
+
+
+def test_a_client_that_does_not_read_is_not_read_until_it_does(engine, clock):
+    """
+    When the transport's buffer fills (the client does not read its
+    Pongs, answers or deliveries), the router stops reading that client,
+    whatever else holds reading (sends in progress), and reads again once
+    both are gone.
+    """
+    factory = listener(engine, clock)
+    connection = Connection(factory)
+    connection.open()
+    transport, core = connection.transport, connection.protocol.core
+    assert transport.producer is connection.protocol
+    transport.producer.pauseProducing()  # the buffer is full
+    assert transport.producerState == "paused"
+    core.pause()  # and too many sends are in progress
+    transport.producer.resumeProducing()  # drained
+    assert transport.producerState == "paused"
+    core.resume()
+    assert transport.producerState == "producing"
+
+
+def test_a_connection_closed_while_its_client_does_not_read_still_closes(engine, clock):
+    factory = listener(engine, clock)
+    connection = Connection(factory)
+    connection.open()
+    connection.transport.producer.pauseProducing()
+    connection.send(f.Ping(1), f.Open([1], "again", "", 60000))  # a second Open
+    assert connection.closed and connection.transport.producer is None
+    assert connection_error(connection).code == f.BAD_COMMAND

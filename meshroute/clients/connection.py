@@ -91,6 +91,10 @@ FRAME_TIMEOUT = "frame-timeout"
 BUFFERS_FULL = "buffers-full"
 ROUTER_STOPPED = "router-stopped"
 
+#: Why the router stops reading a connection (L{ConnectionCore.pause}).
+SENDS_IN_PROGRESS = "sends-in-progress"
+UNREAD = "unread"
+
 #: Slack when comparing silence with a TTL, so that float clocks never
 #: close a connection a hair before its TTL nor miss the check that
 #: reaches it.
@@ -234,6 +238,7 @@ class ConnectionCore:
     connected: bool = True
     silent: bool = False
     _abort_call: IDelayedCall | None = None
+    _paused_for: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.made = self.last_heard = self.clock.seconds()
@@ -250,15 +255,22 @@ class ConnectionCore:
         if self.connected and not self.silent:
             self.transport.write(encode(frame))
 
-    def pause(self) -> None:
+    def pause(self, reason: str = SENDS_IN_PROGRESS) -> None:
         """
-        Stop reading: too many sends in progress.
+        Stop reading, for C{reason}: too many sends in progress
+        (L{SENDS_IN_PROGRESS}), or the client does not read what the
+        router writes (L{UNREAD}: the transport's buffer is full).
         """
-        if self.connected and not self.silent:
+        if not self._paused_for and self.connected and not self.silent:
             self.transport.pauseProducing()
+        self._paused_for.add(reason)
 
-    def resume(self) -> None:
-        if self.connected and not self.silent:
+    def resume(self, reason: str = SENDS_IN_PROGRESS) -> None:
+        """
+        C{reason} to stop reading is gone: read again unless another holds.
+        """
+        self._paused_for.discard(reason)
+        if not self._paused_for and self.connected and not self.silent:
             self.transport.resumeProducing()
 
     # -- the TTL ----------------------------------------------------------------
@@ -399,7 +411,7 @@ class ConnectionCore:
         self.silent = True
         if session is not None:
             session.machine.failed(code)
-        self.transport.loseConnection()
+        self._close()
         self._abort_call = self.clock.callLater(CLOSE_GRACE_S, self.transport.abortConnection)
 
     def end(self) -> None:
@@ -408,6 +420,16 @@ class ConnectionCore:
         """
         self.session = None
         self.silent = True
+        self._close()
+
+    def _close(self) -> None:
+        """
+        Close after what was written is flushed.  The protocol is the
+        producer of what the router writes (so that a client that does not
+        read stops being read); a transport closes only once its producer
+        is unregistered.
+        """
+        self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     def drop(self, reason: str) -> None:

@@ -25,14 +25,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from automat import NoTransition
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
+from zope.interface import implementer
 
 from meshroute.clients import frames as f
 from meshroute.clients.connection import (
     CONNECTION_MACHINE,
     MAX_BUFFERED_FRAMES,
+    UNREAD,
     BufferBudget,
     ConnectionCore,
 )
@@ -68,10 +70,12 @@ _INPUT_FOR_FRAME = {
 }
 
 
+@implementer(IPushProducer)
 class ClientProtocol(Protocol):
     """
     Bytes ↔ frames for one client connection; all decisions are the
-    machines'.
+    machines'.  It is the producer of what the router writes to the
+    client, so that the transport can tell it the client stopped reading.
     """
 
     def __init__(self, factory: "ClientFactory") -> None:
@@ -89,6 +93,7 @@ class ClientProtocol(Protocol):
         )
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
+        self.transport.registerProducer(self, True)
         factory.connection_made(self.core)
         refusal = factory.settings.limits.connection_refusal(len(factory.connections) - 1)
         if refusal is not None:
@@ -131,6 +136,25 @@ class ClientProtocol(Protocol):
                 return
         if not room:
             machine.buffers_full()
+
+    def pauseProducing(self) -> None:
+        """
+        The transport's buffer is full: the client does not read what the
+        router writes (Pongs, answers, deliveries).  Stop reading it until
+        it does, rather than hold what it would make us write.
+        """
+        self.core.pause(UNREAD)
+
+    def resumeProducing(self) -> None:
+        """
+        The transport's buffer has drained.
+        """
+        self.core.resume(UNREAD)
+
+    def stopProducing(self) -> None:
+        """
+        The transport is going away; C{connectionLost} follows.
+        """
 
     def connectionLost(self, reason=None) -> None:
         self.machine.connection_lost()
