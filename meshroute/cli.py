@@ -22,9 +22,14 @@ from meshroute import __version__
 from meshroute.clients.frames import MAX_FRAME_SIZE
 from meshroute.config import config_warnings, endpoint_problem, format_config, load_config
 from meshroute.errors import ConfigError
+from meshroute.security.users import USER_NAME, read_users, write_users
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
 SEND_WINDOW = 1000
+
+#: The environment variable C{meshroute send} and C{receive} read
+#: C{--user}'s password from when no C{--password-file} is given.
+PASSWORD_VARIABLE = "MESHROUTE_PASSWORD"
 
 
 class _Options(usage.Options):
@@ -50,10 +55,23 @@ class CheckConfigOptions(_Options):
         self["path"] = path
 
 
+#: Where admin API commands find the token when no --token-file is given.
+ADMIN_TOKEN_VARIABLE = "MESHROUTE_ADMIN_TOKEN"
+
+
 class StatusOptions(_Options):
-    synopsis = "--admin URL [--json]"
-    longdesc = "Show a running router's identity and links, from its admin API."
-    optParameters = [["admin", "a", None, "The router's admin base URL, e.g. http://127.0.0.1:8001"]]
+    synopsis = "--admin URL [--token-file FILE] [--ca-file PEM] [--json]"
+    longdesc = ("Show a running router's identity and links, from its admin API.  A router "
+                "with [admin] token-file wants its token: from --token-file (a file only "
+                f"you may read), or the environment variable {ADMIN_TOKEN_VARIABLE}; never "
+                "from the command line.")
+    optParameters = [
+        ["admin", "a", None, "The router's admin base URL, e.g. http://127.0.0.1:8001"],
+        ["token-file", None, None, "The file holding the admin API's bearer token."],
+        ["ca-file", None, None,
+         "For an https URL: the CA certificates (PEM) to verify the router's with, "
+         "instead of the system's."],
+    ]
     optFlags = [["json", None, "Print the raw JSON instead of a table."]]
 
     def postOptions(self) -> None:
@@ -205,7 +223,41 @@ class _SessionOptions(_Options):
          "session (sends in flight then fail, see --duplicate-id-prefix).",
          _count("--confirmation-window-size", lowest=0, never=True)],
         ["client-id", None, None, "How the router names this client (default meshroute-PID)."],
+        ["user", None, None,
+         "Authenticate as this user (SCRAM-SHA-256: the password never crosses the wire), "
+         "with the password from --password-file or the environment variable "
+         f"{PASSWORD_VARIABLE}; never from the command line.  Without it, a router with "
+         "users accepts only a TLS client certificate (tls:...:certificate=...:privateKey=... "
+         "in --connect)."],
+        ["password-file", None, None,
+         f"The file whose first line is --user's password (else ${PASSWORD_VARIABLE})."],
     ]
+
+    def password(self) -> str | None:
+        """
+        --user's password: the first line of --password-file, else
+        C{$MESHROUTE_PASSWORD}; None without --user.
+
+        @raise usage.UsageError: --user without a password, or a password
+            without --user.
+        """
+        path = self["password-file"]
+        if self["user"] is None:
+            if path is not None:
+                raise usage.UsageError("--password-file needs --user")
+            return None
+        if path is None:
+            password = os.environ.get(PASSWORD_VARIABLE)
+            if password is None:
+                raise usage.UsageError(f"--user {self['user']} needs its password: "
+                                       f"--password-file FILE or ${PASSWORD_VARIABLE}")
+            return password
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise usage.UsageError(f"--password-file {path}: "
+                                   f"{getattr(e, 'strerror', None) or e}") from None
 
     def client_options(self):
         """
@@ -228,6 +280,7 @@ class _SessionOptions(_Options):
                 retry_interval_multiplier=self["retry-interval-multiplier"],
                 max_retry_interval_ms=longest, reconnect_attempts=self["reconnect-attempts"],
                 initial_connect_attempts=self["initial-connect-attempts"],
+                user=self["user"], password=self.password(),
             )
         except ValueError as e:
             raise usage.UsageError(
@@ -403,6 +456,72 @@ class HAOptions(_Options):
             raise usage.UsageError("an ha command is required: force-activate")
 
 
+class _UsersFileOptions(_Options):
+    """
+    The C{--file} every C{meshroute user} command needs.
+    """
+
+    optParameters = [["file", "f", None, "The users file (created by the first add)."]]
+
+    def check_file(self) -> None:
+        if not self["file"]:
+            raise usage.UsageError("--file FILE is required")
+
+
+class UserAddOptions(_UsersFileOptions):
+    synopsis = "--file FILE [--password-stdin] [--replace] NAME"
+    longdesc = ("Add user NAME to the users file, with a password prompted for twice (or "
+                "read from the first line of standard input with --password-stdin; never "
+                "from the command line).  The file keeps SCRAM-SHA-256 credentials, never "
+                "the password, and is written with mode 0600.  A running router reads it "
+                "again on SIGHUP.")
+    optFlags = [["password-stdin", None, "Read the password from standard input."],
+                ["replace", None, "Change the password of a user the file already holds."]]
+
+    def parseArgs(self, name: str) -> None:
+        self["name"] = name
+
+    def postOptions(self) -> None:
+        self.check_file()
+        if not USER_NAME.fullmatch(self["name"]):
+            raise usage.UsageError(f"{self['name']!r} is not a user name "
+                                   "(1 to 64 of A-Z a-z 0-9 . _ -)")
+
+
+class UserRemoveOptions(_UsersFileOptions):
+    synopsis = "--file FILE NAME"
+    longdesc = ("Remove user NAME from the users file.  A running router closes the user's "
+                "connections when it reads the file again (SIGHUP).")
+
+    def parseArgs(self, name: str) -> None:
+        self["name"] = name
+
+    def postOptions(self) -> None:
+        self.check_file()
+
+
+class UserListOptions(_UsersFileOptions):
+    synopsis = "--file FILE"
+    longdesc = "List the names of the users file's users, one a line (never their hashes)."
+
+    def postOptions(self) -> None:
+        self.check_file()
+
+
+class UserOptions(_Options):
+    synopsis = "add|remove|list --file FILE [options]"
+    longdesc = "Manage a users file ([security] users-file, docs/security.md)."
+    subCommands = [
+        ["add", None, UserAddOptions, "Add a user, or change its password with --replace."],
+        ["remove", None, UserRemoveOptions, "Remove a user."],
+        ["list", None, UserListOptions, "List the users' names."],
+    ]
+
+    def postOptions(self) -> None:
+        if self.subCommand is None:
+            raise usage.UsageError("a user command is required: add, remove or list")
+
+
 class Options(_Options):
     synopsis = "COMMAND [options]"
     subCommands = [
@@ -412,6 +531,7 @@ class Options(_Options):
         ["receive", None, ReceiveOptions, "Consume messages from a router's queue."],
         ["audit", None, AuditOptions, "Audit the mesh from its event logs (PySpark)."],
         ["ha", None, HAOptions, "Operate an HA instance: force-activate."],
+        ["user", None, UserOptions, "Manage a users file: add, remove, list."],
     ]
 
     def postOptions(self) -> None:
@@ -420,8 +540,12 @@ class Options(_Options):
 
 
 def check_config(options, out) -> int:
+    from meshroute.security.load import load_policy
+
     try:
         config = load_config(options["path"])
+        if config.security is not None:
+            load_policy(config)
     except ConfigError as e:
         print(f"meshroute: {e}", file=sys.stderr)
         return 1
@@ -432,17 +556,47 @@ def check_config(options, out) -> int:
     return 0
 
 
-def fetch_json(base: str, path: str):
+def admin_token(options) -> bytes | None:
+    """
+    The admin token: the contents of C{--token-file}, else the
+    environment's C{MESHROUTE_ADMIN_TOKEN}, else None.
+
+    @raise ConfigError: the token file cannot be read, or others may.
+    """
+    from meshroute.security.files import read_private
+
+    if options["token-file"]:
+        return read_private(options["token-file"]).strip("\r\n").encode("utf-8")
+    token = os.environ.get(ADMIN_TOKEN_VARIABLE)
+    return token.encode("utf-8") if token else None
+
+
+def fetch_json(base: str, path: str, token: bytes | None = None, cafile: str | None = None):
     """
     GET C{base + path} and decode its JSON.
 
+    @param token: sent as C{Authorization: Bearer TOKEN}.
+    @param cafile: the CA certificates an https router's certificate is
+        verified with (the system's by default).
     @raise ValueError: the answer is not an admin API's (not HTTP, or not
-        JSON).
+        JSON), or the API refused (its error code and detail).
     @raise OSError: no answer (C{urllib.error.URLError} is one).
     """
+    import ssl
+
+    request = urllib.request.Request(base.rstrip("/") + path)
+    if token is not None:
+        request.add_header("Authorization", "Bearer " + token.decode("utf-8"))
+    context = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(base.rstrip("/") + path, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
             return json.load(response)
+    except urllib.error.HTTPError as e:
+        try:
+            answer = json.load(e)
+        except ValueError:
+            raise e from None
+        raise ValueError(f"{e.code} {answer.get('error')}: {answer.get('detail')}") from None
     except http.client.HTTPException as e:
         raise ValueError(f"not an HTTP server, or not a meshroute admin API "
                          f"({type(e).__name__}: {str(e).strip()[:80]!r})") from None
@@ -485,9 +639,17 @@ def format_links(router: dict, links: list[dict]) -> str:
 
 def status(options, out) -> int:
     try:
-        router = fetch_json(options["admin"], "/api/v1/router")
+        token = admin_token(options)
+    except ConfigError as e:
+        print(f"meshroute: {e}", file=sys.stderr)
+        return 1
+    try:
+        def fetch(path):
+            return fetch_json(options["admin"], path, token, options["ca-file"])
+
+        router = fetch("/api/v1/router")
         serving = router.get("serving", True) or "ha" not in router
-        links = fetch_json(options["admin"], "/api/v1/links") if serving else []
+        links = fetch("/api/v1/links") if serving else []
     except (urllib.error.URLError, OSError, ValueError) as e:
         print(f"meshroute: cannot read {options['admin']}: {e}", file=sys.stderr)
         return 1
@@ -850,8 +1012,101 @@ def ha(options, out) -> int:
 
 HA_COMMANDS = {"force-activate": force_activate}
 
+
+def _users_or_none(path: str, err) -> dict | None:
+    """
+    The users of C{path} (none if it does not exist yet), or None after
+    reporting why it cannot be used.
+    """
+    if not os.path.exists(path):
+        return {}
+    try:
+        return read_users(path)
+    except ConfigError as e:
+        err.write(f"meshroute: {e}\n")
+        return None
+
+
+def _read_password(options, err, stdin) -> str | None:
+    """
+    The new password: the first line of C{stdin} with C{--password-stdin},
+    else prompted for twice; None after reporting an empty or mismatched
+    one.
+    """
+    import getpass
+
+    if options["password-stdin"]:
+        password = stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"password for {options['name']}: ")
+        if getpass.getpass("again: ") != password:
+            err.write("meshroute: the passwords differ; nothing changed\n")
+            return None
+    if not password:
+        err.write("meshroute: the password is empty; nothing changed\n")
+        return None
+    return password
+
+
+def user_add(options, out, err=None, stdin=None) -> int:
+    from meshroute.security.credentials import derive
+
+    err, stdin = err or sys.stderr, stdin or sys.stdin
+    path, name = options["file"], options["name"]
+    users = _users_or_none(path, err)
+    if users is None:
+        return 1
+    if name in users and not options["replace"]:
+        err.write(f"meshroute: {path} already holds user {name}; "
+                  "--replace changes its password\n")
+        return 1
+    password = _read_password(options, err, stdin)
+    if password is None:
+        return 1
+    existed = name in users
+    users[name] = derive(password)
+    write_users(path, users)
+    out.write(f"{'changed the password of' if existed else 'added'} user {name} in {path}\n")
+    return 0
+
+
+def user_remove(options, out, err=None) -> int:
+    err = err or sys.stderr
+    path, name = options["file"], options["name"]
+    users = _users_or_none(path, err)
+    if users is None:
+        return 1
+    if name not in users:
+        err.write(f"meshroute: {path} holds no user {name}\n")
+        return 1
+    del users[name]
+    write_users(path, users)
+    out.write(f"removed user {name} from {path}\n")
+    return 0
+
+
+def user_list(options, out, err=None) -> int:
+    err = err or sys.stderr
+    path = options["file"]
+    if not os.path.exists(path):
+        err.write(f"meshroute: {path} does not exist\n")
+        return 1
+    users = _users_or_none(path, err)
+    if users is None:
+        return 1
+    for name in users:
+        out.write(f"{name}\n")
+    return 0
+
+
+def user(options, out) -> int:
+    return USER_COMMANDS[options.subCommand](options.subOptions, out)
+
+
+USER_COMMANDS = {"add": user_add, "remove": user_remove, "list": user_list}
+
 COMMANDS = {"check-config": check_config, "status": status, "send": send, "receive": receive,
-            "audit": audit, "ha": ha}
+            "audit": audit, "ha": ha, "user": user}
 
 
 def main(argv=None, out=sys.stdout) -> int:

@@ -25,6 +25,7 @@ and C{warnings} (L{config_warnings}); the twistd plugin then runs an HA
 instance (L{meshroute.ha.instance}) instead of a plain router.
 """
 
+import ipaddress
 import json
 import math
 import os
@@ -33,18 +34,23 @@ import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, serverFromString
 
 from meshroute.clients import limits
+from meshroute.clients.tls import load_client_ca
 from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.security.files import read_private
+from meshroute.security.policy import Permission
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+#: A user or queue name pattern: name characters and C{*}.
+_PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -94,10 +100,17 @@ class ConnectorConfig:
 @dataclass(frozen=True)
 class AdminConfig:
     """
-    C{[admin]}: where the JSON admin API listens.
+    C{[admin]}: where the JSON admin API listens, and the bearer token it
+    asks for.
+
+    @ivar token: the contents of C{token_file} without trailing line ends,
+        or None without one (then C{endpoint} is loopback or a UNIX
+        socket); kept out of C{repr} like a listener's secret.
     """
 
     endpoint: str
+    token_file: str | None = None
+    token: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -147,6 +160,8 @@ class ClientListenerConfig:
 
     The other keys are what one client may take
     (L{meshroute.clients.limits.ClientLimits}, same names and defaults).
+    @ivar client_ca: the PEM file of the CA whose client certificates
+        authenticate users (subject CN) on an C{ssl:} endpoint, or None.
     """
 
     endpoint: str
@@ -161,6 +176,7 @@ class ClientListenerConfig:
     max_headers: int = limits.DEFAULT_MAX_HEADERS
     max_header_size: int = limits.DEFAULT_MAX_HEADER_SIZE
     stage_valid_timeout_ms: int = limits.DEFAULT_STAGE_VALID_TIMEOUT_MS
+    client_ca: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +202,21 @@ class ClientReconnectConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """
+    C{[security]} with its C{[[security.permission]]} entries: who the
+    client listener lets in (the users file, read by
+    L{meshroute.security.load.load_policy}) and what each may do.
+
+    @ivar users_file: the users file (L{meshroute.security.users}), or
+        None when clients authenticate by TLS certificate only.
+    """
+
+    users_file: str | None = None
+    permissions: tuple[Permission, ...] = ()
+
+
+@dataclass(frozen=True)
 class RouterConfig:
     """
     A whole router configuration; C{path} is the file it was loaded from.
@@ -202,6 +233,7 @@ class RouterConfig:
     clients: ClientListenerConfig | None = None
     client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
     ha: HASettings | None = None
+    security: SecurityConfig | None = None
 
 
 _REQUIRED = object()
@@ -215,8 +247,13 @@ class _Key:
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
         C{number}, C{server-endpoint}, C{client-endpoint},
         C{client-endpoints} (one client endpoint string or a non-empty
-        list of them, stored as a tuple), C{bool}, C{password-file}
+        list of them, stored as a tuple), C{user-patterns},
+        C{queue-patterns}, C{address-patterns} (lists of name patterns,
+        L{meshroute.security.policy}; an address pattern may name a
+        router after one C{@}), C{bool}, C{password-file}
         (a string; the file's contents become the section's C{secret}),
+        C{token-file} (a string; the file, which only its owner may read,
+        holds the section's C{token}),
         C{choice} (a string among C{choices}).
     @ivar default: the value used when the key is absent, or C{_REQUIRED}.
     @ivar minimum: the smallest allowed value (milliseconds for durations).
@@ -265,7 +302,10 @@ _CONNECTOR_KEYS = (
     _Key("reconnect-attempts", "int", -1, -1, 2**31 - 1),
     _Key("stage-valid-timeout", "duration", 15000, 1000, _HOUR_MS),
 )
-_ADMIN_KEYS = (_Key("endpoint", "server-endpoint"),)
+_ADMIN_KEYS = (_Key("endpoint", "server-endpoint"), _Key("token-file", "token-file", None))
+
+#: The shortest admin token accepted: shorter ones can be guessed.
+MIN_TOKEN_LENGTH = 16
 _ROUTING_KEYS = (
     _Key("max-hops", "int", 16, 1, 255),
     _Key("max-backlog", "int", 100_000, 1, 1_000_000_000),
@@ -287,6 +327,7 @@ _CLIENT_LISTENER_KEYS = (
     _Key("max-header-size", "int", limits.DEFAULT_MAX_HEADER_SIZE, 0, MAX_CLIENT_FRAME_SIZE),
     _Key("stage-valid-timeout", "duration", limits.DEFAULT_STAGE_VALID_TIMEOUT_MS, 1000,
          _HOUR_MS),
+    _Key("client-ca", "str", None),
 )
 _HA_KEYS = (
     _Key("role", "choice", choices=ha_settings.ROLES),
@@ -309,6 +350,12 @@ _HA_REPLICATION_KEYS = (
     _Key("password-file", "password-file"),
 )
 _HA_WITNESS_KEYS = (_Key("router", "name"), _Key("endpoint", "client-endpoint"))
+_SECURITY_KEYS = (_Key("users-file", "str", None),)
+_PERMISSION_KEYS = (
+    _Key("users", "user-patterns"),
+    _Key("send", "address-patterns", ()),
+    _Key("consume", "queue-patterns", ()),
+)
 _CLIENT_RECONNECT_KEYS = (
     _Key("keep-alive", "duration", 60000, 0, _DAY_MS),
     _Key("max-depth", "int", 1000, 0, 10_000_000),
@@ -376,6 +423,15 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
         if len(set(value)) != len(value):
             raise ConfigError(path, key, f"router names are repeated in {value!r}")
         result = tuple(value)
+    elif spec.kind.endswith("-patterns"):
+        if not isinstance(value, list) or (spec.kind == "user-patterns" and not value):
+            raise fail("a non-empty list of patterns" if spec.kind == "user-patterns"
+                       else "a list of patterns")
+        for index, item in enumerate(value):
+            problem = pattern_problem(spec.kind, item)
+            if problem is not None:
+                raise ConfigError(path, f"{key}[{index}]", problem)
+        result = tuple(value)
     elif spec.kind == "client-endpoints":
         one = _Key(spec.name, "client-endpoint")
         if isinstance(value, str):
@@ -409,6 +465,25 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     if spec.maximum is not None and result > spec.maximum:
         raise ConfigError(path, key, f"must be at most {spec.maximum}{unit}, got {result}{unit}")
     return result
+
+
+def pattern_problem(kind: str, value: object) -> str | None:
+    """
+    What is wrong with one pattern of a C{[[security.permission]]} list,
+    or None.
+
+    @param kind: C{"user-patterns"}, C{"queue-patterns"} or
+        C{"address-patterns"} (C{QUEUE} or C{QUEUE@ROUTER} patterns).
+    """
+    if not isinstance(value, str):
+        return f"expected a pattern string, got {type(value).__name__} {value!r}"
+    parts = value.split("@") if kind == "address-patterns" else [value]
+    if len(parts) > 2:
+        return f"{value!r} has more than one @"
+    if not all(_PATTERN.fullmatch(part) for part in parts):
+        what = "QUEUE or QUEUE@ROUTER" if kind == "address-patterns" else "a name pattern"
+        return f"{value!r} is not {what} (1 to 64 of A-Z a-z 0-9 . _ - and *)"
+    return None
 
 
 def endpoint_problem(kind: str, value: str, reactor) -> str | None:
@@ -473,7 +548,57 @@ def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reac
         values[spec.attr] = value
         if spec.kind == "password-file":
             values["secret"] = _read_secret(value, path=path, key=key)
+        if spec.kind == "token-file" and value is not None:
+            values["token"] = _read_token(value, path=path, key=key)
     return values
+
+
+def _check_client_ca(listener: ClientListenerConfig, path: str) -> None:
+    """
+    A C{client-ca} needs an C{ssl:} endpoint (a certificate over plain TCP
+    proves nothing) and a readable PEM certificate.
+    """
+    if listener.client_ca is None:
+        return
+    key = "clients.listener.client-ca"
+    if not listener.endpoint.startswith("ssl:"):
+        raise ConfigError(path, key, "client certificates need an ssl: endpoint, not "
+                                     f"{listener.endpoint!r}")
+    try:
+        load_client_ca(listener.client_ca)
+    except OSError as e:
+        raise ConfigError(path, key, f"cannot read {listener.client_ca!r}: {e.strerror}") from e
+    except ValueError as e:
+        raise ConfigError(path, key, str(e)) from e
+
+
+def _read_token(token_file: str, *, path: str, key: str) -> bytes:
+    """
+    Read a bearer token from a file only its owner may read or write.
+    """
+    token = read_private(token_file, key=key, config=path).strip("\r\n")
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(path, key, f"{token_file}: the token must be one line of at least "
+                                     f"{MIN_TOKEN_LENGTH} printable characters without spaces "
+                                     "(e.g. from `openssl rand -hex 32`)")
+    return token.encode("utf-8")
+
+
+def is_local(description: str, reactor) -> bool:
+    """
+    Whether the server endpoint C{description} (already valid) can only be
+    reached from this host: a UNIX socket, or TCP (or TLS) bound to a
+    loopback address.  An endpoint of any other kind, or bound to every
+    interface, is not.
+    """
+    endpoint = serverFromString(reactor, description)
+    if isinstance(endpoint, UNIXServerEndpoint):
+        return True
+    interface = getattr(endpoint, "_interface", "")
+    try:
+        return bool(interface) and ipaddress.ip_address(interface).is_loopback
+    except ValueError:
+        return False
 
 
 def _read_secret(password_file: str, *, path: str, key: str) -> bytes:
@@ -529,7 +654,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    sections = ["router", "routing", "store", "clients", "admin", "ha"]
+    sections = ["router", "routing", "store", "clients", "admin", "ha", "security"]
     _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
@@ -570,6 +695,12 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     admin = None
     if "admin" in document:
         admin = AdminConfig(**take(document["admin"], _ADMIN_KEYS, "admin"))
+        if admin.token is None and not is_local(admin.endpoint, reactor):
+            raise ConfigError(path, "admin.endpoint",
+                              f"{admin.endpoint!r} is reachable from other hosts and there is "
+                              "no admin.token-file: anyone reaching it would read the whole "
+                              "mesh; bind it to loopback (interface=127.0.0.1) or set "
+                              "token-file")
     store = StoreConfig(**take(document.get("store", {}), _STORE_KEYS, "store"))
     clients = document.get("clients", {})
     if not isinstance(clients, dict):
@@ -579,16 +710,41 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     if "listener" in clients:
         client_listener = ClientListenerConfig(
             **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
+        _check_client_ca(client_listener, path)
     client_reconnect = ClientReconnectConfig(
         **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
     ha = None
     if "ha" in document:
         ha = _read_ha(document["ha"], router["name"], client_listener, take, path=path)
+    security = None
+    if "security" in document:
+        security = _read_security(document["security"], take, path=path)
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
         routing=routing_config, store=store, clients=client_listener,
-        client_reconnect=client_reconnect, ha=ha, **router
+        client_reconnect=client_reconnect, ha=ha, security=security, **router
     )
+
+
+def _read_security(table: object, take, *, path: str) -> SecurityConfig:
+    """
+    Read C{[security]} and its C{[[security.permission]]} tables.
+
+    @param take: L{_take} bound to the file and reactor.
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(path, "security", f"expected a table, got {type(table).__name__}")
+    _reject_unknown(table, ["permission", *(spec.name for spec in _SECURITY_KEYS)],
+                    path=path, prefix="security")
+    tables = table.get("permission", [])
+    if not isinstance(tables, list):
+        raise ConfigError(path, "security.permission",
+                          "expected [[security.permission]] tables")
+    permissions = tuple(Permission(**take(permission, _PERMISSION_KEYS,
+                                          f"security.permission[{index}]"))
+                        for index, permission in enumerate(tables))
+    scalars = {k: v for k, v in table.items() if k != "permission"}
+    return SecurityConfig(permissions=permissions, **take(scalars, _SECURITY_KEYS, "security"))
 
 
 def _read_ha(table: object, router_name: str, clients: ClientListenerConfig | None, take, *,
@@ -631,10 +787,17 @@ def config_warnings(config: RouterConfig) -> list[str]:
     naming the file and the dotted key: C{meshroute check-config} prints
     these, and the router logs them at start.
     """
-    if config.ha is None:
-        return []
-    return [f"{config.path}: {problem.key}: {problem.message}"
-            for problem in ha_settings.warnings(config.ha)]
+    warnings = []
+    if config.clients is not None and config.security is None:
+        warnings.append(
+            f"{config.path}: security: no [security] section: the client listener "
+            f"{config.clients.endpoint} is open to any client that reaches it, which may "
+            "send to every queue of the mesh and consume from every local queue "
+            "(docs/security.md)")
+    if config.ha is not None:
+        warnings.extend(f"{config.path}: {problem.key}: {problem.message}"
+                        for problem in ha_settings.warnings(config.ha))
+    return warnings
 
 
 def _toml_value(value: object) -> str:
@@ -689,6 +852,10 @@ def format_config(config: RouterConfig) -> str:
         tables.append(_toml_table("[[routing.connector]]", connector, _CONNECTOR_KEYS))
     if config.admin is not None:
         tables.append(_toml_table("[admin]", config.admin, _ADMIN_KEYS))
+    if config.security is not None:
+        tables.append(_toml_table("[security]", config.security, _SECURITY_KEYS))
+        for permission in config.security.permissions:
+            tables.append(_toml_table("[[security.permission]]", permission, _PERMISSION_KEYS))
     if config.ha is not None:
         tables.append(_toml_table("[ha]", config.ha, _HA_KEYS))
         tables.append(_toml_table("[ha.replication]", config.ha.replication,

@@ -462,3 +462,9 @@ class IHAInstanceView(Interface):
         """
         Seconds since the instance started (not its current router).
         """
+
+    def reload_security():
+        """
+        Read C{[security]} and the users file again into the serving
+        router; whether a new policy is in force.
+        """

@@ -26,10 +26,11 @@ from twisted.logger import Logger
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.clients.ha_view import WITHOUT_HA, HAView
-from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.frames import MAX_FRAME_SIZE
 from meshroute.clients.limits import ClientLimits, client_limits
+from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import SessionSettings
+from meshroute.clients.tls import load_client_ca, verify_client_certificates
 from meshroute.config import RouterConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
@@ -42,6 +43,10 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.routing.known import KnownRouters
+from meshroute.security.decoy import decoy_secret
+from meshroute.security.load import load_policy
+from meshroute.security.policy import Security
+from meshroute.security.reload import reload_security
 from meshroute.routing.table import RouteTable
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
@@ -158,6 +163,8 @@ class RouterService(MultiService):
     @ivar known_routers: the L{KnownRouters}: the router names heard of,
         saved in the store and loaded when it opens.
     @ivar engine: the L{MessageEngine}.
+    @ivar security: the L{Security} holding the users and permissions in
+        force, or None without C{[security]} (the client listener is open).
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
@@ -170,6 +177,10 @@ class RouterService(MultiService):
         self._open = False
         self._host = host
         self.registry = LinkRegistry()
+        # Before the data-dir is locked: a users file that stops the
+        # router leaves nothing half-open.
+        self.security = (Security(load_policy(config)) if config.security is not None
+                         else None)
         self._lock_file = None
         if host is not None:
             self.events = host.events
@@ -239,6 +250,9 @@ class RouterService(MultiService):
             ),
             events=self.events,
             ha_view=ha_view,
+            security=self.security,
+            secret=decoy_secret(config.data_dir) if self.security is not None else None,
+            verifies_certificates=clients is not None and clients.client_ca is not None,
         )
         is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
@@ -257,8 +271,13 @@ class RouterService(MultiService):
             self._listen(endpoints, "routing.listener.endpoint", listener.endpoint,
                          _UntilOpen(ListenerFactory(self.context, settings), is_open))
         if config.clients is not None:
-            self._listen(endpoints, "clients.listener.endpoint", config.clients.endpoint,
-                         _UntilOpen(self.client_factory, is_open))
+            listening_clients = listening(endpoints, config, "clients.listener.endpoint",
+                                          config.clients.endpoint,
+                                          _UntilOpen(self.client_factory, is_open))
+            if config.clients.client_ca is not None:
+                verify_client_certificates(listening_clients.endpoint,
+                                           load_client_ca(config.clients.client_ca))
+            listening_clients.setServiceParent(self)
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -278,7 +297,8 @@ class RouterService(MultiService):
                 clock,
             ).setServiceParent(self)
         if config.admin is not None:
-            self._listen(endpoints, "admin.endpoint", config.admin.endpoint, admin_site(self))
+            self._listen(endpoints, "admin.endpoint", config.admin.endpoint,
+                         admin_site(self, token=config.admin.token))
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
         listening(endpoints, self.config, key, description, factory).setServiceParent(self)
@@ -348,6 +368,13 @@ class RouterService(MultiService):
             self.events.emit(events.ROUTER_STOPPED)
             self.events.close()
             self._unlock_data_dir()
+
+    def reload_security(self) -> bool:
+        """
+        Read C{[security]} and the users file again (SIGHUP,
+        L{meshroute.security.reload}); whether a new policy is in force.
+        """
+        return reload_security(self.security, self.config, self._clock)
 
     def describe(self) -> dict:
         """

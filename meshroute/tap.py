@@ -11,6 +11,7 @@ from twisted.python import usage
 
 from meshroute.config import config_warnings, load_config
 from meshroute.errors import ConfigError
+from meshroute.security.load import load_policy
 
 log = Logger()
 
@@ -28,11 +29,15 @@ class Options(usage.Options):
         Load and validate the configuration now, so that a bad file stops
         twistd with a message naming the file and key, before anything runs.
         Its warnings go to the log (buffered until twistd's log starts).
+        The users file is checked too, so that an HA instance, whose
+        router reads it only once active, refuses it at start as well.
         """
         if not self["config"]:
             raise usage.UsageError("--config FILE is required")
         try:
             self["router-config"] = load_config(self["config"])
+            if self["router-config"].security is not None:
+                load_policy(self["router-config"])
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
         for warning in config_warnings(self["router-config"]):
@@ -64,19 +69,43 @@ def makeService(options: Options, reactor=None):
     # process: keep it out of later garbage-collection passes, whose first
     # full pass otherwise stalls the router for tens of milliseconds.
     reactor.callWhenRunning(gc.freeze)
-    return _UnderTwistd(router)
+    return _UnderTwistd(router, reactor)
 
 
 class _UnderTwistd(MultiService):
     """
     The router as twistd runs it: a listener that cannot bind its port
     ends the process with one line naming the file and the key (and a
-    non-zero status), not with a traceback.
+    non-zero status), not with a traceback; and SIGHUP, while it runs,
+    reloads the users and permissions (L{meshroute.security.reload}).
+
+    @param router: a L{meshroute.node.RouterService} or an HA instance,
+        both with C{reload_security()}.
     """
 
-    def __init__(self, router) -> None:
+    def __init__(self, router, reactor) -> None:
         super().__init__()
         router.setServiceParent(self)
+        self._router = router
+        self._reactor = reactor
+        self._previous_sighup = None
+
+    def startService(self) -> None:
+        """
+        Reload on SIGHUP from now on.  The handler only schedules the
+        reload on the reactor (C{callFromThread} is safe in a signal
+        handler), so the reload never runs in the middle of other code.
+        """
+        super().startService()
+        self._previous_sighup = signal.signal(
+            signal.SIGHUP,
+            lambda signum, frame: self._reactor.callFromThread(self._router.reload_security))
+
+    def stopService(self):
+        if self._previous_sighup is not None:
+            signal.signal(signal.SIGHUP, self._previous_sighup)
+            self._previous_sighup = None
+        return super().stopService()
 
     def privilegedStartService(self) -> None:
         try:

@@ -38,6 +38,8 @@ class Expected:
     rejections: Counter = field(default_factory=Counter)
     #: router → Counter of session_disconnected, session_reattached, ...
     sessions: dict = field(default_factory=lambda: defaultdict(Counter))
+    #: (router, user, action) → client requests denied.
+    denials: Counter = field(default_factory=Counter)
     #: (file name, line) → problem class: "truncated", "garbage", "type", "blank", "missing".
     malformed: dict = field(default_factory=dict)
 
@@ -245,6 +247,14 @@ class MeshLog:
     def session_event(self, router: str, kind: str, at: float, client_id: str = "app-1") -> None:
         self.emit(router, at, f"session.{kind}", client_id=client_id, session_id="s-1")
         self.expected.sessions[router][f"session_{kind}"] += 1
+
+    def denial(self, router: str, user: str, action: str, target: str, at: float) -> None:
+        """
+        A client request refused by the router's security.
+        """
+        self.emit(router, at, "security.denied", user=user, action=action, target=target,
+                  reason="no permission")
+        self.expected.denials[(router, user, action)] += 1
 
     # -- bad lines and versions -------------------------------------------------
 

@@ -190,6 +190,9 @@ class RouterSpec:
     @ivar client_port: the client listener's port, or None without one.
     @ivar arrays: arrays of tables, C{{"ha.witness": [{key: value}, ...]}}.
     @ivar replication_port: an HA instance's replication listener's port.
+    @ivar admin: more keys of its C{[admin]} table (C{token-file}), or
+        another C{endpoint}.
+    @ivar admin_token: the token L{RouterProcess.get} presents.
     """
 
     name: str
@@ -204,6 +207,8 @@ class RouterSpec:
     client_port: int | None = None
     arrays: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     replication_port: int | None = None
+    admin: dict[str, object] = field(default_factory=dict)
+    admin_token: str | None = None
 
     @property
     def config_path(self) -> Path:
@@ -262,9 +267,9 @@ class RouterSpec:
             tables.append(_toml_table("[routing.listener]", self.listener))
         tables.extend(_toml_table("[[routing.connector]]", c) for c in self.connectors)
         if self.admin_port is not None:
-            tables.append(
-                _toml_table("[admin]", {"endpoint": f"tcp:{self.admin_port}:interface=127.0.0.1"})
-            )
+            tables.append(_toml_table(
+                "[admin]",
+                {"endpoint": f"tcp:{self.admin_port}:interface=127.0.0.1", **self.admin}))
         tables.extend(_toml_table(f"[{name}]", table) for name, table in self.extra.items())
         tables.extend(_toml_table(f"[[{name}]]", table)
                       for name, array in self.arrays.items() for table in array)
@@ -372,7 +377,10 @@ class RouterProcess:
         """
         GET C{path} from the admin API and decode its JSON.
         """
-        with urllib.request.urlopen(self.spec.admin_url + path, timeout=timeout) as response:
+        request = urllib.request.Request(self.spec.admin_url + path)
+        if self.spec.admin_token is not None:
+            request.add_header("Authorization", f"Bearer {self.spec.admin_token}")
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.load(response)
 
     def info(self) -> dict:

@@ -85,3 +85,85 @@ def test_a_failure_is_a_json_500(observe_errors):
     assert "the route table is gone" not in json.dumps(body)
     [logged] = observe_errors.take(lambda e: e.get("log_failure") is not None)
     assert logged["log_failure"].check(RuntimeError)
+
+
+TOKEN = b"0123456789abcdef-token"
+
+
+class ReloadingRouter(FakeRouter):
+    """
+    A router whose reloads are counted.
+    """
+
+    def __init__(self) -> None:
+        self.reloads = 0
+
+    def reload_security(self) -> bool:
+        self.reloads += 1
+        return True
+
+
+def serve_with(site, path: str, method: bytes = b"GET", authorization: bytes | None = None):
+    """
+    L{serve} with an C{Authorization} header; also the C{WWW-Authenticate}
+    answered.
+    """
+    request = DummyRequest(path.encode().split(b"/")[1:])
+    request.method = method
+    request.uri = request.path = path.encode()
+    if authorization is not None:
+        request.requestHeaders.addRawHeader(b"authorization", authorization)
+    body = getChildForRequest(site.resource, request).render(request)
+    challenge = request.responseHeaders.getRawHeaders(b"www-authenticate")
+    return request.responseCode or 200, challenge, json.loads(body)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/router", "/api/v1/queues", "/", "/nothing",
+                                  "/api/v1/actions/reload-security"])
+@pytest.mark.parametrize("authorization", [
+    None, b"Bearer", b"Bearer wrong-token-of-some-length", b"Basic " + TOKEN,
+    b"Bearer " + TOKEN[:-1], b"Bearer " + TOKEN + b"x",
+])
+def test_with_a_token_every_request_needs_it(path, authorization):
+    router = ReloadingRouter()
+    site = admin_site(router, token=TOKEN)
+    for method in (b"GET", b"POST"):
+        status, challenge, body = serve_with(site, path, method, authorization)
+        assert (status, challenge, body["error"]) == (
+            401, [b'Bearer realm="meshroute"'], "unauthorized")
+    assert router.reloads == 0
+
+
+def test_with_the_token_requests_are_answered():
+    router = ReloadingRouter()
+    site = admin_site(router, token=TOKEN)
+    for authorization in (b"Bearer " + TOKEN, b"bearer  " + TOKEN):
+        assert serve_with(site, "/api/v1/queues", authorization=authorization)[::2] == (
+            200, [{"name": "orders", "depth": 2, "consumers": 0}])
+    assert serve_with(site, "/api/v1/nothing", authorization=b"Bearer " + TOKEN)[0] == 404
+
+
+def test_actions_take_post_with_the_token():
+    router = ReloadingRouter()
+    site = admin_site(router, token=TOKEN)
+    status, _, body = serve_with(site, "/api/v1/actions/reload-security", b"GET",
+                                 b"Bearer " + TOKEN)
+    assert (status, body["error"], router.reloads) == (405, "method-not-allowed", 0)
+    status, _, body = serve_with(site, "/api/v1/actions/reload-security", b"POST",
+                                 b"Bearer " + TOKEN)
+    assert (status, body, router.reloads) == (200, {"reloaded": True}, 1)
+
+
+def test_without_a_token_actions_are_refused():
+    """
+    An API without a token (bound to loopback) serves its reads to local
+    processes, but nothing that changes the router.
+    """
+    router = ReloadingRouter()
+    site = admin_site(router)
+    assert get("/api/v1/router", router=router)[0] == 200
+    for method in (b"POST", b"GET"):
+        status, _, body = serve_with(site, "/api/v1/actions/reload-security", method)
+        assert (status, body["error"]) == (403, "token-required")
+    assert serve_with(site, "/api/v1/actions", b"POST")[0] == 404
+    assert router.reloads == 0

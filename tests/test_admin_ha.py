@@ -122,7 +122,7 @@ def test_meshroute_status_of_an_instance_that_is_not_active(monkeypatch):
     site = admin_site(ha=FakeInstance())
     asked = []
 
-    def fetch_json(base, path):
+    def fetch_json(base, path, token=None, cafile=None):
         asked.append(path)
         status, _, body = serve(site, path)
         assert status == 200

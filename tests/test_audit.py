@@ -146,6 +146,10 @@ def synthetic_mesh(directory) -> MeshLog:
             log.session_event(B, kind, START + 130 + i)
     log.session_event(D, "recreated", START + 140)
     log.session_event(D, "expired", START + 141)
+    log.denial(A, "orders-app", "send", "invoices", START + 142)
+    log.denial(A, "orders-app", "send", "audit@router-d", START + 143)
+    log.denial(A, "mallory", "connect", "127.0.0.1:50000", START + 144)
+    log.denial(B, "orders-app", "consume", "invoices", START + 145)
     log.emit(D, START + 142, "router.heartbeat", load=0.5)  # unknown to this audit
     for router in log.routers:
         log.stop(router, START + 300)
@@ -283,6 +287,10 @@ def test_synthetic_routers_rejections_and_sessions(synthetic):
     made, code, stdout, stderr, summary, tables, out = synthetic
     rejections = {(r["router"], r["code"], r["by"]): r["count"] for r in tables["rejections"]}
     assert rejections == dict(made.expected.rejections)
+    denials = {(r["router"], r["user"], r["action"]): r["count"] for r in tables["denials"]}
+    assert denials == dict(made.expected.denials)
+    assert denials[(A, "orders-app", "send")] == 2
+    assert "4 client request(s) denied" in stdout
     routers = {r["router"]: r for r in tables["routers"]}
     assert set(routers) == {A, B, C, D}
     for router in (A, B, C, D):

@@ -39,58 +39,7 @@ from meshroute.clients import frames as f
 from meshroute.clients.protocol import ClientFactory
 
 from client_fakes import ROUTER, FakeEngine
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-
-
-class MemoryEndpoint:
-    """
-    A client endpoint whose connections reach a L{ClientFactory} through
-    iosim; C{pump} moves the bytes of the latest connection, C{pumps}
-    those of all.
-    """
-
-    def __init__(self, server_factory, clock) -> None:
-        self._server_factory = server_factory
-        self._clock = clock
-        self.pump: iosim.IOPump | None = None
-        self.pumps: list[iosim.IOPump] = []
-        self.server = None
-
-    def connect(self, factory):
-        client = factory.buildProtocol(None)
-        self.server = self._server_factory.buildProtocol(None)
-        self.pump = iosim.connect(
-            self.server, iosim.makeFakeServer(self.server),
-            client, iosim.makeFakeClient(client),
-            greet=False, clock=self._clock,
-        )
-        self.pumps.append(self.pump)
-        return succeed(client)
-
-
-class Harness:
-    def __init__(self, engine, clock) -> None:
-        self.engine = engine
-        self.clock = clock
-        self.factory = ClientFactory(engine, clock)
-        self.endpoint = MemoryEndpoint(self.factory, clock)
-
-    def connect(self, client_id="tester", **options):
-        d = connect_endpoint(self.clock, self.endpoint, client_id=client_id, **options)
-        self.flush()
-        return result_of(d)
-
-    def flush(self) -> None:
-        while any([pump.flush() for pump in self.endpoint.pumps]):
-            pass
-
-    def connect_for_cli(self, reactor, endpoint_string, options=None, **overrides):
-        """
-        A stand-in for L{meshroute.client.connect} that the commands call.
-        """
-        d = connect_endpoint(self.clock, self.endpoint, options, **overrides)
-        self.flush()
-        return d
+from client_testing import Harness, failure_of, kept_clients, result_of  # noqa: F401
 
 
 @pytest.fixture

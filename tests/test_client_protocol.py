@@ -136,6 +136,11 @@ SAMPLES = [
     f.DeliverBatch(7, [[13, "router-a:ab:2", ROUTER, {}, b"x", False],
                        [15, "router-a:ab:3", ROUTER, {"k": "v"}, b"", True]]),
     f.AckThrough(12, 7, 15),
+    f.Mechanisms(["EXTERNAL", "SCRAM-SHA-256"]),
+    f.Authenticate("SCRAM-SHA-256", b"n,,n=user,r=abc"),
+    f.Challenge(b"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+    f.AuthResponse(b"c=biws,r=abcdef,p=AAAA"),
+    f.Authenticated("orders-app", b"v=AAAA"),
 ]
 
 
@@ -299,7 +304,7 @@ def test_ttl_override(engine, clock):
 def test_unsupported_version(connection, factory):
     connection.send(f.Open([7, 8], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5]")
     ]
     assert connection.closing
     connection.lose()

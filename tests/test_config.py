@@ -217,7 +217,7 @@ def test_wrong_type_string(write):
 
 def test_unknown_section(write):
     path = write(ROUTER + "[storage]\nsync = 'full'\n")
-    assert_refused(path, "storage", "unknown key", "admin, clients, ha, router, routing, store")
+    assert_refused(path, "storage", "unknown key", "admin, clients, ha, router, routing, security, store")
 
 
 def test_unknown_routing_key(write):

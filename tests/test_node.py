@@ -9,6 +9,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.testing import MemoryReactor, MemoryReactorClock
 
 from meshroute.node import StringEndpoints
 
@@ -27,3 +28,54 @@ async def test_a_unix_listener_socket_is_not_world_writable(tmp_path, options, m
         assert stat.S_IMODE(os.stat(path).st_mode) == mode
     finally:
         await port.stopListening()
+
+
+def _router_config(tmp_path, security: str):
+    from meshroute.config import load_config
+
+    path = tmp_path / "router.toml"
+    path.write_text(f'[router]\nname = "router-a"\ndata-dir = "{tmp_path / "data"}"\n'
+                    + security)
+    return load_config(str(path), reactor=MemoryReactor())
+
+
+def test_the_router_holds_the_security_policy(tmp_path):
+    """
+    With C{[security]} the router reads the users file into the
+    L{Security} its client listener consults; without, it has none.
+    """
+    from meshroute.node import RouterService
+    from meshroute.security.credentials import derive
+    from meshroute.security.users import write_users
+    from meshroute.store.executor import InlineExecutor
+
+    users = str(tmp_path / "users")
+    write_users(users, {"alice": derive("pw")})
+    config = _router_config(tmp_path, f'[security]\nusers-file = "{users}"\n'
+                            '[[security.permission]]\nusers = ["alice"]\nconsume = ["q"]\n')
+    clock = MemoryReactorClock()
+    router = RouterService(config, clock, StringEndpoints(clock), InlineExecutor())
+    router._unlock_data_dir()
+    router.events.close()
+    assert list(router.security.policy.users) == ["alice"]
+    assert router.security.policy.may_consume("alice", "q")
+    plain = RouterService(_router_config(tmp_path, ""), clock, StringEndpoints(clock),
+                          InlineExecutor())
+    plain._unlock_data_dir()
+    plain.events.close()
+    assert plain.security is None
+
+
+def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path):
+    from meshroute.errors import ConfigError
+    from meshroute.node import RouterService
+    from meshroute.store.executor import InlineExecutor
+
+    users = tmp_path / "users"
+    users.write_text("alice nonsense\n")
+    users.chmod(0o600)
+    config = _router_config(tmp_path, f'[security]\nusers-file = "{users}"\n')
+    clock = MemoryReactorClock()
+    with pytest.raises(ConfigError, match="line 1 \\(user alice\\)"):
+        RouterService(config, clock, StringEndpoints(clock), InlineExecutor())
+    assert not (tmp_path / "data").exists()

@@ -8,8 +8,6 @@ reject-disconnect-delay at their 1000 ms minimum, connector retries every
 200 ms) so the whole file runs in well under a minute and a half.
 """
 
-import datetime
-import ipaddress
 import json
 import signal
 import socket
@@ -18,11 +16,8 @@ import time
 import tomllib
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from certificates import make_ca, make_server_cert
 from routers import (  # noqa: F401 (mesh is a fixture)
     KEEPALIVE_INTERVAL_MS,
     PORTS,
@@ -421,95 +416,15 @@ def test_status_shows_links(mesh):
 # -- TLS ------------------------------------------------------------------------
 
 
-def _write_pem(path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def _make_ca(directory, common_name):
-    """
-    A throwaway CA: its key, and its certificate written as
-    C{directory/ca.pem} (a trustRoots directory holding just this CA).
-    """
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    _write_pem(directory / "ca.pem", cert.public_bytes(serialization.Encoding.PEM))
-    return key, cert
-
-
-def _make_server_cert(directory, ca_key, ca_cert):
-    """
-    A server certificate for 127.0.0.1 and localhost signed by the CA;
-    returns the paths of its key and certificate.
-    """
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key_path = directory / "server.key"
-    cert_path = directory / "server.pem"
-    _write_pem(
-        key_path,
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
-    _write_pem(cert_path, cert.public_bytes(serialization.Encoding.PEM))
-    return key_path, cert_path
-
-
 def test_tls_link_verifies_the_listener_certificate(mesh, tmp_path):
     """
     A connector that trusts the listener's CA reaches delivery over TLS;
     one that trusts another CA fails verification at every attempt, never
     gets past connect, and the listener carries on.
     """
-    ca_key, ca_cert = _make_ca(tmp_path / "tls" / "mesh-ca", "meshroute test CA")
-    _make_ca(tmp_path / "tls" / "other-ca", "some other CA")
-    key_path, cert_path = _make_server_cert(tmp_path / "tls", ca_key, ca_cert)
+    ca_key, ca_cert = make_ca(tmp_path / "tls" / "mesh-ca", "meshroute test CA")
+    make_ca(tmp_path / "tls" / "other-ca", "some other CA")
+    key_path, cert_path = make_server_cert(tmp_path / "tls", ca_key, ca_cert)
 
     a = mesh.router(
         "router-a",

@@ -1032,7 +1032,7 @@ def test_sessions_as_the_admin_api_shows_them(factory, engine, clock):
     connection.send(f.Subscribe(1, 1, "q", 5))
     described = session_of(factory, opened.session_id)
     assert described == {
-        "session_id": opened.session_id, "client_id": "shop-7", "state": "open",
+        "session_id": opened.session_id, "client_id": "shop-7", "user": None, "state": "open",
         "ttl_ms": 30000, "queued": 0, "recovery": 1, "answers_held": 1, "subscriptions": 1,
         "unacknowledged": 1, "last_command_id": 1, "processed_up_to": 1, "resumable": True,
         "disconnected_for_s": None, "expires_in_s": None,

@@ -2,8 +2,17 @@
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
 queues hold and who is connected, as JSON; and C{/ha}, an HA instance's
-role and state.  Read-only; bind it to loopback or protect it with a TLS
-endpoint string.
+role and state.  These are read-only (GET).  What changes the router
+lives apart, under C{/api/v1/actions/}, answers POST only and always
+needs the token: C{POST /api/v1/actions/reload-security} reloads the
+users and permissions as SIGHUP does (L{meshroute.security.reload}).
+
+With C{[admin] token-file} every request must carry
+C{Authorization: Bearer TOKEN}; without, the endpoint is loopback or a
+UNIX socket (the configuration refuses anything else) and the read-only
+resources are open to local processes, while the actions refuse
+(C{token-required}, 403).  A TLS endpoint string (C{ssl:}) keeps the
+token off the wire.
 
 An HA instance serves this API all the time, while its router exists
 only when the instance is the active one: then C{/router} says
@@ -14,12 +23,15 @@ Every answer is JSON, errors too: C{{"error": CODE, "detail": TEXT}} with
 C{not-found} (404) for a path that names no resource (Twisted's default
 would answer C{/api/v1/queues/anything} with the whole queue list, and
 errors with HTML pages; and C{/ha} of a router without C{[ha]}),
-C{method-not-allowed} (405) for anything but GET and HEAD, C{not-active}
+C{unauthorized} (401, with C{WWW-Authenticate: Bearer}) for a request
+without the token or with a wrong one, C{method-not-allowed} (405) for
+anything but GET and HEAD (POST for an action), C{not-active}
 (503) for the router's resources on an HA instance that is not the
 active one, and C{internal-error} (500, logged here) when producing the
 answer failed.
 """
 
+import hmac
 import json
 from typing import Callable
 
@@ -112,6 +124,90 @@ class JSONResource(Resource):
         return _answer(request, http.OK, value)
 
 
+class _Unauthorized(Resource):
+    """
+    What a request without the right token gets, whatever its path.
+    """
+
+    isLeaf = True
+
+    def render(self, request) -> bytes:
+        request.setHeader(b"www-authenticate", b'Bearer realm="meshroute"')
+        return _error(request, http.UNAUTHORIZED, "unauthorized",
+                      "this admin API needs the token of its [admin] token-file: "
+                      "Authorization: Bearer TOKEN")
+
+
+def _bearer(request) -> bytes | None:
+    """
+    The token a request presents, or None.
+    """
+    header = request.getHeader(b"authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else None
+
+
+class _Guarded(Resource):
+    """
+    The root: every request presents C{token} before any resource sees
+    it (compared in constant time, so that timing does not leak it).
+    """
+
+    def __init__(self, token: bytes, root: Resource) -> None:
+        super().__init__()
+        self._token = token
+        self._root = root
+
+    def _allowed(self, request) -> bool:
+        presented = _bearer(request)
+        return presented is not None and hmac.compare_digest(presented, self._token)
+
+    def getChildWithDefault(self, name: bytes, request):
+        if not self._allowed(request):
+            return _Unauthorized()
+        return self._root.getChildWithDefault(name, request)
+
+    def render(self, request) -> bytes:
+        if not self._allowed(request):
+            return _Unauthorized().render(request)
+        return self._root.render(request)
+
+
+class _Action(Resource):
+    """
+    A leaf that changes the router: POST only, and only with a token
+    configured (the L{_Guarded} root has checked it by then).
+    """
+
+    isLeaf = True
+
+    def __init__(self, act: Callable[[], object], token_configured: bool) -> None:
+        super().__init__()
+        self._act = act
+        self._token_configured = token_configured
+
+    def render(self, request) -> bytes:
+        if request.postpath not in ([], [b""]):
+            return _NotFound().render(request)
+        if not self._token_configured:
+            return _error(request, http.FORBIDDEN, "token-required",
+                          "actions need [admin] token-file; this router has none")
+        if request.method != b"POST":
+            request.setHeader(b"allow", b"POST")
+            return _error(request, http.NOT_ALLOWED, "method-not-allowed",
+                          f"{request.method.decode(errors='replace')} is not served; use POST")
+        try:
+            value = self._act()
+        except Exception:
+            log.failure("admin API: {path} failed",
+                        path=request.uri.decode("utf-8", errors="replace"))
+            return _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
+                          "the router failed to act; see its log")
+        return _answer(request, http.OK, value)
+
+
 class AdminSite(Site):
     """
     A Site that does not write an access-log line per request: the lab and
@@ -128,11 +224,14 @@ class AdminSite(Site):
 _ROUTER_RESOURCES = ("links", "routes", "queues", "sessions")
 
 
-def admin_site(router=None, *, ha=None) -> Site:
+def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     """
     The admin API of C{router} (a L{meshroute.node.RouterService}), or of
     the HA instance C{ha} (a L{meshroute.interfaces.IHAInstanceView}),
     whose router is looked up at each request.
+
+    @param token: the bearer token every request must present, or None
+        (an API bound to loopback: reads are open, actions refused).
     """
     if (router is None) == (ha is None):
         raise TypeError("admin_site takes a router or an HA instance")
@@ -171,8 +270,13 @@ def admin_site(router=None, *, ha=None) -> Site:
     for name in _ROUTER_RESOURCES:
         v1.putChild(name.encode(), JSONResource(lambda name=name: serving(name)))
     v1.putChild(b"ha", JSONResource(describe_ha))
+    actions = _Directory()
+    owner = router if router is not None else ha
+    actions.putChild(b"reload-security", _Action(
+        lambda: {"reloaded": owner.reload_security()}, token is not None))
+    v1.putChild(b"actions", actions)
     api = _Directory()
     api.putChild(b"v1", v1)
     root = _Directory()
     root.putChild(b"api", api)
-    return AdminSite(root)
+    return AdminSite(root if token is None else _Guarded(token, root))

@@ -84,6 +84,7 @@ TABLES = {
     "link_sessions": ("router", "opened", "link"),
     "keepalive_closes": ("closed_at", "router", "link"),
     "rejections": ("router", "peer", "code", "by"),
+    "denials": ("router", "user", "action"),
     "routers": ("router",),
     "boots": ("router", "boot"),
     "malformed_lines": ("file", "line"),
@@ -306,6 +307,7 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
     frames["boots"] = views.boots(events, starts).persist(keep)
     frames["routers"] = views.routers(events, horizon).persist(keep)
     frames["rejections"] = views.rejections(events)
+    frames["denials"] = views.denials(events)
     frames["inputs"] = read.input_files(logs.splits).withColumn("file", name_of[F.col("file")])
     frames["malformed_lines"] = read.malformed_lines(logs.parsed, logs.splits).withColumn(
         "file", name_of[F.col("file")])
@@ -340,9 +342,10 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
                 counts[name] = frame.count()
                 collected[name] = collected[name][:limit]
 
-    write("routers", "boots", "rejections", "inputs", "malformed_lines")
+    write("routers", "boots", "rejections", "denials", "inputs", "malformed_lines")
     progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
-             f"{sum(r['count'] for r in collected['rejections'])} rejection(s)")
+             f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
+             f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
     total = _rows(views.totals(fates))[0]
     write("routes", "latency_histogram", "message_problems")
     progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "

@@ -38,6 +38,7 @@ from meshroute.events import (
     MESSAGE_FORWARDED,
     ROUTER_STARTED,
     ROUTER_STOPPED,
+    SECURITY_DENIED,
     SESSION_CLOSED,
     SESSION_DISCONNECTED,
     SESSION_EXPIRED,
@@ -81,7 +82,7 @@ FIELDS = [
     ("by", T.StringType(), "link.rejected"),
     ("reason", T.StringType(),
      "link.closed, message.duplicate, message.dead-lettered, message.dropped, "
-     "session.disconnected, session.closed, ha.state, ha.fenced"),
+     "session.disconnected, session.closed, ha.state, ha.fenced, security.denied"),
     ("last_heard", T.DoubleType(), "link.closed"),
     ("previous_store_id", T.StringType(), "link.incarnation"),
     ("store_id", T.StringType(), "link.incarnation"),
@@ -123,6 +124,10 @@ FIELDS = [
     ("lag", T.LongType(), "ha.replication"),
     ("step", T.StringType(), "ha.force-activate"),
     ("requested_by", T.StringType(), "ha.force-activate"),
+    ("user", T.StringType(), "security.*"),
+    ("mechanism", T.StringType(), "security.authenticated"),
+    ("action", T.StringType(), "security.denied"),
+    ("target", T.StringType(), "security.denied"),
 ]
 
 #: One event line.

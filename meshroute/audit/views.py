@@ -163,6 +163,16 @@ def rejections(events: DataFrame) -> DataFrame:
             .groupBy("router", "peer", "code", "by").agg(F.count(F.lit(1)).alias("count")))
 
 
+def denials(events: DataFrame) -> DataFrame:
+    """
+    Client requests refused by a router's security (C{security.denied}),
+    per user: C{router}, C{user}, C{action} (connect, send, consume,
+    resume), C{count}.
+    """
+    return (events.where(_is(S.SECURITY_DENIED))
+            .groupBy("router", "user", "action").agg(F.count(F.lit(1)).alias("count")))
+
+
 # -- messages ------------------------------------------------------------------
 
 

@@ -88,6 +88,15 @@ endpoint; the active one names the pair's endpoints, which join the list
 (L{Client.endpoints}), and its epoch: the client refuses an instance
 serving an older epoch than it has seen (a stale one).
 
+Authentication (docs/security.md): on a router with users, C{connect(...,
+user="orders-app", password=secret)} authenticates with SCRAM-SHA-256
+(protocol version 5: the password never crosses the wire, and the client
+checks the router's proof), or a C{tls:} endpoint string with
+C{certificate=} and C{privateKey=} with a TLS client certificate.  A
+failed login fails C{connect} with code C{not-authenticated}; a send or
+subscription the user's permissions do not allow fails with
+C{not-allowed}, and the session goes on.
+
 Transactions (C{transacted=True}, a JMS transacted session): every send
 and acknowledgement belongs to the current transaction, which
 L{Client.commit} carries out atomically on the router, or

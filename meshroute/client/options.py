@@ -5,7 +5,7 @@ The names follow Artemis' client configuration (DESIGN.md, "Client
 sessions"): durations in milliseconds, C{-1} for "never" or "forever".
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from meshroute.clients import frames as f
 
@@ -71,6 +71,12 @@ class ClientOptions:
         acknowledgement belongs to the current transaction, which
         C{commit()} or C{rollback()} ends.  Needs a router speaking
         protocol version 2.
+    @ivar user: the user to authenticate as with C{password} (SCRAM-SHA-256,
+        protocol version 5), when the router has users; None: no
+        password (a router with users then accepts only a TLS client
+        certificate, given in the endpoint string).
+    @ivar password: C{user}'s password; it never crosses the wire, and
+        is not part of the options' C{repr}.
     """
 
     client_id: str | None = None
@@ -85,6 +91,8 @@ class ClientOptions:
     open_timeout_ms: int = 30_000
     max_frame_size: int = f.MAX_ROUTER_FRAME_SIZE
     transacted: bool = False
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.client_id is not None and type(self.client_id) is not str:
@@ -101,6 +109,11 @@ class ClientOptions:
         _at_least("max_frame_size", self.max_frame_size, 1)
         if type(self.transacted) is not bool:
             raise TypeError("transacted must be a boolean")
+        for name in ("user", "password"):
+            if getattr(self, name) is not None and type(getattr(self, name)) is not str:
+                raise TypeError(f"{name} must be a string")
+        if (self.user is None) != (self.password is None):
+            raise ValueError("user and password go together")
         if isinstance(self.retry_interval_multiplier, bool) or not isinstance(
                 self.retry_interval_multiplier, (int, float)):
             raise TypeError("retry_interval_multiplier must be a number")

@@ -31,6 +31,9 @@ _INPUT_FOR_FRAME = {
     f.Ping: "got_ping",
     f.Pong: "got_pong",
     f.Closed: "got_closed",
+    f.Mechanisms: "got_mechanisms",
+    f.Challenge: "got_challenge",
+    f.Authenticated: "got_authenticated",
 }
 
 

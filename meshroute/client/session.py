@@ -14,7 +14,9 @@ connection as a protocol error).  Reading the table top to bottom::
     ────────────────────  ──────────────────────────  ────────────────────  ─────────────────────────────────────
     connecting            connection_made             opening               Open(new session)
                           connect_failed              waiting_to_retry      next initial-connect delay (or exhausted)
-    opening               got_opened                  connected             fire connect()'s Deferred
+    opening               got_mechanisms/challenge/   opening               authenticate (version 5; below)
+                            authenticated
+                          got_opened                  connected             fire connect()'s Deferred
                           got_refusal                 disconnected          connect() fails with the router's code
                           got_not_active              waiting_to_retry      the next endpoint (or the next delay)
                           connection_failed           waiting_to_retry      next initial-connect delay (or exhausted)
@@ -28,7 +30,9 @@ connection as a protocol error).  Reading the table top to bottom::
                           exhausted                   disconnected          DISCONNECT; pending calls unblocked
     reconnecting          connection_made             reopening             Open(session id, answered, delivered)
                           connect_failed              waiting_to_reconnect  next delay (or exhausted)
-    reopening             got_opened(reattached)      connected             replay commands above last_command_id; FAILOVER
+    reopening             got_mechanisms/challenge/   reopening             authenticate again, as the same user
+                            authenticated
+                          got_opened(reattached)      connected             replay commands above last_command_id; FAILOVER
                           got_opened(new session)     connected             recreate: unblock, re-subscribe; FAILOVER
                           got_stale_opened            waiting_to_reconnect  refuse an older epoch: the next endpoint
                           got_refusal/not_active/     waiting_to_reconnect  next endpoint or delay (or exhausted)
@@ -70,6 +74,16 @@ with a lower one (a stale instance that still believes it is active),
 closing that connection before writing anything there
 (C{got_stale_opened}, decided by L{ClientCore.stale}).  The session the
 new active instance makes is a recreated one, as at any other router.
+
+A router with users answers a version-5 Open with the mechanisms it
+accepts (L{f.Mechanisms}) before Opened: the client authenticates with
+SCRAM-SHA-256 when it has a password (C{ClientOptions.user} and
+C{password}), else with its TLS client certificate (C{EXTERNAL}) when the
+router offers that, and checks the router's own proof in
+L{f.Authenticated} (L{ClientCore.authenticate}, L{ClientCore.respond},
+L{ClientCore.check_router}); the Open timeout covers the exchange.  A
+router that needs a password the client lacks is a refusal
+(C{not-authenticated}), as the router's own refusals are.
 
 A transacted client (C{ClientOptions.transacted}) issues a C{Begin}
 before the first send or acknowledgement of each transaction, and
@@ -127,6 +141,8 @@ from meshroute.client.protocol import ClientProtocol
 from meshroute.client.subscriptions import Subscription
 from meshroute.clients import frames as f
 from meshroute.link.retry import RetrySchedule
+from meshroute.security.scram import MECHANISM as SCRAM
+from meshroute.security.scram import ScramClient, ScramError
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire.codec import encode
 
@@ -173,6 +189,15 @@ class ClientInputs(Protocol):
         The router answered Open with an epoch lower than one the client
         has seen: a stale instance.
         """
+
+    def got_mechanisms(self, frame: f.Mechanisms) -> None:
+        "The router needs the client to authenticate (version 5)."
+
+    def got_challenge(self, frame: f.Challenge) -> None:
+        "The router's SCRAM challenge."
+
+    def got_authenticated(self, frame: f.Authenticated) -> None:
+        "The router accepted the client's proof, and gives its own."
 
     def got_confirm(self, frame: f.Confirm) -> None:
         "A command succeeded."
@@ -287,6 +312,7 @@ class ClientCore:
         self._flush_call: IDelayedCall | None = None
         self._resuming = False
         self._refusal: ClientError | None = None
+        self._scram: ScramClient | None = None
         self._orderly = False
         self.session_id = ""
         self.router: str | None = None
@@ -460,6 +486,50 @@ class ClientCore:
         after a failed attempt.
         """
         self.attempt_failed(SessionError(frame.code, frame.detail), first)
+
+    def authenticate(self, frame: f.Mechanisms) -> None:
+        """
+        Answer the router's mechanisms: SCRAM with a password, else a TLS
+        certificate; with neither, refuse (as the router would).
+        """
+        options = self.options
+        if options.password is not None and SCRAM in frame.mechanisms:
+            self._scram = ScramClient(options.user, options.password)
+            self.write_frame(f.Authenticate(SCRAM, self._scram.first()))
+        elif f.EXTERNAL in frame.mechanisms:
+            self._scram = None
+            self.write_frame(f.Authenticate(f.EXTERNAL, b""))
+        else:
+            self.machine.got_refusal(f.Error(0, f.NOT_AUTHENTICATED, (
+                f"router at {self.endpoints.current} requires authentication "
+                f"({', '.join(frame.mechanisms)}): give a user and password, or a client "
+                "certificate")))
+
+    def respond(self, frame: f.Challenge) -> None:
+        """
+        Answer the SCRAM challenge with the proof.
+        """
+        if self._scram is None:
+            self.broken("a Challenge the client did not ask for")
+            return
+        try:
+            self.write_frame(f.AuthResponse(self._scram.final(frame.data)))
+        except ScramError as e:
+            self.broken(f"the router's SCRAM challenge: {e}")
+
+    def check_router(self, frame: f.Authenticated) -> None:
+        """
+        Check the router's proof that it holds the user's credentials
+        (mutual authentication); Opened follows.
+        """
+        scram, self._scram = self._scram, None
+        if scram is None:
+            return
+        try:
+            scram.verify(frame.data)
+        except ScramError as e:
+            self.broken(f"router at {self.endpoints.current} did not prove it knows the "
+                        f"user's credentials: {e}")
 
     def learn_topology(self, frame: f.OpenedWithTopology) -> None:
         """
@@ -1226,6 +1296,9 @@ def _transitions() -> dict:
     on(_OPEN, "got_not_active", None, C.refusal)
     on(_OPEN, "ping_requested", None, C.ping)
     on((OPENING, REOPENING) + _OPEN, "got_ping", None, C.pong)
+    on((OPENING, REOPENING), "got_mechanisms", None, C.authenticate)
+    on((OPENING, REOPENING), "got_challenge", None, C.respond)
+    on((OPENING, REOPENING), "got_authenticated", None, C.check_router)
     on(CONNECTED, "submit", None, C.submit)
     on(CONNECTED, "turn_ended", None, C.flush)
     on(CONNECTED, "close_requested", CLOSING, C.begin_close)
@@ -1327,6 +1400,15 @@ class ClientMachine:
 
     def got_stale_opened(self, frame: f.Opened) -> None:
         self._fire("got_stale_opened", frame)
+
+    def got_mechanisms(self, frame: f.Mechanisms) -> None:
+        self._fire("got_mechanisms", frame)
+
+    def got_challenge(self, frame: f.Challenge) -> None:
+        self._fire("got_challenge", frame)
+
+    def got_authenticated(self, frame: f.Authenticated) -> None:
+        self._fire("got_authenticated", frame)
 
     def got_confirm(self, frame: f.Confirm) -> None:
         self._fire("got_confirm", frame)

@@ -1,17 +1,33 @@
 """
 The router's side of one client connection, as an Automat machine.
 
-    awaiting_open ── Open ──▶ vetting_open ──▶ attached ──▶ closing ──▶ gone
-          │                        │              │            ▲
-          └────────────────────────┴── error ─────┴────────────┘
+    awaiting_open ── Open ──▶ vetting_open ────────────────────────▶ attached ──▶ closing ──▶ gone
+          │                        │                                  ▲  │           ▲
+          │                        └─(users)─▶ authenticating         │  │           │
+          │                                      │ Authenticate       │  │           │
+          │                                      ▼                    │  │           │
+          │                                    deciding ──────────────┘  │           │
+          │                                      │  ▲ AuthResponse       │           │
+          │                             Challenge▼  │                    │           │
+          │                                    proving                   │           │
+          └─────────────── error, not-authenticated, not-allowed ────────┴───────────┘
 
  - C{awaiting_open}: only C{Open} is allowed.
  - C{vetting_open}: checking the Open's versions and TTL, and whether this
    instance is the active one of its HA pair (its L{HAView}; else
-   C{not-active}).
+   C{not-active}).  A router with users (C{[security]}) refuses versions
+   before 5 (C{authentication-required}) and offers L{f.Mechanisms}.
+ - C{authenticating}: only C{Authenticate} is allowed.
+ - C{deciding}: within one frame's handling, the exchange's verdict:
+   a C{Challenge} (SCRAM's server-first), the user (C{Authenticated},
+   then the session attaches), or a refusal (C{not-authenticated}; or
+   C{not-allowed}, for a session of another user).
+ - C{proving}: only C{AuthResponse} (SCRAM's client-final) is allowed.
  - C{attached}: the connection carries a session (a new one, or one it
    resumed); command and C{Received} frames are inputs of the session's
-   machine (L{meshroute.clients.session}), C{Ping} is answered here.
+   machine (L{meshroute.clients.session}), C{Ping} is answered here.  Its
+   user (or None, without C{[security]}) is fixed for its life; a reload
+   that removes the user closes it (C{user-removed}).
  - C{closing}: an C{Error(0, …)} or C{Closed} was sent, or the connection
    was dropped (silent for its TTL, or its session was taken over by
    another connection); anything that still arrives is ignored.
@@ -52,11 +68,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from automat import NoTransition, TypeMachineBuilder
+from cryptography.x509.oid import NameOID
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
 from meshroute.clients import frames as f
 from meshroute.clients.ha_view import WITHOUT_HA, HAView
+from meshroute.clients.permissions import CONNECT, RESUME, Guard, denied
 from meshroute.clients.session import (
     NO_EVENTS,
     SESSION_MACHINE,
@@ -64,6 +82,8 @@ from meshroute.clients.session import (
     SessionRegistry,
     SessionSettings,
 )
+from meshroute import events as event_names
+from meshroute.security.scram import MECHANISM as SCRAM, ScramError, ScramServer
 from meshroute.wire.codec import encode
 from meshroute.wire.transport import peer_address
 
@@ -94,6 +114,10 @@ ROUTER_STOPPED = "router-stopped"
 #: Why the router stops reading a connection (L{ConnectionCore.pause}).
 SENDS_IN_PROGRESS = "sends-in-progress"
 UNREAD = "unread"
+
+#: The detail of every C{not-authenticated} refusal: the same for an
+#: unknown user, a wrong password and a certificate naming nobody.
+_NOT_AUTHENTICATED = "authentication failed"
 
 #: Slack when comparing silence with a TTL, so that float clocks never
 #: close a connection a hair before its TTL nor miss the check that
@@ -129,7 +153,25 @@ class ConnectionInputs(Protocol):
         "The Open being vetted, C{frame}, is acceptable."
 
     def refused(self, code: str, detail: str) -> None:
-        "The Open being vetted is not; C{code} says why."
+        "The Open being vetted, or the authentication, is not; C{code} says why."
+
+    def authentication_needed(self, frame: f.Open) -> None:
+        "The Open being vetted is acceptable once the client authenticates."
+
+    def got_authenticate(self, frame: f.Authenticate) -> None:
+        "The client chose a mechanism."
+
+    def challenged(self) -> None:
+        "The mechanism needs the client's response (a Challenge was sent)."
+
+    def got_auth_response(self, frame: f.AuthResponse) -> None:
+        "The client answered the Challenge."
+
+    def authenticated(self, frame: f.Open) -> None:
+        "The client is a user, who may have the session C{frame} asks for."
+
+    def user_removed(self) -> None:
+        "A reload removed the connection's user."
 
     def got_session_frame(self, frame) -> None:
         "A command or a Received: the session's business."
@@ -216,6 +258,14 @@ class ConnectionCore:
     @ivar ha_view: returns the router's L{HAView} now.
     @ivar view: the L{HAView} the Open was vetted with (what its Opened
         tells).
+    @ivar security: the router's L{meshroute.security.policy.Security},
+        or None: clients are not authenticated.
+    @ivar secret: what unknown users' decoy SCRAM credentials derive from.
+    @ivar verifies_certificates: the listener verifies TLS client
+        certificates against C{client-ca}: a certificate's subject CN
+        names a user (C{EXTERNAL}).
+    @ivar user: who the client is, once authenticated (fixed for the
+        connection's life); C{mechanism}, how it proved it.
     """
 
     engine: object
@@ -227,6 +277,11 @@ class ConnectionCore:
     budget: BufferBudget = field(default_factory=BufferBudget)
     ha_view: Callable[[], HAView] = lambda: WITHOUT_HA
     view: HAView = WITHOUT_HA
+    security: object = None
+    secret: bytes = field(default=b"", repr=False)
+    verifies_certificates: bool = False
+    user: str | None = None
+    mechanism: str = ""
     machine: ConnectionInputs | None = None
     session: SessionCore | None = None
     version: int = 0
@@ -239,6 +294,8 @@ class ConnectionCore:
     silent: bool = False
     _abort_call: IDelayedCall | None = None
     _paused_for: set = field(default_factory=set)
+    _open: f.Open | None = None
+    _scram: ScramServer | None = None
 
     def __post_init__(self) -> None:
         self.made = self.last_heard = self.clock.seconds()
@@ -338,6 +395,10 @@ class ConnectionCore:
             if refusal is not None:
                 return f.LIMIT_REACHED, refusal
         self.version = max(common)
+        if self.security is not None and self.version < f.AUTH_VERSION:
+            return f.AUTHENTICATION_REQUIRED, (
+                f"this router authenticates its clients: client protocol version "
+                f"{f.AUTH_VERSION} or later is needed")
         override = self.settings.connection_ttl_override
         self.ttl_ms = frame.ttl_ms if override == -1 else override
         return None
@@ -354,6 +415,110 @@ class ConnectionCore:
         return f.OpenedWithTopology(self.version, session_id, router, ttl_ms, reattached,
                                     last_command_id, self.view.epoch, list(self.view.endpoints))
 
+    # -- authenticating ---------------------------------------------------------
+
+    def certificate_user(self) -> str | None:
+        """
+        The user the client's verified TLS certificate names (its subject
+        CN), or None.
+        """
+        if not self.verifies_certificates:
+            return None
+        certificate = getattr(self.transport, "getPeerCertificate", lambda: None)()
+        if certificate is None:
+            return None
+        names = certificate.to_cryptography().subject.get_attributes_for_oid(
+            NameOID.COMMON_NAME)
+        if not names:
+            return None
+        return str(names[0].value) or None
+
+    def offer_mechanisms(self, frame: f.Open) -> None:
+        """
+        Keep the Open until the client has authenticated, and tell it how
+        it may.
+        """
+        self._open = frame
+        offered = [SCRAM]
+        if self.certificate_user() is not None:
+            offered.insert(0, f.EXTERNAL)
+        self.write(f.Mechanisms(offered))
+
+    def authenticate(self, inputs: ConnectionInputs, frame: f.Authenticate) -> None:
+        """
+        Start the mechanism the client chose: EXTERNAL decides at once,
+        SCRAM challenges.
+        """
+        if frame.mechanism == f.EXTERNAL:
+            user = self.certificate_user()
+            if user is None:
+                self.not_authenticated(inputs, "", "no verified client certificate")
+            else:
+                self.identified(inputs, user, f.EXTERNAL, b"")
+            return
+        if frame.mechanism != SCRAM:
+            self.not_authenticated(inputs, "", f"mechanism {frame.mechanism!r} not offered")
+            return
+        self._scram = ScramServer(self.security.policy.credentials, self.secret)
+        try:
+            challenge = self._scram.first(frame.data)
+        except ScramError as e:
+            self.not_authenticated(inputs, self._scram.user or "", str(e))
+            return
+        self.write(f.Challenge(challenge))
+        inputs.challenged()
+
+    def prove(self, inputs: ConnectionInputs, frame: f.AuthResponse) -> None:
+        """
+        Check the client's SCRAM proof.  An unknown user fails here, as a
+        wrong password does.
+        """
+        scram, self._scram = self._scram, None
+        try:
+            final = scram.final(frame.data)
+        except ScramError as e:
+            self.not_authenticated(inputs, scram.user, str(e))
+            return
+        self.identified(inputs, scram.user, SCRAM, final)
+
+    def not_authenticated(self, inputs: ConnectionInputs, user: str, why: str) -> None:
+        """
+        Refuse the client, with one answer whatever the reason.
+        """
+        denied(self.events, user, CONNECT, peer_address(self.transport), why)
+        inputs.refused(f.NOT_AUTHENTICATED, _NOT_AUTHENTICATED)
+
+    def identified(self, inputs: ConnectionInputs, user: str, mechanism: str,
+                   proof: bytes) -> None:
+        """
+        The client is C{user}: tell it (with the router's proof), unless
+        the session it asks for belongs to another user.
+        """
+        frame, self._open = self._open, None
+        wanted = self.registry.resumable(frame.session_id) if frame.session_id else None
+        if wanted is not None and wanted.user != user:
+            denied(self.events, user, RESUME, frame.session_id, "the session is another user's")
+            inputs.refused(f.NOT_ALLOWED, f"session {frame.session_id} is another user's")
+            return
+        self.user, self.mechanism = user, mechanism
+        self.events.emit(event_names.SECURITY_AUTHENTICATED, user=user, mechanism=mechanism)
+        log.info("client from {address} authenticated as {user!r} ({mechanism})",
+                 address=peer_address(self.transport), user=user, mechanism=mechanism)
+        self.write(f.Authenticated(user, proof))
+        inputs.authenticated(frame)
+
+    def still_allowed(self, policy) -> bool:
+        """
+        Whether the connection's user is still a user under C{policy}: in
+        its users file (a password user), or named by a permission (a
+        certificate user).
+        """
+        if self.user is None:
+            return True
+        if self.mechanism == f.EXTERNAL:
+            return policy.names(self.user)
+        return policy.credentials(self.user) is not None
+
     def attach(self, frame: f.Open) -> None:
         """
         Resume the session the client asks for if it can be, taking it
@@ -369,7 +534,9 @@ class ConnectionCore:
             if session.machine.resumed(self, frame):
                 return
         session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
-                              settings=self.settings, events=self.events)
+                              settings=self.settings, events=self.events, user=self.user)
+        if self.user is not None:
+            session.guard = Guard(self.security, self.user, self.engine.name, self.events)
         session.machine = SESSION_MACHINE(session)
         self.session = session
         session.start(self, frame)
@@ -475,6 +642,9 @@ def _build_connection_machine():
     builder = TypeMachineBuilder(ConnectionInputs, ConnectionCore)
     awaiting_open = builder.state("awaiting_open")
     vetting_open = builder.state("vetting_open")
+    authenticating = builder.state("authenticating")
+    deciding = builder.state("deciding")
+    proving = builder.state("proving")
     attached = builder.state("attached")
     closing = builder.state("closing")
     gone = builder.state("gone")
@@ -482,18 +652,48 @@ def _build_connection_machine():
     @awaiting_open.upon(ConnectionInputs.got_open).to(vetting_open)
     def check_open(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Open) -> None:
         verdict = core.vet_open(frame)
-        if verdict is None:
+        if verdict is not None:
+            inputs.refused(*verdict)
+        elif core.security is None:
             inputs.accepted(frame)
         else:
-            inputs.refused(*verdict)
+            inputs.authentication_needed(frame)
 
     @vetting_open.upon(ConnectionInputs.accepted).to(attached)
     def attach(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Open) -> None:
         core.attach(frame)
 
-    @vetting_open.upon(ConnectionInputs.refused).to(closing)
-    def refuse(inputs: ConnectionInputs, core: ConnectionCore, code: str, detail: str) -> None:
-        core.fail(code, detail)
+    @vetting_open.upon(ConnectionInputs.authentication_needed).to(authenticating)
+    def offer(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Open) -> None:
+        core.offer_mechanisms(frame)
+
+    @authenticating.upon(ConnectionInputs.got_authenticate).to(deciding)
+    def authenticate(inputs: ConnectionInputs, core: ConnectionCore,
+                     frame: f.Authenticate) -> None:
+        core.authenticate(inputs, frame)
+
+    @deciding.upon(ConnectionInputs.challenged).to(proving)
+    def challenged(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        pass
+
+    @proving.upon(ConnectionInputs.got_auth_response).to(deciding)
+    def prove(inputs: ConnectionInputs, core: ConnectionCore, frame: f.AuthResponse) -> None:
+        core.prove(inputs, frame)
+
+    @deciding.upon(ConnectionInputs.authenticated).to(attached)
+    def attach_user(inputs: ConnectionInputs, core: ConnectionCore, frame: f.Open) -> None:
+        core.attach(frame)
+
+    for state in (vetting_open, deciding):
+
+        @state.upon(ConnectionInputs.refused).to(closing)
+        def refuse(inputs: ConnectionInputs, core: ConnectionCore, code: str,
+                   detail: str) -> None:
+            core.fail(code, detail)
+
+    @attached.upon(ConnectionInputs.user_removed).to(closing)
+    def removed(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.fail(f.USER_REMOVED, f"user {core.user!r} was removed from the router's users")
 
     @attached.upon(ConnectionInputs.got_session_frame).loop()
     def forward(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
@@ -515,7 +715,10 @@ def _build_connection_machine():
     def taken_over(inputs: ConnectionInputs, core: ConnectionCore) -> None:
         core.drop("taken-over")
 
-    for state in (awaiting_open, attached):
+    # Every state a frame can leave the connection in (deciding lasts
+    # within one frame's handling).
+    waiting = (awaiting_open, authenticating, proving, attached)
+    for state in waiting:
 
         @state.upon(ConnectionInputs.ttl_expired).to(closing)
         def silent(inputs: ConnectionInputs, core: ConnectionCore) -> None:
@@ -533,19 +736,22 @@ def _build_connection_machine():
         def stopped(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.drop(ROUTER_STOPPED)
 
-    @awaiting_open.upon(ConnectionInputs.handshake_expired).to(closing)
-    def handshake_expired(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-        core.fail(f.LIMIT_REACHED, "no session within stage-valid-timeout "
-                                   f"({core.settings.limits.stage_valid_timeout_ms} ms)")
+    # Opening, authentication included, must end within stage-valid-timeout.
+    for state in (awaiting_open, authenticating, proving):
 
-    for state in (awaiting_open, vetting_open, attached):
+        @state.upon(ConnectionInputs.handshake_expired).to(closing)
+        def handshake_expired(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.fail(f.LIMIT_REACHED, "no session within stage-valid-timeout "
+                                       f"({core.settings.limits.stage_valid_timeout_ms} ms)")
+
+    for state in (vetting_open, *waiting):
 
         @state.upon(ConnectionInputs.stopped_serving).to(closing)
         def send_away(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.fail(f.NOT_ACTIVE, "this router instance stopped serving: the other "
                                     "instance of its pair takes over")
 
-    for state in (awaiting_open, vetting_open, attached):
+    for state in (vetting_open, *waiting):
 
         @state.upon(ConnectionInputs.protocol_error).to(closing)
         def protocol_error(inputs: ConnectionInputs, core: ConnectionCore, code: str,
@@ -556,7 +762,7 @@ def _build_connection_machine():
         def over_limit(inputs: ConnectionInputs, core: ConnectionCore, detail: str) -> None:
             core.fail(f.LIMIT_REACHED, detail)
 
-    for state in (awaiting_open, vetting_open, attached, closing):
+    for state in (vetting_open, *waiting, closing):
 
         @state.upon(ConnectionInputs.connection_lost).to(gone)
         def lost(inputs: ConnectionInputs, core: ConnectionCore) -> None:
@@ -568,12 +774,18 @@ def _build_connection_machine():
             ConnectionInputs.handshake_expired)
     for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
                  ConnectionInputs.got_ping, ConnectionInputs.got_pong,
-                 ConnectionInputs.protocol_error, ConnectionInputs.over_limit, ConnectionInputs.session_ended,
-                 ConnectionInputs.taken_over, ConnectionInputs.stopped_serving, *late):
+                 ConnectionInputs.got_authenticate, ConnectionInputs.got_auth_response,
+                 ConnectionInputs.protocol_error, ConnectionInputs.over_limit,
+                 ConnectionInputs.session_ended, ConnectionInputs.taken_over,
+                 ConnectionInputs.stopped_serving, ConnectionInputs.user_removed, *late):
         closing.upon(moot).loop().returns(None)
     for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over,
-                 ConnectionInputs.stopped_serving, *late):
+                 ConnectionInputs.stopped_serving, ConnectionInputs.user_removed, *late):
         gone.upon(moot).loop().returns(None)
+    # A reload during an authentication: the user is not known yet, and
+    # the exchange itself consults the new policy.
+    for state in (awaiting_open, authenticating, proving):
+        state.upon(ConnectionInputs.user_removed).loop().returns(None)
     return builder.build()
 
 

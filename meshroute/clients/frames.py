@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, versions 1 to 4.
+The frames of the native client protocol, versions 1 to 5.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -30,6 +30,16 @@ L{Confirmed} (one answer for a consecutive run of them), L{DeliverBatch}
 (one subscription's deliveries of one reactor turn) and L{AckThrough}
 (every unacknowledged delivery of a subscription up to an id).  Every
 version-1 frame keeps its meaning.
+
+Version 5 authenticates the client between L{Open} and L{Opened} when
+the router is configured with users (C{[security]}): the router offers
+L{Mechanisms}; the client picks one in L{Authenticate}; for
+C{SCRAM-SHA-256} the router answers L{Challenge} and the client
+L{AuthResponse} (the messages of RFC 5802, L{meshroute.security.scram});
+L{Authenticated} then names the user (with the router's proof) and
+L{Opened} follows.  A router without users answers a version-5 L{Open}
+with L{Opened} at once.  A secured router refuses clients of older
+versions (L{AUTHENTICATION_REQUIRED}).
 """
 
 from dataclasses import dataclass
@@ -45,7 +55,7 @@ from meshroute.wire.codec import (
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
 #: The first version whose Opened tells the pair's topology
@@ -54,6 +64,13 @@ TOPOLOGY_VERSION = 3
 #: The first version with frames of many messages (L{SendBatch},
 #: L{Confirmed}, L{DeliverBatch}, L{AckThrough}).
 BATCH_VERSION = 4
+#: The first version that authenticates (L{Mechanisms}, L{Authenticate},
+#: L{Challenge}, L{AuthResponse}, L{Authenticated}).
+AUTH_VERSION = 5
+
+#: The SASL mechanism of a TLS client certificate the router verified
+#: (offered in L{Mechanisms}; the certificate's subject CN is the user).
+EXTERNAL = "EXTERNAL"
 
 #: Largest frame a client may send (a Send: a message body must fit).
 MAX_FRAME_SIZE = MAX_CLIENT_FRAME_SIZE
@@ -101,6 +118,19 @@ TRANSACTION_TOO_LARGE = "transaction-too-large"
 #: session, header or handshake-time bound, a command's answer for a
 #: subscription or credit bound.  The detail names the key.
 LIMIT_REACHED = "limit-reached"
+#: The router requires authentication, which the client's protocol
+#: version cannot do (connection-level).
+AUTHENTICATION_REQUIRED = "authentication-required"
+#: Unknown user, wrong password, or a certificate naming no user: one
+#: code, one detail, so that the answer does not tell which
+#: (connection-level).
+NOT_AUTHENTICATED = "not-authenticated"
+#: The user may not send to that address, consume from that queue, or
+#: resume that session (per command; for a resume, connection-level).
+NOT_ALLOWED = "not-allowed"
+#: The user was removed from the router's users file, or (a certificate
+#: user) from every permission, by a reload (connection-level).
+USER_REMOVED = "user-removed"
 
 
 def _check_int_list(name: str, values: list) -> None:
@@ -516,11 +546,78 @@ class AckThrough:
     delivery_id: int
 
 
+@dataclass(frozen=True)
+class Mechanisms:
+    """
+    Router → client (version 5), answers L{Open} when the router
+    authenticates its clients: the mechanisms the client may use now,
+    preferred first (C{EXTERNAL} only on a TLS connection whose client
+    certificate the router verified).
+    """
+
+    TYPE: ClassVar[int] = 24
+    mechanisms: list
+
+    def __post_init__(self) -> None:
+        if not all(type(m) is str for m in self.mechanisms):
+            raise WireError("Mechanisms.mechanisms must be a list of strings")
+
+
+@dataclass(frozen=True)
+class Authenticate:
+    """
+    Client → router (version 5), answers L{Mechanisms}: the mechanism
+    chosen and its first message (SCRAM's client-first; empty for
+    C{EXTERNAL}).
+    """
+
+    TYPE: ClassVar[int] = 25
+    mechanism: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """
+    Router → client (version 5): the mechanism's next message (SCRAM's
+    server-first: the salt, the iteration count, the nonce).
+    """
+
+    TYPE: ClassVar[int] = 26
+    data: bytes
+
+
+@dataclass(frozen=True)
+class AuthResponse:
+    """
+    Client → router (version 5), answers L{Challenge} (SCRAM's
+    client-final, with the proof).
+    """
+
+    TYPE: ClassVar[int] = 27
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    """
+    Router → client (version 5): the client is C{user}; C{data} is the
+    mechanism's last message (SCRAM's server-final, the router's own
+    proof, which the client checks; empty for C{EXTERNAL}).  L{Opened}
+    follows.
+    """
+
+    TYPE: ClassVar[int] = 28
+    user: str
+    data: bytes
+
+
 CLIENT_FRAMES = FrameSet(
     "client",
     (Open, Opened, OpenedWithTopology, Send, Confirm, Error, Subscribe, Unsubscribe, Credit,
      Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback,
-     SendBatch, Confirmed, DeliverBatch, AckThrough),
+     SendBatch, Confirmed, DeliverBatch, AckThrough, Mechanisms, Authenticate, Challenge,
+     AuthResponse, Authenticated),
 )
 
 #: The frames only a connection of L{BATCH_VERSION} or later may carry.
@@ -531,12 +628,12 @@ BATCH_FRAMES = (SendBatch, Confirmed, DeliverBatch, AckThrough)
 FROM_CLIENT = FrameSet(
     "client-to-router",
     (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received,
-     Begin, Commit, Rollback, SendBatch, AckThrough),
+     Begin, Commit, Rollback, SendBatch, AckThrough, Authenticate, AuthResponse),
 )
 
 #: What a client's decoder accepts: the frames a router may send.
 FROM_ROUTER = FrameSet(
     "router-to-client",
     (Opened, OpenedWithTopology, Confirm, Error, Deliver, Ping, Pong, Closed, Processed,
-     Confirmed, DeliverBatch),
+     Confirmed, DeliverBatch, Mechanisms, Challenge, Authenticated),
 )

@@ -21,6 +21,7 @@ refused as soon as it is made, and a message beyond the header bounds
 closes its connection before it reaches the session.
 """
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -67,6 +68,8 @@ _INPUT_FOR_FRAME = {
     f.AckThrough: "got_session_frame",
     f.Ping: "got_ping",
     f.Pong: "got_pong",
+    f.Authenticate: "got_authenticate",
+    f.AuthResponse: "got_auth_response",
 }
 
 
@@ -89,7 +92,8 @@ class ClientProtocol(Protocol):
         self.core = ConnectionCore(
             engine=factory.engine, transport=self.transport, clock=factory.clock,
             registry=factory.sessions, settings=factory.settings, events=factory.events,
-            budget=factory.budget, ha_view=factory.ha_view,
+            budget=factory.budget, ha_view=factory.ha_view, security=factory.security,
+            secret=factory.secret, verifies_certificates=factory.verifies_certificates,
         )
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
@@ -185,6 +189,17 @@ class ClientFactory(Factory):
         C{Open}: an instance that is not active refuses it (C{not-active}),
         and version-3 clients are told the epoch and the pair's endpoints.
         Default: a router without HA (L{WITHOUT_HA}).
+    @param security: the router's L{meshroute.security.policy.Security}:
+        clients must authenticate (protocol version 5) as one of its
+        users, and may send and consume as its permissions allow; a reload
+        closes the connections of users it removes.  None: the listener
+        is open, clients are anonymous.
+    @param secret: what unknown users' decoy SCRAM credentials derive
+        from (L{meshroute.security.scram.decoy_credentials}); default: a
+        random secret of this process.
+    @param verifies_certificates: the listener's TLS verifies client
+        certificates against C{client-ca}, so a certificate's subject CN
+        authenticates its user.
     @ivar sessions: the L{SessionRegistry} of the sessions (open,
         disconnected and closing).
     @ivar connections: the live connections' L{ConnectionCore}s.
@@ -195,7 +210,8 @@ class ClientFactory(Factory):
                  max_frame_size: int = f.MAX_FRAME_SIZE, *,
                  settings: SessionSettings | None = None, events=None,
                  max_buffered: int | None = None,
-                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA) -> None:
+                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA, security=None,
+                 secret: bytes | None = None, verifies_certificates: bool = False) -> None:
         if max_buffered is None:
             max_buffered = MAX_BUFFERED_FRAMES * max_frame_size
         if max_buffered < max_frame_size:
@@ -212,6 +228,11 @@ class ClientFactory(Factory):
         self.max_frame_size = max_frame_size
         self.ha_view = ha_view
         self.budget = BufferBudget(max_buffered)
+        self.security = security
+        self.secret = secret if secret is not None else os.urandom(32)
+        self.verifies_certificates = verifies_certificates
+        if security is not None:
+            security.observe(self.policy_replaced)
         # In the order they were made (a dict, not a set): what is done to
         # all of them (a stop, the TTL check) happens in one order, run
         # after run, so a seeded simulation replays event for event.
@@ -220,6 +241,15 @@ class ClientFactory(Factory):
 
     def buildProtocol(self, addr) -> ClientProtocol:
         return ClientProtocol(self)
+
+    def policy_replaced(self, old, new) -> None:
+        """
+        A reload put C{new} in force: close the connections of the users
+        it no longer has (C{user-removed}), and nothing else.
+        """
+        for core in list(self.connections):
+            if not core.still_allowed(new):
+                core.machine.user_removed()
 
     def describe(self) -> list[dict]:
         """

@@ -55,13 +55,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from automat import NoTransition, TypeMachineBuilder
-from twisted.internet.defer import DeferredList, maybeDeferred
+from twisted.internet.defer import DeferredList, maybeDeferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
 from meshroute.clients.limits import ClientLimits
+from meshroute.clients.permissions import NotAllowed
 from meshroute.clients.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
 from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
@@ -260,6 +262,11 @@ class SessionCore:
     @ivar acks_in_progress: Acks whose deletions are not yet durable.
     @ivar transaction: the session's transaction machine (its inputs).
     @ivar commits_in_progress: Commits not yet durable (or failed).
+    @ivar user: the authenticated user that opened the session (None on
+        a listener without C{[security]}): only that user resumes it.
+    @ivar guard: the user's permission checks
+        (L{meshroute.clients.permissions.Guard}), or None: everything is
+        allowed.
     """
 
     engine: object
@@ -272,6 +279,8 @@ class SessionCore:
     state: str = OPEN
     session_id: str = ""
     client_id: str = ""
+    user: str | None = None
+    guard: object = None
     ttl_ms: int = -1
     last_command_id: int = 0
     processed_up_to: int = 0
@@ -441,7 +450,9 @@ class SessionCore:
 
     def take_send(self, frame: f.Send) -> None:
         if self.accept_command(frame):
-            if self._transaction.holding:
+            if self.guard is not None and not self.guard.may_send(frame.address):
+                self.refuse_send(frame.command_id, frame.address)
+            elif self._transaction.holding:
                 self.transaction.send(frame)
             else:
                 self.send(frame)
@@ -457,7 +468,22 @@ class SessionCore:
             return
         first = frame.first_command_id
         for offset in range(skip, len(frame.messages)):
-            self.transaction.send(f.Send(first + offset, *frame.messages[offset]))
+            send = f.Send(first + offset, *frame.messages[offset])
+            if self.guard is not None and not self.guard.may_send(send.address):
+                self.refuse_send(send.command_id, send.address)
+            else:
+                self.transaction.send(send)
+
+    def refuse_send(self, command_id: int, address: str) -> None:
+        """
+        Answer a Send the user may not make C{not-allowed}; in a
+        transaction, the transaction can then only roll back (as after
+        any other refused Send of it).
+        """
+        detail = self.guard.refusal(f"send to {address!r}")
+        if self._transaction.holding:
+            self._transaction.refused = detail
+        self.answer(command_id, f.Error(command_id, f.NOT_ALLOWED, detail))
 
     def take_ack(self, frame: f.Ack) -> None:
         if self.accept_command(frame):
@@ -556,12 +582,36 @@ class SessionCore:
         messages = frame.messages[skip:] if skip else frame.messages
         first = frame.first_command_id + skip
         n = len(messages)
-        d = self.engine.submit_many(messages)
+        if self.guard is not None:
+            d = self._submit_allowed(messages)
+        else:
+            d = self.engine.submit_many(messages)
         self.sends_in_progress += n
         if self.sends_in_progress >= MAX_SENDS_IN_PROGRESS and not self.paused:
             self.paused = True
             self.connection.pause()
         d.addCallbacks(self._sent_batch, self._send_batch_failed, (first,), None, (first, n))
+
+    def _submit_allowed(self, messages: list):
+        """
+        C{engine.submit_many} of the messages the user may send; those it
+        may not get a C{not-allowed} outcome in their place, so that the
+        batch is answered in order as any batch with refusals is.
+        """
+        may_send = self.guard.may_send
+        allowed = [may_send(message[0]) for message in messages]
+        if all(allowed):
+            return self.engine.submit_many(messages)
+
+        def merge(outcomes: list) -> list:
+            taken = iter(outcomes)
+            return [next(taken) if ok else Failure(NotAllowed(
+                self.guard.refusal(f"send to {message[0]!r}")))
+                for ok, message in zip(allowed, messages)]
+
+        permitted = [message for ok, message in zip(allowed, messages) if ok]
+        d = self.engine.submit_many(permitted) if permitted else succeed([])
+        return d.addCallback(merge)
 
     def _sent_batch(self, outcomes: list, first: int) -> None:
         """
@@ -657,6 +707,10 @@ class SessionCore:
         if number in self.subscriptions:
             self.answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
                                             f"subscription {number} is already in use"))
+            return
+        if self.guard is not None and not self.guard.may_consume(queue):
+            self.answer(command_id, f.Error(command_id, f.NOT_ALLOWED,
+                                            self.guard.refusal(f"consume from {queue!r}")))
             return
         limits = self.settings.limits
         refusal = (limits.subscription_refusal(len(self.subscriptions))
@@ -1082,6 +1136,7 @@ class SessionCore:
         return {
             "session_id": self.session_id,
             "client_id": self.client_id,
+            "user": self.user,
             "state": self.state,
             "ttl_ms": self.ttl_ms,
             "queued": len(self.pending),

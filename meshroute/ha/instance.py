@@ -229,7 +229,7 @@ class HAInstance(MultiService):
         self.voters.setServiceParent(self)
         if config.admin is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
-                      admin_site(ha=self)).setServiceParent(self)
+                      admin_site(ha=self, token=config.admin.token)).setServiceParent(self)
         self.router: RouterService | None = None
         # Each change of who holds store.db (the replica, the router) waits
         # for the one before it.
@@ -274,6 +274,14 @@ class HAInstance(MultiService):
 
     def uptime_s(self) -> float:
         return 0.0 if self._started_at is None else self._clock.seconds() - self._started_at
+
+    def reload_security(self) -> bool:
+        """
+        SIGHUP: the serving router reads C{[security]} and the users file
+        again; an instance that is not serving reads them when it next
+        serves.
+        """
+        return self.router is not None and self.router.reload_security()
 
     # -- the service ------------------------------------------------------
 

@@ -77,6 +77,14 @@ class SecurityPolicy:
         """
         return self.users.get(user)
 
+    def names(self, user: str) -> bool:
+        """
+        Whether some permission names C{user} (what keeps a user known by
+        its TLS certificate alone a user).
+        """
+        return any(u.fullmatch(user) for p in self.permissions for u in map(compile_pattern,
+                                                                              p.users))
+
     def may_send(self, user: str, address: str) -> bool:
         """
         Whether C{user} may send to C{address}, a qualified C{queue@router}.
