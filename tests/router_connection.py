@@ -20,6 +20,7 @@ class Connection:
         self.transport = StringTransport()
         self.protocol.makeConnection(self.transport)
         self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+        self._unread: list = []
 
     def send(self, *frames) -> None:
         self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
@@ -27,7 +28,17 @@ class Connection:
     def received(self) -> list:
         data = self.transport.value()
         self.transport.clear()
-        return self._decoder.feed(data)
+        frames, self._unread = self._unread + self._decoder.feed(data), []
+        return frames
+
+    def expect(self):
+        """
+        The router's next frame (the others are kept for L{received}).
+        """
+        frames = self.received()
+        assert frames, "the router sent nothing"
+        self._unread = frames[1:]
+        return frames[0]
 
     def open(self, session_id: str = "", answered_up_to: int = 0, delivered_up_to: int = 0,
              ttl_ms: int = 60000, client_id: str = "c") -> f.Opened:
