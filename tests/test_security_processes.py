@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 from routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
-from test_processes import _make_ca, _make_server_cert
+from certificates import make_ca, make_server_cert
 
 from meshroute.security.credentials import derive
 from meshroute.security.users import read_users, write_users
@@ -152,8 +152,8 @@ def test_the_admin_api_refuses_requests_without_the_token(mesh, monkeypatch):
 
 
 def test_the_admin_api_over_tls(mesh, tmp_path):
-    ca_key, ca_cert = _make_ca(tmp_path / "tls" / "ca", "meshroute test CA")
-    key_path, cert_path = _make_server_cert(tmp_path / "tls", ca_key, ca_cert)
+    ca_key, ca_cert = make_ca(tmp_path / "tls" / "ca", "meshroute test CA")
+    key_path, cert_path = make_server_cert(tmp_path / "tls", ca_key, ca_cert)
     spec = mesh.router("router-a", listener=False)
     spec.admin = {"endpoint": f"ssl:{spec.admin_port}:interface=127.0.0.1:"
                               f"privateKey={key_path}:certKey={cert_path}",
