@@ -13,13 +13,44 @@ import itertools
 from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
+from twisted.internet.testing import StringTransport
 
+from meshroute.clients import frames as f
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
 from meshroute.queues import QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
+from meshroute.wire.codec import FrameDecoder, encode
 
 ROUTER = "router-a"
+
+
+class ClientEnd:
+    """
+    A client's end of one connection to a client factory, driven frame by
+    frame (a C{StringTransport}, or the one given).
+    """
+
+    def __init__(self, factory, transport=None) -> None:
+        self.factory = factory
+        self.protocol = factory.buildProtocol(None)
+        self.transport = transport if transport is not None else StringTransport()
+        self.protocol.makeConnection(self.transport)
+        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+
+    def send(self, *frames) -> None:
+        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
+
+    def received(self) -> list:
+        """
+        Every frame the router wrote since the last call.
+        """
+        data = self.transport.value()
+        self.transport.clear()
+        return self._decoder.feed(data)
+
+    def lose(self) -> None:
+        self.protocol.connectionLost(None)
 
 
 class FakeUnknownRouter(MeshrouteError):

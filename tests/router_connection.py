@@ -3,32 +3,22 @@ One client connection to a router's client listener, driven frame by
 frame over a C{StringTransport}: what the router-side tests speak with.
 """
 
-from twisted.internet.testing import StringTransport
-
 from meshroute.clients import frames as f
-from meshroute.wire.codec import FrameDecoder, encode
+
+from client_fakes import ClientEnd
 
 
-class Connection:
+class Connection(ClientEnd):
     """
     One client connection to the router side, driven frame by frame.
     """
 
     def __init__(self, factory) -> None:
-        self.factory = factory
-        self.protocol = factory.buildProtocol(None)
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+        super().__init__(factory)
         self._unread: list = []
 
-    def send(self, *frames) -> None:
-        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
-
     def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        frames, self._unread = self._unread + self._decoder.feed(data), []
+        frames, self._unread = self._unread + super().received(), []
         return frames
 
     def expect(self):
@@ -59,6 +49,3 @@ class Connection:
     @property
     def aborted(self) -> bool:
         return self.transport.disconnected
-
-    def lose(self) -> None:
-        self.protocol.connectionLost(None)

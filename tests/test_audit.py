@@ -290,7 +290,7 @@ def test_synthetic_routers_rejections_and_sessions(synthetic):
     denials = {(r["router"], r["user"], r["action"]): r["count"] for r in tables["denials"]}
     assert denials == dict(made.expected.denials)
     assert denials[(A, "orders-app", "send")] == 2
-    assert "4 client request(s) denied" in stdout
+    assert "4 client request(s) denied" in stderr
     routers = {r["router"]: r for r in tables["routers"]}
     assert set(routers) == {A, B, C, D}
     for router in (A, B, C, D):

@@ -19,10 +19,9 @@ from meshroute.clients.protocol import ClientFactory
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import ScramServer
-from meshroute.wire.codec import FrameDecoder, encode
 from certificates import make_ca, make_client_cert
 from client_auth_testing import scram_open
-from client_fakes import ROUTER, FakeEngine
+from client_fakes import ROUTER, ClientEnd, FakeEngine
 from client_testing import Harness, failure_of, kept_clients, result_of  # noqa: F401
 from scripted_router import ScriptedEndpoint
 
@@ -77,22 +76,11 @@ class CertificateTransport(StringTransport):
         return self._certificate
 
 
-class Client:
+class Client(ClientEnd):
     def __init__(self, factory, transport=None) -> None:
-        self.protocol = factory.buildProtocol(None)
-        self.transport = transport if transport is not None else StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+        super().__init__(factory, transport)
         self._pending: list = []
         self.next_id = 1
-
-    def send(self, *frames) -> None:
-        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
-
-    def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        return self._decoder.feed(data)
 
     def command(self) -> int:
         self.next_id += 1

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
 from meshroute.clients import frames as f
 from meshroute.clients import connection as connection_module
@@ -31,7 +30,7 @@ from meshroute.store import ExecutorStopped
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frameset import frame_to_list
 
-from client_fakes import ROUTER, FakeBacklogFull, FakeEngine, FakeUnknownRouter
+from client_fakes import ROUTER, ClientEnd, FakeBacklogFull, FakeEngine, FakeUnknownRouter
 
 FUZZ = settings(max_examples=200, deadline=None)
 
@@ -53,28 +52,17 @@ def factory(engine, clock):
     return ClientFactory(engine, clock)
 
 
-class Connection:
+class Connection(ClientEnd):
     """
     One client connection to the router side, driven frame by frame.
     """
 
     def __init__(self, factory) -> None:
-        self.protocol = factory.buildProtocol(None)
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
+        super().__init__(factory)
         self._commands = itertools.count(1)
 
     def command_id(self) -> int:
         return next(self._commands)
-
-    def send(self, *frames) -> None:
-        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
-
-    def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        return self._decoder.feed(data)
 
     def open(self, client_id: str = "test-client", ttl_ms: int = 60000) -> f.Opened:
         self.send(f.Open([1], client_id, "", ttl_ms))
@@ -90,9 +78,6 @@ class Connection:
     @property
     def closing(self) -> bool:
         return self.transport.disconnecting
-
-    def lose(self) -> None:
-        self.protocol.connectionLost(None)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactor
 
+from certificates import make_ca, make_server_cert
+
 from meshroute.config import (
     AdminConfig,
     ConnectorConfig,
@@ -620,3 +622,24 @@ def test_a_data_dir_below_a_file_is_refused(write, tmp_path, below):
     (tmp_path / "a-file").write_text("not a directory\n")
     path = write(ROUTER.replace("var/router-a", str(tmp_path / "a-file") + below))
     assert_refused(path, "router.data-dir", "a-file", "not a directory")
+
+
+def test_client_ca_needs_an_ssl_endpoint_and_a_certificate(write, tmp_path):
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    tcp = write(ROUTER + f"""
+[clients.listener]
+endpoint = "tcp:6001:interface=127.0.0.1"
+client-ca = "{not_pem}"
+""")
+    assert_refused(tcp, "clients.listener.client-ca", "need an ssl: endpoint")
+    key, cert = make_server_cert(tmp_path, *make_ca(tmp_path / "server-ca", "test CA"))
+    ssl = f"ssl:6001:interface=127.0.0.1:privateKey={key}:certKey={cert}"
+    for ca, fragment in ((not_pem, "holds no PEM certificate"),
+                         (tmp_path / "missing.pem", "cannot read")):
+        path = write(ROUTER + f"""
+[clients.listener]
+endpoint = "{ssl}"
+client-ca = "{ca}"
+""")
+        assert_refused(path, "clients.listener.client-ca", fragment)

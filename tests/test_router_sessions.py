@@ -17,7 +17,6 @@ from dataclasses import replace
 
 import pytest
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f

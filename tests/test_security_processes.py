@@ -12,8 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
 from certificates import make_ca, make_server_cert
+from routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
 
 from meshroute.security.credentials import derive
 from meshroute.security.users import read_users, write_users

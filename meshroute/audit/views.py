@@ -47,7 +47,7 @@ FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "dir
                "keepalive_interval_ms", "code", "detail", "by", "reason", "last_heard", "msg_id",
                "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at",
                "group", "role", "epoch", "mode", "from", "to", "kind", "duration_ms", "status",
-               "step")
+               "step", "user", "action")
 
 #: Percentiles of the latency columns.
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -170,7 +170,7 @@ def denials(events: DataFrame) -> DataFrame:
     resume), C{count}.
     """
     return (events.where(_is(S.SECURITY_DENIED))
-            .groupBy("router", "user", "action").agg(F.count(F.lit(1)).alias("count")))
+            .groupBy("router", F.col("user"), "action").agg(F.count(F.lit(1)).alias("count")))
 
 
 # -- messages ------------------------------------------------------------------
