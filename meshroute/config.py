@@ -36,12 +36,14 @@ from decimal import Decimal
 
 from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, serverFromString
 
+from meshroute.clients import limits
 from meshroute.clients.tls import load_client_ca
 from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
 from meshroute.security.files import read_private
 from meshroute.security.policy import Permission
+from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -154,6 +156,10 @@ class ClientListenerConfig:
         for their TTL are looked for and closed.
     @ivar duplicate_id_window_ms: how long a send's duplicate id keeps a
         second send with the same id from being accepted.
+    @ivar max_frame_size: the largest frame a client may send, in bytes.
+
+    The other keys are what one client may take
+    (L{meshroute.clients.limits.ClientLimits}, same names and defaults).
     @ivar client_ca: the PEM file of the CA whose client certificates
         authenticate users (subject CN) on an C{ssl:} endpoint, or None.
     """
@@ -162,6 +168,14 @@ class ClientListenerConfig:
     connection_ttl_override: int = -1
     connection_ttl_check_interval_ms: int = 2000
     duplicate_id_window_ms: int = 3_600_000
+    max_frame_size: int = MAX_CLIENT_FRAME_SIZE
+    max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
+    max_sessions: int = limits.DEFAULT_MAX_SESSIONS
+    max_subscriptions: int = limits.DEFAULT_MAX_SUBSCRIPTIONS
+    max_unacknowledged: int = limits.DEFAULT_MAX_UNACKNOWLEDGED
+    max_headers: int = limits.DEFAULT_MAX_HEADERS
+    max_header_size: int = limits.DEFAULT_MAX_HEADER_SIZE
+    stage_valid_timeout_ms: int = limits.DEFAULT_STAGE_VALID_TIMEOUT_MS
     client_ca: str | None = None
 
 
@@ -304,6 +318,15 @@ _CLIENT_LISTENER_KEYS = (
     _Key("connection-ttl-override", "int", -1, -1, _DAY_MS),
     _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
     _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
+    _Key("max-frame-size", "int", MAX_CLIENT_FRAME_SIZE, 64 * 1024, MAX_CLIENT_FRAME_SIZE),
+    _Key("max-connections", "int", limits.DEFAULT_MAX_CONNECTIONS, 1, 1_000_000),
+    _Key("max-sessions", "int", limits.DEFAULT_MAX_SESSIONS, 1, 10_000_000),
+    _Key("max-subscriptions", "int", limits.DEFAULT_MAX_SUBSCRIPTIONS, 1, 1_000_000),
+    _Key("max-unacknowledged", "int", limits.DEFAULT_MAX_UNACKNOWLEDGED, 1, 10_000_000),
+    _Key("max-headers", "int", limits.DEFAULT_MAX_HEADERS, 0, 100_000),
+    _Key("max-header-size", "int", limits.DEFAULT_MAX_HEADER_SIZE, 0, MAX_CLIENT_FRAME_SIZE),
+    _Key("stage-valid-timeout", "duration", limits.DEFAULT_STAGE_VALID_TIMEOUT_MS, 1000,
+         _HOUR_MS),
     _Key("client-ca", "str", None),
 )
 _HA_KEYS = (
@@ -423,6 +446,10 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     else:
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")
+        if "\x00" in value:
+            # No path or endpoint holds one; the OS would refuse it later,
+            # with a ValueError naming neither file nor key.
+            raise fail("a string without NUL characters")
         if spec.kind == "choice" and value not in spec.choices:
             raise ConfigError(path, key, f"expected one of {', '.join(spec.choices)}, got {value!r}")
         if spec.kind == "name" and not _NAME.fullmatch(value):

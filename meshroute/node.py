@@ -26,9 +26,11 @@ from twisted.logger import Logger
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.clients.ha_view import WITHOUT_HA, HAView
+from meshroute.clients.frames import MAX_FRAME_SIZE
+from meshroute.clients.limits import ClientLimits, client_limits
 from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.tls import load_client_ca, verify_client_certificates
 from meshroute.clients.session import SessionSettings
+from meshroute.clients.tls import load_client_ca, verify_client_certificates
 from meshroute.config import RouterConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
@@ -234,6 +236,7 @@ class RouterService(MultiService):
         reconnect = config.client_reconnect
         self.client_factory = ClientFactory(
             self.engine, clock,
+            max_frame_size=clients.max_frame_size if clients is not None else MAX_FRAME_SIZE,
             settings=SessionSettings(
                 connection_ttl_override=(
                     clients.connection_ttl_override if clients is not None else -1),
@@ -243,6 +246,7 @@ class RouterService(MultiService):
                 max_depth=reconnect.max_depth,
                 max_depth_policy=reconnect.max_depth_policy,
                 recovery_buffer_size=reconnect.recovery_buffer_size,
+                limits=client_limits(clients) if clients is not None else ClientLimits(),
             ),
             events=self.events,
             ha_view=ha_view,

@@ -21,6 +21,7 @@ from twisted.internet.task import Clock
 from meshroute import events as event_names
 from meshroute.clients import frames as f
 from meshroute.clients.connection import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
+from meshroute.clients.limits import ClientLimits
 from meshroute.clients.protocol import ClientFactory
 from meshroute.clients.session import DROP_NEWEST, SessionSettings
 from meshroute.engine import MessageEngine
@@ -30,7 +31,8 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
-from client_fakes import ROUTER, ClientEnd, FakeEngine, RecordingEvents
+from client_fakes import ROUTER, FakeEngine, RecordingEvents
+from router_connection import Connection
 from memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
@@ -65,32 +67,6 @@ def make_factory(engine, clock, **settings) -> ClientFactory:
 @pytest.fixture
 def factory(engine, clock):
     return make_factory(engine, clock)
-
-
-class Connection(ClientEnd):
-    """
-    One client connection to the router side, driven frame by frame.
-    """
-
-    def open(self, session_id: str = "", answered_up_to: int = 0, delivered_up_to: int = 0,
-             ttl_ms: int = 60000, client_id: str = "c") -> f.Opened:
-        """
-        Open (or resume); what the router sent after Opened is in
-        C{self.after_open}.
-        """
-        self.send(f.Open([1], client_id, session_id, ttl_ms, answered_up_to, delivered_up_to))
-        frames = self.received()
-        assert isinstance(frames[0], f.Opened), frames
-        self.after_open = frames[1:]
-        return frames[0]
-
-    @property
-    def closed(self) -> bool:
-        return self.transport.disconnecting
-
-    @property
-    def aborted(self) -> bool:
-        return self.transport.disconnected
 
 
 def deliveries(frames) -> list[f.Deliver]:
@@ -170,7 +146,10 @@ def test_an_override_of_minus_one_never_closes(engine, clock):
     assert not connection.aborted and not connection.closed
 
 
-def test_a_connection_that_never_opens_gets_the_default_ttl(factory, clock):
+def test_a_connection_that_never_opens_gets_the_default_ttl(engine, clock):
+    # A stage-valid-timeout longer than the TTL, else it closes first.
+    factory = make_factory(engine, clock,
+                           limits=ClientLimits(stage_valid_timeout_ms=2 * DEFAULT_TTL_MS))
     connection = Connection(factory)
     clock.advance(DEFAULT_TTL_MS / 1000 - 1)
     assert not connection.aborted

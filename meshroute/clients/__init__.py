@@ -7,6 +7,7 @@ The client side of a router: the native client protocol.
    Automat machine.
  - L{meshroute.clients.protocol}: the thin protocol and the
    L{ClientFactory} for the C{[clients.listener]} endpoint.
+ - L{meshroute.clients.limits}: what one client may take of the router.
 
 The application's side, the Twisted client API, is L{meshroute.client}.
 """

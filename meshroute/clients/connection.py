@@ -53,6 +53,14 @@ L{BufferBudget}, by default L{MAX_BUFFERED_FRAMES} frames of the largest
 size); a connection whose partial frame would pass the bound is aborted
 (C{buffers_full}).  Either way the session stays resumable, as after a
 TTL expiry, and the reason is logged.
+
+Limits (L{meshroute.clients.limits}): the same check closes a connection
+that has had no session for the listener's C{stage-valid-timeout}
+(C{handshake_expired}: it said nothing, or never finished opening), and
+C{over_limit} closes one that passed a bound (C{max-connections}, the
+header bounds); an Open that would start a session beyond
+C{max-sessions} is refused.  Each sends C{Error(0, "limit-reached")} with
+the key in its detail, and logs it.
 """
 
 from collections.abc import Callable
@@ -102,6 +110,10 @@ MAX_BUFFERED_FRAMES = 8
 FRAME_TIMEOUT = "frame-timeout"
 BUFFERS_FULL = "buffers-full"
 ROUTER_STOPPED = "router-stopped"
+
+#: Why the router stops reading a connection (L{ConnectionCore.pause}).
+SENDS_IN_PROGRESS = "sends-in-progress"
+UNREAD = "unread"
 
 #: The detail of every C{not-authenticated} refusal: the same for an
 #: unknown user, a wrong password and a certificate naming nobody.
@@ -191,6 +203,16 @@ class ConnectionInputs(Protocol):
     def frame_overdue(self) -> None:
         "The client began a frame longer than PARTIAL_FRAME_TIMEOUT_S ago and has not finished it."
 
+    def handshake_expired(self) -> None:
+        "The connection has had no session for the listener's stage-valid-timeout."
+
+    def over_limit(self, detail: str) -> None:
+        """
+        The client passed a bound of its listener
+        (L{meshroute.clients.limits}): too many connections, or headers
+        beyond the bounds.
+        """
+
     def buffers_full(self) -> None:
         "The partial frame the client is sending would pass the listener's buffer bound."
 
@@ -231,6 +253,7 @@ class ConnectionCore:
     @ivar partial_since: when the frame the client is sending began, while
         it is incomplete.
     @ivar buffered: the bytes of that frame held, counted in C{budget}.
+    @ivar made: when the connection was made (clock seconds).
     @ivar session: the session attached, once Open was accepted.
     @ivar ha_view: returns the router's L{HAView} now.
     @ivar view: the L{HAView} the Open was vetted with (what its Opened
@@ -263,17 +286,19 @@ class ConnectionCore:
     session: SessionCore | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
+    made: float = 0.0
     last_heard: float = 0.0
     partial_since: float | None = None
     buffered: int = 0
     connected: bool = True
     silent: bool = False
     _abort_call: IDelayedCall | None = None
+    _paused_for: set = field(default_factory=set)
     _open: f.Open | None = None
     _scram: ScramServer | None = None
 
     def __post_init__(self) -> None:
-        self.last_heard = self.clock.seconds()
+        self.made = self.last_heard = self.clock.seconds()
         if self.settings.connection_ttl_override != -1:
             self.ttl_ms = self.settings.connection_ttl_override
 
@@ -287,15 +312,22 @@ class ConnectionCore:
         if self.connected and not self.silent:
             self.transport.write(encode(frame))
 
-    def pause(self) -> None:
+    def pause(self, reason: str = SENDS_IN_PROGRESS) -> None:
         """
-        Stop reading: too many sends in progress.
+        Stop reading, for C{reason}: too many sends in progress
+        (L{SENDS_IN_PROGRESS}), or the client does not read what the
+        router writes (L{UNREAD}: the transport's buffer is full).
         """
-        if self.connected and not self.silent:
+        if not self._paused_for and self.connected and not self.silent:
             self.transport.pauseProducing()
+        self._paused_for.add(reason)
 
-    def resume(self) -> None:
-        if self.connected and not self.silent:
+    def resume(self, reason: str = SENDS_IN_PROGRESS) -> None:
+        """
+        C{reason} to stop reading is gone: read again unless another holds.
+        """
+        self._paused_for.discard(reason)
+        if not self._paused_for and self.connected and not self.silent:
             self.transport.resumeProducing()
 
     # -- the TTL ----------------------------------------------------------------
@@ -336,6 +368,14 @@ class ConnectionCore:
         return (self.partial_since is not None
                 and now - self.partial_since >= PARTIAL_FRAME_TIMEOUT_S - _EPSILON_S)
 
+    def handshake_late(self, now: float) -> bool:
+        """
+        Whether the connection has been without a session for the
+        listener's C{stage-valid-timeout}.
+        """
+        timeout_s = self.settings.limits.stage_valid_timeout_ms / 1000
+        return self.session is None and now - self.made >= timeout_s - _EPSILON_S
+
     # -- opening ----------------------------------------------------------------
 
     def vet_open(self, frame: f.Open) -> tuple[str, str] | None:
@@ -350,6 +390,10 @@ class ConnectionCore:
         if not self.view.active:
             return f.NOT_ACTIVE, ("this router instance is not the active instance of its "
                                   "pair; try another endpoint")
+        if not (frame.session_id and self.registry.resumable(frame.session_id)):
+            refusal = self.settings.limits.session_refusal(len(self.registry.sessions))
+            if refusal is not None:
+                return f.LIMIT_REACHED, refusal
         self.version = max(common)
         if self.security is not None and self.version < f.AUTH_VERSION:
             return f.AUTHENTICATION_REQUIRED, (
@@ -534,7 +578,7 @@ class ConnectionCore:
         self.silent = True
         if session is not None:
             session.machine.failed(code)
-        self.transport.loseConnection()
+        self._close()
         self._abort_call = self.clock.callLater(CLOSE_GRACE_S, self.transport.abortConnection)
 
     def end(self) -> None:
@@ -543,6 +587,16 @@ class ConnectionCore:
         """
         self.session = None
         self.silent = True
+        self._close()
+
+    def _close(self) -> None:
+        """
+        Close after what was written is flushed.  The protocol is the
+        producer of what the router writes (so that a client that does not
+        read stops being read); a transport closes only once its producer
+        is unregistered.
+        """
+        self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     def drop(self, reason: str) -> None:
@@ -682,6 +736,14 @@ def _build_connection_machine():
         def stopped(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.drop(ROUTER_STOPPED)
 
+    # Opening, authentication included, must end within stage-valid-timeout.
+    for state in (awaiting_open, authenticating, proving):
+
+        @state.upon(ConnectionInputs.handshake_expired).to(closing)
+        def handshake_expired(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.fail(f.LIMIT_REACHED, "no session within stage-valid-timeout "
+                                       f"({core.settings.limits.stage_valid_timeout_ms} ms)")
+
     for state in (vetting_open, *waiting):
 
         @state.upon(ConnectionInputs.stopped_serving).to(closing)
@@ -696,6 +758,10 @@ def _build_connection_machine():
                            detail: str) -> None:
             core.fail(code, detail)
 
+        @state.upon(ConnectionInputs.over_limit).to(closing)
+        def over_limit(inputs: ConnectionInputs, core: ConnectionCore, detail: str) -> None:
+            core.fail(f.LIMIT_REACHED, detail)
+
     for state in (vetting_open, *waiting, closing):
 
         @state.upon(ConnectionInputs.connection_lost).to(gone)
@@ -704,13 +770,14 @@ def _build_connection_machine():
 
     # Once we have decided to close, whatever else arrives is moot.
     late = (ConnectionInputs.ttl_expired, ConnectionInputs.frame_overdue,
-            ConnectionInputs.buffers_full, ConnectionInputs.router_stopped)
+            ConnectionInputs.buffers_full, ConnectionInputs.router_stopped,
+            ConnectionInputs.handshake_expired)
     for moot in (ConnectionInputs.got_open, ConnectionInputs.got_session_frame,
                  ConnectionInputs.got_ping, ConnectionInputs.got_pong,
                  ConnectionInputs.got_authenticate, ConnectionInputs.got_auth_response,
-                 ConnectionInputs.protocol_error, ConnectionInputs.session_ended,
-                 ConnectionInputs.taken_over, ConnectionInputs.stopped_serving,
-                 ConnectionInputs.user_removed, *late):
+                 ConnectionInputs.protocol_error, ConnectionInputs.over_limit,
+                 ConnectionInputs.session_ended, ConnectionInputs.taken_over,
+                 ConnectionInputs.stopped_serving, ConnectionInputs.user_removed, *late):
         closing.upon(moot).loop().returns(None)
     for moot in (ConnectionInputs.session_ended, ConnectionInputs.taken_over,
                  ConnectionInputs.stopped_serving, ConnectionInputs.user_removed, *late):

@@ -113,6 +113,11 @@ ROLLED_BACK = "rolled-back"
 #: L{meshroute.clients.transaction.MAX_TRANSACTION_BYTES} bytes of
 #: messages, headers included).
 TRANSACTION_TOO_LARGE = "transaction-too-large"
+#: The client passed one of its listener's bounds
+#: (L{meshroute.clients.limits}): connection-level for a connection,
+#: session, header or handshake-time bound, a command's answer for a
+#: subscription or credit bound.  The detail names the key.
+LIMIT_REACHED = "limit-reached"
 #: The router requires authentication, which the client's protocol
 #: version cannot do (connection-level).
 AUTHENTICATION_REQUIRED = "authentication-required"

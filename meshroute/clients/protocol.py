@@ -13,8 +13,12 @@ else is disturbed.
 
 L{ClientFactory} owns what outlives one connection: the sessions, the
 bound of the bytes of partial frames its connections hold together, and
-the one timer that closes connections silent for their TTL or slow to
-finish a frame.
+the one timer that closes connections silent for their TTL, slow to
+finish a frame, or without a session for C{stage-valid-timeout}.  The
+bounds of what one client may take are its settings' C{limits}
+(L{meshroute.clients.limits}): a connection beyond C{max-connections} is
+refused as soon as it is made, and a message beyond the header bounds
+closes its connection before it reaches the session.
 """
 
 import os
@@ -22,14 +26,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from automat import NoTransition
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
+from zope.interface import implementer
 
 from meshroute.clients import frames as f
 from meshroute.clients.connection import (
     CONNECTION_MACHINE,
     MAX_BUFFERED_FRAMES,
+    UNREAD,
     BufferBudget,
     ConnectionCore,
 )
@@ -67,10 +73,12 @@ _INPUT_FOR_FRAME = {
 }
 
 
+@implementer(IPushProducer)
 class ClientProtocol(Protocol):
     """
     Bytes ↔ frames for one client connection; all decisions are the
-    machines'.
+    machines'.  It is the producer of what the router writes to the
+    client, so that the transport can tell it the client stopped reading.
     """
 
     def __init__(self, factory: "ClientFactory") -> None:
@@ -89,7 +97,11 @@ class ClientProtocol(Protocol):
         )
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
+        self.transport.registerProducer(self, True)
         factory.connection_made(self.core)
+        refusal = factory.settings.limits.connection_refusal(len(factory.connections) - 1)
+        if refusal is not None:
+            self.machine.over_limit(refusal)
 
     def dataReceived(self, data: bytes) -> None:
         core = self.core
@@ -102,7 +114,12 @@ class ClientProtocol(Protocol):
             return
         room = core.read(len(frames), self._decoder.pending)
         machine = self.machine
+        headers_problem = core.settings.limits.headers_problem
         for frame in frames:
+            problem = headers_problem(frame)
+            if problem is not None:
+                machine.over_limit(problem)
+                return
             # The data path: straight to the open session (HOT_FRAMES);
             # an attached connection is one with a session.
             session = core.session
@@ -123,6 +140,25 @@ class ClientProtocol(Protocol):
                 return
         if not room:
             machine.buffers_full()
+
+    def pauseProducing(self) -> None:
+        """
+        The transport's buffer is full: the client does not read what the
+        router writes (Pongs, answers, deliveries).  Stop reading it until
+        it does, rather than hold what it would make us write.
+        """
+        self.core.pause(UNREAD)
+
+    def resumeProducing(self) -> None:
+        """
+        The transport's buffer has drained.
+        """
+        self.core.resume(UNREAD)
+
+    def stopProducing(self) -> None:
+        """
+        The transport is going away; C{connectionLost} follows.
+        """
 
     def connectionLost(self, reason=None) -> None:
         self.machine.connection_lost()
@@ -266,13 +302,16 @@ class ClientFactory(Factory):
 
     def check_ttls(self) -> None:
         """
-        Close every connection that sent no whole frame for its TTL, or is
+        Close every connection that has had no session for
+        C{stage-valid-timeout}, sent no whole frame for its TTL, or is
         sending one frame for longer than C{PARTIAL_FRAME_TIMEOUT_S}.  Runs
         every C{connection-ttl-check-interval} while there are connections.
         """
         now = self.clock.seconds()
         for core in list(self.connections):
-            if core.silent_too_long(now):
+            if core.handshake_late(now):
+                core.machine.handshake_expired()
+            elif core.silent_too_long(now):
                 core.machine.ttl_expired()
             elif core.frame_late(now):
                 core.machine.frame_overdue()

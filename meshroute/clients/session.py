@@ -62,6 +62,7 @@ from twisted.python.failure import Failure
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
+from meshroute.clients.limits import ClientLimits
 from meshroute.clients.permissions import NotAllowed
 from meshroute.clients.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
@@ -185,6 +186,7 @@ class SessionSettings:
     @ivar max_depth: deliveries a disconnected session holds.
     @ivar max_depth_policy: one of L{MAX_DEPTH_POLICIES}.
     @ivar recovery_buffer_size: deliveries kept to re-send on resume.
+    @ivar limits: what one client may take (L{ClientLimits}).
     """
 
     connection_ttl_override: int = -1
@@ -193,6 +195,7 @@ class SessionSettings:
     max_depth: int = 1000
     max_depth_policy: str = DROP_OLDEST
     recovery_buffer_size: int = 64
+    limits: ClientLimits = ClientLimits()
 
 
 class SessionRegistry:
@@ -709,6 +712,13 @@ class SessionCore:
             self.answer(command_id, f.Error(command_id, f.NOT_ALLOWED,
                                             self.guard.refusal(f"consume from {queue!r}")))
             return
+        limits = self.settings.limits
+        refusal = (limits.subscription_refusal(len(self.subscriptions))
+                   or limits.credit_refusal(len(self.owners), self.outstanding_credit(),
+                                            frame.credit))
+        if refusal is not None:
+            self.answer(command_id, f.Error(command_id, f.LIMIT_REACHED, refusal))
+            return
         # Confirm first: deliveries may start inside queues.subscribe.
         self.answer(command_id, f.Confirm(command_id, ""))
         take = self._take
@@ -855,8 +865,19 @@ class SessionCore:
         subscription = self.subscriptions.get(frame.subscription)
         # Credit racing an Unsubscribe is harmless: ignored.
         if subscription is not None:
+            refusal = self.settings.limits.credit_refusal(
+                len(self.owners), self.outstanding_credit(), frame.n)
+            if refusal is not None:
+                self.answer(command_id, f.Error(command_id, f.LIMIT_REACHED, refusal))
+                return
             subscription.add_credit(frame.n)
         self.done(command_id)
+
+    def outstanding_credit(self) -> int:
+        """
+        The deliveries the session's subscriptions may still be given.
+        """
+        return sum(subscription.credit for subscription in self.subscriptions.values())
 
     def owned(self, delivery_ids) -> dict[int, list[int]]:
         """

@@ -1,0 +1,305 @@
+"""
+Hostile clients against real routers: two C{twistd} routers one hop apart
+(router-a, where the attack happens, and router-c, where the queue is),
+a persistent load running across them, and at router-a at the same time:
+
+ - a slowloris client holding as many half-open connections as the
+   listener allows (each trickling the first bytes of an Open, never
+   finishing it), re-opening them as the router closes them after
+   C{stage-valid-timeout}, and probing past C{max-connections};
+ - a hostile client throwing garbage and valid frames in invalid orders;
+ - a client flooding Pings and never reading the Pongs.
+
+Pass: router-a stays up, the producer and consumer are served, every
+persistent message (sent twice, with duplicate ids) is consumed exactly
+once, and router-a's memory (RSS from /proc) stays bounded.  The numbers
+are printed (C{pytest -s}) for docs/security.md.
+"""
+
+import os
+import selectors
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+
+from meshroute.clients import frames as f
+from meshroute.wire.codec import encode
+
+from routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+
+MAX_CONNECTIONS = 48
+#: Slots the slowloris client leaves to the others (producer, hostile
+#: client, flooder) once it has shown the limit holds.
+RESERVED = 6
+MESSAGES = 2000
+#: RSS router-a may gain over its size before the attack.
+RSS_BOUND = 96 * 1024 * 1024
+
+
+def rss(pid: int) -> int:
+    """
+    A process's resident set size in bytes, from /proc.
+    """
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class Tally:
+    """
+    What a hostile client did and what the router answered.
+    """
+
+    opened: int = 0
+    refused: int = 0  # closed with limit-reached: max-connections
+    timed_out: int = 0  # closed with limit-reached: stage-valid-timeout
+    closed: int = 0  # closed by the router, any reason
+    frames: int = 0
+    bytes_sent: int = 0
+    codes: dict = field(default_factory=dict)
+
+
+class Slowloris(threading.Thread):
+    """
+    Holds up to C{target} half-open connections, trickling one byte of a
+    long Open into each every tenth of a second.
+    """
+
+    def __init__(self, port: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.port, self.stop = port, stop
+        self.target = MAX_CONNECTIONS + 10
+        self.open_frame = encode(f.Open([1, 2, 3, 4], "slow" * 100, "", 60000))
+        self.tally = Tally()
+        self.held: dict[socket.socket, list] = {}  # socket → [bytes sent, bytes received]
+        self.most_held = 0
+        self.probed = threading.Event()
+        self.selector = selectors.DefaultSelector()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self._fill()
+                self._read(timeout=0.1)
+                self._trickle()
+                held = len(self.held)
+                self.most_held = max(self.most_held, held)
+                if not self.probed.is_set() and self.tally.refused >= 10:
+                    # The limit held: from now on leave room for the others.
+                    self.target = MAX_CONNECTIONS - RESERVED
+                    for sock in list(self.held)[self.target:]:
+                        self._forget(sock)
+                    self.probed.set()
+        finally:
+            for sock in list(self.held):
+                self._forget(sock)
+
+    def _fill(self) -> None:
+        while len(self.held) < self.target:
+            try:
+                sock = connect(self.port)
+            except OSError:
+                return
+            self.held[sock] = [0, b""]
+            self.selector.register(sock, selectors.EVENT_READ)
+            self.tally.opened += 1
+
+    def _read(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout):
+            sock = key.fileobj
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            if data:
+                self.held[sock][1] += data
+                continue
+            received = self.held[sock][1]
+            self.tally.closed += 1
+            if b"max-connections" in received:
+                self.tally.refused += 1
+            elif b"stage-valid-timeout" in received:
+                self.tally.timed_out += 1
+            self._forget(sock)
+
+    def _trickle(self) -> None:
+        for sock, state in list(self.held.items()):
+            sent = state[0]
+            if sent < len(self.open_frame) - 1:
+                try:
+                    state[0] += sock.send(self.open_frame[sent:sent + 1])
+                    self.tally.bytes_sent += 1
+                except OSError:
+                    pass
+
+    def _forget(self, sock: socket.socket) -> None:
+        self.held.pop(sock, None)
+        try:
+            self.selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+        sock.close()
+
+
+#: What the hostile client throws, each on a connection of its own.
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+GARBAGE = [
+    os.urandom(512),
+    struct.pack(">I", 2**32 - 1) + b"x" * 64,  # a huge declared length
+    _frame(b"\x91" * 3000 + b"\xc0"),  # deep msgpack
+    _frame(b"\xdd\xff\xff\xff\xff"),  # an array of 4 Gi items
+    _frame(b"\x95\x01\x91\x01\xa2\xff\xfe\xa0\xcd\xea\x60"),  # Open with invalid UTF-8
+    encode(f.Send(1, "q", {}, b"before open", True)),  # a command before Open
+    encode(f.Open([1], "h", "", 60000)) + encode(f.Open([1], "h", "", 60000)),  # Open twice
+    encode(f.Open([1], "h", "", 60000)) + encode(f.Ack(7, [1])),  # a command id out of order
+    encode(f.Open([99], "h", "", 60000)),  # no version in common
+    encode(f.Open([4], "h", "", 60000)) + encode(f.Send(1, "q", {str(i): "" for i in range(100)},
+                                                        b"", True)),  # too many headers
+    encode(f.Open([1], "h", "", 60000)) + encode(f.SendBatch(1, [["q", {}, b"", True, ""]])),
+    encode(f.Open([4], "h", "", 60000)) + encode(f.Close(1)) + encode(f.Send(2, "q", {}, b"",
+                                                                            True)),
+    encode(f.Pong(1)) * 1000,  # tiny frames before Open
+]
+
+
+class Hostile(threading.Thread):
+    """
+    Connects again and again, throws one of L{GARBAGE} and reads until the
+    router closes the connection; counts the Error codes it was given.
+    """
+
+    def __init__(self, port: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.port, self.stop = port, stop
+        self.tally = Tally()
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            throw = GARBAGE[n % len(GARBAGE)]
+            n += 1
+            try:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            except OSError:
+                continue
+            with sock:
+                self.tally.opened += 1
+                try:
+                    sock.sendall(throw)
+                    self.tally.bytes_sent += len(throw)
+                    self.tally.frames += 1
+                    received = b""
+                    while chunk := sock.recv(65536):
+                        received += chunk
+                except OSError:
+                    received = b""
+            self.tally.closed += 1
+            for code in (f.PROTOCOL_ERROR, f.BAD_COMMAND, f.UNSUPPORTED_VERSION,
+                         f.LIMIT_REACHED):
+                if code.encode() in received:
+                    self.tally.codes[code] = self.tally.codes.get(code, 0) + 1
+
+
+class Flooder(threading.Thread):
+    """
+    Opens a session, then sends Pings as fast as the router takes them
+    and never reads: the Pongs pile up, on the router's side unless it
+    stops reading a client that does not read.
+    """
+
+    def __init__(self, port: int, stop: threading.Event, most: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.stop, self.most = port, stop, most
+        self.tally = Tally()
+        self.stalled = threading.Event()
+
+    def run(self) -> None:
+        pings = b"".join(encode(f.Ping(i)) for i in range(10_000))
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+            sock.sendall(encode(f.Open([1], "flood", "", -1)))
+            self.tally.opened += 1
+            while not self.stop.is_set() and self.tally.bytes_sent < self.most:
+                try:
+                    sent = sock.send(pings)
+                except socket.timeout:
+                    self.stalled.set()  # the router stopped reading us: good
+                    continue
+                except OSError:
+                    self.tally.closed += 1
+                    return
+                self.tally.bytes_sent += sent
+                self.tally.frames += sent // len(encode(f.Ping(1)))
+
+
+def test_the_router_serves_its_clients_through_hostile_ones(mesh):
+    c = mesh.router("router-c", clients=True)
+    a = mesh.router("router-a", connect=[c], clients=True)
+    a.extra["clients.listener"].update({
+        "max-connections": MAX_CONNECTIONS, "stage-valid-timeout": "1s",
+        "connection-ttl-check-interval": 200,
+    })
+    a.write()
+    a_proc, c_proc = mesh.start(a, c)
+    a_proc.wait_route("router-c")
+    port = a.client_port
+    before = rss(a_proc.pid)
+
+    stop = threading.Event()
+    slowloris = Slowloris(port, stop)
+    slowloris.start()
+    try:
+        wait_until(slowloris.probed.is_set, timeout=30, what="the slowloris probe refused")
+        consumer = mesh.start_receive(c_proc, "q", MESSAGES, 240)
+        hostile = Hostile(port, stop)
+        flooder = Flooder(port, stop, most=256 * 1024 * 1024)
+        hostile.start()
+        flooder.start()
+        peak = before
+        # Every message twice: the second run's sends are all duplicates.
+        for _ in range(2):
+            producer = mesh.start_send(a_proc, "q@router-c", MESSAGES,
+                                       "--duplicate-id-prefix", "hostile-")
+
+            def produced() -> bool:
+                nonlocal peak
+                peak = max(peak, rss(a_proc.pid))
+                return producer.poll() is not None
+
+            wait_until(produced, timeout=240, interval=0.2, what="the producer's end")
+            assert producer.poll() == 0, producer.stderr
+        assert consumer.wait(240) == 0, consumer.stderr
+        peak = max(peak, rss(a_proc.pid))
+        assert a_proc.popen.poll() is None, "router-a died"
+    finally:
+        stop.set()
+        slowloris.join(30)
+    hostile.join(30)
+    flooder.join(30)
+    after = rss(a_proc.pid)
+
+    bodies = [m["body"] for m in consumer.messages()]
+    assert sorted(bodies) == sorted(f"message {n}" for n in range(1, MESSAGES + 1))
+    assert c_proc.queue_depth("q") == 0  # nothing was enqueued twice
+    assert a_proc.info()["name"] == "router-a"  # the admin API still answers
+    assert slowloris.tally.refused >= 10
+    assert slowloris.tally.timed_out > 0
+    assert hostile.tally.closed > len(GARBAGE)
+    assert peak - before < RSS_BOUND
+    print(f"\nslowloris: {slowloris.tally}, most held {slowloris.most_held}"
+          f"\nhostile: {hostile.tally}\nflooder: {flooder.tally}, "
+          f"stalled {flooder.stalled.is_set()}"
+          f"\nrouter-a RSS: before {before / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB, "
+          f"after {after / 2**20:.1f} MiB; {len(bodies)} messages consumed once each")
