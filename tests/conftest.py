@@ -50,3 +50,26 @@ def observe_errors():
             for e in observer.errors
         ]
         pytest.fail("errors were logged:\n" + "\n".join(messages), pytrace=False)
+
+
+@pytest.fixture
+def clock():
+    """
+    A virtual clock: every timer of a test without sockets runs on it.
+    """
+    from twisted.internet.task import Clock
+
+    return Clock()
+
+
+@pytest.fixture
+def engine(tmp_path, clock):
+    """
+    The engine a router-side client test runs against: a real store under
+    L{client_fakes.FakeEngine}, whose commits the test lets land.
+    """
+    from client_fakes import FakeEngine
+
+    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
+    yield engine
+    engine.close()

@@ -43,18 +43,6 @@ from client_testing import Harness, failure_of, kept_clients, result_of  # noqa:
 
 
 @pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-def engine(tmp_path, clock):
-    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
 def auto_engine(tmp_path, clock):
     engine = FakeEngine(str(tmp_path / "auto.sqlite"), clock, auto=True)
     yield engine

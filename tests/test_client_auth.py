@@ -8,7 +8,6 @@ connections.
 """
 
 import pytest
-from twisted.internet.task import Clock
 from twisted.internet.ssl import Certificate
 from twisted.internet.testing import StringTransport
 
@@ -36,11 +35,6 @@ PERMISSIONS = (
 
 def policy(users=USERS, permissions=PERMISSIONS) -> SecurityPolicy:
     return SecurityPolicy(ROUTER, users, permissions)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

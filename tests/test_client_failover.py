@@ -9,7 +9,6 @@ ids across a recreation.  Everything runs on a C{task.Clock}.
 import pytest
 import pytest_twisted
 from twisted.internet.defer import succeed
-from twisted.internet.task import Clock
 from twisted.test import iosim
 
 from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpoint
@@ -65,11 +64,6 @@ class CuttableEndpoint:
                 io.disconnecting = io.disconnected = True
             pump.serverIO.reportDisconnect()
             pump.clientIO.reportDisconnect()
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import fail
 from twisted.internet.error import ConnectionRefusedError
-from twisted.internet.task import Clock
 
 from meshroute.client import (
     FAILOVER,
@@ -58,11 +57,6 @@ class NamedEndpoint(ScriptedEndpoint):
 
     def __repr__(self) -> str:
         return self.name
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

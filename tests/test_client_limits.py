@@ -12,7 +12,6 @@ the real SQLite store run inline.
 from dataclasses import replace
 
 import pytest
-from twisted.internet.task import Clock
 
 from meshroute.clients import frames as f
 from meshroute.clients.limits import ClientLimits, client_limits
@@ -21,22 +20,9 @@ from meshroute.clients.session import SessionSettings
 from meshroute.config import load_config
 from meshroute.wire.codec import encode
 
-from client_fakes import FakeEngine
 from router_connection import Connection
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=1000, keep_alive_ms=5000)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-def engine(tmp_path, clock):
-    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
-    yield engine
-    engine.close()
 
 
 def listener(engine, clock, **limits) -> ClientFactory:

@@ -36,18 +36,6 @@ FUZZ = settings(max_examples=200, deadline=None)
 
 
 @pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-def engine(tmp_path, clock):
-    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
 def factory(engine, clock):
     return ClientFactory(engine, clock)
 

@@ -10,7 +10,6 @@ with unblocked calls, failure listeners and forgotten clients.
 import gc
 
 import pytest
-from twisted.internet.task import Clock
 
 from meshroute.client import (
     DISCONNECT,
@@ -29,11 +28,6 @@ from client_testing import failure_of, kept_clients, result_of  # noqa: F401
 from scripted_router import SESSION, ScriptedEndpoint
 
 OTHER_SESSION = "6" * 32
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

@@ -356,6 +356,22 @@ def test_message_bounced_back_through_another_router_is_kept(mesh):
     assert consumer.bodies == [b"0"]
 
 
+def count_acknowledgements(store) -> list[int]:
+    """
+    The sequence numbers of the cumulative acknowledgements C{store} records
+    from now on (each one an outbox deletion at the sender).
+    """
+    acknowledged = []
+    record = store.acknowledge
+
+    def counting(peer, up_to_seq):
+        acknowledged.append(up_to_seq)
+        return record(peer, up_to_seq)
+
+    store.acknowledge = counting
+    return acknowledged
+
+
 def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
     """
     Acknowledging a forwarded message before forwarding it (scenario 3)
@@ -365,15 +381,7 @@ def test_forwarding_router_acknowledges_a_run_of_transfers_together(mesh):
     """
     line(mesh)
     consumer = Consumer(mesh.routers["router-c"], "q")
-    store = mesh.routers["router-a"].store
-    acknowledged = []
-    record = store.acknowledge
-
-    def counting(peer, up_to_seq):
-        acknowledged.append(up_to_seq)
-        return record(peer, up_to_seq)
-
-    store.acknowledge = counting
+    acknowledged = count_acknowledgements(mesh.routers["router-a"].store)
     sent = send(mesh, "router-a", "q@router-c", 500)
     mesh.run(1)
     assert_confirmed(sent)
@@ -389,15 +397,7 @@ def test_at_a_low_rate_one_ack_covers_several_transfers(mesh):
     """
     line(mesh)
     consumer = Consumer(mesh.routers["router-c"], "q")
-    store = mesh.routers["router-b"].store
-    acknowledged = []
-    record = store.acknowledge
-
-    def counting(peer, up_to_seq):
-        acknowledged.append(up_to_seq)
-        return record(peer, up_to_seq)
-
-    store.acknowledge = counting
+    acknowledged = count_acknowledgements(mesh.routers["router-b"].store)
     sent = []
     for _ in range(20):
         sent += send(mesh, "router-a", "q@router-c", 1)

@@ -16,7 +16,6 @@ import sqlite3
 from dataclasses import replace
 
 import pytest
-from twisted.internet.task import Clock
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
@@ -39,18 +38,6 @@ from meshroute.events import read_events
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=1000, keep_alive_ms=5000,
                            max_depth=1000, recovery_buffer_size=64)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-@pytest.fixture
-def engine(tmp_path, clock):
-    engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
-    yield engine
-    engine.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ inline, on a C{task.Clock}; the store's one-call commit; and the rules
 """
 
 import pytest
-from twisted.internet.task import Clock
 
 from meshroute import events as event_names
 from meshroute.clients import frames as f
@@ -20,11 +19,6 @@ from meshroute.store.sqlite import DuplicateMessage
 
 from client_fakes import ROUTER, RecordingEvents
 from test_router_sessions import SETTINGS, Connection, deliveries, only
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture
