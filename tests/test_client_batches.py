@@ -22,7 +22,7 @@ from meshroute.queues import READ_AHEAD
 
 from client_testing import failure_of, result_of
 from test_client import Harness
-from test_router_transactions import clock, engine, store  # noqa: F401 (fixtures)
+from test_router_transactions import engine, store  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from meshroute.clients import frames as f
 
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401
 from scripted_router import SESSION, ScriptedEndpoint
-from test_client_sessions import OTHER_SESSION, Session, clock, endpoint  # noqa: F401
+from test_client_sessions import OTHER_SESSION, Session, endpoint  # noqa: F401
 
 
 def transacted(clock, endpoint, **options) -> Session:

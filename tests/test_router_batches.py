@@ -14,7 +14,7 @@ from meshroute.clients import frames as f
 from meshroute.engine import BacklogFull
 
 from test_router_sessions import Connection, deliveries, only
-from test_router_transactions import clock, engine, factory, store  # noqa: F401 (fixtures)
+from test_router_transactions import engine, factory, store  # noqa: F401 (fixtures)
 
 
 def open_with(connection: Connection, versions: list, session_id: str = "",
