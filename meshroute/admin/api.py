@@ -69,6 +69,32 @@ class Unavailable(Exception):
         self.detail = detail
 
 
+def _serve(request, methods: tuple[bytes, ...], call: Callable[[], object],
+           doing: str) -> bytes:
+    """
+    Answer C{request} with C{call()} as JSON when its method is one of
+    C{methods} (the first names the method to use): a 405 otherwise, the
+    error an L{Unavailable} carries, or a logged 500 (the router failed to
+    C{doing}).  Read-only resources and actions share it, so they answer
+    the same way.
+    """
+    if request.method not in methods:
+        request.setHeader(b"allow", b", ".join(methods))
+        return _error(request, http.NOT_ALLOWED, "method-not-allowed",
+                      f"{request.method.decode(errors='replace')} is not served; "
+                      f"use {methods[0].decode()}")
+    try:
+        value = call()
+    except Unavailable as e:
+        return _error(request, e.code, e.error, e.detail)
+    except Exception:
+        log.failure("admin API: {path} failed",
+                    path=request.uri.decode("utf-8", errors="replace"))
+        return _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
+                      f"the router failed to {doing}; see its log")
+    return _answer(request, http.OK, value)
+
+
 class _NotFound(Resource):
     """
     What a path that names no resource gets, whatever the method.
@@ -108,20 +134,7 @@ class JSONResource(Resource):
     def render(self, request) -> bytes:
         if request.postpath not in ([], [b""]):
             return _NotFound().render(request)
-        if request.method not in (b"GET", b"HEAD"):
-            request.setHeader(b"allow", b"GET, HEAD")
-            return _error(request, http.NOT_ALLOWED, "method-not-allowed",
-                          f"{request.method.decode(errors='replace')} is not served; use GET")
-        try:
-            value = self._produce()
-        except Unavailable as e:
-            return _error(request, e.code, e.error, e.detail)
-        except Exception:
-            log.failure("admin API: answering {path} failed",
-                        path=request.uri.decode("utf-8", errors="replace"))
-            return _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
-                          "the router failed to answer; see its log")
-        return _answer(request, http.OK, value)
+        return _serve(request, (b"GET", b"HEAD"), self._produce, "answer")
 
 
 class _Unauthorized(Resource):
@@ -194,18 +207,7 @@ class _Action(Resource):
         if not self._token_configured:
             return _error(request, http.FORBIDDEN, "token-required",
                           "actions need [admin] token-file; this router has none")
-        if request.method != b"POST":
-            request.setHeader(b"allow", b"POST")
-            return _error(request, http.NOT_ALLOWED, "method-not-allowed",
-                          f"{request.method.decode(errors='replace')} is not served; use POST")
-        try:
-            value = self._act()
-        except Exception:
-            log.failure("admin API: {path} failed",
-                        path=request.uri.decode("utf-8", errors="replace"))
-            return _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
-                          "the router failed to act; see its log")
-        return _answer(request, http.OK, value)
+        return _serve(request, (b"POST",), self._act, "act")
 
 
 class AdminSite(Site):
