@@ -83,7 +83,7 @@ class Sink(protocol.Protocol):
     """
 
     def connectionMade(self) -> None:
-        from meshroute.clients import frames as f
+        from meshroute.wire import client_frames as f
         from meshroute.wire.codec import FrameDecoder
 
         self.f = f
@@ -134,7 +134,7 @@ async def producer_worker(reactor, port: str, messages: str, window: str, persis
     import json
 
     from meshroute.client import connect
-    from meshroute.clients import frames as f
+    from meshroute.wire import client_frames as f
 
     # The client offers the versions it speaks: up to --version.
     f.SUPPORTED_VERSIONS = tuple(v for v in f.SUPPORTED_VERSIONS if v <= int(version))

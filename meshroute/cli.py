@@ -19,7 +19,7 @@ from twisted.internet import defer, task
 from twisted.python import usage
 
 from meshroute import __version__
-from meshroute.clients.frames import MAX_FRAME_SIZE
+from meshroute.wire.client_frames import MAX_FRAME_SIZE
 from meshroute.config import config_warnings, endpoint_problem, format_config, load_config
 from meshroute.errors import ConfigError
 from meshroute.security.users import USER_NAME, read_users, write_users
@@ -297,7 +297,7 @@ class SendOptions(_SessionOptions):
         "one is durably accepted (non-persistent: accepted).  Without --body or "
         "--size, message N has the body 'message N'.  A message travels in one "
         f"client frame of at most {MAX_FRAME_SIZE} bytes (the router's limit, "
-        "meshroute.clients.frames.MAX_FRAME_SIZE) with its address and headers, "
+        "meshroute.wire.client_frames.MAX_FRAME_SIZE) with its address and headers, "
         "so its body must be a little smaller; a larger one is a usage error.  "
         "Sends are pipelined, at most "
         f"{SEND_WINDOW} unconfirmed at a time; the first refusal stops the command "
@@ -340,7 +340,7 @@ class SendOptions(_SessionOptions):
         command would fail with a lost connection that says nothing of why.
         The longest body is the last message's.
         """
-        from meshroute.clients.frames import oversized_send
+        from meshroute.wire.client_frames import oversized_send
 
         body = self.body(self["count"])
         reason = oversized_send(self["to"], {}, body, True,

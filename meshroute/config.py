@@ -36,8 +36,8 @@ from decimal import Decimal
 
 from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, serverFromString
 
-from meshroute.clients import limits
-from meshroute.clients.tls import load_client_ca
+from meshroute.sessions import limits
+from meshroute.sessions.tls import load_client_ca
 from meshroute.errors import ConfigError
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
@@ -159,7 +159,7 @@ class ClientListenerConfig:
     @ivar max_frame_size: the largest frame a client may send, in bytes.
 
     The other keys are what one client may take
-    (L{meshroute.clients.limits.ClientLimits}, same names and defaults).
+    (L{meshroute.sessions.limits.ClientLimits}, same names and defaults).
     @ivar client_ca: the PEM file of the CA whose client certificates
         authenticate users (subject CN) on an C{ssl:} endpoint, or None.
     """

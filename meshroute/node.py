@@ -25,12 +25,12 @@ from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
-from meshroute.clients.ha_view import WITHOUT_HA, HAView
-from meshroute.clients.frames import MAX_FRAME_SIZE
-from meshroute.clients.limits import ClientLimits, client_limits
-from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.session import SessionSettings
-from meshroute.clients.tls import load_client_ca, verify_client_certificates
+from meshroute.sessions.ha_view import WITHOUT_HA, HAView
+from meshroute.wire.client_frames import MAX_FRAME_SIZE
+from meshroute.sessions.limits import ClientLimits, client_limits
+from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.session import SessionSettings
+from meshroute.sessions.tls import load_client_ca, verify_client_certificates
 from meshroute.config import RouterConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError

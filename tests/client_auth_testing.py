@@ -4,7 +4,7 @@ tests that speak the client protocol themselves (to a factory in memory,
 or to a router process over a socket).
 """
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.security.scram import MECHANISM, ScramClient
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.testing import StringTransport
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
 from meshroute.queues import QueueManager

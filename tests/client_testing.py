@@ -9,7 +9,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.test import iosim
 
 from meshroute.client import Client, connect_endpoint
-from meshroute.clients.protocol import ClientFactory
+from meshroute.sessions.protocol import ClientFactory
 
 
 def result_of(d: Deferred):

@@ -3,7 +3,7 @@ One client connection to a router's client listener, driven frame by
 frame over a C{StringTransport}: what the router-side tests speak with.
 """
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 
 from client_fakes import ClientEnd
 

@@ -11,7 +11,7 @@ from twisted.internet.error import ConnectionDone, ConnectionRefusedError
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode
 
 ROUTER = "router-a"

@@ -35,8 +35,8 @@ from meshroute.client import (
     connect_endpoint,
     describe_body,
 )
-from meshroute.clients import frames as f
-from meshroute.clients.protocol import ClientFactory
+from meshroute.wire import client_frames as f
+from meshroute.sessions.protocol import ClientFactory
 
 from client_fakes import ROUTER, FakeEngine
 from client_testing import Harness, failure_of, kept_clients, result_of  # noqa: F401
@@ -95,7 +95,7 @@ def test_connect_refused_by_the_router(clock, tmp_path):
     engine = FakeEngine(str(tmp_path / "s.sqlite"), clock)
     try:
         h = Harness(engine, clock)
-        from meshroute.clients.connection import ConnectionCore
+        from meshroute.sessions.connection import ConnectionCore
 
         original = ConnectionCore.vet_open
         ConnectionCore.vet_open = lambda self, frame: (

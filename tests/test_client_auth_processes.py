@@ -16,7 +16,7 @@ from certificates import make_ca, make_client_cert, make_server_cert
 from client_auth_testing import scram_open
 from routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.security.credentials import derive
 from meshroute.security.users import write_users
 from meshroute.wire.codec import FrameDecoder, encode

@@ -15,9 +15,9 @@ import pytest
 from meshroute.client import TOO_LARGE, Producer, SendError, UnblockedError
 from meshroute.client import session as session_module_client
 from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
-from meshroute.clients import connection as connection_module
-from meshroute.clients import frames as f
-from meshroute.clients import session as session_module
+from meshroute.sessions import connection as connection_module
+from meshroute.wire import client_frames as f
+from meshroute.sessions import session as session_module
 from meshroute.queues import READ_AHEAD
 
 from client_testing import failure_of, result_of

@@ -1,6 +1,6 @@
 """
 The client's failover against the router's real side of the contract
-(L{meshroute.clients.protocol.ClientFactory} with a fake engine), through
+(L{meshroute.sessions.protocol.ClientFactory} with a fake engine), through
 in-memory connections the tests cut: reattachment with replay, recreation
 after keep-alive, the router's TTL against the client's pings, duplicate
 ids across a recreation.  Everything runs on a C{task.Clock}.
@@ -12,8 +12,8 @@ from twisted.internet.defer import succeed
 from twisted.test import iosim
 
 from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpoint
-from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.session import SessionSettings
+from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.session import SessionSettings
 
 from client_fakes import FakeEngine
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401

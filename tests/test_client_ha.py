@@ -31,9 +31,9 @@ from meshroute.client import (
     UnblockedError,
     connect_endpoint,
 )
-from meshroute.clients import frames as f
-from meshroute.clients.ha_view import HAView
-from meshroute.clients.protocol import ClientFactory
+from meshroute.wire import client_frames as f
+from meshroute.sessions.ha_view import HAView
+from meshroute.sessions.protocol import ClientFactory
 
 from client_fakes import FakeEngine
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401

@@ -1,5 +1,5 @@
 """
-Tests for what one client may take of a router (L{meshroute.clients.limits}
+Tests for what one client may take of a router (L{meshroute.sessions.limits}
 and where the client listener applies it): connections, sessions,
 subscriptions, unacknowledged deliveries, headers and the time to open.
 Each limit costs the client that reached it (a refused command or its
@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from meshroute.clients import frames as f
-from meshroute.clients.limits import ClientLimits, client_limits
-from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.session import SessionSettings
+from meshroute.wire import client_frames as f
+from meshroute.sessions.limits import ClientLimits, client_limits
+from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.session import SessionSettings
 from meshroute.config import load_config
 from meshroute.wire.codec import encode
 

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from meshroute.clients import frames as f
-from meshroute.clients import connection as connection_module
-from meshroute.clients import session as session_module
-from meshroute.clients.ha_view import HAView
-from meshroute.clients.protocol import ClientFactory
+from meshroute.wire import client_frames as f
+from meshroute.sessions import connection as connection_module
+from meshroute.sessions import session as session_module
+from meshroute.sessions.ha_view import HAView
+from meshroute.sessions.protocol import ClientFactory
 from meshroute.errors import WireError
 from meshroute.messages import AddressError
 from meshroute.store import ExecutorStopped

@@ -21,7 +21,7 @@ from meshroute.client import (
     UnblockedError,
     connect_endpoint,
 )
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401

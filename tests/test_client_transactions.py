@@ -15,7 +15,7 @@ from meshroute.client import (
     UnblockedError,
     connect_endpoint,
 )
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401
 from scripted_router import SESSION, ScriptedEndpoint

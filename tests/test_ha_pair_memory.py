@@ -11,7 +11,7 @@ from twisted.internet.defer import succeed
 from twisted.internet.protocol import Factory, Protocol
 
 from memory_mesh import SECRET, MemoryMesh
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.config import ClientListenerConfig
 from test_messaging_memory import Consumer
 from meshroute.events import read_events

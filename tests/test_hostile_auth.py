@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from meshroute.clients import frames as f
-from meshroute.clients.limits import ClientLimits
-from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.session import SessionSettings
+from meshroute.wire import client_frames as f
+from meshroute.sessions.limits import ClientLimits
+from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.session import SessionSettings
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import MECHANISM, ScramClient

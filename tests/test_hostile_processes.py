@@ -23,7 +23,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
 from routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)

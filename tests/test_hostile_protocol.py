@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
 
-from meshroute.clients import frames as f
-from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.session import MAX_HELD_ANSWERS
+from meshroute.wire import client_frames as f
+from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.session import MAX_HELD_ANSWERS
 from meshroute.wire.codec import encode
 
 from client_fakes import FakeEngine
@@ -57,7 +57,7 @@ class Listener:
         self.logged: list[dict] = []
 
     def _observe(self, event: dict) -> None:
-        if event.get("log_namespace", "").startswith("meshroute.clients"):
+        if event.get("log_namespace", "").startswith("meshroute.sessions"):
             self.logged.append(event)
 
     @contextmanager

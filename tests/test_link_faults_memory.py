@@ -242,7 +242,7 @@ def largest_send_body(address: str) -> bytes:
     The body of the largest Send a client may make to C{address}: its frame
     is exactly at the client's limit.
     """
-    from meshroute.clients.frames import MAX_FRAME_SIZE, Send
+    from meshroute.wire.client_frames import MAX_FRAME_SIZE, Send
     from meshroute.wire.codec import encode
 
     overhead = len(encode(Send(2**63 - 1, address, {}, b"", True))) - 4
@@ -282,7 +282,7 @@ def test_every_frame_a_legal_send_becomes_fits_its_limit():
     the longest names, the dead-letter headers).
     """
     from meshroute.client.options import ClientOptions
-    from meshroute.clients.frames import Deliver
+    from meshroute.wire.client_frames import Deliver
     from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, MAX_MESSAGE_FRAME_SIZE, encode
     from meshroute.wire.frames import Transfer
 

@@ -10,7 +10,7 @@ frames.  The real engine and SQLite store run inline on a C{task.Clock}.
 import pytest
 
 from meshroute import events as event_names
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.engine import BacklogFull
 
 from test_router_sessions import Connection, deliveries, only

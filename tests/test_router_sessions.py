@@ -18,11 +18,11 @@ from dataclasses import replace
 import pytest
 
 from meshroute import events as event_names
-from meshroute.clients import frames as f
-from meshroute.clients.connection import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
-from meshroute.clients.limits import ClientLimits
-from meshroute.clients.protocol import ClientFactory
-from meshroute.clients.session import DROP_NEWEST, SessionSettings
+from meshroute.wire import client_frames as f
+from meshroute.sessions.connection import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
+from meshroute.sessions.limits import ClientLimits
+from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.session import DROP_NEWEST, SessionSettings
 from meshroute.engine import MessageEngine
 from meshroute.messages import Message
 from meshroute.routing.table import RouteTable
@@ -730,7 +730,7 @@ def test_received_before_open_is_a_bad_command(factory):
 
 
 def test_a_client_that_never_reports_receipt_stops_being_resumable(engine, clock, monkeypatch):
-    from meshroute.clients import session as session_module
+    from meshroute.sessions import session as session_module
 
     monkeypatch.setattr(session_module, "MAX_HELD_ANSWERS", 3)
     factory = make_factory(engine, clock)
@@ -755,7 +755,7 @@ def test_taking_over_a_session_that_is_not_resumable_recreates_it(engine, clock,
     Opened(reattached=false) with a new session, instead of raising
     NoTransition out of dataReceived.
     """
-    from meshroute.clients import session as session_module
+    from meshroute.sessions import session as session_module
 
     monkeypatch.setattr(session_module, "MAX_HELD_ANSWERS", 3)
     factory = make_factory(engine, clock)

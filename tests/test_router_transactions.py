@@ -9,9 +9,9 @@ inline, on a C{task.Clock}; the store's one-call commit; and the rules
 import pytest
 
 from meshroute import events as event_names
-from meshroute.clients import frames as f
-from meshroute.clients import transaction as transaction_module
-from meshroute.clients.protocol import ClientFactory
+from meshroute.wire import client_frames as f
+from meshroute.sessions import transaction as transaction_module
+from meshroute.sessions.protocol import ClientFactory
 from meshroute.engine import MessageEngine
 from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore

@@ -26,7 +26,7 @@ from collections import Counter
 
 import pytest
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode
 
 from proxy import TcpProxy

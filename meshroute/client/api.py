@@ -20,7 +20,7 @@ from meshroute.client.errors import TOO_LARGE, SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.session import ClientCore, ClientMachine
 from meshroute.client.subscriptions import ReceivedMessage, Subscription
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.link.rotation import EndpointRotation
 
 #: Frames of the call stack kept to say where a client was created.

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred
 
-from meshroute.clients.frames import SendBatch
+from meshroute.wire.client_frames import SendBatch
 from meshroute.wire.codec import encode, encode_items
 
 SEND = "send"

@@ -7,7 +7,7 @@ sessions"): durations in milliseconds, C{-1} for "never" or "forever".
 
 from dataclasses import dataclass, field
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 
 #: The failure listener event of a session that survived a failure: it was
 #: reattached (transparently) or recreated on a new connection.

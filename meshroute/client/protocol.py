@@ -12,7 +12,7 @@ from automat import NoTransition
 from twisted.internet.protocol import Protocol
 
 from meshroute.client.errors import CONNECTION_LOST, SessionError
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.transport import send_immediately

@@ -140,7 +140,7 @@ from meshroute.client.keepalive import Keepalive
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
 from meshroute.client.protocol import ClientProtocol
 from meshroute.client.subscriptions import Subscription
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 from meshroute.link.retry import RetrySchedule
 from meshroute.security.scram import MECHANISM as SCRAM
 from meshroute.security.scram import ScramClient, ScramError

@@ -45,7 +45,7 @@ from zope.interface import implementer
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
-from meshroute.clients.ha_view import HAView
+from meshroute.sessions.ha_view import HAView
 from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat

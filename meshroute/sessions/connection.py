@@ -25,7 +25,7 @@ The router's side of one client connection, as an Automat machine.
  - C{proving}: only C{AuthResponse} (SCRAM's client-final) is allowed.
  - C{attached}: the connection carries a session (a new one, or one it
    resumed); command and C{Received} frames are inputs of the session's
-   machine (L{meshroute.clients.session}), C{Ping} is answered here.  Its
+   machine (L{meshroute.sessions.session}), C{Ping} is answered here.  Its
    user (or None, without C{[security]}) is fixed for its life; a reload
    that removes the user closes it (C{user-removed}).
  - C{closing}: an C{Error(0, …)} or C{Closed} was sent, or the connection
@@ -38,7 +38,7 @@ client and the router disagree about it).  A connection lost any other
 way leaves its session C{disconnected}, to be resumed by another
 connection within keep-alive.
 
-The connection TTL: the L{meshroute.clients.protocol.ClientFactory} asks
+The connection TTL: the L{meshroute.sessions.protocol.ClientFactory} asks
 every connection each C{connection-ttl-check-interval} whether it has
 been silent (no whole frame) for its TTL; one that has is aborted
 (C{ttl_expired}).  Bytes of a frame not yet complete are not life: a
@@ -54,7 +54,7 @@ size); a connection whose partial frame would pass the bound is aborted
 (C{buffers_full}).  Either way the session stays resumable, as after a
 TTL expiry, and the reason is logged.
 
-Limits (L{meshroute.clients.limits}): the same check closes a connection
+Limits (L{meshroute.sessions.limits}): the same check closes a connection
 that has had no session for the listener's C{stage-valid-timeout}
 (C{handshake_expired}: it said nothing, or never finished opening), and
 C{over_limit} closes one that passed a bound (C{max-connections}, the
@@ -72,10 +72,10 @@ from cryptography.x509.oid import NameOID
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
-from meshroute.clients import frames as f
-from meshroute.clients.ha_view import WITHOUT_HA, HAView
-from meshroute.clients.permissions import CONNECT, RESUME, Guard, denied
-from meshroute.clients.session import (
+from meshroute.wire import client_frames as f
+from meshroute.sessions.ha_view import WITHOUT_HA, HAView
+from meshroute.sessions.permissions import CONNECT, RESUME, Guard, denied
+from meshroute.sessions.session import (
     NO_EVENTS,
     SESSION_MACHINE,
     SessionCore,
@@ -209,7 +209,7 @@ class ConnectionInputs(Protocol):
     def over_limit(self, detail: str) -> None:
         """
         The client passed a bound of its listener
-        (L{meshroute.clients.limits}): too many connections, or headers
+        (L{meshroute.sessions.limits}): too many connections, or headers
         beyond the bounds.
         """
 

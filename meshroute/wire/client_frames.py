@@ -109,12 +109,12 @@ INTERNAL_ERROR = "internal-error"
 #: rollback-only (one of its Sends was refused).
 ROLLED_BACK = "rolled-back"
 #: A Send would make its transaction hold more than the router allows
-#: (L{meshroute.clients.transaction.MAX_TRANSACTION_SENDS} messages or
-#: L{meshroute.clients.transaction.MAX_TRANSACTION_BYTES} bytes of
+#: (L{meshroute.sessions.transaction.MAX_TRANSACTION_SENDS} messages or
+#: L{meshroute.sessions.transaction.MAX_TRANSACTION_BYTES} bytes of
 #: messages, headers included).
 TRANSACTION_TOO_LARGE = "transaction-too-large"
 #: The client passed one of its listener's bounds
-#: (L{meshroute.clients.limits}): connection-level for a connection,
+#: (L{meshroute.sessions.limits}): connection-level for a connection,
 #: session, header or handshake-time bound, a command's answer for a
 #: subscription or credit bound.  The detail names the key.
 LIMIT_REACHED = "limit-reached"

@@ -4,8 +4,8 @@ inputs.
 
 L{ClientProtocol.dataReceived} feeds a L{FrameDecoder} over
 L{FROM_CLIENT}; each decoded frame becomes one input of the connection's
-machine (L{meshroute.clients.connection}), which hands commands to its
-session's machine (L{meshroute.clients.session}).  Undecodable bytes
+machine (L{meshroute.sessions.connection}), which hands commands to its
+session's machine (L{meshroute.sessions.session}).  Undecodable bytes
 become C{protocol_error("protocol-error")}, a frame the current state does
 not accept becomes C{protocol_error("bad-command")}: either way the client
 gets C{Error(0, code, detail)} and its connection is closed, and nothing
@@ -16,7 +16,7 @@ bound of the bytes of partial frames its connections hold together, and
 the one timer that closes connections silent for their TTL, slow to
 finish a frame, or without a session for C{stage-valid-timeout}.  The
 bounds of what one client may take are its settings' C{limits}
-(L{meshroute.clients.limits}): a connection beyond C{max-connections} is
+(L{meshroute.sessions.limits}): a connection beyond C{max-connections} is
 refused as soon as it is made, and a message beyond the header bounds
 closes its connection before it reaches the session.
 """
@@ -31,16 +31,16 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
 from zope.interface import implementer
 
-from meshroute.clients import frames as f
-from meshroute.clients.connection import (
+from meshroute.wire import client_frames as f
+from meshroute.sessions.connection import (
     CONNECTION_MACHINE,
     MAX_BUFFERED_FRAMES,
     UNREAD,
     BufferBudget,
     ConnectionCore,
 )
-from meshroute.clients.ha_view import WITHOUT_HA, HAView
-from meshroute.clients.session import (
+from meshroute.sessions.ha_view import WITHOUT_HA, HAView
+from meshroute.sessions.session import (
     HOT_FRAMES,
     NO_EVENTS,
     OPEN,

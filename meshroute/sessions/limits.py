@@ -41,7 +41,7 @@ before buffering a byte of the body.
 
 from dataclasses import dataclass
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 
 #: The defaults, documented in the README's C{[clients.listener]}
 #: reference: generous for any well-behaved application, small enough

@@ -23,7 +23,7 @@ survive failures").
  - C{expired}: C{keep-alive} passed while disconnected; cannot be resumed.
 
 The connection (C{awaiting_open → vetting_open → attached → closing →
-gone}) is another, smaller machine (L{meshroute.clients.connection}); it
+gone}) is another, smaller machine (L{meshroute.sessions.connection}); it
 turns each command and C{Received} frame into an input of the session's
 machine, and a frame the session's state has no transition for
 (C{NoTransition}) into C{Error(0, "bad-command")}.
@@ -45,7 +45,7 @@ What the session holds, and its bounds:
 
 The machine holds no data: L{SessionCore} keeps the session's state and
 does its I/O.  Its transaction (protocol version 2) is a machine of its
-own, L{meshroute.clients.transaction}: the session hands it every Send
+own, L{meshroute.sessions.transaction}: the session hands it every Send
 and Ack, and it carries them out at once or holds them until the commit.
 """
 
@@ -61,10 +61,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from meshroute import events as event_names
-from meshroute.clients import frames as f
-from meshroute.clients.limits import ClientLimits
-from meshroute.clients.permissions import NotAllowed
-from meshroute.clients.transaction import TRANSACTION_MACHINE, TransactionCore
+from meshroute.wire import client_frames as f
+from meshroute.sessions.limits import ClientLimits
+from meshroute.sessions.permissions import NotAllowed
+from meshroute.sessions.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
 from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
 from meshroute.store.executor import ExecutorStopped
@@ -151,7 +151,7 @@ class SessionInputs(Protocol):
         """
         The session's connection is gone without Close: C{reason} is
         C{connection-lost}, C{ttl} (silent for its TTL), C{frame-timeout}
-        or C{buffers-full} (see L{meshroute.clients.connection}) or
+        or C{buffers-full} (see L{meshroute.sessions.connection}) or
         C{taken-over} (another connection resumed the session).
         """
 
@@ -244,7 +244,7 @@ class SessionCore:
     """
     The data of one session and the I/O its behaviours perform.
 
-    @ivar connection: the L{meshroute.clients.connection.ConnectionCore}
+    @ivar connection: the L{meshroute.sessions.connection.ConnectionCore}
         the session is attached to, or None while disconnected (or ended).
     @ivar last_command_id: the id of the last command received; the next
         must be one more.
@@ -265,7 +265,7 @@ class SessionCore:
     @ivar user: the authenticated user that opened the session (None on
         a listener without C{[security]}): only that user resumes it.
     @ivar guard: the user's permission checks
-        (L{meshroute.clients.permissions.Guard}), or None: everything is
+        (L{meshroute.sessions.permissions.Guard}), or None: everything is
         allowed.
     """
 

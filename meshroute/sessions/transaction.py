@@ -31,7 +31,7 @@ from typing import Protocol
 from automat import TypeMachineBuilder
 from twisted.internet.defer import maybeDeferred
 
-from meshroute.clients import frames as f
+from meshroute.wire import client_frames as f
 
 #: Most Sends one transaction holds, and most bytes of them (bodies,
 #: headers, addresses, duplicate ids; see L{held_size}): a Send beyond
@@ -81,7 +81,7 @@ class TransactionCore:
     """
     What one transaction holds, and the I/O of its end.
 
-    @ivar session: the L{meshroute.clients.session.SessionCore} it belongs
+    @ivar session: the L{meshroute.sessions.session.SessionCore} it belongs
         to: it answers the commands and carries out what is not held.
     @ivar sends: the Send frames held, in order.
     @ivar acks: the deliveries acknowledged, taken from their consumers
