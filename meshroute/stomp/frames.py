@@ -426,6 +426,21 @@ def encode(frame: StompFrame, version: str = "1.2") -> bytes:
     return "\n".join(lines).encode("utf-8") + frame.body + b"\0"
 
 
+def parse_heart_beat(value: str) -> tuple[int, int]:
+    """
+    The two numbers of a C{heart-beat} header, C{"cx,cy"}: the smallest
+    interval, in ms, at which its sender can send heart-beats, and the
+    interval at which it wants to receive them (0: none).
+
+    @raise StompProtocolError: C{value} is not two decimal numbers
+        separated by a comma.
+    """
+    parts = value.split(",")
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise StompProtocolError(f"heart-beat {value!r} is not two numbers cx,cy")
+    return int(parts[0]), int(parts[1])
+
+
 def _unknown_command(raw: bytes) -> StompProtocolError:
     return StompProtocolError(f"unknown command {raw[:32].decode('ascii', 'replace')}")
 
