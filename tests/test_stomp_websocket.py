@@ -133,6 +133,17 @@ async def stream_of(streams: StreamFactory) -> Stream:
     return streams.made[0]
 
 
+async def connected(served, protocols=("v12.stomp",)):
+    """
+    A WebSocket open on C{served} offering C{protocols}: the client
+    factory, the client protocol, and the server side's stream.
+    """
+    port, streams = served
+    browser = await browse(port, list(protocols))
+    client = await within_deadline(browser.opened)
+    return browser, client, await stream_of(streams)
+
+
 async def message(browser: WebSocketClientFactory, count: int):
     while len(browser.messages) < count:
         await within_deadline(browser.message)
@@ -146,16 +157,13 @@ async def message(browser: WebSocketClientFactory, count: int):
 ])
 @pytest_twisted.ensureDeferred
 async def test_the_highest_stomp_subprotocol_offered_is_chosen(served, offered, chosen, version):
-    port, streams = served
-    browser = await browse(port, offered)
-    client = await within_deadline(browser.opened)
+    browser, client, stream = await connected(served, offered)
     assert browser.subprotocol == chosen
-    stream = await stream_of(streams)
     assert stream.transport.subprotocol == chosen
     assert stream.transport.stomp_version == version
     peer = stream.transport.getPeer()
     assert (peer.host, peer.port) == ("127.0.0.1", client.transport.getHost().port)
-    assert stream.transport.getHost().port == port.getHost().port
+    assert stream.transport.getHost().port == served[0].getHost().port
     assert stream.transport.getPeerCertificate() is None
     client.sendClose()
     await within_deadline(browser.closed)
@@ -179,10 +187,7 @@ async def test_an_unknown_subprotocol_or_path_is_refused(served, offered, path, 
 
 @pytest_twisted.ensureDeferred
 async def test_messages_are_stream_bytes_and_writes_are_messages(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     # A frame split over two messages, text then binary, is one stream.
     client.sendMessage(b"echo:SEND\ndestination:/queue/a\n\n", isBinary=False)
     client.sendMessage(b"hello\0", isBinary=True)
@@ -198,21 +203,16 @@ async def test_messages_are_stream_bytes_and_writes_are_messages(served):
 
 @pytest_twisted.ensureDeferred
 async def test_without_a_subprotocol_writes_are_binary(served):
-    port, streams = served
-    browser = await browse(port, [])
-    client = await within_deadline(browser.opened)
+    browser, client, stream = await connected(served, [])
     client.sendMessage(b"echo:text\0", isBinary=False)
     assert await message(browser, 1) == (b"text", True)
     client.sendClose()
-    await within_deadline((await stream_of(streams)).lost)
+    await within_deadline(stream.lost)
 
 
 @pytest_twisted.ensureDeferred
 async def test_lose_connection_closes_the_websocket_after_what_was_written(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     stream.transport.write(b"ERROR\nmessage:bye\n\n\0")
     client.sendMessage(b"close")
     was_clean, code, _ = await within_deadline(browser.closed)
@@ -226,10 +226,7 @@ async def test_lose_connection_closes_the_websocket_after_what_was_written(serve
 
 @pytest_twisted.ensureDeferred
 async def test_a_lost_tcp_connection_reaches_the_stream_as_connection_lost(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     client.transport.abortConnection()
     await within_deadline(stream.lost)
     assert stream.reason.check(ConnectionLost)
@@ -237,10 +234,7 @@ async def test_a_lost_tcp_connection_reaches_the_stream_as_connection_lost(serve
 
 @pytest_twisted.ensureDeferred
 async def test_abort_connection_drops_the_tcp_connection(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, _, stream = await connected(served)
     stream.transport.abortConnection()
     was_clean, _, _ = await within_deadline(browser.closed)
     assert not was_clean
@@ -250,10 +244,7 @@ async def test_abort_connection_drops_the_tcp_connection(served):
 
 @pytest_twisted.ensureDeferred
 async def test_the_stream_pauses_reading_and_produces_for_the_tcp_connection(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     tcp = stream.transport._websocket.transport
     assert tcp.producer is stream
     stream.transport.pauseProducing()
