@@ -119,6 +119,10 @@ async def browse(port, protocols, path="/stomp") -> WebSocketClientFactory:
     factory = WebSocketClientFactory(f"ws://127.0.0.1:{number}{path}", protocols=protocols,
                                      reactor=reactor)
     factory.protocol = Browser
+    # autobahn's timers round down to whole seconds: its 1 s defaults
+    # could end a close handshake at once on a loaded machine.
+    factory.setProtocolOptions(closeHandshakeTimeout=DEADLINE_S,
+                               serverConnectionDropTimeout=DEADLINE_S)
     factory.opened, factory.closed, factory.message = Deferred(), Deferred(), Deferred()
     factory.messages = []
     factory.subprotocol = None
