@@ -214,7 +214,7 @@ async def test_messages_are_stream_bytes_and_writes_are_messages(served):
 
 @pytest_twisted.ensureDeferred
 async def test_a_text_message_that_is_not_utf8_closes_only_its_connection(served):
-    browser, client, stream = await connected(served)
+    _, client, stream = await connected(served)
     other_browser, other_client, other = await connected(served)
     assert other is not stream
     client.sendMessage(b"SEND\n\n\xff\0", isBinary=False)

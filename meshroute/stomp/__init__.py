@@ -10,6 +10,5 @@ reaches the router.
    loads it.
 
 The session logic STOMP clients share with native ones is
-L{meshroute.sessions}; the C{[stomp.listener]} configuration is
-L{meshroute.config}.
+L{meshroute.sessions}; L{meshroute.config} reads C{[stomp.listener]}.
 """
