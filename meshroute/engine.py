@@ -1030,7 +1030,7 @@ class PeerChannel:
     @property
     def in_flight(self) -> int:
         """
-        Transfers sent and not acknowledged yet (at most L{WINDOW}).
+        Transfers sent and not yet acknowledged.
         """
         return len(self._in_flight)
 

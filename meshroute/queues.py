@@ -584,9 +584,8 @@ class QueueManager:
 
     def unacknowledged_counts(self) -> dict[str, int]:
         """
-        C{{queue: deliveries}} made to its consumers and not acknowledged
-        yet, for every queue that has consumers (those an open client
-        transaction holds are the transaction's, not counted).
+        C{{queue: deliveries}} made to its consumers and not acknowledged,
+        for every queue that has consumers.
         """
         return {name: sum(consumer.unacknowledged for consumer in state.consumers)
                 for name, state in self._queues.items() if state.consumers}
