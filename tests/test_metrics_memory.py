@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from meshroute import __version__
 from meshroute.admin.metrics import HA_STATES, LINK_STAGES, RouterCollector
 from meshroute.events import read_events
 from meshroute.ha.settings import BACKUP, PRIMARY
@@ -268,3 +269,6 @@ def test_an_ha_pair_shows_role_state_epoch_and_lag(ha_pair):
     assert value(at_primary, "meshroute_ha_peer_connected") == 1
     assert value(at_primary, "meshroute_messages_accepted_total") == 5
     assert value(at_backup, "meshroute_messages_accepted_total") is None
+    for samples in (at_primary, at_backup):
+        assert labelled(samples, "meshroute_router_info") == {
+            frozenset({("router", "router-b"), ("version", __version__)}): 1}

@@ -77,7 +77,8 @@ REASON_COUNTERS = (
     (events.MESSAGE_DROPPED, "messages_dropped",
      "Non-persistent messages dropped, by reason."),
     (events.LINK_CLOSED, "link_closes",
-     "Connections on the routing listener and connectors closed, by reason."),
+     "Link-protocol connections closed (links; HA vote and replication connections too), "
+     "by reason."),
 )
 
 #: How long a scrape waits for the reactor thread to read the router's
@@ -104,6 +105,10 @@ class RouterCollector:
 
     def collect(self) -> Iterator[Metric]:
         router = self._current()
+        yield InfoMetricFamily(
+            "meshroute_router", "The router's name and meshroute's version.",
+            value={"router": router.config.name if router is not None else self._ha.name,
+                   "version": __version__})
         if self._ha is not None:
             yield from _ha_metrics(self._ha.ha_status())
         if router is not None:
@@ -114,8 +119,6 @@ class RouterCollector:
 
 
 def _router_metrics(router) -> Iterator[Metric]:
-    yield InfoMetricFamily("meshroute_router", "The router's name and meshroute's version.",
-                           value={"router": router.config.name, "version": __version__})
     counts, reasons = router.events.counts, router.events.reasons
     for event, name, documentation in MESSAGE_COUNTERS:
         yield CounterMetricFamily(f"meshroute_{name}", documentation, value=counts[event])
