@@ -99,12 +99,18 @@ def test_counters_follow_the_traffic_and_a_closed_links_reason_counts_once(mesh)
     a_proc.wait_event("link.closed", reason="keepalive", peer="router-b", timeout=30)
     b_proc.sigcont()
     a_proc.wait_delivery("router-b", timeout=30)
-    closes = {labels: v for (name, labels), v in scrape(a_proc).items()
-              if name == "meshroute_link_closes_total"}
-    logged = Counter(e["reason"] for e in a_proc.events("link.closed"))
-    assert closes[frozenset({("reason", "keepalive")})] == logged["keepalive"] == 1
-    assert closes == {frozenset({("reason", reason)}): count
-                      for reason, count in logged.items()}
+
+    def closes_as_logged():
+        closes = {labels: v for (name, labels), v in scrape(a_proc).items()
+                  if name == "meshroute_link_closes_total"}
+        logged = Counter(e["reason"] for e in a_proc.events("link.closed"))
+        if closes == {frozenset({("reason", reason)}): count
+                      for reason, count in logged.items()}:
+            return closes
+        return None
+
+    closes = wait_until(closes_as_logged, 10, what="A's link closes to be its event log's")
+    assert closes[frozenset({("reason", "keepalive")})] == 1
 
 
 def test_the_token_guards_metrics(mesh):
