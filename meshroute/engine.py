@@ -759,6 +759,13 @@ class MessageEngine:
         """
         return self._accepting.get(router, 0)
 
+    def transient_depths(self) -> dict[str, int]:
+        """
+        C{{router: messages}}: the non-persistent messages waiting in
+        memory for each destination router (no route, or its link paused).
+        """
+        return {router: len(waiting) for router, waiting in self._transient.items() if waiting}
+
     def _pump_ahead(self, routers) -> None:
         """
         Persistent messages for C{routers} were just submitted to the
@@ -1019,6 +1026,13 @@ class PeerChannel:
         self._fast: list[tuple] = []
         self._fast_bytes = 0
         self._fast_call = None
+
+    @property
+    def in_flight(self) -> int:
+        """
+        Transfers sent and not yet acknowledged.
+        """
+        return len(self._in_flight)
 
     # -- sending ------------------------------------------------------------
 

@@ -11,6 +11,7 @@ never rename them.
 
 import json
 import os
+from collections import Counter
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
 from twisted.internet.interfaces import IReactorTime
@@ -46,6 +47,10 @@ HA_FENCED = "ha.fenced"
 HA_FAILOVER = "ha.failover"
 HA_REPLICATION = "ha.replication"
 HA_FORCE_ACTIVATE = "ha.force-activate"
+
+#: The events counted by reason too (L{EventLog.reasons}): their reasons
+#: are codes from a fixed set, so the counts stay few.
+COUNTED_BY_REASON = frozenset({LINK_CLOSED, MESSAGE_DEAD_LETTERED, MESSAGE_DROPPED})
 
 
 #: The compact encoder every record is byte-compatible with (what
@@ -133,6 +138,17 @@ class EventLog:
     router killed with SIGKILL loses none that were emitted before its last
     completed turn and leaves at worst a truncated last line, which the
     audit counts as malformed rather than misreading.
+
+    It also counts what it records, in memory, for the router's
+    C{/metrics} (L{meshroute.admin.metrics}): every message, link and
+    session event already passes through here, batched where the data
+    path is, so one increment per call counts them all at no cost the
+    data path would notice.
+
+    @ivar counts: how many records of each event were emitted since the
+        log was opened.
+    @ivar reasons: C{(event, reason)} → records, for the events of
+        L{COUNTED_BY_REASON}.
     """
 
     def __init__(self, path: str, router: str, clock: IReactorTime) -> None:
@@ -147,6 +163,8 @@ class EventLog:
             # last line: end it, so that our first record stays whole.
             self._file.write("\n")
         self._flush_call = None
+        self.counts: Counter[str] = Counter()
+        self.reasons: Counter[tuple[str, str]] = Counter()
 
     def emit(self, event: str, **fields) -> None:
         """
@@ -156,6 +174,9 @@ class EventLog:
         record = {"time": self._clock.seconds(), "router": self._router, "event": event}
         record.update(fields)
         self._append([_ENCODE(record)])
+        self.counts[event] += 1
+        if event in COUNTED_BY_REASON:
+            self.reasons[event, fields.get("reason")] += 1
 
     def emit_many(self, event: str, names: tuple, rows) -> None:
         """
@@ -165,7 +186,12 @@ class EventLog:
         batch of messages makes at once, at the cost of one template
         filled per record.  The values must be JSON-serialisable.
         """
-        self._append(_lines(self._clock.seconds(), self._router, event, names, rows))
+        lines = _lines(self._clock.seconds(), self._router, event, names, rows)
+        self._append(lines)
+        self.counts[event] += len(lines)
+        if event in COUNTED_BY_REASON:
+            at = names.index("reason")
+            self.reasons.update((event, row[at]) for row in rows)
 
     def _append(self, lines: list[str]) -> None:
         """

@@ -298,7 +298,7 @@ class RouterService(MultiService):
             ).setServiceParent(self)
         if config.admin is not None:
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint,
-                         admin_site(self, token=config.admin.token))
+                         admin_site(self, token=config.admin.token, reactor=clock))
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
         listening(endpoints, self.config, key, description, factory).setServiceParent(self)

@@ -582,6 +582,14 @@ class QueueManager:
         return {name: len(state.consumers) for name, state in self._queues.items()
                 if state.consumers}
 
+    def unacknowledged_counts(self) -> dict[str, int]:
+        """
+        C{{queue: deliveries}} made to its consumers and not acknowledged,
+        for every queue that has consumers.
+        """
+        return {name: sum(consumer.unacknowledged for consumer in state.consumers)
+                for name, state in self._queues.items() if state.consumers}
+
     def describe(self) -> list[dict]:
         """
         C{GET /api/v1/queues}: C{[{"name", "depth", "consumers"}]} by name,

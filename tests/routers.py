@@ -284,6 +284,18 @@ class RouterSpec:
         return self.config_path
 
 
+def write_token_file(directory: Path, token: str) -> Path:
+    """
+    Write C{token} into an C{[admin] token-file} in C{directory}, readable
+    by its owner only, as the configuration demands.
+    """
+    path = directory / "admin.token"
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
 def router_env() -> dict[str, str]:
     """
     The environment of every process we start: this checkout first on

@@ -36,6 +36,7 @@ from meshroute.link.handshake import ConnectorSettings, ListenerSettings, Router
 from fakes import RecordingEngine
 from meshroute.link.protocol import ConnectorFactory, ListenerFactory, LinkProtocol
 from meshroute.link.registry import LinkRegistry
+from meshroute.link.traffic import Traffic
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
@@ -148,6 +149,8 @@ class _Probe:
         self.peer = peer
         self.core = self  # a link of a router without HA
         self.peer_epoch = 0
+        self.direction = "listener"
+        self.traffic = Traffic()
 
 
 @pytest.fixture

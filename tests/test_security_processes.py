@@ -13,7 +13,12 @@ import urllib.request
 
 import pytest
 from certificates import make_ca, make_server_cert
-from routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
+from routers import (  # noqa: F401 (mesh is a fixture)
+    mesh,
+    run_cli,
+    wait_until,
+    write_token_file,
+)
 
 from meshroute.security.credentials import derive
 from meshroute.security.users import read_users, write_users
@@ -88,11 +93,7 @@ TOKEN = "admin-token-0123456789abcdef"
 
 
 def token_file(directory, token=TOKEN):
-    path = directory / "admin.token"
-    directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    return path
+    return write_token_file(directory, token)
 
 
 def request(url, *, method="GET", token=None, context=None):

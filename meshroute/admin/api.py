@@ -6,6 +6,9 @@ role and state.  These are read-only (GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
 needs the token: C{POST /api/v1/actions/reload-security} reloads the
 users and permissions as SIGHUP does (L{meshroute.security.reload}).
+C{GET /metrics} answers the router's figures in Prometheus' text format
+(L{meshroute.admin.metrics}, docs/metrics.md), under the same rules as
+the read-only resources.
 
 With C{[admin] token-file} every request must carry
 C{Authorization: Bearer TOKEN}; without, the endpoint is loopback or a
@@ -36,6 +39,7 @@ import json
 from typing import Callable
 
 from meshroute import __version__
+from meshroute.admin.metrics import metrics_resource
 
 from twisted.logger import Logger
 from twisted.web import http
@@ -79,10 +83,7 @@ def _serve(request, methods: tuple[bytes, ...], call: Callable[[], object],
     the same way.
     """
     if request.method not in methods:
-        request.setHeader(b"allow", b", ".join(methods))
-        return _error(request, http.NOT_ALLOWED, "method-not-allowed",
-                      f"{request.method.decode(errors='replace')} is not served; "
-                      f"use {methods[0].decode()}")
+        return _not_allowed(request, methods)
     try:
         value = call()
     except Unavailable as e:
@@ -93,6 +94,13 @@ def _serve(request, methods: tuple[bytes, ...], call: Callable[[], object],
         return _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
                       f"the router failed to {doing}; see its log")
     return _answer(request, http.OK, value)
+
+
+def _not_allowed(request, methods: tuple[bytes, ...]) -> bytes:
+    request.setHeader(b"allow", b", ".join(methods))
+    return _error(request, http.NOT_ALLOWED, "method-not-allowed",
+                  f"{request.method.decode(errors='replace')} is not served; "
+                  f"use {methods[0].decode()}")
 
 
 class _NotFound(Resource):
@@ -135,6 +143,31 @@ class JSONResource(Resource):
         if request.postpath not in ([], [b""]):
             return _NotFound().render(request)
         return _serve(request, (b"GET", b"HEAD"), self._produce, "answer")
+
+
+class _Delegated(Resource):
+    """
+    A leaf answered by the resource C{make()} returns, made at the first
+    request, at its own path only and for GET and HEAD (the API's JSON
+    errors otherwise): C{/metrics}, whose resource runs in the reactor's
+    thread pool, which a site that is never served does not need.
+    """
+
+    isLeaf = True
+
+    def __init__(self, make: Callable[[], Resource]) -> None:
+        super().__init__()
+        self._make = make
+        self._resource: Resource | None = None
+
+    def render(self, request):
+        if request.postpath not in ([], [b""]):
+            return _NotFound().render(request)
+        if request.method not in (b"GET", b"HEAD"):
+            return _not_allowed(request, (b"GET", b"HEAD"))
+        if self._resource is None:
+            self._resource = self._make()
+        return self._resource.render(request)
 
 
 class _Unauthorized(Resource):
@@ -226,7 +259,7 @@ class AdminSite(Site):
 _ROUTER_RESOURCES = ("links", "routes", "queues", "sessions")
 
 
-def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
+def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None) -> Site:
     """
     The admin API of C{router} (a L{meshroute.node.RouterService}), or of
     the HA instance C{ha} (a L{meshroute.interfaces.IHAInstanceView}),
@@ -234,6 +267,9 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
 
     @param token: the bearer token every request must present, or None
         (an API bound to loopback: reads are open, actions refused).
+    @param reactor: the router's reactor, on which C{/metrics} reads the
+        router and in whose thread pool it answers; default: the global
+        reactor, imported at the first scrape.
     """
     if (router is None) == (ha is None):
         raise TypeError("admin_site takes a router or an HA instance")
@@ -281,4 +317,13 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     api.putChild(b"v1", v1)
     root = _Directory()
     root.putChild(b"api", api)
+
+    def metrics() -> Resource:
+        if reactor is None:
+            from twisted.internet import reactor as running
+        else:
+            running = reactor
+        return metrics_resource(running, current, ha)
+
+    root.putChild(b"metrics", _Delegated(metrics))
     return AdminSite(root if token is None else _Guarded(token, root))

@@ -229,7 +229,8 @@ class HAInstance(MultiService):
         self.voters.setServiceParent(self)
         if config.admin is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
-                      admin_site(ha=self, token=config.admin.token)).setServiceParent(self)
+                      admin_site(ha=self, token=config.admin.token,
+                                 reactor=clock)).setServiceParent(self)
         self.router: RouterService | None = None
         # Each change of who holds store.db (the replica, the router) waits
         # for the one before it.

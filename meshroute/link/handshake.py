@@ -80,6 +80,7 @@ from twisted.logger import Logger
 from meshroute import events
 from meshroute.link import auth, reasons
 from meshroute.link.keepalive import Keepalive
+from meshroute.link.traffic import Traffic
 from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
@@ -376,6 +377,7 @@ class LinkCore:
         (its epoch saved), the frames it sent since, in order; else None.
     @ivar delivering: the machine is in delivery (set on entering it,
         cleared on leaving it): the data frames go straight to the channel.
+    @ivar traffic: what the link sent and received (L{Traffic}).
     """
 
     context: RouterContext
@@ -406,13 +408,16 @@ class LinkCore:
     unanswered: int = 0
     held_frames: list | None = None
     delivering: bool = False
+    traffic: Traffic = field(default_factory=Traffic)
     _stage_timer: IDelayedCall | None = None
     _reject_timer: IDelayedCall | None = None
 
     # -- shared behaviour -------------------------------------------------
 
     def send(self, frame) -> None:
-        self.transport.write(encode(frame))
+        data = encode(frame)
+        self.traffic.sent(frame, len(data))
+        self.transport.write(data)
 
     def heard(self) -> None:
         """

@@ -40,6 +40,7 @@ from meshroute.link.handshake import (
     ListenerSettings,
     RouterContext,
 )
+from meshroute.link.traffic import Traffic, messages_in
 from meshroute.wire.codec import (
     DEFAULT_MAX_FRAME_SIZE,
     MAX_REPLICATION_FRAME_SIZE,
@@ -141,6 +142,17 @@ class Link:
         return self.core.peer
 
     @property
+    def direction(self) -> str:
+        """
+        C{connector} or C{listener}: which side of the connection we are.
+        """
+        return self.core.direction
+
+    @property
+    def traffic(self) -> Traffic:
+        return self.core.traffic
+
+    @property
     def routing(self) -> bool:
         """
         Whether this connection is a routing link: not one that turned out
@@ -168,6 +180,7 @@ class Link:
                         f"{type(frame).__name__} frame not expected at version {core.version}")
                     return False
                 core.heard()
+                core.traffic.messages_received += messages_in(frame)
                 getattr(core.channel, method)(frame)
                 return True
         held = core.held_frames
@@ -289,6 +302,7 @@ class LinkProtocol(Protocol):
         self.link.machine.connection_made()
 
     def dataReceived(self, data: bytes) -> None:
+        self.link.core.traffic.bytes_received += len(data)
         try:
             frames = self._decoder.feed(data)
         except WireError as e:

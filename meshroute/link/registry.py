@@ -8,7 +8,8 @@ and releases it when the connection is gone.  Claiming only after
 authentication means a client that does not know the secret cannot squat
 a router's name; a name already claimed is refused early, on Hello or
 Welcome, before any authentication work.  It also lets the admin API list links and the router close them
-all at shutdown.
+all at shutdown.  And it keeps, per peer name and direction, what the
+links that held the name carried (L{LinkRegistry.traffic}).
 
 The one exception to "connected once" is a newer instance of the same
 router (an HA pair's new active, docs/ha.md): the link from the higher
@@ -24,17 +25,28 @@ L{meshroute.wire.frames.VoteHello} or
 L{meshroute.wire.frames.ReplicaHello} has said what they are.
 """
 
+import dataclasses
+
 from twisted.internet.defer import Deferred, DeferredList
+
+from meshroute.link.traffic import Traffic
 
 
 class LinkRegistry:
     """
     Every open link of one router, and which one holds each peer name.
+
+    A link here is a L{meshroute.link.protocol.Link}, or anything with its
+    C{peer}, C{direction}, C{traffic}, C{routing} and C{shutdown()}.
     """
 
     def __init__(self) -> None:
         self._open: dict[object, Deferred] = {}
         self._by_peer: dict[str, object] = {}
+        # (peer, direction) → what the links that held the name and let it
+        # go carried.  Only links that proved the secret take a name, so
+        # strangers' names never get here.
+        self._carried: dict[tuple[str, str], Traffic] = {}
 
     def opened(self, link) -> None:
         """
@@ -48,7 +60,7 @@ class LinkRegistry:
         """
         peer = getattr(link, "peer", None)
         if peer is not None and self._by_peer.get(peer) is link:
-            del self._by_peer[peer]
+            self._let_go(peer, link)
         done = self._open.pop(link, None)
         if done is not None:
             done.callback(None)
@@ -71,7 +83,22 @@ class LinkRegistry:
         link from a newer epoch takes its place).
         """
         if self._by_peer.get(peer) is link:
-            del self._by_peer[peer]
+            self._let_go(peer, link)
+
+    def _let_go(self, peer: str, link) -> None:
+        del self._by_peer[peer]
+        carried = self._carried.setdefault((peer, link.direction), Traffic())
+        carried.add(link.traffic)
+
+    def traffic(self) -> dict[tuple[str, str], Traffic]:
+        """
+        C{(peer, direction)} → what the links that held the peer's name
+        carried, the one that holds it now included: counts that only grow.
+        """
+        totals = {key: dataclasses.replace(carried) for key, carried in self._carried.items()}
+        for peer, link in self._by_peer.items():
+            totals.setdefault((peer, link.direction), Traffic()).add(link.traffic)
+        return totals
 
     def claim(self, peer: str, link) -> bool:
         """
