@@ -59,7 +59,7 @@ log = Logger()
 #: The read-only views of a router (L{RouterService.describe_view}): what
 #: its admin API answers at C{/api/v1/VIEW}, and another router's for it
 #: through the mesh (L{meshroute.admin.mesh}).
-VIEWS = ("router", "links", "routes", "routers", "queues", "sessions")
+VIEWS = ("router", "links", "routes", "routers", "queues", "sessions", "ha")
 
 #: How long shutdown waits for links to flush and close before aborting them.
 SHUTDOWN_GRACE_S = 5.0
@@ -451,11 +451,21 @@ class RouterService(MultiService):
         The read-only view C{view} (one of L{VIEWS}) as the admin API
         answers it at C{/api/v1/VIEW}.
 
-        @raise KeyError: no such view.
+        @raise KeyError: no such view (C{ha} of a router without HA).
         """
+        ha_status = self._host.ha_status if self._host is not None else None
+        if view == "ha":
+            if ha_status is None:
+                raise KeyError(view)
+            return ha_status().describe()
         if view not in VIEWS:
             raise KeyError(view)
-        return self.describe() if view == "router" else getattr(self, f"describe_{view}")()
+        if view == "router":
+            answer = self.describe()
+            if ha_status is not None:
+                answer["ha"] = ha_status().describe()
+            return answer
+        return getattr(self, f"describe_{view}")()
 
     def _abort_links(self) -> None:
         for link in self.registry.connections():
@@ -480,6 +490,9 @@ class HostedParts:
 
     events: events.EventLog
     witness: Witness
+    #: The instance's L{meshroute.ha.status.HAStatus} now: the router's
+    #: C{router} and C{ha} views carry it, as the instance's admin API's do.
+    ha_status: Callable[[], object] | None = None
 
 
 def lock_data_dir(config: RouterConfig):

@@ -205,6 +205,8 @@ def test_http_lists_the_routers_known(line):
 def test_http_errors(line):
     status, _, error = http_get(line, A, "/api/v1/routers/router-c/secrets")
     assert (status, error["error"]) == (404, "not-found")
+    status, _, error = http_get(line, A, "/api/v1/routers/router-c/ha")
+    assert (status, error["error"]) == (404, "not-found")  # C has no [ha]
     status, _, error = http_get(line, A, "/api/v1/routers/router-z/links")
     assert (status, error["error"]) == (504, "unreachable")
     status, _, error = http_get(line, A, "/api/v1/routers/router-c/links/more")
@@ -215,3 +217,16 @@ def test_http_errors(line):
     status, _, error = http_get(line, A, "/api/v1/routers/router-c/links",
                                 seconds=ANSWER_TIMEOUT_S + 0.1)
     assert (status, error["error"]) == (504, "unreachable")
+
+
+def test_a_link_tells_how_the_previous_link_to_its_peer_ended(line):
+    stopped_at = line.clock.seconds()
+    line.stop(C)
+    line.run(1)
+    [row] = [r for r in line.routers[B].describe_routers() if r["name"] == C]
+    assert (row["reachable"], row["last_close_reason"]) == (False, "peer-closed")
+    line.add(C)
+    line.run(1)
+    [link] = [link for link in line.routers[B].describe_links() if link["peer"] == C]
+    assert link["stage"] == "delivery"
+    assert (link["last_close_reason"], link["last_closed_at"]) == ("peer-closed", stopped_at)

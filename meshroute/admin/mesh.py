@@ -178,8 +178,8 @@ class MeshViews:
                                     f"{', '.join(sorted(self._views))}"))
         if router == self.name:
             try:
-                return succeed(Answer(self._describe_view(view)))
-            except Exception as e:
+                return succeed(Answer(self._produce(view, self.name)))
+            except AnsweredError as e:
                 return fail(e)
         if not self._engine.routes.known(router):
             return fail(Unreachable(f"no router named {router!r} is known in the mesh"))
@@ -230,21 +230,31 @@ class MeshViews:
         else:
             self._answered(message, request_id)
 
+    def _produce(self, view: str, asker: str):
+        """
+        This router's view C{view}, for C{asker}.
+
+        @raise AnsweredError: C{not-found}, or C{internal-error} (logged).
+        """
+        try:
+            return self._describe_view(view)
+        except KeyError:
+            raise AnsweredError("not-found", f"{self.name} has no {view} view") from None
+        except Exception:
+            log.failure("admin request from {origin}: view {view} failed", origin=asker,
+                        view=view)
+            raise AnsweredError("internal-error", f"{self.name} failed to produce its "
+                                f"{view} view; see its log") from None
+
     def _answer(self, question: Message, request_id: str) -> None:
-        view = question.headers.get(VIEW, "")
         headers = {REQUEST: request_id}
         try:
-            body, truncated = bounded_json(self._describe_view(view))
-        except KeyError:
-            headers[ERROR], body = "not-found", f"no view named {view!r}".encode()
-        except Exception:
-            log.failure("admin request from {origin}: view {view} failed",
-                        origin=question.origin, view=view)
-            headers[ERROR] = "internal-error"
-            body = f"{self.name} failed to produce its {view} view; see its log".encode()
-        else:
-            if truncated is not None:
-                headers[TRUNCATED] = f"{truncated[0]}/{truncated[1]}"
+            body, truncated = bounded_json(
+                self._produce(question.headers.get(VIEW, ""), question.origin))
+        except AnsweredError as e:
+            headers[ERROR], body, truncated = e.code, str(e).encode(), None
+        if truncated is not None:
+            headers[TRUNCATED] = f"{truncated[0]}/{truncated[1]}"
         answer = Message(
             msg_id=f"{self.name}:admin-reply:{request_id}", origin=self.name,
             dest_router=question.origin, dest_queue=ADMIN_REPLY_QUEUE, body=body,
