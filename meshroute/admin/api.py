@@ -2,7 +2,9 @@
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
 queues hold and who is connected, as JSON; and C{/ha}, an HA instance's
-role and state.  These are read-only (GET).  What changes the router
+role and state; C{/routers}, the routers it knows, and
+C{/routers/NAME/VIEW}, another router's view asked through the mesh
+(L{meshroute.admin.routed}).  These are read-only (GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
 needs the token: C{POST /api/v1/actions/reload-security} reloads the
 users and permissions as SIGHUP does (L{meshroute.security.reload}).
