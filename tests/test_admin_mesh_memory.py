@@ -230,3 +230,19 @@ def test_a_link_tells_how_the_previous_link_to_its_peer_ended(line):
     [link] = [link for link in line.routers[B].describe_links() if link["peer"] == C]
     assert link["stage"] == "delivery"
     assert (link["last_close_reason"], link["last_closed_at"]) == ("peer-closed", stopped_at)
+
+
+def test_an_answer_from_another_router_than_the_one_asked_is_dropped(line):
+    from meshroute.admin.mesh import REQUEST
+    from meshroute.messages import ADMIN_REPLY_QUEUE, Message
+
+    line.partition(C)
+    views = line.routers[A].mesh_views
+    d = views.ask(C, "links")
+    [request_id] = list(views._pending)
+    views.arrived(Message(msg_id="forged", origin=B, dest_router=A,
+                          dest_queue=ADMIN_REPLY_QUEUE, body=b"[]",
+                          headers={REQUEST: request_id}, persistent=False))
+    assert not d.called
+    line.run(ANSWER_TIMEOUT_S + 0.1)
+    assert isinstance(outcome(d), Unreachable)
