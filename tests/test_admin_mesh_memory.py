@@ -8,6 +8,8 @@ time, and none of it is a message of the mesh's traffic.
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meshroute.admin.mesh import (
     ANSWER_TIMEOUT_S,
@@ -151,6 +153,29 @@ def test_a_large_list_is_cut_to_fit():
     assert len(body) <= 100 and truncated[1] == 1000 and len(json.loads(body)) == truncated[0]
     assert bounded_json(rows[:2]) == (json.dumps(rows[:2], separators=(",", ":")).encode(),
                                       None)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                               max_size=4),
+    max_leaves=10)
+
+
+@given(st.lists(_JSON, max_size=30) | st.dictionaries(st.text(max_size=10), _JSON, max_size=30),
+       st.integers(min_value=2, max_value=600))
+def test_a_cut_answer_is_a_prefix_that_fits(view, limit):
+    body, truncated = bounded_json(view, limit)
+    value = json.loads(body)
+    if truncated is None:
+        assert value == view
+        return
+    kept, total = truncated
+    assert len(body) <= limit and total == len(view) and kept < total
+    if isinstance(view, list):
+        assert value == view[:kept]
+    else:
+        assert list(value.items()) == list(view.items())[:kept]
 
 
 def _message(router: str, queue: str):
