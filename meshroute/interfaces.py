@@ -362,6 +362,17 @@ class IRouteTable(Interface):
         than this one.
         """
 
+    def heard():
+        """
+        Every router known, this one included.
+        """
+
+    def changes():
+        """
+        C{{router: seconds}}: when each router's links last changed, as
+        this table took it (the admin API's C{routers} view).
+        """
+
 
 class ILinkEngine(Interface):
     """

@@ -532,3 +532,23 @@ def test_routes_follow_the_new_epoch_in_a_mesh():
         m.tables[name].received(new_b)
         m.tables[name].received(Advertisement("b", 10**9 + 1, (), epoch=1))
     assert m.tables["a"].routes() == {"b": ("b", 1), "c": ("b", 2)}
+
+
+def test_changes_are_when_each_routers_links_last_changed():
+    clock = Clock()
+    clock.advance(100)
+    table = RouteTable("a", clock)
+    assert table.changes() == {"a": 100}
+    clock.advance(1)
+    table.link_up("b")
+    table.received(Advertisement("b", 1, ("a",)))
+    assert table.changes() == {"a": 101, "b": 101}
+    assert table.heard() == {"a", "b"}
+    clock.advance(1)
+    # A newer advertisement with the same neighbours changes nothing.
+    table.received(Advertisement("b", 2, ("a",)))
+    assert table.changes()["b"] == 101
+    table.received(Advertisement("b", 3, ("a", "c")))
+    table.link_down("b")
+    assert table.changes() == {"a": 102, "b": 102}
+    assert table.heard() == {"a", "b", "c"}

@@ -2,7 +2,9 @@
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
 queues hold and who is connected, as JSON; and C{/ha}, an HA instance's
-role and state.  These are read-only (GET).  What changes the router
+role and state; C{/routers}, the routers it knows, and
+C{/routers/NAME/VIEW}, another router's view asked through the mesh
+(L{meshroute.admin.routed}).  These are read-only (GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
 needs the token: C{POST /api/v1/actions/reload-security} reloads the
 users and permissions as SIGHUP does (L{meshroute.security.reload}).
@@ -277,14 +279,17 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None
     def current():
         return router if ha is None else ha.router
 
-    def serving(name: str):
+    def active():
         serving_router = current()
         if serving_router is None:
             raise Unavailable(
                 http.SERVICE_UNAVAILABLE, "not-active",
                 f"this instance of {ha.name} is not the active one (state "
                 f"{ha.ha_status().state}); the other instance serves, see /api/v1/ha")
-        return getattr(serving_router, f"describe_{name}")()
+        return serving_router
+
+    def serving(name: str):
+        return getattr(active(), f"describe_{name}")()
 
     def describe_router() -> dict:
         serving_router = current()
@@ -308,6 +313,9 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None
     for name in _ROUTER_RESOURCES:
         v1.putChild(name.encode(), JSONResource(lambda name=name: serving(name)))
     v1.putChild(b"ha", JSONResource(describe_ha))
+    from meshroute.admin.routed import RoutersResource  # it builds on this module
+
+    v1.putChild(b"routers", RoutersResource(active))
     actions = _Directory()
     owner = router if router is not None else ha
     actions.putChild(b"reload-security", _Action(

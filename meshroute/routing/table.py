@@ -118,6 +118,7 @@ class RouteTable:
         self._heard: set[str] = {name}
         self._news: set[str] = set()
         self._routes: dict[str, tuple[str, int]] | None = None
+        self._changed: dict[str, float] = {name: clock.seconds()}
 
     @property
     def own(self) -> Advertisement:
@@ -149,6 +150,7 @@ class RouteTable:
         if peer in self._links:
             return [self._own]
         self._links.add(peer)
+        self._changed[self.name] = self._clock.seconds()
         return self._advertise(self._own.seq)
 
     def link_down(self, peer: str) -> list[Advertisement]:
@@ -160,6 +162,7 @@ class RouteTable:
         """
         if peer in self._links:
             self._links.discard(peer)
+            self._changed[self.name] = self._clock.seconds()
             return self._advertise(self._own.seq)
         return [self._own]
 
@@ -195,6 +198,8 @@ class RouteTable:
         held = self._database.get(origin)
         if held is not None and held.order >= advertisement.order:
             return []
+        if held is None or held.neighbors != advertisement.neighbors:
+            self._changed[origin] = self._clock.seconds()
         self._database[origin] = advertisement
         self._hear((origin, *advertisement.neighbors))
         self._routes = None
@@ -254,6 +259,22 @@ class RouteTable:
             self._routes = self._compute()
         route = self._routes.get(router)
         return route[0] if route is not None else None
+
+    def changes(self) -> dict[str, float]:
+        """
+        C{{router: when}}: when this table last took a change of each
+        router's links (its first advertisement, or one listing other
+        neighbours than the one before; for this router, a link of its own
+        up or down), in the clock's seconds.  The newest is the mesh's
+        last topology change as this router saw it.
+        """
+        return dict(self._changed)
+
+    def heard(self) -> frozenset[str]:
+        """
+        Every router L{known}, this one included.
+        """
+        return frozenset(self._heard)
 
     def _hear(self, routers) -> None:
         for router in routers:
