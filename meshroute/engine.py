@@ -1020,6 +1020,13 @@ class PeerChannel:
         self._fast_bytes = 0
         self._fast_call = None
 
+    @property
+    def in_flight(self) -> int:
+        """
+        Transfers sent and not acknowledged yet: at most L{WINDOW}.
+        """
+        return len(self._in_flight)
+
     # -- sending ------------------------------------------------------------
 
     def recovered(self, frame: Recovery) -> None:

@@ -18,7 +18,8 @@ L{Page.wait_for} (JavaScript evaluated in the page), never sleeping::
 The C{browser} fixture (tests/conftest.py) skips the test, with the reason,
 where no Chromium is installed; C{artifacts} is the directory screenshots
 go to (L{artifacts_directory}).  Exceptions the page throws and errors it
-logs to its console are collected in L{Page.errors}.
+logs to its console are collected in L{Page.errors}, requests that failed
+in L{Page.failed_requests}.
 """
 
 import base64
@@ -77,12 +78,15 @@ class Page:
     One tab, driven through the DevTools protocol.
 
     @ivar errors: what the page threw or logged as an error, one line each.
+    @ivar failed_requests: what the browser logged about requests that
+        failed (an HTTP error status, a refused connection), one line each.
     """
 
     def __init__(self, socket: websocket.WebSocket) -> None:
         self._socket = socket
         self._ids = itertools.count(1)
         self.errors: list[str] = []
+        self.failed_requests: list[str] = []
 
     def command(self, method: str, **params) -> dict:
         """
@@ -111,7 +115,11 @@ class Page:
             self.errors.append("console.error: " + " ".join(
                 str(arg.get("value", arg.get("description", ""))) for arg in params["args"]))
         elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-            self.errors.append(f"log: {params['entry'].get('text')}")
+            entry = params["entry"]
+            if entry.get("source") == "network":
+                self.failed_requests.append(f"{entry.get('url')}: {entry.get('text')}")
+            else:
+                self.errors.append(f"log: {entry.get('text')}")
 
     def navigate(self, url: str, timeout: float = 30.0) -> None:
         """

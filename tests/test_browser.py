@@ -55,3 +55,12 @@ def test_a_screenshot_is_a_png_of_the_window(browser, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (1280, 800)
+
+
+def test_failed_requests_are_collected_apart_from_errors(browser):
+    page = browser.open(data_url("<img src='http://127.0.0.1:9/nothing.png'>"))
+
+    page.wait_for("new Promise(done => setTimeout(() => done(true), 200))")
+    assert page.errors == []
+    [failed] = page.failed_requests
+    assert failed.startswith("http://127.0.0.1:9/nothing.png: "), failed

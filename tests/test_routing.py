@@ -532,3 +532,43 @@ def test_routes_follow_the_new_epoch_in_a_mesh():
         m.tables[name].received(new_b)
         m.tables[name].received(Advertisement("b", 10**9 + 1, (), epoch=1))
     assert m.tables["a"].routes() == {"b": ("b", 1), "c": ("b", 2)}
+
+
+# What the topology page draws: the pairs of the database, and when it
+# last changed.
+
+
+def test_adjacencies_are_the_graph_and_the_links_one_end_still_advertises():
+    """
+    A silent router (frozen, say) keeps its last advertisement in the
+    mesh: its links that the other ends closed stay listed by it alone.
+    """
+    m = mesh("abc", ["ab", "bc", "ca"])
+    assert m.tables["a"].adjacencies() == {("a", "b"): True, ("a", "c"): True,
+                                           ("b", "c"): True}
+    # b falls silent: a and c close their links to it, b says nothing.
+    m.tables["c"].received(m.tables["a"].link_down("b")[0])
+    m.tables["a"].received(m.tables["c"].link_down("b")[0])
+
+    assert m.tables["a"].adjacencies() == {("a", "b"): False, ("a", "c"): True,
+                                           ("b", "c"): False}
+
+
+def test_the_last_topology_change_is_when_a_neighbour_list_changed():
+    clock = clock_at(100)
+    table = RouteTable("a", clock)
+    assert table.changed_at is None
+    clock.advance(1)
+    table.link_up("b")
+    assert table.changed_at == 101
+    clock.advance(1)
+    table.received(Advertisement("b", 5, ("a",)))
+    assert table.changed_at == 102
+    clock.advance(1)
+    # A newer advertisement with the same neighbours (a refresh, or a
+    # restart that found the same links) changes no edge.
+    table.received(Advertisement("b", 6, ("a",)))
+    table.link_up("b")
+    assert table.changed_at == 102
+    table.link_down("b")
+    assert table.changed_at == 103

@@ -118,6 +118,10 @@ class RouteTable:
         self._heard: set[str] = {name}
         self._news: set[str] = set()
         self._routes: dict[str, tuple[str, int]] | None = None
+        #: When (clock seconds) a router's list of neighbours last changed
+        #: in the database, ours included: the last topology change seen
+        #: here; None before any.
+        self.changed_at: float | None = None
 
     @property
     def own(self) -> Advertisement:
@@ -130,8 +134,10 @@ class RouteTable:
         return max(above + 1, int(self._clock.seconds() * 1000))
 
     def _advertise(self, above: int) -> list[Advertisement]:
-        self._own = Advertisement(self.name, self._next_seq(above), tuple(self._links),
-                                  self.epoch)
+        own = Advertisement(self.name, self._next_seq(above), tuple(self._links), self.epoch)
+        if own.neighbors != self._own.neighbors:
+            self.changed_at = self._clock.seconds()
+        self._own = own
         self._routes = None
         return [self._own]
 
@@ -196,6 +202,8 @@ class RouteTable:
         if held is not None and held.order >= advertisement.order:
             return []
         self._database[origin] = advertisement
+        if held is None or held.neighbors != advertisement.neighbors:
+            self.changed_at = self._clock.seconds()
         self._hear((origin, *advertisement.neighbors))
         self._routes = None
         return [advertisement]
@@ -211,6 +219,23 @@ class RouteTable:
             router: {other for other in others if router in listed.get(other, ())}
             for router, others in listed.items()
         }
+
+    def adjacencies(self) -> dict[tuple[str, str], bool]:
+        """
+        Every pair of routers one of which lists the other, as a sorted
+        name pair, with whether the other lists it back: C{True} for an
+        edge of the graph (a delivery-stage link both ends advertise),
+        C{False} for a link one end no longer advertises (closed there,
+        or its end is silent and still advertises what it last had).
+        """
+        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
+        listed[self.name] = set(self._own.neighbors)
+        pairs: dict[tuple[str, str], bool] = {}
+        for router, others in listed.items():
+            for other in others:
+                pair = (router, other) if router < other else (other, router)
+                pairs[pair] = router in listed.get(other, ())
+        return dict(sorted(pairs.items()))
 
     def _compute(self) -> dict[str, tuple[str, int]]:
         """
@@ -268,6 +293,12 @@ class RouteTable:
         stored, a direct peer, or a router L{remember}ed.
         """
         return router in self._heard
+
+    def known_routers(self) -> list[str]:
+        """
+        Every router L{known}, by name.
+        """
+        return sorted(self._heard)
 
     def remember(self, routers) -> None:
         """
