@@ -98,3 +98,40 @@ def test_the_page_draws_the_ring_and_a_stopped_routers_links_close(mesh, browser
                   timeout=30, what="the ring back in delivery")
     assert reachable(page) == {"router-a": True, "router-b": True, "router-c": True}
     assert page.errors == []
+
+
+TOKEN = "admin-token-0123456789abcdef"
+
+
+def submit_token(page, token: str) -> None:
+    page.evaluate(f"""document.getElementById('token').value = {token!r};
+                      document.querySelector('#token-form button').click()""")
+
+
+@pytest.mark.timeout(120)
+def test_with_a_token_the_page_asks_for_it_once_per_tab(mesh, browser, artifacts):
+    spec = mesh.router("router-a")
+    token_file = spec.directory / "admin.token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    spec.admin = {"token-file": token_file}
+    spec.admin_token = TOKEN
+    spec.write()
+    mesh.start(spec)
+    page = browser.open(spec.admin_url + PAGE)
+
+    page.wait_for("!document.getElementById('token-form').hidden", what="the token form")
+    assert page.evaluate("document.querySelectorAll('.node').length") == 0
+    submit_token(page, "not-the-token")
+    page.wait_for("!document.getElementById('token-form').hidden && "
+                  "!document.getElementById('token-refused').hidden",
+                  what="the token refused")
+    submit_token(page, TOKEN)
+    page.wait_for("document.querySelectorAll('.node').length === 1", what="the router drawn")
+    page.screenshot(artifacts / "topology-with-token.png")
+
+    # The tab keeps it: a reload asks no more.
+    page.navigate(spec.admin_url + PAGE)
+    page.wait_for("document.querySelectorAll('.node').length === 1", what="the router drawn")
+    assert page.evaluate("document.getElementById('token-form').hidden") is True
+    assert page.errors == []
