@@ -1,4 +1,4 @@
-// The topology page (docs/admin.md): polls the admin JSON API and redraws
+// The topology page (docs/topology.md): polls the admin JSON API and redraws
 // the mesh without reloading.  What this router knows comes from its own
 // resources (/api/v1/topology, /router, /links, /routes, /queues,
 // /sessions); what only another router knows (its queues, its HA role,
