@@ -93,3 +93,23 @@ def test_a_link_coming_up_shows_its_stage(mesh):
     assert stages(topology) == {("router-a", "router-d"): "connect"}
     assert nodes(topology) == {"router-a": (False, None, None), "router-d": (True, 0, None)}
     assert topology["changed_at"] is None
+
+
+def test_a_links_window_fill_is_its_unacknowledged_transfers(mesh):
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.add("router-b")
+    mesh.run(1)
+    # router-b hears nothing more: what router-a sends stays unacknowledged.
+    mesh.partition("router-b")
+    engine = mesh.routers["router-a"].engine
+    for i in range(10):
+        engine.submit("orders@router-b", b"%d" % i, {}, True)
+    mesh.run(0.1)
+
+    [edge] = describe_topology(mesh.routers["router-a"])["edges"]
+
+    assert (edge["stage"], edge["link"]["in_flight"]) == ("delivery", 10)
+    mesh.heal("router-b")
+    mesh.run(1)
+    [edge] = describe_topology(mesh.routers["router-a"])["edges"]
+    assert edge["link"]["in_flight"] == 0
