@@ -554,21 +554,21 @@ def test_adjacencies_are_the_graph_and_the_links_one_end_still_advertises():
                                            ("b", "c"): False}
 
 
-def test_the_last_topology_change_is_when_a_neighbour_list_changed():
+def test_a_routers_last_change_is_when_its_list_of_neighbours_changed():
     clock = clock_at(100)
     table = RouteTable("a", clock)
-    assert table.changed_at is None
+    assert table.changes() == {"a": 100}
     clock.advance(1)
     table.link_up("b")
-    assert table.changed_at == 101
+    assert table.changes() == {"a": 101}
     clock.advance(1)
     table.received(Advertisement("b", 5, ("a",)))
-    assert table.changed_at == 102
+    assert table.changes() == {"a": 101, "b": 102}
     clock.advance(1)
     # A newer advertisement with the same neighbours (a refresh, or a
     # restart that found the same links) changes no edge.
     table.received(Advertisement("b", 6, ("a",)))
     table.link_up("b")
-    assert table.changed_at == 102
+    assert table.changes() == {"a": 101, "b": 102}
     table.link_down("b")
-    assert table.changed_at == 103
+    assert table.changes() == {"a": 103, "b": 102}

@@ -246,14 +246,17 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     def current():
         return router if ha is None else ha.router
 
-    def serving(name: str):
+    def active():
         serving_router = current()
         if serving_router is None:
             raise Unavailable(
                 http.SERVICE_UNAVAILABLE, "not-active",
                 f"this instance of {ha.name} is not the active one (state "
                 f"{ha.ha_status().state}); the other instance serves, see /api/v1/ha")
-        return getattr(serving_router, f"describe_{name}")()
+        return serving_router
+
+    def serving(name: str):
+        return getattr(active(), f"describe_{name}")()
 
     def describe_router() -> dict:
         serving_router = current()
@@ -277,6 +280,9 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     for name in _ROUTER_RESOURCES:
         v1.putChild(name.encode(), JSONResource(lambda name=name: serving(name)))
     v1.putChild(b"ha", JSONResource(describe_ha))
+    from meshroute.admin.routed import RoutersResource  # it builds on this module
+
+    v1.putChild(b"routers", RoutersResource(active))
     actions = _Directory()
     owner = router if router is not None else ha
     actions.putChild(b"reload-security", _Action(

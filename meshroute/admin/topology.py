@@ -28,22 +28,25 @@ _PROGRESS = {CONNECT: 0, AUTHENTICATION: 1, RECOVERY: 2, DELIVERY: 3}
 
 def _own_links(router) -> dict[str, dict]:
     """
-    This router's links that have named their peer, by peer: the one
-    furthest along when there are two (a second one about to be refused),
-    described as C{/api/v1/links} does, with C{in_flight} for a
-    delivery link.
+    This router's links that have named their peer, by peer, as
+    C{/api/v1/links} describes them: the one furthest along when there
+    are two (a second one about to be refused).
     """
     own: dict[str, dict] = {}
-    for link in router.registry.links():
-        if link.peer is None or link.core.stage not in _PROGRESS:
+    for link in router.describe_links():
+        if link["peer"] is None or link["stage"] not in _PROGRESS:
             continue
-        described = link.describe()
-        channel = link.core.channel if link.core.delivering else None
-        described["in_flight"] = channel.in_flight if channel is not None else 0
-        held = own.get(link.peer)
-        if held is None or _PROGRESS[described["stage"]] > _PROGRESS[held["stage"]]:
-            own[link.peer] = described
+        held = own.get(link["peer"])
+        if held is None or _PROGRESS[link["stage"]] > _PROGRESS[held["stage"]]:
+            own[link["peer"]] = link
     return own
+
+
+def _edge(a: str, b: str, stage: str, name: str, own: dict, closed: dict) -> dict:
+    peer = b if a == name else a if b == name else None
+    return {"a": a, "b": b, "stage": stage,
+            "link": own.get(peer) if peer is not None else None,
+            "last_close": closed.get(peer) if peer is not None else None}
 
 
 def describe_topology(router) -> dict:
@@ -51,21 +54,27 @@ def describe_topology(router) -> dict:
     The topology of C{router} (a L{meshroute.node.RouterService}) as JSON:
 
       - C{router}: this router's name; C{changed_at}: when (epoch
-        seconds) a router's list of links last changed here, or None;
+        seconds) a router's list of links last changed here (the last
+        topology change; this router's start before any);
         C{window}: the most transfers a link has unacknowledged;
       - C{nodes}: every router known, C{{"name", "reachable", "hops",
         "next_hop"}} (this one with 0 hops and no next hop);
-      - C{edges}: C{{"a", "b", "stage", "link"}} with C{a < b}: C{stage}
+      - C{edges}: C{{"a", "b", "stage", "link", "last_close"}} with
+        C{a < b}: C{stage}
         is C{delivery} for a link both ends advertise, C{closed} for one
         only one end advertises, and for a link of this router's still
         coming up, its stage (C{connect}, C{authentication},
         C{recovery}); C{link} is this router's own link on that edge as
-        C{/api/v1/links} describes it plus C{in_flight}, or None.
+        C{/api/v1/links} describes it (C{in_flight}: its unacknowledged
+        transfers), or None; C{last_close}, for an edge of this router's,
+        how its last link on it ended (C{{"reason", "detail",
+        "closed_at", ...}}), or None.
     """
     table = router.engine.routes
     name = table.name
     routes = table.routes()
     own = _own_links(router)
+    closed = router.registry.last_closed()
     edges = {}
     for (a, b), both in table.adjacencies().items():
         edges[a, b] = DELIVERY if both else CLOSED
@@ -73,7 +82,7 @@ def describe_topology(router) -> dict:
         pair = (name, peer) if name < peer else (peer, name)
         if link["stage"] == DELIVERY or pair not in edges:
             edges[pair] = link["stage"]
-    names = {name, *routes, *table.known_routers(), *(n for pair in edges for n in pair)}
+    names = {*table.heard(), *(router for pair in edges for router in pair)}
     nodes = []
     for router_name in sorted(names):
         route = routes.get(router_name)
@@ -85,12 +94,8 @@ def describe_topology(router) -> dict:
         })
     return {
         "router": name,
-        "changed_at": table.changed_at,
+        "changed_at": max(table.changes().values()),
         "window": WINDOW,
         "nodes": nodes,
-        "edges": [
-            {"a": a, "b": b, "stage": stage,
-             "link": own.get(b if a == name else a) if name in (a, b) else None}
-            for (a, b), stage in sorted(edges.items())
-        ],
+        "edges": [_edge(a, b, stage, name, own, closed) for (a, b), stage in sorted(edges.items())],
     }

@@ -118,10 +118,7 @@ class RouteTable:
         self._heard: set[str] = {name}
         self._news: set[str] = set()
         self._routes: dict[str, tuple[str, int]] | None = None
-        #: When (clock seconds) a router's list of neighbours last changed
-        #: in the database, ours included: the last topology change seen
-        #: here; None before any.
-        self.changed_at: float | None = None
+        self._changed: dict[str, float] = {name: clock.seconds()}
 
     @property
     def own(self) -> Advertisement:
@@ -134,10 +131,8 @@ class RouteTable:
         return max(above + 1, int(self._clock.seconds() * 1000))
 
     def _advertise(self, above: int) -> list[Advertisement]:
-        own = Advertisement(self.name, self._next_seq(above), tuple(self._links), self.epoch)
-        if own.neighbors != self._own.neighbors:
-            self.changed_at = self._clock.seconds()
-        self._own = own
+        self._own = Advertisement(self.name, self._next_seq(above), tuple(self._links),
+                                  self.epoch)
         self._routes = None
         return [self._own]
 
@@ -155,6 +150,7 @@ class RouteTable:
         if peer in self._links:
             return [self._own]
         self._links.add(peer)
+        self._changed[self.name] = self._clock.seconds()
         return self._advertise(self._own.seq)
 
     def link_down(self, peer: str) -> list[Advertisement]:
@@ -166,6 +162,7 @@ class RouteTable:
         """
         if peer in self._links:
             self._links.discard(peer)
+            self._changed[self.name] = self._clock.seconds()
             return self._advertise(self._own.seq)
         return [self._own]
 
@@ -201,20 +198,28 @@ class RouteTable:
         held = self._database.get(origin)
         if held is not None and held.order >= advertisement.order:
             return []
-        self._database[origin] = advertisement
         if held is None or held.neighbors != advertisement.neighbors:
-            self.changed_at = self._clock.seconds()
+            self._changed[origin] = self._clock.seconds()
+        self._database[origin] = advertisement
         self._hear((origin, *advertisement.neighbors))
         self._routes = None
         return [advertisement]
+
+    def _listed(self) -> dict[str, set[str]]:
+        """
+        The neighbours each router lists: ours from our own links, the
+        others' from their advertisements.
+        """
+        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
+        listed[self.name] = set(self._own.neighbors)
+        return listed
 
     def _graph(self) -> dict[str, set[str]]:
         """
         The bidirectional edges of the database: B is adjacent to A only
         when A lists B and B lists A.
         """
-        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
-        listed[self.name] = set(self._own.neighbors)
+        listed = self._listed()
         return {
             router: {other for other in others if router in listed.get(other, ())}
             for router, others in listed.items()
@@ -228,8 +233,7 @@ class RouteTable:
         C{False} for a link one end no longer advertises (closed there,
         or its end is silent and still advertises what it last had).
         """
-        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
-        listed[self.name] = set(self._own.neighbors)
+        listed = self._listed()
         pairs: dict[tuple[str, str], bool] = {}
         for router, others in listed.items():
             for other in others:
@@ -280,6 +284,22 @@ class RouteTable:
         route = self._routes.get(router)
         return route[0] if route is not None else None
 
+    def changes(self) -> dict[str, float]:
+        """
+        C{{router: when}}: when this table last took a change of each
+        router's links (its first advertisement, or one listing other
+        neighbours than the one before; for this router, a link of its own
+        up or down), in the clock's seconds.  The newest is the mesh's
+        last topology change as this router saw it.
+        """
+        return dict(self._changed)
+
+    def heard(self) -> frozenset[str]:
+        """
+        Every router L{known}, this one included.
+        """
+        return frozenset(self._heard)
+
     def _hear(self, routers) -> None:
         for router in routers:
             if router not in self._heard:
@@ -293,12 +313,6 @@ class RouteTable:
         stored, a direct peer, or a router L{remember}ed.
         """
         return router in self._heard
-
-    def known_routers(self) -> list[str]:
-        """
-        Every router L{known}, by name.
-        """
-        return sorted(self._heard)
 
     def remember(self, routers) -> None:
         """

@@ -150,6 +150,7 @@ function drawEdge(svg, edge, places, fills) {
   group.append(element("line", {x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: colour}));
   const forward = rate(edge.a, edge.b), backward = rate(edge.b, edge.a);
   let label = edge.stage;
+  if (edge.stage === "closed" && edge.last_close) label += `: ${edge.last_close.reason}`;
   if (edge.stage === "closed" && edge.link) label += ` · reconnecting (${edge.link.stage})`;
   if (edge.stage === "delivery") {
     label = forward === null && backward === null ? "rate: no data"
