@@ -157,9 +157,13 @@ function drawEdge(svg, edge, places, fills) {
       : `${edge.a}→ ${(forward ?? 0).toFixed(0)}/s · ${edge.b}→ ${(backward ?? 0).toFixed(0)}/s`;
     if (fill != null) label += ` · window ${(100 * fill).toFixed(0)}%`;
   }
-  const title = element("title", {}, `${edge.a} – ${edge.b}: ${edge.stage}`);
-  group.append(title, element("text", {x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 - 6,
-                                       "class": "rate"}, label));
+  // The label runs along its line, upright, just above it.
+  let angle = Math.atan2(b.y - a.y, b.x - a.x) * 180 / Math.PI;
+  if (angle > 90 || angle < -90) angle += 180;
+  const [mx, my] = [(a.x + b.x) / 2, (a.y + b.y) / 2];
+  group.append(element("title", {}, `${edge.a} – ${edge.b}: ${edge.stage}`),
+               element("text", {x: mx, y: my - 7, "class": "rate",
+                                transform: `rotate(${angle.toFixed(1)} ${mx} ${my})`}, label));
   svg.append(group);
 }
 
