@@ -21,7 +21,6 @@ const state = {
   view: "links",         // the table shown
   counters: new Map(),   // "router|peer" → {at, sent, received}: for rates
   rates: new Map(),      // "router|peer" → {sent, received} messages/s
-  relay: true,           // whether /api/v1/routers/NAME/VIEW exists here
   timer: null,           // the next poll
   polling: null,         // the poll under way
   again: false,          // poll again as soon as this one ends
@@ -50,20 +49,12 @@ async function api(path) {
 // One view of router NAME: asked here for this router, through the mesh
 // for another.  Resolves to {value} or {error}.
 async function view(name, what) {
-  if (name !== state.router && !state.relay) {
-    return {error: "no data: this router cannot ask other routers"};
-  }
   const path = name === state.router ? `api/v1/${what}`
     : `api/v1/routers/${encodeURIComponent(name)}/${what}`;
   try {
     return {value: await api(path)};
   } catch (e) {
     if (e instanceof NeedsToken) throw e;
-    if (name !== state.router && e instanceof ApiError && e.status === 404
-        && e.code === "not-found" && /routers/.test(e.message)) {
-      state.relay = false;
-      return {error: "no data: this router cannot ask other routers"};
-    }
     return {error: e.code ? `${e.code}: ${e.message}` : e.message};
   }
 }
@@ -172,14 +163,18 @@ function drawNode(svg, node, place, facts) {
                               "data-router": node.name, "data-reachable": node.reachable,
                               "data-self": node.name === state.router,
                               transform: `translate(${place.x},${place.y})`});
+  const known = facts.get(node.name) || {};
+  group.append(element("title", {}, node.name + (known.errors && known.errors.length
+    ? `: ${known.errors.join("; ")}` : "")));
   group.append(element("circle", {r: 44}));
   group.append(element("text", {"class": "name", y: -4}, node.name));
-  const known = facts.get(node.name) || {};
   const depth = known.depth;
   group.append(element("text", {"class": "badge" + (depth == null ? " no-data" : ""), y: 12},
                        depth == null ? "no data" : `queued ${depth}`));
   let role = node.reachable ? (known.role || "") : "unreachable";
-  if (node.reachable && node.name !== state.router && node.hops) role += ` ${node.hops} hop${node.hops > 1 ? "s" : ""}`;
+  if (node.reachable && node.name !== state.router && node.hops) {
+    role += ` ${node.hops} hop${node.hops > 1 ? "s" : ""}`;
+  }
   group.append(element("text", {"class": "role", y: 60}, role.trim()));
   group.addEventListener("click", () => { state.selected = node.name; refresh(); });
   svg.append(group);
@@ -277,7 +272,8 @@ async function gather(topology) {
   await Promise.all(topology.nodes.filter(node => node.reachable).map(async node => {
     const [queues, router, links] = await Promise.all(
       ["queues", "router", "links"].map(what => view(node.name, what)));
-    const known = {};
+    const known = {errors: [queues, router, links].filter(answer => answer.error)
+                             .map(answer => answer.error)};
     if (queues.value) known.depth = queues.value.reduce((sum, queue) => sum + queue.depth, 0);
     if (router.value && router.value.ha) {
       known.role = `${router.value.ha.role} · ${router.value.ha.state}`;
