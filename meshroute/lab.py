@@ -291,8 +291,13 @@ class Consumer:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
-    def report(self) -> None:
+    def report(self, lab: "Lab") -> None:
+        """
+        Wait for the consumer to end, print the lab's events so far (its
+        session's among them), then what it received.
+        """
         out, err = self.process.communicate(timeout=90)
+        lab.report()
         ids = [json.loads(line)["id"] for line in out.splitlines() if line.strip()]
         verdict = "each exactly once" if len(set(ids)) == len(ids) == self.count else (
             f"{len(set(ids))} distinct, {len(ids) - len(set(ids))} doubled; {err.strip()}")
@@ -313,14 +318,19 @@ class Producer:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
 
-    def report(self) -> None:
+    def report(self, lab: "Lab") -> None:
+        """
+        Wait for the producer to end, print the lab's events so far, then
+        whether its messages were accepted.
+        """
         _, err = self.process.communicate(timeout=120)
+        lab.report()
         status = "durably accepted" if self.process.returncode == 0 else f"FAILED: {err.strip()}"
         print(f"   meshroute send: {self.description}: {status}", flush=True)
 
 
-def send(router: LabRouter, address: str, count: int, label: str) -> None:
-    Producer(router, address, count, label).report()
+def send(lab: "Lab", router: LabRouter, address: str, count: int, label: str) -> None:
+    Producer(router, address, count, label).report(lab)
 
 
 class Lab:
@@ -499,8 +509,8 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
               "(the bound: lease-timeout + 2 × heartbeat-interval + 1 s, 5 s here)", flush=True)
     else:
         print(f"   {standby.label} does not serve 15 s after the kill; see its log", flush=True)
-    producer.report()
-    Consumer(pair, "payments", count).report()
+    producer.report(lab)
+    Consumer(pair, "payments", count).report(lab)
 
     print(f"\n== 6. {active.label} returns: it asks the voters, finds {standby.label} "
           "active and catches up as its backup", flush=True)
@@ -525,8 +535,8 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
     if lab.watch(30, until=lab.pairs_ready):
         lab.print_pair(pair)
     lab.watch(30, until=lambda: lab.all_in_delivery(expected_links))
-    send(sender, address, 200, "sent after the failback")
-    Consumer(pair, "payments", 200).report()
+    send(lab, sender, address, 200, "sent after the failback")
+    Consumer(pair, "payments", 200).report(lab)
 
 
 def main(argv=None) -> int:
@@ -562,8 +572,8 @@ def main(argv=None) -> int:
 
         print(f"== 2. traffic: 1000 messages from {first.name} to orders@{last[0].name}")
         consumer = Consumer(last, "orders", 1000)
-        send(first, f"orders@{last[0].name}", 1000, "lab traffic")
-        consumer.report()
+        send(lab, first, f"orders@{last[0].name}", 1000, "lab traffic")
+        consumer.report(lab)
         lab.print_message_counts()
 
         neighbours = " and ".join(lab.linked_to(victim.name))
@@ -576,7 +586,7 @@ def main(argv=None) -> int:
         else:
             print(f"   20 s on, {' and '.join(lab.linked_to(victim.name))} still have a link "
                   f"to {victim.name}", flush=True)
-        send(first, f"inbox@{victim.name}", 500, "sent while frozen")
+        send(lab, first, f"inbox@{victim.name}", 500, "sent while frozen")
         backlog = first.router_info().get("backlog", {})
         if backlog.get(victim.name) == 500:
             print(f"   {first.name} holds them in its store until {victim.name} is reachable "
@@ -593,7 +603,7 @@ def main(argv=None) -> int:
             print("   every link is in delivery again", flush=True)
         else:
             print("   20 s on, not every link is in delivery again; see the logs", flush=True)
-        Consumer([victim], "inbox", 500).report()
+        Consumer([victim], "inbox", 500).report(lab)
         lab.print_message_counts()
         for pair in lab.pairs():
             show_pair(lab, pair, first, expected_links)
