@@ -160,11 +160,19 @@ class Page:
                                    f"{what or expression} (last value {value!r})")
             time.sleep(interval)
 
-    def screenshot(self, path: Path) -> Path:
+    def screenshot(self, path: Path, full_page: bool = False) -> Path:
         """
         Save what the tab shows now as a PNG at C{path}; return C{path}.
+
+        @param full_page: the whole page, not only the window's worth (a
+            long report).
         """
-        data = self.command("Page.captureScreenshot", format="png")["data"]
+        params: dict = {"format": "png"}
+        if full_page:
+            size = self.command("Page.getLayoutMetrics")["cssContentSize"]
+            params.update(captureBeyondViewport=True, clip={
+                "x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+        data = self.command("Page.captureScreenshot", **params)["data"]
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))

@@ -64,3 +64,14 @@ def test_failed_requests_are_collected_apart_from_errors(browser):
     assert page.errors == []
     [failed] = page.failed_requests
     assert failed.startswith("http://127.0.0.1:9/nothing.png: "), failed
+
+
+def test_a_full_page_screenshot_is_as_tall_as_the_page(browser, tmp_path):
+    page = browser.open(data_url("<body style='margin: 0'><div style='height: 2000px'>tall"
+                                 "</div></body>"))
+
+    data = page.screenshot(tmp_path / "tall.png", full_page=True).read_bytes()
+
+    width, height = struct.unpack(">II", data[16:24])
+    # The page's width: the window's, less a vertical scroll bar.
+    assert (width <= 1280, height) == (True, 2000)
