@@ -8,6 +8,8 @@ time, and none of it is a message of the mesh's traffic.
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meshroute.admin.mesh import (
     ANSWER_TIMEOUT_S,
@@ -153,6 +155,29 @@ def test_a_large_list_is_cut_to_fit():
                                       None)
 
 
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                               max_size=4),
+    max_leaves=10)
+
+
+@given(st.lists(_JSON, max_size=30) | st.dictionaries(st.text(max_size=10), _JSON, max_size=30),
+       st.integers(min_value=2, max_value=600))
+def test_a_cut_answer_is_a_prefix_that_fits(view, limit):
+    body, truncated = bounded_json(view, limit)
+    value = json.loads(body)
+    if truncated is None:
+        assert value == view
+        return
+    kept, total = truncated
+    assert len(body) <= limit and total == len(view) and kept < total
+    if isinstance(view, list):
+        assert value == view[:kept]
+    else:
+        assert list(value.items()) == list(view.items())[:kept]
+
+
 def _message(router: str, queue: str):
     from meshroute.messages import Message
 
@@ -230,3 +255,19 @@ def test_a_link_tells_how_the_previous_link_to_its_peer_ended(line):
     [link] = [link for link in line.routers[B].describe_links() if link["peer"] == C]
     assert link["stage"] == "delivery"
     assert (link["last_close_reason"], link["last_closed_at"]) == ("peer-closed", stopped_at)
+
+
+def test_an_answer_from_another_router_than_the_one_asked_is_dropped(line):
+    from meshroute.admin.mesh import REQUEST
+    from meshroute.messages import ADMIN_REPLY_QUEUE, Message
+
+    line.partition(C)
+    views = line.routers[A].mesh_views
+    d = views.ask(C, "links")
+    [request_id] = list(views._pending)
+    views.arrived(Message(msg_id="forged", origin=B, dest_router=A,
+                          dest_queue=ADMIN_REPLY_QUEUE, body=b"[]",
+                          headers={REQUEST: request_id}, persistent=False))
+    assert not d.called
+    line.run(ANSWER_TIMEOUT_S + 0.1)
+    assert isinstance(outcome(d), Unreachable)

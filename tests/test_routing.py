@@ -534,14 +534,31 @@ def test_routes_follow_the_new_epoch_in_a_mesh():
     assert m.tables["a"].routes() == {"b": ("b", 1), "c": ("b", 2)}
 
 
-# What the topology page draws: the pairs of the database, and when it
-# last changed.
+def test_changes_are_when_each_routers_links_last_changed():
+    clock = Clock()
+    clock.advance(100)
+    table = RouteTable("a", clock)
+    assert table.changes() == {"a": 100}
+    clock.advance(1)
+    table.link_up("b")
+    table.received(Advertisement("b", 1, ("a",)))
+    assert table.changes() == {"a": 101, "b": 101}
+    assert table.heard() == {"a", "b"}
+    clock.advance(1)
+    # A newer advertisement with the same neighbours changes nothing.
+    table.received(Advertisement("b", 2, ("a",)))
+    assert table.changes()["b"] == 101
+    table.received(Advertisement("b", 3, ("a", "c")))
+    table.link_down("b")
+    assert table.changes() == {"a": 102, "b": 102}
+    assert table.heard() == {"a", "b", "c"}
 
 
 def test_adjacencies_are_the_graph_and_the_links_one_end_still_advertises():
     """
-    A silent router (frozen, say) keeps its last advertisement in the
-    mesh: its links that the other ends closed stay listed by it alone.
+    What the topology page draws: a silent router (frozen, say) keeps its
+    last advertisement in the mesh, so its links that the other ends
+    closed stay listed by it alone.
     """
     m = mesh("abc", ["ab", "bc", "ca"])
     assert m.tables["a"].adjacencies() == {("a", "b"): True, ("a", "c"): True,
@@ -552,23 +569,3 @@ def test_adjacencies_are_the_graph_and_the_links_one_end_still_advertises():
 
     assert m.tables["a"].adjacencies() == {("a", "b"): False, ("a", "c"): True,
                                            ("b", "c"): False}
-
-
-def test_a_routers_last_change_is_when_its_list_of_neighbours_changed():
-    clock = clock_at(100)
-    table = RouteTable("a", clock)
-    assert table.changes() == {"a": 100}
-    clock.advance(1)
-    table.link_up("b")
-    assert table.changes() == {"a": 101}
-    clock.advance(1)
-    table.received(Advertisement("b", 5, ("a",)))
-    assert table.changes() == {"a": 101, "b": 102}
-    clock.advance(1)
-    # A newer advertisement with the same neighbours (a refresh, or a
-    # restart that found the same links) changes no edge.
-    table.received(Advertisement("b", 6, ("a",)))
-    table.link_up("b")
-    assert table.changes() == {"a": 101, "b": 102}
-    table.link_down("b")
-    assert table.changes() == {"a": 103, "b": 102}

@@ -57,6 +57,22 @@ def test_status_router_through_two_hops_answers_with_its_data(line):
     assert default.stdout.startswith("router router-c ")
 
 
+def test_clients_cannot_use_the_system_queues(line, mesh):
+    *_, c_proc = line
+    for address in ("$admin@router-c", "$admin-reply", "$admin@router-a"):
+        sent = mesh.send(c_proc, address, 1)
+        assert sent.returncode != 0 and "bad-address" in sent.stderr, sent.stderr
+    for queue in ("$admin", "$admin-reply"):
+        receiver = mesh.start_receive(c_proc, queue, count=1, timeout=10)
+        assert receiver.wait() != 0 and "bad-address" in receiver.stderr, receiver.stderr
+    # Nor does anything of them show as a queue, after questions crossed the mesh.
+    a, _, c = line[:3]
+    assert status("--admin", a.admin_url, "sessions", "--router", "router-c").returncode == 0
+    names = [q["name"] for q in json.loads(status("--admin", c.admin_url, "queues",
+                                                  "--json").stdout)]
+    assert names == ["orders"]
+
+
 def test_each_view_as_a_table_and_as_json(line, mesh):
     a, b, c, a_proc, b_proc, c_proc = line
     consumer = mesh.start_receive(c_proc, "orders", count=1, timeout=30)

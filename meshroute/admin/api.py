@@ -1,10 +1,13 @@
 """
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
-queues hold and who is connected, as JSON; C{/topology}, the mesh as it
-knows it (L{meshroute.admin.topology}); and C{/ha}, an HA instance's
-role and state.  C{/} is the topology page (L{meshroute.admin.page}),
-which shows these.  These are read-only (GET).  What changes the router
+queues hold and who is connected, as JSON; C{/ha}, an HA instance's
+role and state; C{/topology}, the mesh as it knows it
+(L{meshroute.admin.topology}); C{/routers}, the routers it knows, and
+C{/routers/NAME/VIEW}, another router's view asked through the mesh
+(L{meshroute.admin.routed}).  C{/} is the topology page
+(L{meshroute.admin.page}), which shows these.  These are read-only
+(GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
 needs the token: C{POST /api/v1/actions/reload-security} reloads the
 users and permissions as SIGHUP does (L{meshroute.security.reload}).

@@ -264,11 +264,12 @@ class MeshViews:
                      origin=question.origin)
 
     def _answered(self, message: Message, request_id: str) -> None:
-        pending = self._forget(request_id)
-        if pending is None:
-            log.info("an answer from {origin} came after its question gave up; dropped",
-                     origin=message.origin)
+        asked = self._pending.get(request_id)
+        if asked is None or asked[2] != message.origin:
+            log.info("an answer from {origin} to no open question of ours (it came after "
+                     "the question gave up?); dropped", origin=message.origin)
             return
+        pending = self._forget(request_id)
         answer = pending[0]
         headers = message.headers
         if ERROR in headers:
