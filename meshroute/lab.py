@@ -588,13 +588,14 @@ def main(argv=None) -> int:
                   f"to {victim.name}", flush=True)
         send(lab, first, f"inbox@{victim.name}", 500, "sent while frozen")
         backlog = first.router_info().get("backlog", {})
-        if backlog.get(victim.name) == 500:
+        held = backlog.get(victim.name, 0)
+        if held == 500:
             print(f"   {first.name} holds them in its store until {victim.name} is reachable "
                   f"again: backlog {backlog}", flush=True)
         else:
-            print(f"   {first.name}'s backlog is {backlog}: the messages left it on a route "
-                  f"towards {victim.name}, and wait in the store of a router on the way",
-                  flush=True)
+            print(f"   {first.name} holds {held} of them in its store (backlog {backlog}); "
+                  f"the other {500 - held} left on a route towards {victim.name} that was "
+                  "still up", flush=True)
 
         print(f"\n== 4. resuming {victim.name} with SIGCONT: it reconnects and the "
               "waiting messages flow")
