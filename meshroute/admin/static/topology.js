@@ -12,7 +12,8 @@ const TOKEN_KEY = "meshroute-admin-token";
 const SVG = "http://www.w3.org/2000/svg";
 const WIDTH = 640, HEIGHT = 560;
 // Fields that hold epoch seconds, shown as local times.
-const TIMES = new Set(["since", "last_heard", "changed_at", "closed_at"]);
+const TIMES = new Set(["since", "last_heard", "changed_at", "closed_at", "last_closed_at",
+                       "last_change"]);
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
