@@ -373,6 +373,13 @@ class IRouteTable(Interface):
         this table took it (the admin API's C{routers} view).
         """
 
+    def adjacencies():
+        """
+        C{{(router, router): both}}: every sorted pair of routers one of
+        which advertises a link to the other, C{both} when the other
+        advertises it back (the admin API's C{topology}).
+        """
+
 
 class ILinkEngine(Interface):
     """

@@ -27,6 +27,7 @@ from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.admin.mesh import MeshViews
 from meshroute.admin.routers import describe_mesh
+from meshroute.admin.topology import describe_topology
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.wire.client_frames import MAX_FRAME_SIZE
 from meshroute.sessions.limits import ClientLimits, client_limits
@@ -445,6 +446,12 @@ class RouterService(MultiService):
         C{GET /api/v1/sessions}.
         """
         return self.client_factory.describe()
+
+    def describe_topology(self) -> dict:
+        """
+        C{GET /api/v1/topology}.
+        """
+        return describe_topology(self)
 
     def describe_view(self, view: str):
         """

@@ -552,3 +552,20 @@ def test_changes_are_when_each_routers_links_last_changed():
     table.link_down("b")
     assert table.changes() == {"a": 102, "b": 102}
     assert table.heard() == {"a", "b", "c"}
+
+
+def test_adjacencies_are_the_graph_and_the_links_one_end_still_advertises():
+    """
+    What the topology page draws: a silent router (frozen, say) keeps its
+    last advertisement in the mesh, so its links that the other ends
+    closed stay listed by it alone.
+    """
+    m = mesh("abc", ["ab", "bc", "ca"])
+    assert m.tables["a"].adjacencies() == {("a", "b"): True, ("a", "c"): True,
+                                           ("b", "c"): True}
+    # b falls silent: a and c close their links to it, b says nothing.
+    m.tables["c"].received(m.tables["a"].link_down("b")[0])
+    m.tables["a"].received(m.tables["c"].link_down("b")[0])
+
+    assert m.tables["a"].adjacencies() == {("a", "b"): False, ("a", "c"): True,
+                                           ("b", "c"): False}

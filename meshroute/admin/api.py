@@ -1,10 +1,13 @@
 """
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
-queues hold and who is connected, as JSON; and C{/ha}, an HA instance's
-role and state; C{/routers}, the routers it knows, and
+queues hold and who is connected, as JSON; C{/ha}, an HA instance's
+role and state; C{/topology}, the mesh as it knows it
+(L{meshroute.admin.topology}); C{/routers}, the routers it knows, and
 C{/routers/NAME/VIEW}, another router's view asked through the mesh
-(L{meshroute.admin.routed}).  These are read-only (GET).  What changes the router
+(L{meshroute.admin.routed}).  C{/} is the topology page
+(L{meshroute.admin.page}), which shows these.  These are read-only
+(GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
 needs the token: C{POST /api/v1/actions/reload-security} reloads the
 users and permissions as SIGHUP does (L{meshroute.security.reload}).
@@ -24,9 +27,9 @@ only when the instance is the active one: then C{/router} says
 C{"serving": false} with the HA state, and the router's other resources
 answer C{not-active} (503).
 
-Every answer is JSON, errors too: C{{"error": CODE, "detail": TEXT}} with
-C{not-found} (404) for a path that names no resource (Twisted's default
-would answer C{/api/v1/queues/anything} with the whole queue list, and
+Every answer of C{/api/} is JSON, errors too: C{{"error": CODE,
+"detail": TEXT}} with C{not-found} (404) for a path that names no
+resource (Twisted's default would answer C{/api/v1/queues/anything} with the whole queue list, and
 errors with HTML pages; and C{/ha} of a router without C{[ha]}),
 C{unauthorized} (401, with C{WWW-Authenticate: Bearer}) for a request
 without the token or with a wrong one, C{method-not-allowed} (405) for
@@ -41,6 +44,7 @@ import json
 from typing import Callable
 
 from meshroute import __version__
+from meshroute.admin import page
 from meshroute.admin.metrics import metrics_resource
 
 from twisted.logger import Logger
@@ -200,7 +204,9 @@ def _bearer(request) -> bytes | None:
 class _Guarded(Resource):
     """
     The root: every request presents C{token} before any resource sees
-    it (compared in constant time, so that timing does not leak it).
+    it (compared in constant time, so that timing does not leak it),
+    except for the topology page and its assets (L{page.OPEN}), which
+    hold no data and ask the operator for the token.
     """
 
     def __init__(self, token: bytes, root: Resource) -> None:
@@ -213,7 +219,7 @@ class _Guarded(Resource):
         return presented is not None and hmac.compare_digest(presented, self._token)
 
     def getChildWithDefault(self, name: bytes, request):
-        if not self._allowed(request):
+        if name not in page.OPEN and not self._allowed(request):
             return _Unauthorized()
         return self._root.getChildWithDefault(name, request)
 
@@ -258,7 +264,7 @@ class AdminSite(Site):
 
 
 #: The router's own resources: each answers C{router.describe_NAME()}.
-_ROUTER_RESOURCES = ("links", "routes", "queues", "sessions")
+_ROUTER_RESOURCES = ("links", "routes", "queues", "sessions", "topology")
 
 
 def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None) -> Site:
@@ -325,6 +331,7 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None
     api.putChild(b"v1", v1)
     root = _Directory()
     root.putChild(b"api", api)
+from meshroute.admin import page
 
     def metrics() -> Resource:
         if reactor is None:

@@ -205,17 +205,41 @@ class RouteTable:
         self._routes = None
         return [advertisement]
 
+    def _listed(self) -> dict[str, set[str]]:
+        """
+        The neighbours each router lists: ours from our own links, the
+        others' from their advertisements.
+        """
+        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
+        listed[self.name] = set(self._own.neighbors)
+        return listed
+
     def _graph(self) -> dict[str, set[str]]:
         """
         The bidirectional edges of the database: B is adjacent to A only
         when A lists B and B lists A.
         """
-        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
-        listed[self.name] = set(self._own.neighbors)
+        listed = self._listed()
         return {
             router: {other for other in others if router in listed.get(other, ())}
             for router, others in listed.items()
         }
+
+    def adjacencies(self) -> dict[tuple[str, str], bool]:
+        """
+        Every pair of routers one of which lists the other, as a sorted
+        name pair, with whether the other lists it back: C{True} for an
+        edge of the graph (a delivery-stage link both ends advertise),
+        C{False} for a link one end no longer advertises (closed there,
+        or its end is silent and still advertises what it last had).
+        """
+        listed = self._listed()
+        pairs: dict[tuple[str, str], bool] = {}
+        for router, others in listed.items():
+            for other in others:
+                pair = (router, other) if router < other else (other, router)
+                pairs[pair] = router in listed.get(other, ())
+        return dict(sorted(pairs.items()))
 
     def _compute(self) -> dict[str, tuple[str, int]]:
         """
