@@ -331,7 +331,6 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None
     api.putChild(b"v1", v1)
     root = _Directory()
     root.putChild(b"api", api)
-from meshroute.admin import page
 
     def metrics() -> Resource:
         if reactor is None:
@@ -341,4 +340,5 @@ from meshroute.admin import page
         return metrics_resource(running, current, ha)
 
     root.putChild(b"metrics", _Delegated(metrics))
+    page.add_page(root, _Directory(), _NotFound())
     return AdminSite(root if token is None else _Guarded(token, root))
