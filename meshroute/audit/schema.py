@@ -101,6 +101,7 @@ FIELDS = [
     ("session_id", T.StringType(), "session.*, message.dropped"),
     ("client_id", T.StringType(), "session.*, message.dropped"),
     ("ttl_ms", T.LongType(), "session.opened"),
+    ("protocol", T.StringType(), "session.opened"),
     ("requested_session_id", T.StringType(), "session.recreated"),
     ("keep_alive_ms", T.LongType(), "session.disconnected, session.expired"),
     ("last_command_id", T.LongType(), "session.disconnected, session.reattached"),

@@ -96,6 +96,11 @@ CLOSING = "closing"
 CLOSED = "closed"
 EXPIRED = "expired"
 
+#: What a session's client speaks (its C{protocol}, in the admin API and
+#: C{session.opened}).
+NATIVE = "native"
+STOMP = "stomp"
+
 #: C{[clients.reconnect] max-depth-policy}: which non-persistent message a
 #: full disconnected session drops.
 DROP_OLDEST = "drop-oldest"
@@ -217,10 +222,10 @@ class SessionRegistry:
     def resumable(self, session_id: str) -> "SessionCore | None":
         """
         The session C{session_id} if it can be resumed (open on another
-        connection, or disconnected).
+        connection, or disconnected; a native one: STOMP has no resume).
         """
         core = self.sessions.get(session_id)
-        if core is not None and core.state in (OPEN, DISCONNECTED):
+        if core is not None and core.state in (OPEN, DISCONNECTED) and core.protocol == NATIVE:
             return core
         return None
 
@@ -267,6 +272,8 @@ class SessionCore:
     @ivar guard: the user's permission checks
         (L{meshroute.sessions.permissions.Guard}), or None: everything is
         allowed.
+    @ivar protocol: what its client speaks: L{NATIVE}, or L{STOMP} (a
+        L{meshroute.stomp.connection} adapter feeds it native commands).
     """
 
     engine: object
@@ -281,6 +288,7 @@ class SessionCore:
     client_id: str = ""
     user: str | None = None
     guard: object = None
+    protocol: str = NATIVE
     ttl_ms: int = -1
     last_command_id: int = 0
     processed_up_to: int = 0
@@ -403,7 +411,7 @@ class SessionCore:
         self.registry.add(self)
         self.write(connection.opened(self.session_id, self.engine.name, self.ttl_ms, False, 0))
         self.events.emit(event_names.SESSION_OPENED, session_id=self.session_id,
-                         client_id=self.client_id, ttl_ms=self.ttl_ms)
+                         client_id=self.client_id, ttl_ms=self.ttl_ms, protocol=self.protocol)
         if frame.session_id:
             self.events.emit(event_names.SESSION_RECREATED, session_id=self.session_id,
                              client_id=self.client_id, requested_session_id=frame.session_id)
@@ -912,6 +920,26 @@ class SessionCore:
         self.done(command_id)
         self._check_drained()
 
+    def give_back(self, delivery_ids) -> None:
+        """
+        The client returns these deliveries unprocessed (STOMP's C{NACK};
+        the native protocol has no such command): back to the front of
+        their queues, flagged redelivered, with the credit they spent.
+        Not a command, and outside any transaction.  Unknown ids are
+        ignored.
+        """
+        for number, queue_delivery_ids in self.owned(delivery_ids).items():
+            self.subscriptions[number].give_back(queue_delivery_ids)
+
+    def take_ack_at_once(self, frame: f.Ack) -> None:
+        """
+        An Ack the client's protocol makes on delivery (STOMP's C{ack:auto}
+        subscriptions): carried out at once, outside any transaction
+        the session holds, since the client never decided it.
+        """
+        if self.accept_command(frame):
+            self.ack(frame)
+
     def transact(self, frame, what: str) -> None:
         """
         Feed a Begin, Commit or Rollback (C{what}: the transaction
@@ -1137,6 +1165,7 @@ class SessionCore:
             "session_id": self.session_id,
             "client_id": self.client_id,
             "user": self.user,
+            "protocol": self.protocol,
             "state": self.state,
             "ttl_ms": self.ttl_ms,
             "queued": len(self.pending),
