@@ -43,6 +43,9 @@ from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
 from meshroute.security.files import read_private
 from meshroute.security.policy import Permission
+from meshroute.stomp import settings as stomp_settings
+from meshroute.stomp.frames import StompProtocolError, parse_heart_beat
+from meshroute.stomp.settings import StompListenerSettings
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
@@ -234,6 +237,7 @@ class RouterConfig:
     client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
     ha: HASettings | None = None
     security: SecurityConfig | None = None
+    stomp_listener: StompListenerSettings | None = None
 
 
 _REQUIRED = object()
@@ -313,11 +317,11 @@ _ROUTING_KEYS = (
     _Key("reroute-delay", "duration", 5000, 0, _HOUR_MS),
 )
 _STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),)
-_CLIENT_LISTENER_KEYS = (
-    _Key("endpoint", "server-endpoint"),
-    _Key("connection-ttl-override", "int", -1, -1, _DAY_MS),
-    _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
-    _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
+_TTL_OVERRIDE_KEY = _Key("connection-ttl-override", "int", -1, -1, _DAY_MS)
+_CLIENT_CA_KEY = _Key("client-ca", "str", None)
+#: What one client may take (L{limits.ClientLimits}): the same keys in
+#: every client-facing listener.
+_CLIENT_LIMIT_KEYS = (
     _Key("max-frame-size", "int", MAX_CLIENT_FRAME_SIZE, 64 * 1024, MAX_CLIENT_FRAME_SIZE),
     _Key("max-connections", "int", limits.DEFAULT_MAX_CONNECTIONS, 1, 1_000_000),
     _Key("max-sessions", "int", limits.DEFAULT_MAX_SESSIONS, 1, 10_000_000),
@@ -327,8 +331,27 @@ _CLIENT_LISTENER_KEYS = (
     _Key("max-header-size", "int", limits.DEFAULT_MAX_HEADER_SIZE, 0, MAX_CLIENT_FRAME_SIZE),
     _Key("stage-valid-timeout", "duration", limits.DEFAULT_STAGE_VALID_TIMEOUT_MS, 1000,
          _HOUR_MS),
-    _Key("client-ca", "str", None),
 )
+_CLIENT_LISTENER_KEYS = (
+    _Key("endpoint", "server-endpoint"),
+    _TTL_OVERRIDE_KEY,
+    _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
+    _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
+    *_CLIENT_LIMIT_KEYS,
+    _CLIENT_CA_KEY,
+)
+_STOMP_LISTENER_KEYS = (
+    _Key("endpoint", "server-endpoint"),
+    _Key("websocket", "server-endpoint", None),
+    _Key("websocket-path", "str", stomp_settings.DEFAULT_WEBSOCKET_PATH),
+    _TTL_OVERRIDE_KEY,
+    *_CLIENT_LIMIT_KEYS,
+    _CLIENT_CA_KEY,
+    _Key("prefetch-count", "int", stomp_settings.DEFAULT_PREFETCH_COUNT, 1, 10_000_000),
+    _Key("heart-beat", "str", "{},{}".format(*stomp_settings.DEFAULT_HEARTBEAT_MS)),
+)
+#: A WebSocket resource path: absolute, no query or fragment.
+_WEBSOCKET_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*")
 _HA_KEYS = (
     _Key("role", "choice", choices=ha_settings.ROLES),
     # None: the router's name, filled in by _read_ha.
@@ -553,23 +576,75 @@ def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reac
     return values
 
 
-def _check_client_ca(listener: ClientListenerConfig, path: str) -> None:
+def _check_client_ca(client_ca: str | None, endpoints: list[str], path: str, key: str) -> None:
     """
-    A C{client-ca} needs an C{ssl:} endpoint (a certificate over plain TCP
-    proves nothing) and a readable PEM certificate.
+    A C{client-ca} needs an C{ssl:} endpoint among its listener's
+    C{endpoints} (a certificate over plain TCP proves nothing) and a
+    readable PEM certificate.
     """
-    if listener.client_ca is None:
+    if client_ca is None:
         return
-    key = "clients.listener.client-ca"
-    if not listener.endpoint.startswith("ssl:"):
+    if not any(endpoint.startswith("ssl:") for endpoint in endpoints):
         raise ConfigError(path, key, "client certificates need an ssl: endpoint, not "
-                                     f"{listener.endpoint!r}")
+                                     f"{' or '.join(map(repr, endpoints))}")
     try:
-        load_client_ca(listener.client_ca)
+        load_client_ca(client_ca)
     except OSError as e:
-        raise ConfigError(path, key, f"cannot read {listener.client_ca!r}: {e.strerror}") from e
+        raise ConfigError(path, key, f"cannot read {client_ca!r}: {e.strerror}") from e
     except ValueError as e:
         raise ConfigError(path, key, str(e)) from e
+
+
+def _read_stomp(table: object, take, *, path: str) -> StompListenerSettings | None:
+    """
+    Read C{[stomp.listener]}, if the C{[stomp]} table has one.
+
+    @param take: L{_take} bound to the file and reactor.
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(path, "stomp", f"expected a table, got {type(table).__name__}")
+    _reject_unknown(table, ["listener"], path=path, prefix="stomp")
+    if "listener" not in table:
+        return None
+    prefix = "stomp.listener"
+    values = take(table["listener"], _STOMP_LISTENER_KEYS, prefix)
+    client_limits = limits.ClientLimits(
+        **{name: values.pop(name) for name in limits.ClientLimits.__dataclass_fields__})
+    if values["websocket"] == values["endpoint"]:
+        raise ConfigError(path, f"{prefix}.websocket",
+                          f"{values['websocket']!r} is already the STOMP endpoint")
+    if not _WEBSOCKET_PATH.fullmatch(values["websocket_path"]):
+        raise ConfigError(path, f"{prefix}.websocket-path",
+                          f"{values['websocket_path']!r} is not an absolute URL path "
+                          "(like \"/stomp\", without query or fragment)")
+    endpoints = [values["endpoint"]] + ([values["websocket"]] if values["websocket"] else [])
+    _check_client_ca(values["client_ca"], endpoints, path, f"{prefix}.client-ca")
+    if values["prefetch_count"] > client_limits.max_unacknowledged:
+        raise ConfigError(path, f"{prefix}.prefetch-count",
+                          f"{values['prefetch_count']} is more than max-unacknowledged "
+                          f"{client_limits.max_unacknowledged}: no subscription could take it")
+    try:
+        heartbeat_ms = parse_heart_beat(values.pop("heart_beat"))
+    except StompProtocolError as e:
+        raise ConfigError(path, f"{prefix}.heart-beat",
+                          f"{e.reason} (milliseconds: can send, wants)") from None
+    if max(heartbeat_ms) > _HOUR_MS:
+        raise ConfigError(path, f"{prefix}.heart-beat",
+                          f"must be at most {_HOUR_MS} ms each, got {heartbeat_ms}")
+    return StompListenerSettings(
+        ttl_override_ms=values.pop("connection_ttl_override"), limits=client_limits,
+        heartbeat_ms=heartbeat_ms, **values)
+
+
+def _stomp_table(settings: StompListenerSettings) -> str:
+    """
+    C{[stomp.listener]} as loadable TOML: the settings' values under
+    their keys' attribute names (L{_read_stomp} in reverse).
+    """
+    values = {**vars(settings.limits), **vars(settings),
+              "connection_ttl_override": settings.ttl_override_ms,
+              "heart_beat": "{},{}".format(*settings.heartbeat_ms)}
+    return _toml_table("[stomp.listener]", values, _STOMP_LISTENER_KEYS)
 
 
 def _read_token(token_file: str, *, path: str, key: str) -> bytes:
@@ -654,7 +729,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    sections = ["router", "routing", "store", "clients", "admin", "ha", "security"]
+    sections = ["router", "routing", "store", "clients", "admin", "ha", "security", "stomp"]
     _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
@@ -710,7 +785,8 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     if "listener" in clients:
         client_listener = ClientListenerConfig(
             **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
-        _check_client_ca(client_listener, path)
+        _check_client_ca(client_listener.client_ca, [client_listener.endpoint], path,
+                         "clients.listener.client-ca")
     client_reconnect = ClientReconnectConfig(
         **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
     ha = None
@@ -719,10 +795,12 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     security = None
     if "security" in document:
         security = _read_security(document["security"], take, path=path)
+    stomp_listener = _read_stomp(document.get("stomp", {}), take, path=path)
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
         routing=routing_config, store=store, clients=client_listener,
-        client_reconnect=client_reconnect, ha=ha, security=security, **router
+        client_reconnect=client_reconnect, ha=ha, security=security,
+        stomp_listener=stomp_listener, **router
     )
 
 
@@ -794,6 +872,11 @@ def config_warnings(config: RouterConfig) -> list[str]:
             f"{config.clients.endpoint} is open to any client that reaches it, which may "
             "send to every queue of the mesh and consume from every local queue "
             "(docs/security.md)")
+    if config.stomp_listener is not None and config.security is None:
+        warnings.append(
+            f"{config.path}: security: no [security] section: the STOMP listener "
+            f"{config.stomp_listener.endpoint} is open to any client that reaches it, with "
+            "any login (docs/security.md)")
     if config.ha is not None:
         warnings.extend(f"{config.path}: {problem.key}: {problem.message}"
                         for problem in ha_settings.warnings(config.ha))
@@ -820,10 +903,13 @@ def _toml_table(header: str, config: object, keys: tuple[_Key, ...]) -> str:
     """
     One table with every key that has a value (an empty list is none);
     C{secret} is not a key, so it is never printed.
+
+    @param config: the section's values as attributes, or a dict of them
+        by attribute name.
     """
     lines = [header]
     for spec in keys:
-        value = getattr(config, spec.attr)
+        value = config[spec.attr] if isinstance(config, dict) else getattr(config, spec.attr)
         if value is not None and value != ():
             lines.append(f"{spec.name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
@@ -850,6 +936,8 @@ def format_config(config: RouterConfig) -> str:
         tables.append(_toml_table("[routing.listener]", config.listener, _LISTENER_KEYS))
     for connector in config.connectors:
         tables.append(_toml_table("[[routing.connector]]", connector, _CONNECTOR_KEYS))
+    if config.stomp_listener is not None:
+        tables.append(_stomp_table(config.stomp_listener))
     if config.admin is not None:
         tables.append(_toml_table("[admin]", config.admin, _ADMIN_KEYS))
     if config.security is not None:

@@ -73,7 +73,7 @@ def test_the_configuration_keys_set_the_limits(tmp_path):
         'max-unacknowledged = 6\nmax-headers = 7\nmax-header-size = 8\n'
         'stage-valid-timeout = "2s"\nmax-frame-size = 65536\n')
     config = load_config(path)
-    assert client_limits(config.clients) == ClientLimits(3, 4, 5, 6, 7, 8, 2000)
+    assert client_limits(config.clients) == ClientLimits(3, 4, 5, 6, 7, 8, 2000, 65536)
     assert config.clients.max_frame_size == 65536
 
 

@@ -35,8 +35,9 @@ Which action each bound refuses, and how:
    not finish its handshake.
 
 The frame size bound (C{max-frame-size}) is the decoder's
-(L{meshroute.wire.codec.FrameDecoder}): it refuses a length above it
-before buffering a byte of the body.
+(L{meshroute.wire.codec.FrameDecoder}, or a STOMP listener's
+L{meshroute.stomp.frames.StompParser}): it refuses a frame above it
+before buffering more of it.
 """
 
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class ClientLimits:
         values together.
     @ivar stage_valid_timeout_ms: how long a connection may stay without a
         session.
+    @ivar max_frame_size: bytes of one frame a client sends.
     """
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -81,6 +83,7 @@ class ClientLimits:
     max_headers: int = DEFAULT_MAX_HEADERS
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE
     stage_valid_timeout_ms: int = DEFAULT_STAGE_VALID_TIMEOUT_MS
+    max_frame_size: int = f.MAX_FRAME_SIZE
 
     def connection_refusal(self, others: int) -> str | None:
         """

@@ -1,0 +1,50 @@
+"""
+C{[stomp.listener]}: where STOMP clients connect, and what the router
+offers and allows them, as L{meshroute.config} loads it.
+"""
+
+from dataclasses import dataclass
+
+from meshroute.sessions.limits import ClientLimits
+
+#: The path a WebSocket client asks for, as Artemis and RabbitMQ serve it.
+DEFAULT_WEBSOCKET_PATH = "/stomp"
+#: Deliveries a subscription may hold unacknowledged when its SUBSCRIBE
+#: has no C{prefetch-count} header: the specification sets none, and a
+#: bound keeps one slow consumer from holding a whole queue.
+DEFAULT_PREFETCH_COUNT = 100
+#: The router's heart-beat offer in CONNECTED, in ms: it can send one
+#: every 10 s and wants one every 10 s.
+DEFAULT_HEARTBEAT_MS = (10_000, 10_000)
+
+
+@dataclass(frozen=True)
+class StompListenerSettings:
+    """
+    The STOMP listener of one router.
+
+    @ivar endpoint: the server endpoint string of the STOMP listener
+        (C{tcp:} or C{ssl:}).
+    @ivar websocket: the server endpoint string where STOMP over WebSocket
+        is served, or None.
+    @ivar websocket_path: the HTTP path of the WebSocket resource.
+    @ivar ttl_override_ms: the connection TTL every STOMP connection gets,
+        or -1: the client's heart-beat decides (twice its interval, as
+        Artemis maps it).
+    @ivar client_ca: the PEM file of the CA whose client certificates
+        authenticate users on an C{ssl:} endpoint, or None.
+    @ivar limits: what one client may take, the C{[clients.listener]}
+        keys of the same names.
+    @ivar prefetch_count: a subscription's prefetch when its SUBSCRIBE
+        names none.
+    @ivar heartbeat_ms: the router's heart-beat offer C{(cx, cy)} in ms.
+    """
+
+    endpoint: str
+    websocket: str | None = None
+    websocket_path: str = DEFAULT_WEBSOCKET_PATH
+    ttl_override_ms: int = -1
+    client_ca: str | None = None
+    limits: ClientLimits = ClientLimits()
+    prefetch_count: int = DEFAULT_PREFETCH_COUNT
+    heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS

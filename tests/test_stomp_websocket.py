@@ -1,0 +1,277 @@
+"""
+STOMP over WebSocket (L{meshroute.stomp.websocket}): a stream protocol
+served on a real listening port on 127.0.0.1, reached with autobahn's
+Twisted WebSocket client, as a browser would reach it.
+"""
+
+import pytest
+import pytest_twisted
+from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.internet.protocol import Factory, Protocol
+
+from meshroute.stomp.websocket import websocket_factory
+
+#: Generous for a loaded machine: every wait ends as soon as its event
+#: happens, the deadline only stops a test that would hang.
+DEADLINE_S = 30
+
+
+def within_deadline(d: Deferred) -> Deferred:
+    return d.addTimeout(DEADLINE_S, reactor)
+
+
+class Stream(Protocol):
+    """
+    The stream protocol served: it keeps what it reads, answers C{echo:X}
+    with C{X}, closes on C{close}, and records how it ended.
+    """
+
+    def connectionMade(self):
+        self.factory.made.append(self)
+        self.received = b""
+        self.lost = Deferred()
+        self.data = Deferred()
+        self.transport.registerProducer(self, True)
+
+    def dataReceived(self, data):
+        self.received += data
+        if self.received.startswith(b"echo:") and self.received.endswith(b"\0"):
+            self.transport.write(self.received[5:-1])
+            self.received = b""
+        elif self.received == b"close":
+            self.transport.loseConnection()
+            self.transport.write(b"after the close")
+        d, self.data = self.data, Deferred()
+        d.callback(data)
+
+    def connectionLost(self, reason):
+        self.reason = reason
+        self.lost.callback(None)
+
+    def pauseProducing(self):
+        pass
+
+    def resumeProducing(self):
+        pass
+
+    def stopProducing(self):
+        pass
+
+
+class StreamFactory(Factory):
+    protocol = Stream
+
+    def __init__(self):
+        self.made: list[Stream] = []
+
+
+class Browser(WebSocketClientProtocol):
+    """
+    The WebSocket client: it keeps each message with its kind, and
+    records its opening and its close.
+    """
+
+    def onConnect(self, response):
+        self.factory.subprotocol = response.protocol
+
+    def onOpen(self):
+        self.factory.opened.callback(self)
+
+    def onMessage(self, payload, isBinary):
+        self.factory.messages.append((payload, isBinary))
+        d, self.factory.message = self.factory.message, Deferred()
+        d.callback(None)
+
+    def onClose(self, wasClean, code, reason):
+        if not self.factory.opened.called:
+            self.factory.opened.errback(ConnectionError(reason))
+        self.factory.closed.callback((wasClean, code, reason))
+
+
+@pytest.fixture
+def served():
+    """
+    The listening port serving a L{StreamFactory} over WebSocket at
+    C{/stomp}, and that factory.
+    """
+    streams = StreamFactory()
+    port = pytest_twisted.blockon(serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(
+        websocket_factory(streams, "ws://127.0.0.1/stomp", reactor)))
+    yield port, streams
+    pytest_twisted.blockon(port.stopListening())
+
+
+async def browse(port, protocols, path="/stomp") -> WebSocketClientFactory:
+    """
+    Open a WebSocket to C{port} at C{path} offering C{protocols}; return
+    the client factory once the connection is open or refused.
+    """
+    number = port.getHost().port
+    factory = WebSocketClientFactory(f"ws://127.0.0.1:{number}{path}", protocols=protocols,
+                                     reactor=reactor)
+    factory.protocol = Browser
+    factory.opened, factory.closed, factory.message = Deferred(), Deferred(), Deferred()
+    factory.messages = []
+    factory.subprotocol = None
+    factory.client = await clientFromString(reactor, f"tcp:127.0.0.1:{number}").connect(factory)
+    return factory
+
+
+async def stream_of(streams: StreamFactory) -> Stream:
+    """
+    The stream protocol of the one connection made, once it is made (its
+    WebSocket opens before the server side's stream is connected).
+    """
+    while not streams.made:
+        d = Deferred()
+        reactor.callLater(0.01, d.callback, None)
+        await d
+    return streams.made[0]
+
+
+async def message(browser: WebSocketClientFactory, count: int):
+    while len(browser.messages) < count:
+        await within_deadline(browser.message)
+    return browser.messages[count - 1]
+
+
+@pytest.mark.parametrize("offered, chosen, version", [
+    (["v10.stomp", "v11.stomp", "v12.stomp"], "v12.stomp", "1.2"),
+    (["v11.stomp"], "v11.stomp", "1.1"),
+    ([], None, None),
+])
+@pytest_twisted.ensureDeferred
+async def test_the_highest_stomp_subprotocol_offered_is_chosen(served, offered, chosen, version):
+    port, streams = served
+    browser = await browse(port, offered)
+    client = await within_deadline(browser.opened)
+    assert browser.subprotocol == chosen
+    stream = await stream_of(streams)
+    assert stream.transport.subprotocol == chosen
+    assert stream.transport.stomp_version == version
+    peer = stream.transport.getPeer()
+    assert (peer.host, peer.port) == ("127.0.0.1", client.transport.getHost().port)
+    assert stream.transport.getHost().port == port.getHost().port
+    assert stream.transport.getPeerCertificate() is None
+    client.sendClose()
+    await within_deadline(browser.closed)
+    await within_deadline(stream.lost)
+    assert stream.reason.check(ConnectionDone)
+
+
+@pytest.mark.parametrize("offered, path, status", [
+    (["mqtt", "v10.stomp"], "/stomp", "406"),
+    (["v12.stomp"], "/elsewhere", "404"),
+])
+@pytest_twisted.ensureDeferred
+async def test_an_unknown_subprotocol_or_path_is_refused(served, offered, path, status):
+    port, streams = served
+    browser = await browse(port, offered, path)
+    with pytest.raises(ConnectionError) as refused:
+        await within_deadline(browser.opened)
+    assert status in str(refused.value)
+    assert streams.made == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_messages_are_stream_bytes_and_writes_are_messages(served):
+    port, streams = served
+    browser = await browse(port, ["v12.stomp"])
+    client = await within_deadline(browser.opened)
+    stream = await stream_of(streams)
+    # A frame split over two messages, text then binary, is one stream.
+    client.sendMessage(b"echo:SEND\ndestination:/queue/a\n\n", isBinary=False)
+    client.sendMessage(b"hello\0", isBinary=True)
+    assert await message(browser, 1) == (b"SEND\ndestination:/queue/a\n\nhello", False)
+    # Bytes that are not UTF-8 go out as a binary message.
+    client.sendMessage(b"echo:\xff\x00\xfe\0", isBinary=True)
+    assert await message(browser, 2) == (b"\xff\x00\xfe", True)
+    stream.transport.writeSequence([b"MESSAGE\n", b"\n", b"x\0"])
+    assert await message(browser, 3) == (b"MESSAGE\n\nx\0", False)
+    client.sendClose()
+    await within_deadline(stream.lost)
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_a_subprotocol_writes_are_binary(served):
+    port, streams = served
+    browser = await browse(port, [])
+    client = await within_deadline(browser.opened)
+    client.sendMessage(b"echo:text\0", isBinary=False)
+    assert await message(browser, 1) == (b"text", True)
+    client.sendClose()
+    await within_deadline((await stream_of(streams)).lost)
+
+
+@pytest_twisted.ensureDeferred
+async def test_lose_connection_closes_the_websocket_after_what_was_written(served):
+    port, streams = served
+    browser = await browse(port, ["v12.stomp"])
+    client = await within_deadline(browser.opened)
+    stream = await stream_of(streams)
+    stream.transport.write(b"ERROR\nmessage:bye\n\n\0")
+    client.sendMessage(b"close")
+    was_clean, code, _ = await within_deadline(browser.closed)
+    assert (was_clean, code) == (True, 1000)
+    # Written before the close: delivered; after it: dropped.
+    assert browser.messages == [(b"ERROR\nmessage:bye\n\n\0", False)]
+    await within_deadline(stream.lost)
+    assert stream.reason.check(ConnectionDone)
+    assert stream.transport.disconnecting
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_lost_tcp_connection_reaches_the_stream_as_connection_lost(served):
+    port, streams = served
+    browser = await browse(port, ["v12.stomp"])
+    client = await within_deadline(browser.opened)
+    stream = await stream_of(streams)
+    client.transport.abortConnection()
+    await within_deadline(stream.lost)
+    assert stream.reason.check(ConnectionLost)
+
+
+@pytest_twisted.ensureDeferred
+async def test_abort_connection_drops_the_tcp_connection(served):
+    port, streams = served
+    browser = await browse(port, ["v12.stomp"])
+    await within_deadline(browser.opened)
+    stream = await stream_of(streams)
+    stream.transport.abortConnection()
+    was_clean, _, _ = await within_deadline(browser.closed)
+    assert not was_clean
+    await within_deadline(stream.lost)
+    assert stream.reason.check(ConnectionLost)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_stream_pauses_reading_and_produces_for_the_tcp_connection(served):
+    port, streams = served
+    browser = await browse(port, ["v12.stomp"])
+    client = await within_deadline(browser.opened)
+    stream = await stream_of(streams)
+    tcp = stream.transport._websocket.transport
+    assert tcp.producer is stream
+    stream.transport.pauseProducing()
+    assert tcp not in reactor.getReaders()
+    client.sendMessage(b"while paused")
+    stream.transport.resumeProducing()
+    assert tcp in reactor.getReaders()
+    while stream.received != b"while paused":
+        await within_deadline(stream.data)
+    client.sendClose()
+    await within_deadline(stream.lost)
+    assert tcp.producer is None
+
+
+def test_listening_starts_and_stops_the_stream_factory():
+    streams = StreamFactory()
+    factory = websocket_factory(streams, "ws://127.0.0.1/stomp", reactor)
+    factory.doStart()
+    assert streams.numPorts == 1
+    factory.doStop()
+    assert streams.numPorts == 0
