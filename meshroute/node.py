@@ -12,7 +12,7 @@ thing a link does is ask the store for its recovery point.
 import fcntl
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
@@ -51,6 +51,8 @@ from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
 from meshroute.store.pruning import IdPruner
+from meshroute.stomp.listener import StompFactory
+from meshroute.stomp.websocket import websocket_factory
 
 log = Logger()
 
@@ -278,6 +280,9 @@ class RouterService(MultiService):
                 verify_client_certificates(listening_clients.endpoint,
                                            load_client_ca(config.clients.client_ca))
             listening_clients.setServiceParent(self)
+        self.stomp_factory: StompFactory | None = None
+        if config.stomp_listener is not None:
+            self._serve_stomp(endpoints, config, ha_view, is_open)
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -299,6 +304,34 @@ class RouterService(MultiService):
         if config.admin is not None:
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint,
                          admin_site(self, token=config.admin.token))
+
+    def _serve_stomp(self, endpoints, config: RouterConfig, ha_view, is_open) -> None:
+        """
+        The C{[stomp.listener]}: its endpoint, and its WebSocket endpoint
+        if it has one.  Its sessions join the native listener's registry
+        (one C{/api/v1/sessions}, one C{max-sessions}).
+        """
+        stomp = config.stomp_listener
+        natives = self.client_factory
+        self.stomp_factory = StompFactory(
+            self.engine, self._clock,
+            replace(natives.settings, connection_ttl_override=stomp.ttl_override_ms,
+                    limits=stomp.limits),
+            sessions=natives.sessions, prefetch_count=stomp.prefetch_count,
+            heartbeat_ms=stomp.heartbeat_ms, events=self.events, ha_view=ha_view,
+            security=self.security, secret=natives.secret,
+            verifies_certificates=stomp.client_ca is not None,
+        )
+        serving = _UntilOpen(self.stomp_factory, is_open)
+        listening_stomp = listening(endpoints, config, "stomp.listener.endpoint",
+                                    stomp.endpoint, serving)
+        if stomp.client_ca is not None:
+            verify_client_certificates(listening_stomp.endpoint, load_client_ca(stomp.client_ca))
+        listening_stomp.setServiceParent(self)
+        if stomp.websocket is not None:
+            self._listen(endpoints, "stomp.listener.websocket", stomp.websocket,
+                         websocket_factory(serving, f"ws://localhost{stomp.websocket_path}",
+                                           self._clock))
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
         listening(endpoints, self.config, key, description, factory).setServiceParent(self)
@@ -350,10 +383,14 @@ class RouterService(MultiService):
         (C{not-active}: the other instance takes them); a router on its own
         drops them as a crash would, while its event log is still open.
         """
-        if self._host is not None:
-            self.client_factory.stop_serving()
-        else:
-            self.client_factory.close_connections()
+        listeners = [self.client_factory]
+        if self.stomp_factory is not None:
+            listeners.append(self.stomp_factory)
+        for listener in listeners:
+            if self._host is not None:
+                listener.stop_serving()
+            else:
+                listener.close_connections()
         closing = self.registry.close_all()
         stopping = defer.maybeDeferred(super().stopService)
         abort = self._clock.callLater(SHUTDOWN_GRACE_S, self._abort_links)
