@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
-from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.endpoints import SSL4ServerEndpoint, clientFromString, serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.internet.interfaces import IReactorTime
@@ -323,15 +323,19 @@ class RouterService(MultiService):
             verifies_certificates=stomp.client_ca is not None,
         )
         serving = _UntilOpen(self.stomp_factory, is_open)
-        listening_stomp = listening(endpoints, config, "stomp.listener.endpoint",
-                                    stomp.endpoint, serving)
-        if stomp.client_ca is not None:
-            verify_client_certificates(listening_stomp.endpoint, load_client_ca(stomp.client_ca))
-        listening_stomp.setServiceParent(self)
+        services = [listening(endpoints, config, "stomp.listener.endpoint", stomp.endpoint,
+                              serving)]
         if stomp.websocket is not None:
-            self._listen(endpoints, "stomp.listener.websocket", stomp.websocket,
-                         websocket_factory(serving, f"ws://localhost{stomp.websocket_path}",
-                                           self._clock))
+            services.append(listening(
+                endpoints, config, "stomp.listener.websocket", stomp.websocket,
+                websocket_factory(serving, f"ws://localhost{stomp.websocket_path}",
+                                  self._clock)))
+        ca = load_client_ca(stomp.client_ca) if stomp.client_ca is not None else None
+        for service in services:
+            # client-ca applies to whichever of the two is TLS.
+            if ca is not None and isinstance(service.endpoint, SSL4ServerEndpoint):
+                verify_client_certificates(service.endpoint, ca)
+            service.setServiceParent(self)
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
         listening(endpoints, self.config, key, description, factory).setServiceParent(self)

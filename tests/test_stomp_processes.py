@@ -18,10 +18,9 @@ import sys
 import textwrap
 import threading
 
-import pytest
 import stomp
 
-from routers import ClientProcess, mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from routers import REPO_ROOT, ClientProcess, mesh, wait_until  # noqa: F401 (mesh is a fixture)
 
 #: Deadlines: generous, for a loaded 2-core machine.
 TIMEOUT_S = 60.0
@@ -411,6 +410,16 @@ def test_a_stomp_script_run_as_the_readme_shows_it(mesh, tmp_path):
     assert "received: hello from stomp.py" in result.stdout
 
 
-#: The README's stomp.py example ("From other languages"), word for word
-#: but for the port.
-README_EXAMPLE = ""
+def _readme_example() -> str:
+    """
+    The README's stomp.py example: the first Python block of "From other
+    languages".
+    """
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## From other languages"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```", start)]
+
+
+#: The README's stomp.py example, word for word.
+README_EXAMPLE = _readme_example()
