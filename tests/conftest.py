@@ -66,9 +66,9 @@ def clock():
 def engine(tmp_path, clock):
     """
     The engine a router-side client test runs against: a real store under
-    L{client_fakes.FakeEngine}, whose commits the test lets land.
+    L{fake_router.FakeEngine}, whose commits the test lets land.
     """
-    from client_fakes import FakeEngine
+    from fake_router import FakeEngine
 
     engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
     yield engine

@@ -1,24 +1,39 @@
 """
 One client connection to a router's client listener, driven frame by
-frame over a C{StringTransport}: what the router-side tests speak with.
+frame over a C{StringTransport} (or the transport given): what the
+router-side tests speak with.  The router they speak to is in
+L{fake_router}.
 """
 
+from twisted.internet.testing import StringTransport
+
 from meshroute.wire import client_frames as f
+from meshroute.wire.codec import FrameDecoder, encode
 
-from client_fakes import ClientEnd
 
-
-class Connection(ClientEnd):
+class Connection:
     """
-    One client connection to the router side, driven frame by frame.
+    A client's end of one connection to a client factory.
     """
 
-    def __init__(self, factory) -> None:
-        super().__init__(factory)
+    def __init__(self, factory, transport=None) -> None:
+        self.factory = factory
+        self.protocol = factory.buildProtocol(None)
+        self.transport = transport if transport is not None else StringTransport()
+        self.protocol.makeConnection(self.transport)
+        self._decoder = FrameDecoder(frames=f.FROM_ROUTER)
         self._unread: list = []
 
+    def send(self, *frames) -> None:
+        self.protocol.dataReceived(b"".join(encode(frame) for frame in frames))
+
     def received(self) -> list:
-        frames, self._unread = self._unread + super().received(), []
+        """
+        Every frame the router wrote and the test has not read yet.
+        """
+        data = self.transport.value()
+        self.transport.clear()
+        frames, self._unread = self._unread + self._decoder.feed(data), []
         return frames
 
     def expect(self):
@@ -41,6 +56,9 @@ class Connection(ClientEnd):
         assert isinstance(frames[0], f.Opened), frames
         self.after_open = frames[1:]
         return frames[0]
+
+    def lose(self) -> None:
+        self.protocol.connectionLost(None)
 
     @property
     def closed(self) -> bool:

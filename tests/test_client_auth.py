@@ -20,9 +20,9 @@ from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import ScramServer
 from certificates import make_ca, make_client_cert
 from client_auth_testing import scram_open
-from client_fakes import ROUTER, ClientEnd, FakeEngine
-from client_testing import Harness, failure_of, kept_clients, result_of  # noqa: F401
-from scripted_router import ScriptedEndpoint
+from client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from fake_router import ROUTER, FakeEngine, Harness, ScriptedEndpoint
+from router_connection import Connection
 
 USERS = {"orders-app": derive("orders-pw", iterations=4096),
          "billing": derive("billing-pw", iterations=4096)}
@@ -70,20 +70,14 @@ class CertificateTransport(StringTransport):
         return self._certificate
 
 
-class Client(ClientEnd):
+class Client(Connection):
     def __init__(self, factory, transport=None) -> None:
         super().__init__(factory, transport)
-        self._pending: list = []
         self.next_id = 1
 
     def command(self) -> int:
         self.next_id += 1
         return self.next_id - 1
-
-    def expect(self):
-        if not self._pending:
-            self._pending = self.received()
-        return self._pending.pop(0)
 
     def scram(self, user: str, password: str, session_id: str = "") -> list:
         return scram_open(self, user, password, session_id)
@@ -92,10 +86,6 @@ class Client(ClientEnd):
         authenticated, opened = self.scram(user, password, session_id)
         assert authenticated.user == user
         return opened
-
-    @property
-    def closing(self) -> bool:
-        return self.transport.disconnecting
 
 
 def test_scram_authenticates_then_opens(factory, engine):
@@ -113,7 +103,7 @@ def test_older_versions_are_refused_when_users_are_configured(factory):
     (error,) = client.received()
     assert (error.command_id, error.code) == (0, f.AUTHENTICATION_REQUIRED)
     assert "version 5" in error.detail
-    assert client.closing
+    assert client.closed
 
 
 def test_without_security_a_version_5_client_opens_anonymously(engine, clock):
@@ -128,7 +118,7 @@ def test_wrong_password_and_unknown_user_are_refused_identically(factory, engine
     refusals = [wrong.scram("orders-app", "guess"), unknown.scram("nobody", "guess")]
     assert refusals[0] == refusals[1] == [
         f.Error(0, f.NOT_AUTHENTICATED, "authentication failed")]
-    assert wrong.closing and unknown.closing
+    assert wrong.closed and unknown.closed
     denials = engine.events.named(events.SECURITY_DENIED)
     assert [(d["user"], d["action"]) for d in denials] == [
         ("orders-app", "connect"), ("nobody", "connect")]
@@ -198,7 +188,7 @@ def test_sends_are_checked_against_the_user_s_permissions(factory, engine):
     assert all(isinstance(got[c], f.Confirm) for c in allowed)
     assert got[refused] == f.Error(refused, f.NOT_ALLOWED,
                                    "user 'orders-app' may not send to 'invoices'")
-    assert not client.closing
+    assert not client.closed
     (denial,) = engine.events.named(events.SECURITY_DENIED)
     assert denial == {"user": "orders-app", "action": "send", "target": "invoices",
                       "reason": "no permission sends there"}
@@ -219,7 +209,7 @@ def test_a_refused_message_of_a_batch_refuses_that_message_only(factory, engine)
     assert frames[0].first_command_id == first and len(frames[0].msg_ids) == 1
     assert [fr.code for fr in frames[1:]] == [f.NOT_ALLOWED, f.NOT_ALLOWED, f.NOT_ALLOWED]
     assert len(engine.events.named(events.SECURITY_DENIED)) == 3
-    assert not client.closing
+    assert not client.closed
 
 
 def test_a_refused_send_in_a_transaction_rolls_it_back(factory):
@@ -253,7 +243,7 @@ def test_only_the_user_that_opened_a_session_resumes_it(factory, engine):
     thief = Client(factory)
     refusal = thief.scram("billing", "billing-pw", session_id=session_id)
     assert refusal[-1] == f.Error(0, f.NOT_ALLOWED, f"session {session_id} is another user's")
-    assert thief.closing
+    assert thief.closed
     (denial,) = engine.events.named(events.SECURITY_DENIED)
     assert (denial["user"], denial["action"], denial["target"]) == (
         "billing", "resume", session_id)
@@ -274,10 +264,10 @@ def test_a_reload_closes_the_connections_of_removed_users_only(engine, clock, se
     security.replace(policy(users={"billing": USERS["billing"]}))
     assert orders.received() == [
         f.Error(0, f.USER_REMOVED, "user 'orders-app' was removed from the router's users")]
-    assert orders.closing and not billing.closing and not certified.closing
+    assert orders.closed and not billing.closed and not certified.closed
     security.replace(policy(users={"billing": USERS["billing"]}, permissions=PERMISSIONS[:2]))
     assert certified.received()[-1].code == f.USER_REMOVED
-    assert not billing.closing
+    assert not billing.closed
 
 
 def test_a_reload_applies_new_permissions_to_open_sessions(factory, security):

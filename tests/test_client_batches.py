@@ -21,7 +21,7 @@ from meshroute.sessions import session as session_module
 from meshroute.queues import READ_AHEAD
 
 from client_testing import failure_of, result_of
-from test_client import Harness
+from fake_router import Harness
 from test_router_transactions import engine, store  # noqa: F401 (fixtures)
 
 

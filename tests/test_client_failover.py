@@ -15,7 +15,7 @@ from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpo
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings
 
-from client_fakes import FakeEngine
+from fake_router import FakeEngine
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401
 
 

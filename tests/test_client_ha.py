@@ -35,9 +35,8 @@ from meshroute.wire import client_frames as f
 from meshroute.sessions.ha_view import HAView
 from meshroute.sessions.protocol import ClientFactory
 
-from client_fakes import FakeEngine
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from scripted_router import ROUTER, SESSION, ScriptedEndpoint
+from fake_router import ROUTER, SESSION, FakeEngine, ScriptedEndpoint
 from test_client_failover import CuttableEndpoint
 
 OTHER_SESSION = "6" * 32

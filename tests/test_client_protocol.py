@@ -30,7 +30,8 @@ from meshroute.store import ExecutorStopped
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frameset import frame_to_list
 
-from client_fakes import ROUTER, ClientEnd, FakeBacklogFull, FakeEngine, FakeUnknownRouter
+import router_connection
+from fake_router import ROUTER, FakeBacklogFull, FakeEngine, FakeUnknownRouter
 
 FUZZ = settings(max_examples=200, deadline=None)
 
@@ -40,7 +41,7 @@ def factory(engine, clock):
     return ClientFactory(engine, clock)
 
 
-class Connection(ClientEnd):
+class Connection(router_connection.Connection):
     """
     One client connection to the router side, driven frame by frame.
     """
@@ -63,9 +64,6 @@ class Connection(ClientEnd):
         self.send(f.Subscribe(command_id, subscription, queue, credit))
         return command_id
 
-    @property
-    def closing(self) -> bool:
-        return self.transport.disconnecting
 
 
 @pytest.fixture
@@ -279,7 +277,7 @@ def test_unsupported_version(connection, factory):
     assert connection.received() == [
         f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5]")
     ]
-    assert connection.closing
+    assert connection.closed
     connection.lose()
     assert factory.sessions.describe() == []
 
@@ -378,7 +376,7 @@ def assert_closed_with(connection, code: str) -> f.Error:
     assert frames, "nothing was sent"
     error = frames[-1]
     assert isinstance(error, f.Error) and error.command_id == 0 and error.code == code, frames
-    assert connection.closing
+    assert connection.closed
     return error
 
 
@@ -404,7 +402,7 @@ def test_garbage(connection, factory):
     # Nothing else is disturbed.
     other.send(f.Ping(1))
     assert other.received() == [f.Pong(1)]
-    assert not other.closing
+    assert not other.closed
 
 
 def test_the_frame_table_in_the_docs_lists_every_field_of_every_frame():
@@ -556,7 +554,7 @@ def test_send_errors(connection, engine, error, code):
     connection.send(f.Send(2, "q", {}, b"x", True))
     engine.submitted[1].deferred.callback("id")
     assert connection.received() == [f.Confirm(2, "id")]
-    assert not connection.closing
+    assert not connection.closed
 
 
 def test_an_engine_bug_is_an_internal_error_and_is_logged(connection, engine, observe_errors):
@@ -656,7 +654,7 @@ def test_subscribe_to_an_invalid_queue(connection):
     command_id = connection.subscribe("no such/queue", credit=1)
     (error,) = connection.received()
     assert (error.command_id, error.code) == (command_id, f.BAD_ADDRESS)
-    assert not connection.closing
+    assert not connection.closed
 
 
 def test_subscribe_to_the_dead_letter_queue(connection, engine):
@@ -692,7 +690,7 @@ def test_credit_and_ack_for_unknown_subscriptions_and_deliveries_are_ignored(con
     connection.send(f.Credit(connection.command_id(), 99, 5),
                     f.Ack(connection.command_id(), [1, 2, 3]))
     assert connection.received() == []
-    assert not connection.closing
+    assert not connection.closed
 
 
 def test_two_subscriptions_share_a_queue_round_robin(connection, engine):
@@ -787,10 +785,10 @@ def test_close_waits_for_sends_in_progress(connection, engine, factory):
     connection.open()
     connection.send(f.Send(1, "q", {}, b"x", True), f.Close(2))
     assert connection.received() == []
-    assert not connection.closing
+    assert not connection.closed
     engine.submitted[0].deferred.callback("id-1")
     assert connection.received() == [f.Confirm(1, "id-1"), f.Closed()]
-    assert connection.closing
+    assert connection.closed
     assert factory.sessions.describe() == []
 
 
@@ -863,7 +861,7 @@ def test_arbitrary_input_never_breaks_the_router(tmp_path_factory, chunks):
         except WireError:
             pytest.fail("the router wrote an undecodable frame")
         errors = [frame for frame in frames if isinstance(frame, f.Error)]
-        if connection.closing:
+        if connection.closed:
             assert errors and errors[-1].command_id == 0
         connection.lose()
         for submitted in engine.submitted:

@@ -25,7 +25,7 @@ from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
 from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from scripted_router import SESSION, ScriptedEndpoint
+from fake_router import SESSION, ScriptedEndpoint
 
 OTHER_SESSION = "6" * 32
 

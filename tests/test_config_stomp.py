@@ -6,20 +6,13 @@ and refusals that name the file and the key.
 import dataclasses
 
 import pytest
-from twisted.internet.testing import MemoryReactor
 
-from certificates import make_ca, make_server_cert
-
-from meshroute.config import config_warnings, format_config, load_config
-from meshroute.errors import ConfigError
+from meshroute.config import config_warnings, format_config
 from meshroute.sessions.limits import ClientLimits
 from meshroute.stomp.settings import StompListenerSettings
 
-ROUTER = """
-[router]
-name = "router-a"
-data-dir = "var/router-a"
-"""
+from certificates import make_ca, make_server_cert
+from test_config import ROUTER, assert_refused, load
 
 STOMP = """
 [stomp.listener]
@@ -35,18 +28,6 @@ def write(tmp_path):
         return path
 
     return write
-
-
-def load(path):
-    return load_config(str(path), reactor=MemoryReactor())
-
-
-def assert_refused(path, key, *fragments):
-    with pytest.raises(ConfigError) as info:
-        load(path)
-    text = str(info.value)
-    for expected in (str(path), key, *fragments):
-        assert expected in text, text
 
 
 def test_no_section_no_listener(write):

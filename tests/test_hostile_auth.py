@@ -23,7 +23,7 @@ from meshroute.security.scram import MECHANISM, ScramClient
 from meshroute.wire.codec import encode
 
 from client_auth_testing import scram_open
-from client_fakes import ROUTER, FakeEngine
+from fake_router import ROUTER, FakeEngine
 from router_connection import Connection
 
 USERS = {"app": derive("app-pw", iterations=4096)}

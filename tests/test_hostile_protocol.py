@@ -26,7 +26,7 @@ from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import MAX_HELD_ANSWERS
 from meshroute.wire.codec import encode
 
-from client_fakes import FakeEngine
+from fake_router import FakeEngine
 from router_connection import Connection
 
 #: A small frame bound, so that bounds are reached within an example.

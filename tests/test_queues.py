@@ -19,26 +19,7 @@ from meshroute.messages import Message
 from meshroute.queues import MARK_RETRY_S, QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
 
-ROUTER = "router-a"
-
-
-class RecordingEvents:
-    """
-    Collects emitted events.
-    """
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, dict]] = []
-
-    def emit(self, event: str, **fields) -> None:
-        self.records.append((event, fields))
-
-    def emit_many(self, event: str, names: tuple, rows) -> None:
-        self.records.extend((event, dict(zip(names, row))) for row in rows)
-
-    def named(self, event: str) -> list[dict]:
-        return [fields for name, fields in self.records if name == event]
-
+from fake_router import ROUTER, RecordingEvents
 
 class CountingStore:
     """

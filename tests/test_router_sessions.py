@@ -30,7 +30,7 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
-from client_fakes import ROUTER, FakeEngine, RecordingEvents
+from fake_router import ROUTER, FakeEngine, RecordingEvents
 from router_connection import Connection
 from memory_mesh import MemoryMesh
 

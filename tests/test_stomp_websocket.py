@@ -11,7 +11,9 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.internet.protocol import Factory, Protocol
+from zope.interface.verify import verifyObject
 
 from meshroute.stomp.websocket import websocket_factory
 
@@ -32,6 +34,8 @@ class Stream(Protocol):
 
     def connectionMade(self):
         self.factory.made.append(self)
+        made, self.factory.another = self.factory.another, Deferred()
+        made.callback(self)
         self.received = b""
         self.lost = Deferred()
         self.data = Deferred()
@@ -67,6 +71,7 @@ class StreamFactory(Factory):
 
     def __init__(self):
         self.made: list[Stream] = []
+        self.another = Deferred()
 
 
 class Browser(WebSocketClientProtocol):
@@ -121,16 +126,27 @@ async def browse(port, protocols, path="/stomp") -> WebSocketClientFactory:
     return factory
 
 
-async def stream_of(streams: StreamFactory) -> Stream:
+async def stream_of(streams: StreamFactory, index: int = 0) -> Stream:
     """
-    The stream protocol of the one connection made, once it is made (its
-    WebSocket opens before the server side's stream is connected).
+    The stream protocol of the C{index}th connection, once it is made (the
+    client sees its WebSocket open before the server side's stream is
+    connected).
     """
-    while not streams.made:
-        d = Deferred()
-        reactor.callLater(0.01, d.callback, None)
-        await d
-    return streams.made[0]
+    while len(streams.made) <= index:
+        await within_deadline(streams.another)
+    return streams.made[index]
+
+
+async def connected(served, protocols=("v12.stomp",)):
+    """
+    A WebSocket open on C{served} offering C{protocols}: the client
+    factory, the client protocol, and the server side's stream.
+    """
+    port, streams = served
+    index = len(streams.made)
+    browser = await browse(port, list(protocols))
+    client = await within_deadline(browser.opened)
+    return browser, client, await stream_of(streams, index)
 
 
 async def message(browser: WebSocketClientFactory, count: int):
@@ -146,17 +162,16 @@ async def message(browser: WebSocketClientFactory, count: int):
 ])
 @pytest_twisted.ensureDeferred
 async def test_the_highest_stomp_subprotocol_offered_is_chosen(served, offered, chosen, version):
-    port, streams = served
-    browser = await browse(port, offered)
-    client = await within_deadline(browser.opened)
+    browser, client, stream = await connected(served, offered)
     assert browser.subprotocol == chosen
-    stream = await stream_of(streams)
     assert stream.transport.subprotocol == chosen
     assert stream.transport.stomp_version == version
     peer = stream.transport.getPeer()
     assert (peer.host, peer.port) == ("127.0.0.1", client.transport.getHost().port)
-    assert stream.transport.getHost().port == port.getHost().port
+    assert stream.transport.getHost().port == served[0].getHost().port
     assert stream.transport.getPeerCertificate() is None
+    assert verifyObject(ITransport, stream.transport)
+    assert verifyObject(IPushProducer, stream.transport)
     client.sendClose()
     await within_deadline(browser.closed)
     await within_deadline(stream.lost)
@@ -179,10 +194,7 @@ async def test_an_unknown_subprotocol_or_path_is_refused(served, offered, path, 
 
 @pytest_twisted.ensureDeferred
 async def test_messages_are_stream_bytes_and_writes_are_messages(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     # A frame split over two messages, text then binary, is one stream.
     client.sendMessage(b"echo:SEND\ndestination:/queue/a\n\n", isBinary=False)
     client.sendMessage(b"hello\0", isBinary=True)
@@ -197,22 +209,32 @@ async def test_messages_are_stream_bytes_and_writes_are_messages(served):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_text_message_that_is_not_utf8_closes_only_its_connection(served):
+    browser, client, stream = await connected(served)
+    other_browser, other_client, other = await connected(served)
+    assert other is not stream
+    client.sendMessage(b"SEND\n\n\xff\0", isBinary=False)
+    await within_deadline(stream.lost)
+    assert stream.reason.check(ConnectionLost)
+    assert stream.received == b""
+    other_client.sendMessage(b"echo:still served\0")
+    assert await message(other_browser, 1) == (b"still served", False)
+    other_client.sendClose()
+    await within_deadline(other_browser.closed)
+
+
+@pytest_twisted.ensureDeferred
 async def test_without_a_subprotocol_writes_are_binary(served):
-    port, streams = served
-    browser = await browse(port, [])
-    client = await within_deadline(browser.opened)
+    browser, client, stream = await connected(served, [])
     client.sendMessage(b"echo:text\0", isBinary=False)
     assert await message(browser, 1) == (b"text", True)
     client.sendClose()
-    await within_deadline((await stream_of(streams)).lost)
+    await within_deadline(stream.lost)
 
 
 @pytest_twisted.ensureDeferred
 async def test_lose_connection_closes_the_websocket_after_what_was_written(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     stream.transport.write(b"ERROR\nmessage:bye\n\n\0")
     client.sendMessage(b"close")
     was_clean, code, _ = await within_deadline(browser.closed)
@@ -226,10 +248,7 @@ async def test_lose_connection_closes_the_websocket_after_what_was_written(serve
 
 @pytest_twisted.ensureDeferred
 async def test_a_lost_tcp_connection_reaches_the_stream_as_connection_lost(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     client.transport.abortConnection()
     await within_deadline(stream.lost)
     assert stream.reason.check(ConnectionLost)
@@ -237,10 +256,7 @@ async def test_a_lost_tcp_connection_reaches_the_stream_as_connection_lost(serve
 
 @pytest_twisted.ensureDeferred
 async def test_abort_connection_drops_the_tcp_connection(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, _, stream = await connected(served)
     stream.transport.abortConnection()
     was_clean, _, _ = await within_deadline(browser.closed)
     assert not was_clean
@@ -250,10 +266,7 @@ async def test_abort_connection_drops_the_tcp_connection(served):
 
 @pytest_twisted.ensureDeferred
 async def test_the_stream_pauses_reading_and_produces_for_the_tcp_connection(served):
-    port, streams = served
-    browser = await browse(port, ["v12.stomp"])
-    client = await within_deadline(browser.opened)
-    stream = await stream_of(streams)
+    browser, client, stream = await connected(served)
     tcp = stream.transport._websocket.transport
     assert tcp.producer is stream
     stream.transport.pauseProducing()
