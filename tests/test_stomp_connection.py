@@ -23,7 +23,8 @@ from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
-from client_fakes import ROUTER, ClientEnd, RecordingEvents
+from fake_router import ROUTER, RecordingEvents
+from router_connection import Connection
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=500)
 
@@ -384,7 +385,7 @@ def test_a_native_client_cannot_take_a_stomp_session(engine, clock):
     factory = make_factory(engine, clock, sessions=registry_owner.sessions)
     client = StompEnd(factory)
     session_id = client.connect().header("session")
-    native = ClientEnd(registry_owner)
+    native = Connection(registry_owner)
     native.send(f.Open([1], "n", session_id, 60000))
     (opened,) = native.received()
     assert opened.session_id != session_id and not opened.reattached
