@@ -61,6 +61,7 @@ from meshroute.messages import (
     AddressError,
     Message,
     MessageIds,
+    expiry_headers,
     parse_address,
 )
 from meshroute.queues import QueueManager
@@ -138,6 +139,18 @@ def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: 
 def _message_from(frame, persistent: bool) -> Message:
     return _message(frame.msg_id, frame.origin, frame.dest_router, frame.dest_queue,
                     frame.hops, frame.accepted_at, frame.headers, frame.body, persistent)
+
+
+def _expiry(fields) -> tuple[int, str]:
+    """
+    C{(expires_ms, notify)} for L{MessageEngine._new_message} from the
+    optional trailing fields of a send, C{[expires_ms, notify_expiry[,
+    sender]]}: the session to notify only when asked.
+    """
+    if not fields:
+        return 0, ""
+    expires_ms, notify_expiry, *sender = fields
+    return expires_ms, (sender[0] if sender and notify_expiry else "")
 
 
 def _put(outcome, outcomes: list, position: int) -> None:
@@ -259,9 +272,16 @@ class MessageEngine:
     # -- clients ------------------------------------------------------------
 
     def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
-               duplicate_id: str = "") -> Deferred:
+               duplicate_id: str = "", expires_ms: int = 0, notify_expiry: bool = False,
+               sender: str = "") -> Deferred:
         """
         Accept a message from a client.
+
+        @param expires_ms: when its time to live runs out (absolute
+            wall-clock epoch milliseconds; 0: never): not delivered after
+            it, but set aside in C{$expired} (L{meshroute.expiry}).
+        @param notify_expiry: tell the session C{sender} (its id) if it
+            expires (best effort, docs/client-protocol.md).
 
         @param duplicate_id: when not empty, accept the message only if no
             send with this id was accepted within the store's duplicate-id
@@ -283,7 +303,8 @@ class MessageEngine:
             if duplicate_id:
                 return self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
             return fail(refusal)
-        message = self._new_message(queue, router, body, headers, persistent)
+        message = self._new_message(queue, router, body, headers, persistent, expires_ms,
+                                    sender if notify_expiry else "")
         if not persistent:
             if duplicate_id:
                 d = self._store.accept_once(message, duplicate_id)
@@ -307,7 +328,8 @@ class MessageEngine:
         """
         Accept a batch of client sends, each C{(address, headers, body,
         persistent, duplicate_id)} (a Send's fields, as a SendBatch carries
-        them), each as L{submit} would (same
+        them) or C{(..., duplicate_id, expires_ms, notify_expiry[,
+        sender])}, each as L{submit} would (same
         refusals, same events, in order), with ONE store call for all the
         messages to store (L{SQLiteStore.accept_many}).
 
@@ -329,7 +351,7 @@ class MessageEngine:
         # Non-persistent sends without a duplicate id: taken at once, their
         # acceptance recorded with one call of the event log.
         transient: list[Message] = []
-        for address, headers, body, persistent, duplicate_id in sends:
+        for address, headers, body, persistent, duplicate_id, *expiry in sends:
             try:
                 queue, router = parse_address(address, self.name)
             except AddressError as e:
@@ -349,7 +371,8 @@ class MessageEngine:
                 else:
                     outcomes.append(Failure(refusal))
                 continue
-            message = self._new_message(queue, router, body, headers, persistent)
+            message = self._new_message(queue, router, body, headers, persistent,
+                                        *_expiry(expiry))
             if not persistent and not duplicate_id:
                 transient.append(message)
                 outcomes.append(message.msg_id)
@@ -405,14 +428,14 @@ class MessageEngine:
                 outcomes[position] = Failure(refusal)
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
-                     persistent: bool) -> Message:
+                     persistent: bool, expires_ms: int = 0, notify: str = "") -> Message:
         return Message(
             msg_id=self._ids.next(),
             origin=self.name,
             dest_router=router,
             dest_queue=queue,
             body=body,
-            headers=headers,
+            headers=expiry_headers(headers, expires_ms, notify),
             persistent=persistent,
             accepted_at=self._clock.seconds(),
         )
@@ -420,8 +443,9 @@ class MessageEngine:
     def commit(self, sends, entry_ids) -> Deferred:
         """
         Carry out a client transaction: accept every message of C{sends}
-        (C{(address, body, headers, persistent, duplicate_id)} tuples, each
-        as L{submit} would) and delete the queue entries C{entry_ids}, in
+        (C{(address, body, headers, persistent, duplicate_id)} tuples, or
+        with C{expires_ms, notify_expiry[, sender]} after them, each as
+        L{submit} would) and delete the queue entries C{entry_ids}, in
         one store call, so that all of it or none of it is done.  A send
         that L{submit} would refuse refuses the whole transaction, unless
         its duplicate id was accepted before (the transaction is a retry of
@@ -436,7 +460,7 @@ class MessageEngine:
         """
         refused = []
         try:
-            for address, _body, _headers, persistent, duplicate_id in sends:
+            for address, _body, _headers, persistent, duplicate_id, *_expiry in sends:
                 _queue, router = parse_address(address, self.name)
                 refusal = self._refusal(router, persistent)
                 if refusal is not None:
@@ -461,9 +485,10 @@ class MessageEngine:
 
     def _commit(self, sends, entry_ids) -> Deferred:
         messages: list[tuple[Message, str]] = []
-        for address, body, headers, persistent, duplicate_id in sends:
+        for address, body, headers, persistent, duplicate_id, *expiry in sends:
             queue, router = parse_address(address, self.name)
-            message = self._new_message(queue, router, body, headers, persistent)
+            message = self._new_message(queue, router, body, headers, persistent,
+                                        *_expiry(expiry))
             if persistent and router != self.name:
                 self._accepting[router] += 1
             messages.append((message, duplicate_id))
