@@ -35,6 +35,11 @@ EXPIRES_HEADER = "x-expires-ms"
 #: the id of the sender's session at the origin router.
 NOTIFY_EXPIRY_HEADER = "x-notify-expiry"
 
+#: The address (at the origin router) of the notices that tell a sender
+#: its message expired at another router: non-persistent system messages
+#: a router takes itself, never enqueued (L{meshroute.expiry}).
+EXPIRY_NOTICES = "$expiry-notices"
+
 
 class AddressError(MeshrouteError):
     """
