@@ -367,7 +367,7 @@ class RouterService(MultiService):
             return
         self._open = True
         self._pruner.start()
-        self.engine.reroute_orphans()
+        self.engine.start()
         for service in self:
             service.startService()
 

@@ -987,6 +987,8 @@ def test_a_version_1_store_is_upgraded(tmp_path, clock):
                              "DROP TABLE replication_state; DROP TABLE peer_epochs; "
                              "DROP TABLE known_routers; "
                              "ALTER TABLE links DROP COLUMN peer_store_id; "
+                             "DROP INDEX messages_expiring; "
+                             "ALTER TABLE messages DROP COLUMN expires_ms; "
                              "DELETE FROM meta WHERE key = 'store_id'; "
                              "UPDATE meta SET value = 1 WHERE key = 'schema_version';")
     connection.close()

@@ -220,6 +220,11 @@ class ClientFactory(Factory):
         self.engine = engine
         self.clock = clock if clock is not None else engine.queues.clock
         self.sessions = SessionRegistry()
+        # Expiry notices for this listener's sessions (a test's engine
+        # may have none to give).
+        notices = getattr(engine, "expiry_notices", None)
+        if notices is not None:
+            notices.append(self.sessions.expired_notice)
         settings = settings if settings is not None else SessionSettings()
         if connection_ttl_override != -1:
             settings = replace(settings, connection_ttl_override=connection_ttl_override)

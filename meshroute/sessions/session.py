@@ -66,7 +66,8 @@ from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.permissions import NotAllowed
 from meshroute.sessions.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
-from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
+from meshroute.expiry import expires_at, expiring_sends, now_ms
+from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, QUEUE_NAME, expires_ms
 from meshroute.store.executor import ExecutorStopped
 
 log = Logger()
@@ -235,6 +236,18 @@ class SessionRegistry:
         """
         return [core.describe() for core in self.sessions.values()]
 
+    def expired_notice(self, session_id: str, msg_id: str, address: str, router: str) -> bool:
+        """
+        Message C{msg_id} that session C{session_id} sent to C{address}
+        expired at C{router}: tell the session, if it is here and not
+        ended.  Returns whether it was.
+        """
+        core = self.sessions.get(session_id)
+        if core is None or core.state not in (OPEN, DISCONNECTED):
+            return False
+        core.expired_notice(f.Expired(msg_id, address, router))
+        return True
+
 
 class _NoEvents:
     def emit(self, event: str, **fields) -> None:
@@ -262,6 +275,8 @@ class SessionCore:
     @ivar recovery: the last deliveries written (C{Deliver} frames).
     @ivar pending: C{Deliver} frames taken while disconnected, not yet
         written.
+    @ivar notices: C{Expired} notices that came while disconnected (at
+        most C{max-depth}, the oldest dropped first), written on resume.
     @ivar sends_in_progress: Sends submitted to the engine and not yet
         answered.
     @ivar acks_in_progress: Acks whose deletions are not yet durable.
@@ -297,6 +312,7 @@ class SessionCore:
     owners: dict = field(default_factory=dict)
     recovery: deque = field(default_factory=deque)
     pending: deque = field(default_factory=deque)
+    notices: deque = field(default_factory=deque)
     next_delivery_id: int = 0
     sends_in_progress: int = 0
     acks_in_progress: int = 0
@@ -538,7 +554,12 @@ class SessionCore:
 
     def send(self, frame: f.Send) -> None:
         command_id = frame.command_id
-        if frame.duplicate_id:
+        if frame.ttl_ms:
+            d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent, frame.duplicate_id,
+                              expires_at(self.clock, frame.ttl_ms), frame.notify_expiry,
+                              self.session_id)
+        elif frame.duplicate_id:
             d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
                               frame.persistent, duplicate_id=frame.duplicate_id)
         else:
@@ -587,7 +608,8 @@ class SessionCore:
         replay's), with ONE call of the engine (one store call), and
         answer them together when it fires.
         """
-        messages = frame.messages[skip:] if skip else frame.messages
+        messages = expiring_sends(frame.messages[skip:] if skip else frame.messages,
+                                  self.clock, self.session_id)
         first = frame.first_command_id + skip
         n = len(messages)
         if self.guard is not None:
@@ -704,7 +726,7 @@ class SessionCore:
 
     def subscribe(self, frame: f.Subscribe) -> None:
         command_id, queue, number = frame.command_id, frame.queue, frame.subscription
-        if not (QUEUE_NAME.match(queue) or queue == DEAD_LETTER_QUEUE):
+        if not (QUEUE_NAME.match(queue) or queue in (DEAD_LETTER_QUEUE, EXPIRED_QUEUE)):
             self.answer(command_id, f.Error(command_id, f.BAD_ADDRESS,
                                             f"invalid queue name {queue!r}"))
             return
@@ -831,6 +853,40 @@ class SessionCore:
             self._drop(victim)
         pending.append(frame)
         self._update_holding()
+
+    def expired_notice(self, frame: f.Expired) -> None:
+        """
+        A message this session sent expired: tell the client (version 6),
+        or hold the notice while disconnected.
+        """
+        connection = self.connection
+        if connection is None:
+            notices = self.notices
+            if len(notices) >= self.settings.max_depth:
+                notices.popleft()
+            notices.append(frame)
+        elif connection.version >= f.EXPIRY_VERSION:
+            self.write(frame)
+
+    def _expire_held(self, held: list) -> list:
+        """
+        The C{Deliver} frames of C{held} that may still be delivered; the
+        others expired while the session held them: their messages go to
+        C{$expired} and the session forgets them.
+        """
+        now = now_ms(self.clock)
+        expired: dict[int, list[int]] = {}
+        kept = []
+        for frame in held:
+            headers = frame.headers
+            if headers and 0 < expires_ms(headers) <= now:
+                number, queue_delivery_id, _ = self.owners.pop(frame.delivery_id)
+                expired.setdefault(number, []).append(queue_delivery_id)
+            else:
+                kept.append(frame)
+        for number, queue_delivery_ids in expired.items():
+            self.subscriptions[number].expire(queue_delivery_ids)
+        return kept
 
     def _drop(self, frame: f.Deliver) -> None:
         number, queue_delivery_id, _ = self.owners.pop(frame.delivery_id)
@@ -1044,6 +1100,7 @@ class SessionCore:
         again.extend(self.pending)
         self.pending.clear()
         self.recovery.clear()
+        again = self._expire_held(again)
         # Those sent before that the client did not receive and that cannot
         # be sent again go back to their queues.
         resent = {d.delivery_id for d in again}
@@ -1055,6 +1112,10 @@ class SessionCore:
             self.write(delivery)
             if self.resumable:
                 self.recovery.append(delivery)
+        notices, self.notices = self.notices, deque()
+        if connection.version >= f.EXPIRY_VERSION:
+            for notice in notices:
+                self.write(notice)
         # 3. Carry on.
         self._update_holding()
         for number, queue_delivery_ids in lost.items():
