@@ -328,6 +328,32 @@ def test_an_aborted_transaction_sends_nothing_and_redelivers(auto_engine, clock)
     assert [m for m in client.received() if m.command == "MESSAGE"] == []
 
 
+def test_expires_becomes_the_messages_expiry(auto_engine, clock):
+    client = StompEnd(make_factory(auto_engine, clock))
+    client.connect()
+    clock.advance(10)
+    client.frame("SEND", ("destination", "/queue/q"), ("expires", "70000"), body=b"later")
+    client.frame("SEND", ("destination", "/queue/q"), ("expires", "0"), body=b"never")
+    subscribe(client, "q")
+    messages = [m for m in client.received() if m.command == "MESSAGE"]
+    assert [(m.body, m.header("expires")) for m in messages] == [(b"later", "70000"),
+                                                                  (b"never", None)]
+
+
+def test_a_message_whose_expires_has_passed_is_not_delivered(auto_engine, clock):
+    client = StompEnd(make_factory(auto_engine, clock))
+    client.connect()
+    clock.advance(10)
+    client.frame("SEND", ("destination", "/queue/q"), ("expires", "9000"), ("receipt", "r"),
+                 body=b"stale")
+    assert commands(client.received()) == ["RECEIPT"]
+    clock.advance(1)
+    subscribe(client, "q")
+    assert commands(client.received()) == ["RECEIPT"]
+    (expired,) = auto_engine.events.named(event_names.MESSAGE_EXPIRED)
+    assert expired["dest"] == "q@router-a"
+
+
 def test_a_second_begin_is_an_error(engine, clock):
     client = StompEnd(make_factory(engine, clock))
     client.connect()

@@ -64,6 +64,8 @@ from twisted.logger import Logger
 
 from meshroute import __version__
 from meshroute import events as event_names
+from meshroute.expiry import now_ms
+from meshroute.messages import EXPIRES_HEADER
 from meshroute.security.credentials import password_matches
 from meshroute.security.scram import decoy_credentials
 from meshroute.sessions.connection import (
@@ -107,7 +109,7 @@ SEND_HEADERS = frozenset({"destination", "receipt", "transaction", "content-leng
 #: The MESSAGE headers the router sets; a message header of the same name
 #: is not written (STOMP reads the first of repeated headers).
 MESSAGE_HEADERS = frozenset({"subscription", "message-id", "destination", "ack",
-                             "redelivered", "content-length"})
+                             "redelivered", "expires", "content-length"})
 
 #: How a client's heart-beat interval becomes its TTL (Artemis'
 #: C{heartBeatToConnectionTtlModifier}).
@@ -350,6 +352,9 @@ class StompConnectionCore(ConnectionCore):
                 self._message_ids[frame.msg_id] = frame.delivery_id
         if frame.redelivered:
             headers.append(("redelivered", "true"))
+        expires = frame.headers.get(EXPIRES_HEADER)
+        if expires is not None:
+            headers.append(("expires", expires))
         headers.extend((name, value) for name, value in frame.headers.items()
                        if name not in MESSAGE_HEADERS)
         self.send(StompFrame("MESSAGE", tuple(headers), frame.body))
@@ -522,7 +527,8 @@ class StompConnectionCore(ConnectionCore):
             if name not in SEND_HEADERS and name not in headers:
                 headers[name] = value
         send = f.Send(self._command(), address, headers, frame.body,
-                      frame.header("persistent") != "false", frame.header("duplicate-id") or "")
+                      frame.header("persistent") != "false", frame.header("duplicate-id") or "",
+                      self._ttl_ms(frame.header("expires")))
         problem = self.settings.limits.headers_problem(send)
         if problem is not None:
             self.machine.over_limit(problem)
@@ -531,6 +537,19 @@ class StompConnectionCore(ConnectionCore):
         if transactional:
             self.held.add(send.command_id)
         self.session.take_send(send)
+
+    def _ttl_ms(self, expires: str | None) -> int:
+        """
+        The native time to live of a SEND's C{expires} (absolute epoch
+        milliseconds, as ActiveMQ's; 0 or none: never): what is left of it
+        now, at least 1 ms (an expiry already past expires the message at
+        once).
+        """
+        if expires is None or expires == "0":
+            return 0
+        if not (expires.isascii() and expires.isdigit()):
+            raise StompRefusal(f"expires {expires!r} is not epoch milliseconds")
+        return max(1, int(expires) - now_ms(self.clock))
 
     def on_subscribe(self, frame: StompFrame) -> None:
         subscription_id = frame.header("id")
