@@ -28,6 +28,16 @@ turns each command and C{Received} frame into an input of the session's
 machine, and a frame the session's state has no transition for
 (C{NoTransition}) into C{Error(0, "bad-command")}.
 
+What a session asks of its connection, whatever protocol it speaks:
+C{write(frame)} (a native frame: C{Opened}, C{Confirm}, C{Confirmed},
+C{Error}, C{Deliver}, C{DeliverBatch}, C{Processed}, C{Closed}...),
+C{pause()} and C{resume()} (reading), C{opened(...)}, C{version} and
+C{ttl_ms}, and its machine's C{protocol_error(code, detail)} and
+C{session_ended()}.  A STOMP connection (L{meshroute.stomp.connection})
+is such a connection of version 2: it translates the frames written to it
+into STOMP, and starts its sessions not resumable (STOMP has no resume),
+so a lost connection ends them.
+
 What the session holds, and its bounds:
 
  - B{answers}: the C{Confirm}/C{Error} of every command whose receipt the
