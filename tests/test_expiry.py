@@ -33,7 +33,7 @@ from meshroute.sessions.session import SessionSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
-from client_fakes import ROUTER, RecordingEvents
+from fake_router import ROUTER, RecordingEvents
 from router_connection import Connection
 
 #: Where the tests' clock starts: a wall-clock time, in seconds.
