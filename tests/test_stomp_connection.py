@@ -572,3 +572,13 @@ def test_a_user_sends_and_consumes_as_its_permissions_allow(auto_engine, clock):
     assert "may not send" in error.header("message")
     (denied,) = auto_engine.events.named(event_names.SECURITY_DENIED)
     assert denied["action"] == "send" and denied["user"] == "orders-app"
+
+
+def test_a_reload_that_removes_the_user_closes_its_connection(auto_engine, clock):
+    factory = secured(auto_engine, clock)
+    client = StompEnd(factory)
+    client.connect(("login", "orders-app"), ("passcode", "orders-pw"))
+    factory.security.replace(SecurityPolicy(ROUTER, {}, ()))
+    (error,) = client.received()
+    assert error.command == "ERROR" and "removed" in error.header("message")
+    assert client.closed

@@ -623,17 +623,15 @@ class StompConnectionCore(ConnectionCore):
         return subscription, ids
 
     def on_ack(self, frame: StompFrame) -> None:
-        transactional = self._in_transaction(frame)
+        # In the open transaction (the core holds it) or outside any.
+        self._in_transaction(frame)
         subscription, ids = self._acknowledged(frame)
         if not ids or subscription.ack == AUTO:
             self._receipt_now(frame)
             return
         command_id = self._command()
         self._receipt(frame, command_id)
-        if transactional:
-            self.session.take_ack(f.Ack(command_id, ids))
-        else:
-            self.session.take_ack_at_once(f.Ack(command_id, ids))
+        self.session.take_ack(f.Ack(command_id, ids))
         if self.session is not None:
             self.session.take_credit(f.Credit(self._command(), subscription.number, len(ids)))
 
