@@ -20,6 +20,9 @@ import threading
 
 import stomp
 
+from certificates import make_ca, make_client_cert, make_server_cert
+from meshroute.security.credentials import derive
+from meshroute.security.users import write_users
 from routers import REPO_ROOT, ClientProcess, mesh, wait_until  # noqa: F401 (mesh is a fixture)
 
 #: Deadlines: generous, for a loaded 2-core machine.
@@ -423,3 +426,52 @@ def _readme_example() -> str:
 
 #: The README's stomp.py example, word for word.
 README_EXAMPLE = _readme_example()
+
+
+def test_users_log_in_over_tls_by_passcode_or_client_certificate(mesh, tmp_path):
+    tls = tmp_path / "tls"
+    server_ca = make_ca(tls / "server-ca", "meshroute test server CA")
+    key, cert = make_server_cert(tls, *server_ca)
+    clients_ca = make_ca(tls / "clients-ca", "meshroute test clients CA")
+    carol_key, carol_cert = make_client_cert(tls, *clients_ca, "carol")
+    a = stomp_router(mesh, "router-a", client_ca=str(tls / "clients-ca" / "ca.pem"))
+    a.extra["stomp.listener"]["endpoint"] = (
+        f"ssl:{a.stomp_port}:interface=127.0.0.1:privateKey={key}:certKey={cert}")
+    users = a.directory / "users"
+    write_users(str(users), {"alice": derive("alice-pw")})
+    a.extra["security"] = {"users-file": users}
+    a.arrays["security.permission"] = [{"users": ["alice"], "send": ["a-*"], "consume": ["a-*"]},
+                                       {"users": ["carol"], "send": ["a-in"]}]
+    a.write()
+    (a_proc,) = mesh.start(a)
+
+    def tls_connection(certificate=None):
+        connection = stomp.Connection12([("localhost", a.stomp_port)], auto_decode=False)
+        connection.set_ssl([("localhost", a.stomp_port)],
+                           ca_certs=str(tls / "server-ca" / "ca.pem"),
+                           cert_file=certificate and str(certificate[1]),
+                           key_file=certificate and str(certificate[0]))
+        collector = Collector()
+        connection.set_listener("collector", collector)
+        return connection, collector
+
+    wrong, refused = tls_connection()
+    wrong.connect("alice", "not-the-password", wait=False)
+    wait_until(lambda: refused.errors, TIMEOUT_S, what="the refusal")
+    assert refused.errors[0].headers["message"] == "authentication failed"
+    alice, got = tls_connection()
+    alice.connect("alice", "alice-pw", wait=True)
+    alice.send("/queue/a-in", b"from alice", receipt="a")
+    got.wait_receipt("a")
+    carol, carol_got = tls_connection((carol_key, carol_cert))
+    carol.connect(wait=True)
+    carol.send("/queue/a-in", b"from carol", receipt="c")
+    carol_got.wait_receipt("c")
+    assert {s["user"] for s in stomp_sessions(a_proc)} == {"alice", "carol"}
+    assert {e["mechanism"] for e in a_proc.events("security.authenticated")} == {
+        "passcode", "EXTERNAL"}
+    alice.subscribe("/queue/secret", id="s", receipt="no")
+    wait_until(lambda: got.errors, TIMEOUT_S, what="alice's refusal")
+    assert "may not consume" in got.errors[0].headers["message"]
+    assert a_proc.queue_depth("a-in") == 2
+    carol.disconnect()
