@@ -11,6 +11,8 @@ is a poll against a deadline, never a sleep.
 
 import asyncio
 import base64
+import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import sys
 import textwrap
 import threading
 
+import pytest
 import stomp
 
 from certificates import make_ca, make_client_cert, make_server_cert
@@ -372,6 +375,58 @@ def test_a_websocket_client_exchanges_messages(mesh):
     (message,) = [p for p in received if p.startswith(b"MESSAGE")]
     assert message.endswith(b"\n\nhello from a browser\x00")
     assert b"content-type:text/plain" in message
+
+
+#: @stomp/stompjs under node, as a browser application uses it: publish
+#: with a receipt, subscribe, print the message it receives as JSON.
+_STOMPJS_CLIENT = """
+const { Client } = require("@stomp/stompjs");
+if (typeof WebSocket === "undefined") {
+  global.WebSocket = require("ws");
+}
+const client = new Client({ brokerURL: process.argv[1], reconnectDelay: 0 });
+client.onConnect = () => {
+  client.subscribe("/queue/js", (message) => {
+    console.log(JSON.stringify({ body: message.body, headers: message.headers }));
+    message.ack();
+    client.deactivate().then(() => process.exit(0));
+  }, { ack: "client-individual" });
+  client.publish({ destination: "/queue/js", body: "hello from stompjs",
+                   headers: { "content-type": "text/plain", "x-from": "node" } });
+};
+client.onStompError = (frame) => { console.error(frame.headers.message); process.exit(1); };
+client.activate();
+"""
+
+
+def _stompjs_missing() -> str | None:
+    """
+    Why @stomp/stompjs cannot run here (node, or the module, not found
+    through NODE_PATH), or None.
+    """
+    if shutil.which("node") is None:
+        return "node is not installed"
+    found = subprocess.run(["node", "-e", "require.resolve('@stomp/stompjs')"],
+                           capture_output=True)
+    return None if found.returncode == 0 else (
+        "@stomp/stompjs is not installed (npm install @stomp/stompjs ws; NODE_PATH=…)")
+
+
+@pytest.mark.skipif(_stompjs_missing() is not None, reason=str(_stompjs_missing()))
+def test_stompjs_exchanges_messages_over_websocket(mesh):
+    a = stomp_router(mesh, "router-a")
+    ws_port = mesh.ports.allocate()
+    a.extra["stomp.listener"]["websocket"] = f"tcp:{ws_port}:interface=127.0.0.1"
+    a.write()
+    (a_proc,) = mesh.start(a)
+    result = subprocess.run(["node", "-e", _STOMPJS_CLIENT, f"ws://127.0.0.1:{ws_port}/stomp"],
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    received = json.loads(result.stdout.splitlines()[-1])
+    assert received["body"] == "hello from stompjs"
+    assert received["headers"]["content-type"] == "text/plain"
+    assert received["headers"]["x-from"] == "node"
+    wait_until(lambda: a_proc.queue_depth("js") == 0, TIMEOUT_S, what="js to be empty")
 
 
 def test_bad_input_closes_only_its_own_connection(mesh):
