@@ -187,10 +187,10 @@ class ClientQueueConfig:
 
     @ivar queue_depth: deliveries a connected session holds for its
         client beyond the transport (at most C{[clients.reconnect]
-        max-depth}, which is the default).
+        max-depth}; None, the default, stands for that).
     """
 
-    queue_depth: int = 1000
+    queue_depth: int | None = None
 
 
 @dataclass(frozen=True)
@@ -753,9 +753,7 @@ def _read_client_queue(clients: dict, reconnect: ClientReconnectConfig, take, *,
     """
     scalars = {k: v for k, v in clients.items() if k not in ("listener", "reconnect")}
     queue_depth = take(scalars, _CLIENTS_KEYS, "clients")["queue_depth"]
-    if queue_depth is None:
-        return ClientQueueConfig(reconnect.max_depth)
-    if queue_depth > reconnect.max_depth:
+    if queue_depth is not None and queue_depth > reconnect.max_depth:
         raise ConfigError(path, "clients.queue-depth",
                           f"{queue_depth} is above [clients.reconnect] max-depth "
                           f"({reconnect.max_depth}): a disconnected session's bound must be "

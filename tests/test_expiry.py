@@ -383,13 +383,19 @@ def test_a_notice_waits_for_a_disconnected_session_and_an_old_client_gets_none(e
     opened = open_v6(sender)
     sender.received()
     sender.lose()
+    tell = engine.expiry_notices[0]
+    core = factory.sessions.sessions[opened.session_id]
+    # Messages name the session by a notice id of its own, not by its id
+    # (which their consumers would see).
+    assert core.notice_id not in ("", opened.session_id)
+    assert tell(opened.session_id, "m-0", "q@x", "x") is False
     for n in range(3):
-        engine.expiry_notices[0](opened.session_id, f"m-{n}", "q@x", "x")
+        tell(core.notice_id, f"m-{n}", "q@x", "x")
     again = Connection(factory)
     open_v6(again, opened.session_id)
     assert [n.msg_id for n in again.after_open if isinstance(n, f.Expired)] == ["m-1", "m-2"]
     old = Connection(factory)
     old_opened = old.open()
-    assert engine.expiry_notices[0](old_opened.session_id, "m-9", "q@x", "x") is True
+    old_core = factory.sessions.sessions[old_opened.session_id]
+    assert tell(old_core.notice_id, "m-9", "q@x", "x") is True
     assert old.received() == []
-    assert engine.expiry_notices[0]("no-such-session", "m-9", "q@x", "x") is False

@@ -214,13 +214,17 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self.sessions: dict[str, "SessionCore"] = {}
+        self._by_notice_id: dict[str, "SessionCore"] = {}
 
     def add(self, core: "SessionCore") -> None:
         self.sessions[core.session_id] = core
+        self._by_notice_id[core.notice_id] = core
 
     def remove(self, core: "SessionCore") -> None:
         if self.sessions.get(core.session_id) is core:
             del self.sessions[core.session_id]
+        if self._by_notice_id.get(core.notice_id) is core:
+            del self._by_notice_id[core.notice_id]
 
     def resumable(self, session_id: str) -> "SessionCore | None":
         """
@@ -238,13 +242,14 @@ class SessionRegistry:
         """
         return [core.describe() for core in self.sessions.values()]
 
-    def expired_notice(self, session_id: str, msg_id: str, address: str, router: str) -> bool:
+    def expired_notice(self, notice_id: str, msg_id: str, address: str, router: str) -> bool:
         """
-        Message C{msg_id} that session C{session_id} sent to C{address}
-        expired at C{router}: tell the session, if it is here and not
-        ended.  Returns whether it was.
+        Message C{msg_id} that the session of C{notice_id}
+        (L{SessionCore.notice_id}) sent to C{address} expired at
+        C{router}: tell the session, if it is here and not ended.  Returns
+        whether it was.
         """
-        core = self.sessions.get(session_id)
+        core = self._by_notice_id.get(notice_id)
         if core is None or core.state not in (OPEN, DISCONNECTED):
             return False
         core.expired_notice(f.Expired(msg_id, address, router))
@@ -278,6 +283,9 @@ class SessionCore:
     @ivar pending: C{Deliver} frames taken while disconnected (or while
         the transport was full), not yet written.
     @ivar depth: the bound of C{pending} in force (L{SessionDepth}).
+    @ivar notice_id: what the messages this session sends asking for an
+        expiry notice name it by (their header C{x-notify-expiry}): not
+        its id, which would let any consumer of them resume the session.
     @ivar notices: C{Expired} notices that came while disconnected (at
         most C{max-depth}, the oldest dropped first), written on resume.
     @ivar sends_in_progress: Sends submitted to the engine and not yet
@@ -314,6 +322,7 @@ class SessionCore:
     pending: deque = field(default_factory=deque)
     notices: deque = field(default_factory=deque)
     depth: SessionDepth | None = None
+    notice_id: str = ""
     next_delivery_id: int = 0
     sends_in_progress: int = 0
     acks_in_progress: int = 0
@@ -424,6 +433,7 @@ class SessionCore:
         state.
         """
         self.session_id = uuid.uuid4().hex
+        self.notice_id = uuid.uuid4().hex
         self.connection = connection
         self.batching = connection.version >= f.BATCH_VERSION
         self.client_id = frame.client_id
@@ -563,7 +573,7 @@ class SessionCore:
             d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
                               frame.persistent, frame.duplicate_id,
                               expires_at(self.clock, frame.ttl_ms), frame.notify_expiry,
-                              self.session_id)
+                              self.notice_id)
         elif frame.duplicate_id:
             d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
                               frame.persistent, duplicate_id=frame.duplicate_id)
@@ -614,7 +624,7 @@ class SessionCore:
         answer them together when it fires.
         """
         messages = expiring_sends(frame.messages[skip:] if skip else frame.messages,
-                                  self.clock, self.session_id)
+                                  self.clock, self.notice_id)
         first = frame.first_command_id + skip
         n = len(messages)
         if self.guard is not None:
