@@ -267,7 +267,8 @@ class MessageEngine:
         #: with the router, L{start}).
         self.expiry_sweep = ExpirySweep(clock, store, self.queues, self._swept)
         #: Who hands expiry notices to this router's client sessions: each
-        #: is called C{(session_id, msg_id, address, router)} and answers
+        #: is called C{(sender, msg_id, address, router)} (C{sender} as
+        #: L{submit} was given it) and answers
         #: whether it knows that session (L{SessionRegistry.expired_notice
         #: <meshroute.sessions.session.SessionRegistry.expired_notice>}).
         self.expiry_notices: list[Callable[[str, str, str, str], bool]] = []
@@ -300,7 +301,9 @@ class MessageEngine:
         @param expires_ms: when its time to live runs out (absolute
             wall-clock epoch milliseconds; 0: never): not delivered after
             it, but set aside in C{$expired} (L{meshroute.expiry}).
-        @param notify_expiry: tell the session C{sender} (its id) if it
+        @param notify_expiry: tell the session C{sender} (what L{expiry_notices}
+            know it by: L{SessionCore.notice_id
+            <meshroute.sessions.session.SessionCore.notice_id>}) if it
             expires (best effort, docs/client-protocol.md).
 
         @param duplicate_id: when not empty, accept the message only if no

@@ -32,7 +32,8 @@ EXPIRED_QUEUE = "$expired"
 EXPIRES_HEADER = "x-expires-ms"
 
 #: The header of a message whose sender asked to be told if it expires:
-#: the id of the sender's session at the origin router.
+#: what the sender's session at the origin router is known by for it (not
+#: the session's id: consumers see the header).
 NOTIFY_EXPIRY_HEADER = "x-notify-expiry"
 
 #: The address (at the origin router) of the notices that tell a sender

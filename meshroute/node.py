@@ -246,6 +246,7 @@ class RouterService(MultiService):
                     clients.connection_ttl_check_interval_ms if clients is not None else 2000),
                 keep_alive_ms=reconnect.keep_alive_ms,
                 max_depth=reconnect.max_depth,
+                queue_depth=config.client_queue.queue_depth,
                 max_depth_policy=reconnect.max_depth_policy,
                 recovery_buffer_size=reconnect.recovery_buffer_size,
                 limits=client_limits(clients) if clients is not None else ClientLimits(),

@@ -33,7 +33,8 @@ from meshroute.sessions.session import SessionSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
-from fake_router import ROUTER, RecordingEvents
+from client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from fake_router import ROUTER, Harness, RecordingEvents
 from router_connection import Connection
 
 #: Where the tests' clock starts: a wall-clock time, in seconds.
@@ -383,13 +384,96 @@ def test_a_notice_waits_for_a_disconnected_session_and_an_old_client_gets_none(e
     opened = open_v6(sender)
     sender.received()
     sender.lose()
+    tell = engine.expiry_notices[0]
+    core = factory.sessions.sessions[opened.session_id]
+    # Messages name the session by a notice id of its own, not by its id
+    # (which their consumers would see).
+    assert core.notice_id not in ("", opened.session_id)
+    assert tell(opened.session_id, "m-0", "q@x", "x") is False
     for n in range(3):
-        engine.expiry_notices[0](opened.session_id, f"m-{n}", "q@x", "x")
+        tell(core.notice_id, f"m-{n}", "q@x", "x")
     again = Connection(factory)
     open_v6(again, opened.session_id)
     assert [n.msg_id for n in again.after_open if isinstance(n, f.Expired)] == ["m-1", "m-2"]
     old = Connection(factory)
     old_opened = old.open()
-    assert engine.expiry_notices[0](old_opened.session_id, "m-9", "q@x", "x") is True
+    old_core = factory.sessions.sessions[old_opened.session_id]
+    assert tell(old_core.notice_id, "m-9", "q@x", "x") is True
     assert old.received() == []
-    assert engine.expiry_notices[0]("no-such-session", "m-9", "q@x", "x") is False
+
+
+# -- the client API --------------------------------------------------------------------
+
+
+def test_the_client_sends_a_ttl_and_hears_of_the_expiry(engine, clock):
+    harness = Harness(engine, clock)
+    client = harness.connect()
+    heard = []
+    client.add_expiry_listener(lambda *notice: heard.append(notice))
+    told = client.send("q", b"a", ttl=0.5, notify_expiry=True)
+    quiet = client.send_many("q", [b"b", b"c"], ttl=0.5)
+    lasting = client.producer().send("q", b"d")
+    harness.flush()
+    told, quiet, lasting = result_of(told), result_of(quiet), result_of(lasting)
+    engine.expiry_sweep.start()
+    clock.advance(0.5)
+    clock.advance(SWEEP_INTERVAL_S)
+    harness.flush()
+    assert heard == [(told, f"q@{ROUTER}", ROUTER)]
+    assert sorted(m["msg_id"] for m in engine._events.named(event_names.MESSAGE_EXPIRED)) == \
+        sorted([told, *quiet])
+    assert engine.queues.depths() == {"q": 1, EXPIRED_QUEUE: 3}
+    engine.stop()
+
+
+def test_the_client_refuses_a_ttl_for_an_older_router(engine, clock, monkeypatch):
+    from meshroute.client import SendError
+
+    monkeypatch.setattr(f, "SUPPORTED_VERSIONS", (1, 2, 3, 4, 5))
+    harness = Harness(engine, clock)
+    client = harness.connect()
+    refused = failure_of(client.send("q", b"a", ttl=1))
+    assert isinstance(refused, SendError) and refused.code == "unsupported"
+    assert "version 6" in str(refused)
+    with pytest.raises(ValueError):
+        client.send("q", b"a", ttl=0)
+    assert engine.queues.depths() == {}
+
+
+# -- the frames ------------------------------------------------------------------------
+
+_scalars = st.one_of(st.integers(-5, 5), st.booleans(), st.text(max_size=3), st.binary(max_size=3),
+                     st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=1))
+
+
+@given(st.lists(st.lists(_scalars, min_size=4, max_size=8), min_size=1, max_size=3),
+       st.lists(_scalars, min_size=5, max_size=8))
+def test_version_6_send_fields_decode_to_frames_or_wire_error(items, send_fields):
+    """
+    Any SendBatch items and Send fields: a frame whose every message is
+    well-typed (a time to live at least 0), or a WireError.
+    """
+    from meshroute.errors import WireError
+    from meshroute.wire.codec import FrameDecoder, encode_items
+
+    for body in ([f.SendBatch.TYPE, 1, items], [f.Send.TYPE, 1, *send_fields]):
+        try:
+            (frame,) = FrameDecoder(frames=f.FROM_CLIENT).feed(encode_items(body))
+        except WireError:
+            continue
+        if isinstance(frame, f.SendBatch):
+            for item in frame.messages:
+                assert len(item) in (5, 7)
+                assert len(item) == 5 or (type(item[5]) is int and item[5] >= 0
+                                          and type(item[6]) is bool)
+        else:
+            assert type(frame.ttl_ms) is int and frame.ttl_ms >= 0
+            assert type(frame.notify_expiry) is bool
+
+
+def test_a_send_without_a_ttl_is_the_version_1_send_on_the_wire():
+    from meshroute.wire.codec import encode
+
+    assert encode(f.Send(1, "q", {}, b"x", True, "")) == encode(f.Send(1, "q", {}, b"x", True))
+    assert len(encode(f.Send(1, "q", {}, b"x", True, "", 5))) > len(
+        encode(f.Send(1, "q", {}, b"x", True, "")))

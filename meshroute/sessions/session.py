@@ -46,10 +46,13 @@ What the session holds, and its bounds:
    L{MAX_HELD_ANSWERS} (its answers are then no longer held).
  - B{recovery}: the last C{recovery-buffer-size} deliveries written,
    forgotten once C{Received.delivered_up_to} covers them.
- - B{pending}: what was delivered to the session while disconnected, up
-   to C{max-depth}; at the bound the session's subscriptions take no more
-   persistent messages (they stay in their queue) and non-persistent ones
-   are dropped as C{max-depth-policy} says.
+ - B{pending}: the session's own queue: what was delivered to the session
+   while disconnected, or while connected and its transport is full (the
+   client does not read), or behind those; bounded by C{max-depth} while
+   disconnected and C{queue-depth} while connected, as
+   L{meshroute.sessions.depth} says.  At the bound the session's
+   subscriptions take no more persistent messages (they stay in their
+   queue) and non-persistent ones are dropped as C{max-depth-policy} says.
  - B{owners}: every delivery not yet acknowledged, by session delivery id
    (ids are per session, from 1, increasing; they may skip numbers).
 
@@ -72,6 +75,7 @@ from twisted.python.failure import Failure
 
 from meshroute import events as event_names
 from meshroute.wire import client_frames as f
+from meshroute.sessions.depth import SessionDepth
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.permissions import NotAllowed
 from meshroute.sessions.transaction import TRANSACTION_MACHINE, TransactionCore
@@ -200,6 +204,8 @@ class SessionSettings:
     @ivar keep_alive_ms: how long a disconnected session waits for a
         resume.
     @ivar max_depth: deliveries a disconnected session holds.
+    @ivar queue_depth: deliveries a connected session holds beyond its
+        transport (at most C{max_depth}; None: C{max_depth}).
     @ivar max_depth_policy: one of L{MAX_DEPTH_POLICIES}.
     @ivar recovery_buffer_size: deliveries kept to re-send on resume.
     @ivar limits: what one client may take (L{ClientLimits}).
@@ -209,6 +215,7 @@ class SessionSettings:
     connection_ttl_check_interval_ms: int = 2000
     keep_alive_ms: int = 60000
     max_depth: int = 1000
+    queue_depth: int | None = None
     max_depth_policy: str = DROP_OLDEST
     recovery_buffer_size: int = 64
     limits: ClientLimits = ClientLimits()
@@ -222,13 +229,17 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self.sessions: dict[str, "SessionCore"] = {}
+        self._by_notice_id: dict[str, "SessionCore"] = {}
 
     def add(self, core: "SessionCore") -> None:
         self.sessions[core.session_id] = core
+        self._by_notice_id[core.notice_id] = core
 
     def remove(self, core: "SessionCore") -> None:
         if self.sessions.get(core.session_id) is core:
             del self.sessions[core.session_id]
+        if self._by_notice_id.get(core.notice_id) is core:
+            del self._by_notice_id[core.notice_id]
 
     def resumable(self, session_id: str) -> "SessionCore | None":
         """
@@ -246,13 +257,14 @@ class SessionRegistry:
         """
         return [core.describe() for core in self.sessions.values()]
 
-    def expired_notice(self, session_id: str, msg_id: str, address: str, router: str) -> bool:
+    def expired_notice(self, notice_id: str, msg_id: str, address: str, router: str) -> bool:
         """
-        Message C{msg_id} that session C{session_id} sent to C{address}
-        expired at C{router}: tell the session, if it is here and not
-        ended.  Returns whether it was.
+        Message C{msg_id} that the session of C{notice_id}
+        (L{SessionCore.notice_id}) sent to C{address} expired at
+        C{router}: tell the session, if it is here and not ended.  Returns
+        whether it was.
         """
-        core = self.sessions.get(session_id)
+        core = self._by_notice_id.get(notice_id)
         if core is None or core.state not in (OPEN, DISCONNECTED):
             return False
         core.expired_notice(f.Expired(msg_id, address, router))
@@ -283,8 +295,12 @@ class SessionCore:
     @ivar owners: session delivery id → C{(subscription, queue delivery
         id, persistent)} for every delivery not yet acknowledged.
     @ivar recovery: the last deliveries written (C{Deliver} frames).
-    @ivar pending: C{Deliver} frames taken while disconnected, not yet
-        written.
+    @ivar pending: C{Deliver} frames taken while disconnected (or while
+        the transport was full), not yet written.
+    @ivar depth: the bound of C{pending} in force (L{SessionDepth}).
+    @ivar notice_id: what the messages this session sends asking for an
+        expiry notice name it by (their header C{x-notify-expiry}): not
+        its id, which would let any consumer of them resume the session.
     @ivar notices: C{Expired} notices that came while disconnected (at
         most C{max-depth}, the oldest dropped first), written on resume.
     @ivar sends_in_progress: Sends submitted to the engine and not yet
@@ -323,6 +339,8 @@ class SessionCore:
     recovery: deque = field(default_factory=deque)
     pending: deque = field(default_factory=deque)
     notices: deque = field(default_factory=deque)
+    depth: SessionDepth | None = None
+    notice_id: str = ""
     next_delivery_id: int = 0
     sends_in_progress: int = 0
     acks_in_progress: int = 0
@@ -343,7 +361,11 @@ class SessionCore:
     _keep_alive_call: IDelayedCall | None = None
 
     def __post_init__(self) -> None:
-        self.recovery = deque(maxlen=self.settings.recovery_buffer_size)
+        settings = self.settings
+        self.depth = SessionDepth(
+            settings.max_depth if settings.queue_depth is None else settings.queue_depth,
+            settings.max_depth)
+        self.recovery = deque(maxlen=settings.recovery_buffer_size)
         self._transaction = TransactionCore(self)
         self.transaction = TRANSACTION_MACHINE(self._transaction)
 
@@ -429,6 +451,7 @@ class SessionCore:
         state.
         """
         self.session_id = uuid.uuid4().hex
+        self.notice_id = uuid.uuid4().hex
         self.connection = connection
         self.batching = connection.version >= f.BATCH_VERSION
         self.client_id = frame.client_id
@@ -568,7 +591,7 @@ class SessionCore:
             d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
                               frame.persistent, frame.duplicate_id,
                               expires_at(self.clock, frame.ttl_ms), frame.notify_expiry,
-                              self.session_id)
+                              self.notice_id)
         elif frame.duplicate_id:
             d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
                               frame.persistent, duplicate_id=frame.duplicate_id)
@@ -619,7 +642,7 @@ class SessionCore:
         answer them together when it fires.
         """
         messages = expiring_sends(frame.messages[skip:] if skip else frame.messages,
-                                  self.clock, self.session_id)
+                                  self.clock, self.notice_id)
         first = frame.first_command_id + skip
         n = len(messages)
         if self.guard is not None:
@@ -779,7 +802,8 @@ class SessionCore:
         m = delivery.message
         frame = f.Deliver(delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
                           delivery.redelivered)
-        if self.connection is None:
+        connection = self.connection
+        if connection is None or self.pending or connection.unread:
             self._hold(frame, delivery.entry_id is not None)
             return
         if self.batching:
@@ -844,10 +868,11 @@ class SessionCore:
 
     def _hold(self, frame: f.Deliver, persistent: bool) -> None:
         """
-        Queue a delivery taken while disconnected, within C{max-depth}.
+        Queue a delivery the client cannot take now, within the bound in
+        force (L{SessionDepth.limit}).
         """
         pending = self.pending
-        if len(pending) >= self.settings.max_depth and not persistent:
+        if len(pending) >= self.depth.limit and not persistent:
             victim = None
             if self.settings.max_depth_policy == DROP_OLDEST:
                 for index, queued in enumerate(pending):
@@ -862,6 +887,25 @@ class SessionCore:
                 return
             self._drop(victim)
         pending.append(frame)
+        self._update_holding()
+
+    def flush_pending(self) -> None:
+        """
+        Write what the session's own queue holds while the transport takes
+        it (until it is full again); the bound reverts to C{queue-depth}
+        once the queue has drained far enough (L{SessionDepth.drained_to}).
+        """
+        pending = self.pending
+        while pending:
+            connection = self.connection
+            if connection is None or connection.unread:
+                break
+            frame = pending.popleft()
+            self.write(frame)
+            if self.resumable:
+                self.recovery.append(frame)
+        if self.connection is not None:
+            self.depth.drained_to(len(pending))
         self._update_holding()
 
     def expired_notice(self, frame: f.Expired) -> None:
@@ -906,9 +950,11 @@ class SessionCore:
     def _update_holding(self) -> None:
         """
         Hold persistent messages back (in their queues) exactly while the
-        session is disconnected with a full queue of its own.
+        session's own queue is full (an empty one, only while disconnected:
+        a bound of 0 holds nothing back from a client that reads).
         """
-        holding = self.connection is None and len(self.pending) >= self.settings.max_depth
+        pending = self.pending
+        holding = len(pending) >= self.depth.limit and (self.connection is None or bool(pending))
         if holding != self.holding:
             self.holding = holding
             for subscription in list(self.subscriptions.values()):
@@ -1073,6 +1119,7 @@ class SessionCore:
         if not self.resumable:
             inputs.keep_alive_expired()
             return
+        self.depth.disconnected()
         self._update_holding()
         self._keep_alive_call = self.clock.callLater(keep_alive_ms / 1000,
                                                      inputs.keep_alive_expired)
@@ -1105,15 +1152,15 @@ class SessionCore:
         # 2. The deliveries it did not receive: from the recovery buffer,
         # then what queued while disconnected.
         delivered_up_to, owners = frame.delivered_up_to, self.owners
-        again = [d for d in self.recovery if d.delivery_id > delivered_up_to
-                 and d.delivery_id in owners]
-        again.extend(self.pending)
-        self.pending.clear()
+        again = self._expire_held([d for d in self.recovery if d.delivery_id > delivered_up_to
+                                   and d.delivery_id in owners])
         self.recovery.clear()
-        again = self._expire_held(again)
+        self.pending = deque(self._expire_held(list(self.pending)))
+        queued = len(self.pending)
         # Those sent before that the client did not receive and that cannot
         # be sent again go back to their queues.
         resent = {d.delivery_id for d in again}
+        resent.update(d.delivery_id for d in self.pending)
         lost: dict[int, list[int]] = {}
         for delivery_id in [d for d in owners if d > delivered_up_to and d not in resent]:
             number, queue_delivery_id, _ = owners.pop(delivery_id)
@@ -1126,8 +1173,9 @@ class SessionCore:
         if connection.version >= f.EXPIRY_VERSION:
             for notice in notices:
                 self.write(notice)
-        # 3. Carry on.
-        self._update_holding()
+        # 3. What queued while disconnected, as the transport takes it;
+        # then carry on.
+        self.flush_pending()
         for number, queue_delivery_ids in lost.items():
             self.subscriptions[number].give_back(queue_delivery_ids)
         if self.sends_in_progress >= MAX_SENDS_IN_PROGRESS:
@@ -1138,7 +1186,7 @@ class SessionCore:
         requeued = sum(len(ids) for ids in lost.values())
         self.events.emit(event_names.SESSION_REATTACHED, session_id=self.session_id,
                          client_id=self.client_id, last_command_id=self.last_command_id,
-                         answers_resent=len(answers), deliveries_resent=len(again),
+                         answers_resent=len(answers), deliveries_resent=len(again) + queued,
                          requeued=requeued, disconnected_for_s=disconnected_for)
         log.info("client session {session} ({client}) reattached after {seconds:.3f} s",
                  session=self.session_id, client=self.client_id or "-",

@@ -159,7 +159,7 @@ class TransactionCore:
         d = maybeDeferred(
             session.engine.commit,
             [(s.address, s.body, s.headers, s.persistent, s.duplicate_id,
-              expires_at(session.clock, s.ttl_ms), s.notify_expiry, session.session_id)
+              expires_at(session.clock, s.ttl_ms), s.notify_expiry, session.notice_id)
              if s.ttl_ms else (s.address, s.body, s.headers, s.persistent, s.duplicate_id)
              for s in sends],
             acks.entry_ids(),
