@@ -119,6 +119,10 @@ async def browse(port, protocols, path="/stomp") -> WebSocketClientFactory:
     factory = WebSocketClientFactory(f"ws://127.0.0.1:{number}{path}", protocols=protocols,
                                      reactor=reactor)
     factory.protocol = Browser
+    # autobahn's timers round down to whole seconds: its 1 s defaults
+    # could end a close handshake at once on a loaded machine.
+    factory.setProtocolOptions(closeHandshakeTimeout=DEADLINE_S,
+                               serverConnectionDropTimeout=DEADLINE_S)
     factory.opened, factory.closed, factory.message = Deferred(), Deferred(), Deferred()
     factory.messages = []
     factory.subprotocol = None
@@ -210,7 +214,7 @@ async def test_messages_are_stream_bytes_and_writes_are_messages(served):
 
 @pytest_twisted.ensureDeferred
 async def test_a_text_message_that_is_not_utf8_closes_only_its_connection(served):
-    browser, client, stream = await connected(served)
+    _, client, stream = await connected(served)
     other_browser, other_client, other = await connected(served)
     assert other is not stream
     client.sendMessage(b"SEND\n\n\xff\0", isBinary=False)

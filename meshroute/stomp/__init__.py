@@ -15,6 +15,5 @@ reaches the router.
    L{listener.StompFactory} of the C{[stomp.listener]} endpoints.
 
 The session logic STOMP clients share with native ones is
-L{meshroute.sessions}; the C{[stomp.listener]} configuration is
-L{meshroute.config}.
+L{meshroute.sessions}; L{meshroute.config} reads C{[stomp.listener]}.
 """

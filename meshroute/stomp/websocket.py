@@ -29,9 +29,13 @@ message whole before the stream sees a byte.  Here:
    subprotocol is a STOMP one and the bytes are UTF-8, else binary.
    Writes after the close began are dropped, as TCP transports drop them.
  - B{Closing}: C{loseConnection} starts the WebSocket closing handshake
-   (code 1000) after what was written; C{abortConnection} drops the TCP
-   connection.  C{connectionLost} reaches the stream once, with
-   C{ConnectionDone} after a clean close, else C{ConnectionLost}.
+   (code 1000) after what was written, and the client has the native
+   listener's C{CLOSE_GRACE_S} to answer it before the TCP connection is
+   aborted (autobahn's default, 1 s rounded down to a whole second by its
+   timers, could abort it at once, losing a last ERROR frame not yet
+   read); C{abortConnection} drops the TCP connection.  C{connectionLost}
+   reaches the stream once, with C{ConnectionDone} after a clean close,
+   else C{ConnectionLost}.
  - B{Flow control and peer}: the transport's C{pauseProducing} and
    C{resumeProducing} stop and resume reading the TCP connection, and a
    producer the stream registers is registered with it; C{getPeer},
@@ -46,6 +50,8 @@ from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.python.failure import Failure
 from zope.interface import implementer
+
+from meshroute.sessions.connection import CLOSE_GRACE_S
 
 #: The STOMP subprotocols, in the order of preference, with the STOMP
 #: version each names.
@@ -202,7 +208,7 @@ class _StreamWebSocketFactory(WebSocketServerFactory):
         super().__init__(url, protocols=list(SUBPROTOCOLS), reactor=reactor)
         self.stream_factory = stream_factory
         # No HTML status page for a plain HTTP GET: this port serves STOMP.
-        self.setProtocolOptions(webStatus=False)
+        self.setProtocolOptions(webStatus=False, closeHandshakeTimeout=CLOSE_GRACE_S)
 
     def startFactory(self) -> None:
         self.stream_factory.doStart()
