@@ -17,7 +17,6 @@ from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import DROP_OLDEST, SessionSettings
 from meshroute.wire import client_frames as f
 
-from client_fakes import ClientEnd
 from router_connection import Connection
 
 # -- the rule --------------------------------------------------------------------
@@ -77,8 +76,7 @@ class FillingTransport(StringTransport):
 
 class SlowReader(Connection):
     def __init__(self, factory) -> None:
-        ClientEnd.__init__(self, factory, FillingTransport())
-        self._unread = []
+        super().__init__(factory, FillingTransport())
 
     def stop_reading(self) -> None:
         self.protocol.pauseProducing()
