@@ -9,7 +9,6 @@ routers did is read from their admin API and event log.  Synchronisation
 is a poll against a deadline, never a sleep.
 """
 
-import asyncio
 import base64
 import json
 import shutil
@@ -26,7 +25,7 @@ import stomp
 from certificates import make_ca, make_client_cert, make_server_cert
 from meshroute.security.credentials import derive
 from meshroute.security.users import write_users
-from routers import REPO_ROOT, ClientProcess, mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from routers import REPO_ROOT, ClientProcess, mesh, router_env, wait_until  # noqa: F401 (mesh is a fixture)
 
 #: Deadlines: generous, for a loaded 2-core machine.
 TIMEOUT_S = 60.0
@@ -332,29 +331,28 @@ def test_a_receipt_is_never_sent_for_a_message_the_router_then_loses(mesh):
     consumer.kill()
 
 
-def test_a_websocket_client_exchanges_messages(mesh):
+#: A browser's exchange, with autobahn's WebSocket client (asyncio's, in a
+#: process of its own: autobahn's Twisted and asyncio flavours do not mix in
+#: one process): CONNECT, SUBSCRIBE and a SEND with a receipt; it prints
+#: every WebSocket message it receives (base64, one per line) and closes
+#: after the MESSAGE.
+_WEBSOCKET_CLIENT = textwrap.dedent("""
+    import asyncio, base64, sys
     from autobahn.asyncio.websocket import WebSocketClientFactory, WebSocketClientProtocol
 
-    a = stomp_router(mesh, "router-a")
-    ws_port = mesh.ports.allocate()
-    a.extra["stomp.listener"]["websocket"] = f"tcp:{ws_port}:interface=127.0.0.1"
-    a.write()
-    (a_proc,) = mesh.start(a)
-    received: list[bytes] = []
-
-    async def exchange() -> None:
+    async def exchange(port):
         loop = asyncio.get_running_loop()
         closed = loop.create_future()
 
         class Browser(WebSocketClientProtocol):
             def onOpen(self):
-                self.sendMessage(b"CONNECT\naccept-version:1.2\nhost:router-a\n\n\x00")
-                self.sendMessage(b"SUBSCRIBE\nid:0\ndestination:/queue/ws\n\n\x00"
-                                 b"SEND\ndestination:/queue/ws\ncontent-type:text/plain\n"
-                                 b"receipt:r\n\nhello from a browser\x00")
+                self.sendMessage(b"CONNECT\\naccept-version:1.2\\nhost:router-a\\n\\n\\x00")
+                self.sendMessage(b"SUBSCRIBE\\nid:0\\ndestination:/queue/ws\\n\\n\\x00"
+                                 b"SEND\\ndestination:/queue/ws\\ncontent-type:text/plain\\n"
+                                 b"receipt:r\\n\\nhello from a browser\\x00")
 
             def onMessage(self, payload, is_binary):
-                received.append(payload)
+                print(base64.b64encode(payload).decode(), flush=True)
                 if payload.startswith(b"MESSAGE"):
                     self.sendClose()
 
@@ -362,13 +360,27 @@ def test_a_websocket_client_exchanges_messages(mesh):
                 if not closed.done():
                     closed.set_result(code)
 
-        factory = WebSocketClientFactory(f"ws://127.0.0.1:{ws_port}/stomp",
+        factory = WebSocketClientFactory(f"ws://127.0.0.1:{port}/stomp",
                                          protocols=["v12.stomp"])
         factory.protocol = Browser
-        await loop.create_connection(factory, "127.0.0.1", ws_port)
-        await asyncio.wait_for(closed, TIMEOUT_S)
+        await loop.create_connection(factory, "127.0.0.1", port)
+        await asyncio.wait_for(closed, 60)
 
-    asyncio.run(exchange())
+    asyncio.run(exchange(int(sys.argv[1])))
+""")
+
+
+def test_a_websocket_client_exchanges_messages(mesh):
+    a = stomp_router(mesh, "router-a")
+    ws_port = mesh.ports.allocate()
+    a.extra["stomp.listener"]["websocket"] = f"tcp:{ws_port}:interface=127.0.0.1"
+    a.write()
+    mesh.start(a)
+    result = subprocess.run([sys.executable, "-c", _WEBSOCKET_CLIENT, str(ws_port)],
+                            capture_output=True, text=True, timeout=TIMEOUT_S,
+                            env=router_env())
+    assert result.returncode == 0, result.stderr
+    received = [base64.b64decode(line) for line in result.stdout.split()]
     commands = [payload.split(b"\n", 1)[0] for payload in received]
     assert commands[:1] == [b"CONNECTED"]
     assert b"RECEIPT" in commands and b"MESSAGE" in commands
