@@ -483,7 +483,7 @@ class MessageEngine:
         """
         refused = []
         try:
-            for address, _body, _headers, persistent, duplicate_id, *_expiry in sends:
+            for address, _body, _headers, persistent, duplicate_id, *_ in sends:
                 _queue, router = parse_address(address, self.name)
                 refusal = self._refusal(router, persistent)
                 if refusal is not None:

@@ -564,11 +564,14 @@ class QueueManager:
 
     def busy(self) -> list[str]:
         """
-        The queues whose persistent entries consumers may hold in memory
-        (every queue this manager keeps state for): the expiry sweep
+        The queues whose persistent entries may be in memory (consumers,
+        reads, deliveries or deletions in progress): the expiry sweep
         leaves them to the dispatch, which checks expiry at hand-over.
         """
-        return list(self._queues)
+        return [name for name, state in self._queues.items()
+                if state.consumers or state.fetching or state.acking or state.buffer
+                or state.sending
+                or any(item.entry_id is not None for item in state.returned)]
 
     def sweep_transient(self, now: int) -> None:
         """

@@ -167,3 +167,24 @@ def test_after_a_return_max_depth_holds_until_the_queue_drained_to_80_percent(
     again.transport.drain(None)
     assert bodies(again.received()) == [b"%d" % n for n in range(4, 12)]
     assert len(core.pending) == 0 and not core.holding
+
+
+def test_unsubscribing_forgets_what_the_session_held_for_it(make_factory, engine):
+    factory = make_factory(queue_depth=5, max_depth=10)
+    reader = SlowReader(factory)
+    opened = reader.open()
+    reader.send(f.Subscribe(1, 1, "q", 100))
+    reader.received()
+    reader.stop_reading()
+    engine.enqueue("q", b"1", b"2")
+    core = session(factory, opened.session_id)
+    assert len(core.pending) == 2
+    reader.send(f.Unsubscribe(2, 1))
+    assert len(core.pending) == 0 and not core.holding
+    reader.transport.drain(None)
+    assert bodies(reader.received()) == []
+    # Back in the queue, for the next consumer.
+    other = Connection(factory)
+    other.open()
+    other.send(f.Subscribe(1, 1, "q", 10))
+    assert bodies(other.received()) == [b"1", b"2"]

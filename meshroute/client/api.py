@@ -135,11 +135,12 @@ class Client:
                   notify_expiry: bool = False) -> Deferred:
         """
         Send every body of C{bodies} to C{address}, in order, with the same
-        C{headers} (and C{ttl}, C{notify_expiry}), as that many L{send}s would, with ONE Deferred for them
-        all: the way to send at a high rate (a Deferred per message costs
-        more than the rest of a send).  They travel in SendBatch frames
-        (with a version-4 router), with the sends of the same turn, and the
-        router stores each frame's with one store call.
+        C{headers} (and C{ttl}, C{notify_expiry}), as that many L{send}s
+        would, with ONE Deferred for them all: the way to send at a high
+        rate (a Deferred per message costs more than the rest of a send).
+        They travel in SendBatch frames (with a version-4 router), with the
+        sends of the same turn, and the router stores each frame's with one
+        store call.
 
         @return: ONE Deferred for the batch, firing with the message ids
             in order once every message was accepted; failing with the

@@ -975,6 +975,10 @@ class SessionCore:
         owners = self.owners
         for delivery_id in [d for d, owner in owners.items() if owner[0] == number]:
             del owners[delivery_id]
+        if self.pending:
+            # Held for a client that did not read: gone back to the queue.
+            self.pending = deque(d for d in self.pending if d.subscription != number)
+            self._update_holding()
 
     def credit(self, frame: f.Credit) -> None:
         command_id = frame.command_id

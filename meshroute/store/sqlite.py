@@ -220,7 +220,9 @@ _COLUMNS = "msg_id, origin, dest_router, dest_queue, body, headers, hops, accept
 # Written with the message's expiry (L{_row}), which is read back from its
 # header.
 _WRITTEN = f"{_COLUMNS}, expires_ms"
-_INSERT_QUEUE = f"INSERT INTO messages ({_WRITTEN}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
+_INSERT_QUEUE = (
+    f"INSERT INTO messages ({_WRITTEN}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
+)
 _INSERT_QUEUE_NEW = _INSERT_QUEUE.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
 # Into the backlog unless already enqueued here (and, with OR IGNORE,
 # unless already held here); rowcount says which.
