@@ -337,7 +337,7 @@ class _SessionOptions(_Options):
 class SendOptions(_SessionOptions):
     synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... --to QUEUE[@ROUTER] [--count N] "
                 "[--size BYTES | --body TEXT] [--non-persistent] [--duplicate-id-prefix P] "
-                "[reconnection options]")
+                "[--message-ttl SECONDS] [reconnection options]")
     longdesc = (
         "Send messages through a router's client listener and exit 0 once every "
         "one is durably accepted (non-persistent: accepted).  Without --body or "
@@ -367,6 +367,10 @@ class SendOptions(_SessionOptions):
          "Message N carries the duplicate id PREFIX + N: the router enqueues it at most "
          "once (within its duplicate-id-window, across restarts), and a send whose "
          "outcome a failure made unknown is retried."],
+        ["message-ttl", None, None,
+         "Every message expires SECONDS after the router accepts it: one not delivered "
+         "by then never is, and goes to the $expired queue of the router where its time "
+         "ran out.", _positive_float],
     ]
     optFlags = [["non-persistent", None, "Send non-persistent messages (memory only)."]]
 
@@ -924,7 +928,7 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
 
     def send(n: int):
         d = client.send(address, options.body(n), persistent=persistent,
-                        duplicate_id=options.duplicate_id(n))
+                        duplicate_id=options.duplicate_id(n), ttl=options["message-ttl"])
         d.addErrback(unblocked, n)
         return d
 

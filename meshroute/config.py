@@ -183,6 +183,20 @@ class ClientListenerConfig:
 
 
 @dataclass(frozen=True)
+class ClientQueueConfig:
+    """
+    C{[clients]}: the bound of a connected client session's own queue
+    (L{meshroute.sessions.depth}).
+
+    @ivar queue_depth: deliveries a connected session holds for its
+        client beyond the transport (at most C{[clients.reconnect]
+        max-depth}; None, the default, stands for that).
+    """
+
+    queue_depth: int | None = None
+
+
+@dataclass(frozen=True)
 class ClientReconnectConfig:
     """
     C{[clients.reconnect]}: what the router keeps for a client session
@@ -235,6 +249,7 @@ class RouterConfig:
     store: StoreConfig = StoreConfig()
     clients: ClientListenerConfig | None = None
     client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
+    client_queue: ClientQueueConfig = ClientQueueConfig()
     ha: HASettings | None = None
     security: SecurityConfig | None = None
     stomp_listener: StompListenerSettings | None = None
@@ -379,6 +394,7 @@ _PERMISSION_KEYS = (
     _Key("send", "address-patterns", ()),
     _Key("consume", "queue-patterns", ()),
 )
+_CLIENTS_KEYS = (_Key("queue-depth", "int", None, 0, 10_000_000),)
 _CLIENT_RECONNECT_KEYS = (
     _Key("keep-alive", "duration", 60000, 0, _DAY_MS),
     _Key("max-depth", "int", 1000, 0, 10_000_000),
@@ -780,7 +796,8 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     clients = document.get("clients", {})
     if not isinstance(clients, dict):
         raise ConfigError(path, "clients", f"expected a table, got {type(clients).__name__}")
-    _reject_unknown(clients, ["listener", "reconnect"], path=path, prefix="clients")
+    _reject_unknown(clients, ["listener", "reconnect", *(spec.name for spec in _CLIENTS_KEYS)],
+                    path=path, prefix="clients")
     client_listener = None
     if "listener" in clients:
         client_listener = ClientListenerConfig(
@@ -789,6 +806,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
                          "clients.listener.client-ca")
     client_reconnect = ClientReconnectConfig(
         **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
+    client_queue = _read_client_queue(clients, client_reconnect, take, path=path)
     ha = None
     if "ha" in document:
         ha = _read_ha(document["ha"], router["name"], client_listener, take, path=path)
@@ -799,9 +817,25 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
         routing=routing_config, store=store, clients=client_listener,
-        client_reconnect=client_reconnect, ha=ha, security=security,
+        client_reconnect=client_reconnect, client_queue=client_queue, ha=ha, security=security,
         stomp_listener=stomp_listener, **router
     )
+
+
+def _read_client_queue(clients: dict, reconnect: ClientReconnectConfig, take, *,
+                       path: str) -> ClientQueueConfig:
+    """
+    C{[clients] queue-depth}: at most C{[clients.reconnect] max-depth}
+    (the larger bound, of a disconnected session), which it defaults to.
+    """
+    scalars = {k: v for k, v in clients.items() if k not in ("listener", "reconnect")}
+    queue_depth = take(scalars, _CLIENTS_KEYS, "clients")["queue_depth"]
+    if queue_depth is not None and queue_depth > reconnect.max_depth:
+        raise ConfigError(path, "clients.queue-depth",
+                          f"{queue_depth} is above [clients.reconnect] max-depth "
+                          f"({reconnect.max_depth}): a disconnected session's bound must be "
+                          "at least a connected one's")
+    return ClientQueueConfig(queue_depth)
 
 
 def _read_security(table: object, take, *, path: str) -> SecurityConfig:
@@ -928,6 +962,7 @@ def format_config(config: RouterConfig) -> str:
         _toml_table("[routing]", config.routing, _ROUTING_KEYS),
         _toml_table("[store]", config.store, _STORE_KEYS),
     ]
+    tables.append(_toml_table("[clients]", config.client_queue, _CLIENTS_KEYS))
     if config.clients is not None:
         tables.append(_toml_table("[clients.listener]", config.clients, _CLIENT_LISTENER_KEYS))
     tables.append(_toml_table("[clients.reconnect]", config.client_reconnect,

@@ -56,12 +56,25 @@ from twisted.python.failure import Failure
 
 from meshroute import events
 from meshroute.errors import MeshrouteError
+from meshroute.expiry import (
+    IN_BACKLOG,
+    IN_QUEUE,
+    IN_TRANSIT,
+    ExpirySweep,
+    emit_expired,
+    now_ms,
+    set_aside,
+)
 from meshroute.messages import (
     DEAD_LETTER_QUEUE,
+    EXPIRED_QUEUE,
+    EXPIRY_NOTICES,
+    NOTIFY_EXPIRY_HEADER,
     SYSTEM_QUEUES,
     AddressError,
     Message,
     MessageIds,
+    expiry_headers,
     parse_address,
 )
 from meshroute.queues import QueueManager
@@ -139,6 +152,18 @@ def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: 
 def _message_from(frame, persistent: bool) -> Message:
     return _message(frame.msg_id, frame.origin, frame.dest_router, frame.dest_queue,
                     frame.hops, frame.accepted_at, frame.headers, frame.body, persistent)
+
+
+def _expiry(fields) -> tuple[int, str]:
+    """
+    C{(expires_ms, notify)} for L{MessageEngine._new_message} from the
+    optional trailing fields of a send, C{[expires_ms, notify_expiry[,
+    sender]]}: the session to notify only when asked.
+    """
+    if not fields:
+        return 0, ""
+    expires_ms, notify_expiry, *sender = fields
+    return expires_ms, (sender[0] if sender and notify_expiry else "")
 
 
 def _put(outcome, outcomes: list, position: int) -> None:
@@ -238,7 +263,16 @@ class MessageEngine:
         routers_heard: Callable[[set[str]], None] = lambda routers: None,
     ) -> None:
         self.name = name
-        self.queues = QueueManager(store, event_log, clock)
+        self.queues = QueueManager(store, event_log, clock, expired=self.expired)
+        #: Sets aside expired messages nobody is about to take (started
+        #: with the router, L{start}).
+        self.expiry_sweep = ExpirySweep(clock, store, self.queues, self._swept)
+        #: Who hands expiry notices to this router's client sessions: each
+        #: is called C{(sender, msg_id, address, router)} (C{sender} as
+        #: L{submit} was given it) and answers
+        #: whether it knows that session (L{SessionRegistry.expired_notice
+        #: <meshroute.sessions.session.SessionRegistry.expired_notice>}).
+        self.expiry_notices: list[Callable[[str, str, str, str], bool]] = []
         self.routes = routes
         self._store = store
         self._events = event_log
@@ -256,14 +290,27 @@ class MessageEngine:
         self._reroutes: dict[str, IDelayedCall] = {}
         self._accepting: dict[str, int] = defaultdict(int)
         self._transient: dict[str, deque] = defaultdict(deque)
-        self._system: Callable[[Message], None] | None = None
+        #: Who takes what arrives for each of this router's system queues:
+        #: expiry notices here, admin requests and answers in
+        #: L{meshroute.admin.mesh}.
+        self._system: dict[str, Callable[[Message], None]] = {
+            EXPIRY_NOTICES: self._notice_arrived}
 
     # -- clients ------------------------------------------------------------
 
     def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
-               duplicate_id: str = "") -> Deferred:
+               duplicate_id: str = "", expires_ms: int = 0, notify_expiry: bool = False,
+               sender: str = "") -> Deferred:
         """
         Accept a message from a client.
+
+        @param expires_ms: when its time to live runs out (absolute
+            wall-clock epoch milliseconds; 0: never): not delivered after
+            it, but set aside in C{$expired} (L{meshroute.expiry}).
+        @param notify_expiry: tell the session C{sender} (what L{expiry_notices}
+            know it by: L{SessionCore.notice_id
+            <meshroute.sessions.session.SessionCore.notice_id>}) if it
+            expires (best effort, docs/client-protocol.md).
 
         @param duplicate_id: when not empty, accept the message only if no
             send with this id was accepted within the store's duplicate-id
@@ -285,7 +332,8 @@ class MessageEngine:
             if duplicate_id:
                 return self._refused_unless_sent(refusal, duplicate_id, f"{queue}@{router}")
             return fail(refusal)
-        message = self._new_message(queue, router, body, headers, persistent)
+        message = self._new_message(queue, router, body, headers, persistent, expires_ms,
+                                    sender if notify_expiry else "")
         if not persistent:
             if duplicate_id:
                 d = self._store.accept_once(message, duplicate_id)
@@ -309,7 +357,8 @@ class MessageEngine:
         """
         Accept a batch of client sends, each C{(address, headers, body,
         persistent, duplicate_id)} (a Send's fields, as a SendBatch carries
-        them), each as L{submit} would (same
+        them) or C{(..., duplicate_id, expires_ms, notify_expiry[,
+        sender])}, each as L{submit} would (same
         refusals, same events, in order), with ONE store call for all the
         messages to store (L{SQLiteStore.accept_many}).
 
@@ -331,7 +380,7 @@ class MessageEngine:
         # Non-persistent sends without a duplicate id: taken at once, their
         # acceptance recorded with one call of the event log.
         transient: list[Message] = []
-        for address, headers, body, persistent, duplicate_id in sends:
+        for address, headers, body, persistent, duplicate_id, *expiry in sends:
             try:
                 queue, router = parse_address(address, self.name)
             except AddressError as e:
@@ -351,7 +400,8 @@ class MessageEngine:
                 else:
                     outcomes.append(Failure(refusal))
                 continue
-            message = self._new_message(queue, router, body, headers, persistent)
+            message = self._new_message(queue, router, body, headers, persistent,
+                                        *_expiry(expiry))
             if not persistent and not duplicate_id:
                 transient.append(message)
                 outcomes.append(message.msg_id)
@@ -407,14 +457,14 @@ class MessageEngine:
                 outcomes[position] = Failure(refusal)
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
-                     persistent: bool) -> Message:
+                     persistent: bool, expires_ms: int = 0, notify: str = "") -> Message:
         return Message(
             msg_id=self._ids.next(),
             origin=self.name,
             dest_router=router,
             dest_queue=queue,
             body=body,
-            headers=headers,
+            headers=expiry_headers(headers, expires_ms, notify),
             persistent=persistent,
             accepted_at=self._clock.seconds(),
         )
@@ -422,8 +472,9 @@ class MessageEngine:
     def commit(self, sends, entry_ids) -> Deferred:
         """
         Carry out a client transaction: accept every message of C{sends}
-        (C{(address, body, headers, persistent, duplicate_id)} tuples, each
-        as L{submit} would) and delete the queue entries C{entry_ids}, in
+        (C{(address, body, headers, persistent, duplicate_id)} tuples, or
+        with C{expires_ms, notify_expiry[, sender]} after them, each as
+        L{submit} would) and delete the queue entries C{entry_ids}, in
         one store call, so that all of it or none of it is done.  A send
         that L{submit} would refuse refuses the whole transaction, unless
         its duplicate id was accepted before (the transaction is a retry of
@@ -438,7 +489,7 @@ class MessageEngine:
         """
         refused = []
         try:
-            for address, _body, _headers, persistent, duplicate_id in sends:
+            for address, _body, _headers, persistent, duplicate_id, *_ in sends:
                 _queue, router = parse_address(address, self.name)
                 refusal = self._refusal(router, persistent)
                 if refusal is not None:
@@ -463,9 +514,10 @@ class MessageEngine:
 
     def _commit(self, sends, entry_ids) -> Deferred:
         messages: list[tuple[Message, str]] = []
-        for address, body, headers, persistent, duplicate_id in sends:
+        for address, body, headers, persistent, duplicate_id, *expiry in sends:
             queue, router = parse_address(address, self.name)
-            message = self._new_message(queue, router, body, headers, persistent)
+            message = self._new_message(queue, router, body, headers, persistent,
+                                        *_expiry(expiry))
             if persistent and router != self.name:
                 self._accepting[router] += 1
             messages.append((message, duplicate_id))
@@ -610,6 +662,14 @@ class MessageEngine:
         self._serving = None
         self._reroutes[peer] = self._clock.callLater(self._reroute_delay, self._reroute, peer)
 
+    def start(self) -> None:
+        """
+        The store is open: reroute what a previous run left in outboxes
+        (L{reroute_orphans}) and start the expiry sweep.
+        """
+        self.reroute_orphans()
+        self.expiry_sweep.start()
+
     def reroute_orphans(self) -> None:
         """
         At start: outboxes left by a previous run for peers that do not
@@ -630,6 +690,7 @@ class MessageEngine:
                 call.cancel()
         self._reroutes.clear()
         self._flood.stop()
+        self.expiry_sweep.stop()
 
     def _reroute(self, peer: str) -> None:
         del self._reroutes[peer]
@@ -808,9 +869,9 @@ class MessageEngine:
             when there is nothing to forward): the caller acknowledges it
             before it forwards them (see L{PeerChannel._durable}).
         """
-        stored, local, dead = self._placed(message)
-        d = self._store.receive(peer, seq, stored, local or dead, previous)
-        d.addCallback(self._stored, peer, message, stored, local, dead)
+        stored, local, aside = self._placed(message)
+        d = self._store.receive(peer, seq, stored, local or bool(aside), previous)
+        d.addCallback(self._stored, peer, message, stored, local, aside)
         if local:
             self.queues.notify(message.dest_queue)
         return d
@@ -827,8 +888,8 @@ class MessageEngine:
         """
         placed = [self._placed(message) for _seq, message in arrivals]
         d = self._store.receive_many(
-            peer, previous, [(seq, stored, local or dead)
-                             for (seq, _), (stored, local, dead) in zip(arrivals, placed)])
+            peer, previous, [(seq, stored, local or bool(aside))
+                             for (seq, _), (stored, local, aside) in zip(arrivals, placed)])
         d.addCallback(self._stored_many, peer, arrivals, placed)
         for queue in {message.dest_queue for message, local, _ in placed if local}:
             self.queues.notify(queue)
@@ -836,16 +897,20 @@ class MessageEngine:
 
     def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
         onward = set()
-        for result, (_seq, message), (stored, local, dead) in zip(results, arrivals, placed):
-            onward.update(self._stored(result, peer, message, stored, local, dead))
+        for result, (_seq, message), (stored, local, aside) in zip(results, arrivals, placed):
+            onward.update(self._stored(result, peer, message, stored, local, aside))
         return onward
 
-    def _placed(self, message: Message) -> tuple[Message, bool, bool]:
+    def _placed(self, message: Message) -> tuple[Message, bool, str]:
         """
         Where a message that arrived over a link goes: C{(what is stored,
-        for a local queue, dead-lettered here)}; dead-lettered here when it
-        crossed too many links on its way elsewhere.
+        for a local queue, why it is set aside here)}: C{EXPIRED_QUEUE}
+        when its time to live ran out (wherever it was going), or
+        C{"max-hops"} (dead-lettered) when it crossed too many links on
+        its way elsewhere; else empty.
         """
+        if message.headers and message.expired(now_ms(self._clock)):
+            return set_aside(message, self.name), False, EXPIRED_QUEUE
         local = message.dest_router == self.name
         dead = not local and message.hops >= self._max_hops
         stored = message
@@ -857,10 +922,10 @@ class MessageEngine:
                          "x-original-address": f"{message.dest_queue}@{message.dest_router}"},
                 hops=message.hops, accepted_at=message.accepted_at,
             )
-        return stored, local, dead
+        return stored, local, "max-hops" if dead else ""
 
     def _stored(self, result: str, peer: str, message: Message, stored: Message,
-                local: bool, dead: bool) -> tuple:
+                local: bool, aside: str) -> tuple:
         if result == "duplicate-id":
             self._events.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
                               origin=message.origin)
@@ -872,8 +937,11 @@ class MessageEngine:
             # outbox (possibly for other destinations).
             return tuple(self._store.backlog_depths())
         elif result == "stored":
-            if dead:
-                self.dead_lettered(message, "max-hops")
+            if aside == EXPIRED_QUEUE:
+                self.expired(message, IN_TRANSIT)
+                self.queues.notify(EXPIRED_QUEUE)
+            elif aside:
+                self.dead_lettered(message, aside)
             elif local:
                 # Its queue was notified when it was submitted (arrived).
                 self._emit_enqueued(message)
@@ -889,12 +957,12 @@ class MessageEngine:
 
     # -- system messages ------------------------------------------------------
 
-    def serve_system(self, handler: Callable[[Message], None]) -> None:
+    def serve_system(self, queue: str, handler: Callable[[Message], None]) -> None:
         """
-        Hand C{handler} every message that arrives for one of this
-        router's system queues (L{meshroute.messages.SYSTEM_QUEUES}).
+        Hand C{handler} every message that arrives for C{queue}, one of
+        this router's system queues (L{meshroute.messages.SYSTEM_QUEUES}).
         """
-        self._system = handler
+        self._system[queue] = handler
 
     def send_system(self, message: Message) -> bool:
         """
@@ -906,8 +974,9 @@ class MessageEngine:
         @return: whether it was sent (or, for this router, handed over).
         """
         if message.dest_router == self.name:
-            if self._system is not None:
-                self._system(message)
+            handler = self._system.get(message.dest_queue)
+            if handler is not None:
+                handler(message)
             return True
         if message.hops >= self._max_hops:
             return False
@@ -926,6 +995,9 @@ class MessageEngine:
     # -- non-persistent messages ----------------------------------------------
 
     def _route_transient(self, message: Message) -> None:
+        if message.headers and message.expired(now_ms(self._clock)):
+            self._transient_expired(message)
+            return
         if message.dest_router == self.name:
             self._emit_enqueued(message)
             self.queues.put_transient(message.dest_queue, message)
@@ -957,10 +1029,15 @@ class MessageEngine:
         waiting = self._transient.get(router)
         if channel is None or not waiting:
             return
+        now = now_ms(self._clock)
         for _ in range(min(TRANSIENT_BATCH, len(waiting))):
             if channel.paused:
                 return
-            channel.send_transient(waiting.popleft())
+            message = waiting.popleft()
+            if message.headers and message.expired(now):
+                self._transient_expired(message, IN_BACKLOG)
+            else:
+                channel.send_transient(message)
         if waiting:
             self._clock.callLater(0, self._release_transient, router)
         else:
@@ -983,6 +1060,61 @@ class MessageEngine:
         self._events.emit_many(
             events.MESSAGE_ACCEPTED, _ACCEPTED_FIELDS,
             [(m.msg_id, m.origin, _address(m), len(m.body), m.persistent) for m in messages])
+
+    def expired(self, message: Message, where: str) -> None:
+        """
+        C{message} (as it was addressed) expired C{where} and is now in
+        this router's C{$expired}: C{message.expired}, and the notice its
+        sender asked for, if it did: handed to the sender's session here,
+        or sent to its origin router as a non-persistent system message
+        (best effort: lost with a link or a router, as any non-persistent
+        message may be).
+        """
+        emit_expired(self._events, message, where)
+        session = message.headers.get(NOTIFY_EXPIRY_HEADER)
+        if not session:
+            return
+        address = _address(message)
+        if message.origin == self.name:
+            self._tell_session(session, message.msg_id, address, self.name)
+            return
+        notice = Message(
+            msg_id=self._ids.next(), origin=self.name, dest_router=message.origin,
+            dest_queue=EXPIRY_NOTICES, body=b"", persistent=False,
+            headers={"session": session, "msg-id": message.msg_id, "address": address,
+                     "router": self.name},
+            accepted_at=self._clock.seconds(),
+        )
+        if not self.send_system(notice):
+            log.info("message {msg_id} expired; no route to its origin {origin} now, so its "
+                     "sender is not told", msg_id=message.msg_id, origin=message.origin)
+
+    def _notice_arrived(self, notice: Message) -> None:
+        headers = notice.headers
+        self._tell_session(headers["session"], headers["msg-id"], headers["address"],
+                           headers["router"])
+
+    def _tell_session(self, session: str, msg_id: str, address: str, router: str) -> None:
+        """
+        Hand an expiry notice to the session C{session} of this router,
+        through the first of L{expiry_notices} that knows it.
+        """
+        for tell in self.expiry_notices:
+            if tell(session, msg_id, address, router):
+                return
+        log.info("message {msg_id} expired at {router}; its sender's session {session} is "
+                 "gone, so it is not told", msg_id=msg_id, router=router, session=session)
+
+    def _swept(self, message: Message) -> None:
+        self.expired(message, IN_QUEUE if message.dest_router == self.name else IN_BACKLOG)
+
+    def _transient_expired(self, message: Message, where: str = IN_TRANSIT) -> None:
+        """
+        A non-persistent message expired before it was forwarded: it waits
+        in this router's C{$expired} (in memory, as any non-persistent one).
+        """
+        self.queues.put_transient(EXPIRED_QUEUE, set_aside(message, self.name))
+        self.expired(message, where)
 
     def dead_lettered(self, message: Message, reason: str) -> None:
         """
@@ -1164,8 +1296,13 @@ class PeerChannel:
         limit = self._batch_limit
         batch: list[tuple] = []
         first = batch_bytes = 0
+        now = now_ms(self._clock)
         for index in range(start, len(assigned)):
             seq, message = assigned[index]
+            if message.headers and message.expired(now):
+                self._send_transfers(first, batch)
+                self._expire_from(assigned, index, now)
+                return
             item = _on_the_wire(message)
             size = _wire_size(item)
             if batch and (seq != first + len(batch) or len(batch) == limit
@@ -1191,6 +1328,30 @@ class PeerChannel:
         self._send_transfers(first, batch)
         self._pumping = False
         self.pump()
+
+    def _expire_from(self, assigned, start: int, now: int) -> None:
+        """
+        C{assigned[start]} and the expired messages right after it are not
+        forwarded: they go to C{$expired} here (one store call), and what
+        follows is sent once that is durable, so that no acknowledgement
+        of a later one deletes them from the outbox first (as for a
+        message too large).
+        """
+        end = start + 1
+        while end < len(assigned) and assigned[end][1].headers \
+                and assigned[end][1].expired(now):
+            end += 1
+        d = self._store.expire([message for _, message in assigned[start:end]])
+
+        def moved(messages: list) -> None:
+            for message in messages:
+                self._engine.expired(message, IN_BACKLOG)
+            self._engine.queues.notify(EXPIRED_QUEUE)
+            self._engine.outbox_resolved(end - start, self.peer)
+            self._send_from(assigned, end)
+
+        d.addCallback(moved)
+        d.addErrback(self._failed, "moving expired messages to $expired")
 
     def _send_transfers(self, first_seq: int, items: list) -> None:
         """

@@ -211,6 +211,26 @@ class IMessageStore(Interface):
         C{reason} in its headers.
         """
 
+    def expire(messages):
+        """
+        Move these messages, whose time to live ran out, from wherever
+        this router holds them to the local queue
+        L{meshroute.messages.EXPIRED_QUEUE}, in one transaction; one no
+        longer held is left alone.
+
+        @return: Deferred firing with the messages moved.
+        """
+
+    def sweep_expired(now_ms, busy_queues, limit):
+        """
+        Move at most C{limit} queue and backlog entries that expired at or
+        before C{now_ms} (epoch milliseconds), except those of the queues
+        C{busy_queues}, to L{meshroute.messages.EXPIRED_QUEUE}, in one
+        transaction.
+
+        @return: Deferred firing with the messages moved.
+        """
+
     def outbox_peers():
         """
         Synchronous: the peers with unacknowledged messages in their

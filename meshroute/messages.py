@@ -20,6 +20,27 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
 #: Where a router puts messages that exceeded max-hops.
 DEAD_LETTER_QUEUE = "$dead-letter"
 
+#: Where a router puts messages whose time to live ran out before they
+#: were delivered (docs/client-protocol.md "Message expiry").
+EXPIRED_QUEUE = "$expired"
+
+#: The header that carries a message's expiry: absolute wall-clock epoch
+#: milliseconds (as JMS's JMSExpiration and STOMP's C{expires}).  A header,
+#: so that it travels with the message through the store and over links of
+#: every protocol version unchanged; a router that knows nothing of expiry
+#: carries it like any other header.
+EXPIRES_HEADER = "x-expires-ms"
+
+#: The header of a message whose sender asked to be told if it expires:
+#: what the sender's session at the origin router is known by for it (not
+#: the session's id: consumers see the header).
+NOTIFY_EXPIRY_HEADER = "x-notify-expiry"
+
+#: The address (at the origin router) of the notices that tell a sender
+#: its message expired at another router: non-persistent system messages
+#: a router takes itself, never enqueued (L{meshroute.expiry}).
+EXPIRY_NOTICES = "$expiry-notices"
+
 #: Where a router takes another router's read-only admin requests, and
 #: where their answers come back (L{meshroute.admin.mesh}).  These system
 #: queues are no queues: a router hands what arrives for them to its admin
@@ -27,7 +48,7 @@ DEAD_LETTER_QUEUE = "$dead-letter"
 #: them (L{QUEUE_NAME} has no C{$}).
 ADMIN_QUEUE = "$admin"
 ADMIN_REPLY_QUEUE = "$admin-reply"
-SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE))
+SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE, EXPIRY_NOTICES))
 
 
 class AddressError(MeshrouteError):
@@ -76,6 +97,53 @@ class Message:
     hops: int = 0
     persistent: bool = True
     accepted_at: float = 0.0
+
+    @property
+    def expires_ms(self) -> int:
+        """
+        When it expires (epoch milliseconds), 0 for never.
+        """
+        return expires_ms(self.headers)
+
+    def expired(self, now_ms: int) -> bool:
+        """
+        Whether its time ran out at C{now_ms}: never for one already set
+        aside in a system queue (C{$expired}, C{$dead-letter}), which is
+        where expiry would send it.
+        """
+        if not self.headers or self.dest_queue.startswith("$"):
+            return False
+        expiry = expires_ms(self.headers)
+        return 0 < expiry <= now_ms
+
+
+def expires_ms(headers: dict) -> int:
+    """
+    The expiry C{headers} carry (L{EXPIRES_HEADER}), 0 for none or for a
+    value that is not a number of milliseconds (a header set by hand).
+    """
+    value = headers.get(EXPIRES_HEADER) if headers else None
+    if not value:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
+
+
+def expiry_headers(headers: dict, expires_at_ms: int, notify_session: str) -> dict:
+    """
+    C{headers} with the expiry headers of a send that expires at
+    C{expires_at_ms} (0: never) and whose sender's session
+    C{notify_session} (empty: none) is told if it does.  Without either,
+    C{headers} itself (the common case costs nothing).
+    """
+    if not expires_at_ms:
+        return headers
+    headers = {**headers, EXPIRES_HEADER: str(expires_at_ms)}
+    if notify_session:
+        headers[NOTIFY_EXPIRY_HEADER] = notify_session
+    return headers
 
 
 class MessageIds:

@@ -12,12 +12,12 @@ thing a link does is ask the store for its recovery point.
 import fcntl
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
-from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.endpoints import SSL4ServerEndpoint, clientFromString, serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.internet.interfaces import IReactorTime
@@ -54,6 +54,8 @@ from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor
 from meshroute.store.pruning import IdPruner
+from meshroute.stomp.listener import StompFactory
+from meshroute.stomp.websocket import websocket_factory
 
 log = Logger()
 
@@ -256,6 +258,7 @@ class RouterService(MultiService):
                     clients.connection_ttl_check_interval_ms if clients is not None else 2000),
                 keep_alive_ms=reconnect.keep_alive_ms,
                 max_depth=reconnect.max_depth,
+                queue_depth=config.client_queue.queue_depth,
                 max_depth_policy=reconnect.max_depth_policy,
                 recovery_buffer_size=reconnect.recovery_buffer_size,
                 limits=client_limits(clients) if clients is not None else ClientLimits(),
@@ -290,6 +293,9 @@ class RouterService(MultiService):
                 verify_client_certificates(listening_clients.endpoint,
                                            load_client_ca(config.clients.client_ca))
             listening_clients.setServiceParent(self)
+        self.stomp_factory: StompFactory | None = None
+        if config.stomp_listener is not None:
+            self._serve_stomp(endpoints, config, ha_view, is_open)
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -311,6 +317,38 @@ class RouterService(MultiService):
         if config.admin is not None:
             self._listen(endpoints, "admin.endpoint", config.admin.endpoint,
                          admin_site(self, token=config.admin.token, reactor=clock))
+
+    def _serve_stomp(self, endpoints, config: RouterConfig, ha_view, is_open) -> None:
+        """
+        The C{[stomp.listener]}: its endpoint, and its WebSocket endpoint
+        if it has one.  Its sessions join the native listener's registry
+        (one C{/api/v1/sessions}, one C{max-sessions}).
+        """
+        stomp = config.stomp_listener
+        natives = self.client_factory
+        self.stomp_factory = StompFactory(
+            self.engine, self._clock,
+            replace(natives.settings, connection_ttl_override=stomp.ttl_override_ms,
+                    limits=stomp.limits),
+            sessions=natives.sessions, prefetch_count=stomp.prefetch_count,
+            heartbeat_ms=stomp.heartbeat_ms, events=self.events, ha_view=ha_view,
+            security=self.security, secret=natives.secret,
+            verifies_certificates=stomp.client_ca is not None,
+        )
+        serving = _UntilOpen(self.stomp_factory, is_open)
+        services = [listening(endpoints, config, "stomp.listener.endpoint", stomp.endpoint,
+                              serving)]
+        if stomp.websocket is not None:
+            services.append(listening(
+                endpoints, config, "stomp.listener.websocket", stomp.websocket,
+                websocket_factory(serving, f"ws://localhost{stomp.websocket_path}",
+                                  self._clock)))
+        ca = load_client_ca(stomp.client_ca) if stomp.client_ca is not None else None
+        for service in services:
+            # client-ca applies to whichever of the two is TLS.
+            if ca is not None and isinstance(service.endpoint, SSL4ServerEndpoint):
+                verify_client_certificates(service.endpoint, ca)
+            service.setServiceParent(self)
 
     def _listen(self, endpoints, key: str, description: str, factory) -> None:
         listening(endpoints, self.config, key, description, factory).setServiceParent(self)
@@ -343,7 +381,7 @@ class RouterService(MultiService):
         self._open = True
         self._pruner.start()
         self.engine.queues.rates.start()
-        self.engine.reroute_orphans()
+        self.engine.start()
         for service in self:
             service.startService()
 
@@ -363,10 +401,14 @@ class RouterService(MultiService):
         (C{not-active}: the other instance takes them); a router on its own
         drops them as a crash would, while its event log is still open.
         """
-        if self._host is not None:
-            self.client_factory.stop_serving()
-        else:
-            self.client_factory.close_connections()
+        listeners = [self.client_factory]
+        if self.stomp_factory is not None:
+            listeners.append(self.stomp_factory)
+        for listener in listeners:
+            if self._host is not None:
+                listener.stop_serving()
+            else:
+                listener.close_connections()
         closing = self.registry.close_all()
         stopping = defer.maybeDeferred(super().stopService)
         abort = self._clock.callLater(SHUTDOWN_GRACE_S, self._abort_links)

@@ -73,11 +73,16 @@ Delivery rules:
    consumer; it may still take non-persistent ones, and
    L{Subscription.drop} gives up one of those it cannot keep
    (C{message.dropped}), returning its credit.
+ - B{Expiry.}  A message whose expiry passed is never handed to a
+   consumer: when a dispatch comes to it, it goes to C{$expired} instead
+   (L{meshroute.expiry}), and so does one a session held back and finds
+   expired (L{Subscription.expire}).
 """
 
 import itertools
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from twisted.internet.defer import Deferred, succeed
@@ -85,7 +90,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events as event_names
-from meshroute.messages import Message
+from meshroute.expiry import IN_QUEUE, IN_SESSION, emit_expired, now_ms, set_aside
+from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, Message
 from meshroute.queue_rates import QueueRates
 
 log = Logger()
@@ -344,6 +350,22 @@ class Subscription:
         else:
             manager._forget_if_idle(queue)
 
+    def expire(self, delivery_ids) -> None:
+        """
+        These deliveries, held back by the consumer (a disconnected
+        session), expired before it handed them on: they go to
+        C{$expired}, and their credit back.  Ids this consumer does not
+        hold unacknowledged are ignored.
+        """
+        held = self._take(delivery_ids)
+        if not held:
+            return
+        if not self.cancelled:
+            self.credit += len(held)
+        manager = self._manager
+        manager._expire(self._queue, [item for _, item in held], IN_SESSION)
+        manager._settle(self._queue)
+
     def cancel(self) -> None:
         """
         Stop consuming.  Unacknowledged deliveries go back to the front of
@@ -475,11 +497,15 @@ class QueueManager:
         queue.
     @param max_transient_total: bound of waiting non-persistent messages
         in all queues together.
+    @param expired: called C{(message, where)} for each message this
+        manager set aside in C{$expired} (as it was addressed), once that
+        is durable; by default it emits C{message.expired}.
     """
 
     def __init__(self, store, events, clock: IReactorTime,
                  read_ahead: int = READ_AHEAD, max_transient: int = MAX_TRANSIENT,
-                 max_transient_total: int = MAX_TRANSIENT_TOTAL) -> None:
+                 max_transient_total: int = MAX_TRANSIENT_TOTAL,
+                 expired: Callable[[Message, str], None] | None = None) -> None:
         if read_ahead < 1:
             raise ValueError("read_ahead must be at least 1")
         self.clock = clock
@@ -494,6 +520,7 @@ class QueueManager:
         #: Messages in and out of each queue per second: the engine counts
         #: what it enqueues, this what is consumed.
         self.rates = QueueRates(clock)
+        self._expired = expired or partial(emit_expired, events)
 
     # -- what the engine calls ------------------------------------------------
 
@@ -538,6 +565,72 @@ class QueueManager:
         state.transient_held -= 1
         self._transient_waiting -= 1
         self._emit_dropped(dropped.message, state.name, reason)
+
+    def busy(self) -> list[str]:
+        """
+        The queues whose persistent entries may be in memory (consumers,
+        reads, deliveries or deletions in progress): the expiry sweep
+        leaves them to the dispatch, which checks expiry at hand-over.
+        """
+        return [name for name, state in self._queues.items()
+                if state.consumers or state.fetching or state.acking or state.buffer
+                or state.sending
+                or any(item.entry_id is not None for item in state.returned)]
+
+    def sweep_transient(self, now: int) -> None:
+        """
+        Set aside the non-persistent messages waiting in queues without
+        consumers whose expiry is at or before C{now} (epoch ms).  The
+        work is bounded by C{max_transient_total}, what may wait in all.
+        """
+        for state in list(self._queues.values()):
+            if state.consumers or not state.transient:
+                continue
+            kept, expired = deque(), []
+            for item in state.transient:
+                (expired if item.message.expired(now) else kept).append(item)
+            if expired:
+                state.transient = kept
+                self._transient_waiting -= len(expired)
+                self._expire(state, expired, IN_QUEUE)
+                self._forget_if_idle(state)
+
+    def _expire(self, state: _Queue, items: list, where: str) -> None:
+        """
+        C{items}, taken out of C{state} (waiting or held by a consumer),
+        expired: non-persistent ones go to C{$expired} in memory, persistent
+        ones are moved there in the store (one call); C{expired} is told
+        of each once that is done.  If the store fails the move, the
+        entries stay where they are in the store, to be found expired
+        again by the next read or sweep.
+        """
+        entries = []
+        for item in items:
+            message = item.message
+            if item.entry_id is None:
+                state.transient_held -= 1
+                self.put_transient(EXPIRED_QUEUE, set_aside(message, message.dest_router))
+                self._expired(message, where)
+            else:
+                entries.append(message)
+        if not entries:
+            return
+        state.acking += 1
+
+        def moved(messages: list) -> None:
+            state.acking -= 1
+            for message in messages:
+                self._expired(message, where)
+            self.notify(EXPIRED_QUEUE)
+            self._settle(state)
+
+        def failed(failure) -> None:
+            state.acking -= 1
+            log.failure("moving expired messages of {queue} to $expired", failure,
+                        queue=state.name)
+            self._settle(state)
+
+        self._store.expire(entries).addCallbacks(moved, failed)
 
     def _emit_dropped(self, message: Message, queue: str, reason: str) -> None:
         self._events.emit(event_names.MESSAGE_DROPPED, msg_id=message.msg_id,
@@ -638,13 +731,24 @@ class QueueManager:
                 self._hand_over_ready(state)
                 self._fill(state)
                 batch = []
+                expired = []
+                now = None
                 while state.returned or state.buffer or state.transient:
                     picked = self._pick(state)
                     if picked is None:
                         break
                     consumer, item = picked
+                    headers = item.message.headers
+                    if headers and EXPIRES_HEADER in headers:
+                        if now is None:
+                            now = now_ms(self.clock)
+                        if item.message.expired(now):
+                            expired.append(item)
+                            continue
                     batch.append((consumer, consumer._give(item, next(self._delivery_ids)),
                                   item))
+                if expired:
+                    self._expire(state, expired, IN_QUEUE)
                 if batch:
                     self._mark(state, batch)
                     self._hand_over_ready(state)

@@ -701,3 +701,38 @@ def test_a_consumed_message_whose_enqueue_record_died_with_its_router(spark, tmp
              for r in views.message_fates(logs.events, routers, 60.0).collect()}
     assert fates == {survived: "enqueued", really_lost: "lost"}
     logs.release()
+
+
+def test_an_expired_message_is_accounted_for_apart_from_lost(spark, tmp_path):  # noqa: F811
+    """
+    A message whose time to live ran out (message.expired, wherever it
+    was: at its destination after it was enqueued, or on its way) is
+    neither lost nor enqueued: its fate is expired, counted apart, and a
+    consumer draining $expired does not make it consumed.
+    """
+    from meshroute.audit import read, views
+
+    log = MeshLog([A, B])
+    for router in (A, B):
+        log.boot(router, START)
+    in_queue = log.message([A, B], START + 10, fate="enqueued", consumed=False)
+    log.emit(B, START + 30, "message.expired", msg_id=in_queue, origin=A, dest="q@router-b",
+             where="queue", expires_ms=int((START + 20) * 1000), persistent=True)
+    log.emit(B, START + 31, "message.consumed", msg_id=in_queue, queue="$expired", origin=A,
+             accepted_at=START + 10, persistent=True, redelivered=False)
+    on_the_way = log.message([A, B], START + 11, fate="lost")
+    log.emit(A, START + 40, "message.expired", msg_id=on_the_way, origin=A, dest="q@router-b",
+             where="backlog", expires_ms=int((START + 21) * 1000), persistent=True)
+    really_lost = log.message([A, B], START + 12, fate="lost")
+    log.emit(A, START + 400, "router.stopped")
+    log.emit(B, START + 400, "router.stopped")
+    paths = log.write(tmp_path)
+    logs = read.read_logs(spark, list(paths.values()))
+    routers = views.routers(logs.events, START + 400)
+    fates = {r["msg_id"]: (r["fate"], r["expired_at"], r["consumed_events"])
+             for r in views.message_fates(logs.events, routers, 60.0).collect()}
+    assert fates == {in_queue: ("expired", B, 0), on_the_way: ("expired", A, 0),
+                     really_lost: ("lost", None, 0)}
+    totals = views.totals(views.message_fates(logs.events, routers, 60.0)).collect()[0]
+    assert (totals["expired"], totals["lost"], totals["enqueued"]) == (2, 1, 0)
+    logs.release()

@@ -344,7 +344,7 @@ def test_the_client_refuses_a_router_that_cannot_prove_the_credentials(clock):
                          password="orders-pw")
     router = endpoint.accept()
     (open_,) = router.frames()
-    assert open_.versions[-1] == f.AUTH_VERSION
+    assert f.AUTH_VERSION in open_.versions
     router.send(f.Mechanisms(["SCRAM-SHA-256"]))
     (authenticate,) = router.frames()
     impostor = ScramServer({"orders-app": derive("another", iterations=4096)}.get, b"s")

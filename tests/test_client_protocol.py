@@ -85,6 +85,7 @@ SAMPLES = [
     f.OpenedWithTopology(3, "5f0c", ROUTER, 60000, False, 0, 4, ["tcp:a:6001", "tcp:b:6001"]),
     f.Send(1, "orders@router-c", {"k": "v"}, b"body", True),
     f.Send(1, "orders", {}, b"", False, "producer-1:42"),
+    f.Send(1, "orders", {}, b"", True, "", 30000, True),
     f.Confirm(1, "router-a:ab:1"),
     f.Error(0, f.BAD_COMMAND, "Send before Open"),
     f.Subscribe(2, 7, "orders", 100),
@@ -112,6 +113,7 @@ SAMPLES = [
     f.Challenge(b"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
     f.AuthResponse(b"c=biws,r=abcdef,p=AAAA"),
     f.Authenticated("orders-app", b"v=AAAA"),
+    f.Expired("router-a:ab:4", "orders@router-c", "router-c"),
 ]
 
 
@@ -275,7 +277,7 @@ def test_ttl_override(engine, clock):
 def test_unsupported_version(connection, factory):
     connection.send(f.Open([7, 8], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6]")
     ]
     assert connection.closed
     connection.lose()

@@ -536,7 +536,22 @@ def test_client_session_refusals(write, section, key, value, fragment):
 
 def test_unknown_clients_table(write):
     assert_refused(write(ROUTER + "[clients.reconnecting]\n"), "clients.reconnecting",
-                   "listener, reconnect")
+                   "listener, queue-depth, reconnect")
+
+
+def test_queue_depth_defaults_to_max_depth_and_may_not_exceed_it(write):
+    # None: max-depth's value (SessionSettings resolves it).
+    assert load(write(ROUTER)).client_queue.queue_depth is None
+    config = load(write(ROUTER + "[clients]\nqueue-depth = 10\n"
+                        "[clients.reconnect]\nmax-depth = 50\n"))
+    assert config.client_queue.queue_depth == 10
+    text = format_config(config)
+    assert "[clients]\nqueue-depth = 10\n" in text
+    assert load(write(text)) == config
+    assert_refused(write(ROUTER + "[clients]\nqueue-depth = 51\n"
+                         "[clients.reconnect]\nmax-depth = 50\n"),
+                   "clients.queue-depth", "max-depth (50)")
+    assert_refused(write(ROUTER + "[clients]\nqueue-depth = -1\n"), "clients.queue-depth")
 
 
 def test_client_session_keys_round_trip(write):

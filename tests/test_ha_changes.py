@@ -127,8 +127,9 @@ def test_each_write_transaction_is_one_batch_and_moves_the_position(tmp_path):
     assert (second.epoch, second.position) == (5, 3)
     assert [sql for sql, _ in first.statements] == ["INSERT INTO messages (msg_id, origin, "
                                                     "dest_router, dest_queue, body, headers, "
-                                                    "hops, accepted_at, state) SELECT ?1, ?2, "
-                                                    "?3, ?4, ?5, ?6, ?7, ?8, 'backlog' WHERE "
+                                                    "hops, accepted_at, expires_ms, state) "
+                                                    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                                                    "'backlog' WHERE "
                                                     "NOT EXISTS (SELECT 1 FROM enqueued_ids "
                                                     "WHERE msg_id = ?1)"]
     assert first.statements[0][1][:3] == ("m1", ROUTER, "router-c")

@@ -45,6 +45,8 @@ async def test_the_upgrade_from_version_3_adds_the_table_and_keeps_the_data(open
         connection.execute("DROP TABLE replication_state")  # version 5
         connection.execute("DROP TABLE peer_epochs")  # version 6
         connection.execute("DROP TABLE known_routers")  # version 7
+        connection.execute("DROP INDEX messages_expiring")  # version 9
+        connection.execute("ALTER TABLE messages DROP COLUMN expires_ms")
         connection.execute("UPDATE meta SET value = 3 WHERE key = 'schema_version'")
     store = await opener.open()
     assert store.applied_versions[:2] == [4, 5]

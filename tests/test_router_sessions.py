@@ -987,6 +987,8 @@ def test_a_version_1_store_is_upgraded(tmp_path, clock):
                              "DROP TABLE replication_state; DROP TABLE peer_epochs; "
                              "DROP TABLE known_routers; "
                              "ALTER TABLE links DROP COLUMN peer_store_id; "
+                             "DROP INDEX messages_expiring; "
+                             "ALTER TABLE messages DROP COLUMN expires_ms; "
                              "DELETE FROM meta WHERE key = 'store_id'; "
                              "UPDATE meta SET value = 1 WHERE key = 'schema_version';")
     connection.close()
@@ -1018,7 +1020,8 @@ def test_sessions_as_the_admin_api_shows_them(factory, engine, clock):
     connection.send(f.Subscribe(1, 1, "q", 5))
     described = session_of(factory, opened.session_id)
     assert described == {
-        "session_id": opened.session_id, "client_id": "shop-7", "user": None, "state": "open",
+        "session_id": opened.session_id, "client_id": "shop-7", "user": None, "protocol": "native",
+        "state": "open",
         "ttl_ms": 30000, "queued": 0, "recovery": 1, "answers_held": 1, "subscriptions": 1,
         "unacknowledged": 1, "last_command_id": 1, "processed_up_to": 1, "resumable": True,
         "disconnected_for_s": None, "expires_in_s": None,
@@ -1045,7 +1048,8 @@ def test_session_events(factory, engine, clock):
                      "session.closed"]
     by_name = {name: fields for name, fields in engine.events.records}
     assert by_name["session.opened"] == {"session_id": opened.session_id,
-                                         "client_id": "shop-7", "ttl_ms": 30000}
+                                         "client_id": "shop-7", "ttl_ms": 30000,
+                                         "protocol": "native"}
     assert by_name["session.disconnected"]["reason"] == "connection-lost"
     assert by_name["session.disconnected"]["keep_alive_ms"] == 5000
     assert by_name["session.reattached"]["disconnected_for_s"] == 1.0

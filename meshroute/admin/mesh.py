@@ -162,7 +162,8 @@ class MeshViews:
         self._prefix = os.urandom(4).hex()
         self._numbers = itertools.count(1)
         self._pending: dict[str, tuple[Deferred, object, str]] = {}
-        engine.serve_system(self.arrived)
+        engine.serve_system(ADMIN_QUEUE, self.arrived)
+        engine.serve_system(ADMIN_REPLY_QUEUE, self.arrived)
 
     # -- asking -------------------------------------------------------------
 

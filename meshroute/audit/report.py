@@ -13,8 +13,8 @@ import math
 
 #: Message counts of the summary and of every route, in display order.
 MESSAGE_COUNTS = ("accepted", "enqueued", "consumed", "lost", "lost_non_persistent",
-                  "in_flight", "dead_lettered", "dropped", "duplicated", "duplicate_copies",
-                  "duplicates_dropped", "orphans", "unobserved")
+                  "in_flight", "expired", "dead_lettered", "dropped", "duplicated",
+                  "duplicate_copies", "duplicates_dropped", "orphans", "unobserved")
 
 LATENCIES = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms")
 
@@ -31,8 +31,8 @@ SUMMARY_EXAMPLES = 20
 TIMELINE_SESSIONS = 3000
 
 #: Colours, by fate and by close reason.
-FATE_COLOURS = [("enqueued", "#2e7d32"), ("in_flight", "#1e88e5"), ("dead_lettered", "#757575"),
-                ("dropped", "#bdbdbd"), ("lost_non_persistent", "#fb8c00"), ("lost", "#d50000")]
+FATE_COLOURS = [("enqueued", "#2e7d32"), ("in_flight", "#1e88e5"), ("expired", "#9e9d24"),
+                ("dead_lettered", "#757575"), ("dropped", "#bdbdbd"), ("lost_non_persistent", "#fb8c00"), ("lost", "#d50000")]
 REASON_COLOURS = {"keepalive": "#d50000", "stage-timeout": "#fb8c00", "peer-closed": "#8e24aa",
                   "rejected": "#6d4c41", "protocol-error": "#c2185b", "shutdown": "#546e7a"}
 ROUTE_COLOURS = ["#1e88e5", "#d81b60", "#43a047", "#fb8c00", "#5e35b1", "#00897b", "#6d4c41",
@@ -262,7 +262,7 @@ def console_lines(summary: dict, out_dir: str) -> list[str]:
         f"{summary['time']['first_utc']} to {summary['time']['last_utc']}"
         + (f" ({span:.1f} s)" if span is not None else ""),
         "messages: " + ", ".join(f"{key.replace('_', ' ')} {messages[key]}" for key in (
-            "accepted", "enqueued", "consumed", "lost", "in_flight", "dead_lettered",
+            "accepted", "enqueued", "consumed", "lost", "in_flight", "expired", "dead_lettered",
             "dropped", "lost_non_persistent", "duplicated")),
     ]
     if latency["p50"] is not None:

@@ -35,6 +35,7 @@ from meshroute.events import (
     MESSAGE_DROPPED,
     MESSAGE_DUPLICATE,
     MESSAGE_ENQUEUED,
+    MESSAGE_EXPIRED,
     MESSAGE_FORWARDED,
     ROUTER_STARTED,
     ROUTER_STOPPED,
@@ -47,7 +48,7 @@ from meshroute.events import (
     SESSION_RECREATED,
 )
 from meshroute.link.reasons import CLOSE_REASONS
-from meshroute.messages import DEAD_LETTER_QUEUE
+from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE
 
 #: The client-session events counted per router.
 SESSION_EVENTS = (SESSION_OPENED, SESSION_DISCONNECTED, SESSION_REATTACHED, SESSION_RECREATED,
@@ -90,17 +91,22 @@ FIELDS = [
     ("attempts", T.LongType(), "connector.exhausted"),
     ("msg_id", T.StringType(), "message.*"),
     ("origin", T.StringType(), "message.*"),
-    ("dest", T.StringType(), "message.accepted, message.duplicate, message.dead-lettered"),
+    ("dest", T.StringType(),
+     "message.accepted, message.duplicate, message.dead-lettered, message.expired"),
     ("size", T.LongType(), "message.accepted"),
-    ("persistent", T.BooleanType(), "message.accepted, message.enqueued, message.consumed"),
+    ("persistent", T.BooleanType(),
+     "message.accepted, message.enqueued, message.consumed, message.expired"),
     ("hops", T.LongType(), "message.forwarded, message.enqueued, message.dead-lettered"),
     ("queue", T.StringType(), "message.enqueued, message.consumed, message.dropped"),
     ("accepted_at", T.DoubleType(), "message.enqueued, message.consumed"),
     ("redelivered", T.BooleanType(), "message.consumed"),
     ("duplicate_id", T.StringType(), "message.duplicate"),
+    ("where", T.StringType(), "message.expired"),
+    ("expires_ms", T.LongType(), "message.expired"),
     ("session_id", T.StringType(), "session.*, message.dropped"),
     ("client_id", T.StringType(), "session.*, message.dropped"),
     ("ttl_ms", T.LongType(), "session.opened"),
+    ("protocol", T.StringType(), "session.opened"),
     ("requested_session_id", T.StringType(), "session.recreated"),
     ("keep_alive_ms", T.LongType(), "session.disconnected, session.expired"),
     ("last_command_id", T.LongType(), "session.disconnected, session.reattached"),

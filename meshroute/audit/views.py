@@ -15,7 +15,9 @@ Definitions (docs/events.md, "Audit", says the same for operators):
    more than one is a duplicate; or, failing that, a
    C{message.consumed} there: a router killed with SIGKILL can lose its
    last turn's records while the messages they describe are durable, and
-   a consumed message was necessarily enqueued), else C{dead-lettered}, else C{dropped}
+   a consumed message was necessarily enqueued), unless it expired
+   (C{message.expired}: its time to live ran out before it was delivered,
+   wherever it was), then C{expired}; else C{dead-lettered}, else C{dropped}
    (non-persistent, C{message.dropped}), else C{orphan} (never accepted
    in these logs: the origin's log is missing or cut short), else
    C{unobserved} (the destination's log is not in the input), else
@@ -61,7 +63,7 @@ BUCKETS_PER_DECADE = 10
 LATENCY_FLOOR_MS = 0.01
 
 #: Message fates, in the order reports show them.
-FATES = ("enqueued", "dead-lettered", "dropped", "orphan", "unobserved", "in-flight",
+FATES = ("enqueued", "expired", "dead-lettered", "dropped", "orphan", "unobserved", "in-flight",
          "lost-non-persistent", "lost")
 
 
@@ -186,8 +188,9 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
     messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
     accepted, enqueued = _is(S.MESSAGE_ACCEPTED), _is(S.MESSAGE_ENQUEUED)
     forwarded, dead = _is(S.MESSAGE_FORWARDED), _is(S.MESSAGE_DEAD_LETTERED)
-    consumed = _is(S.MESSAGE_CONSUMED) & (
-        F.coalesce(F.col("queue"), F.lit("")) != S.DEAD_LETTER_QUEUE)
+    consumed = _is(S.MESSAGE_CONSUMED) & ~(
+        F.coalesce(F.col("queue"), F.lit("")).isin(S.DEAD_LETTER_QUEUE, S.EXPIRED_QUEUE))
+    expired = _is(S.MESSAGE_EXPIRED)
     per_id = messages.groupBy("msg_id").agg(
         _count_if(accepted).alias("accepted_events"),
         F.min(_when(accepted, "time")).alias("accepted_time"),
@@ -211,6 +214,9 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
         F.max(_when(dead, "dest")).alias("dead_dest"),
         F.max(_when(dead, "router")).alias("dead_lettered_at"),
         _count_if(_is(S.MESSAGE_DROPPED)).alias("dropped_events"),
+        _count_if(expired).alias("expired_events"),
+        F.max(_when(expired, "dest")).alias("expired_dest"),
+        F.max(_when(expired, "router")).alias("expired_at"),
         F.max(_when(_is(S.MESSAGE_DROPPED), "reason")).alias("drop_reason"),
         F.max("time").alias("last_time"),
     )
@@ -219,6 +225,7 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
         F.when(F.col("enqueued_router").isNotNull(),
                F.concat_ws("@", F.col("enqueued_queue"), F.col("enqueued_router"))),
         F.col("dead_dest"),
+        F.col("expired_dest"),
     )
     origin = F.coalesce(F.col("accepted_router"), F.col("origin_field"),
                         F.substring_index(F.col("msg_id"), ":", 1))
@@ -236,8 +243,9 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
                               F.col("available_until").alias("dest_available_until"))
     fates = fates.join(F.broadcast(ends), "dest_router", "left")
     fate = (
-        F.when((F.col("enqueued_events") > 0) | (F.col("consumed_events") > 0),
-               F.lit("enqueued"))
+        F.when(F.col("expired_events") > 0, F.lit("expired"))
+        .when((F.col("enqueued_events") > 0) | (F.col("consumed_events") > 0),
+              F.lit("enqueued"))
         .when(F.col("dead_lettered_events") > 0, F.lit("dead-lettered"))
         .when(F.col("dropped_events") > 0, F.lit("dropped"))
         .when(F.col("accepted_events") == 0, F.lit("orphan"))
@@ -256,7 +264,7 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
         (F.col("enqueued_events") > 1).alias("duplicated"),
         latency.alias("latency_ms"), "hops",
         "consumed_events", "forwarded_events", "last_forwarded_to", "duplicates_dropped",
-        "dead_lettered_at", "drop_reason", "last_time",
+        "dead_lettered_at", "expired_at", "drop_reason", "last_time",
     )
 
 
@@ -288,6 +296,7 @@ def _message_counts() -> list[Column]:
         _fate("lost-non-persistent").alias("lost_non_persistent"),
         _fate("in-flight").alias("in_flight"),
         _fate("dead-lettered").alias("dead_lettered"),
+        _fate("expired").alias("expired"),
         _fate("dropped").alias("dropped"),
         _count_if(F.col("duplicated")).alias("duplicated"),
         F.sum(F.greatest(F.col("enqueued_events") - 1, F.lit(0))).alias("duplicate_copies"),

@@ -105,6 +105,14 @@ redelivered).  A transaction whose session was lost can only roll back
 (L{TransactionRolledBack}); a commit in flight then fails with
 L{TransactionOutcomeUnknown}.
 
+Message expiry (client protocol version 6): C{send(..., ttl=SECONDS)}
+(and C{send_many}, L{Producer}'s) gives a message a time to live from its
+acceptance; one not delivered by then never is, and waits in the
+C{$expired} queue of the router where its time ran out.  With
+C{notify_expiry=True} the router tells the client, best effort, through
+the listeners of L{Client.add_expiry_listener}.  A time to live for an
+older router fails the send with code C{unsupported}.
+
 A client garbage-collected without L{Client.close} logs a warning naming
 where it was created, and closes its connection.
 """
@@ -116,6 +124,7 @@ from meshroute.client.errors import (
     TIMEOUT,
     TOO_LARGE,
     UNBLOCKED,
+    UNSUPPORTED,
     ClientError,
     SendError,
     SessionError,
@@ -132,7 +141,7 @@ OPEN_TIMEOUT_S = ClientOptions().open_timeout_ms / 1000
 
 __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
-    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "Client", "ClientError", "ClientOptions", "Producer",
+    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "UNSUPPORTED", "Client", "ClientError", "ClientOptions", "Producer",
     "ReceivedMessage",
     "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown",
     "TransactionRolledBack", "UnblockedError", "connect",

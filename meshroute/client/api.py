@@ -16,7 +16,7 @@ from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
 from meshroute.client.commands import SUBSCRIBE, Command, SendDeferred, SendGroup
-from meshroute.client.errors import TOO_LARGE, SendError
+from meshroute.client.errors import TOO_LARGE, UNSUPPORTED, SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.session import ClientCore, ClientMachine
 from meshroute.client.subscriptions import ReceivedMessage, Subscription
@@ -93,7 +93,8 @@ class Client:
     # -- calls ------------------------------------------------------------------
 
     def send(self, address: str, body: bytes, headers: dict | None = None,
-             persistent: bool = True, duplicate_id: str | None = None) -> Deferred:
+             persistent: bool = True, duplicate_id: str | None = None,
+             ttl: float | None = None, notify_expiry: bool = False) -> Deferred:
         """
         Send C{body} to C{address} (C{queue@router}, or a bare C{queue} of
         this router).
@@ -102,6 +103,13 @@ class Client:
             one message per duplicate id within its duplicate-id window, and
             answers a repeat with the first message's id.  Retry a send that
             failed with L{UnblockedError} with the same duplicate id.
+        @param ttl: the message's time to live in seconds from its
+            acceptance (None: it never expires): not delivered after it,
+            but set aside in the C{$expired} queue of the router where its
+            time ran out.  Needs a router of client protocol version 6
+            (L{SendError} code C{unsupported} otherwise).
+        @param notify_expiry: with C{ttl}, have the router tell this client
+            if the message expires (L{add_expiry_listener}).
         @return: Deferred firing with the message id once the router
             accepted it (durably, when C{persistent}); failing with
             L{SendError} if the router refused it (or, with code
@@ -113,23 +121,26 @@ class Client:
             C{headers} does not map strings to strings, or C{duplicate_id}
             is not a string.
         """
-        message = _send_item(address, body, headers, persistent, duplicate_id)
-        oversized = f.oversized_send(*message)
-        if oversized is not None:
-            return fail(SendError(TOO_LARGE, oversized))
+        message = _send_item(address, body, headers, persistent, duplicate_id, ttl,
+                             notify_expiry)
+        refusal = _refusal(self._core, message)
+        if refusal is not None:
+            return fail(refusal)
         d = SendDeferred()
         self._core.send_later([message], d)
         return d
 
     def send_many(self, address: str, bodies, headers: dict | None = None,
-                  persistent: bool = True) -> Deferred:
+                  persistent: bool = True, ttl: float | None = None,
+                  notify_expiry: bool = False) -> Deferred:
         """
         Send every body of C{bodies} to C{address}, in order, with the same
-        C{headers}, as that many L{send}s would, with ONE Deferred for them
-        all: the way to send at a high rate (a Deferred per message costs
-        more than the rest of a send).  They travel in SendBatch frames
-        (with a version-4 router), with the sends of the same turn, and the
-        router stores each frame's with one store call.
+        C{headers} (and C{ttl}, C{notify_expiry}), as that many L{send}s
+        would, with ONE Deferred for them all: the way to send at a high
+        rate (a Deferred per message costs more than the rest of a send).
+        They travel in SendBatch frames (with a version-4 router), with the
+        sends of the same turn, and the router stores each frame's with one
+        store call.
 
         @return: ONE Deferred for the batch, firing with the message ids
             in order once every message was accepted; failing with the
@@ -140,7 +151,8 @@ class Client:
         @raise TypeError: as L{send}, for any of the bodies.
         """
         try:
-            messages = _send_items(address, bodies, headers, persistent)
+            messages = _send_items(self._core, address, bodies, headers, persistent, ttl,
+                                   notify_expiry)
         except SendError as e:
             return fail(e)
         group = SendGroup(len(messages))
@@ -236,6 +248,23 @@ class Client:
         """
         self._core.listeners.remove(listener)
 
+    def add_expiry_listener(self, listener: Callable[[str, str, str], object]) -> None:
+        """
+        Call C{listener(msg_id, address, router)} when a message this
+        client sent with C{notify_expiry} expired at C{router} before it
+        was delivered.  One callback for the client, not a Deferred per
+        send: a producer that does not ask pays nothing.  Best effort
+        (docs/client-protocol.md, "Message expiry"): a notice can be lost
+        with a link, a router, or a session that was not resumed.
+        """
+        self._core.expiry_listeners.append(listener)
+
+    def remove_expiry_listener(self, listener: Callable[[str, str, str], object]) -> None:
+        """
+        Stop calling C{listener}.
+        """
+        self._core.expiry_listeners.remove(listener)
+
     def close(self) -> Deferred:
         """
         End the session: the router finishes the commands in progress
@@ -292,7 +321,8 @@ class Producer:
         return self._waiting_count
 
     def send(self, address: str, body: bytes, headers: dict | None = None,
-             persistent: bool = True, duplicate_id: str | None = None) -> Deferred:
+             persistent: bool = True, duplicate_id: str | None = None,
+             ttl: float | None = None, notify_expiry: bool = False) -> Deferred:
         """
         L{Client.send}, within the window.
 
@@ -301,19 +331,21 @@ class Producer:
             would raise that for.
         """
         try:
-            message = _send_item(address, body, headers, persistent, duplicate_id)
-        except TypeError as e:
+            message = _send_item(address, body, headers, persistent, duplicate_id, ttl,
+                                 notify_expiry)
+        except (TypeError, ValueError) as e:
             return fail(e)
-        oversized = f.oversized_send(*message)
-        if oversized is not None:
-            return fail(SendError(TOO_LARGE, oversized))
+        refusal = _refusal(self._core, message)
+        if refusal is not None:
+            return fail(refusal)
         d = SendDeferred()
         d.on_settled = self._settled
         self._offer([message], d)
         return d
 
     def send_many(self, address: str, bodies, headers: dict | None = None,
-                  persistent: bool = True) -> Deferred:
+                  persistent: bool = True, ttl: float | None = None,
+                  notify_expiry: bool = False) -> Deferred:
         """
         L{Client.send_many}, within the window: each message counts as one
         send, and those that do not fit wait (so a batch larger than the
@@ -323,8 +355,9 @@ class Producer:
             C{TypeError} for arguments it would raise that for.
         """
         try:
-            messages = _send_items(address, bodies, headers, persistent)
-        except (TypeError, SendError) as e:
+            messages = _send_items(self._core, address, bodies, headers, persistent, ttl,
+                                   notify_expiry)
+        except (TypeError, ValueError, SendError) as e:
             return fail(e)
         group = SendGroup(len(messages), self._settled)
         if messages:
@@ -390,14 +423,17 @@ class Producer:
 
 
 def _send_item(address: str, body: bytes, headers: dict | None, persistent: bool,
-               duplicate_id: str | None) -> tuple:
+               duplicate_id: str | None, ttl: float | None = None,
+               notify_expiry: bool = False) -> tuple:
     """
     A send's SendBatch item (a Send's fields after the command id), its
-    arguments checked.
+    arguments checked: with a C{ttl}, followed by its milliseconds and
+    C{notify_expiry} (version 6).
 
     @raise TypeError: C{address} is not a string, C{body} is not bytes,
         C{headers} does not map strings to strings, or C{duplicate_id} is
         not a string.
+    @raise ValueError: C{ttl} is not above 0.
     """
     if type(address) is not str:
         raise TypeError(f"address must be a string, not {type(address).__name__}")
@@ -409,7 +445,36 @@ def _send_item(address: str, body: bytes, headers: dict | None, persistent: bool
         duplicate_id = ""
     elif type(duplicate_id) is not str:
         raise TypeError("duplicate_id must be a string")
-    return (address, _checked_headers(headers), body, bool(persistent), duplicate_id)
+    item = (address, _checked_headers(headers), body, bool(persistent), duplicate_id)
+    return item + _expiry_fields(ttl, notify_expiry)
+
+
+def _expiry_fields(ttl: float | None, notify_expiry: bool) -> tuple:
+    """
+    The fields a send with time to live C{ttl} (seconds) adds to its
+    item: none without one.
+
+    @raise ValueError: C{ttl} is not above 0.
+    """
+    if ttl is None:
+        return ()
+    if not ttl > 0:
+        raise ValueError(f"ttl must be above 0 seconds, not {ttl!r}")
+    return (max(1, round(ttl * 1000)), bool(notify_expiry))
+
+
+def _refusal(core, message: tuple) -> SendError | None:
+    """
+    Why C{message} (a send's item) cannot be sent, if it cannot: too large
+    for one frame, or a time to live for a router older than version 6.
+    """
+    if len(message) > 5 and 0 < core.version < f.EXPIRY_VERSION:
+        return SendError(UNSUPPORTED, f"the router speaks client protocol version "
+                         f"{core.version}; a time to live needs version {f.EXPIRY_VERSION}")
+    oversized = f.oversized_send(*message[:5])
+    if oversized is not None:
+        return SendError(TOO_LARGE, oversized)
+    return None
 
 
 def _checked_headers(headers: dict | None) -> dict:
@@ -424,13 +489,16 @@ def _checked_headers(headers: dict | None) -> dict:
     return headers
 
 
-def _send_items(address: str, bodies, headers: dict | None, persistent: bool) -> list[tuple]:
+def _send_items(core, address: str, bodies, headers: dict | None, persistent: bool,
+                ttl: float | None = None, notify_expiry: bool = False) -> list[tuple]:
     """
     The SendBatch items of C{send_many}: the address and headers checked
     once, the bodies' types, and the largest body's size.
 
     @raise TypeError: as L{_send_item}.
-    @raise SendError: C{too-large}: a body does not fit in one client frame.
+    @raise ValueError: as L{_send_item}.
+    @raise SendError: C{too-large}: a body does not fit in one client frame;
+        C{unsupported}: a C{ttl} for a router older than version 6.
     """
     if type(address) is not str:
         raise TypeError(f"address must be a string, not {type(address).__name__}")
@@ -445,10 +513,11 @@ def _send_items(address: str, bodies, headers: dict | None, persistent: bool) ->
     if not bodies:
         return []
     persistent = bool(persistent)
-    oversized = f.oversized_send(address, headers, max(bodies, key=len), persistent, "")
-    if oversized is not None:
-        raise SendError(TOO_LARGE, oversized)
-    return [(address, headers, body, persistent, "") for body in bodies]
+    expiry = _expiry_fields(ttl, notify_expiry)
+    refusal = _refusal(core, (address, headers, max(bodies, key=len), persistent, "", *expiry))
+    if refusal is not None:
+        raise refusal
+    return [(address, headers, body, persistent, "", *expiry) for body in bodies]
 
 
 def _where_created() -> str:

@@ -20,6 +20,9 @@ CLOSED = "closed"
 UNBLOCKED = "unblocked"
 #: The message cannot fit in one client frame (nothing was sent).
 TOO_LARGE = "too-large"
+#: The send asks for what the router's protocol version cannot carry (a
+#: time to live needs version 6; nothing was sent).
+UNSUPPORTED = "unsupported"
 #: commit() or rollback() on a client not made with C{transacted=True}.
 NOT_TRANSACTED = "not-transacted"
 #: The router serves an older epoch than the client has seen from its pair:

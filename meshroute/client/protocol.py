@@ -34,6 +34,7 @@ _INPUT_FOR_FRAME = {
     f.Mechanisms: "got_mechanisms",
     f.Challenge: "got_challenge",
     f.Authenticated: "got_authenticated",
+    f.Expired: "got_expired",
 }
 
 

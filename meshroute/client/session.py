@@ -230,6 +230,9 @@ class ClientInputs(Protocol):
     def got_closed(self, frame: f.Closed) -> None:
         "The router finished the session we closed."
 
+    def got_expired(self, frame: f.Expired) -> None:
+        "A message we sent asking to be told expired before it was delivered (version 6)."
+
     def connection_failed(self, why: ClientError) -> None:
         """
         The connection in use is gone: lost, silent for the failure check
@@ -342,6 +345,7 @@ class ClientCore:
         self._pings: dict[int, tuple[Deferred | None, float]] = {}
         self._ping_numbers = itertools.count(1)
         self.listeners: list[Callable[[str], object]] = []
+        self.expiry_listeners: list[Callable[[str, str, str], object]] = []
         self.last_failover: str | None = None
         self.end: ClientError | None = None
         self.finished = False
@@ -1234,6 +1238,13 @@ class ClientCore:
             except Exception:
                 log.failure("failure listener {listener!r} raised", listener=listener)
 
+    def expired(self, frame: f.Expired) -> None:
+        for listener in list(self.expiry_listeners):
+            try:
+                listener(frame.msg_id, frame.address, frame.router)
+            except Exception:
+                log.failure("expiry listener {listener!r} raised", listener=listener)
+
 
 def _within_bytes(messages: list, size: int) -> tuple[list, int]:
     """
@@ -1329,6 +1340,7 @@ def _transitions() -> dict:
     on(_OPEN, "got_deliver_batch", None, C.deliver_batch)
     on(_OPEN, "got_processed", None, C.processed)
     on(_OPEN, "got_pong", None, C.got_pong)
+    on(_OPEN, "got_expired", None, C.expired)
     on(_OPEN, "got_refusal", None, C.refusal)
     on(_OPEN, "got_not_active", None, C.refusal)
     on(_OPEN, "ping_requested", None, C.ping)
@@ -1473,6 +1485,9 @@ class ClientMachine:
 
     def got_closed(self, frame: f.Closed) -> None:
         self._fire("got_closed", frame)
+
+    def got_expired(self, frame: f.Expired) -> None:
+        self._fire("got_expired", frame)
 
     def connection_failed(self, why: ClientError) -> None:
         self._fire("connection_failed", why)

@@ -2,6 +2,17 @@
 The router's side of its clients: their sessions, and the listener that
 speaks the native client protocol to them.
 
+One session core, thin protocols: L{meshroute.sessions.session} is the
+session logic (subscriptions, credit, acknowledgements, transactions, the
+answers and what a disconnected session holds) for every protocol.  Its
+commands are the native client frames, and what it writes goes to its
+connection, which speaks them to the client: the native connection
+(L{meshroute.sessions.connection}) writes them as they are, the STOMP
+connection (L{meshroute.stomp.connection}) numbers STOMP's frames as
+native commands and writes the answers as STOMP.  The connections of
+either listener are watched by one L{meshroute.sessions.watch.ConnectionWatch}
+each (TTL, partial frames, stage-valid-timeout).
+
  - L{meshroute.sessions.session}: the router's side of one session, an
    Automat machine; a session outlives its connections.
  - L{meshroute.sessions.connection}: the router's side of one native
@@ -12,6 +23,8 @@ speaks the native client protocol to them.
    L{meshroute.sessions.permissions}, L{meshroute.sessions.tls},
    L{meshroute.sessions.ha_view}: what a session holds, may take, may do,
    and is told.
+ - L{meshroute.sessions.watch}: a listener's live connections and the one
+   timer that checks them.
 
 The frames both sides speak are L{meshroute.wire.client_frames}
 (docs/client-protocol.md is their narrative); the application's side, the

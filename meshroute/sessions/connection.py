@@ -324,11 +324,21 @@ class ConnectionCore:
 
     def resume(self, reason: str = SENDS_IN_PROGRESS) -> None:
         """
-        C{reason} to stop reading is gone: read again unless another holds.
+        C{reason} to stop reading is gone: read again unless another holds;
+        when it was a full transport, the session writes what its own
+        queue held meanwhile.
         """
         self._paused_for.discard(reason)
         if not self._paused_for and self.connected and not self.silent:
             self.transport.resumeProducing()
+        session = self.session
+        if reason == UNREAD and session is not None and session.connection is self:
+            session.flush_pending()
+
+    @property
+    def unread(self) -> bool:
+        "The transport's buffer is full: the client does not read what we write."
+        return UNREAD in self._paused_for
 
     # -- the TTL ----------------------------------------------------------------
 

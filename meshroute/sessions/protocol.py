@@ -28,7 +28,6 @@ from dataclasses import replace
 from automat import NoTransition
 from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.task import LoopingCall
 from zope.interface import implementer
 
 from meshroute.wire import client_frames as f
@@ -40,6 +39,7 @@ from meshroute.sessions.connection import (
     ConnectionCore,
 )
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
+from meshroute.sessions.watch import ConnectionWatch
 from meshroute.sessions.session import (
     HOT_FRAMES,
     NO_EVENTS,
@@ -220,6 +220,11 @@ class ClientFactory(Factory):
         self.engine = engine
         self.clock = clock if clock is not None else engine.queues.clock
         self.sessions = SessionRegistry()
+        # Expiry notices for this listener's sessions (a test's engine
+        # may have none to give).
+        notices = getattr(engine, "expiry_notices", None)
+        if notices is not None:
+            notices.append(self.sessions.expired_notice)
         settings = settings if settings is not None else SessionSettings()
         if connection_ttl_override != -1:
             settings = replace(settings, connection_ttl_override=connection_ttl_override)
@@ -233,11 +238,8 @@ class ClientFactory(Factory):
         self.verifies_certificates = verifies_certificates
         if security is not None:
             security.observe(self.policy_replaced)
-        # In the order they were made (a dict, not a set): what is done to
-        # all of them (a stop, the TTL check) happens in one order, run
-        # after run, so a seeded simulation replays event for event.
-        self.connections: dict[ConnectionCore, None] = {}
-        self._ttl_check: LoopingCall | None = None
+        self.watch = ConnectionWatch(self.clock, settings.connection_ttl_check_interval_ms)
+        self.connections: dict[ConnectionCore, None] = self.watch.connections
 
     def buildProtocol(self, addr) -> ClientProtocol:
         return ClientProtocol(self)
@@ -247,9 +249,7 @@ class ClientFactory(Factory):
         A reload put C{new} in force: close the connections of the users
         it no longer has (C{user-removed}), and nothing else.
         """
-        for core in list(self.connections):
-            if not core.still_allowed(new):
-                core.machine.user_removed()
+        self.watch.remove_users(new)
 
     def describe(self) -> list[dict]:
         """
@@ -264,24 +264,15 @@ class ClientFactory(Factory):
         it fails over at once and nothing more is submitted to a router
         whose store is about to close.
         """
-        for core in list(self.connections):
-            core.machine.stopped_serving()
+        self.watch.tell_all("stopped_serving")
 
     # -- the connection TTL -----------------------------------------------------
 
     def connection_made(self, core: ConnectionCore) -> None:
-        self.connections[core] = None
-        if self._ttl_check is None:
-            check = self._ttl_check = LoopingCall(self.check_ttls)
-            check.clock = self.clock
-            check.start(self.settings.connection_ttl_check_interval_ms / 1000, now=False)
+        self.watch.add(core)
 
     def connection_gone(self, core: ConnectionCore) -> None:
-        self.connections.pop(core, None)
-        if not self.connections and self._ttl_check is not None:
-            check, self._ttl_check = self._ttl_check, None
-            if check.running:
-                check.stop()
+        self.watch.remove(core)
 
     def close_connections(self) -> None:
         """
@@ -290,8 +281,7 @@ class ClientFactory(Factory):
         (reason C{router-stopped}), while the router's event log is still
         open.
         """
-        for core in list(self.connections):
-            core.machine.router_stopped()
+        self.watch.tell_all("router_stopped")
 
     @property
     def buffered(self) -> int:
@@ -299,19 +289,3 @@ class ClientFactory(Factory):
         The bytes of partial frames held for all connections now.
         """
         return self.budget.held
-
-    def check_ttls(self) -> None:
-        """
-        Close every connection that has had no session for
-        C{stage-valid-timeout}, sent no whole frame for its TTL, or is
-        sending one frame for longer than C{PARTIAL_FRAME_TIMEOUT_S}.  Runs
-        every C{connection-ttl-check-interval} while there are connections.
-        """
-        now = self.clock.seconds()
-        for core in list(self.connections):
-            if core.handshake_late(now):
-                core.machine.handshake_expired()
-            elif core.silent_too_long(now):
-                core.machine.ttl_expired()
-            elif core.frame_late(now):
-                core.machine.frame_overdue()

@@ -28,6 +28,16 @@ turns each command and C{Received} frame into an input of the session's
 machine, and a frame the session's state has no transition for
 (C{NoTransition}) into C{Error(0, "bad-command")}.
 
+What a session asks of its connection, whatever protocol it speaks:
+C{write(frame)} (a native frame: C{Opened}, C{Confirm}, C{Confirmed},
+C{Error}, C{Deliver}, C{DeliverBatch}, C{Processed}, C{Closed}...),
+C{pause()} and C{resume()} (reading), C{opened(...)}, C{version} and
+C{ttl_ms}, and its machine's C{protocol_error(code, detail)} and
+C{session_ended()}.  A STOMP connection (L{meshroute.stomp.connection})
+is such a connection of version 2: it translates the frames written to it
+into STOMP, and starts its sessions not resumable (STOMP has no resume),
+so a lost connection ends them.
+
 What the session holds, and its bounds:
 
  - B{answers}: the C{Confirm}/C{Error} of every command whose receipt the
@@ -36,10 +46,13 @@ What the session holds, and its bounds:
    L{MAX_HELD_ANSWERS} (its answers are then no longer held).
  - B{recovery}: the last C{recovery-buffer-size} deliveries written,
    forgotten once C{Received.delivered_up_to} covers them.
- - B{pending}: what was delivered to the session while disconnected, up
-   to C{max-depth}; at the bound the session's subscriptions take no more
-   persistent messages (they stay in their queue) and non-persistent ones
-   are dropped as C{max-depth-policy} says.
+ - B{pending}: the session's own queue: what was delivered to the session
+   while disconnected, or while connected and its transport is full (the
+   client does not read), or behind those; bounded by C{max-depth} while
+   disconnected and C{queue-depth} while connected, as
+   L{meshroute.sessions.depth} says.  At the bound the session's
+   subscriptions take no more persistent messages (they stay in their
+   queue) and non-persistent ones are dropped as C{max-depth-policy} says.
  - B{owners}: every delivery not yet acknowledged, by session delivery id
    (ids are per session, from 1, increasing; they may skip numbers).
 
@@ -62,11 +75,13 @@ from twisted.python.failure import Failure
 
 from meshroute import events as event_names
 from meshroute.wire import client_frames as f
+from meshroute.sessions.depth import SessionDepth
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.permissions import NotAllowed
 from meshroute.sessions.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
-from meshroute.messages import DEAD_LETTER_QUEUE, QUEUE_NAME
+from meshroute.expiry import expires_at, expiring_sends, now_ms
+from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, QUEUE_NAME, expires_ms
 from meshroute.store.executor import ExecutorStopped
 
 log = Logger()
@@ -95,6 +110,11 @@ DISCONNECTED = "disconnected"
 CLOSING = "closing"
 CLOSED = "closed"
 EXPIRED = "expired"
+
+#: What a session's client speaks (its C{protocol}, in the admin API and
+#: C{session.opened}).
+NATIVE = "native"
+STOMP = "stomp"
 
 #: C{[clients.reconnect] max-depth-policy}: which non-persistent message a
 #: full disconnected session drops.
@@ -184,6 +204,8 @@ class SessionSettings:
     @ivar keep_alive_ms: how long a disconnected session waits for a
         resume.
     @ivar max_depth: deliveries a disconnected session holds.
+    @ivar queue_depth: deliveries a connected session holds beyond its
+        transport (at most C{max_depth}; None: C{max_depth}).
     @ivar max_depth_policy: one of L{MAX_DEPTH_POLICIES}.
     @ivar recovery_buffer_size: deliveries kept to re-send on resume.
     @ivar limits: what one client may take (L{ClientLimits}).
@@ -193,6 +215,7 @@ class SessionSettings:
     connection_ttl_check_interval_ms: int = 2000
     keep_alive_ms: int = 60000
     max_depth: int = 1000
+    queue_depth: int | None = None
     max_depth_policy: str = DROP_OLDEST
     recovery_buffer_size: int = 64
     limits: ClientLimits = ClientLimits()
@@ -206,21 +229,25 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self.sessions: dict[str, "SessionCore"] = {}
+        self._by_notice_id: dict[str, "SessionCore"] = {}
 
     def add(self, core: "SessionCore") -> None:
         self.sessions[core.session_id] = core
+        self._by_notice_id[core.notice_id] = core
 
     def remove(self, core: "SessionCore") -> None:
         if self.sessions.get(core.session_id) is core:
             del self.sessions[core.session_id]
+        if self._by_notice_id.get(core.notice_id) is core:
+            del self._by_notice_id[core.notice_id]
 
     def resumable(self, session_id: str) -> "SessionCore | None":
         """
         The session C{session_id} if it can be resumed (open on another
-        connection, or disconnected).
+        connection, or disconnected; a native one: STOMP has no resume).
         """
         core = self.sessions.get(session_id)
-        if core is not None and core.state in (OPEN, DISCONNECTED):
+        if core is not None and core.state in (OPEN, DISCONNECTED) and core.protocol == NATIVE:
             return core
         return None
 
@@ -229,6 +256,19 @@ class SessionRegistry:
         C{GET /api/v1/sessions}.
         """
         return [core.describe() for core in self.sessions.values()]
+
+    def expired_notice(self, notice_id: str, msg_id: str, address: str, router: str) -> bool:
+        """
+        Message C{msg_id} that the session of C{notice_id}
+        (L{SessionCore.notice_id}) sent to C{address} expired at
+        C{router}: tell the session, if it is here and not ended.  Returns
+        whether it was.
+        """
+        core = self._by_notice_id.get(notice_id)
+        if core is None or core.state not in (OPEN, DISCONNECTED):
+            return False
+        core.expired_notice(f.Expired(msg_id, address, router))
+        return True
 
 
 class _NoEvents:
@@ -255,8 +295,14 @@ class SessionCore:
     @ivar owners: session delivery id → C{(subscription, queue delivery
         id, persistent)} for every delivery not yet acknowledged.
     @ivar recovery: the last deliveries written (C{Deliver} frames).
-    @ivar pending: C{Deliver} frames taken while disconnected, not yet
-        written.
+    @ivar pending: C{Deliver} frames taken while disconnected (or while
+        the transport was full), not yet written.
+    @ivar depth: the bound of C{pending} in force (L{SessionDepth}).
+    @ivar notice_id: what the messages this session sends asking for an
+        expiry notice name it by (their header C{x-notify-expiry}): not
+        its id, which would let any consumer of them resume the session.
+    @ivar notices: C{Expired} notices that came while disconnected (at
+        most C{max-depth}, the oldest dropped first), written on resume.
     @ivar sends_in_progress: Sends submitted to the engine and not yet
         answered.
     @ivar acks_in_progress: Acks whose deletions are not yet durable.
@@ -267,6 +313,8 @@ class SessionCore:
     @ivar guard: the user's permission checks
         (L{meshroute.sessions.permissions.Guard}), or None: everything is
         allowed.
+    @ivar protocol: what its client speaks: L{NATIVE}, or L{STOMP} (a
+        L{meshroute.stomp.connection} adapter feeds it native commands).
     """
 
     engine: object
@@ -281,6 +329,7 @@ class SessionCore:
     client_id: str = ""
     user: str | None = None
     guard: object = None
+    protocol: str = NATIVE
     ttl_ms: int = -1
     last_command_id: int = 0
     processed_up_to: int = 0
@@ -289,6 +338,9 @@ class SessionCore:
     owners: dict = field(default_factory=dict)
     recovery: deque = field(default_factory=deque)
     pending: deque = field(default_factory=deque)
+    notices: deque = field(default_factory=deque)
+    depth: SessionDepth | None = None
+    notice_id: str = ""
     next_delivery_id: int = 0
     sends_in_progress: int = 0
     acks_in_progress: int = 0
@@ -309,7 +361,11 @@ class SessionCore:
     _keep_alive_call: IDelayedCall | None = None
 
     def __post_init__(self) -> None:
-        self.recovery = deque(maxlen=self.settings.recovery_buffer_size)
+        settings = self.settings
+        self.depth = SessionDepth(
+            settings.max_depth if settings.queue_depth is None else settings.queue_depth,
+            settings.max_depth)
+        self.recovery = deque(maxlen=settings.recovery_buffer_size)
         self._transaction = TransactionCore(self)
         self.transaction = TRANSACTION_MACHINE(self._transaction)
 
@@ -395,6 +451,7 @@ class SessionCore:
         state.
         """
         self.session_id = uuid.uuid4().hex
+        self.notice_id = uuid.uuid4().hex
         self.connection = connection
         self.batching = connection.version >= f.BATCH_VERSION
         self.client_id = frame.client_id
@@ -403,7 +460,7 @@ class SessionCore:
         self.registry.add(self)
         self.write(connection.opened(self.session_id, self.engine.name, self.ttl_ms, False, 0))
         self.events.emit(event_names.SESSION_OPENED, session_id=self.session_id,
-                         client_id=self.client_id, ttl_ms=self.ttl_ms)
+                         client_id=self.client_id, ttl_ms=self.ttl_ms, protocol=self.protocol)
         if frame.session_id:
             self.events.emit(event_names.SESSION_RECREATED, session_id=self.session_id,
                              client_id=self.client_id, requested_session_id=frame.session_id)
@@ -530,7 +587,12 @@ class SessionCore:
 
     def send(self, frame: f.Send) -> None:
         command_id = frame.command_id
-        if frame.duplicate_id:
+        if frame.ttl_ms:
+            d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent, frame.duplicate_id,
+                              expires_at(self.clock, frame.ttl_ms), frame.notify_expiry,
+                              self.notice_id)
+        elif frame.duplicate_id:
             d = maybeDeferred(self.engine.submit, frame.address, frame.body, frame.headers,
                               frame.persistent, duplicate_id=frame.duplicate_id)
         else:
@@ -579,7 +641,8 @@ class SessionCore:
         replay's), with ONE call of the engine (one store call), and
         answer them together when it fires.
         """
-        messages = frame.messages[skip:] if skip else frame.messages
+        messages = expiring_sends(frame.messages[skip:] if skip else frame.messages,
+                                  self.clock, self.notice_id)
         first = frame.first_command_id + skip
         n = len(messages)
         if self.guard is not None:
@@ -696,7 +759,7 @@ class SessionCore:
 
     def subscribe(self, frame: f.Subscribe) -> None:
         command_id, queue, number = frame.command_id, frame.queue, frame.subscription
-        if not (QUEUE_NAME.match(queue) or queue == DEAD_LETTER_QUEUE):
+        if not (QUEUE_NAME.match(queue) or queue in (DEAD_LETTER_QUEUE, EXPIRED_QUEUE)):
             self.answer(command_id, f.Error(command_id, f.BAD_ADDRESS,
                                             f"invalid queue name {queue!r}"))
             return
@@ -739,7 +802,8 @@ class SessionCore:
         m = delivery.message
         frame = f.Deliver(delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
                           delivery.redelivered)
-        if self.connection is None:
+        connection = self.connection
+        if connection is None or self.pending or connection.unread:
             self._hold(frame, delivery.entry_id is not None)
             return
         if self.batching:
@@ -804,10 +868,11 @@ class SessionCore:
 
     def _hold(self, frame: f.Deliver, persistent: bool) -> None:
         """
-        Queue a delivery taken while disconnected, within C{max-depth}.
+        Queue a delivery the client cannot take now, within the bound in
+        force (L{SessionDepth.limit}).
         """
         pending = self.pending
-        if len(pending) >= self.settings.max_depth and not persistent:
+        if len(pending) >= self.depth.limit and not persistent:
             victim = None
             if self.settings.max_depth_policy == DROP_OLDEST:
                 for index, queued in enumerate(pending):
@@ -824,6 +889,59 @@ class SessionCore:
         pending.append(frame)
         self._update_holding()
 
+    def flush_pending(self) -> None:
+        """
+        Write what the session's own queue holds while the transport takes
+        it (until it is full again); the bound reverts to C{queue-depth}
+        once the queue has drained far enough (L{SessionDepth.drained_to}).
+        """
+        pending = self.pending
+        while pending:
+            connection = self.connection
+            if connection is None or connection.unread:
+                break
+            frame = pending.popleft()
+            self.write(frame)
+            if self.resumable:
+                self.recovery.append(frame)
+        if self.connection is not None:
+            self.depth.drained_to(len(pending))
+        self._update_holding()
+
+    def expired_notice(self, frame: f.Expired) -> None:
+        """
+        A message this session sent expired: tell the client (version 6),
+        or hold the notice while disconnected.
+        """
+        connection = self.connection
+        if connection is None:
+            notices = self.notices
+            if len(notices) >= self.settings.max_depth:
+                notices.popleft()
+            notices.append(frame)
+        elif connection.version >= f.EXPIRY_VERSION:
+            self.write(frame)
+
+    def _expire_held(self, held: list) -> list:
+        """
+        The C{Deliver} frames of C{held} that may still be delivered; the
+        others expired while the session held them: their messages go to
+        C{$expired} and the session forgets them.
+        """
+        now = now_ms(self.clock)
+        expired: dict[int, list[int]] = {}
+        kept = []
+        for frame in held:
+            headers = frame.headers
+            if headers and 0 < expires_ms(headers) <= now:
+                number, queue_delivery_id, _ = self.owners.pop(frame.delivery_id)
+                expired.setdefault(number, []).append(queue_delivery_id)
+            else:
+                kept.append(frame)
+        for number, queue_delivery_ids in expired.items():
+            self.subscriptions[number].expire(queue_delivery_ids)
+        return kept
+
     def _drop(self, frame: f.Deliver) -> None:
         number, queue_delivery_id, _ = self.owners.pop(frame.delivery_id)
         self.subscriptions[number].drop(queue_delivery_id, session_id=self.session_id,
@@ -832,9 +950,11 @@ class SessionCore:
     def _update_holding(self) -> None:
         """
         Hold persistent messages back (in their queues) exactly while the
-        session is disconnected with a full queue of its own.
+        session's own queue is full (an empty one, only while disconnected:
+        a bound of 0 holds nothing back from a client that reads).
         """
-        holding = self.connection is None and len(self.pending) >= self.settings.max_depth
+        pending = self.pending
+        holding = len(pending) >= self.depth.limit and (self.connection is None or bool(pending))
         if holding != self.holding:
             self.holding = holding
             for subscription in list(self.subscriptions.values()):
@@ -855,6 +975,10 @@ class SessionCore:
         owners = self.owners
         for delivery_id in [d for d, owner in owners.items() if owner[0] == number]:
             del owners[delivery_id]
+        if self.pending:
+            # Held for a client that did not read: gone back to the queue.
+            self.pending = deque(d for d in self.pending if d.subscription != number)
+            self._update_holding()
 
     def credit(self, frame: f.Credit) -> None:
         command_id = frame.command_id
@@ -911,6 +1035,26 @@ class SessionCore:
         self.acks_in_progress -= 1
         self.done(command_id)
         self._check_drained()
+
+    def give_back(self, delivery_ids) -> None:
+        """
+        The client returns these deliveries unprocessed (STOMP's C{NACK};
+        the native protocol has no such command): back to the front of
+        their queues, flagged redelivered, with the credit they spent.
+        Not a command, and outside any transaction.  Unknown ids are
+        ignored.
+        """
+        for number, queue_delivery_ids in self.owned(delivery_ids).items():
+            self.subscriptions[number].give_back(queue_delivery_ids)
+
+    def take_ack_at_once(self, frame: f.Ack) -> None:
+        """
+        An Ack the client's protocol makes on delivery (STOMP's C{ack:auto}
+        subscriptions): carried out at once, outside any transaction
+        the session holds, since the client never decided it.
+        """
+        if self.accept_command(frame):
+            self.ack(frame)
 
     def transact(self, frame, what: str) -> None:
         """
@@ -979,6 +1123,7 @@ class SessionCore:
         if not self.resumable:
             inputs.keep_alive_expired()
             return
+        self.depth.disconnected()
         self._update_holding()
         self._keep_alive_call = self.clock.callLater(keep_alive_ms / 1000,
                                                      inputs.keep_alive_expired)
@@ -1011,14 +1156,15 @@ class SessionCore:
         # 2. The deliveries it did not receive: from the recovery buffer,
         # then what queued while disconnected.
         delivered_up_to, owners = frame.delivered_up_to, self.owners
-        again = [d for d in self.recovery if d.delivery_id > delivered_up_to
-                 and d.delivery_id in owners]
-        again.extend(self.pending)
-        self.pending.clear()
+        again = self._expire_held([d for d in self.recovery if d.delivery_id > delivered_up_to
+                                   and d.delivery_id in owners])
         self.recovery.clear()
+        self.pending = deque(self._expire_held(list(self.pending)))
+        queued = len(self.pending)
         # Those sent before that the client did not receive and that cannot
         # be sent again go back to their queues.
         resent = {d.delivery_id for d in again}
+        resent.update(d.delivery_id for d in self.pending)
         lost: dict[int, list[int]] = {}
         for delivery_id in [d for d in owners if d > delivered_up_to and d not in resent]:
             number, queue_delivery_id, _ = owners.pop(delivery_id)
@@ -1027,8 +1173,13 @@ class SessionCore:
             self.write(delivery)
             if self.resumable:
                 self.recovery.append(delivery)
-        # 3. Carry on.
-        self._update_holding()
+        notices, self.notices = self.notices, deque()
+        if connection.version >= f.EXPIRY_VERSION:
+            for notice in notices:
+                self.write(notice)
+        # 3. What queued while disconnected, as the transport takes it;
+        # then carry on.
+        self.flush_pending()
         for number, queue_delivery_ids in lost.items():
             self.subscriptions[number].give_back(queue_delivery_ids)
         if self.sends_in_progress >= MAX_SENDS_IN_PROGRESS:
@@ -1039,7 +1190,7 @@ class SessionCore:
         requeued = sum(len(ids) for ids in lost.values())
         self.events.emit(event_names.SESSION_REATTACHED, session_id=self.session_id,
                          client_id=self.client_id, last_command_id=self.last_command_id,
-                         answers_resent=len(answers), deliveries_resent=len(again),
+                         answers_resent=len(answers), deliveries_resent=len(again) + queued,
                          requeued=requeued, disconnected_for_s=disconnected_for)
         log.info("client session {session} ({client}) reattached after {seconds:.3f} s",
                  session=self.session_id, client=self.client_id or "-",
@@ -1137,6 +1288,7 @@ class SessionCore:
             "session_id": self.session_id,
             "client_id": self.client_id,
             "user": self.user,
+            "protocol": self.protocol,
             "state": self.state,
             "ttl_ms": self.ttl_ms,
             "queued": len(self.pending),

@@ -31,6 +31,7 @@ from typing import Protocol
 from automat import TypeMachineBuilder
 from twisted.internet.defer import maybeDeferred
 
+from meshroute.expiry import expires_at
 from meshroute.wire import client_frames as f
 
 #: Most Sends one transaction holds, and most bytes of them (bodies,
@@ -157,7 +158,10 @@ class TransactionCore:
         session.commits_in_progress += 1
         d = maybeDeferred(
             session.engine.commit,
-            [(s.address, s.body, s.headers, s.persistent, s.duplicate_id) for s in sends],
+            [(s.address, s.body, s.headers, s.persistent, s.duplicate_id,
+              expires_at(session.clock, s.ttl_ms), s.notify_expiry, session.notice_id)
+             if s.ttl_ms else (s.address, s.body, s.headers, s.persistent, s.duplicate_id)
+             for s in sends],
             acks.entry_ids(),
         )
         d.addCallbacks(self._committed, self._commit_failed, (command_id, sends, acks), None,

@@ -8,6 +8,11 @@ reaches the router.
    C{v12.stomp}, C{v11.stomp}) for browsers, serving any stream protocol.
  - L{meshroute.stomp.settings}: C{[stomp.listener]} as the configuration
    loads it.
+ - L{meshroute.stomp.connection}: the router's side of one STOMP
+   connection, an Automat machine translating STOMP frames into the
+   session core's commands and its answers back (docs/stomp.md).
+ - L{meshroute.stomp.listener}: the thin protocol and the
+   L{listener.StompFactory} of the C{[stomp.listener]} endpoints.
 
 The session logic STOMP clients share with native ones is
 L{meshroute.sessions}; L{meshroute.config} reads C{[stomp.listener]}.

@@ -144,7 +144,7 @@ from zope.interface import implementer
 from meshroute.errors import MeshrouteError
 from meshroute.ha.quorum import LogPosition, VoterRecord
 from meshroute.interfaces import IKnownRouters, IMessageStore, IPeerEpochs, IVoterRecords
-from meshroute.messages import DEAD_LETTER_QUEUE, Message
+from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, expires_ms
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
 SYNC_MODES = ("full", "normal")
@@ -217,21 +217,24 @@ def migrations() -> list[tuple[int, str, str]]:
 # only used when a query repeats them.
 
 _COLUMNS = "msg_id, origin, dest_router, dest_queue, body, headers, hops, accepted_at"
-_INSERT_QUEUE = f"INSERT INTO messages ({_COLUMNS}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
-_INSERT_QUEUE_NEW = (
-    f"INSERT OR IGNORE INTO messages ({_COLUMNS}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
+# Written with the message's expiry (L{_row}), which is read back from its
+# header.
+_WRITTEN = f"{_COLUMNS}, expires_ms"
+_INSERT_QUEUE = (
+    f"INSERT INTO messages ({_WRITTEN}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
 )
+_INSERT_QUEUE_NEW = _INSERT_QUEUE.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
 # Into the backlog unless already enqueued here (and, with OR IGNORE,
 # unless already held here); rowcount says which.
 _INSERT_BACKLOG = (
-    f"INSERT INTO messages ({_COLUMNS}, state) "
-    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'backlog' "
+    f"INSERT INTO messages ({_WRITTEN}, state) "
+    "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'backlog' "
     "WHERE NOT EXISTS (SELECT 1 FROM enqueued_ids WHERE msg_id = ?1)"
 )
 _INSERT_BACKLOG_NEW = _INSERT_BACKLOG.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
 # For batches, which check enqueued_ids once for all of their ids.
 _INSERT_BACKLOG_ANY = (
-    f"INSERT INTO messages ({_COLUMNS}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'backlog')"
+    f"INSERT INTO messages ({_WRITTEN}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'backlog')"
 )
 _ANY_ENQUEUED = (
     "SELECT 1 FROM enqueued_ids WHERE msg_id IN (SELECT value FROM json_each(?)) LIMIT 1"
@@ -310,6 +313,15 @@ _MARK_REDELIVERED = (
     "AND id IN (SELECT value FROM json_each(?))"
 )
 _HELD = "SELECT id, state, dest_router, dest_queue, peer FROM messages WHERE msg_id = ?"
+# Entries whose expiry passed (?1, epoch ms) in queues and in the backlog,
+# the soonest expired first, except in the queues of ?2 (a JSON array: the
+# queues whose entries consumers may hold in memory), at most ?3.
+_SELECT_EXPIRED = (
+    f"SELECT id, {_COLUMNS}, state FROM messages "
+    "WHERE expires_ms IS NOT NULL AND expires_ms <= ?1 AND state IN ('queue', 'backlog') "
+    "AND NOT (state = 'queue' AND dest_queue IN (SELECT value FROM json_each(?2))) "
+    "ORDER BY expires_ms LIMIT ?3"
+)
 _DELETE_ENTRY = "DELETE FROM messages WHERE id = ?"
 _FIND_DUPLICATE = "SELECT id, msg_id, at FROM duplicate_ids WHERE duplicate_id = ?"
 _FORGET_DUPLICATE = "DELETE FROM duplicate_ids WHERE id = ?"
@@ -360,17 +372,19 @@ def connect(path: str, sync: str) -> sqlite3.Connection:
 
 def _row(m: Message) -> tuple:
     """
-    C{m} as the parameters of the C{_COLUMNS}.
+    C{m} as the parameters of the C{_WRITTEN} columns.
     """
+    headers = m.headers
     return (
         m.msg_id,
         m.origin,
         m.dest_router,
         m.dest_queue,
         m.body,
-        _packb(m.headers) if m.headers else None,
+        _packb(headers) if headers else None,
         m.hops,
         m.accepted_at,
+        (expires_ms(headers) or None) if headers and m.dest_queue[0] != "$" else None,
     )
 
 
@@ -783,8 +797,15 @@ class SQLiteStore:
         return d
 
     def _dead_lettered(self, moved) -> None:
-        if moved is None:
-            return None
+        if moved is not None:
+            self._set_aside(moved, DEAD_LETTER_QUEUE)
+        return None
+
+    def _set_aside(self, moved: tuple, queue: str) -> None:
+        """
+        The counts after a message left C{moved}'s place (C{(state,
+        dest_router, dest_queue, peer)}) for local queue C{queue}.
+        """
         state, dest_router, dest_queue, peer = moved
         if state == "backlog":
             _count(None, self._backlog, dest_router, -1)
@@ -792,8 +813,38 @@ class SQLiteStore:
             _count(None, self._queues, dest_queue, -1)
         elif state == "outbox":
             self._left_outbox({dest_router: 1}, peer)
-        _count(None, self._queues, DEAD_LETTER_QUEUE, 1)
-        return None
+        _count(None, self._queues, queue, 1)
+
+    def expire(self, messages):
+        """
+        Move C{messages}, whose time to live ran out, from where this
+        router holds them (a queue, the backlog or an outbox) to the local
+        queue L{EXPIRED_QUEUE}, their address in header
+        L{DEAD_LETTER_ADDRESS}, in one transaction.  One this router no
+        longer holds (consumed meanwhile) is left alone.  Fires with the
+        messages moved.
+        """
+        d = self._submit(_expire, list(messages), self.router, self._now())
+        d.addCallback(self._expired)
+        return d
+
+    def sweep_expired(self, now_ms: int, busy_queues, limit: int):
+        """
+        Move at most C{limit} entries whose expiry is at or before
+        C{now_ms} from the queues (except C{busy_queues}, whose entries
+        consumers may hold in memory) and the backlog to
+        L{EXPIRED_QUEUE}, as L{expire} does, the soonest expired first.
+        Fires with the messages moved.
+        """
+        d = self._submit(_sweep_expired, now_ms, json.dumps(sorted(busy_queues)), limit,
+                         self.router, self._now())
+        d.addCallback(self._expired)
+        return d
+
+    def _expired(self, moved: list) -> list:
+        for place in moved:
+            self._set_aside(place[1:], EXPIRED_QUEUE)
+        return [place[0] for place in moved]
 
     def prune(self, limit: int | None = None):
         """
@@ -1399,29 +1450,64 @@ def _dead_letter(connection, message: Message, reason: str, router: str, now: fl
         entry, state, dest_router, dest_queue, peer = held
         if state == "queue" and dest_queue == DEAD_LETTER_QUEUE:
             return None
-        # A new row, so that it is the newest entry of the dead-letter
-        # queue: consumers paging by entry id see it.
         execute(_DELETE_ENTRY, (entry,))
         moved = (state, dest_router, dest_queue, peer)
     else:
         moved = ("new", None, None, None)
-    headers = dict(message.headers)
-    headers[DEAD_LETTER_REASON] = reason
-    headers[DEAD_LETTER_ADDRESS] = f"{message.dest_queue}@{message.dest_router}"
-    execute(
-        _INSERT_QUEUE,
-        (
-            message.msg_id,
-            message.origin,
-            router,
-            DEAD_LETTER_QUEUE,
-            message.body,
-            _packb(headers),
-            message.hops,
-            message.accepted_at,
-        ),
-    )
-    execute(_RECORD_ENQUEUED_NEW, (message.msg_id, now))
+    _put_aside(connection, message, DEAD_LETTER_QUEUE, router,
+               {DEAD_LETTER_REASON: reason}, now)
+    return moved
+
+
+def _put_aside(connection, message: Message, queue: str, router: str | None, headers: dict,
+               now: float) -> None:
+    """
+    Insert C{message} into local queue C{queue} (of C{router}; None: its
+    C{dest_router}) with C{headers} added to its own and its address in
+    L{DEAD_LETTER_ADDRESS}: a new row, so that it is the newest entry of
+    that queue (consumers paging by entry id see it).  Its id is recorded
+    as enqueued here (at C{now}) unless it was already: a later copy is a
+    duplicate.
+    """
+    connection.execute(_INSERT_QUEUE, (
+        message.msg_id, message.origin, router or message.dest_router, queue, message.body,
+        _packb({**message.headers, **headers,
+                DEAD_LETTER_ADDRESS: f"{message.dest_queue}@{message.dest_router}"}),
+        message.hops, message.accepted_at, None,
+    ))
+    connection.execute(_RECORD_ENQUEUED_NEW, (message.msg_id, now))
+
+
+def _expire(connection, messages: list, router: str | None, now: float) -> list:
+    """
+    See L{SQLiteStore.expire}.  Returns C{(message, state, dest_router,
+    dest_queue, peer)} for each message moved.
+    """
+    execute = connection.execute
+    moved = []
+    for message in messages:
+        held = execute(_HELD, (message.msg_id,)).fetchone()
+        if held is None or held[3][0] == "$":
+            continue
+        entry, state, dest_router, dest_queue, peer = held
+        execute(_DELETE_ENTRY, (entry,))
+        _put_aside(connection, message, EXPIRED_QUEUE, router, {}, now)
+        moved.append((message, state, dest_router, dest_queue, peer))
+    return moved
+
+
+def _sweep_expired(connection, now_ms: int, busy_queues: str, limit: int,
+                   router: str | None, now: float) -> list:
+    """
+    See L{SQLiteStore.sweep_expired}.
+    """
+    execute = connection.execute
+    moved = []
+    for row in execute(_SELECT_EXPIRED, (now_ms, busy_queues, limit)).fetchall():
+        message = _message(row)
+        execute(_DELETE_ENTRY, (row[0],))
+        _put_aside(connection, message, EXPIRED_QUEUE, router, {}, now)
+        moved.append((message, row[9], message.dest_router, message.dest_queue, None))
     return moved
 
 

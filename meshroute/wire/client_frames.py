@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, versions 1 to 5.
+The frames of the native client protocol, versions 1 to 6.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -40,6 +40,13 @@ L{Authenticated} then names the user (with the router's proof) and
 L{Opened} follows.  A router without users answers a version-5 L{Open}
 with L{Opened} at once.  A secured router refuses clients of older
 versions (L{AUTHENTICATION_REQUIRED}).
+
+Version 6 adds message expiry: a L{Send} (and a L{SendBatch} item) may
+carry a time to live, C{ttl_ms}, which the router turns into the
+message's expiry when it accepts it, and C{notify_expiry}, which asks for
+an L{Expired} notice if the message expires before it is delivered.
+Both are left off the wire while they hold their defaults, so a version-6
+client's Send without them is a version-1 Send.
 """
 
 from dataclasses import dataclass
@@ -55,7 +62,7 @@ from meshroute.wire.codec import (
 from meshroute.wire.frameset import FrameSet
 
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
 #: The first version whose Opened tells the pair's topology
@@ -67,6 +74,8 @@ BATCH_VERSION = 4
 #: The first version that authenticates (L{Mechanisms}, L{Authenticate},
 #: L{Challenge}, L{AuthResponse}, L{Authenticated}).
 AUTH_VERSION = 5
+#: The first version with message expiry (L{Send.ttl_ms}, L{Expired}).
+EXPIRY_VERSION = 6
 
 #: The SASL mechanism of a TLS client certificate the router verified
 #: (offered in L{Mechanisms}; the certificate's subject CN is the user).
@@ -212,16 +221,25 @@ class Send:
     Client → router, command: send one message to C{address}
     (C{queue@router}, or a bare C{queue} on this router).  A non-empty
     C{duplicate_id} makes the send idempotent within the router's
-    duplicate-id window.
+    duplicate-id window.  From version 6, a C{ttl_ms} above 0 is the
+    message's time to live from its acceptance (0: it never expires), and
+    C{notify_expiry} asks for an L{Expired} notice if it expires.
     """
 
     TYPE: ClassVar[int] = 3
+    OPTIONAL_TAIL: ClassVar[int] = 2
     command_id: int
     address: str
     headers: dict
     body: bytes
     persistent: bool
     duplicate_id: str = ""
+    ttl_ms: int = 0
+    notify_expiry: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ttl_ms < 0:
+            raise WireError("Send.ttl_ms must not be negative")
 
 
 def oversized_send(address: str, headers: dict, body: bytes, persistent: bool,
@@ -449,11 +467,14 @@ class Rollback:
 
 
 def _check_send_item(item) -> None:
-    if not (type(item) is list and len(item) == 5 and type(item[0]) is str
+    if not (type(item) is list and len(item) in (5, 7) and type(item[0]) is str
             and type(item[1]) is dict and type(item[2]) is bytes and type(item[3]) is bool
-            and type(item[4]) is str):
+            and type(item[4]) is str
+            and (len(item) == 5 or (type(item[5]) is int and item[5] >= 0
+                                    and type(item[6]) is bool))):
         raise WireError("SendBatch.messages must be [address: str, headers: map, body: bin, "
-                        "persistent: bool, duplicate_id: str] arrays")
+                        "persistent: bool, duplicate_id: str] arrays, or (version 6) with "
+                        "[ttl_ms: int >= 0, notify_expiry: bool] after them")
     if not all(type(k) is str and type(v) is str for k, v in item[1].items()):
         raise WireError("SendBatch message headers must map strings to strings")
 
@@ -463,7 +484,8 @@ class SendBatch:
     """
     Client → router, commands (version 4): send C{messages}, each
     C{[address, headers, body, persistent, duplicate_id]} as a L{Send}'s
-    fields.  The n messages are the n commands C{first_command_id} to
+    fields (from version 6, optionally followed by C{ttl_ms,
+    notify_expiry}).  The n messages are the n commands C{first_command_id} to
     C{first_command_id + n - 1}, carried out in order as n Sends would
     be, and answered by L{Confirmed} (and an L{Error} for each refused
     one).  At least one message; at most L{MAX_FRAME_SIZE} bytes.
@@ -612,12 +634,28 @@ class Authenticated:
     data: bytes
 
 
+@dataclass(frozen=True)
+class Expired:
+    """
+    Router → client (version 6): message C{msg_id}, which this session
+    sent to C{address} asking to be told (C{notify_expiry}), expired at
+    router C{router} before it was delivered.  A best-effort notice, not
+    an answer: it is not re-sent after a resume the session did not
+    survive (docs/client-protocol.md, "Message expiry").
+    """
+
+    TYPE: ClassVar[int] = 29
+    msg_id: str
+    address: str
+    router: str
+
+
 CLIENT_FRAMES = FrameSet(
     "client",
     (Open, Opened, OpenedWithTopology, Send, Confirm, Error, Subscribe, Unsubscribe, Credit,
      Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback,
      SendBatch, Confirmed, DeliverBatch, AckThrough, Mechanisms, Authenticate, Challenge,
-     AuthResponse, Authenticated),
+     AuthResponse, Authenticated, Expired),
 )
 
 #: The frames only a connection of L{BATCH_VERSION} or later may carry.
@@ -635,5 +673,5 @@ FROM_CLIENT = FrameSet(
 FROM_ROUTER = FrameSet(
     "router-to-client",
     (Opened, OpenedWithTopology, Confirm, Error, Deliver, Ping, Pong, Closed, Processed,
-     Confirmed, DeliverBatch, Mechanisms, Challenge, Authenticated),
+     Confirmed, DeliverBatch, Mechanisms, Challenge, Authenticated, Expired),
 )

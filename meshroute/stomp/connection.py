@@ -1,0 +1,819 @@
+"""
+The router's side of one STOMP connection, as an Automat machine: a thin
+adapter between STOMP frames and the session core
+(L{meshroute.sessions.session}), which does the work for native and STOMP
+clients alike (docs/stomp.md).
+
+    awaiting_connect ── CONNECT ──▶ vetting ── accepted ──▶ connected ── DISCONNECT ──▶ disconnecting
+          │                           │                        │                           │
+          │                           └── refused ─────────────┤                   session_ended
+          │                                                    ▼                           ▼
+          └──────────── errors, limits, TTL, not-active ──▶ closing ◀──────────────────────┘ ──▶ gone
+
+ - C{awaiting_connect}: only C{CONNECT} (or C{STOMP}) is allowed.
+ - C{vetting}: within one frame's handling: the versions, the
+   heart-beats, whether this instance is the active one of its HA pair,
+   C{max-sessions}, and, on a router with C{[security]}, C{login} and
+   C{passcode}.  The verdict is C{accepted} (a new session; C{CONNECTED})
+   or C{refused} (C{ERROR}, then close).
+ - C{connected}: every frame is translated into the session core's
+   native commands, numbered by this adapter (L{StompConnectionCore.handle}).
+ - C{disconnecting}: C{DISCONNECT} became the session's C{Close}; once
+   every command before it is done the session's C{Closed} becomes the
+   C{RECEIPT} the client asked for, and the connection closes.  Frames
+   that still arrive are ignored.
+ - C{closing}: an C{ERROR} was sent (or the connection was dropped);
+   anything that still arrives is ignored.
+ - C{gone}: the transport is closed.
+
+How the core's answers become STOMP (L{StompConnectionCore.write}):
+
+ - C{Opened} → C{CONNECTED}.
+ - C{Confirm} of a command with a C{receipt} header → C{RECEIPT}: a SEND's
+   once the message is accepted as a native Send is (durable at the
+   origin when persistent).  Commands the core does not confirm (ACK,
+   BEGIN, a SEND held by a transaction) get their C{RECEIPT} from
+   C{Processed}, once every command up to them is carried out; NACK, which
+   is not a command, once every command before it is.
+ - C{Error} of a command → C{ERROR} (with the command's C{receipt-id}),
+   then close: STOMP has no error of one command.  The C{rolled-back}
+   answers of a transaction's SENDs are not errors of the connection.
+ - C{Deliver} → C{MESSAGE}; an C{ack:auto} subscription's deliveries are
+   acknowledged once written, in one Ack per reactor turn, and their
+   credit renewed.
+ - C{Closed} → the C{RECEIPT} of C{DISCONNECT}.
+
+The core sees a connection of native protocol version 2 (transactions, no
+batches).  A STOMP session is never resumed (STOMP has no resume): it is
+not resumable from its start, so a lost connection ends it
+(C{session.disconnected} then C{session.expired}), its subscriptions end
+and its unacknowledged deliveries go back to their queues, flagged
+redelivered.  The connection TTL, partial frames, the buffer bound and
+C{stage-valid-timeout} are the native connection's
+(L{meshroute.sessions.connection.ConnectionCore}, whose data and I/O
+this core extends); the TTL comes from the heart-beats.
+"""
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from automat import TypeMachineBuilder
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from meshroute import __version__
+from meshroute import events as event_names
+from meshroute.expiry import now_ms
+from meshroute.messages import EXPIRES_HEADER
+from meshroute.security.credentials import password_matches
+from meshroute.security.scram import decoy_credentials
+from meshroute.sessions.connection import (
+    BUFFERS_FULL,
+    FRAME_TIMEOUT,
+    ROUTER_STOPPED,
+    ConnectionCore,
+)
+from meshroute.sessions.permissions import CONNECT, Guard, denied
+from meshroute.sessions.session import SESSION_MACHINE, STOMP, SessionCore
+from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
+from meshroute.stomp.frames import (
+    HEARTBEAT_BYTES,
+    StompFrame,
+    StompProtocolError,
+    encode,
+    parse_heart_beat,
+)
+from meshroute.wire import client_frames as f
+from meshroute.wire.transport import peer_address
+
+log = Logger()
+
+#: The STOMP versions the router speaks, best first.
+VERSIONS = ("1.2", "1.1")
+
+#: The three C{ack} modes of SUBSCRIBE.
+AUTO = "auto"
+CLIENT = "client"
+CLIENT_INDIVIDUAL = "client-individual"
+ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
+
+#: The destinations the router serves: C{/queue/NAME} (this router's) and
+#: C{/queue/NAME@ROUTER} (anywhere in the mesh).
+QUEUE_PREFIX = "/queue/"
+
+#: The SEND headers that are STOMP's own, not the message's.
+SEND_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length",
+                          "persistent", "duplicate-id", "expires"})
+
+#: The MESSAGE headers the router sets; a message header of the same name
+#: is not written (STOMP reads the first of repeated headers).
+MESSAGE_HEADERS = frozenset({"subscription", "message-id", "destination", "ack",
+                             "redelivered", "expires", "content-length"})
+
+#: How a client's heart-beat interval becomes its TTL (Artemis'
+#: C{heartBeatToConnectionTtlModifier}).
+TTL_PER_HEARTBEAT = 2
+
+#: The C{mechanism} of C{security.authenticated} for a STOMP login.
+PASSCODE = "passcode"
+
+_NOT_AUTHENTICATED = "authentication failed"
+
+
+class StompInputs(Protocol):
+    """
+    Everything that can happen to a STOMP connection.
+    """
+
+    def got_connect(self, frame: StompFrame) -> None:
+        "The client sent CONNECT (or STOMP)."
+
+    def accepted(self, frame: StompFrame) -> None:
+        "The CONNECT being vetted is acceptable."
+
+    def refused(self, code: str, detail: str) -> None:
+        "The CONNECT being vetted is not; C{code} says why."
+
+    def got_frame(self, frame: StompFrame) -> None:
+        "A frame of the session's business (SEND, SUBSCRIBE, ACK...)."
+
+    def got_disconnect(self, frame: StompFrame) -> None:
+        "The client ends the session."
+
+    def protocol_error(self, code: str, detail: str) -> None:
+        "A malformed frame, a frame not allowed now, or a command that failed."
+
+    def over_limit(self, detail: str) -> None:
+        "The client passed a bound of its listener."
+
+    def session_ended(self) -> None:
+        "The session wrote Closed: DISCONNECT's work is done."
+
+    def user_removed(self) -> None:
+        "A reload removed the connection's user."
+
+    def stopped_serving(self) -> None:
+        "The router, an HA instance's, stops serving."
+
+    def router_stopped(self) -> None:
+        "The router shuts down."
+
+    def ttl_expired(self) -> None:
+        "The client sent nothing (not even a heart-beat) for the connection's TTL."
+
+    def frame_overdue(self) -> None:
+        "The client began a frame too long ago and has not finished it."
+
+    def buffers_full(self) -> None:
+        "The client's partial frame would pass the listener's buffer bound."
+
+    def handshake_expired(self) -> None:
+        "No CONNECT within the listener's stage-valid-timeout."
+
+    def connection_lost(self) -> None:
+        "The transport is closed."
+
+
+class StompRefusal(Exception):
+    """
+    A frame the adapter cannot turn into a command: C{ERROR} with
+    C{detail}, then close.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass(eq=False)
+class StompSubscription:
+    """
+    One SUBSCRIBE: the client's id and destination, its ack mode, and the
+    number the session core knows it by.
+    """
+
+    id: str
+    number: int
+    destination: str
+    ack: str
+    prefetch: int
+
+
+def queue_address(destination: str | None) -> str:
+    """
+    The mesh address (C{NAME} or C{NAME@ROUTER}) of a C{/queue/} destination.
+
+    @raise StompRefusal: another kind of destination, or none.
+    """
+    if destination is None:
+        raise StompRefusal("the frame has no destination header")
+    if not destination.startswith(QUEUE_PREFIX) or len(destination) == len(QUEUE_PREFIX):
+        raise StompRefusal(f"destination {destination!r} is not /queue/NAME or "
+                           "/queue/NAME@ROUTER")
+    return destination[len(QUEUE_PREFIX):]
+
+
+def negotiate_heartbeats(client: str | None, offer: tuple[int, int]) -> tuple[int, int]:
+    """
+    STOMP's heart-beat negotiation: from the client's C{heart-beat} header
+    (C{cx,cy}: it sends every cx ms, wants one every cy ms) and the
+    router's C{offer} (the same for the router), how often the router
+    sends, and how often it expects to hear from the client (0: never).
+
+    @raise StompRefusal: a malformed header.
+    """
+    try:
+        cx, cy = parse_heart_beat(client) if client is not None else (0, 0)
+    except StompProtocolError as e:
+        raise StompRefusal(e.reason) from None
+    rx, ry = offer
+    sends = max(rx, cy) if rx and cy else 0
+    expects = max(ry, cx) if ry and cx else 0
+    return sends, expects
+
+
+@dataclass(eq=False)
+class StompConnectionCore(ConnectionCore):
+    """
+    The data of one STOMP connection and the I/O its behaviours perform:
+    the native connection's (TTL, buffers, pausing, closing), and what
+    the translation needs.
+
+    @ivar prefetch_count: a SUBSCRIBE's credit when it names none.
+    @ivar heartbeat_ms: the router's heart-beat offer C{(cx, cy)}.
+    @ivar stomp_version: the version negotiated (C{1.2} or C{1.1}).
+    @ivar last_command: the last command id given to the core.
+    @ivar receipts: command id → the receipts due when it is done.
+    @ivar held: ids of SENDs a transaction holds: their later answers
+        (at the commit or the rollback) are not the client's business.
+    @ivar transaction: the name of the open transaction, or None.
+    """
+
+    prefetch_count: int = DEFAULT_PREFETCH_COUNT
+    heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS
+    stomp_version: str = ""
+    last_command: int = 0
+    receipts: dict = field(default_factory=dict)
+    held: set = field(default_factory=set)
+    transaction: str | None = None
+    subscriptions: dict = field(default_factory=dict)
+    numbers: dict = field(default_factory=dict)
+    next_subscription: int = 0
+    _heartbeats: tuple[int, int] = (0, 0)
+    failing_receipt: str | None = None
+    disconnect_receipt: str | None = None
+    _auto_acks: dict = field(default_factory=dict)
+    _auto_call: IDelayedCall | None = None
+    _beats: LoopingCall | None = None
+    _message_ids: dict = field(default_factory=dict)
+
+    # -- output ---------------------------------------------------------------
+
+    def write(self, frame) -> None:
+        """
+        The session core's output, as STOMP (the module docstring's table).
+        """
+        if not self.connected or self.silent:
+            return
+        kind = type(frame)
+        if kind is f.Deliver:
+            self._message(frame)
+        elif kind is f.Confirm:
+            if frame.command_id in self.held:
+                self.held.discard(frame.command_id)
+            else:
+                self._receipts_of(frame.command_id)
+        elif kind is f.Processed:
+            receipts = self.receipts
+            while receipts:
+                command_id = next(iter(receipts))
+                if command_id > frame.command_id:
+                    break
+                self._receipts_of(command_id)
+        elif kind is f.Error:
+            self._error(frame)
+        elif kind is f.Opened:
+            self._connected(frame)
+        elif kind is f.Closed:
+            if self.disconnect_receipt is not None:
+                self.send(StompFrame("RECEIPT", (("receipt-id", self.disconnect_receipt),)))
+
+    def send(self, frame: StompFrame) -> None:
+        self.transport.write(encode(frame, self.stomp_version or VERSIONS[0]))
+
+    def _receipts_of(self, command_id: int) -> None:
+        for receipt in self.receipts.pop(command_id, ()):
+            self.send(StompFrame("RECEIPT", (("receipt-id", receipt),)))
+
+    def _error(self, frame: f.Error) -> None:
+        if frame.command_id == 0:
+            headers = [("message", frame.detail), ("content-type", "text/plain")]
+            if self.failing_receipt is not None:
+                headers.append(("receipt-id", self.failing_receipt))
+            self.send(StompFrame("ERROR", tuple(headers),
+                                 f"{frame.code}: {frame.detail}\n".encode()))
+            return
+        if frame.command_id in self.held:
+            # A transaction's SEND rolled back: the ABORT (or the failed
+            # COMMIT) is what the client hears of.
+            self.held.discard(frame.command_id)
+            return
+        receipts = self.receipts.pop(frame.command_id, ())
+        self.failing_receipt = receipts[0] if receipts else None
+        self.machine.protocol_error(frame.code, frame.detail)
+
+    def _connected(self, frame: f.Opened) -> None:
+        sends, expects = self._heartbeats
+        self.send(StompFrame("CONNECTED", (
+            ("version", self.stomp_version),
+            ("heart-beat", f"{sends},{expects}"),
+            ("session", frame.session_id),
+            ("server", f"meshroute/{__version__}"),
+        )))
+        if sends:
+            beats = self._beats = LoopingCall(self._beat)
+            beats.clock = self.clock
+            beats.start(sends / 1000, now=False)
+
+    def _beat(self) -> None:
+        if self.connected and not self.silent:
+            self.transport.write(HEARTBEAT_BYTES)
+
+    def _message(self, frame: f.Deliver) -> None:
+        subscription = self.numbers.get(frame.subscription)
+        if subscription is None:
+            return
+        headers = [("subscription", subscription.id), ("message-id", frame.msg_id),
+                   ("destination", subscription.destination)]
+        if subscription.ack != AUTO:
+            headers.append(("ack", str(frame.delivery_id)))
+            if self.stomp_version == "1.1":
+                self._message_ids[frame.msg_id] = frame.delivery_id
+        if frame.redelivered:
+            headers.append(("redelivered", "true"))
+        expires = frame.headers.get(EXPIRES_HEADER)
+        if expires is not None:
+            headers.append(("expires", expires))
+        headers.extend((name, value) for name, value in frame.headers.items()
+                       if name not in MESSAGE_HEADERS)
+        self.send(StompFrame("MESSAGE", tuple(headers), frame.body))
+        if subscription.ack == AUTO:
+            self._auto_acks.setdefault(subscription.number, []).append(frame.delivery_id)
+            if self._auto_call is None:
+                self._auto_call = self.clock.callLater(0, self._acknowledge_written)
+
+    def _acknowledge_written(self) -> None:
+        """
+        The turn's deliveries to C{ack:auto} subscriptions were written:
+        acknowledge them, and renew their credit.
+        """
+        self._auto_call = None
+        acks, self._auto_acks = self._auto_acks, {}
+        session = self.session
+        if session is None:
+            return
+        for number, delivery_ids in acks.items():
+            session.take_ack_at_once(f.Ack(self._command(), delivery_ids))
+            if self.session is None:
+                return
+            session.take_credit(f.Credit(self._command(), number, len(delivery_ids)))
+
+    # -- opening ----------------------------------------------------------------
+
+    def vet_connect(self, inputs: StompInputs, frame: StompFrame) -> None:
+        """
+        Decide on a CONNECT: C{inputs.accepted} or C{inputs.refused}.
+        """
+        offered = {v.strip() for v in (frame.header("accept-version") or "1.0").split(",")}
+        # Over WebSocket, not above the subprotocol's version.
+        ceiling = getattr(self.transport, "stomp_version", None)
+        common = [v for v in VERSIONS if v in offered and (ceiling is None or v <= ceiling)]
+        if not common:
+            inputs.refused(f.UNSUPPORTED_VERSION,
+                           f"this router speaks STOMP {' and '.join(VERSIONS)}")
+            return
+        self.stomp_version = common[0]
+        try:
+            self._heartbeats = negotiate_heartbeats(frame.header("heart-beat"),
+                                                    self.heartbeat_ms)
+        except StompRefusal as e:
+            inputs.refused(f.BAD_COMMAND, e.detail)
+            return
+        self.view = self.ha_view()
+        if not self.view.active:
+            inputs.refused(f.NOT_ACTIVE, "not active: this router instance is not the active "
+                                         "instance of its pair; try another endpoint")
+            return
+        refusal = self.settings.limits.session_refusal(len(self.registry.sessions))
+        if refusal is not None:
+            inputs.refused(f.LIMIT_REACHED, refusal)
+            return
+        if self.security is not None and not self._logged_in(frame):
+            inputs.refused(f.NOT_AUTHENTICATED, _NOT_AUTHENTICATED)
+            return
+        expects = self._heartbeats[1]
+        override = self.settings.connection_ttl_override
+        self.ttl_ms = (override if override != -1
+                       else TTL_PER_HEARTBEAT * expects if expects else -1)
+        inputs.accepted(frame)
+
+    def _logged_in(self, frame: StompFrame) -> bool:
+        """
+        Whether C{login} and C{passcode} name a user of C{[security]} (or,
+        without C{login}, a verified TLS client certificate does); a
+        refusal is recorded (the same for an unknown user and a wrong
+        passcode, and as slow: an unknown user is checked against decoy
+        credentials).
+        """
+        user = frame.header("login") or ""
+        if not user:
+            certified = self.certificate_user()
+            if certified is not None:
+                return self._authenticated(certified, f.EXTERNAL)
+        passcode = frame.header("passcode") or ""
+        credentials = self.security.policy.credentials(user) if user else None
+        known = credentials is not None
+        if credentials is None:
+            credentials = decoy_credentials(self.secret, user)
+        if not (password_matches(credentials, passcode) and known):
+            why = "no login" if not user else "unknown user or wrong passcode"
+            denied(self.events, user, CONNECT, peer_address(self.transport), why)
+            return False
+        return self._authenticated(user, PASSCODE)
+
+    def _authenticated(self, user: str, mechanism: str) -> bool:
+        self.user, self.mechanism = user, mechanism
+        self.events.emit(event_names.SECURITY_AUTHENTICATED, user=user, mechanism=mechanism)
+        log.info("STOMP client from {address} authenticated as {user!r} ({mechanism})",
+                 address=peer_address(self.transport), user=user, mechanism=mechanism)
+        return True
+
+    def attach_stomp(self, frame: StompFrame) -> None:
+        """
+        A new session, which cannot be resumed; CONNECTED follows from
+        its Opened.
+        """
+        session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
+                              settings=self.settings, events=self.events, user=self.user,
+                              protocol=STOMP, resumable=False)
+        if self.user is not None:
+            session.guard = Guard(self.security, self.user, self.engine.name, self.events)
+        session.machine = SESSION_MACHINE(session)
+        self.session = session
+        self.version = f.TRANSACTIONS_VERSION
+        client_id = frame.header("client-id") or frame.header("login") or ""
+        session.start(self, f.Open([self.version], client_id, "", self.ttl_ms))
+
+    # -- connected --------------------------------------------------------------
+
+    def _command(self) -> int:
+        self.last_command += 1
+        return self.last_command
+
+    def _receipt(self, frame: StompFrame, command_id: int) -> None:
+        receipt = frame.header("receipt")
+        if receipt is not None:
+            self.receipts.setdefault(command_id, []).append(receipt)
+
+    def _receipt_now(self, frame: StompFrame) -> None:
+        """
+        The receipt of a frame that is not a command: due once every
+        command before it is done.
+        """
+        receipt = frame.header("receipt")
+        if receipt is None:
+            return
+        if self.last_command <= self.session.processed_up_to:
+            self.send(StompFrame("RECEIPT", (("receipt-id", receipt),)))
+        else:
+            self.receipts.setdefault(self.last_command, []).append(receipt)
+
+    def handle(self, inputs: StompInputs, frame: StompFrame) -> None:
+        """
+        Carry out a frame of the session's business; one the adapter
+        cannot is an C{ERROR}.
+        """
+        handler = _HANDLERS.get(frame.command)
+        try:
+            if handler is None:
+                raise StompRefusal(f"{frame.command} is not allowed once connected")
+            handler(self, frame)
+        except StompRefusal as e:
+            self.failing_receipt = frame.header("receipt")
+            inputs.protocol_error(f.BAD_COMMAND, e.detail)
+
+    def _in_transaction(self, frame: StompFrame) -> bool:
+        """
+        Whether C{frame} belongs to the open transaction.  The session
+        core holds one transaction for all the session's commands, so
+        while one is open every SEND and ACK must name it.
+        """
+        name = frame.header("transaction")
+        if name is None and self.transaction is None:
+            return False
+        if name != self.transaction:
+            if self.transaction is None:
+                raise StompRefusal(f"no transaction {name!r} is open")
+            raise StompRefusal(f"transaction {self.transaction!r} is open: every "
+                               f"{frame.command} must name it until COMMIT or ABORT")
+        return True
+
+    def on_send(self, frame: StompFrame) -> None:
+        address = queue_address(frame.header("destination"))
+        transactional = self._in_transaction(frame)
+        headers: dict[str, str] = {}
+        for name, value in frame.headers:
+            if name not in SEND_HEADERS and name not in headers:
+                headers[name] = value
+        send = f.Send(self._command(), address, headers, frame.body,
+                      frame.header("persistent") != "false", frame.header("duplicate-id") or "",
+                      self._ttl_ms(frame.header("expires")))
+        problem = self.settings.limits.headers_problem(send)
+        if problem is not None:
+            self.machine.over_limit(problem)
+            return
+        self._receipt(frame, send.command_id)
+        if transactional:
+            self.held.add(send.command_id)
+        self.session.take_send(send)
+
+    def _ttl_ms(self, expires: str | None) -> int:
+        """
+        The native time to live of a SEND's C{expires} (absolute epoch
+        milliseconds, as ActiveMQ's; 0 or none: never): what is left of it
+        now, at least 1 ms (an expiry already past expires the message at
+        once).
+        """
+        if expires is None or expires == "0":
+            return 0
+        if not (expires.isascii() and expires.isdigit()):
+            raise StompRefusal(f"expires {expires!r} is not epoch milliseconds")
+        return max(1, int(expires) - now_ms(self.clock))
+
+    def on_subscribe(self, frame: StompFrame) -> None:
+        subscription_id = frame.header("id")
+        if subscription_id is None:
+            raise StompRefusal("SUBSCRIBE has no id header")
+        if subscription_id in self.subscriptions:
+            raise StompRefusal(f"subscription {subscription_id!r} is already in use")
+        destination = frame.header("destination")
+        queue, _, router = queue_address(destination).partition("@")
+        if router and router != self.engine.name:
+            raise StompRefusal(f"destination {destination!r}: subscriptions are to this "
+                               f"router's queues ({self.engine.name})")
+        ack = frame.header("ack", AUTO)
+        if ack not in ACK_MODES:
+            raise StompRefusal(f"ack {ack!r} is not one of {', '.join(ACK_MODES)}")
+        prefetch = frame.header("prefetch-count")
+        if prefetch is None:
+            credit = self.prefetch_count
+        elif prefetch.isdigit() and int(prefetch) > 0:
+            credit = int(prefetch)
+        else:
+            raise StompRefusal(f"prefetch-count {prefetch!r} is not a positive number")
+        self.next_subscription += 1
+        subscription = StompSubscription(subscription_id, self.next_subscription, destination,
+                                         ack, credit)
+        self.subscriptions[subscription_id] = subscription
+        self.numbers[subscription.number] = subscription
+        command_id = self._command()
+        self._receipt(frame, command_id)
+        self.session.machine.got_subscribe(
+            f.Subscribe(command_id, subscription.number, queue, credit))
+
+    def on_unsubscribe(self, frame: StompFrame) -> None:
+        subscription = self.subscriptions.pop(frame.header("id"), None)
+        if subscription is None:
+            raise StompRefusal(f"no subscription {frame.header('id')!r}")
+        command_id = self._command()
+        self._receipt(frame, command_id)
+        self.session.machine.got_unsubscribe(f.Unsubscribe(command_id, subscription.number))
+        self.numbers.pop(subscription.number, None)
+
+    def _acknowledged(self, frame: StompFrame) -> tuple[StompSubscription | None, list[int]]:
+        """
+        The subscription and the session delivery ids an ACK or NACK
+        covers: the one it names (C{id} in 1.2, C{message-id} in 1.1), and
+        on a C{client} subscription every earlier one not yet
+        acknowledged.  An id the session does not hold (acknowledged
+        already, or given back) covers nothing.
+        """
+        if self.stomp_version == "1.1":
+            delivery_id = self._message_ids.get(frame.header("message-id"))
+        else:
+            ack_id = frame.header("id")
+            if ack_id is None:
+                raise StompRefusal(f"{frame.command} has no id header")
+            delivery_id = int(ack_id) if ack_id.isdigit() else None
+        owner = self.session.owners.get(delivery_id) if delivery_id is not None else None
+        if owner is None:
+            return None, []
+        subscription = self.numbers.get(owner[0])
+        if subscription is None:
+            return None, []
+        if subscription.ack == CLIENT:
+            ids = self.session.unacknowledged_through(subscription.number, delivery_id)
+        else:
+            ids = [delivery_id]
+        if self._message_ids:
+            done = set(ids)
+            for msg_id in [m for m, d in self._message_ids.items() if d in done]:
+                del self._message_ids[msg_id]
+        return subscription, ids
+
+    def on_ack(self, frame: StompFrame) -> None:
+        # In the open transaction (the core holds it) or outside any.
+        self._in_transaction(frame)
+        subscription, ids = self._acknowledged(frame)
+        if not ids or subscription.ack == AUTO:
+            self._receipt_now(frame)
+            return
+        command_id = self._command()
+        self._receipt(frame, command_id)
+        self.session.take_ack(f.Ack(command_id, ids))
+        if self.session is not None:
+            self.session.take_credit(f.Credit(self._command(), subscription.number, len(ids)))
+
+    def on_nack(self, frame: StompFrame) -> None:
+        self._in_transaction(frame)
+        _, ids = self._acknowledged(frame)
+        self.session.give_back(ids)
+        self._receipt_now(frame)
+
+    def on_begin(self, frame: StompFrame) -> None:
+        name = frame.header("transaction")
+        if name is None:
+            raise StompRefusal("BEGIN has no transaction header")
+        if self.transaction is not None:
+            raise StompRefusal(f"transaction {self.transaction!r} is open: a session has one "
+                               "transaction at a time")
+        self.transaction = name
+        command_id = self._command()
+        self._receipt(frame, command_id)
+        self.session.machine.got_begin(f.Begin(command_id))
+
+    def on_commit(self, frame: StompFrame) -> None:
+        self._end_transaction(frame, f.Commit, self.session.machine.got_commit)
+
+    def on_abort(self, frame: StompFrame) -> None:
+        self._end_transaction(frame, f.Rollback, self.session.machine.got_rollback)
+
+    def _end_transaction(self, frame: StompFrame, command, feed) -> None:
+        name = frame.header("transaction")
+        if name is None or name != self.transaction:
+            raise StompRefusal(f"no transaction {name!r} is open")
+        self.transaction = None
+        command_id = self._command()
+        self._receipt(frame, command_id)
+        feed(command(command_id))
+
+    def disconnect(self, frame: StompFrame) -> None:
+        """
+        DISCONNECT: the session's Close; its Closed brings the receipt.
+        """
+        self.disconnect_receipt = frame.header("receipt")
+        self.session.machine.got_close(f.Close(self._command()))
+
+    # -- closing ----------------------------------------------------------------
+
+    def finish(self) -> None:
+        self._stop_beats()
+        if self._auto_call is not None and self._auto_call.active():
+            self._auto_call.cancel()
+        self._auto_call = None
+        super().finish()
+
+    def _close(self) -> None:
+        self._stop_beats()
+        super()._close()
+
+    def _stop_beats(self) -> None:
+        beats, self._beats = self._beats, None
+        if beats is not None and beats.running:
+            beats.stop()
+
+
+_HANDLERS = {
+    "SEND": StompConnectionCore.on_send,
+    "SUBSCRIBE": StompConnectionCore.on_subscribe,
+    "UNSUBSCRIBE": StompConnectionCore.on_unsubscribe,
+    "ACK": StompConnectionCore.on_ack,
+    "NACK": StompConnectionCore.on_nack,
+    "BEGIN": StompConnectionCore.on_begin,
+    "COMMIT": StompConnectionCore.on_commit,
+    "ABORT": StompConnectionCore.on_abort,
+}
+
+
+def _build_stomp_machine():
+    builder = TypeMachineBuilder(StompInputs, StompConnectionCore)
+    awaiting_connect = builder.state("awaiting_connect")
+    vetting = builder.state("vetting")
+    connected = builder.state("connected")
+    disconnecting = builder.state("disconnecting")
+    closing = builder.state("closing")
+    gone = builder.state("gone")
+
+    @awaiting_connect.upon(StompInputs.got_connect).to(vetting)
+    def vet(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
+        core.vet_connect(inputs, frame)
+
+    @vetting.upon(StompInputs.accepted).to(connected)
+    def attach(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
+        core.attach_stomp(frame)
+
+    @awaiting_connect.upon(StompInputs.got_frame).to(closing)
+    def too_soon(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
+        core.fail(f.BAD_COMMAND, f"{frame.command} before CONNECT")
+
+    @connected.upon(StompInputs.got_frame).loop()
+    def handle(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
+        core.handle(inputs, frame)
+
+    @connected.upon(StompInputs.got_disconnect).to(disconnecting)
+    def disconnect(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
+        core.disconnect(frame)
+
+    @disconnecting.upon(StompInputs.session_ended).to(closing)
+    def ended(inputs: StompInputs, core: StompConnectionCore) -> None:
+        core.end()
+
+    @connected.upon(StompInputs.user_removed).to(closing)
+    def removed(inputs: StompInputs, core: StompConnectionCore) -> None:
+        core.fail(f.USER_REMOVED, f"user {core.user!r} was removed from the router's users")
+
+    @vetting.upon(StompInputs.protocol_error).to(closing)
+    def vetting_error(inputs: StompInputs, core: StompConnectionCore, code: str,
+                      detail: str) -> None:
+        core.fail(code, detail)
+
+    @vetting.upon(StompInputs.refused).to(closing)
+    def refuse(inputs: StompInputs, core: StompConnectionCore, code: str, detail: str) -> None:
+        core.fail(code, detail)
+
+    waiting = (awaiting_connect, connected, disconnecting)
+    for state in waiting:
+
+        @state.upon(StompInputs.protocol_error).to(closing)
+        def malformed(inputs: StompInputs, core: StompConnectionCore, code: str,
+                      detail: str) -> None:
+            core.fail(code, detail)
+
+        @state.upon(StompInputs.over_limit).to(closing)
+        def over_limit(inputs: StompInputs, core: StompConnectionCore, detail: str) -> None:
+            core.fail(f.LIMIT_REACHED, detail)
+
+        @state.upon(StompInputs.stopped_serving).to(closing)
+        def send_away(inputs: StompInputs, core: StompConnectionCore) -> None:
+            core.fail(f.NOT_ACTIVE, "not active: this router instance stopped serving; the "
+                                    "other instance of its pair takes over")
+
+        @state.upon(StompInputs.ttl_expired).to(closing)
+        def silent(inputs: StompInputs, core: StompConnectionCore) -> None:
+            core.drop("ttl")
+
+        @state.upon(StompInputs.frame_overdue).to(closing)
+        def overdue(inputs: StompInputs, core: StompConnectionCore) -> None:
+            core.drop(FRAME_TIMEOUT)
+
+        @state.upon(StompInputs.buffers_full).to(closing)
+        def full(inputs: StompInputs, core: StompConnectionCore) -> None:
+            core.drop(BUFFERS_FULL)
+
+        @state.upon(StompInputs.router_stopped).to(closing)
+        def stopped(inputs: StompInputs, core: StompConnectionCore) -> None:
+            core.drop(ROUTER_STOPPED)
+
+    @awaiting_connect.upon(StompInputs.handshake_expired).to(closing)
+    def handshake_expired(inputs: StompInputs, core: StompConnectionCore) -> None:
+        core.fail(f.LIMIT_REACHED, "no CONNECT within stage-valid-timeout "
+                                   f"({core.settings.limits.stage_valid_timeout_ms} ms)")
+
+    for state in (vetting, *waiting, closing):
+
+        @state.upon(StompInputs.connection_lost).to(gone)
+        def lost(inputs: StompInputs, core: StompConnectionCore) -> None:
+            core.finish()
+
+    late = (StompInputs.ttl_expired, StompInputs.frame_overdue, StompInputs.buffers_full,
+            StompInputs.router_stopped, StompInputs.handshake_expired,
+            StompInputs.session_ended, StompInputs.stopped_serving, StompInputs.user_removed)
+    for moot in (StompInputs.got_connect, StompInputs.got_frame, StompInputs.got_disconnect,
+                 StompInputs.protocol_error, StompInputs.over_limit, *late):
+        closing.upon(moot).loop().returns(None)
+    for moot in late:
+        gone.upon(moot).loop().returns(None)
+    # After DISCONNECT the client must not send; what it does is ignored.
+    for moot in (StompInputs.got_frame, StompInputs.got_disconnect):
+        disconnecting.upon(moot).loop().returns(None)
+    for state in (awaiting_connect, disconnecting):
+        state.upon(StompInputs.user_removed).loop().returns(None)
+    awaiting_connect.upon(StompInputs.session_ended).loop().returns(None)
+    connected.upon(StompInputs.handshake_expired).loop().returns(None)
+    disconnecting.upon(StompInputs.handshake_expired).loop().returns(None)
+    return builder.build()
+
+
+#: Machine factory: C{STOMP_MACHINE(core)} returns the inputs object.
+STOMP_MACHINE = _build_stomp_machine()
