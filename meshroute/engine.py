@@ -1203,10 +1203,6 @@ class PeerChannel:
         self._fast: list[tuple] = []
         self._fast_bytes = 0
         self._fast_call = None
-        #: Messages sent and received on this link, transfers of both
-        #: kinds (a replayed one counts again), for the admin API.
-        self.sent = 0
-        self.received = 0
 
     @property
     def in_flight(self) -> int:
@@ -1358,7 +1354,6 @@ class PeerChannel:
         Send C{items} (L{_on_the_wire}), numbered from C{first_seq} on: one
         L{TransferBatch}, or a L{Transfer} for a single message.
         """
-        self.sent += len(items)
         if len(items) > 1:
             self.send(TransferBatch(first_seq, items))
         elif items:
@@ -1418,7 +1413,6 @@ class PeerChannel:
         its C{message.forwarded} event: a router's own system message
         (L{MessageEngine.send_system}).
         """
-        self.sent += 1
         item = _on_the_wire(message)
         if self._batch_limit == 1:
             self.send(FastTransfer(*item))
@@ -1454,7 +1448,6 @@ class PeerChannel:
         """
         A persistent message arrived: acknowledge it once it is durable.
         """
-        self.received += 1
         previous = self._previous
         self._previous = max(previous, frame.seq)
         d = self._engine.arrived(self.peer, frame.seq, previous,
@@ -1472,7 +1465,6 @@ class PeerChannel:
         self._previous = max(previous, last)
         seq = frame.first_seq
         arrivals = []
-        self.received += len(frame.messages)
         for item in frame.messages:
             arrivals.append((seq, _message(*item, True)))
             seq += 1
@@ -1536,11 +1528,9 @@ class PeerChannel:
             self._ack_delay = None
 
     def fast_transferred(self, frame: FastTransfer) -> None:
-        self.received += 1
         self._engine.arrived_transient(_message_from(frame, persistent=False))
 
     def fast_transferred_batch(self, frame: FastTransferBatch) -> None:
-        self.received += len(frame.messages)
         arrived = self._engine.arrived_transient
         for item in frame.messages:
             arrived(_message(*item, False))

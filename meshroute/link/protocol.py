@@ -243,8 +243,8 @@ class Link:
             "peer_last_received": core.peer_last_received,
             "peer_epoch": core.peer_epoch,
             "in_flight": channel.in_flight if channel is not None else None,
-            "sent": channel.sent if channel is not None else None,
-            "received": channel.received if channel is not None else None,
+            "sent": core.traffic.messages_sent if channel is not None else None,
+            "received": core.traffic.messages_received if channel is not None else None,
         }
 
 
