@@ -20,7 +20,9 @@ import json
 import os
 import re
 import time as _time
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
@@ -362,7 +364,15 @@ class EventLog:
     """
 
     def __init__(self, data_dir: str, router: str, clock: IReactorTime,
-                 rotation: RotationSettings = RotationSettings()) -> None:
+                 rotation: RotationSettings = RotationSettings(),
+                 close_in_thread: bool = False) -> None:
+        """
+        @param close_in_thread: close files (fsync, rename, C{retain}) in a
+            thread of their own, as a router does: an fsync of a 64 MiB
+            file takes tens of milliseconds, which the reactor would
+            otherwise wait.  Without it files are closed in place (tests,
+            one-shot tools).
+        """
         self.data_dir = data_dir
         self.directory = events_dir(data_dir)
         self._router = router
@@ -378,7 +388,10 @@ class EventLog:
         self._closed = False
         self._pending: list[str] = []
         self._flush_call = None
-        self._apply_retention()
+        self._closed_files = _ClosedFiles(self.directory, rotation.retain)
+        self._closed_files.apply_retention()
+        self._closer = (ThreadPoolExecutor(1, thread_name_prefix="event-log-closer")
+                        if close_in_thread else None)
 
     @property
     def current_path(self) -> str | None:
@@ -486,9 +499,10 @@ class EventLog:
 
     def rotate(self) -> None:
         """
-        Close the file being written, if any: flush, fsync, and drop its
-        C{.open} by a rename, so that it is whole wherever it is seen
-        closed; then apply C{retain}.  The next records start a new file.
+        Close the file being written, if any: hand it to the closer, which
+        fsyncs it and drops its C{.open} by a rename, so that it is whole
+        wherever it is seen closed, then applies C{retain}.  The next
+        records start a new file.
         """
         if self._file is None:
             return
@@ -497,44 +511,79 @@ class EventLog:
                 self._age_call.cancel()
             self._age_call = None
         self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        _close_file(self._path)
+        if self._closer is None:
+            self._closed_files.close(self._file, self._path, self._size)
+        else:
+            self._closer.submit(self._closed_files.close, self._file, self._path, self._size)
         self._file = None
         self._path = None
         self._size = 0
-        self._apply_retention()
-
-    def _apply_retention(self) -> None:
-        """
-        Delete the oldest closed files beyond C{retain}, logging each.
-        """
-        retain = self._rotation.retain
-        if retain is None:
-            return
-        names = _closed_names(self.directory)
-        sizes = [os.path.getsize(os.path.join(self.directory, n)) for n in names]
-        if isinstance(retain, RetainBytes):
-            total, doomed = sum(sizes), 0
-            while total > retain:
-                total -= sizes[doomed]
-                doomed += 1
-            why = f"retain = {int(retain)} bytes"
-        else:
-            doomed = max(0, len(names) - retain)
-            why = f"retain = {retain} files"
-        for name, size in zip(names[:doomed], sizes[:doomed]):
-            os.remove(os.path.join(self.directory, name))
-            _log.info("Event log: deleted {name} ({size} bytes), the oldest closed file "
-                      "beyond {why}", name=name, size=size, why=why)
 
     def close(self) -> None:
         """
-        Write what is pending and close the file; later emits are errors.
+        Write what is pending and close the file, waiting for every file
+        being closed; later emits are errors.
         """
         self.flush()
         self.rotate()
+        if self._closer is not None:
+            self._closer.shutdown(wait=True)
         self._closed = True
+
+
+class _ClosedFiles:
+    """
+    The closed files of an events directory, oldest first, and the work of
+    closing one and applying C{retain}: done by one thread at a time (the
+    closer's, or the reactor's), in the order the files were written.
+    """
+
+    def __init__(self, directory: str, retain: int | None) -> None:
+        self._directory = directory
+        self._retain = retain
+        self._files = deque((name, os.path.getsize(os.path.join(directory, name)))
+                            for name in _closed_names(directory))
+        self._bytes = sum(size for _, size in self._files)
+
+    def close(self, f, path: str, size: int) -> None:
+        """
+        Close the open file C{f} at C{path} (C{size} bytes, flushed):
+        fsync, close, rename without C{.open}, sync the directory; then
+        apply C{retain}.  An error is logged: the file stays C{.open}, to
+        be closed at the next start.
+        """
+        try:
+            os.fsync(f.fileno())
+            f.close()
+            _close_file(path)
+        except OSError:
+            _log.failure("Event log: cannot close {path}", path=path)
+            return
+        self._files.append((os.path.basename(path)[:-len(OPEN_SUFFIX)], size))
+        self._bytes += size
+        self.apply_retention()
+
+    def apply_retention(self) -> None:
+        """
+        Delete the oldest closed files beyond C{retain}, logging each.
+        """
+        retain = self._retain
+        if retain is None:
+            return
+        by_bytes = isinstance(retain, RetainBytes)
+        why = f"retain = {int(retain)} bytes" if by_bytes else f"retain = {retain} files"
+        while self._files and (self._bytes if by_bytes else len(self._files)) > retain:
+            name, size = self._files.popleft()
+            self._bytes -= size
+            try:
+                os.remove(os.path.join(self._directory, name))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                _log.failure("Event log: cannot delete {name} ({why})", name=name, why=why)
+                continue
+            _log.info("Event log: deleted {name} ({size} bytes), the oldest closed file "
+                      "beyond {why}", name=name, size=size, why=why)
 
 
 def _close_file(path: str) -> None:

@@ -307,3 +307,15 @@ def test_events_after_close_are_refused(tmp_path):
     log.emit("late")
     with pytest.raises(ValueError, match="closed"):
         log.flush()
+
+
+def test_files_closed_in_a_thread_are_all_closed_in_order_by_close(tmp_path):
+    clock = at()
+    log = EventLog(str(tmp_path), "r", clock, RotationSettings(max_file_size=1024, retain=5),
+                   close_in_thread=True)
+    numbers = emit_batches(log, clock, [7] * 40)
+    log.close()
+    paths = event_files(str(tmp_path))
+    assert len(paths) == 5 and not any(p.endswith(OPEN_SUFFIX) for p in paths)
+    kept = [r["n"] for r in read_events(str(tmp_path))]
+    assert kept == numbers[-len(kept):]
