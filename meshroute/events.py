@@ -393,14 +393,6 @@ class EventLog:
         self._closer = (ThreadPoolExecutor(1, thread_name_prefix="event-log-closer")
                         if close_in_thread else None)
 
-    @property
-    def current_path(self) -> str | None:
-        """
-        The file being written (C{...jsonl.open}), or None between a close
-        and the next records.
-        """
-        return self._path
-
     def emit(self, event: str, **fields) -> None:
         """
         Append one event.  C{fields} must be JSON-serialisable.

@@ -66,7 +66,6 @@ def test_names_sort_in_writing_order_and_files_open_lazily(tmp_path):
     emit_batches(log, clock, [1])
     [open_file] = names(tmp_path)
     assert open_file == "events-20231114T221320Z-000000.jsonl.open"
-    assert log.current_path.endswith(open_file)
     log.rotate()
     assert names(tmp_path) == ["events-20231114T221320Z-000000.jsonl"]
     emit_batches(log, clock, [1])
@@ -319,3 +318,20 @@ def test_files_closed_in_a_thread_are_all_closed_in_order_by_close(tmp_path):
     assert len(paths) == 5 and not any(p.endswith(OPEN_SUFFIX) for p in paths)
     kept = [r["n"] for r in read_events(str(tmp_path))]
     assert kept == numbers[-len(kept):]
+
+
+def test_the_audit_reads_a_data_dir_or_its_events_dir_as_the_files_in_order(tmp_path):
+    from meshroute.audit.inputs import resolve_inputs
+
+    (tmp_path / "events.jsonl").write_text('{"time":1,"router":"r","event":"old"}\n')
+    (tmp_path / "store.db").write_bytes(b"not an event log")
+    clock = at()
+    log = EventLog(str(tmp_path), "r", clock, RotationSettings(max_file_size=1024))
+    emit_batches(log, clock, [10, 10, 10])
+    expected = event_files(str(tmp_path))
+    assert expected[-1].endswith(OPEN_SUFFIX) and len(expected) > 3
+    assert resolve_inputs([str(tmp_path)]) == expected
+    assert resolve_inputs([events_dir(str(tmp_path))]) == expected
+    assert resolve_inputs([str(tmp_path / "*" / "events-*.jsonl")]) == [
+        p for p in expected if not p.endswith(OPEN_SUFFIX)]
+    log.close()
