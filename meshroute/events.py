@@ -19,11 +19,14 @@ never rename them.
 import json
 import os
 import re
+from bisect import bisect_right
 import time as _time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import add
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
 from twisted.internet.interfaces import IReactorTime
@@ -153,6 +156,10 @@ _OPEN_NAME = re.compile(_NAME.pattern + re.escape(OPEN_SUFFIX))
 _START_FORMAT = "%Y%m%dT%H%M%SZ"
 
 MiB = 1024 * 1024
+#: Files handed to the closer thread and not closed yet, at most: past it
+#: the writer waits for the oldest, so a disk slower than the events
+#: holds up the router instead of its open files piling up.
+MAX_CLOSING = 16
 
 _log = Logger(namespace="meshroute.events")
 
@@ -370,8 +377,9 @@ class EventLog:
         @param close_in_thread: close files (fsync, rename, C{retain}) in a
             thread of their own, as a router does: an fsync of a 64 MiB
             file takes tens of milliseconds, which the reactor would
-            otherwise wait.  Without it files are closed in place (tests,
-            one-shot tools).
+            otherwise wait (it waits only when more than L{MAX_CLOSING}
+            files are waiting to be closed).  Without it files are closed
+            in place (tests, one-shot tools).
         """
         self.data_dir = data_dir
         self.directory = events_dir(data_dir)
@@ -392,6 +400,8 @@ class EventLog:
         self._closed_files.apply_retention()
         self._closer = (ThreadPoolExecutor(1, thread_name_prefix="event-log-closer")
                         if close_in_thread else None)
+        #: The closes handed to the closer, oldest first, some maybe done.
+        self._closing: deque[Future] = deque()
 
     def emit(self, event: str, **fields) -> None:
         """
@@ -443,20 +453,24 @@ class EventLog:
     def _write_across_files(self, lines: list[str]) -> None:
         """
         Write C{lines}, which do not fit in the current file, closing files
-        between them as they fill.
+        between them as they fill (a line longer than a file is written
+        alone).  Where to cut is found by bisecting the running byte
+        counts, not by a loop over the lines.
         """
-        part: list[str] = []
-        part_size = 0
-        for line in lines:
-            size = len(line) + 1
-            if self._size + part_size + size > self._max_size and self._size + part_size > 0:
-                if part:
-                    self._write("\n".join(part) + "\n")
-                    part, part_size = [], 0
+        # ends[i]: the bytes of lines[0..i] with their line ends.
+        ends = list(map(add, accumulate(map(len, lines)), range(1, len(lines) + 1)))
+        start, written = 0, 0
+        while start < len(lines):
+            stop = bisect_right(ends, written + self._max_size - self._size, lo=start)
+            if stop == start:
+                if self._size > 0:
+                    self.rotate()
+                    continue
+                stop = start + 1
+            self._write("\n".join(lines[start:stop]) + "\n")
+            start, written = stop, ends[stop - 1]
+            if start < len(lines):
                 self.rotate()
-            part.append(line)
-            part_size += size
-        self._write("\n".join(part) + "\n")
 
     def _write(self, data: str) -> None:
         if self._file is None:
@@ -506,7 +520,15 @@ class EventLog:
         if self._closer is None:
             self._closed_files.close(self._file, self._path, self._size)
         else:
-            self._closer.submit(self._closed_files.close, self._file, self._path, self._size)
+            closing = self._closing
+            closing.append(self._closer.submit(self._closed_files.close, self._file,
+                                               self._path, self._size))
+            while closing and closing[0].done():
+                closing.popleft()
+            if len(closing) > MAX_CLOSING:
+                # The disk falls behind: wait for it rather than hold ever
+                # more files open.
+                closing.popleft().result()
         self._file = None
         self._path = None
         self._size = 0

@@ -335,3 +335,40 @@ def test_the_audit_reads_a_data_dir_or_its_events_dir_as_the_files_in_order(tmp_
     assert resolve_inputs([str(tmp_path / "*" / "events-*.jsonl")]) == [
         p for p in expected if not p.endswith(OPEN_SUFFIX)]
     log.close()
+
+
+def test_the_writer_waits_for_the_closer_past_max_closing(tmp_path, monkeypatch):
+    """
+    Files waiting to be closed are bounded: the writer waits for the
+    oldest instead of holding more open.
+    """
+    import threading
+
+    import meshroute.events
+
+    clock = at()
+    log = EventLog(str(tmp_path), "r", clock, close_in_thread=True)
+    gate = threading.Event()
+    close = log._closed_files.close
+
+    def held_close(*args):
+        gate.wait(60)
+        close(*args)
+
+    monkeypatch.setattr(log._closed_files, "close", held_close)
+    monkeypatch.setattr(meshroute.events, "MAX_CLOSING", 3)
+
+    def one_file(n: int) -> None:
+        log.emit("e", n=n)
+        clock.advance(0)
+        log.rotate()
+
+    for n in range(3):
+        one_file(n)
+    assert [p.endswith(OPEN_SUFFIX) for p in event_files(str(tmp_path))] == [True] * 3
+    threading.Timer(0.2, gate.set).start()
+    one_file(3)  # the fourth waits until the first is closed
+    assert not event_files(str(tmp_path))[0].endswith(OPEN_SUFFIX)
+    log.close()
+    assert [r["n"] for r in read_events(str(tmp_path))] == [0, 1, 2, 3]
+    assert not any(p.endswith(OPEN_SUFFIX) for p in event_files(str(tmp_path)))

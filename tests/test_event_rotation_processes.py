@@ -133,12 +133,12 @@ def kill_mid_rotation(process, spec) -> list[str]:
 def test_routers_killed_mid_rotation_leave_every_file_readable_and_the_audit_clean(
         mesh, spark, tmp_path):  # noqa: F811
     """
-    Files of 16 KiB close every few reactor turns under load; each router
+    Files of 64 KiB close every few reactor turns under load; each router
     is killed (SIGKILL) in the middle of closing one and started again,
     while the producer and the consumer ride out the restarts.
     """
     count = 20_000
-    a, b, a_proc, b_proc = two_routers(mesh, "16 KiB")
+    a, b, a_proc, b_proc = two_routers(mesh, "64 KiB")
     retry = ("--reconnect-attempts", "-1", "--retry-interval", "100")
     consumer = mesh.start_receive(b_proc, QUEUE, None, None, "--prefetch", "1000", *retry)
     producer = mesh.start_send(a_proc, f"{QUEUE}@router-b", count, *retry,
