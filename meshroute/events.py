@@ -272,18 +272,20 @@ def _records(f) -> Iterator[dict]:
             continue
 
 
-def read_events(data_dir: str) -> Iterator[dict]:
+def read_events(data_dir: str) -> list[dict]:
     """
     Every well-formed record of a data dir's event log, in order, the file
     being written included (as far as it is written).  For tests and
     tools; the audit has its own reader with error accounting.
     """
+    records: list[dict] = []
     for path in event_files(data_dir):
         f = _open_event_file(path)
         if f is None:
             continue
         with f:
-            yield from _records(f)
+            records.extend(_records(f))
+    return records
 
 
 class EventFollower:
