@@ -44,6 +44,7 @@ script itself is killed: they get SIGKILL as their parent-death signal).
 """
 
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -62,6 +63,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from twisted.python import usage  # noqa: E402
+
+from meshroute.events import read_events  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 SECRET = b"benchmark secret"
@@ -160,6 +163,8 @@ class Options(usage.Options):
         ["dir", None, None, "Where to make the temporary mesh directories (default: the "
          "system's temporary directory; its disk is what sync=full measures)."],
         ["json", None, None, "Also write every measurement to this JSON file."],
+        ["events-max-file-size", None, None, "The routers close their event files at this "
+         "size ([events] max-file-size: bytes, or e.g. '1 MiB'); default the router's."],
         ["wait-idle", None, 0.0, "Before each run, wait up to this many seconds for the machine "
          "to be idle (under 10% busy for 2 s); for shared machines.", float],
         ["py-spy", None, None, "Record every router with py-spy during the throughput runs, "
@@ -356,17 +361,20 @@ class RouterProc:
         self.proc: subprocess.Popen | None = None
 
     @property
-    def events_path(self) -> str:
-        return os.path.join(self.directory, "data", "events.jsonl")
+    def data_dir(self) -> str:
+        return os.path.join(self.directory, "data")
 
     @property
     def client_endpoint(self) -> str:
         return f"tcp:127.0.0.1:{self.client_port}"
 
-    def write_config(self, sync: str) -> None:
+    def write_config(self, sync: str, extra: str = "") -> None:
+        """
+        Write its C{router.toml}, with the TOML C{extra} at the end.
+        """
         os.makedirs(self.directory)
         config = ROUTER_CONFIG.format(name=self.name, client_port=self.client_port,
-                                      admin_port=self.admin_port, sync=sync)
+                                      admin_port=self.admin_port, sync=sync) + extra
         if self.routing_port is not None:
             config += LISTENER_CONFIG.format(port=self.routing_port)
         if self.connect_to is not None:
@@ -409,9 +417,14 @@ class Mesh:
     A line of 2 or 3 routers, each in a fresh directory under C{workdir}.
     """
 
-    def __init__(self, workdir: str, hops: int, sync: str, children: Children) -> None:
+    def __init__(self, workdir: str, hops: int, sync: str, children: Children,
+                 extra_config: str = "") -> None:
+        """
+        @param extra_config: TOML tables added to every router's configuration.
+        """
         self.children = children
         self.sync = sync
+        self.extra_config = extra_config
         self.routers = [RouterProc(name, os.path.join(workdir, name)) for name in NAMES[:hops + 1]]
         for upstream, downstream in zip(self.routers, self.routers[1:]):
             downstream.routing_port = free_port()
@@ -427,7 +440,7 @@ class Mesh:
 
     def start(self) -> None:
         for router in reversed(self.routers):
-            router.write_config(self.sync)
+            router.write_config(self.sync, self.extra_config)
             router.start(self.children)
         for router in self.routers:
             wait_until(f"{router.name}'s admin API",
@@ -466,23 +479,16 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def read_enqueued(path: str, queue: str) -> tuple[int, float | None]:
+def read_enqueued(data_dir: str, queue: str) -> tuple[int, float | None]:
     """
-    From an event log: how many C{message.enqueued} into C{queue}, and the
-    time of the last.
+    From a data dir's event log: how many C{message.enqueued} into
+    C{queue}, and the time of the last.
     """
     count, last = 0, None
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if '"message.enqueued"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("queue") == queue:
-                count += 1
-                last = record["time"] if last is None else max(last, record["time"])
+    for record in read_events(data_dir):
+        if record["event"] == "message.enqueued" and record.get("queue") == queue:
+            count += 1
+            last = record["time"] if last is None else max(last, record["time"])
     return count, last
 
 
@@ -588,7 +594,7 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
         cpu_after, busy_after, wall_after = mesh.cpu(), busy_seconds(), time.monotonic()
         stop_profilers(profilers)
         exit_codes = mesh.stop()
-        enqueued, last_enqueued = read_enqueued(dest.events_path, QUEUE)
+        enqueued, last_enqueued = read_enqueued(dest.data_dir, QUEUE)
     finally:
         for profiler in profilers:
             if profiler.poll() is None:
@@ -750,6 +756,11 @@ def main(argv: list[str]) -> int:
     base = tempfile.mkdtemp(prefix="meshroute-throughput-", dir=options["dir"])
     count, rate, seconds = options["messages"], options["rate"], options["latency-seconds"]
     lat_count = int(rate * seconds)
+    make_mesh = Mesh
+    if options["events-max-file-size"]:
+        size = options["events-max-file-size"]
+        events = f"\n[events]\nmax-file-size = {size if size.isdigit() else json.dumps(size)}\n"
+        make_mesh = functools.partial(Mesh, extra_config=events)
     results: dict[str, dict] = {}
     lines = []
     started = time.monotonic()
@@ -758,11 +769,11 @@ def main(argv: list[str]) -> int:
             tp = lat = None
             if not options["no-throughput"]:
                 print(f"{row.id}: throughput, {count} messages ...", file=sys.stderr, flush=True)
-                tp = run_once(row, options, base, None, count)
+                tp = run_once(row, options, base, None, count, make_mesh)
             if not options["no-latency"]:
                 print(f"{row.id}: latency, {lat_count} messages at {rate}/s ...",
                       file=sys.stderr, flush=True)
-                lat = run_once(row, options, base, rate, lat_count)
+                lat = run_once(row, options, base, rate, lat_count, make_mesh)
             results[row.id] = {"throughput": tp, "latency": lat}
             lines.append(format_row(row, tp, lat))
             print(lines[-1], file=sys.stderr, flush=True)

@@ -89,7 +89,7 @@ def test_routed_questions_are_no_traffic(line):
     for name in (A, B, C):
         router = line.routers[name]
         router.events.flush()
-        assert [e for e in read_events(router.events.path)
+        assert [e for e in read_events(router.events.data_dir)
                 if e["event"].startswith("message.")] == []
         assert all(not q["name"].startswith("$") for q in router.describe_queues())
     # The question and answer crossed both links each way.

@@ -32,7 +32,7 @@ def line(mesh):
 def events_of(mesh, router: str, event: str) -> list[dict]:
     router = mesh.routers[router]
     router.events.flush()
-    return [e for e in read_events(router.events.path) if e["event"] == event]
+    return [e for e in read_events(router.events.data_dir) if e["event"] == event]
 
 
 class Consumer:

@@ -18,7 +18,7 @@ def test_the_event_log_counts_records_and_reasons(tmp_path):
     One count per record, a batch's records included; reasons only for
     the events counted by reason.
     """
-    log = EventLog(str(tmp_path / "events.jsonl"), "r", Clock())
+    log = EventLog(str(tmp_path), "r", Clock())
     log.emit(events.MESSAGE_FORWARDED, msg_id="m1")
     log.emit_many(events.MESSAGE_ACCEPTED, ("msg_id",), [("m1",), ("m2",), ("m3",)])
     log.emit(events.LINK_CLOSED, reason="keepalive")

@@ -164,7 +164,7 @@ def test_a_closed_links_reason_is_counted_once(mesh):
     assert value(samples, "meshroute_link_stage", **to_b, stage="delivery") == 1
     assert value(samples, "meshroute_link_sent_messages_total", **to_b) == 2 * N
     a.events.flush()
-    closed = [e for e in read_events(a.events.path) if e["event"] == "link.closed"]
+    closed = [e for e in read_events(a.events.data_dir) if e["event"] == "link.closed"]
     assert [e["reason"] for e in closed] == ["peer-closed"]
 
 
