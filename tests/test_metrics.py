@@ -35,7 +35,7 @@ def test_the_event_log_counts_records_and_reasons(tmp_path):
                            (events.LINK_CLOSED, "shutdown"): 1,
                            (events.MESSAGE_DROPPED, "max-depth"): 2,
                            (events.MESSAGE_DROPPED, "max-hops"): 1}
-    assert len(events.read_events(log.path)) == 11
+    assert len(events.read_events(log.data_dir)) == 11
 
 
 ITEM = ["m", "router-a", "router-b", "q", 1, 0.0, {}, b"body"]
