@@ -59,6 +59,8 @@ from twisted.internet.endpoints import TCP4ClientEndpoint  # noqa: E402
 from twisted.python import usage  # noqa: E402
 from twisted.web.client import Agent, readBody  # noqa: E402
 
+from meshroute.events import events_dir  # noqa: E402
+
 warnings.filterwarnings("ignore", "Using readBody with a transport", DeprecationWarning)
 
 SECRET = b"benchmark secret"
@@ -146,7 +148,7 @@ def disk_mib(path: str, prefix: str) -> float:
 
 def data_dir_sizes(path: str) -> str:
     return (f"store {disk_mib(path, 'store.db'):,.0f} MiB, "
-            f"events {disk_mib(path, 'events.jsonl'):,.0f} MiB")
+            f"events {disk_mib(events_dir(path), 'events-'):,.0f} MiB")
 
 
 class Router:

@@ -69,7 +69,7 @@ from twisted.internet import defer, task  # noqa: E402
 from twisted.internet.endpoints import clientFromString, serverFromString  # noqa: E402
 from twisted.python import usage  # noqa: E402
 
-from meshroute.events import EventLog  # noqa: E402
+from meshroute.events import EventLog, read_events  # noqa: E402
 from meshroute.ha.changes import READ_REPLICATION_STATE  # noqa: E402
 from meshroute.ha.feed import ReplicationServer  # noqa: E402
 from meshroute.ha.follower import ReplicationFollower  # noqa: E402
@@ -216,7 +216,7 @@ class ActiveSide:
     async def listen(self) -> str:
         server = ReplicationServer(lambda: None, lambda: None)
         server.serve(self.source, self.gate)
-        events = EventLog(os.path.join(self.directory, "events.jsonl"), NAME, self._reactor)
+        events = EventLog(self.directory, NAME, self._reactor)
         settings = ListenerSettings(secret=SECRET, keepalive_interval_ms=KEEPALIVE_MS,
                                     stage_valid_timeout_ms=STAGE_VALID_TIMEOUT_MS,
                                     reject_disconnect_delay_ms=0)
@@ -260,7 +260,7 @@ async def worker_follow(reactor, data_dir: str, endpoint: str, sync: str) -> Non
     await replica.open()
     in_sync = defer.Deferred()
     context = RouterContext(name=NAME, clock=reactor,
-                            events=EventLog(os.path.join(data_dir, "events.jsonl"), NAME, reactor),
+                            events=EventLog(data_dir, NAME, reactor),
                             registry=LinkRegistry(), engine=None)
     follower = ReplicationFollower(
         context, ConnectorSettings(SECRET, NAME, STAGE_VALID_TIMEOUT_MS),
@@ -683,12 +683,10 @@ def activated_at(instance: Router, since: float) -> float | None:
     """
     When C{instance}'s event log says it became active after C{since}.
     """
-    with open(os.path.join(instance.workdir, "data", "events.jsonl")) as f:
-        for line in f:
-            if '"ha.state"' in line:
-                event = json.loads(line)
-                if event["time"] > since and event["state"].startswith("active"):
-                    return event["time"]
+    for event in read_events(os.path.join(instance.workdir, "data")):
+        if (event["event"] == "ha.state" and event["time"] > since
+                and event["state"].startswith("active")):
+            return event["time"]
     return None
 
 

@@ -187,8 +187,7 @@ class Connectors:
         self._settings = ConnectorSettings(SECRET, expected_peer=ROUTER, stage_valid_timeout_ms=15000)
         names = [f"bench-{i:03d}" for i in range(count)]
         self.contexts = [
-            RouterContext(name, reactor, EventLog(os.path.join(workdir, name, "events.jsonl"),
-                                                  name, reactor), LinkRegistry(), IdleEngine())
+            RouterContext(name, reactor, EventLog(os.path.join(workdir, name), name, reactor), LinkRegistry(), IdleEngine())
             for name in names
         ]
 

@@ -63,6 +63,8 @@ sys.path.insert(0, ROOT)
 
 from twisted.python import usage  # noqa: E402
 
+from meshroute.events import read_events  # noqa: E402
+
 SCRIPT = os.path.abspath(__file__)
 SECRET = b"benchmark secret"
 QUEUE = "bench"
@@ -356,8 +358,8 @@ class RouterProc:
         self.proc: subprocess.Popen | None = None
 
     @property
-    def events_path(self) -> str:
-        return os.path.join(self.directory, "data", "events.jsonl")
+    def data_dir(self) -> str:
+        return os.path.join(self.directory, "data")
 
     @property
     def client_endpoint(self) -> str:
@@ -466,23 +468,16 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def read_enqueued(path: str, queue: str) -> tuple[int, float | None]:
+def read_enqueued(data_dir: str, queue: str) -> tuple[int, float | None]:
     """
-    From an event log: how many C{message.enqueued} into C{queue}, and the
-    time of the last.
+    From a data dir's event log: how many C{message.enqueued} into
+    C{queue}, and the time of the last.
     """
     count, last = 0, None
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if '"message.enqueued"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("queue") == queue:
-                count += 1
-                last = record["time"] if last is None else max(last, record["time"])
+    for record in read_events(data_dir):
+        if record["event"] == "message.enqueued" and record.get("queue") == queue:
+            count += 1
+            last = record["time"] if last is None else max(last, record["time"])
     return count, last
 
 
@@ -588,7 +583,7 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
         cpu_after, busy_after, wall_after = mesh.cpu(), busy_seconds(), time.monotonic()
         stop_profilers(profilers)
         exit_codes = mesh.stop()
-        enqueued, last_enqueued = read_enqueued(dest.events_path, QUEUE)
+        enqueued, last_enqueued = read_enqueued(dest.data_dir, QUEUE)
     finally:
         for profiler in profilers:
             if profiler.poll() is None:

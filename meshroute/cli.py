@@ -989,7 +989,7 @@ def force_activate(options, out) -> int:
         marker = records.ForcedActivation(f"{getpass.getuser()}@{socket.gethostname()}",
                                           time.time())
         records.record_forced_activation(data_dir, marker)
-        event_log = EventLog(os.path.join(data_dir, "events.jsonl"), identity.router, reactor)
+        event_log = EventLog(data_dir, identity.router, reactor)
         HAEventLog(event_log, reactor, identity.group, identity.role).force_activate(
             "recorded", requested_by=marker.requested_by, epoch=None)
         event_log.close()

@@ -13,7 +13,9 @@ are both driven by those tables, so they cannot drift apart.
 
 Durations are integers in milliseconds or strings with a unit (C{"500ms"},
 C{"15s"}, C{"2m"}, C{"1h"}, C{"1.5s"}); they are stored as integer
-milliseconds in attributes ending in C{_ms}.
+milliseconds in attributes ending in C{_ms}.  Sizes are integers in bytes
+or strings with a binary unit (C{"512 KiB"}, C{"64 MiB"}, C{"10 GiB"}),
+stored as integer bytes.
 
 Relative paths (C{data-dir}, C{password-file}) are kept as written and so
 are relative to the current working directory of the process, as with every
@@ -39,6 +41,7 @@ from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, ser
 from meshroute.sessions import limits
 from meshroute.sessions.tls import load_client_ca
 from meshroute.errors import ConfigError
+from meshroute.events import RetainBytes, RotationSettings
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
 from meshroute.security.files import read_private
@@ -49,6 +52,8 @@ from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?(B|KiB|MiB|GiB|TiB)")
+_UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 #: A user or queue name pattern: name characters and C{*}.
 _PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,64}")
 
@@ -234,6 +239,7 @@ class RouterConfig:
     client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
     ha: HASettings | None = None
     security: SecurityConfig | None = None
+    events: RotationSettings = RotationSettings()
 
 
 _REQUIRED = object()
@@ -245,7 +251,8 @@ class _Key:
     The rule for one operator-facing key.
 
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
-        C{number}, C{server-endpoint}, C{client-endpoint},
+        C{size} (bytes), C{retain} (an C{int} counts files, a size is a
+        L{RetainBytes}), C{number}, C{server-endpoint}, C{client-endpoint},
         C{client-endpoints} (one client endpoint string or a non-empty
         list of them, stored as a tuple), C{user-patterns},
         C{queue-patterns}, C{address-patterns} (lists of name patterns,
@@ -313,6 +320,11 @@ _ROUTING_KEYS = (
     _Key("reroute-delay", "duration", 5000, 0, _HOUR_MS),
 )
 _STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),)
+_EVENTS_KEYS = (
+    _Key("max-file-size", "size", RotationSettings.max_file_size, 1024, 1024**4),
+    _Key("max-age", "duration", None, 100, 30 * _DAY_MS),
+    _Key("retain", "retain", None, 1, 2**62),
+)
 _CLIENT_LISTENER_KEYS = (
     _Key("endpoint", "server-endpoint"),
     _Key("connection-ttl-override", "int", -1, -1, _DAY_MS),
@@ -389,6 +401,26 @@ def parse_duration_ms(value: object, *, path: str, key: str) -> int:
     return int(ms)
 
 
+def parse_size(value: object, *, path: str, key: str) -> int:
+    """
+    Turn a configured size into whole bytes: an integer is bytes; a string
+    is a number and a binary unit (C{B}, C{KiB}, C{MiB}, C{GiB}, C{TiB}),
+    with or without a space, whose product is a whole number of bytes.
+
+    @raise ConfigError: naming C{path} and C{key} for anything else.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ConfigError(path, key, 'expected integer bytes or a string like "512 KiB", '
+                                     f'"64 MiB", "10 GiB", got {value!r}')
+    size = Decimal(match[1]) * _UNIT_BYTES[match[2]]
+    if size != size.to_integral_value():
+        raise ConfigError(path, key, f"{value!r} is not a whole number of bytes")
+    return int(size)
+
+
 def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> object:
     """
     Check one present key against its spec and return the stored value.
@@ -400,6 +432,15 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if spec.kind == "duration":
         result = parse_duration_ms(value, path=path, key=key)
+    elif spec.kind == "size":
+        result = parse_size(value, path=path, key=key)
+    elif spec.kind == "retain":
+        if isinstance(value, str):
+            result = RetainBytes(parse_size(value, path=path, key=key))
+        elif not is_int:
+            raise fail('a number of files or a total size like "10 GiB"')
+        else:
+            result = value
     elif spec.kind == "int":
         if not is_int:
             raise fail("an integer")
@@ -459,7 +500,7 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
             if problem is not None:
                 raise ConfigError(path, key, problem)
         result = value
-    unit = " ms" if spec.kind == "duration" else ""
+    unit = {"duration": " ms", "size": " bytes"}.get(spec.kind, "")
     if spec.minimum is not None and result < spec.minimum:
         raise ConfigError(path, key, f"must be at least {spec.minimum}{unit}, got {result}{unit}")
     if spec.maximum is not None and result > spec.maximum:
@@ -654,7 +695,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     def take(table, keys, prefix):
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
-    sections = ["router", "routing", "store", "clients", "admin", "ha", "security"]
+    sections = ["router", "routing", "store", "events", "clients", "admin", "ha", "security"]
     _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
@@ -702,6 +743,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
                               "mesh; bind it to loopback (interface=127.0.0.1) or set "
                               "token-file")
     store = StoreConfig(**take(document.get("store", {}), _STORE_KEYS, "store"))
+    event_rotation = RotationSettings(**take(document.get("events", {}), _EVENTS_KEYS, "events"))
     clients = document.get("clients", {})
     if not isinstance(clients, dict):
         raise ConfigError(path, "clients", f"expected a table, got {type(clients).__name__}")
@@ -722,7 +764,8 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     return RouterConfig(
         path=path, listener=listener, connectors=tuple(connectors), admin=admin,
         routing=routing_config, store=store, clients=client_listener,
-        client_reconnect=client_reconnect, ha=ha, security=security, **router
+        client_reconnect=client_reconnect, ha=ha, security=security, events=event_rotation,
+        **router
     )
 
 
@@ -809,6 +852,8 @@ def _toml_value(value: object) -> str:
     """
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, RetainBytes):
+        return f'"{int(value)} B"'
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
@@ -841,6 +886,7 @@ def format_config(config: RouterConfig) -> str:
         _toml_table("[router]", config, _ROUTER_KEYS),
         _toml_table("[routing]", config.routing, _ROUTING_KEYS),
         _toml_table("[store]", config.store, _STORE_KEYS),
+        _toml_table("[events]", config.events, _EVENTS_KEYS),
     ]
     if config.clients is not None:
         tables.append(_toml_table("[clients.listener]", config.clients, _CLIENT_LISTENER_KEYS))

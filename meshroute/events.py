@@ -1,6 +1,13 @@
 """
-The router's event log: C{DATA-DIR/events.jsonl}, one JSON object per
+The router's event log: files in C{DATA-DIR/events/}, one JSON object per
 line, appended as things happen.
+
+The router writes one file at a time, C{events-START-SEQ.jsonl.open}, and
+closes it (fsync, then a rename that drops C{.open}) when it reaches
+C{max-file-size} or C{max-age}; a closed file is never written again, so
+readers that must not see a file being written (the streaming audit) read
+only C{events-*.jsonl}.  L{event_files} lists them in order and
+L{read_events} reads them; docs/events.md describes the files.
 
 Every record has C{time} (epoch seconds, float, from the router's clock),
 C{router} and C{event}; the rest of its fields depend on the event and are
@@ -11,9 +18,16 @@ never rename them.
 
 import json
 import os
+import re
+import time as _time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
 LINK_STAGE = "link.stage"
 LINK_REJECTED = "link.rejected"
@@ -123,9 +137,217 @@ def _lines(time: float, router: str, event: str, names: tuple, rows) -> list[str
     return [template % (head + tuple(map(value, row))) for row in rows]
 
 
+#: The directory of a data dir that holds the event files.
+EVENTS_DIR = "events"
+#: What a router before rotation wrote instead: one file, moved into
+#: L{EVENTS_DIR} as its first closed file at the first start (L{EventLog}).
+LEGACY_FILE = "events.jsonl"
+#: The suffix of the file being written.
+OPEN_SUFFIX = ".open"
+#: C{events-START-SEQ.jsonl}: START is the UTC second the file was opened
+#: (C{YYYYMMDDTHHMMSSZ}), SEQ the router's file counter, which only grows
+#: (across restarts too), so sorting the names sorts the files in the
+#: order they were written even when two were opened in the same second.
+_NAME = re.compile(r"events-(\d{8}T\d{6}Z)-(\d{6,})\.jsonl")
+_OPEN_NAME = re.compile(_NAME.pattern + re.escape(OPEN_SUFFIX))
+_START_FORMAT = "%Y%m%dT%H%M%SZ"
+
+MiB = 1024 * 1024
+
+_log = Logger(namespace="meshroute.events")
+
+
+class RetainBytes(int):
+    """
+    A C{retain} given as a size: the closed files kept may total this many
+    bytes.  (A plain C{int} C{retain} counts files.)
+    """
+
+
+@dataclass(frozen=True)
+class RotationSettings:
+    """
+    C{[events]}: when the router closes its event file and starts the next
+    one, and which closed files it keeps.
+
+    @ivar max_file_size: bytes; the file is closed at the first record
+        boundary that would take it past this.  A record longer than it
+        is written alone to a file.
+    @ivar max_age_ms: a file is closed this long after it was opened, by a
+        timer, so that readers of closed files see events within it; None:
+        only the size closes files.
+    @ivar retain: closed files kept: a number of files (C{int}), or their
+        total size (L{RetainBytes}); the oldest beyond it are deleted.
+        None keeps every file.
+    """
+
+    max_file_size: int = 64 * MiB
+    max_age_ms: int | None = None
+    retain: int | None = None
+
+
+def events_dir(data_dir: str) -> str:
+    """
+    The directory of C{data_dir} that holds its event files.
+    """
+    return os.path.join(data_dir, EVENTS_DIR)
+
+
+def file_name(start: str, seq: int) -> str:
+    """
+    The name of a closed event file opened at C{start} (C{YYYYMMDDTHHMMSSZ}).
+    """
+    return f"events-{start}-{seq:06d}.jsonl"
+
+
+def _start_stamp(seconds: float) -> str:
+    return _time.strftime(_START_FORMAT, _time.gmtime(seconds))
+
+
+def _closed_names(directory: str) -> list[str]:
+    """
+    The closed event files in C{directory}, oldest first.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(name for name in names if _NAME.fullmatch(name))
+
+
+def event_files(data_dir: str) -> list[str]:
+    """
+    The paths of a data dir's event files in the order they were written:
+    an old C{events.jsonl} not yet moved (a data dir of a router from
+    before rotation that has not started since), the closed files, then
+    the file being written (or, after a crash, the files left open).
+    """
+    directory = events_dir(data_dir)
+    legacy = os.path.join(data_dir, LEGACY_FILE)
+    paths = [legacy] if os.path.isfile(legacy) else []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        names = []
+    paths.extend(os.path.join(directory, n) for n in names if _NAME.fullmatch(n))
+    paths.extend(os.path.join(directory, n) for n in names if _OPEN_NAME.fullmatch(n))
+    return paths
+
+
+def _open_event_file(path: str, mode: str = "r"):
+    """
+    Open an event file for reading, following a file being written that
+    was closed (renamed) since it was listed; None if it is gone (deleted
+    by retention).
+    """
+    candidates = [path]
+    if path.endswith(OPEN_SUFFIX):
+        candidates.append(path[:-len(OPEN_SUFFIX)])
+    for candidate in candidates:
+        try:
+            return open(candidate, mode, encoding=None if "b" in mode else "utf-8")
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def _records(f) -> Iterator[dict]:
+    """
+    The well-formed records of an open event file: a malformed line, or a
+    last line still being written, is skipped.
+    """
+    for line in f:
+        if not line.endswith("\n"):
+            return
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def read_events(data_dir: str) -> Iterator[dict]:
+    """
+    Every well-formed record of a data dir's event log, in order, the file
+    being written included (as far as it is written).  For tests and
+    tools; the audit has its own reader with error accounting.
+    """
+    for path in event_files(data_dir):
+        f = _open_event_file(path)
+        if f is None:
+            continue
+        with f:
+            yield from _records(f)
+
+
+class EventFollower:
+    """
+    Reads the records a data dir's event log gained since the last call,
+    across rotations: a tail that knows which files it has read.
+    """
+
+    def __init__(self, data_dir: str, from_end: bool = False) -> None:
+        """
+        @param from_end: skip what the log holds now: the first call
+            returns only records written after this.
+        """
+        self._data_dir = data_dir
+        #: Closed names (without C{.open}) of the files read to the end.
+        self._finished: set[str] = set()
+        #: How far the files not yet finished were read, by closed name.
+        self._offsets: dict[str, int] = {}
+        if from_end:
+            self._read(skip=True)
+
+    def _read(self, skip: bool = False) -> bytes:
+        """
+        Every complete line written since the last read, and move past it
+        (without reading it, if C{skip}).
+        """
+        data = []
+        for path in event_files(self._data_dir):
+            key = path[:-len(OPEN_SUFFIX)] if path.endswith(OPEN_SUFFIX) else path
+            if key in self._finished:
+                continue
+            f = _open_event_file(path, "rb")
+            if f is None:
+                continue
+            offset = self._offsets.get(key, 0)
+            with f:
+                closed = not f.name.endswith(OPEN_SUFFIX)
+                if skip:
+                    unread = f.seek(0, os.SEEK_END) - offset
+                    complete = unread
+                else:
+                    f.seek(offset)
+                    new = f.read()
+                    unread = len(new)
+                    complete = new.rfind(b"\n") + 1
+                    data.append(new[:complete])
+            if closed and complete == unread:
+                self._finished.add(key)
+                self._offsets.pop(key, None)
+            else:
+                self._offsets[key] = offset + complete
+        return b"".join(data)
+
+    def new_events(self) -> list[dict]:
+        """
+        The well-formed records written since the last call, in order.
+        """
+        records = []
+        for line in self._read().decode("utf-8", errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        return records
+
+
 class EventLog:
     """
-    Appends events for one router to one file.
+    Appends events for one router to the files of C{DATA-DIR/events/},
+    closing the current file and starting the next as L{RotationSettings}
+    says, and deleting the oldest closed files beyond its C{retain}.
 
     Records emitted during one turn of the reactor are written together at
     the end of it (a message-heavy router emits tens of thousands a
@@ -133,20 +355,43 @@ class EventLog:
     router killed with SIGKILL loses none that were emitted before its last
     completed turn and leaves at worst a truncated last line, which the
     audit counts as malformed rather than misreading.
+
+    A file is closed only between whole records, and its size is a running
+    count of what was written (records are ASCII: one character, one
+    byte), so deciding costs no system call.  A file is opened when the
+    first records after a close are written, so there are no empty files,
+    and its name's start time is when it was opened.
     """
 
-    def __init__(self, path: str, router: str, clock: IReactorTime) -> None:
-        self.path = path
+    def __init__(self, data_dir: str, router: str, clock: IReactorTime,
+                 rotation: RotationSettings = RotationSettings(),
+                 close_in_thread: bool = False) -> None:
+        """
+        @param close_in_thread: close files (fsync, rename, C{retain}) in a
+            thread of their own, as a router does: an fsync of a 64 MiB
+            file takes tens of milliseconds, which the reactor would
+            otherwise wait.  Without it files are closed in place (tests,
+            one-shot tools).
+        """
+        self.data_dir = data_dir
+        self.directory = events_dir(data_dir)
         self._router = router
         self._clock = clock
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+        self._rotation = rotation
+        self._max_size = rotation.max_file_size
+        os.makedirs(self.directory, exist_ok=True)
+        self._seq, self._last_start = _recover(self.directory, data_dir)
+        self._file = None
+        self._path: str | None = None
+        self._size = 0
+        self._age_call = None
+        self._closed = False
         self._pending: list[str] = []
-        if _ends_inside_a_line(path):
-            # A router killed in the middle of a write left a truncated
-            # last line: end it, so that our first record stays whole.
-            self._file.write("\n")
         self._flush_call = None
+        self._closed_files = _ClosedFiles(self.directory, rotation.retain)
+        self._closed_files.apply_retention()
+        self._closer = (ThreadPoolExecutor(1, thread_name_prefix="event-log-closer")
+                        if close_in_thread else None)
 
     def emit(self, event: str, **fields) -> None:
         """
@@ -177,46 +422,245 @@ class EventLog:
 
     def flush(self) -> None:
         """
-        Write every pending record now.
+        Write every pending record now, closing the file at the record
+        boundaries where it reaches C{max-file-size}.
         """
         if self._flush_call is not None:
             if self._flush_call.active():
                 self._flush_call.cancel()
             self._flush_call = None
-        if self._pending:
-            self._file.write("\n".join(self._pending) + "\n")
-            self._pending.clear()
-            self._file.flush()
+        if not self._pending:
+            return
+        lines, self._pending = self._pending, []
+        data = "\n".join(lines) + "\n"
+        if self._size + len(data) <= self._max_size:
+            self._write(data)
+        else:
+            self._write_across_files(lines)
+        if self._size >= self._max_size:
+            self.rotate()
+
+    def _write_across_files(self, lines: list[str]) -> None:
+        """
+        Write C{lines}, which do not fit in the current file, closing files
+        between them as they fill.
+        """
+        part: list[str] = []
+        part_size = 0
+        for line in lines:
+            size = len(line) + 1
+            if self._size + part_size + size > self._max_size and self._size + part_size > 0:
+                if part:
+                    self._write("\n".join(part) + "\n")
+                    part, part_size = [], 0
+                self.rotate()
+            part.append(line)
+            part_size += size
+        self._write("\n".join(part) + "\n")
+
+    def _write(self, data: str) -> None:
+        if self._file is None:
+            self._open()
+        self._file.write(data)
+        self._file.flush()
+        self._size += len(data)
+
+    def _open(self) -> None:
+        """
+        Start the next file.  Its start time never goes below the last
+        file's, so that the names sort in order even if the clock steps
+        back.
+        """
+        if self._closed:
+            raise ValueError(f"the event log of {self.data_dir} is closed")
+        start = max(_start_stamp(self._clock.seconds()), self._last_start)
+        path = os.path.join(self.directory, file_name(start, self._seq) + OPEN_SUFFIX)
+        self._file = open(path, "x", encoding="utf-8")
+        self._path = path
+        self._size = 0
+        self._seq += 1
+        self._last_start = start
+        if self._rotation.max_age_ms is not None:
+            self._age_call = self._clock.callLater(self._rotation.max_age_ms / 1000,
+                                                   self._aged)
+
+    def _aged(self) -> None:
+        self._age_call = None
+        self.flush()
+        self.rotate()
+
+    def rotate(self) -> None:
+        """
+        Close the file being written, if any: hand it to the closer, which
+        fsyncs it and drops its C{.open} by a rename, so that it is whole
+        wherever it is seen closed, then applies C{retain}.  The next
+        records start a new file.
+        """
+        if self._file is None:
+            return
+        if self._age_call is not None:
+            if self._age_call.active():
+                self._age_call.cancel()
+            self._age_call = None
+        self._file.flush()
+        if self._closer is None:
+            self._closed_files.close(self._file, self._path, self._size)
+        else:
+            self._closer.submit(self._closed_files.close, self._file, self._path, self._size)
+        self._file = None
+        self._path = None
+        self._size = 0
 
     def close(self) -> None:
         """
-        Write what is pending and close the file; later emits are errors.
+        Write what is pending and close the file, waiting for every file
+        being closed; later emits are errors.
         """
         self.flush()
-        self._file.close()
+        self.rotate()
+        if self._closer is not None:
+            self._closer.shutdown(wait=True)
+        self._closed = True
 
 
-def _ends_inside_a_line(path: str) -> bool:
+class _ClosedFiles:
     """
-    Whether the file at C{path} is non-empty and does not end with a newline.
+    The closed files of an events directory, oldest first, and the work of
+    closing one and applying C{retain}: done by one thread at a time (the
+    closer's, or the reactor's), in the order the files were written.
     """
-    with open(path, "rb") as f:
-        if f.seek(0, os.SEEK_END) == 0:
-            return False
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) != b"\n"
 
+    def __init__(self, directory: str, retain: int | None) -> None:
+        self._directory = directory
+        self._retain = retain
+        self._files = deque((name, os.path.getsize(os.path.join(directory, name)))
+                            for name in _closed_names(directory))
+        self._bytes = sum(size for _, size in self._files)
 
-def read_events(path: str) -> list[dict]:
-    """
-    Every well-formed record of an event log, in order.  For tests and
-    tools; the audit has its own reader with error accounting.
-    """
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    def close(self, f, path: str, size: int) -> None:
+        """
+        Close the open file C{f} at C{path} (C{size} bytes, flushed):
+        fsync, close, rename without C{.open}, sync the directory; then
+        apply C{retain}.  An error is logged: the file stays C{.open}, to
+        be closed at the next start.
+        """
+        try:
+            os.fsync(f.fileno())
+            f.close()
+            _close_file(path)
+        except OSError:
+            _log.failure("Event log: cannot close {path}", path=path)
+            return
+        self._files.append((os.path.basename(path)[:-len(OPEN_SUFFIX)], size))
+        self._bytes += size
+        self.apply_retention()
+
+    def apply_retention(self) -> None:
+        """
+        Delete the oldest closed files beyond C{retain}, logging each.
+        """
+        retain = self._retain
+        if retain is None:
+            return
+        by_bytes = isinstance(retain, RetainBytes)
+        why = f"retain = {int(retain)} bytes" if by_bytes else f"retain = {retain} files"
+        while self._files and (self._bytes if by_bytes else len(self._files)) > retain:
+            name, size = self._files.popleft()
+            self._bytes -= size
             try:
-                records.append(json.loads(line))
-            except ValueError:
+                os.remove(os.path.join(self._directory, name))
+            except FileNotFoundError:
                 continue
-    return records
+            except OSError:
+                _log.failure("Event log: cannot delete {name} ({why})", name=name, why=why)
+                continue
+            _log.info("Event log: deleted {name} ({size} bytes), the oldest closed file "
+                      "beyond {why}", name=name, size=size, why=why)
+
+
+def _close_file(path: str) -> None:
+    """
+    Make the event file at C{path} (a C{.open} one, written to disk) a
+    closed one: rename it, and sync the directory so the rename survives a
+    crash.
+    """
+    os.rename(path, path[:-len(OPEN_SUFFIX)])
+    _sync_directory(os.path.dirname(path))
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _recover(directory: str, data_dir: str) -> tuple[int, str]:
+    """
+    Put C{directory} in order before a router writes to it: close the
+    files a killed router left open (ending a truncated last line, so the
+    next reader sees a malformed line instead of two records run
+    together), delete empty ones, and move an C{events.jsonl} of a router
+    from before rotation in as a closed file.
+
+    @return: the next file's sequence number, and the latest start time
+        of a file's name.
+    """
+    seq, last_start = 0, ""
+    found = []
+    for name in sorted(os.listdir(directory)):
+        match = _NAME.fullmatch(name) or _OPEN_NAME.fullmatch(name)
+        if match:
+            seq = max(seq, int(match[2]) + 1)
+            last_start = max(last_start, match[1])
+            if name.endswith(OPEN_SUFFIX):
+                found.append(os.path.join(directory, name))
+    for path in found:
+        if os.path.getsize(path) == 0:
+            os.remove(path)
+            continue
+        _end_last_line(path)
+        _close_file(path)
+        _log.info("Event log: closed {name}, which the last run left open",
+                  name=os.path.basename(path))
+    legacy = os.path.join(data_dir, LEGACY_FILE)
+    if os.path.isfile(legacy):
+        _end_last_line(legacy)
+        start = _first_time(legacy)
+        name = file_name(start, seq)
+        os.rename(legacy, os.path.join(directory, name))
+        _sync_directory(directory)
+        _sync_directory(data_dir)
+        _log.info("Event log: moved {legacy}, the single event file of an older meshroute, "
+                  "to {name}", legacy=legacy, name=os.path.join(directory, name))
+        seq += 1
+        last_start = max(last_start, start)
+    return seq, last_start
+
+
+def _first_time(path: str) -> str:
+    """
+    The start time for the name of an old C{events.jsonl}: its first
+    record's, or the file's modification time when that cannot be read.
+    """
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = f.readline()
+    try:
+        return _start_stamp(float(json.loads(first)["time"]))
+    except (ValueError, KeyError, TypeError, OverflowError, OSError):
+        return _start_stamp(os.path.getmtime(path))
+
+
+def _end_last_line(path: str) -> None:
+    """
+    End a truncated last line of the file at C{path}, and write it to disk.
+    """
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.flush()
+        os.fsync(f.fileno())

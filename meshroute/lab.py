@@ -49,6 +49,7 @@ import urllib.error
 import urllib.request
 
 from meshroute.cli import format_links
+from meshroute.events import EventFollower, event_files
 
 #: The HA states in which an instance serves.
 ACTIVE = ("active-replicated", "active-alone")
@@ -72,7 +73,7 @@ class LabRouter:
         #: Names the process: the router's name, and the role of an instance.
         self.label = f"{self.name}-{self.ha_role}" if self.ha_role else self.name
         self.connectors = len(config.get("routing", {}).get("connector", []))
-        self.events_path = os.path.join(config["router"]["data-dir"], "events.jsonl")
+        self.data_dir = config["router"]["data-dir"]
         endpoint = config.get("admin", {}).get("endpoint", "")
         port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
         self.admin = f"http://127.0.0.1:{port}" if port else None
@@ -83,8 +84,7 @@ class LabRouter:
         self.process: subprocess.Popen | None = None
         #: Killed or stopped on purpose: its exit is no failure of the lab.
         self.down = False
-        self._events_offset = os.path.getsize(self.events_path) if os.path.exists(
-            self.events_path) else 0
+        self._events = EventFollower(self.data_dir, from_end=True)
 
     def start(self) -> None:
         self.down = False
@@ -99,15 +99,7 @@ class LabRouter:
         """
         Events appended since the last call.
         """
-        if not os.path.exists(self.events_path):
-            return []
-        with open(self.events_path, encoding="utf-8") as f:
-            f.seek(self._events_offset)
-            lines = f.readlines()
-            if lines and not lines[-1].endswith("\n"):
-                lines.pop()
-            self._events_offset += sum(len(line.encode()) for line in lines)
-        return [json.loads(line) for line in lines]
+        return self._events.new_events()
 
     def get(self, path: str):
         with urllib.request.urlopen(self.admin + path, timeout=2) as response:
@@ -397,7 +389,7 @@ def run_audit(routers: list[LabRouter], out: str) -> None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         print("   audit skipped: Spark needs Java, and no java is on the PATH")
         return
-    paths = [router.events_path for router in routers if os.path.exists(router.events_path)]
+    paths = [router.data_dir for router in routers if event_files(router.data_dir)]
     if not paths:
         print("   audit skipped: no event log was written")
         return

@@ -469,8 +469,8 @@ def open_data_dir(config: RouterConfig, clock: IReactorTime, lock, unlock) -> ev
     try:
         os.makedirs(config.data_dir, exist_ok=True)
         lock()
-        return events.EventLog(os.path.join(config.data_dir, "events.jsonl"), config.name,
-                               clock)
+        return events.EventLog(config.data_dir, config.name, clock, config.events,
+                               close_in_thread=True)
     except OSError as e:
         unlock()
         raise ConfigError(config.path, "router.data-dir",

@@ -65,6 +65,8 @@ from typing import Callable, Iterable, TypeVar
 
 import pytest
 
+from meshroute.events import events_dir, read_events
+
 #: The checkout under test: put first on the routers' PYTHONPATH.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -219,8 +221,11 @@ class RouterSpec:
         return Path(self.router["data-dir"])
 
     @property
-    def events_path(self) -> Path:
-        return self.data_dir / "events.jsonl"
+    def events_dir(self) -> Path:
+        """
+        The directory of its event files (what the audit reads).
+        """
+        return Path(events_dir(str(self.data_dir)))
 
     @property
     def log_path(self) -> Path:
@@ -575,19 +580,9 @@ class RouterProcess:
         The event log's well-formed records, optionally only those of
         C{event} whose fields equal C{fields}.
         """
-        records = []
-        try:
-            with open(self.spec.events_path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        records.append(json.loads(line))
-                    except ValueError:
-                        continue
-        except FileNotFoundError:
-            return []
         return [
             r
-            for r in records
+            for r in read_events(str(self.spec.data_dir))
             if (event is None or r.get("event") == event)
             and all(r.get(key) == value for key, value in fields.items())
         ]
@@ -771,6 +766,7 @@ class Mesh:
         clients: bool = False,
         routing: dict[str, object] | None = None,
         store: dict[str, object] | None = None,
+        events: dict[str, object] | None = None,
     ) -> RouterSpec:
         """
         Describe a router and write its configuration file.
@@ -789,6 +785,8 @@ class Mesh:
         @param routing: keys of its C{[routing]} table, as an operator
             writes them (C{{"reroute-delay": "1s", "max-hops": 4}}).
         @param store: keys of its C{[store]} table (C{{"sync": "normal"}}).
+        @param events: keys of its C{[events]} table
+            (C{{"max-file-size": "1 MiB"}}).
         """
         label = label or name
         if any(spec.label == label for spec in self.specs):
@@ -818,6 +816,8 @@ class Mesh:
             extra["routing"] = dict(routing)
         if store:
             extra["store"] = dict(store)
+        if events:
+            extra["events"] = dict(events)
         spec = RouterSpec(
             name=name,
             label=label,

@@ -446,7 +446,7 @@ def test_real_routers_audit_clean(spark, mesh, tmp_path):  # noqa: F811
     for process in processes:
         assert process.terminate() == 0
     code, stdout, stderr, summary = audit(
-        spark, [spec.events_path for spec in (a, b, c)], tmp_path / "audit",
+        spark, [spec.events_dir for spec in (a, b, c)], tmp_path / "audit",
         in_flight_grace_s=0.0, keepalive_limit=100.0)
     assert code == EXIT_OK, stdout + stderr
     messages = summary["messages"]

@@ -21,6 +21,7 @@ from meshroute.config import (
     parse_duration_ms,
 )
 from meshroute.errors import ConfigError
+from meshroute.events import RetainBytes, RotationSettings
 
 SECRET = "s3cret-mesh-password"
 
@@ -219,7 +220,7 @@ def test_wrong_type_string(write):
 
 def test_unknown_section(write):
     path = write(ROUTER + "[storage]\nsync = 'full'\n")
-    assert_refused(path, "storage", "unknown key", "admin, clients, ha, router, routing, security, store")
+    assert_refused(path, "storage", "unknown key", "admin, clients, events, ha, router, routing, security, store")
 
 
 def test_unknown_routing_key(write):
@@ -643,3 +644,49 @@ endpoint = "{ssl}"
 client-ca = "{ca}"
 """)
         assert_refused(path, "clients.listener.client-ca", fragment)
+
+
+# -- [events] ----------------------------------------------------------------
+
+
+def test_events_defaults_rotate_at_64_mib_and_keep_every_file(write):
+    assert load(write(ROUTER)).events == RotationSettings(
+        max_file_size=64 * 1024 * 1024, max_age_ms=None, retain=None)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(4096, 4096), ('"1 MiB"', 1024**2), ('"512KiB"', 512 * 1024), ('"1.5 GiB"', 3 * 1024**3 // 2),
+     ('"2048 B"', 2048), ('"1 TiB"', 1024**4)],
+)
+def test_events_max_file_size_forms(write, value, expected):
+    assert load(write(ROUTER + f"[events]\nmax-file-size = {value}\n")).events.max_file_size == (
+        expected)
+
+
+@pytest.mark.parametrize(
+    "key, value, fragment",
+    [("max-file-size", '"1 MB"', '"64 MiB"'), ("max-file-size", '"0.5 B"', "whole number"),
+     ("max-file-size", "1.5", "integer bytes"), ("max-file-size", "true", "integer bytes"),
+     ("max-file-size", 1023, "at least 1024 bytes"), ("max-file-size", '"2 TiB"', "at most"),
+     ("max-age", '"1d"', "500ms"), ("max-age", '"50ms"', "at least 100 ms"),
+     ("retain", 0, "at least 1"), ("retain", '"ten"', '"64 MiB"'),
+     ("retain", "1.5", "a number of files or a total size"),
+     ("rotate", 1, "unknown key")],
+)
+def test_bad_events_values_name_the_key(write, key, value, fragment):
+    assert_refused(write(ROUTER + f"[events]\n{key} = {value}\n"), f"events.{key}", fragment)
+
+
+def test_retain_counts_files_or_bytes_and_round_trips(write):
+    by_count = load(write(ROUTER + '[events]\nretain = 20\nmax-age = "1m"\n'))
+    assert by_count.events.retain == 20 and not isinstance(by_count.events.retain, RetainBytes)
+    assert by_count.events.max_age_ms == 60_000
+    by_size = load(write(ROUTER + '[events]\nretain = "10 GiB"\n'))
+    assert isinstance(by_size.events.retain, RetainBytes)
+    assert by_size.events.retain == 10 * 1024**3
+    for config in (by_count, by_size):
+        again = load(write(format_config(config), name="effective.toml"))
+        assert again == dataclasses.replace(config, path=again.path)
+        assert isinstance(again.events.retain, RetainBytes) == isinstance(
+            config.events.retain, RetainBytes)

@@ -131,8 +131,8 @@ class Harness:
 
     def __init__(self, tmp_path, interval=1000, multiplier=2.0, maximum=4000, attempts=-1):
         self.clock = Clock()
-        self.events_path = str(tmp_path / "events.jsonl")
-        self.events = EventLog(self.events_path, OWN, self.clock)
+        self.data_dir = str(tmp_path)
+        self.events = EventLog(self.data_dir, OWN, self.clock)
         self.context = RouterContext(
             name=OWN,
             clock=self.clock,
@@ -168,7 +168,7 @@ class Harness:
 
     def recorded(self, event: str) -> list[dict]:
         self.context.events.flush()
-        return [r for r in read_events(self.events_path) if r["event"] == event]
+        return [r for r in read_events(self.data_dir) if r["event"] == event]
 
 
 @pytest.fixture

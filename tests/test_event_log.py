@@ -1,6 +1,8 @@
 """
-The event log after a crash: a router killed in the middle of a write
-leaves a truncated last line; the next life's records must stay whole.
+The event log's records, byte for byte, and the files they are written
+to: rotation at record boundaries, by size and by age, retention, and what
+the next start makes of the files a killed router left (see
+tests/test_event_rotation.py).
 """
 
 from hypothesis import given, settings
@@ -9,25 +11,7 @@ from twisted.internet.task import Clock
 
 from conftest_spark import spark  # noqa: F401 (a fixture)
 
-from meshroute.events import _ENCODE, EventLog, _lines, read_events
-
-
-def test_truncated_last_line_does_not_swallow_the_next_record(tmp_path):
-    path = tmp_path / "events.jsonl"
-    path.write_text('{"time":1,"router":"r","event":"a"}\n{"time":17')
-    log = EventLog(str(path), "r", Clock())
-    log.emit("router.started", pid=1)
-    log.close()
-    assert [r["event"] for r in read_events(str(path))] == ["a", "router.started"]
-
-
-def test_whole_file_gets_no_blank_line(tmp_path):
-    path = tmp_path / "events.jsonl"
-    path.write_text('{"time":1,"router":"r","event":"a"}\n')
-    log = EventLog(str(path), "r", Clock())
-    log.emit("b")
-    log.close()
-    assert path.read_text().count("\n") == 2
+from meshroute.events import _ENCODE, EventLog, _lines, event_files
 
 
 # The cheap encoder: byte for byte what the JSON encoder writes.
@@ -61,15 +45,15 @@ def test_records_are_byte_for_byte_the_json_encoders(time, router, event, fields
 
 
 def test_emit_many_writes_one_record_per_row_in_order(tmp_path):
-    path = tmp_path / "events.jsonl"
     clock = Clock()
     clock.advance(1700000000.25)
-    log = EventLog(str(path), "router-a", clock)
+    log = EventLog(str(tmp_path), "router-a", clock)
     log.emit("router.started", pid=1)
     log.emit_many("message.consumed", ("msg_id", "queue", "accepted_at", "redelivered"),
                   [("m1", "q", 1.5, False), ("m2", "q\u00e9", 2.0, True)])
     log.close()
-    assert path.read_text() == (
+    [path] = event_files(str(tmp_path))
+    assert open(path).read() == (
         '{"time":1700000000.25,"router":"router-a","event":"router.started","pid":1}\n'
         '{"time":1700000000.25,"router":"router-a","event":"message.consumed","msg_id":"m1",'
         '"queue":"q","accepted_at":1.5,"redelivered":false}\n'
@@ -85,10 +69,9 @@ def test_the_audit_reads_message_records_written_in_batches(spark, tmp_path):  #
     """
     from meshroute.audit.read import load_lines, parse_lines
 
-    path = tmp_path / "events.jsonl"
     clock = Clock()
     clock.advance(1700000000.5)
-    log = EventLog(str(path), "router-b", clock)
+    log = EventLog(str(tmp_path), "router-b", clock)
     batches = {
         "message.accepted": (("msg_id", "origin", "dest", "size", "persistent"),
                              [(f"a{i}", "router-b", "q@router-c", 100, True) for i in range(3)]),
@@ -106,7 +89,7 @@ def test_the_audit_reads_message_records_written_in_batches(spark, tmp_path):  #
         log.emit_many(event, names, rows)
     log.close()
 
-    parsed = parse_lines(load_lines(spark, [str(path)])).collect()
+    parsed = parse_lines(load_lines(spark, event_files(str(tmp_path)))).collect()
     assert [row["problem"] for row in parsed] == [None] * 12
     read = [row.asDict() for row in parsed]
     expected = [{"time": 1700000000.5, "router": "router-b", "event": event,

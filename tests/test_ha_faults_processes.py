@@ -103,8 +103,8 @@ def stop_all(mesh) -> None:  # noqa: F811
     for process in mesh.processes:
         if process.popen.poll() is None:
             assert process.terminate() == 0, process.log_tail()
-    RUN_LOGS.extend(sorted({spec.events_path for spec in mesh.specs
-                            if spec.events_path.exists()}))
+    RUN_LOGS.extend(sorted({spec.events_dir for spec in mesh.specs
+                            if spec.events_dir.exists()}))
 
 
 def start_pair(mesh, witness, primary_spec, backup_spec):  # noqa: F811

@@ -157,8 +157,8 @@ class Instance:
     def __init__(self, tmp_path) -> None:
         self.clock = Clock()
         self.tmp_path = tmp_path
-        self.events_path = str(tmp_path / "events.jsonl")
-        self.events = events.EventLog(self.events_path, NAME, self.clock)
+        self.data_dir = str(tmp_path)
+        self.events = events.EventLog(self.data_dir, NAME, self.clock)
         self.registry = LinkRegistry()
         self.witness = Witness(NAME, HeldRecords(), self.clock, self.events,
                                own_position=lambda: LogPosition(1, 3))
@@ -191,7 +191,7 @@ class Instance:
 
     def recorded(self, event: str) -> list[dict]:
         self.events.flush()
-        return [r for r in events.read_events(self.events_path) if r["event"] == event]
+        return [r for r in events.read_events(self.data_dir) if r["event"] == event]
 
 
 class Follower:

@@ -107,8 +107,8 @@ class Harness:
     def __init__(self, tmp_path, replica: FakeReplica) -> None:
         self.clock = Clock()
         self.data_dir = str(tmp_path)
-        self.events_path = str(tmp_path / "events.jsonl")
-        self.events = EventLog(self.events_path, NAME, self.clock)
+        self.data_dir = str(tmp_path)
+        self.events = EventLog(self.data_dir, NAME, self.clock)
         self.context = RouterContext(name=NAME, clock=self.clock, events=self.events,
                                      registry=LinkRegistry(), engine=RecordingEngine())
         self.endpoint = FakeEndpoint(self.clock)
@@ -146,7 +146,7 @@ class Harness:
 
     def closed(self) -> list[dict]:
         self.events.flush()
-        return [r for r in read_events(self.events_path) if r["event"] == "link.closed"]
+        return [r for r in read_events(self.data_dir) if r["event"] == "link.closed"]
 
     def heard(self) -> int:
         heard = self.reports.count("heard")

@@ -146,7 +146,7 @@ def start_both(pair: Pair) -> tuple[HAInstance, HAInstance]:
 
 def ha_events(instance: HAInstance, event: str) -> list[dict]:
     instance.events.flush()
-    return [e for e in read_events(instance.events.path) if e["event"] == event]
+    return [e for e in read_events(instance.events.data_dir) if e["event"] == event]
 
 
 def send(instance: HAInstance, count: int) -> list:

@@ -160,7 +160,7 @@ def test_force_activate_records_the_marker_and_logs_it(data_dir, force):
     records = opened(data_dir)
     marker = result(records.forced_activation())
     assert isinstance(marker, ForcedActivation) and "@" in marker.requested_by
-    [record] = events.read_events(str(data_dir / "events.jsonl"))
+    [record] = events.read_events(str(data_dir))
     assert record["router"] == "router-b"
     assert {k: record[k] for k in ("event", "group", "role", "step", "epoch")} == {
         "event": "ha.force-activate", "group": "router-b", "role": "primary",
@@ -202,4 +202,4 @@ def test_force_activate_refuses_while_a_router_runs_on_the_data_dir(data_dir, fo
         code, _, err = force("--data-dir", str(data_dir), "--accept-data-loss")
     assert code == 1 and "in use by a running router" in err
     assert result(opened(data_dir).forced_activation()) is None
-    assert not (data_dir / "events.jsonl").exists()
+    assert events.event_files(str(data_dir)) == []

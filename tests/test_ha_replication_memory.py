@@ -49,7 +49,7 @@ class Pair:
     def __init__(self, tmp_path) -> None:
         self.network = MemoryNetwork()
         clock: Clock = self.network.clock
-        self.events = EventLog(str(tmp_path / "events.jsonl"), ROUTER, clock)
+        self.events = EventLog(str(tmp_path), ROUTER, clock)
         self.reports: list[str] = []
         active_dir = tmp_path / "active"
         active_dir.mkdir()

@@ -20,7 +20,7 @@ def clock():
 
 @pytest.fixture
 def log(tmp_path, clock):
-    event_log = events.EventLog(str(tmp_path / "events.jsonl"), "router-b", clock)
+    event_log = events.EventLog(str(tmp_path), "router-b", clock)
     yield HAEventLog(event_log, clock, group="router-b", role="backup"), event_log
     event_log.close()
 
@@ -28,7 +28,7 @@ def log(tmp_path, clock):
 def written(event_log):
     event_log.flush()
     return [{k: v for k, v in record.items() if k not in ("time", "router")}
-            for record in events.read_events(event_log.path)]
+            for record in events.read_events(event_log.data_dir)]
 
 
 def test_state_epoch_and_fenced(log):

@@ -140,7 +140,7 @@ class PairRun:
             assert process.terminate() == 0, process.log_tail()
 
     def audit(self, spark, out):  # noqa: F811
-        logs = [spec.events_path for spec in
+        logs = [spec.events_dir for spec in
                 (self.far.spec, self.primary_spec, self.backup_spec)]
         code, stdout, stderr, summary = audit(spark, logs, out, in_flight_grace_s=0.0)
         assert code == EXIT_OK, stdout

@@ -59,8 +59,8 @@ class Harness:
 
     def __init__(self, tmp_path) -> None:
         self.clock = Clock()
-        self.events_path = str(tmp_path / "events.jsonl")
-        self.events = EventLog(self.events_path, ROUTER, self.clock)
+        self.data_dir = str(tmp_path)
+        self.events = EventLog(self.data_dir, ROUTER, self.clock)
         self.context = RouterContext(name=ROUTER, clock=self.clock, events=self.events,
                                      registry=LinkRegistry(), engine=RecordingEngine())
         self.endpoints: dict[str, FakeEndpoint] = {}
@@ -85,7 +85,7 @@ class Harness:
 
     def recorded(self, event: str) -> list[dict]:
         self.events.flush()
-        return [r for r in read_events(self.events_path) if r["event"] == event]
+        return [r for r in read_events(self.data_dir) if r["event"] == event]
 
 
 @pytest.fixture

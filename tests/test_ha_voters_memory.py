@@ -40,7 +40,7 @@ class Instance:
     def __init__(self, mesh: MemoryMesh, tmp_path, own: quorum.Voter, peer: quorum.Voter):
         self.clock = mesh.clock
         role = own.name.split("/")[-1]
-        self.event_log = events.EventLog(str(tmp_path / f"{role}.jsonl"), ROUTER, self.clock)
+        self.event_log = events.EventLog(str(tmp_path / role), ROUTER, self.clock)
         context = RouterContext(name=ROUTER, clock=self.clock, events=self.event_log,
                                 registry=LinkRegistry(), engine=None)
         client = mesh.network.endpoints(ROUTER).client

@@ -83,7 +83,7 @@ class Router:
     clock: Clock
     registry: LinkRegistry
     engine: RecordingEngine
-    events_path: str
+    data_dir: str
 
     def listener(self, **overrides) -> "ConnectorPeer":
         """
@@ -123,7 +123,7 @@ class Router:
     def events(self, event: str | None = None) -> list[dict]:
         self.context.events.flush()
         return [
-            r for r in events.read_events(self.events_path)
+            r for r in events.read_events(self.data_dir)
             if event is None or r["event"] == event
         ]
 
@@ -155,12 +155,11 @@ def router(tmp_path) -> Router:
     clock = Clock()
     registry = LinkRegistry()
     engine = RecordingEngine()
-    path = str(tmp_path / "events.jsonl")
-    log = events.EventLog(path, LOCAL, clock)
+    log = events.EventLog(str(tmp_path), LOCAL, clock)
     context = RouterContext(
         name=LOCAL, clock=clock, events=log, registry=registry, engine=engine
     )
-    yield Router(context, clock, registry, engine, path)
+    yield Router(context, clock, registry, engine, str(tmp_path))
     log.close()
 
 

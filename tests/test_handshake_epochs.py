@@ -54,13 +54,12 @@ def make_router(tmp_path, epoch: int = 0, store: FakeEpochStore | None = None) -
     clock = Clock()
     registry = LinkRegistry()
     engine = RecordingEngine()
-    path = str(tmp_path / "events.jsonl")
     peer_epochs = PeerEpochs(store if store is not None else FakeEpochStore(), registry)
     peer_epochs.load()
-    context = RouterContext(name=LOCAL, clock=clock, events=events.EventLog(path, LOCAL, clock),
+    context = RouterContext(name=LOCAL, clock=clock, events=events.EventLog(str(tmp_path), LOCAL, clock),
                             registry=registry, engine=engine, epoch=epoch,
                             peer_epochs=peer_epochs)
-    return Router(context, clock, registry, engine, path)
+    return Router(context, clock, registry, engine, str(tmp_path))
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def assert_confirmed(deferreds) -> None:
 
 def events_of(router, event: str) -> list[dict]:
     router.events.flush()
-    return [e for e in read_events(router.events.path) if e["event"] == event]
+    return [e for e in read_events(router.events.data_dir) if e["event"] == event]
 
 
 def line(mesh):

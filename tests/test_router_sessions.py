@@ -1103,7 +1103,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
     mesh.run(3)
     assert router.describe_sessions() == []
     mesh.stop("router-a")
-    names = [e["event"] for e in read_events(str(tmp_path / "router-a" / "events.jsonl"))
+    names = [e["event"] for e in read_events(str(tmp_path / "router-a"))
              if e["event"].startswith("session.")]
     assert names == ["session.opened", "session.disconnected", "session.expired"]
 
@@ -1129,5 +1129,5 @@ def test_a_stopped_router_closes_its_client_connections(tmp_path):
     connection.open()
     mesh.stop("router-a")
     assert connection.aborted
-    assert [e for e in read_events(router.events.path)
+    assert [e for e in read_events(router.events.data_dir)
             if e["event"] == event_names.SESSION_DISCONNECTED]

@@ -198,6 +198,6 @@ def test_a_commit_whose_answer_a_crash_lost_is_applied_once_when_retried(
     assert sorted(m.body for m in received) == sorted(b"%d" % n for n in range(N))
     # The first commit was applied; the retry was answered from the
     # duplicate ids.
-    events = read_events(configs["router-a"].data_dir + "/events.jsonl")
+    events = list(read_events(configs["router-a"].data_dir))
     assert sorted(e["duplicate_id"] for e in events if e["event"] == "message.duplicate") == [
         f"job-1:{n}" for n in range(N)]

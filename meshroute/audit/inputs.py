@@ -10,9 +10,14 @@ import os
 import urllib.parse
 
 from meshroute.errors import MeshrouteError
+from meshroute.events import OPEN_SUFFIX
 
-#: What a directory argument contributes: these files below it, recursively.
+#: What a directory argument contributes: these files below it, recursively,
+#: and those being written (C{.jsonl.open}: a router's current file, or the
+#: last one of a router that was killed), so that a directory of rotated
+#: files is read as its one file was.
 LOG_SUFFIX = ".jsonl"
+_LOG_SUFFIXES = (LOG_SUFFIX, LOG_SUFFIX + OPEN_SUFFIX)
 
 #: The longest event line the audit reads, in bytes.  A router's events are
 #: a few hundred bytes; a longer line means the file is not an event log
@@ -44,7 +49,7 @@ def _files_under(directory: str) -> list[str]:
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         found.extend(os.path.join(root, name) for name in sorted(files)
-                     if name.endswith(LOG_SUFFIX))
+                     if name.endswith(_LOG_SUFFIXES))
     return found
 
 
@@ -79,8 +84,9 @@ def resolve_inputs(paths: list[str], max_line_bytes: int | None = None) -> list[
     """
     The files to read for the command-line arguments C{paths}.
 
-    A local file is read whatever its name; a directory contributes every
-    C{*.jsonl} file below it (recursively); a glob (C{var/*/events.jsonl})
+    A local file is read whatever its name; a directory (a router's data
+    dir, or its C{events/}) contributes every C{*.jsonl} and C{*.jsonl.open}
+    file below it (recursively), in name order; a glob (C{var/*/events/})
     is expanded, each match a file or directory as above.  A URI with a
     scheme other than C{file:} (C{hdfs://}, C{s3a://}) is handed to Spark
     as it is, globs and all.  Every argument must contribute at least one

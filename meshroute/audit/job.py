@@ -5,7 +5,7 @@ Parquet tables, C{summary.json} and C{report.html}, print the verdict.
 Three ways to run it, one code path:
 
     meshroute audit var/lab --out var/lab/audit
-    python -m meshroute.audit 'logs/*/events.jsonl' --out audit --master spark://host:7077
+    python -m meshroute.audit 'logs/*/events/' --out audit --master spark://host:7077
     spark-submit --master spark://host:7077 path/to/meshroute/audit/job.py \\
         hdfs:///mesh/logs --out hdfs:///mesh/audit
 

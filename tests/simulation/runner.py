@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from twisted.logger import LogLevel, globalLogPublisher
 
 from meshroute.config import ClientListenerConfig, ClientReconnectConfig, RoutingConfig
-from meshroute.events import read_events
+from meshroute.events import events_dir, read_events
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import FastTransfer, Transfer
 
@@ -193,8 +193,9 @@ class World:
             connection.close()
         for msg_id in held:
             self.lost_with_disk.setdefault(msg_id, name)
-        os.rename(os.path.join(data_dir, "events.jsonl"),
-                  os.path.join(self.root, f"{name}.{self.epochs[name]}.events.jsonl"))
+        aside = os.path.join(self.root, f"{name}.{self.epochs[name]}")
+        os.makedirs(aside)
+        os.rename(events_dir(data_dir), events_dir(aside))
         shutil.rmtree(data_dir)
         self.epochs[name] += 1
 
@@ -437,9 +438,8 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
     events = []
     for name in schedule.routers:
         for epoch in range(world.epochs[name] + 1):
-            path = (os.path.join(world.root, f"{name}.{epoch}.events.jsonl")
-                    if epoch < world.epochs[name]
-                    else os.path.join(world.configs[name].data_dir, "events.jsonl"))
-            events += [(name, epoch, record) for record in read_events(path)]
+            data_dir = (os.path.join(world.root, f"{name}.{epoch}")
+                        if epoch < world.epochs[name] else world.configs[name].data_dir)
+            events += [(name, epoch, record) for record in read_events(data_dir)]
     return Outcome(schedule, world.attempts, world.deliveries, events, world.lost_with_disk,
                    stuck, world.memory, errors.unexpected, world.notes, world.start)
