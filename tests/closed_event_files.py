@@ -2,7 +2,7 @@
 Rotated event files and the streaming audit, for its tests.
 
 L{write_closed_files} lays lines out as a router's rotation does
-(C{DIR/events/events-<start>-<seq>.jsonl}, sorted names = order, each
+(C{DIR/events/events-START-SEQ.jsonl}, sorted names = order, each
 closed file newer than the one before); L{Follower} runs
 C{meshroute audit --follow} as a process and reads its rolling
 C{summary.json}.
@@ -13,9 +13,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from routers import router_env, tail, wait_until
+
+from meshroute.events import file_name
 
 #: The first file's modification time: files of one router are closed in
 #: order, a second apart.
@@ -23,10 +26,15 @@ FIRST_MTIME = 1_800_000_000
 
 
 def closed_file_name(start: float, seq: int) -> str:
-    return f"events-{int(start * 1000):013d}-{seq:06d}.jsonl"
+    """
+    The router's name (L{meshroute.events.file_name}) of closed file
+    C{seq}, opened at C{start} (epoch seconds).
+    """
+    return file_name(time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start)), seq)
 
 
-def write_closed_files(lines: list[str], events_dir: Path, per_file: int, start: float = 0.0,
+def write_closed_files(lines: list[str], events_dir: Path, per_file: int,
+                       start: float = FIRST_MTIME,
                        first_seq: int = 0, mtime: float = FIRST_MTIME) -> list[Path]:
     """
     Write C{lines} (each with its line end, the last one perhaps without)

@@ -113,8 +113,9 @@ def live(tmp_path_factory):
         b = mesh.router(B, connect=[c], clients=True, routing=routing)
         a = mesh.router(A, connect=[b], clients=True, routing=routing)
         for spec in (a, b, c):
-            spec.extra["events"] = {"max-file-size": 16384}
+            spec.extra["events"] = {"max-file-size": "16 KiB", "max-age": "2s"}
             spec.write()
+            spec.data_dir.mkdir(parents=True, exist_ok=True)
         follower = Follower([spec.data_dir for spec in (a, b, c)], directory / "audit",
                             "--trigger", "2", "--in-flight-grace", "5")
         try:
@@ -134,7 +135,8 @@ def live(tmp_path_factory):
                 lambda s: s["routers"]["clean_stops"] == 3 and s["messages"]["consumed"] == 300,
                 DEADLINE_S, "the streaming audit to see every message and every router stop")
             assert follower.stop() == EXIT_OK, follower.stderr()
-            yield {"data_dirs": [spec.data_dir for spec in (a, b, c)], "summary": summary,
+            yield {"data_dirs": {spec.name: spec.data_dir for spec in (a, b, c)},
+                   "summary": summary,
                    "stderr": follower.stderr(), "directory": directory}
         finally:
             follower.kill()
@@ -142,6 +144,7 @@ def live(tmp_path_factory):
         mesh.cleanup()
 
 
+@pytest.mark.timeout(900)
 def test_live_mesh_followed_reports_nothing_lost(live):
     summary = live["summary"]
     messages = summary["messages"]
@@ -153,6 +156,7 @@ def test_live_mesh_followed_reports_nothing_lost(live):
     assert "LOST" not in live["stderr"] and "DUPLICATED" not in live["stderr"]
 
 
+@pytest.mark.timeout(900)
 def test_an_injected_loss_and_duplicate_are_reported_at_the_next_batch(live):
     """
     A copy of the live mesh's logs, followed; then one new closed file at
@@ -163,9 +167,8 @@ def test_an_injected_loss_and_duplicate_are_reported_at_the_next_batch(live):
     with one more closed file: nothing is counted twice.
     """
     copy = live["directory"] / "copy"
-    for data_dir in live["data_dirs"]:
-        shutil.copytree(data_dir / "events", copy / data_dir.name / "events",
-                        ignore=shutil.ignore_patterns("*.open"))
+    for name, data_dir in live["data_dirs"].items():
+        shutil.copytree(data_dir / "events", copy / name / "events")
     out = live["directory"] / "copy-audit"
     follower = Follower([copy], out, "--trigger", "2", "--in-flight-grace", "5")
     try:

@@ -43,6 +43,7 @@ When a message is established lost or duplicated, a line says so on
 stderr at once (once per message: C{OUT/state/announced}).
 """
 
+import json
 import os
 import signal
 import threading
@@ -191,6 +192,18 @@ class StreamingAudit:
             name.startswith("batch=") for name in os.listdir(self.announced_dir))
 
 
+def _last_summary(out: str) -> dict | None:
+    """
+    The summary an earlier run left in C{out}, when this one found
+    nothing new to audit.
+    """
+    try:
+        with open(os.path.join(display_name(out), "summary.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def run(settings, out, err, spark=None) -> int:
     """
     Follow C{settings.inputs} until interrupted (SIGINT, SIGTERM) or, with
@@ -231,9 +244,12 @@ def run(settings, out, err, spark=None) -> int:
         while query.isActive and not stop.is_set():
             query.awaitTermination(1)
         if query.isActive:
+            # Asked to stop: let the micro-batch under way finish first.
+            while query.isActive and query.status["isTriggerActive"]:
+                query.awaitTermination(1)
             query.stop()
         failure = query.exception()
-        if failure is not None:
+        if failure is not None and not stop.is_set():
             err.write(f"meshroute audit: the streaming audit failed: {failure.desc}\n")
             return job.EXIT_BAD_INPUT
     except AuditInputError as e:
@@ -244,9 +260,9 @@ def run(settings, out, err, spark=None) -> int:
             signal.signal(number, handler)
         if owned:
             spark.stop()
-    summary = audit.summary
+    summary = audit.summary or _last_summary(settings.out)
     if summary is None:
-        progress("no new closed event file")
+        progress("no closed event file yet")
         return job.EXIT_OK
     for line in report.console_lines(summary, settings.out.rstrip("/")):
         out.write(line + "\n")
