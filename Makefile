@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SOURCES := setup.cfg pyproject.toml $(shell find meshroute twisted -name '*.py' -o -name '*.sql' 2>/dev/null)
 
-.PHONY: lab test run simulate install clean audit-cluster
+.PHONY: lab test run simulate install chromium clean audit-cluster
 
 install: $(VENV)/.installed
 
@@ -25,7 +25,19 @@ run: install
 lab: install
 	$(PY) -m meshroute.lab etc/lab
 
-test: install
+# The browser tests (tests/browser.py) drive headless Chromium: installed
+# here where we can (root, with apt-get), and never a reason for the target
+# to fail; where it is missing, those tests are skipped and say why.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	       && echo "installing chromium for the browser tests (apt-get)" \
+	       && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+	            || { apt-get update -qq >/dev/null 2>&1 \
+	                 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } \
+	  || echo "chromium is not installed: the browser tests will be skipped"
+
+test: install chromium
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 # The seeded fault simulation (docs/simulation.md): RUNS schedules from

@@ -58,6 +58,7 @@ from meshroute import events
 from meshroute.errors import MeshrouteError
 from meshroute.messages import (
     DEAD_LETTER_QUEUE,
+    SYSTEM_QUEUES,
     AddressError,
     Message,
     MessageIds,
@@ -255,6 +256,7 @@ class MessageEngine:
         self._reroutes: dict[str, IDelayedCall] = {}
         self._accepting: dict[str, int] = defaultdict(int)
         self._transient: dict[str, deque] = defaultdict(deque)
+        self._system: Callable[[Message], None] | None = None
 
     # -- clients ------------------------------------------------------------
 
@@ -873,7 +875,48 @@ class MessageEngine:
         return ()
 
     def arrived_transient(self, message: Message) -> None:
+        if message.dest_queue in SYSTEM_QUEUES:
+            self._route_system(message)
+            return
         self._route_transient(message)
+
+    # -- system messages ------------------------------------------------------
+
+    def serve_system(self, handler: Callable[[Message], None]) -> None:
+        """
+        Hand C{handler} every message that arrives for one of this
+        router's system queues (L{meshroute.messages.SYSTEM_QUEUES}).
+        """
+        self._system = handler
+
+    def send_system(self, message: Message) -> bool:
+        """
+        Send a router's own non-persistent message to a system queue of
+        another router (or of this one), on the next hop's link now.  It
+        is no message of the mesh's traffic: no event records it, and it
+        never waits: with no live route it is not sent.
+
+        @return: whether it was sent (or, for this router, handed over).
+        """
+        if message.dest_router == self.name:
+            if self._system is not None:
+                self._system(message)
+            return True
+        if message.hops >= self._max_hops:
+            return False
+        channel = self._next_channel(message.dest_router)
+        if channel is None:
+            return False
+        channel.send_unrecorded(message)
+        return True
+
+    def _route_system(self, message: Message) -> None:
+        if not self.send_system(message):
+            log.info("a message for {queue}@{router} from {origin} has no route on; dropped",
+                     queue=message.dest_queue, router=message.dest_router,
+                     origin=message.origin)
+
+    # -- non-persistent messages ----------------------------------------------
 
     def _route_transient(self, message: Message) -> None:
         if message.dest_router == self.name:
@@ -941,9 +984,11 @@ class MessageEngine:
         self._events.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
                           origin=message.origin, hops=message.hops, reason=reason,
                           dest=_address(message))
+        self.queues.rates.entered(DEAD_LETTER_QUEUE)
         self.queues.notify(DEAD_LETTER_QUEUE)
 
     def _emit_enqueued(self, message: Message) -> None:
+        self.queues.rates.entered(message.dest_queue)
         self._events.emit(
             events.MESSAGE_ENQUEUED, msg_id=message.msg_id, origin=message.origin,
             queue=message.dest_queue, hops=message.hops, accepted_at=message.accepted_at,
@@ -1019,6 +1064,17 @@ class PeerChannel:
         self._fast: list[tuple] = []
         self._fast_bytes = 0
         self._fast_call = None
+        #: Messages sent and received on this link, transfers of both
+        #: kinds (a replayed one counts again), for the admin API.
+        self.sent = 0
+        self.received = 0
+
+    @property
+    def in_flight(self) -> int:
+        """
+        Transfers sent and not yet acknowledged.
+        """
+        return len(self._in_flight)
 
     # -- sending ------------------------------------------------------------
 
@@ -1134,6 +1190,7 @@ class PeerChannel:
         Send C{items} (L{_on_the_wire}), numbered from C{first_seq} on: one
         L{TransferBatch}, or a L{Transfer} for a single message.
         """
+        self.sent += len(items)
         if len(items) > 1:
             self.send(TransferBatch(first_seq, items))
         elif items:
@@ -1184,8 +1241,17 @@ class PeerChannel:
         as soon as it holds a batch's worth; before, in a L{FastTransfer}
         of its own.
         """
-        item = _on_the_wire(message)
         self._engine.emit_forwarded(self.peer, message)
+        self.send_unrecorded(message)
+
+    def send_unrecorded(self, message: Message) -> None:
+        """
+        Send a non-persistent message as L{send_transient} does, without
+        its C{message.forwarded} event: a router's own system message
+        (L{MessageEngine.send_system}).
+        """
+        self.sent += 1
+        item = _on_the_wire(message)
         if self._batch_limit == 1:
             self.send(FastTransfer(*item))
             return
@@ -1220,6 +1286,7 @@ class PeerChannel:
         """
         A persistent message arrived: acknowledge it once it is durable.
         """
+        self.received += 1
         previous = self._previous
         self._previous = max(previous, frame.seq)
         d = self._engine.arrived(self.peer, frame.seq, previous,
@@ -1237,6 +1304,7 @@ class PeerChannel:
         self._previous = max(previous, last)
         seq = frame.first_seq
         arrivals = []
+        self.received += len(frame.messages)
         for item in frame.messages:
             arrivals.append((seq, _message(*item, True)))
             seq += 1
@@ -1300,9 +1368,11 @@ class PeerChannel:
             self._ack_delay = None
 
     def fast_transferred(self, frame: FastTransfer) -> None:
+        self.received += 1
         self._engine.arrived_transient(_message_from(frame, persistent=False))
 
     def fast_transferred_batch(self, frame: FastTransferBatch) -> None:
+        self.received += len(frame.messages)
         arrived = self._engine.arrived_transient
         for item in frame.messages:
             arrived(_message(*item, False))

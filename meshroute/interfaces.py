@@ -362,6 +362,24 @@ class IRouteTable(Interface):
         than this one.
         """
 
+    def heard():
+        """
+        Every router known, this one included.
+        """
+
+    def changes():
+        """
+        C{{router: seconds}}: when each router's links last changed, as
+        this table took it (the admin API's C{routers} view).
+        """
+
+    def adjacencies():
+        """
+        C{{(router, router): both}}: every sorted pair of routers one of
+        which advertises a link to the other, C{both} when the other
+        advertises it back (the admin API's C{topology}).
+        """
+
 
 class ILinkEngine(Interface):
     """

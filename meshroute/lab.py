@@ -15,12 +15,14 @@ mesh at work, with producers and consumers as separate processes
     arrive there, each exactly once;
  3. the middle router without HA is frozen with SIGSTOP: its neighbours'
     keepalive counters run down and they close their links to it with
-    reason C{keepalive}; messages sent to it meanwhile wait in the
-    sender's store;
+    reason C{keepalive}; once both have, no route leads to it, and
+    messages sent to it wait in the sender's store (the lab says so only
+    if the sender's backlog shows them);
  4. it is resumed with SIGCONT: its links come back to delivery, the
     waiting messages flow, and its consumer gets each exactly once;
  5. for each pair: messages flow from the first router to the pair, and
-    its active instance is killed with SIGKILL; the backup takes over
+    its active instance is killed with SIGKILL as soon as they start to
+    arrive (how many it held is printed); the backup takes over
     (how long it took is printed), and the consumer gets each message
     exactly once;
  6. the killed instance is started again: it finds the new active and
@@ -29,7 +31,8 @@ mesh at work, with producers and consumers as separate processes
     router back to it (C{allow-failback}) and follows it again
     (C{restart-backup}).
 
-Then it keeps reporting link events until Ctrl-C, which stops every
+Then it points at the topology page (the admin endpoint's C{/}) and
+C{/metrics}, and keeps reporting events until Ctrl-C, which stops every
 router with SIGTERM (links close with reason C{shutdown}), and ends by
 auditing the routers' event logs (C{python -m meshroute.audit}, into
 C{var/lab/audit}) and printing the audit's summary.
@@ -105,6 +108,16 @@ class LabRouter:
         with urllib.request.urlopen(self.admin + path, timeout=2) as response:
             return json.load(response)
 
+    def delivery_peers(self) -> set[str]:
+        """
+        The routers this one has a link in delivery to (none while it does
+        not serve or does not answer).
+        """
+        try:
+            return {link["peer"] for link in self.links() if link["stage"] == "delivery"}
+        except OSError:
+            return set()
+
     def links(self) -> list[dict]:
         """
         Its links; none for an instance of a pair that is not the active
@@ -175,12 +188,49 @@ def describe(event: dict, label: str) -> str | None:
     if name.startswith("ha."):
         return describe_ha(who, event)
     if name.startswith("session."):
-        client = event.get("client_id") or event.get("session_id", "?")
-        why = f": {event['reason']}" if event.get("reason") else ""
-        return f"{who} session of {client} {name.split('.', 1)[1]}{why}"
+        return describe_session(who, event)
     if name.startswith("message."):
         return None  # counted, not printed: there are thousands
-    return f"{who} {name} {json.dumps(event)}"
+    if name == "link.incarnation":
+        return (f"{who} link {event['link']:<14} {event['direction']:<9} {peer:<9} has a new "
+                f"store (restarted empty): its previous store's transfers are forgotten")
+    if name == "connector.exhausted":
+        return f"{who} link connector to {peer} gave up after {event['attempts']} attempts"
+    if name == "security.authenticated":
+        return f"{who} security: {event['user']} authenticated ({event['mechanism']})"
+    if name == "security.denied":
+        return (f"{who} security: {event['action']} {event['target']} by "
+                f"{event['user'] or '?'} denied: {event['reason']}")
+    return describe_fields(who, event)
+
+
+def describe_fields(who: str, event: dict) -> str:
+    """
+    The line of an event the lab has no words for: its name and fields.
+    """
+    return f"{who} {event['event']}" + "".join(
+        f" {key}={value}" for key, value in event.items() if key not in ("time", "router", "event"))
+
+
+def describe_session(who: str, event: dict) -> str:
+    """
+    One line for a C{session.*} event, in the form of a link's, column for
+    column: the session (its id's first 10 digits), the client, what
+    happened.
+    """
+    what = event["event"].split(".", 1)[1]
+    if what == "opened":
+        ttl = event.get("ttl_ms")
+        what = "→ opened" + (f", TTL {ttl} ms" if ttl is not None and ttl >= 0 else "")
+    elif what == "recreated":
+        what = f"→ recreated (session {event['requested_session_id'][:10]} was gone)"
+    elif what == "reattached":
+        what = (f"→ reattached after {event['disconnected_for_s']:.1f} s, "
+                f"{event['deliveries_resent']} deliveries resent")
+    elif event.get("reason"):
+        what = f"{what}: {event['reason']}"
+    client = event.get("client_id") or "?"
+    return f"{who} session {event['session_id'][:10]:<11} client    {client:<9} {what}"
 
 
 def describe_ha(who: str, event: dict) -> str | None:
@@ -208,7 +258,7 @@ def describe_ha(who: str, event: dict) -> str | None:
     if name == "ha.heartbeat-refused":
         return (f"{who} ha: refused a heartbeat of {event['instance']} in epoch "
                 f"{event['epoch']} (granted {event['granted_epoch']})")
-    return f"{who} {name} {json.dumps(event)}"
+    return describe_fields(who, event)
 
 
 def meshroute_command(*args: str) -> list[str]:
@@ -233,8 +283,13 @@ class Consumer:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
-    def report(self) -> None:
+    def report(self, lab: "Lab") -> None:
+        """
+        Wait for the consumer to end, print the lab's events so far (its
+        session's among them), then what it received.
+        """
         out, err = self.process.communicate(timeout=90)
+        lab.report()
         ids = [json.loads(line)["id"] for line in out.splitlines() if line.strip()]
         verdict = "each exactly once" if len(set(ids)) == len(ids) == self.count else (
             f"{len(set(ids))} distinct, {len(ids) - len(set(ids))} doubled; {err.strip()}")
@@ -255,14 +310,19 @@ class Producer:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
 
-    def report(self) -> None:
+    def report(self, lab: "Lab") -> None:
+        """
+        Wait for the producer to end, print the lab's events so far, then
+        whether its messages were accepted.
+        """
         _, err = self.process.communicate(timeout=120)
+        lab.report()
         status = "durably accepted" if self.process.returncode == 0 else f"FAILED: {err.strip()}"
         print(f"   meshroute send: {self.description}: {status}", flush=True)
 
 
-def send(router: LabRouter, address: str, count: int, label: str) -> None:
-    Producer(router, address, count, label).report()
+def send(lab: "Lab", router: LabRouter, address: str, count: int, label: str) -> None:
+    Producer(router, address, count, label).report(lab)
 
 
 class Lab:
@@ -323,6 +383,14 @@ class Lab:
         except OSError:
             return False
         return len(links) == expected and all(link["stage"] == "delivery" for link in links)
+
+    def linked_to(self, name: str) -> list[str]:
+        """
+        The running routers other than C{name} with a link in delivery to
+        it, by label.
+        """
+        return [router.label for router in self.routers
+                if not router.down and router.name != name and name in router.delivery_peers()]
 
     def instances(self, name: str) -> list[LabRouter]:
         """
@@ -418,7 +486,7 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
     active = next(router for router in pair if router.serving())
     standby = next(router for router in pair if router is not active)
     print(f"   {count} messages from {sender.name} to {address}; the active instance "
-          f"{active.label} is killed (SIGKILL) while they arrive", flush=True)
+          f"{active.label} is killed (SIGKILL) as soon as they start to arrive", flush=True)
     producer = Producer(sender, address, count, "sent across the failover")
     lab.watch(30, until=lambda: active.queue_depth("payments") >= count // 10)
     depth = active.queue_depth("payments")
@@ -426,14 +494,15 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
     active.process.kill()
     killed_at = time.monotonic()
     active.process.wait()
-    print(f"   {active.label} killed with {depth} of them in its queue", flush=True)
+    print(f"   {active.label} killed; {depth} of the {count} were in its queue a moment "
+          "before", flush=True)
     if lab.watch(15, until=standby.serving):
         print(f"   {standby.label} serves {time.monotonic() - killed_at:.1f} s after the kill "
               "(the bound: lease-timeout + 2 × heartbeat-interval + 1 s, 5 s here)", flush=True)
     else:
         print(f"   {standby.label} does not serve 15 s after the kill; see its log", flush=True)
-    producer.report()
-    Consumer(pair, "payments", count).report()
+    producer.report(lab)
+    Consumer(pair, "payments", count).report(lab)
 
     print(f"\n== 6. {active.label} returns: it asks the voters, finds {standby.label} "
           "active and catches up as its backup", flush=True)
@@ -458,8 +527,8 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
     if lab.watch(30, until=lab.pairs_ready):
         lab.print_pair(pair)
     lab.watch(30, until=lambda: lab.all_in_delivery(expected_links))
-    send(sender, address, 200, "sent after the failback")
-    Consumer(pair, "payments", 200).report()
+    send(lab, sender, address, 200, "sent after the failback")
+    Consumer(pair, "payments", 200).report(lab)
 
 
 def main(argv=None) -> int:
@@ -479,8 +548,7 @@ def main(argv=None) -> int:
                              if router.ha_role != "backup")
     print(f"meshroute lab: starting {len(paths)} routers from {args.directory}")
     for router in lab.routers:
-        print(f"  {router.label:<16} admin API {router.admin}/api/v1/links   "
-              f"log {router.log_path}")
+        print(f"  {router.label:<16} topology page {router.admin}/   log {router.log_path}")
         router.start()
     started = time.monotonic()
     try:
@@ -496,30 +564,47 @@ def main(argv=None) -> int:
 
         print(f"== 2. traffic: 1000 messages from {first.name} to orders@{last[0].name}")
         consumer = Consumer(last, "orders", 1000)
-        send(first, f"orders@{last[0].name}", 1000, "lab traffic")
-        consumer.report()
+        send(lab, first, f"orders@{last[0].name}", 1000, "lab traffic")
+        consumer.report(lab)
         lab.print_message_counts()
 
-        print(f"\n== 3. freezing {victim.name} with SIGSTOP: its neighbours stop hearing "
-              "keepalives and close their links after about five intervals")
+        neighbours = " and ".join(lab.linked_to(victim.name))
+        print(f"\n== 3. freezing {victim.name} with SIGSTOP: its neighbours ({neighbours}) stop "
+              "hearing keepalives and close their links to it after about five intervals")
         victim.process.send_signal(signal.SIGSTOP)
-        lab.watch(15, until=lambda: not any(link["peer"] == victim.name
-                                            for link in first.links()))
-        send(first, f"inbox@{victim.name}", 500, "sent while frozen")
+        if lab.watch(20, until=lambda: not lab.linked_to(victim.name)):
+            print(f"   {neighbours} closed their links to {victim.name}: no route leads to it "
+                  "now", flush=True)
+        else:
+            print(f"   20 s on, {' and '.join(lab.linked_to(victim.name))} still have a link "
+                  f"to {victim.name}", flush=True)
+        send(lab, first, f"inbox@{victim.name}", 500, "sent while frozen")
         backlog = first.router_info().get("backlog", {})
-        print(f"   {first.name} holds them in its store: backlog {backlog}", flush=True)
+        held = backlog.get(victim.name, 0)
+        if held == 500:
+            print(f"   {first.name} holds them in its store until {victim.name} is reachable "
+                  f"again: backlog {backlog}", flush=True)
+        else:
+            print(f"   {first.name} holds {held} of them in its store (backlog {backlog}); "
+                  f"the other {500 - held} left on a route towards {victim.name} that was "
+                  "still up", flush=True)
 
         print(f"\n== 4. resuming {victim.name} with SIGCONT: it reconnects and the "
               "waiting messages flow")
         victim.process.send_signal(signal.SIGCONT)
-        lab.watch(20, until=lambda: lab.all_in_delivery(expected_links))
-        Consumer([victim], "inbox", 500).report()
+        if lab.watch(20, until=lambda: lab.all_in_delivery(expected_links)):
+            print("   every link is in delivery again", flush=True)
+        else:
+            print("   20 s on, not every link is in delivery again; see the logs", flush=True)
+        Consumer([victim], "inbox", 500).report(lab)
         lab.print_message_counts()
         for pair in lab.pairs():
             show_pair(lab, pair, first, expected_links)
         lab.print_message_counts()
         lab.print_status()
         print("== the mesh runs; events appear as they happen. Ctrl-C stops every router.")
+        print(f"   watch it on the topology page, {first.admin}/ (every router's admin "
+              f"endpoint serves one), and scrape {first.admin}/metrics (Prometheus)", flush=True)
         remaining = None if args.duration is None else args.duration - (time.monotonic() - started)
         while remaining is None or remaining > 0:
             lab.watch(1 if remaining is None else min(1, remaining))

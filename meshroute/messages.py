@@ -20,6 +20,15 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
 #: Where a router puts messages that exceeded max-hops.
 DEAD_LETTER_QUEUE = "$dead-letter"
 
+#: Where a router takes another router's read-only admin requests, and
+#: where their answers come back (L{meshroute.admin.mesh}).  These system
+#: queues are no queues: a router hands what arrives for them to its admin
+#: side before any queue sees it, and no client may address or consume
+#: them (L{QUEUE_NAME} has no C{$}).
+ADMIN_QUEUE = "$admin"
+ADMIN_REPLY_QUEUE = "$admin-reply"
+SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE))
+
 
 class AddressError(MeshrouteError):
     """

@@ -25,6 +25,9 @@ from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
+from meshroute.admin.mesh import MeshViews
+from meshroute.admin.routers import describe_mesh
+from meshroute.admin.topology import describe_topology
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.wire.client_frames import MAX_FRAME_SIZE
 from meshroute.sessions.limits import ClientLimits, client_limits
@@ -53,6 +56,11 @@ from meshroute.store.executor import ThreadedExecutor
 from meshroute.store.pruning import IdPruner
 
 log = Logger()
+
+#: The read-only views of a router (L{RouterService.describe_view}): what
+#: its admin API answers at C{/api/v1/VIEW}, and another router's for it
+#: through the mesh (L{meshroute.admin.mesh}).
+VIEWS = ("router", "links", "routes", "routers", "queues", "sessions", "ha")
 
 #: How long shutdown waits for links to flush and close before aborting them.
 SHUTDOWN_GRACE_S = 5.0
@@ -163,6 +171,8 @@ class RouterService(MultiService):
     @ivar known_routers: the L{KnownRouters}: the router names heard of,
         saved in the store and loaded when it opens.
     @ivar engine: the L{MessageEngine}.
+    @ivar mesh_views: the L{MeshViews} asking other routers for their
+        views through the mesh, and answering them.
     @ivar security: the L{Security} holding the users and permissions in
         force, or None without C{[security]} (the client listener is open).
     """
@@ -219,6 +229,8 @@ class RouterService(MultiService):
             epoch_heard=self.peer_epochs.heard,
             routers_heard=self.known_routers.heard,
         )
+        # Other routers' read-only views through the mesh, and ours for them.
+        self.mesh_views = MeshViews(config.name, self.engine, clock, self.describe_view, VIEWS)
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
         self.witness = (host.witness if host is not None
@@ -330,6 +342,7 @@ class RouterService(MultiService):
             return
         self._open = True
         self._pruner.start()
+        self.engine.queues.rates.start()
         self.engine.reroute_orphans()
         for service in self:
             service.startService()
@@ -362,6 +375,8 @@ class RouterService(MultiService):
             abort.cancel()
         self._open = False
         self.engine.stop()
+        self.engine.queues.rates.stop()
+        self.mesh_views.stop()
         yield self._pruner.stop()
         yield self.store.close()
         if self._host is None:
@@ -392,9 +407,27 @@ class RouterService(MultiService):
 
     def describe_links(self) -> list[dict]:
         """
-        C{GET /api/v1/links}.
+        C{GET /api/v1/links}: each live link, with how the previous link
+        to its peer ended (C{last_close_reason}, C{last_close_detail},
+        C{last_closed_at}; None when there was none).
         """
-        return [link.describe() for link in self.registry.links()]
+        closed = self.registry.last_closed()
+        links = []
+        for link in self.registry.links():
+            row = link.describe()
+            last = closed.get(row["peer"]) if row["peer"] is not None else None
+            row["last_close_reason"] = last["reason"] if last else None
+            row["last_close_detail"] = last["detail"] if last else None
+            row["last_closed_at"] = last["closed_at"] if last else None
+            links.append(row)
+        return links
+
+    def describe_routers(self) -> list[dict]:
+        """
+        C{GET /api/v1/routers}: every router this one has heard of, itself
+        first (L{describe_mesh}).
+        """
+        return describe_mesh(self.config.name, self.engine.routes, self.registry)
 
     def describe_routes(self) -> dict:
         """
@@ -413,6 +446,33 @@ class RouterService(MultiService):
         C{GET /api/v1/sessions}.
         """
         return self.client_factory.describe()
+
+    def describe_topology(self) -> dict:
+        """
+        C{GET /api/v1/topology}.
+        """
+        return describe_topology(self)
+
+    def describe_view(self, view: str):
+        """
+        The read-only view C{view} (one of L{VIEWS}) as the admin API
+        answers it at C{/api/v1/VIEW}.
+
+        @raise KeyError: no such view (C{ha} of a router without HA).
+        """
+        ha_status = self._host.ha_status if self._host is not None else None
+        if view == "ha":
+            if ha_status is None:
+                raise KeyError(view)
+            return ha_status().describe()
+        if view not in VIEWS:
+            raise KeyError(view)
+        if view == "router":
+            answer = self.describe()
+            if ha_status is not None:
+                answer["ha"] = ha_status().describe()
+            return answer
+        return getattr(self, f"describe_{view}")()
 
     def _abort_links(self) -> None:
         for link in self.registry.connections():
@@ -437,6 +497,9 @@ class HostedParts:
 
     events: events.EventLog
     witness: Witness
+    #: The instance's L{meshroute.ha.status.HAStatus} now: the router's
+    #: C{router} and C{ha} views carry it, as the instance's admin API's do.
+    ha_status: Callable[[], object] | None = None
 
 
 def lock_data_dir(config: RouterConfig):

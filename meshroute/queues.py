@@ -86,6 +86,7 @@ from twisted.logger import Logger
 
 from meshroute import events as event_names
 from meshroute.messages import Message
+from meshroute.queue_rates import QueueRates
 
 log = Logger()
 
@@ -490,6 +491,9 @@ class QueueManager:
         self._transient_waiting = 0
         self._queues: dict[str, _Queue] = {}
         self._delivery_ids = itertools.count(1)
+        #: Messages in and out of each queue per second: the engine counts
+        #: what it enqueues, this what is consumed.
+        self.rates = QueueRates(clock)
 
     # -- what the engine calls ------------------------------------------------
 
@@ -582,16 +586,31 @@ class QueueManager:
         return {name: len(state.consumers) for name, state in self._queues.items()
                 if state.consumers}
 
+    def unacknowledged_counts(self) -> dict[str, int]:
+        """
+        C{{queue: deliveries}} made to its consumers and not acknowledged,
+        for every queue that has consumers.
+        """
+        return {name: sum(consumer.unacknowledged for consumer in state.consumers)
+                for name, state in self._queues.items() if state.consumers}
+
     def describe(self) -> list[dict]:
         """
-        C{GET /api/v1/queues}: C{[{"name", "depth", "consumers"}]} by name,
-        for every queue with entries or consumers.
+        C{GET /api/v1/queues}: C{[{"name", "depth", "consumers",
+        "unacknowledged", "in_rate", "out_rate"}]} by name (rates in
+        messages per second, L{QueueRates}), for every queue with entries,
+        consumers or traffic within the rates' window.
         """
         depths = self.depths()
         consumers = self.consumer_counts()
+        unacknowledged = self.unacknowledged_counts()
+        rates = self.rates.rates()
         return [
-            {"name": name, "depth": depths.get(name, 0), "consumers": consumers.get(name, 0)}
-            for name in sorted(depths.keys() | consumers.keys())
+            {"name": name, "depth": depths.get(name, 0), "consumers": consumers.get(name, 0),
+             "unacknowledged": unacknowledged.get(name, 0),
+             "in_rate": round(rates.get(name, (0.0, 0.0))[0], 3),
+             "out_rate": round(rates.get(name, (0.0, 0.0))[1], 3)}
+            for name in sorted(depths.keys() | consumers.keys() | rates.keys())
         ]
 
     # -- inside ---------------------------------------------------------------
@@ -823,6 +842,8 @@ class QueueManager:
             del self._queues[state.name]
 
     def _consumed(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            self.rates.left(delivery.queue)
         self._events.emit_many(
             event_names.MESSAGE_CONSUMED, _CONSUMED_FIELDS,
             [(d.message.msg_id, d.queue, d.message.origin, d.message.accepted_at,

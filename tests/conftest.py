@@ -73,3 +73,29 @@ def engine(tmp_path, clock):
     engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
     yield engine
     engine.close()
+
+
+@pytest.fixture
+def browser():
+    """
+    A headless Chromium (L{browser.Browser}); the test is skipped where
+    none is installed.
+    """
+    from browser import Browser, chromium_path
+
+    if chromium_path() is None:
+        pytest.skip("no chromium on the PATH (Debian: apt-get install chromium; "
+                    "`make test` installs it where it can)")
+    with Browser() as chromium:
+        yield chromium
+
+
+@pytest.fixture
+def artifacts():
+    """
+    The directory a test saves screenshots and other artifacts in
+    (L{browser.artifacts_directory}: var/test-artifacts by default).
+    """
+    from browser import artifacts_directory
+
+    return artifacts_directory()

@@ -21,6 +21,8 @@ class RecordingChannel:
         self.frames: list = []
         self.is_closed = False
         self.paused = False
+        # What the admin API reads of a channel.
+        self.in_flight = self.sent = self.received = 0
 
     def recovered(self, frame) -> None:
         self.recovered_at = frame.last_received

@@ -28,6 +28,9 @@ class FakeRouter:
     def describe_sessions(self):
         return []
 
+    def describe_topology(self):
+        return {"router": "router-a", "nodes": [], "edges": []}
+
 
 def get(path: str, method: bytes = b"GET", router=None):
     """
@@ -59,7 +62,8 @@ def test_a_resource_answers_json(path):
 
 @pytest.mark.parametrize("path", [
     "/api/v1/queues/anything", "/api/v1/queues/orders", "/api/v1/nothing", "/api/v2/queues",
-    "/nothing", "/api/v1", "/api", "/", "/api/v1/router/x/y",
+    "/nothing", "/api/v1", "/api", "/api/v1/router/x/y", "/static/", "/static/nothing.js",
+    "/static/topology.js/x",
 ])
 def test_a_path_that_names_nothing_is_a_json_404(path):
     status, content_type, body = get(path)
@@ -118,8 +122,8 @@ def serve_with(site, path: str, method: bytes = b"GET", authorization: bytes | N
     return request.responseCode or 200, challenge, json.loads(body)
 
 
-@pytest.mark.parametrize("path", ["/api/v1/router", "/api/v1/queues", "/", "/nothing",
-                                  "/api/v1/actions/reload-security"])
+@pytest.mark.parametrize("path", ["/api/v1/router", "/api/v1/queues", "/nothing",
+                                  "/api/v1/topology", "/api/v1/actions/reload-security"])
 @pytest.mark.parametrize("authorization", [
     None, b"Bearer", b"Bearer wrong-token-of-some-length", b"Basic " + TOKEN,
     b"Bearer " + TOKEN[:-1], b"Bearer " + TOKEN + b"x",
@@ -167,3 +171,40 @@ def test_without_a_token_actions_are_refused():
         assert (status, body["error"]) == (403, "token-required")
     assert serve_with(site, "/api/v1/actions", b"POST")[0] == 404
     assert router.reloads == 0
+
+
+def serve_page(site, path: str, authorization: bytes | None = None):
+    """
+    Serve C{GET path} from C{site}: (status, content type, body).
+    """
+    request = DummyRequest(path.encode().split(b"/")[1:])
+    request.uri = request.path = path.encode()
+    if authorization is not None:
+        request.requestHeaders.addRawHeader(b"authorization", authorization)
+    body = getChildForRequest(site.resource, request).render(request)
+    return (request.responseCode or 200,
+            request.responseHeaders.getRawHeaders(b"content-type"), body)
+
+
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_the_topology_page_and_its_files_need_no_token(token):
+    """
+    They hold no data; the page asks for the token the API needs.
+    """
+    site = admin_site(FakeRouter(), token=token)
+
+    status, content_type, body = serve_page(site, "/")
+    assert (status, content_type) == (200, [b"text/html; charset=utf-8"])
+    assert b'<script src="static/topology.js">' in body
+    for path, expected in (("/static/topology.js", b"text/javascript; charset=utf-8"),
+                           ("/static/topology.css", b"text/css; charset=utf-8")):
+        status, content_type, body = serve_page(site, path)
+        assert (status, content_type) == (200, [expected])
+        assert body
+    status, _, _ = serve_page(site, "/api/v1/topology")
+    assert status == (200 if token is None else 401)
+
+
+def test_the_topology_is_a_resource_of_the_api():
+    assert get("/api/v1/topology") == (200, [b"application/json"],
+                                       {"router": "router-a", "nodes": [], "edges": []})

@@ -216,6 +216,17 @@ def test_at_start_up_the_primary_serves_and_the_backup_follows_in_sync(pair):
     assert status["peer"]["connected"] and status["voters"][0]["connected"]
 
 
+def test_the_active_routers_views_carry_its_ha_state(pair):
+    """
+    What another router asking through the mesh gets (L{RouterService.describe_view}):
+    the router view and the ha view, as the instance's admin API answers them.
+    """
+    primary, _backup = start_both(pair)
+    described = primary.ha_status().describe()
+    assert primary.router.describe_view("router")["ha"] == described
+    assert primary.router.describe_view("ha") == described
+
+
 def test_a_graceful_stop_hands_over_within_a_second(pair):
     primary, backup = start_both(pair)
     sends = send(primary, 5)

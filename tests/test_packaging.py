@@ -76,3 +76,16 @@ def test_twistd_refuses_a_bad_config_naming_file_and_key(tmp_path):
     assert str(config) in output
     assert "router.bogus" in output
     assert not (tmp_path / "var").exists()
+
+
+def test_the_topology_page_is_installed_with_the_package(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c",
+         "from importlib.resources import files\n"
+         "from meshroute.admin.page import ASSETS\n"
+         "static = files('meshroute.admin') / 'static'\n"
+         "print(sorted(n for n in ['index.html', *ASSETS] if (static / n).is_file()))"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["['index.html',", "'topology.css',", "'topology.js']"], (
+        result.stderr)

@@ -596,11 +596,38 @@ def test_depths_and_consumer_counts(store, manager):
     Consumer(manager, "c", credit=5)
     assert manager.depths() == {"a": 2, "b": 1}
     assert manager.consumer_counts() == {"a": 2, "c": 1}
+    assert manager.unacknowledged_counts() == {"a": 1, "c": 0}
+    rates = {"in_rate": 0.0, "out_rate": 0.0}
     assert manager.describe() == [
-        {"name": "a", "depth": 2, "consumers": 2},
-        {"name": "b", "depth": 1, "consumers": 0},
-        {"name": "c", "depth": 0, "consumers": 1},
+        {"name": "a", "depth": 2, "consumers": 2, "unacknowledged": 1, **rates},
+        {"name": "b", "depth": 1, "consumers": 0, "unacknowledged": 0, **rates},
+        {"name": "c", "depth": 0, "consumers": 1, "unacknowledged": 0, **rates},
     ]
+
+
+def test_rates_count_what_is_enqueued_and_consumed(store, log):
+    """
+    The engine counts what it enqueues (L{QueueRates.entered}); the
+    manager counts what is acknowledged.  A drained queue stays listed
+    while it had traffic within the window.
+    """
+    clock = Clock()
+    manager = QueueManager(CountingStore(store), log, clock)
+    manager.rates.start()
+    for m in [message("q", persistent=False) for _ in range(20)]:
+        manager.rates.entered("q")
+        manager.put_transient("q", m)
+    consumer = Consumer(manager, "q", credit=20)
+    clock.advance(1)
+    consumer.subscription.ack([d.delivery_id for d in consumer.deliveries[:10]])
+    clock.advance(1)
+    [row] = manager.describe()
+    assert (row["name"], row["depth"], row["unacknowledged"]) == ("q", 10, 10)
+    assert (row["in_rate"], row["out_rate"]) == (10.0, 5.0)
+    consumer.subscription.ack([d.delivery_id for d in consumer.deliveries[10:]])
+    consumer.subscription.cancel()
+    assert [q["name"] for q in manager.describe()] == ["q"]
+    manager.rates.stop()
 
 
 def test_consumer_acting_inside_deliver(store, manager):

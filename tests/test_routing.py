@@ -532,3 +532,40 @@ def test_routes_follow_the_new_epoch_in_a_mesh():
         m.tables[name].received(new_b)
         m.tables[name].received(Advertisement("b", 10**9 + 1, (), epoch=1))
     assert m.tables["a"].routes() == {"b": ("b", 1), "c": ("b", 2)}
+
+
+def test_changes_are_when_each_routers_links_last_changed():
+    clock = Clock()
+    clock.advance(100)
+    table = RouteTable("a", clock)
+    assert table.changes() == {"a": 100}
+    clock.advance(1)
+    table.link_up("b")
+    table.received(Advertisement("b", 1, ("a",)))
+    assert table.changes() == {"a": 101, "b": 101}
+    assert table.heard() == {"a", "b"}
+    clock.advance(1)
+    # A newer advertisement with the same neighbours changes nothing.
+    table.received(Advertisement("b", 2, ("a",)))
+    assert table.changes()["b"] == 101
+    table.received(Advertisement("b", 3, ("a", "c")))
+    table.link_down("b")
+    assert table.changes() == {"a": 102, "b": 102}
+    assert table.heard() == {"a", "b", "c"}
+
+
+def test_adjacencies_are_the_graph_and_the_links_one_end_still_advertises():
+    """
+    What the topology page draws: a silent router (frozen, say) keeps its
+    last advertisement in the mesh, so its links that the other ends
+    closed stay listed by it alone.
+    """
+    m = mesh("abc", ["ab", "bc", "ca"])
+    assert m.tables["a"].adjacencies() == {("a", "b"): True, ("a", "c"): True,
+                                           ("b", "c"): True}
+    # b falls silent: a and c close their links to it, b says nothing.
+    m.tables["c"].received(m.tables["a"].link_down("b")[0])
+    m.tables["a"].received(m.tables["c"].link_down("b")[0])
+
+    assert m.tables["a"].adjacencies() == {("a", "b"): False, ("a", "c"): True,
+                                           ("b", "c"): False}

@@ -148,6 +148,9 @@ def test_the_admin_api_refuses_requests_without_the_token(mesh, monkeypatch):
     exposed.chmod(0o644)
     result = run_cli("status", "--admin", base, "--token-file", str(exposed))
     assert result.returncode == 1 and "readable by others (mode 0644)" in result.stderr
+    # The router's configuration gives both the endpoint and the token.
+    result = run_cli("status", str(spec.config_path), "links", "--json")
+    assert result.returncode == 0 and json.loads(result.stdout) == [], result.stderr
     assert process.popen.poll() is None
 
 

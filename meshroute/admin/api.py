@@ -1,8 +1,13 @@
 """
 C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
-queues hold and who is connected, as JSON; and C{/ha}, an HA instance's
-role and state.  These are read-only (GET).  What changes the router
+queues hold and who is connected, as JSON; C{/ha}, an HA instance's
+role and state; C{/topology}, the mesh as it knows it
+(L{meshroute.admin.topology}); C{/routers}, the routers it knows, and
+C{/routers/NAME/VIEW}, another router's view asked through the mesh
+(L{meshroute.admin.routed}).  C{/} is the topology page
+(L{meshroute.admin.page}), which shows these.  These are read-only
+(GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
 needs the token: C{POST /api/v1/actions/reload-security} reloads the
 users and permissions as SIGHUP does (L{meshroute.security.reload}).
@@ -19,9 +24,9 @@ only when the instance is the active one: then C{/router} says
 C{"serving": false} with the HA state, and the router's other resources
 answer C{not-active} (503).
 
-Every answer is JSON, errors too: C{{"error": CODE, "detail": TEXT}} with
-C{not-found} (404) for a path that names no resource (Twisted's default
-would answer C{/api/v1/queues/anything} with the whole queue list, and
+Every answer of C{/api/} is JSON, errors too: C{{"error": CODE,
+"detail": TEXT}} with C{not-found} (404) for a path that names no
+resource (Twisted's default would answer C{/api/v1/queues/anything} with the whole queue list, and
 errors with HTML pages; and C{/ha} of a router without C{[ha]}),
 C{unauthorized} (401, with C{WWW-Authenticate: Bearer}) for a request
 without the token or with a wrong one, C{method-not-allowed} (405) for
@@ -36,6 +41,7 @@ import json
 from typing import Callable
 
 from meshroute import __version__
+from meshroute.admin import page
 
 from twisted.logger import Logger
 from twisted.web import http
@@ -165,7 +171,9 @@ def _bearer(request) -> bytes | None:
 class _Guarded(Resource):
     """
     The root: every request presents C{token} before any resource sees
-    it (compared in constant time, so that timing does not leak it).
+    it (compared in constant time, so that timing does not leak it),
+    except for the topology page and its assets (L{page.OPEN}), which
+    hold no data and ask the operator for the token.
     """
 
     def __init__(self, token: bytes, root: Resource) -> None:
@@ -178,7 +186,7 @@ class _Guarded(Resource):
         return presented is not None and hmac.compare_digest(presented, self._token)
 
     def getChildWithDefault(self, name: bytes, request):
-        if not self._allowed(request):
+        if name not in page.OPEN and not self._allowed(request):
             return _Unauthorized()
         return self._root.getChildWithDefault(name, request)
 
@@ -223,7 +231,7 @@ class AdminSite(Site):
 
 
 #: The router's own resources: each answers C{router.describe_NAME()}.
-_ROUTER_RESOURCES = ("links", "routes", "queues", "sessions")
+_ROUTER_RESOURCES = ("links", "routes", "queues", "sessions", "topology")
 
 
 def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
@@ -241,14 +249,17 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     def current():
         return router if ha is None else ha.router
 
-    def serving(name: str):
+    def active():
         serving_router = current()
         if serving_router is None:
             raise Unavailable(
                 http.SERVICE_UNAVAILABLE, "not-active",
                 f"this instance of {ha.name} is not the active one (state "
                 f"{ha.ha_status().state}); the other instance serves, see /api/v1/ha")
-        return getattr(serving_router, f"describe_{name}")()
+        return serving_router
+
+    def serving(name: str):
+        return getattr(active(), f"describe_{name}")()
 
     def describe_router() -> dict:
         serving_router = current()
@@ -272,6 +283,9 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     for name in _ROUTER_RESOURCES:
         v1.putChild(name.encode(), JSONResource(lambda name=name: serving(name)))
     v1.putChild(b"ha", JSONResource(describe_ha))
+    from meshroute.admin.routed import RoutersResource  # it builds on this module
+
+    v1.putChild(b"routers", RoutersResource(active))
     actions = _Directory()
     owner = router if router is not None else ha
     actions.putChild(b"reload-security", _Action(
@@ -281,4 +295,5 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None) -> Site:
     api.putChild(b"v1", v1)
     root = _Directory()
     root.putChild(b"api", api)
+    page.add_page(root, _Directory(), _NotFound())
     return AdminSite(root if token is None else _Guarded(token, root))

@@ -528,7 +528,8 @@ class HAInstance(MultiService):
         # or replicated again, is newer still than any earlier active's).
         self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
                                     self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
-                                    host=HostedParts(self.events, self.witness), epoch=epoch,
+                                    host=HostedParts(self.events, self.witness, self.ha_status),
+                                    epoch=epoch,
                                     ha_view=self._client_view)
         # The router's witness loads the other groups' records from this
         # store once it is open (the other instance may have granted some):

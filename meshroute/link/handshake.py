@@ -692,6 +692,10 @@ class LinkCore:
             last_heard=self.last_heard,
             keepalive_interval_ms=self.keepalive_interval_ms,
         )
+        self.context.registry.remember_close(self.link, {
+            "link": self.link_id, "direction": self.direction, "reason": self.close_reason,
+            "detail": self.close_detail, "stage": self.stage,
+            "closed_at": self.context.clock.seconds()})
         log.info(
             "link {link} to {peer} ({direction}) closed in {stage}: {reason} {detail}",
             link=self.link_id,

@@ -212,9 +212,11 @@ class Link:
 
     def describe(self) -> dict:
         """
-        The link as the admin API shows it.
+        The link as the admin API shows it: its messages in flight, sent
+        and received are those of its delivery stage (None before it).
         """
         core = self.core
+        channel = core.channel
         return {
             "link": core.link_id,
             "peer": core.peer,
@@ -227,6 +229,9 @@ class Link:
             "last_heard": core.last_heard,
             "peer_last_received": core.peer_last_received,
             "peer_epoch": core.peer_epoch,
+            "in_flight": channel.in_flight if channel is not None else None,
+            "sent": channel.sent if channel is not None else None,
+            "received": channel.received if channel is not None else None,
         }
 
 

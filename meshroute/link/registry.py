@@ -26,6 +26,9 @@ L{meshroute.wire.frames.ReplicaHello} has said what they are.
 
 from twisted.internet.defer import Deferred, DeferredList
 
+#: How many peers' last closed links are remembered (the oldest goes).
+REMEMBERED_CLOSES = 1024
+
 
 class LinkRegistry:
     """
@@ -35,6 +38,7 @@ class LinkRegistry:
     def __init__(self) -> None:
         self._open: dict[object, Deferred] = {}
         self._by_peer: dict[str, object] = {}
+        self._last_closed: dict[str, dict] = {}
 
     def opened(self, link) -> None:
         """
@@ -52,6 +56,30 @@ class LinkRegistry:
         done = self._open.pop(link, None)
         if done is not None:
             done.callback(None)
+
+    def remember_close(self, link, close: dict) -> None:
+        """
+        C{link}, which holds its peer's name, has ended as C{close} says
+        (L{last_closed}'s fields): remember it as the peer's last close.
+        A link that holds no name (it never proved it knows the secret, or
+        gave way to a newer epoch's) is not remembered, so a stranger
+        cannot fill this.
+        """
+        peer = link.peer
+        if self._by_peer.get(peer) is not link:
+            return
+        self._last_closed.pop(peer, None)
+        if len(self._last_closed) >= REMEMBERED_CLOSES:
+            del self._last_closed[next(iter(self._last_closed))]
+        self._last_closed[peer] = close
+
+    def last_closed(self) -> dict[str, dict]:
+        """
+        C{{peer: {"link", "direction", "reason", "detail", "stage",
+        "closed_at"}}}: how the last link that held each peer's name ended,
+        for the most recent L{REMEMBERED_CLOSES} peers.
+        """
+        return dict(self._last_closed)
 
     def is_claimed(self, peer: str) -> bool:
         """

@@ -118,6 +118,7 @@ class RouteTable:
         self._heard: set[str] = {name}
         self._news: set[str] = set()
         self._routes: dict[str, tuple[str, int]] | None = None
+        self._changed: dict[str, float] = {name: clock.seconds()}
 
     @property
     def own(self) -> Advertisement:
@@ -149,6 +150,7 @@ class RouteTable:
         if peer in self._links:
             return [self._own]
         self._links.add(peer)
+        self._changed[self.name] = self._clock.seconds()
         return self._advertise(self._own.seq)
 
     def link_down(self, peer: str) -> list[Advertisement]:
@@ -160,6 +162,7 @@ class RouteTable:
         """
         if peer in self._links:
             self._links.discard(peer)
+            self._changed[self.name] = self._clock.seconds()
             return self._advertise(self._own.seq)
         return [self._own]
 
@@ -195,22 +198,48 @@ class RouteTable:
         held = self._database.get(origin)
         if held is not None and held.order >= advertisement.order:
             return []
+        if held is None or held.neighbors != advertisement.neighbors:
+            self._changed[origin] = self._clock.seconds()
         self._database[origin] = advertisement
         self._hear((origin, *advertisement.neighbors))
         self._routes = None
         return [advertisement]
+
+    def _listed(self) -> dict[str, set[str]]:
+        """
+        The neighbours each router lists: ours from our own links, the
+        others' from their advertisements.
+        """
+        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
+        listed[self.name] = set(self._own.neighbors)
+        return listed
 
     def _graph(self) -> dict[str, set[str]]:
         """
         The bidirectional edges of the database: B is adjacent to A only
         when A lists B and B lists A.
         """
-        listed = {origin: set(adv.neighbors) for origin, adv in self._database.items()}
-        listed[self.name] = set(self._own.neighbors)
+        listed = self._listed()
         return {
             router: {other for other in others if router in listed.get(other, ())}
             for router, others in listed.items()
         }
+
+    def adjacencies(self) -> dict[tuple[str, str], bool]:
+        """
+        Every pair of routers one of which lists the other, as a sorted
+        name pair, with whether the other lists it back: C{True} for an
+        edge of the graph (a delivery-stage link both ends advertise),
+        C{False} for a link one end no longer advertises (closed there,
+        or its end is silent and still advertises what it last had).
+        """
+        listed = self._listed()
+        pairs: dict[tuple[str, str], bool] = {}
+        for router, others in listed.items():
+            for other in others:
+                pair = (router, other) if router < other else (other, router)
+                pairs[pair] = router in listed.get(other, ())
+        return dict(sorted(pairs.items()))
 
     def _compute(self) -> dict[str, tuple[str, int]]:
         """
@@ -254,6 +283,22 @@ class RouteTable:
             self._routes = self._compute()
         route = self._routes.get(router)
         return route[0] if route is not None else None
+
+    def changes(self) -> dict[str, float]:
+        """
+        C{{router: when}}: when this table last took a change of each
+        router's links (its first advertisement, or one listing other
+        neighbours than the one before; for this router, a link of its own
+        up or down), in the clock's seconds.  The newest is the mesh's
+        last topology change as this router saw it.
+        """
+        return dict(self._changed)
+
+    def heard(self) -> frozenset[str]:
+        """
+        Every router L{known}, this one included.
+        """
+        return frozenset(self._heard)
 
     def _hear(self, routers) -> None:
         for router in routers:

@@ -1,0 +1,101 @@
+"""
+C{GET /api/v1/topology}: the mesh as this router knows it, for the
+topology page at the admin endpoint's C{/} (L{meshroute.admin.page}).
+
+Every router floods an advertisement listing its delivery-stage links
+(L{meshroute.routing.table}), so each one holds the whole graph: the
+routers (nodes) and the links their ends advertise (edges).  A link both
+ends advertise is up; one that only one end still advertises was closed
+by the other (or the advertising end has fallen silent, frozen or dead,
+and still says what it last said): that is how a router shows the links
+of a router it can no longer hear as closed.  This router's own links
+add what only it knows: the stage of a link still coming up, and how
+full a delivery link's window is.
+
+In-memory state only: the route table and the open links; the store is
+never asked, so polling this costs the router next to nothing.
+"""
+
+from meshroute.engine import WINDOW
+from meshroute.link.handshake import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
+
+#: An edge neither end advertises any more, but one end still does.
+CLOSED = "closed"
+
+#: How far along a link is: the furthest of two links to one peer wins.
+_PROGRESS = {CONNECT: 0, AUTHENTICATION: 1, RECOVERY: 2, DELIVERY: 3}
+
+
+def _own_links(router) -> dict[str, dict]:
+    """
+    This router's links that have named their peer, by peer, as
+    C{/api/v1/links} describes them: the one furthest along when there
+    are two (a second one about to be refused).
+    """
+    own: dict[str, dict] = {}
+    for link in router.describe_links():
+        if link["peer"] is None or link["stage"] not in _PROGRESS:
+            continue
+        held = own.get(link["peer"])
+        if held is None or _PROGRESS[link["stage"]] > _PROGRESS[held["stage"]]:
+            own[link["peer"]] = link
+    return own
+
+
+def _edge(a: str, b: str, stage: str, name: str, own: dict, closed: dict) -> dict:
+    peer = b if a == name else a if b == name else None
+    return {"a": a, "b": b, "stage": stage,
+            "link": own.get(peer) if peer is not None else None,
+            "last_close": closed.get(peer) if peer is not None else None}
+
+
+def describe_topology(router) -> dict:
+    """
+    The topology of C{router} (a L{meshroute.node.RouterService}) as JSON:
+
+      - C{router}: this router's name; C{changed_at}: when (epoch
+        seconds) a router's list of links last changed here (the last
+        topology change; this router's start before any);
+        C{window}: the most transfers a link has unacknowledged;
+      - C{nodes}: every router known, C{{"name", "reachable", "hops",
+        "next_hop"}} (this one with 0 hops and no next hop);
+      - C{edges}: C{{"a", "b", "stage", "link", "last_close"}} with
+        C{a < b}: C{stage}
+        is C{delivery} for a link both ends advertise, C{closed} for one
+        only one end advertises, and for a link of this router's still
+        coming up, its stage (C{connect}, C{authentication},
+        C{recovery}); C{link} is this router's own link on that edge as
+        C{/api/v1/links} describes it (C{in_flight}: its unacknowledged
+        transfers), or None; C{last_close}, for an edge of this router's,
+        how its last link on it ended (C{{"reason", "detail",
+        "closed_at", ...}}), or None.
+    """
+    table = router.engine.routes
+    name = table.name
+    routes = table.routes()
+    own = _own_links(router)
+    closed = router.registry.last_closed()
+    edges = {}
+    for (a, b), both in table.adjacencies().items():
+        edges[a, b] = DELIVERY if both else CLOSED
+    for peer, link in own.items():
+        pair = (name, peer) if name < peer else (peer, name)
+        if link["stage"] == DELIVERY or pair not in edges:
+            edges[pair] = link["stage"]
+    names = {*table.heard(), *(router for pair in edges for router in pair)}
+    nodes = []
+    for router_name in sorted(names):
+        route = routes.get(router_name)
+        nodes.append({
+            "name": router_name,
+            "reachable": router_name == name or route is not None,
+            "hops": 0 if router_name == name else (route[1] if route else None),
+            "next_hop": route[0] if route else None,
+        })
+    return {
+        "router": name,
+        "changed_at": max(table.changes().values()),
+        "window": WINDOW,
+        "nodes": nodes,
+        "edges": [_edge(a, b, stage, name, own, closed) for (a, b), stage in sorted(edges.items())],
+    }

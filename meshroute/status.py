@@ -1,0 +1,179 @@
+"""
+The views of C{meshroute status}, as qdstat shows a router: one aligned
+table per view, from the admin API's JSON.
+
+Pure: each view is a list of L{Column}s that pick and render a value from
+one row of the view's JSON, and L{format_table} lays any rows out (each
+column as wide as its widest cell, numbers to the right).  Times the
+routers report (epoch seconds) are shown as ages from C{now}.
+"""
+
+from dataclasses import dataclass
+from typing import Callable
+
+#: The views C{meshroute status VIEW} shows, and the admin API resource
+#: each is read from (C{/api/v1/NAME}).
+VIEWS = ("links", "routers", "queues", "sessions")
+
+#: What a cell shows for a value the router does not have.
+MISSING = "-"
+
+
+@dataclass(frozen=True)
+class Column:
+    """
+    One column of a view: its header, and its cell for a row (the row's
+    JSON object and the time of the question, in epoch seconds).
+    """
+
+    header: str
+    cell: Callable[[dict, float], object]
+    numeric: bool = False
+
+
+def age(then: float | None, now: float) -> str:
+    """
+    How long ago C{then} was, compactly: C{45s}, C{3m12s}, C{2h05m},
+    C{3d04h}.
+    """
+    if then is None:
+        return MISSING
+    seconds = max(0, int(now - then))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _field(name: str) -> Callable[[dict, float], object]:
+    return lambda row, now: row.get(name)
+
+
+def _age_of(name: str) -> Callable[[dict, float], object]:
+    return lambda row, now: age(row.get(name), now)
+
+
+def _rate(name: str) -> Callable[[dict, float], object]:
+    return lambda row, now: f"{row.get(name, 0.0):.1f}"
+
+
+def _keepalive(row: dict, now: float) -> object:
+    interval = row.get("keepalive_interval_ms")
+    return f"{interval} ms" if interval else None
+
+
+def _last_close(row: dict, now: float) -> object:
+    reason = row.get("last_close_reason")
+    if reason is None:
+        return None
+    return f"{reason} {age(row.get('last_closed_at'), now)} ago"
+
+
+def _reachable(row: dict, now: float) -> object:
+    return "yes" if row.get("reachable") else "no"
+
+
+def _ttl(row: dict, now: float) -> object:
+    ttl = row.get("ttl_ms")
+    return f"{ttl} ms" if ttl is not None and ttl >= 0 else None
+
+
+COLUMNS: dict[str, tuple[Column, ...]] = {
+    "links": (
+        Column("peer", _field("peer")),
+        Column("direction", _field("direction")),
+        Column("stage", _field("stage")),
+        Column("since", _age_of("since"), numeric=True),
+        Column("keepalive", _keepalive, numeric=True),
+        Column("counter", _field("keepalive_counter"), numeric=True),
+        Column("in flight", _field("in_flight"), numeric=True),
+        Column("sent", _field("sent"), numeric=True),
+        Column("received", _field("received"), numeric=True),
+        Column("last close", _last_close),
+    ),
+    "routers": (
+        Column("name", _field("name")),
+        Column("reachable", _reachable),
+        Column("next hop", _field("next_hop")),
+        Column("hops", _field("hops"), numeric=True),
+        Column("link", _field("link")),
+        Column("stage", _field("stage")),
+        Column("changed", _age_of("last_change"), numeric=True),
+        Column("last close", _field("last_close_reason")),
+    ),
+    "queues": (
+        Column("queue", _field("name")),
+        Column("depth", _field("depth"), numeric=True),
+        Column("consumers", _field("consumers"), numeric=True),
+        Column("unacked", _field("unacknowledged"), numeric=True),
+        Column("in/s", _rate("in_rate"), numeric=True),
+        Column("out/s", _rate("out_rate"), numeric=True),
+    ),
+    "sessions": (
+        Column("client", _field("client_id")),
+        Column("user", _field("user")),
+        Column("protocol", lambda row, now: row.get("protocol", "native")),
+        Column("state", _field("state")),
+        Column("ttl", _ttl, numeric=True),
+        Column("queued", _field("queued"), numeric=True),
+    ),
+}
+
+
+def _text(value: object) -> str:
+    return MISSING if value is None or value == "" else str(value)
+
+
+def format_table(headers: list[str], rows: list[list[object]],
+                 numeric: list[bool] | None = None, indent: str = "  ") -> str:
+    """
+    C{rows} under C{headers}, each column as wide as its widest cell (the
+    header's included), two spaces apart; a column marked C{numeric} is
+    aligned to the right, any other to the left; None shows as L{MISSING}.
+    No trailing spaces.
+    """
+    numeric = numeric or [False] * len(headers)
+    cells = [list(headers)] + [[_text(value) for value in row] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
+    lines = []
+    for line in cells:
+        padded = [cell.rjust(width) if right else cell.ljust(width)
+                  for cell, width, right in zip(line, widths, numeric)]
+        lines.append((indent + "  ".join(padded)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def format_view(view: str, rows_by_router: dict[str, list[dict]], now: float,
+                router_column: bool = False) -> str:
+    """
+    The table of C{view} (one of L{VIEWS}) for the rows each router
+    answered, in the routers' order; with C{router_column}, a first
+    column names the router each row is from.  An empty view says so.
+    """
+    columns = COLUMNS[view]
+    headers = (["router"] if router_column else []) + [c.header for c in columns]
+    numeric = ([False] if router_column else []) + [c.numeric for c in columns]
+    rows = [([router] if router_column else []) + [c.cell(row, now) for c in columns]
+            for router, answered in rows_by_router.items() for row in answered]
+    if not rows:
+        return f"  no {view}\n"
+    return format_table(headers, rows, numeric)
+
+
+def last_topology_change(routers: list[dict], now: float) -> str:
+    """
+    The line above the C{routers} view: when the mesh's topology last
+    changed as the router answering saw it, and whose links changed.
+    """
+    changes = [(row["last_change"], row["name"]) for row in routers
+               if row.get("last_change") is not None]
+    if not changes:
+        return "last topology change: never\n"
+    when, router = max(changes)
+    return f"last topology change: {age(when, now)} ago ({router}'s links)\n"

@@ -1,0 +1,103 @@
+"""
+Tests for L{meshroute.status}: the table formatter and the views' columns,
+without a router; and how C{meshroute status} finds an admin API in a
+router's configuration.
+"""
+
+import pytest
+
+from meshroute import cli
+from meshroute.config import AdminConfig
+from meshroute.errors import ConfigError
+from meshroute.status import age, format_table, format_view, last_topology_change
+
+
+def test_columns_are_as_wide_as_their_widest_cell():
+    table = format_table(["name", "depth"], [["orders", 3], ["a-much-longer-name", 12345]],
+                         numeric=[False, True], indent="")
+    assert table.splitlines() == [
+        "name                depth",
+        "orders                  3",
+        "a-much-longer-name  12345",
+    ]
+
+
+def test_missing_values_show_a_dash_and_lines_have_no_trailing_spaces():
+    table = format_table(["peer", "last close"], [["router-b", None], [None, "keepalive"]])
+    assert table.splitlines() == [
+        "  peer      last close",
+        "  router-b  -",
+        "  -         keepalive",
+    ]
+
+
+@pytest.mark.parametrize("seconds, shown", [
+    (0, "0s"), (59.9, "59s"), (60, "1m00s"), (3599, "59m59s"), (3600, "1h00m"),
+    (86400 + 4 * 3600, "1d04h"), (-5, "0s"),
+])
+def test_ages_are_compact(seconds, shown):
+    assert age(1000.0 - seconds, 1000.0) == shown
+
+
+def test_a_view_with_a_router_column():
+    links = {
+        "router-a": [{"peer": "router-b", "direction": "connector", "stage": "delivery",
+                      "since": 990.0, "keepalive_interval_ms": 200, "keepalive_counter": 5,
+                      "in_flight": 0, "sent": 1000, "received": 7,
+                      "last_close_reason": "keepalive", "last_closed_at": 900.0}],
+        "router-bee": [{"peer": "router-a", "direction": "listener", "stage": "recovery",
+                        "since": 999.0, "keepalive_interval_ms": None,
+                        "keepalive_counter": None, "in_flight": None, "sent": None,
+                        "received": None, "last_close_reason": None}],
+    }
+    lines = format_view("links", links, now=1000.0, router_column=True).splitlines()
+    assert lines == [
+        "  router      peer      direction  stage     since  keepalive  counter  in flight"
+        "  sent  received  last close",
+        "  router-a    router-b  connector  delivery    10s     200 ms        5          0"
+        "  1000         7  keepalive 1m40s ago",
+        "  router-bee  router-a  listener   recovery     1s          -        -          -"
+        "     -         -  -",
+    ]
+
+
+def test_each_view_has_its_columns():
+    now = 1000.0
+    queues = format_view("queues", {"": [{"name": "orders", "depth": 2, "consumers": 1,
+                                          "unacknowledged": 1, "in_rate": 12.25,
+                                          "out_rate": 0.0}]}, now)
+    assert queues.split() == ["queue", "depth", "consumers", "unacked", "in/s", "out/s",
+                              "orders", "2", "1", "1", "12.2", "0.0"]
+    sessions = format_view("sessions", {"": [{"client_id": "c1", "user": None,
+                                              "state": "open", "ttl_ms": 60000,
+                                              "queued": 0}]}, now)
+    assert sessions.split() == ["client", "user", "protocol", "state", "ttl", "queued",
+                                "c1", "-", "native", "open", "60000", "ms", "0"]
+    routers = [{"name": "router-a", "reachable": True, "next_hop": None, "hops": 0,
+                "link": None, "stage": None, "last_change": 940.0, "last_close_reason": None},
+               {"name": "router-c", "reachable": False, "next_hop": None, "hops": None,
+                "link": None, "stage": None, "last_change": 970.0,
+                "last_close_reason": "keepalive"}]
+    table = format_view("routers", {"": routers}, now)
+    assert table.splitlines()[2].split() == ["router-c", "no", "-", "-", "-", "-", "30s",
+                                             "keepalive"]
+    assert last_topology_change(routers, now) == (
+        "last topology change: 30s ago (router-c's links)\n")
+    assert format_view("sessions", {"": []}, now) == "  no sessions\n"
+
+
+@pytest.mark.parametrize("endpoint, url", [
+    ("tcp:8001:interface=127.0.0.1", "http://127.0.0.1:8001"),
+    ("tcp:port=8001", "http://127.0.0.1:8001"),
+    ("tcp:8001:interface=\\:\\:1", "http://[::1]:8001"),
+    ("ssl:8443:interface=127.0.0.1:privateKey=k.pem", "https://127.0.0.1:8443"),
+])
+def test_the_admin_url_of_a_configuration(endpoint, url):
+    config = type("Config", (), {"path": "r.toml", "admin": AdminConfig(endpoint)})
+    assert cli.admin_url(config) == url
+
+
+def test_a_unix_admin_endpoint_needs_admin_url():
+    config = type("Config", (), {"path": "r.toml", "admin": AdminConfig("unix:/run/a.sock")})
+    with pytest.raises(ConfigError, match="admin.endpoint"):
+        cli.admin_url(config)
