@@ -22,7 +22,7 @@ from test_audit_follow import figures, rotated_synthetic
 from meshroute.audit.job import EXIT_BROKEN_PROMISES
 
 #: Spark start-up, executors on two workers, a loaded two-core machine.
-DEADLINE_S = 600
+DEADLINE_S = 1200
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def cluster(tmp_path_factory):
     assert all(process.poll() is not None for process in started)
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)
 def test_batch_and_streaming_audits_on_a_standalone_cluster(spark, cluster, tmp_path):  # noqa: F811
     logs = rotated_synthetic(tmp_path, per_file=200)
     on_cluster = subprocess.run(

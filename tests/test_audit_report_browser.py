@@ -6,6 +6,8 @@ failovers are on it, nothing throws.  The screenshot is saved as a test
 artifact (var/test-artifacts/audit-report.png).
 """
 
+import pytest
+
 from conftest_spark import spark  # noqa: F401 (a fixture)
 from test_audit import audit, synthetic_mesh
 from test_audit_ha import pair_logs
@@ -27,6 +29,7 @@ SECTION_TEXT = """
 """
 
 
+@pytest.mark.timeout(1200)
 def test_the_report_in_chromium(spark, browser, artifacts, tmp_path):  # noqa: F811
     logs = tmp_path / "logs"
     synthetic_mesh(logs / "mesh")

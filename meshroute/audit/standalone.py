@@ -54,6 +54,20 @@ def spark_home() -> str:
     return os.path.dirname(os.path.abspath(pyspark.__file__))
 
 
+def _die_with_parent() -> None:
+    """
+    In the child before C{exec}: on Linux, be sent SIGTERM when the
+    process that started the cluster dies, however it dies (spark-class
+    execs java, which keeps the setting), so no daemon outlives it.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,7 +115,7 @@ class StandaloneCluster:
             process = subprocess.Popen(
                 [os.path.join(spark_home(), "bin", "spark-class"), *args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_die_with_parent)
         self.processes.append((name, process, log))
         return log
 
