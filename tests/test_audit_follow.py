@@ -21,7 +21,14 @@ from test_audit import A, B, C, audit, synthetic_mesh
 
 from meshroute.audit import follow
 from meshroute.audit.inputs import AuditInputError
-from meshroute.audit.job import EXIT_OK, TABLES, AuditSettings, run
+from meshroute.audit.job import (
+    EXIT_OK,
+    TABLES,
+    AuditSettings,
+    UsageProblem,
+    run,
+    settings_from_args,
+)
 
 #: summary.json keys that say how and when the audit ran, not what it found.
 RUN_KEYS = ("audit",)
@@ -90,6 +97,19 @@ def test_follow_refuses_what_is_not_a_directory(tmp_path):
     err = io.StringIO()
     assert run(settings, out=io.StringIO(), err=err) == 1
     assert "not a directory" in err.getvalue()
+
+
+def test_follow_options():
+    settings = settings_from_args(["--follow", "a", "b", "--out", "o", "--trigger", "5",
+                                   "--max-files-per-trigger", "7", "--once",
+                                   "--latency-window", "30"])
+    assert (settings.follow, settings.inputs, settings.trigger_s, settings.once) == (
+        True, ["a", "b"], 5.0, True)
+    assert (settings.max_files_per_trigger, settings.latency_window_s) == (7, 30.0)
+    for wrong in (["--once"], ["--follow", "--trigger", "0"],
+                  ["--follow", "--max-files-per-trigger", "0"], ["--latency-window", "0"]):
+        with pytest.raises(UsageProblem):
+            settings_from_args(["a", "--out", "o", *wrong])
 
 
 # -- a live mesh -----------------------------------------------------------------
