@@ -56,3 +56,32 @@ def test_batch_and_streaming_audits_on_a_standalone_cluster(spark, cluster, tmp_
     streamed = json.loads((tmp_path / "streamed" / "summary.json").read_text())
     assert streamed["audit"]["master"] == cluster.url
     assert figures(streamed) == figures(local_summary)
+
+
+#: Where an executor's Python finds meshroute: printed by a one-task job.
+WHERE_EXECUTORS_IMPORT = """
+import sys
+from pyspark.sql import SparkSession
+
+builder = SparkSession.builder.master(sys.argv[1])
+for pair in sys.argv[2:]:
+    key, value = pair.split("=", 1)
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+found = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("meshroute").__file__)
+print(found.collect()[0])
+spark.stop()
+"""
+
+
+@pytest.mark.timeout(2400)
+def test_meshroute_is_shipped_to_the_executors(cluster):
+    """
+    A Python task on the cluster imports meshroute from the zip that
+    C{spark.submit.pyFiles} shipped, not from an installation.
+    """
+    result = subprocess.run([sys.executable, "-c", WHERE_EXECUTORS_IMPORT, cluster.url,
+                             *cluster.conf()],
+                            env=router_env(), capture_output=True, text=True, timeout=DEADLINE_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "meshroute.zip" in result.stdout.strip().splitlines()[-1], result.stdout

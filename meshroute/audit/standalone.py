@@ -154,7 +154,8 @@ class StandaloneCluster:
     def conf(self) -> list[str]:
         """
         The audit's C{--conf} arguments for this cluster: the driver on
-        127.0.0.1, one executor per worker, this package shipped.
+        127.0.0.1, one executor per worker, this package shipped and this
+        Python for the executors' Python workers.
         """
         return [
             "spark.driver.host=127.0.0.1",
@@ -166,6 +167,7 @@ class StandaloneCluster:
             f"spark.sql.shuffle.partitions={2 * WORKER_CORES * self.workers}",
             "spark.driver.memory=1g",
             f"spark.submit.pyFiles={package_zip(self.work_dir)}",
+            f"spark.pyspark.python={sys.executable}",
         ]
 
     def audit_args(self) -> list[str]:
