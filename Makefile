@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SOURCES := setup.cfg pyproject.toml $(shell find meshroute twisted -name '*.py' -o -name '*.sql' 2>/dev/null)
 
-.PHONY: lab test run simulate install chromium clean
+.PHONY: lab test run simulate install chromium clean audit-cluster
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,13 @@ SEED ?= 0
 RUNS ?= 1000
 simulate: install
 	PYTHONPATH=tests $(PY) -m simulation --seed $(SEED) --runs $(RUNS) $(SIMULATE_ARGS)
+
+# The audit of EVENTS (default: the lab's logs) on a Spark standalone
+# cluster of two one-core workers on 127.0.0.1, started from the pyspark
+# installation and stopped after (meshroute/audit/standalone.py).
+EVENTS ?= var/lab
+audit-cluster: install
+	$(PY) -m meshroute.audit.standalone --workers 2 -- $(EVENTS) --out $(EVENTS)/audit-cluster $(AUDIT_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info var .pytest_cache .hypothesis

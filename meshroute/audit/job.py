@@ -42,6 +42,7 @@ EXIT_BROKEN_PROMISES = 2
 DEFAULT_MASTER = "local[*]"
 DEFAULT_GRACE_S = 60.0
 DEFAULT_KEEPALIVE_LIMIT = 6.0
+DEFAULT_LATENCY_WINDOW_S = 60.0
 
 #: Memory for the local-mode driver (which is also the executor) unless
 #: --conf spark.driver.memory says otherwise: a quarter of the machine's,
@@ -79,6 +80,7 @@ logger.native.level = error
 TABLES = {
     "routes": ("origin", "dest"),
     "latency_histogram": ("origin", "dest", "bucket"),
+    "latency_windows": ("origin", "dest", "window_start"),
     "message_problems": ("origin", "dest", "accepted_time", "msg_id"),
     "links": ("router", "peer"),
     "link_sessions": ("router", "opened", "link"),
@@ -95,7 +97,7 @@ TABLES = {
 
 #: The most rows of a table the driver collects for the report.
 COLLECT_LIMITS = {"link_sessions": 3000, "message_problems": 200, "malformed_lines": 200,
-                  "keepalive_closes": 200, "failovers": 200}
+                  "keepalive_closes": 200, "failovers": 200, "latency_windows": 500}
 
 
 @dataclass
@@ -110,7 +112,15 @@ class AuditSettings:
     conf: dict[str, str] = field(default_factory=dict)
     in_flight_grace_s: float = DEFAULT_GRACE_S
     keepalive_limit: float = DEFAULT_KEEPALIVE_LIMIT
+    latency_window_s: float = DEFAULT_LATENCY_WINDOW_S
     quiet: bool = False
+    #: Follow the inputs (directories) with the streaming audit
+    #: (L{meshroute.audit.follow}) instead of reading them once.
+    follow: bool = False
+    trigger_s: float = 10.0
+    max_files_per_trigger: int = 100
+    #: With C{follow}: stop once the files there now are audited.
+    once: bool = False
 
 
 def parse_conf(pairs) -> dict[str, str]:
@@ -239,12 +249,15 @@ def _remove(path: str) -> None:
 
 def _write_text(spark, path: str, text: str) -> None:
     """
-    Write a small file from the driver: locally, or through Hadoop's
-    FileSystem for a URI (C{hdfs://}, C{s3a://}).
+    Write a small file from the driver: locally (whole: written beside
+    and renamed, so a reader polling it, as one does the streaming
+    audit's, never sees half), or through Hadoop's FileSystem for a URI
+    (C{hdfs://}, C{s3a://}).
     """
     if not is_uri(path):
-        with open(path, "w", encoding="utf-8") as f:
+        with open(f"{path}.new", "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(f"{path}.new", path)
         return
     jvm = spark.sparkContext._jvm
     target = jvm.org.apache.hadoop.fs.Path(path)
@@ -279,13 +292,31 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
 
     @raise AuditInputError: when the files hold no line.
     """
+    from meshroute.audit import read, views
+
+    return audit_logs(spark, read.read_logs(spark, files, views.FIELDS_USED), settings,
+                      progress)
+
+
+def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
+               settled_per_router: bool = False):
+    """
+    L{audit} of logs already read and parsed (L{meshroute.audit.read.EventLogs}),
+    which it releases.
+
+    @param settled_per_router: how far a router's log can show what
+        happened to the messages sent to it (L{meshroute.audit.views.routers}'
+        C{available_until}): the run's last event when the logs are
+        complete (the batch audit), else that router's own last event,
+        the event-time watermark of the streaming audit, which has not
+        seen the files a router has not closed yet.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from meshroute.audit import read, report, views
 
     keep = StorageLevel.MEMORY_AND_DISK
-    logs = read.read_logs(spark, files, views.FIELDS_USED)
     splits = logs.split_rows
     names = {row["file"]: read.display_name(row["file"]) for row in splits}
     malformed_count = sum(row["malformed"] for row in splits)
@@ -305,7 +336,8 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
     starts = views.boot_starts(events).persist(keep)
     frames = {}
     frames["boots"] = views.boots(events, starts).persist(keep)
-    frames["routers"] = views.routers(events, horizon).persist(keep)
+    frames["routers"] = views.routers(events, None if settled_per_router else horizon
+                                      ).persist(keep)
     frames["rejections"] = views.rejections(events)
     frames["denials"] = views.denials(events)
     frames["inputs"] = read.input_files(logs.splits).withColumn("file", name_of[F.col("file")])
@@ -315,6 +347,7 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
                                 ).persist(keep)
     frames["routes"] = views.routes(fates)
     frames["latency_histogram"] = views.latency_histogram(fates)
+    frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
     frames["message_problems"] = views.message_problems(fates)
     sessions = views.link_sessions(events, starts, frames["boots"], settings.keepalive_limit
                                    ).persist(keep)
@@ -347,7 +380,7 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
              f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
              f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
     total = _rows(views.totals(fates))[0]
-    write("routes", "latency_histogram", "message_problems")
+    write("routes", "latency_histogram", "latency_windows", "message_problems")
     progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
              f"{total['lost']} lost, {total['duplicated']} duplicated, "
              f"{counts['routes']} route(s)")
@@ -376,8 +409,33 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
         malformed=collected["malformed_lines"], malformed_count=malformed_count,
         keepalive_limit=settings.keepalive_limit, grace_s=settings.in_flight_grace_s,
         audit=audit_info, time_range=(first, horizon), ha=ha,
+        latency_windows=collected["latency_windows"],
     )
     return summary, collected, counts
+
+
+def have_pyspark(err) -> bool:
+    """
+    Whether pyspark can be imported; if not, say how to install it.
+    """
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        err.write("meshroute audit: pyspark is not installed; "
+                  "install meshroute with the audit extra: pip install 'meshroute[audit]'\n")
+        return False
+    return True
+
+
+def write_outputs(spark, out: str, summary: dict, tables: dict, counts: dict) -> None:
+    """
+    Write C{summary.json} and C{report.html} into C{out}.
+    """
+    from meshroute.audit import report
+
+    base = out.rstrip("/")
+    _write_text(spark, f"{base}/summary.json", json.dumps(summary, indent=1) + "\n")
+    _write_text(spark, f"{base}/report.html", report.render_html(summary, tables, counts))
 
 
 def run(settings: AuditSettings, out=None, err=None, spark=None) -> int:
@@ -391,16 +449,16 @@ def run(settings: AuditSettings, out=None, err=None, spark=None) -> int:
 
     out = out or sys.stdout
     err = err or sys.stderr
+    if settings.follow:
+        from meshroute.audit import follow
+
+        return follow.run(settings, out, err, spark)
     try:
         files = resolve_inputs(settings.inputs)
     except AuditInputError as e:
         err.write(f"meshroute audit: {e}\n")
         return EXIT_BAD_INPUT
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        err.write("meshroute audit: pyspark is not installed; "
-                  "install meshroute with the audit extra: pip install 'meshroute[audit]'\n")
+    if not have_pyspark(err):
         return EXIT_BAD_INPUT
     progress = Progress(err, settings.quiet)
     progress(f"auditing {len(files)} file(s)")
@@ -414,9 +472,7 @@ def run(settings: AuditSettings, out=None, err=None, spark=None) -> int:
         summary, tables, counts = audit(spark, files, settings, progress)
         summary["audit"]["steps"] = progress.steps
         summary["audit"]["elapsed_s"] = round(progress.elapsed, 3)
-        base = settings.out.rstrip("/")
-        _write_text(spark, f"{base}/summary.json", json.dumps(summary, indent=1) + "\n")
-        _write_text(spark, f"{base}/report.html", report.render_html(summary, tables, counts))
+        write_outputs(spark, settings.out, summary, tables, counts)
         progress("wrote summary.json and report.html")
     except AuditInputError as e:
         err.write(f"meshroute audit: {e}\n")
@@ -450,6 +506,8 @@ def parser() -> argparse.ArgumentParser:
                     "sessions, time in delivery, close reasons and keepalive closes; per router,\n"
                     "rejections and client-session events.",
         epilog="exit status: 0 the mesh kept its promises, 2 it did not, 1 bad input.\n\n"
+               "following the mesh (the streaming audit, over closed rotated files):\n"
+               "  meshroute audit --follow DIR... --out DIR\n\n"
                "the same job:\n"
                "  python -m meshroute.audit EVENTS... --out DIR\n"
                "  spark-submit --master URL path/to/meshroute/audit/job.py EVENTS... --out DIR\n\n"
@@ -473,7 +531,30 @@ def parser() -> argparse.ArgumentParser:
                    help="a keepalive close later than this many intervals after the peer's "
                         "last sign of life breaks the promise "
                         f"(default {DEFAULT_KEEPALIVE_LIMIT:g})")
+    p.add_argument("--latency-window", type=float, default=DEFAULT_LATENCY_WINDOW_S,
+                   metavar="SECONDS",
+                   help="latency percentiles per route and window of this many seconds "
+                        f"(default {DEFAULT_LATENCY_WINDOW_S:g})")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    follow = p.add_argument_group(
+        "the streaming audit",
+        "--follow: EVENTS are directories (routers' data or events directories, or a "
+        "directory above them); their closed events-*.jsonl files are audited as they "
+        "appear, OUT/summary.json and OUT/report.html are rewritten after each, and a "
+        "restart resumes from OUT/checkpoint")
+    follow.add_argument("--follow", action="store_true",
+                        help="follow the directories until interrupted")
+    follow.add_argument("--trigger", type=float, default=AuditSettings.trigger_s,
+                        metavar="SECONDS",
+                        help="look for new closed files this often "
+                             f"(default {AuditSettings.trigger_s:g})")
+    follow.add_argument("--max-files-per-trigger", type=int,
+                        default=AuditSettings.max_files_per_trigger, metavar="N",
+                        help="read at most N new files at a time "
+                             f"(default {AuditSettings.max_files_per_trigger})")
+    follow.add_argument("--once", action="store_true",
+                        help="audit the closed files there now, then stop (a later run "
+                             "resumes from the checkpoint)")
     return p
 
 
@@ -493,9 +574,20 @@ def settings_from_args(argv=None) -> AuditSettings:
         p.error("--in-flight-grace must not be negative")
     if args.keepalive_limit <= 0:
         p.error("--keepalive-limit must be positive")
+    if args.latency_window <= 0:
+        p.error("--latency-window must be positive")
+    if args.trigger <= 0:
+        p.error("--trigger must be positive")
+    if args.max_files_per_trigger < 1:
+        p.error("--max-files-per-trigger must be at least 1")
+    if args.once and not args.follow:
+        p.error("--once goes with --follow")
     return AuditSettings(inputs=args.events, out=args.out, master=args.master, conf=conf,
                          in_flight_grace_s=args.in_flight_grace,
-                         keepalive_limit=args.keepalive_limit, quiet=args.quiet)
+                         keepalive_limit=args.keepalive_limit,
+                         latency_window_s=args.latency_window, quiet=args.quiet,
+                         follow=args.follow, trigger_s=args.trigger,
+                         max_files_per_trigger=args.max_files_per_trigger, once=args.once)
 
 
 def main(argv=None) -> int:

@@ -25,18 +25,35 @@ from meshroute.audit.inputs import AuditInputError, display_name, resolve_inputs
 SNIPPET = 200
 
 
-def load_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+def located(text: DataFrame) -> DataFrame:
     """
-    Every line of C{files}: C{file} (as Spark names it, a URI), C{block}
-    (the start of the file split it was read from), C{rid} (consecutive
-    within a split) and C{value} (the text).
+    The lines of Spark's text source (C{spark.read.text} or
+    C{spark.readStream.format("text")}) with where they were read:
+    C{file} (as Spark names it, a URI), C{block} (the start of the file
+    split) and C{value} (the text).
     """
-    return spark.read.text(files).select(
+    return text.select(
         F.col("_metadata.file_path").alias("file"),
         F.col("_metadata.file_block_start").alias("block"),
-        F.monotonically_increasing_id().alias("rid"),
         F.col("value"),
     )
+
+
+def numbered(lines: DataFrame) -> DataFrame:
+    """
+    L{located} lines of a static DataFrame with C{rid}, consecutive
+    within a split (a streaming micro-batch is numbered in its
+    C{foreachBatch}, where it is static).
+    """
+    return lines.select("file", "block", F.monotonically_increasing_id().alias("rid"), "value")
+
+
+def load_lines(spark: SparkSession, files: list[str]) -> DataFrame:
+    """
+    Every line of C{files}: C{file}, C{block}, C{rid} and C{value}
+    (L{located}, L{numbered}).
+    """
+    return numbered(located(spark.read.text(files)))
 
 
 def problem_of(value, parsed):
@@ -154,6 +171,16 @@ class EventLogs:
         self.splits.unpersist()
 
 
+def kept(parsed: DataFrame, fields=None) -> DataFrame:
+    """
+    C{parsed} (from L{parse_lines}) with only the event C{fields} (default:
+    all of the schema), the line's position, C{problem} and C{text}.
+    """
+    if fields is None:
+        return parsed
+    return parsed.select("file", "block", "rid", *fields, "problem", "text")
+
+
 def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     """
     Read and parse C{files} once, and keep the result (memory, spilling to
@@ -163,9 +190,18 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
         every line is checked against the whole schema either way.
     @raise AuditInputError: when there is not one line to read.
     """
-    parsed = parse_lines(load_lines(spark, files))
-    if fields is not None:
-        parsed = parsed.select("file", "block", "rid", *fields, "problem", "text")
+    return logs_of(kept(parse_lines(load_lines(spark, files)), fields), f"{len(files)} file"
+                   f"{'s' if len(files) != 1 else ''}")
+
+
+def logs_of(parsed: DataFrame, what: str) -> EventLogs:
+    """
+    L{EventLogs} of lines already parsed (by L{read_logs}, or kept by the
+    streaming audit), persisted for the views.
+
+    @param what: the input, for the error message.
+    @raise AuditInputError: when there is not one line to read.
+    """
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     splits = blocks(parsed).persist(StorageLevel.MEMORY_AND_DISK)
     split_rows = [row.asDict() for row in splits.collect()]
@@ -173,7 +209,6 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     if not lines:
         parsed.unpersist()
         splits.unpersist()
-        raise AuditInputError(f"the event logs are empty ({len(files)} file"
-                              f"{'s' if len(files) != 1 else ''}, no line to read)")
+        raise AuditInputError(f"the event logs are empty ({what}, no line to read)")
     return EventLogs(parsed=parsed, events=events_of(parsed), splits=splits,
                      split_rows=split_rows, lines=lines)

@@ -112,11 +112,13 @@ def ha_lines(ha: dict) -> list[str]:
 def build_summary(*, totals: dict, routes: list[dict], links: list[dict], routers: list[dict],
                   inputs: list[dict], malformed: list[dict], malformed_count: int,
                   keepalive_limit: float, grace_s: float, audit: dict,
-                  time_range: tuple, ha: dict) -> dict:
+                  time_range: tuple, ha: dict, latency_windows: list[dict] = ()) -> dict:
     """
     The content of summary.json: headline figures, the verdict and why.
 
     @param ha: L{ha_summary}.
+    @param latency_windows: rows of L{meshroute.audit.views.latency_windows};
+        the summary keeps each route's latest window.
     """
     messages = {key: _number(totals.get(key)) for key in MESSAGE_COUNTS}
     messages["latency_ms"] = {
@@ -192,11 +194,26 @@ def build_summary(*, totals: dict, routes: list[dict], links: list[dict], router
         "links": link_summary,
         "routers": router_summary,
         "ha": ha,
+        "latest_latency_windows": latest_windows(latency_windows),
         "settings": {"in_flight_grace_s": grace_s, "keepalive_limit_intervals": keepalive_limit},
         "audit": audit,
     }
     judge(summary, routes)
     return _clean(summary)
+
+
+def latest_windows(windows) -> list[dict]:
+    """
+    Each route's latest latency window (rows sorted by route and window).
+    """
+    latest = {}
+    for row in windows:
+        latest[(row["origin"], row["dest"])] = row
+    return [{"origin": row["origin"], "dest": row["dest"],
+             "window_start_utc": stamp(row["window_start"]),
+             "window_end_utc": stamp(row["window_end"]),
+             **{key: row.get(key) for key in ("enqueued", *LATENCIES)}}
+            for row in latest.values()]
 
 
 def judge(summary: dict, routes: list[dict]) -> None:
@@ -650,6 +667,8 @@ def render_html(summary: dict, tables: dict[str, list[dict]],
         ("Messages per route", svg_message_counts(tables.get("routes", []))
          + table(tables.get("routes", []))),
         ("Latency per route (accepted → enqueued)", f"<div class=charts>{latency_charts}</div>"),
+        ("Latency per route and time window", table(tables.get("latency_windows", []),
+                                                     total=counts.get("latency_windows"))),
         ("Links and routers over time", svg_timeline(tables.get("link_sessions", []),
                                                       tables.get("boots", []),
                                                       summary["time"]["first"],

@@ -38,7 +38,7 @@ Definitions (docs/events.md, "Audit", says the same for operators):
    (router, group, role): both instances write under the router's name.
 """
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from meshroute.audit import schema as S
@@ -84,21 +84,40 @@ def _when(condition: Column, column: str) -> Column:
 
 def boot_starts(events: DataFrame) -> DataFrame:
     """
-    Per router, the sorted times of its C{router.started} events.
+    Per router, its boots as time intervals: C{boot} (1 for the first
+    C{router.started}, 2 for the next...), C{since} (that start) and
+    C{until} (the next start; infinity for the last), with boot 0 from
+    minus infinity to the first start.
     """
-    return events.where(_is(S.ROUTER_STARTED)).groupBy("router").agg(
-        F.sort_array(F.collect_list("time")).alias("starts"))
+    started = events.where(_is(S.ROUTER_STARTED)).select("router", "time")
+    order = Window.partitionBy("router").orderBy("time")
+    infinity = F.lit(float("inf"))
+    numbered = started.select(
+        "router",
+        F.row_number().over(order).alias("boot"),
+        F.col("time").alias("since"),
+        F.coalesce(F.lead("time").over(order), infinity).alias("until"),
+    )
+    before = started.groupBy("router").agg(F.min("time").alias("until")).select(
+        "router", F.lit(0).alias("boot"), (-infinity).alias("since"), "until")
+    return numbered.unionByName(before)
 
 
 def with_boot(frame: DataFrame, starts: DataFrame) -> DataFrame:
     """
     C{frame} with C{boot}: how many times its router had started at the
     row's time (0 before the first C{router.started} the logs show).
+
+    A range join against the few boot intervals (broadcast), rather than
+    counting the starts per row, which ran a lambda on every event.
     """
-    joined = frame.join(F.broadcast(starts), "router", "left")
-    boot = F.coalesce(F.size(F.filter("starts", lambda s: s <= F.col("time"))), F.lit(0))
-    return joined.withColumn("boot", F.when(F.col("starts").isNull(), F.lit(0)).otherwise(boot)
-                             ).drop("starts")
+    intervals = starts.select(F.col("router").alias("_router"), F.col("boot").alias("_boot"),
+                              "since", "until")
+    inside = ((F.col("router") == F.col("_router")) & (F.col("time") >= F.col("since"))
+              & (F.col("time") < F.col("until")))
+    joined = frame.join(F.broadcast(intervals), inside, "left")
+    return joined.withColumn("boot", F.coalesce(F.col("_boot"), F.lit(0))).drop(
+        "_router", "_boot", "since", "until")
 
 
 def boots(events: DataFrame, starts: DataFrame) -> DataFrame:
@@ -340,6 +359,20 @@ def latency_histogram(fates: DataFrame) -> DataFrame:
         F.pow(F.lit(10.0), (F.col("bucket") + 1) / BUCKETS_PER_DECADE).alias("upper_ms"),
         "count",
     )
+
+
+def latency_windows(fates: DataFrame, window_s: float) -> DataFrame:
+    """
+    Per route and tumbling window of C{window_s} seconds of enqueue time,
+    the messages enqueued in it and their latency percentiles: what an
+    operator following the mesh watches move (L{routes} has the whole
+    run's).
+    """
+    start = F.floor(F.col("enqueued_time") / F.lit(window_s)) * F.lit(window_s)
+    view = (fates.where(F.col("latency_ms").isNotNull())
+            .groupBy("origin", "dest", start.alias("window_start"))
+            .agg(F.count(F.lit(1)).alias("enqueued"), *_latency_columns()))
+    return _unpack_quantiles(view.withColumn("window_end", F.col("window_start") + window_s))
 
 
 def message_problems(fates: DataFrame) -> DataFrame:
