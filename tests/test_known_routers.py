@@ -38,9 +38,10 @@ async def test_the_upgrade_from_version_6_adds_the_table(opener):  # noqa: F811
         connection.execute("DROP TABLE known_routers")
         for column in ("replicated_epoch", "alone_epoch", "alone_instance"):
             connection.execute(f"ALTER TABLE replication_state DROP COLUMN {column}")  # version 8
+        connection.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")  # version 9
         connection.execute("UPDATE meta SET value = 6 WHERE key = 'schema_version'")
     store = await opener.open()
-    assert store.applied_versions == [7, 8]
+    assert store.applied_versions == [7, 8, 9]
     await store.save_known_routers(["router-b"])
     assert await store.known_routers() == {"router-b"}
 
