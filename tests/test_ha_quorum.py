@@ -7,7 +7,7 @@ random message orders, drops and voter restarts.
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from meshroute.ha.quorum import (
@@ -233,6 +233,28 @@ def test_a_heartbeat_for_the_same_epoch_from_another_instance_is_learned():
     assert answer.accepted
     assert (voter.record.granted_epoch, voter.record.granted_to) == (3, "b")
     assert voter.request(request("p", 3, LogPosition(3, 9)), now=100.0).reason == STALE_EPOCH
+
+
+def test_an_epoch_learned_from_heartbeats_is_not_granted_to_its_winner():
+    """
+    This voter granted epoch 4 to p; b won it with the other voters'
+    grants (p handed over to it) and says so in its heartbeats.  The
+    voter learns b, but it never granted b epoch 4: p's late hand-over
+    request is refused, as a first request would be, or the voter would
+    have granted epoch 4 twice.  That holds across a restart.
+    """
+    voter = Voter("w", LEASE, VoterRecord(), now=0.0)
+    assert voter.request(request("p", 4, ORIGIN), now=0.0).granted
+    voter.heartbeat(Heartbeat("b", 4, ORIGIN, ORIGIN, 1.0), 1.0)
+    assert voter.record.learned
+    handover = request("b", 4, ORIGIN, alone=False, requester="p")
+    assert voter.request(handover, now=1.5).reason == STALE_EPOCH
+    restarted = Voter("w", LEASE, voter.record, now=2.0)
+    assert restarted.request(handover, now=100.0).reason == STALE_EPOCH
+    # A grant of its own, asked again, is granted again.
+    assert restarted.request(request("b", 5, ORIGIN, requester="b"), now=100.0).granted
+    assert not restarted.record.learned
+    assert restarted.request(request("b", 5, ORIGIN, requester="b"), now=100.5).granted
 
 
 def test_a_heartbeat_of_a_newer_epoch_is_learned():
@@ -486,8 +508,29 @@ def run(group: Group, schedule) -> None:
         play(group, step)
 
 
+def _request(candidate: str, requester: str, epoch: int) -> tuple:
+    return ("request", candidate, requester, epoch, ORIGIN, False)
+
+
+#: p hands epoch 4 over to b, granted by voters p and w0: b wins it.  p
+#: then asks epoch 4 for itself, and voter b, which had not heard of the
+#: hand-over, grants it.  b's heartbeat teaches voter b that b holds epoch
+#: 4; the hand-over's request reaches voter b last, and was granted as the
+#: same request as the holder's: voter b had granted epoch 4 to both.
+#: (hypothesis's shrunk case, restarts and all.)
+LEARNED_THEN_ASKED = [
+    *[("deliver", 0)] * 5, _request("p", "p", 1), *[("deliver", 0)] * 5,
+    _request("b", "p", 4), ("deliver", 0), _request("p", "p", 1), _request("p", "p", 1),
+    ("deliver", 1), ("deliver", 1), ("restart", 0), _request("p", "p", 4), ("deliver", 52),
+    ("restart", 0), ("restart", 0), _request("p", "p", 1), _request("p", "p", 1),
+    ("deliver", 1), _request("p", "p", 1), ("heartbeat", ORIGIN), _request("p", "p", 1),
+    ("deliver", 39), ("deliver", 0),
+]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 3), st.lists(steps, min_size=30, max_size=100))
+@example(witnesses=1, schedule=LEARNED_THEN_ASKED)
 def test_never_two_instances_win_the_same_epoch(witnesses, schedule):
     group = Group(witnesses)
     run(group, schedule)

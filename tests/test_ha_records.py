@@ -52,17 +52,45 @@ def test_voter_records_are_kept_across_reopening(tmp_path):
     result(again.close())
 
 
+def test_a_learned_record_is_kept_across_reopening(tmp_path):
+    """
+    That the voter learned its epoch from the winner's heartbeats, and
+    never granted it, survives a restart of the instance.
+    """
+    learned = VoterRecord(8, "router-b/primary", LogPosition(7, 3), LogPosition(7, 3), True)
+    records = opened(tmp_path)
+    result(records.save_voter_record("router-b", learned, 3000))
+    result(records.close())
+    again = opened(tmp_path)
+    assert result(again.voter_records()) == {"router-b": (learned, 3000)}
+    result(again.close())
+
+
 def test_the_table_is_the_stores(tmp_path):
     """
     The instance's own voter record has the columns of the store's
-    C{ha_voter_records} (schema 004), so the two read alike.
+    C{ha_voter_records} (schema 004 and 009), so the two read alike.
     """
     result(opened(tmp_path).close())
     with sqlite3.connect(tmp_path / HA_DB) as db:
         columns = [row[1] for row in db.execute("PRAGMA table_info(ha_voter_records)")]
     assert columns == ["group_name", "granted_epoch", "granted_to", "granted_at_epoch",
                        "granted_at_position", "confirmed_epoch", "confirmed_position",
-                       "lease_timeout_ms"]
+                       "lease_timeout_ms", "learned"]
+
+
+def test_the_upgrade_from_version_1_reads_old_records_as_granted(tmp_path):
+    records = opened(tmp_path)
+    result(records.save_voter_record("router-b", RECORD, 3000))
+    result(records.close())
+    with sqlite3.connect(tmp_path / HA_DB) as db:
+        db.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")
+        db.execute("PRAGMA user_version = 1")
+    again = opened(tmp_path)
+    assert result(again.voter_records()) == {"router-b": (RECORD, 3000)}
+    result(again.close())
+    with sqlite3.connect(tmp_path / HA_DB) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
 
 
 def test_a_witness_loads_from_it(tmp_path):

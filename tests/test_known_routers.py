@@ -40,9 +40,10 @@ async def test_the_upgrade_from_version_6_adds_the_table(opener):  # noqa: F811
             connection.execute(f"ALTER TABLE replication_state DROP COLUMN {column}")  # version 8
         connection.execute("DROP INDEX messages_expiring")  # version 9
         connection.execute("ALTER TABLE messages DROP COLUMN expires_ms")
+        connection.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")  # version 10
         connection.execute("UPDATE meta SET value = 6 WHERE key = 'schema_version'")
     store = await opener.open()
-    assert store.applied_versions == [7, 8, 9]
+    assert store.applied_versions == [7, 8, 9, 10]
     await store.save_known_routers(["router-b"])
     assert await store.known_routers() == {"router-b"}
 

@@ -55,8 +55,9 @@ async def test_the_upgrade_from_version_5_adds_the_table(opener):  # noqa: F811
             connection.execute(f"ALTER TABLE replication_state DROP COLUMN {column}")  # version 8
         connection.execute("DROP INDEX messages_expiring")  # version 9
         connection.execute("ALTER TABLE messages DROP COLUMN expires_ms")
+        connection.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")  # version 10
         connection.execute("UPDATE meta SET value = 5 WHERE key = 'schema_version'")
     store = await opener.open()
-    assert store.applied_versions == [6, 7, 8, 9]
+    assert store.applied_versions == [6, 7, 8, 9, 10]
     await store.save_peer_epoch("router-b", 2)
     assert await store.peer_epochs() == {"router-b": 2}

@@ -15,7 +15,12 @@ The rules, in the order a voter applies them to a request:
  1. An epoch is granted at most once: a request for an epoch at or below
     the one the voter already granted is refused (C{stale-epoch}), except
     the same request again from the instance it was granted to (its
-    answer may have been lost).
+    answer may have been lost).  An epoch the voter learned from the
+    heartbeats of the instance that won it (L{Voter.heartbeat}) it did
+    not grant that instance: it refuses it to that instance too, for it
+    may have granted it to the other one, and "one epoch, one winner"
+    rests on no voter granting an epoch twice (any two majorities share
+    a voter).  The winner needs no more grants for it.
  2. While the voter still hears the active's heartbeats (the last one
     less than C{lease-timeout} ago) it refuses (C{active-alive}) anyone
     but the active itself: the active may ask for the next epoch to run
@@ -94,12 +99,18 @@ class VoterRecord:
         reported as confirmed, and at least C{(E, 0)} once this voter
         granted epoch C{E} to an instance running alone (which from then
         on confirms changes its peer lacks).
+    @ivar learned: C{granted_epoch} and C{granted_to} were learned from
+        that instance's heartbeats, not granted by this voter, which may
+        have granted that epoch to another instance: the same request
+        again is not granted (rule 1).  Durable like the rest, so that a
+        voter that restarts still knows which epochs it never granted.
     """
 
     granted_epoch: int = 0
     granted_to: str | None = None
     granted_at: LogPosition = ORIGIN
     confirmed: LogPosition = ORIGIN
+    learned: bool = False
 
     def in_sync(self, instance: str, at: LogPosition) -> bool:
         """
@@ -243,7 +254,8 @@ class Voter:
         docstring, in order).
         """
         record = self.record
-        if request.epoch == record.granted_epoch and request.candidate == record.granted_to:
+        asked_again = (request.epoch, request.candidate) == (record.granted_epoch, record.granted_to)
+        if asked_again and not record.learned:
             return self._vote(request, None)
         if request.epoch <= record.granted_epoch:
             return self._vote(request, STALE_EPOCH)
@@ -277,7 +289,9 @@ class Voter:
         (the one this voter granted, cut off, asked in vain): either way
         the voter learns who holds that epoch, so it will never grant it
         to anyone else, and an instance cut off for a while does not
-        fence the active when it returns.
+        fence the active when it returns.  Nor to the active itself: it
+        won without this voter, which may have granted that epoch to the
+        other instance (rule 1).
         """
         record = self.record
         if beat.epoch < record.granted_epoch:
@@ -288,6 +302,7 @@ class Voter:
                 granted_epoch=beat.epoch,
                 granted_to=beat.instance,
                 granted_at=beat.position,
+                learned=True,
             )
         self.record = replace(record, confirmed=max(record.confirmed, beat.confirmed))
         self.heard_at = now

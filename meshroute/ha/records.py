@@ -7,7 +7,7 @@ never replicated:
 
  - its own voter record, for its own group (the rows of
    C{ha_voter_records}, with the columns of the store's table of schema
-   004), which its own L{meshroute.ha.witness.Witness} answers from
+   004 and 010), which its own L{meshroute.ha.witness.Witness} answers from
    (each instance of the pair is its own voter: a copy of the peer's
    record would be a second vote);
  - who it is (C{instance}: router name, group, configured role), written
@@ -50,10 +50,7 @@ HA_DB = "ha.db"
 #: The data dir's lock file, held by the running router or HA instance.
 LOCK_FILE = "router.lock"
 
-SCHEMA_VERSION = 1
-
-#: The voter records' table is the store's own (its schema step 004).
-_VOTER_RECORDS_SCHEMA = "004-ha-voter-records.sql"
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE instance (
@@ -116,10 +113,29 @@ def connect(path: str) -> sqlite3.Connection:
     return connection
 
 
+def _store_schema(name: str) -> str:
+    """
+    One of the store's schema steps: the voter records' table is the
+    store's own, so that both files read and write those rows alike.
+    """
+    return files("meshroute.store").joinpath("schema", name).read_text()
+
+
+def _upgrade_steps() -> list[tuple[int, str]]:
+    """
+    C{ha.db}'s upgrade steps, in order: the version each makes, and its
+    SQL from the version before.
+    """
+    return [
+        (1, _store_schema("004-ha-voter-records.sql") + _SCHEMA),
+        (2, _store_schema("010-ha-voter-learned.sql")),
+    ]
+
+
 def _create(connection, identity: InstanceIdentity | None) -> None:
     """
-    Create the schema (or check the existing one's version) and, given
-    C{identity}, write it, in one transaction.
+    Create the schema, or upgrade the existing one (refusing a newer one),
+    and, given C{identity}, write it, in one transaction.
     """
     version = connection.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
@@ -127,11 +143,12 @@ def _create(connection, identity: InstanceIdentity | None) -> None:
                            f"{SCHEMA_VERSION}: it was written by a newer meshroute")
     connection.execute("BEGIN IMMEDIATE")
     try:
-        if version == 0:
-            voter_records = files("meshroute.store").joinpath("schema", _VOTER_RECORDS_SCHEMA)
-            for statement in (voter_records.read_text() + _SCHEMA).split(";"):
-                if statement.strip():
-                    connection.execute(statement)
+        for step, sql in _upgrade_steps():
+            if step > version:
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+        if version < SCHEMA_VERSION:
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if identity is not None:
             connection.execute(

@@ -280,7 +280,8 @@ class Witness:
 
 def _start_frame(group: str, answer: quorum.StartAnswer) -> frames.StartAnswer:
     """
-    The wire form of a start answer (L{start_answer} is its inverse).
+    The wire form of a start answer (L{start_answer} is its inverse, but
+    for the record's C{learned}).
     """
     record = answer.record
     own = answer.own_position
@@ -293,7 +294,10 @@ def _start_frame(group: str, answer: quorum.StartAnswer) -> frames.StartAnswer:
 
 def start_answer(frame: frames.StartAnswer) -> quorum.StartAnswer:
     """
-    A start answer as it came over the wire.
+    A start answer as it came over the wire.  Its record does not say
+    whether the voter learned its epoch (L{quorum.VoterRecord.learned}):
+    that concerns only the voter's own grants, and the start-up rule reads
+    the record for whether the asker is in sync.
     """
     own = frame.own_position
     return quorum.StartAnswer(

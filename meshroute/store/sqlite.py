@@ -1535,16 +1535,16 @@ def _prune_duplicates(connection, cutoff: float, limit: int) -> int:
 def _voter_records(connection) -> dict:
     rows = connection.execute(
         "SELECT group_name, granted_epoch, granted_to, granted_at_epoch, granted_at_position, "
-        "confirmed_epoch, confirmed_position, lease_timeout_ms FROM ha_voter_records"
+        "confirmed_epoch, confirmed_position, learned, lease_timeout_ms FROM ha_voter_records"
     )
     return {
         group: (
             VoterRecord(epoch, granted_to, LogPosition(at_epoch, at_position),
-                        LogPosition(confirmed_epoch, confirmed_position)),
+                        LogPosition(confirmed_epoch, confirmed_position), bool(learned)),
             lease_timeout_ms,
         )
         for (group, epoch, granted_to, at_epoch, at_position, confirmed_epoch,
-             confirmed_position, lease_timeout_ms) in rows
+             confirmed_position, learned, lease_timeout_ms) in rows
     }
 
 
@@ -1553,10 +1553,10 @@ def _save_voter_record(connection, group: str, record: VoterRecord, lease_timeou
     connection.execute(
         "INSERT OR REPLACE INTO ha_voter_records (group_name, granted_epoch, granted_to, "
         "granted_at_epoch, granted_at_position, confirmed_epoch, confirmed_position, "
-        "lease_timeout_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "learned, lease_timeout_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (group, record.granted_epoch, record.granted_to, record.granted_at.epoch,
          record.granted_at.position, record.confirmed.epoch, record.confirmed.position,
-         lease_timeout_ms),
+         int(record.learned), lease_timeout_ms),
     )
 
 

@@ -1,0 +1,14 @@
+-- meshroute store, schema version 9: which voter records were learned.
+--
+-- The upgrade step from version 8, applied by SQLiteStore.open() inside
+-- one transaction with schema_version = 9.
+--
+-- A voter learns who holds an epoch from that instance's heartbeats
+-- (meshroute.ha.quorum Voter.heartbeat): it won the epoch with other
+-- voters' grants, and this voter may have granted that epoch to the other
+-- instance.  learned (0 or 1) says the row's granted_epoch and granted_to
+-- were learned so, not granted: the voter does not grant that epoch to
+-- that instance when it asks (rule 1, an epoch is granted at most once),
+-- across its restarts too.  Rows written before this step were granted
+-- or learned, and read as granted, as they did until now.
+ALTER TABLE ha_voter_records ADD COLUMN learned INTEGER NOT NULL DEFAULT 0;
