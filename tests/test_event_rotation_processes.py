@@ -105,16 +105,19 @@ def all_threads_stopped(pid: int) -> bool:
     return all(state == "T" for state in states)
 
 
-def kill_mid_rotation(process, spec) -> list[str]:
+def kill_mid_rotation(process, spec, load) -> dict[str, int]:
     """
     Freeze the router (SIGSTOP) until it is caught in the middle of a
     rotation: a file handed to the closer and not renamed yet beside the
-    file being written (two C{.open} files); then SIGKILL it.
+    file being written (two C{.open} files); then SIGKILL it.  C{load()}
+    before each try keeps the mesh under load however long that takes.
 
-    @return: the C{.open} files it left.
+    @return: the C{.open} files it left, with their sizes (one the router
+        had just opened may be empty).
     """
 
     def caught():
+        load()
         process.sigstop()
         wait_until(lambda: all_threads_stopped(process.pid), 10.0,
                    what=f"{spec.label} to stop")
@@ -126,7 +129,7 @@ def kill_mid_rotation(process, spec) -> list[str]:
 
     left = wait_until(caught, LOAD_TIMEOUT_S, what=f"{spec.label} caught closing a file")
     process.sigkill()
-    return left
+    return {path: os.path.getsize(path) for path in left}
 
 
 @pytest.mark.timeout(1800)
@@ -137,19 +140,28 @@ def test_routers_killed_mid_rotation_leave_every_file_readable_and_the_audit_cle
     is killed (SIGKILL) in the middle of closing one and started again,
     while the producer and the consumer ride out the restarts.
     """
-    count = 20_000
+    batch = 10_000
     a, b, a_proc, b_proc = two_routers(mesh, "64 KiB")
     retry = ("--reconnect-attempts", "-1", "--retry-interval", "100")
     consumer = mesh.start_receive(b_proc, QUEUE, None, None, "--prefetch", "1000", *retry)
-    producer = mesh.start_send(a_proc, f"{QUEUE}@router-b", count, *retry,
-                               "--duplicate-id-prefix", "rotation-")
+    producers = []
+
+    def load():
+        # A producer of `batch` messages at a time, the next one started
+        # as soon as the last is done, so a kill always finds load.
+        if not producers or producers[-1].poll() is not None:
+            producers.append(mesh.start_send(
+                a_proc, f"{QUEUE}@router-b", batch, *retry,
+                "--duplicate-id-prefix", f"rotation-{len(producers)}-"))
+
     left_open, restarted = {}, {}
     for spec, process in ((b, b_proc), (a, a_proc)):
-        left_open[spec.label] = kill_mid_rotation(process, spec)
-        assert producer.poll() is None, "the load ended before the kill"
+        left_open[spec.label] = kill_mid_rotation(process, spec, load)
         restarted[spec.label] = mesh.spawn(spec)
         restarted[spec.label].wait_ready(LOAD_TIMEOUT_S)
-    assert producer.wait(LOAD_TIMEOUT_S) == 0, producer.stderr
+    for producer in producers:
+        assert producer.wait(LOAD_TIMEOUT_S) == 0, producer.stderr
+    count = batch * len(producers)
     wait_until(lambda: len({m["id"] for m in consumer.messages()}) == count, LOAD_TIMEOUT_S,
                what=f"the consumer to receive {count} distinct messages")
     consumer.kill()
@@ -159,8 +171,11 @@ def test_routers_killed_mid_rotation_leave_every_file_readable_and_the_audit_cle
     for spec in (a, b):
         files = lines_by_file(spec)
         assert not any(path.endswith(OPEN_SUFFIX) for path in files)
-        for path in left_open[spec.label]:
-            assert path[:-len(OPEN_SUFFIX)] in files, "closed at the next start"
+        for path, size in left_open[spec.label].items():
+            if size:
+                assert path[:-len(OPEN_SUFFIX)] in files, "closed at the next start"
+            else:
+                assert not os.path.exists(path[:-len(OPEN_SUFFIX)]), "an empty file is deleted"
         bad = malformed(files)
         # At most the truncated last line of the file being written at the
         # kill, ended at the next start: the last line of its file.
