@@ -297,6 +297,21 @@ class ConnectionCore:
     _open: f.Open | None = None
     _scram: ScramServer | None = None
 
+    @classmethod
+    def of_listener(cls, factory, transport: ITransport, **more) -> "ConnectionCore":
+        """
+        The core of a new connection to C{factory}'s listener, native or
+        STOMP: what every listener gives its connections (the engine, the
+        sessions, the settings, the security), and C{more} of a subclass's.
+        """
+        return cls(
+            engine=factory.engine, transport=transport, clock=factory.clock,
+            registry=factory.sessions, settings=factory.settings, events=factory.events,
+            budget=factory.budget, ha_view=factory.ha_view, security=factory.security,
+            secret=factory.secret, verifies_certificates=factory.verifies_certificates,
+            **more,
+        )
+
     def __post_init__(self) -> None:
         self.made = self.last_heard = self.clock.seconds()
         if self.settings.connection_ttl_override != -1:

@@ -89,12 +89,7 @@ class ClientProtocol(Protocol):
     def connectionMade(self) -> None:
         send_immediately(self.transport)
         factory = self.factory
-        self.core = ConnectionCore(
-            engine=factory.engine, transport=self.transport, clock=factory.clock,
-            registry=factory.sessions, settings=factory.settings, events=factory.events,
-            budget=factory.budget, ha_view=factory.ha_view, security=factory.security,
-            secret=factory.secret, verifies_certificates=factory.verifies_certificates,
-        )
+        self.core = ConnectionCore.of_listener(factory, self.transport)
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
         self.transport.registerProducer(self, True)

@@ -62,14 +62,9 @@ class StompProtocol(Protocol):
     def connectionMade(self) -> None:
         send_immediately(self.transport)
         factory = self.factory
-        self.core = StompConnectionCore(
-            engine=factory.engine, transport=self.transport, clock=factory.clock,
-            registry=factory.sessions, settings=factory.settings, events=factory.events,
-            budget=factory.budget, ha_view=factory.ha_view, security=factory.security,
-            secret=factory.secret, verifies_certificates=factory.verifies_certificates,
-            prefetch_count=factory.prefetch_count,
-            heartbeat_ms=factory.heartbeat_ms,
-        )
+        self.core = StompConnectionCore.of_listener(
+            factory, self.transport,
+            prefetch_count=factory.prefetch_count, heartbeat_ms=factory.heartbeat_ms)
         self.machine = self.core.machine = STOMP_MACHINE(self.core)
         self._parser = StompParser(factory.limits)
         self.transport.registerProducer(self, True)
