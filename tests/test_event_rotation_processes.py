@@ -142,7 +142,10 @@ def test_routers_killed_mid_rotation_leave_every_file_readable_and_the_audit_cle
     """
     batch = 10_000
     a, b, a_proc, b_proc = two_routers(mesh, "64 KiB")
-    retry = ("--reconnect-attempts", "-1", "--retry-interval", "100")
+    # A producer may start just before its router is frozen and killed:
+    # its first connection retries as its reconnections do.
+    retry = ("--initial-connect-attempts", "-1", "--reconnect-attempts", "-1",
+             "--retry-interval", "100")
     consumer = mesh.start_receive(b_proc, QUEUE, None, None, "--prefetch", "1000", *retry)
     producers = []
 
