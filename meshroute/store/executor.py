@@ -92,6 +92,8 @@ from collections import deque
 from prometheus_client import Histogram
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from meshroute.ha.changes import (
@@ -104,6 +106,8 @@ from meshroute.store.checkpoints import WalCheckpoints
 
 #: C{PRAGMA synchronous} FULL, as SQLite reports it.
 _FULL = 2
+log = Logger()
+
 #: The longest a relaxed function waits for a function that wakes the
 #: writer before it wakes it itself ("Relaxed commits" above).
 RELAXED_DELAY_S = 0.05
@@ -370,8 +374,13 @@ class TurnExecutor:
     Relaxed functions alone wait up to L{RELAXED_DELAY_S} (or for the next
     function that does not) before their transaction runs, as in
     L{ThreadedExecutor}.  The WAL is checkpointed when no work is waiting
-    and the checkpoint is due (a timer), or after a transaction that took
-    the WAL past its size, after that transaction's Deferreds fired.
+    and the checkpoint is due (a timer): on a real reactor on a connection
+    of its own in the reactor's thread pool, so that the commits meanwhile
+    do not wait for it (SQLite lets a PASSIVE checkpoint run beside a
+    writer), and that the WAL is reused from its start rather than grown
+    (an fsync of a growing file costs several times one that overwrites);
+    or, past the WAL's size, inline after the transaction's Deferreds
+    fired.
 
     @ivar commits: transactions committed so far.
     @ivar commit_seconds: how long they took (a histogram).
@@ -397,6 +406,9 @@ class TurnExecutor:
         self._run_call: IDelayedCall | None = None
         self._run_soon = False
         self._checkpoint_call: IDelayedCall | None = None
+        # The checkpoint running in the thread pool, and its connection.
+        self._checkpointing: Deferred | None = None
+        self._aside: sqlite3.Connection | None = None
         self._connection: sqlite3.Connection | None = None
         self._recording: RecordingConnection | None = None
         self._relaxable = False
@@ -459,14 +471,50 @@ class TurnExecutor:
     def _checkpoint_if_idle(self) -> None:
         """
         A checkpoint may be due: run it unless work waits (the run of that
-        work schedules the next check).
+        work schedules the next check) or one is running.
         """
         self._checkpoint_call = None
-        if self._closed or self._queue:
+        if self._closed or self._queue or self._checkpointing is not None:
             return
-        if self.checkpoints.idle_wait_s() == 0:
-            self.checkpoints.checkpoint(self._connection)
-        self._checkpoint_later()
+        checkpoints = self.checkpoints
+        if checkpoints.idle_wait_s() != 0:
+            self._checkpoint_later()
+            return
+        if checkpoints.database is None or not hasattr(self._clock, "getThreadPool"):
+            # In memory, or on a test clock: here.
+            checkpoints.checkpoint(self._connection)
+            self._checkpoint_later()
+            return
+        began = checkpoints.begin()
+        self._checkpointing = deferToThreadPool(self._clock, self._clock.getThreadPool(),
+                                                self._checkpoint_aside)
+        self._checkpointing.addCallback(self._checkpointed, began)
+        self._checkpointing.addErrback(self._checkpoint_failed, began)
+
+    def _checkpoint_aside(self) -> tuple[int, int, int]:
+        """
+        In a pool thread (one checkpoint at a time): checkpoint on the
+        executor's second connection, opened the first time.
+        """
+        try:
+            if self._aside is None:
+                self._aside = sqlite3.connect(self.checkpoints.database, isolation_level=None,
+                                              check_same_thread=False)
+        except sqlite3.Error as e:
+            log.warn("opening {path} to checkpoint it failed, retried later: {error}",
+                     path=self.checkpoints.database, error=e)
+            return 1, 0, -1
+        return self.checkpoints.run(self._aside)
+
+    def _checkpointed(self, result: tuple[int, int, int], began: int) -> None:
+        self._checkpointing = None
+        self.checkpoints.ended(began, result)
+        if not self._closed:
+            self._checkpoint_later()
+
+    def _checkpoint_failed(self, failure: Failure, began: int) -> None:
+        log.failure("checkpointing {path}", failure, path=self.checkpoints.database)
+        self._checkpointed((1, 0, -1), began)
 
     def stop(self) -> Deferred:
         """
@@ -491,7 +539,17 @@ class TurnExecutor:
                 self._connection.close()
             except BaseException:
                 return fail()
-        return succeed(None)
+        if self._checkpointing is None:
+            self._close_aside()
+            return succeed(None)
+        closed = Deferred()
+        self._checkpointing.addBoth(lambda _: closed.callback(self._close_aside()))
+        return closed
+
+    def _close_aside(self) -> None:
+        if self._aside is not None:
+            self._aside.close()
+            self._aside = None
 
 
 class InlineExecutor:
