@@ -163,6 +163,7 @@ class Options(usage.Options):
         ["dir", None, None, "Where to make the temporary mesh directories (default: the "
          "system's temporary directory; its disk is what sync=full measures)."],
         ["json", None, None, "Also write every measurement to this JSON file."],
+        ["store-writer", None, "thread", "[store] writer of every router: thread or reactor."],
         ["events-max-file-size", None, None, "The routers close their event files at this "
          "size ([events] max-file-size: bytes, or e.g. '1 MiB'); default the router's."],
         ["wait-idle", None, 0.0, "Before each run, wait up to this many seconds for the machine "
@@ -191,6 +192,8 @@ class Options(usage.Options):
             raise usage.UsageError("--window and --prefetch must be at least 1")
         if self["warmup"] >= self["rate"] * self["latency-seconds"]:
             raise usage.UsageError("--warmup leaves no message of the latency run")
+        if self["store-writer"] not in ("thread", "reactor"):
+            raise usage.UsageError("--store-writer is thread or reactor")
         rows = [Row(h, s, m) for h in HOPS for s in SIZES for m in MODES]
         patterns = self["only"].split(",") if self["only"] else (QUICK_ROWS if quick else ["*"])
         self["rows"] = [r for r in rows if any(fnmatch.fnmatchcase(r.id, p.strip())
@@ -368,13 +371,16 @@ class RouterProc:
     def client_endpoint(self) -> str:
         return f"tcp:127.0.0.1:{self.client_port}"
 
-    def write_config(self, sync: str, extra: str = "") -> None:
+    def write_config(self, sync: str, extra: str = "", writer: str = "thread") -> None:
         """
-        Write its C{router.toml}, with the TOML C{extra} at the end.
+        Write its C{router.toml}, with C{[store] writer = writer} and the
+        TOML C{extra} at the end.
         """
         os.makedirs(self.directory)
         config = ROUTER_CONFIG.format(name=self.name, client_port=self.client_port,
-                                      admin_port=self.admin_port, sync=sync) + extra
+                                      admin_port=self.admin_port, sync=sync)
+        config = config.replace(f'sync = "{sync}"\n',
+                                f'sync = "{sync}"\nwriter = "{writer}"\n', 1) + extra
         if self.routing_port is not None:
             config += LISTENER_CONFIG.format(port=self.routing_port)
         if self.connect_to is not None:
@@ -418,13 +424,15 @@ class Mesh:
     """
 
     def __init__(self, workdir: str, hops: int, sync: str, children: Children,
-                 extra_config: str = "") -> None:
+                 extra_config: str = "", store_writer: str = "thread") -> None:
         """
         @param extra_config: TOML tables added to every router's configuration.
+        @param store_writer: every router's C{[store] writer}.
         """
         self.children = children
         self.sync = sync
         self.extra_config = extra_config
+        self.store_writer = store_writer
         self.routers = [RouterProc(name, os.path.join(workdir, name)) for name in NAMES[:hops + 1]]
         for upstream, downstream in zip(self.routers, self.routers[1:]):
             downstream.routing_port = free_port()
@@ -440,7 +448,7 @@ class Mesh:
 
     def start(self) -> None:
         for router in reversed(self.routers):
-            router.write_config(self.sync, self.extra_config)
+            router.write_config(self.sync, self.extra_config, self.store_writer)
             router.start(self.children)
         for router in self.routers:
             wait_until(f"{router.name}'s admin API",
@@ -756,11 +764,11 @@ def main(argv: list[str]) -> int:
     base = tempfile.mkdtemp(prefix="meshroute-throughput-", dir=options["dir"])
     count, rate, seconds = options["messages"], options["rate"], options["latency-seconds"]
     lat_count = int(rate * seconds)
-    make_mesh = Mesh
+    events = ""
     if options["events-max-file-size"]:
         size = options["events-max-file-size"]
         events = f"\n[events]\nmax-file-size = {size if size.isdigit() else json.dumps(size)}\n"
-        make_mesh = functools.partial(Mesh, extra_config=events)
+    make_mesh = functools.partial(Mesh, extra_config=events, store_writer=options["store-writer"])
     results: dict[str, dict] = {}
     lines = []
     started = time.monotonic()

@@ -146,10 +146,13 @@ class StoreConfig:
     """
     C{[store]}: C{sync} is C{"full"} (nothing acknowledged is ever lost) or
     C{"normal"} (a power failure may lose the last commits; a process crash
-    loses nothing).
+    loses nothing).  C{writer} is where the store commits: C{"thread"}, on a
+    writer thread of its own, or C{"reactor"}, at the end of each reactor
+    turn on the reactor thread (L{meshroute.store.executor}).
     """
 
     sync: str = "full"
+    writer: str = "thread"
 
 
 @dataclass(frozen=True)
@@ -338,7 +341,8 @@ _ROUTING_KEYS = (
     _Key("max-transient-backlog", "int", 10_000, 1, 10_000_000),
     _Key("reroute-delay", "duration", 5000, 0, _HOUR_MS),
 )
-_STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),)
+_STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),
+               _Key("writer", "choice", "thread", choices=("reactor", "thread")))
 _EVENTS_KEYS = (
     _Key("max-file-size", "size", RotationSettings.max_file_size, 1024, 1024**4),
     _Key("max-age", "duration", None, 100, 30 * _DAY_MS),

@@ -34,7 +34,7 @@ from meshroute.sessions.limits import ClientLimits, client_limits
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings
 from meshroute.sessions.tls import load_client_ca, verify_client_certificates
-from meshroute.config import RouterConfig
+from meshroute.config import RouterConfig, StoreConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.ha.witness import Witness
@@ -52,7 +52,7 @@ from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore
-from meshroute.store.executor import ThreadedExecutor
+from meshroute.store.executor import ThreadedExecutor, TurnExecutor
 from meshroute.store.pruning import IdPruner
 from meshroute.stomp.listener import StompFactory
 from meshroute.stomp.websocket import websocket_factory
@@ -149,8 +149,8 @@ class RouterService(MultiService):
     @param clock: the reactor (or, in tests, a clock with the same face).
     @param endpoints: turns endpoint strings into endpoints
         (L{StringEndpoints} on a real reactor).
-    @param executor: runs the store's SQL; by default a
-        L{ThreadedExecutor} on C{clock}.
+    @param executor: runs the store's SQL; by default the one C{[store]
+        writer} names, on C{clock} (L{store_executor}).
     @param host: for the router an HA instance runs while it is active
         (L{meshroute.ha.instance}), the instance's L{HostedParts}: the
         instance owns the data-dir's lock, the event log and the witness
@@ -203,7 +203,7 @@ class RouterService(MultiService):
         self.store = SQLiteStore(
             os.path.join(config.data_dir, "store.db"),
             sync=config.store.sync,
-            executor=executor if executor is not None else ThreadedExecutor(clock),
+            executor=executor if executor is not None else store_executor(config.store, clock),
             router=config.name,
             clock=clock,
             duplicate_id_window_s=(
@@ -542,6 +542,14 @@ class HostedParts:
     #: The instance's L{meshroute.ha.status.HAStatus} now: the router's
     #: C{router} and C{ha} views carry it, as the instance's admin API's do.
     ha_status: Callable[[], object] | None = None
+
+
+def store_executor(store: StoreConfig, clock: IReactorTime):
+    """
+    A new executor for a router's store, as C{[store] writer} says: a
+    L{ThreadedExecutor} (C{"thread"}) or a L{TurnExecutor} (C{"reactor"}).
+    """
+    return TurnExecutor(clock) if store.writer == "reactor" else ThreadedExecutor(clock)
 
 
 def lock_data_dir(config: RouterConfig):

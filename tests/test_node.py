@@ -79,3 +79,12 @@ def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path)
     with pytest.raises(ConfigError, match="line 1 \\(user alice\\)"):
         RouterService(config, clock, StringEndpoints(clock), InlineExecutor())
     assert not (tmp_path / "data").exists()
+
+
+def test_the_store_executor_is_the_one_store_writer_names():
+    from meshroute.config import StoreConfig
+    from meshroute.node import store_executor
+    from meshroute.store.executor import ThreadedExecutor, TurnExecutor
+
+    assert type(store_executor(StoreConfig(), reactor)) is ThreadedExecutor
+    assert type(store_executor(StoreConfig(writer="reactor"), reactor)) is TurnExecutor

@@ -1,8 +1,9 @@
 """
-The SQLite store against L{IMessageStore}'s contract, through both
-executors: L{InlineExecutor} (everything fires at once) and
-L{ThreadedExecutor} (the writer thread with group commit, on the real
-reactor run by pytest-twisted).
+The SQLite store against L{IMessageStore}'s contract, through the three
+executors: L{InlineExecutor} (everything fires at once),
+L{ThreadedExecutor} (the writer thread with group commit) and
+L{TurnExecutor} (group commit at the end of the reactor turn), the last
+two on the real reactor run by pytest-twisted.
 
 Grouping is made deterministic without sleeping: a first submitted
 function blocks the writer thread on a L{threading.Event} until the test
@@ -38,7 +39,9 @@ from meshroute.store import (
     SQLiteStore,
     StoreError,
     ThreadedExecutor,
+    TurnExecutor,
 )
+from meshroute.store.executor import RELAXED_DELAY_S
 from meshroute.store.sqlite import migrations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +76,9 @@ class Opener:
         self.stores: list[SQLiteStore] = []
 
     def executor(self):
-        return InlineExecutor() if self.kind == "inline" else ThreadedExecutor(reactor)
+        if self.kind == "inline":
+            return InlineExecutor()
+        return TurnExecutor(reactor) if self.kind == "turn" else ThreadedExecutor(reactor)
 
     async def open(self, name="store.db", sync="full", router=ROUTER, **kwargs) -> SQLiteStore:
         store = SQLiteStore(
@@ -88,7 +93,7 @@ class Opener:
         return await self.open(Path(store.path).name, store.sync, **kwargs)
 
 
-@pytest_twisted.async_yield_fixture(params=["inline", "threaded"])
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn"])
 async def opener(request, tmp_path):
     opener = Opener(request.param, tmp_path)
     yield opener
@@ -96,7 +101,7 @@ async def opener(request, tmp_path):
         await store.close()
 
 
-@pytest_twisted.async_yield_fixture(params=["inline", "threaded"])
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn"])
 async def store(request, tmp_path):
     opener = Opener(request.param, tmp_path)
     yield await opener.open()
@@ -848,6 +853,74 @@ def test_inline_executor_commits_each_call(tmp_path):
     store.close()
 
 
+def test_the_turn_executor_commits_a_turns_submissions_once_when_it_ends(tmp_path):
+    """
+    Everything submitted in one turn shares one transaction, run when the
+    turn ends (C{callLater(0)}), and fires then, in order; what the
+    callbacks submit goes into the next turn's transaction.
+    """
+    clock = task.Clock()
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
+    assert store.open().called
+    clock.advance(0)
+    before = store.executor.commits
+    fired = []
+    accepted = [store.accept(msg(n)) for n in range(3)]
+    for n, d in enumerate(accepted):
+        d.addCallback(lambda _, n=n: fired.append(n))
+    accepted[0].addCallback(lambda _: store.accept(msg(3)).addCallback(
+        lambda _: fired.append(3)))
+    assert fired == [] and store.executor.commits == before
+    # (task.Clock runs at once a call scheduled for now by a call it runs.)
+    clock.advance(0)
+    assert fired == [0, 1, 2, 3]
+    assert store.executor.commits == before + 2
+    assert store.close().called
+
+
+def test_the_turn_executor_lets_relaxed_work_wait_for_other_work(tmp_path):
+    """
+    A relaxed function alone waits up to RELAXED_DELAY_S; one that is not
+    relaxed takes it along at the end of its turn.
+    """
+    clock = task.Clock()
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
+    store.open()
+    clock.advance(0)
+    for n in (1, 2):
+        store.accept(msg(n, dest_router=ROUTER))
+    rows = []
+    store.fetch("q", 0, 10).addCallback(rows.extend)
+    clock.advance(0)
+    (first, _, _), (second, _, _) = rows
+    before = store.executor.commits
+    consumed = store.consume([first])
+    clock.advance(0)
+    assert not consumed.called
+    clock.advance(RELAXED_DELAY_S)
+    assert consumed.called and store.executor.commits == before + 1
+    consumed = store.consume([second])
+    accepted = store.accept(msg(3))
+    clock.advance(0)
+    assert consumed.called and accepted.called
+    assert store.executor.commits == before + 2
+    assert store.close().called
+
+
+def test_the_turn_executor_runs_what_is_queued_when_it_stops(tmp_path):
+    clock = task.Clock()
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
+    store.open()
+    clock.advance(0)
+    accepted = store.accept(msg(1))
+    assert store.close().called
+    assert accepted.called
+    assert clock.getDelayedCalls() == []
+    failed = store.accept(msg(2))
+    assert failed.called
+    failed.addErrback(lambda f: f.trap(ExecutorStopped))
+
+
 # A router killed mid-way loses nothing it confirmed.
 
 CHILD = textwrap.dedent(
@@ -856,13 +929,14 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from twisted.internet import defer, task
     from meshroute.messages import Message
-    from meshroute.store import SQLiteStore, ThreadedExecutor
+    from meshroute.store import SQLiteStore, ThreadedExecutor, TurnExecutor
     from meshroute.store.checkpoints import WalCheckpoints
 
     path, sync, interval_s = sys.argv[2], sys.argv[3], float(sys.argv[4])
+    writer = ThreadedExecutor if sys.argv[5] == "thread" else TurnExecutor
 
     async def main(reactor):
-        executor = ThreadedExecutor(reactor, checkpoints=WalCheckpoints(interval_s))
+        executor = writer(reactor, checkpoints=WalCheckpoints(interval_s))
         store = SQLiteStore(path, sync, executor, router="router-a")
         await store.open()
         print("open", flush=True)
@@ -891,7 +965,8 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("sync", SYNC_MODES)
 @pytest.mark.parametrize("checkpoint_interval_s", [0.05, 3600.0])
-def test_sigkill_loses_no_confirmed_message(tmp_path, sync, checkpoint_interval_s):
+@pytest.mark.parametrize("writer", ["thread", "reactor"])
+def test_sigkill_loses_no_confirmed_message(tmp_path, sync, checkpoint_interval_s, writer):
     """
     Killed while writing, the store keeps every confirmed message: with
     checkpoints running meanwhile, and with none at all (what was confirmed
@@ -899,7 +974,8 @@ def test_sigkill_loses_no_confirmed_message(tmp_path, sync, checkpoint_interval_
     """
     path = tmp_path / "store.db"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync, str(checkpoint_interval_s)],
+        [sys.executable, "-c", CHILD, str(ROOT), str(path), sync, str(checkpoint_interval_s),
+         writer],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

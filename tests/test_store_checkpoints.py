@@ -1,7 +1,8 @@
 """
 WAL checkpoints off the commit path (L{meshroute.store.checkpoints}): the
-executors' commits leave the WAL alone, the writer thread checkpoints when
-idle and due or past a size, and none of it is replicated.
+executors' commits leave the WAL alone, the writer (thread or reactor)
+checkpoints when idle and due or past a size, and none of it is
+replicated.
 
 The database file itself grows only when a checkpoint copies the WAL into
 it, which is how these tests see checkpoints happen (or not).
@@ -11,10 +12,11 @@ import os
 import time
 from dataclasses import replace
 
+import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, task
 
-from meshroute.store import InlineExecutor, SQLiteStore, ThreadedExecutor
+from meshroute.store import InlineExecutor, SQLiteStore, ThreadedExecutor, TurnExecutor
 from meshroute.store.checkpoints import WalCheckpoints
 from test_ha_changes import RecordingReplication
 from test_store import ROUTER, msg
@@ -40,9 +42,19 @@ def big(n: int):
     return replace(msg(n), body=BODY)
 
 
-async def open_threaded(tmp_path, checkpoints, replication=None, sync="normal") -> SQLiteStore:
+#: The executors that checkpoint on their own, by C{[store] writer}.
+WRITERS = {"thread": ThreadedExecutor, "reactor": TurnExecutor}
+
+
+@pytest.fixture(params=sorted(WRITERS))
+def writer(request):
+    return WRITERS[request.param]
+
+
+async def open_writing(tmp_path, executor, checkpoints, replication=None,
+                       sync="normal") -> SQLiteStore:
     store = SQLiteStore(str(tmp_path / "store.db"), sync,
-                        ThreadedExecutor(reactor, replication, checkpoints), router=ROUTER)
+                        executor(reactor, replication, checkpoints), router=ROUTER)
     await store.open()
     return store
 
@@ -67,9 +79,9 @@ def wal_size(store: SQLiteStore) -> int:
 
 
 @pytest_twisted.ensureDeferred
-async def test_commits_leave_the_wal_growing_past_the_old_autocheckpoint(tmp_path):
+async def test_commits_leave_the_wal_growing_past_the_old_autocheckpoint(tmp_path, writer):
     checkpoints = WalCheckpoints(interval_s=FAR)
-    store = await open_threaded(tmp_path, checkpoints)
+    store = await open_writing(tmp_path, writer, checkpoints)
     try:
         before = db_size(store)
         await accept_all(store, 0, 1500)
@@ -81,9 +93,9 @@ async def test_commits_leave_the_wal_growing_past_the_old_autocheckpoint(tmp_pat
 
 
 @pytest_twisted.ensureDeferred
-async def test_an_idle_writer_checkpoints_once_the_interval_is_due(tmp_path):
+async def test_an_idle_writer_checkpoints_once_the_interval_is_due(tmp_path, writer):
     checkpoints = WalCheckpoints(interval_s=0.2)
-    store = await open_threaded(tmp_path, checkpoints)
+    store = await open_writing(tmp_path, writer, checkpoints)
     try:
         before = db_size(store)
         await accept_all(store, 0, 20)
@@ -98,10 +110,10 @@ async def test_an_idle_writer_checkpoints_once_the_interval_is_due(tmp_path):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_writer_that_is_never_idle_checkpoints_past_the_wal_size(tmp_path):
+async def test_a_writer_that_is_never_idle_checkpoints_past_the_wal_size(tmp_path, writer):
     limit = 256 * 1024
     checkpoints = WalCheckpoints(interval_s=FAR, wal_max_bytes=limit)
-    store = await open_threaded(tmp_path, checkpoints)
+    store = await open_writing(tmp_path, writer, checkpoints)
     try:
         before = db_size(store)
         for first in range(0, 600, 50):
@@ -130,10 +142,10 @@ def test_the_inline_executor_checkpoints_past_the_wal_size(tmp_path):
 
 
 @pytest_twisted.ensureDeferred
-async def test_checkpoints_are_not_replicated(tmp_path):
+async def test_checkpoints_are_not_replicated(tmp_path, writer):
     replication = RecordingReplication()
     checkpoints = WalCheckpoints(interval_s=0.1)
-    store = await open_threaded(tmp_path, checkpoints, replication)
+    store = await open_writing(tmp_path, writer, checkpoints, replication)
     try:
         handed = len(replication.batches)
         before = db_size(store)

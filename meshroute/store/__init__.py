@@ -4,11 +4,17 @@ messages in flight through it.
 
 L{SQLiteStore} implements L{meshroute.interfaces.IMessageStore} on SQLite
 in WAL mode, written off the reactor thread with group commit by a
-L{ThreadedExecutor} (or inline, for deterministic tests, by an
+L{TurnExecutor} at the end of each reactor turn or a L{ThreadedExecutor}
+on a writer thread (or inline, for deterministic tests, by an
 L{InlineExecutor}).  Its schema ships as package data in C{schema/}.
 """
 
-from meshroute.store.executor import ExecutorStopped, InlineExecutor, ThreadedExecutor
+from meshroute.store.executor import (
+    ExecutorStopped,
+    InlineExecutor,
+    ThreadedExecutor,
+    TurnExecutor,
+)
 from meshroute.store.sqlite import (
     DEAD_LETTER_ADDRESS,
     DEAD_LETTER_REASON,
@@ -30,4 +36,5 @@ __all__ = [
     "SQLiteStore",
     "StoreError",
     "ThreadedExecutor",
+    "TurnExecutor",
 ]

@@ -6,9 +6,10 @@ by default, copies the WAL back into the database ("checkpoints") inside
 the commit that takes the WAL past 1,000 pages: that commit, and every
 caller waiting for it, pays for copying and fsyncing megabytes, which set
 the store's p99.  Here the store's connection runs with
-C{wal_autocheckpoint = 0} and its executor checkpoints instead, on the
-writer thread, after the Deferreds of what it committed have been handed
-to the reactor:
+C{wal_autocheckpoint = 0} and its executor checkpoints instead, after
+the Deferreds of what it committed have been handed to the reactor (on
+the writer thread; the turn executor checkpoints when idle on a second
+connection in the reactor's thread pool, beside its commits):
 
   - when the writer is idle (nothing queued) and C{interval_s} has passed
     since the first write the last checkpoint did not cover: a PASSIVE
@@ -23,6 +24,10 @@ checkpoint has copied everything, the next write restarts the WAL at its
 beginning and truncates a file that had grown larger back to that size;
 TRUNCATE checkpoints, which wait (up to the busy timeout) for readers,
 are not needed.
+
+Checkpointing often matters for the fsyncs too: a commit that appends to
+a growing WAL costs the file system more than one that overwrites the
+start of a WAL reused after a complete checkpoint.
 
 Checkpoints change no row: they are not transactions and nothing of them
 is recorded for HA replication.  A process killed at any moment loses
@@ -73,6 +78,9 @@ class WalCheckpoints:
         self.wal_max_bytes = wal_max_bytes
         self._monotonic = monotonic
         self._wal_path: str | None = None
+        #: The database file, once opened (None: in memory).
+        self.database: str | None = None
+        self._writes = 0
         self._due: float | None = None  # None: nothing written since the last checkpoint
         self._threshold = wal_max_bytes
         self.checkpoints = 0
@@ -86,6 +94,7 @@ class WalCheckpoints:
         connection.execute(f"PRAGMA journal_size_limit = {int(self.wal_max_bytes)}")
         for _, name, path in connection.execute("PRAGMA database_list"):
             if name == "main" and path:
+                self.database = path
                 self._wal_path = path + "-wal"
 
     def wrote(self, connection: sqlite3.Connection) -> None:
@@ -93,6 +102,7 @@ class WalCheckpoints:
         A batch of work ran: start the idle timer, and checkpoint now if
         the WAL has passed its size.
         """
+        self._writes += 1
         if self._due is None:
             self._due = self._monotonic() + self.interval_s
         if self._wal_size() > self._threshold:
@@ -109,24 +119,49 @@ class WalCheckpoints:
 
     def checkpoint(self, connection: sqlite3.Connection) -> None:
         """
-        Run a PASSIVE checkpoint now.  One that could not copy everything
-        (a reader holds an older snapshot) is retried after another
-        C{interval_s}, and the size trigger moves up by C{wal_max_bytes}
-        so that it does not run after every batch meanwhile.
+        Run a PASSIVE checkpoint now, on C{connection}.
+        """
+        self.ended(self.begin(), self.run(connection))
+
+    def begin(self) -> int:
+        """
+        A checkpoint starts (on this or another connection): returns what
+        L{ended} takes to learn whether anything was written meanwhile.
         """
         self.checkpoints += 1
+        return self._writes
+
+    def run(self, connection: sqlite3.Connection) -> tuple[int, int, int]:
+        """
+        Run a PASSIVE checkpoint on C{connection} (in any thread): SQLite's
+        C{(busy, log frames, frames copied)}, or C{(1, 0, -1)} when it
+        failed (logged).
+        """
         try:
-            busy, log, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as e:
             _log.warn("WAL checkpoint of {path} failed, retried later: {error}",
                       path=self._wal_path, error=e)
-            busy, log, copied = 1, 0, -1
+            return 1, 0, -1
+
+    def ended(self, began: int, result: tuple[int, int, int]) -> None:
+        """
+        The checkpoint L{begin} returned C{began} for ended with C{result}
+        (L{run}'s).  One that could not copy everything (a reader holds an
+        older snapshot) is retried after another C{interval_s}, and the
+        size trigger moves up by C{wal_max_bytes} so that it does not run
+        after every batch meanwhile; writes made while it ran (on another
+        connection) are due after C{interval_s} too.
+        """
+        busy, log, copied = result
         if busy == 0 and log == copied:
             self._due = None
             self._threshold = self.wal_max_bytes
         else:
             self._due = self._monotonic() + self.interval_s
             self._threshold = self._wal_size() + self.wal_max_bytes
+        if self._writes != began and self._due is None:
+            self._due = self._monotonic() + self.interval_s
 
     def _wal_size(self) -> int:
         if self._wal_path is None:

@@ -1,6 +1,8 @@
 """
-Where the store's SQL runs: off the reactor thread with group commit, or
-inline for deterministic tests.
+Where the store's SQL runs: with group commit at the end of each reactor
+turn (L{TurnExecutor}, C{[store] writer = "reactor"}) or on a writer
+thread of its own (L{ThreadedExecutor}, C{writer = "thread"}), or inline
+for deterministic tests (L{InlineExecutor}).
 
 An executor owns the store's one sqlite3 connection.  The store hands it
 small functions C{fn(connection, *args)}; the executor runs them in the
@@ -8,7 +10,7 @@ order they were submitted and returns a L{Deferred} per function that
 fires, on the reactor thread, with what the function returned (or fails
 with what it raised) once its transaction is committed.
 
-Both executors offer the same methods:
+The executors offer the same methods:
 
   - C{start(connect)}: C{connect()} opens the connection (in the thread
     that will use it); fires when it is open.
@@ -41,27 +43,28 @@ C{synchronous = FULL}, commits with C{synchronous = NORMAL}: no fsync of
 its own.  The WAL is one file written in order, so the next fsynced
 commit makes it durable too, and no later transaction can survive it.
 
-Nor does such a function wake the threaded executor's writer: it waits,
+Nor does such a function start a transaction of its own (wake the
+threaded executor's writer, or end the turn executor's wait): it waits,
 in its place in the order of submissions, for the next function that
 does, or at most L{RELAXED_DELAY_S}, and usually shares that function's
-transaction and its one round trip between the threads.  So forgetting
+transaction (and its one round trip between the threads).  So forgetting
 what a peer acknowledged, or what a consumer acknowledged, costs a
 steady flow of messages neither a commit nor a thread wake-up of its own.
 
 Checkpoints
 ===========
 
-Both also take C{checkpoints}, a L{WalCheckpoints}: the connection's WAL
+All also take C{checkpoints}, a L{WalCheckpoints}: the connection's WAL
 is checkpointed by the executor, never inside a commit (see
-L{meshroute.store.checkpoints}).  The writer thread checkpoints when it is
-idle and the checkpoint is due, or after a batch that took the WAL past
-its size, and only after handing that batch's outcomes to the reactor;
-the inline executor only by size.
+L{meshroute.store.checkpoints}).  The writer thread and the turn executor
+checkpoint when nothing is queued and the checkpoint is due, or after a
+batch that took the WAL past its size, and only after handing that
+batch's outcomes to the reactor; the inline executor only by size.
 
 Replication
 ===========
 
-Both executors take C{replication}, the active HA instance's
+The executors take C{replication}, the active HA instance's
 L{meshroute.ha.gate.ReplicationGate} (or None: a router without HA, for
 which nothing here changes or costs more).  With it:
 
@@ -88,6 +91,9 @@ from collections import deque
 
 from prometheus_client import Histogram
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from meshroute.ha.changes import (
@@ -100,6 +106,8 @@ from meshroute.store.checkpoints import WalCheckpoints
 
 #: C{PRAGMA synchronous} FULL, as SQLite reports it.
 _FULL = 2
+log = Logger()
+
 #: The longest a relaxed function waits for a function that wakes the
 #: writer before it wakes it itself ("Relaxed commits" above).
 RELAXED_DELAY_S = 0.05
@@ -311,7 +319,7 @@ class ThreadedExecutor:
             if not batch:
                 continue
             outcomes: list = []
-            rest = self._run_batch(batch, outcomes)
+            rest = _run_batch(self, batch, outcomes)
             if outcomes:
                 if self.replication is None:
                     call(_fire, outcomes)
@@ -328,33 +336,6 @@ class ThreadedExecutor:
             call(self._done, None)
         self._fail_queued(rest)
 
-    def _run_batch(self, batch: list, outcomes: list) -> list | None:
-        """
-        Run one batch in order: each run of grouped items as one
-        transaction, other items alone.  At a stop, return what came
-        after it (else None).
-        """
-        group: list = []
-        for index, item in enumerate(batch):
-            kind = item[0]
-            if kind == _GROUPED:
-                group.append(item)
-                continue
-            if group:
-                _transaction(self, group, outcomes)
-                group = []
-            if kind == _STOP:
-                return batch[index + 1:]
-            _, fn, args, d = item
-            try:
-                outcome = (d, True, fn(self._connection, *args))
-            except BaseException:
-                outcome = (d, False, Failure())
-            _ended(self, outcomes, [outcome])
-        if group:
-            _transaction(self, group, outcomes)
-        return None
-
     def _fail_queued(self, items: list = (), call=None) -> None:
         """
         Fail whatever was queued behind a stop (or a failed start), through
@@ -365,6 +346,210 @@ class ThreadedExecutor:
         outcomes = [(item[3], False, failure) for item in items if item[3] is not None]
         if outcomes:
             (call or self._reactor.callFromThread)(_fire, outcomes)
+
+
+class TurnExecutor:
+    """
+    Group commit at the end of each reactor turn, on the reactor thread.
+
+    What is submitted during one reactor turn waits for the turn to end (a
+    C{callLater(0)}: it runs after the input the turn read was handled) and
+    then runs, in submission order, in one transaction (as
+    L{ThreadedExecutor} runs a batch: a savepoint per function, batch
+    forms); the Deferreds fire right after its COMMIT, in submission
+    order.  What their callbacks submit (a link's hand-over after an
+    accept) goes into the next turn's transaction.
+
+    Why on the reactor thread: a paced message is usually alone in its
+    turn, and with a writer thread each of its commits costs two thread
+    wake-ups and two hand-overs of the GIL besides the fsync, which take
+    longer than the fsync itself on a busy machine and cost most of the
+    router's CPU at a low rate.  Here the reactor waits for the fsync
+    instead (a fraction of a millisecond on a local disk), and every
+    message that arrived in the turn shares it; at a high rate turns carry
+    many messages, so commits still group.  The price: the reactor does
+    nothing else during the fsync, which a writer thread overlaps with the
+    routing work, so the full-load throughput is lower.
+
+    Relaxed functions alone wait up to L{RELAXED_DELAY_S} (or for the next
+    function that does not) before their transaction runs, as in
+    L{ThreadedExecutor}.  The WAL is checkpointed when no work is waiting
+    and the checkpoint is due (a timer): on a real reactor on a connection
+    of its own in the reactor's thread pool, so that the commits meanwhile
+    do not wait for it (SQLite lets a PASSIVE checkpoint run beside a
+    writer), and that the WAL is reused from its start rather than grown
+    (an fsync of a growing file costs several times one that overwrites);
+    or, past the WAL's size, inline after the transaction's Deferreds
+    fired.
+
+    @ivar commits: transactions committed so far.
+    @ivar commit_seconds: how long they took (a histogram).
+    """
+
+    def __init__(
+        self, clock: IReactorTime, replication=None, checkpoints: WalCheckpoints | None = None
+    ) -> None:
+        """
+        @param clock: where the end of the turn and the relaxed and
+            checkpoint delays are scheduled.
+        @param replication: None, or what each transaction is handed to
+            (see "Replication" in the module docstring).
+        @param checkpoints: when the WAL is checkpointed (default: a
+            L{WalCheckpoints} with its defaults).
+        """
+        self._clock = clock
+        self.replication = replication
+        self.checkpoints = checkpoints or WalCheckpoints()
+        self._queue: list = []
+        # The scheduled run of what is queued, and whether it is the
+        # turn's end (else the relaxed delay).
+        self._run_call: IDelayedCall | None = None
+        self._run_soon = False
+        self._checkpoint_call: IDelayedCall | None = None
+        # The checkpoint running in the thread pool, and its connection.
+        self._checkpointing: Deferred | None = None
+        self._aside: sqlite3.Connection | None = None
+        self._connection: sqlite3.Connection | None = None
+        self._recording: RecordingConnection | None = None
+        self._relaxable = False
+        self._position: int | None = None
+        self._closed = False
+        self.commits = 0
+        self.commit_seconds = commit_histogram()
+
+    def start(self, connect) -> Deferred:
+        try:
+            _open(self, connect)
+        except BaseException:
+            return fail()
+        return succeed(None)
+
+    def submit(self, fn, *args) -> Deferred:
+        return self._queued(_GROUPED, fn, args, getattr(fn, "relaxed", False))
+
+    def run(self, fn, *args) -> Deferred:
+        return self._queued(_ALONE, fn, args, False)
+
+    def _queued(self, kind: int, fn, args: tuple, relaxed: bool) -> Deferred:
+        if self._closed or self._connection is None:
+            return fail(ExecutorStopped("the store is not open"))
+        d = Deferred()
+        self._queue.append((kind, fn, args, d))
+        if self._run_call is None:
+            self._run_soon = not relaxed
+            self._run_call = self._clock.callLater(0 if self._run_soon else RELAXED_DELAY_S,
+                                                   self._run_queued)
+        elif not (relaxed or self._run_soon):
+            # Relaxed functions were waiting: they go with this one.
+            self._run_call.cancel()
+            self._run_soon = True
+            self._run_call = self._clock.callLater(0, self._run_queued)
+        return d
+
+    def _run_queued(self) -> None:
+        """
+        The turn ended (or the relaxed delay passed): run what is queued,
+        fire its Deferreds, then checkpoint if the WAL is past its size.
+        """
+        self._run_call = None
+        queued, self._queue = self._queue, []
+        outcomes: list = []
+        _run_batch(self, queued, outcomes)
+        if self.replication is None:
+            _fire(outcomes)
+        else:
+            _hand_over(self.replication, outcomes)
+        if not self._closed:
+            self.checkpoints.wrote(self._connection)
+            self._checkpoint_later()
+
+    def _checkpoint_later(self) -> None:
+        wait = self.checkpoints.idle_wait_s()
+        if wait is not None and self._checkpoint_call is None:
+            self._checkpoint_call = self._clock.callLater(wait, self._checkpoint_if_idle)
+
+    def _checkpoint_if_idle(self) -> None:
+        """
+        A checkpoint may be due: run it unless work waits (the run of that
+        work schedules the next check) or one is running.
+        """
+        self._checkpoint_call = None
+        if self._closed or self._queue or self._checkpointing is not None:
+            return
+        checkpoints = self.checkpoints
+        if checkpoints.idle_wait_s() != 0:
+            self._checkpoint_later()
+            return
+        if checkpoints.database is None or not hasattr(self._clock, "getThreadPool"):
+            # In memory, or on a test clock: here.
+            checkpoints.checkpoint(self._connection)
+            self._checkpoint_later()
+            return
+        began = checkpoints.begin()
+        self._checkpointing = deferToThreadPool(self._clock, self._clock.getThreadPool(),
+                                                self._checkpoint_aside)
+        self._checkpointing.addCallback(self._checkpointed, began)
+        self._checkpointing.addErrback(self._checkpoint_failed, began)
+
+    def _checkpoint_aside(self) -> tuple[int, int, int]:
+        """
+        In a pool thread (one checkpoint at a time): checkpoint on the
+        executor's second connection, opened the first time.
+        """
+        try:
+            if self._aside is None:
+                self._aside = sqlite3.connect(self.checkpoints.database, isolation_level=None,
+                                              check_same_thread=False)
+        except sqlite3.Error as e:
+            log.warn("opening {path} to checkpoint it failed, retried later: {error}",
+                     path=self.checkpoints.database, error=e)
+            return 1, 0, -1
+        return self.checkpoints.run(self._aside)
+
+    def _checkpointed(self, result: tuple[int, int, int], began: int) -> None:
+        self._checkpointing = None
+        self.checkpoints.ended(began, result)
+        if not self._closed:
+            self._checkpoint_later()
+
+    def _checkpoint_failed(self, failure: Failure, began: int) -> None:
+        log.failure("checkpointing {path}", failure, path=self.checkpoints.database)
+        self._checkpointed((1, 0, -1), began)
+
+    def stop(self) -> Deferred:
+        """
+        Run what is queued (and what its callbacks queue), then close the
+        connection.  Idempotent.
+        """
+        if self._closed:
+            return succeed(None)
+        while True:
+            if self._run_call is not None and self._run_call.active():
+                self._run_call.cancel()
+            self._run_call = None
+            if not self._queue or self._connection is None:
+                break
+            self._run_queued()
+        self._closed = True
+        if self._checkpoint_call is not None and self._checkpoint_call.active():
+            self._checkpoint_call.cancel()
+        self._checkpoint_call = None
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except BaseException:
+                return fail()
+        if self._checkpointing is None:
+            self._close_aside()
+            return succeed(None)
+        closed = Deferred()
+        self._checkpointing.addBoth(lambda _: closed.callback(self._close_aside()))
+        return closed
+
+    def _close_aside(self) -> None:
+        if self._aside is not None:
+            self._aside.close()
+            self._aside = None
 
 
 class InlineExecutor:
@@ -447,6 +632,34 @@ class InlineExecutor:
                 except BaseException:
                     return fail()
         return succeed(None)
+
+
+def _run_batch(executor, batch: list, outcomes: list) -> list | None:
+    """
+    Run C{batch} (queued items) in order on C{executor}'s connection: each
+    run of grouped items as one transaction, other items alone.  At a
+    stop, return what came after it (else None).
+    """
+    group: list = []
+    for index, item in enumerate(batch):
+        kind = item[0]
+        if kind == _GROUPED:
+            group.append(item)
+            continue
+        if group:
+            _transaction(executor, group, outcomes)
+            group = []
+        if kind == _STOP:
+            return batch[index + 1:]
+        _, fn, args, d = item
+        try:
+            outcome = (d, True, fn(executor._connection, *args))
+        except BaseException:
+            outcome = (d, False, Failure())
+        _ended(executor, outcomes, [outcome])
+    if group:
+        _transaction(executor, group, outcomes)
+    return None
 
 
 def _take_all(queue: deque) -> list:
