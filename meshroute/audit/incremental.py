@@ -35,9 +35,10 @@ figures stay exactly the batch audit's.  What a micro-batch aggregates
 is its own lines, the open messages (bounded by the messages accepted
 within the grace of their destination's watermark, plus the few whose
 destination the logs never show), the routes' latency values (at most
-one row per distinct microsecond per route and per window) and the
-non-message events; C{settled} grows with every message ever seen but
-is only joined against the batch's message ids.
+one row per distinct microsecond per route, and per route and window:
+closed windows are kept, not finalized, so C{windows} grows with the
+run's duration) and the non-message events; C{settled} grows with every
+message ever seen but is only joined against the batch's message ids.
 
 Boots: a batch's events are counted in the boot their router was in at
 their time, from every C{router.started} read so far; this holds as
