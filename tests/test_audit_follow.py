@@ -19,7 +19,7 @@ from conftest_spark import spark  # noqa: F401 (a fixture)
 from routers import mesh  # noqa: F401 (a fixture)
 from test_audit import A, B, C, audit, synthetic_mesh
 
-from meshroute.audit import follow
+from meshroute.audit import follow, job, read, views
 from meshroute.audit.inputs import AuditInputError
 from meshroute.audit.job import (
     EXIT_OK,
@@ -87,6 +87,60 @@ def test_streaming_and_batch_audits_agree_exactly(spark, tmp_path):  # noqa: F81
     routers = {out: sorted(tuple(r) for r in spark.read.parquet(str(out / "tables/routers"))
                            .drop(*drop).collect()) for out in (streamed, batch)}
     assert routers[streamed] == routers[batch]
+
+
+def state_rows(spark, out: Path, name: str, batch_id: int) -> int:  # noqa: F811
+    return spark.read.parquet(str(out / "state" / name / f"batch={batch_id}")).count()
+
+
+@pytest.mark.timeout(2400)
+def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messages(
+        spark, tmp_path):  # noqa: F811
+    """
+    The rotated synthetic mesh fed to the streaming audit a few files at
+    a time, then a late file that enqueues a long settled message again:
+    after every micro-batch, its tables and figures are those of the
+    batch audit of the files read so far (with the same per-destination
+    watermark); the messages whose fate is settled leave the open state
+    (which stays smaller than the messages seen), and the late duplicate
+    takes its message back from the settled state and is counted once.
+    """
+    logs = rotated_synthetic(tmp_path, per_file=60)
+    files = sorted(logs.glob("*/events/*.jsonl"), key=lambda p: (p.stat().st_mtime, str(p)))
+    enqueued = [json.loads(line) for path in files if path.parent.parent.name == C
+                for line in path.read_text().splitlines() if '"message.enqueued"' in line]
+    late = add_closed_file(tmp_path / "late" / C / "events",
+                           [dict(enqueued[0], time=enqueued[-1]["time"])])
+    groups = [files[i:i + 7] for i in range(0, len(files), 7)] + [[late]]
+    streamed = tmp_path / "streamed"
+    settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
+                             in_flight_grace_s=5)
+    quiet = job.Progress(io.StringIO(), True)
+    streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
+    read_so_far, sizes = [], []
+    for batch_id, group in enumerate(groups):
+        streaming(read.located(spark.read.text([str(f) for f in group])), batch_id)
+        read_so_far += [str(f) for f in group]
+        batch = tmp_path / f"batch-{batch_id}"
+        expected = job.audit_logs(
+            spark, read.read_logs(spark, read_so_far, views.FIELDS_USED),
+            AuditSettings(inputs=read_so_far, out=str(batch), quiet=True, in_flight_grace_s=5),
+            quiet, settled_per_router=True)
+        assert figures(streaming.summary) == figures(expected[0]), batch_id
+        for name in TABLES:
+            assert table_rows(spark, streamed, name) == table_rows(spark, batch, name), (
+                batch_id, name)
+        seen = expected[0]["messages"]["accepted"] + expected[0]["messages"]["orphans"]
+        still_open = spark.read.parquet(str(streamed / "state" / "open" / f"batch={batch_id}"))
+        settled = (spark.read.parquet(str(streamed / "state" / "settled"))
+                   .where(f"batch <= {batch_id}").select("msg_id").distinct()
+                   .join(still_open, "msg_id", "left_anti").count())
+        assert still_open.count() + settled == seen, batch_id
+        sizes.append(still_open.count())
+    assert sizes[-1] < seen / 20 < settled, "settled messages left the open state"
+    assert max(sizes) < seen
+    assert streaming.summary["messages"]["duplicated"] == 3
+    assert state_rows(spark, streamed, "settled", len(groups) - 1) == 1, "settled again"
 
 
 def test_follow_refuses_what_is_not_a_directory(tmp_path):

@@ -7,27 +7,32 @@ ends C{.open} and never matches, docs/events.md), at most
 C{--max-files-per-trigger} new files per micro-batch, one micro-batch per
 C{--trigger} seconds when there is something new.
 
-Why C{foreachBatch} and a state table, not Structured Streaming's own
-stateful operators: the audit's figures come from aggregations chained
-on one another (per message, then per route; per connection, then per
-link; a router's boots before its connections), exact percentiles, and
-verdicts that change when a late file arrives (in flight becomes
-enqueued, or lost).  One streaming query allows one stateful aggregation
-in append mode and no exact percentile.  So each micro-batch is parsed
-once, by the batch audit's reader (L{meshroute.audit.read}), and written
-to the state table C{OUT/state/lines/batch=N} (Parquet: the fields the
-views read, the line's position and its problem); then the batch audit
-itself (L{meshroute.audit.job.audit_logs}) runs over the whole table and
-rewrites C{OUT/tables}, C{summary.json} and C{report.html}.  Parsing
-JSON, the audit's dominant cost, is done once per file; what is redone
-per micro-batch is aggregating the columnar table.  Because it is the
-same code over the same rows, the streaming and the batch audit agree
-exactly once they have read the same files.
+Why C{foreachBatch} and state tables of our own, not Structured
+Streaming's stateful operators: the audit's figures come from
+aggregations chained on one another (per message, then per route; per
+connection, then per link; a router's boots before its connections),
+exact percentiles, and verdicts that change when a late file arrives (in
+flight becomes enqueued, or lost).  One streaming query allows one
+stateful aggregation in append mode and no exact percentile.  So each
+micro-batch is parsed once, by the batch audit's reader
+(L{meshroute.audit.read}), and folded into the state under C{OUT/state}
+by L{meshroute.audit.incremental}: per message id the partial aggregates
+of the batch audit's per-message view, merged with those of the
+messages still open (and only those); settled messages move into
+per-route counts and latency value counts; the few events that are not
+about messages are kept and their views recomputed.  A micro-batch's
+work is its own lines plus the open state, not the history (that
+module's docstring says what bounds each table).  The views are the
+batch audit's functions over merged state, and latency percentiles are
+exact nearest ranks from value counts in both
+(L{meshroute.audit.views.percentiles}), so the streaming and the batch
+audit agree exactly once they have read the same files.
 
 Nothing is counted twice across restarts: the checkpoint
 (C{OUT/checkpoint}) records which files each micro-batch read and which
-batches completed; a batch run again after a crash reads the same files
-and overwrites its own C{batch=N} directory.  (Deleting the checkpoint
+batches completed; a batch run again after a crash reads the same files,
+starts from the state of the batch before it and overwrites its own
+C{batch=N} directories.  (Deleting the checkpoint
 but not C{OUT/state} would count everything again: delete C{OUT}.)
 
 Lost and in flight use event time: a message not yet enqueued is lost
@@ -103,8 +108,8 @@ def closed_files_stream(spark, directories: list[str], max_files: int):
 
 class StreamingAudit:
     """
-    The C{foreachBatch} of the streaming audit: keep the batch's parsed
-    lines, audit them all, write the outputs, announce new problems.
+    The C{foreachBatch} of the streaming audit: fold the batch's parsed
+    lines into the state, write the outputs from it, announce new problems.
     """
 
     def __init__(self, spark, settings, progress, err) -> None:
@@ -113,25 +118,28 @@ class StreamingAudit:
         self.progress = progress
         self.err = err
         base = settings.out.rstrip("/")
-        self.lines_dir = f"{base}/state/lines"
         self.announced_dir = f"{base}/state/announced"
         self.tables_dir = f"{base}/tables"
         self.summary = None
 
     def __call__(self, batch, batch_id: int) -> None:
-        from meshroute.audit import job, read, views
+        from meshroute.audit import incremental, job, read, views
 
         lines = read.kept(read.parse_lines(read.numbered(batch)), views.FIELDS_USED)
-        lines.write.mode("overwrite").parquet(f"{self.lines_dir}/batch={batch_id}")
-        kept = self.spark.read.parquet(self.lines_dir).drop("batch")
         try:
-            logs = read.logs_of(kept, "the followed directories")
-            summary, tables, counts = job.audit_logs(self.spark, logs, self.settings,
-                                                     self.progress, settled_per_router=True)
+            state = incremental.advance(self.spark, lines, batch_id, self.settings,
+                                        self.progress)
         except AuditInputError as e:
             # Empty or wholly malformed files so far: nothing to say yet.
             self.progress(f"batch {batch_id}: {e}")
             return
+        try:
+            summary, tables, counts = job.write_views(
+                self.spark, state.frames, state.totals, state.ha_totals, state.split_rows,
+                state.lines, self.settings, self.progress, state.names)
+        finally:
+            for frame in (*state.frames.values(), *state.cached):
+                frame.unpersist()
         summary["audit"]["stream"] = {"batch": batch_id, "trigger_s": self.settings.trigger_s,
                                       "follows": self.settings.inputs}
         job.write_outputs(self.spark, self.settings.out, summary, tables, counts)

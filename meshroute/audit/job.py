@@ -312,51 +312,121 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
         seen the files a router has not closed yet.
     """
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
-    from meshroute.audit import read, report, views
+    from meshroute.audit import read, views
 
     keep = StorageLevel.MEMORY_AND_DISK
-    splits = logs.split_rows
-    names = {row["file"]: read.display_name(row["file"]) for row in splits}
-    malformed_count = sum(row["malformed"] for row in splits)
-    times = [(row["first_time"], row["last_time"]) for row in splits
-             if row["first_time"] is not None]
-    first = min(t[0] for t in times) if times else None
-    horizon = max(t[1] for t in times) if times else None
-    progress(f"read {logs.lines} lines from {len(names)} file(s): "
-             f"{logs.lines - malformed_count} events, {malformed_count} malformed")
-    if horizon is None:
+    split_rows = logs.split_rows
+    try:
+        names = input_names(split_rows, logs.lines, progress)
+    except AuditInputError:
         logs.release()
-        raise AuditInputError(f"no event in {len(names)} file(s): all {logs.lines} lines "
-                              "are malformed")
-    name_of = F.create_map(*[F.lit(x) for pair in names.items() for x in pair])
-
+        raise
+    horizon = time_range(split_rows)[1]
     events = logs.events
     starts = views.boot_starts(events).persist(keep)
     frames = {}
     frames["boots"] = views.boots(events, starts).persist(keep)
     frames["routers"] = views.routers(events, None if settled_per_router else horizon
                                       ).persist(keep)
-    frames["rejections"] = views.rejections(events)
-    frames["denials"] = views.denials(events)
-    frames["inputs"] = read.input_files(logs.splits).withColumn("file", name_of[F.col("file")])
-    frames["malformed_lines"] = read.malformed_lines(logs.parsed, logs.splits).withColumn(
-        "file", name_of[F.col("file")])
     fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s
                                 ).persist(keep)
     frames["routes"] = views.routes(fates)
     frames["latency_histogram"] = views.latency_histogram(fates)
     frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
     frames["message_problems"] = views.message_problems(fates)
-    sessions = views.link_sessions(events, starts, frames["boots"], settings.keepalive_limit
-                                   ).persist(keep)
+    totals = views.totals(fates)
+    frames.update(small_views(events, starts, frames["boots"], logs.splits,
+                              read.malformed_lines(logs.parsed, logs.splits), names,
+                              settings))
+    summary = write_views(spark, frames, totals, views.ha_totals(events), split_rows, logs.lines,
+                          settings, progress, names)
+    for frame in (*frames.values(), fates, starts):
+        frame.unpersist()
+    logs.release()
+    return summary
+
+
+def time_range(split_rows: list[dict]) -> tuple[float | None, float | None]:
+    """
+    The first and last event time of the file splits C{split_rows}
+    (L{meshroute.audit.read.blocks}).
+    """
+    times = [(row["first_time"], row["last_time"]) for row in split_rows
+             if row["first_time"] is not None]
+    if not times:
+        return None, None
+    return min(t[0] for t in times), max(t[1] for t in times)
+
+
+def input_names(split_rows: list[dict], lines: int, progress: Progress) -> dict[str, str]:
+    """
+    Each file read (as Spark names it) → its name in the reports; says
+    how many lines were read.
+
+    @raise AuditInputError: when no line is an event.
+    """
+    from meshroute.audit import read
+
+    names = {row["file"]: read.display_name(row["file"]) for row in split_rows}
+    malformed_count = sum(row["malformed"] for row in split_rows)
+    progress(f"read {lines} lines from {len(names)} file(s): "
+             f"{lines - malformed_count} events, {malformed_count} malformed")
+    if time_range(split_rows)[1] is None:
+        raise AuditInputError(f"no event in {len(names)} file(s): all {lines} lines "
+                              "are malformed")
+    return names
+
+
+def small_views(events, starts, boots, splits, malformed, names: dict[str, str],
+                settings: AuditSettings) -> dict:
+    """
+    The views of the few events that are not about messages (links,
+    rejections, denials, HA) and of the inputs: the tables L{audit_logs}
+    and the streaming audit compute alike.
+
+    @param events: every event, or (the streaming audit) every event but
+        the C{message.*} ones.
+    @param malformed: L{meshroute.audit.read.malformed_lines}.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from meshroute.audit import read, views
+
+    name_of = F.create_map(*[F.lit(x) for pair in names.items() for x in pair])
+    frames = {}
+    frames["rejections"] = views.rejections(events)
+    frames["denials"] = views.denials(events)
+    frames["inputs"] = read.input_files(splits).withColumn("file", name_of[F.col("file")])
+    frames["malformed_lines"] = malformed.withColumn("file", name_of[F.col("file")])
+    sessions = views.link_sessions(events, starts, boots, settings.keepalive_limit
+                                   ).persist(StorageLevel.MEMORY_AND_DISK)
     frames["link_sessions"] = sessions
     frames["links"] = views.links(sessions)
     frames["keepalive_closes"] = views.keepalive_closes(sessions)
     frames["failovers"] = views.failovers(events)
     frames["ha_groups"] = views.ha_groups(events)
+    return frames
 
+
+def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], lines: int,
+                settings: AuditSettings, progress: Progress, names: dict[str, str]):
+    """
+    Write the L{TABLES} C{frames}; return the summary, the collected
+    tables for the page and their full row counts.
+
+    @param totals: L{meshroute.audit.views.totals}.
+    @param ha_totals: L{meshroute.audit.views.ha_totals}.
+    @param split_rows: the file splits read (L{meshroute.audit.read.blocks}).
+    """
+    from pyspark import StorageLevel
+
+    from meshroute.audit import report
+
+    keep = StorageLevel.MEMORY_AND_DISK
+    malformed_count = sum(row["malformed"] for row in split_rows)
+    first, horizon = time_range(split_rows)
     tables_dir = f"{settings.out.rstrip('/')}/tables"
     collected, counts = {}, {}
 
@@ -379,7 +449,7 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
              f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
              f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
-    total = _rows(views.totals(fates))[0]
+    total = _rows(totals)[0]
     write("routes", "latency_histogram", "latency_windows", "message_problems")
     progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
              f"{total['lost']} lost, {total['duplicated']} duplicated, "
@@ -387,12 +457,9 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     write("link_sessions", "links", "keepalive_closes")
     progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
     write("failovers", "ha_groups")
-    ha = report.ha_summary(_rows(views.ha_totals(events))[0], collected["failovers"])
+    ha = report.ha_summary(_rows(ha_totals)[0], collected["failovers"])
     progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
-    for frame in (*frames.values(), fates, starts):
-        frame.unpersist()
-    logs.release()
 
     audit_info = {
         "meshroute_version": __version__,

@@ -28,7 +28,7 @@ Definitions (docs/events.md, "Audit", says the same for operators):
  - Latency: first C{message.enqueued} time minus C{accepted_at} (the
    origin's accept time carried by the message; the accept event's time
    when absent), in milliseconds rounded to the microsecond; percentiles
-   by C{percentile_approx} with accuracy 10000.
+   exact, by nearest rank from the count of each latency (L{percentiles}).
  - A link is seen from one router: (router, peer), one row per ordered
    pair; each connection appears in the logs of both its ends.  A
    connection is one link id within one router process (boot).
@@ -54,8 +54,8 @@ FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "dir
 #: Percentiles of the latency columns.
 PERCENTILES = (0.5, 0.95, 0.99)
 
-#: percentile_approx's accuracy: the rank error is at most 1/ACCURACY of
-#: the count (exact below ACCURACY values per route).
+#: percentile_approx's accuracy for the failover durations (few: exact
+#: below ACCURACY failovers); latencies have exact L{percentiles}.
 ACCURACY = 10000
 
 #: Latency histogram buckets per decade (log scale), and the floor.
@@ -145,9 +145,18 @@ def routers(events: DataFrame, horizon: float | None = None) -> DataFrame:
     stop when it was down at the end of the logs, else C{horizon} (the
     run's last event; its own last event when C{horizon} is None).
     """
+    return router_ends(router_counts(events), horizon)
+
+
+def router_counts(events: DataFrame) -> DataFrame:
+    """
+    L{routers} before C{down_at_end} and C{available_until}: per router,
+    counts, which add, and times, which combine by min or max
+    (L{ROUTER_COUNTS_COMBINE}), so the streaming audit can merge them.
+    """
     stage_delivery = _is(S.LINK_STAGE) & (F.col("stage") == "delivery")
     rejected = _is(S.LINK_REJECTED)
-    view = events.groupBy("router").agg(
+    return events.groupBy("router").agg(
         F.min("time").alias("first_time"),
         F.max("time").alias("last_time"),
         F.count(F.lit(1)).alias("events"),
@@ -169,6 +178,18 @@ def routers(events: DataFrame, horizon: float | None = None) -> DataFrame:
         _count_if(_is(S.CONNECTOR_EXHAUSTED)).alias("connectors_exhausted"),
         *[_count_if(_is(name)).alias(name.replace(".", "_")) for name in S.SESSION_EVENTS],
     )
+
+
+#: How two L{router_counts} rows of a router combine, for the columns
+#: that do not add.
+ROUTER_COUNTS_COMBINE = {"first_time": F.min, "last_time": F.max, "last_start": F.max,
+                         "last_stop": F.max}
+
+
+def router_ends(view: DataFrame, horizon: float | None) -> DataFrame:
+    """
+    L{router_counts} with C{down_at_end} and C{available_until} (L{routers}).
+    """
     down = F.col("last_stop").isNotNull() & (
         F.col("last_start").isNull() | (F.col("last_stop") >= F.col("last_start")))
     end = F.lit(horizon) if horizon is not None else F.col("last_time")
@@ -204,13 +225,29 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
     @param router_view: L{routers}, for each destination's C{available_until}.
     @param grace_s: the in-flight grace window, seconds.
     """
+    return fates_of(message_partials(events), router_view, grace_s)
+
+
+#: How two L{message_partials} rows of one message combine: these counts
+#: add, the times of L{PARTIALS_MIN} take the min, the rest the max.
+PARTIALS_ADD = ("accepted_events", "enqueued_events", "consumed_events", "forwarded_events",
+                "duplicates_dropped", "dead_lettered_events", "dropped_events", "expired_events")
+PARTIALS_MIN = ("accepted_time", "enqueued_time", "accepted_at")
+
+
+def message_partials(events: DataFrame) -> DataFrame:
+    """
+    Per message id, what its events say, as aggregates that combine
+    (L{PARTIALS_MIN}), so the streaming audit can merge those of new
+    events into those it keeps.
+    """
     messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
     accepted, enqueued = _is(S.MESSAGE_ACCEPTED), _is(S.MESSAGE_ENQUEUED)
     forwarded, dead = _is(S.MESSAGE_FORWARDED), _is(S.MESSAGE_DEAD_LETTERED)
     consumed = _is(S.MESSAGE_CONSUMED) & ~(
         F.coalesce(F.col("queue"), F.lit("")).isin(S.DEAD_LETTER_QUEUE, S.EXPIRED_QUEUE))
     expired = _is(S.MESSAGE_EXPIRED)
-    per_id = messages.groupBy("msg_id").agg(
+    return messages.groupBy("msg_id").agg(
         _count_if(accepted).alias("accepted_events"),
         F.min(_when(accepted, "time")).alias("accepted_time"),
         F.max(_when(accepted, "router")).alias("accepted_router"),
@@ -227,7 +264,7 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
         F.max(_when(enqueued, "hops")).alias("hops"),
         _count_if(consumed).alias("consumed_events"),
         _count_if(forwarded).alias("forwarded_events"),
-        F.max(F.when(forwarded, F.struct("time", "peer")))["peer"].alias("last_forwarded_to"),
+        F.max(F.when(forwarded, F.struct("time", "peer"))).alias("last_forwarded"),
         _count_if(_is(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
         _count_if(dead).alias("dead_lettered_events"),
         F.max(_when(dead, "dest")).alias("dead_dest"),
@@ -239,6 +276,12 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
         F.max(_when(_is(S.MESSAGE_DROPPED), "reason")).alias("drop_reason"),
         F.max("time").alias("last_time"),
     )
+
+
+def fates_of(per_id: DataFrame, router_view: DataFrame, grace_s: float) -> DataFrame:
+    """
+    L{message_fates} from the L{message_partials}.
+    """
     dest = F.coalesce(
         F.col("accepted_dest"),
         F.when(F.col("enqueued_router").isNotNull(),
@@ -250,6 +293,7 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> 
                         F.substring_index(F.col("msg_id"), ":", 1))
     fates = per_id.select(
         "*",
+        F.col("last_forwarded")["peer"].alias("last_forwarded_to"),
         origin.alias("origin"),
         dest.alias("dest"),
         F.coalesce("accepted_persistent", "enqueued_persistent", F.lit(True)).alias("persistent"),
@@ -291,19 +335,41 @@ def _fate(name: str) -> Column:
     return _count_if(F.col("fate") == name)
 
 
-def _latency_columns() -> list[Column]:
-    quantiles = F.percentile_approx("latency_ms", list(PERCENTILES), ACCURACY)
-    return [
-        quantiles.alias("_q"),
-        F.min("latency_ms").alias("latency_min_ms"),
-        F.max("latency_ms").alias("latency_max_ms"),
-    ]
+def value_counts(fates: DataFrame, keys: list[str]) -> DataFrame:
+    """
+    How many enqueued messages had each latency, per C{keys}: C{keys},
+    C{latency_ms}, C{count}.  Latency is rounded to the microsecond, so
+    this is small (at most one row per distinct microsecond per group)
+    and mergeable: the counts of two sets of messages add up.
+    """
+    return (fates.where(F.col("latency_ms").isNotNull())
+            .groupBy(*keys, "latency_ms").agg(F.count(F.lit(1)).alias("count")))
 
 
-def _unpack_quantiles(frame: DataFrame) -> DataFrame:
-    for i, p in enumerate(PERCENTILES):
-        frame = frame.withColumn(f"latency_p{round(p * 100)}_ms", F.col("_q")[i])
-    return frame.drop("_q")
+def percentiles(counts: DataFrame, keys: list[str]) -> DataFrame:
+    """
+    Per C{keys}, from L{value_counts} (or a sum of them): C{enqueued}
+    (the messages counted), C{latency_min_ms}, C{latency_max_ms} and, for
+    each p of L{PERCENTILES}, C{latency_pNN_ms}: the exact nearest-rank
+    percentile, the smallest latency whose cumulative count reaches
+    ceil(p × n) (n the group's count; p × n computed in double).  Being
+    a function of the counts alone, it gives the batch and the streaming
+    audit the same figure from the same messages.  With no C{keys}: one
+    row, of nulls and 0 when there is nothing to count.
+    """
+    group = Window.partitionBy(*keys) if keys else Window.partitionBy(F.lit(0))
+    running = group.orderBy("latency_ms").rowsBetween(Window.unboundedPreceding,
+                                                      Window.currentRow)
+    ranked = counts.select(*keys, "latency_ms",
+                           F.sum("count").over(running).alias("_cumulative"),
+                           F.sum("count").over(group).alias("_n"))
+    reached = [F.min(F.when(F.col("_cumulative") >= F.ceil(F.lit(p) * F.col("_n")),
+                            F.col("latency_ms"))).alias(f"latency_p{round(p * 100)}_ms")
+               for p in PERCENTILES]
+    columns = [F.coalesce(F.max("_n"), F.lit(0)).alias("enqueued"),
+               F.min("latency_ms").alias("latency_min_ms"),
+               F.max("latency_ms").alias("latency_max_ms"), *reached]
+    return ranked.groupBy(*keys).agg(*columns) if keys else ranked.agg(*columns)
 
 
 def _message_counts() -> list[Column]:
@@ -325,20 +391,43 @@ def _message_counts() -> list[Column]:
     ]
 
 
+#: The route's key.
+ROUTE = ["origin", "dest"]
+
+
+def with_latency(counts: DataFrame, latencies: DataFrame, keys: list[str]) -> DataFrame:
+    """
+    Per-C{keys} message counts (L{message_counts}' columns) with their
+    latency figures from L{value_counts} C{latencies}: L{routes}' columns.
+    """
+    figures = percentiles(latencies, keys).drop("enqueued")
+    if keys:
+        return counts.join(figures, keys, "left")
+    return counts.crossJoin(figures)
+
+
+def message_counts(fates: DataFrame, keys: list[str], *more: Column) -> DataFrame:
+    """
+    Per C{keys}, the messages of C{fates} counted by fate, consumed,
+    duplicated...: L{routes}' columns but the latency ones (and C{more}
+    aggregates first, when given).
+    """
+    return (fates.groupBy(*keys) if keys else fates).agg(*more, *_message_counts())
+
+
 def routes(fates: DataFrame) -> DataFrame:
     """
     One row per route (C{origin}, C{dest}): message counts by fate and the
     latency percentiles (ms) of the messages enqueued.
     """
-    view = fates.groupBy("origin", "dest").agg(*_message_counts(), *_latency_columns())
-    return _unpack_quantiles(view)
+    return with_latency(message_counts(fates, ROUTE), value_counts(fates, ROUTE), ROUTE)
 
 
 def totals(fates: DataFrame) -> DataFrame:
     """
     L{routes}' columns over every message: one row.
     """
-    return _unpack_quantiles(fates.agg(*_message_counts(), *_latency_columns()))
+    return with_latency(message_counts(fates, []), value_counts(fates, []), [])
 
 
 def latency_histogram(fates: DataFrame) -> DataFrame:
@@ -348,17 +437,30 @@ def latency_histogram(fates: DataFrame) -> DataFrame:
     Latencies under L{LATENCY_FLOOR_MS} (zero, or negative from clock
     skew between routers) count in the lowest bucket.
     """
+    return histogram_of(value_counts(fates, ROUTE))
+
+
+def histogram_of(counts: DataFrame) -> DataFrame:
+    """
+    L{latency_histogram} from the L{value_counts} per route.
+    """
     floor = F.greatest(F.col("latency_ms"), F.lit(LATENCY_FLOOR_MS))
     bucket = F.floor(F.log10(floor) * BUCKETS_PER_DECADE).cast("int")
-    view = (fates.where(F.col("latency_ms").isNotNull())
-            .groupBy("origin", "dest", bucket.alias("bucket"))
-            .agg(F.count(F.lit(1)).alias("count")))
+    view = counts.groupBy(*ROUTE, bucket.alias("bucket")).agg(F.sum("count").alias("count"))
     return view.select(
         "origin", "dest", "bucket",
         F.pow(F.lit(10.0), F.col("bucket") / BUCKETS_PER_DECADE).alias("lower_ms"),
         F.pow(F.lit(10.0), (F.col("bucket") + 1) / BUCKETS_PER_DECADE).alias("upper_ms"),
         "count",
     )
+
+
+def window_start(window_s: float) -> Column:
+    """
+    The start of the tumbling window of C{window_s} seconds of enqueue
+    time a message falls in.
+    """
+    return F.floor(F.col("enqueued_time") / F.lit(window_s)) * F.lit(window_s)
 
 
 def latency_windows(fates: DataFrame, window_s: float) -> DataFrame:
@@ -368,11 +470,17 @@ def latency_windows(fates: DataFrame, window_s: float) -> DataFrame:
     operator following the mesh watches move (L{routes} has the whole
     run's).
     """
-    start = F.floor(F.col("enqueued_time") / F.lit(window_s)) * F.lit(window_s)
-    view = (fates.where(F.col("latency_ms").isNotNull())
-            .groupBy("origin", "dest", start.alias("window_start"))
-            .agg(F.count(F.lit(1)).alias("enqueued"), *_latency_columns()))
-    return _unpack_quantiles(view.withColumn("window_end", F.col("window_start") + window_s))
+    keys = [*ROUTE, "window_start"]
+    counts = value_counts(fates.withColumn("window_start", window_start(window_s)), keys)
+    return windows_of(counts, window_s)
+
+
+def windows_of(counts: DataFrame, window_s: float) -> DataFrame:
+    """
+    L{latency_windows} from the L{value_counts} per route and window.
+    """
+    view = percentiles(counts, [*ROUTE, "window_start"])
+    return view.withColumn("window_end", F.col("window_start") + window_s)
 
 
 def message_problems(fates: DataFrame) -> DataFrame:

@@ -1,0 +1,322 @@
+"""
+The streaming audit's state: what it keeps between micro-batches so that
+each one aggregates only its new events and the messages still open,
+and still ends with the batch audit's figures.
+
+Every table lives under C{OUT/state/NAME/batch=N} (Parquet), written by
+micro-batch N, so a batch run again after a crash overwrites its own
+output; a batch reads the state of the newest batch before it that wrote
+one (L{StateTables.previous}).  Two kinds of table:
+
+ - appended, one slice per batch, read whole: C{files} (the file splits
+   read, L{meshroute.audit.read.blocks}), C{malformed} (the malformed
+   lines, located), C{events} (every event that is not a C{message.*}:
+   router, link, session, security and HA events, few, from which the
+   link, rejection, denial and HA views are recomputed each batch), and
+   C{settled} (the per-message partial aggregates of the messages
+   settled in that batch, read only through a join with the batch's
+   message ids);
+ - cumulative, rewritten by each batch: C{routers} and C{boots} (their
+   counts add and their times combine by min/max), C{open} (the partial
+   aggregates of the messages not settled yet), and for the settled
+   messages: C{routes} (per route, L{meshroute.audit.views.message_counts}),
+   C{latency} (per route, the count of each latency value), C{windows}
+   (per route and window, the same) and C{problems} (their
+   L{meshroute.audit.views.message_problems} rows).
+
+A message settles when its fate no longer waits on time, i.e. it is
+neither in flight nor unobserved nor without a known destination, and
+its destination's log (the event-time watermark) has gone on for the
+in-flight grace past its last event.  Its fate can then change only
+through a new event of its own (a late duplicate enqueue, an expiry):
+the batch that brings one takes the message's partial from C{settled}
+back into the open state and subtracts what it had counted, so the
+figures stay exactly the batch audit's.  What a micro-batch aggregates
+is its own lines, the open messages (bounded by the messages accepted
+within the grace of their destination's watermark, plus the few whose
+destination the logs never show), the routes' latency values (at most
+one row per distinct microsecond per route, and per route and window:
+closed windows are kept, not finalized, so C{windows} grows with the
+run's duration) and the non-message events; C{settled} grows with every
+message ever seen but is only joined against the batch's message ids.
+
+Boots: a batch's events are counted in the boot their router was in at
+their time, from every C{router.started} read so far; this holds as
+long as a router's files are read in order (docs/events.md, "Streaming
+audit").
+"""
+
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from meshroute.audit import read, views
+
+KEEP = StorageLevel.MEMORY_AND_DISK
+
+#: The columns of L{meshroute.audit.views.message_counts} that are sums
+#: (null over no message) rather than counts (0 over no message).
+SUMMED = ("duplicate_copies", "duplicates_dropped")
+
+#: What is left open: fates that still wait on time.
+WAITING = ("in-flight", "unobserved")
+
+
+def combine(frame: DataFrame, keys: list[str], combiners: dict) -> DataFrame:
+    """
+    Rows of C{frame} with the same C{keys} combined into one: each
+    column by its function in C{combiners}, the others summed.
+    """
+    return frame.groupBy(*keys).agg(*[
+        combiners.get(name, F.sum)(name).alias(name)
+        for name in frame.columns if name not in keys])
+
+
+def partials_combiners(partials: DataFrame) -> dict:
+    """
+    How L{meshroute.audit.views.message_partials} columns combine
+    (L{meshroute.audit.views.PARTIALS_ADD}, L{meshroute.audit.views.PARTIALS_MIN},
+    the rest the max).
+    """
+    return {name: (F.min if name in views.PARTIALS_MIN else F.max)
+            for name in partials.columns if name not in views.PARTIALS_ADD}
+
+
+def negated(frame: DataFrame, keys: list[str]) -> DataFrame:
+    """
+    C{frame} with every column but C{keys} negated: what to add to take
+    its rows out of a sum.
+    """
+    return frame.select(*keys, *[(-F.col(name)).alias(name)
+                                 for name in frame.columns if name not in keys])
+
+
+@dataclass
+class Contributions:
+    """
+    What a set of messages adds to the route figures.
+    """
+
+    counts: DataFrame
+    latency: DataFrame
+    windows: DataFrame
+
+    @classmethod
+    def of(cls, fates: DataFrame, window_s: float) -> "Contributions":
+        # "messages": a route whose every message was taken back is no route.
+        counts = views.message_counts(fates, views.ROUTE, F.count(F.lit(1)).alias("messages"))
+        windowed = fates.withColumn("window_start", views.window_start(window_s))
+        return cls(counts=counts,
+                   latency=views.value_counts(fates, views.ROUTE),
+                   windows=views.value_counts(windowed, [*views.ROUTE, "window_start"]))
+
+    def plus(self, other: "Contributions", sign: int = 1) -> "Contributions":
+        def add(mine, theirs, keys):
+            theirs = theirs if sign > 0 else negated(theirs, keys)
+            return combine(mine.unionByName(theirs), keys, {})
+
+        return Contributions(
+            counts=add(self.counts, other.counts, views.ROUTE).where(F.col("messages") > 0),
+            latency=add(self.latency, other.latency, [*views.ROUTE, "latency_ms"]).where(
+                F.col("count") > 0),
+            windows=add(self.windows, other.windows,
+                        [*views.ROUTE, "window_start", "latency_ms"]).where(F.col("count") > 0))
+
+
+class StateTables:
+    """
+    The state directories under C{OUT/state}, by name and batch.
+    """
+
+    def __init__(self, spark, out: str) -> None:
+        self.spark = spark
+        self.base = f"{out.rstrip('/')}/state"
+
+    def path(self, name: str, batch_id: int) -> str:
+        return f"{self.base}/{name}/batch={batch_id}"
+
+    def batches(self, name: str) -> list[int]:
+        """
+        The batches that wrote table C{name}, through Hadoop's FileSystem
+        (a local directory or a URI alike).
+        """
+        jvm = self.spark.sparkContext._jvm
+        directory = jvm.org.apache.hadoop.fs.Path(f"{self.base}/{name}")
+        fs = directory.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        if not fs.exists(directory):
+            return []
+        found = []
+        for status in fs.listStatus(directory):
+            entry = status.getPath().getName()
+            if status.isDirectory() and entry.startswith("batch="):
+                found.append(int(entry[len("batch="):]))
+        return sorted(found)
+
+    def write(self, name: str, batch_id: int, frame: DataFrame) -> None:
+        frame.write.mode("overwrite").parquet(self.path(name, batch_id))
+
+    def read(self, name: str, batch_id: int) -> DataFrame:
+        return self.spark.read.parquet(self.path(name, batch_id))
+
+    def read_all(self, name: str, before: int) -> DataFrame | None:
+        """
+        Every slice of appended table C{name} written before batch
+        C{before}, with its C{batch}; None when there is none.
+        """
+        if not [b for b in self.batches(name) if b < before]:
+            return None
+        return self.spark.read.parquet(f"{self.base}/{name}").where(F.col("batch") < before)
+
+    def previous(self, batch_id: int) -> int | None:
+        """
+        The newest batch before C{batch_id} that wrote the cumulative
+        state (its C{open} table is written last).
+        """
+        done = [b for b in self.batches("open") if b < batch_id]
+        return done[-1] if done else None
+
+
+@dataclass
+class BatchViews:
+    """
+    What the streaming audit writes after a micro-batch: the L{TABLES}
+    frames and the totals, as L{meshroute.audit.job.write_views} takes them.
+    """
+
+    frames: dict
+    totals: DataFrame
+    ha_totals: DataFrame
+    split_rows: list[dict]
+    lines: int
+    names: dict[str, str]
+    cached: list
+
+
+def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> BatchViews:
+    """
+    Fold micro-batch C{batch_id}'s lines (L{meshroute.audit.read.parse_lines},
+    kept) into the state under C{settings.out}, and return the views of
+    everything read so far.
+
+    @raise meshroute.audit.inputs.AuditInputError: when no line read so
+        far is an event (the state is kept all the same).
+    """
+    from meshroute.audit import job
+
+    state = StateTables(spark, settings.out)
+    previous = state.previous(batch_id)
+    parsed = parsed.persist(KEEP)
+    cached = [parsed]
+
+    def keep(frame):
+        frame = frame.persist(KEEP)
+        cached.append(frame)
+        return frame
+
+    splits = keep(read.blocks(parsed))
+    state.write("files", batch_id, splits)
+    state.write("malformed", batch_id, read.malformed_lines(parsed, splits))
+    events = read.events_of(parsed)
+    message_events = events.where(F.col("event").startswith("message."))
+    state.write("events", batch_id, events.where(~F.col("event").startswith("message.")))
+
+    all_splits = keep(state.read_all("files", batch_id + 1).drop("batch"))
+    split_rows = [row.asDict() for row in all_splits.collect()]
+    lines = sum(row["lines"] for row in split_rows)
+    small = keep(state.read_all("events", batch_id + 1).drop("batch"))
+    starts = keep(views.boot_starts(small))
+
+    def cumulative(name, new, keys, combiners):
+        if previous is not None:
+            new = new.unionByName(state.read(name, previous))
+        merged = combine(new, keys, combiners)
+        state.write(name, batch_id, merged)
+        return keep(state.read(name, batch_id))
+
+    router_counts = cumulative("routers", views.router_counts(events), ["router"],
+                               views.ROUTER_COUNTS_COMBINE)
+    router_view = keep(views.router_ends(router_counts, None))
+    boots = cumulative("boots", views.boots(events, starts), ["router", "boot"],
+                       {"first_time": F.min, "last_time": F.max, "clean_stop": F.max,
+                        "version": F.max, "pid": F.max})
+
+    grace = settings.in_flight_grace_s
+    new_partials = views.message_partials(message_events)
+    touched = new_partials.select("msg_id")
+    opened = state.read("open", previous) if previous is not None else None
+    reopened = None
+    settled_before = state.read_all("settled", batch_id)
+    if settled_before is not None:
+        candidates = settled_before.join(touched, "msg_id", "left_semi")
+        if opened is not None:
+            candidates = candidates.join(opened.select("msg_id"), "msg_id", "left_anti")
+        newest = Window.partitionBy("msg_id").orderBy(F.col("batch").desc())
+        reopened = keep(candidates.withColumn("_n", F.row_number().over(newest))
+                        .where(F.col("_n") == 1).drop("_n", "batch"))
+    merged = new_partials
+    for earlier in (opened, reopened):
+        if earlier is not None:
+            merged = merged.unionByName(earlier)
+    merged = combine(merged, ["msg_id"], partials_combiners(new_partials))
+    fates = keep(views.fates_of(merged, router_view, grace))
+    until = router_view.select(F.col("router").alias("dest_router"),
+                               F.col("available_until").alias("_until"))
+    settles = (~F.col("fate").isin(*WAITING) & F.col("_until").isNotNull()
+               & (F.col("last_time") <= F.col("_until") - F.lit(grace)))
+    verdicts = fates.select("msg_id", "fate", "dest_router", "last_time").join(
+        F.broadcast(until), "dest_router", "left").select("msg_id", settles.alias("_settles"))
+    judged = keep(merged.join(verdicts, "msg_id"))
+    settling = judged.where(F.col("_settles")).drop("_settles")
+    state.write("settled", batch_id, settling)
+    settled_fates = views.fates_of(state.read("settled", batch_id), router_view, grace)
+
+    window_s = settings.latency_window_s
+    totals = Contributions.of(settled_fates, window_s)
+    problems = views.message_problems(settled_fates)
+    if previous is not None:
+        totals = totals.plus(Contributions(state.read("routes", previous),
+                                           state.read("latency", previous),
+                                           state.read("windows", previous)))
+        earlier_problems = state.read("problems", previous)
+        if reopened is not None:
+            earlier_problems = earlier_problems.join(reopened.select("msg_id"), "msg_id",
+                                                     "left_anti")
+        problems = problems.unionByName(earlier_problems)
+    if reopened is not None:
+        totals = totals.plus(Contributions.of(views.fates_of(reopened, router_view, grace),
+                                              window_s), sign=-1)
+    state.write("routes", batch_id, totals.counts)
+    state.write("latency", batch_id, totals.latency)
+    state.write("windows", batch_id, totals.windows)
+    state.write("problems", batch_id, problems)
+    state.write("open", batch_id, judged.where(~F.col("_settles")).drop("_settles"))
+
+    settled = Contributions(state.read("routes", batch_id), state.read("latency", batch_id),
+                            state.read("windows", batch_id))
+    open_fates = keep(views.fates_of(state.read("open", batch_id), router_view, grace))
+    everything = settled.plus(Contributions.of(open_fates, window_s))
+    counts = keep(everything.counts.drop("messages"))
+    latency = keep(everything.latency)
+    frames = {"routers": router_view, "boots": boots}
+    frames["routes"] = views.with_latency(counts, latency, views.ROUTE)
+    frames["latency_histogram"] = views.histogram_of(latency)
+    frames["latency_windows"] = views.windows_of(everything.windows, window_s)
+    frames["message_problems"] = views.message_problems(open_fates).unionByName(
+        state.read("problems", batch_id))
+    total_counts = counts.agg(*[
+        (F.sum(name) if name in SUMMED else F.coalesce(F.sum(name), F.lit(0))).alias(name)
+        for name in counts.columns if name not in views.ROUTE])
+    total_latency = latency.groupBy("latency_ms").agg(F.sum("count").alias("count"))
+    try:
+        names = job.input_names(split_rows, lines, progress)
+    except Exception:
+        for frame in cached:
+            frame.unpersist()
+        raise
+    malformed = state.read_all("malformed", batch_id + 1).drop("batch")
+    frames.update(job.small_views(small, starts, boots, all_splits, malformed, names, settings))
+    return BatchViews(frames=frames, totals=views.with_latency(total_counts, total_latency, []),
+                      ha_totals=views.ha_totals(small), split_rows=split_rows, lines=lines,
+                      names=names, cached=cached)
