@@ -62,7 +62,9 @@ def local_driver_memory() -> str:
     return f"{int(min(max(total / 4, low), high))}g"
 
 #: Spark's own logging for the JVM we launch: warnings and up, on stderr,
-#: without the native-library notice every run would print.
+#: without the native-library notice every run would print, nor the
+#: single-partition warning of ranking the few distinct strings
+#: (L{meshroute.audit.views.value_codes}).
 LOG4J2 = """\
 rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
@@ -73,6 +75,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = error
+logger.window.name = org.apache.spark.sql.execution.window.WindowExec
+logger.window.level = error
 """
 
 #: The tables written under OUT/tables/, one Parquet directory each, and
@@ -294,6 +298,7 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
     """
     from meshroute.audit import read, views
 
+    spark.sparkContext.setJobDescription("audit: read")
     return audit_logs(spark, read.read_logs(spark, files, views.FIELDS_USED), settings,
                       progress)
 
@@ -343,12 +348,13 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     frames["inputs"] = read.input_files(logs.splits).withColumn("file", name_of[F.col("file")])
     frames["malformed_lines"] = read.malformed_lines(logs.parsed, logs.splits).withColumn(
         "file", name_of[F.col("file")])
-    fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s
+    codes = views.message_codes(events).persist(keep)
+    fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s, codes
                                 ).persist(keep)
     frames["routes"] = views.routes(fates)
     frames["latency_histogram"] = views.latency_histogram(fates)
     frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
-    frames["message_problems"] = views.message_problems(fates)
+    frames["message_problems"] = views.message_problems(fates, events)
     sessions = views.link_sessions(events, starts, frames["boots"], settings.keepalive_limit
                                    ).persist(keep)
     frames["link_sessions"] = sessions
@@ -360,8 +366,12 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     tables_dir = f"{settings.out.rstrip('/')}/tables"
     collected, counts = {}, {}
 
+    # Each Spark job is described by what it computes, so that Spark's UI
+    # and event log (benchmarks/audit_scale.py's stage table) say where
+    # the time goes.
     def write(*names):
         for name in names:
+            spark.sparkContext.setJobDescription(f"audit: {name}")
             order = TABLES[name]
             frame = frames[name]
             if not frame.is_cached:
@@ -379,6 +389,7 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
              f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
              f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
+    spark.sparkContext.setJobDescription("audit: totals")
     total = _rows(views.totals(fates))[0]
     write("routes", "latency_histogram", "latency_windows", "message_problems")
     progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
@@ -387,10 +398,12 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     write("link_sessions", "links", "keepalive_closes")
     progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
     write("failovers", "ha_groups")
+    spark.sparkContext.setJobDescription("audit: ha totals")
     ha = report.ha_summary(_rows(views.ha_totals(events))[0], collected["failovers"])
     progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
+    spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
-    for frame in (*frames.values(), fates, starts):
+    for frame in (*frames.values(), fates, codes, starts):
         frame.unpersist()
     logs.release()
 
