@@ -62,9 +62,7 @@ def local_driver_memory() -> str:
     return f"{int(min(max(total / 4, low), high))}g"
 
 #: Spark's own logging for the JVM we launch: warnings and up, on stderr,
-#: without the native-library notice every run would print, nor the
-#: single-partition warning of ranking the few distinct strings
-#: (L{meshroute.audit.views.value_codes}).
+#: without the native-library notice every run would print.
 LOG4J2 = """\
 rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
@@ -75,8 +73,6 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = error
-logger.window.name = org.apache.spark.sql.execution.window.WindowExec
-logger.window.level = error
 """
 
 #: The tables written under OUT/tables/, one Parquet directory each, and
@@ -348,13 +344,12 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     frames["inputs"] = read.input_files(logs.splits).withColumn("file", name_of[F.col("file")])
     frames["malformed_lines"] = read.malformed_lines(logs.parsed, logs.splits).withColumn(
         "file", name_of[F.col("file")])
-    codes = views.message_codes(events).persist(keep)
-    fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s, codes
+    fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s
                                 ).persist(keep)
     frames["routes"] = views.routes(fates)
     frames["latency_histogram"] = views.latency_histogram(fates)
     frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
-    frames["message_problems"] = views.message_problems(fates, events)
+    frames["message_problems"] = views.message_problems(fates)
     sessions = views.link_sessions(events, starts, frames["boots"], settings.keepalive_limit
                                    ).persist(keep)
     frames["link_sessions"] = sessions
@@ -403,7 +398,7 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
     spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
-    for frame in (*frames.values(), fates, codes, starts):
+    for frame in (*frames.values(), fates, starts):
         frame.unpersist()
     logs.release()
 

@@ -203,124 +203,48 @@ def denials(events: DataFrame) -> DataFrame:
 # -- messages ------------------------------------------------------------------
 
 
-#: The string fields L{message_fates} takes maxima of, as L{value_codes}.
-MESSAGE_STRINGS = ("router", "origin", "dest", "queue", "reason")
-
-
-def value_codes(frame: DataFrame, columns) -> DataFrame:
-    """
-    Every distinct value (C{value}) of the string C{columns} of C{frame},
-    with C{code}: its rank in Spark's order of strings.
-
-    The largest code is the code of the largest string, so an aggregation
-    takes maxima of codes (fixed-width: Spark hashes the groups) where a
-    maximum of strings makes it sort every row; the values of a mesh's
-    routers, queues and reasons are few, so the ranking is one small
-    partition.
-    """
-    values = None
-    for column in columns:
-        these = frame.select(F.col(column).alias("value")).where(F.col("value").isNotNull())
-        values = these if values is None else values.unionByName(these)
-    return values.distinct().select(
-        "value", F.row_number().over(Window.orderBy("value")).alias("code"))
-
-
-def _lookup(frame: DataFrame, codes: DataFrame, column: str, key: str, found: str,
-            name: str) -> DataFrame:
-    """
-    C{frame} with C{name}: the C{found} column of the C{codes} row whose
-    C{key} equals C{frame}'s C{column} (null when none does).  Every
-    lookup broadcasts the same plan of codes, so Spark computes it once.
-    """
-    these = F.broadcast(codes.alias("_codes"))
-    return frame.join(these, frame[column] == F.col(f"_codes.{key}"), "left").select(
-        *[frame[c] for c in frame.columns], F.col(f"_codes.{found}").alias(name))
-
-
-def _encoded(frame: DataFrame, codes: DataFrame, columns) -> DataFrame:
-    for column in columns:
-        frame = _lookup(frame, codes, column, "value", "code", f"{column}_code")
-    return frame
-
-
-def _decoded(frame: DataFrame, codes: DataFrame, columns) -> DataFrame:
-    for column in columns:
-        frame = _lookup(frame, codes, column, "code", "value", f"_{column}").drop(
-            column).withColumnRenamed(f"_{column}", column)
-    return frame
-
-
-def _max_code(condition, column: str) -> Column:
-    return F.max(F.when(condition, F.col(f"{column}_code")) if condition is not None
-                 else F.col(f"{column}_code"))
-
-
-def _message_events(events: DataFrame) -> DataFrame:
-    return events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
-
-
-def message_codes(events: DataFrame) -> DataFrame:
-    """
-    The L{value_codes} of the message events' L{MESSAGE_STRINGS}, for
-    L{message_fates} (which joins them some fifteen times: worth keeping).
-    """
-    return value_codes(_message_events(events), MESSAGE_STRINGS)
-
-
-def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float,
-                  codes: DataFrame | None = None) -> DataFrame:
+def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float) -> DataFrame:
     """
     One row per message id: its route, what happened to it and its latency.
 
-    Strings are aggregated as their L{value_codes}, numbers as they are,
-    so that Spark hashes the messages rather than sorting every event.
-
     @param router_view: L{routers}, for each destination's C{available_until}.
     @param grace_s: the in-flight grace window, seconds.
-    @param codes: L{message_codes} of C{events} (default: computed here).
     """
-    messages = _message_events(events)
-    if codes is None:
-        codes = message_codes(events)
-    messages = _encoded(messages, codes, MESSAGE_STRINGS)
+    messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
     accepted, enqueued = _is(S.MESSAGE_ACCEPTED), _is(S.MESSAGE_ENQUEUED)
     forwarded, dead = _is(S.MESSAGE_FORWARDED), _is(S.MESSAGE_DEAD_LETTERED)
     consumed = _is(S.MESSAGE_CONSUMED) & ~(
         F.coalesce(F.col("queue"), F.lit("")).isin(S.DEAD_LETTER_QUEUE, S.EXPIRED_QUEUE))
     expired = _is(S.MESSAGE_EXPIRED)
-    strings = {
-        "accepted_router": _max_code(accepted, "router"),
-        "origin_field": _max_code(None, "origin"),
-        "accepted_dest": _max_code(accepted, "dest"),
-        "enqueued_router": _max_code(enqueued, "router"),
-        "enqueued_queue": _max_code(enqueued, "queue"),
-        "dead_dest": _max_code(dead, "dest"),
-        "dead_lettered_at": _max_code(dead, "router"),
-        "expired_dest": _max_code(expired, "dest"),
-        "expired_at": _max_code(expired, "router"),
-        "drop_reason": _max_code(_is(S.MESSAGE_DROPPED), "reason"),
-    }
     per_id = messages.groupBy("msg_id").agg(
         _count_if(accepted).alias("accepted_events"),
         F.min(_when(accepted, "time")).alias("accepted_time"),
+        F.max(_when(accepted, "router")).alias("accepted_router"),
+        F.max("origin").alias("origin_field"),
+        F.max(_when(accepted, "dest")).alias("accepted_dest"),
         F.max(_when(accepted, "persistent")).alias("accepted_persistent"),
         F.max(_when(accepted, "size")).alias("size"),
         _count_if(enqueued).alias("enqueued_events"),
         F.min(_when(enqueued, "time")).alias("enqueued_time"),
+        F.max(_when(enqueued, "router")).alias("enqueued_router"),
+        F.max(_when(enqueued, "queue")).alias("enqueued_queue"),
         F.min(_when(enqueued, "accepted_at")).alias("accepted_at"),
         F.max(_when(enqueued, "persistent")).alias("enqueued_persistent"),
         F.max(_when(enqueued, "hops")).alias("hops"),
         _count_if(consumed).alias("consumed_events"),
         _count_if(forwarded).alias("forwarded_events"),
+        F.max(F.when(forwarded, F.struct("time", "peer")))["peer"].alias("last_forwarded_to"),
         _count_if(_is(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
         _count_if(dead).alias("dead_lettered_events"),
+        F.max(_when(dead, "dest")).alias("dead_dest"),
+        F.max(_when(dead, "router")).alias("dead_lettered_at"),
         _count_if(_is(S.MESSAGE_DROPPED)).alias("dropped_events"),
         _count_if(expired).alias("expired_events"),
+        F.max(_when(expired, "dest")).alias("expired_dest"),
+        F.max(_when(expired, "router")).alias("expired_at"),
+        F.max(_when(_is(S.MESSAGE_DROPPED), "reason")).alias("drop_reason"),
         F.max("time").alias("last_time"),
-        *[aggregate.alias(name) for name, aggregate in strings.items()],
     )
-    per_id = _decoded(per_id, codes, strings)
     dest = F.coalesce(
         F.col("accepted_dest"),
         F.when(F.col("enqueued_router").isNotNull(),
@@ -364,7 +288,7 @@ def message_fates(events: DataFrame, router_view: DataFrame, grace_s: float,
         "accepted_events", "accepted_time", "enqueued_events", "enqueued_time",
         (F.col("enqueued_events") > 1).alias("duplicated"),
         latency.alias("latency_ms"), "hops",
-        "consumed_events", "forwarded_events", "duplicates_dropped",
+        "consumed_events", "forwarded_events", "last_forwarded_to", "duplicates_dropped",
         "dead_lettered_at", "expired_at", "drop_reason", "last_time",
     )
 
@@ -457,25 +381,14 @@ def latency_windows(fates: DataFrame, window_s: float) -> DataFrame:
     return _unpack_quantiles(view.withColumn("window_end", F.col("window_start") + window_s))
 
 
-def message_problems(fates: DataFrame, events: DataFrame) -> DataFrame:
+def message_problems(fates: DataFrame) -> DataFrame:
     """
     The messages an operator must look at: lost (either kind), duplicated
-    or orphaned, with where they were last seen: the peer of the last
-    C{message.forwarded} (the latest, the greatest peer of those at that
-    time), else the origin.
-
-    The last forward is found for these few messages only, from their
-    C{message.forwarded} events, rather than for every message in
-    L{message_fates}: the pair (time, peer) has no fixed width, and
-    its maximum over every message would make Spark sort every event.
+    or orphaned, with where they were last seen.
     """
-    problems = fates.where(
-        F.col("fate").isin("lost", "lost-non-persistent", "orphan") | F.col("duplicated"))
-    forwards = events.where(_is(S.MESSAGE_FORWARDED) & F.col("msg_id").isNotNull()).select(
-        "msg_id", "time", "peer")
-    last_forwards = forwards.join(problems.select("msg_id"), "msg_id", "left_semi").groupBy(
-        "msg_id").agg(F.max(F.struct("time", "peer"))["peer"].alias("last_forwarded_to"))
-    return problems.join(last_forwards, "msg_id", "left").select(
+    return fates.where(
+        F.col("fate").isin("lost", "lost-non-persistent", "orphan") | F.col("duplicated")
+    ).select(
         "msg_id", "origin", "dest", "fate", "duplicated", "persistent", "accepted_time",
         "enqueued_events", "forwarded_events",
         F.coalesce(F.col("last_forwarded_to"), F.col("origin")).alias("last_held_by"),
