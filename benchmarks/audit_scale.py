@@ -15,7 +15,12 @@ C{meshroute audit DIR --out OUT} does, and reports:
     (VmHWM from /proc: resident memory at its highest, so what the run
     needed from the machine, heap and off-heap);
   - correct: whether the audit found exactly the generated numbers
-    (accepted, enqueued, lost, duplicated, malformed lines).
+    (accepted, enqueued, lost, duplicated, malformed lines);
+  - where the time went: the slowest Spark stages, from the run's Spark
+    event log (each with the job's description, the audit's step or
+    table, its seconds, the CPU seconds of its tasks and its operators),
+    and the CPU seconds of all tasks: on a shared machine the figure that
+    other work disturbs least.
 
     python benchmarks/audit_scale.py                     # 1, 2, 5, 10 million, 10 routers
     python benchmarks/audit_scale.py --millions 0.2      # a quick smoke run
@@ -77,6 +82,57 @@ def jvm_pid(spark) -> int | None:
     return None
 
 
+#: The Spark settings of the event log the stage table is read from: one
+#: plain JSON-lines file per run.
+EVENT_LOG = {"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+             "spark.eventLog.rolling.enabled": "false"}
+
+#: How many of the slowest stages each run reports.
+TOP_STAGES = 8
+
+
+def slowest_stages(path: str, top: int = TOP_STAGES) -> list[dict]:
+    """
+    The C{top} longest stages of the Spark event log at C{path}: C{stage},
+    C{job} (the description the audit gave the job), C{seconds} (from
+    submission to completion), C{cpu_s} (its tasks' CPU time), C{tasks}
+    and C{operators} (the physical operators it ran).
+    """
+    jobs, stages, cpu = {}, {}, {}
+    with open(path) as f:
+        for line in f:
+            event = json.loads(line)
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                description = (event.get("Properties") or {}).get("spark.job.description")
+                for info in event["Stage Infos"]:
+                    jobs.setdefault(info["Stage ID"], description)
+            elif kind == "SparkListenerTaskEnd":
+                metrics = event.get("Task Metrics") or {}
+                cpu[event["Stage ID"]] = (cpu.get(event["Stage ID"], 0.0)
+                                          + metrics.get("Executor CPU Time", 0) / 1e9)
+            elif kind == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                if "Submission Time" not in info or "Completion Time" not in info:
+                    continue  # skipped: its shuffle output was reused
+                operators = []
+                for rdd in info["RDD Info"]:
+                    name = json.loads(rdd.get("Scope") or "{}").get("name", "")
+                    name = name.split(" (")[0].strip()
+                    if name and not name.startswith(("mapPartitions", "WholeStageCodegen",
+                                                     "AdaptiveSparkPlan")) \
+                            and name not in operators:
+                        operators.append(name)
+                stages[info["Stage ID"]] = {
+                    "stage": info["Stage ID"], "tasks": info["Number of Tasks"],
+                    "seconds": (info["Completion Time"] - info["Submission Time"]) / 1000,
+                    "operators": operators}
+    for stage in stages.values():
+        stage["job"] = jobs.get(stage["stage"]) or ""
+        stage["cpu_s"] = cpu.get(stage["stage"], 0.0)
+    return sorted(stages.values(), key=lambda s: -s["seconds"])[:top]
+
+
 def child(directory: str, out: str, master: str, conf: list[str]) -> None:
     """
     Run one audit in this process and print one JSON line of figures.
@@ -85,8 +141,11 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
 
     from meshroute.audit.job import AuditSettings, parse_conf, run, start_spark
 
+    event_log = os.path.join(os.path.dirname(out), "eventlog")
+    os.makedirs(event_log, exist_ok=True)
     settings = AuditSettings(inputs=[directory], out=out, master=master,
-                             conf=parse_conf(conf), quiet=True)
+                             conf={**EVENT_LOG, "spark.eventLog.dir": f"file:{event_log}",
+                                   **parse_conf(conf)}, quiet=True)
     started = time.monotonic()
     spark = start_spark(settings, sys.stderr)
     spark_start = time.monotonic() - started
@@ -98,7 +157,14 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
                "python_peak_mb": peak_rss_mb(os.getpid()),
                "jvm_peak_mb": peak_rss_mb(pid) if pid else None,
                "parallelism": spark.sparkContext.defaultParallelism}
+    log = os.path.join(event_log, spark.sparkContext.applicationId)
     spark.stop()
+    if os.path.isfile(log):
+        every = slowest_stages(log, top=10**6)
+        figures["stages"] = every[:TOP_STAGES]
+        figures["stage_total_s"] = sum(s["seconds"] for s in every)
+        figures["stage_cpu_s"] = sum(s["cpu_s"] for s in every)
+        os.remove(log)
     print(json.dumps(figures), flush=True)
 
 
@@ -147,6 +213,20 @@ def measure(millions: float, routers: int, master: str, conf: list[str], base: s
             "expected": expected, "steps": steps}
 
 
+def print_stages(row: dict) -> None:
+    """
+    The slowest Spark stages of a run, one line each.
+    """
+    if not row.get("stages"):
+        return
+    print(f"{'':>11} slowest stages (all {row['stage_total_s']:.0f} s, "
+          f"{row['stage_cpu_s']:.0f} CPU s of tasks):", flush=True)
+    for stage in row["stages"]:
+        print(f"{'':>13}{stage['seconds']:7.1f} s {stage['cpu_s']:7.1f} CPU s "
+              f"{stage['tasks']:>4} tasks  {stage['job'] or '-':<26} "
+              f"{', '.join(stage['operators'])}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--millions", type=float, nargs="+", default=[1, 2, 5, 10],
@@ -175,6 +255,7 @@ def main() -> None:
                   f"{row['jvm_peak_mb'] or 0:>8.0f} {'yes' if row['correct'] else 'NO':>8}",
                   flush=True)
             print(f"{'':>11} steps (s): {row['steps']}", flush=True)
+            print_stages(row)
             if not row["correct"]:
                 print(f"  found {row['found']}\n  expected {row['expected']}", flush=True)
     finally:

@@ -294,6 +294,7 @@ def audit(spark, files: list[str], settings: AuditSettings, progress: Progress):
     """
     from meshroute.audit import read, views
 
+    spark.sparkContext.setJobDescription("audit: read")
     return audit_logs(spark, read.read_logs(spark, files, views.FIELDS_USED), settings,
                       progress)
 
@@ -430,8 +431,12 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     tables_dir = f"{settings.out.rstrip('/')}/tables"
     collected, counts = {}, {}
 
+    # Each Spark job is described by what it computes, so that Spark's UI
+    # and event log (benchmarks/audit_scale.py's stage table) say where
+    # the time goes.
     def write(*names):
         for name in names:
+            spark.sparkContext.setJobDescription(f"audit: {name}")
             order = TABLES[name]
             frame = frames[name]
             if not frame.is_cached:
@@ -449,6 +454,7 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
              f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
              f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
+    spark.sparkContext.setJobDescription("audit: totals")
     total = _rows(totals)[0]
     write("routes", "latency_histogram", "latency_windows", "message_problems")
     progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
@@ -457,8 +463,10 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     write("link_sessions", "links", "keepalive_closes")
     progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
     write("failovers", "ha_groups")
+    spark.sparkContext.setJobDescription("audit: ha totals")
     ha = report.ha_summary(_rows(ha_totals)[0], collected["failovers"])
     progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
+    spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
 
     audit_info = {

@@ -125,15 +125,21 @@ def boots(events: DataFrame, starts: DataFrame) -> DataFrame:
     One row per router process: C{router}, C{boot}, its first and last
     event, whether it ended with an orderly C{router.stopped}, the
     meshroute version and pid it reported.
+
+    The version (a string) comes from the few C{router.started} events,
+    joined to the counts over every event: a maximum over a string column
+    would make Spark sort every event to aggregate them (a sort
+    aggregation, where numbers alone hash).
     """
-    return with_boot(events, starts).groupBy("router", "boot").agg(
+    counts = with_boot(events, starts).groupBy("router", "boot").agg(
         F.min("time").alias("first_time"),
         F.max("time").alias("last_time"),
         F.count(F.lit(1)).alias("events"),
         (_count_if(_is(S.ROUTER_STOPPED)) > 0).alias("clean_stop"),
-        F.max(_when(_is(S.ROUTER_STARTED), "version")).alias("version"),
-        F.max(_when(_is(S.ROUTER_STARTED), "pid")).alias("pid"),
     )
+    reported = with_boot(events.where(_is(S.ROUTER_STARTED)), starts).groupBy(
+        "router", "boot").agg(F.max("version").alias("version"), F.max("pid").alias("pid"))
+    return counts.join(reported, ["router", "boot"], "left")
 
 
 def routers(events: DataFrame, horizon: float | None = None) -> DataFrame:
