@@ -97,8 +97,8 @@ def state_rows(spark, out: Path, name: str, batch_id: int) -> int:  # noqa: F811
 def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messages(
         spark, tmp_path):  # noqa: F811
     """
-    The rotated synthetic mesh fed to the streaming audit a few files at
-    a time, then a late file that enqueues a long settled message again:
+    The rotated synthetic mesh fed to the streaming audit half its files
+    at a time, then a late file that enqueues a long settled message again:
     after every micro-batch, its tables and figures are those of the
     batch audit of the files read so far (with the same per-destination
     watermark); the messages whose fate is settled leave the open state
@@ -111,7 +111,7 @@ def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messag
                 for line in path.read_text().splitlines() if '"message.enqueued"' in line]
     late = add_closed_file(tmp_path / "late" / C / "events",
                            [dict(enqueued[0], time=enqueued[-1]["time"])])
-    groups = [files[i:i + 7] for i in range(0, len(files), 7)] + [[late]]
+    groups = [files[:len(files) // 2], files[len(files) // 2:], [late]]
     streamed = tmp_path / "streamed"
     settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
                              in_flight_grace_s=5)
