@@ -139,7 +139,36 @@ class ExecutorStopped(RuntimeError):
     """
 
 
-class ThreadedExecutor:
+class _Executor:
+    """
+    What every executor keeps for the transaction functions at the end of
+    this module (L{_open}, L{_transaction}, L{_ended}...), which run the
+    SQL the same way whichever thread calls them.
+    """
+
+    def __init__(self, replication, checkpoints: WalCheckpoints | None) -> None:
+        self.replication = replication
+        self.checkpoints = checkpoints or WalCheckpoints()
+        self._connection: sqlite3.Connection | None = None
+        self._recording: RecordingConnection | None = None
+        self._relaxable = False
+        self._position: int | None = None
+        self.commits = 0
+        self.commit_seconds = commit_histogram()
+
+    def _open_here(self, connect) -> Deferred:
+        """
+        C{start} for the executors that run their SQL in the reactor's
+        thread: open the connection at once.
+        """
+        try:
+            _open(self, connect)
+        except BaseException:
+            return fail()
+        return succeed(None)
+
+
+class ThreadedExecutor(_Executor):
     """
     One dedicated writer thread owning the connection, with group commit.
 
@@ -176,25 +205,18 @@ class ThreadedExecutor:
                 f"ThreadedExecutor needs a reactor with callFromThread, not {reactor!r}; "
                 "on a task.Clock use InlineExecutor"
             )
+        super().__init__(replication, checkpoints)
         self._reactor = reactor
-        self.replication = replication
-        self.checkpoints = checkpoints or WalCheckpoints()
         # What was submitted, in order; the writer takes it all when woken.
         self._queue: deque = deque()
         self._wake = threading.Event()
         # A wake-up is scheduled for the relaxed functions queued.
         self._relaxed_wake = None
         self._thread: threading.Thread | None = None
-        self._connection: sqlite3.Connection | None = None
-        self._recording: RecordingConnection | None = None
-        self._relaxable = False
-        self._position: int | None = None
         self._closed = False
         self._stopped = False
         self._waiting: list[Deferred] = []
         self._trigger = None
-        self.commits = 0
-        self.commit_seconds = commit_histogram()
 
     def start(self, connect) -> Deferred:
         """
@@ -348,7 +370,7 @@ class ThreadedExecutor:
             (call or self._reactor.callFromThread)(_fire, outcomes)
 
 
-class TurnExecutor:
+class TurnExecutor(_Executor):
     """
     Group commit at the end of each reactor turn, on the reactor thread.
 
@@ -397,9 +419,8 @@ class TurnExecutor:
         @param checkpoints: when the WAL is checkpointed (default: a
             L{WalCheckpoints} with its defaults).
         """
+        super().__init__(replication, checkpoints)
         self._clock = clock
-        self.replication = replication
-        self.checkpoints = checkpoints or WalCheckpoints()
         self._queue: list = []
         # The scheduled run of what is queued, and whether it is the
         # turn's end (else the relaxed delay).
@@ -409,20 +430,10 @@ class TurnExecutor:
         # The checkpoint running in the thread pool, and its connection.
         self._checkpointing: Deferred | None = None
         self._aside: sqlite3.Connection | None = None
-        self._connection: sqlite3.Connection | None = None
-        self._recording: RecordingConnection | None = None
-        self._relaxable = False
-        self._position: int | None = None
         self._closed = False
-        self.commits = 0
-        self.commit_seconds = commit_histogram()
 
     def start(self, connect) -> Deferred:
-        try:
-            _open(self, connect)
-        except BaseException:
-            return fail()
-        return succeed(None)
+        return self._open_here(connect)
 
     def submit(self, fn, *args) -> Deferred:
         return self._queued(_GROUPED, fn, args, getattr(fn, "relaxed", False))
@@ -552,7 +563,7 @@ class TurnExecutor:
             self._aside = None
 
 
-class InlineExecutor:
+class InlineExecutor(_Executor):
     """
     Runs each function at once in the calling thread, in its own
     transaction, and returns an already-fired Deferred.
@@ -571,22 +582,11 @@ class InlineExecutor:
         @param checkpoints: when the WAL is checkpointed: with no thread
             to be idle in, only when a call took it past its size.
         """
-        self.replication = replication
-        self.checkpoints = checkpoints or WalCheckpoints()
-        self._connection: sqlite3.Connection | None = None
-        self._recording: RecordingConnection | None = None
-        self._relaxable = False
-        self._position: int | None = None
+        super().__init__(replication, checkpoints)
         self._stopped = False
-        self.commits = 0
-        self.commit_seconds = commit_histogram()
 
     def start(self, connect) -> Deferred:
-        try:
-            _open(self, connect)
-        except BaseException:
-            return fail()
-        return succeed(None)
+        return self._open_here(connect)
 
     def submit(self, fn, *args) -> Deferred:
         if self._stopped or self._connection is None:
