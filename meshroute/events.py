@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import add
 from json.encoder import c_make_encoder, encode_basestring_ascii
+from math import isfinite
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -88,7 +89,7 @@ _STRING = encode_basestring_ascii
 _SCALARS = {
     str: _STRING,
     int: int.__repr__,
-    bool: lambda v: "true" if v else "false",
+    bool: {True: "true", False: "false"}.__getitem__,
     type(None): lambda v: "null",
 }
 #: The fields every record starts with; a record naming one of them again
@@ -114,35 +115,70 @@ def _value(v) -> str:
 def _template(names: tuple) -> str | None:
     """
     The %-template of a record with fields C{names} after the head (None
-    if one of them repeats a head field): the JSON punctuation and keys
-    written once, the values left as C{%s}.
+    if one of them repeats a head field, or has a C{%}): the JSON
+    punctuation and keys written once, the values left as C{%s}.
     """
     try:
         return _templates[names]
     except KeyError:
         pass
-    if set(names) & set(_HEAD) or len(set(names)) != len(names):
+    if (set(names) & set(_HEAD) or len(set(names)) != len(names)
+            or any("%" in name for name in names)):
         template = None
     else:
-        template = "{" + ",".join(_STRING(n).replace("%", "%%") + ":%s"
-                                  for n in _HEAD + names) + "}"
+        template = "{" + ",".join(_STRING(n) + ":%s" for n in _HEAD + names) + "}"
     _templates[names] = template
     return template
+
+
+def _column(values: tuple) -> tuple[str | None, list | None]:
+    """
+    One field of a batch of records: C{(text, None)} when every record
+    has the same string, integer, boolean or null (C{text} as L{_value}
+    writes it), else C{(None, texts)}, one per record as L{_value} writes
+    it.  A column of one scalar type is written by one C-level map over
+    its encoder, not by a Python call per value.
+    """
+    kinds = set(map(type, values))
+    kind = kinds.pop() if len(kinds) == 1 else None
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        if len(set(values)) == 1:
+            return scalar(values[0]), None
+        return None, list(map(scalar, values))
+    if kind is float and all(map(isfinite, values)):
+        return None, list(map(float.__repr__, values))
+    return None, list(map(_value, values))
 
 
 def _lines(time: float, router: str, event: str, names: tuple, rows) -> list[str]:
     """
     The records of C{event} at C{time} with fields C{names} and a tuple of
     values per record in C{rows}, each exactly as L{_ENCODE} would write
-    the dict C{{time, router, event, **fields}}.
+    the dict C{{time, router, event, **fields}}.  The head and the fields
+    whose value every record shares are written into the template once;
+    each record fills in the rest, encoded a column at a time.
     """
     template = _template(names)
     if template is None:
         head = {"time": time, "router": router, "event": event}
         return [_ENCODE({**head, **dict(zip(names, row))}) for row in rows]
-    value = _value
-    head = (value(time), value(router), value(event))
-    return [template % (head + tuple(map(value, row))) for row in rows]
+    if not rows:
+        return []
+    fields = [_value(time).replace("%", "%%"), _value(router).replace("%", "%%"),
+              _value(event).replace("%", "%%")]
+    varying = []
+    for values in zip(*rows):
+        text, texts = _column(values)
+        if texts is None:
+            fields.append(text.replace("%", "%%"))
+        else:
+            fields.append("%s")
+            varying.append(texts)
+    filled = template % tuple(fields)
+    if not varying:
+        return [filled % ()] * len(rows)
+    return list(map(filled.__mod__, zip(*varying)))
 
 
 #: The directory of a data dir that holds the event files.
