@@ -393,6 +393,7 @@ class MessageEngine:
         # Non-persistent sends without a duplicate id: taken at once, their
         # acceptance recorded with one call of the event log.
         transient: list[Message] = []
+        now = self._clock.seconds()
         for address, headers, body, persistent, duplicate_id, *expiry in sends:
             try:
                 queue, router = parse_address(address, self.name)
@@ -414,7 +415,7 @@ class MessageEngine:
                     outcomes.append(Failure(refusal))
                 continue
             message = self._new_message(queue, router, body, headers, persistent,
-                                        *_expiry(expiry))
+                                        *_expiry(expiry), accepted_at=now)
             if not persistent and not duplicate_id:
                 transient.append(message)
                 outcomes.append(message.msg_id)
@@ -469,17 +470,18 @@ class MessageEngine:
                 outcomes[position] = Failure(refusal)
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
-                     persistent: bool, expires_ms: int = 0, notify: str = "") -> Message:
-        return Message(
-            msg_id=self._ids.next(),
-            origin=self.name,
-            dest_router=router,
-            dest_queue=queue,
-            body=body,
-            headers=expiry_headers(headers, expires_ms, notify),
-            persistent=persistent,
-            accepted_at=self._clock.seconds(),
-        )
+                     persistent: bool, expires_ms: int = 0, notify: str = "",
+                     accepted_at: float | None = None) -> Message:
+        """
+        A message accepted now, or at C{accepted_at}: the one time of all
+        the sends of a batch, accepted together.
+        """
+        if accepted_at is None:
+            accepted_at = self._clock.seconds()
+        # Positional: Message's keyword form costs a quarter more.
+        return Message(self._ids.next(), self.name, router, queue, body,
+                       expiry_headers(headers, expires_ms, notify), 0, persistent,
+                       accepted_at)
 
     def commit(self, sends, entry_ids) -> Deferred:
         """
