@@ -134,10 +134,10 @@ def _template(names: tuple) -> str | None:
 def _column(values: tuple) -> tuple[str | None, list | None]:
     """
     One field of a batch of records: C{(text, None)} when every record
-    has the same string, integer, boolean or null (C{text} as L{_value}
-    writes it), else C{(None, texts)}, one per record as L{_value} writes
-    it.  A column of one scalar type is written by one C-level map over
-    its encoder, not by a Python call per value.
+    has the same value of a scalar type (C{text} as L{_value} writes it),
+    else C{(None, texts)}, one per record as L{_value} writes it.  A
+    column of one scalar type is written by one C-level map over its
+    encoder, not by a Python call per value.
     """
     kinds = set(map(type, values))
     kind = kinds.pop() if len(kinds) == 1 else None
@@ -147,6 +147,14 @@ def _column(values: tuple) -> tuple[str | None, list | None]:
             return scalar(values[0]), None
         return None, list(map(scalar, values))
     if kind is float and all(map(isfinite, values)):
+        # Few distinct times (a batch's messages share theirs): each
+        # written once.  Not with a zero, which -0.0 would equal.
+        distinct = set(values)
+        if len(distinct) * 4 <= len(values) and 0.0 not in distinct:
+            texts = dict(zip(distinct, map(float.__repr__, distinct)))
+            if len(texts) == 1:
+                return texts.popitem()[1], None
+            return None, list(map(texts.__getitem__, values))
         return None, list(map(float.__repr__, values))
     return None, list(map(_value, values))
 

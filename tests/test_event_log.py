@@ -56,16 +56,16 @@ def test_a_batch_of_records_is_byte_for_byte_the_json_encoders(time, router, eve
                                                               data):
     """
     Whether a field's value is the same in every record of a batch (then
-    written once into the template), differs, or mixes types that compare
-    equal (C{1} and C{True}, C{0.0} and C{-0.0}), each record reads as the
-    JSON encoder's encoding of its dict.
+    written once into the template), is one of a few, differs, or mixes
+    types that compare equal (C{1} and C{True}, C{0.0} and C{-0.0}), each
+    record reads as the JSON encoder's encoding of its dict.
     """
     names = tuple(names)
     pool = data.draw(st.lists(json_values | st.sampled_from([0, 1, True, False, 0.0, -0.0,
-                                                             "%s", "%", None]),
+                                                             1.5, "%s", "%", None]),
                               min_size=1, max_size=3))
     rows = data.draw(st.lists(st.tuples(*[st.sampled_from(pool) for _ in names]),
-                              min_size=1, max_size=5))
+                              min_size=1, max_size=9))
     head = {"time": time, "router": router, "event": event}
     assert _lines(time, router, event, names, rows) == [
         _ENCODE({**head, **dict(zip(names, row))}) for row in rows]
