@@ -800,41 +800,48 @@ class SessionCore:
         delivery_id = self.next_delivery_id
         self.owners[delivery_id] = (number, delivery.delivery_id, delivery.entry_id is not None)
         m = delivery.message
-        frame = f.Deliver(delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
-                          delivery.redelivered)
+        # A DeliverBatch's item; a Deliver frame is made only where one
+        # is written, held or kept for a resume.
+        item = [delivery_id, m.msg_id, m.origin, m.headers, m.body, delivery.redelivered]
         connection = self.connection
         if connection is None or self.pending or connection.unread:
-            self._hold(frame, delivery.entry_id is not None)
+            self._hold(f.Deliver(delivery_id, number, *item[1:]), delivery.entry_id is not None)
             return
         if self.batching:
-            self._batch(frame)
-        else:
-            self.write(frame)
+            self._batch(number, item)
+            if self.resumable:
+                self.recovery.append(f.Deliver(delivery_id, number, *item[1:]))
+            return
+        frame = f.Deliver(delivery_id, number, *item[1:])
+        self.write(frame)
         if self.resumable:
             self.recovery.append(frame)
 
-    def _batch(self, frame: f.Deliver) -> None:
+    def _batch(self, number: int, item: list) -> None:
         """
-        Version 4: gather the deliveries of this turn, a run of one
-        subscription's at a time (delivery ids stay in order on the wire),
-        into DeliverBatch frames written at the end of the turn, or
-        before any other frame, or at a bound.
+        Version 4: gather the deliveries of this turn (C{item}s of a
+        L{f.DeliverBatch}), a run of one subscription's at a time
+        (delivery ids stay in order on the wire), into DeliverBatch frames
+        written at the end of the turn, or before any other frame, or at a
+        bound.
         """
-        size = len(frame.body) + sum(len(k) + len(v) for k, v in frame.headers.items())
+        headers = item[3]
+        size = len(item[4])
+        if headers:
+            size += sum(len(k) + len(v) for k, v in headers.items())
         if size > DELIVER_BATCH_MAX_BYTES:
-            self.write(frame)
+            self.write(f.Deliver(item[0], number, *item[1:]))
             return
         batches = self._batches
-        if batches and (frame.subscription not in batches
+        if batches and (number not in batches
                         or self._batch_count >= DELIVER_BATCH_MAX_MESSAGES
                         or self._batch_bytes + size > DELIVER_BATCH_MAX_BYTES):
             self._write_batches()
             batches = self._batches
-        run = batches.get(frame.subscription)
+        run = batches.get(number)
         if run is None:
-            run = batches[frame.subscription] = []
-        run.append([frame.delivery_id, frame.msg_id, frame.origin, frame.headers, frame.body,
-                    frame.redelivered])
+            run = batches[number] = []
+        run.append(item)
         self._batch_count += 1
         self._batch_bytes += size
         if self._batch_call is None:
