@@ -808,9 +808,8 @@ class SessionCore:
             self._hold(f.Deliver(delivery_id, number, *item[1:]), delivery.entry_id is not None)
             return
         if self.batching:
+            # Into the recovery buffer with its batch (_write_batches).
             self._batch(number, item)
-            if self.resumable:
-                self.recovery.append(f.Deliver(delivery_id, number, *item[1:]))
             return
         frame = f.Deliver(delivery_id, number, *item[1:])
         self.write(frame)
@@ -859,6 +858,21 @@ class SessionCore:
         if connection is not None:
             for number, deliveries in batches.items():
                 connection.write(f.DeliverBatch(number, deliveries))
+        self._keep_for_resume(batches)
+
+    def _keep_for_resume(self, batches: dict) -> None:
+        """
+        The deliveries of C{batches}, written (or lost with the
+        connection), join the recovery buffer as the Deliver frames a
+        resume re-sends: only the last ones, which the buffer keeps, are
+        made.
+        """
+        keep = self.recovery.maxlen  # recovery-buffer-size
+        if not self.resumable or not keep:
+            return
+        tail = [(number, item) for number, items in batches.items() for item in items[-keep:]]
+        self.recovery.extend(f.Deliver(item[0], number, *item[1:])
+                             for number, item in tail[-keep:])
 
     def _drop_batches(self) -> None:
         """
@@ -867,6 +881,7 @@ class SessionCore:
         so a resume deals with them as with any delivery the client did
         not receive).
         """
+        self._keep_for_resume(self._batches)
         self._batches = {}
         self._batch_count = self._batch_bytes = 0
         if self._batch_call is not None and self._batch_call.active():
