@@ -75,6 +75,7 @@ from meshroute.messages import (
     Message,
     MessageIds,
     expiry_headers,
+    message_of,
     parse_address,
 )
 from meshroute.queues import QueueManager
@@ -145,8 +146,8 @@ def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: 
     """
     The message a transfer carries (its fields in the frames' order).
     """
-    return Message(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
-                   accepted_at)
+    return message_of(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
+                      accepted_at)
 
 
 def _message_from(frame, persistent: bool) -> Message:
@@ -478,10 +479,9 @@ class MessageEngine:
         """
         if accepted_at is None:
             accepted_at = self._clock.seconds()
-        # Positional: Message's keyword form costs a quarter more.
-        return Message(self._ids.next(), self.name, router, queue, body,
-                       expiry_headers(headers, expires_ms, notify), 0, persistent,
-                       accepted_at)
+        return message_of(self._ids.next(), self.name, router, queue, body,
+                          expiry_headers(headers, expires_ms, notify), 0, persistent,
+                          accepted_at)
 
     def commit(self, sends, entry_ids) -> Deferred:
         """
