@@ -395,12 +395,18 @@ class MessageEngine:
         # acceptance recorded with one call of the event log.
         transient: list[Message] = []
         now = self._clock.seconds()
+        # The addresses of the batch parsed, each once (a batch's sends
+        # mostly go to one).
+        parsed: dict[str, tuple[str, str]] = {}
         for address, headers, body, persistent, duplicate_id, *expiry in sends:
-            try:
-                queue, router = parse_address(address, self.name)
-            except AddressError as e:
-                outcomes.append(Failure(e))
-                continue
+            where = parsed.get(address)
+            if where is None:
+                try:
+                    where = parsed[address] = parse_address(address, self.name)
+                except AddressError as e:
+                    outcomes.append(Failure(e))
+                    continue
+            queue, router = where
             refusal = self._refusal(router, persistent)
             if refusal is not None:
                 if duplicate_id in firsts:
