@@ -128,12 +128,23 @@ def _column(values: tuple) -> tuple[str | None, list | None]:
     column of one scalar type is written by one C-level map over its
     encoder, not by a Python call per value.
     """
-    kinds = set(map(type, values))
-    kind = kinds.pop() if len(kinds) == 1 else None
+    first = values[0]
+    kind = type(first)
+    if kind is str:
+        # Equal to a string, a value is one (or one written the same).
+        if values.count(first) == len(values):
+            return _STRING(first), None
+        try:
+            return None, list(map(_STRING, values))
+        except TypeError:  # not all strings
+            return None, list(map(_value, values))
+    if len(set(map(type, values))) != 1:
+        # Mixed, and maybe equal across types (1 and True).
+        return None, list(map(_value, values))
     scalar = _SCALARS.get(kind)
     if scalar is not None:
-        if len(set(values)) == 1:
-            return scalar(values[0]), None
+        if values.count(first) == len(values):
+            return scalar(first), None
         return None, list(map(scalar, values))
     if kind is float and all(map(isfinite, values)):
         # Few distinct times (a batch's messages share theirs): each
