@@ -837,6 +837,15 @@ class QueueManager:
         non-persistent one go before it (they are separate streams).
         """
         buffer, transient = state.buffer, state.transient
+        if not (buffer or state.returned):
+            # Only non-persistent items wait (a queue of the fast path).
+            if not transient:
+                return None
+            consumer = self._next_consumer(state, False)
+            if consumer is None:
+                return None
+            self._transient_waiting -= 1
+            return consumer, transient.popleft()
         both = bool(buffer) and bool(transient)
         sources = [state.returned] if state.returned else []
         if both:

@@ -65,6 +65,7 @@ and Ack, and it carries them out at once or holds them until the commit.
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from automat import NoTransition, TypeMachineBuilder
@@ -784,12 +785,8 @@ class SessionCore:
             return
         # Confirm first: deliveries may start inside queues.subscribe.
         self.answer(command_id, f.Confirm(command_id, ""))
-        take = self._take
-
-        def deliver(delivery) -> None:
-            take(number, delivery)
-
-        self.subscriptions[number] = self.engine.queues.subscribe(queue, deliver, frame.credit)
+        self.subscriptions[number] = self.engine.queues.subscribe(
+            queue, partial(self._take, number), frame.credit)
 
     def _take(self, number: int, delivery) -> None:
         """
