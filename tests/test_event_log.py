@@ -89,6 +89,20 @@ def test_emit_many_writes_one_record_per_row_in_order(tmp_path):
     )
 
 
+def test_emit_many_of_one_row_writes_what_emit_writes(tmp_path):
+    clock = Clock()
+    log = EventLog(str(tmp_path), "router-a", clock)
+    row = ("m1", "router-b", "q", 1, 1.25, True)
+    names = ("msg_id", "origin", "queue", "hops", "accepted_at", "persistent")
+    log.emit_many("message.enqueued", names, [row])
+    log.emit("message.enqueued", **dict(zip(names, row)))
+    log.close()
+    [path] = event_files(str(tmp_path))
+    first, second = open(path).read().splitlines()
+    assert first == second
+    assert log.counts["message.enqueued"] == 2
+
+
 def test_the_audit_reads_message_records_written_in_batches(spark, tmp_path):  # noqa: F811
     """
     The audit's reader (L{meshroute.audit.read}) takes every batched
