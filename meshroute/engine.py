@@ -1442,8 +1442,8 @@ class PeerChannel:
         """
         The peer durably holds every transfer up to C{frame.seq}.
         """
-        done = [self._in_flight.pop(seq) for seq in
-                [seq for seq in self._in_flight if seq <= frame.seq]]
+        held = [seq for seq in self._in_flight if seq <= frame.seq]
+        done = [self._in_flight.pop(seq) for seq in held]
         self._in_flight_bytes -= sum(len(message.body) for message in done)
         if done:
             self._engine.emit_forwarded_many(self.peer, done)
