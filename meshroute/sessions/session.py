@@ -826,7 +826,12 @@ class SessionCore:
         if headers:
             size += sum(len(k) + len(v) for k, v in headers.items())
         if size > DELIVER_BATCH_MAX_BYTES:
-            self.write(f.Deliver(item[0], number, *item[1:]))
+            # Alone, after the batches before it (write), and kept for a
+            # resume as a batch's deliveries are.
+            frame = f.Deliver(item[0], number, *item[1:])
+            self.write(frame)
+            if self.resumable:
+                self.recovery.append(frame)
             return
         batches = self._batches
         if batches and (number not in batches
