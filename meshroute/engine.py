@@ -75,6 +75,7 @@ from meshroute.messages import (
     Message,
     MessageIds,
     expiry_headers,
+    message_of,
     parse_address,
 )
 from meshroute.queues import QueueManager
@@ -145,8 +146,8 @@ def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: 
     """
     The message a transfer carries (its fields in the frames' order).
     """
-    return Message(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
-                   accepted_at)
+    return message_of(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
+                      accepted_at)
 
 
 def _message_from(frame, persistent: bool) -> Message:
@@ -176,6 +177,19 @@ def _put(outcome, outcomes: list, position: int) -> None:
 
 #: The fields of a message's MESSAGE_ACCEPTED record after the head.
 _ACCEPTED_FIELDS = ("msg_id", "origin", "dest", "size", "persistent")
+#: ... of its MESSAGE_ENQUEUED record.
+_ENQUEUED_FIELDS = ("msg_id", "origin", "queue", "hops", "accepted_at", "persistent")
+#: ... of its MESSAGE_FORWARDED record.
+_FORWARDED_FIELDS = ("msg_id", "peer", "origin", "hops")
+#: ... of the MESSAGE_DROPPED record of a message the engine drops.
+_DROPPED_FIELDS = ("msg_id", "reason", "origin")
+
+
+def _forwarded(peer: str, message: Message) -> tuple:
+    """
+    The C{_FORWARDED_FIELDS} of C{message}'s record, sent on to C{peer}.
+    """
+    return (message.msg_id, peer, message.origin, message.hops + 1)
 
 
 def _address(message: Message) -> str:
@@ -380,12 +394,19 @@ class MessageEngine:
         # Non-persistent sends without a duplicate id: taken at once, their
         # acceptance recorded with one call of the event log.
         transient: list[Message] = []
+        now = self._clock.seconds()
+        # The addresses of the batch parsed, each once (a batch's sends
+        # mostly go to one).
+        parsed: dict[str, tuple[str, str]] = {}
         for address, headers, body, persistent, duplicate_id, *expiry in sends:
-            try:
-                queue, router = parse_address(address, self.name)
-            except AddressError as e:
-                outcomes.append(Failure(e))
-                continue
+            where = parsed.get(address)
+            if where is None:
+                try:
+                    where = parsed[address] = parse_address(address, self.name)
+                except AddressError as e:
+                    outcomes.append(Failure(e))
+                    continue
+            queue, router = where
             refusal = self._refusal(router, persistent)
             if refusal is not None:
                 if duplicate_id in firsts:
@@ -401,7 +422,7 @@ class MessageEngine:
                     outcomes.append(Failure(refusal))
                 continue
             message = self._new_message(queue, router, body, headers, persistent,
-                                        *_expiry(expiry))
+                                        *_expiry(expiry), accepted_at=now)
             if not persistent and not duplicate_id:
                 transient.append(message)
                 outcomes.append(message.msg_id)
@@ -415,8 +436,7 @@ class MessageEngine:
             stored.append((message, duplicate_id))
         if transient:
             self._emit_accepted_many(transient)
-            for message in transient:
-                self._route_transient(message)
+            self._route_transient_many(transient)
         if stored:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)
@@ -457,17 +477,17 @@ class MessageEngine:
                 outcomes[position] = Failure(refusal)
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
-                     persistent: bool, expires_ms: int = 0, notify: str = "") -> Message:
-        return Message(
-            msg_id=self._ids.next(),
-            origin=self.name,
-            dest_router=router,
-            dest_queue=queue,
-            body=body,
-            headers=expiry_headers(headers, expires_ms, notify),
-            persistent=persistent,
-            accepted_at=self._clock.seconds(),
-        )
+                     persistent: bool, expires_ms: int = 0, notify: str = "",
+                     accepted_at: float | None = None) -> Message:
+        """
+        A message accepted now, or at C{accepted_at}: the one time of all
+        the sends of a batch, accepted together.
+        """
+        if accepted_at is None:
+            accepted_at = self._clock.seconds()
+        return message_of(self._ids.next(), self.name, router, queue, body,
+                          expiry_headers(headers, expires_ms, notify), 0, persistent,
+                          accepted_at)
 
     def commit(self, sends, entry_ids) -> Deferred:
         """
@@ -950,10 +970,21 @@ class MessageEngine:
         return ()
 
     def arrived_transient(self, message: Message) -> None:
-        if message.dest_queue in SYSTEM_QUEUES:
-            self._route_system(message)
-            return
-        self._route_transient(message)
+        self.arrived_transient_many((message,))
+
+    def arrived_transient_many(self, messages) -> None:
+        """
+        Non-persistent messages arrived from a peer, in order: routed on
+        (L{_route_transient_many}), those for a system queue to its
+        handler.
+        """
+        routed = []
+        for message in messages:
+            if message.dest_queue in SYSTEM_QUEUES:
+                self._route_system(message)
+            else:
+                routed.append(message)
+        self._route_transient_many(routed)
 
     # -- system messages ------------------------------------------------------
 
@@ -983,7 +1014,7 @@ class MessageEngine:
         channel = self._next_channel(message.dest_router)
         if channel is None:
             return False
-        channel.send_unrecorded(message)
+        channel.send_transient(message)
         return True
 
     def _route_system(self, message: Message) -> None:
@@ -995,28 +1026,60 @@ class MessageEngine:
     # -- non-persistent messages ----------------------------------------------
 
     def _route_transient(self, message: Message) -> None:
-        if message.headers and message.expired(now_ms(self._clock)):
-            self._transient_expired(message)
-            return
-        if message.dest_router == self.name:
-            self._emit_enqueued(message)
-            self.queues.put_transient(message.dest_queue, message)
-            return
-        if message.hops >= self._max_hops:
-            self._events.emit(events.MESSAGE_DROPPED, msg_id=message.msg_id, reason="max-hops",
-                              origin=message.origin)
-            return
-        channel = self._next_channel(message.dest_router)
-        if (channel is not None and not channel.paused
-                and message.dest_router not in self._transient):
-            channel.send_transient(message)
-            return
-        waiting = self._transient[message.dest_router]
-        if len(waiting) >= self._max_transient_backlog:
-            dropped = waiting.popleft()
-            self._events.emit(events.MESSAGE_DROPPED, msg_id=dropped.msg_id,
-                              reason="max-backlog", origin=dropped.origin)
-        waiting.append(message)
+        self._route_transient_many((message,))
+
+    def _route_transient_many(self, messages) -> None:
+        """
+        Route non-persistent messages, in order: each expired one set
+        aside, each for this router enqueued, each past the hop limit
+        dropped, each other one handed to its next hop's link, or, while
+        that link is paused or others wait for the same router, kept
+        waiting (the oldest dropped past C{max-transient-backlog}).  Their
+        records are written with one call of the event log per event,
+        and the messages of one local queue enqueued in one call.
+        """
+        name = self.name
+        max_hops = self._max_hops
+        waiting_for = self._transient
+        now = None
+        local: dict[str, list[Message]] = {}
+        forwarded: list[tuple] = []
+        dropped: list[tuple] = []
+        for message in messages:
+            if message.headers:
+                if now is None:
+                    now = now_ms(self._clock)
+                if message.expired(now):
+                    self._transient_expired(message)
+                    continue
+            router = message.dest_router
+            if router == name:
+                queued = local.get(message.dest_queue)
+                if queued is None:
+                    local[message.dest_queue] = [message]
+                else:
+                    queued.append(message)
+                continue
+            if message.hops >= max_hops:
+                dropped.append((message.msg_id, "max-hops", message.origin))
+                continue
+            channel = self._next_channel(router)
+            if channel is not None and not channel.paused and router not in waiting_for:
+                forwarded.append(_forwarded(channel.peer, message))
+                channel.send_transient(message)
+                continue
+            waiting = waiting_for[router]
+            if len(waiting) >= self._max_transient_backlog:
+                oldest = waiting.popleft()
+                dropped.append((oldest.msg_id, "max-backlog", oldest.origin))
+            waiting.append(message)
+        if forwarded:
+            self._events.emit_many(events.MESSAGE_FORWARDED, _FORWARDED_FIELDS, forwarded)
+        if dropped:
+            self._events.emit_many(events.MESSAGE_DROPPED, _DROPPED_FIELDS, dropped)
+        for queue, queued in local.items():
+            self._emit_enqueued_many(queue, queued)
+            self.queues.put_transient_many(queue, queued)
 
     def _release_transient(self, router: str) -> None:
         """
@@ -1030,14 +1093,21 @@ class MessageEngine:
         if channel is None or not waiting:
             return
         now = now_ms(self._clock)
+        sent: list[Message] = []
         for _ in range(min(TRANSIENT_BATCH, len(waiting))):
             if channel.paused:
-                return
+                # The rest waits for link_resumed.
+                break
             message = waiting.popleft()
             if message.headers and message.expired(now):
                 self._transient_expired(message, IN_BACKLOG)
             else:
+                sent.append(message)
                 channel.send_transient(message)
+        if sent:
+            self.emit_forwarded_many(channel.peer, sent)
+        if waiting and channel.paused:
+            return
         if waiting:
             self._clock.callLater(0, self._release_transient, router)
         else:
@@ -1127,16 +1197,25 @@ class MessageEngine:
         self.queues.notify(DEAD_LETTER_QUEUE)
 
     def _emit_enqueued(self, message: Message) -> None:
-        self.queues.rates.entered(message.dest_queue)
-        self._events.emit(
-            events.MESSAGE_ENQUEUED, msg_id=message.msg_id, origin=message.origin,
-            queue=message.dest_queue, hops=message.hops, accepted_at=message.accepted_at,
-            persistent=message.persistent,
-        )
+        self._emit_enqueued_many(message.dest_queue, (message,))
 
-    def emit_forwarded(self, peer: str, message: Message) -> None:
-        self._events.emit(events.MESSAGE_FORWARDED, msg_id=message.msg_id, peer=peer,
-                          origin=message.origin, hops=message.hops + 1)
+    def _emit_enqueued_many(self, queue: str, messages) -> None:
+        """
+        C{message.enqueued} for C{messages}, all enqueued in C{queue}.
+        """
+        self.queues.rates.entered(queue, len(messages))
+        self._events.emit_many(
+            events.MESSAGE_ENQUEUED, _ENQUEUED_FIELDS,
+            [(m.msg_id, m.origin, queue, m.hops, m.accepted_at, m.persistent)
+             for m in messages])
+
+    def emit_forwarded_many(self, peer: str, messages) -> None:
+        """
+        C{message.forwarded} for C{messages}, sent on to C{peer}.
+        """
+        self._events.emit_many(
+            events.MESSAGE_FORWARDED, _FORWARDED_FIELDS,
+            [_forwarded(peer, m) for m in messages])
 
     def describe_routes(self) -> dict:
         """
@@ -1363,11 +1442,11 @@ class PeerChannel:
         """
         The peer durably holds every transfer up to C{frame.seq}.
         """
-        done = [seq for seq in self._in_flight if seq <= frame.seq]
-        for seq in done:
-            message = self._in_flight.pop(seq)
-            self._in_flight_bytes -= len(message.body)
-            self._engine.emit_forwarded(self.peer, message)
+        held = [seq for seq in self._in_flight if seq <= frame.seq]
+        done = [self._in_flight.pop(seq) for seq in held]
+        self._in_flight_bytes -= sum(len(message.body) for message in done)
+        if done:
+            self._engine.emit_forwarded_many(self.peer, done)
         d = self._acknowledge(frame.seq)
         d.addErrback(self._failed, "recording an acknowledgement")
         self.pump()
@@ -1402,16 +1481,9 @@ class PeerChannel:
         Send a non-persistent message: at version 4, in the
         L{FastTransferBatch} that goes at the end of this reactor turn, or
         as soon as it holds a batch's worth; before, in a L{FastTransfer}
-        of its own.
-        """
-        self._engine.emit_forwarded(self.peer, message)
-        self.send_unrecorded(message)
-
-    def send_unrecorded(self, message: Message) -> None:
-        """
-        Send a non-persistent message as L{send_transient} does, without
-        its C{message.forwarded} event: a router's own system message
-        (L{MessageEngine.send_system}).
+        of its own.  Its C{message.forwarded} record is the caller's to
+        write (L{MessageEngine._route_transient_many}); a router's own
+        system message has none (L{MessageEngine.send_system}).
         """
         item = _on_the_wire(message)
         if self._batch_limit == 1:
@@ -1531,9 +1603,7 @@ class PeerChannel:
         self._engine.arrived_transient(_message_from(frame, persistent=False))
 
     def fast_transferred_batch(self, frame: FastTransferBatch) -> None:
-        arrived = self._engine.arrived_transient
-        for item in frame.messages:
-            arrived(_message(*item, False))
+        self._engine.arrived_transient_many([_message(*item, False) for item in frame.messages])
 
     def routes(self, frame: Routes) -> None:
         self._engine.routes_received(self.peer, frame)

@@ -25,9 +25,10 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain, repeat
 from operator import add
 from json.encoder import c_make_encoder, encode_basestring_ascii
+from math import isfinite
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -71,7 +72,7 @@ COUNTED_BY_REASON = frozenset({LINK_CLOSED, MESSAGE_DEAD_LETTERED, MESSAGE_DROPP
 
 
 #: The compact encoder every record is byte-compatible with (what
-#: L{_lines} falls back to for values it does not encode itself):
+#: L{_encoded} falls back to for values it does not encode itself):
 #: C{json.JSONEncoder(separators=(",", ":")).encode}, whose C encoder is
 #: made once here rather than for every record (a third of a record's
 #: cost).  Records are made by this code, so the check for circular
@@ -88,15 +89,12 @@ _STRING = encode_basestring_ascii
 _SCALARS = {
     str: _STRING,
     int: int.__repr__,
-    bool: lambda v: "true" if v else "false",
+    bool: {True: "true", False: "false"}.__getitem__,
     type(None): lambda v: "null",
 }
 #: The fields every record starts with; a record naming one of them again
 #: is encoded as a dict, where the later value takes the first one's place.
 _HEAD = ("time", "router", "event")
-#: A %-template per tuple of field names (see L{_template}); the names
-#: come from the code's emit calls, so there are a few dozen.
-_templates: dict[tuple, str | None] = {}
 
 
 def _value(v) -> str:
@@ -111,38 +109,93 @@ def _value(v) -> str:
     return _ENCODE(v)
 
 
-def _template(names: tuple) -> str | None:
+def _keys(names: tuple) -> list[str] | None:
     """
-    The %-template of a record with fields C{names} after the head (None
-    if one of them repeats a head field): the JSON punctuation and keys
-    written once, the values left as C{%s}.
+    The JSON keys of a record's fields C{names} after the head (None if
+    one of them repeats a head field or another: such a record is written
+    as a dict, where the later value takes the first one's place).
     """
-    try:
-        return _templates[names]
-    except KeyError:
-        pass
     if set(names) & set(_HEAD) or len(set(names)) != len(names):
-        template = None
-    else:
-        template = "{" + ",".join(_STRING(n).replace("%", "%%") + ":%s"
-                                  for n in _HEAD + names) + "}"
-    _templates[names] = template
-    return template
+        return None
+    return [_STRING(name) for name in names]
 
 
-def _lines(time: float, router: str, event: str, names: tuple, rows) -> list[str]:
+def _column(values: tuple) -> tuple[str | None, list | None]:
+    """
+    One field of a batch of records: C{(text, None)} when every record
+    has the same value of a scalar type (C{text} as L{_value} writes it),
+    else C{(None, texts)}, one per record as L{_value} writes it.  A
+    column of one scalar type is written by one C-level map over its
+    encoder, not by a Python call per value.
+    """
+    first = values[0]
+    kind = type(first)
+    if kind is str:
+        # Equal to a string, a value is one (or one written the same).
+        if values.count(first) == len(values):
+            return _STRING(first), None
+        try:
+            return None, list(map(_STRING, values))
+        except TypeError:  # not all strings
+            return None, list(map(_value, values))
+    if len(set(map(type, values))) != 1:
+        # Mixed, and maybe equal across types (1 and True).
+        return None, list(map(_value, values))
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        if values.count(first) == len(values):
+            return scalar(first), None
+        return None, list(map(scalar, values))
+    if kind is float and all(map(isfinite, values)):
+        # Few distinct times (a batch's messages share theirs): each
+        # written once.  Not with a zero, which -0.0 would equal.
+        distinct = set(values)
+        if len(distinct) * 4 <= len(values) and 0.0 not in distinct:
+            texts = dict(zip(distinct, map(float.__repr__, distinct)))
+            if len(texts) == 1:
+                return texts.popitem()[1], None
+            return None, list(map(texts.__getitem__, values))
+        return None, list(map(float.__repr__, values))
+    return None, list(map(_value, values))
+
+
+def _encoded(time: float, router: str, event: str, names: tuple, rows) -> str:
     """
     The records of C{event} at C{time} with fields C{names} and a tuple of
-    values per record in C{rows}, each exactly as L{_ENCODE} would write
-    the dict C{{time, router, event, **fields}}.
+    values per record in C{rows}, one per line (no line end after the
+    last), each exactly as L{_ENCODE} would write the dict C{{time,
+    router, event, **fields}}.  A record's text between the fields that
+    differ from record to record (the head, keys, and the values every
+    record shares) is made once; the records are joined from it and the
+    columns of values (L{_column}) in one C-level pass.
     """
-    template = _template(names)
-    if template is None:
+    keys = _keys(names)
+    if keys is None:
         head = {"time": time, "router": router, "event": event}
-        return [_ENCODE({**head, **dict(zip(names, row))}) for row in rows]
-    value = _value
-    head = (value(time), value(router), value(event))
-    return [template % (head + tuple(map(value, row))) for row in rows]
+        return "\n".join([_ENCODE({**head, **dict(zip(names, row))}) for row in rows])
+    if not rows:
+        return ""
+    # Text, then a column, then text, ..., then text: a record.
+    texts: list[str] = []
+    columns: list[list[str]] = []
+    text = f'{{"time":{_value(time)},"router":{_value(router)},"event":{_value(event)}'
+    for key, values in zip(keys, zip(*rows)):
+        text += f",{key}:"
+        shared, column = _column(values)
+        if column is None:
+            text += shared
+        else:
+            texts.append(text)
+            columns.append(column)
+            text = ""
+    texts.append(text + "}")
+    if not columns:
+        return "\n".join([texts[0]] * len(rows))
+    # Each record after the first starts on a new line.
+    parts = [chain((texts[0],), repeat("\n" + texts[0]))]
+    for column, text in zip(columns, texts[1:]):
+        parts += [column, repeat(text)]
+    return "".join(chain.from_iterable(zip(*parts)))
 
 
 #: The directory of a data dir that holds the event files.
@@ -427,34 +480,43 @@ class EventLog:
         """
         Append one event.  C{fields} must be JSON-serialisable.
         """
-        # One record: the C encoder over a dict is as cheap as the template.
+        # One record: the C encoder over a dict is as cheap as _encoded.
         record = {"time": self._clock.seconds(), "router": self._router, "event": event}
         record.update(fields)
-        self._append([_ENCODE(record)])
+        self._append(_ENCODE(record))
         self.counts[event] += 1
         if event in COUNTED_BY_REASON:
             self.reasons[event, fields.get("reason")] += 1
 
-    def emit_many(self, event: str, names: tuple, rows) -> None:
+    def emit_many(self, event: str, names: tuple, rows: list) -> None:
         """
         Append one C{event} per tuple in C{rows}, whose values are the
         fields C{names}, in that order (as C{emit(event, **dict(zip(names,
         row)))} would, one after the other): for the message records a
-        batch of messages makes at once, at the cost of one template
-        filled per record.  The values must be JSON-serialisable.
+        batch of messages makes at once, encoded together (L{_encoded}).
+        The values must be JSON-serialisable.
         """
-        lines = _lines(self._clock.seconds(), self._router, event, names, rows)
-        self._append(lines)
-        self.counts[event] += len(lines)
+        if not rows:
+            return
+        if len(rows) == 1:
+            # One record: the C encoder over its dict costs less than
+            # setting up a batch.
+            record = {"time": self._clock.seconds(), "router": self._router, "event": event}
+            record.update(zip(names, rows[0]))
+            self._append(_ENCODE(record))
+        else:
+            self._append(_encoded(self._clock.seconds(), self._router, event, names, rows))
+        self.counts[event] += len(rows)
         if event in COUNTED_BY_REASON:
             at = names.index("reason")
             self.reasons.update((event, row[at]) for row in rows)
 
-    def _append(self, lines: list[str]) -> None:
+    def _append(self, records: str) -> None:
         """
-        Write C{lines} at the end of this reactor turn.
+        Write C{records} (one or more lines, without the last one's end)
+        at the end of this reactor turn.
         """
-        self._pending.extend(lines)
+        self._pending.append(records)
         if self._flush_call is None:
             self._flush_call = self._clock.callLater(0, self.flush)
 
@@ -469,12 +531,13 @@ class EventLog:
             self._flush_call = None
         if not self._pending:
             return
-        lines, self._pending = self._pending, []
-        data = "\n".join(lines) + "\n"
+        pending, self._pending = self._pending, []
+        data = "\n".join(pending) + "\n"
         if self._size + len(data) <= self._max_size:
             self._write(data)
         else:
-            self._write_across_files(lines)
+            # A record has no line end in it (JSON escapes it).
+            self._write_across_files(data[:-1].split("\n"))
         if self._size >= self._max_size:
             self.rotate()
 

@@ -546,18 +546,34 @@ class QueueManager:
         """
         Enqueue a non-persistent message (memory only).
         """
+        self.put_transient_many(queue, (message,))
+
+    def put_transient_many(self, queue: str, messages) -> None:
+        """
+        Enqueue non-persistent messages (memory only), in order, with one
+        dispatch: as many calls of L{put_transient} would, since before a
+        message would find the queue (or all of them) full, the consumers
+        are first given what they have credit for, so that a batch drops
+        no more than single messages would.
+        """
         state = self._state(queue)
-        if len(state.transient) >= self._max_transient:
-            self._drop_oldest_transient(state, "max-depth")
-        elif self._transient_waiting >= self._max_transient_total:
-            if not state.transient:
-                self._forget_if_idle(state)
-                self._emit_dropped(message, queue, "max-total-depth")
-                return
-            self._drop_oldest_transient(state, "max-total-depth")
-        state.transient.append(_Item(None, message, False, next(state.seq)))
-        state.transient_held += 1
-        self._transient_waiting += 1
+        for message in messages:
+            if (len(state.transient) >= self._max_transient
+                    or self._transient_waiting >= self._max_transient_total):
+                self._dispatch(state)
+                state = self._state(queue)
+                if len(state.transient) >= self._max_transient:
+                    self._drop_oldest_transient(state, "max-depth")
+                elif self._transient_waiting >= self._max_transient_total:
+                    if not state.transient:
+                        self._forget_if_idle(state)
+                        self._emit_dropped(message, queue, "max-total-depth")
+                        state = self._state(queue)
+                        continue
+                    self._drop_oldest_transient(state, "max-total-depth")
+            state.transient.append(_Item(None, message, False, next(state.seq)))
+            state.transient_held += 1
+            self._transient_waiting += 1
         self._dispatch(state)
 
     def _drop_oldest_transient(self, state: _Queue, reason: str) -> None:
@@ -821,6 +837,15 @@ class QueueManager:
         non-persistent one go before it (they are separate streams).
         """
         buffer, transient = state.buffer, state.transient
+        if not (buffer or state.returned):
+            # Only non-persistent items wait (a queue of the fast path).
+            if not transient:
+                return None
+            consumer = self._next_consumer(state, False)
+            if consumer is None:
+                return None
+            self._transient_waiting -= 1
+            return consumer, transient.popleft()
         both = bool(buffer) and bool(transient)
         sources = [state.returned] if state.returned else []
         if both:

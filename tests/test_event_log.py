@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 
 from conftest_spark import spark  # noqa: F401 (a fixture)
 
-from meshroute.events import _ENCODE, EventLog, _lines, event_files
+from meshroute.events import _ENCODE, EventLog, _encoded, event_files
 
 
 # The cheap encoder: byte for byte what the JSON encoder writes.
@@ -41,7 +41,34 @@ def test_records_are_byte_for_byte_the_json_encoders(time, router, event, fields
     row = tuple(value for _, value in fields)
     record = {"time": time, "router": router, "event": event}
     record.update(zip(names, row))
-    assert _lines(time, router, event, names, [row]) == [_ENCODE(record)]
+    assert _encoded(time, router, event, names, [row]) == _ENCODE(record)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    time=st.floats(allow_nan=False) | st.integers(),
+    router=st.text(),
+    event=st.text(),
+    names=st.lists(st.text(), max_size=5),
+    data=st.data(),
+)
+def test_a_batch_of_records_is_byte_for_byte_the_json_encoders(time, router, event, names,
+                                                              data):
+    """
+    Whether a field's value is the same in every record of a batch (then
+    written once into the template), is one of a few, differs, or mixes
+    types that compare equal (C{1} and C{True}, C{0.0} and C{-0.0}), each
+    record reads as the JSON encoder's encoding of its dict.
+    """
+    names = tuple(names)
+    pool = data.draw(st.lists(json_values | st.sampled_from([0, 1, True, False, 0.0, -0.0,
+                                                             1.5, "%s", "%", None]),
+                              min_size=1, max_size=3))
+    rows = data.draw(st.lists(st.tuples(*[st.sampled_from(pool) for _ in names]),
+                              min_size=1, max_size=9))
+    head = {"time": time, "router": router, "event": event}
+    assert _encoded(time, router, event, names, rows) == "\n".join(
+        _ENCODE({**head, **dict(zip(names, row))}) for row in rows)
 
 
 def test_emit_many_writes_one_record_per_row_in_order(tmp_path):
@@ -60,6 +87,20 @@ def test_emit_many_writes_one_record_per_row_in_order(tmp_path):
         '{"time":1700000000.25,"router":"router-a","event":"message.consumed","msg_id":"m2",'
         '"queue":"q\\u00e9","accepted_at":2.0,"redelivered":true}\n'
     )
+
+
+def test_emit_many_of_one_row_writes_what_emit_writes(tmp_path):
+    clock = Clock()
+    log = EventLog(str(tmp_path), "router-a", clock)
+    row = ("m1", "router-b", "q", 1, 1.25, True)
+    names = ("msg_id", "origin", "queue", "hops", "accepted_at", "persistent")
+    log.emit_many("message.enqueued", names, [row])
+    log.emit("message.enqueued", **dict(zip(names, row)))
+    log.close()
+    [path] = event_files(str(tmp_path))
+    first, second = open(path).read().splitlines()
+    assert first == second
+    assert log.counts["message.enqueued"] == 2
 
 
 def test_the_audit_reads_message_records_written_in_batches(spark, tmp_path):  # noqa: F811

@@ -161,7 +161,16 @@ def test_the_non_persistent_messages_of_one_turn_go_in_one_frame(mesh, wire):
     assert frames_from(wire, A, FastTransfer) == []
     assert consumer.bodies == [b"%d" % i for i in range(1000)]
     assert all(not m.persistent and m.hops == 1 for m in consumer.received)
-    assert len(events_of(mesh.routers[A], "message.forwarded")) == 1000
+    # Each message's records, written a batch at a time, in order.
+    received = [m.msg_id for m in consumer.received]
+    forwarded = events_of(mesh.routers[A], "message.forwarded")
+    assert [e["msg_id"] for e in forwarded] == received
+    assert {(e["peer"], e["origin"], e["hops"]) for e in forwarded} == {(B, A, 1)}
+    enqueued = events_of(mesh.routers[B], "message.enqueued")
+    assert [e["msg_id"] for e in enqueued] == received
+    assert {(e["origin"], e["queue"], e["hops"], e["persistent"]) for e in enqueued} == {
+        (A, "fast", 1, False)}
+    assert [e["accepted_at"] for e in enqueued] == [m.accepted_at for m in consumer.received]
 
 
 def test_a_batch_that_cannot_be_stored_closes_the_link_and_is_replayed(

@@ -546,6 +546,29 @@ def test_transient_bound_drops_the_oldest(store, log):
     assert consumer.bodies == [sent[1].body, sent[2].body]
 
 
+def test_a_batch_drops_what_single_puts_would_and_keeps_its_order(store, log):
+    """
+    A batch of non-persistent messages larger than the queue's bound loses
+    nothing while a consumer has credit for what overflows: the consumer
+    is given its share before the bound is reached.  Past that, the
+    oldest go, as with single puts.
+    """
+    manager = QueueManager(store, log, Clock(), max_transient=2)
+    consumer = Consumer(manager, credit=3)
+    sent = [message(persistent=False) for _ in range(7)]
+    manager.put_transient_many("q", sent)
+    # 3 delivered, 2 wait at the bound, so the 2 oldest waiting were dropped.
+    assert consumer.bodies == [m.body for m in sent[:3]]
+    assert [d["msg_id"] for d in log.named(events.MESSAGE_DROPPED)] == [
+        sent[3].msg_id, sent[4].msg_id]
+    assert manager.depths() == {"q": 5}  # 3 unacknowledged, 2 waiting
+    single = QueueManager(store, RecordingEvents(), Clock(), max_transient=2)
+    alone = Consumer(single, credit=3)
+    for m in sent:
+        single.put_transient("q", m)
+    assert alone.bodies == consumer.bodies and single.depths() == manager.depths()
+
+
 def test_transient_total_bound_across_queues(store, log):
     """
     Non-persistent messages waiting in all queues together are bounded:

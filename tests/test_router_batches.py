@@ -10,10 +10,11 @@ frames.  The real engine and SQLite store run inline on a C{task.Clock}.
 import pytest
 
 from meshroute import events as event_names
+from meshroute.sessions import session as session_module
 from meshroute.wire import client_frames as f
 from meshroute.engine import BacklogFull
 
-from test_router_sessions import Connection, deliveries, only
+from test_router_sessions import Connection, deliveries, make_factory, only
 from test_router_transactions import engine, factory, store  # noqa: F401 (fixtures)
 
 
@@ -229,3 +230,45 @@ def test_deliveries_of_a_lost_turn_are_resent_on_resume(factory, connection, clo
     again = Connection(factory)
     open_with(again, [4], session_id, answered_up_to=1)
     assert [d.body for d in deliveries(again.after_open)] == [b"a", b"b"]
+
+
+def test_a_written_batch_leaves_its_last_deliveries_for_a_resume(engine, clock):
+    """
+    Of a DeliverBatch larger than the recovery buffer, its last
+    deliveries are kept: a resume re-sends those the client did not get,
+    and the older ones go back to the queue, as for single deliveries.
+    """
+    factory = make_factory(engine, clock, recovery_buffer_size=2)
+    sender = Connection(factory)
+    open_with(sender, [4])
+    waiting = consumer(factory, [4], credit=5)
+    waiting.received()
+    session_id = factory.describe()[1]["session_id"]
+    sender.send(batch(1, b"1", b"2", b"3", b"4", b"5"))
+    clock.advance(0)
+    (written,) = only(waiting.received(), f.DeliverBatch)
+    assert [d[4] for d in written.deliveries] == [b"1", b"2", b"3", b"4", b"5"]
+    waiting.lose()
+    again = Connection(factory)
+    open_with(again, [4], session_id, answered_up_to=1, delivered_up_to=1)
+    assert [(d.delivery_id, d.body, d.redelivered) for d in deliveries(again.after_open)] == [
+        (4, b"4", False), (5, b"5", False)]
+    clock.advance(0)
+    (requeued,) = only(again.received(), f.DeliverBatch)
+    assert [(d[0], d[4], d[5]) for d in requeued.deliveries] == [(6, b"2", True), (7, b"3", True)]
+
+
+def test_a_delivery_too_large_for_a_batch_travels_alone_and_is_kept_for_a_resume(
+        factory, connection, clock, monkeypatch):
+    monkeypatch.setattr(session_module, "DELIVER_BATCH_MAX_BYTES", 10)
+    waiting = consumer(factory, [4])
+    waiting.received()
+    session_id = factory.describe()[1]["session_id"]
+    connection.send(batch(1, b"a", b"x" * 20, b"b"))
+    clock.advance(0)
+    frames = [fr for fr in waiting.received() if type(fr) in (f.Deliver, f.DeliverBatch)]
+    assert [type(fr) for fr in frames] == [f.DeliverBatch, f.Deliver, f.DeliverBatch]
+    waiting.lose()
+    again = Connection(factory)
+    open_with(again, [4], session_id, answered_up_to=1)
+    assert [d.body for d in deliveries(again.after_open)] == [b"a", b"x" * 20, b"b"]

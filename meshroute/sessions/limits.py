@@ -139,6 +139,8 @@ class ClientLimits:
         return None
 
     def _headers_problem(self, headers: dict) -> str | None:
+        if not headers:
+            return None
         if len(headers) > self.max_headers:
             return (f"a message has {len(headers)} headers "
                     f"(max-headers is {self.max_headers})")

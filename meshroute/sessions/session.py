@@ -65,6 +65,7 @@ and Ack, and it carries them out at once or holds them until the commit.
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from automat import NoTransition, TypeMachineBuilder
@@ -784,12 +785,8 @@ class SessionCore:
             return
         # Confirm first: deliveries may start inside queues.subscribe.
         self.answer(command_id, f.Confirm(command_id, ""))
-        take = self._take
-
-        def deliver(delivery) -> None:
-            take(number, delivery)
-
-        self.subscriptions[number] = self.engine.queues.subscribe(queue, deliver, frame.credit)
+        self.subscriptions[number] = self.engine.queues.subscribe(
+            queue, partial(self._take, number), frame.credit)
 
     def _take(self, number: int, delivery) -> None:
         """
@@ -800,41 +797,52 @@ class SessionCore:
         delivery_id = self.next_delivery_id
         self.owners[delivery_id] = (number, delivery.delivery_id, delivery.entry_id is not None)
         m = delivery.message
-        frame = f.Deliver(delivery_id, number, m.msg_id, m.origin, m.headers, m.body,
-                          delivery.redelivered)
+        # A DeliverBatch's item; a Deliver frame is made only where one
+        # is written, held or kept for a resume.
+        item = [delivery_id, m.msg_id, m.origin, m.headers, m.body, delivery.redelivered]
         connection = self.connection
         if connection is None or self.pending or connection.unread:
-            self._hold(frame, delivery.entry_id is not None)
+            self._hold(f.Deliver(delivery_id, number, *item[1:]), delivery.entry_id is not None)
             return
         if self.batching:
-            self._batch(frame)
-        else:
-            self.write(frame)
+            # Into the recovery buffer with its batch (_write_batches).
+            self._batch(number, item)
+            return
+        frame = f.Deliver(delivery_id, number, *item[1:])
+        self.write(frame)
         if self.resumable:
             self.recovery.append(frame)
 
-    def _batch(self, frame: f.Deliver) -> None:
+    def _batch(self, number: int, item: list) -> None:
         """
-        Version 4: gather the deliveries of this turn, a run of one
-        subscription's at a time (delivery ids stay in order on the wire),
-        into DeliverBatch frames written at the end of the turn, or
-        before any other frame, or at a bound.
+        Version 4: gather the deliveries of this turn (C{item}s of a
+        L{f.DeliverBatch}), a run of one subscription's at a time
+        (delivery ids stay in order on the wire), into DeliverBatch frames
+        written at the end of the turn, or before any other frame, or at a
+        bound.
         """
-        size = len(frame.body) + sum(len(k) + len(v) for k, v in frame.headers.items())
+        headers = item[3]
+        size = len(item[4])
+        if headers:
+            size += sum(len(k) + len(v) for k, v in headers.items())
         if size > DELIVER_BATCH_MAX_BYTES:
+            # Alone, after the batches before it (write), and kept for a
+            # resume as a batch's deliveries are.
+            frame = f.Deliver(item[0], number, *item[1:])
             self.write(frame)
+            if self.resumable:
+                self.recovery.append(frame)
             return
         batches = self._batches
-        if batches and (frame.subscription not in batches
+        if batches and (number not in batches
                         or self._batch_count >= DELIVER_BATCH_MAX_MESSAGES
                         or self._batch_bytes + size > DELIVER_BATCH_MAX_BYTES):
             self._write_batches()
             batches = self._batches
-        run = batches.get(frame.subscription)
+        run = batches.get(number)
         if run is None:
-            run = batches[frame.subscription] = []
-        run.append([frame.delivery_id, frame.msg_id, frame.origin, frame.headers, frame.body,
-                    frame.redelivered])
+            run = batches[number] = []
+        run.append(item)
         self._batch_count += 1
         self._batch_bytes += size
         if self._batch_call is None:
@@ -852,6 +860,21 @@ class SessionCore:
         if connection is not None:
             for number, deliveries in batches.items():
                 connection.write(f.DeliverBatch(number, deliveries))
+        self._keep_for_resume(batches)
+
+    def _keep_for_resume(self, batches: dict) -> None:
+        """
+        The deliveries of C{batches}, written (or lost with the
+        connection), join the recovery buffer as the Deliver frames a
+        resume re-sends: only the last ones, which the buffer keeps, are
+        made.
+        """
+        keep = self.recovery.maxlen  # recovery-buffer-size
+        if not self.resumable or not keep:
+            return
+        tail = [(number, item) for number, items in batches.items() for item in items[-keep:]]
+        self.recovery.extend(f.Deliver(item[0], number, *item[1:])
+                             for number, item in tail[-keep:])
 
     def _drop_batches(self) -> None:
         """
@@ -860,6 +883,7 @@ class SessionCore:
         so a resume deals with them as with any delivery the client did
         not receive).
         """
+        self._keep_for_resume(self._batches)
         self._batches = {}
         self._batch_count = self._batch_bytes = 0
         if self._batch_call is not None and self._batch_call.active():

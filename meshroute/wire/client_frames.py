@@ -475,7 +475,7 @@ def _check_send_item(item) -> None:
         raise WireError("SendBatch.messages must be [address: str, headers: map, body: bin, "
                         "persistent: bool, duplicate_id: str] arrays, or (version 6) with "
                         "[ttl_ms: int >= 0, notify_expiry: bool] after them")
-    if not all(type(k) is str and type(v) is str for k, v in item[1].items()):
+    if item[1] and not all(type(k) is str and type(v) is str for k, v in item[1].items()):
         raise WireError("SendBatch message headers must map strings to strings")
 
 
@@ -530,7 +530,7 @@ def _check_delivery_item(item) -> None:
             and type(item[4]) is bytes and type(item[5]) is bool):
         raise WireError("DeliverBatch.deliveries must be [delivery_id: int, msg_id: str, "
                         "origin: str, headers: map, body: bin, redelivered: bool] arrays")
-    if not all(type(k) is str and type(v) is str for k, v in item[3].items()):
+    if item[3] and not all(type(k) is str and type(v) is str for k, v in item[3].items()):
         raise WireError("DeliverBatch delivery headers must map strings to strings")
 
 

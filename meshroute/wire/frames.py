@@ -294,7 +294,8 @@ def _check_batch(frame, messages: list) -> None:
                 and type(item[2]) is str and type(item[3]) is str
                 and type(item[4]) is int and type(item[5]) is float
                 and type(item[6]) is dict and type(item[7]) is bytes
-                and all(type(k) is str and type(v) is str for k, v in item[6].items())):
+                and (not item[6]
+                     or all(type(k) is str and type(v) is str for k, v in item[6].items()))):
             raise WireError(
                 f"{kind}.messages must be [msg_id, origin, dest_router, dest_queue, hops, "
                 "accepted_at, {headers}, body] items")
