@@ -690,6 +690,44 @@ def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path):  #
     logs.release()
 
 
+def test_concurrent_steps_report_in_order_and_raise_after_all_ended(spark):  # noqa: F811
+    """
+    The audit's concurrent steps (threads.concurrently) give their results
+    in the steps' order, whichever ends first, and a step's exception
+    once every step has ended.
+    """
+    import threading
+
+    from meshroute.audit import threads
+
+    second_done = threading.Event()
+
+    def first():
+        assert second_done.wait(60)
+        return "first"
+
+    def second():
+        second_done.set()
+        return "second"
+
+    assert list(threads.concurrently(first, second)) == ["first", "second"]
+
+    release, finished = threading.Event(), threading.Event()
+
+    def fails():
+        release.set()
+        raise ValueError("step failed")
+
+    def slow():
+        assert release.wait(60)
+        finished.set()
+        return "slow"
+
+    with pytest.raises(ValueError, match="step failed"):
+        list(threads.concurrently(fails, slow))
+    assert finished.is_set()
+
+
 def test_summary_judgement_without_spark():
     routes = [{"origin": A, "dest": "q@router-c", "lost": 2, "duplicated": 0}]
     summary = {

@@ -183,6 +183,10 @@ def session_conf(master: str, conf: dict[str, str], quiet: bool, tty: bool) -> d
         # The parsed events' cache is mostly nulls and short strings: it
         # compressed by some 5 % for a fifth of the read's CPU time.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # The tables are written by concurrent jobs (L{write_views}): each
+        # has its share of the cores, and a small one does not wait for a
+        # large one to end.
+        "spark.scheduler.mode": "FAIR",
         "spark.ui.showConsoleProgress": "true" if tty and not quiet else "false",
     }
     if master.startswith("local"):
@@ -328,7 +332,9 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
         raise
     horizon = time_range(split_rows)[1]
     events = logs.events
-    starts = views.boot_starts(events).persist(keep)
+    # One pass over every event picks the few the small views read.
+    others = views.other_events(events).persist(keep)
+    starts = views.boot_starts(others).persist(keep)
     frames = {}
     frames["boots"] = views.boots(events, starts).persist(keep)
     frames["routers"] = views.routers(events, None if settled_per_router else horizon
@@ -340,12 +346,12 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
     frames["message_problems"] = views.message_problems(fates)
     totals = views.totals(fates)
-    frames.update(small_views(events, starts, frames["boots"], logs.splits,
+    frames.update(small_views(others, starts, frames["boots"], logs.splits,
                               read.malformed_lines(logs.parsed, logs.splits), names,
                               settings))
-    summary = write_views(spark, frames, totals, views.ha_totals(events), split_rows, logs.lines,
+    summary = write_views(spark, frames, totals, views.ha_totals(others), split_rows, logs.lines,
                           settings, progress, names)
-    for frame in (*frames.values(), fates, starts):
+    for frame in (*frames.values(), fates, starts, others):
         frame.unpersist()
     logs.release()
     return summary
@@ -389,8 +395,8 @@ def small_views(events, starts, boots, splits, malformed, names: dict[str, str],
     rejections, denials, HA) and of the inputs: the tables L{audit_logs}
     and the streaming audit compute alike.
 
-    @param events: every event, or (the streaming audit) every event but
-        the C{message.*} ones.
+    @param events: the events that are not about a message
+        (L{meshroute.audit.views.other_events}).
     @param malformed: L{meshroute.audit.read.malformed_lines}.
     """
     from pyspark import StorageLevel
@@ -426,7 +432,7 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     """
     from pyspark import StorageLevel
 
-    from meshroute.audit import report
+    from meshroute.audit import report, threads
 
     keep = StorageLevel.MEMORY_AND_DISK
     malformed_count = sum(row["malformed"] for row in split_rows)
@@ -437,21 +443,24 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     # Each Spark job is described by what it computes, so that Spark's UI
     # and event log (benchmarks/audit_scale.py's stage table) say where
     # the time goes.
+    def write_one(name):
+        spark.sparkContext.setJobDescription(f"audit: {name}")
+        order = TABLES[name]
+        frame = frames[name]
+        if not frame.is_cached:
+            frame = frames[name] = frame.persist(keep)
+        frame.coalesce(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
+            f"{tables_dir}/{name}")
+        limit = COLLECT_LIMITS.get(name)
+        collected[name] = _rows(frame, None if limit is None else limit + 1, order)
+        counts[name] = len(collected[name])
+        if limit is not None and counts[name] > limit:
+            counts[name] = frame.count()
+            collected[name] = collected[name][:limit]
+
     def write(*names):
-        for name in names:
-            spark.sparkContext.setJobDescription(f"audit: {name}")
-            order = TABLES[name]
-            frame = frames[name]
-            if not frame.is_cached:
-                frame = frames[name] = frame.persist(keep)
-            frame.coalesce(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
-                f"{tables_dir}/{name}")
-            limit = COLLECT_LIMITS.get(name)
-            collected[name] = _rows(frame, None if limit is None else limit + 1, order)
-            counts[name] = len(collected[name])
-            if limit is not None and counts[name] > limit:
-                counts[name] = frame.count()
-                collected[name] = collected[name][:limit]
+        for _ in threads.concurrently(*[lambda name=name: write_one(name) for name in names]):
+            pass
 
     def routers():
         write("routers", "boots", "rejections", "denials", "inputs", "malformed_lines")
@@ -477,8 +486,10 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
         ha.update(report.ha_summary(_rows(ha_totals)[0], collected["failovers"]))
         return f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)"
 
+    # Every table is written by a thread of its own (a step's tables at
+    # once, the steps at once): most of their jobs are small.
     total, ha = {}, {}
-    for line in concurrently(routers, messages, links, ha_instances):
+    for line in threads.concurrently(messages, routers, links, ha_instances):
         progress(line)
     spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
@@ -501,47 +512,6 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
         latency_windows=collected["latency_windows"],
     )
     return summary, collected, counts
-
-
-def concurrently(*steps):
-    """
-    Run the C{steps} (functions without arguments) each in a thread of its
-    own, and yield what each returns, in their order, as soon as it and
-    those before it are done; raise the first step's exception, if any,
-    once every step has ended.
-
-    The views are independent: each step's Spark jobs are small, and
-    between them its thread spends time planning and collecting in the
-    driver; run at once, their tasks keep every core busy.  Spark's
-    scheduler takes jobs from several threads, and a job's description
-    (C{setJobDescription}) is its thread's.
-    """
-    from pyspark import InheritableThread
-
-    results = [None] * len(steps)
-
-    def runner(index, step):
-        def run_step():
-            try:
-                results[index] = (True, step())
-            except BaseException as e:  # re-raised in the caller's thread
-                results[index] = (False, e)
-        return run_step
-
-    threads = [InheritableThread(target=runner(i, step), daemon=True)
-               for i, step in enumerate(steps)]
-    for thread in threads:
-        thread.start()
-    try:
-        for index, thread in enumerate(threads):
-            thread.join()
-            ok, value = results[index]
-            if not ok:
-                raise value
-            yield value
-    finally:
-        for thread in threads:
-            thread.join()
 
 
 def have_pyspark(err) -> bool:

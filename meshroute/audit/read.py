@@ -14,14 +14,15 @@ earlier splits plus its distance from the first row of its split.
 The batch audit (L{read_logs}) parses most lines with Spark's JSON file
 source instead, which parses the same lines in about two thirds of
 L{from_json}'s time, but drops blank lines and makes a row of each
-element of a line holding a JSON array.  So a cheap first pass over the
-text counts each split's lines and finds the lines that do not start
-with C{{} or are not UTF-8 (the JSON source decodes bytes, L{from_json}
-a string); the JSON source parses the splits without such a line, and
-only where it gave exactly one row per line and quoted every malformed
-line (a line without C{time}, C{router} or C{event} but otherwise a good
-object has no corrupt record) are its rows kept.  Every other split is
-read as above, so line numbers and problems are the same either way.
+element of a line holding a JSON array.  So a cheap pass over the text,
+run while the JSON source parses, counts each split's lines and finds
+the lines that do not start with C{{} or are not UTF-8 (the JSON source
+decodes bytes, L{from_json} a string); only for the splits without such
+a line, where the JSON source gave exactly one row per line and quoted
+every malformed line (a line without C{time}, C{router} or C{event} but
+otherwise a good object has no corrupt record), are its rows kept.
+Every other split is read as above, so line numbers and problems are
+the same either way.
 """
 
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from meshroute.audit import schema as S
+from meshroute.audit import threads
 from meshroute.audit.inputs import AuditInputError, display_name, resolve_inputs  # noqa: F401
 
 #: How much of a malformed line the reports keep.
@@ -121,10 +123,10 @@ def events_of(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("problem").isNull()).drop("problem", "text")
 
 
-def blocks(parsed: DataFrame) -> DataFrame:
+def blocks(parsed: DataFrame, *more: Column) -> DataFrame:
     """
     One row per file split: its lines, the first C{rid}, its malformed
-    lines and the time range of its events.
+    lines and the time range of its events (and the aggregates C{more}).
     """
     return parsed.groupBy("file", "block").agg(
         F.count(F.lit(1)).alias("lines"),
@@ -132,6 +134,7 @@ def blocks(parsed: DataFrame) -> DataFrame:
         F.count("problem").alias("malformed"),
         F.min(F.when(F.col("problem").isNull(), F.col("time"))).alias("first_time"),
         F.max(F.when(F.col("problem").isNull(), F.col("time"))).alias("last_time"),
+        *more,
     )
 
 
@@ -176,22 +179,18 @@ class EventLogs:
     The logs read and parsed, persisted for the views computed from them.
     """
 
+    #: Every line (L{parse_lines}' columns), read from C{cache}.
     parsed: DataFrame
     events: DataFrame
     splits: DataFrame
     #: The rows of C{splits}, collected.
     split_rows: list[dict]
     lines: int
-
-    @property
-    def rows(self) -> dict:
-        """
-        C{(file, block)} → the rows read from that split.
-        """
-        return {(row["file"], row["block"]): row["lines"] for row in self.split_rows}
+    #: What is persisted: C{parsed} L{packed}.
+    cache: DataFrame
 
     def release(self) -> None:
-        self.parsed.unpersist()
+        self.cache.unpersist()
         self.splits.unpersist()
 
 
@@ -217,22 +216,21 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     """
     what = f"{len(files)} file{'s' if len(files) != 1 else ''}"
     lines = load_lines(spark, files)
-    shapes = {(row["file"], row["block"]): row for row in split_shapes(lines).collect()}
-    plain = [split for split, row in shapes.items() if not row["irregular"]]
-    if not plain:
-        return logs_of(kept(parse_lines(lines), fields), what)
     fast = json_source_lines(spark, files, fields)
-    if len(plain) < len(shapes):
-        fast = fast.where(in_splits(plain))
-    first = logs_of(fast, what)
-    unquoted = {(row["file"], row["block"]) for row in first.parsed.where(
-        F.col("problem").isNotNull() & F.col("text").isNull()).select(
-        "file", "block").distinct().collect()}
-    good = [split for split in plain if split not in unquoted
-            and first.rows.get(split) == shapes[split]["lines"]]
-    if len(good) == len(shapes):
+    # The text pass runs while the JSON source parses: the splits it
+    # would not read alike are rare, and dropped from its rows after.
+    shapes, first = threads.concurrently(
+        lambda: {(row["file"], row["block"]): row for row in split_shapes(lines).collect()},
+        lambda: persisted(fast, F.count(F.when(F.col("problem").isNotNull()
+                                               & F.col("text").isNull(), F.lit(1))
+                                        ).alias("unquoted")))
+    read = {(row["file"], row["block"]): row for row in first.split_rows}
+    good = [split for split, row in shapes.items() if not row["irregular"]
+            and split in read and read[split]["lines"] == row["lines"]
+            and not read[split]["unquoted"]]
+    if len(good) == len(shapes) and first.lines:
         return first
-    again = fast.where(in_splits(good)).unionByName(
+    again = first.parsed.where(in_splits(good)).unionByName(
         kept(parse_lines(lines.where(~in_splits(good))), fields))
     try:
         return logs_of(again, what)
@@ -296,13 +294,57 @@ def logs_of(parsed: DataFrame, what: str) -> EventLogs:
     @param what: the input, for the error message.
     @raise AuditInputError: when there is not one line to read.
     """
-    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
-    splits = blocks(parsed).persist(StorageLevel.MEMORY_AND_DISK)
-    split_rows = [row.asDict() for row in splits.collect()]
-    lines = sum(row["lines"] for row in split_rows)
-    if not lines:
-        parsed.unpersist()
-        splits.unpersist()
+    logs = persisted(parsed)
+    if not logs.lines:
+        logs.release()
         raise AuditInputError(f"the event logs are empty ({what}, no line to read)")
+    return logs
+
+
+def persisted(parsed: DataFrame, *more: Column) -> EventLogs:
+    """
+    L{EventLogs} of lines already parsed, persisted (L{packed}), however
+    many.
+
+    @param more: aggregates per split for its C{splits} (L{blocks}).
+    """
+    cache = packed(parsed).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = unpacked(cache, parsed.columns)
+    splits = blocks(parsed, *more).persist(StorageLevel.MEMORY_AND_DISK)
+    split_rows = [row.asDict() for row in splits.collect()]
     return EventLogs(parsed=parsed, events=events_of(parsed), splits=splits,
-                     split_rows=split_rows, lines=lines)
+                     split_rows=split_rows, lines=sum(row["lines"] for row in split_rows),
+                     cache=cache)
+
+
+#: The column of L{packed} that holds the rare fields.
+RARE = "_rare"
+
+
+def packed(parsed: DataFrame) -> DataFrame:
+    """
+    C{parsed} (L{parse_lines}, L{kept}) with the fields a message event
+    does not write (L{meshroute.audit.schema.MESSAGE_FIELDS}) in one
+    struct, null when all of them are: most lines are message events,
+    and each column costs every row its share of building the cache (a
+    null too), one null struct little.
+    """
+    rare = [name for name in parsed.columns
+            if name in S.EVENT_SCHEMA.fieldNames() and name not in S.MESSAGE_FIELDS]
+    if not rare:
+        return parsed
+    any_set = F.lit(False)
+    for name in rare:
+        any_set = any_set | F.col(name).isNotNull()
+    return parsed.select(*[name for name in parsed.columns if name not in rare],
+                         F.when(any_set, F.struct(*rare)).alias(RARE))
+
+
+def unpacked(cache: DataFrame, columns: list[str]) -> DataFrame:
+    """
+    L{packed} C{cache} with the C{columns} it was packed from, in order.
+    """
+    if RARE not in cache.columns:
+        return cache
+    return cache.select(*[name if name in cache.columns else F.col(RARE)[name].alias(name)
+                          for name in columns])
