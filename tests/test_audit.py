@@ -638,6 +638,96 @@ def test_line_numbers_across_file_splits(spark, tmp_path):  # noqa: F811
     logs.release()
 
 
+#: Lines where Spark's JSON source and from_json could part ways.
+ODD_LINES = [
+    b"", b"   ", b"\t", b"[]", b"[1, 2]", b'[{"time":1800000000,"router":"router-a","event":"x"}]',
+    b"garbage", b"null", b"42", b' {"time":1800000001,"router":"router-a","event":"x"}',
+    b'{"time":1800000002,"router":"router-a","event":"x","detail":"caf\xe9"}',
+    b'{"router":"router-a","event":"link.stage"}',
+    b'{"time":"soon","router":"router-a","event":"link.stage"}',
+    b'{"time":1800000003,"router":"router-a","event":"session.opened","ttl_ms":"forever"}',
+    b'{"time":1800000004,"router":"router-a","event":"message.accepted","size":"big"}',
+    b'{"time":1800000005,"router":"router-a","event":"x"} trailing',
+    b'{"time":1800000006,"router":"router-a","event":"link.st',
+]
+
+
+def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path):  # noqa: F811
+    """
+    The batch audit parses most file splits with Spark's JSON source and
+    the others (a blank line, a JSON array, a line not in UTF-8, an
+    object without time...) from the text: its rows, problems and line
+    numbers are those of parsing every line of the text.
+    """
+    from pyspark.sql import functions as F
+
+    from meshroute.audit import read
+
+    lines = [json.dumps({"time": START + i, "router": A, "event": "x", "pad": "y" * 200}).encode()
+             for i in range(6000)]
+    for i, odd in enumerate(ODD_LINES):  # one per split or so, plain splits between
+        lines.insert(150 + 600 * i, odd)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "65536")
+    try:
+        logs = read.read_logs(spark, [str(path)])
+        assert "json" in logs.parsed._jdf.queryExecution().executedPlan().toString().lower()
+        expected = read.parse_lines(read.load_lines(spark, [str(path)]))
+
+        def rows(frame):
+            ordered = frame.orderBy("block", "rid").drop("rid", "file")
+            return [row.asDict() for row in ordered.collect()]
+
+        assert rows(logs.parsed) == rows(expected)
+        splits = read.blocks(expected)
+        assert (sorted(map(tuple, read.malformed_lines(logs.parsed, logs.splits).collect()))
+                == sorted(map(tuple, read.malformed_lines(expected, splits).collect())))
+        assert logs.lines == len(lines)
+        assert logs.parsed.where(F.col("problem").isNotNull()).count() == len(ODD_LINES) - 3
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    logs.release()
+
+
+def test_concurrent_steps_report_in_order_and_raise_after_all_ended(spark):  # noqa: F811
+    """
+    The audit's concurrent steps (threads.concurrently) give their results
+    in the steps' order, whichever ends first, and a step's exception
+    once every step has ended.
+    """
+    import threading
+
+    from meshroute.audit import threads
+
+    second_done = threading.Event()
+
+    def first():
+        assert second_done.wait(60)
+        return "first"
+
+    def second():
+        second_done.set()
+        return "second"
+
+    assert list(threads.concurrently(first, second)) == ["first", "second"]
+
+    release, finished = threading.Event(), threading.Event()
+
+    def fails():
+        release.set()
+        raise ValueError("step failed")
+
+    def slow():
+        assert release.wait(60)
+        finished.set()
+        return "slow"
+
+    with pytest.raises(ValueError, match="step failed"):
+        list(threads.concurrently(fails, slow))
+    assert finished.is_set()
+
+
 def test_summary_judgement_without_spark():
     routes = [{"origin": A, "dest": "q@router-c", "lost": 2, "duplicated": 0}]
     summary = {

@@ -220,7 +220,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
     state.write("malformed", batch_id, read.malformed_lines(parsed, splits))
     events = read.events_of(parsed)
     message_events = events.where(F.col("event").startswith("message."))
-    state.write("events", batch_id, events.where(~F.col("event").startswith("message.")))
+    state.write("events", batch_id, views.other_events(events))
 
     all_splits = keep(state.read_all("files", batch_id + 1).drop("batch"))
     split_rows = [row.asDict() for row in all_splits.collect()]

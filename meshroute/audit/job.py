@@ -180,6 +180,13 @@ def session_conf(master: str, conf: dict[str, str], quiet: bool, tty: bool) -> d
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.debug.maxToStringFields": "500",
+        # The parsed events' cache is mostly nulls and short strings: it
+        # compressed by some 5 % for a fifth of the read's CPU time.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # The tables are written by concurrent jobs (L{write_views}): each
+        # has its share of the cores, and a small one does not wait for a
+        # large one to end.
+        "spark.scheduler.mode": "FAIR",
         "spark.ui.showConsoleProgress": "true" if tty and not quiet else "false",
     }
     if master.startswith("local"):
@@ -325,7 +332,9 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
         raise
     horizon = time_range(split_rows)[1]
     events = logs.events
-    starts = views.boot_starts(events).persist(keep)
+    # One pass over every event picks the few the small views read.
+    others = views.other_events(events).persist(keep)
+    starts = views.boot_starts(others).persist(keep)
     frames = {}
     frames["boots"] = views.boots(events, starts).persist(keep)
     frames["routers"] = views.routers(events, None if settled_per_router else horizon
@@ -337,12 +346,12 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
     frames["message_problems"] = views.message_problems(fates)
     totals = views.totals(fates)
-    frames.update(small_views(events, starts, frames["boots"], logs.splits,
+    frames.update(small_views(others, starts, frames["boots"], logs.splits,
                               read.malformed_lines(logs.parsed, logs.splits), names,
                               settings))
-    summary = write_views(spark, frames, totals, views.ha_totals(events), split_rows, logs.lines,
+    summary = write_views(spark, frames, totals, views.ha_totals(others), split_rows, logs.lines,
                           settings, progress, names)
-    for frame in (*frames.values(), fates, starts):
+    for frame in (*frames.values(), fates, starts, others):
         frame.unpersist()
     logs.release()
     return summary
@@ -386,8 +395,8 @@ def small_views(events, starts, boots, splits, malformed, names: dict[str, str],
     rejections, denials, HA) and of the inputs: the tables L{audit_logs}
     and the streaming audit compute alike.
 
-    @param events: every event, or (the streaming audit) every event but
-        the C{message.*} ones.
+    @param events: the events that are not about a message
+        (L{meshroute.audit.views.other_events}).
     @param malformed: L{meshroute.audit.read.malformed_lines}.
     """
     from pyspark import StorageLevel
@@ -423,7 +432,7 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     """
     from pyspark import StorageLevel
 
-    from meshroute.audit import report
+    from meshroute.audit import report, threads
 
     keep = StorageLevel.MEMORY_AND_DISK
     malformed_count = sum(row["malformed"] for row in split_rows)
@@ -434,38 +443,54 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     # Each Spark job is described by what it computes, so that Spark's UI
     # and event log (benchmarks/audit_scale.py's stage table) say where
     # the time goes.
-    def write(*names):
-        for name in names:
-            spark.sparkContext.setJobDescription(f"audit: {name}")
-            order = TABLES[name]
-            frame = frames[name]
-            if not frame.is_cached:
-                frame = frames[name] = frame.persist(keep)
-            frame.coalesce(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
-                f"{tables_dir}/{name}")
-            limit = COLLECT_LIMITS.get(name)
-            collected[name] = _rows(frame, None if limit is None else limit + 1, order)
-            counts[name] = len(collected[name])
-            if limit is not None and counts[name] > limit:
-                counts[name] = frame.count()
-                collected[name] = collected[name][:limit]
+    def write_one(name):
+        spark.sparkContext.setJobDescription(f"audit: {name}")
+        order = TABLES[name]
+        frame = frames[name]
+        if not frame.is_cached:
+            frame = frames[name] = frame.persist(keep)
+        frame.coalesce(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
+            f"{tables_dir}/{name}")
+        limit = COLLECT_LIMITS.get(name)
+        collected[name] = _rows(frame, None if limit is None else limit + 1, order)
+        counts[name] = len(collected[name])
+        if limit is not None and counts[name] > limit:
+            counts[name] = frame.count()
+            collected[name] = collected[name][:limit]
 
-    write("routers", "boots", "rejections", "denials", "inputs", "malformed_lines")
-    progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
-             f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
-             f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
-    spark.sparkContext.setJobDescription("audit: totals")
-    total = _rows(totals)[0]
-    write("routes", "latency_histogram", "latency_windows", "message_problems")
-    progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
-             f"{total['lost']} lost, {total['duplicated']} duplicated, "
-             f"{counts['routes']} route(s)")
-    write("link_sessions", "links", "keepalive_closes")
-    progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
-    write("failovers", "ha_groups")
-    spark.sparkContext.setJobDescription("audit: ha totals")
-    ha = report.ha_summary(_rows(ha_totals)[0], collected["failovers"])
-    progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
+    def write(*names):
+        for _ in threads.concurrently(*[lambda name=name: write_one(name) for name in names]):
+            pass
+
+    def routers():
+        write("routers", "boots", "rejections", "denials", "inputs", "malformed_lines")
+        return (f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
+                f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
+                f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
+
+    def messages():
+        spark.sparkContext.setJobDescription("audit: totals")
+        total.update(_rows(totals)[0])
+        write("routes", "latency_histogram", "latency_windows", "message_problems")
+        return (f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
+                f"{total['lost']} lost, {total['duplicated']} duplicated, "
+                f"{counts['routes']} route(s)")
+
+    def links():
+        write("link_sessions", "links", "keepalive_closes")
+        return f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)"
+
+    def ha_instances():
+        write("failovers", "ha_groups")
+        spark.sparkContext.setJobDescription("audit: ha totals")
+        ha.update(report.ha_summary(_rows(ha_totals)[0], collected["failovers"]))
+        return f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)"
+
+    # Every table is written by a thread of its own (a step's tables at
+    # once, the steps at once): most of their jobs are small.
+    total, ha = {}, {}
+    for line in threads.concurrently(messages, routers, links, ha_instances):
+        progress(line)
     spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
 

@@ -136,6 +136,10 @@ FIELDS = [
     ("target", T.StringType(), "security.denied"),
 ]
 
+#: The fields a message event (C{message.*}) can have: most events are.
+MESSAGE_FIELDS = tuple(name for name, _, events in FIELDS
+                       if events == "every event" or "message." in events)
+
 #: One event line.
 EVENT_SCHEMA = T.StructType([T.StructField(name, kind, True) for name, kind, _ in FIELDS])
 

@@ -203,6 +203,14 @@ def router_ends(view: DataFrame, horizon: float | None) -> DataFrame:
         "available_until", F.when(down, F.col("last_stop")).otherwise(end))
 
 
+def other_events(events: DataFrame) -> DataFrame:
+    """
+    The events that are not about a message (C{message.*}): the few that
+    every view but the messages' and the routers' counts reads.
+    """
+    return events.where(~F.col("event").startswith("message."))
+
+
 def rejections(events: DataFrame) -> DataFrame:
     """
     Refused handshakes: C{router}, C{peer}, C{code}, C{by}, C{count}.
