@@ -32,6 +32,7 @@ Needs pyspark (the audit extra) and Java.  See benchmarks/README.md.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,42 @@ def peak_rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """
+    The CPU time (user + system, every thread) process C{pid} has used.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_thread(pid: int) -> dict[str, float]:
+    """
+    The CPU seconds of process C{pid}'s live threads, summed by thread
+    name without its numbers ("Executor task launch worker", "GC
+    Thread", "C2 CompilerThread", ...).
+    """
+    seconds: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return seconds
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = re.sub(r"[#\d\s-]+$", "", text[text.index("(") + 1:text.rindex(")")])
+        fields = text.rsplit(")", 1)[1].split()
+        seconds[name] = seconds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return seconds
 
 
 def jvm_pid(spark) -> int | None:
@@ -150,12 +187,20 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
     spark = start_spark(settings, sys.stderr)
     spark_start = time.monotonic() - started
     pid = jvm_pid(spark)
+    jvm_cpu = cpu_seconds(pid) if pid else None
     began = time.monotonic()
     code = run(settings, out=io.StringIO(), err=sys.stderr, spark=spark)
     seconds = time.monotonic() - began
+    threads = {}
+    if jvm_cpu is not None:
+        # Every JVM thread's: the tasks', and the collector's, compiler's
+        # and scheduler's that Spark's task metrics leave out.
+        jvm_cpu = cpu_seconds(pid) - jvm_cpu
+        threads = dict(sorted(cpu_by_thread(pid).items(), key=lambda kv: -kv[1])[:TOP_STAGES])
     figures = {"code": code, "spark_start_s": spark_start, "audit_s": seconds,
                "python_peak_mb": peak_rss_mb(os.getpid()),
                "jvm_peak_mb": peak_rss_mb(pid) if pid else None,
+               "jvm_cpu_s": jvm_cpu, "jvm_threads": threads,
                "parallelism": spark.sparkContext.defaultParallelism}
     log = os.path.join(event_log, spark.sparkContext.applicationId)
     spark.stop()
@@ -220,6 +265,10 @@ def print_stages(row: dict) -> None:
     """
     The slowest Spark stages of a run, one line each.
     """
+    if row.get("jvm_threads"):
+        print(f"{'':>11} JVM CPU s by thread (its life, start-up included): "
+              + ", ".join(f"{name} {seconds:.1f}" for name, seconds in row["jvm_threads"].items()),
+              flush=True)
     if not row.get("stages"):
         return
     print(f"{'':>11} slowest stages (all {row['stage_total_s']:.0f} s, "
@@ -247,7 +296,8 @@ def main() -> None:
     print(f"audit scale: {args.routers} routers, master {args.master}, {os.cpu_count()} CPUs, "
           f"conf {args.conf or 'defaults'}", flush=True)
     header = (f"{'events':>11} {'MiB':>7} {'generate s':>11} {'spark start s':>14} "
-              f"{'audit s':>8} {'events/s':>10} {'python MiB':>11} {'JVM MiB':>8} {'correct':>8}")
+              f"{'audit s':>8} {'events/s':>10} {'python MiB':>11} {'JVM MiB':>8} {'JVM CPU s':>10} "
+              f"{'correct':>8}")
     print(header, flush=True)
     try:
         for millions in args.millions:
@@ -255,7 +305,8 @@ def main() -> None:
             print(f"{row['events']:>11,} {row['size_mb']:>7.0f} {row['generate_s']:>11.1f} "
                   f"{row['spark_start_s']:>14.1f} {row['audit_s']:>8.1f} "
                   f"{row['events'] / row['audit_s']:>10,.0f} {row['python_peak_mb']:>11.0f} "
-                  f"{row['jvm_peak_mb'] or 0:>8.0f} {'yes' if row['correct'] else 'NO':>8}",
+                  f"{row['jvm_peak_mb'] or 0:>8.0f} {row['jvm_cpu_s'] or 0:>10.1f} "
+                  f"{'yes' if row['correct'] else 'NO':>8}",
                   flush=True)
             print(f"{'':>11} steps (s): {row['steps']}", flush=True)
             print_stages(row)
