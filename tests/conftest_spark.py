@@ -21,8 +21,13 @@ def spark():
 
     settings = AuditSettings(
         inputs=[], out="", master="local[2]", quiet=True,
-        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
-              "spark.ui.enabled": "false"},
+        # The session serves every audit test of the run: it keeps no
+        # more than a few finished queries' plans and jobs (Spark keeps
+        # a thousand by default, large ones for the audit's plans), and
+        # its heap has room for the audit's concurrent table jobs.
+        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g",
+              "spark.ui.enabled": "false", "spark.sql.ui.retainedExecutions": "20",
+              "spark.ui.retainedJobs": "50", "spark.ui.retainedStages": "50"},
     )
     session = start_spark(settings, sys.stderr)
     yield session
