@@ -62,7 +62,10 @@ def local_driver_memory() -> str:
     return f"{int(min(max(total / 4, low), high))}g"
 
 #: Spark's own logging for the JVM we launch: warnings and up, on stderr,
-#: without the native-library notice every run would print.
+#: without the notices every run would print: the native library's, and
+#: the window operator's about a window over one partition, which the
+#: totals' percentiles are on purpose (one group of a few rows, the
+#: distinct latencies: L{meshroute.audit.views.percentiles}).
 LOG4J2 = """\
 rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
@@ -73,6 +76,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = error
+logger.window.name = org.apache.spark.sql.execution.window.WindowExec
+logger.window.level = error
 """
 
 #: The tables written under OUT/tables/, one Parquet directory each, and
