@@ -16,10 +16,12 @@ import pytest
 
 from closed_event_files import Follower, add_closed_file, rotate_copy
 from conftest_spark import spark  # noqa: F401 (a fixture)
+from event_generator import START
+from pyspark.sql import functions as F
 from routers import mesh  # noqa: F401 (a fixture)
 from test_audit import A, B, C, audit, synthetic_mesh
 
-from meshroute.audit import follow, job, read, views
+from meshroute.audit import follow, incremental, job, read, views
 from meshroute.audit.inputs import AuditInputError
 from meshroute.audit.job import (
     EXIT_OK,
@@ -141,6 +143,171 @@ def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messag
     assert max(sizes) < seen
     assert streaming.summary["messages"]["duplicated"] == 3
     assert state_rows(spark, streamed, "settled", len(groups) - 1) == 1, "settled again"
+
+
+# -- latency windows that close -------------------------------------------------
+
+
+def test_a_window_closes_when_its_destination_is_past_it_and_no_open_message_is_in_it(
+        spark):  # noqa: F811
+    """
+    L{incremental.closing}, windows of 10 s, grace 5 s: router-c's
+    watermark is 25, so its windows [0, 10) and [10, 20) close (20 + 5
+    reaches 25) and [20, 30) does not; router-b's is far on, but an open
+    message is in its window [0, 10); a destination whose log is not read
+    (router-e) or that is no router (no C{@}) closes nothing.
+    """
+    windows = spark.createDataFrame(
+        [(A, "q@router-c", C, 0.0), (A, "q@router-c", C, 10.0), (A, "q@router-c", C, 20.0),
+         (A, "q@router-b", B, 0.0), (A, "q@router-b", B, 10.0), (A, "q@router-e", "router-e", 0.0),
+         (A, "q", None, 0.0)],
+        "origin string, dest string, dest_router string, window_start double"
+    ).selectExpr("*", "1.5 AS latency_ms", "CAST(2 AS BIGINT) AS count")
+    until = spark.createDataFrame([(C, 25.0), (B, 1000.0)], "dest_router string, _until double")
+    open_windows = windows.where(f"dest = 'q@{B}' AND window_start = 0").select(
+        *incremental.WINDOW)
+    closes = incremental.closing(windows, until, open_windows, 10.0, 5.0)
+    assert sorted(tuple(row) for row in closes.collect()) == [
+        (A, "q@router-b", B, 10.0), (A, "q@router-c", C, 0.0), (A, "q@router-c", C, 10.0)]
+
+
+def window_history(spark, out: Path, origin: str, dest: str, at: float,  # noqa: F811
+                   window_s: float) -> list:
+    """
+    The C{closed_windows} rows of the window of route C{origin} → C{dest}
+    that holds time C{at}: (batch, closed), oldest first.
+    """
+    rows = spark.read.parquet(str(out / "state" / "closed_windows")).where(
+        (F.col("origin") == origin) & (F.col("dest") == dest) & (F.col("window_start") <= at)
+        & (F.col("window_start") + window_s > at)).select("batch", "closed").collect()
+    return sorted(tuple(row) for row in rows)
+
+
+def open_state_holds(spark, out: Path, batch_id: int, origin: str, dest: str,  # noqa: F811
+                     at: float, window_s: float) -> bool:
+    """
+    Whether the open C{windows} state of batch C{batch_id} holds the
+    window of C{origin} → C{dest} that holds time C{at}.
+    """
+    rows = spark.read.parquet(str(out / "state" / "windows" / f"batch={batch_id}")).where(
+        (F.col("origin") == origin) & (F.col("dest") == dest) & (F.col("window_start") <= at)
+        & (F.col("window_start") + window_s > at))
+    return rows.count() > 0
+
+
+@pytest.mark.timeout(2400)
+def test_a_follow_run_closes_latency_windows_and_agrees_with_the_batch_audit(
+        spark, tmp_path):  # noqa: F811
+    """
+    The rotated synthetic mesh followed seven files a micro-batch, with
+    windows of 2 s and a grace of 3 s: windows close as the routers' logs
+    go past them (before the last micro-batch), leave the open
+    C{windows} state for C{closed_windows}, and the latency windows are
+    still the batch audit's.
+    """
+    logs = rotated_synthetic(tmp_path, per_file=60)
+    streamed, batch = tmp_path / "streamed", tmp_path / "batch"
+    options = {"latency_window_s": 2.0, "in_flight_grace_s": 3.0}
+    settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
+                             once=True, max_files_per_trigger=7, **options)
+    err = io.StringIO()
+    code = run(settings, out=io.StringIO(), err=err, spark=spark)
+    batch_code = audit(spark, [logs], batch, **options)[0]
+    assert code == batch_code, err.getvalue()
+    for name in ("latency_windows", "latency_histogram"):
+        assert table_rows(spark, streamed, name) == table_rows(spark, batch, name), name
+    last = json.loads((streamed / "summary.json").read_text())["audit"]["stream"]["batch"]
+    assert last >= 3
+    slices = spark.read.parquet(str(streamed / "state" / "closed_windows"))
+    assert slices.where(f"closed AND batch < {last}").count() > 0, "closed before the end"
+    closed = incremental.newest(slices, incremental.WINDOW).where("closed")
+    still_open = spark.read.parquet(str(streamed / "state" / "windows" / f"batch={last}"))
+    assert closed.join(still_open, incremental.WINDOW, "left_semi").count() == 0
+    open_windows = still_open.select(*incremental.WINDOW).distinct().count()
+    assert open_windows < closed.count()
+
+
+def records(path: Path) -> list[dict]:
+    """
+    The events of a closed file, its malformed lines left out.
+    """
+    found = []
+    for line in path.read_text().splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return [record for record in found if isinstance(record, dict) and "time" in record]
+
+
+@pytest.mark.timeout(2400)
+def test_a_late_event_reopens_a_closed_window_until_it_closes_again(
+        spark, tmp_path):  # noqa: F811
+    """
+    The rotated synthetic mesh in one micro-batch closes the windows of
+    its first message to q@router-c and of the orphan router-z:1:1 at
+    router-b.  A second brings a late consumption of that first message
+    at router-c's last moment (it reopens, and with it its window, which
+    its closed row no longer shows) and the late acceptance of the orphan
+    by router-y (its route changes: its old window, now empty, reopens
+    and shows nothing; its new one closes at once).  A third has router-c
+    start and stop later, so the message settles and its window closes
+    again.  After each, the latency windows are the batch audit's.
+    """
+    logs = rotated_synthetic(tmp_path, per_file=60)
+    files = sorted(logs.glob("*/events/*.jsonl"), key=lambda p: (p.stat().st_mtime, str(p)))
+    at_c = [record for path in files if path.parent.parent.name == C
+            for record in records(path)]
+    first = next(r for r in at_c if r["event"] == "message.enqueued")
+    c_end = max(r["time"] for r in at_c)
+    orphan, orphan_at = "router-z:1:1", START + 200
+    late = tmp_path / "late"
+    reopening = [
+        add_closed_file(late / C / "events", [
+            {"time": c_end, "router": C, "event": "message.consumed", "msg_id": first["msg_id"],
+             "origin": first["origin"], "queue": "q", "persistent": True,
+             "redelivered": False}]),
+        add_closed_file(late / "router-y" / "events", [
+            {"time": orphan_at - 0.01, "router": "router-y", "event": "message.accepted",
+             "msg_id": orphan, "origin": "router-y", "dest": f"q@{B}", "size": 5,
+             "persistent": True}])]
+    closing_again = [add_closed_file(late / C / "events", [
+        {"time": c_end + 60, "router": C, "event": "router.started", "version": "0.1.0",
+         "pid": 4100},
+        {"time": c_end + 61, "router": C, "event": "router.stopped"}])]
+    streamed = tmp_path / "streamed"
+    window_s = 10.0
+    settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
+                             in_flight_grace_s=5, latency_window_s=window_s)
+    quiet = job.Progress(io.StringIO(), True)
+    streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
+    read_so_far = []
+    for batch_id, group in enumerate([files, reopening, closing_again]):
+        streaming(read.located(spark.read.text([str(f) for f in group])), batch_id)
+        read_so_far += [str(f) for f in group]
+        batch = tmp_path / f"batch-{batch_id}"
+        expected = job.audit_logs(
+            spark, read.read_logs(spark, read_so_far, views.FIELDS_USED),
+            AuditSettings(inputs=read_so_far, out=str(batch), quiet=True, in_flight_grace_s=5,
+                          latency_window_s=window_s),
+            quiet, settled_per_router=True)
+        assert figures(streaming.summary) == figures(expected[0]), batch_id
+        for name in ("latency_windows", "routes"):
+            assert table_rows(spark, streamed, name) == table_rows(spark, batch, name), (
+                batch_id, name)
+    first_window = window_history(spark, streamed, first["origin"], f"q@{C}", first["time"],
+                                  window_s)
+    assert first_window == [(0, True), (1, False), (2, True)]
+    assert open_state_holds(spark, streamed, 1, first["origin"], f"q@{C}", first["time"],
+                            window_s)
+    assert not open_state_holds(spark, streamed, 2, first["origin"], f"q@{C}", first["time"],
+                                window_s)
+    assert window_history(spark, streamed, "router-z", f"q@{B}", orphan_at, window_s) == [
+        (0, True), (1, False)]
+    assert window_history(spark, streamed, "router-y", f"q@{B}", orphan_at, window_s) == [
+        (1, True)]
+    windows = spark.read.parquet(str(streamed / "tables" / "latency_windows"))
+    assert windows.where(F.col("origin") == "router-z").count() == 0
 
 
 def test_follow_refuses_what_is_not_a_directory(tmp_path):

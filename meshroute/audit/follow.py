@@ -19,8 +19,9 @@ micro-batch is parsed once, by the batch audit's reader
 by L{meshroute.audit.incremental}: per message id the partial aggregates
 of the batch audit's per-message view, merged with those of the
 messages still open (and only those); settled messages move into
-per-route counts and latency value counts; the few events that are not
-about messages are kept and their views recomputed.  A micro-batch's
+per-route counts and latency value counts, and a latency window that no
+message can enter any more is closed with its final figures; the few
+events that are not about messages are kept and their views recomputed.  A micro-batch's
 work is its own lines plus the open state, not the history (that
 module's docstring says what bounds each table).  The views are the
 batch audit's functions over merged state, and latency percentiles are

@@ -12,16 +12,19 @@ one (L{StateTables.previous}).  Two kinds of table:
    read, L{meshroute.audit.read.blocks}), C{malformed} (the malformed
    lines, located), C{events} (every event that is not a C{message.*}:
    router, link, session, security and HA events, few, from which the
-   link, rejection, denial and HA views are recomputed each batch), and
+   link, rejection, denial and HA views are recomputed each batch),
    C{settled} (the per-message partial aggregates of the messages
    settled in that batch, read only through a join with the batch's
-   message ids);
+   message ids) and C{closed_windows} (the latency windows closed in
+   that batch, L{closing}: their final L{meshroute.audit.views.windows_of}
+   rows and their latency value counts; and the closed windows a batch
+   reopened, C{closed} false; the newest slice of a window wins);
  - cumulative, rewritten by each batch: C{routers} and C{boots} (their
    counts add and their times combine by min/max), C{open} (the partial
    aggregates of the messages not settled yet), and for the settled
    messages: C{routes} (per route, L{meshroute.audit.views.message_counts}),
    C{latency} (per route, the count of each latency value), C{windows}
-   (per route and window, the same) and C{problems} (their
+   (per route and window still open, the same) and C{problems} (their
    L{meshroute.audit.views.message_problems} rows).
 
 A message settles when its fate no longer waits on time, i.e. it is
@@ -31,14 +34,32 @@ in-flight grace past its last event.  Its fate can then change only
 through a new event of its own (a late duplicate enqueue, an expiry):
 the batch that brings one takes the message's partial from C{settled}
 back into the open state and subtracts what it had counted, so the
-figures stay exactly the batch audit's.  What a micro-batch aggregates
-is its own lines, the open messages (bounded by the messages accepted
-within the grace of their destination's watermark, plus the few whose
-destination the logs never show), the routes' latency values (at most
-one row per distinct microsecond per route, and per route and window:
-closed windows are kept, not finalized, so C{windows} grows with the
-run's duration) and the non-message events; C{settled} grows with every
-message ever seen but is only joined against the batch's message ids.
+figures stay exactly the batch audit's.
+
+A latency window (per route, of enqueue time) closes when its
+destination's watermark has gone on for the grace past its end and no
+open message falls in it (L{closing}): its value counts leave C{windows}
+for C{closed_windows} with its final row, which the output takes as it
+is.  Only the messages a batch brings or keeps open can change a
+window's counts, so the windows a batch reopens are those its messages
+fall in, before and after their new events, that are closed: a message
+counted in a closed window that reopens (a late event of its own: its
+consumption or a duplicate enqueue after it settled, a late accept that
+changes its latency or route) reopens the window, whose counts go back
+into C{windows} before the message's are subtracted; the window closes
+again once the rule holds.  The figures are thus exact whatever the
+rule; the watermark makes reopening rare.
+
+What a micro-batch aggregates is its own lines, the open messages
+(bounded by the messages accepted within the grace of their
+destination's watermark, plus the few whose destination the logs never
+show), the routes' latency values (at most one row per distinct
+microsecond per route, and per route and open window: the windows
+within the grace of their destination's watermark or holding an open
+message) and the non-message events; C{settled} and C{closed_windows}
+grow with the run but are read only through a join with the batch's
+message ids and windows, except for the final rows of the closed
+windows, which the output copies (one row per window).
 
 Boots: a batch's events are counted in the boot their router was in at
 their time, from every C{router.started} read so far; this holds as
@@ -93,6 +114,70 @@ def negated(frame: DataFrame, keys: list[str]) -> DataFrame:
                                  for name in frame.columns if name not in keys])
 
 
+def newest(slices: DataFrame, keys: list[str]) -> DataFrame:
+    """
+    Of the rows of an appended table's slices (L{StateTables.read_all}),
+    per C{keys}, the one the newest batch wrote, without C{batch}.
+    """
+    order = Window.partitionBy(*keys).orderBy(F.col("batch").desc())
+    return (slices.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
+            .drop("_n", "batch"))
+
+
+#: A latency window in the state: its route, the router whose log closes
+#: it (the destination's, L{meshroute.audit.views.fates_of}'s
+#: C{dest_router}, a function of C{dest}) and its start.
+WINDOW = [*views.ROUTE, "dest_router", "window_start"]
+
+
+def windowed(fates: DataFrame, window_s: float) -> DataFrame:
+    """
+    C{fates} with the C{window_start} of the latency window of
+    C{window_s} seconds their enqueue falls in (null when not enqueued).
+    """
+    return fates.withColumn("window_start", views.window_start(window_s))
+
+
+def windows_entered(fates: DataFrame, window_s: float) -> DataFrame:
+    """
+    The latency windows (L{WINDOW}) the enqueued messages of C{fates}
+    fall in.
+    """
+    return (windowed(fates, window_s).where(F.col("window_start").isNotNull())
+            .select(*WINDOW).distinct())
+
+
+def closing(windows: DataFrame, until: DataFrame, open_windows: DataFrame, window_s: float,
+            grace_s: float) -> DataFrame:
+    """
+    The windows (L{WINDOW}) of C{windows} (value counts per window) that
+    no message can still enter, so that their figures are final: their
+    destination's log (its event-time watermark C{_until}, per
+    C{dest_router} in C{until}) has gone on for C{grace_s} past their
+    end, as for a message to settle, and no message of C{open_windows}
+    (the windows of the messages left open) falls in them.  A message
+    enters a window with its first enqueue, which its destination logs,
+    and that log is read in order: once the watermark is past the
+    window, only a message counted in it can change it, through a late
+    event of its own, and that reopens the window (L{advance}).
+    """
+    passed = F.col("window_start") + F.lit(window_s) <= F.col("_until") - F.lit(grace_s)
+    ends = windows.select(*WINDOW).distinct().join(F.broadcast(until), "dest_router")
+    return ends.where(passed).select(*WINDOW).join(open_windows, WINDOW, "left_anti")
+
+
+def closed_rows(counts: DataFrame, window_s: float) -> DataFrame:
+    """
+    What C{closed_windows} keeps of the windows closing with value counts
+    C{counts}: their final L{meshroute.audit.views.windows_of} rows, and
+    their C{counts} (C{latency_ms}, C{count} pairs) to reopen them with.
+    """
+    pairs = counts.groupBy(*WINDOW).agg(
+        F.collect_list(F.struct("latency_ms", "count")).alias("counts"))
+    return (views.windows_of(counts, window_s).join(pairs, [*views.ROUTE, "window_start"])
+            .withColumn("closed", F.lit(True)))
+
+
 @dataclass
 class Contributions:
     """
@@ -107,10 +192,9 @@ class Contributions:
     def of(cls, fates: DataFrame, window_s: float) -> "Contributions":
         # "messages": a route whose every message was taken back is no route.
         counts = views.message_counts(fates, views.ROUTE, F.count(F.lit(1)).alias("messages"))
-        windowed = fates.withColumn("window_start", views.window_start(window_s))
         return cls(counts=counts,
                    latency=views.value_counts(fates, views.ROUTE),
-                   windows=views.value_counts(windowed, [*views.ROUTE, "window_start"]))
+                   windows=views.value_counts(windowed(fates, window_s), WINDOW))
 
     def plus(self, other: "Contributions", sign: int = 1) -> "Contributions":
         def add(mine, theirs, keys):
@@ -121,8 +205,8 @@ class Contributions:
             counts=add(self.counts, other.counts, views.ROUTE).where(F.col("messages") > 0),
             latency=add(self.latency, other.latency, [*views.ROUTE, "latency_ms"]).where(
                 F.col("count") > 0),
-            windows=add(self.windows, other.windows,
-                        [*views.ROUTE, "window_start", "latency_ms"]).where(F.col("count") > 0))
+            windows=add(self.windows, other.windows, [*WINDOW, "latency_ms"]).where(
+                F.col("count") > 0))
 
 
 class StateTables:
@@ -252,9 +336,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         candidates = settled_before.join(touched, "msg_id", "left_semi")
         if opened is not None:
             candidates = candidates.join(opened.select("msg_id"), "msg_id", "left_anti")
-        newest = Window.partitionBy("msg_id").orderBy(F.col("batch").desc())
-        reopened = keep(candidates.withColumn("_n", F.row_number().over(newest))
-                        .where(F.col("_n") == 1).drop("_n", "batch"))
+        reopened = keep(newest(candidates, ["msg_id"]))
     merged = new_partials
     for earlier in (opened, reopened):
         if earlier is not None:
@@ -275,23 +357,49 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
     window_s = settings.latency_window_s
     totals = Contributions.of(settled_fates, window_s)
     problems = views.message_problems(settled_fates)
+    # The windows whose counts this batch can change: those of its
+    # messages, and those its reopened messages were counted in.
+    changing = windows_entered(fates, window_s)
+    if reopened is not None:
+        reopened_fates = views.fates_of(reopened, router_view, grace)
+        changing = changing.unionByName(windows_entered(reopened_fates, window_s))
+    closed_before = state.read_all("closed_windows", batch_id)
+    back = None
+    if closed_before is not None:
+        back = keep(newest(closed_before.join(changing, WINDOW, "left_semi"), WINDOW)
+                    .where(F.col("closed")))
     if previous is not None:
+        earlier_windows = state.read("windows", previous)
+        if back is not None:
+            earlier_windows = earlier_windows.unionByName(
+                back.select(*WINDOW, F.inline("counts")))
         totals = totals.plus(Contributions(state.read("routes", previous),
                                            state.read("latency", previous),
-                                           state.read("windows", previous)))
+                                           earlier_windows))
         earlier_problems = state.read("problems", previous)
         if reopened is not None:
             earlier_problems = earlier_problems.join(reopened.select("msg_id"), "msg_id",
                                                      "left_anti")
         problems = problems.unionByName(earlier_problems)
     if reopened is not None:
-        totals = totals.plus(Contributions.of(views.fates_of(reopened, router_view, grace),
-                                              window_s), sign=-1)
+        totals = totals.plus(Contributions.of(reopened_fates, window_s), sign=-1)
+    still_open = judged.where(~F.col("_settles")).drop("_settles")
+    open_windows = windows_entered(fates.join(still_open.select("msg_id"), "msg_id",
+                                              "left_semi"), window_s)
+    windows = keep(totals.windows)
+    closes = keep(closing(windows, until, open_windows, window_s, grace))
+    closed_slice = closed_rows(windows.join(closes, WINDOW, "left_semi"), window_s)
+    if back is not None:
+        # Reopened and not closing again: open, its closed rows hidden.
+        back_open = back.select(*WINDOW).join(closes, WINDOW, "left_anti")
+        closed_slice = closed_slice.unionByName(back_open.withColumn("closed", F.lit(False)),
+                                                allowMissingColumns=True)
     state.write("routes", batch_id, totals.counts)
     state.write("latency", batch_id, totals.latency)
-    state.write("windows", batch_id, totals.windows)
+    state.write("windows", batch_id, windows.join(closes, WINDOW, "left_anti"))
+    state.write("closed_windows", batch_id, closed_slice)
     state.write("problems", batch_id, problems)
-    state.write("open", batch_id, judged.where(~F.col("_settles")).drop("_settles"))
+    state.write("open", batch_id, still_open)
 
     settled = Contributions(state.read("routes", batch_id), state.read("latency", batch_id),
                             state.read("windows", batch_id))
@@ -302,7 +410,10 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
     frames = {"routers": router_view, "boots": boots}
     frames["routes"] = views.with_latency(counts, latency, views.ROUTE)
     frames["latency_histogram"] = views.histogram_of(latency)
-    frames["latency_windows"] = views.windows_of(everything.windows, window_s)
+    open_view = views.windows_of(everything.windows, window_s)
+    closed = newest(state.read_all("closed_windows", batch_id + 1), WINDOW).where(
+        F.col("closed"))
+    frames["latency_windows"] = open_view.unionByName(closed.select(*open_view.columns))
     frames["message_problems"] = views.message_problems(open_fates).unionByName(
         state.read("problems", batch_id))
     total_counts = counts.agg(*[
