@@ -690,42 +690,60 @@ def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path):  #
     logs.release()
 
 
-def test_concurrent_steps_report_in_order_and_raise_after_all_ended(spark):  # noqa: F811
+def test_run_all_runs_a_few_at_a_time_and_raises_after_the_running_end(spark):  # noqa: F811
     """
-    The audit's concurrent steps (threads.concurrently) give their results
-    in the steps' order, whichever ends first, and a step's exception
-    once every step has ended.
+    The audit's jobs run a few at a time (threads.run_all): started in
+    their order, never more than the workers at once, their results in
+    the tasks' order whichever ends first; after a failure no task starts
+    and the failure is raised once the running tasks have ended.
     """
     import threading
 
     from meshroute.audit import threads
 
+    lock = threading.Lock()
+    running, most, started = [0], [0], []
     second_done = threading.Event()
 
-    def first():
-        assert second_done.wait(60)
-        return "first"
+    def task(name, wait=None, done=None):
+        def run():
+            with lock:
+                started.append(name)
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            if wait is not None:
+                assert wait.wait(60)
+            if done is not None:
+                done.set()
+            with lock:
+                running[0] -= 1
+            return name
+        return run
 
-    def second():
-        second_done.set()
-        return "second"
-
-    assert list(threads.concurrently(first, second)) == ["first", "second"]
+    tasks = [task("first", wait=second_done), task("second", done=second_done),
+             *[task(f"t{i}") for i in range(6)]]
+    assert threads.run_all(tasks, workers=2) == ["first", "second", *[f"t{i}" for i in range(6)]]
+    assert most[0] == 2
+    assert set(started[:2]) == {"first", "second"}
 
     release, finished = threading.Event(), threading.Event()
 
     def fails():
         release.set()
-        raise ValueError("step failed")
+        raise ValueError("task failed")
 
     def slow():
         assert release.wait(60)
         finished.set()
         return "slow"
 
-    with pytest.raises(ValueError, match="step failed"):
-        list(threads.concurrently(fails, slow))
+    with pytest.raises(ValueError, match="task failed"):
+        threads.run_all([slow, fails], workers=2)
     assert finished.is_set()
+    after = []
+    with pytest.raises(ValueError, match="task failed"):
+        threads.run_all([fails, lambda: after.append(1)], workers=1)
+    assert after == []
 
 
 def test_summary_judgement_without_spark():

@@ -341,9 +341,11 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     others = views.other_events(events).persist(keep)
     starts = views.boot_starts(others).persist(keep)
     frames = {}
-    frames["boots"] = views.boots(events, starts).persist(keep)
-    frames["routers"] = views.routers(events, None if settled_per_router else horizon
-                                      ).persist(keep)
+    # One pass over every event counts per router process, for both.
+    per_boot = views.boot_counts(events, starts).persist(keep)
+    frames["boots"] = views.boots(others, starts, per_boot).persist(keep)
+    frames["routers"] = views.routers_of(per_boot, None if settled_per_router else horizon
+                                         ).persist(keep)
     fates = views.message_fates(events, frames["routers"], settings.in_flight_grace_s
                                 ).persist(keep)
     frames["routes"] = views.routes(fates)
@@ -356,7 +358,7 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
                               settings))
     summary = write_views(spark, frames, totals, views.ha_totals(others), split_rows, logs.lines,
                           settings, progress, names)
-    for frame in (*frames.values(), fates, starts, others):
+    for frame in (*frames.values(), fates, per_boot, starts, others):
         frame.unpersist()
     logs.release()
     return summary
@@ -463,41 +465,30 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
             counts[name] = frame.count()
             collected[name] = collected[name][:limit]
 
-    def write(*names):
-        for _ in threads.concurrently(*[lambda name=name: write_one(name) for name in names]):
-            pass
-
-    def routers():
-        write("routers", "boots", "rejections", "denials", "inputs", "malformed_lines")
-        return (f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
-                f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
-                f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
-
-    def messages():
+    def collect_totals():
         spark.sparkContext.setJobDescription("audit: totals")
         total.update(_rows(totals)[0])
-        write("routes", "latency_histogram", "latency_windows", "message_problems")
-        return (f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
-                f"{total['lost']} lost, {total['duplicated']} duplicated, "
-                f"{counts['routes']} route(s)")
 
-    def links():
-        write("link_sessions", "links", "keepalive_closes")
-        return f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)"
-
-    def ha_instances():
-        write("failovers", "ha_groups")
+    def collect_ha_totals():
         spark.sparkContext.setJobDescription("audit: ha totals")
-        ha.update(report.ha_summary(_rows(ha_totals)[0], collected["failovers"]))
-        return f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)"
+        ha_row.update(_rows(ha_totals)[0])
 
-    # Every table is written by a thread of its own (a step's tables at
-    # once, the steps at once): most of their jobs are small.
-    total, ha = {}, {}
-    for line in threads.concurrently(messages, routers, links, ha_instances):
-        progress(line)
+    # A few jobs at a time (threads.run_all), those on the longest path
+    # (the messages', which wait for their aggregation) first.
+    total, ha_row = {}, {}
+    threads.run_all([collect_totals, *[lambda name=name: write_one(name) for name in TABLES],
+                     collect_ha_totals])
     spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
+    ha = report.ha_summary(ha_row, collected["failovers"])
+    progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
+             f"{total['lost']} lost, {total['duplicated']} duplicated, "
+             f"{counts['routes']} route(s)")
+    progress(f"routers: {counts['routers']} router(s), {counts['boots']} process(es), "
+             f"{sum(r['count'] for r in collected['rejections'])} rejection(s), "
+             f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
+    progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
+    progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
 
     audit_info = {
         "meshroute_version": __version__,

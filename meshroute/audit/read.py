@@ -38,6 +38,10 @@ from meshroute.audit.inputs import AuditInputError, display_name, resolve_inputs
 #: How much of a malformed line the reports keep.
 SNIPPET = 200
 
+#: What identifies a file split: the file (as Spark names it) and where
+#: the split starts.
+SPLIT_KEY = "file string, block long"
+
 
 def located(text: DataFrame) -> DataFrame:
     """
@@ -219,19 +223,22 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     fast = json_source_lines(spark, files, fields)
     # The text pass runs while the JSON source parses: the splits it
     # would not read alike are rare, and dropped from its rows after.
-    shapes, first = threads.concurrently(
+    shapes, first = threads.run_all([
         lambda: {(row["file"], row["block"]): row for row in split_shapes(lines).collect()},
         lambda: persisted(fast, F.count(F.when(F.col("problem").isNotNull()
                                                & F.col("text").isNull(), F.lit(1))
-                                        ).alias("unquoted")))
+                                        ).alias("unquoted"))], workers=2)
     read = {(row["file"], row["block"]): row for row in first.split_rows}
     good = [split for split, row in shapes.items() if not row["irregular"]
             and split in read and read[split]["lines"] == row["lines"]
             and not read[split]["unquoted"]]
     if len(good) == len(shapes) and first.lines:
         return first
-    again = first.parsed.where(in_splits(good)).unionByName(
-        kept(parse_lines(lines.where(~in_splits(good))), fields))
+    # The splits kept as a table, not a condition: a term per split made
+    # a condition too deep to plan for thousands of rotated files.
+    kept_splits = F.broadcast(spark.createDataFrame(good, SPLIT_KEY))
+    again = first.parsed.join(kept_splits, ["file", "block"], "left_semi").unionByName(
+        kept(parse_lines(lines.join(kept_splits, ["file", "block"], "left_anti")), fields))
     try:
         return logs_of(again, what)
     finally:
@@ -248,16 +255,6 @@ def split_shapes(lines: DataFrame) -> DataFrame:
     return lines.groupBy("file", "block").agg(F.count(F.lit(1)).alias("lines"),
                                               F.count(F.when(irregular, F.lit(1))).alias(
                                                   "irregular"))
-
-
-def in_splits(splits) -> Column:
-    """
-    Whether a row is of one of the file C{splits} (C{(file, block)} pairs).
-    """
-    condition = F.lit(False)
-    for file, block in splits:
-        condition = condition | ((F.col("file") == file) & (F.col("block") == block))
-    return condition
 
 
 def json_source_lines(spark: SparkSession, files: list[str], fields=None) -> DataFrame:

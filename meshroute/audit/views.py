@@ -120,7 +120,8 @@ def with_boot(frame: DataFrame, starts: DataFrame) -> DataFrame:
         "_router", "_boot", "since", "until")
 
 
-def boots(events: DataFrame, starts: DataFrame) -> DataFrame:
+def boots(events: DataFrame, starts: DataFrame, per_boot: DataFrame | None = None
+          ) -> DataFrame:
     """
     One row per router process: C{router}, C{boot}, its first and last
     event, whether it ended with an orderly C{router.stopped}, the
@@ -130,13 +131,14 @@ def boots(events: DataFrame, starts: DataFrame) -> DataFrame:
     joined to the counts over every event: a maximum over a string column
     would make Spark sort every event to aggregate them (a sort
     aggregation, where numbers alone hash).
+
+    @param per_boot: L{boot_counts} of C{events}, when computed already;
+        then C{events} need only hold the C{router.started} events.
     """
-    counts = with_boot(events, starts).groupBy("router", "boot").agg(
-        F.min("time").alias("first_time"),
-        F.max("time").alias("last_time"),
-        F.count(F.lit(1)).alias("events"),
-        (_count_if(_is(S.ROUTER_STOPPED)) > 0).alias("clean_stop"),
-    )
+    if per_boot is None:
+        per_boot = boot_counts(events, starts)
+    counts = per_boot.select("router", "boot", "first_time", "last_time", "events",
+                             (F.col("clean_stops") > 0).alias("clean_stop"))
     reported = with_boot(events.where(_is(S.ROUTER_STARTED)), starts).groupBy(
         "router", "boot").agg(F.max("version").alias("version"), F.max("pid").alias("pid"))
     return counts.join(reported, ["router", "boot"], "left")
@@ -160,9 +162,32 @@ def router_counts(events: DataFrame) -> DataFrame:
     counts, which add, and times, which combine by min or max
     (L{ROUTER_COUNTS_COMBINE}), so the streaming audit can merge them.
     """
+    return events.groupBy("router").agg(*_router_counts())
+
+
+def boot_counts(events: DataFrame, starts: DataFrame) -> DataFrame:
+    """
+    L{router_counts} per router process (C{router}, C{boot}): one pass
+    over every event for both L{boots} and L{routers} (L{routers_of}).
+    """
+    return with_boot(events, starts).groupBy("router", "boot").agg(*_router_counts())
+
+
+def routers_of(per_boot: DataFrame, horizon: float | None = None) -> DataFrame:
+    """
+    L{routers} from the L{boot_counts}, whose rows of a router combine as
+    two of L{router_counts} do.
+    """
+    columns = [name for name in per_boot.columns if name not in ("router", "boot")]
+    counts = per_boot.groupBy("router").agg(
+        *[ROUTER_COUNTS_COMBINE.get(name, F.sum)(name).alias(name) for name in columns])
+    return router_ends(counts, horizon)
+
+
+def _router_counts() -> list[Column]:
     stage_delivery = _is(S.LINK_STAGE) & (F.col("stage") == "delivery")
     rejected = _is(S.LINK_REJECTED)
-    return events.groupBy("router").agg(
+    return [
         F.min("time").alias("first_time"),
         F.max("time").alias("last_time"),
         F.count(F.lit(1)).alias("events"),
@@ -183,7 +208,7 @@ def router_counts(events: DataFrame) -> DataFrame:
         _count_if(rejected & (F.col("by") == "peer")).alias("rejections_peer"),
         _count_if(_is(S.CONNECTOR_EXHAUSTED)).alias("connectors_exhausted"),
         *[_count_if(_is(name)).alias(name.replace(".", "_")) for name in S.SESSION_EVENTS],
-    )
+    ]
 
 
 #: How two L{router_counts} rows of a router combine, for the columns
@@ -254,6 +279,12 @@ def message_partials(events: DataFrame) -> DataFrame:
     Per message id, what its events say, as aggregates that combine
     (L{PARTIALS_MIN}), so the streaming audit can merge those of new
     events into those it keeps.
+
+    Maxima over strings make this a sort aggregation (Spark hashes only
+    fixed-width aggregates), and a message's events are in several
+    routers' logs, so aggregating each split first merges few rows and
+    costs a sort of every event and another of what is left: the events
+    are sent to their message's partition first, and sorted once there.
     """
     messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
     accepted, enqueued = _is(S.MESSAGE_ACCEPTED), _is(S.MESSAGE_ENQUEUED)
@@ -261,7 +292,7 @@ def message_partials(events: DataFrame) -> DataFrame:
     consumed = _is(S.MESSAGE_CONSUMED) & ~(
         F.coalesce(F.col("queue"), F.lit("")).isin(S.DEAD_LETTER_QUEUE, S.EXPIRED_QUEUE))
     expired = _is(S.MESSAGE_EXPIRED)
-    return messages.groupBy("msg_id").agg(
+    return messages.repartition("msg_id").groupBy("msg_id").agg(
         _count_if(accepted).alias("accepted_events"),
         F.min(_when(accepted, "time")).alias("accepted_time"),
         F.max(_when(accepted, "router")).alias("accepted_router"),
