@@ -566,9 +566,12 @@ def test_conf_and_local_session_settings():
     assert conf["spark.ui.enabled"] == "false"
     assert conf["spark.sql.shuffle.partitions"] == "7"  # the user's setting wins
     assert conf["spark.ui.showConsoleProgress"] == "false"
-    assert session_conf("local[2]", {}, False, False)["spark.sql.shuffle.partitions"] == "4"
+    local = session_conf("local[2]", {}, False, False)
+    assert local["spark.sql.shuffle.partitions"] == "4"
+    assert local["spark.sql.adaptive.enabled"] == "false"
     remote = session_conf("spark://h:7077", {}, quiet=False, tty=True)
     assert "spark.driver.host" not in remote and "spark.sql.shuffle.partitions" not in remote
+    assert "spark.sql.adaptive.enabled" not in remote
 
 
 def test_cli_options_map_to_settings(monkeypatch, tmp_path):
