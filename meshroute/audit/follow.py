@@ -219,7 +219,7 @@ def run(settings, out, err, spark=None) -> int:
     C{settings.once}, until the files there now are audited; returns the
     exit status of the last summary (L{meshroute.audit.job.run}'s).
     """
-    from meshroute.audit import job, report
+    from meshroute.audit import incremental, job, report
 
     try:
         directories = follow_paths(settings.inputs)
@@ -243,6 +243,7 @@ def run(settings, out, err, spark=None) -> int:
     try:
         if not is_uri(settings.out):
             os.makedirs(settings.out, exist_ok=True)
+        incremental.StateTables(spark, settings.out).claim()
         writer = (closed_files_stream(spark, directories, settings.max_files_per_trigger)
                   .writeStream.foreachBatch(audit)
                   .option("checkpointLocation", f"{settings.out.rstrip('/')}/checkpoint")

@@ -74,6 +74,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from meshroute.audit import read, views
+from meshroute.audit.inputs import AuditInputError
 
 KEEP = StorageLevel.MEMORY_AND_DISK
 
@@ -209,34 +210,66 @@ class Contributions:
                 F.col("count") > 0))
 
 
+#: The layout of the state tables, which a streaming audit resumes only
+#: from a state of its own layout.  2: the C{windows} are keyed by their
+#: C{dest_router} too, and closed windows move to C{closed_windows}
+#: (1: the state before the layout was marked).
+STATE_FORMAT = 2
+
+
 class StateTables:
     """
-    The state directories under C{OUT/state}, by name and batch.
+    The state directories under C{OUT/state}, by name and batch, through
+    Hadoop's FileSystem (a local directory or a URI alike).
     """
 
     def __init__(self, spark, out: str) -> None:
         self.spark = spark
+        self.out = out
         self.base = f"{out.rstrip('/')}/state"
 
     def path(self, name: str, batch_id: int) -> str:
         return f"{self.base}/{name}/batch={batch_id}"
 
-    def batches(self, name: str) -> list[int]:
+    def _entries(self, directory: str) -> list[str]:
         """
-        The batches that wrote table C{name}, through Hadoop's FileSystem
-        (a local directory or a URI alike).
+        The names of the directories in C{directory} (none if it is not).
         """
         jvm = self.spark.sparkContext._jvm
-        directory = jvm.org.apache.hadoop.fs.Path(f"{self.base}/{name}")
-        fs = directory.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        if not fs.exists(directory):
+        path = jvm.org.apache.hadoop.fs.Path(directory)
+        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        if not fs.exists(path):
             return []
-        found = []
-        for status in fs.listStatus(directory):
-            entry = status.getPath().getName()
-            if status.isDirectory() and entry.startswith("batch="):
-                found.append(int(entry[len("batch="):]))
-        return sorted(found)
+        return [status.getPath().getName() for status in fs.listStatus(path)
+                if status.isDirectory()]
+
+    def batches(self, name: str) -> list[int]:
+        """
+        The batches that wrote table C{name}.
+        """
+        return sorted(int(entry[len("batch="):]) for entry in self._entries(f"{self.base}/{name}")
+                      if entry.startswith("batch="))
+
+    def claim(self) -> None:
+        """
+        Mark a new state with L{STATE_FORMAT}, or check that an existing
+        one has it: a state of another layout cannot be resumed, and
+        reading it would fail in the middle of a micro-batch.
+
+        @raise AuditInputError: for a state of another format.
+        """
+        marker = f"{self.base}/format"
+        tables = self._entries(self.base)
+        if not tables:
+            self.spark.createDataFrame([(STATE_FORMAT,)], "format int").coalesce(1).write.mode(
+                "overwrite").json(marker)
+            return
+        found = self.spark.read.json(marker).first()["format"] if "format" in tables else 1
+        if found != STATE_FORMAT:
+            raise AuditInputError(
+                f"{self.base}: the state of a streaming audit of another version (state format "
+                f"{found}, this version's {STATE_FORMAT}); delete {self.out} to audit from the "
+                f"start")
 
     def write(self, name: str, batch_id: int, frame: DataFrame) -> None:
         frame.write.mode("overwrite").parquet(self.path(name, batch_id))
