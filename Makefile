@@ -37,8 +37,11 @@ chromium:
 	                 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } \
 	  || echo "chromium is not installed: the browser tests will be skipped"
 
+# Two workers (pytest-xdist): the Spark audits on one, the tests of real
+# router processes beside them (tests/conftest.py groups them).
+PYTEST_WORKERS ?= -n 2 --dist loadfile
 test: install chromium
-	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_ARGS)
+	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The seeded fault simulation (docs/simulation.md): RUNS schedules from
 # SEED; a failure prints its seed and its shrunk schedule.

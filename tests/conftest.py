@@ -10,6 +10,37 @@ import pytest
 from twisted.logger import LogLevel, globalLogPublisher
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """
+    With pytest-xdist's C{--dist loadfile} (C{make test} runs two
+    workers), a test file runs whole on one worker (its module-scoped
+    fixtures are set up once, and some of its tests read what others
+    left), and the files that audit on the shared Spark session in this
+    process (those that import its fixture) run on the same worker, one
+    after the other: the audits are CPU-bound, so two sessions side by
+    side would only take turns, while the tests of real router processes,
+    which mostly wait, run beside them.  Tests of router processes that
+    audit at their end stay a unit of their own (they start a session on
+    their worker if it has none).
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    tests = config.rootpath / "tests"
+    audits = {f"tests/{path.name}" for path in tests.glob("test_*.py")
+              if not path.stem.endswith("_processes")
+              and "from conftest_spark import spark" in path.read_text()}
+
+    class AuditsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "spark" if path in audits else path
+
+    return AuditsTogether(config, log)
+
+
 class ErrorObserver:
     """
     Collects logged errors and failures.

@@ -1,7 +1,8 @@
 """
 L{StoreReplication}'s pieces: its replication server gives a catching-up
 backup C{initial-replication-sync-timeout}; what the store commits is
-confirmed only while the lease holds.
+confirmed only while the lease holds; an instance that stops following
+serves from the position its store holds.
 """
 
 from types import SimpleNamespace
@@ -10,7 +11,9 @@ from twisted.internet.task import Clock
 
 from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.quorum import LogPosition
-from meshroute.ha.replication import _Confirming, _DeadlinedServer
+from meshroute.ha.replication import StoreReplication, _Confirming, _DeadlinedServer
+from meshroute.ha.settings import HASettings, ReplicationSettings
+from meshroute.store.executor import TurnExecutor
 
 
 class Link:
@@ -77,3 +80,38 @@ def test_nothing_is_confirmed_while_the_lease_is_not_held():
     confirming.committed(None, lambda: fired.append("read"))
     assert fired == [7]
     assert confirmed == [LogPosition(3, 7)]
+
+
+def test_an_active_period_starts_where_the_replica_ended_with_a_batch_still_committing(
+        tmp_path):
+    """
+    A failback: the backup applies the last batch the active sent, and is
+    promoted before that batch's commit has fired.  Its active period's
+    retained log must start at the store's position, that batch included:
+    starting one behind, the period's first commit would not follow it and
+    no follower could ever catch up.
+    """
+    clock = Clock()
+    config = SimpleNamespace(name="router-b", data_dir=str(tmp_path),
+                             ha=HASettings("primary", "router-b", ReplicationSettings(
+                                 "tcp:0:interface=127.0.0.1", "tcp:127.0.0.1:1", "password-file")))
+    replication = StoreReplication(clock, config, endpoints=None, events=None, registry=None,
+                                   executor_factory=lambda replication=None: TurnExecutor(clock))
+    opened = []
+    replication.open_replica().addCallback(opened.append)
+    clock.advance(0)
+    assert opened == [None]
+    replication.replica.apply([batch(1)])
+    clock.advance(0)
+    replication.replica.apply([batch(2)])  # commits at the turn's end: not yet
+    closed = []
+    replication.close_replica().addCallback(closed.append)
+    assert closed == [None]
+    replication.serve_in(5, alone=False)
+    assert replication.position() == LogPosition(5, 2)
+
+
+def batch(position: int) -> ChangeBatch:
+    return ChangeBatch(4, position, (
+        ("INSERT INTO meta (key, value) VALUES (?, ?)", (f"k{position}", "v")),
+    ))

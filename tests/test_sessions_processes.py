@@ -149,7 +149,7 @@ def test_short_cuts_are_invisible(mesh, proxies):
         before = len(router.events("session.disconnected"))
         to_producer.cut()
         to_consumer.cut()
-        router.wait_event("session.disconnected", count=before + 2, timeout=10)
+        router.wait_event("session.disconnected", count=before + 2, timeout=30)
         _hold(1.0)
         to_producer.restore()
         to_consumer.restore()

@@ -172,13 +172,28 @@ class StoreReplication:
         return self.replica.epoch_starts().newest_naming(self._instance)
 
     def close_replica(self) -> defer.Deferred:
+        """
+        Close the replica and hold its position for the active period
+        that may follow.  The position is read once the replica has
+        closed: a batch submitted before (the last one the active sent
+        before handing over) may still be committing, and the position
+        moves only when its Deferred fires.  Read before, it would lag
+        the store by that batch, and the retained log of the next active
+        period would start behind the store: the period's first commit
+        would not follow it, and no follower could catch up.
+        """
         if not self._replica_open:
             return defer.succeed(None)
-        self._replica_open = False
-        self._held = self.replica.position()
-        self._held_epoch = self._replica_epoch()
-        self._store_id = self.replica.store_id
-        return self.replica.close()
+        closing = self.replica.close()
+        closing.addCallback(self._replica_closed)
+        return closing
+
+    def _replica_closed(self, _) -> None:
+        if self._replica_open:
+            self._replica_open = False
+            self._held = self.replica.position()
+            self._held_epoch = self._replica_epoch()
+            self._store_id = self.replica.store_id
 
     # -- where the data stands -------------------------------------------------
 
