@@ -23,6 +23,12 @@ every malformed line (a line without C{time}, C{router} or C{event} but
 otherwise a good object has no corrupt record), are its rows kept.
 Every other split is read as above, so line numbers and problems are
 the same either way.
+
+The batch audit's cache names each line's file by a 64-bit hash of its
+name (L{file_key}), not by the name: a name is some fifty bytes that
+every row would copy into the cache and every cached batch compare for
+its statistics, for a few files; the text pass, which groups by the
+name, gives each key its name back (L{EventLogs.files}).
 """
 
 from dataclasses import dataclass
@@ -38,9 +44,16 @@ from meshroute.audit.inputs import AuditInputError, display_name, resolve_inputs
 #: How much of a malformed line the reports keep.
 SNIPPET = 200
 
-#: What identifies a file split: the file (as Spark names it) and where
-#: the split starts.
-SPLIT_KEY = "file string, block long"
+#: What identifies a file split in the batch audit's cache: the file
+#: (L{file_key}) and where the split starts.
+SPLIT_KEY = "file long, block long"
+
+
+def file_key(name: Column) -> Column:
+    """
+    The batch audit's key of the file Spark names C{name}.
+    """
+    return F.xxhash64(name)
 
 
 def located(text: DataFrame) -> DataFrame:
@@ -192,6 +205,9 @@ class EventLogs:
     lines: int
     #: What is persisted: C{parsed} L{packed}.
     cache: DataFrame
+    #: C{file} (L{file_key}) → the file as Spark names it; None when
+    #: C{file} is the name.
+    files: dict | None = None
 
     def release(self) -> None:
         self.cache.unpersist()
@@ -223,11 +239,18 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     fast = json_source_lines(spark, files, fields)
     # The text pass runs while the JSON source parses: the splits it
     # would not read alike are rare, and dropped from its rows after.
-    shapes, first = threads.run_all([
-        lambda: {(row["file"], row["block"]): row for row in split_shapes(lines).collect()},
+    shape_rows, first = threads.run_all([
+        lambda: split_shapes(lines).collect(),
         lambda: persisted(fast, F.count(F.when(F.col("problem").isNotNull()
                                                & F.col("text").isNull(), F.lit(1))
                                         ).alias("unquoted"))], workers=2)
+    shapes = {(row["key"], row["block"]): row for row in shape_rows}
+    names = {row["key"]: row["file"] for row in shape_rows}
+    if len(names) != len({row["file"] for row in shape_rows}):
+        first.release()
+        raise AuditInputError(f"two of the {what} have names of the same 64-bit hash "
+                              "(read.file_key): rename one")
+    first.files = names
     read = {(row["file"], row["block"]): row for row in first.split_rows}
     good = [split for split, row in shapes.items() if not row["irregular"]
             and split in read and read[split]["lines"] == row["lines"]
@@ -237,33 +260,38 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     # The splits kept as a table, not a condition: a term per split made
     # a condition too deep to plan for thousands of rotated files.
     kept_splits = F.broadcast(spark.createDataFrame(good, SPLIT_KEY))
+    keyed = lines.withColumn("file", file_key(F.col("file")))
     again = first.parsed.join(kept_splits, ["file", "block"], "left_semi").unionByName(
-        kept(parse_lines(lines.join(kept_splits, ["file", "block"], "left_anti")), fields))
+        kept(parse_lines(keyed.join(kept_splits, ["file", "block"], "left_anti")), fields))
     try:
-        return logs_of(again, what)
+        logs = logs_of(again, what)
     finally:
         first.release()
+    logs.files = names
+    return logs
 
 
 def split_shapes(lines: DataFrame) -> DataFrame:
     """
-    Per file split of L{load_lines} C{lines}: its C{lines} and how many are
-    C{irregular}: not starting with C{{} (blank, a JSON array, garbage),
-    or not UTF-8, where the JSON source and L{from_json} could differ.
+    Per file split of L{load_lines} C{lines}: the file's C{key}
+    (L{file_key}), its C{lines} and how many are C{irregular}: not
+    starting with C{{} (blank, a JSON array, garbage), or not UTF-8,
+    where the JSON source and L{from_json} could differ.
     """
     irregular = ~F.col("value").startswith("{") | ~F.is_valid_utf8("value")
-    return lines.groupBy("file", "block").agg(F.count(F.lit(1)).alias("lines"),
-                                              F.count(F.when(irregular, F.lit(1))).alias(
-                                                  "irregular"))
+    return lines.groupBy("file", "block").agg(
+        F.count(F.lit(1)).alias("lines"),
+        F.count(F.when(irregular, F.lit(1))).alias("irregular"),
+    ).withColumn("key", file_key(F.col("file")))
 
 
 def json_source_lines(spark: SparkSession, files: list[str], fields=None) -> DataFrame:
     """
     C{files} parsed by Spark's JSON source, as L{kept} of L{parse_lines}
     gives them, for the splits whose every line starts with C{{}, but
-    C{text}: the start of the line for a malformed line that Spark quoted
-    as a corrupt record, null for one it did not (a good object without
-    C{time}, C{router} or C{event}).
+    C{file}, the file's L{file_key}, and C{text}: the start of the line
+    for a malformed line that Spark quoted as a corrupt record, null for
+    one it did not (a good object without C{time}, C{router} or C{event}).
     """
     parsed = (spark.read.schema(S.PARSE_SCHEMA)
               .options(mode="PERMISSIVE", columnNameOfCorruptRecord=S.CORRUPT).json(files))
@@ -274,7 +302,7 @@ def json_source_lines(spark: SparkSession, files: list[str], fields=None) -> Dat
     checked = F.to_json(record).isNotNull()
     problem = problem_of(F.col(S.CORRUPT), record, checked)
     return kept(parsed.select(
-        F.col("_metadata.file_path").alias("file"),
+        file_key(F.col("_metadata.file_path")).alias("file"),
         F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("rid"),
         *S.EVENT_SCHEMA.fieldNames(),
