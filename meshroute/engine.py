@@ -856,10 +856,11 @@ class MessageEngine:
         now, so that the store's group commit writes the accept and the
         hand-over in one transaction (the assign is submitted after the
         accept and sees it; if the writer commits them apart, the assign
-        finds less, and the accept pumps again when it is durable).  Only
-        this pump counts messages not accepted yet: one that follows an
-        assign counts the backlog alone, so a store that answers the
-        assign before the accept does not make the link pump in a loop.
+        finds less, and the accept pumps again when it is durable).  The
+        pump that follows an assign which took messages counts them too
+        (L{PeerChannel._send_from}); one that follows an assign which took
+        none counts the backlog alone, so a store that answers the assign
+        before the accept does not make the link pump in a loop.
         """
         for router in routers:
             if router != self.name:
@@ -1355,7 +1356,13 @@ class PeerChannel:
 
     def _send_from(self, assigned, start: int) -> None:
         """
-        Send C{assigned[start:]}, then pump: more may wait.
+        Send C{assigned[start:]}, then pump: more may wait.  When some were
+        sent, the pump also counts the messages being accepted (as
+        L{MessageEngine._pump_ahead} does): one accepted while this assign
+        was in flight is then assigned in the transaction after its
+        accept's, or in the same one if the writer has not taken the
+        accept yet, instead of waiting for the accept to be durable and
+        only then submitting its assign.
 
         A message whose Transfer no peer would take (it would be refused as
         a protocol error, and replayed on every reconnect) is
@@ -1402,7 +1409,7 @@ class PeerChannel:
             self._in_flight_bytes += len(message.body)
         self._send_transfers(first, batch)
         self._pumping = False
-        self.pump()
+        self.pump(ahead=start < len(assigned))
 
     def _expire_from(self, assigned, start: int, now: int) -> None:
         """

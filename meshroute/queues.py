@@ -153,6 +153,23 @@ class _Item:
     marked: bool = False
 
 
+@dataclass(slots=True)
+class _Read:
+    """
+    A read of a queue's entries from the store (L{QueueManager._fill}):
+    the queue's C{epoch} and C{notified} when it began, its C{limit} and
+    how many entries it flags (C{mark}); C{rows} once it ended (empty if
+    it C{failed}).
+    """
+
+    epoch: int
+    notified: int
+    limit: int
+    mark: int
+    rows: list | None = None
+    failed: bool = False
+
+
 class _Queue:
     """
     The in-memory side of one local queue.
@@ -165,6 +182,10 @@ class _Queue:
     @ivar more: the store may hold entries above C{last_fetched}.
     @ivar notified: bumped by every C{notify}, so a fetch that started
         before a notification does not conclude the store is exhausted.
+    @ivar reads: the reads from the store in flight (L{_Read}), in the
+        order they began: at most two, the second only for entries notified
+        after the first began (L{QueueManager._fill}).
+    @ivar read_began: C{(epoch, notified)} when the latest read began.
     @ivar epoch: bumped when the persistent memory is released, so a
         fetch from before the release is ignored.
     @ivar acking: store.consume calls in flight.
@@ -184,7 +205,8 @@ class _Queue:
         self.seq = itertools.count(1)
         self.last_fetched = 0
         self.more = True
-        self.fetching = False
+        self.reads: deque[_Read] = deque()
+        self.read_began = (0, 0)
         self.notified = 0
         self.epoch = 0
         self.acking = 0
@@ -197,7 +219,7 @@ class _Queue:
 
     def idle(self) -> bool:
         return not (
-            self.consumers or self.fetching or self.acking or self.returned
+            self.consumers or self.reads or self.acking or self.returned
             or self.buffer or self.transient or self.transient_held or self.sending
         )
 
@@ -589,7 +611,7 @@ class QueueManager:
         leaves them to the dispatch, which checks expiry at hand-over.
         """
         return [name for name, state in self._queues.items()
-                if state.consumers or state.fetching or state.acking or state.buffer
+                if state.consumers or state.reads or state.acking or state.buffer
                 or state.sending
                 or any(item.entry_id is not None for item in state.returned)]
 
@@ -881,49 +903,78 @@ class QueueManager:
         Read more entries from the store when consumers exist, the store
         may have more, and the buffer is at most half full; the store flags
         as many of them as consumers have credit for beyond what already
-        waits (L{_Item.marked}).
+        waits or the reads in flight flag (L{_Item.marked}).
+
+        A second read may start beside the one in flight when entries were
+        notified since that one began: an arrival's read then joins the
+        arrival's transaction instead of waiting for the read in flight and
+        then taking a commit of its own.  Both read after C{last_fetched}
+        (it moves only when a read ends, and the epoch is the same) and new
+        entries always get higher ids, so what the first returns is a
+        prefix of what the second does: the second's rows that the first
+        buffered are skipped, and the two add at most the larger of their
+        limits to the buffer, which each limit's room allows.  Their
+        results are taken in the order the reads began.
         """
-        if state.fetching or not state.more or not state.consumers:
+        if not state.more or not state.consumers:
             return
+        reads = state.reads
+        if reads:
+            epoch, notified = state.read_began
+            if len(reads) > 1 or epoch != state.epoch or notified == state.notified:
+                return
         room = self._read_ahead - len(state.buffer)
         if room * 2 < self._read_ahead:
             return
         credit = sum(consumer.credit for consumer in state.consumers
                      if not consumer.holding_persistent)
-        mark = max(0, min(room, credit - len(state.returned) - len(state.buffer)))
-        state.fetching = True
+        mark = max(0, min(room, credit - len(state.returned) - len(state.buffer)
+                          - sum(read.mark for read in reads)))
+        read = _Read(state.epoch, state.notified, room, mark)
+        reads.append(read)
+        state.read_began = (state.epoch, state.notified)
         d = self._store.fetch(state.name, state.last_fetched, room, mark)
-        d.addCallbacks(
-            self._fetched, self._fetch_failed,
-            callbackArgs=(state, state.notified, state.epoch, room, mark),
-            errbackArgs=(state,),
-        )
+        d.addCallbacks(self._fetched, self._fetch_failed, (state, read), None, (state, read))
 
-    def _fetched(self, rows, state: _Queue, notified: int, epoch: int, limit: int,
-                 mark: int) -> None:
-        state.fetching = False
-        if epoch != state.epoch:
-            # The persistent memory was released while this fetch ran.
-            self._dispatch(state)
-            return
-        for entry_id, message, redelivered in rows:
-            # The store flagged the first `mark` not flagged before.
-            marked = not redelivered and mark > 0
-            if marked:
-                mark -= 1
-            if entry_id <= state.last_fetched:
-                continue
-            state.buffer.append(_Item(entry_id, message, bool(redelivered), next(state.seq),
-                                      marked))
-            state.last_fetched = entry_id
-        if len(rows) < limit and notified == state.notified:
-            state.more = False
-        self._dispatch(state)
+    def _fetched(self, rows, state: _Queue, read: "_Read") -> None:
+        read.rows = rows
+        self._take_reads(state)
 
-    def _fetch_failed(self, failure, state: _Queue) -> None:
-        state.fetching = False
+    def _fetch_failed(self, failure, state: _Queue, read: "_Read") -> None:
         log.failure("reading queue {queue} from the store", failure, queue=state.name)
-        # The next notify, credit or subscription tries again.
+        # Nothing read; the next notify, credit or subscription tries again.
+        read.rows = ()
+        read.failed = True
+        self._take_reads(state)
+
+    def _take_reads(self, state: _Queue) -> None:
+        """
+        Buffer the rows of the reads that ended, in the order they began.
+        """
+        reads = state.reads
+        dispatch = False
+        while reads and reads[0].rows is not None:
+            read = reads.popleft()
+            dispatch = dispatch or not read.failed
+            if read.epoch != state.epoch or read.failed:
+                # The persistent memory was released while this read ran.
+                continue
+            mark = read.mark
+            for entry_id, message, redelivered in read.rows:
+                # The store flagged the first `mark` not flagged before.
+                marked = not redelivered and mark > 0
+                if marked:
+                    mark -= 1
+                if entry_id <= state.last_fetched:
+                    # Also read by the read that began before this one.
+                    continue
+                state.buffer.append(_Item(entry_id, message, bool(redelivered),
+                                          next(state.seq), marked))
+                state.last_fetched = entry_id
+            if len(read.rows) < read.limit and read.notified == state.notified:
+                state.more = False
+        if dispatch:
+            self._dispatch(state)
 
     def _return(self, state: _Queue, held: list) -> None:
         """
@@ -957,7 +1008,7 @@ class QueueManager:
         entry this queue holds in memory is also in the store, undelivered,
         so drop them and read the queue from the start next time.
         """
-        if not (state.buffer or state.last_fetched or state.fetching
+        if not (state.buffer or state.last_fetched or state.reads
                 or any(item.entry_id is not None for item in state.returned)):
             return
         state.buffer.clear()

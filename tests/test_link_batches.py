@@ -1,9 +1,11 @@
 """
 How a delivery-stage channel (L{PeerChannel}) cuts what it sends into
 frames: batches of consecutive sequence numbers bounded in count and
-bytes at version 4, one message per frame before.
+bytes at version 4, one message per frame before; and when it takes more
+from the backlog.
 """
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from meshroute.engine import PeerChannel
@@ -117,3 +119,46 @@ def test_a_closing_link_sends_what_its_turn_gathered():
     link._stop()
     assert [len(f.messages) for f in sent] == [2]
     assert engine._clock.getDelayedCalls() == []
+
+
+class _HeldAssigns(_Store):
+    """
+    A backlog that is empty but for messages being accepted, whose
+    assigns wait for the test to answer them.
+    """
+
+    def __init__(self) -> None:
+        self.assigns: list[Deferred] = []
+
+    def assign(self, peer, dest_routers, limit, max_bytes=None) -> Deferred:
+        d = Deferred()
+        self.assigns.append(d)
+        return d
+
+
+def test_an_assign_that_took_messages_is_followed_by_one_for_those_being_accepted():
+    """
+    A message accepted while the link's assign is in flight is assigned as
+    soon as that assign returns (its assign follows its accept in the
+    store's order), not only once its accept is durable; an assign that
+    took nothing is followed by none, so the link cannot pump in a loop.
+    """
+    engine = _Engine()
+    engine._store = store = _HeldAssigns()
+    being_accepted = {"router-c": 1}
+    engine.accepting = lambda router: being_accepted.get(router, 0)
+    engine.assignable = lambda peer: frozenset({"router-c"})
+    sent: list = []
+    link = PeerChannel(engine, "router-b", sent.append, None, None, 4)
+    link._pumping = False  # Recovered.
+    link.pump(ahead=True)
+    assert len(store.assigns) == 1
+    being_accepted["router-c"] = 2  # Another send, while the assign is in flight.
+    link.pump(ahead=True)
+    assert len(store.assigns) == 1
+    being_accepted["router-c"] = 1  # The first accept is durable...
+    store.assigns[0].callback([(1, message(1))])  # ...and its assign returns.
+    assert seqs(sent) == [[1]]
+    assert len(store.assigns) == 2
+    store.assigns[1].callback([])  # Answered before the accept.
+    assert len(store.assigns) == 2

@@ -482,6 +482,96 @@ def test_notify_during_a_fetch_is_not_lost(store, log):
     assert len(consumer.deliveries) == 1
 
 
+class HeldFetches(CountingStore):
+    """
+    Runs each fetch on the store at once (so the store sees the reads in
+    the order they were made, as an executor runs them) and holds its
+    result until the test releases it.
+    """
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.held: list = []
+
+    def fetch(self, queue, after_entry, limit, mark=0):
+        from twisted.internet.defer import Deferred
+
+        self.fetches.append((queue, after_entry, limit))
+        rows = []
+        self._store.fetch(queue, after_entry, limit, mark).addCallback(rows.extend)
+        d = Deferred()
+        self.held.append((d, rows))
+        return d
+
+    def release(self, index: int) -> None:
+        d, rows = self.held.pop(index)
+        d.callback(rows)
+
+
+def test_an_arrival_is_read_beside_the_read_in_flight(store, log):
+    """
+    An entry notified while a read is in flight is read at once by a
+    second read (which joins the arrival's transaction in a real store),
+    not after the first ends; a third waits.  However the two end, each
+    entry is delivered once, in order, flagged by the read that
+    delivered it, and the buffer keeps its bound.
+    """
+    held = HeldFetches(store)
+    manager = QueueManager(held, log, Clock(), read_ahead=4)
+    first = enqueue(store, manager, "q", 1)
+    consumer = Consumer(manager, credit=10)
+    assert len(held.held) == 1
+    second = enqueue(store, manager, "q", 1)
+    assert len(held.held) == 2
+    assert held.fetches[0][1] == held.fetches[1][1] == 0
+    third = enqueue(store, manager, "q", 2)
+    assert len(held.held) == 2
+    held.release(1)  # The second read ends first: its rows wait for the first's.
+    assert consumer.deliveries == []
+    held.release(0)
+    assert consumer.bodies == [m.body for m in first + second]
+    assert len(held.held) == 1  # The third entry's read.
+    held.release(0)
+    assert consumer.bodies == [m.body for m in first + second + third]
+    assert not any(d.redelivered for d in consumer.deliveries)
+    state = manager._queues["q"]
+    assert len(state.buffer) <= 4
+    # Every delivered entry is flagged in the store: none needed a mark of its own.
+    rows = []
+    store.fetch("q", 0, 10).addCallback(rows.extend)
+    assert [flag for _, _, flag in rows] == [True] * 4
+
+
+def test_a_failed_read_beside_another_loses_nothing(store, log, observe_errors):
+    """
+    The first of two reads fails: the second, which began where the first
+    did, still delivers everything.
+    """
+    from twisted.internet.defer import Deferred
+
+    class FirstFails(HeldFetches):
+        def fetch(self, queue, after_entry, limit, mark=0):
+            if not self.fetches:
+                self.fetches.append((queue, after_entry, limit))
+                d = Deferred()
+                self.held.append((d, None))
+                return d
+            return super().fetch(queue, after_entry, limit, mark)
+
+    held = FirstFails(store)
+    manager = QueueManager(held, log, Clock())
+    sent = enqueue(store, manager, "q", 1)
+    consumer = Consumer(manager)
+    sent += enqueue(store, manager, "q", 1)
+    assert len(held.held) == 2
+    held.release(1)
+    d, _ = held.held.pop(0)
+    d.errback(RuntimeError("disk on fire"))
+    assert consumer.bodies == [m.body for m in sent]
+    [logged] = observe_errors.take(lambda e: e.get("log_failure") is not None)
+    assert logged["log_failure"].check(RuntimeError)
+
+
 def test_queue_without_consumers_holds_nothing_in_memory(store, manager):
     enqueue(store, manager, "q", 5)
     consumer = Consumer(manager, credit=2)
