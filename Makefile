@@ -37,9 +37,9 @@ chromium:
 	                 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } \
 	  || echo "chromium is not installed: the browser tests will be skipped"
 
-# Two workers (pytest-xdist): the Spark audits on one, the tests of real
-# router processes beside them (tests/conftest.py groups them).
-PYTEST_WORKERS ?= -n 2 --dist loadfile
+# Two workers (pytest-xdist), each taking whole test files, the slowest
+# first (tests/conftest.py orders them).
+PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: install chromium
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 

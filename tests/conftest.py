@@ -10,35 +10,27 @@ import pytest
 from twisted.logger import LogLevel, globalLogPublisher
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
+#: The test files that take longest, slowest first (C{--durations} of a
+#: whole run): they are collected first.
+SLOWEST_FILES = (
+    "test_audit_follow", "test_audit_cluster", "test_ha_restarts_processes",
+    "test_simulation", "test_ha_faults_processes", "test_event_rotation_processes",
+    "test_audit", "test_lab_processes", "test_messaging_processes",
+    "test_sessions_processes", "test_ha_processes", "test_stomp_processes",
+)
+
+
+def pytest_collection_modifyitems(items):
     """
-    With pytest-xdist's C{--dist loadfile} (C{make test} runs two
-    workers), a test file runs whole on one worker (its module-scoped
+    The slowest files first, the others in their order.  C{make test} runs
+    two pytest-xdist workers that take whole files in collection order
+    (C{--dist loadfile --no-loadscope-reorder}; a file's module-scoped
     fixtures are set up once, and some of its tests read what others
-    left), and the files that audit on the shared Spark session in this
-    process (those that import its fixture) run on the same worker, one
-    after the other: the audits are CPU-bound, so two sessions side by
-    side would only take turns, while the tests of real router processes,
-    which mostly wait, run beside them.  Tests of router processes that
-    audit at their end stay a unit of their own (they start a session on
-    their worker if it has none).
+    left): a worker that takes a long file late would leave the other
+    idle while it ends.
     """
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    tests = config.rootpath / "tests"
-    audits = {f"tests/{path.name}" for path in tests.glob("test_*.py")
-              if not path.stem.endswith("_processes")
-              and "from conftest_spark import spark" in path.read_text()}
-
-    class AuditsTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return "spark" if path in audits else path
-
-    return AuditsTogether(config, log)
+    rank = {name: index for index, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))
 
 
 class ErrorObserver:
