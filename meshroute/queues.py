@@ -185,7 +185,6 @@ class _Queue:
     @ivar reads: the reads from the store in flight (L{_Read}), in the
         order they began: at most two, the second only for entries notified
         after the first began (L{QueueManager._fill}).
-    @ivar read_began: C{(epoch, notified)} when the latest read began.
     @ivar epoch: bumped when the persistent memory is released, so a
         fetch from before the release is ignored.
     @ivar acking: store.consume calls in flight.
@@ -206,7 +205,6 @@ class _Queue:
         self.last_fetched = 0
         self.more = True
         self.reads: deque[_Read] = deque()
-        self.read_began = (0, 0)
         self.notified = 0
         self.epoch = 0
         self.acking = 0
@@ -920,8 +918,9 @@ class QueueManager:
             return
         reads = state.reads
         if reads:
-            epoch, notified = state.read_began
-            if len(reads) > 1 or epoch != state.epoch or notified == state.notified:
+            latest = reads[-1]
+            if (len(reads) > 1 or latest.epoch != state.epoch
+                    or latest.notified == state.notified):
                 return
         room = self._read_ahead - len(state.buffer)
         if room * 2 < self._read_ahead:
@@ -932,15 +931,14 @@ class QueueManager:
                           - sum(read.mark for read in reads)))
         read = _Read(state.epoch, state.notified, room, mark)
         reads.append(read)
-        state.read_began = (state.epoch, state.notified)
         d = self._store.fetch(state.name, state.last_fetched, room, mark)
         d.addCallbacks(self._fetched, self._fetch_failed, (state, read), None, (state, read))
 
-    def _fetched(self, rows, state: _Queue, read: "_Read") -> None:
+    def _fetched(self, rows, state: _Queue, read: _Read) -> None:
         read.rows = rows
         self._take_reads(state)
 
-    def _fetch_failed(self, failure, state: _Queue, read: "_Read") -> None:
+    def _fetch_failed(self, failure, state: _Queue, read: _Read) -> None:
         log.failure("reading queue {queue} from the store", failure, queue=state.name)
         # Nothing read; the next notify, credit or subscription tries again.
         read.rows = ()
