@@ -162,8 +162,8 @@ def synthetic_mesh(directory) -> MeshLog:
     log.bad_line(B, 9, '{"time":1800000009,"router":"router-b","event":"message.accepted",'
                         '"msg_id":"router-b:9:9","size":"big"}', "type")
     log.bad_line(D, 4, '{"router":"router-d","event":"link.stage"}', "missing")
-    log.bad_line(D, 6, '{"time":1800000006,"router":"router-d","event":"session.opened",'
-                        '"ttl_ms":"forever"}', "type")  # a field no view reads: still checked
+    log.bad_line(D, 6, '{"time":1800000006,"router":"router-d","event":"link.stage",'
+                        '"keepalive_interval_ms":"soon"}', "type")
     log.write(directory, truncate_last={C: 25})
     return log
 
@@ -655,16 +655,20 @@ ODD_LINES = [
 ]
 
 
-def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("fields, good_odd_lines", [(None, 3), ("used", 4)])
+def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path, fields,  # noqa: F811
+                                                             good_odd_lines):
     """
     The batch audit parses most file splits with Spark's JSON source and
     the others (a blank line, a JSON array, a line not in UTF-8, an
     object without time...) from the text: its rows, problems and line
-    numbers are those of parsing every line of the text.
+    numbers are those of parsing every line of the text, with the whole
+    schema or with the fields the views read (where a wrong type in a
+    field no view reads, C{ttl_ms}, is not a problem).
     """
     from pyspark.sql import functions as F
 
-    from meshroute.audit import read
+    from meshroute.audit import read, views
 
     lines = [json.dumps({"time": START + i, "router": A, "event": "x", "pad": "y" * 200}).encode()
              for i in range(6000)]
@@ -674,9 +678,11 @@ def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path):  #
     path.write_bytes(b"\n".join(lines) + b"\n")
     spark.conf.set("spark.sql.files.maxPartitionBytes", "65536")
     try:
-        logs = read.read_logs(spark, [str(path)])
+        if fields == "used":
+            fields = views.FIELDS_USED
+        logs = read.read_logs(spark, [str(path)], fields)
         assert "json" in logs.parsed._jdf.queryExecution().executedPlan().toString().lower()
-        expected = read.parse_lines(read.load_lines(spark, [str(path)]))
+        expected = read.parse_lines(read.load_lines(spark, [str(path)]), fields)
 
         def rows(frame):
             ordered = frame.orderBy("block", "rid").drop("rid", "file")
@@ -689,7 +695,8 @@ def test_the_json_source_reads_every_line_as_from_json_does(spark, tmp_path):  #
                  for row in read.malformed_lines(logs.parsed, logs.splits).collect()]
         assert sorted(found) == sorted(map(tuple, read.malformed_lines(expected, splits).collect()))
         assert logs.lines == len(lines)
-        assert logs.parsed.where(F.col("problem").isNotNull()).count() == len(ODD_LINES) - 3
+        problems = logs.parsed.where(F.col("problem").isNotNull()).count()
+        assert problems == len(ODD_LINES) - good_odd_lines
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
     logs.release()

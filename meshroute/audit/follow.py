@@ -126,7 +126,7 @@ class StreamingAudit:
     def __call__(self, batch, batch_id: int) -> None:
         from meshroute.audit import incremental, job, read, views
 
-        lines = read.kept(read.parse_lines(read.numbered(batch)), views.FIELDS_USED)
+        lines = read.parse_lines(read.numbered(batch), views.FIELDS_USED)
         try:
             state = incremental.advance(self.spark, lines, batch_id, self.settings,
                                         self.progress)

@@ -115,19 +115,22 @@ def problem_of(value, parsed, checked=None):
     )
 
 
-def parse_lines(lines: DataFrame) -> DataFrame:
+def parse_lines(lines: DataFrame, fields=None) -> DataFrame:
     """
-    C{lines} (from L{load_lines}) parsed: the line's position, every
-    schema field, C{problem} (null for a good event) and C{text} (the
-    start of the line, only when it has a problem).
+    C{lines} (from L{load_lines}) parsed: the line's position, the event
+    C{fields} (default: all of the schema; a line is checked in these
+    alone, L{meshroute.audit.schema.parse_schema}), C{problem} (null for
+    a good event) and C{text} (the start of the line, only when it has a
+    problem).
     """
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": S.CORRUPT}
+    schema = S.parse_schema(fields)
     parsed = lines.select("file", "block", "rid", "value",
-                          F.from_json("value", S.PARSE_SCHEMA, options).alias("e"))
+                          F.from_json("value", schema, options).alias("e"))
     problem = problem_of(F.col("value"), F.col("e"))
     return parsed.select(
         "file", "block", "rid",
-        *[F.col("e")[name].alias(name) for name in S.EVENT_SCHEMA.fieldNames()],
+        *[F.col("e")[name].alias(name) for name in schema.fieldNames() if name != S.CORRUPT],
         problem.alias("problem"),
         F.when(problem.isNotNull(), F.substring("value", 1, SNIPPET)).alias("text"),
     )
@@ -214,24 +217,14 @@ class EventLogs:
         self.splits.unpersist()
 
 
-def kept(parsed: DataFrame, fields=None) -> DataFrame:
-    """
-    C{parsed} (from L{parse_lines}) with only the event C{fields} (default:
-    all of the schema), the line's position, C{problem} and C{text}.
-    """
-    if fields is None:
-        return parsed
-    return parsed.select("file", "block", "rid", *fields, "problem", "text")
-
-
 def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     """
     Read and parse C{files} once, and keep the result (memory, spilling to
     disk) for the views: by Spark's JSON source where it gives what
     L{parse_lines} would (the module's docstring), else by L{parse_lines}.
 
-    @param fields: the event fields to keep (default: all of the schema);
-        every line is checked against the whole schema either way.
+    @param fields: the event fields to parse and keep (default: all of
+        the schema); a line is checked in these alone.
     @raise AuditInputError: when there is not one line to read.
     """
     what = f"{len(files)} file{'s' if len(files) != 1 else ''}"
@@ -262,7 +255,7 @@ def read_logs(spark: SparkSession, files: list[str], fields=None) -> EventLogs:
     kept_splits = F.broadcast(spark.createDataFrame(good, SPLIT_KEY))
     keyed = lines.withColumn("file", file_key(F.col("file")))
     again = first.parsed.join(kept_splits, ["file", "block"], "left_semi").unionByName(
-        kept(parse_lines(keyed.join(kept_splits, ["file", "block"], "left_anti")), fields))
+        parse_lines(keyed.join(kept_splits, ["file", "block"], "left_anti"), fields))
     try:
         logs = logs_of(again, what)
     finally:
@@ -287,28 +280,28 @@ def split_shapes(lines: DataFrame) -> DataFrame:
 
 def json_source_lines(spark: SparkSession, files: list[str], fields=None) -> DataFrame:
     """
-    C{files} parsed by Spark's JSON source, as L{kept} of L{parse_lines}
-    gives them, for the splits whose every line starts with C{{}, but
+    C{files} parsed by Spark's JSON source, as L{parse_lines} gives them, for the splits whose every line starts with C{{}, but
     C{file}, the file's L{file_key}, and C{text}: the start of the line
     for a malformed line that Spark quoted as a corrupt record, null for
     one it did not (a good object without C{time}, C{router} or C{event}).
     """
-    parsed = (spark.read.schema(S.PARSE_SCHEMA)
+    schema = S.parse_schema(fields)
+    parsed = (spark.read.schema(schema)
               .options(mode="PERMISSIVE", columnNameOfCorruptRecord=S.CORRUPT).json(files))
-    record = F.struct(*[F.col(name) for name in S.PARSE_SCHEMA.fieldNames()])
+    record = F.struct(*[F.col(name) for name in schema.fieldNames()])
     # A column the query does not use the JSON source does not parse (nor
     # check its type); the rendering, never null and only evaluated for a
     # line missing a required field, makes the query use every column.
     checked = F.to_json(record).isNotNull()
     problem = problem_of(F.col(S.CORRUPT), record, checked)
-    return kept(parsed.select(
+    return parsed.select(
         file_key(F.col("_metadata.file_path")).alias("file"),
         F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("rid"),
-        *S.EVENT_SCHEMA.fieldNames(),
+        *[name for name in schema.fieldNames() if name != S.CORRUPT],
         problem.alias("problem"),
         F.when(problem.isNotNull(), F.substring(S.CORRUPT, 1, SNIPPET)).alias("text"),
-    ), fields)
+    )
 
 
 def logs_of(parsed: DataFrame, what: str) -> EventLogs:
@@ -348,7 +341,7 @@ RARE = "_rare"
 
 def packed(parsed: DataFrame) -> DataFrame:
     """
-    C{parsed} (L{parse_lines}, L{kept}) with the fields a message event
+    C{parsed} (L{parse_lines}) with the fields a message event
     does not write (L{meshroute.audit.schema.MESSAGE_FIELDS}) in one
     struct, null when all of them are: most lines are message events,
     and each column costs every row its share of building the cache (a

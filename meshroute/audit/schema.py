@@ -7,7 +7,11 @@ an event entirely (a router that never forwarded a message) gives the
 same columns as one that has it.  Fields a line does not have are null;
 fields the schema does not know (written by a newer router) are ignored.
 A line whose field has the wrong JSON type (a string where a number
-belongs) is malformed: the audit reports it rather than guess.
+belongs) is malformed: the audit reports it rather than guess.  The
+audit parses only the fields it reads (L{parse_schema}): each field
+costs every line its share of the parse, and a field it does not read
+cannot mislead it, so, like a field the schema does not know, its type
+is not checked.
 
 Identifiers are strings; Spark's JSON reader turns any JSON value into
 its text for a string column, so an identifier written as a number never
@@ -143,8 +147,17 @@ MESSAGE_FIELDS = tuple(name for name, _, events in FIELDS
 #: One event line.
 EVENT_SCHEMA = T.StructType([T.StructField(name, kind, True) for name, kind, _ in FIELDS])
 
-#: What the reader parses with: the event schema and the corrupt-record column.
-PARSE_SCHEMA = T.StructType(EVENT_SCHEMA.fields + [T.StructField(CORRUPT, T.StringType(), True)])
+
+
+def parse_schema(fields=None) -> T.StructType:
+    """
+    What the reader parses with: the event schema's C{fields} (default:
+    all of them) and the corrupt-record column.
+    """
+    kept = EVENT_SCHEMA.fields if fields is None else [
+        field for field in EVENT_SCHEMA.fields if field.name in fields]
+    return T.StructType(kept + [T.StructField(CORRUPT, T.StringType(), True)])
+
 
 #: The fields without which a line is not an event.
 REQUIRED = ("time", "router", "event")

@@ -43,8 +43,8 @@ from pyspark.sql import functions as F
 
 from meshroute.audit import schema as S
 
-#: The event fields the views read: the reader keeps only these (and the
-#: line's position) once a line is parsed and checked.
+#: The event fields the views read: the reader parses, checks and keeps
+#: only these (and the line's position).
 FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "direction", "stage",
                "keepalive_interval_ms", "code", "detail", "by", "reason", "last_heard", "msg_id",
                "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at",
