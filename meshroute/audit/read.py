@@ -280,10 +280,12 @@ def split_shapes(lines: DataFrame) -> DataFrame:
 
 def json_source_lines(spark: SparkSession, files: list[str], fields=None) -> DataFrame:
     """
-    C{files} parsed by Spark's JSON source, as L{parse_lines} gives them, for the splits whose every line starts with C{{}, but
-    C{file}, the file's L{file_key}, and C{text}: the start of the line
-    for a malformed line that Spark quoted as a corrupt record, null for
-    one it did not (a good object without C{time}, C{router} or C{event}).
+    C{files} parsed by Spark's JSON source, as L{parse_lines} gives them
+    (the same C{fields}) for the splits whose every line starts with
+    C{{}, but C{file}, the file's L{file_key}, and C{text}: the start of
+    the line for a malformed line that Spark quoted as a corrupt record,
+    null for one it did not (a good object without C{time}, C{router} or
+    C{event}).
     """
     schema = S.parse_schema(fields)
     parsed = (spark.read.schema(schema)

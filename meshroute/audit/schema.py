@@ -148,7 +148,6 @@ MESSAGE_FIELDS = tuple(name for name, _, events in FIELDS
 EVENT_SCHEMA = T.StructType([T.StructField(name, kind, True) for name, kind, _ in FIELDS])
 
 
-
 def parse_schema(fields=None) -> T.StructType:
     """
     What the reader parses with: the event schema's C{fields} (default:
