@@ -641,6 +641,17 @@ def test_line_numbers_across_file_splits(spark, tmp_path):  # noqa: F811
     logs.release()
 
 
+def test_the_docs_list_the_schema_the_audit_reads_with():
+    """
+    docs/events.md's table of the schema is the schema's own
+    (L{meshroute.audit.schema.describe_fields}), so the two cannot drift.
+    """
+    from meshroute.audit import schema
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "events.md"
+    assert schema.describe_fields() in docs.read_text(encoding="utf-8")
+
+
 #: Lines where Spark's JSON source and from_json could part ways.
 ODD_LINES = [
     b"", b"   ", b"\t", b"[]", b"[1, 2]", b'[{"time":1800000000,"router":"router-a","event":"x"}]',
