@@ -78,7 +78,7 @@ def frames_of(buffer: bytes) -> tuple[list[bytes], bytes]:
 
 
 def run_relay(listen: int, onward: int, row: str, database: str) -> None:
-    from twisted.internet import protocol, reactor, threads
+    from twisted.internet import defer, endpoints, protocol, reactor, threads
     from twisted.python.threadpool import ThreadPool
 
     acks = row == "inline-acks"
@@ -125,16 +125,21 @@ def run_relay(listen: int, onward: int, row: str, database: str) -> None:
             if acks:
                 self.transport.write(ACK)
 
-    client = socket.create_connection(("127.0.0.1", onward))
-    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    client.setblocking(False)
     onward_protocol = Onward()
-    reactor.adoptStreamConnection(client.fileno(), socket.AF_INET,
-                                  protocol.Factory.forProtocol(lambda: onward_protocol))
-    client.close()  # adopted: the reactor holds its own descriptor
-    factory = protocol.Factory.forProtocol(Inbound)
-    reactor.listenTCP(listen, factory, interface="127.0.0.1")
-    print("listening", flush=True)
+
+    async def start() -> None:
+        await endpoints.connectProtocol(
+            endpoints.clientFromString(reactor, f"tcp:127.0.0.1:{onward}"), onward_protocol)
+        onward_protocol.transport.setTcpNoDelay(True)
+        await endpoints.serverFromString(reactor, f"tcp:{listen}:interface=127.0.0.1").listen(
+            protocol.Factory.forProtocol(Inbound))
+        print("listening", flush=True)
+
+    def failed(failure) -> None:
+        print(f"failed: {failure.getErrorMessage()}", flush=True)
+        reactor.stop()
+
+    reactor.callWhenRunning(lambda: defer.Deferred.fromCoroutine(start()).addErrback(failed))
     reactor.run()
 
 
