@@ -9,6 +9,7 @@ copies); new benchmarks import this module instead.
 """
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -312,6 +313,14 @@ def role_result(child: Child, code: int) -> dict:
     if code != 0:
         raise RuntimeError(f"{child.name} exited {code}:\n{child.output.decode(errors='replace')}")
     return json.loads(child.stdout.decode().strip().splitlines()[-1])
+
+
+def percentile(values: list[float], p: float) -> float:
+    """
+    The nearest-rank C{p}th percentile of C{values}.
+    """
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def print_table(title: str, header: tuple, rows: list[tuple]) -> None:

@@ -41,6 +41,7 @@ Runs on 127.0.0.1 only; temporary databases under --dir; not part of
 
 import argparse
 import os
+import select
 import socket
 import sqlite3
 import struct
@@ -148,10 +149,11 @@ def run_relay(listen: int, onward: int, row: str, database: str) -> None:
 
 def wait_for_line(process: subprocess.Popen, line: str) -> None:
     """
-    Block until C{process} prints its first line, which must be C{line}
-    (an empty one: it died).
+    Wait up to L{_harness.DEADLINE_S} for C{process} to print its first
+    line, which must be C{line} (an empty one: it died).
     """
-    got = process.stdout.readline().strip()
+    ready, _, _ = select.select([process.stdout], [], [], _harness.DEADLINE_S)
+    got = process.stdout.readline().strip() if ready else "(nothing in time)"
     if got != line:
         raise RuntimeError(f"a relay did not start: {got!r} (exit {process.poll()})")
 
@@ -162,7 +164,7 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
     sink = socket.socket()
     sink.bind(("127.0.0.1", consumer_port))
     sink.listen(1)
-    sink.settimeout(30)
+    sink.settimeout(_harness.DEADLINE_S)
     relays = []
     try:
         for listen, onward, name in ((b_port, consumer_port, "b"), (a_port, b_port, "a")):
@@ -214,13 +216,13 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
         producer.close()
         if len(latencies) < count:
             raise RuntimeError(f"{row}: {len(latencies)} of {count} frames arrived")
-        kept = sorted(latencies[warmup:])
+        kept = [latency * 1e3 for latency in latencies[warmup:]]
         cores = [(after - before) / elapsed for before, after in zip(cpu_before, cpu_after)]
         return {
             "row": row,
-            "p50": kept[len(kept) // 2] * 1e3,
-            "p90": kept[int(len(kept) * 0.9)] * 1e3,
-            "p99": kept[int(len(kept) * 0.99)] * 1e3,
+            "p50": _harness.percentile(kept, 50),
+            "p90": _harness.percentile(kept, 90),
+            "p99": _harness.percentile(kept, 99),
             "cores": cores,
             "us_per_message": [c / rate * 1e6 for c in cores],
         }

@@ -38,7 +38,6 @@ See benchmarks/README.md.
 """
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -58,6 +57,7 @@ from _harness import (  # noqa: E402
     cpu_s,
     free_port,
     poll,
+    percentile,
     print_table,
     remove_tree,
     role_result,
@@ -457,14 +457,6 @@ class Pair:
                 await router.child.stop(self._reactor)
             except defer.TimeoutError:
                 await router.child.kill()
-
-
-def percentile(values: list[float], p: float) -> float:
-    """
-    The nearest-rank C{p}th percentile of C{values}.
-    """
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 # -- throughput and latency with and without a backup -----------------------------------------

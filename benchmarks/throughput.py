@@ -46,7 +46,6 @@ script itself is killed: they get SIGKILL as their parent-death signal).
 import fnmatch
 import functools
 import json
-import math
 import os
 import shutil
 import signal
@@ -65,6 +64,8 @@ sys.path.insert(0, ROOT)
 from twisted.python import usage  # noqa: E402
 
 from meshroute.events import read_events  # noqa: E402
+
+from _harness import percentile  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 SECRET = b"benchmark secret"
@@ -477,14 +478,6 @@ class Mesh:
 
 
 # -- one run ----------------------------------------------------------------------------
-
-
-def percentile(values: list[float], p: float) -> float:
-    """
-    Nearest-rank percentile.
-    """
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def read_enqueued(data_dir: str, queue: str) -> tuple[int, float | None]:
