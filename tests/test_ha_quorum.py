@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from meshroute.ha.quorum import (
     ACTIVE_ALIVE,
+    GROUP_MISMATCH,
     NOT_IN_SYNC,
     ORIGIN,
     STALE_EPOCH,
@@ -26,7 +27,9 @@ from meshroute.ha.quorum import (
     VoteRequest,
     VoterRecord,
     decide_start,
+    instance_name,
     majority,
+    router_of,
 )
 
 LEASE = 3.0
@@ -267,6 +270,84 @@ def test_a_heartbeat_of_a_newer_epoch_is_learned():
     assert answer.accepted
     assert (voter.record.granted_epoch, voter.record.granted_to) == (4, "b")
     assert voter.request(request("p", 4, LogPosition(4, 1)), now=100.0).reason == STALE_EPOCH
+
+
+# -- rule 0: one router name, one sequence of epochs ---------------------------
+
+#: The instances of router r, the primary configured in group g1 and the
+#: backup, by a typo, in group g2.
+R_P, R_B = instance_name("r", "primary"), instance_name("r", "backup")
+
+
+def test_an_instance_s_router_is_read_from_its_name():
+    assert (R_P, router_of(R_P)) == ("r/primary", "r")
+    assert router_of("p") == "p"
+
+
+def test_a_rival_group_s_active_is_refused_as_a_group_mismatch():
+    """
+    A voter granted r's primary (group g1) epoch 1 and hears it: r's
+    backup, in group g2, is refused as a group mismatch, however high the
+    epoch it asks for, and its heartbeats are not accepted.
+    """
+    g1 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    g2 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    assert g1.request(request(R_P, 1, ORIGIN), now=0.0, others=[g2]).granted
+    vote = g2.request(request(R_B, 9, ORIGIN), now=1.0, others=[g1])
+    assert (vote.granted, vote.reason, vote.granted_epoch) == (False, GROUP_MISMATCH, 1)
+    assert g2.record == VoterRecord()
+    beat = g2.heartbeat(Heartbeat(R_B, 9, ORIGIN, ORIGIN, 1.0), 1.0, others=[g1])
+    assert (beat.accepted, beat.granted_epoch) == (False, 1)
+    assert g2.record == VoterRecord()
+
+
+def test_a_rival_group_s_epochs_are_stale_once_its_active_is_silent():
+    """
+    Once r's primary is silent for the lease, r's backup in group g2 may
+    have an epoch, but only one above every epoch r had in group g1: the
+    mesh's fencing knows r's epochs, not its groups.
+    """
+    g1 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    g2 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    assert g1.request(request(R_P, 4, ORIGIN, alone=False), now=0.0, others=[g2]).granted
+    later = 2 * LEASE
+    vote = g2.request(request(R_B, 4, ORIGIN), now=later, others=[g1])
+    assert (vote.reason, vote.granted_epoch) == (STALE_EPOCH, 4)
+    assert g2.request(request(R_B, 5, ORIGIN), now=later, others=[g1]).granted
+    # And now g1's primary is the rival that is refused.
+    vote = g1.request(request(R_P, 6, ORIGIN), now=later + 1, others=[g2])
+    assert (vote.reason, vote.granted_epoch) == (GROUP_MISMATCH, 5)
+
+
+def test_an_instance_behind_a_rival_group_s_confirmed_position_is_refused():
+    """
+    r's backup in group g2 was never replicated to (its peer refused it):
+    once r's primary in group g1 confirmed changes and fell silent, the
+    backup still lacks them, and is refused.
+    """
+    g1 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    g2 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    assert g1.request(request(R_P, 1, ORIGIN), now=0.0, others=[g2]).granted
+    g1.heartbeat(Heartbeat(R_P, 1, LogPosition(1, 40), LogPosition(1, 40), 1.0), 1.0, [g2])
+    vote = g2.request(request(R_B, 2, LogPosition(0, 0)), now=10.0, others=[g1])
+    assert (vote.reason, vote.granted_epoch) == (NOT_IN_SYNC, 1)
+    assert g2.request(request(R_B, 2, LogPosition(1, 40)), now=10.0, others=[g1]).granted
+
+
+def test_other_routers_groups_are_no_rivals():
+    g1 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    other = Voter("w", LEASE, VoterRecord(), now=0.0)
+    assert g1.request(request(R_P, 3, ORIGIN), now=0.0, others=[other]).granted
+    assert other.request(request("s/primary", 1, ORIGIN), now=0.0, others=[g1]).granted
+
+
+def test_a_restarted_voter_still_refuses_the_rival_of_the_active_it_granted():
+    g1 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    g2 = Voter("w", LEASE, VoterRecord(), now=0.0)
+    assert g1.request(request(R_P, 1, ORIGIN), now=0.0, others=[g2]).granted
+    restarted = Voter("w", LEASE, g1.record, now=100.0)
+    vote = g2.request(request(R_B, 2, ORIGIN), now=101.0, others=[restarted])
+    assert vote.reason == GROUP_MISMATCH
 
 
 # -- the tally ----------------------------------------------------------------
@@ -632,3 +713,132 @@ def test_after_an_alone_epoch_the_stale_backup_never_wins(witnesses, grant_order
     run(group, schedule)
     for epoch, winners in group.won_epochs().items():
         assert epoch <= 2 or winners == {"p"}, (epoch, winners)
+
+
+# -- two groups of one router name (a mistyped group-name) --------------------
+
+#: Which group each instance of router r was configured in.
+GROUP_OF = {R_P: "g1", R_B: "g2"}
+
+
+@dataclass
+class MismatchedPair:
+    """
+    Router r's primary in group g1 and its backup in group g2, with
+    witnesses: a voter per group at every witness (a witness keeps one
+    record per group), each instance's own voter for its own group only
+    (the other instance's requests are refused at its replication
+    listener, C{group-mismatch}), messages in flight, restarts, and every
+    grant and heartbeat each witness accepted, with its time.
+    """
+
+    witnesses: int
+    now: float = 0.0
+    voters: dict[tuple[str, str], Voter] = field(default_factory=dict)
+    in_flight: list[tuple] = field(default_factory=list)
+    grants: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    #: (witness, group) -> the times it granted to, or accepted a
+    #: heartbeat from, that group's instance.
+    served: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        keys = [(R_P, "g1"), (R_B, "g2"),
+                *((f"w{i}", group) for i in range(self.witnesses) for group in ("g1", "g2"))]
+        self.voters = {key: Voter(key[0], LEASE, VoterRecord(), 0.0) for key in keys}
+
+    def voters_of(self, instance: str) -> list[str]:
+        """
+        The voters an instance of its group counts (the pair and the
+        witnesses: the peer never answers it).
+        """
+        return [R_P, R_B, *(f"w{i}" for i in range(self.witnesses))]
+
+    def others(self, voter: str, group: str) -> list[Voter]:
+        return [v for (name, g), v in self.voters.items() if name == voter and g != group]
+
+    def send(self, message) -> None:
+        instance = message.candidate if isinstance(message, VoteRequest) else message.instance
+        group = GROUP_OF[instance]
+        for name in self.voters_of(instance):
+            if (name, group) in self.voters:
+                self.in_flight.append((name, group, message))
+
+    def deliver(self, index: int) -> None:
+        name, group, message = self.in_flight.pop(index % len(self.in_flight))
+        voter = self.voters[(name, group)]
+        if isinstance(message, VoteRequest):
+            by = self.grants.setdefault((message.candidate, message.epoch), set())
+            again = name in by
+            if voter.request(message, self.now, self.others(name, group)).granted:
+                by.add(name)
+            # The same request granted again is no new grant: its winner's
+            # lease runs from its election's start, before the first.
+            served = name in by and not again
+        else:
+            served = voter.heartbeat(message, self.now, self.others(name, group)).accepted
+        if served and name.startswith("w"):
+            self.check_no_rival_served(name, group)
+            self.served.setdefault((name, group), []).append(self.now)
+
+    def check_no_rival_served(self, witness: str, group: str) -> None:
+        """
+        Rule 0 at one witness: it grants to, or accepts the heartbeat of,
+        one group only once it served no other group of the router for a
+        whole lease.
+        """
+        for (name, other), times in self.served.items():
+            if name == witness and other != group:
+                assert self.now - max(times) >= LEASE, (witness, group, other, times, self.now)
+
+    def restart(self, index: int) -> None:
+        key = sorted(self.voters)[index % len(self.voters)]
+        self.voters[key] = Voter(key[0], LEASE, self.voters[key].record, self.now)
+
+    def won(self) -> dict[tuple[str, int], bool]:
+        needed = majority(len(self.voters_of(R_P)))
+        return {key: len(by) >= needed for key, by in self.grants.items()}
+
+
+mismatch_steps = st.one_of(
+    st.tuples(st.just("request"), st.sampled_from((R_P, R_B)), st.integers(1, 6),
+              st.booleans()),
+    *[st.tuples(st.just("deliver"), st.integers(0, 1000))] * 4,
+    st.tuples(st.just("drop"), st.integers(0, 1000)),
+    st.tuples(st.just("restart"), st.integers(0, 20)),
+    st.tuples(st.just("advance"), st.floats(0.0, 2 * LEASE)),
+    st.tuples(st.just("heartbeat"), st.sampled_from((R_P, R_B))),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3), st.lists(mismatch_steps, min_size=30, max_size=100))
+def test_two_groups_of_one_router_never_win_one_epoch_nor_serve_at_once(witnesses, schedule):
+    """
+    A mismatched pair: whatever the order, drops and restarts, no epoch
+    of router r is won by both instances (the mesh fences by router
+    name), and no witness grants to, or hears, one group while it served
+    the other less than a lease ago (checked at every grant).  Only an
+    instance that won an epoch sends heartbeats in it.
+    """
+    pair = MismatchedPair(witnesses)
+    for step in schedule:
+        kind = step[0]
+        if kind == "request":
+            _, candidate, epoch, alone = step
+            pair.send(VoteRequest(candidate, candidate, epoch, ORIGIN, alone))
+        elif kind == "deliver" and pair.in_flight:
+            pair.deliver(step[1])
+        elif kind == "drop" and pair.in_flight:
+            pair.in_flight.pop(step[1] % len(pair.in_flight))
+        elif kind == "restart":
+            pair.restart(step[1])
+        elif kind == "advance":
+            pair.now += step[1]
+        elif kind == "heartbeat":
+            epochs = [epoch for (instance, epoch), won in pair.won().items()
+                      if won and instance == step[1]]
+            if epochs:
+                pair.send(Heartbeat(step[1], max(epochs), ORIGIN, ORIGIN, pair.now))
+    won = [key for key, won in pair.won().items() if won]
+    epochs = [epoch for _, epoch in won]
+    assert len(epochs) == len(set(epochs)), won

@@ -49,6 +49,7 @@ from meshroute.sessions.ha_view import HAView
 from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
+from meshroute.ha.quorum import instance_name
 from meshroute.ha.lease import LEASE_EXPIRED
 from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
                                   NotServing)
@@ -70,14 +71,6 @@ log = Logger()
 
 #: The API states in which an instance serves.
 _SERVING = (role.ACTIVE_REPLICATED, role.ACTIVE_ALONE)
-
-
-def instance_name(router: str, ha_role: str) -> str:
-    """
-    The name an instance votes and is granted epochs as: both instances
-    carry the router's name, so the configured role tells them apart.
-    """
-    return f"{router}/{ha_role}"
 
 
 def peer_role(ha_role: str) -> str:

@@ -46,11 +46,32 @@ in sync.  A backup still catching up during an epoch in which the active
 runs alone receives that epoch's changes but not that epoch as its own:
 it holds only part of what was confirmed in it.
 
+One router name, one sequence of epochs.  The mesh fences an HA router
+by its name (links and route advertisements carry the epoch, and a
+neighbour refuses an epoch below the newest it saw for that name), so a
+voter keeps the epochs of one router name apart from no one: two groups
+whose instances carry the same router name (one instance's
+C{group-name} mistyped) are rivals, and a voter answering one group
+first applies rule 0 against the voters of the rival groups (L{rivals}):
+
+ 0. While it still hears an active of a rival group it refuses
+    (C{group-mismatch}) every request and heartbeat of this one; and it
+    grants, or accepts a heartbeat in, only an epoch above every epoch
+    granted (or learned) for that router name in any group (C{stale-epoch}
+    otherwise, telling the newest), and only to an instance in sync with
+    what the rival groups' records know was confirmed (C{not-in-sync}:
+    one router name, one history of confirmed changes).  So a voter
+    never grants two groups of one router name epochs that could be
+    served at once, the epochs of one router name only go up, whichever
+    group asks, and an instance whose replication was refused never takes
+    over the data it lacks.
+
 The start-up rule (L{decide_start}) tells an instance that starts what to
 do from the voters' answers: follow an active, resume (ask for the next
 epoch) when it holds the newest data, or wait.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -58,6 +79,55 @@ from enum import Enum
 STALE_EPOCH = "stale-epoch"
 ACTIVE_ALIVE = "active-alive"
 NOT_IN_SYNC = "not-in-sync"
+GROUP_MISMATCH = "group-mismatch"
+
+
+def instance_name(router: str, ha_role: str) -> str:
+    """
+    The name an instance votes and is granted epochs as: both instances
+    carry the router's name, so the configured role tells them apart.
+    """
+    return f"{router}/{ha_role}"
+
+
+def router_of(instance: str) -> str:
+    """
+    The router name an instance (L{instance_name}) serves: what rule 0
+    compares, read from the durable records themselves, so that it holds
+    across a voter's restart.
+    """
+    return instance.partition("/")[0]
+
+
+def rivals(instance: str, voters: "Iterable[Voter]") -> list["Voter"]:
+    """
+    Of C{voters} (one voter's voters of the I{other} groups), those whose
+    group holds, or held, an epoch of C{instance}'s router name.
+    """
+    router = router_of(instance)
+    return [voter for voter in voters
+            if voter.record.granted_to is not None
+            and router_of(voter.record.granted_to) == router]
+
+
+def rival_refusal(rival_voters: "list[Voter]", epoch: int, now: float,
+                  candidate: str | None = None,
+                  position: "LogPosition | None" = None) -> tuple[str, int] | None:
+    """
+    Rule 0: why a request (from C{candidate} at C{position}) or a
+    heartbeat (neither given) for C{epoch} is refused because of its
+    router name's other groups (their voters, L{rivals}), with the newest
+    epoch granted in them; None when it is not.
+    """
+    newest = max((voter.record.granted_epoch for voter in rival_voters), default=0)
+    if any(voter.hears_active(now) for voter in rival_voters):
+        return GROUP_MISMATCH, newest
+    if epoch <= newest:
+        return STALE_EPOCH, newest
+    if candidate is not None and not all(
+            voter.record.in_sync(candidate, position) for voter in rival_voters):
+        return NOT_IN_SYNC, newest
+    return None
 
 
 def majority(voters: int) -> int:
@@ -157,7 +227,7 @@ class Vote:
     A voter's answer to a L{VoteRequest}.
 
     @ivar reason: why it refused (L{STALE_EPOCH}, L{ACTIVE_ALIVE},
-        L{NOT_IN_SYNC}); C{None} for a grant.
+        L{NOT_IN_SYNC}, L{GROUP_MISMATCH}); C{None} for a grant.
     @ivar granted_epoch: the voter's newest granted epoch after answering,
         so that a candidate refused as stale knows which epoch to ask next.
     """
@@ -248,11 +318,19 @@ class Voter:
         """
         return self.heard_at is not None and now - self.heard_at < self.lease_timeout
 
-    def request(self, request: VoteRequest, now: float) -> Vote:
+    def request(self, request: VoteRequest, now: float, others: Iterable["Voter"] = ()) -> Vote:
         """
         Answer a request for a new epoch (the rules of the module
         docstring, in order).
+
+        @param others: this voter's voters of the other groups (rule 0).
         """
+        refusal = rival_refusal(rivals(request.candidate, others), request.epoch, now,
+                                request.candidate, request.position)
+        if refusal is not None:
+            reason, newest = refusal
+            return Vote(self.name, request.epoch, False, reason,
+                        max(newest, self.record.granted_epoch))
         record = self.record
         asked_again = (request.epoch, request.candidate) == (record.granted_epoch, record.granted_to)
         if asked_again and not record.learned:
@@ -276,10 +354,12 @@ class Voter:
         self.heard_at = now
         return self._vote(request, None)
 
-    def heartbeat(self, beat: Heartbeat, now: float) -> HeartbeatAnswer:
+    def heartbeat(self, beat: Heartbeat, now: float,
+                  others: Iterable["Voter"] = ()) -> HeartbeatAnswer:
         """
-        Answer the active's heartbeat: refuse one from an older epoch;
-        otherwise note the time and what it confirmed.
+        Answer the active's heartbeat: refuse one from an older epoch, or
+        one rule 0 refuses (C{others}: this voter's voters of the other
+        groups); otherwise note the time and what it confirmed.
 
         Only the instance that won an epoch sends heartbeats in it.  So a
         heartbeat of a newer epoch than the voter granted comes from an
@@ -294,6 +374,10 @@ class Voter:
         other instance (rule 1).
         """
         record = self.record
+        refusal = rival_refusal(rivals(beat.instance, others), beat.epoch, now)
+        if refusal is not None:
+            return HeartbeatAnswer(self.name, False, beat.sent_at,
+                                   max(refusal[1], record.granted_epoch))
         if beat.epoch < record.granted_epoch:
             return HeartbeatAnswer(self.name, False, beat.sent_at, record.granted_epoch)
         if (beat.epoch, beat.instance) != (record.granted_epoch, record.granted_to):

@@ -7,7 +7,9 @@ connections to its routing listener (docs/protocol.md, "Vote
 connections").  For each group that ever asked, L{Witness} holds one
 L{quorum.Voter}, built at start from the record the store last saved
 (L{meshroute.interfaces.IVoterRecords}); the rules are the voter's, not
-this module's.  What this module adds is durability and order: after
+this module's, and so is rule 0, which weighs one group's request
+against the voters of the other groups of the same router name (a pair
+whose C{group-name}s differ must never be granted two epochs at once).  What this module adds is durability and order: after
 every request or heartbeat it saves the group's record if it changed,
 and answers only once that save, and every save before it, is durable.
 A grant that is not durable is never answered: if the save fails, the
@@ -151,7 +153,7 @@ class Witness:
             position=quorum.LogPosition(frame.position_epoch, frame.position),
             alone=frame.alone,
         )
-        vote = state.voter.request(request, self._clock.seconds())
+        vote = state.voter.request(request, self._clock.seconds(), self._others(frame.group))
         answer = frames.VoteAnswer(frame.group, self.name, vote.epoch, vote.granted,
                                    vote.reason or "", vote.granted_epoch)
         return self._when_durable(frame.group, state).addCallback(
@@ -171,7 +173,24 @@ class Witness:
             epoch=frame.epoch, candidate=frame.candidate, requester=frame.requester, peer=peer,
             why="" if answer.granted else f": {answer.reason}",
         )
+        if answer.reason == quorum.GROUP_MISMATCH:
+            self._mismatch(frame.group, frame.candidate)
         return answer
+
+    def _mismatch(self, group: str, instance: str) -> None:
+        """
+        Say loudly that two groups carry one router name: a C{group-name}
+        differs between the configurations of one router's instances.
+        """
+        rival_groups = sorted(name for name, state in self._groups.items()
+                              if name != group and quorum.rivals(instance, [state.voter]))
+        log.warn(
+            "HA group {group}: {instance} refused ({reason}): router {router} is also "
+            "served by group {rivals}, whose active this voter still hears; check "
+            "ha.group-name in both instances' configurations",
+            group=group, instance=instance, reason=quorum.GROUP_MISMATCH,
+            router=quorum.router_of(instance), rivals=", ".join(rival_groups),
+        )
 
     def heartbeat(self, peer: str, frame: frames.Heartbeat) -> Deferred:
         """
@@ -188,7 +207,7 @@ class Witness:
             confirmed=quorum.LogPosition(frame.confirmed_epoch, frame.confirmed_position),
             sent_at=frame.sent_at,
         )
-        heard = state.voter.heartbeat(beat, self._clock.seconds())
+        heard = state.voter.heartbeat(beat, self._clock.seconds(), self._others(frame.group))
         answer = frames.HeartbeatAnswer(frame.group, self.name, heard.accepted, heard.sent_at,
                                         heard.granted_epoch)
         return self._when_durable(frame.group, state).addCallback(
@@ -241,6 +260,14 @@ class Witness:
             state.lease_timeout_ms = lease_timeout_ms
             state.voter.lease_timeout = lease_timeout_ms / 1000
         return state
+
+    def _others(self, group: str) -> list[quorum.Voter]:
+        """
+        The voters of every group but C{group}: rule 0 of
+        L{meshroute.ha.quorum} picks the rivals among them (the groups of
+        the same router name).
+        """
+        return [state.voter for name, state in self._groups.items() if name != group]
 
     def _when_durable(self, group: str, state: _Group) -> Deferred:
         """
