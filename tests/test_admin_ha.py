@@ -29,7 +29,7 @@ DESCRIBED = {
     "epoch": 7,
     "position": {"epoch": 7, "position": 1234},
     "lag": 3,
-    "peer": {"endpoint": "tcp:127.0.0.1:7102", "connected": True},
+    "peer": {"endpoint": "tcp:127.0.0.1:7102", "connected": True, "refusal": None},
     "voters": [
         {"name": "router-b/primary", "endpoint": "tcp:127.0.0.1:7102", "connected": True},
         {"name": "router-a", "endpoint": "tcp:127.0.0.1:7001", "connected": False},
@@ -111,7 +111,7 @@ def test_an_active_status_without_a_peer_or_lag():
                      PeerStatus("tcp:127.0.0.1:7202", False), ())
     body = serve(admin_site(ha=FakeInstance(status=alone)), "/api/v1/ha")[2]
     assert (body["lag"], body["peer"], body["voters"]) == (
-        None, {"endpoint": "tcp:127.0.0.1:7202", "connected": False}, [])
+        None, {"endpoint": "tcp:127.0.0.1:7202", "connected": False, "refusal": None}, [])
 
 
 def test_meshroute_status_of_an_instance_that_is_not_active(monkeypatch):

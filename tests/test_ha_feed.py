@@ -20,6 +20,7 @@ from meshroute.ha import feed as feed_module
 from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.listener import replication_listener
+from meshroute.ha.pairing import Pairing
 from meshroute.ha.quorum import LogPosition
 from meshroute.ha.witness import Witness
 from meshroute.link import auth, handshake, reasons
@@ -171,8 +172,9 @@ class Instance:
         settings = ListenerSettings(secret=SECRET, keepalive_interval_ms=KEEPALIVE_MS,
                                     stage_valid_timeout_ms=5000,
                                     reject_disconnect_delay_ms=1000)
+        self.pairing = Pairing(NAME, NAME)
         self.factory = replication_listener(NAME, self.clock, self.events, self.registry,
-                                            self.witness, self.server, settings)
+                                            self.witness, self.server, settings, self.pairing)
 
     def _caught_up(self) -> None:
         self.caught_up += 1
@@ -227,7 +229,7 @@ class Follower:
                                           welcome.challenge), CHALLENGE))
 
     def to_replication(self) -> None:
-        self.authenticate(ReplicaHello([3], NAME))
+        self.authenticate(ReplicaHello([3], NAME, NAME))
         (authenticated,) = self.written()
         assert authenticated == Authenticated(auth.proof(SECRET, "listener", NAME, NAME,
                                                          CHALLENGE, self.welcome.challenge))
@@ -421,14 +423,14 @@ def test_a_silent_follower_is_closed_by_the_keepalive(active):
 
 def test_an_instance_that_is_not_active_refuses_replication_with_not_active(instance):
     follower = instance.connection()
-    follower.authenticate(ReplicaHello([3], NAME))
+    follower.authenticate(ReplicaHello([3], NAME, NAME))
     (reject,) = follower.written()
     assert reject.code == reasons.NOT_ACTIVE
 
 
 def test_a_wrong_secret_is_refused_before_not_active_is_told(instance):
     follower = instance.connection()
-    follower.send(ReplicaHello([3], NAME))
+    follower.send(ReplicaHello([3], NAME, NAME))
     (welcome,) = follower.written()
     follower.send(Authenticate(b"\0" * 32, CHALLENGE))
     (reject,) = follower.written()
@@ -466,7 +468,7 @@ def test_a_second_follow_is_a_protocol_error(active):
     (Hello([2, 3], NAME), reasons.NOT_ALLOWED),  # no routing links here
     (ReplicaHello([3], "router-c"), reasons.NOT_ALLOWED),  # only the pair's other instance
     (VoteHello([3], "router-c"), reasons.NOT_ALLOWED),
-    (ReplicaHello([2], NAME), reasons.VERSION),
+    (ReplicaHello([2], NAME, NAME), reasons.VERSION),
 ])
 def test_the_replication_listener_admits_only_the_pair_s_other_instance(instance, hello, code):
     follower = instance.connection()
@@ -475,12 +477,52 @@ def test_the_replication_listener_admits_only_the_pair_s_other_instance(instance
     assert isinstance(reject, Reject) and reject.code == code
 
 
+@pytest.mark.parametrize("hello", [
+    ReplicaHello([3], NAME, "router-b-typo"),
+    VoteHello([3], NAME, "router-b-typo"),
+    VoteHello([3], NAME),  # an older meshroute names no group
+])
+def test_the_replication_listener_refuses_an_instance_of_another_group(instance, hello):
+    """
+    A mistyped group-name: the pair's other instance proves it knows the
+    mesh secret, and is refused as a group mismatch naming both groups;
+    the instance holds the refusal (it does not activate meanwhile) until
+    a connection of its own group is authenticated.
+    """
+    pairing = instance.pairing
+    peer = instance.connection()
+    peer.authenticate(hello)
+    (reject,) = peer.written()
+    assert isinstance(reject, Reject) and reject.code == reasons.GROUP_MISMATCH
+    theirs = repr(hello.group) if hello.group else "no group"
+    assert f"HA group {NAME!r}, yours in {theirs}" in reject.detail
+    assert pairing.refusal.startswith(f"{reasons.GROUP_MISMATCH}: this instance of router ")
+    assert f"HA group {NAME!r}, the other instance in {theirs}" in pairing.refusal
+    mended = instance.connection()
+    mended.authenticate(VoteHello([3], NAME, NAME))
+    assert mended.core.stage == handshake.VOTING
+    assert pairing.refusal is None
+
+
+def test_an_unproven_hello_of_another_group_refuses_nothing(instance):
+    """
+    The group is checked only once the proof is good: a stranger cannot
+    keep an instance from activating.
+    """
+    peer = instance.connection()
+    peer.send(ReplicaHello([3], NAME, "router-b-typo"))
+    peer.send(Authenticate(b"\0" * 32, CHALLENGE))
+    (_, reject) = peer.written()
+    assert isinstance(reject, Reject) and reject.code == reasons.AUTH_FAILED
+    assert instance.pairing.refusal is None
+
+
 # -- votes on the replication listener --------------------------------------------
 
 
 def test_the_peer_s_vote_connection_is_answered_by_the_instance_s_own_witness(instance):
     peer = instance.connection()
-    peer.authenticate(VoteHello([3], NAME))
+    peer.authenticate(VoteHello([3], NAME, NAME))
     (authenticated,) = peer.written()
     assert isinstance(authenticated, Authenticated)
     assert peer.core.stage == handshake.VOTING

@@ -64,7 +64,8 @@ class Pair:
 
     def start(self, ha_role: str, **ha_options) -> HAInstance:
         """
-        Start the instance of C{ha_role}; C{ha_options}: more L{HASettings} fields.
+        Start the instance of C{ha_role}; C{ha_options}: more L{HASettings}
+        fields (C{group_name} the router's name unless given).
         """
         other = BACKUP if ha_role == PRIMARY else PRIMARY
         key = self.key(ha_role)
@@ -75,7 +76,7 @@ class Pair:
             listener=dataclasses.replace(base.listener, endpoint=key),
             clients=ClientListenerConfig(f"clients-{ha_role}"),
             ha=HASettings(
-                role=ha_role, group_name=ROUTER,
+                role=ha_role, group_name=ha_options.pop("group_name", ROUTER),
                 replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
                                                 "(memory)", SECRET),
                 witnesses=(WitnessSettings(WITNESS, WITNESS),),
@@ -564,3 +565,64 @@ def test_a_backup_whose_requests_cross_the_witness_s_idle_closes_takes_over(pair
     pair.kill(PRIMARY)
     took = 2.0 + pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
     assert took <= FAILOVER_BOUND
+
+
+# -- a mistyped group-name ------------------------------------------------------
+
+TYPO = f"{ROUTER}-typo"
+
+
+def run_watching(pair: Pair, seconds: float) -> None:
+    """
+    Run the mesh for C{seconds}, checking at every step that at most one
+    instance serves.
+    """
+    end = pair.clock.seconds() + seconds
+    while pair.clock.seconds() < end:
+        pair.mesh.run(0.05)
+        assert sum(serving(i) for i in pair.instances.values()) <= 1, pair.states()
+
+
+def test_an_instance_of_another_group_is_refused_and_never_serves_beside_the_active(pair):
+    """
+    The backup's group-name is mistyped: the active primary refuses it
+    and goes on serving alone; the backup, refused, never activates (it
+    waits, and says why in its status), not even once the primary is
+    killed: it holds none of what the primary confirmed.
+    """
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: serving(primary), 15.0)
+    backup = pair.start(BACKUP, group_name=TYPO)
+    run_watching(pair, 4 * LEASE_MS / 1000)
+    assert serving(primary) and primary.role.state == role.ACTIVE_ALONE
+    assert backup.role.state == role.STARTING
+    for instance in (primary, backup):
+        refusal = instance.ha_status().describe()["peer"]["refusal"]
+        assert refusal.startswith("group-mismatch: ") and repr(ROUTER) in refusal
+        assert repr(TYPO) in refusal
+    pair.kill(PRIMARY)
+    run_watching(pair, 4 * LEASE_MS / 1000)
+    assert not serving(backup)
+
+
+def test_two_instances_of_two_groups_started_together_never_serve_at_once(pair):
+    pair.start(PRIMARY)
+    pair.start(BACKUP, group_name=TYPO)
+    run_watching(pair, 6 * LEASE_MS / 1000)
+    assert all(i.ha_status().peer.refusal for i in pair.instances.values())
+
+
+def test_a_mended_group_name_pairs_again(pair):
+    """
+    The operator mends the backup's configuration and restarts it: it
+    pairs, follows in sync, and the primary's refusal is over.
+    """
+    primary = pair.start(PRIMARY)
+    pair.run_until(lambda: serving(primary), 15.0)
+    pair.start(BACKUP, group_name=TYPO)
+    run_watching(pair, 2 * LEASE_MS / 1000)
+    pair.kill(BACKUP)
+    backup = pair.start(BACKUP)
+    pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.BACKUP_IN_SYNC, 15.0)
+    assert primary.ha_status().peer.refusal is None
+    assert backup.ha_status().peer.refusal is None

@@ -23,6 +23,7 @@ from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import ALONE, ReplicationGate
 from meshroute.ha.listener import replication_listener
+from meshroute.ha.pairing import Pairing
 from meshroute.ha.quorum import ORIGIN
 from meshroute.ha.replica import Replica
 from meshroute.ha.source import ReplicationSource
@@ -66,13 +67,14 @@ class Pair:
         listener = replication_listener(
             ROUTER, clock, self.events, LinkRegistry(), witness, self.server,
             ListenerSettings(secret=SECRET, keepalive_interval_ms=1000,
-                             stage_valid_timeout_ms=5000, reject_disconnect_delay_ms=500))
+                             stage_valid_timeout_ms=5000, reject_disconnect_delay_ms=500),
+            Pairing(ROUTER, ROUTER))
         self.network.endpoints("active").server(ADDRESS).listen(listener)
         self.backup_dir = str(tmp_path / "backup")
         os.mkdir(self.backup_dir)
         self.replica = Replica(self.backup_dir, InlineExecutor, sync="full")
         context = RouterContext(name=ROUTER, clock=clock, events=self.events,
-                                registry=LinkRegistry(), engine=None)
+                                registry=LinkRegistry(), engine=None, group=ROUTER)
         self.follower = ReplicationFollower(
             context, ConnectorSettings(secret=SECRET, expected_peer=ROUTER,
                                        stage_valid_timeout_ms=5000),

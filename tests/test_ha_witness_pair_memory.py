@@ -57,7 +57,7 @@ def test_an_epoch_the_pair_s_active_granted_another_group_is_not_granted_again_a
 def test_a_following_instance_answers_no_other_group_on_its_replication_listener(
         pair):  # noqa: F811
     start_both(pair)
-    candidate = VoteCandidate(ROUTER, ROUTER, SECRET, LEASE_MS)
+    candidate = VoteCandidate(ROUTER, ROUTER, SECRET, LEASE_MS, group=ROUTER)
     pair.mesh.network.endpoints(GROUP_X).client("repl-backup").connect(candidate)
     pair.mesh.network.flush()
     assert candidate.authenticated

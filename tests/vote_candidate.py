@@ -24,15 +24,18 @@ from meshroute.wire.frames import (
 class VoteCandidate(Protocol):
     """
     One vote connection, as router C{name} (an instance of it) to router
-    C{witness}.
+    C{witness}; with C{group}, the HA group its hello names (the pair's
+    other instance checks it).
 
     @ivar answers: every frame received after authentication.
     @ivar rejected: the L{Reject} received, if any.
     @ivar lost: whether the connection is gone.
     """
 
-    def __init__(self, name: str, witness: str, secret: bytes, lease_timeout_ms: int = 3000):
+    def __init__(self, name: str, witness: str, secret: bytes, lease_timeout_ms: int = 3000,
+                 group: str = ""):
         self.name = name
+        self.group = group
         self.witness = witness
         self.secret = secret
         self.lease_timeout_ms = lease_timeout_ms
@@ -51,7 +54,7 @@ class VoteCandidate(Protocol):
         return self
 
     def connectionMade(self) -> None:
-        self.transport.write(encode(VoteHello([3], self.name)))
+        self.transport.write(encode(VoteHello([3], self.name, self.group)))
 
     def dataReceived(self, data: bytes) -> None:
         for frame in self._decoder.feed(data):

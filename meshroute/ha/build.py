@@ -56,6 +56,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     )
     listening(endpoints, config, "ha.replication.listener", ha.replication.listener,
               replication_listener(config.name, clock, instance.events, instance.registry,
-                                   instance, instance.replication.server, settings),
+                                   instance, instance.replication.server, settings,
+                                   instance.pairing),
               ).setServiceParent(instance)
     return instance

@@ -51,6 +51,7 @@ from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.quorum import instance_name
 from meshroute.ha.lease import LEASE_EXPIRED
+from meshroute.ha.pairing import Pairing
 from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
                                   NotServing)
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
@@ -108,8 +109,10 @@ def vote_connections(config: RouterConfig, clock: IReactorTime,
 
     def voters_for(name: str, own: "HAInstance") -> Voters:
         context = RouterContext(name=config.name, clock=clock, events=own.events,
-                                registry=own.registry, engine=None)
-        peer = connection(context, config.name, ha.replication.peer, own.peer_instance)
+                                registry=own.registry, engine=None, group=ha.group_name)
+        # The peer's connection checks that both are of one group.
+        peer = connection(dataclasses.replace(context, pairing=own.pairing), config.name,
+                          ha.replication.peer, own.peer_instance)
         witnesses = [connection(context, witness.router, witness.endpoint)
                      for witness in ha.witnesses]
         return Voters(clock, name, {name: asking_witness(own, name, ha.group_name,
@@ -207,6 +210,7 @@ class HAInstance(MultiService):
         self.instance = instance_name(config.name, ha.role)
         self.peer_instance = instance_name(config.name, peer_role(ha.role))
         self._lock_file = None
+        self.pairing = Pairing(config.name, ha.group_name)
         self.events = open_data_dir(config, clock, self._lock, self._unlock)
         self.ha_events = HAEventLog(self.events, clock, ha.group_name, ha.role)
         self.records = records
@@ -260,7 +264,7 @@ class HAInstance(MultiService):
             position=self.replication.position(),
             lag=self.replication.lag(),
             peer=PeerStatus(self.ha.replication.peer,
-                            connected.get(self.peer_instance, False)),
+                            connected.get(self.peer_instance, False), self.pairing.refusal),
             voters=tuple(VoterStatus(witness.router, witness.endpoint,
                                      connected.get(witness.router, False))
                          for witness in self.ha.witnesses),
@@ -407,6 +411,10 @@ class HAInstance(MultiService):
             self._newest_epoch = max(self._newest_epoch, answer.record.granted_epoch)
         decision = quorum.decide_start(self.instance, self.ha.role == PRIMARY,
                                        self.replication.position(), self.voters.names, answers)
+        if self.pairing.refusal is not None:
+            # The other instance is of another group (a mistyped
+            # group-name): never a second active for this router name.
+            decision = quorum.StartDecision.WAIT
         if decision == quorum.StartDecision.STALE and not self._said_stale:
             log.warn("HA instance {instance}: a voter knows of confirmed changes this "
                      "instance lacks; it never activates by itself (it follows an active "

@@ -12,13 +12,15 @@ connections, served by the instance's
 L{meshroute.ha.feed.ReplicationServer} (refused C{not-active} unless the
 instance is active).  A routing L{meshroute.wire.frames.Hello} is
 refused C{not-allowed}: routing links go to the routing listener, which
-only the active instance runs.
+only the active instance runs.  Either kind from an instance of another
+HA group is refused C{group-mismatch} (L{meshroute.ha.pairing}).
 """
 
 from twisted.internet.interfaces import IReactorTime
 
 from meshroute import events
 from meshroute.ha.feed import ReplicationServer
+from meshroute.ha.pairing import Pairing
 from meshroute.ha.witness import Witness
 from meshroute.link.handshake import ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
@@ -27,7 +29,7 @@ from meshroute.link.registry import LinkRegistry
 
 def replication_listener(name: str, clock: IReactorTime, event_log: events.EventLog,
                          registry: LinkRegistry, witness: Witness, server: ReplicationServer,
-                         settings: ListenerSettings) -> ListenerFactory:
+                         settings: ListenerSettings, pairing: Pairing) -> ListenerFactory:
     """
     The factory of an HA instance's replication listener.
 
@@ -36,7 +38,10 @@ def replication_listener(name: str, clock: IReactorTime, event_log: events.Event
         closes them (C{registry.close_all()}).
     @param witness: the instance's own voter for its group (its records
         in the instance's C{ha.db}).
+    @param pairing: the instance's group check: a peer of another group is
+        refused C{group-mismatch}.
     """
     context = RouterContext(name=name, clock=clock, events=event_log, registry=registry,
-                            engine=None, witness=witness, replication=server)
+                            engine=None, witness=witness, replication=server,
+                            group=pairing.group, pairing=pairing)
     return ListenerFactory(context, settings)

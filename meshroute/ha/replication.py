@@ -299,7 +299,8 @@ class StoreReplication:
         """
         ha = self._config.ha
         context = RouterContext(name=self._config.name, clock=self._reactor,
-                                events=self._events, registry=self._registry, engine=None)
+                                events=self._events, registry=self._registry, engine=None,
+                                group=ha.group_name)
         peer = ha.replication.peer
         self._follower = ReplicationFollower(
             context, ConnectorSettings(ha.replication.secret, self._config.name,

@@ -19,10 +19,14 @@ class PeerStatus:
 
     @ivar endpoint: its replication listener (C{ha.replication.peer}).
     @ivar connected: whether a replication connection to it is up.
+    @ivar refusal: why the pair is refused (C{group-mismatch}, naming both
+        groups: L{meshroute.ha.pairing}), while it stands: this instance
+        does not activate meanwhile; None when nothing is refused.
     """
 
     endpoint: str
     connected: bool
+    refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ class HAStatus:
             "epoch": self.epoch,
             "position": {"epoch": self.position.epoch, "position": self.position.position},
             "lag": self.lag,
-            "peer": {"endpoint": self.peer.endpoint, "connected": self.peer.connected},
+            "peer": {"endpoint": self.peer.endpoint, "connected": self.peer.connected,
+                     "refusal": self.peer.refusal},
             "voters": [{"name": voter.name, "endpoint": voter.endpoint,
                         "connected": voter.connected} for voter in self.voters],
         }

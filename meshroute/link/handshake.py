@@ -323,6 +323,14 @@ class RouterContext:
         name (the pair's other instance), and no other.
     @ivar epoch: the epoch this instance of the router serves in (the
         active instance of an HA pair); 0 for a router without HA.
+    @ivar group: an HA instance's group (C{ha.group-name}), which its vote
+        and replication connections carry; "" for a router without HA.
+    @ivar pairing: on an HA instance's replication listener and on its
+        connections to the pair's other instance, its
+        L{meshroute.ha.pairing.Pairing}: the listener refuses a peer of
+        another group (C{group-mismatch}), and it is told of that refusal
+        from either side and of each pair connection authenticated; None
+        elsewhere.
     @ivar peer_epochs: the L{meshroute.link.epochs.PeerEpochs} of the
         router; None (a context without a store, in tests of other
         concerns): no epoch is remembered, so only the link holding a name
@@ -338,6 +346,8 @@ class RouterContext:
     replication: object = None
     epoch: int = 0
     peer_epochs: object = None
+    group: str = ""
+    pairing: object = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +383,8 @@ class LinkCore:
         it to reset their retry schedule).
     @ivar endpoint: the configured endpoint a connector's link was made
         through (one of the connector's list); None for a listener's link.
+    @ivar peer_group: on a replication listener, the HA group the pair's
+        other instance said it is in (checked once its proof is).
     @ivar held_frames: while a verdict on the peer's proof is being made
         (its epoch saved), the frames it sent since, in order; else None.
     @ivar delivering: the machine is in delivery (set on entering it,
@@ -401,6 +413,7 @@ class LinkCore:
     peer_last_received: int | None = None
     version: int | None = None
     peer_epoch: int = 0
+    peer_group: str = ""
     channel: object = None
     purpose: str = ROUTING
     vote_side: VoteSide | None = None
@@ -514,6 +527,7 @@ class LinkCore:
         self.emit(events.LINK_STAGE, stage=REPLICATION,
                   keepalive_interval_ms=self.keepalive_interval_ms, **through)
         self._start_keepalive(inputs)
+        self._paired()
         if self.replica_side is None:
             self.channel = self.context.replication.feed(self, inputs.store_failed)
         else:
@@ -530,6 +544,7 @@ class LinkCore:
         """
         self.send(self.listener_proof())
         self.begin_stage(inputs, VOTING)
+        self._paired()
         log.info("vote connection {link} from {peer} authenticated", link=self.link_id,
                  peer=self.peer)
 
@@ -545,7 +560,16 @@ class LinkCore:
         log.info("vote connection {link} to {peer} through {endpoint} authenticated",
                  link=self.link_id, peer=self.peer, endpoint=self.endpoint)
         self.on_delivery()
+        self._paired()
         self.vote_side.voting(self.link)
+
+    def _paired(self) -> None:
+        """
+        A connection between the two instances of a pair is authenticated:
+        they are of one group (the listener checked it).
+        """
+        if self.context.pairing is not None:
+            self.context.pairing.matched()
 
     def ask(self, inputs: LinkInputs, frame: VoteRequest | Heartbeat | StartQuery) -> None:
         """
@@ -626,6 +650,8 @@ class LinkCore:
 
     def peer_refused(self, frame: Reject) -> None:
         self.emit(events.LINK_REJECTED, code=frame.code, detail=frame.detail, by="peer")
+        if frame.code == reasons.GROUP_MISMATCH and self.context.pairing is not None:
+            self.context.pairing.refused_by_peer(frame.detail)
         log.warn(
             "link {link} to {peer} ({direction}) refused by peer: {code} {detail}",
             link=self.link_id,
@@ -753,6 +779,8 @@ class LinkCore:
             # instance, which has the same router name, connects there.
             if frame.router != own:
                 return reasons.NOT_ALLOWED, f"only {own}'s other instance connects here"
+            # Its group is checked once its proof is (L{vet_authenticate}).
+            self.peer_group = frame.group
         elif frame.router == own:
             return reasons.OWN_NAME, f"{own} cannot link to itself"
         allowed = self.settings.allowed_routers
@@ -785,6 +813,10 @@ class LinkCore:
         )
         if not auth.verify(expected, frame.proof):
             return reasons.AUTH_FAILED, "wrong proof: the shared secrets differ"
+        pairing = self.context.pairing
+        mismatch = None if pairing is None else pairing.check(self.peer_group)
+        if mismatch is not None:
+            return reasons.GROUP_MISMATCH, mismatch
         if self.purpose == REPLICA:
             return self.context.replication.refusal()
         return self._claim_peer()
@@ -808,7 +840,7 @@ class LinkCore:
         hello = {ROUTING: Hello, VOTES: VoteHello, REPLICA: ReplicaHello}[self.purpose]
         if self.purpose == ROUTING:
             return Hello(list(SUPPORTED_VERSIONS), self.context.name, self.context.epoch)
-        return hello(list(_versions(self.purpose)), self.context.name)
+        return hello(list(_versions(self.purpose)), self.context.name, self.context.group)
 
     def vet_welcome(self, frame: Welcome) -> tuple[str, str] | None:
         versions = _versions(self.purpose)

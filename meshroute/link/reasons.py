@@ -28,8 +28,12 @@ NOT_ACTIVE = "not-active"
 #: that lost its place.
 STALE_EPOCH = "stale-epoch"
 
+#: The pair's other instance (an HA pair's vote or replication connection)
+#: is configured in another HA group: a mistyped C{group-name}.
+GROUP_MISMATCH = "group-mismatch"
+
 REJECTION_CODES = (NAME_IN_USE, OWN_NAME, AUTH_FAILED, VERSION, NOT_ALLOWED, UNEXPECTED_PEER,
-                   NOT_ACTIVE, STALE_EPOCH)
+                   NOT_ACTIVE, STALE_EPOCH, GROUP_MISMATCH)
 
 # Close reasons, in link.closed events.
 

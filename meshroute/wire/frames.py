@@ -124,6 +124,11 @@ def _check_group(frame) -> None:
         raise WireError(f"{type(frame).__name__}.group is not a group name")
 
 
+def _check_optional_group(frame) -> None:
+    if frame.group != "" and not _GROUP_NAME.match(frame.group):
+        raise WireError(f"{type(frame).__name__}.group is not a group name")
+
+
 def _check_vote(frame, names: tuple[str, ...], numbers: tuple[str, ...]) -> None:
     """
     What a voter stores from a vote frame must be storable: a group name,
@@ -380,15 +385,20 @@ class VoteHello:
     Connector → listener, first frame of a vote connection instead of
     L{Hello}: who I am, which versions I speak (at least 3), and that this
     connection is for HA votes and heartbeats, not a routing link.
-    Authentication follows as for a link.
+    Authentication follows as for a link.  C{group}: the asking HA
+    instance's group, which the pair's other instance checks (optional on
+    the wire, "" for none; docs/protocol.md).
     """
 
     TYPE: ClassVar[int] = 12
+    OPTIONAL_TAIL: ClassVar[int] = 1
     versions: list
     router: str
+    group: str = ""
 
     def __post_init__(self) -> None:
         _check_versions(self)
+        _check_optional_group(self)
 
 
 @dataclass(frozen=True)
@@ -535,17 +545,21 @@ _SQL_VALUES = (type(None), bool, int, float, str, bytes)
 class ReplicaHello:
     """
     Connector → listener, first frame of a replication connection instead
-    of L{Hello}: who I am (the pair's router name), which versions I speak
-    (at least 3), and that I follow the active instance's store.
+    of L{Hello}: who I am (the pair's router name, and C{group}, its HA
+    group: optional on the wire, "" for none), which versions I speak (at
+    least 3), and that I follow the active instance's store.
     Authentication follows as for a link.
     """
 
     TYPE: ClassVar[int] = 19
+    OPTIONAL_TAIL: ClassVar[int] = 1
     versions: list
     router: str
+    group: str = ""
 
     def __post_init__(self) -> None:
         _check_versions(self)
+        _check_optional_group(self)
 
 
 @dataclass(frozen=True)
