@@ -16,6 +16,7 @@ STATUS = HAStatus(
     role="backup",
     state="backup-in-sync",
     epoch=7,
+    served_epoch=6,
     position=LogPosition(7, 1234),
     lag=3,
     peer=PeerStatus(endpoint="tcp:127.0.0.1:7102", connected=True),
@@ -27,6 +28,7 @@ DESCRIBED = {
     "role": "backup",
     "state": "backup-in-sync",
     "epoch": 7,
+    "served_epoch": 6,
     "position": {"epoch": 7, "position": 1234},
     "lag": 3,
     "peer": {"endpoint": "tcp:127.0.0.1:7102", "connected": True, "refusal": None},
@@ -107,7 +109,7 @@ def test_a_router_without_ha_reports_no_ha_state():
 
 
 def test_an_active_status_without_a_peer_or_lag():
-    alone = HAStatus("primary", "active-alone", 8, LogPosition(8, 0), None,
+    alone = HAStatus("primary", "active-alone", 8, 8, LogPosition(8, 0), None,
                      PeerStatus("tcp:127.0.0.1:7202", False), ())
     body = serve(admin_site(ha=FakeInstance(status=alone)), "/api/v1/ha")[2]
     assert (body["lag"], body["peer"], body["voters"]) == (

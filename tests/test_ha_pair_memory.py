@@ -383,6 +383,38 @@ def test_the_returning_primary_catches_up_and_the_backup_hands_the_router_back(p
     assert pair.stopped == []
 
 
+def reported_epochs(pair, follower: HAInstance, active: HAInstance) -> tuple[int, int]:
+    """
+    Run until C{follower} is in sync with C{active} and holds its store's
+    head (the start record of its epoch with it); then the epochs both
+    report (C{GET /api/v1/ha}).
+    """
+    pair.run_until(lambda: serving(active)
+                   and follower.ha_status().state == role.BACKUP_IN_SYNC
+                   and follower.replication.position().position
+                   == active.replication.position().position, 20.0)
+    return follower.ha_status().describe()["epoch"], active.ha_status().describe()["epoch"]
+
+
+def test_a_backup_in_sync_reports_the_epoch_of_the_active_it_follows(pair):
+    """
+    Through the pair's life (start-up, the returning primary after a
+    failover, the backup after the failback), the instance in sync reports
+    the epoch the active serves in; the one it last served in itself is
+    its C{served_epoch}.
+    """
+    primary, backup = start_both(pair)
+    assert reported_epochs(pair, backup, primary) == (2, 2)
+    assert backup.ha_status().served_epoch == 0
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    primary = pair.start(PRIMARY)
+    followed, served = reported_epochs(pair, primary, backup)
+    assert followed == served in (3, 4)  # run alone, or readmitted
+    assert reported_epochs(pair, backup, primary) == (5, 5)
+    assert backup.ha_status().served_epoch == 4
+
+
 def test_without_restart_backup_the_backup_stops_after_handing_back(pair):
     primary = pair.start(PRIMARY)
     backup = pair.start(BACKUP, restart_backup=False)

@@ -25,6 +25,21 @@ def start_pair(mesh):  # noqa: F811
     return primary, backup
 
 
+def reported_epoch(backup, active) -> int:
+    """
+    Wait until C{backup} is in sync and reports (C{GET /api/v1/ha}) the
+    epoch C{active} serves in, as it does once it holds that epoch's
+    start record; return that epoch.
+    """
+
+    def same_epoch():
+        following, serving = backup.ha(), active.ha()
+        return (following["state"] == "backup-in-sync"
+                and following["epoch"] == serving["epoch"] and serving["epoch"])
+
+    return backup.wait_for(same_epoch, what=f"{backup.spec.label} to report the active's epoch")
+
+
 def test_sigkill_of_the_active_under_load_loses_and_doubles_nothing(mesh):  # noqa: F811
     primary, backup = start_pair(mesh)
     sender = mesh._client("send", [
@@ -63,6 +78,7 @@ def test_sigterm_of_the_active_hands_over_within_a_second(mesh):  # noqa: F811
 
 def test_a_frozen_active_is_replaced_then_fences_itself_and_rejoins_as_backup(mesh):  # noqa: F811
     primary, backup = start_pair(mesh)
+    first_epoch = reported_epoch(backup, primary)
     sent = mesh.send(primary, QUEUE, 10)
     assert sent.returncode == 0, sent.stderr
     frozen_at = time.monotonic()
@@ -84,6 +100,10 @@ def test_a_frozen_active_is_replaced_then_fences_itself_and_rejoins_as_backup(me
                      what="the primary to serve again")
     assert primary.ha()["epoch"] > fenced["epoch"]
     assert primary.queue_depth("orders") == 15
+    # The backup follows again: it reports the primary's epoch, not the
+    # one it served in meanwhile (its served_epoch).
+    epoch = reported_epoch(backup, primary)
+    assert epoch > backup.ha()["served_epoch"] > first_epoch
 
 
 def test_both_killed_the_instance_with_the_newest_data_resumes_whatever_the_order(mesh):  # noqa: F811

@@ -237,7 +237,8 @@ def _ha_metrics(status) -> Iterator[Metric]:
         state.add_metric([status.role, name], int(status.state == name))
     yield state
     yield GaugeMetricFamily("meshroute_ha_epoch",
-                            "The epoch the instance serves, last served or last followed in.",
+                            "The epoch the instance serves in; on an instance that does not "
+                            "serve, the active's epoch it follows (or last followed).",
                             value=status.epoch)
     yield GaugeMetricFamily("meshroute_ha_peer_connected",
                             "Whether a replication connection to the other instance is up.",

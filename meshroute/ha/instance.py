@@ -141,6 +141,9 @@ class ReplicationSide(Protocol):
     def position(self) -> quorum.LogPosition:
         "The newest change this instance's C{store.db} holds."
 
+    def followed_epoch(self) -> int:
+        "The epoch of the newest change C{store.db} holds: on a backup, the active's."
+
     def confirmed(self) -> quorum.LogPosition:
         "The newest change confirmed to anyone (the active's heartbeats carry it)."
 
@@ -256,11 +259,18 @@ class HAInstance(MultiService):
     # -- IHAInstanceView --------------------------------------------------
 
     def ha_status(self) -> HAStatus:
+        """
+        What C{GET /api/v1/ha} and the C{meshroute_ha_*} metrics report.
+        An instance that does not serve reports the epoch it follows (or
+        last followed): the epoch it last served in itself is old news
+        once another instance serves, in a newer epoch.
+        """
         connected = self.voters.connected()
         return HAStatus(
             role=self.ha.role,
             state=self._state,
-            epoch=self._epoch,
+            epoch=self._epoch if self._state in _SERVING else self.replication.followed_epoch(),
+            served_epoch=self._epoch,
             position=self.replication.position(),
             lag=self.replication.lag(),
             peer=PeerStatus(self.ha.replication.peer,

@@ -211,6 +211,20 @@ class StoreReplication:
             return LogPosition(self._replica_epoch(), self.replica.position().position)
         return LogPosition(self._held_epoch, self._held.position)
 
+    def followed_epoch(self) -> int:
+        """
+        The epoch of the newest change C{store.db} holds.  Every epoch
+        opens with its start record, so on a backup that holds the
+        active's head it is the epoch the active serves in; until then,
+        the epoch it last followed (or served) in.  (L{position} may name
+        an older epoch: only one whose start record names this instance.)
+        """
+        if self._source is not None:
+            return self._source.head.epoch
+        if self._replica_open:
+            return self.replica.position().epoch
+        return self._held.epoch
+
     def confirmed(self) -> LogPosition:
         return self._confirmed
 

@@ -3,7 +3,8 @@ What an HA instance reports about itself: C{GET /api/v1/ha}.
 
 The instance (L{meshroute.ha.instance}) builds an L{HAStatus} when asked;
 the admin API renders it with L{HAStatus.describe} as the issue's JSON
-object C{{"role", "state", "epoch", "position", "lag", "peer", "voters"}}
+object C{{"role", "state", "epoch", "served_epoch", "position", "lag",
+"peer", "voters"}}
 (docs/ha.md, "Operating a pair").
 """
 
@@ -52,8 +53,10 @@ class HAStatus:
 
     @ivar role: the configured role, C{primary} or C{backup}.
     @ivar state: one of the six API states of L{meshroute.ha.role}.
-    @ivar epoch: the epoch the instance serves (or last served, or last
-        followed) in.
+    @ivar epoch: the epoch the instance serves in or, while it does not
+        serve, the epoch it follows (the active's) or last followed.
+    @ivar served_epoch: the epoch it serves or last served in since its
+        process started (0 if it has not served).
     @ivar position: how far its store goes (L{LogPosition}).
     @ivar lag: store changes the backup lacks: on the active, its backup
         behind its head; on a backup, itself behind the active's head.
@@ -65,6 +68,7 @@ class HAStatus:
     role: str
     state: str
     epoch: int
+    served_epoch: int
     position: LogPosition
     lag: int | None
     peer: PeerStatus
@@ -78,6 +82,7 @@ class HAStatus:
             "role": self.role,
             "state": self.state,
             "epoch": self.epoch,
+            "served_epoch": self.served_epoch,
             "position": {"epoch": self.position.epoch, "position": self.position.position},
             "lag": self.lag,
             "peer": {"endpoint": self.peer.endpoint, "connected": self.peer.connected,
