@@ -49,12 +49,16 @@ class _Options(usage.Options):
 
 
 class CheckConfigOptions(_Options):
-    synopsis = "FILE"
-    longdesc = ("Validate a router configuration and print it with every default filled in; "
-                "warnings (settings that work, but probably not as hoped) go to stderr.")
+    synopsis = "FILE [FILE...]"
+    longdesc = ("Validate router configurations and print each with every default filled in; "
+                "warnings (settings that work, but probably not as hoped) go to stderr.  "
+                "Given the files of both instances of an HA pair, also check that they "
+                "agree on what pairs them (router name, group name, roles, each peer "
+                "endpoint reaching the other's listener, the password files' secret, "
+                "witnesses, lease-timeout, client endpoints).")
 
-    def parseArgs(self, path: str) -> None:
-        self["path"] = path
+    def parseArgs(self, path: str, *paths: str) -> None:
+        self["paths"] = [path, *paths]
 
 
 #: Where admin API commands find the token when no --token-file is given.
@@ -590,20 +594,36 @@ class Options(_Options):
 
 
 def check_config(options, out) -> int:
+    """
+    Each file on its own, then the HA pairs among them (a disagreement
+    between the two files of a pair is an error: the instances would
+    refuse each other, or worse, each serve).
+    """
+    from meshroute.ha.settings import InstanceSettings, pair_problems
     from meshroute.security.load import load_policy
 
-    try:
-        config = load_config(options["path"])
-        if config.security is not None:
-            load_policy(config)
-    except ConfigError as e:
-        print(f"meshroute: {e}", file=sys.stderr)
-        return 1
-    for warning in config_warnings(config):
-        print(f"meshroute: warning: {warning}", file=sys.stderr)
-    out.write(f"# effective configuration of {config.path}\n")
-    out.write(format_config(config))
-    return 0
+    status = 0
+    instances = []
+    for path in options["paths"]:
+        try:
+            config = load_config(path)
+            if config.security is not None:
+                load_policy(config)
+        except ConfigError as e:
+            print(f"meshroute: {e}", file=sys.stderr)
+            status = 1
+            continue
+        for warning in config_warnings(config):
+            print(f"meshroute: warning: {warning}", file=sys.stderr)
+        out.write(f"# effective configuration of {config.path}\n")
+        out.write(format_config(config))
+        if config.ha is not None:
+            instances.append(InstanceSettings(config.path, config.name, config.ha))
+    for problem in pair_problems(instances):
+        print(f"meshroute: {', '.join(problem.paths)}: {problem.key}: {problem.message}",
+              file=sys.stderr)
+        status = 1
+    return status
 
 
 def admin_token(options) -> bytes | None:

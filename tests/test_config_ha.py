@@ -214,3 +214,106 @@ def test_check_config_refuses_impossible_timings(write, capsys):
     path = write(ROUTER + HA + 'lease-timeout = "1s"\n' + REPLICATION + WITNESS)
     assert cli.main(["check-config", str(path)], out=io.StringIO()) == 1
     assert "ha.lease-timeout: must exceed 2 × heartbeat-interval" in capsys.readouterr().err
+
+
+# -- meshroute check-config FILE FILE: the two files of one pair ---------------
+
+BACKUP_ROUTER = ROUTER.replace("b-primary", "b-backup")
+BACKUP_HA = HA.replace("primary", "backup")
+BACKUP_REPLICATION = """
+[ha.replication]
+listener = "tcp:7202:interface=127.0.0.1"
+peer = "tcp:127.0.0.1:7102"
+password-file = "{secret}"
+"""
+
+
+def check_pair(write, capsys, primary: str, backup: str) -> tuple[int, list[str], tuple]:
+    """
+    C{meshroute check-config} of the two files: its status, its stderr
+    lines that are not warnings, and the two paths.
+    """
+    paths = (write(primary, "primary.toml"), write(backup, "backup.toml"))
+    status = cli.main(["check-config", *map(str, paths)], out=io.StringIO())
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning" not in line]
+    return status, lines, paths
+
+
+def test_check_config_accepts_a_pair_that_agrees(write, capsys):
+    out = io.StringIO()
+    paths = (write(ROUTER + HA + REPLICATION + WITNESS, "primary.toml"),
+             write(BACKUP_ROUTER + BACKUP_HA + BACKUP_REPLICATION + WITNESS, "backup.toml"))
+    assert cli.main(["check-config", *map(str, paths)], out=out) == 0
+    assert capsys.readouterr().err == ""
+    assert [line for line in out.getvalue().splitlines() if line.startswith("# effective")] == [
+        f"# effective configuration of {path}" for path in paths]
+
+
+def test_check_config_reports_a_pair_whose_group_names_differ(write, capsys):
+    status, lines, (primary, backup) = check_pair(
+        write, capsys, ROUTER + HA + 'group-name = "pair-b"\n' + REPLICATION + WITNESS,
+        BACKUP_ROUTER + BACKUP_HA + 'group-name = "pair-b2"\n' + BACKUP_REPLICATION + WITNESS)
+    assert status == 1
+    assert lines == [f"meshroute: {primary}, {backup}: ha.group-name: 'pair-b' in {primary}, "
+                     f"'pair-b2' in {backup}: the instances would refuse each other "
+                     "(group-mismatch)"]
+
+
+def test_check_config_reports_peers_that_do_not_reach_each_other(write, capsys):
+    status, lines, (primary, backup) = check_pair(
+        write, capsys, ROUTER + HA + REPLICATION + WITNESS,
+        BACKUP_ROUTER + BACKUP_HA + BACKUP_REPLICATION.replace("7102", "7103") + WITNESS)
+    assert status == 1
+    assert lines == [f"meshroute: {backup}, {primary}: ha.replication.peer: "
+                     "'tcp:127.0.0.1:7103' does not reach the other instance's listener "
+                     "'tcp:7102:interface=127.0.0.1'"]
+
+
+def test_check_config_pairs_by_endpoints_and_reports_differing_router_names(
+        write, capsys, tmp_path):
+    other_secret = tmp_path / "other.secret"
+    other_secret.write_text("another secret\n")
+    status, lines, _ = check_pair(
+        write, capsys, ROUTER + HA + REPLICATION + WITNESS,
+        BACKUP_ROUTER.replace('"router-b"', '"router-bb"') + HA
+        + BACKUP_REPLICATION.replace("{secret}", str(other_secret)) + WITNESS)
+    assert status == 1
+    assert [line.split(": ")[2] for line in lines] == [
+        "router.name", "ha.group-name", "ha.role", "ha.replication.password-file"]
+    assert "'router-b' in " in lines[0] and "'router-bb' in " in lines[0]
+    assert "both are 'primary'" in lines[2]
+
+
+def test_check_config_reports_witnesses_and_client_endpoints_that_differ(write, capsys):
+    status, lines, _ = check_pair(
+        write, capsys,
+        ROUTER + CLIENTS + HA + 'client-endpoints = ["tcp:127.0.0.1:6002"]\n' + REPLICATION
+        + WITNESS,
+        BACKUP_ROUTER + CLIENTS + BACKUP_HA + 'lease-timeout = "4s"\n' + BACKUP_REPLICATION
+        + WITNESS.replace("router-a", "router-c"))
+    assert status == 1
+    assert [line.split(": ")[2] for line in lines] == [
+        "ha.witness", "ha.lease-timeout", "ha.client-endpoints"]
+
+
+def test_check_config_reports_a_third_instance_of_a_router(write, capsys):
+    paths = [write(ROUTER + HA + REPLICATION + WITNESS, f"{n}.toml") for n in range(3)]
+    assert cli.main(["check-config", *map(str, paths)], out=io.StringIO()) == 1
+    assert f"{', '.join(map(str, paths))}: router.name: 3 HA instances of router 'router-b'" \
+        in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("client, server, reaches", [
+    ("tcp:127.0.0.1:7102", "tcp:7102:interface=127.0.0.1", True),
+    ("tcp:host=127.0.0.1:port=7102", "tcp:port=7102", True),
+    ("tcp:10.0.0.2:7102", "tcp:7102:interface=10.0.0.1", False),
+    ("tcp:b.example:7102", "tcp:7102:interface=10.0.0.1", True),  # names are not resolved
+    ("tcp:127.0.0.1:7103", "tcp:7102", False),
+    ("tcp6:\\:\\:1:7102", "tcp6:port=7102:interface=\\:\\:1", True),
+    ("unix:/run/b.sock", "unix:/run/b.sock", True),
+    ("unix:/run/b.sock", "tcp:7102", False),
+])
+def test_which_peer_endpoints_reach_a_listener(client, server, reaches):
+    from meshroute.ha.settings import endpoint_reaches
+
+    assert endpoint_reaches(client, server) is reaches

@@ -11,6 +11,7 @@ its dotted key and stops the router; a warning is printed by
 C{meshroute check-config} and logged at start.
 """
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -183,3 +184,153 @@ def warnings(settings: HASettings) -> list[Problem]:
             "caught up",
         ))
     return found
+
+
+@dataclass(frozen=True)
+class InstanceSettings:
+    """
+    One instance's configuration as the pair check reads it.
+
+    @ivar path: its configuration file, named in what is reported.
+    @ivar router: its C{router.name}.
+    """
+
+    path: str
+    router: str
+    ha: HASettings
+
+
+@dataclass(frozen=True)
+class PairProblem:
+    """
+    A key on which two configurations of one pair disagree (or a router
+    name with more than two instances).
+    """
+
+    paths: tuple[str, ...]
+    key: str
+    message: str
+
+
+def pair_problems(instances: list[InstanceSettings]) -> list[PairProblem]:
+    """
+    What the configurations of one pair must agree on, checked across the
+    given files before anything starts (C{meshroute check-config FILE
+    FILE}): a mistyped C{group-name} makes two groups of one router, which
+    the instances then refuse (C{group-mismatch}) rather than pair.
+
+    Two files are of one pair when they carry one router name, or when
+    one's C{ha.replication.peer} reaches the other's listener (then the
+    router names are what disagrees).
+    """
+    found: list[PairProblem] = []
+    by_router: dict[str, list[InstanceSettings]] = {}
+    for instance in instances:
+        by_router.setdefault(instance.router, []).append(instance)
+    for router, group in by_router.items():
+        if len(group) > 2:
+            found.append(PairProblem(
+                tuple(i.path for i in group), "router.name",
+                f"{len(group)} HA instances of router {router!r}: a pair has two"))
+    for index, a in enumerate(instances):
+        for b in instances[index + 1:]:
+            if a.router == b.router or endpoint_reaches(a.ha.replication.peer,
+                                                b.ha.replication.listener) \
+                    or endpoint_reaches(b.ha.replication.peer, a.ha.replication.listener):
+                found.extend(_disagreements(a, b))
+    return found
+
+
+def _disagreements(a: InstanceSettings, b: InstanceSettings) -> list[PairProblem]:
+    found: list[PairProblem] = []
+
+    def differ(key: str, one, other, why: str) -> None:
+        if one != other:
+            found.append(PairProblem((a.path, b.path), key,
+                                     f"{one!r} in {a.path}, {other!r} in {b.path}: {why}"))
+
+    differ("router.name", a.router, b.router,
+           "both instances of a pair carry the router's name")
+    differ("ha.group-name", a.ha.group_name, b.ha.group_name,
+           "the instances would refuse each other (group-mismatch)")
+    if a.ha.role == b.ha.role:
+        found.append(PairProblem((a.path, b.path), "ha.role",
+                                 f"both are {a.ha.role!r}: one is the primary, the other "
+                                 "the backup"))
+    for one, other in ((a, b), (b, a)):
+        if not endpoint_reaches(one.ha.replication.peer, other.ha.replication.listener):
+            found.append(PairProblem(
+                (one.path, other.path), "ha.replication.peer",
+                f"{one.ha.replication.peer!r} does not reach the other instance's "
+                f"listener {other.ha.replication.listener!r}"))
+    if a.ha.replication.secret != b.ha.replication.secret:
+        found.append(PairProblem((a.path, b.path), "ha.replication.password-file",
+                                 "the two files hold different secrets: each instance "
+                                 "would refuse the other's proof (auth-failed)"))
+    differ("ha.witness", sorted(w.router for w in a.ha.witnesses),
+           sorted(w.router for w in b.ha.witnesses),
+           "the voters must be the same set, or two majorities need not share a voter")
+    differ("ha.lease-timeout", a.ha.lease_timeout_ms, b.ha.lease_timeout_ms,
+           "the voters wait out one lease for the group")
+    differ("ha.client-endpoints", list(a.ha.client_endpoints), list(b.ha.client_endpoints),
+           "clients learn the list from whichever instance serves")
+    return found
+
+
+#: Endpoint arguments that name a host or an interface.
+_WILDCARDS = ("", "0.0.0.0", "::")
+#: Where an endpoint string's arguments end (a colon may be escaped: "\\:").
+_UNESCAPED_COLON = re.compile(r"(?<!\\):")
+
+
+def endpoint_reaches(client: str, server: str) -> bool:
+    """
+    Whether client endpoint C{client} plausibly reaches server endpoint
+    C{server}: the same kind, the same port (or UNIX path), and the same
+    address where the server listens on one literal address and the
+    client names one.  Names are not resolved: a host name is taken to
+    reach any interface.
+    """
+    client_kind, client_host, client_port = _address(client, server=False)
+    server_kind, server_host, server_port = _address(server, server=True)
+    if client_kind is None or server_kind is None:
+        return True  # a kind this check does not read: not reported
+    if (client_kind == "unix") != (server_kind == "unix") or client_port != server_port:
+        return False
+    literal = _is_literal(client_host) and _is_literal(server_host)
+    return not literal or server_host in _WILDCARDS or client_host == server_host
+
+
+def _address(endpoint: str, server: bool) -> tuple[str | None, str, str]:
+    """
+    (kind, host, port) of a tcp/ssl/tls/unix endpoint string; kind None
+    for another kind.
+    """
+    parts = [part.replace("\\:", ":") for part in _UNESCAPED_COLON.split(endpoint)]
+    kind = {"tcp": "tcp", "tcp6": "tcp", "ssl": "tcp", "tls": "tcp", "unix": "unix"}.get(
+        parts[0])
+    if kind is None:
+        return None, "", ""
+    positional = [part for part in parts[1:] if "=" not in part]
+    named = dict(part.split("=", 1) for part in parts[1:] if "=" in part)
+    if kind == "unix":
+        return kind, "", named.get("address", named.get("path", ":".join(parts[1:2])))
+    if server:
+        port = named.get("port", positional[0] if positional else "")
+        return kind, named.get("interface", ""), port
+    host = named.get("host", positional[0] if positional else "")
+    port = named.get("port", positional[1] if len(positional) > 1 else "")
+    return kind, host, port
+
+
+def _is_literal(host: str) -> bool:
+    """
+    Whether C{host} is an IP address (or a wildcard), not a name.
+    """
+    if host in _WILDCARDS:
+        return True
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
