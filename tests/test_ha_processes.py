@@ -155,3 +155,44 @@ def test_the_far_consumer_gets_every_message_once_across_a_sigkill(mesh):  # noq
     router_c.wait_for(lambda: backup.queue_depth("far") == 0 and
                       router_c.queue_depth("far") == 0, timeout=10,
                       what="nothing left over (nothing enqueued twice)")
+
+
+def test_a_pair_whose_group_names_differ_never_has_two_instances_serving(mesh):  # noqa: F811
+    """
+    The backup's group-name is mistyped and both start at once (as they
+    did when both went active, each in epoch 1): never are both serving;
+    each logs the refusal, group-mismatch, with both group names, and
+    says it in GET /api/v1/ha.  Mended and restarted, the backup pairs.
+    """
+    witness = mesh.router("router-a")
+    primary_spec, backup_spec = mesh.pair("router-b", [witness], heartbeat_interval="200ms",
+                                          lease_timeout="1s", replication_timeout="1s")
+    backup_spec.extra["ha"]["group-name"] = "router-b-typo"
+    backup_spec.write()
+    mesh.start(witness)
+    primary, backup = mesh.spawn(primary_spec), mesh.spawn(backup_spec)
+    for instance in (primary, backup):
+        instance.wait_ha("starting", "active-alone", "active-replicated")
+
+    def refused(instance):
+        log = instance.spec.log_path.read_text(errors="replace")
+        return "group-mismatch" in log and "'router-b'" in log and "'router-b-typo'" in log
+
+    watched_until = time.monotonic() + 6.0  # six leases
+    while time.monotonic() < watched_until or not all(map(refused, (primary, backup))):
+        assert time.monotonic() < watched_until + 30, "no group-mismatch in the logs"
+        serving = [i.spec.label for i in (primary, backup) if i.info().get("serving")]
+        assert len(serving) <= 1, serving
+        time.sleep(0.05)
+    for instance in (primary, backup):
+        refusal = instance.ha()["peer"]["refusal"]
+        assert refusal.startswith("group-mismatch: ") and "'router-b-typo'" in refusal
+
+    backup.sigkill()
+    del backup_spec.extra["ha"]["group-name"]
+    backup_spec.write()
+    backup = mesh.spawn(backup_spec)
+    states = {"active-replicated", "backup-in-sync"}
+    primary.wait_for(lambda: {primary.ha()["state"], backup.ha()["state"]} == states,
+                     timeout=30, what="the mended pair to pair")
+    assert primary.ha()["peer"]["refusal"] is None and backup.ha()["peer"]["refusal"] is None
