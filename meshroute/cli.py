@@ -693,6 +693,8 @@ def format_links(router: dict, links: list[dict]) -> str:
             f"  ha: {ha['role']}, {ha['state']}, epoch {ha['epoch']}, position "
             f"{ha['position']['epoch']}/{ha['position']['position']}, lag {lag}, peer {peer}"
             + ("" if router.get("serving", True) else "; not serving"))
+        if ha["peer"].get("refusal"):
+            lines.append(f"  ha: the pair is refused: {ha['peer']['refusal']}")
         if not router.get("serving", True):
             # An HA instance that is not the active one has no router to
             # show links of (its admin API answers not-active for them).

@@ -142,6 +142,19 @@ def test_meshroute_status_of_an_instance_that_is_not_active(monkeypatch):
     ]
 
 
+def test_meshroute_status_says_why_a_pair_is_refused():
+    refusal = ("group-mismatch: this instance of router router-b is in HA group 'router-b', "
+               "the other instance in 'router-b-typo'")
+    router = {"name": "router-b", "version": "1", "uptime_s": 3.0, "serving": False,
+              "ha": DESCRIBED | {"state": "starting", "peer": DESCRIBED["peer"] | {
+                  "connected": False, "refusal": refusal}}}
+    assert cli.format_links(router, []).splitlines()[1:] == [
+        "  ha: backup, starting, epoch 7, position 7/1234, lag 3, peer not connected; "
+        "not serving",
+        f"  ha: the pair is refused: {refusal}",
+    ]
+
+
 def test_meshroute_status_of_the_active_instance():
     router = {"name": "router-b", "version": "1", "uptime_s": 3.0, "serving": True,
               "ha": DESCRIBED | {"state": "active-replicated", "lag": None}}
