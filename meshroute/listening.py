@@ -10,9 +10,15 @@ first (a link's recovery point, a session) needs the store.  In between,
 the port is bound but paused: a client that connects meanwhile waits in
 the kernel's listen backlog, its first bytes unread, and is served as
 soon as the listener starts.  It is never accepted and closed without a
-word (a STOMP client would see no C{CONNECTED} and no C{ERROR}).  A
-router that stops before it serves closes its ports, and the kernel
-resets what waited in their backlog.
+word (a STOMP client would see no C{CONNECTED} and no C{ERROR}).
+
+Stopping is as before: a router that stops (at shutdown, or at the end
+of an HA instance's active period) answers or drops its connections as
+its listeners decide (C{not-active} from an HA instance) and closes its
+ports, so that a later connection is refused, and one still waiting in a
+backlog (a router that stops before it ever served) is reset by the
+kernel: an error the client sees, never an accepted connection closed
+without a word.
 
 A port pauses through L{IPushProducer}: every port of the reactor (TCP,
 TLS, UNIX and adopted sockets, and so the WebSocket listener's, which is
