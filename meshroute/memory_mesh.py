@@ -25,11 +25,14 @@ through C{tests/memory_mesh.py}.
 """
 
 import sqlite3
+from collections.abc import Callable
 
-from twisted.internet.defer import fail, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 from twisted.test import iosim
+from zope.interface import implementer
 
 from meshroute.config import (
     ConnectorConfig,
@@ -211,13 +214,29 @@ class _Connection:
         return moved
 
 
+@implementer(IPushProducer)
 class _ListeningPort:
+    """
+    A listening address.  Paused, it holds the connections made to it, as
+    a listen backlog does, until it resumes (L{meshroute.listening}).
+    """
+
     def __init__(self, network: "MemoryNetwork", address: str) -> None:
         self._network = network
         self._address = address
 
+    def pauseProducing(self) -> None:
+        self._network._backlogs.setdefault(self._address, [])
+
+    def resumeProducing(self) -> None:
+        self._network._accept(self._address)
+
+    def stopProducing(self) -> None:
+        self.stopListening()
+
     def stopListening(self):
         self._network._listening.pop(self._address, None)
+        self._network._accept(self._address)
         return succeed(None)
 
 
@@ -266,6 +285,9 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self.clock = Clock()
         self._listening: dict[str, tuple[str, object]] = {}
+        # The connections waiting for each paused address, as callables
+        # that make them.
+        self._backlogs: dict[str, list[Callable[[], None]]] = {}
         self._connections: list[_Connection] = []
         self.partitioned: set[str] = set()
 
@@ -277,7 +299,10 @@ class MemoryNetwork:
         Drop every connection and listening address of C{router}.
         """
         self._connections = [c for c in self._connections if router not in c.routers]
+        gone = [a for a, (r, _) in self._listening.items() if r == router]
         self._listening = {a: (r, f) for a, (r, f) in self._listening.items() if r != router}
+        for address in gone:
+            self._accept(address)
 
     def endpoints(self, router: str) -> _RouterEndpoints:
         return _RouterEndpoints(self, router)
@@ -286,6 +311,12 @@ class MemoryNetwork:
         listening = self._listening.get(address)
         if listening is None:
             return fail(ConnectionRefusedError(address))
+        backlog = self._backlogs.get(address)
+        if backlog is not None:
+            held = Deferred()
+            backlog.append(
+                lambda: self._connect(client_router, address, factory).chainDeferred(held))
+            return held
         server_router, server_factory = listening
         if {client_router, server_router} & self.partitioned:
             return fail(ConnectionRefusedError(f"{address} is unreachable"))
@@ -294,6 +325,14 @@ class MemoryNetwork:
                                  client_router, server_router)
         self._connections.append(connection)
         return succeed(client)
+
+    def _accept(self, address: str) -> None:
+        """
+        C{address} accepts again, or was closed: make the connections that
+        waited for it (refused if it was closed).
+        """
+        for connect in self._backlogs.pop(address, []):
+            connect()
 
     def step(self) -> bool:
         """

@@ -6,7 +6,10 @@ one event log, one link registry and one clock.
 Start-up order matters for exactly-once delivery: ports are bound early
 (so a port in use stops twistd with a clear error), but no connection is
 served and no connector dials until the store is open, because the first
-thing a link does is ask the store for its recovery point.
+thing a link does is ask the store for its recovery point.  A connection
+made meanwhile waits in its port's listen backlog and is served once the
+store is open (L{meshroute.listening}); only the admin API answers at
+once, saying whether the router serves yet.
 """
 
 import fcntl
@@ -14,12 +17,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.endpoints import SSL4ServerEndpoint, clientFromString, serverFromString
-from twisted.internet.error import CannotListenError
-from twisted.internet.protocol import Factory
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -45,6 +45,7 @@ from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.listening import Listening
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
 from meshroute.security.decoy import decoy_secret
@@ -92,54 +93,13 @@ class StringEndpoints:
         return clientFromString(self._reactor, description)
 
 
-class _UntilOpen(Factory):
-    """
-    Wraps a server factory: connections that arrive before the router's
-    store is open are closed at once (the peer's retry policy brings it
-    back a moment later).
-    """
-
-    def __init__(self, factory, is_open) -> None:
-        self._factory = factory
-        self._is_open = is_open
-
-    def buildProtocol(self, addr):
-        if not self._is_open():
-            return None
-        return self._factory.buildProtocol(addr)
-
-
-class _Listening(StreamServerEndpointService):
-    """
-    One listener of the router: a port that cannot be bound fails start-up
-    (as C{twisted.application.strports.service} does) with a L{ConfigError}
-    naming the file and the endpoint's key, instead of a traceback.
-    """
-
-    def __init__(self, endpoint, factory, path: str, key: str, description: str) -> None:
-        super().__init__(endpoint, factory)
-        self._raiseSynchronously = True
-        self._path = path
-        self._key = key
-        self._description = description
-
-    def privilegedStartService(self) -> None:
-        try:
-            super().privilegedStartService()
-        except CannotListenError as e:
-            reason = e.socketError.strerror if isinstance(e.socketError, OSError) else None
-            raise ConfigError(self._path, self._key,
-                              f"cannot listen on {self._description}: "
-                              f"{(reason or str(e.socketError)).lower()}") from None
-
-
 def listening(endpoints, config: RouterConfig, key: str, description: str,
-              factory) -> _Listening:
+              factory) -> Listening:
     """
     The service of one listener at C{description}, the value of C{key} in
     C{config}'s file.
     """
-    return _Listening(endpoints.server(description), factory, config.path, key, description)
+    return Listening(endpoints.server(description), factory, config.path, key, description)
 
 
 class RouterService(MultiService):
@@ -269,7 +229,6 @@ class RouterService(MultiService):
             secret=decoy_secret(config.data_dir) if self.security is not None else None,
             verifies_certificates=clients is not None and clients.client_ca is not None,
         )
-        is_open = lambda: self._open  # noqa: E731
         if config.listener is not None:
             listener = config.listener
             settings = ListenerSettings(
@@ -283,19 +242,19 @@ class RouterService(MultiService):
                     else None
                 ),
             )
-            self._listen(endpoints, "routing.listener.endpoint", listener.endpoint,
-                         _UntilOpen(ListenerFactory(self.context, settings), is_open))
+            listening(endpoints, config, "routing.listener.endpoint", listener.endpoint,
+                      ListenerFactory(self.context, settings)).setServiceParent(self)
         if config.clients is not None:
             listening_clients = listening(endpoints, config, "clients.listener.endpoint",
                                           config.clients.endpoint,
-                                          _UntilOpen(self.client_factory, is_open))
+                                          self.client_factory)
             if config.clients.client_ca is not None:
                 verify_client_certificates(listening_clients.endpoint,
                                            load_client_ca(config.clients.client_ca))
             listening_clients.setServiceParent(self)
         self.stomp_factory: StompFactory | None = None
         if config.stomp_listener is not None:
-            self._serve_stomp(endpoints, config, ha_view, is_open)
+            self._serve_stomp(endpoints, config, ha_view)
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -314,11 +273,15 @@ class RouterService(MultiService):
                 ),
                 clock,
             ).setServiceParent(self)
+        # The admin API answers from the start (saying whether the router
+        # serves yet); the other listeners once the store is open.
+        self._admin: Listening | None = None
         if config.admin is not None:
-            self._listen(endpoints, "admin.endpoint", config.admin.endpoint,
-                         admin_site(self, token=config.admin.token, reactor=clock))
+            self._admin = listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
+                                    admin_site(self, token=config.admin.token, reactor=clock))
+            self._admin.setServiceParent(self)
 
-    def _serve_stomp(self, endpoints, config: RouterConfig, ha_view, is_open) -> None:
+    def _serve_stomp(self, endpoints, config: RouterConfig, ha_view) -> None:
         """
         The C{[stomp.listener]}: its endpoint, and its WebSocket endpoint
         if it has one.  Its sessions join the native listener's registry
@@ -335,13 +298,12 @@ class RouterService(MultiService):
             security=self.security, secret=natives.secret,
             verifies_certificates=stomp.client_ca is not None,
         )
-        serving = _UntilOpen(self.stomp_factory, is_open)
         services = [listening(endpoints, config, "stomp.listener.endpoint", stomp.endpoint,
-                              serving)]
+                              self.stomp_factory)]
         if stomp.websocket is not None:
             services.append(listening(
                 endpoints, config, "stomp.listener.websocket", stomp.websocket,
-                websocket_factory(serving, f"ws://localhost{stomp.websocket_path}",
+                websocket_factory(self.stomp_factory, f"ws://localhost{stomp.websocket_path}",
                                   self._clock)))
         ca = load_client_ca(stomp.client_ca) if stomp.client_ca is not None else None
         for service in services:
@@ -350,13 +312,12 @@ class RouterService(MultiService):
                 verify_client_certificates(service.endpoint, ca)
             service.setServiceParent(self)
 
-    def _listen(self, endpoints, key: str, description: str, factory) -> None:
-        listening(endpoints, self.config, key, description, factory).setServiceParent(self)
-
     def startService(self) -> None:
         """
-        Open the store, then start serving: listeners accept, connectors
-        dial.  (Ports were bound by C{privilegedStartService}.)
+        Serve the admin API, open the store, then start serving: the other
+        listeners accept (connections that waited in their backlogs
+        first), connectors dial.  (Ports were bound by
+        C{privilegedStartService}: L{meshroute.listening}.)
         """
         self._started_at = self._clock.seconds()
         if self._host is None:
@@ -366,6 +327,8 @@ class RouterService(MultiService):
             log.info("router {name} starting (meshroute {version})", name=self.config.name,
                      version=__version__)
         Service.startService(self)
+        if self._admin is not None:
+            self._admin.startService()
         self._opening = self.store.open()
         # A hosted router's witness (the HA instance's) loads again: the
         # other groups' records are in this store (docs/ha.md).
@@ -383,7 +346,8 @@ class RouterService(MultiService):
         self.engine.queues.rates.start()
         self.engine.start()
         for service in self:
-            service.startService()
+            if not service.running:
+                service.startService()
 
     def _store_failed(self, failure) -> None:
         log.failure("router {name}: cannot open its store; stopping", failure,

@@ -2,6 +2,8 @@
 Recording stand-ins for the parts a test is not about.
 """
 
+from twisted.internet.defer import fail, succeed
+from twisted.internet.interfaces import IListeningPort, IPushProducer
 from zope.interface import implementer
 
 from meshroute.interfaces import ILinkChannel, ILinkEngine
@@ -70,3 +72,67 @@ class RecordingEngine:
         """
         channel = self.channels.get(peer)
         return channel.recovered_at if channel else None
+
+
+@implementer(IListeningPort, IPushProducer)
+class RecordingPort:
+    """
+    A listening port that remembers whether it was paused (accepting
+    nothing), resumed or stopped, in order: C{calls}.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pauseProducing(self) -> None:
+        self.calls.append("pause")
+
+    def resumeProducing(self) -> None:
+        self.calls.append("resume")
+
+    def stopProducing(self) -> None:
+        self.stopListening()
+
+    def startListening(self) -> None:
+        pass
+
+    def stopListening(self):
+        self.calls.append("stop")
+        return succeed(None)
+
+    def getHost(self):
+        return None
+
+
+class RecordingEndpoint:
+    """
+    A server endpoint whose C{listen} binds C{port} at once, or fails
+    with C{error}.
+    """
+
+    def __init__(self, port=None, error: Exception | None = None) -> None:
+        self.port = port if port is not None else RecordingPort()
+        self.error = error
+        self.factory = None
+
+    def listen(self, factory):
+        if self.error is not None:
+            return fail(self.error)
+        self.factory = factory
+        return succeed(self.port)
+
+
+class RecordingEndpoints:
+    """
+    A router's C{endpoints}: each server endpoint string is a
+    L{RecordingEndpoint}, kept in C{servers}.
+    """
+
+    def __init__(self) -> None:
+        self.servers: dict[str, RecordingEndpoint] = {}
+
+    def server(self, description: str) -> RecordingEndpoint:
+        return self.servers.setdefault(description, RecordingEndpoint())
+
+    def client(self, description: str):
+        raise AssertionError(f"no client endpoint expected: {description}")

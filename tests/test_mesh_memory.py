@@ -151,3 +151,34 @@ def test_a_router_says_it_serves_only_once_its_store_is_open(mesh, monkeypatch):
     assert router.describe()["serving"] is True
     mesh.stop("router-a")
     assert router.describe()["serving"] is False
+
+
+def test_a_paused_address_holds_connections_until_it_accepts_again():
+    """
+    The network's listening port pauses as a socket's does
+    (L{meshroute.listening}): a connection made to a paused address
+    waits, as in a listen backlog, and is made once the port resumes;
+    one still waiting when the port closes is refused.
+    """
+    from twisted.internet.error import ConnectionRefusedError
+    from twisted.internet.protocol import Factory, Protocol
+
+    from meshroute.memory_mesh import MemoryNetwork
+
+    network = MemoryNetwork()
+    endpoints = network.endpoints("router-a")
+    server = Factory.forProtocol(Protocol)
+    port = endpoints.server("clients-a").listen(server).result
+    port.pauseProducing()
+    client = network.endpoints("a-client").client("clients-a")
+    held = client.connect(Factory.forProtocol(Protocol))
+    assert not held.called and network.connections_of("router-a") == []
+    port.resumeProducing()
+    assert isinstance(held.result, Protocol)
+    assert len(network.connections_of("router-a")) == 1
+    port.pauseProducing()
+    refused = client.connect(Factory.forProtocol(Protocol))
+    port.stopListening()
+    failures: list = []
+    refused.addErrback(failures.append)
+    assert [failure.type for failure in failures] == [ConnectionRefusedError]

@@ -88,3 +88,61 @@ def test_the_store_executor_is_the_one_store_writer_names():
 
     assert type(store_executor(StoreConfig(), reactor)) is ThreadedExecutor
     assert type(store_executor(StoreConfig(writer="reactor"), reactor)) is TurnExecutor
+
+
+def test_only_the_admin_api_answers_until_the_store_is_open(tmp_path):
+    """
+    Every port is bound by C{privilegedStartService}.  The admin API
+    answers from C{startService} on (saying the router does not serve
+    yet); the routing, client, STOMP and WebSocket listeners accept
+    nothing until the store is open, so that a connection made meanwhile
+    waits in its port's backlog and is served then, never closed bare.
+    """
+    from twisted.internet.defer import Deferred
+
+    from fakes import RecordingEndpoints
+    from meshroute.node import RouterService
+    from meshroute.store.executor import InlineExecutor
+
+    class HeldOpen(InlineExecutor):
+        """
+        Opens the store once C{opening} fires.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.opening = Deferred()
+
+        def start(self, connect):
+            return self.opening.addCallback(lambda _: InlineExecutor.start(self, connect))
+
+    secret = tmp_path / "mesh.secret"
+    secret.write_text("a mesh secret\n")
+    secret.chmod(0o600)
+    config = _router_config(tmp_path, f"""
+[routing.listener]
+endpoint = "tcp:7001"
+password-file = "{secret}"
+[clients.listener]
+endpoint = "tcp:7002"
+[stomp.listener]
+endpoint = "tcp:7003"
+websocket = "tcp:7004"
+[admin]
+endpoint = "tcp:7005:interface=127.0.0.1"
+""")
+    clock = MemoryReactorClock()
+    endpoints = RecordingEndpoints()
+    executor = HeldOpen()
+    router = RouterService(config, clock, endpoints, executor)
+    router.privilegedStartService()
+    router.startService()
+    calls = {description: endpoint.port.calls
+             for description, endpoint in endpoints.servers.items()}
+    assert calls == {"tcp:7001": ["pause"], "tcp:7002": ["pause"], "tcp:7003": ["pause"],
+                     "tcp:7004": ["pause"], "tcp:7005:interface=127.0.0.1": ["pause", "resume"]}
+    assert router.describe()["serving"] is False
+    executor.opening.callback(None)
+    assert all(port_calls == ["pause", "resume"] for port_calls in calls.values())
+    assert router.describe()["serving"] is True
+    assert router.stopService().called

@@ -1,0 +1,98 @@
+"""
+One listener of a router: its port is bound early, and it accepts
+connections only once the listener is started.
+
+twistd binds ports in C{privilegedStartService}, so that a port in use
+stops start-up with a clear error before anything runs, and starts
+services afterwards; a router starts its listeners only once its store is
+open (L{meshroute.node.RouterService}), since what a connection asks
+first (a link's recovery point, a session) needs the store.  In between,
+the port is bound but paused: a client that connects meanwhile waits in
+the kernel's listen backlog, its first bytes unread, and is served as
+soon as the listener starts.  It is never accepted and closed without a
+word (a STOMP client would see no C{CONNECTED} and no C{ERROR}).
+
+Stopping is as before: a router that stops (at shutdown, or at the end
+of an HA instance's active period) answers or drops its connections as
+its listeners decide (C{not-active} from an HA instance) and closes its
+ports, so that a later connection is refused, and one still waiting in a
+backlog (a router that stops before it ever served) is reset by the
+kernel: an error the client sees, never an accepted connection closed
+without a word.
+
+A port pauses through L{IPushProducer}: every port of the reactor (TCP,
+TLS, UNIX and adopted sockets, and so the WebSocket listener's, which is
+a TCP or TLS port) provides it, C{pauseProducing} stopping accepting
+(C{stopReading}) and C{resumeProducing} accepting again.  A port that
+cannot pause (an endpoint plugin's) stops start-up, naming its key,
+rather than serve a router that is not ready, or close connections
+without a word.
+"""
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IPushProducer
+
+from meshroute.errors import ConfigError
+
+
+class Listening(StreamServerEndpointService):
+    """
+    A listener of a router, at C{description}, the value of C{key} in the
+    configuration file C{path}.  A port that cannot be bound (or cannot
+    pause) fails start-up (as C{twisted.application.strports.service}
+    does) with a L{ConfigError} naming the file and the key, instead of a
+    traceback.
+
+    From C{privilegedStartService} (which binds the port) to
+    C{startService}, the port accepts nothing; a service started without
+    C{privilegedStartService} binds and accepts at once.
+    """
+
+    def __init__(self, endpoint, factory, path: str, key: str, description: str) -> None:
+        super().__init__(endpoint, factory)
+        self._raiseSynchronously = True
+        self._path = path
+        self._key = key
+        self._description = description
+
+    def privilegedStartService(self) -> None:
+        try:
+            super().privilegedStartService()
+        except CannotListenError as e:
+            reason = e.socketError.strerror if isinstance(e.socketError, OSError) else None
+            raise self._error(f"{(reason or str(e.socketError)).lower()}") from None
+        unpausable: list = []
+        self._waitingForPort.addCallback(self._hold, unpausable)
+        if unpausable:
+            raise self._error(f"its port ({type(unpausable[0]).__name__}) cannot hold "
+                              "connections until the router serves")
+
+    def _hold(self, port, unpausable: list):
+        """
+        The port is bound: it accepts nothing until C{startService}.
+        """
+        if not IPushProducer.providedBy(port):
+            unpausable.append(port)
+            port.stopListening()
+            return None
+        if not self.running:
+            port.pauseProducing()
+        return port
+
+    def startService(self) -> None:
+        super().startService()
+        self._waitingForPort.addCallback(_accept)
+
+    def _error(self, reason: str) -> ConfigError:
+        return ConfigError(self._path, self._key,
+                           f"cannot listen on {self._description}: {reason}")
+
+
+def _accept(port):
+    """
+    Accept connections on C{port} (from its backlog first).
+    """
+    if port is not None:
+        port.resumeProducing()
+    return port
