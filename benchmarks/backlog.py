@@ -147,8 +147,9 @@ def disk_mib(path: str, prefix: str) -> float:
 
 
 def data_dir_sizes(path: str) -> str:
+    # Every file of events/ is the event log's (current.jsonl included).
     return (f"store {disk_mib(path, 'store.db'):,.0f} MiB, "
-            f"events {disk_mib(events_dir(path), 'events-'):,.0f} MiB")
+            f"events {disk_mib(events_dir(path), ''):,.0f} MiB")
 
 
 class Router:

@@ -2,12 +2,16 @@
 The router's event log: files in C{DATA-DIR/events/}, one JSON object per
 line, appended as things happen.
 
-The router writes one file at a time, C{events-START-SEQ.jsonl.open}, and
-closes it (fsync, then a rename that drops C{.open}) when it reaches
-C{max-file-size} or C{max-age}; a closed file is never written again, so
-readers that must not see a file being written (the streaming audit) read
-only C{events-*.jsonl}.  L{event_files} lists them in order and
-L{read_events} reads them; docs/events.md describes the files.
+The router writes one file at a time, always at the same path,
+C{current.jsonl}, so that whoever follows the log by its path (C{tail -F},
+a log shipper) follows it across rotations.  When the file reaches
+C{max-file-size} or C{max-age} it is renamed C{events-START-SEQ.jsonl.open}
+and the next records start a new C{current.jsonl}; the closer then fsyncs
+it and renames it C{events-START-SEQ.jsonl}.  A closed file is never
+written again, so readers that must not see a file being written (the
+streaming audit) read only C{events-*.jsonl}.  L{event_files} lists them
+in order and L{read_events} reads them; docs/events.md describes the
+files.
 
 Every record has C{time} (epoch seconds, float, from the router's clock),
 C{router} and C{event}; the rest of its fields depend on the event and are
@@ -22,7 +26,7 @@ import re
 from bisect import bisect_right
 import time as _time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
@@ -203,7 +207,13 @@ EVENTS_DIR = "events"
 #: What a router before rotation wrote instead: one file, moved into
 #: L{EVENTS_DIR} as its first closed file at the first start (L{EventLog}).
 LEGACY_FILE = "events.jsonl"
-#: The suffix of the file being written.
+#: The file being written: a path that never changes, for the tools that
+#: follow a log by its path.  Its closed name is decided when it is opened
+#: (L{EventLog}), or from its content when a killed router left it
+#: (L{_recover}).
+CURRENT_FILE = "current.jsonl"
+#: The suffix of a file renamed from L{CURRENT_FILE} and not closed yet (a
+#: router before L{CURRENT_FILE} wrote its current file under such a name).
 OPEN_SUFFIX = ".open"
 #: C{events-START-SEQ.jsonl}: START is the UTC second the file was opened
 #: (C{YYYYMMDDTHHMMSSZ}), SEQ the router's file counter, which only grows
@@ -282,10 +292,12 @@ def _closed_names(directory: str) -> list[str]:
 
 def event_files(data_dir: str) -> list[str]:
     """
-    The paths of a data dir's event files in the order they were written:
-    an old C{events.jsonl} not yet moved (a data dir of a router from
-    before rotation that has not started since), the closed files, then
-    the file being written (or, after a crash, the files left open).
+    The paths of a data dir's event files in the order they were written,
+    from one listing of its C{events/}: an old C{events.jsonl} not yet
+    moved (a data dir of a router from before rotation that has not
+    started since), the closed files, those renamed to be closed and not
+    closed yet (C{.open}; after a crash, those left so), then the file
+    being written, L{CURRENT_FILE}.
     """
     directory = events_dir(data_dir)
     legacy = os.path.join(data_dir, LEGACY_FILE)
@@ -296,14 +308,16 @@ def event_files(data_dir: str) -> list[str]:
         names = []
     paths.extend(os.path.join(directory, n) for n in names if _NAME.fullmatch(n))
     paths.extend(os.path.join(directory, n) for n in names if _OPEN_NAME.fullmatch(n))
+    if CURRENT_FILE in names:
+        paths.append(os.path.join(directory, CURRENT_FILE))
     return paths
 
 
 def _open_event_file(path: str, mode: str = "r"):
     """
-    Open an event file for reading, following a file being written that
-    was closed (renamed) since it was listed; None if it is gone (deleted
-    by retention).
+    Open an event file for reading, following a C{.open} file that was
+    closed (renamed) since it was listed; None if it is gone (deleted by
+    retention, or a L{CURRENT_FILE} renamed and not replaced yet).
     """
     candidates = [path]
     if path.endswith(OPEN_SUFFIX):
@@ -314,6 +328,39 @@ def _open_event_file(path: str, mode: str = "r"):
         except FileNotFoundError:
             continue
     return None
+
+
+def _opened(data_dir: str, mode: str, done: Container[str] = frozenset()) -> list[tuple]:
+    """
+    A data dir's event files, opened for reading in the order they were
+    written, as C{(key, file)} pairs: C{key} is the path the file has once
+    closed, or None for the file being written (its closed name is not
+    known yet).  Files whose key is in C{done} are left out.
+
+    The file being written is opened before the directory is listed: opened
+    after, a rotation in between would put a new L{CURRENT_FILE} in the
+    place of the one listed, and the records of the one listed, renamed,
+    would be missed.  Renamed after it was opened, it is listed too, and
+    recognised there as the file already open (the same inode, which no
+    other file can have while it is open): it is read once, in its place.
+    """
+    current_path = os.path.join(events_dir(data_dir), CURRENT_FILE)
+    current = _open_event_file(current_path, mode)
+    opened = []
+    for path in event_files(data_dir):
+        key = path[:-len(OPEN_SUFFIX)] if path.endswith(OPEN_SUFFIX) else path
+        if path == current_path or key in done:
+            continue
+        f = _open_event_file(path, mode)
+        if f is None:
+            continue
+        if current is not None and os.path.sameopenfile(f.fileno(), current.fileno()):
+            current.close()
+            current = None
+        opened.append((key, f))
+    if current is not None:
+        opened.append((None, current))
+    return opened
 
 
 def _records(f) -> Iterator[dict]:
@@ -333,14 +380,12 @@ def _records(f) -> Iterator[dict]:
 def read_events(data_dir: str) -> list[dict]:
     """
     Every well-formed record of a data dir's event log, in order, the file
-    being written included (as far as it is written).  For tests and
-    tools; the audit has its own reader with error accounting.
+    being written included (as far as it is written), each once even if
+    the log rotates meanwhile (L{_opened}).  For tests and tools; the audit
+    has its own reader with error accounting.
     """
     records: list[dict] = []
-    for path in event_files(data_dir):
-        f = _open_event_file(path)
-        if f is None:
-            continue
+    for _, f in _opened(data_dir, "r"):
         with f:
             records.extend(_records(f))
     return records
@@ -349,7 +394,11 @@ def read_events(data_dir: str) -> list[dict]:
 class EventFollower:
     """
     Reads the records a data dir's event log gained since the last call,
-    across rotations: a tail that knows which files it has read.
+    across rotations: a tail that knows which files it has read.  Like
+    C{tail -F} it keeps the file being written open between calls: that is
+    how it knows the file again once it is renamed (L{_opened}), where a
+    name would not say it and an inode number alone might be another
+    file's by then.
     """
 
     def __init__(self, data_dir: str, from_end: bool = False) -> None:
@@ -358,10 +407,12 @@ class EventFollower:
             returns only records written after this.
         """
         self._data_dir = data_dir
-        #: Closed names (without C{.open}) of the files read to the end.
+        #: Closed paths of the files read to the end.
         self._finished: set[str] = set()
-        #: How far the files not yet finished were read, by closed name.
+        #: How far the listed files not yet finished were read, by closed path.
         self._offsets: dict[str, int] = {}
+        #: The file being written at the last read, open, and how far it was read.
+        self._current: tuple | None = None
         if from_end:
             self._read(skip=True)
 
@@ -371,30 +422,32 @@ class EventFollower:
         (without reading it, if C{skip}).
         """
         data = []
-        for path in event_files(self._data_dir):
-            key = path[:-len(OPEN_SUFFIX)] if path.endswith(OPEN_SUFFIX) else path
-            if key in self._finished:
+        held, self._current = self._current, None
+        for key, f in _opened(self._data_dir, "rb", self._finished):
+            if held is not None and os.path.sameopenfile(f.fileno(), held[0].fileno()):
+                offset = held[1]
+            else:
+                offset = self._offsets.pop(key, 0)
+            if skip:
+                unread = f.seek(0, os.SEEK_END) - offset
+                complete = unread
+            else:
+                f.seek(offset)
+                new = f.read()
+                unread = len(new)
+                complete = new.rfind(b"\n") + 1
+                data.append(new[:complete])
+            if key is None:
+                self._current = (f, offset + complete)
                 continue
-            f = _open_event_file(path, "rb")
-            if f is None:
-                continue
-            offset = self._offsets.get(key, 0)
-            with f:
-                closed = not f.name.endswith(OPEN_SUFFIX)
-                if skip:
-                    unread = f.seek(0, os.SEEK_END) - offset
-                    complete = unread
-                else:
-                    f.seek(offset)
-                    new = f.read()
-                    unread = len(new)
-                    complete = new.rfind(b"\n") + 1
-                    data.append(new[:complete])
+            closed = not f.name.endswith(OPEN_SUFFIX)
+            f.close()
             if closed and complete == unread:
                 self._finished.add(key)
-                self._offsets.pop(key, None)
             else:
                 self._offsets[key] = offset + complete
+        if held is not None:
+            held[0].close()
         return b"".join(data)
 
     def new_events(self) -> list[dict]:
@@ -408,6 +461,14 @@ class EventFollower:
             except ValueError:
                 continue
         return records
+
+    def close(self) -> None:
+        """
+        Let go of the file being written.
+        """
+        if self._current is not None:
+            self._current[0].close()
+            self._current = None
 
 
 class EventLog:
@@ -461,7 +522,9 @@ class EventLog:
         os.makedirs(self.directory, exist_ok=True)
         self._seq, self._last_start = _recover(self.directory, data_dir)
         self._file = None
-        self._path: str | None = None
+        self._current_path = os.path.join(self.directory, CURRENT_FILE)
+        #: The closed name of the file being written.
+        self._name: str | None = None
         self._size = 0
         self._age_call = None
         self._closed = False
@@ -572,19 +635,22 @@ class EventLog:
 
     def _open(self) -> None:
         """
-        Start the next file.  Its start time never goes below the last
+        Start the next file, at L{CURRENT_FILE}, and decide the name it
+        will have once closed.  Its start time never goes below the last
         file's, so that the names sort in order even if the clock steps
         back.
         """
         if self._closed:
             raise ValueError(f"the event log of {self.data_dir} is closed")
         start = max(_start_stamp(self._clock.seconds()), self._last_start)
-        path = os.path.join(self.directory, file_name(start, self._seq) + OPEN_SUFFIX)
-        self._file = open(path, "x", encoding="utf-8")
-        self._path = path
+        self._file = open(self._current_path, "x", encoding="utf-8")
+        self._name = file_name(start, self._seq)
         self._size = 0
         self._seq += 1
         self._last_start = start
+        self._start_age_timer()
+
+    def _start_age_timer(self) -> None:
         if self._rotation.max_age_ms is not None:
             self._age_call = self._clock.callLater(self._rotation.max_age_ms / 1000,
                                                    self._aged)
@@ -596,10 +662,18 @@ class EventLog:
 
     def rotate(self) -> None:
         """
-        Close the file being written, if any: hand it to the closer, which
-        fsyncs it and drops its C{.open} by a rename, so that it is whole
-        wherever it is seen closed, then applies C{retain}.  The next
-        records start a new file.
+        Close the file being written, if any: rename it from
+        L{CURRENT_FILE} to its own name with C{.open}, so that the next
+        records start a new L{CURRENT_FILE}, and hand it to the closer,
+        which fsyncs it and drops its C{.open} by a rename, so that it is
+        whole wherever it is seen closed, then applies C{retain}.
+
+        The first rename is the reactor's (it does not wait for the disk,
+        as an fsync does), made after the file's last record is written:
+        a follower of the path (C{tail -F}) reads the file to its end, then
+        finds the next one there.  If it fails (a disk error), the file is
+        written on as if it were a new one, to be renamed at the next
+        rotation: no record waits, or is lost, for it.
         """
         if self._file is None:
             return
@@ -608,12 +682,21 @@ class EventLog:
                 self._age_call.cancel()
             self._age_call = None
         self._file.flush()
+        closing_path = os.path.join(self.directory, self._name + OPEN_SUFFIX)
+        try:
+            os.rename(self._current_path, closing_path)
+        except OSError:
+            _log.failure("Event log: cannot rename {path} to close it; writing on to it",
+                         path=self._current_path)
+            self._size = 0
+            self._start_age_timer()
+            return
         if self._closer is None:
-            self._closed_files.close(self._file, self._path, self._size)
+            self._closed_files.close(self._file, closing_path, self._size)
         else:
             closing = self._closing
             closing.append(self._closer.submit(self._closed_files.close, self._file,
-                                               self._path, self._size))
+                                               closing_path, self._size))
             while closing and closing[0].done():
                 closing.popleft()
             if len(closing) > MAX_CLOSING:
@@ -621,7 +704,7 @@ class EventLog:
                 # more files open.
                 closing.popleft().result()
         self._file = None
-        self._path = None
+        self._name = None
         self._size = 0
 
     def close(self) -> None:
@@ -694,11 +777,18 @@ class _ClosedFiles:
 def _close_file(path: str) -> None:
     """
     Make the event file at C{path} (a C{.open} one, written to disk) a
-    closed one: rename it, and sync the directory so the rename survives a
-    crash.
+    closed one, by a durable rename (L{_move}).
     """
-    os.rename(path, path[:-len(OPEN_SUFFIX)])
-    _sync_directory(os.path.dirname(path))
+    _move(path, path[:-len(OPEN_SUFFIX)])
+
+
+def _move(path: str, new_path: str) -> None:
+    """
+    Rename C{path} to C{new_path}, and sync the directory so the rename
+    survives a crash.
+    """
+    os.rename(path, new_path)
+    _sync_directory(os.path.dirname(new_path))
 
 
 def _sync_directory(directory: str) -> None:
@@ -712,10 +802,25 @@ def _sync_directory(directory: str) -> None:
 def _recover(directory: str, data_dir: str) -> tuple[int, str]:
     """
     Put C{directory} in order before a router writes to it: close the
-    files a killed router left open (ending a truncated last line, so the
-    next reader sees a malformed line instead of two records run
-    together), delete empty ones, and move an C{events.jsonl} of a router
-    from before rotation in as a closed file.
+    files a killed router left (those renamed C{.open} and not closed yet,
+    or written under such a name by a router from before L{CURRENT_FILE},
+    then its L{CURRENT_FILE}), ending a truncated last line, so the next
+    reader sees a malformed line instead of two records run together, and
+    deleting empty ones; and move an C{events.jsonl} of a router from
+    before rotation in as a closed file.
+
+    A L{CURRENT_FILE} left behind is named from what it and the directory
+    hold: C{START} from its first record's time (the file's modification
+    time if that line cannot be read), never earlier than the latest
+    C{START} there, and the next C{SEQ}.  That is the C{SEQ} it was given
+    (every file before it is named there) unless retention had deleted
+    the newest closed files, and then still above every C{SEQ} left, so
+    the names sort in writing order, which is all they promise.  A small
+    file holding the name, written before each new L{CURRENT_FILE}
+    instead, would cost every rotation a write and an fsync to be sure of,
+    have crash windows of its own (written, but the file not created yet;
+    torn) that would need this fallback anyway, and be one more file for
+    every reader and glob of the directory to skip.
 
     @return: the next file's sequence number, and the latest start time
         of a file's name.
@@ -730,20 +835,26 @@ def _recover(directory: str, data_dir: str) -> tuple[int, str]:
             if name.endswith(OPEN_SUFFIX):
                 found.append(os.path.join(directory, name))
     for path in found:
-        if os.path.getsize(path) == 0:
-            os.remove(path)
-            continue
-        _end_last_line(path)
-        _close_file(path)
-        _log.info("Event log: closed {name}, which the last run left open",
-                  name=os.path.basename(path))
+        if _left_whole(path):
+            _close_file(path)
+            _log.info("Event log: closed {name}, which the last run left open",
+                      name=os.path.basename(path))
+    current = os.path.join(directory, CURRENT_FILE)
+    # Its modification time before a line end is added: its last record's.
+    start = max(_first_time(current), last_start) if os.path.isfile(current) else None
+    if start is not None and _left_whole(current):
+        name = file_name(start, seq)
+        _move(current, os.path.join(directory, name))
+        _log.info("Event log: closed {current} as {name}, which the last run left being "
+                  "written", current=CURRENT_FILE, name=name)
+        seq += 1
+        last_start = start
     legacy = os.path.join(data_dir, LEGACY_FILE)
     if os.path.isfile(legacy):
         _end_last_line(legacy)
         start = _first_time(legacy)
         name = file_name(start, seq)
-        os.rename(legacy, os.path.join(directory, name))
-        _sync_directory(directory)
+        _move(legacy, os.path.join(directory, name))
         _sync_directory(data_dir)
         _log.info("Event log: moved {legacy}, the single event file of an older meshroute, "
                   "to {name}", legacy=legacy, name=os.path.join(directory, name))
@@ -752,9 +863,24 @@ def _recover(directory: str, data_dir: str) -> tuple[int, str]:
     return seq, last_start
 
 
+def _left_whole(path: str) -> bool:
+    """
+    Make a file a killed router left being written whole: end a truncated
+    last line (L{_end_last_line}), or delete it if it is empty.
+
+    @return: whether it is still there, to be closed.
+    """
+    if os.path.getsize(path) == 0:
+        os.remove(path)
+        return False
+    _end_last_line(path)
+    return True
+
+
 def _first_time(path: str) -> str:
     """
-    The start time for the name of an old C{events.jsonl}: its first
+    The start time for the name of a file that has none (an old
+    C{events.jsonl}, a L{CURRENT_FILE} a killed router left): its first
     record's, or the file's modification time when that cannot be read.
     """
     with open(path, encoding="utf-8", errors="replace") as f:

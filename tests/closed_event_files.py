@@ -8,6 +8,7 @@ C{meshroute audit --follow} as a process and reads its rolling
 C{summary.json}.
 """
 
+import fnmatch
 import json
 import os
 import signal
@@ -18,11 +19,20 @@ from pathlib import Path
 
 from routers import router_env, tail, wait_until
 
+from meshroute.audit.follow import CLOSED_FILES
 from meshroute.events import file_name
 
 #: The first file's modification time: files of one router are closed in
 #: order, a second apart.
 FIRST_MTIME = 1_800_000_000
+
+
+def is_closed(path: str) -> bool:
+    """
+    Whether C{path} is a closed event file, one the streaming audit reads
+    (not C{current.jsonl}, nor a C{.open} file).
+    """
+    return fnmatch.fnmatch(os.path.basename(path), CLOSED_FILES)
 
 
 def closed_file_name(start: float, seq: int) -> str:

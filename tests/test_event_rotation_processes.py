@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from closed_event_files import is_closed
 from conftest_spark import spark  # noqa: F401 (a fixture)
 from routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 from test_audit import audit
@@ -75,7 +76,7 @@ def test_200000_messages_through_files_rotating_every_mib_audit_exactly(
     for spec in (a, b):
         files = lines_by_file(spec)
         assert len(files) >= 20, f"{spec.label}: {len(files)} files: no rotation"
-        assert not any(path.endswith(OPEN_SUFFIX) for path in files), "a clean stop closes"
+        assert all(map(is_closed, files)), "a clean stop closes"
         assert all(os.path.getsize(path) <= MiB for path in files)
         assert malformed(files) == []
     code, stdout, stderr, summary = audit(
@@ -91,7 +92,7 @@ def test_200000_messages_through_files_rotating_every_mib_audit_exactly(
 
 
 def open_files(spec) -> list[str]:
-    return [p for p in event_files(str(spec.data_dir)) if p.endswith(OPEN_SUFFIX)]
+    return [p for p in event_files(str(spec.data_dir)) if not is_closed(p)]
 
 
 def all_threads_stopped(pid: int) -> bool:
@@ -105,15 +106,16 @@ def all_threads_stopped(pid: int) -> bool:
     return all(state == "T" for state in states)
 
 
-def kill_mid_rotation(process, spec, load) -> dict[str, int]:
+def kill_mid_rotation(process, spec, load) -> dict[str, bytes]:
     """
     Freeze the router (SIGSTOP) until it is caught in the middle of a
-    rotation: a file handed to the closer and not renamed yet beside the
-    file being written (two C{.open} files); then SIGKILL it.  C{load()}
-    before each try keeps the mesh under load however long that takes.
+    rotation: a file handed to the closer and not closed yet (C{.open})
+    beside the file being written (C{current.jsonl}); then SIGKILL it.
+    C{load()} before each try keeps the mesh under load however long that
+    takes.
 
-    @return: the C{.open} files it left, with their sizes (one the router
-        had just opened may be empty).
+    @return: the files it left unclosed, with what they hold (one the
+        router had just opened may be empty).
     """
 
     def caught():
@@ -129,7 +131,7 @@ def kill_mid_rotation(process, spec, load) -> dict[str, int]:
 
     left = wait_until(caught, LOAD_TIMEOUT_S, what=f"{spec.label} caught closing a file")
     process.sigkill()
-    return {path: os.path.getsize(path) for path in left}
+    return {path: Path(path).read_bytes() for path in left}
 
 
 @pytest.mark.timeout(1800)
@@ -173,11 +175,18 @@ def test_routers_killed_mid_rotation_leave_every_file_readable_and_the_audit_cle
 
     for spec in (a, b):
         files = lines_by_file(spec)
-        assert not any(path.endswith(OPEN_SUFFIX) for path in files)
-        for path, size in left_open[spec.label].items():
-            if size:
-                assert path[:-len(OPEN_SUFFIX)] in files, "closed at the next start"
-            else:
+        assert all(map(is_closed, files))
+        for path, content in left_open[spec.label].items():
+            if content:
+                # Closed at the next start, a truncated last line ended:
+                # the .open file under its name, current.jsonl under the
+                # name its first record gives it.
+                whole = content if content.endswith(b"\n") else content + b"\n"
+                closed = [p for p, lines in files.items() if b"".join(lines) == whole]
+                assert closed, f"{path} closed at the next start"
+                if path.endswith(OPEN_SUFFIX):
+                    assert closed == [path[:-len(OPEN_SUFFIX)]]
+            elif path.endswith(OPEN_SUFFIX):
                 assert not os.path.exists(path[:-len(OPEN_SUFFIX)]), "an empty file is deleted"
         bad = malformed(files)
         # At most the truncated last line of the file being written at the

@@ -2,8 +2,9 @@
 The streaming audit: C{meshroute audit --follow DIR... --out DIR}.
 
 Spark Structured Streaming's file source follows the routers' closed
-event files (C{events-*.jsonl} below each directory: a file being written
-ends C{.open} and never matches, docs/events.md), at most
+event files (C{events-*.jsonl} below each directory: neither the file
+being written, C{current.jsonl}, nor one being closed, which ends
+C{.open}, ever matches, docs/events.md), at most
 C{--max-files-per-trigger} new files per micro-batch, one micro-batch per
 C{--trigger} seconds when there is something new.
 

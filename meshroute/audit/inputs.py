@@ -10,12 +10,13 @@ import os
 import urllib.parse
 
 from meshroute.errors import MeshrouteError
-from meshroute.events import OPEN_SUFFIX
+from meshroute.events import CURRENT_FILE, OPEN_SUFFIX
 
-#: What a directory argument contributes: these files below it, recursively,
-#: and those being written (C{.jsonl.open}: a router's current file, or the
-#: last one of a router that was killed), so that a directory of rotated
-#: files is read as its one file was.
+#: What a directory argument contributes: these files below it, recursively
+#: (a router's closed files, and the one it writes, C{current.jsonl}), and
+#: those not closed yet (C{.jsonl.open}: being closed, or left by a router
+#: that was killed and has not started since), so that a directory of
+#: rotated files is read as its one file was.
 LOG_SUFFIX = ".jsonl"
 _LOG_SUFFIXES = (LOG_SUFFIX, LOG_SUFFIX + OPEN_SUFFIX)
 
@@ -45,10 +46,16 @@ def _local(path: str) -> str:
 
 
 def _files_under(directory: str) -> list[str]:
+    """
+    The event files below C{directory}, each directory's in the order a
+    router wrote them: by name (C{events-START-SEQ}), then
+    C{current.jsonl}, the newest, whose name sorts first.
+    """
     found = []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
-        found.extend(os.path.join(root, name) for name in sorted(files)
+        found.extend(os.path.join(root, name)
+                     for name in sorted(files, key=lambda name: (name == CURRENT_FILE, name))
                      if name.endswith(_LOG_SUFFIXES))
     return found
 
@@ -86,7 +93,7 @@ def resolve_inputs(paths: list[str], max_line_bytes: int | None = None) -> list[
 
     A local file is read whatever its name; a directory (a router's data
     dir, or its C{events/}) contributes every C{*.jsonl} and C{*.jsonl.open}
-    file below it (recursively), in name order; a glob (C{var/*/events/})
+    file below it (recursively), in name order but C{current.jsonl} last; a glob (C{var/*/events/})
     is expanded, each match a file or directory as above.  A URI with a
     scheme other than C{file:} (C{hdfs://}, C{s3a://}) is handed to Spark
     as it is, globs and all.  Every argument must contribute at least one
