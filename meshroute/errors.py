@@ -6,6 +6,8 @@ can tell our refusals from bugs.  Errors that cross the wire carry a stable
 C{code} string; the codes are listed in docs/protocol.md.
 """
 
+from dataclasses import dataclass
+
 
 class MeshrouteError(Exception):
     """
@@ -27,6 +29,22 @@ class ConfigError(MeshrouteError):
         self.message = message
         where = f"{path}: {key}" if key else path
         super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """
+    Something wrong with a combination of settings, as the rules of the
+    component they configure find it: the TOML loader reports each as a
+    L{ConfigError} (an error) or a line naming the file (a warning).
+
+    @ivar key: the dotted key to name (C{ha.lease-timeout},
+        C{routing.connector[1].router}: indexes from 0, as the
+        configuration's arrays of tables).
+    """
+
+    key: str
+    message: str
 
 
 class WireError(MeshrouteError):

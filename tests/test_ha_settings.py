@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from meshroute.errors import Problem
 from meshroute.ha.settings import (
     HASettings,
-    Problem,
     ReplicationSettings,
     WitnessSettings,
     errors,

@@ -15,6 +15,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from meshroute.errors import Problem
 from meshroute.ha.quorum import majority
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
@@ -94,20 +95,6 @@ class HASettings:
         How many voters the group has: the pair and its witnesses.
         """
         return 2 + len(self.witnesses)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """
-    Something wrong with a combination of settings.
-
-    @ivar key: the dotted key to name (C{ha.lease-timeout},
-        C{ha.witness[1].router}: indexes from 0, as the configuration's
-        other arrays of tables).
-    """
-
-    key: str
-    message: str
 
 
 def errors(settings: HASettings, router_name: str) -> list[Problem]:
