@@ -1,10 +1,20 @@
 """
-The router configuration: one TOML file in, frozen validated dataclasses out.
+The TOML loader: one router configuration file in, a validated
+L{RouterConfig} of each component's own settings out.
 
-Everything an operator can get wrong is caught here, before any service
-starts, and reported as a L{ConfigError} naming the file and the dotted key
+Everything an operator can get wrong is caught before any service starts,
+and reported as a L{ConfigError} naming the file and the dotted key
 (C{routing.listener.keepalive-interval}, C{routing.connector[1].router}).
 The rest of meshroute then trusts these objects without re-checking them.
+
+The loader only reads: it parses the TOML, converts each value (types,
+ranges, durations, sizes, endpoints, the files behind C{password-file}
+and C{token-file}), and maps each section to its component's settings
+class.  The rules that judge a combination of values are the
+components', beside their code; L{meshroute.router_settings.errors} asks
+each of them, and the loader reports the first problem naming the file.
+Being the composition layer, it may import every component; none of them
+imports it.
 
 Each section's keys are declared once, in a small table of L{_Key} specs:
 the operator-facing name, its kind, its default and its minimum.  Loading
@@ -22,33 +32,41 @@ are relative to the current working directory of the process, as with every
 other path given to twistd; they are not relative to the config file.
 
 C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} load into
-L{meshroute.ha.settings.HASettings}, judged by its C{errors} (refusals)
-and C{warnings} (L{config_warnings}); the twistd plugin then runs an HA
+L{meshroute.ha.settings.HASettings}; the twistd plugin then runs an HA
 instance (L{meshroute.ha.instance}) instead of a plain router.
 """
 
-import ipaddress
 import json
 import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 
-from twisted.internet.endpoints import UNIXServerEndpoint, clientFromString, serverFromString
+from twisted.internet.endpoints import clientFromString, serverFromString
 
-from meshroute.sessions import limits
-from meshroute.sessions.tls import load_client_ca
+from meshroute import router_settings
+from meshroute.admin.settings import AdminConfig
 from meshroute.errors import ConfigError
 from meshroute.events import RetainBytes, RotationSettings
 from meshroute.ha import settings as ha_settings
 from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.link.settings import ConnectorConfig, ListenerConfig
+from meshroute.router_settings import RouterConfig, RoutingConfig
 from meshroute.security.files import read_private
 from meshroute.security.policy import Permission
+from meshroute.security.settings import SecurityConfig, pattern_problem
+from meshroute.sessions import limits
+from meshroute.sessions.settings import (
+    ClientListenerConfig,
+    ClientQueueConfig,
+    ClientReconnectConfig,
+)
 from meshroute.stomp import settings as stomp_settings
 from meshroute.stomp.frames import StompProtocolError, parse_heart_beat
 from meshroute.stomp.settings import StompListenerSettings
+from meshroute.store.settings import StoreConfig
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
@@ -57,211 +75,6 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?) ?(B|KiB|MiB|GiB|TiB)")
 _UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
-#: A user or queue name pattern: name characters and C{*}.
-_PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,64}")
-
-
-@dataclass(frozen=True)
-class ListenerConfig:
-    """
-    C{[routing.listener]}: where other routers connect to us.
-
-    @ivar secret: the contents of C{password_file} without trailing line
-        ends; kept out of C{repr} so logging a config cannot leak it.
-    @ivar allowed_routers: the router names allowed to connect, or C{None}
-        for any router that knows the secret.
-    """
-
-    endpoint: str
-    password_file: str
-    secret: bytes = field(repr=False)
-    keepalive_interval_ms: int = 60000
-    stage_valid_timeout_ms: int = 15000
-    reject_disconnect_delay_ms: int = 5000
-    allowed_routers: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class ConnectorConfig:
-    """
-    One C{[[routing.connector]]}: an outgoing link we keep open.
-
-    The four retry parameters feed a L{ClientService} backoff policy;
-    C{reconnect_attempts} is -1 for forever and 0 for no retry.
-
-    @ivar endpoint: the client endpoint strings to try in turn (a one-item
-        tuple when the file gives a single string).  The backoff applies
-        between full rounds over them (L{meshroute.link.rotation}).
-    """
-
-    router: str
-    endpoint: tuple[str, ...]
-    password_file: str
-    secret: bytes = field(repr=False)
-    retry_interval_ms: int = 2000
-    retry_interval_multiplier: float = 1.0
-    max_retry_interval_ms: int = 2000
-    reconnect_attempts: int = -1
-    stage_valid_timeout_ms: int = 15000
-
-
-@dataclass(frozen=True)
-class AdminConfig:
-    """
-    C{[admin]}: where the JSON admin API listens, and the bearer token it
-    asks for.
-
-    @ivar token: the contents of C{token_file} without trailing line ends,
-        or None without one (then C{endpoint} is loopback or a UNIX
-        socket); kept out of C{repr} like a listener's secret.
-    """
-
-    endpoint: str
-    token_file: str | None = None
-    token: bytes | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class RoutingConfig:
-    """
-    The scalar keys of C{[routing]}: how far and how long messages travel.
-
-    @ivar max_hops: links a message may cross before it is dead-lettered.
-    @ivar max_backlog: persistent messages that may wait (in the store) for
-        one destination router; past it, producers get an error.
-    @ivar max_transient_backlog: non-persistent messages that may wait (in
-        memory) for one destination router.
-    @ivar reroute_delay_ms: how long a closed link keeps its unacknowledged
-        messages for its own recovery before they may take another route.
-    """
-
-    max_hops: int = 16
-    max_backlog: int = 100_000
-    max_transient_backlog: int = 10_000
-    reroute_delay_ms: int = 5000
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """
-    C{[store]}: C{sync} is C{"full"} (nothing acknowledged is ever lost) or
-    C{"normal"} (a power failure may lose the last commits; a process crash
-    loses nothing).  C{writer} is where the store commits: C{"thread"}, on a
-    writer thread of its own, or C{"reactor"}, at the end of each reactor
-    turn on the reactor thread (L{meshroute.store.executor}).
-    """
-
-    sync: str = "full"
-    writer: str = "thread"
-
-
-@dataclass(frozen=True)
-class ClientListenerConfig:
-    """
-    C{[clients.listener]}: where clients connect.
-
-    @ivar connection_ttl_override: -1 lets each client choose its
-        connection TTL; otherwise every connection gets this one (ms; -1
-        from a client means never).
-    @ivar connection_ttl_check_interval_ms: how often connections silent
-        for their TTL are looked for and closed.
-    @ivar duplicate_id_window_ms: how long a send's duplicate id keeps a
-        second send with the same id from being accepted.
-    @ivar max_frame_size: the largest frame a client may send, in bytes.
-
-    The other keys are what one client may take
-    (L{meshroute.sessions.limits.ClientLimits}, same names and defaults).
-    @ivar client_ca: the PEM file of the CA whose client certificates
-        authenticate users (subject CN) on an C{ssl:} endpoint, or None.
-    """
-
-    endpoint: str
-    connection_ttl_override: int = -1
-    connection_ttl_check_interval_ms: int = 2000
-    duplicate_id_window_ms: int = 3_600_000
-    max_frame_size: int = MAX_CLIENT_FRAME_SIZE
-    max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
-    max_sessions: int = limits.DEFAULT_MAX_SESSIONS
-    max_subscriptions: int = limits.DEFAULT_MAX_SUBSCRIPTIONS
-    max_unacknowledged: int = limits.DEFAULT_MAX_UNACKNOWLEDGED
-    max_headers: int = limits.DEFAULT_MAX_HEADERS
-    max_header_size: int = limits.DEFAULT_MAX_HEADER_SIZE
-    stage_valid_timeout_ms: int = limits.DEFAULT_STAGE_VALID_TIMEOUT_MS
-    client_ca: str | None = None
-
-
-@dataclass(frozen=True)
-class ClientQueueConfig:
-    """
-    C{[clients]}: the bound of a connected client session's own queue
-    (L{meshroute.sessions.depth}).
-
-    @ivar queue_depth: deliveries a connected session holds for its
-        client beyond the transport (at most C{[clients.reconnect]
-        max-depth}; None, the default, stands for that).
-    """
-
-    queue_depth: int | None = None
-
-
-@dataclass(frozen=True)
-class ClientReconnectConfig:
-    """
-    C{[clients.reconnect]}: what the router keeps for a client session
-    whose connection was lost (docs/client-protocol.md).
-
-    @ivar keep_alive_ms: how long a disconnected session waits to be
-        resumed before it expires.
-    @ivar max_depth: deliveries a disconnected session holds; past it,
-        persistent messages stay in their queues and non-persistent ones
-        are dropped as C{max_depth_policy} (C{drop-oldest} or
-        C{drop-newest}) says.
-    @ivar recovery_buffer_size: deliveries kept to re-send those a
-        resuming client did not receive.
-    """
-
-    keep_alive_ms: int = 60000
-    max_depth: int = 1000
-    max_depth_policy: str = "drop-oldest"
-    recovery_buffer_size: int = 64
-
-
-@dataclass(frozen=True)
-class SecurityConfig:
-    """
-    C{[security]} with its C{[[security.permission]]} entries: who the
-    client listener lets in (the users file, read by
-    L{meshroute.security.load.load_policy}) and what each may do.
-
-    @ivar users_file: the users file (L{meshroute.security.users}), or
-        None when clients authenticate by TLS certificate only.
-    """
-
-    users_file: str | None = None
-    permissions: tuple[Permission, ...] = ()
-
-
-@dataclass(frozen=True)
-class RouterConfig:
-    """
-    A whole router configuration; C{path} is the file it was loaded from.
-    """
-
-    path: str
-    name: str
-    data_dir: str
-    listener: ListenerConfig | None
-    connectors: tuple[ConnectorConfig, ...]
-    admin: AdminConfig | None
-    routing: RoutingConfig = RoutingConfig()
-    store: StoreConfig = StoreConfig()
-    clients: ClientListenerConfig | None = None
-    client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
-    client_queue: ClientQueueConfig = ClientQueueConfig()
-    ha: HASettings | None = None
-    security: SecurityConfig | None = None
-    stomp_listener: StompListenerSettings | None = None
-    events: RotationSettings = RotationSettings()
 
 
 _REQUIRED = object()
@@ -381,8 +194,6 @@ _STOMP_LISTENER_KEYS = (
     _Key("prefetch-count", "int", stomp_settings.DEFAULT_PREFETCH_COUNT, 1, 10_000_000),
     _Key("heart-beat", "str", "{},{}".format(*stomp_settings.DEFAULT_HEARTBEAT_MS)),
 )
-#: A WebSocket resource path: absolute, no query or fragment.
-_WEBSOCKET_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*")
 _HA_KEYS = (
     _Key("role", "choice", choices=ha_settings.ROLES),
     # None: the router's name, filled in by _read_ha.
@@ -551,25 +362,6 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
     return result
 
 
-def pattern_problem(kind: str, value: object) -> str | None:
-    """
-    What is wrong with one pattern of a C{[[security.permission]]} list,
-    or None.
-
-    @param kind: C{"user-patterns"}, C{"queue-patterns"} or
-        C{"address-patterns"} (C{QUEUE} or C{QUEUE@ROUTER} patterns).
-    """
-    if not isinstance(value, str):
-        return f"expected a pattern string, got {type(value).__name__} {value!r}"
-    parts = value.split("@") if kind == "address-patterns" else [value]
-    if len(parts) > 2:
-        return f"{value!r} has more than one @"
-    if not all(_PATTERN.fullmatch(part) for part in parts):
-        what = "QUEUE or QUEUE@ROUTER" if kind == "address-patterns" else "a name pattern"
-        return f"{value!r} is not {what} (1 to 64 of A-Z a-z 0-9 . _ - and *)"
-    return None
-
-
 def endpoint_problem(kind: str, value: str, reactor) -> str | None:
     """
     What is wrong with an endpoint string, or None: parsed with Twisted's
@@ -637,25 +429,6 @@ def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reac
     return values
 
 
-def _check_client_ca(client_ca: str | None, endpoints: list[str], path: str, key: str) -> None:
-    """
-    A C{client-ca} needs an C{ssl:} endpoint among its listener's
-    C{endpoints} (a certificate over plain TCP proves nothing) and a
-    readable PEM certificate.
-    """
-    if client_ca is None:
-        return
-    if not any(endpoint.startswith("ssl:") for endpoint in endpoints):
-        raise ConfigError(path, key, "client certificates need an ssl: endpoint, not "
-                                     f"{' or '.join(map(repr, endpoints))}")
-    try:
-        load_client_ca(client_ca)
-    except OSError as e:
-        raise ConfigError(path, key, f"cannot read {client_ca!r}: {e.strerror}") from e
-    except ValueError as e:
-        raise ConfigError(path, key, str(e)) from e
-
-
 def _read_stomp(table: object, take, *, path: str) -> StompListenerSettings | None:
     """
     Read C{[stomp.listener]}, if the C{[stomp]} table has one.
@@ -671,19 +444,6 @@ def _read_stomp(table: object, take, *, path: str) -> StompListenerSettings | No
     values = take(table["listener"], _STOMP_LISTENER_KEYS, prefix)
     client_limits = limits.ClientLimits(
         **{name: values.pop(name) for name in limits.ClientLimits.__dataclass_fields__})
-    if values["websocket"] == values["endpoint"]:
-        raise ConfigError(path, f"{prefix}.websocket",
-                          f"{values['websocket']!r} is already the STOMP endpoint")
-    if not _WEBSOCKET_PATH.fullmatch(values["websocket_path"]):
-        raise ConfigError(path, f"{prefix}.websocket-path",
-                          f"{values['websocket_path']!r} is not an absolute URL path "
-                          "(like \"/stomp\", without query or fragment)")
-    endpoints = [values["endpoint"]] + ([values["websocket"]] if values["websocket"] else [])
-    _check_client_ca(values["client_ca"], endpoints, path, f"{prefix}.client-ca")
-    if values["prefetch_count"] > client_limits.max_unacknowledged:
-        raise ConfigError(path, f"{prefix}.prefetch-count",
-                          f"{values['prefetch_count']} is more than max-unacknowledged "
-                          f"{client_limits.max_unacknowledged}: no subscription could take it")
     try:
         heartbeat_ms = parse_heart_beat(values.pop("heart_beat"))
     except StompProtocolError as e:
@@ -718,23 +478,6 @@ def _read_token(token_file: str, *, path: str, key: str) -> bytes:
                                      f"{MIN_TOKEN_LENGTH} printable characters without spaces "
                                      "(e.g. from `openssl rand -hex 32`)")
     return token.encode("utf-8")
-
-
-def is_local(description: str, reactor) -> bool:
-    """
-    Whether the server endpoint C{description} (already valid) can only be
-    reached from this host: a UNIX socket, or TCP (or TLS) bound to a
-    loopback address.  An endpoint of any other kind, or bound to every
-    interface, is not.
-    """
-    endpoint = serverFromString(reactor, description)
-    if isinstance(endpoint, UNIXServerEndpoint):
-        return True
-    interface = getattr(endpoint, "_interface", "")
-    try:
-        return bool(interface) and ipaddress.ip_address(interface).is_loopback
-    except ValueError:
-        return False
 
 
 def _read_secret(password_file: str, *, path: str, key: str) -> bytes:
@@ -811,33 +554,12 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     tables = routing.get("connector", [])
     if not isinstance(tables, list):
         raise ConfigError(path, "routing.connector", "expected [[routing.connector]] tables")
-    connectors: list[ConnectorConfig] = []
-    for index, table in enumerate(tables):
-        prefix = f"routing.connector[{index}]"
-        connector = ConnectorConfig(**take(table, _CONNECTOR_KEYS, prefix))
-        if connector.router == router["name"]:
-            message = f"a router cannot connect to itself ({connector.router!r})"
-            raise ConfigError(path, f"{prefix}.router", message)
-        if connector.router in (c.router for c in connectors):
-            message = f"a connector to {connector.router!r} is already configured"
-            raise ConfigError(path, f"{prefix}.router", message)
-        if connector.max_retry_interval_ms < connector.retry_interval_ms:
-            message = (
-                f"{connector.max_retry_interval_ms} ms is less than "
-                f"retry-interval {connector.retry_interval_ms} ms"
-            )
-            raise ConfigError(path, f"{prefix}.max-retry-interval", message)
-        connectors.append(connector)
-
+    connectors = tuple(ConnectorConfig(**take(table, _CONNECTOR_KEYS,
+                                              f"routing.connector[{index}]"))
+                       for index, table in enumerate(tables))
     admin = None
     if "admin" in document:
         admin = AdminConfig(**take(document["admin"], _ADMIN_KEYS, "admin"))
-        if admin.token is None and not is_local(admin.endpoint, reactor):
-            raise ConfigError(path, "admin.endpoint",
-                              f"{admin.endpoint!r} is reachable from other hosts and there is "
-                              "no admin.token-file: anyone reaching it would read the whole "
-                              "mesh; bind it to loopback (interface=127.0.0.1) or set "
-                              "token-file")
     store = StoreConfig(**take(document.get("store", {}), _STORE_KEYS, "store"))
     event_rotation = RotationSettings(**take(document.get("events", {}), _EVENTS_KEYS, "events"))
     clients = document.get("clients", {})
@@ -849,40 +571,26 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     if "listener" in clients:
         client_listener = ClientListenerConfig(
             **take(clients["listener"], _CLIENT_LISTENER_KEYS, "clients.listener"))
-        _check_client_ca(client_listener.client_ca, [client_listener.endpoint], path,
-                         "clients.listener.client-ca")
     client_reconnect = ClientReconnectConfig(
         **take(clients.get("reconnect", {}), _CLIENT_RECONNECT_KEYS, "clients.reconnect"))
-    client_queue = _read_client_queue(clients, client_reconnect, take, path=path)
+    scalars = {k: v for k, v in clients.items() if k not in ("listener", "reconnect")}
+    client_queue = ClientQueueConfig(**take(scalars, _CLIENTS_KEYS, "clients"))
     ha = None
     if "ha" in document:
-        ha = _read_ha(document["ha"], router["name"], client_listener, take, path=path)
+        ha = _read_ha(document["ha"], router["name"], take, path=path)
     security = None
     if "security" in document:
         security = _read_security(document["security"], take, path=path)
     stomp_listener = _read_stomp(document.get("stomp", {}), take, path=path)
-    return RouterConfig(
-        path=path, listener=listener, connectors=tuple(connectors), admin=admin,
+    config = RouterConfig(
+        path=path, listener=listener, connectors=connectors, admin=admin,
         routing=routing_config, store=store, clients=client_listener,
         client_reconnect=client_reconnect, client_queue=client_queue, ha=ha, security=security,
         stomp_listener=stomp_listener, events=event_rotation, **router
     )
-
-
-def _read_client_queue(clients: dict, reconnect: ClientReconnectConfig, take, *,
-                       path: str) -> ClientQueueConfig:
-    """
-    C{[clients] queue-depth}: at most C{[clients.reconnect] max-depth}
-    (the larger bound, of a disconnected session), which it defaults to.
-    """
-    scalars = {k: v for k, v in clients.items() if k not in ("listener", "reconnect")}
-    queue_depth = take(scalars, _CLIENTS_KEYS, "clients")["queue_depth"]
-    if queue_depth is not None and queue_depth > reconnect.max_depth:
-        raise ConfigError(path, "clients.queue-depth",
-                          f"{queue_depth} is above [clients.reconnect] max-depth "
-                          f"({reconnect.max_depth}): a disconnected session's bound must be "
-                          "at least a connected one's")
-    return ClientQueueConfig(queue_depth)
+    for problem in router_settings.errors(config, reactor):
+        raise ConfigError(path, problem.key, problem.message)
+    return config
 
 
 def _read_security(table: object, take, *, path: str) -> SecurityConfig:
@@ -906,12 +614,10 @@ def _read_security(table: object, take, *, path: str) -> SecurityConfig:
     return SecurityConfig(permissions=permissions, **take(scalars, _SECURITY_KEYS, "security"))
 
 
-def _read_ha(table: object, router_name: str, clients: ClientListenerConfig | None, take, *,
-             path: str) -> HASettings:
+def _read_ha(table: object, router_name: str, take, *, path: str) -> HASettings:
     """
-    Read C{[ha]} with its C{[ha.replication]} and C{[[ha.witness]]}, then
-    judge the combination (L{meshroute.ha.settings.errors}): the first
-    problem is the error.
+    Read C{[ha]} with its C{[ha.replication]} and C{[[ha.witness]]}; the
+    group is named after the router unless C{group-name} says otherwise.
 
     @param take: L{_take} bound to the file and reactor.
     """
@@ -931,13 +637,7 @@ def _read_ha(table: object, router_name: str, clients: ClientListenerConfig | No
     scalars = {k: v for k, v in table.items() if k not in ("replication", "witness")}
     values = take(scalars, _HA_KEYS, "ha")
     values["group_name"] = values["group_name"] or router_name
-    if values["client_endpoints"] and clients is None:
-        raise ConfigError(path, "ha.client-endpoints",
-                          "this instance has no [clients.listener] for clients to reach")
-    settings = HASettings(replication=replication, witnesses=witnesses, **values)
-    for problem in ha_settings.errors(settings, router_name):
-        raise ConfigError(path, problem.key, problem.message)
-    return settings
+    return HASettings(replication=replication, witnesses=witnesses, **values)
 
 
 def config_warnings(config: RouterConfig) -> list[str]:
@@ -946,22 +646,8 @@ def config_warnings(config: RouterConfig) -> list[str]:
     naming the file and the dotted key: C{meshroute check-config} prints
     these, and the router logs them at start.
     """
-    warnings = []
-    if config.clients is not None and config.security is None:
-        warnings.append(
-            f"{config.path}: security: no [security] section: the client listener "
-            f"{config.clients.endpoint} is open to any client that reaches it, which may "
-            "send to every queue of the mesh and consume from every local queue "
-            "(docs/security.md)")
-    if config.stomp_listener is not None and config.security is None:
-        warnings.append(
-            f"{config.path}: security: no [security] section: the STOMP listener "
-            f"{config.stomp_listener.endpoint} is open to any client that reaches it, with "
-            "any login (docs/security.md)")
-    if config.ha is not None:
-        warnings.extend(f"{config.path}: {problem.key}: {problem.message}"
-                        for problem in ha_settings.warnings(config.ha))
-    return warnings
+    return [f"{config.path}: {problem.key}: {problem.message}"
+            for problem in router_settings.warnings(config)]
 
 
 def _toml_value(value: object) -> str:

@@ -34,15 +34,11 @@ from twisted.internet.task import Clock
 from twisted.test import iosim
 from zope.interface import implementer
 
-from meshroute.config import (
-    ConnectorConfig,
-    ListenerConfig,
-    RouterConfig,
-    RoutingConfig,
-    StoreConfig,
-)
+from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.node import RouterService
+from meshroute.router_settings import RouterConfig, RoutingConfig
 from meshroute.store.executor import InlineExecutor
+from meshroute.store.settings import StoreConfig
 
 __all__ = ["BUFFER_SIZE", "SECRET", "FaultyExecutor", "InjectedStoreError", "MemoryMesh",
            "MemoryNetwork"]

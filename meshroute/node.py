@@ -34,7 +34,6 @@ from meshroute.sessions.limits import ClientLimits, client_limits
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings
 from meshroute.sessions.tls import load_client_ca, verify_client_certificates
-from meshroute.config import RouterConfig, StoreConfig
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.ha.witness import Witness
@@ -46,6 +45,7 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.listening import Listening
+from meshroute.router_settings import RouterConfig
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
 from meshroute.security.decoy import decoy_secret
@@ -55,6 +55,7 @@ from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore
 from meshroute.store.executor import ThreadedExecutor, TurnExecutor
 from meshroute.store.pruning import IdPruner
+from meshroute.store.settings import StoreConfig
 from meshroute.stomp.listener import StompFactory
 from meshroute.stomp.websocket import websocket_factory
 

@@ -461,7 +461,7 @@ def test_a_pair_of_routers_fails_its_client_over(tmp_path):
     send is confirmed with the stored message's id, enqueued once.
     """
     from memory_mesh import MemoryMesh
-    from meshroute.config import ClientListenerConfig
+    from meshroute.sessions.settings import ClientListenerConfig
     from meshroute.node import RouterService
 
     mesh = MemoryMesh(tmp_path)

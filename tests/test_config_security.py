@@ -14,11 +14,12 @@ from test_config import load, secret_file, write  # noqa: F401 (fixtures)
 from test_config import assert_refused as refused
 
 from meshroute import cli
-from meshroute.config import SecurityConfig, format_config
+from meshroute.config import format_config
 from meshroute.errors import ConfigError
 from meshroute.security.credentials import derive
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Permission
+from meshroute.security.settings import SecurityConfig
 from meshroute.security.users import write_users
 
 ROUTER = """

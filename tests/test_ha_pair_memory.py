@@ -12,7 +12,7 @@ from twisted.internet.protocol import Factory, Protocol
 
 from memory_mesh import SECRET, MemoryMesh
 from meshroute.wire import client_frames as f
-from meshroute.config import ClientListenerConfig
+from meshroute.sessions.settings import ClientListenerConfig
 from test_messaging_memory import Consumer
 from meshroute.events import read_events
 from meshroute.ha import records, role

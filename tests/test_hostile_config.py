@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactor
 
-from meshroute.config import RouterConfig, load_config
+from meshroute.config import load_config
 from meshroute.errors import ConfigError
+from meshroute.router_settings import RouterConfig
 
 HOSTILE = settings(max_examples=300, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -82,7 +82,7 @@ def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path)
 
 
 def test_the_store_executor_is_the_one_store_writer_names():
-    from meshroute.config import StoreConfig
+    from meshroute.store.settings import StoreConfig
     from meshroute.node import store_executor
     from meshroute.store.executor import ThreadedExecutor, TurnExecutor
 

@@ -1066,7 +1066,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
     from twisted.internet.protocol import Factory, Protocol
 
     from memory_mesh import MemoryMesh
-    from meshroute.config import ClientListenerConfig, ClientReconnectConfig
+    from meshroute.sessions.settings import ClientListenerConfig, ClientReconnectConfig
     from meshroute.events import read_events
 
     mesh = MemoryMesh(tmp_path)

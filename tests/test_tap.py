@@ -9,7 +9,8 @@ from twisted.python import usage
 from test_config import secret_file, write  # noqa: F401 (fixtures)
 from test_config_ha import HA, REPLICATION, ROUTER
 
-from meshroute import config, tap
+from meshroute import tap
+from meshroute.ha import settings as ha_settings
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def test_the_configuration_s_warnings_are_logged_at_start(write, logged):
     options.parseOptions(["--config", str(path)])
     warnings = [e for e in logged if e.get("log_namespace") == "meshroute.tap"]
     assert [e["warning"] for e in warnings] == [
-        f"{path}: ha.witness: " + config.ha_settings.warnings(options["router-config"].ha)[0]
+        f"{path}: ha.witness: " + ha_settings.warnings(options["router-config"].ha)[0]
         .message]
     assert all(e["log_level"].name == "warn" for e in warnings)
 

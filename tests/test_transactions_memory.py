@@ -17,7 +17,7 @@ from meshroute.client import (
     TransactionRolledBack,
     connect_endpoint,
 )
-from meshroute.config import ClientListenerConfig
+from meshroute.sessions.settings import ClientListenerConfig
 from meshroute.events import read_events
 
 from client_testing import failure_of, result_of

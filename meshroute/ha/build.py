@@ -12,13 +12,13 @@ import os
 
 from twisted.internet.interfaces import IReactorTime
 
-from meshroute.config import RouterConfig
 from meshroute.ha.instance import HAInstance, stage_valid_timeout_ms, vote_connections
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.records import HA_DB, HARecords
 from meshroute.ha.replication import StoreReplication
 from meshroute.link.handshake import ListenerSettings
 from meshroute.node import listening
+from meshroute.router_settings import RouterConfig
 from meshroute.store.executor import ThreadedExecutor
 
 

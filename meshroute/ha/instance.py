@@ -46,7 +46,6 @@ from zope.interface import implementer
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.sessions.ha_view import HAView
-from meshroute.config import RouterConfig
 from meshroute.ha import quorum, role
 from meshroute.ha.election import Defeat
 from meshroute.ha.quorum import instance_name
@@ -65,6 +64,7 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.node import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
+from meshroute.router_settings import RouterConfig
 from meshroute.wire import frames
 
 log = Logger()

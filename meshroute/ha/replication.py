@@ -18,7 +18,6 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute.config import RouterConfig
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
@@ -31,6 +30,7 @@ from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.router_settings import RouterConfig
 from meshroute.store.executor import ThreadedExecutor
 
 log = Logger()

@@ -3,12 +3,12 @@ The HA settings of one instance, and the rules that make them usable.
 
 L{HASettings} is what C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]}
 load into (docs/ha.md; the keys are the issue's, durations in
-milliseconds in attributes ending in C{_ms}, as in
-L{meshroute.config}).  L{meshroute.config} converts the TOML values
-(types, ranges, durations, endpoints, the password file) and then calls
-L{errors} and L{warnings}, which judge the combination: an error names
-its dotted key and stops the router; a warning is printed by
-C{meshroute check-config} and logged at start.
+milliseconds in attributes ending in C{_ms}, as in every component's
+settings).  The TOML loader converts the values (types, ranges,
+durations, endpoints, the password file) and then calls L{errors} and
+L{warnings} (through L{meshroute.router_settings}), which judge the
+combination: an error names its dotted key and stops the router; a
+warning is printed by C{meshroute check-config} and logged at start.
 """
 
 import ipaddress
@@ -38,8 +38,9 @@ class ReplicationSettings:
     @ivar password_file: the shared secret, used with the same
         challenge-response as routing links.
     @ivar secret: the contents of C{password_file} without trailing line
-        ends, kept out of C{repr} (as L{meshroute.config} does for
-        connectors); empty only where nothing is dialled or answered.
+        ends, kept out of C{repr} (as a connector's is,
+        L{meshroute.link.settings}); empty only where nothing is dialled or
+        answered.
     """
 
     listener: str

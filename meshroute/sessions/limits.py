@@ -154,8 +154,8 @@ class ClientLimits:
 def client_limits(listener) -> ClientLimits:
     """
     The limits a C{[clients.listener]} configuration
-    (L{meshroute.config.ClientListenerConfig}) sets: its keys of the same
-    names.
+    (L{meshroute.sessions.settings.ClientListenerConfig}) sets: its keys
+    of the same names.
     """
     names = ClientLimits.__dataclass_fields__
     return ClientLimits(**{name: getattr(listener, name) for name in names})

@@ -37,6 +37,25 @@ def load_client_ca(path: str) -> Certificate:
         raise ValueError(f"{path} holds no PEM certificate ({e})") from None
 
 
+def client_ca_problem(client_ca: str, endpoints: list[str]) -> str | None:
+    """
+    What keeps C{client_ca} from authenticating clients of a listener at
+    C{endpoints}, or None: it needs an C{ssl:} endpoint among them (a
+    certificate over plain TCP proves nothing) and a readable PEM
+    certificate.
+    """
+    if not any(endpoint.startswith("ssl:") for endpoint in endpoints):
+        return ("client certificates need an ssl: endpoint, not "
+                f"{' or '.join(map(repr, endpoints))}")
+    try:
+        load_client_ca(client_ca)
+    except OSError as e:
+        return f"cannot read {client_ca!r}: {e.strerror}"
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def verify_client_certificates(endpoint, ca: Certificate) -> None:
     """
     Make the TLS server C{endpoint} (from an C{ssl:} string) request client

@@ -6,8 +6,8 @@ reaches the router.
    explicit limits and one error type (L{frames.StompProtocolError}).
  - L{meshroute.stomp.websocket}: STOMP over WebSocket (subprotocols
    C{v12.stomp}, C{v11.stomp}) for browsers, serving any stream protocol.
- - L{meshroute.stomp.settings}: C{[stomp.listener]} as the configuration
-   loads it.
+ - L{meshroute.stomp.settings}: C{[stomp.listener]}'s settings, and the
+   rules that judge them together.
  - L{meshroute.stomp.connection}: the router's side of one STOMP
    connection, an Automat machine translating STOMP frames into the
    session core's commands and its answers back (docs/stomp.md).
@@ -15,5 +15,6 @@ reaches the router.
    L{listener.StompFactory} of the C{[stomp.listener]} endpoints.
 
 The session logic STOMP clients share with native ones is
-L{meshroute.sessions}; L{meshroute.config} reads C{[stomp.listener]}.
+L{meshroute.sessions}; the TOML loader reads C{[stomp.listener]} into
+its settings.
 """

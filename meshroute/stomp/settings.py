@@ -1,11 +1,16 @@
 """
 C{[stomp.listener]}: where STOMP clients connect, and what the router
-offers and allows them, as L{meshroute.config} loads it.
+offers and allows them; and the rules that judge its keys together
+(L{errors}).  The TOML loader converts each value (the C{heart-beat}
+string into L{StompListenerSettings.heartbeat_ms}).
 """
 
+import re
 from dataclasses import dataclass
 
+from meshroute.errors import Problem
 from meshroute.sessions.limits import ClientLimits
+from meshroute.sessions.tls import client_ca_problem
 
 #: The path a WebSocket client asks for, as Artemis and RabbitMQ serve it.
 DEFAULT_WEBSOCKET_PATH = "/stomp"
@@ -16,6 +21,8 @@ DEFAULT_PREFETCH_COUNT = 100
 #: The router's heart-beat offer in CONNECTED, in ms: it can send one
 #: every 10 s and wants one every 10 s.
 DEFAULT_HEARTBEAT_MS = (10_000, 10_000)
+#: A WebSocket resource path: absolute, no query or fragment.
+_WEBSOCKET_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*")
 
 
 @dataclass(frozen=True)
@@ -48,3 +55,32 @@ class StompListenerSettings:
     limits: ClientLimits = ClientLimits()
     prefetch_count: int = DEFAULT_PREFETCH_COUNT
     heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS
+
+
+def errors(settings: StompListenerSettings) -> list[Problem]:
+    """
+    The settings that cannot work, each naming its key: a WebSocket
+    endpoint that is the STOMP endpoint itself, a WebSocket path that is
+    not an absolute URL path, a C{client-ca} neither endpoint can use, a
+    C{prefetch-count} no subscription could take.
+    """
+    prefix = "stomp.listener"
+    found: list[Problem] = []
+    if settings.websocket == settings.endpoint:
+        found.append(Problem(f"{prefix}.websocket",
+                             f"{settings.websocket!r} is already the STOMP endpoint"))
+    if not _WEBSOCKET_PATH.fullmatch(settings.websocket_path):
+        found.append(Problem(f"{prefix}.websocket-path",
+                             f"{settings.websocket_path!r} is not an absolute URL path "
+                             "(like \"/stomp\", without query or fragment)"))
+    if settings.client_ca is not None:
+        endpoints = [settings.endpoint] + ([settings.websocket] if settings.websocket else [])
+        problem = client_ca_problem(settings.client_ca, endpoints)
+        if problem is not None:
+            found.append(Problem(f"{prefix}.client-ca", problem))
+    if settings.prefetch_count > settings.limits.max_unacknowledged:
+        found.append(Problem(f"{prefix}.prefetch-count",
+                             f"{settings.prefetch_count} is more than max-unacknowledged "
+                             f"{settings.limits.max_unacknowledged}: no subscription could "
+                             "take it"))
+    return found

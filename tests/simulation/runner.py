@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 
 from twisted.logger import LogLevel, globalLogPublisher
 
-from meshroute.config import ClientListenerConfig, ClientReconnectConfig, RoutingConfig
 from meshroute.events import events_dir, read_events
+from meshroute.router_settings import RoutingConfig
+from meshroute.sessions.settings import ClientListenerConfig, ClientReconnectConfig
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import FastTransfer, Transfer
 

@@ -1,0 +1,127 @@
+"""
+The settings of one router: its name, its data-dir, the C{[routing]}
+limits of its message engine, and each component's own settings,
+composed; and the rules that judge them (L{errors}, L{warnings}).
+
+Each component defines its settings and the rules for their combination
+beside its code (L{meshroute.link.settings},
+L{meshroute.sessions.settings}, L{meshroute.store.settings},
+L{meshroute.admin.settings}, L{meshroute.security.settings},
+L{meshroute.stomp.settings}, L{meshroute.ha.settings},
+L{meshroute.events.RotationSettings}).  L{RouterConfig} gathers them for
+the router (L{meshroute.node.RouterService}) or its HA instance; L{errors}
+and L{warnings} ask each component, and judge what spans components.  The
+TOML loader (the composition layer) builds a L{RouterConfig} from a file,
+and reports what these find naming the file; nothing here reads one.
+"""
+
+from dataclasses import dataclass
+
+from meshroute.admin import settings as admin_settings
+from meshroute.admin.settings import AdminConfig
+from meshroute.errors import Problem
+from meshroute.events import RotationSettings
+from meshroute.ha import settings as ha_settings
+from meshroute.ha.settings import HASettings
+from meshroute.link import settings as link_settings
+from meshroute.link.settings import ConnectorConfig, ListenerConfig
+from meshroute.security.settings import SecurityConfig
+from meshroute.sessions import settings as session_settings
+from meshroute.sessions.settings import (
+    ClientListenerConfig,
+    ClientQueueConfig,
+    ClientReconnectConfig,
+)
+from meshroute.stomp import settings as stomp_settings
+from meshroute.stomp.settings import StompListenerSettings
+from meshroute.store.settings import StoreConfig
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """
+    The scalar keys of C{[routing]}: how far and how long messages travel
+    (the message engine's limits, L{meshroute.engine.MessageEngine}).
+
+    @ivar max_hops: links a message may cross before it is dead-lettered.
+    @ivar max_backlog: persistent messages that may wait (in the store) for
+        one destination router; past it, producers get an error.
+    @ivar max_transient_backlog: non-persistent messages that may wait (in
+        memory) for one destination router.
+    @ivar reroute_delay_ms: how long a closed link keeps its unacknowledged
+        messages for its own recovery before they may take another route.
+    """
+
+    max_hops: int = 16
+    max_backlog: int = 100_000
+    max_transient_backlog: int = 10_000
+    reroute_delay_ms: int = 5000
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """
+    A whole router configuration; C{path} is the file it was loaded from.
+    """
+
+    path: str
+    name: str
+    data_dir: str
+    listener: ListenerConfig | None
+    connectors: tuple[ConnectorConfig, ...]
+    admin: AdminConfig | None
+    routing: RoutingConfig = RoutingConfig()
+    store: StoreConfig = StoreConfig()
+    clients: ClientListenerConfig | None = None
+    client_reconnect: ClientReconnectConfig = ClientReconnectConfig()
+    client_queue: ClientQueueConfig = ClientQueueConfig()
+    ha: HASettings | None = None
+    security: SecurityConfig | None = None
+    stomp_listener: StompListenerSettings | None = None
+    events: RotationSettings = RotationSettings()
+
+
+def errors(config: RouterConfig, reactor) -> list[Problem]:
+    """
+    What would stop the router working, each naming its key, in the
+    order of the file's sections; empty when C{config} is usable.
+
+    @param reactor: only used to construct (never listen on) the admin
+        endpoint (L{meshroute.admin.settings.errors}).
+    """
+    found = link_settings.errors(config.name, config.connectors)
+    if config.admin is not None:
+        found += admin_settings.errors(config.admin, reactor)
+    found += session_settings.errors(config.clients, config.client_reconnect,
+                                     config.client_queue)
+    if config.ha is not None:
+        if config.ha.client_endpoints and config.clients is None:
+            found.append(Problem("ha.client-endpoints",
+                                 "this instance has no [clients.listener] for clients to "
+                                 "reach"))
+        found += ha_settings.errors(config.ha, config.name)
+    if config.stomp_listener is not None:
+        found += stomp_settings.errors(config.stomp_listener)
+    return found
+
+
+def warnings(config: RouterConfig) -> list[Problem]:
+    """
+    What works but probably not as the operator hopes: a client listener
+    open to anyone (no C{[security]}), and the HA settings' own warnings.
+    """
+    found = []
+    if config.clients is not None and config.security is None:
+        found.append(Problem(
+            "security",
+            f"no [security] section: the client listener {config.clients.endpoint} is open "
+            "to any client that reaches it, which may send to every queue of the mesh and "
+            "consume from every local queue (docs/security.md)"))
+    if config.stomp_listener is not None and config.security is None:
+        found.append(Problem(
+            "security",
+            f"no [security] section: the STOMP listener {config.stomp_listener.endpoint} is "
+            "open to any client that reaches it, with any login (docs/security.md)"))
+    if config.ha is not None:
+        found += ha_settings.warnings(config.ha)
+    return found

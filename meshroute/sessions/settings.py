@@ -1,0 +1,109 @@
+"""
+C{[clients]}, C{[clients.listener]} and C{[clients.reconnect]}: where
+clients connect, what one client may take, and what the router keeps for
+a client session; and the rules that judge them together (L{errors}).
+
+The TOML loader converts each value (durations in milliseconds in
+attributes ending in C{_ms}); the router (L{meshroute.node}) builds its
+client listener and its sessions' settings from these.
+"""
+
+from dataclasses import dataclass
+
+from meshroute.errors import Problem
+from meshroute.sessions import limits
+from meshroute.sessions.tls import client_ca_problem
+from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
+
+
+@dataclass(frozen=True)
+class ClientListenerConfig:
+    """
+    C{[clients.listener]}: where clients connect.
+
+    @ivar connection_ttl_override: -1 lets each client choose its
+        connection TTL; otherwise every connection gets this one (ms; -1
+        from a client means never).
+    @ivar connection_ttl_check_interval_ms: how often connections silent
+        for their TTL are looked for and closed.
+    @ivar duplicate_id_window_ms: how long a send's duplicate id keeps a
+        second send with the same id from being accepted.
+    @ivar max_frame_size: the largest frame a client may send, in bytes.
+
+    The other keys are what one client may take
+    (L{meshroute.sessions.limits.ClientLimits}, same names and defaults).
+    @ivar client_ca: the PEM file of the CA whose client certificates
+        authenticate users (subject CN) on an C{ssl:} endpoint, or None.
+    """
+
+    endpoint: str
+    connection_ttl_override: int = -1
+    connection_ttl_check_interval_ms: int = 2000
+    duplicate_id_window_ms: int = 3_600_000
+    max_frame_size: int = MAX_CLIENT_FRAME_SIZE
+    max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
+    max_sessions: int = limits.DEFAULT_MAX_SESSIONS
+    max_subscriptions: int = limits.DEFAULT_MAX_SUBSCRIPTIONS
+    max_unacknowledged: int = limits.DEFAULT_MAX_UNACKNOWLEDGED
+    max_headers: int = limits.DEFAULT_MAX_HEADERS
+    max_header_size: int = limits.DEFAULT_MAX_HEADER_SIZE
+    stage_valid_timeout_ms: int = limits.DEFAULT_STAGE_VALID_TIMEOUT_MS
+    client_ca: str | None = None
+
+
+@dataclass(frozen=True)
+class ClientQueueConfig:
+    """
+    C{[clients]}: the bound of a connected client session's own queue
+    (L{meshroute.sessions.depth}).
+
+    @ivar queue_depth: deliveries a connected session holds for its
+        client beyond the transport (at most C{[clients.reconnect]
+        max-depth}; None, the default, stands for that).
+    """
+
+    queue_depth: int | None = None
+
+
+@dataclass(frozen=True)
+class ClientReconnectConfig:
+    """
+    C{[clients.reconnect]}: what the router keeps for a client session
+    whose connection was lost (docs/client-protocol.md).
+
+    @ivar keep_alive_ms: how long a disconnected session waits to be
+        resumed before it expires.
+    @ivar max_depth: deliveries a disconnected session holds; past it,
+        persistent messages stay in their queues and non-persistent ones
+        are dropped as C{max_depth_policy} (C{drop-oldest} or
+        C{drop-newest}) says.
+    @ivar recovery_buffer_size: deliveries kept to re-send those a
+        resuming client did not receive.
+    """
+
+    keep_alive_ms: int = 60000
+    max_depth: int = 1000
+    max_depth_policy: str = "drop-oldest"
+    recovery_buffer_size: int = 64
+
+
+def errors(listener: ClientListenerConfig | None, reconnect: ClientReconnectConfig,
+           queue: ClientQueueConfig) -> list[Problem]:
+    """
+    The settings that cannot work, each naming its key: a C{client-ca}
+    the listener cannot use (L{client_ca_problem}), a C{queue-depth} above
+    C{max-depth} (a disconnected session's bound, which it defaults to).
+
+    @param listener: C{[clients.listener]}, or None without one.
+    """
+    found: list[Problem] = []
+    if listener is not None and listener.client_ca is not None:
+        problem = client_ca_problem(listener.client_ca, [listener.endpoint])
+        if problem is not None:
+            found.append(Problem("clients.listener.client-ca", problem))
+    if queue.queue_depth is not None and queue.queue_depth > reconnect.max_depth:
+        found.append(Problem("clients.queue-depth",
+                             f"{queue.queue_depth} is above [clients.reconnect] max-depth "
+                             f"({reconnect.max_depth}): a disconnected session's bound must "
+                             "be at least a connected one's"))
+    return found
