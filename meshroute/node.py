@@ -125,6 +125,11 @@ class RouterService(MultiService):
     @param ha_view: for an HA instance, returns its L{HAView} (whether it
         is active, its epoch, the pair's client endpoints), which the
         client listener answers C{Open} by; default: a router without HA.
+    @param read_config: reads C{config}'s file again, for
+        L{reload_security}: the TOML loader, given by the composition
+        layer that loaded C{config} (L{meshroute.tap}); None for a router
+        built without a file (the in-memory mesh), which has nothing to
+        reload.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
@@ -142,10 +147,12 @@ class RouterService(MultiService):
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
                  executor=None, host: "HostedParts | None" = None, epoch: int = 0,
-                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA) -> None:
+                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA,
+                 read_config: Callable[[], RouterConfig] | None = None) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
+        self._read_config = read_config
         self._started_at: float | None = None
         self._open = False
         self._host = host
@@ -396,7 +403,8 @@ class RouterService(MultiService):
         Read C{[security]} and the users file again (SIGHUP,
         L{meshroute.security.reload}); whether a new policy is in force.
         """
-        return reload_security(self.security, self.config, self._clock)
+        return (self._read_config is not None
+                and reload_security(self.security, self.config, self._read_config))
 
     def describe(self) -> dict:
         """

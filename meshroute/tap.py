@@ -2,6 +2,7 @@
 The twistd plugin's body: C{twistd -n meshroute --config FILE}.
 """
 
+import functools
 import gc
 import signal
 
@@ -57,11 +58,15 @@ def makeService(options: Options, reactor=None):
     if reactor is None:
         from twisted.internet import reactor
     config = options["router-config"]
+    # A reload (SIGHUP, the admin API) reads the file with this loader.
+    read_config = functools.partial(load_config, config.path, reactor)
     try:
         if config.ha is not None:
-            router = build_instance(config, reactor, StringEndpoints(reactor))
+            router = build_instance(config, reactor, StringEndpoints(reactor),
+                                    read_config=read_config)
         else:
-            router = RouterService(config, reactor, StringEndpoints(reactor))
+            router = RouterService(config, reactor, StringEndpoints(reactor),
+                                   read_config=read_config)
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
     reactor.callWhenRunning(_stop_cleanly_on_signals, reactor)

@@ -54,6 +54,13 @@ def started(config_path):
     return config, security, seen
 
 
+def reread(config):
+    """
+    The loader a router is given to read C{config}'s file again.
+    """
+    return lambda: load_config(config.path, MemoryReactor())
+
+
 def policy(users, permissions=()):
     return SecurityPolicy("router-a", users, tuple(permissions))
 
@@ -72,7 +79,7 @@ def test_a_reload_puts_the_new_users_in_force(files):
     config_path, users = files
     config, security, seen = started(config_path)
     write_users(users, {"alice": ALICE, "carol": CAROL})
-    assert reload_security(security, config, MemoryReactor())
+    assert reload_security(security, config, reread(config))
     assert list(security.policy.users) == ["alice", "carol"]
     [(old, new)] = seen
     assert list(old.users) == ["alice", "bob"] and new is security.policy
@@ -87,7 +94,7 @@ def test_a_reload_reads_the_permissions_and_keeps_the_router_name(files):
     with open(config_path, "w") as f:
         f.write(text.replace('"router-a"', '"router-z"').replace('["q"]', '["q", "r-*"]')
                 + '[[security.permission]]\nusers = ["bob"]\nsend = ["q"]\n')
-    assert reload_security(security, config, MemoryReactor())
+    assert reload_security(security, config, reread(config))
     assert security.policy.router == "router-a"
     assert security.policy.may_consume("alice", "r-1")
     assert security.policy.may_send("bob", "q@router-a")
@@ -116,7 +123,7 @@ def test_a_bad_users_file_keeps_the_policy_in_force(files, observe_errors, break
             f.write("mallory is-not-a-verifier\n")
     else:
         os.remove(users)
-    assert not reload_security(security, config, MemoryReactor())
+    assert not reload_security(security, config, reread(config))
     refused(observe_errors, users, *fragments)
     assert security.policy is before and seen == []
 
@@ -126,7 +133,7 @@ def test_a_bad_config_keeps_the_policy_in_force(files, observe_errors):
     config, security, seen = started(config_path)
     with open(config_path, "a") as f:
         f.write('[[security.permission]]\nusers = ["a@b"]\n')
-    assert not reload_security(security, config, MemoryReactor())
+    assert not reload_security(security, config, reread(config))
     refused(observe_errors, config_path, "security.permission[1].users[0]")
     assert seen == []
 
@@ -136,7 +143,7 @@ def test_removing_security_waits_for_a_restart(files, observe_errors):
     config, security, seen = started(config_path)
     with open(config_path, "w") as f:
         f.write(f'[router]\nname = "router-a"\ndata-dir = "{config.data_dir}"\n')
-    assert not reload_security(security, config, MemoryReactor())
+    assert not reload_security(security, config, reread(config))
     refused(observe_errors, config_path, "security", "removed while the router runs")
     assert seen == []
 
@@ -144,7 +151,7 @@ def test_removing_security_waits_for_a_restart(files, observe_errors):
 def test_adding_security_waits_for_a_restart(files, observe_errors):
     config_path, _ = files
     config = load_config(config_path, MemoryReactor())
-    assert not reload_security(None, config, MemoryReactor())
+    assert not reload_security(None, config, reread(config))
     refused(observe_errors, "added while the router runs",
             "until then the client listener stays open")
 
@@ -152,4 +159,5 @@ def test_adding_security_waits_for_a_restart(files, observe_errors):
 def test_nothing_to_reload_without_security(tmp_path):
     path = tmp_path / "router.toml"
     path.write_text(f'[router]\nname = "router-a"\ndata-dir = "{tmp_path}"\n')
-    assert not reload_security(None, load_config(str(path), MemoryReactor()), MemoryReactor())
+    config = load_config(str(path), MemoryReactor())
+    assert not reload_security(None, config, reread(config))

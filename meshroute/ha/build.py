@@ -9,6 +9,7 @@ on other endpoints and executors.
 """
 
 import os
+from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorTime
 
@@ -23,7 +24,8 @@ from meshroute.store.executor import ThreadedExecutor
 
 
 def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
-                   executor_factory=None, stop_process=None) -> HAInstance:
+                   executor_factory=None, stop_process=None,
+                   read_config: Callable[[], RouterConfig] | None = None) -> HAInstance:
     """
     The HA instance of C{config} (which has C{[ha]}).
 
@@ -34,6 +36,8 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
         L{ThreadedExecutor} on C{clock} by default.
     @param stop_process: ends the process; C{clock.stop} (the reactor's)
         by default.
+    @param read_config: reads C{config}'s file again, for reloads
+        (L{HAInstance}'s C{read_config}).
     """
     ha = config.ha
     factory = executor_factory or (
@@ -43,7 +47,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
         config, clock, endpoints, records, vote_connections(config, clock, endpoints),
         lambda instance: StoreReplication(clock, config, endpoints, instance.events,
                                           instance.registry, factory),
-        stop_process or clock.stop)
+        stop_process or clock.stop, read_config)
     # The peer reaches this instance's voter and, while it is active, its
     # store's changes here; keepalives each heartbeat-interval tell each
     # side that the other is alive.

@@ -190,6 +190,8 @@ class HAInstance(MultiService):
         from the instance.
     @param stop_process: ends the process (C{reactor.stop}): a backup that
         handed the router back with C{restart-backup = false} stops.
+    @param read_config: reads C{config}'s file again, for each active
+        period's router (L{RouterService}'s C{read_config}).
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -202,10 +204,12 @@ class HAInstance(MultiService):
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints, records,
                  voters_for: Callable[[str, "HAInstance"], Voters],
                  replication_for: Callable[["HAInstance"], ReplicationSide],
-                 stop_process: Callable[[], None]) -> None:
+                 stop_process: Callable[[], None],
+                 read_config: Callable[[], RouterConfig] | None = None) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
+        self._read_config = read_config
         self.ha: HASettings = ha
         self._clock = clock
         self._endpoints = endpoints
@@ -542,7 +546,8 @@ class HAInstance(MultiService):
                                     self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
                                     host=HostedParts(self.events, self.witness, self.ha_status),
                                     epoch=epoch,
-                                    ha_view=self._client_view)
+                                    ha_view=self._client_view,
+                                    read_config=self._read_config)
         # The router's witness loads the other groups' records from this
         # store once it is open (the other instance may have granted some):
         # no voter of another group held from before may shadow them.

@@ -3,15 +3,18 @@ From configuration to the policy in force: C{[security]} and the users
 file it names become one L{SecurityPolicy}, at start and at each reload.
 """
 
-from meshroute.config import RouterConfig
 from meshroute.security.policy import SecurityPolicy
 from meshroute.security.users import read_users
 
 
-def load_policy(config: RouterConfig) -> SecurityPolicy:
+def load_policy(config) -> SecurityPolicy:
     """
     The policy C{config}'s C{[security]} describes, its users read from
     the users file now.
+
+    @param config: a router's settings
+        (L{meshroute.router_settings.RouterConfig}): its C{name}, its
+        C{path} and its C{security}.
 
     @raise ConfigError: the users file cannot be used (naming it, and the
         line of a malformed entry).

@@ -18,10 +18,10 @@ protected, and a reload never switches that.
 """
 
 import dataclasses
+from collections.abc import Callable
 
 from twisted.logger import Logger
 
-from meshroute.config import RouterConfig, load_config
 from meshroute.errors import ConfigError
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security, SecurityPolicy
@@ -48,21 +48,24 @@ def describe_changes(old: SecurityPolicy, new: SecurityPolicy) -> str:
     return "; ".join(parts)
 
 
-def reload_security(security: Security | None, config: RouterConfig, reactor) -> bool:
+def reload_security(security: Security | None, config, read_config: Callable[[], object]
+                    ) -> bool:
     """
     Read C{config.path}'s C{[security]} and its users file again and, if
     both are valid, put the new policy in force in C{security}.
 
     @param security: the router's L{Security}, or None for a router
         started without C{[security]}.
-    @param config: the configuration the router started with; its name is
-        kept, whatever the file says now.
-    @param reactor: constructs (never listens on) the file's endpoints
-        while they are validated.
+    @param config: the configuration the router started with
+        (L{meshroute.router_settings.RouterConfig}); its name is kept,
+        whatever the file says now.
+    @param read_config: reads and validates C{config.path} again, raising
+        L{ConfigError} for anything wrong: the TOML loader, which the
+        composition layer hands down (this package never imports it).
     @return: whether a new policy is in force.
     """
     try:
-        fresh = load_config(config.path, reactor)
+        fresh = read_config()
         if security is None:
             if fresh.security is not None:
                 raise ConfigError(config.path, "security",
