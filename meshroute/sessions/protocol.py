@@ -4,8 +4,9 @@ inputs.
 
 L{ClientProtocol.dataReceived} feeds a L{FrameDecoder} over
 L{FROM_CLIENT}; each decoded frame becomes one input of the connection's
-machine (L{meshroute.sessions.connection}), which hands commands to its
-session's machine (L{meshroute.sessions.session}).  Undecodable bytes
+machine (L{meshroute.sessions.lifecycle}, with the native core of
+L{meshroute.sessions.connection}), which hands commands to its session's
+machine (L{meshroute.sessions.session}).  Undecodable bytes
 become C{protocol_error("protocol-error")}, a frame the current state does
 not accept becomes C{protocol_error("bad-command")}: either way the client
 gets C{Error(0, code, detail)} and its connection is closed, and nothing
@@ -31,7 +32,8 @@ from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
 from meshroute.wire import client_frames as f
-from meshroute.sessions.connection import (
+from meshroute.sessions.connection import NativeConnectionCore
+from meshroute.sessions.lifecycle import (
     CONNECTION_MACHINE,
     MAX_BUFFERED_FRAMES,
     UNREAD,
@@ -51,23 +53,10 @@ from meshroute.errors import WireError
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.transport import send_immediately
 
-#: Which connection machine input each frame type feeds.
+#: Which connection machine input each frame type feeds; any other is the
+#: session's business (C{got_frame}).
 _INPUT_FOR_FRAME = {
-    f.Open: "got_open",
-    f.Send: "got_session_frame",
-    f.Subscribe: "got_session_frame",
-    f.Unsubscribe: "got_session_frame",
-    f.Credit: "got_session_frame",
-    f.Ack: "got_session_frame",
-    f.Close: "got_session_frame",
-    f.Received: "got_session_frame",
-    f.Begin: "got_session_frame",
-    f.Commit: "got_session_frame",
-    f.Rollback: "got_session_frame",
-    f.SendBatch: "got_session_frame",
-    f.AckThrough: "got_session_frame",
-    f.Ping: "got_ping",
-    f.Pong: "got_pong",
+    f.Open: "got_hello",
     f.Authenticate: "got_authenticate",
     f.AuthResponse: "got_auth_response",
 }
@@ -89,7 +78,7 @@ class ClientProtocol(Protocol):
     def connectionMade(self) -> None:
         send_immediately(self.transport)
         factory = self.factory
-        self.core = ConnectionCore.of_listener(factory, self.transport)
+        self.core = NativeConnectionCore.of_listener(factory, self.transport)
         self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._decoder = FrameDecoder(frames=f.FROM_CLIENT, max_frame_size=factory.max_frame_size)
         self.transport.registerProducer(self, True)
@@ -126,11 +115,9 @@ class ClientProtocol(Protocol):
                         return
                     continue
             try:
-                getattr(machine, _INPUT_FOR_FRAME[type(frame)])(frame)
+                getattr(machine, _INPUT_FOR_FRAME.get(type(frame), "got_frame"))(frame)
             except NoTransition:
-                machine.protocol_error(
-                    f.BAD_COMMAND, f"{type(frame).__name__} is not allowed in this session state"
-                )
+                machine.protocol_error(f.BAD_COMMAND, core.not_allowed(frame))
             if core.silent:
                 return
         if not room:

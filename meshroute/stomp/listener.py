@@ -5,7 +5,8 @@ owns what outlives one connection.
 
 L{StompProtocol.dataReceived} feeds a sans-IO L{StompParser}; each frame
 becomes one input of the connection's machine
-(L{meshroute.stomp.connection}), heart-beats only keep the connection
+(L{meshroute.sessions.lifecycle}, with the STOMP core of
+L{meshroute.stomp.connection}), heart-beats only keep the connection
 alive.  Bytes that are not STOMP, a frame beyond C{max-frame-size} or
 with more than C{max-headers} headers (the parser's L{StompProtocolError})
 close that connection with an C{ERROR} naming the problem, and nothing
@@ -27,11 +28,16 @@ from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
-from meshroute.sessions.connection import MAX_BUFFERED_FRAMES, UNREAD, BufferBudget
+from meshroute.sessions.lifecycle import (
+    CONNECTION_MACHINE,
+    MAX_BUFFERED_FRAMES,
+    UNREAD,
+    BufferBudget,
+)
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.session import NO_EVENTS, SessionRegistry, SessionSettings
 from meshroute.sessions.watch import ConnectionWatch
-from meshroute.stomp.connection import STOMP_MACHINE, StompConnectionCore
+from meshroute.stomp.connection import StompConnectionCore
 from meshroute.stomp.frames import HEARTBEAT, StompLimits, StompParser, StompProtocolError
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
 from meshroute.wire import client_frames as f
@@ -40,9 +46,9 @@ from meshroute.wire.transport import send_immediately
 #: Which machine input each client command feeds; any other is the
 #: session's business (C{got_frame}).
 _INPUT_FOR_COMMAND = {
-    "CONNECT": "got_connect",
-    "STOMP": "got_connect",
-    "DISCONNECT": "got_disconnect",
+    "CONNECT": "got_hello",
+    "STOMP": "got_hello",
+    "DISCONNECT": "got_goodbye",
 }
 
 
@@ -65,7 +71,7 @@ class StompProtocol(Protocol):
         self.core = StompConnectionCore.of_listener(
             factory, self.transport,
             prefetch_count=factory.prefetch_count, heartbeat_ms=factory.heartbeat_ms)
-        self.machine = self.core.machine = STOMP_MACHINE(self.core)
+        self.machine = self.core.machine = CONNECTION_MACHINE(self.core)
         self._parser = StompParser(factory.limits)
         self.transport.registerProducer(self, True)
         factory.watch.add(self.core)
@@ -91,8 +97,7 @@ class StompProtocol(Protocol):
             try:
                 getattr(machine, _INPUT_FOR_COMMAND.get(frame.command, "got_frame"))(frame)
             except NoTransition:
-                machine.protocol_error(f.BAD_COMMAND,
-                                       f"{frame.command} is not allowed on this connection now")
+                machine.protocol_error(f.BAD_COMMAND, core.not_allowed(frame))
             if core.silent:
                 return
             if core.stomp_version:
