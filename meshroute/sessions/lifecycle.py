@@ -316,9 +316,10 @@ class ConnectionCore(ABC):
     @classmethod
     def of_listener(cls, factory, transport: ITransport, **more) -> "ConnectionCore":
         """
-        The core of a new connection to C{factory}'s listener, native or
-        STOMP: what every listener gives its connections (the engine, the
-        sessions, the settings, the security), and C{more} of a protocol's.
+        The core of a new connection to C{factory}'s listener (a
+        L{meshroute.sessions.listener.ListenerFactory}): what every
+        listener gives its connections (the engine, the sessions, the
+        settings, the security), and C{more} of a protocol's.
         """
         return cls(
             engine=factory.engine, transport=transport, clock=factory.clock,
