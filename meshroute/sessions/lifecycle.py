@@ -621,6 +621,17 @@ class ConnectionCore(ABC):
         self.fell_silent()
 
 
+def _dropping(reason: str):
+    """
+    The behaviour that drops a connection for C{reason}.
+    """
+
+    def drop(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.drop(reason)
+
+    return drop
+
+
 def _build_connection_machine():
     builder = TypeMachineBuilder(ConnectionInputs, ConnectionCore)
     awaiting_hello = builder.state("awaiting_hello")
@@ -643,17 +654,13 @@ def _build_connection_machine():
     def too_soon(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
         core.fail(f.BAD_COMMAND, core.before_hello(frame))
 
-    @vetting.upon(ConnectionInputs.authentication_needed).to(authenticating)
-    def offered(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-        pass
+    vetting.upon(ConnectionInputs.authentication_needed).to(authenticating).returns(None)
 
     @authenticating.upon(ConnectionInputs.got_authenticate).to(deciding)
     def authenticate(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
         core.authenticate(inputs, frame)
 
-    @deciding.upon(ConnectionInputs.challenged).to(proving)
-    def challenged(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-        pass
+    deciding.upon(ConnectionInputs.challenged).to(proving).returns(None)
 
     @proving.upon(ConnectionInputs.got_auth_response).to(deciding)
     def prove(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
@@ -686,9 +693,7 @@ def _build_connection_machine():
         def ended(inputs: ConnectionInputs, core: ConnectionCore) -> None:
             core.end()
 
-    @attached.upon(ConnectionInputs.taken_over).to(closing)
-    def taken_over(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-        core.drop(TAKEN_OVER)
+    attached.upon(ConnectionInputs.taken_over).to(closing)(_dropping(TAKEN_OVER))
 
     @attached.upon(ConnectionInputs.user_removed).to(closing)
     def removed(inputs: ConnectionInputs, core: ConnectionCore) -> None:
@@ -704,24 +709,15 @@ def _build_connection_machine():
             core.fail(f.LIMIT_REACHED, f"no {core.AWAITED} within stage-valid-timeout "
                                        f"({core.settings.limits.stage_valid_timeout_ms} ms)")
 
+    # Dropped without a word, for a reason the session is told.
+    drops = ((ConnectionInputs.ttl_expired, TTL),
+             (ConnectionInputs.frame_overdue, FRAME_TIMEOUT),
+             (ConnectionInputs.buffers_full, BUFFERS_FULL),
+             (ConnectionInputs.router_stopped, ROUTER_STOPPED))
     live = (awaiting_hello, vetting, authenticating, deciding, proving, attached, ending)
     for state in live:
-
-        @state.upon(ConnectionInputs.ttl_expired).to(closing)
-        def silent(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-            core.drop(TTL)
-
-        @state.upon(ConnectionInputs.frame_overdue).to(closing)
-        def overdue(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-            core.drop(FRAME_TIMEOUT)
-
-        @state.upon(ConnectionInputs.buffers_full).to(closing)
-        def full(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-            core.drop(BUFFERS_FULL)
-
-        @state.upon(ConnectionInputs.router_stopped).to(closing)
-        def stopped(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-            core.drop(ROUTER_STOPPED)
+        for dropped, reason in drops:
+            state.upon(dropped).to(closing)(_dropping(reason))
 
         @state.upon(ConnectionInputs.stopped_serving).to(closing)
         def send_away(inputs: ConnectionInputs, core: ConnectionCore) -> None:
