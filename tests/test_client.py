@@ -95,16 +95,16 @@ def test_connect_refused_by_the_router(clock, tmp_path):
     engine = FakeEngine(str(tmp_path / "s.sqlite"), clock)
     try:
         h = Harness(engine, clock)
-        from meshroute.sessions.connection import ConnectionCore
+        from meshroute.sessions.connection import NativeConnectionCore
 
-        original = ConnectionCore.vet_open
-        ConnectionCore.vet_open = lambda self, frame: (
+        original = NativeConnectionCore.vet_open
+        NativeConnectionCore.vet_open = lambda self, frame: (
             f.UNSUPPORTED_VERSION, "this router speaks [2]")
         try:
             d = connect_endpoint(clock, h.endpoint, client_id="c")
             h.flush()
         finally:
-            ConnectionCore.vet_open = original
+            NativeConnectionCore.vet_open = original
         error = failure_of(d)
         assert isinstance(error, SessionError)
         assert (error.code, error.detail) == (f.UNSUPPORTED_VERSION, "this router speaks [2]")

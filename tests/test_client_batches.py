@@ -52,13 +52,13 @@ def frames_to_client(monkeypatch) -> list:
     Every frame the router writes to a client, by type name.
     """
     written = []
-    write = connection_module.ConnectionCore.write
+    write = connection_module.NativeConnectionCore.write
 
     def recording(core, frame):
         written.append(type(frame).__name__)
         return write(core, frame)
 
-    monkeypatch.setattr(connection_module.ConnectionCore, "write", recording)
+    monkeypatch.setattr(connection_module.NativeConnectionCore, "write", recording)
     return written
 
 

@@ -85,7 +85,7 @@ class Listener:
         buffers stay within their bounds either way.
         """
         frames = connection.received()  # decodable, or this raises
-        decoder = connection.protocol._decoder
+        decoder = connection.protocol.decoder
         assert decoder.pending <= MAX_FRAME + 4
         assert self.factory.buffered <= self.factory.budget.limit
         if connection.closed or connection.aborted:
@@ -208,7 +208,7 @@ def test_huge_declared_lengths_close_before_buffering(listener, length, tail, op
             connection.open(ttl_ms=-1)
         connection.protocol.dataReceived(struct.pack(">I", length) + tail)
         assert connection.closed
-        assert connection.protocol._decoder.pending <= 4 + len(tail)
+        assert connection.protocol.decoder.pending <= 4 + len(tail)
 
 
 @HOSTILE

@@ -19,7 +19,7 @@ import pytest
 
 from meshroute import events as event_names
 from meshroute.wire import client_frames as f
-from meshroute.sessions.connection import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
+from meshroute.sessions.lifecycle import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import DROP_NEWEST, SessionSettings

@@ -121,9 +121,9 @@ def test_frames_split_anywhere_parse_the_same():
 def test_buffered_counts_the_partial_frame():
     parser = StompParser(LIMITS)
     assert parser.feed(b"\nSEND\nfoo:b") == [HEARTBEAT]
-    assert parser.buffered == len(b"SEND\nfoo:b")
+    assert parser.pending == len(b"SEND\nfoo:b")
     assert parser.feed(b"ar\n\nbody\0") == [StompFrame("SEND", (("foo", "bar"),), b"body")]
-    assert parser.buffered == 0
+    assert parser.pending == 0
 
 
 def test_server_commands_are_refused_from_a_client_and_accepted_with_the_flag():
@@ -200,7 +200,7 @@ def test_a_frame_of_max_frame_size_passes_and_one_byte_more_is_refused():
 def test_an_oversized_body_is_refused_without_buffering_past_the_limit():
     parser = StompParser(limits(max_frame_size=1000))
     parser.feed(b"SEND\n\n" + b"x" * 900)
-    assert parser.buffered == 906
+    assert parser.pending == 906
     with pytest.raises(StompProtocolError, match="max-frame-size 1000"):
         parser.feed(b"x" * 100)
 
@@ -334,7 +334,7 @@ def test_arbitrary_bytes_give_frames_or_the_one_error_in_any_split(data, cuts, v
     assert split_refused == refused
     if not refused:
         assert split_items == items
-        assert split.buffered == whole.buffered <= chosen.max_frame_size
+        assert split.pending == whole.pending <= chosen.max_frame_size
 
 
 names = st.text(min_size=1, max_size=12).filter(lambda n: n != "content-length")

@@ -22,11 +22,13 @@ survive failures").
    resumed.
  - C{expired}: C{keep-alive} passed while disconnected; cannot be resumed.
 
-The connection (C{awaiting_open → vetting_open → attached → closing →
-gone}) is another, smaller machine (L{meshroute.sessions.connection}); it
-turns each command and C{Received} frame into an input of the session's
-machine, and a frame the session's state has no transition for
-(C{NoTransition}) into C{Error(0, "bad-command")}.
+The connection (C{awaiting_hello → vetting → attached → closing →
+gone}) is another, smaller machine, the same for every client protocol
+(L{meshroute.sessions.lifecycle}); the native one
+(L{meshroute.sessions.connection}) turns each command and C{Received}
+frame into an input of the session's machine, and a frame the session's
+state has no transition for (C{NoTransition}) into C{Error(0,
+"bad-command")}.
 
 What a session asks of its connection, whatever protocol it speaks:
 C{write(frame)} (a native frame: C{Opened}, C{Confirm}, C{Confirmed},
@@ -172,7 +174,7 @@ class SessionInputs(Protocol):
         """
         The session's connection is gone without Close: C{reason} is
         C{connection-lost}, C{ttl} (silent for its TTL), C{frame-timeout}
-        or C{buffers-full} (see L{meshroute.sessions.connection}) or
+        or C{buffers-full} (see L{meshroute.sessions.lifecycle}) or
         C{taken-over} (another connection resumed the session).
         """
 
@@ -285,7 +287,7 @@ class SessionCore:
     """
     The data of one session and the I/O its behaviours perform.
 
-    @ivar connection: the L{meshroute.sessions.connection.ConnectionCore}
+    @ivar connection: the L{meshroute.sessions.lifecycle.ConnectionCore}
         the session is attached to, or None while disconnected (or ended).
     @ivar last_command_id: the id of the last command received; the next
         must be one more.

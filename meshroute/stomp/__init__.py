@@ -9,12 +9,12 @@ reaches the router.
  - L{meshroute.stomp.settings}: C{[stomp.listener]}'s settings, and the
    rules that judge them together.
  - L{meshroute.stomp.connection}: the router's side of one STOMP
-   connection, an Automat machine translating STOMP frames into the
-   session core's commands and its answers back (docs/stomp.md).
+   connection, translating STOMP frames into the session core's commands
+   and its answers back (docs/stomp.md).
  - L{meshroute.stomp.listener}: the thin protocol and the
    L{listener.StompFactory} of the C{[stomp.listener]} endpoints.
 
-The session logic STOMP clients share with native ones is
-L{meshroute.sessions}; the TOML loader reads C{[stomp.listener]} into
-its settings.
+The session logic and the connection machine STOMP clients share with
+native ones are L{meshroute.sessions}; the TOML loader reads
+C{[stomp.listener]} into its settings.
 """

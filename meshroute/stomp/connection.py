@@ -1,30 +1,27 @@
 """
-The router's side of one STOMP connection, as an Automat machine: a thin
-adapter between STOMP frames and the session core
-(L{meshroute.sessions.session}), which does the work for native and STOMP
-clients alike (docs/stomp.md).
+The router's side of one STOMP connection: a thin adapter between STOMP
+frames and the session core (L{meshroute.sessions.session}), which does
+the work for native and STOMP clients alike (docs/stomp.md).  Its stages
+are the connection machine every client protocol shares
+(L{meshroute.sessions.lifecycle}):
 
-    awaiting_connect ── CONNECT ──▶ vetting ── accepted ──▶ connected ── DISCONNECT ──▶ disconnecting
-          │                           │                        │                           │
-          │                           └── refused ─────────────┤                   session_ended
-          │                                                    ▼                           ▼
-          └──────────── errors, limits, TTL, not-active ──▶ closing ◀──────────────────────┘ ──▶ gone
-
- - C{awaiting_connect}: only C{CONNECT} (or C{STOMP}) is allowed.
- - C{vetting}: within one frame's handling: the versions, the
-   heart-beats, whether this instance is the active one of its HA pair,
-   C{max-sessions}, and, on a router with C{[security]}, C{login} and
-   C{passcode}.  The verdict is C{accepted} (a new session; C{CONNECTED})
-   or C{refused} (C{ERROR}, then close).
- - C{connected}: every frame is translated into the session core's
-   native commands, numbered by this adapter (L{StompConnectionCore.handle}).
- - C{disconnecting}: C{DISCONNECT} became the session's C{Close}; once
+ - C{CONNECT} (or C{STOMP}) is the hello (C{awaiting_hello} →
+   C{vetting}); any other frame before it ends the connection (C{ERROR}
+   "... before CONNECT").  The verdict, within its handling: the
+   versions, the heart-beats, whether this instance is the active one of
+   its HA pair, C{max-sessions}, and, on a router with C{[security]},
+   C{login} and C{passcode} (or a verified TLS client certificate):
+   C{accepted} (a new session; C{CONNECTED}) or C{refused} (C{ERROR},
+   then close).  STOMP authenticates in its hello: it has no
+   C{authenticating} stage.
+ - C{attached}: every frame is translated into the session core's
+   native commands, numbered by this adapter (L{StompConnectionCore.serve}).
+ - C{DISCONNECT} is the goodbye (C{ending}): the session's C{Close}; once
    every command before it is done the session's C{Closed} becomes the
    C{RECEIPT} the client asked for, and the connection closes.  Frames
    that still arrive are ignored.
  - C{closing}: an C{ERROR} was sent (or the connection was dropped);
    anything that still arrives is ignored.
- - C{gone}: the transport is closed.
 
 How the core's answers become STOMP (L{StompConnectionCore.write}):
 
@@ -49,15 +46,13 @@ not resumable from its start, so a lost connection ends it
 (C{session.disconnected} then C{session.expired}), its subscriptions end
 and its unacknowledged deliveries go back to their queues, flagged
 redelivered.  The connection TTL, partial frames, the buffer bound and
-C{stage-valid-timeout} are the native connection's
-(L{meshroute.sessions.connection.ConnectionCore}, whose data and I/O
-this core extends); the TTL comes from the heart-beats.
+C{stage-valid-timeout} are every client connection's
+(L{meshroute.sessions.lifecycle.ConnectionCore}, whose data and I/O this
+core extends); the TTL comes from the heart-beats.
 """
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from automat import TypeMachineBuilder
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -68,14 +63,9 @@ from meshroute.expiry import now_ms
 from meshroute.messages import EXPIRES_HEADER
 from meshroute.security.credentials import password_matches
 from meshroute.security.scram import decoy_credentials
-from meshroute.sessions.connection import (
-    BUFFERS_FULL,
-    FRAME_TIMEOUT,
-    ROUTER_STOPPED,
-    ConnectionCore,
-)
-from meshroute.sessions.permissions import CONNECT, Guard, denied
-from meshroute.sessions.session import SESSION_MACHINE, STOMP, SessionCore
+from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
+from meshroute.sessions.permissions import CONNECT, denied
+from meshroute.sessions.session import STOMP
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
 from meshroute.stomp.frames import (
     HEARTBEAT_BYTES,
@@ -119,60 +109,6 @@ TTL_PER_HEARTBEAT = 2
 PASSCODE = "passcode"
 
 _NOT_AUTHENTICATED = "authentication failed"
-
-
-class StompInputs(Protocol):
-    """
-    Everything that can happen to a STOMP connection.
-    """
-
-    def got_connect(self, frame: StompFrame) -> None:
-        "The client sent CONNECT (or STOMP)."
-
-    def accepted(self, frame: StompFrame) -> None:
-        "The CONNECT being vetted is acceptable."
-
-    def refused(self, code: str, detail: str) -> None:
-        "The CONNECT being vetted is not; C{code} says why."
-
-    def got_frame(self, frame: StompFrame) -> None:
-        "A frame of the session's business (SEND, SUBSCRIBE, ACK...)."
-
-    def got_disconnect(self, frame: StompFrame) -> None:
-        "The client ends the session."
-
-    def protocol_error(self, code: str, detail: str) -> None:
-        "A malformed frame, a frame not allowed now, or a command that failed."
-
-    def over_limit(self, detail: str) -> None:
-        "The client passed a bound of its listener."
-
-    def session_ended(self) -> None:
-        "The session wrote Closed: DISCONNECT's work is done."
-
-    def user_removed(self) -> None:
-        "A reload removed the connection's user."
-
-    def stopped_serving(self) -> None:
-        "The router, an HA instance's, stops serving."
-
-    def router_stopped(self) -> None:
-        "The router shuts down."
-
-    def ttl_expired(self) -> None:
-        "The client sent nothing (not even a heart-beat) for the connection's TTL."
-
-    def frame_overdue(self) -> None:
-        "The client began a frame too long ago and has not finished it."
-
-    def buffers_full(self) -> None:
-        "The client's partial frame would pass the listener's buffer bound."
-
-    def handshake_expired(self) -> None:
-        "No CONNECT within the listener's stage-valid-timeout."
-
-    def connection_lost(self) -> None:
-        "The transport is closed."
 
 
 class StompRefusal(Exception):
@@ -236,9 +172,8 @@ def negotiate_heartbeats(client: str | None, offer: tuple[int, int]) -> tuple[in
 @dataclass(eq=False)
 class StompConnectionCore(ConnectionCore):
     """
-    The data of one STOMP connection and the I/O its behaviours perform:
-    the native connection's (TTL, buffers, pausing, closing), and what
-    the translation needs.
+    One STOMP connection: the lifecycle's data and I/O (TTL, buffers,
+    pausing, closing), and what the translation needs.
 
     @ivar prefetch_count: a SUBSCRIBE's credit when it names none.
     @ivar heartbeat_ms: the router's heart-beat offer C{(cx, cy)}.
@@ -267,6 +202,10 @@ class StompConnectionCore(ConnectionCore):
     _auto_call: IDelayedCall | None = None
     _beats: LoopingCall | None = None
     _message_ids: dict = field(default_factory=dict)
+
+    AWAITED = "CONNECT"
+    STOPPED_SERVING = ("not active: this router instance stopped serving; the other instance "
+                       "of its pair takes over")
 
     # -- output ---------------------------------------------------------------
 
@@ -301,6 +240,12 @@ class StompConnectionCore(ConnectionCore):
 
     def send(self, frame: StompFrame) -> None:
         self.transport.write(encode(frame, self.stomp_version or VERSIONS[0]))
+
+    def not_allowed(self, frame: StompFrame) -> str:
+        return f"{frame.command} is not allowed on this connection now"
+
+    def before_hello(self, frame: StompFrame) -> str:
+        return f"{frame.command} before CONNECT"
 
     def _receipts_of(self, command_id: int) -> None:
         for receipt in self.receipts.pop(command_id, ()):
@@ -381,7 +326,7 @@ class StompConnectionCore(ConnectionCore):
 
     # -- opening ----------------------------------------------------------------
 
-    def vet_connect(self, inputs: StompInputs, frame: StompFrame) -> None:
+    def vet(self, inputs: ConnectionInputs, frame: StompFrame) -> None:
         """
         Decide on a CONNECT: C{inputs.accepted} or C{inputs.refused}.
         """
@@ -449,18 +394,12 @@ class StompConnectionCore(ConnectionCore):
                  address=peer_address(self.transport), user=user, mechanism=mechanism)
         return True
 
-    def attach_stomp(self, frame: StompFrame) -> None:
+    def attach(self, frame: StompFrame) -> None:
         """
         A new session, which cannot be resumed; CONNECTED follows from
         its Opened.
         """
-        session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
-                              settings=self.settings, events=self.events, user=self.user,
-                              protocol=STOMP, resumable=False)
-        if self.user is not None:
-            session.guard = Guard(self.security, self.user, self.engine.name, self.events)
-        session.machine = SESSION_MACHINE(session)
-        self.session = session
+        session = self.new_session(protocol=STOMP, resumable=False)
         self.version = f.TRANSACTIONS_VERSION
         client_id = frame.header("client-id") or frame.header("login") or ""
         session.start(self, f.Open([self.version], client_id, "", self.ttl_ms))
@@ -489,10 +428,10 @@ class StompConnectionCore(ConnectionCore):
         else:
             self.receipts.setdefault(self.last_command, []).append(receipt)
 
-    def handle(self, inputs: StompInputs, frame: StompFrame) -> None:
+    def serve(self, inputs: ConnectionInputs, frame: StompFrame) -> None:
         """
-        Carry out a frame of the session's business; one the adapter
-        cannot is an C{ERROR}.
+        Carry out a frame of the session's business, or DISCONNECT; one
+        the adapter cannot is an C{ERROR}.
         """
         handler = _HANDLERS.get(frame.command)
         try:
@@ -677,21 +616,16 @@ class StompConnectionCore(ConnectionCore):
 
     # -- closing ----------------------------------------------------------------
 
-    def finish(self) -> None:
-        self._stop_beats()
-        if self._auto_call is not None and self._auto_call.active():
-            self._auto_call.cancel()
-        self._auto_call = None
-        super().finish()
-
-    def _close(self) -> None:
-        self._stop_beats()
-        super()._close()
-
-    def _stop_beats(self) -> None:
+    def fell_silent(self) -> None:
+        """
+        No more heart-beats, nor acknowledgements of what was written.
+        """
         beats, self._beats = self._beats, None
         if beats is not None and beats.running:
             beats.stop()
+        if self._auto_call is not None and self._auto_call.active():
+            self._auto_call.cancel()
+        self._auto_call = None
 
 
 _HANDLERS = {
@@ -703,117 +637,5 @@ _HANDLERS = {
     "BEGIN": StompConnectionCore.on_begin,
     "COMMIT": StompConnectionCore.on_commit,
     "ABORT": StompConnectionCore.on_abort,
+    "DISCONNECT": StompConnectionCore.disconnect,
 }
-
-
-def _build_stomp_machine():
-    builder = TypeMachineBuilder(StompInputs, StompConnectionCore)
-    awaiting_connect = builder.state("awaiting_connect")
-    vetting = builder.state("vetting")
-    connected = builder.state("connected")
-    disconnecting = builder.state("disconnecting")
-    closing = builder.state("closing")
-    gone = builder.state("gone")
-
-    @awaiting_connect.upon(StompInputs.got_connect).to(vetting)
-    def vet(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
-        core.vet_connect(inputs, frame)
-
-    @vetting.upon(StompInputs.accepted).to(connected)
-    def attach(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
-        core.attach_stomp(frame)
-
-    @awaiting_connect.upon(StompInputs.got_frame).to(closing)
-    def too_soon(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
-        core.fail(f.BAD_COMMAND, f"{frame.command} before CONNECT")
-
-    @connected.upon(StompInputs.got_frame).loop()
-    def handle(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
-        core.handle(inputs, frame)
-
-    @connected.upon(StompInputs.got_disconnect).to(disconnecting)
-    def disconnect(inputs: StompInputs, core: StompConnectionCore, frame: StompFrame) -> None:
-        core.disconnect(frame)
-
-    @disconnecting.upon(StompInputs.session_ended).to(closing)
-    def ended(inputs: StompInputs, core: StompConnectionCore) -> None:
-        core.end()
-
-    @connected.upon(StompInputs.user_removed).to(closing)
-    def removed(inputs: StompInputs, core: StompConnectionCore) -> None:
-        core.fail(f.USER_REMOVED, f"user {core.user!r} was removed from the router's users")
-
-    @vetting.upon(StompInputs.protocol_error).to(closing)
-    def vetting_error(inputs: StompInputs, core: StompConnectionCore, code: str,
-                      detail: str) -> None:
-        core.fail(code, detail)
-
-    @vetting.upon(StompInputs.refused).to(closing)
-    def refuse(inputs: StompInputs, core: StompConnectionCore, code: str, detail: str) -> None:
-        core.fail(code, detail)
-
-    waiting = (awaiting_connect, connected, disconnecting)
-    for state in waiting:
-
-        @state.upon(StompInputs.protocol_error).to(closing)
-        def malformed(inputs: StompInputs, core: StompConnectionCore, code: str,
-                      detail: str) -> None:
-            core.fail(code, detail)
-
-        @state.upon(StompInputs.over_limit).to(closing)
-        def over_limit(inputs: StompInputs, core: StompConnectionCore, detail: str) -> None:
-            core.fail(f.LIMIT_REACHED, detail)
-
-        @state.upon(StompInputs.stopped_serving).to(closing)
-        def send_away(inputs: StompInputs, core: StompConnectionCore) -> None:
-            core.fail(f.NOT_ACTIVE, "not active: this router instance stopped serving; the "
-                                    "other instance of its pair takes over")
-
-        @state.upon(StompInputs.ttl_expired).to(closing)
-        def silent(inputs: StompInputs, core: StompConnectionCore) -> None:
-            core.drop("ttl")
-
-        @state.upon(StompInputs.frame_overdue).to(closing)
-        def overdue(inputs: StompInputs, core: StompConnectionCore) -> None:
-            core.drop(FRAME_TIMEOUT)
-
-        @state.upon(StompInputs.buffers_full).to(closing)
-        def full(inputs: StompInputs, core: StompConnectionCore) -> None:
-            core.drop(BUFFERS_FULL)
-
-        @state.upon(StompInputs.router_stopped).to(closing)
-        def stopped(inputs: StompInputs, core: StompConnectionCore) -> None:
-            core.drop(ROUTER_STOPPED)
-
-    @awaiting_connect.upon(StompInputs.handshake_expired).to(closing)
-    def handshake_expired(inputs: StompInputs, core: StompConnectionCore) -> None:
-        core.fail(f.LIMIT_REACHED, "no CONNECT within stage-valid-timeout "
-                                   f"({core.settings.limits.stage_valid_timeout_ms} ms)")
-
-    for state in (vetting, *waiting, closing):
-
-        @state.upon(StompInputs.connection_lost).to(gone)
-        def lost(inputs: StompInputs, core: StompConnectionCore) -> None:
-            core.finish()
-
-    late = (StompInputs.ttl_expired, StompInputs.frame_overdue, StompInputs.buffers_full,
-            StompInputs.router_stopped, StompInputs.handshake_expired,
-            StompInputs.session_ended, StompInputs.stopped_serving, StompInputs.user_removed)
-    for moot in (StompInputs.got_connect, StompInputs.got_frame, StompInputs.got_disconnect,
-                 StompInputs.protocol_error, StompInputs.over_limit, *late):
-        closing.upon(moot).loop().returns(None)
-    for moot in late:
-        gone.upon(moot).loop().returns(None)
-    # After DISCONNECT the client must not send; what it does is ignored.
-    for moot in (StompInputs.got_frame, StompInputs.got_disconnect):
-        disconnecting.upon(moot).loop().returns(None)
-    for state in (awaiting_connect, disconnecting):
-        state.upon(StompInputs.user_removed).loop().returns(None)
-    awaiting_connect.upon(StompInputs.session_ended).loop().returns(None)
-    connected.upon(StompInputs.handshake_expired).loop().returns(None)
-    disconnecting.upon(StompInputs.handshake_expired).loop().returns(None)
-    return builder.build()
-
-
-#: Machine factory: C{STOMP_MACHINE(core)} returns the inputs object.
-STOMP_MACHINE = _build_stomp_machine()

@@ -201,7 +201,7 @@ class StompParser:
         self._version = version
 
     @property
-    def buffered(self) -> int:
+    def pending(self) -> int:
         """
         Bytes held of a frame not yet complete: non-zero when the
         connection ends means the peer sent a truncated frame.

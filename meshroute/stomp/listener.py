@@ -3,120 +3,74 @@ The STOMP listener (C{[stomp.listener]}): the thin protocol of each STOMP
 connection, bytes in, frames out, machine inputs, and the factory that
 owns what outlives one connection.
 
-L{StompProtocol.dataReceived} feeds a sans-IO L{StompParser}; each frame
-becomes one input of the connection's machine
-(L{meshroute.stomp.connection}), heart-beats only keep the connection
-alive.  Bytes that are not STOMP, a frame beyond C{max-frame-size} or
-with more than C{max-headers} headers (the parser's L{StompProtocolError})
-close that connection with an C{ERROR} naming the problem, and nothing
-else is disturbed.
+L{StompProtocol} feeds a sans-IO L{StompParser}; each frame becomes one
+input of the connection's machine (L{meshroute.sessions.lifecycle}, with
+the STOMP core of L{meshroute.stomp.connection}), heart-beats only keep
+the connection alive.  Bytes that are not STOMP, a frame beyond
+C{max-frame-size} or with more than C{max-headers} headers (the parser's
+L{StompProtocolError}) close that connection with an C{ERROR} naming the
+problem, and nothing else is disturbed.  The rest (the producer, the
+buffers, frames out of turn) is every listener's
+(L{meshroute.sessions.listener}).
 
 L{StompFactory} shares the native listener's session registry (so the
 admin API's C{/api/v1/sessions} and C{max-sessions} count both) and runs
-its own L{ConnectionWatch}: the one timer closing connections silent for
-their TTL, slow to finish a frame, or without a session for
-C{stage-valid-timeout}; C{max-connections} refuses a connection as soon as
-it is made.  Over WebSocket (L{meshroute.stomp.websocket}) the same
-protocol reads and writes WebSocket messages instead of a TCP stream.
+its own L{meshroute.sessions.watch.ConnectionWatch}: the one timer
+closing connections silent for their TTL, slow to finish a frame, or
+without a session for C{stage-valid-timeout}; C{max-connections} refuses
+a connection as soon as it is made.  Over WebSocket
+(L{meshroute.stomp.websocket}) the same protocol reads and writes
+WebSocket messages instead of a TCP stream.
 """
 
 from collections.abc import Callable
 
-from automat import NoTransition
-from twisted.internet.interfaces import IPushProducer, IReactorTime
-from twisted.internet.protocol import Factory, Protocol
-from zope.interface import implementer
+from twisted.internet.interfaces import IReactorTime
 
-from meshroute.sessions.connection import MAX_BUFFERED_FRAMES, UNREAD, BufferBudget
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
-from meshroute.sessions.session import NO_EVENTS, SessionRegistry, SessionSettings
-from meshroute.sessions.watch import ConnectionWatch
-from meshroute.stomp.connection import STOMP_MACHINE, StompConnectionCore
+from meshroute.sessions.lifecycle import MAX_BUFFERED_FRAMES
+from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
+from meshroute.sessions.session import SessionRegistry, SessionSettings
+from meshroute.stomp.connection import StompConnectionCore
 from meshroute.stomp.frames import HEARTBEAT, StompLimits, StompParser, StompProtocolError
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
-from meshroute.wire import client_frames as f
-from meshroute.wire.transport import send_immediately
 
 #: Which machine input each client command feeds; any other is the
 #: session's business (C{got_frame}).
 _INPUT_FOR_COMMAND = {
-    "CONNECT": "got_connect",
-    "STOMP": "got_connect",
-    "DISCONNECT": "got_disconnect",
+    "CONNECT": "got_hello",
+    "STOMP": "got_hello",
+    "DISCONNECT": "got_goodbye",
 }
 
 
-@implementer(IPushProducer)
-class StompProtocol(Protocol):
+class StompProtocol(ListenerProtocol):
     """
-    Bytes ↔ STOMP frames for one connection; all decisions are the
-    machines'.  The producer of what the router writes, so that a client
-    that does not read stops being read.
+    STOMP frames ↔ bytes for one connection.
     """
+
+    decode_error = StompProtocolError
 
     def __init__(self, factory: "StompFactory") -> None:
-        self.factory = factory
-        self.core: StompConnectionCore | None = None
-        self.machine = None
+        super().__init__(factory)
+        self.decoder = StompParser(factory.limits)
 
-    def connectionMade(self) -> None:
-        send_immediately(self.transport)
+    def new_core(self) -> StompConnectionCore:
         factory = self.factory
-        self.core = StompConnectionCore.of_listener(
+        return StompConnectionCore.of_listener(
             factory, self.transport,
             prefetch_count=factory.prefetch_count, heartbeat_ms=factory.heartbeat_ms)
-        self.machine = self.core.machine = STOMP_MACHINE(self.core)
-        self._parser = StompParser(factory.limits)
-        self.transport.registerProducer(self, True)
-        factory.watch.add(self.core)
-        refusal = factory.settings.limits.connection_refusal(len(factory.watch.connections) - 1)
-        if refusal is not None:
-            self.machine.over_limit(refusal)
 
-    def dataReceived(self, data: bytes) -> None:
-        core = self.core
-        if core.silent:
+    def frame_received(self, frame) -> None:
+        if frame is HEARTBEAT:
             return
-        parser = self._parser
-        try:
-            frames = parser.feed(data)
-        except StompProtocolError as e:
-            self.machine.protocol_error(f.PROTOCOL_ERROR, e.reason)
-            return
-        room = core.read(len(frames), parser.buffered)
-        machine = self.machine
-        for frame in frames:
-            if frame is HEARTBEAT:
-                continue
-            try:
-                getattr(machine, _INPUT_FOR_COMMAND.get(frame.command, "got_frame"))(frame)
-            except NoTransition:
-                machine.protocol_error(f.BAD_COMMAND,
-                                       f"{frame.command} is not allowed on this connection now")
-            if core.silent:
-                return
-            if core.stomp_version:
-                parser.version = core.stomp_version
-        if not room:
-            machine.buffers_full()
-
-    def pauseProducing(self) -> None:
-        self.core.pause(UNREAD)
-
-    def resumeProducing(self) -> None:
-        self.core.resume(UNREAD)
-
-    def stopProducing(self) -> None:
-        """
-        The transport is going away; C{connectionLost} follows.
-        """
-
-    def connectionLost(self, reason=None) -> None:
-        self.machine.connection_lost()
-        self.factory.watch.remove(self.core)
+        self.tell(_INPUT_FOR_COMMAND.get(frame.command, "got_frame"), frame)
+        version = self.core.stomp_version
+        if version:
+            self.decoder.version = version
 
 
-class StompFactory(Factory):
+class StompFactory(ListenerFactory):
     """
     Builds the router side of each connection of the C{[stomp.listener]}
     endpoints (TCP or TLS, and WebSocket).
@@ -139,42 +93,20 @@ class StompFactory(Factory):
         over a verified certificate is its subject CN's user.
     """
 
+    protocol = StompProtocol
+
     def __init__(self, engine, clock: IReactorTime, settings: SessionSettings, *,
                  sessions: SessionRegistry | None = None,
                  prefetch_count: int = DEFAULT_PREFETCH_COUNT,
                  heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS, events=None,
                  ha_view: Callable[[], HAView] = lambda: WITHOUT_HA, security=None,
                  secret: bytes = b"", verifies_certificates: bool = False) -> None:
-        self.engine = engine
-        self.clock = clock
-        self.settings = settings
-        self.sessions = sessions if sessions is not None else SessionRegistry()
+        super().__init__(
+            engine, clock, settings,
+            sessions=sessions if sessions is not None else SessionRegistry(), events=events,
+            max_buffered=MAX_BUFFERED_FRAMES * settings.limits.max_frame_size,
+            ha_view=ha_view, security=security, secret=secret,
+            verifies_certificates=verifies_certificates)
         self.prefetch_count = prefetch_count
         self.heartbeat_ms = heartbeat_ms
         self.limits = StompLimits.from_client_limits(settings.limits)
-        self.events = events if events is not None else getattr(engine, "events", NO_EVENTS)
-        self.ha_view = ha_view
-        self.security = security
-        self.secret = secret
-        self.verifies_certificates = verifies_certificates
-        self.budget = BufferBudget(MAX_BUFFERED_FRAMES * settings.limits.max_frame_size)
-        self.watch = ConnectionWatch(clock, settings.connection_ttl_check_interval_ms)
-        if security is not None:
-            security.observe(lambda old, new: self.watch.remove_users(new))
-
-    def buildProtocol(self, addr) -> StompProtocol:
-        return StompProtocol(self)
-
-    def stop_serving(self) -> None:
-        """
-        The router, an HA instance's, stops serving: send every client
-        away (C{ERROR} "not active").
-        """
-        self.watch.tell_all("stopped_serving")
-
-    def close_connections(self) -> None:
-        """
-        The router shuts down: close every connection without a word, as
-        a crash would.
-        """
-        self.watch.tell_all("router_stopped")

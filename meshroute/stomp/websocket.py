@@ -29,8 +29,8 @@ message whole before the stream sees a byte.  Here:
    subprotocol is a STOMP one and the bytes are UTF-8, else binary.
    Writes after the close began are dropped, as TCP transports drop them.
  - B{Closing}: C{loseConnection} starts the WebSocket closing handshake
-   (code 1000) after what was written, and the client has the native
-   listener's C{CLOSE_GRACE_S} to answer it before the TCP connection is
+   (code 1000) after what was written, and the client has every client
+   connection's C{CLOSE_GRACE_S} to answer it before the TCP connection is
    aborted (autobahn's default, 1 s rounded down to a whole second by its
    timers, could abort it at once, losing a last ERROR frame not yet
    read); C{abortConnection} drops the TCP connection.  C{connectionLost}
@@ -51,7 +51,7 @@ from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from meshroute.sessions.connection import CLOSE_GRACE_S
+from meshroute.sessions.lifecycle import CLOSE_GRACE_S
 
 #: The STOMP subprotocols, in the order of preference, with the STOMP
 #: version each names.

@@ -1,0 +1,770 @@
+"""
+The life of a client connection, whatever protocol it speaks: one Automat
+machine for the connections of the native and the STOMP listeners alike,
+from the client's first frame to the closed transport.
+
+    awaiting_hello ── got_hello ──▶ vetting ──────────── accepted ────────────▶ attached ── got_goodbye ──▶ ending
+                                      │                                            ▲
+                                      │ authentication_needed                      │ accepted
+                                      ▼                                            │
+                               authenticating ── got_authenticate ──▶ deciding ────┘
+                                                                       │   ▲
+                                                            challenged ▼   │ got_auth_response
+                                                                      proving
+
+    every state above ── protocol_error, over_limit, ttl_expired, frame_overdue,
+                         buffers_full, stopped_serving, router_stopped ──▶ closing
+    awaiting_hello ── got_frame (out of turn) ──▶ closing
+    vetting, deciding ── refused ──▶ closing
+    awaiting_hello, authenticating, proving ── handshake_expired ──▶ closing
+    attached ── taken_over, user_removed ──▶ closing
+    attached, ending ── session_ended ──▶ closing
+    every state above, closing ── connection_lost ──▶ gone
+
+ - C{awaiting_hello}: awaits the client's opening frame (native C{Open},
+   STOMP C{CONNECT}); any other frame is out of turn (C{bad-command}).
+ - C{vetting}: within the hello's handling, the protocol's verdict on it
+   (versions, TTL, whether this instance is the active one of its HA
+   pair, C{max-sessions}, credentials carried in the hello): C{accepted}
+   (the session attaches), C{refused}, or C{authentication_needed} (the
+   hello is acceptable once the client authenticates).
+ - C{authenticating}: awaits the client's choice of mechanism (native
+   C{Authenticate}).
+ - C{deciding}: within one authentication frame's handling, the
+   exchange's verdict: C{challenged} (SCRAM's server-first was sent),
+   C{accepted} (the client is a user who may have the session it asks
+   for), or C{refused} (C{not-authenticated}, C{not-allowed}).
+ - C{proving}: awaits the client's answer to the challenge (native
+   C{AuthResponse}).
+ - C{attached}: the connection carries a session (a new one, or one it
+   resumed); each frame is the protocol's to serve.  Its user (or None,
+   without C{[security]}) is fixed for its life; a reload that removes the
+   user closes it (C{user-removed}).
+ - C{ending}: the client said goodbye (STOMP's C{DISCONNECT}); awaits the
+   session's C{Closed}.  Whatever the client still sends is ignored.
+ - C{closing}: the connection was ended: the client was told why (a
+   connection-level error), its session closed in order, or it was
+   dropped (silent for its TTL, its session taken over by another
+   connection, ...); awaits the transport's close.  Anything that still
+   arrives is ignored.
+ - C{gone}: the transport is closed.
+
+What the machine asks of each protocol is what its core (a
+L{ConnectionCore} subclass: the native L{meshroute.sessions.connection},
+the STOMP L{meshroute.stomp.connection}) adds to this module's: L{vet
+<ConnectionCore.vet>} a hello, L{attach <ConnectionCore.attach>} its
+session, L{serve <ConnectionCore.serve>} a frame of the session's
+business, L{write <ConnectionCore.write>} the session's native frames in
+the protocol's words (an C{Error} of command 0 is how a client is told
+why its connection ends), and word what it tells a client.  The native
+core also L{authenticates <ConnectionCore.authenticate>} after the hello;
+STOMP's hello carries its credentials.  Which frame is which input
+(C{got_hello}, C{got_authenticate}, C{got_auth_response}, C{got_frame},
+C{got_goodbye}) is the protocol's listener's business.
+
+A connection-level error ends the session too (it cannot be resumed: the
+client and the router disagree about it).  A connection lost any other
+way leaves a resumable session C{disconnected}, to be resumed by another
+connection within keep-alive.
+
+The connection TTL: the listener's
+L{meshroute.sessions.watch.ConnectionWatch} asks every connection each
+C{connection-ttl-check-interval} whether it has been silent (no whole
+frame) for its TTL; one that has is aborted (C{ttl_expired}).  Bytes of a
+frame not yet complete are not life: a client trickling a frame byte by
+byte is as silent as one sending nothing.  Before its hello a
+connection's TTL is the override, or L{DEFAULT_TTL_MS}.
+
+Partial frames: the same check aborts a connection whose current frame
+began more than L{PARTIAL_FRAME_TIMEOUT_S} ago and is still incomplete
+(C{frame_overdue}), whatever its TTL (even -1).  The bytes of partial
+frames held for all connections of a listener are bounded (a
+L{BufferBudget}, by default L{MAX_BUFFERED_FRAMES} frames of the largest
+size); a connection whose partial frame would pass the bound is aborted
+(C{buffers_full}).  Either way the session stays resumable, as after a
+TTL expiry, and the reason is logged.
+
+Limits (L{meshroute.sessions.limits}): the same check closes a connection
+that has had no session for the listener's C{stage-valid-timeout}
+(C{handshake_expired}: it said nothing, or never finished opening), and
+C{over_limit} closes one that passed a bound (C{max-connections}, the
+header bounds); a hello that would start a session beyond
+C{max-sessions} is refused.  Each tells the client C{limit-reached} with
+the key in its detail, and logs it.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from automat import TypeMachineBuilder
+from cryptography.x509.oid import NameOID
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
+from twisted.logger import Logger
+
+from meshroute.sessions.ha_view import WITHOUT_HA, HAView
+from meshroute.sessions.permissions import Guard
+from meshroute.sessions.session import (
+    NO_EVENTS,
+    SESSION_MACHINE,
+    SessionCore,
+    SessionRegistry,
+    SessionSettings,
+)
+from meshroute.wire import client_frames as f
+from meshroute.wire.transport import peer_address
+
+log = Logger()
+
+#: How long a connection closed for an error may take to flush its last
+#: frame before it is aborted.
+CLOSE_GRACE_S = 5.0
+
+#: The TTL of a connection that has not sent its hello yet (unless the
+#: router overrides every TTL): Artemis' default client TTL.
+DEFAULT_TTL_MS = 60000
+
+#: How long a client may take to send one frame, from its first byte to
+#: its last: 4 MiB at 1 Mbit/s takes 34 s.
+PARTIAL_FRAME_TIMEOUT_S = 60.0
+
+#: The default bound of the bytes of partial frames a listener holds for
+#: all its connections together, in frames of the largest size.
+MAX_BUFFERED_FRAMES = 8
+
+#: Why a connection was dropped (the C{reason} of C{session.disconnected}).
+TTL = "ttl"
+TAKEN_OVER = "taken-over"
+FRAME_TIMEOUT = "frame-timeout"
+BUFFERS_FULL = "buffers-full"
+ROUTER_STOPPED = "router-stopped"
+
+#: Why the router stops reading a connection (L{ConnectionCore.pause}).
+SENDS_IN_PROGRESS = "sends-in-progress"
+UNREAD = "unread"
+
+#: Slack when comparing silence with a TTL, so that float clocks never
+#: close a connection a hair before its TTL nor miss the check that
+#: reaches it.
+_EPSILON_S = 1e-6
+
+
+class ConnectionInputs(Protocol):
+    """
+    Everything that can happen to a client connection.
+    """
+
+    def got_hello(self, frame) -> None:
+        "The client's opening frame: it asks for a session (native Open, STOMP CONNECT)."
+
+    def accepted(self, hello) -> None:
+        "The client may have the session C{hello} asks for."
+
+    def refused(self, code: str, detail: str) -> None:
+        "The hello, or the authentication, is not acceptable; C{code} says why."
+
+    def authentication_needed(self) -> None:
+        "The hello is acceptable once the client authenticates (the mechanisms were offered)."
+
+    def got_authenticate(self, frame) -> None:
+        "The client chose a mechanism."
+
+    def challenged(self) -> None:
+        "The mechanism needs the client's response (a challenge was sent)."
+
+    def got_auth_response(self, frame) -> None:
+        "The client answered the challenge."
+
+    def got_frame(self, frame) -> None:
+        "A frame of the session's business (commands, acknowledgements, pings)."
+
+    def got_goodbye(self, frame) -> None:
+        "The client ends its session and will send nothing more (STOMP DISCONNECT)."
+
+    def session_ended(self) -> None:
+        "The session wrote Closed: the connection's work is done."
+
+    def taken_over(self) -> None:
+        "Another connection resumed this connection's session."
+
+    def user_removed(self) -> None:
+        "A reload removed the connection's user."
+
+    def protocol_error(self, code: str, detail: str) -> None:
+        """
+        The client sent bytes that are not a frame (C{protocol-error}), a
+        frame not allowed now (C{bad-command}), or (STOMP, which has no
+        error of one command) a command that failed.
+        """
+
+    def over_limit(self, detail: str) -> None:
+        """
+        The client passed a bound of its listener
+        (L{meshroute.sessions.limits}): too many connections, or headers
+        beyond the bounds.
+        """
+
+    def handshake_expired(self) -> None:
+        "The connection has had no session for the listener's stage-valid-timeout."
+
+    def ttl_expired(self) -> None:
+        "The client sent no whole frame (nor a heart-beat) for the connection's TTL."
+
+    def frame_overdue(self) -> None:
+        "The client began a frame longer than PARTIAL_FRAME_TIMEOUT_S ago and has not finished it."
+
+    def buffers_full(self) -> None:
+        "The partial frame the client is sending would pass the listener's buffer bound."
+
+    def stopped_serving(self) -> None:
+        "The router, an HA instance's, stops serving: another instance takes over."
+
+    def router_stopped(self) -> None:
+        """
+        The router shuts down: the client must go elsewhere, not wait for
+        answers that will never come.  (An HA instance's router that stops
+        being the active one sends its clients away instead:
+        C{stopped_serving}.)
+        """
+
+    def connection_lost(self) -> None:
+        "The transport is closed."
+
+
+@dataclass(eq=False)
+class BufferBudget:
+    """
+    The bytes of partial frames one listener holds for all its connections,
+    and their bound.
+
+    @ivar limit: the bound, at least one frame of the largest size.
+    @ivar held: bytes held now.
+    """
+
+    limit: int = MAX_BUFFERED_FRAMES * f.MAX_FRAME_SIZE
+    held: int = 0
+
+
+@dataclass(eq=False)
+class ConnectionCore(ABC):
+    """
+    The data of one client connection and the I/O its behaviours perform,
+    whatever its protocol: a protocol's core adds what its frames need and
+    the methods the machine asks of it (the module docstring).
+
+    @ivar ttl_ms: the TTL in force (-1: never).
+    @ivar last_heard: when the client last sent a whole frame (clock
+        seconds).
+    @ivar partial_since: when the frame the client is sending began, while
+        it is incomplete.
+    @ivar buffered: the bytes of that frame held, counted in C{budget}.
+    @ivar made: when the connection was made (clock seconds).
+    @ivar session: the session attached, once the hello was accepted.
+    @ivar version: the native protocol version the session core sees.
+    @ivar ha_view: returns the router's L{HAView} now.
+    @ivar view: the L{HAView} the hello was vetted with (what its Opened
+        tells).
+    @ivar security: the router's L{meshroute.security.policy.Security},
+        or None: clients are not authenticated.
+    @ivar secret: what unknown users' decoy credentials derive from.
+    @ivar verifies_certificates: the listener verifies TLS client
+        certificates against C{client-ca}: a certificate's subject CN
+        names a user (C{EXTERNAL}).
+    @ivar user: who the client is, once authenticated (fixed for the
+        connection's life); C{mechanism}, how it proved it.
+    @ivar silent: the connection's last frame was written (or it was
+        dropped): it writes and reads nothing more.
+    """
+
+    engine: object
+    transport: ITransport
+    clock: IReactorTime
+    registry: SessionRegistry
+    settings: SessionSettings
+    events: object = NO_EVENTS
+    budget: BufferBudget = field(default_factory=BufferBudget)
+    ha_view: Callable[[], HAView] = lambda: WITHOUT_HA
+    view: HAView = WITHOUT_HA
+    security: object = None
+    secret: bytes = field(default=b"", repr=False)
+    verifies_certificates: bool = False
+    user: str | None = None
+    mechanism: str = ""
+    machine: ConnectionInputs | None = None
+    session: SessionCore | None = None
+    version: int = 0
+    ttl_ms: int = DEFAULT_TTL_MS
+    made: float = 0.0
+    last_heard: float = 0.0
+    partial_since: float | None = None
+    buffered: int = 0
+    connected: bool = True
+    silent: bool = False
+    _abort_call: IDelayedCall | None = None
+    _paused_for: set = field(default_factory=set)
+
+    #: What a connection must reach within stage-valid-timeout, as its
+    #: refusal names it (C{no session within ...}).
+    AWAITED = "session"
+
+    #: What a client is told (code C{not-active}) when its router
+    #: instance stops serving.
+    STOPPED_SERVING = ("this router instance stopped serving: the other instance of its "
+                       "pair takes over")
+
+    @classmethod
+    def of_listener(cls, factory, transport: ITransport, **more) -> "ConnectionCore":
+        """
+        The core of a new connection to C{factory}'s listener (a
+        L{meshroute.sessions.listener.ListenerFactory}): what every
+        listener gives its connections (the engine, the sessions, the
+        settings, the security), and C{more} of a protocol's.
+        """
+        return cls(
+            engine=factory.engine, transport=transport, clock=factory.clock,
+            registry=factory.sessions, settings=factory.settings, events=factory.events,
+            budget=factory.budget, ha_view=factory.ha_view, security=factory.security,
+            secret=factory.secret, verifies_certificates=factory.verifies_certificates,
+            **more,
+        )
+
+    def __post_init__(self) -> None:
+        self.made = self.last_heard = self.clock.seconds()
+        if self.settings.connection_ttl_override != -1:
+            self.ttl_ms = self.settings.connection_ttl_override
+
+    # -- what each protocol's core provides -------------------------------------
+
+    @abstractmethod
+    def vet(self, inputs: ConnectionInputs, hello) -> None:
+        """
+        Decide on the client's hello: C{inputs.accepted(hello)},
+        C{inputs.refused(code, detail)}, or (a protocol that authenticates
+        after it) C{inputs.authentication_needed()}.
+        """
+
+    @abstractmethod
+    def attach(self, hello) -> None:
+        """
+        Attach the session the accepted C{hello} asks for: a new one, or
+        one resumed.
+        """
+
+    def authenticate(self, inputs: ConnectionInputs, frame) -> None:
+        """
+        Start the mechanism the client chose: C{inputs.challenged()},
+        C{inputs.accepted(hello)} or C{inputs.refused(code, detail)}.
+        Only a protocol that authenticates after its hello (native) feeds
+        C{got_authenticate}.
+        """
+        raise NotImplementedError(f"{type(self).__name__} authenticates in its hello")
+
+    def prove(self, inputs: ConnectionInputs, frame) -> None:
+        """
+        Check the client's answer to the challenge: C{inputs.accepted(hello)}
+        or C{inputs.refused(code, detail)}, as L{authenticate} does.
+        """
+        raise NotImplementedError(f"{type(self).__name__} authenticates in its hello")
+
+    @abstractmethod
+    def serve(self, inputs: ConnectionInputs, frame) -> None:
+        """
+        Carry out a frame of the session's business (or its goodbye).
+        """
+
+    @abstractmethod
+    def write(self, frame) -> None:
+        """
+        Tell the client C{frame}, a native frame of the session core
+        (L{meshroute.wire.client_frames}), in the protocol's words; an
+        C{Error} of command 0 says why the connection ends.  Nothing is
+        written once the connection is gone or L{silent}.
+        """
+
+    @abstractmethod
+    def not_allowed(self, frame) -> str:
+        """
+        The detail of the C{bad-command} that ends a connection sent
+        C{frame} when its stage does not allow it.
+        """
+
+    def before_hello(self, frame) -> str:
+        """
+        The detail of the C{bad-command} that ends a connection sent
+        C{frame} before its hello.
+        """
+        return self.not_allowed(frame)
+
+    def fell_silent(self) -> None:
+        """
+        The connection writes nothing more (its last frame was written,
+        it was dropped, or it is gone): stop what the protocol writes on
+        its own.
+        """
+
+    # -- reading ----------------------------------------------------------------
+
+    def pause(self, reason: str = SENDS_IN_PROGRESS) -> None:
+        """
+        Stop reading, for C{reason}: too many sends in progress
+        (L{SENDS_IN_PROGRESS}), or the client does not read what the
+        router writes (L{UNREAD}: the transport's buffer is full).
+        """
+        if not self._paused_for and self.connected and not self.silent:
+            self.transport.pauseProducing()
+        self._paused_for.add(reason)
+
+    def resume(self, reason: str = SENDS_IN_PROGRESS) -> None:
+        """
+        C{reason} to stop reading is gone: read again unless another holds;
+        when it was a full transport, the session writes what its own
+        queue held meanwhile.
+        """
+        self._paused_for.discard(reason)
+        if not self._paused_for and self.connected and not self.silent:
+            self.transport.resumeProducing()
+        session = self.session
+        if reason == UNREAD and session is not None and session.connection is self:
+            session.flush_pending()
+
+    @property
+    def unread(self) -> bool:
+        "The transport's buffer is full: the client does not read what we write."
+        return UNREAD in self._paused_for
+
+    # -- the TTL, partial frames, stage-valid-timeout ---------------------------
+
+    def read(self, whole_frames: int, pending: int) -> bool:
+        """
+        The client's bytes were decoded into C{whole_frames} frames, and
+        C{pending} bytes of the next frame are held.
+
+        @return: whether the listener's buffers have room for them.
+        """
+        now = self.clock.seconds()
+        if whole_frames:
+            self.last_heard = now
+        if not pending:
+            self.partial_since = None
+        elif whole_frames or self.partial_since is None:
+            self.partial_since = now
+        return self._hold(pending)
+
+    def _hold(self, pending: int) -> bool:
+        budget = self.budget
+        budget.held += pending - self.buffered
+        self.buffered = pending
+        return budget.held <= budget.limit
+
+    def silent_too_long(self, now: float) -> bool:
+        """
+        Whether the client has sent no whole frame for the connection's TTL.
+        """
+        return self.ttl_ms != -1 and now - self.last_heard >= self.ttl_ms / 1000 - _EPSILON_S
+
+    def frame_late(self, now: float) -> bool:
+        """
+        Whether the frame the client is sending began more than
+        L{PARTIAL_FRAME_TIMEOUT_S} ago.
+        """
+        return (self.partial_since is not None
+                and now - self.partial_since >= PARTIAL_FRAME_TIMEOUT_S - _EPSILON_S)
+
+    def handshake_late(self, now: float) -> bool:
+        """
+        Whether the connection has been without a session for the
+        listener's C{stage-valid-timeout}.
+        """
+        timeout_s = self.settings.limits.stage_valid_timeout_ms / 1000
+        return self.session is None and now - self.made >= timeout_s - _EPSILON_S
+
+    # -- opening ----------------------------------------------------------------
+
+    def certificate_user(self) -> str | None:
+        """
+        The user the client's verified TLS certificate names (its subject
+        CN), or None.
+        """
+        if not self.verifies_certificates:
+            return None
+        certificate = getattr(self.transport, "getPeerCertificate", lambda: None)()
+        if certificate is None:
+            return None
+        names = certificate.to_cryptography().subject.get_attributes_for_oid(
+            NameOID.COMMON_NAME)
+        if not names:
+            return None
+        return str(names[0].value) or None
+
+    def still_allowed(self, policy) -> bool:
+        """
+        Whether the connection's user is still a user under C{policy}: in
+        its users file (a password user), or named by a permission (a
+        certificate user).
+        """
+        if self.user is None:
+            return True
+        if self.mechanism == f.EXTERNAL:
+            return policy.names(self.user)
+        return policy.credentials(self.user) is not None
+
+    def new_session(self, **more) -> SessionCore:
+        """
+        A new session for this connection's user, with its permission
+        checks, and C{more} of the protocol's (L{SessionCore}'s fields);
+        the caller starts it.
+        """
+        session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
+                              settings=self.settings, events=self.events, user=self.user,
+                              **more)
+        if self.user is not None:
+            session.guard = Guard(self.security, self.user, self.engine.name, self.events)
+        session.machine = SESSION_MACHINE(session)
+        self.session = session
+        return session
+
+    def opened(self, session_id: str, router: str, ttl_ms: int, reattached: bool,
+               last_command_id: int) -> f.Opened:
+        """
+        The Opened of this connection's version: from version 3 on, with
+        the epoch and the pair's endpoints the hello was vetted with.
+        """
+        if self.version < f.TOPOLOGY_VERSION:
+            return f.Opened(self.version, session_id, router, ttl_ms, reattached,
+                            last_command_id)
+        return f.OpenedWithTopology(self.version, session_id, router, ttl_ms, reattached,
+                                    last_command_id, self.view.epoch, list(self.view.endpoints))
+
+    # -- closing ----------------------------------------------------------------
+
+    def fail(self, code: str, detail: str) -> None:
+        """
+        End the connection for a connection-level error: tell the client,
+        flush, and abort if the flush takes too long.  The session ends
+        with it.
+        """
+        session, self.session = self.session, None
+        # Refusing clients while another instance is active is the normal
+        # course of a pair, not a problem to warn of.
+        say = log.info if code == f.NOT_ACTIVE else log.warn
+        say("client session {session} ({client}) from {address}: {code}: {detail}",
+            session=session.session_id if session is not None else "-",
+            client=session.client_id or "-" if session is not None else "-",
+            address=peer_address(self.transport), code=code, detail=detail)
+        self.write(f.Error(0, code, detail))
+        self._fall_silent()
+        if session is not None:
+            session.machine.failed(code)
+        self._close()
+        self._abort_call = self.clock.callLater(CLOSE_GRACE_S, self.transport.abortConnection)
+
+    def end(self) -> None:
+        """
+        The session closed in order (Closed was written): close.
+        """
+        self.session = None
+        self._fall_silent()
+        self._close()
+
+    def _close(self) -> None:
+        """
+        Close after what was written is flushed.  The protocol is the
+        producer of what the router writes (so that a client that does not
+        read stops being read); a transport closes only once its producer
+        is unregistered.
+        """
+        self.transport.unregisterProducer()
+        self.transport.loseConnection()
+
+    def drop(self, reason: str) -> None:
+        """
+        Abort the connection without a word (the client is silent, or it
+        moved to another connection); its session goes disconnected now,
+        whatever the transport does next.
+        """
+        session, self.session = self.session, None
+        self._fall_silent()
+        what = session.session_id if session is not None else "-"
+        if reason == TTL:
+            log.info("client connection silent for its TTL ({ttl} ms); closing it (session "
+                     "{session})", ttl=self.ttl_ms, session=what)
+        elif reason == FRAME_TIMEOUT:
+            log.warn("client connection took more than {timeout:g} s to send one frame "
+                     "({held} bytes of it so far); closing it (session {session})",
+                     timeout=PARTIAL_FRAME_TIMEOUT_S, held=self.buffered, session=what)
+        elif reason == BUFFERS_FULL:
+            log.warn("client connection holds {held} bytes of a partial frame, and the "
+                     "listener's partial frames would pass {limit} bytes; closing it "
+                     "(session {session})", held=self.buffered, limit=self.budget.limit,
+                     session=what)
+        if session is not None:
+            session.machine.connection_lost(reason)
+        self.transport.abortConnection()
+
+    def finish(self) -> None:
+        """
+        The transport is closed: the session (if still attached) goes
+        disconnected.
+        """
+        self.connected = False
+        self.fell_silent()
+        self._hold(0)
+        session, self.session = self.session, None
+        if session is not None:
+            session.machine.connection_lost("connection-lost")
+        if self._abort_call is not None and self._abort_call.active():
+            self._abort_call.cancel()
+
+    def _fall_silent(self) -> None:
+        self.silent = True
+        self.fell_silent()
+
+
+def _dropping(reason: str):
+    """
+    The behaviour that drops a connection for C{reason}.
+    """
+
+    def drop(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.drop(reason)
+
+    return drop
+
+
+def _build_connection_machine():
+    builder = TypeMachineBuilder(ConnectionInputs, ConnectionCore)
+    awaiting_hello = builder.state("awaiting_hello")
+    vetting = builder.state("vetting")
+    authenticating = builder.state("authenticating")
+    deciding = builder.state("deciding")
+    proving = builder.state("proving")
+    attached = builder.state("attached")
+    ending = builder.state("ending")
+    closing = builder.state("closing")
+    gone = builder.state("gone")
+
+    # -- opening --------------------------------------------------------------
+
+    @awaiting_hello.upon(ConnectionInputs.got_hello).to(vetting)
+    def vet(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.vet(inputs, frame)
+
+    @awaiting_hello.upon(ConnectionInputs.got_frame).to(closing)
+    def too_soon(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.fail(f.BAD_COMMAND, core.before_hello(frame))
+
+    vetting.upon(ConnectionInputs.authentication_needed).to(authenticating).returns(None)
+
+    @authenticating.upon(ConnectionInputs.got_authenticate).to(deciding)
+    def authenticate(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.authenticate(inputs, frame)
+
+    deciding.upon(ConnectionInputs.challenged).to(proving).returns(None)
+
+    @proving.upon(ConnectionInputs.got_auth_response).to(deciding)
+    def prove(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.prove(inputs, frame)
+
+    for state in (vetting, deciding):
+
+        @state.upon(ConnectionInputs.accepted).to(attached)
+        def attach(inputs: ConnectionInputs, core: ConnectionCore, hello) -> None:
+            core.attach(hello)
+
+        @state.upon(ConnectionInputs.refused).to(closing)
+        def refuse(inputs: ConnectionInputs, core: ConnectionCore, code: str,
+                   detail: str) -> None:
+            core.fail(code, detail)
+
+    # -- attached -------------------------------------------------------------
+
+    @attached.upon(ConnectionInputs.got_frame).loop()
+    def serve(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.serve(inputs, frame)
+
+    @attached.upon(ConnectionInputs.got_goodbye).to(ending)
+    def goodbye(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.serve(inputs, frame)
+
+    for state in (attached, ending):
+
+        @state.upon(ConnectionInputs.session_ended).to(closing)
+        def ended(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.end()
+
+    attached.upon(ConnectionInputs.taken_over).to(closing)(_dropping(TAKEN_OVER))
+
+    @attached.upon(ConnectionInputs.user_removed).to(closing)
+    def removed(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+        core.fail(f.USER_REMOVED, f"user {core.user!r} was removed from the router's users")
+
+    # -- the end, whatever the stage ------------------------------------------
+
+    # Opening, authentication included, must end within stage-valid-timeout.
+    for state in (awaiting_hello, authenticating, proving):
+
+        @state.upon(ConnectionInputs.handshake_expired).to(closing)
+        def handshake_expired(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.fail(f.LIMIT_REACHED, f"no {core.AWAITED} within stage-valid-timeout "
+                                       f"({core.settings.limits.stage_valid_timeout_ms} ms)")
+
+    # Dropped without a word, for a reason the session is told.
+    drops = ((ConnectionInputs.ttl_expired, TTL),
+             (ConnectionInputs.frame_overdue, FRAME_TIMEOUT),
+             (ConnectionInputs.buffers_full, BUFFERS_FULL),
+             (ConnectionInputs.router_stopped, ROUTER_STOPPED))
+    live = (awaiting_hello, vetting, authenticating, deciding, proving, attached, ending)
+    for state in live:
+        for dropped, reason in drops:
+            state.upon(dropped).to(closing)(_dropping(reason))
+
+        @state.upon(ConnectionInputs.stopped_serving).to(closing)
+        def send_away(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.fail(f.NOT_ACTIVE, core.STOPPED_SERVING)
+
+        @state.upon(ConnectionInputs.protocol_error).to(closing)
+        def protocol_error(inputs: ConnectionInputs, core: ConnectionCore, code: str,
+                           detail: str) -> None:
+            core.fail(code, detail)
+
+        @state.upon(ConnectionInputs.over_limit).to(closing)
+        def over_limit(inputs: ConnectionInputs, core: ConnectionCore, detail: str) -> None:
+            core.fail(f.LIMIT_REACHED, detail)
+
+    for state in (*live, closing):
+
+        @state.upon(ConnectionInputs.connection_lost).to(gone)
+        def lost(inputs: ConnectionInputs, core: ConnectionCore) -> None:
+            core.finish()
+
+    # -- what no longer matters -----------------------------------------------
+
+    # A session that came in time; a goodbye said, after which the client
+    # must not send.
+    for state in (attached, ending):
+        state.upon(ConnectionInputs.handshake_expired).loop().returns(None)
+    for moot in (ConnectionInputs.got_frame, ConnectionInputs.got_goodbye):
+        ending.upon(moot).loop().returns(None)
+    # Before its session the user is not known yet (and an authentication
+    # consults the new policy itself); once leaving, it no longer matters.
+    for state in (awaiting_hello, authenticating, proving, ending):
+        state.upon(ConnectionInputs.user_removed).loop().returns(None)
+    # Once we have decided to close, whatever else arrives is moot.
+    late = (ConnectionInputs.session_ended, ConnectionInputs.taken_over,
+            ConnectionInputs.user_removed, ConnectionInputs.stopped_serving,
+            ConnectionInputs.router_stopped, ConnectionInputs.ttl_expired,
+            ConnectionInputs.frame_overdue, ConnectionInputs.buffers_full,
+            ConnectionInputs.handshake_expired)
+    for moot in (ConnectionInputs.got_hello, ConnectionInputs.got_authenticate,
+                 ConnectionInputs.got_auth_response, ConnectionInputs.got_frame,
+                 ConnectionInputs.got_goodbye, ConnectionInputs.protocol_error,
+                 ConnectionInputs.over_limit, *late):
+        closing.upon(moot).loop().returns(None)
+    for moot in late:
+        gone.upon(moot).loop().returns(None)
+    return builder.build()
+
+
+#: Machine factory: C{CONNECTION_MACHINE(core)} returns the inputs object.
+CONNECTION_MACHINE = _build_connection_machine()
