@@ -103,7 +103,13 @@ class FakeEngine:
         self._ids = itertools.count(1)
 
     def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
-               duplicate_id: str = "") -> Deferred:
+               duplicate_id: str = "", expires_ms: int = 0, notify_expiry: bool = False,
+               sender: str = "") -> Deferred:
+        """
+        As the real engine's; a time to live (C{expires_ms},
+        C{notify_expiry}, C{sender}) is taken and not kept: this fake's
+        messages never expire.
+        """
         if not self.auto:
             d = Deferred()
             self.submitted.append(Submitted(address, body, headers, persistent, d, duplicate_id))
@@ -140,8 +146,8 @@ class FakeEngine:
         A SendBatch's messages, each as L{submit} takes it (recorded one by
         one when not automatic): one Deferred, one outcome per message.
         """
-        ds = [self.submit(address, body, headers, persistent, duplicate_id)
-              for address, headers, body, persistent, duplicate_id in sends]
+        ds = [self.submit(address, body, headers, persistent, duplicate_id, *expiry)
+              for address, headers, body, persistent, duplicate_id, *expiry in sends]
         return DeferredList(ds, consumeErrors=True).addCallback(
             lambda results: [value for _, value in results])
 
