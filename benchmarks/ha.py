@@ -75,7 +75,7 @@ from meshroute.ha.feed import ReplicationServer  # noqa: E402
 from meshroute.ha.follower import ReplicationFollower  # noqa: E402
 from meshroute.ha.gate import ReplicationGate  # noqa: E402
 from meshroute.ha.listener import replication_listener  # noqa: E402
-from meshroute.ha.quorum import LogPosition  # noqa: E402
+from meshroute.harules.quorum import LogPosition  # noqa: E402
 from meshroute.ha.replica import STORE_NAME, Replica  # noqa: E402
 from meshroute.ha.source import ReplicationSource  # noqa: E402
 from meshroute.link.handshake import (  # noqa: E402

@@ -258,7 +258,7 @@ class IMessageStore(Interface):
 class IVoterRecords(Interface):
     """
     A witness's durable HA voter records, one per group it votes for
-    (L{meshroute.ha.quorum.VoterRecord}, docs/ha.md).  A voter answers a
+    (L{meshroute.harules.quorum.VoterRecord}, docs/ha.md).  A voter answers a
     request only once the record the answer rests on is durable.
     """
 

@@ -21,7 +21,7 @@ from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 from meshroute.ha.witness import Witness
 from meshroute.link import auth, handshake, reasons
 from meshroute.link.handshake import ListenerSettings

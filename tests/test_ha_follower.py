@@ -16,7 +16,7 @@ from fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
 from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.follower import MAX_WAITING_FRAMES, ReplicationFollower
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 from meshroute.ha.replica import ReplicaGap
 from meshroute.link import auth, reasons
 from meshroute.link.handshake import ConnectorSettings, RouterContext

@@ -13,7 +13,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from meshroute import cli, events
-from meshroute.ha.quorum import LogPosition, VoterRecord
+from meshroute.harules.quorum import LogPosition, VoterRecord
 from meshroute.ha.records import (
     HA_DB,
     ForcedActivation,

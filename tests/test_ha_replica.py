@@ -19,7 +19,7 @@ from twisted.python.failure import Failure
 
 from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.gate import ReplicationGate
-from meshroute.ha.quorum import ORIGIN, LogPosition, VoterRecord
+from meshroute.harules.quorum import ORIGIN, LogPosition, VoterRecord
 from meshroute.ha.replica import Replica, ReplicaGap
 from meshroute.ha.source import ReplicationSource, take_snapshot
 from meshroute.messages import Message

@@ -24,7 +24,7 @@ from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import ALONE, ReplicationGate
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
-from meshroute.ha.quorum import ORIGIN
+from meshroute.harules.quorum import ORIGIN
 from meshroute.ha.replica import Replica
 from meshroute.ha.source import ReplicationSource
 from meshroute.ha.witness import Witness

@@ -13,7 +13,7 @@ from twisted.internet import defer, reactor, threads
 from meshroute.ha import source as source_module
 from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.gate import ReplicationGate
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 from meshroute.ha.source import ReplicationSource, Snapshot
 from meshroute.store import SQLiteStore, ThreadedExecutor
 from test_store import ROUTER, msg

@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
 from meshroute.events import EventLog
-from meshroute.ha.quorum import STALE_EPOCH, LogPosition, VoterRecord
+from meshroute.harules.quorum import STALE_EPOCH, LogPosition, VoterRecord
 from meshroute.ha.witness import Witness
 from meshroute.interfaces import IVoterRecords
 from meshroute.wire import frames

@@ -13,9 +13,9 @@ from twisted.logger import LogLevel, globalLogPublisher
 
 from fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
-from meshroute.ha import quorum
-from meshroute.ha.election import NO_MAJORITY, Defeat
-from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED
+from meshroute.harules import quorum
+from meshroute.harules.election import NO_MAJORITY, Defeat
+from meshroute.harules.lease import LEASE_EXPIRED, SUPERSEDED
 from meshroute.ha.voters import StartQuestion, Voters, WitnessConnection, asking_witness
 from meshroute.ha.witness import Witness
 from meshroute.link import auth, reasons

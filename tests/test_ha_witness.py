@@ -9,7 +9,8 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from meshroute import events
-from meshroute.ha.quorum import ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition, VoterRecord
+from meshroute.harules.quorum import (ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition,
+                                      VoterRecord)
 from meshroute.ha.witness import Witness
 from meshroute.interfaces import IVoterRecords
 from meshroute.link import handshake, reasons

@@ -273,7 +273,7 @@ class ReplicationFollower(ConnectorService):
     again whenever it closes.
 
     @ivar replica: what the stream applies to: C{store_id}, C{position()}
-        (a L{meshroute.ha.quorum.LogPosition}), C{apply(batches)} and
+        (a L{meshroute.harules.quorum.LogPosition}), C{apply(batches)} and
         C{install_snapshot(path)}, each a Deferred firing with the new
         position (a L{meshroute.ha.replica.Replica}).
     """

@@ -7,8 +7,8 @@ replication side (the replication listener, where the peer instance votes
 and, while this one is active, replicates), its own voter (a L{Witness}
 over its own C{ha.db}, not the replicated C{store.db}), and its
 L{Voters}: the witnesses and the peer.  The role machine
-(L{meshroute.ha.role}) decides what it does; this module carries out the
-machine's L{meshroute.ha.role.RoleActions}:
+(L{meshroute.harules.role}) decides what it does; this module carries out the
+machine's L{meshroute.harules.role.RoleActions}:
 
  - while active, it runs a L{RouterService} on C{store.db}, built afresh
    for each active period (routing listener, connectors, client listener,
@@ -46,15 +46,15 @@ from zope.interface import implementer
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
 from meshroute.sessions.ha_view import HAView
-from meshroute.ha import quorum, role
-from meshroute.ha.election import Defeat
-from meshroute.ha.quorum import instance_name
-from meshroute.ha.lease import LEASE_EXPIRED
+from meshroute.harules import quorum, role
+from meshroute.harules.election import Defeat
+from meshroute.harules.quorum import instance_name
+from meshroute.harules.lease import LEASE_EXPIRED
 from meshroute.ha.pairing import Pairing
 from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
                                   NotServing)
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
-from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
+from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
 from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
 from meshroute.ha.witness import Witness

@@ -23,7 +23,7 @@ from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
 from meshroute.ha.changes import start_epoch
 from meshroute.ha.instance import instance_name, stage_valid_timeout_ms
-from meshroute.ha.quorum import ORIGIN, LogPosition
+from meshroute.harules.quorum import ORIGIN, LogPosition
 from meshroute.ha.replica import STORE_NAME, Replica
 from meshroute.ha.source import ReplicationSource
 from meshroute.link.handshake import ConnectorSettings, RouterContext

@@ -42,7 +42,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from meshroute.ha.changes import READ_REPLICATION_STATE, ChangeBatch
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 
 log = Logger()
 

@@ -11,8 +11,8 @@ connection to its routing listener (docs/protocol.md, "Vote
 connections").  A L{WitnessConnection} keeps each vote connection up.
 
 L{Voters} sends an election's L{quorum.VoteRequest} to every voter and
-feeds each answer to the election (L{meshroute.ha.election}); once won,
-the lease (L{meshroute.ha.lease}) sends each round of heartbeats to every
+feeds each answer to the election (L{meshroute.harules.election}); once won,
+the lease (L{meshroute.harules.lease}) sends each round of heartbeats to every
 voter, the instance's own voter included (docs/ha.md, "The lease": only
 then does that voter refuse the peer while the active serves), and counts
 the answers.  A voter that does not answer is simply not counted: the
@@ -65,9 +65,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from meshroute.ha import lease, quorum
+from meshroute.harules import lease, quorum
 from meshroute.ha.witness import start_answer
-from meshroute.ha.election import Defeat, ElectionInputs, start_election
+from meshroute.harules.election import Defeat, ElectionInputs, start_election
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterContext

@@ -17,7 +17,7 @@ caller gets the failure instead of the answer (the vote connection
 closes), and the next request saves the record again before it is
 answered.
 
-The lease a voter waits out (rule 2 of L{meshroute.ha.quorum}) is the
+The lease a voter waits out (rule 2 of L{meshroute.harules.quorum}) is the
 group's C{lease-timeout}, which the group's instances send in every
 request and heartbeat; the witness keeps the longest it was told,
 durably, so that no request can shorten what an active counts on.
@@ -37,7 +37,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from meshroute import events
-from meshroute.ha import quorum
+from meshroute.harules import quorum
 from meshroute.ha.records import NotServing
 from meshroute.store.executor import ExecutorStopped
 from meshroute.wire import frames
@@ -264,7 +264,7 @@ class Witness:
     def _others(self, group: str) -> list[quorum.Voter]:
         """
         The voters of every group but C{group}: rule 0 of
-        L{meshroute.ha.quorum} picks the rivals among them (the groups of
+        L{meshroute.harules.quorum} picks the rivals among them (the groups of
         the same router name).
         """
         return [state.voter for name, state in self._groups.items() if name != group]

@@ -142,7 +142,7 @@ import msgpack
 from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
-from meshroute.ha.quorum import LogPosition, VoterRecord
+from meshroute.harules.quorum import LogPosition, VoterRecord
 from meshroute.interfaces import IKnownRouters, IMessageStore, IPeerEpochs, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, expires_ms
 

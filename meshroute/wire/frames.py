@@ -375,7 +375,7 @@ class Routes:
 
 # The vote exchange (version 3): a connection to a routing listener that
 # is not a routing link.  docs/protocol.md ("Vote connections") and
-# docs/ha.md say what each field means; meshroute.ha.quorum holds the
+# docs/ha.md say what each field means; meshroute.harules.quorum holds the
 # rules the listener answers by.
 
 
@@ -503,7 +503,7 @@ class StartQuery:
 class StartAnswer:
     """
     Listener → connector: the answer to one L{StartQuery}, what
-    L{meshroute.ha.quorum.Voter.start_answer} says: the instance whose
+    L{meshroute.harules.quorum.Voter.start_answer} says: the instance whose
     heartbeats the voter hears (C{active}, "" for none), the voter's
     durable record for the group (C{granted_to} "" for none), and, when
     the voter is the pair's other instance, its own data position
