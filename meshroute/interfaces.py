@@ -258,8 +258,9 @@ class IMessageStore(Interface):
 class IVoterRecords(Interface):
     """
     A witness's durable HA voter records, one per group it votes for
-    (L{meshroute.harules.quorum.VoterRecord}, docs/ha.md).  A voter answers a
-    request only once the record the answer rests on is durable.
+    (L{meshroute.harules.quorum.VoterRecord}, docs/ha.md).  A voter
+    answers a request only once the record the answer rests on is
+    durable.
     """
 
     def voter_records():
@@ -273,7 +274,8 @@ class IVoterRecords(Interface):
         """
         Replace C{group}'s record.  Fires with None once durable (committed
         with the store's sync mode), in submission order with every other
-        write.
+        write; an HA instance that does not serve fails the save of another
+        group's record with L{meshroute.errors.NotServing}.
         """
 
 

@@ -22,7 +22,6 @@ from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
 from meshroute.harules.quorum import LogPosition
-from meshroute.ha.witness import Witness
 from meshroute.link import auth, handshake, reasons
 from meshroute.link.handshake import ListenerSettings
 from meshroute.link.registry import LinkRegistry
@@ -46,6 +45,7 @@ from meshroute.wire.frames import (
     VoteHello,
     Welcome,
 )
+from meshroute.witness import Witness
 from test_ha_witness import HeldRecords
 from test_handshake import REMOTE, router  # noqa: F401 (router: a fixture)
 

@@ -45,19 +45,17 @@ from zope.interface import implementer
 
 from meshroute import __version__, events
 from meshroute.admin.api import admin_site
-from meshroute.sessions.ha_view import HAView
-from meshroute.harules import quorum, role
-from meshroute.harules.election import Defeat
-from meshroute.harules.quorum import instance_name
-from meshroute.harules.lease import LEASE_EXPIRED
+from meshroute.errors import NotServing
 from meshroute.ha.pairing import Pairing
-from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
-                                  NotServing)
+from meshroute.ha.records import ForcedActivation, InstanceIdentity, InstanceVoterRecords
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
-from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
 from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
-from meshroute.ha.witness import Witness
+from meshroute.harules import quorum, role
+from meshroute.harules.election import Defeat
+from meshroute.harules.lease import LEASE_EXPIRED
+from meshroute.harules.quorum import instance_name
+from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.interfaces import IHAInstanceView
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
@@ -65,7 +63,9 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.node import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
 from meshroute.router_settings import RouterConfig
+from meshroute.sessions.ha_view import HAView
 from meshroute.wire import frames
+from meshroute.witness import Witness
 
 log = Logger()
 

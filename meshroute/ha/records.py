@@ -7,7 +7,7 @@ never replicated:
 
  - its own voter record, for its own group (the rows of
    C{ha_voter_records}, with the columns of the store's table of schema
-   004 and 010), which its own L{meshroute.ha.witness.Witness} answers from
+   004 and 010), which its own L{meshroute.witness.Witness} answers from
    (each instance of the pair is its own voter: a copy of the peer's
    record would be a second vote);
  - who it is (C{instance}: router name, group, configured role), written
@@ -37,7 +37,7 @@ from importlib.resources import files
 from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
-from meshroute.errors import MeshrouteError
+from meshroute.errors import MeshrouteError, NotServing
 from meshroute.interfaces import IVoterRecords
 
 # The store's voter-record statements, so that both files read and write
@@ -229,18 +229,10 @@ class HARecords:
         return self._executor.submit(_clear_forced_activation)
 
 
-class NotServing(MeshrouteError):
-    """
-    A voter record of another group was to be saved by an instance that
-    is not active: it answers no other group (it has no routing
-    listener, and its C{store.db} is the replica).
-    """
-
-
 @implementer(IVoterRecords)
 class InstanceVoterRecords:
     """
-    The voter records an HA instance's L{meshroute.ha.witness.Witness}
+    The voter records an HA instance's L{meshroute.witness.Witness}
     answers from, routed by group name.
 
     Its own group's record is the instance's alone (C{ha.db}, never
