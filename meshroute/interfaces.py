@@ -279,6 +279,30 @@ class IVoterRecords(Interface):
         """
 
 
+class ICommitGate(Interface):
+    """
+    Where a replicated store's executor hands each transaction it ends
+    (L{meshroute.store.executor}, "Replication"): the store's seam for
+    replication, in the store's own terms (L{meshroute.store.changes}),
+    so that the store knows nothing of who replicates it.  The active HA
+    instance's L{meshroute.ha.gate.ReplicationGate} is one; a router
+    without HA has none.
+    """
+
+    epoch = Attribute(
+        "The epoch to tag each new L{meshroute.store.changes.ChangeBatch} with.")
+
+    def committed(batch, fire):
+        """
+        A transaction ended (committed with or without writes, or
+        failed), on the reactor thread, in commit order: C{batch} is its
+        L{meshroute.store.changes.ChangeBatch}, or None when it wrote
+        nothing or failed; C{fire()} fires its callers' Deferreds.  The
+        gate decides when to call it; the store's callers learn of a
+        change only then.
+        """
+
+
 class IPeerEpochs(Interface):
     """
     The highest epoch a router has seen per peer router name, durably

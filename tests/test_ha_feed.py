@@ -17,7 +17,6 @@ from twisted.internet.testing import StringTransport
 
 from meshroute import events
 from meshroute.ha import feed as feed_module
-from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
@@ -25,6 +24,7 @@ from meshroute.harules.quorum import LogPosition
 from meshroute.link import auth, handshake, reasons
 from meshroute.link.handshake import ListenerSettings
 from meshroute.link.registry import LinkRegistry
+from meshroute.store.changes import ChangeBatch
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frames import (
     MAX_SNAPSHOT_CHUNK,

@@ -42,11 +42,11 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute.ha.changes import ChangeBatch
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import REPLICA, ConnectorSettings, RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.store.changes import ChangeBatch
 from meshroute.wire.frames import Applied, Changes, Follow, InSync, SnapshotChunk, SnapshotEnd
 
 log = Logger()

@@ -39,9 +39,10 @@ from twisted.internet.defer import fail, succeed
 from twisted.logger import Logger
 
 from meshroute.errors import MeshrouteError
-from meshroute.ha.changes import (READ_EPOCH_STARTS, READ_REPLICATION_STATE,
-                                   SET_REPLICATION_STATE, EpochStarts, apply_statements)
+from meshroute.ha.epoch_starts import READ_EPOCH_STARTS, EpochStarts
 from meshroute.harules.quorum import ORIGIN, LogPosition
+from meshroute.store.changes import (READ_REPLICATION_STATE, SET_REPLICATION_STATE,
+                                     apply_statements)
 from meshroute.store.sqlite import SYNC_MODES, connect, upgrade_schema
 
 log = Logger()

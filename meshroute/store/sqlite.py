@@ -485,7 +485,7 @@ class SQLiteStore:
         accessors' state.  Fires with None when ready.
         """
         # A replicated store's every change must be a recorded write
-        # transaction (meshroute.ha.changes): its open-time prune is one,
+        # transaction (meshroute.store.changes): its open-time prune is one,
         # submitted after the open; otherwise it is part of the open.
         replicated = getattr(self._executor, "replication", None) is not None
         cutoff = self._now() - self.dedup_window_s

@@ -616,7 +616,7 @@ class Changes:
     many]}: C{params} one parameter set (a list of SQL values, or a map of
     named ones), or with C{many} a list of such sets (one C{executemany});
     and the active's C{head}, the position of its newest committed change.
-    (L{meshroute.ha.changes.ChangeBatch.to_plain} makes a batch's form.)
+    (L{meshroute.store.changes.ChangeBatch.to_plain} makes a batch's form.)
     """
 
     TYPE: ClassVar[int] = 23
@@ -637,7 +637,7 @@ class Changes:
 def _is_statement(statement) -> bool:
     """
     Whether C{statement} is C{[sql, params, many]} as
-    L{meshroute.ha.changes.ChangeBatch.to_plain} makes it.
+    L{meshroute.store.changes.ChangeBatch.to_plain} makes it.
     """
     if not (type(statement) is list and len(statement) == 3 and type(statement[0]) is str
             and type(statement[2]) is bool):
