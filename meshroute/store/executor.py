@@ -135,6 +135,15 @@ _ALONE = 1
 _STOP = 2
 
 
+def atomic(fn):
+    """
+    Mark C{fn} as making at most one change statement: it needs no
+    savepoint of its own (see L{_transaction}).
+    """
+    fn.atomic = True
+    return fn
+
+
 class ExecutorStopped(RuntimeError):
     """
     Work was submitted to an executor that is stopping or stopped.
