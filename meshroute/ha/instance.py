@@ -41,10 +41,10 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from automat import NoTransition
 from twisted.logger import Logger
+from twisted.web.server import Site
 from zope.interface import implementer
 
 from meshroute import __version__, events
-from meshroute.admin.api import admin_site
 from meshroute.errors import NotServing
 from meshroute.ha.pairing import Pairing
 from meshroute.ha.records import ForcedActivation, InstanceIdentity, InstanceVoterRecords
@@ -192,6 +192,11 @@ class HAInstance(MultiService):
         handed the router back with C{restart-backup = false} stops.
     @param read_config: reads C{config}'s file again, for each active
         period's router (L{RouterService}'s C{read_config}).
+    @param admin_site: makes the site of the instance's admin endpoint
+        (C{[admin]}) given C{ha}, C{token} and C{reactor}, as
+        L{meshroute.admin.api.admin_site} does.  The composition layer
+        hands it down, for the admin API sits above the pair; without
+        it the instance serves no admin endpoint.
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -205,7 +210,8 @@ class HAInstance(MultiService):
                  voters_for: Callable[[str, "HAInstance"], Voters],
                  replication_for: Callable[["HAInstance"], ReplicationSide],
                  stop_process: Callable[[], None],
-                 read_config: Callable[[], RouterConfig] | None = None) -> None:
+                 read_config: Callable[[], RouterConfig] | None = None,
+                 admin_site: Callable[..., Site] | None = None) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
@@ -231,7 +237,7 @@ class HAInstance(MultiService):
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
-        if config.admin is not None:
+        if config.admin is not None and admin_site is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self, token=config.admin.token,
                                  reactor=clock)).setServiceParent(self)
