@@ -70,14 +70,13 @@ from twisted.internet.endpoints import clientFromString, serverFromString  # noq
 from twisted.python import usage  # noqa: E402
 
 from meshroute.events import EventLog, read_events  # noqa: E402
-from meshroute.ha.changes import READ_REPLICATION_STATE  # noqa: E402
 from meshroute.ha.feed import ReplicationServer  # noqa: E402
 from meshroute.ha.follower import ReplicationFollower  # noqa: E402
 from meshroute.ha.gate import ReplicationGate  # noqa: E402
 from meshroute.ha.listener import replication_listener  # noqa: E402
-from meshroute.ha.quorum import LogPosition  # noqa: E402
 from meshroute.ha.replica import STORE_NAME, Replica  # noqa: E402
 from meshroute.ha.source import ReplicationSource  # noqa: E402
+from meshroute.harules.quorum import LogPosition  # noqa: E402
 from meshroute.link.handshake import (  # noqa: E402
     ConnectorSettings,
     ListenerSettings,
@@ -88,6 +87,7 @@ from meshroute.link.retry import RetrySchedule  # noqa: E402
 from meshroute.link.rotation import EndpointRotation  # noqa: E402
 from meshroute.messages import Message  # noqa: E402
 from meshroute.store import SQLiteStore, ThreadedExecutor  # noqa: E402
+from meshroute.store.changes import READ_REPLICATION_STATE  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 #: The router name both instances share.

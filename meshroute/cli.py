@@ -599,7 +599,7 @@ def check_config(options, out) -> int:
     between the two files of a pair is an error: the instances would
     refuse each other, or worse, each serve).
     """
-    from meshroute.ha.settings import InstanceSettings, pair_problems
+    from meshroute.harules.settings import InstanceSettings, pair_problems
     from meshroute.security.load import load_policy
 
     status = 0

@@ -32,7 +32,7 @@ are relative to the current working directory of the process, as with every
 other path given to twistd; they are not relative to the config file.
 
 C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} load into
-L{meshroute.ha.settings.HASettings}; the twistd plugin then runs an HA
+L{meshroute.harules.settings.HASettings}; the twistd plugin then runs an HA
 instance (L{meshroute.ha.instance}) instead of a plain router.
 """
 
@@ -50,8 +50,8 @@ from meshroute import router_settings
 from meshroute.admin.settings import AdminConfig
 from meshroute.errors import ConfigError
 from meshroute.events import RetainBytes, RotationSettings
-from meshroute.ha import settings as ha_settings
-from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.harules import settings as ha_settings
+from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.router_settings import RouterConfig, RoutingConfig
 from meshroute.security.files import read_private

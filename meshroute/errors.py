@@ -47,6 +47,16 @@ class Problem:
     message: str
 
 
+class NotServing(MeshrouteError):
+    """
+    A voter record of another group was to be saved by an HA instance
+    that is not active: it answers no other group (it has no routing
+    listener, and its C{store.db} is the replica).  A witness that meets
+    it leaves the answer that rested on the record unsent, and logs no
+    fault (L{meshroute.interfaces.IVoterRecords}).
+    """
+
+
 class WireError(MeshrouteError):
     """
     Bytes from a peer do not form a valid frame: garbage, truncated body,

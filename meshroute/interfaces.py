@@ -258,8 +258,9 @@ class IMessageStore(Interface):
 class IVoterRecords(Interface):
     """
     A witness's durable HA voter records, one per group it votes for
-    (L{meshroute.ha.quorum.VoterRecord}, docs/ha.md).  A voter answers a
-    request only once the record the answer rests on is durable.
+    (L{meshroute.harules.quorum.VoterRecord}, docs/ha.md).  A voter
+    answers a request only once the record the answer rests on is
+    durable.
     """
 
     def voter_records():
@@ -273,7 +274,32 @@ class IVoterRecords(Interface):
         """
         Replace C{group}'s record.  Fires with None once durable (committed
         with the store's sync mode), in submission order with every other
-        write.
+        write; an HA instance that does not serve fails the save of another
+        group's record with L{meshroute.errors.NotServing}.
+        """
+
+
+class ICommitGate(Interface):
+    """
+    Where a replicated store's executor hands each transaction it ends
+    (L{meshroute.store.executor}, "Replication"): the store's seam for
+    replication, in the store's own terms (L{meshroute.store.changes}),
+    so that the store knows nothing of who replicates it.  The active HA
+    instance's L{meshroute.ha.gate.ReplicationGate} is one; a router
+    without HA has none.
+    """
+
+    epoch = Attribute(
+        "The epoch to tag each new L{meshroute.store.changes.ChangeBatch} with.")
+
+    def committed(batch, fire):
+        """
+        A transaction ended (committed with or without writes, or
+        failed), on the reactor thread, in commit order: C{batch} is its
+        L{meshroute.store.changes.ChangeBatch}, or None when it wrote
+        nothing or failed; C{fire()} fires its callers' Deferreds.  The
+        gate decides when to call it; the store's callers learn of a
+        change only then.
         """
 
 

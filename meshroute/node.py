@@ -36,7 +36,6 @@ from meshroute.sessions.session import SessionSettings
 from meshroute.sessions.tls import load_client_ca, verify_client_certificates
 from meshroute.engine import MessageEngine
 from meshroute.errors import ConfigError
-from meshroute.ha.witness import Witness
 from meshroute.link.connector import ConnectorService
 from meshroute.link.epochs import PeerEpochs
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
@@ -58,6 +57,7 @@ from meshroute.store.pruning import IdPruner
 from meshroute.store.settings import StoreConfig
 from meshroute.stomp.listener import StompFactory
 from meshroute.stomp.websocket import websocket_factory
+from meshroute.witness import Witness
 
 log = Logger()
 

@@ -7,7 +7,7 @@ Each component defines its settings and the rules for their combination
 beside its code (L{meshroute.link.settings},
 L{meshroute.sessions.settings}, L{meshroute.store.settings},
 L{meshroute.admin.settings}, L{meshroute.security.settings},
-L{meshroute.stomp.settings}, L{meshroute.ha.settings},
+L{meshroute.stomp.settings}, L{meshroute.harules.settings},
 L{meshroute.events.RotationSettings}).  L{RouterConfig} gathers them for
 the router (L{meshroute.node.RouterService}) or its HA instance; L{errors}
 and L{warnings} ask each component, and judge what spans components.  The
@@ -21,8 +21,8 @@ from meshroute.admin import settings as admin_settings
 from meshroute.admin.settings import AdminConfig
 from meshroute.errors import Problem
 from meshroute.events import RotationSettings
-from meshroute.ha import settings as ha_settings
-from meshroute.ha.settings import HASettings
+from meshroute.harules import settings as ha_settings
+from meshroute.harules.settings import HASettings
 from meshroute.link import settings as link_settings
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.security.settings import SecurityConfig

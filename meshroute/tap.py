@@ -52,6 +52,7 @@ def makeService(options: Options, reactor=None):
     of an HA pair (L{meshroute.ha.instance.HAInstance}), which runs the
     router only while it is the active one.
     """
+    from meshroute.admin.api import admin_site
     from meshroute.ha.build import build_instance
     from meshroute.node import RouterService, StringEndpoints
 
@@ -63,7 +64,7 @@ def makeService(options: Options, reactor=None):
     try:
         if config.ha is not None:
             router = build_instance(config, reactor, StringEndpoints(reactor),
-                                    read_config=read_config)
+                                    read_config=read_config, admin_site=admin_site)
         else:
             router = RouterService(config, reactor, StringEndpoints(reactor),
                                    read_config=read_config)

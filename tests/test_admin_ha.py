@@ -9,7 +9,7 @@ from test_admin import FakeRouter, serve
 
 from meshroute import __version__, cli
 from meshroute.admin.api import admin_site
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
 
 STATUS = HAStatus(

@@ -1,6 +1,6 @@
 """
 Tests for reading C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} in
-L{meshroute.config} into L{meshroute.ha.settings.HASettings}: every
+L{meshroute.config} into L{meshroute.harules.settings.HASettings}: every
 refusal names the file and the dotted key, and C{meshroute check-config}
 prints the warnings.
 """
@@ -14,7 +14,7 @@ from test_config import assert_refused as refused
 
 from meshroute import cli
 from meshroute.config import config_warnings, format_config
-from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 
 ROUTER = """
 [router]
@@ -314,6 +314,6 @@ def test_check_config_reports_a_third_instance_of_a_router(write, capsys):
     ("unix:/run/b.sock", "tcp:7102", False),
 ])
 def test_which_peer_endpoints_reach_a_listener(client, server, reaches):
-    from meshroute.ha.settings import endpoint_reaches
+    from meshroute.harules.settings import endpoint_reaches
 
     assert endpoint_reaches(client, server) is reaches

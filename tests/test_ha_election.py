@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.ha.election}: the candidate's election, counting
+Tests for L{meshroute.harules.election}: the candidate's election, counting
 answers on a L{task.Clock}.
 """
 
@@ -7,8 +7,8 @@ import pytest
 from automat import NoTransition
 from twisted.internet.task import Clock
 
-from meshroute.ha.election import NO_MAJORITY, Defeat, start_election
-from meshroute.ha.quorum import ACTIVE_ALIVE, STALE_EPOCH, Tally, Vote
+from meshroute.harules.election import NO_MAJORITY, Defeat, start_election
+from meshroute.harules.quorum import ACTIVE_ALIVE, STALE_EPOCH, Tally, Vote
 
 VOTERS = frozenset({"p", "b", "w"})
 TIMEOUT = 2.0

@@ -17,15 +17,14 @@ from twisted.internet.testing import StringTransport
 
 from meshroute import events
 from meshroute.ha import feed as feed_module
-from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
-from meshroute.ha.quorum import LogPosition
-from meshroute.ha.witness import Witness
+from meshroute.harules.quorum import LogPosition
 from meshroute.link import auth, handshake, reasons
 from meshroute.link.handshake import ListenerSettings
 from meshroute.link.registry import LinkRegistry
+from meshroute.store.changes import ChangeBatch
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frames import (
     MAX_SNAPSHOT_CHUNK,
@@ -46,6 +45,7 @@ from meshroute.wire.frames import (
     VoteHello,
     Welcome,
 )
+from meshroute.witness import Witness
 from test_ha_witness import HeldRecords
 from test_handshake import REMOTE, router  # noqa: F401 (router: a fixture)
 

@@ -14,15 +14,15 @@ from twisted.internet.task import Clock
 
 from fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
-from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.follower import MAX_WAITING_FRAMES, ReplicationFollower
-from meshroute.ha.quorum import LogPosition
 from meshroute.ha.replica import ReplicaGap
+from meshroute.harules.quorum import LogPosition
 from meshroute.link import auth, reasons
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.store.changes import ChangeBatch
 from meshroute.wire.frames import (
     Applied,
     Authenticate,

@@ -5,9 +5,9 @@ acknowledgements.
 
 import pytest
 
-from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.gate import ALONE, HELD, REPLICATED, ReplicationGate
 from meshroute.store import InlineExecutor, SQLiteStore
+from meshroute.store.changes import ChangeBatch
 from test_store import ROUTER, msg
 
 

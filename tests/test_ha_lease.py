@@ -1,12 +1,12 @@
 """
-Tests for L{meshroute.ha.lease}: the lease rule on its own, and the
+Tests for L{meshroute.harules.lease}: the lease rule on its own, and the
 active's lease machine on a L{task.Clock} against real L{Voter}s.
 """
 
 from twisted.internet.task import Clock
 
-from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED, LeaseCore, hold_lease, lease_expiry
-from meshroute.ha.quorum import (
+from meshroute.harules.lease import LEASE_EXPIRED, SUPERSEDED, LeaseCore, hold_lease, lease_expiry
+from meshroute.harules.quorum import (
     Heartbeat,
     HeartbeatAnswer,
     LogPosition,

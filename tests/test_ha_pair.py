@@ -1,9 +1,9 @@
 """
 The pure HA pieces working together: a pair and a witness, simulated.
 
-Each instance runs the real L{meshroute.ha.role} machine, elections
-(L{meshroute.ha.election}), a lease (L{meshroute.ha.lease}) and its own
-L{Voter}; the witness is a L{Voter}.  This harness stands in for what the
+Each instance runs the real L{meshroute.harules.role} machine,
+elections (L{meshroute.harules.election}), a lease
+(L{meshroute.harules.lease}) and its own L{Voter}; the witness is a L{Voter}.  This harness stands in for what the
 router will do once wired (docs/ha.md, "Status"): messages are function
 calls delivered on the receiver's clock, replication is a flag that
 catches up at once, and an instance's position moves only with epochs.
@@ -18,9 +18,9 @@ hold a lease at the same moment.
 import pytest
 from twisted.internet.task import Clock
 
-from meshroute.ha.election import start_election
-from meshroute.ha.lease import SUPERSEDED, LeaseCore, hold_lease
-from meshroute.ha.quorum import (
+from meshroute.harules.election import start_election
+from meshroute.harules.lease import SUPERSEDED, LeaseCore, hold_lease
+from meshroute.harules.quorum import (
     ORIGIN,
     Heartbeat,
     LogPosition,
@@ -31,7 +31,7 @@ from meshroute.ha.quorum import (
     VoterRecord,
     decide_start,
 )
-from meshroute.ha.role import (
+from meshroute.harules.role import (
     ACTIVE_ALONE,
     ACTIVE_REPLICATED,
     BACKUP_IN_SYNC,
@@ -39,7 +39,7 @@ from meshroute.ha.role import (
     STARTING,
     start_role,
 )
-from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 
 REPLICATION = ReplicationSettings("tcp:0", "tcp:127.0.0.1:1", "secrets/mesh")
 WITNESS = WitnessSettings("w", "tcp:127.0.0.1:7001")

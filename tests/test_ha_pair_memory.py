@@ -15,10 +15,12 @@ from meshroute.wire import client_frames as f
 from meshroute.sessions.settings import ClientListenerConfig
 from test_messaging_memory import Consumer
 from meshroute.events import read_events
-from meshroute.ha import records, role
+from meshroute.ha import records
+from meshroute.harules import role
 from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
-from meshroute.ha.settings import BACKUP, PRIMARY, HASettings, ReplicationSettings, WitnessSettings
+from meshroute.harules.settings import (BACKUP, PRIMARY, HASettings, ReplicationSettings,
+                                        WitnessSettings)
 from meshroute.store.executor import InlineExecutor
 from meshroute.wire.codec import FrameDecoder, encode
 

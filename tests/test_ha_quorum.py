@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.ha.quorum}: each voting rule on its own, the tally,
+Tests for L{meshroute.harules.quorum}: each voting rule on its own, the tally,
 the start-up rule, and (with hypothesis) the safety of the rules under
 random message orders, drops and voter restarts.
 """
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from meshroute.ha.quorum import (
+from meshroute.harules.quorum import (
     ACTIVE_ALIVE,
     GROUP_MISMATCH,
     NOT_IN_SYNC,

@@ -13,18 +13,18 @@ import pytest
 from twisted.internet.task import Clock
 
 from meshroute import cli, events
-from meshroute.ha.quorum import LogPosition, VoterRecord
+from meshroute.errors import NotServing
 from meshroute.ha.records import (
     HA_DB,
     ForcedActivation,
     HARecords,
     InstanceIdentity,
     InstanceVoterRecords,
-    NotServing,
     read_identity,
 )
-from meshroute.ha.witness import Witness
+from meshroute.harules.quorum import LogPosition, VoterRecord
 from meshroute.store.executor import InlineExecutor
+from meshroute.witness import Witness
 
 IDENTITY = InstanceIdentity(router="router-b", group="router-b", role="primary")
 RECORD = VoterRecord(7, "router-b/backup", LogPosition(6, 120), LogPosition(6, 118))

@@ -17,11 +17,10 @@ from hypothesis import strategies as st
 from twisted.internet import defer, reactor, task
 from twisted.python.failure import Failure
 
-from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.gate import ReplicationGate
-from meshroute.ha.quorum import ORIGIN, LogPosition, VoterRecord
 from meshroute.ha.replica import Replica, ReplicaGap
 from meshroute.ha.source import ReplicationSource, take_snapshot
+from meshroute.harules.quorum import ORIGIN, LogPosition, VoterRecord
 from meshroute.messages import Message
 from meshroute.store import (
     DuplicateMessage,
@@ -30,6 +29,7 @@ from meshroute.store import (
     SQLiteStore,
     ThreadedExecutor,
 )
+from meshroute.store.changes import ChangeBatch
 from test_store import ROUTER
 
 PEERS = ("router-b", "router-c")

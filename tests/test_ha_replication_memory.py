@@ -24,15 +24,15 @@ from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import ALONE, ReplicationGate
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
-from meshroute.ha.quorum import ORIGIN
 from meshroute.ha.replica import Replica
 from meshroute.ha.source import ReplicationSource
-from meshroute.ha.witness import Witness
+from meshroute.harules.quorum import ORIGIN
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.store import InlineExecutor, SQLiteStore
+from meshroute.witness import Witness
 from test_ha_replica import message, rows
 from test_ha_witness import HeldRecords
 from test_store import ROUTER

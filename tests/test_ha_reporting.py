@@ -8,7 +8,7 @@ from twisted.internet.task import Clock
 
 from meshroute import events
 from meshroute.ha.reporting import HAEventLog
-from meshroute.ha.role import ACTIVE_ALONE, FENCED, LEASE_LOST
+from meshroute.harules.role import ACTIVE_ALONE, FENCED, LEASE_LOST
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.ha.role}: the HA role of one instance, with a
+Tests for L{meshroute.harules.role}: the HA role of one instance, with a
 recording L{RoleActions} and a L{task.Clock}.
 
 Each test walks one path of the transition table and checks what the
@@ -10,7 +10,7 @@ import pytest
 from automat import NoTransition
 from twisted.internet.task import Clock
 
-from meshroute.ha.role import (
+from meshroute.harules.role import (
     ACTIVE_ALONE,
     ACTIVE_REPLICATED,
     BACKUP_IN_SYNC,
@@ -23,7 +23,7 @@ from meshroute.ha.role import (
     SUPERSEDED,
     start_role,
 )
-from meshroute.ha.settings import HASettings, ReplicationSettings, WitnessSettings
+from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 
 SETTINGS = HASettings(
     "backup",

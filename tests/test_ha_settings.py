@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.ha.settings}: the defaults and the rules that judge
+Tests for L{meshroute.harules.settings}: the defaults and the rules that judge
 a combination of HA settings.
 """
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from meshroute.errors import Problem
-from meshroute.ha.settings import (
+from meshroute.harules.settings import (
     HASettings,
     ReplicationSettings,
     WitnessSettings,

@@ -11,11 +11,11 @@ import pytest_twisted
 from twisted.internet import defer, reactor, threads
 
 from meshroute.ha import source as source_module
-from meshroute.ha.changes import ChangeBatch
 from meshroute.ha.gate import ReplicationGate
-from meshroute.ha.quorum import LogPosition
 from meshroute.ha.source import ReplicationSource, Snapshot
+from meshroute.harules.quorum import LogPosition
 from meshroute.store import SQLiteStore, ThreadedExecutor
+from meshroute.store.changes import ChangeBatch
 from test_store import ROUTER, msg
 
 

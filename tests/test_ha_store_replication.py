@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 from twisted.internet.task import Clock
 
-from meshroute.ha.changes import ChangeBatch
-from meshroute.ha.quorum import LogPosition
 from meshroute.ha.replication import StoreReplication, _Confirming, _DeadlinedServer
-from meshroute.ha.settings import HASettings, ReplicationSettings
+from meshroute.harules.quorum import LogPosition
+from meshroute.harules.settings import HASettings, ReplicationSettings
+from meshroute.store.changes import ChangeBatch
 from meshroute.store.executor import TurnExecutor
 
 

@@ -12,10 +12,10 @@ from twisted.internet.task import Clock
 from zope.interface.verify import verifyObject
 
 from meshroute.events import EventLog
-from meshroute.ha.quorum import STALE_EPOCH, LogPosition, VoterRecord
-from meshroute.ha.witness import Witness
+from meshroute.harules.quorum import STALE_EPOCH, LogPosition, VoterRecord
 from meshroute.interfaces import IVoterRecords
 from meshroute.wire import frames
+from meshroute.witness import Witness
 from test_store import Opener, opener  # noqa: F401 (the fixture)
 
 GRANTED = VoterRecord(7, "router-b/backup", LogPosition(6, 120), LogPosition(7, 0))

@@ -13,11 +13,10 @@ from twisted.logger import LogLevel, globalLogPublisher
 
 from fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
-from meshroute.ha import quorum
-from meshroute.ha.election import NO_MAJORITY, Defeat
-from meshroute.ha.lease import LEASE_EXPIRED, SUPERSEDED
 from meshroute.ha.voters import StartQuestion, Voters, WitnessConnection, asking_witness
-from meshroute.ha.witness import Witness
+from meshroute.harules import quorum
+from meshroute.harules.election import NO_MAJORITY, Defeat
+from meshroute.harules.lease import LEASE_EXPIRED, SUPERSEDED
 from meshroute.link import auth, reasons
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
@@ -36,6 +35,7 @@ from meshroute.wire.frames import (
     VoteRequest,
     Welcome,
 )
+from meshroute.witness import Witness
 from test_connector import LISTENER_CHALLENGE, Attempt, FakeEndpoint
 from test_ha_witness import HeldRecords
 

@@ -10,9 +10,9 @@ from twisted.internet.defer import Deferred, succeed
 
 from memory_mesh import SECRET, MemoryMesh
 from meshroute import events
-from meshroute.ha import quorum
-from meshroute.ha.election import Defeat
-from meshroute.ha.lease import LEASE_EXPIRED
+from meshroute.harules import quorum
+from meshroute.harules.election import Defeat
+from meshroute.harules.lease import LEASE_EXPIRED
 from meshroute.ha.voters import Voters, WitnessConnection
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry

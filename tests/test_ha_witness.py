@@ -9,8 +9,8 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from meshroute import events
-from meshroute.ha.quorum import ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition, VoterRecord
-from meshroute.ha.witness import Witness
+from meshroute.harules.quorum import (ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition,
+                                      VoterRecord)
 from meshroute.interfaces import IVoterRecords
 from meshroute.link import handshake, reasons
 from meshroute.link.handshake import ListenerSettings, RouterContext
@@ -29,6 +29,7 @@ from meshroute.wire.frames import (
     VoteHello,
     VoteRequest,
 )
+from meshroute.witness import Witness
 from test_handshake import (  # noqa: F401 (router: a fixture)
     KEEPALIVE_MS,
     LOCAL,

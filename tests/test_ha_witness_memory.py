@@ -6,7 +6,7 @@ connection leaves the routing link of the same router name alone.
 """
 
 from memory_mesh import SECRET, MemoryMesh
-from meshroute.ha.quorum import ACTIVE_ALIVE, STALE_EPOCH
+from meshroute.harules.quorum import ACTIVE_ALIVE, STALE_EPOCH
 from meshroute.link import reasons
 from meshroute.wire.frames import HeartbeatAnswer, VoteAnswer
 from test_mesh_memory import events_of, mesh  # noqa: F401 (mesh: a fixture)

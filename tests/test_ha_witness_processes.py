@@ -6,7 +6,7 @@ survives SIGKILL (the store synced it before the answer was sent).
 
 import socket
 
-from meshroute.ha.quorum import STALE_EPOCH
+from meshroute.harules.quorum import STALE_EPOCH
 from routers import mesh  # noqa: F401 (mesh is a fixture)
 from vote_candidate import VoteCandidate
 

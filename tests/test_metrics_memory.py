@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from meshroute import __version__
 from meshroute.admin.metrics import HA_STATES, LINK_STAGES, RouterCollector
 from meshroute.events import read_events
-from meshroute.ha.settings import BACKUP, PRIMARY
+from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
 from memory_mesh import MemoryMesh
 from test_ha_pair_memory import Pair, send as send_to_pair, start_both

@@ -10,7 +10,7 @@ from test_config import secret_file, write  # noqa: F401 (fixtures)
 from test_config_ha import HA, REPLICATION, ROUTER
 
 from meshroute import tap
-from meshroute.ha import settings as ha_settings
+from meshroute.harules import settings as ha_settings
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshroute.errors import WireError
-from meshroute.ha.changes import ChangeBatch
+from meshroute.store.changes import ChangeBatch
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from meshroute.wire.frames import (
     BATCH_MAX_MESSAGES,

@@ -39,7 +39,7 @@ from twisted.python.threadable import isInIOThread
 from twisted.web.wsgi import WSGIResource
 
 from meshroute import __version__, events
-from meshroute.ha import role
+from meshroute.harules import role
 from meshroute.link.handshake import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
 from meshroute.sessions.session import CLOSING, DISCONNECTED, OPEN
 
@@ -52,7 +52,7 @@ LINK_STAGES = (CONNECT, AUTHENTICATION, RECOVERY, DELIVERY)
 SESSION_STATES = (OPEN, DISCONNECTED, CLOSING)
 #: The protocol of a session whose description names none.
 NATIVE = "native"
-#: The six states of an HA instance (L{meshroute.ha.role}).
+#: The six states of an HA instance (L{meshroute.harules.role}).
 HA_STATES = (role.STARTING, role.BACKUP_SYNCING, role.BACKUP_IN_SYNC, role.ACTIVE_REPLICATED,
              role.ACTIVE_ALONE, role.FENCED)
 

@@ -1,16 +1,18 @@
 """
-High availability: primary/backup pairs, quorum-guarded epochs, leases.
+High availability: the runtime of a primary/backup pair.
 
 One instance of a pair is an L{meshroute.ha.instance.HAInstance}
 (built by L{meshroute.ha.build}), which twistd runs for a configuration
-with C{[ha]} (docs/ha.md, "Status").  Its parts: the voting rules
-(L{meshroute.ha.quorum}), the candidate's election
-(L{meshroute.ha.election}), the active's lease (L{meshroute.ha.lease}),
-the role (L{meshroute.ha.role}), the voters it asks
-(L{meshroute.ha.voters}) and its own (L{meshroute.ha.witness}, over
-L{meshroute.ha.records}), replication (L{meshroute.ha.replication} over
-the gate, source, replica, listener, feed and follower) and the settings
-(L{meshroute.ha.settings}).  Every router's L{meshroute.ha.witness}
-answers votes and heartbeats on its routing listener from durable
-records.
+with C{[ha]} (docs/ha.md, "Status").  It carries out the rules of
+L{meshroute.harules} (the voting rules, the candidate's election, the
+active's lease, the role and the settings) with its parts here: the
+voters it asks (L{meshroute.ha.voters}), its own voter's records
+(L{meshroute.ha.records}, answered by a L{meshroute.witness.Witness}),
+and replication (L{meshroute.ha.replication} over the gate, source,
+replica, epoch starts, listener, feed and follower).
+
+This package sits above the router core: an active instance runs a
+L{meshroute.node.RouterService}, and every router, HA or not, answers
+votes with its witness.  What sits above it (the admin API) is handed
+down by the composition layer (L{meshroute.tap}), never imported.
 """

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.web.server import Site
 
 from meshroute.ha.instance import HAInstance, stage_valid_timeout_ms, vote_connections
 from meshroute.ha.listener import replication_listener
@@ -25,7 +26,8 @@ from meshroute.store.executor import ThreadedExecutor
 
 def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
                    executor_factory=None, stop_process=None,
-                   read_config: Callable[[], RouterConfig] | None = None) -> HAInstance:
+                   read_config: Callable[[], RouterConfig] | None = None,
+                   admin_site: Callable[..., Site] | None = None) -> HAInstance:
     """
     The HA instance of C{config} (which has C{[ha]}).
 
@@ -38,6 +40,9 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
         by default.
     @param read_config: reads C{config}'s file again, for reloads
         (L{HAInstance}'s C{read_config}).
+    @param admin_site: makes the site of its admin endpoint
+        (L{HAInstance}'s C{admin_site}; L{meshroute.tap} hands down the
+        admin API's).
     """
     ha = config.ha
     factory = executor_factory or (
@@ -47,7 +52,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
         config, clock, endpoints, records, vote_connections(config, clock, endpoints),
         lambda instance: StoreReplication(clock, config, endpoints, instance.events,
                                           instance.registry, factory),
-        stop_process or clock.stop, read_config)
+        stop_process or clock.stop, read_config, admin_site)
     # The peer reaches this instance's voter and, while it is active, its
     # store's changes here; keepalives each heartbeat-interval tell each
     # side that the other is alive.

@@ -54,7 +54,7 @@ import msgpack
 from automat import TypeMachineBuilder
 from twisted.logger import Logger
 
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 from meshroute.link import reasons
 from meshroute.wire.codec import CHANGES_FRAME_SIZE, MAX_REPLICATION_FRAME_SIZE
 from meshroute.wire.frames import (

@@ -42,11 +42,11 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute.ha.changes import ChangeBatch
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import REPLICA, ConnectorSettings, RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.store.changes import ChangeBatch
 from meshroute.wire.frames import Applied, Changes, Follow, InSync, SnapshotChunk, SnapshotEnd
 
 log = Logger()
@@ -273,7 +273,7 @@ class ReplicationFollower(ConnectorService):
     again whenever it closes.
 
     @ivar replica: what the stream applies to: C{store_id}, C{position()}
-        (a L{meshroute.ha.quorum.LogPosition}), C{apply(batches)} and
+        (a L{meshroute.harules.quorum.LogPosition}), C{apply(batches)} and
         C{install_snapshot(path)}, each a Deferred firing with the new
         position (a L{meshroute.ha.replica.Replica}).
     """

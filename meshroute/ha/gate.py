@@ -3,9 +3,10 @@ When the active instance may tell anyone about a committed store change.
 
 The store's executor (L{meshroute.store.executor}, C{replication=gate})
 hands the gate every transaction it ends, in commit order, as
-C{committed(batch_or_None, fire)}: C{batch} the transaction's
-L{ChangeBatch} (None when it wrote nothing, or failed), C{fire} what tells
-its callers.  The gate passes every batch on to the L{ReplicationSource}
+C{committed(batch_or_None, fire)} (the store's
+L{meshroute.interfaces.ICommitGate}): C{batch} the transaction's
+L{meshroute.store.changes.ChangeBatch} (None when it wrote nothing, or
+failed), C{fire} what tells its callers.  The gate passes every batch on to the L{ReplicationSource}
 at once, and calls each C{fire} when its mode allows:
 
   - C{alone}: at once.  The active runs without a backup, after a
@@ -35,11 +36,16 @@ transaction of the new epoch.
 
 from collections import deque
 
+from zope.interface import implementer
+
+from meshroute.interfaces import ICommitGate
+
 ALONE = "alone"
 REPLICATED = "replicated"
 HELD = "held"
 
 
+@implementer(ICommitGate)
 class ReplicationGate:
     """
     The active's gate between its store's commits and their confirmation.

@@ -7,8 +7,8 @@ replication side (the replication listener, where the peer instance votes
 and, while this one is active, replicates), its own voter (a L{Witness}
 over its own C{ha.db}, not the replicated C{store.db}), and its
 L{Voters}: the witnesses and the peer.  The role machine
-(L{meshroute.ha.role}) decides what it does; this module carries out the
-machine's L{meshroute.ha.role.RoleActions}:
+(L{meshroute.harules.role}) decides what it does; this module carries out the
+machine's L{meshroute.harules.role.RoleActions}:
 
  - while active, it runs a L{RouterService} on C{store.db}, built afresh
    for each active period (routing listener, connectors, client listener,
@@ -41,23 +41,21 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from automat import NoTransition
 from twisted.logger import Logger
+from twisted.web.server import Site
 from zope.interface import implementer
 
 from meshroute import __version__, events
-from meshroute.admin.api import admin_site
-from meshroute.sessions.ha_view import HAView
-from meshroute.ha import quorum, role
-from meshroute.ha.election import Defeat
-from meshroute.ha.quorum import instance_name
-from meshroute.ha.lease import LEASE_EXPIRED
+from meshroute.errors import NotServing
 from meshroute.ha.pairing import Pairing
-from meshroute.ha.records import (ForcedActivation, InstanceIdentity, InstanceVoterRecords,
-                                  NotServing)
+from meshroute.ha.records import ForcedActivation, InstanceIdentity, InstanceVoterRecords
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
-from meshroute.ha.settings import BACKUP, PRIMARY, HASettings
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
 from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
-from meshroute.ha.witness import Witness
+from meshroute.harules import quorum, role
+from meshroute.harules.election import Defeat
+from meshroute.harules.lease import LEASE_EXPIRED
+from meshroute.harules.quorum import instance_name
+from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.interfaces import IHAInstanceView
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
@@ -65,7 +63,9 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.node import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
 from meshroute.router_settings import RouterConfig
+from meshroute.sessions.ha_view import HAView
 from meshroute.wire import frames
+from meshroute.witness import Witness
 
 log = Logger()
 
@@ -192,6 +192,11 @@ class HAInstance(MultiService):
         handed the router back with C{restart-backup = false} stops.
     @param read_config: reads C{config}'s file again, for each active
         period's router (L{RouterService}'s C{read_config}).
+    @param admin_site: makes the site of the instance's admin endpoint
+        (C{[admin]}) given C{ha}, C{token} and C{reactor}, as
+        L{meshroute.admin.api.admin_site} does.  The composition layer
+        hands it down, for the admin API sits above the pair; without
+        it the instance serves no admin endpoint.
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
@@ -205,7 +210,8 @@ class HAInstance(MultiService):
                  voters_for: Callable[[str, "HAInstance"], Voters],
                  replication_for: Callable[["HAInstance"], ReplicationSide],
                  stop_process: Callable[[], None],
-                 read_config: Callable[[], RouterConfig] | None = None) -> None:
+                 read_config: Callable[[], RouterConfig] | None = None,
+                 admin_site: Callable[..., Site] | None = None) -> None:
         super().__init__()
         ha = config.ha
         self.config = config
@@ -231,7 +237,7 @@ class HAInstance(MultiService):
                                own_position=self.replication.position)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
-        if config.admin is not None:
+        if config.admin is not None and admin_site is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self, token=config.admin.token,
                                  reactor=clock)).setServiceParent(self)

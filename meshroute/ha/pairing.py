@@ -17,7 +17,7 @@ refuses it, and says why in C{GET /api/v1/ha} (C{peer.refusal}); an
 instance already serving goes on serving alone.  The refusal stands until
 a pair connection of the same group is authenticated (the operator
 mended the configuration and restarted the other instance).  The voters'
-rule 0 (L{meshroute.ha.quorum}) makes sure of the same without this:
+rule 0 (L{meshroute.harules.quorum}) makes sure of the same without this:
 this only makes a typo loud, and keeps an instance from asking in vain.
 """
 

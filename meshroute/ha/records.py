@@ -7,7 +7,7 @@ never replicated:
 
  - its own voter record, for its own group (the rows of
    C{ha_voter_records}, with the columns of the store's table of schema
-   004 and 010), which its own L{meshroute.ha.witness.Witness} answers from
+   004 and 010), which its own L{meshroute.witness.Witness} answers from
    (each instance of the pair is its own voter: a copy of the peer's
    record would be a second vote);
  - who it is (C{instance}: router name, group, configured role), written
@@ -37,12 +37,10 @@ from importlib.resources import files
 from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
-from meshroute.errors import MeshrouteError
+from meshroute.errors import MeshrouteError, NotServing
 from meshroute.interfaces import IVoterRecords
-
-# The store's voter-record statements, so that both files read and write
-# those rows alike.
-from meshroute.store.sqlite import _atomic, _save_voter_record, _voter_records
+from meshroute.store.executor import atomic
+from meshroute.store.voter_records import read_records, save_record
 
 #: The file, in the data dir.
 HA_DB = "ha.db"
@@ -171,14 +169,14 @@ def _forced_activation(connection) -> ForcedActivation | None:
     return None if row is None else ForcedActivation(*row)
 
 
-@_atomic
+@atomic
 def _force_activation(connection, marker: ForcedActivation) -> None:
     connection.execute(
         "INSERT OR REPLACE INTO force_activate (only, requested_by, requested_at) "
         "VALUES (1, ?, ?)", (marker.requested_by, marker.requested_at))
 
 
-@_atomic
+@atomic
 def _clear_forced_activation(connection) -> None:
     connection.execute("DELETE FROM force_activate")
 
@@ -211,10 +209,10 @@ class HARecords:
         return self._executor.stop()
 
     def voter_records(self) -> Deferred:
-        return self._executor.submit(_voter_records)
+        return self._executor.submit(read_records)
 
     def save_voter_record(self, group: str, record, lease_timeout_ms: int) -> Deferred:
-        return self._executor.submit(_save_voter_record, group, record, lease_timeout_ms)
+        return self._executor.submit(save_record, group, record, lease_timeout_ms)
 
     def forced_activation(self) -> Deferred:
         """
@@ -229,18 +227,10 @@ class HARecords:
         return self._executor.submit(_clear_forced_activation)
 
 
-class NotServing(MeshrouteError):
-    """
-    A voter record of another group was to be saved by an instance that
-    is not active: it answers no other group (it has no routing
-    listener, and its C{store.db} is the replica).
-    """
-
-
 @implementer(IVoterRecords)
 class InstanceVoterRecords:
     """
-    The voter records an HA instance's L{meshroute.ha.witness.Witness}
+    The voter records an HA instance's L{meshroute.witness.Witness}
     answers from, routed by group name.
 
     Its own group's record is the instance's alone (C{ha.db}, never

@@ -39,9 +39,10 @@ from twisted.internet.defer import fail, succeed
 from twisted.logger import Logger
 
 from meshroute.errors import MeshrouteError
-from meshroute.ha.changes import (READ_EPOCH_STARTS, READ_REPLICATION_STATE,
-                                   SET_REPLICATION_STATE, EpochStarts, apply_statements)
-from meshroute.ha.quorum import ORIGIN, LogPosition
+from meshroute.ha.epoch_starts import READ_EPOCH_STARTS, EpochStarts
+from meshroute.harules.quorum import ORIGIN, LogPosition
+from meshroute.store.changes import (READ_REPLICATION_STATE, SET_REPLICATION_STATE,
+                                     apply_statements)
 from meshroute.store.sqlite import SYNC_MODES, connect, upgrade_schema
 
 log = Logger()
@@ -119,7 +120,7 @@ class Replica:
         The epoch and position of the last batch the replica holds (as far
         as the Deferreds of L{apply} have fired).  Its epoch is that
         batch's: the epoch the instance may claim for its data in a vote
-        (L{meshroute.ha.quorum}) follows from L{epoch_starts}.
+        (L{meshroute.harules.quorum}) follows from L{epoch_starts}.
         """
         return self._position
 

@@ -17,15 +17,17 @@ from collections.abc import Callable
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from zope.interface import implementer
 
+from meshroute.ha.epoch_starts import start_epoch
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
-from meshroute.ha.changes import start_epoch
 from meshroute.ha.instance import instance_name, stage_valid_timeout_ms
-from meshroute.ha.quorum import ORIGIN, LogPosition
 from meshroute.ha.replica import STORE_NAME, Replica
 from meshroute.ha.source import ReplicationSource
+from meshroute.harules.quorum import ORIGIN, LogPosition
+from meshroute.interfaces import ICommitGate
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
@@ -36,6 +38,7 @@ from meshroute.store.executor import ThreadedExecutor
 log = Logger()
 
 
+@implementer(ICommitGate)
 class _Confirming:
     """
     What the serving store's executor hands its transactions to: the

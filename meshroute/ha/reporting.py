@@ -65,7 +65,7 @@ class HAEventLog:
     def fenced(self, epoch: int, reason: str) -> None:
         """
         The instance stopped serving in C{epoch} by itself: C{reason} is
-        one of L{meshroute.ha.role}'s (C{lease-lost}, C{superseded},
+        one of L{meshroute.harules.role}'s (C{lease-lost}, C{superseded},
         C{no-majority}).
         """
         self._emit(events.HA_FENCED, epoch=epoch, reason=reason)

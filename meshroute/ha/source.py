@@ -41,8 +41,8 @@ import msgpack
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
-from meshroute.ha.changes import READ_REPLICATION_STATE, ChangeBatch
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
+from meshroute.store.changes import READ_REPLICATION_STATE, ChangeBatch
 
 log = Logger()
 

@@ -10,7 +10,7 @@ object C{{"role", "state", "epoch", "served_epoch", "position", "lag",
 
 from dataclasses import dataclass
 
-from meshroute.ha.quorum import LogPosition
+from meshroute.harules.quorum import LogPosition
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class HAStatus:
     One instance's HA status.
 
     @ivar role: the configured role, C{primary} or C{backup}.
-    @ivar state: one of the six API states of L{meshroute.ha.role}.
+    @ivar state: one of the six API states of L{meshroute.harules.role}.
     @ivar epoch: the epoch the instance serves in or, while it does not
         serve, the epoch it follows (the active's) or last followed.
     @ivar served_epoch: the epoch it serves or last served in since its

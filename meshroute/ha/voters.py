@@ -3,7 +3,7 @@ The candidate and active side of HA voting: how one instance of a pair
 reaches its group's voters and feeds their answers to the pure machines.
 
 The voters of a group are the instance's own voter (asked directly,
-through its L{meshroute.ha.witness.Witness}, so that its record is
+through its L{meshroute.witness.Witness}, so that its record is
 durable before its answer counts: L{asking_witness}), its peer (the
 pair's other instance, over a vote connection to the peer's replication
 listener) and the witnesses: other routers, each reached over a vote
@@ -11,8 +11,8 @@ connection to its routing listener (docs/protocol.md, "Vote
 connections").  A L{WitnessConnection} keeps each vote connection up.
 
 L{Voters} sends an election's L{quorum.VoteRequest} to every voter and
-feeds each answer to the election (L{meshroute.ha.election}); once won,
-the lease (L{meshroute.ha.lease}) sends each round of heartbeats to every
+feeds each answer to the election (L{meshroute.harules.election}); once won,
+the lease (L{meshroute.harules.lease}) sends each round of heartbeats to every
 voter, the instance's own voter included (docs/ha.md, "The lease": only
 then does that voter refuse the peer while the active serves), and counts
 the answers.  A voter that does not answer is simply not counted: the
@@ -65,15 +65,15 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from meshroute.ha import lease, quorum
-from meshroute.ha.witness import start_answer
-from meshroute.ha.election import Defeat, ElectionInputs, start_election
+from meshroute.harules import lease, quorum
+from meshroute.harules.election import Defeat, ElectionInputs, start_election
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import frames
+from meshroute.witness import start_answer
 
 log = Logger()
 
@@ -264,11 +264,11 @@ def _answer(voter: str,
 def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> Ask:
     """
     How an instance asks its own voter: through its
-    L{meshroute.ha.witness.Witness}, as a vote connection would, so that
+    L{meshroute.witness.Witness}, as a vote connection would, so that
     the answer arrives only once the record it rests on is durable (a
     grant the instance counted must survive the instance's restart).
 
-    @param witness: anything that answers as a L{meshroute.ha.witness.Witness}
+    @param witness: anything that answers as a L{meshroute.witness.Witness}
         does (C{vote}, C{heartbeat}, C{start}).
     @param instance: the instance asking (the C{peer} of the witness's
         events).

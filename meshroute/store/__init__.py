@@ -7,6 +7,18 @@ in WAL mode, written off the reactor thread with group commit by a
 L{TurnExecutor} at the end of each reactor turn or a L{ThreadedExecutor}
 on a writer thread (or inline, for deterministic tests, by an
 L{InlineExecutor}).  Its schema ships as package data in C{schema/}.
+
+The store sits below the router and below the HA pair that replicates
+it, and imports neither.  It learns of replication through an
+interface it defines in its own terms: its executor hands each ended
+transaction, as a L{meshroute.store.changes.ChangeBatch} of the
+statements that ran, to an L{meshroute.interfaces.ICommitGate}, which
+the active HA instance implements (an interface, rather than the HA
+types imported, because what replicates the store is the caller's
+business, and the capture of statements is the store's own).  The
+voter records it keeps for every router's witness are the voting
+rules' own records (L{meshroute.harules.quorum.VoterRecord}): pure data
+from the package below it.
 """
 
 from meshroute.store.executor import (

@@ -64,9 +64,11 @@ batch's outcomes to the reactor; the inline executor only by size.
 Replication
 ===========
 
-The executors take C{replication}, the active HA instance's
-L{meshroute.ha.gate.ReplicationGate} (or None: a router without HA, for
-which nothing here changes or costs more).  With it:
+The executors take C{replication}, an
+L{meshroute.interfaces.ICommitGate} (the active HA instance's gate), or
+None: a router without HA, for which nothing here changes or costs more.  The store defines that interface and what it is
+handed (L{meshroute.store.changes}): it learns of replication only
+through it, and never imports HA.  With it:
 
   - the functions get a L{RecordingConnection} instead of the connection,
     and the write statements of each committed transaction become one
@@ -96,7 +98,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from meshroute.ha.changes import (
+from meshroute.store.changes import (
     READ_REPLICATION_STATE,
     SET_REPLICATION_STATE,
     ChangeBatch,
@@ -131,6 +133,15 @@ def commit_histogram() -> Histogram:
 _GROUPED = 0
 _ALONE = 1
 _STOP = 2
+
+
+def atomic(fn):
+    """
+    Mark C{fn} as making at most one change statement: it needs no
+    savepoint of its own (see L{_transaction}).
+    """
+    fn.atomic = True
+    return fn
 
 
 class ExecutorStopped(RuntimeError):
@@ -193,8 +204,8 @@ class ThreadedExecutor(_Executor):
         """
         @param reactor: an C{IReactorFromThreads}; the Deferreds fire in
             its thread.
-        @param replication: None, or what each transaction is handed to
-            (see "Replication" in the module docstring).
+        @param replication: None, or the C{ICommitGate} each transaction
+            is handed to (see "Replication" in the module docstring).
         @param checkpoints: when the writer thread checkpoints the WAL
             (default: a L{WalCheckpoints} with its defaults).
         @raise TypeError: when C{reactor} cannot be called from a thread
@@ -414,8 +425,8 @@ class TurnExecutor(_Executor):
         """
         @param clock: where the end of the turn and the relaxed and
             checkpoint delays are scheduled.
-        @param replication: None, or what each transaction is handed to
-            (see "Replication" in the module docstring).
+        @param replication: None, or the C{ICommitGate} each transaction
+            is handed to (see "Replication" in the module docstring).
         @param checkpoints: when the WAL is checkpointed (default: a
             L{WalCheckpoints} with its defaults).
         """
@@ -577,8 +588,8 @@ class InlineExecutor(_Executor):
 
     def __init__(self, replication=None, checkpoints: WalCheckpoints | None = None) -> None:
         """
-        @param replication: None, or what each transaction is handed to
-            (see "Replication" in the module docstring).
+        @param replication: None, or the C{ICommitGate} each transaction
+            is handed to (see "Replication" in the module docstring).
         @param checkpoints: when the WAL is checkpointed: with no thread
             to be idle in, only when a call took it past its size.
         """

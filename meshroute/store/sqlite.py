@@ -142,9 +142,11 @@ import msgpack
 from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError
-from meshroute.ha.quorum import LogPosition, VoterRecord
+from meshroute.harules.quorum import VoterRecord
 from meshroute.interfaces import IKnownRouters, IMessageStore, IPeerEpochs, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, expires_ms
+from meshroute.store.executor import ThreadedExecutor, atomic
+from meshroute.store.voter_records import read_records, save_record
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
 SYNC_MODES = ("full", "normal")
@@ -440,8 +442,6 @@ class SQLiteStore:
         if executor is None:
             from twisted.internet import reactor
 
-            from meshroute.store.executor import ThreadedExecutor
-
             executor = ThreadedExecutor(reactor)
         self.path = path
         self.sync = sync
@@ -485,7 +485,7 @@ class SQLiteStore:
         accessors' state.  Fires with None when ready.
         """
         # A replicated store's every change must be a recorded write
-        # transaction (meshroute.ha.changes): its open-time prune is one,
+        # transaction (meshroute.store.changes): its open-time prune is one,
         # submitted after the open; otherwise it is part of the open.
         replicated = getattr(self._executor, "replication", None) is not None
         cutoff = self._now() - self.dedup_window_s
@@ -869,13 +869,13 @@ class SQLiteStore:
         Fires with C{{group: (VoterRecord, lease_timeout_ms)}} for every
         group this router has voted for.
         """
-        return self._submit(_voter_records)
+        return self._submit(read_records)
 
     def save_voter_record(self, group: str, record: VoterRecord, lease_timeout_ms: int):
         """
         Replace C{group}'s voter record; fires with None once durable.
         """
-        return self._submit(_save_voter_record, group, record, lease_timeout_ms)
+        return self._submit(save_record, group, record, lease_timeout_ms)
 
     # The highest epoch seen per peer router name (IPeerEpochs; schema
     # version 6): what lets a restarted router still refuse an HA instance
@@ -956,15 +956,6 @@ class _OneByOne(Exception):
     """
     A batch met a case it leaves to the one-by-one functions.
     """
-
-
-def _atomic(fn):
-    """
-    Mark C{fn} as making at most one change statement: it needs no
-    savepoint of its own.
-    """
-    fn.atomic = True
-    return fn
 
 
 def _check_seqs(connection, calls) -> dict:
@@ -1195,7 +1186,7 @@ def _accept_many(connection, calls: list, now: float, cutoff: float) -> list:
     return [None] * len(calls)
 
 
-@_atomic
+@atomic
 def _duplicate_of(connection, duplicate_id: str, cutoff: float) -> str | None:
     row = connection.execute(_FIND_DUPLICATE, (duplicate_id,)).fetchone()
     return row[1] if row is not None and row[2] >= cutoff else None
@@ -1211,7 +1202,7 @@ def _accept_local_batch(connection, calls: list) -> list:
 _accept_local.batch = _accept_local_batch
 
 
-@_atomic
+@atomic
 def _accept_backlog(connection, message: Message) -> None:
     try:
         stored = connection.execute(_INSERT_BACKLOG, _row(message)).rowcount
@@ -1370,12 +1361,12 @@ def _assign(connection, peer: str, dest_routers, limit: int, max_bytes: int | No
     return [(first + i, _message(r)) for i, r in enumerate(rows)]
 
 
-@_atomic
+@atomic
 def _record_peer_store(connection, peer: str, store_id: str, forget_received: bool) -> None:
     connection.execute(_RECORD_PEER_STORE, (peer, store_id, forget_received))
 
 
-@_atomic
+@atomic
 def _outbox(connection, peer: str, after_seq: int) -> list:
     return [(r[0], _message(r)) for r in connection.execute(_SELECT_OUTBOX, (peer, after_seq))]
 
@@ -1401,12 +1392,12 @@ def _by_key(rows) -> dict:
     return counts
 
 
-@_atomic
+@atomic
 def _return_outbox(connection, peer: str) -> dict:
     return _by_key(connection.execute(_RETURN_OUTBOX, (peer,)).fetchall())
 
 
-@_atomic
+@atomic
 def _fetch(connection, queue: str, after_entry: int, limit: int) -> list:
     return [
         (r[0], _message(r), bool(r[9]))
@@ -1422,7 +1413,7 @@ def _fetch_marking(connection, queue: str, after_entry: int, limit: int, mark: i
     return rows
 
 
-@_atomic
+@atomic
 def _consume(connection, entry_ids: str) -> dict:
     return _by_key(connection.execute(_CONSUME, (entry_ids,)).fetchall())
 
@@ -1432,7 +1423,7 @@ def _consume(connection, entry_ids: str) -> dict:
 _consume.relaxed = True
 
 
-@_atomic
+@atomic
 def _mark_redelivered(connection, entry_ids: str) -> int:
     return connection.execute(_MARK_REDELIVERED, (entry_ids,)).rowcount
 
@@ -1511,7 +1502,7 @@ def _sweep_expired(connection, now_ms: int, busy_queues: str, limit: int,
     return moved
 
 
-@_atomic
+@atomic
 def _prune(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE, (cutoff, limit)).rowcount
 
@@ -1524,40 +1515,9 @@ def _prune_expired(connection, cutoff: float, duplicates_cutoff: float) -> None:
     connection.execute(_PRUNE_DUPLICATES, (duplicates_cutoff, PRUNE_CHUNK))
 
 
-@_atomic
+@atomic
 def _prune_duplicates(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount
-
-
-# HA voter records, on the writer thread.
-
-
-def _voter_records(connection) -> dict:
-    rows = connection.execute(
-        "SELECT group_name, granted_epoch, granted_to, granted_at_epoch, granted_at_position, "
-        "confirmed_epoch, confirmed_position, learned, lease_timeout_ms FROM ha_voter_records"
-    )
-    return {
-        group: (
-            VoterRecord(epoch, granted_to, LogPosition(at_epoch, at_position),
-                        LogPosition(confirmed_epoch, confirmed_position), bool(learned)),
-            lease_timeout_ms,
-        )
-        for (group, epoch, granted_to, at_epoch, at_position, confirmed_epoch,
-             confirmed_position, learned, lease_timeout_ms) in rows
-    }
-
-
-@_atomic
-def _save_voter_record(connection, group: str, record: VoterRecord, lease_timeout_ms: int):
-    connection.execute(
-        "INSERT OR REPLACE INTO ha_voter_records (group_name, granted_epoch, granted_to, "
-        "granted_at_epoch, granted_at_position, confirmed_epoch, confirmed_position, "
-        "learned, lease_timeout_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (group, record.granted_epoch, record.granted_to, record.granted_at.epoch,
-         record.granted_at.position, record.confirmed.epoch, record.confirmed.position,
-         int(record.learned), lease_timeout_ms),
-    )
 
 
 # Peer epochs, on the writer thread.
@@ -1567,7 +1527,7 @@ def _peer_epochs(connection) -> dict:
     return dict(connection.execute("SELECT peer, epoch FROM peer_epochs"))
 
 
-@_atomic
+@atomic
 def _save_peer_epoch(connection, peer: str, epoch: int) -> None:
     connection.execute(
         "INSERT INTO peer_epochs (peer, epoch) VALUES (?, ?) "
@@ -1583,7 +1543,7 @@ def _known_routers(connection) -> set:
     return {router for (router,) in connection.execute("SELECT router FROM known_routers")}
 
 
-@_atomic
+@atomic
 def _save_known_routers(connection, names: list, now: float) -> None:
     connection.executemany(
         "INSERT INTO known_routers (router, first_heard) VALUES (?, ?) "

@@ -375,7 +375,7 @@ class Routes:
 
 # The vote exchange (version 3): a connection to a routing listener that
 # is not a routing link.  docs/protocol.md ("Vote connections") and
-# docs/ha.md say what each field means; meshroute.ha.quorum holds the
+# docs/ha.md say what each field means; meshroute.harules.quorum holds the
 # rules the listener answers by.
 
 
@@ -503,7 +503,7 @@ class StartQuery:
 class StartAnswer:
     """
     Listener → connector: the answer to one L{StartQuery}, what
-    L{meshroute.ha.quorum.Voter.start_answer} says: the instance whose
+    L{meshroute.harules.quorum.Voter.start_answer} says: the instance whose
     heartbeats the voter hears (C{active}, "" for none), the voter's
     durable record for the group (C{granted_to} "" for none), and, when
     the voter is the pair's other instance, its own data position
@@ -616,7 +616,7 @@ class Changes:
     many]}: C{params} one parameter set (a list of SQL values, or a map of
     named ones), or with C{many} a list of such sets (one C{executemany});
     and the active's C{head}, the position of its newest committed change.
-    (L{meshroute.ha.changes.ChangeBatch.to_plain} makes a batch's form.)
+    (L{meshroute.store.changes.ChangeBatch.to_plain} makes a batch's form.)
     """
 
     TYPE: ClassVar[int] = 23
@@ -637,7 +637,7 @@ class Changes:
 def _is_statement(statement) -> bool:
     """
     Whether C{statement} is C{[sql, params, many]} as
-    L{meshroute.ha.changes.ChangeBatch.to_plain} makes it.
+    L{meshroute.store.changes.ChangeBatch.to_plain} makes it.
     """
     if not (type(statement) is list and len(statement) == 3 and type(statement[0]) is str
             and type(statement[2]) is bool):

@@ -5,7 +5,7 @@
 --
 -- Every router is a witness: it answers HA vote requests and heartbeats
 -- on its routing listener (docs/ha.md).  One row per HA group it has
--- voted for holds that group's voter record (meshroute.ha.quorum
+-- voted for holds that group's voter record (meshroute.harules.quorum
 -- VoterRecord): the newest epoch granted, to which instance, that
 -- instance's position (epoch, position) when granted, and the confirmed
 -- position (epoch, position).  lease_timeout_ms is the longest

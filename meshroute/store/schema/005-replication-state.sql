@@ -4,7 +4,7 @@
 -- one transaction with schema_version = 5.
 --
 -- An HA pair replicates its store statement by statement
--- (meshroute.ha.changes, docs/ha.md "Replication"): every committed write
+-- (meshroute.store.changes, docs/ha.md "Replication"): every committed write
 -- transaction of the active is one change batch, numbered by position
 -- (continuous across epochs) and tagged with the epoch the active served
 -- in.  The executor writes the batch's (epoch, position) into this one row

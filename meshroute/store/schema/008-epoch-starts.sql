@@ -4,7 +4,7 @@
 -- one transaction with schema_version = 8.
 --
 -- Every epoch of an HA pair begins with a change of its own, its start
--- record (meshroute.ha.changes, docs/ha.md "Epochs"), which says whether
+-- record (meshroute.ha.epoch_starts, docs/ha.md "Epochs"), which says whether
 -- the active runs it replicated, with its peer in sync, or alone.  The
 -- start record is replicated like any change, and sets these columns of
 -- the one replication_state row:

@@ -4,7 +4,7 @@
 -- one transaction with schema_version = 9.
 --
 -- A voter learns who holds an epoch from that instance's heartbeats
--- (meshroute.ha.quorum Voter.heartbeat): it won the epoch with other
+-- (meshroute.harules.quorum Voter.heartbeat): it won the epoch with other
 -- voters' grants, and this voter may have granted that epoch to the other
 -- instance.  learned (0 or 1) says the row's granted_epoch and granted_to
 -- were learned so, not granted: the voter does not grant that epoch to

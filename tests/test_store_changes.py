@@ -1,6 +1,6 @@
 """
 Change batches and their recording by the store's executors
-(L{meshroute.ha.changes}, "Replication" in L{meshroute.store.executor}).
+(L{meshroute.store.changes}, "Replication" in L{meshroute.store.executor}).
 """
 
 import sqlite3
@@ -9,17 +9,20 @@ import msgpack
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
+from zope.interface import implementer
 
-from meshroute.ha.changes import (
+from meshroute.interfaces import ICommitGate
+from meshroute.store import DuplicateMessage, InlineExecutor, SQLiteStore, ThreadedExecutor
+from meshroute.store.changes import (
     BadChangeBatch,
     ChangeBatch,
     RecordingConnection,
     apply_statements,
 )
-from meshroute.store import DuplicateMessage, InlineExecutor, SQLiteStore, ThreadedExecutor
 from test_store import ROUTER, hold_writer, msg
 
 
+@implementer(ICommitGate)
 class RecordingReplication:
     """
     A stand-in for the gate: records what the executor hands it, and fires

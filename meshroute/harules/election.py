@@ -26,7 +26,7 @@ from typing import Callable, Protocol
 from automat import TypeMachineBuilder
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from meshroute.ha.quorum import Outcome, Tally, Vote
+from meshroute.harules.quorum import Outcome, Tally, Vote
 
 #: Why an election was lost, besides the voters' own refusal reasons.
 NO_MAJORITY = "no-majority"

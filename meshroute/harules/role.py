@@ -55,8 +55,8 @@ The machine decides; it does nothing itself.  Its outputs are calls on a
 L{RoleActions} (start serving, stop serving, request votes, hold
 acknowledgements, ...), which the HA instance implements
 (L{meshroute.ha.instance.HAInstance}) and tests record.  The inputs come from the start-up
-rule (L{meshroute.ha.quorum.decide_start}), elections
-(L{meshroute.ha.election}), the lease (L{meshroute.ha.lease}) and
+rule (L{meshroute.harules.quorum.decide_start}), elections
+(L{meshroute.harules.election}), the lease (L{meshroute.harules.lease}) and
 replication.  An input the current state has no transition for raises
 C{NoTransition} before any output: an election result arriving in a
 state that asked for none cannot make an instance active.
@@ -68,7 +68,7 @@ from typing import Protocol
 from automat import TypeMachineBuilder
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from meshroute.ha.settings import HASettings
+from meshroute.harules.settings import HASettings
 
 STARTING = "starting"
 BACKUP_SYNCING = "backup-syncing"

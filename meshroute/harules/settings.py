@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from meshroute.errors import Problem
-from meshroute.ha.quorum import majority
+from meshroute.harules.quorum import majority
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
 PRIMARY = "primary"

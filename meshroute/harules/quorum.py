@@ -26,7 +26,7 @@ The rules, in the order a voter applies them to a request:
     but the active itself: the active may ask for the next epoch to run
     alone, to run replicated again, or to hand over to its peer.  The
     active's own voter hears it too: the active sends it every heartbeat
-    (L{meshroute.ha.lease}), else the peer could win with its vote.
+    (L{meshroute.harules.lease}), else the peer could win with its vote.
  3. Only an instance in sync at the epoch the voter knows is granted
     (C{not-in-sync}); see L{VoterRecord.in_sync}.
 
@@ -246,7 +246,7 @@ class Heartbeat:
 
     @ivar sent_at: the active's clock when it sent this heartbeat; echoed
         back, so that the active measures its lease from when it asked,
-        not from when the answer arrived (L{meshroute.ha.lease}).
+        not from when the answer arrived (L{meshroute.harules.lease}).
     @ivar confirmed: the newest position the active has confirmed to
         anyone (a send to a client, a hand-over to a neighbour).
     """

@@ -9,16 +9,16 @@ L{quorum.Voter}, built at start from the record the store last saved
 (L{meshroute.interfaces.IVoterRecords}); the rules are the voter's, not
 this module's, and so is rule 0, which weighs one group's request
 against the voters of the other groups of the same router name (a pair
-whose C{group-name}s differ must never be granted two epochs at once).  What this module adds is durability and order: after
-every request or heartbeat it saves the group's record if it changed,
-and answers only once that save, and every save before it, is durable.
-A grant that is not durable is never answered: if the save fails, the
-caller gets the failure instead of the answer (the vote connection
-closes), and the next request saves the record again before it is
-answered.
+whose C{group-name}s differ must never be granted two epochs at once).
+What this module adds is durability and order: after every request or
+heartbeat it saves the group's record if it changed, and answers only
+once that save, and every save before it, is durable.  A grant that is
+not durable is never answered: if the save fails, the caller gets the
+failure instead of the answer (the vote connection closes), and the
+next request saves the record again before it is answered.
 
-The lease a voter waits out (rule 2 of L{meshroute.ha.quorum}) is the
-group's C{lease-timeout}, which the group's instances send in every
+The lease a voter waits out (rule 2 of L{meshroute.harules.quorum}) is
+the group's C{lease-timeout}, which the group's instances send in every
 request and heartbeat; the witness keeps the longest it was told,
 durably, so that no request can shorten what an active counts on.
 
@@ -26,6 +26,13 @@ It also answers the start-up question (L{frames.StartQuery}): who is
 active, and its record, as L{quorum.Voter.start_answer} says; an HA
 instance's own witness, which its peer asks over the replication
 listener, adds its own data position.
+
+A part of the router core, not of the pair's runtime (L{meshroute.ha}):
+every router is a witness, HA or not (L{meshroute.node.RouterService}
+builds one), and an HA instance builds its own from the same class over
+its own records.  So it rests on the rules (L{meshroute.harules}) and a
+store's L{meshroute.interfaces.IVoterRecords}, and on nothing of HA's
+runtime.
 """
 
 from collections.abc import Callable
@@ -37,8 +44,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from meshroute import events
-from meshroute.ha import quorum
-from meshroute.ha.records import NotServing
+from meshroute.errors import NotServing
+from meshroute.harules import quorum
 from meshroute.store.executor import ExecutorStopped
 from meshroute.wire import frames
 
@@ -264,7 +271,7 @@ class Witness:
     def _others(self, group: str) -> list[quorum.Voter]:
         """
         The voters of every group but C{group}: rule 0 of
-        L{meshroute.ha.quorum} picks the rivals among them (the groups of
+        L{meshroute.harules.quorum} picks the rivals among them (the groups of
         the same router name).
         """
         return [state.voter for name, state in self._groups.items() if name != group]

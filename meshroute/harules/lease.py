@@ -26,7 +26,7 @@ when the election began.
 A voter that refuses a heartbeat because it knows a newer epoch fences
 the active at once: someone else holds (or is taking) its place.  When
 the lease runs out or is superseded, C{lost(reason)} is called once; the
-role (L{meshroute.ha.role}) then stops serving.  Between the two, the
+role (L{meshroute.harules.role}) then stops serving.  Between the two, the
 active checks L{LeaseCore.holds} before each confirmation, since a
 timer can be late.  C{released} ends a
 lease the active gives up by itself (it hands over, or stops).
@@ -39,7 +39,7 @@ from typing import Callable, Protocol
 from automat import TypeMachineBuilder
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from meshroute.ha.quorum import HeartbeatAnswer, majority
+from meshroute.harules.quorum import HeartbeatAnswer, majority
 
 #: Why a lease was lost.
 LEASE_EXPIRED = "lease-expired"

@@ -1,20 +1,28 @@
 """
-What the active instance ships to its backup: the write statements of each
-committed store transaction, in commit order.
+What a committed store transaction changed, as the statements that
+changed it: the store's side of replication.
 
 The store's functions (L{meshroute.store.sqlite}) are deterministic: run on
 a database holding the same rows, the same statements with the same
 parameters make the same changes (entry ids included: AUTOINCREMENT reads
-C{sqlite_sequence}, which is replicated too).  So replication ships the
-statements themselves, not the rows they touched.  A L{RecordingConnection}
-stands between the executor's connection and the store's functions and
-keeps every statement that may write; the executor drops what a function
-that raised had recorded (its changes were rolled back to its SAVEPOINT),
-and turns what is left of a committed transaction into one L{ChangeBatch}.
+C{sqlite_sequence}, which is replicated too).  So a replicated store ships
+the statements themselves, not the rows they touched.  A
+L{RecordingConnection} stands between the executor's connection and the
+store's functions and keeps every statement that may write; the executor
+drops what a function that raised had recorded (its changes were rolled
+back to its SAVEPOINT), and turns what is left of a committed transaction
+into one L{ChangeBatch}, which it hands to its
+L{meshroute.interfaces.ICommitGate}.  Another store applies the batch
+with L{apply_statements}.
 
 A batch's C{position} counts the committed write transactions of the
 store, continuous across epochs: batch N+1 applies to a store at position
-N.  A transaction that only read is no batch.
+N.  A transaction that only read is no batch.  The store keeps its own
+position in its C{replication_state} row, committed with the batch.
+
+The store defines all this in its own terms (statements, positions, an
+epoch number to tag them with) and knows nothing of who replicates it or
+why: the HA pair (L{meshroute.ha}) implements the gate.
 """
 
 from dataclasses import dataclass
@@ -24,51 +32,6 @@ from dataclasses import dataclass
 READ_REPLICATION_STATE = "SELECT epoch, position FROM replication_state"
 #: Sets it, in the transaction of the batch it names.
 SET_REPLICATION_STATE = "UPDATE replication_state SET epoch = ?, position = ?"
-
-#: What the latest epoch starts said (schema version 8): see L{EpochStarts}.
-READ_EPOCH_STARTS = (
-    "SELECT replicated_epoch, alone_epoch, alone_instance FROM replication_state")
-_START_REPLICATED = "UPDATE replication_state SET replicated_epoch = ?"
-_START_ALONE = "UPDATE replication_state SET alone_epoch = ?, alone_instance = ?"
-
-
-@dataclass(frozen=True)
-class EpochStarts:
-    """
-    What the newest epoch starts a store holds said (docs/ha.md
-    "Epochs"): every epoch begins with a start record, a change of its
-    own, which names the instances in sync in it: both (the epoch is run
-    replicated), or only the active (run alone).
-
-    @ivar replicated: the newest epoch whose start named both instances.
-    @ivar alone: the newest epoch run alone, by C{alone_instance}.
-    """
-
-    replicated: int = 0
-    alone: int = 0
-    alone_instance: str = ""
-
-    def newest_naming(self, instance: str) -> int:
-        """
-        The newest epoch whose start record names C{instance}: the epoch
-        it may claim for its data in a vote.  (Its own older alone epochs
-        do not matter: a newer alone epoch of the peer raised every
-        granting voter's confirmed position above them.)
-        """
-        own = self.alone if self.alone_instance == instance else 0
-        return max(self.replicated, own)
-
-
-def start_epoch(connection, epoch: int, active: str, alone: bool) -> None:
-    """
-    Write the start record of C{epoch}, the epoch's first change (on the
-    serving store's connection, so that it is replicated): run alone by
-    C{active}, or replicated.
-    """
-    if alone:
-        connection.execute(_START_ALONE, (epoch, active))
-    else:
-        connection.execute(_START_REPLICATED, (epoch,))
 
 
 #: One statement: C{(sql, params)} as run by C{execute} (params a tuple,
@@ -89,7 +52,8 @@ class ChangeBatch:
     """
     The changes of one committed store transaction.
 
-    @ivar epoch: the epoch the active served in when it committed them.
+    @ivar epoch: the epoch its gate named when they were committed (the
+        epoch an HA pair's active served in).
     @ivar position: this transaction's number among the store's committed
         write transactions (the first is 1).
     @ivar statements: the write statements in the order they ran, each a
