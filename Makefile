@@ -40,7 +40,10 @@ chromium:
 # Two workers (pytest-xdist), each taking whole test files, the slowest
 # first (tests/conftest.py orders them).
 PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+# The layers (.importlinter, docs/architecture.md) first: an import that
+# points up the stack fails the target before any test runs.
 test: install chromium
+	$(VENV)/bin/lint-imports --no-cache
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The seeded fault simulation (docs/simulation.md): RUNS schedules from
