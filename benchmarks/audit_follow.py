@@ -40,8 +40,8 @@ def main() -> int:
                    help="also time the batch audit of everything read so far")
     args = p.parse_args()
 
-    from closed_event_files import rotate_copy
-    from event_generator import write_bulk
+    from support.closed_event_files import rotate_copy
+    from support.event_generator import write_bulk
 
     from meshroute.audit import follow, job, read, views
     from meshroute.audit.job import AuditSettings

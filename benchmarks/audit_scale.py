@@ -214,7 +214,7 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
 
 
 def measure(millions: float, routers: int, master: str, conf: list[str], base: str) -> dict:
-    from event_generator import write_bulk
+    from support.event_generator import write_bulk
 
     events = int(millions * 1_000_000)
     directory = os.path.join(base, f"logs-{events}")

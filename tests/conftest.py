@@ -91,7 +91,7 @@ def engine(tmp_path, clock):
     The engine a router-side client test runs against: a real store under
     L{fake_router.FakeEngine}, whose commits the test lets land.
     """
-    from fake_router import FakeEngine
+    from support.fake_router import FakeEngine
 
     engine = FakeEngine(str(tmp_path / "store.sqlite"), clock)
     yield engine
@@ -104,7 +104,7 @@ def browser():
     A headless Chromium (L{browser.Browser}); the test is skipped where
     none is installed.
     """
-    from browser import Browser, chromium_path
+    from support.browser import Browser, chromium_path
 
     if chromium_path() is None:
         pytest.skip("no chromium on the PATH (Debian: apt-get install chromium; "
@@ -119,6 +119,6 @@ def artifacts():
     The directory a test saves screenshots and other artifacts in
     (L{browser.artifacts_directory}: var/test-artifacts by default).
     """
-    from browser import artifacts_directory
+    from support.browser import artifacts_directory
 
     return artifacts_directory()

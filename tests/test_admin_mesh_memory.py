@@ -20,7 +20,7 @@ from meshroute.admin.mesh import (
     bounded_json,
 )
 from meshroute.events import read_events
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 
 A, B, C = "router-a", "router-b", "router-c"
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from event_generator import START, MeshLog
-from memory_mesh import MemoryMesh
-from routers import mesh  # noqa: F401 (a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.event_generator import START, MeshLog
+from support.memory_mesh import MemoryMesh
+from support.routers import mesh  # noqa: F401 (a fixture)
 
 from meshroute import cli
 from meshroute.audit import report

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from closed_event_files import Follower
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from routers import router_env
+from support.closed_event_files import Follower
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.routers import router_env
 from test_audit import audit
 from test_audit_follow import figures, rotated_synthetic
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from closed_event_files import Follower, add_closed_file, rotate_copy
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from event_generator import START
+from support.closed_event_files import Follower, add_closed_file, rotate_copy
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.event_generator import START
 from pyspark.sql import functions as F
-from routers import mesh  # noqa: F401 (a fixture)
+from support.routers import mesh  # noqa: F401 (a fixture)
 from test_audit import A, B, C, audit, synthetic_mesh
 
 from meshroute.audit import follow, incremental, job, read, views
@@ -349,7 +349,7 @@ def live(tmp_path_factory):
     routers stop.  Returns the routers' data dirs, the follower's summary
     and stderr.
     """
-    from routers import Mesh, PORTS
+    from support.routers import Mesh, PORTS
 
     directory = tmp_path_factory.mktemp("live")
     mesh = Mesh(directory, PORTS)

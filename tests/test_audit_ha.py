@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from event_generator import START
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.event_generator import START
 from test_audit import audit
 
 from meshroute.audit import report

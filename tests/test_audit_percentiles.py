@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest_spark import spark  # noqa: F401 (a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
 
 
 def nearest_rank(values: list[float], p: float) -> float:

@@ -8,7 +8,7 @@ artifact (var/test-artifacts/audit-report.png).
 
 import pytest
 
-from conftest_spark import spark  # noqa: F401 (a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
 from test_audit import audit, synthetic_mesh
 from test_audit_ha import pair_logs
 

@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from browser import BrowserError
+from support.browser import BrowserError
 
 
 def data_url(html: str) -> str:

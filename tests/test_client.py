@@ -38,8 +38,8 @@ from meshroute.client import (
 from meshroute.wire import client_frames as f
 from meshroute.sessions.protocol import ClientFactory
 
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from fake_router import ROUTER, FakeEngine, Harness
+from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.fake_router import ROUTER, FakeEngine, Harness
 
 
 @pytest.fixture
@@ -158,7 +158,7 @@ def test_pipelined_sends(harness, engine):
 
 
 def test_send_refused(harness, engine):
-    from fake_router import FakeBacklogFull
+    from support.fake_router import FakeBacklogFull
 
     client = harness.connect()
     refused, accepted = client.send("q@router-x", b"1"), client.send("q", b"2")
@@ -881,7 +881,7 @@ def test_arbitrary_bytes_from_a_router_never_break_the_client(chunks, reconnect)
     connection (and then reconnects or gives up); it never raises, and
     the call in progress is settled or still pending on a live session.
     """
-    from fake_router import ScriptedEndpoint
+    from support.fake_router import ScriptedEndpoint
 
     clock = Clock()
     endpoint = ScriptedEndpoint()

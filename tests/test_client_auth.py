@@ -18,11 +18,11 @@ from meshroute.sessions.protocol import ClientFactory
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import ScramServer
-from certificates import make_ca, make_client_cert
-from client_auth_testing import scram_open
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from fake_router import ROUTER, FakeEngine, Harness, ScriptedEndpoint
-from router_connection import Connection
+from support.certificates import make_ca, make_client_cert
+from support.client_auth_testing import scram_open
+from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.fake_router import ROUTER, FakeEngine, Harness, ScriptedEndpoint
+from support.router_connection import Connection
 
 USERS = {"orders-app": derive("orders-pw", iterations=4096),
          "billing": derive("billing-pw", iterations=4096)}

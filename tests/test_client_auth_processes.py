@@ -12,9 +12,9 @@ import os
 import signal
 import socket
 
-from certificates import make_ca, make_client_cert, make_server_cert
-from client_auth_testing import scram_open
-from routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
+from support.certificates import make_ca, make_client_cert, make_server_cert
+from support.client_auth_testing import scram_open
+from support.routers import mesh, run_cli, wait_until  # noqa: F401 (mesh is a fixture)
 
 from meshroute.wire import client_frames as f
 from meshroute.security.credentials import derive

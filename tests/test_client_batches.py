@@ -20,8 +20,8 @@ from meshroute.wire import client_frames as f
 from meshroute.sessions import session as session_module
 from meshroute.queues import READ_AHEAD
 
-from client_testing import failure_of, result_of
-from fake_router import Harness
+from support.client_testing import failure_of, result_of
+from support.fake_router import Harness
 from test_router_transactions import engine, store  # noqa: F401 (fixtures)
 
 

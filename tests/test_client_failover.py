@@ -15,8 +15,8 @@ from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpo
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings
 
-from fake_router import FakeEngine
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.fake_router import FakeEngine
+from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
 
 
 class CuttableEndpoint:

@@ -35,8 +35,8 @@ from meshroute.wire import client_frames as f
 from meshroute.sessions.ha_view import HAView
 from meshroute.sessions.protocol import ClientFactory
 
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from fake_router import ROUTER, SESSION, FakeEngine, ScriptedEndpoint
+from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.fake_router import ROUTER, SESSION, FakeEngine, ScriptedEndpoint
 from test_client_failover import CuttableEndpoint
 
 OTHER_SESSION = "6" * 32
@@ -460,7 +460,7 @@ def test_a_pair_of_routers_fails_its_client_over(tmp_path):
     backup from the primary's Opened, fails over to it, and its retried
     send is confirmed with the stored message's id, enqueued once.
     """
-    from memory_mesh import MemoryMesh
+    from support.memory_mesh import MemoryMesh
     from meshroute.sessions.settings import ClientListenerConfig
     from meshroute.node import RouterService
 

@@ -20,7 +20,7 @@ from meshroute.sessions.session import SessionSettings
 from meshroute.config import load_config
 from meshroute.wire.codec import encode
 
-from router_connection import Connection
+from support.router_connection import Connection
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=1000, keep_alive_ms=5000)
 

@@ -30,8 +30,8 @@ from meshroute.store import ExecutorStopped
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frameset import frame_to_list
 
-import router_connection
-from fake_router import ROUTER, FakeBacklogFull, FakeEngine, FakeUnknownRouter
+from support import router_connection
+from support.fake_router import ROUTER, FakeBacklogFull, FakeEngine, FakeUnknownRouter
 
 FUZZ = settings(max_examples=200, deadline=None)
 

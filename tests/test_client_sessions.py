@@ -24,8 +24,8 @@ from meshroute.client import (
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from fake_router import SESSION, ScriptedEndpoint
+from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.fake_router import SESSION, ScriptedEndpoint
 
 OTHER_SESSION = "6" * 32
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactor
 
-from certificates import make_ca, make_server_cert
+from support.certificates import make_ca, make_server_cert
 
 from meshroute.admin.settings import AdminConfig
 from meshroute.config import format_config, load_config, parse_duration_ms

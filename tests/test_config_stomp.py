@@ -11,7 +11,7 @@ from meshroute.config import config_warnings, format_config
 from meshroute.sessions.limits import ClientLimits
 from meshroute.stomp.settings import StompListenerSettings
 
-from certificates import make_ca, make_server_cert
+from support.certificates import make_ca, make_server_cert
 from test_config import ROUTER, assert_refused, load
 
 STOMP = """

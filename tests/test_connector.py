@@ -25,7 +25,7 @@ from meshroute.link import auth
 from meshroute.events import CONNECTOR_EXHAUSTED
 from meshroute.link.connector import ConnectorService
 from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext
-from fakes import RecordingEngine
+from support.fakes import RecordingEngine
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation

@@ -6,7 +6,7 @@ C{--connect} twice, each against real C{twistd -n meshroute} routers on
 the event log, the client's output.
 """
 
-from routers import PORTS, mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import PORTS, mesh, wait_until  # noqa: F401 (mesh is a fixture)
 
 #: Client reconnection options: retry quickly, forever.
 RECONNECT = ["--reconnect-attempts", "-1", "--retry-interval", "100",

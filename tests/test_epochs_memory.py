@@ -24,7 +24,7 @@ import sqlite3
 
 import pytest
 
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 from test_messaging_memory import Consumer, assert_confirmed, events_of, send
 
 A, B, C = "router-a", "router-b", "router-c"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from conftest_spark import spark  # noqa: F401 (a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
 
 from meshroute.events import _ENCODE, EventLog, _encoded, event_files
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 
-from closed_event_files import is_closed
+from support.closed_event_files import is_closed
 
 from meshroute.events import (
     CURRENT_FILE,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from closed_event_files import is_closed
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.closed_event_files import is_closed
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 from test_audit import audit
 
 from meshroute.audit.job import EXIT_OK

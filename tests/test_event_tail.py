@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from twisted.internet.task import Clock
 
-from routers import wait_until
+from support.routers import wait_until
 
 from meshroute.events import CURRENT_FILE, EventLog, RotationSettings, event_files, events_dir
 

@@ -33,9 +33,9 @@ from meshroute.sessions.session import SessionSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
-from client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from fake_router import ROUTER, Harness, RecordingEvents
-from router_connection import Connection
+from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.fake_router import ROUTER, Harness, RecordingEvents
+from support.router_connection import Connection
 
 #: Where the tests' clock starts: a wall-clock time, in seconds.
 NOW = 1_700_000_000.0

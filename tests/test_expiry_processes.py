@@ -11,7 +11,7 @@ start takes even on a loaded machine, and the test checks that the
 messages expired in the restarted process, not before.
 """
 
-from routers import mesh  # noqa: F401 (a fixture)
+from support.routers import mesh  # noqa: F401 (a fixture)
 
 #: Long enough for the messages to cross the line and for router-c to
 #: be restarted before they expire.

@@ -11,7 +11,7 @@ import pytest
 
 from meshroute.engine import BacklogFull, UnknownRouter
 from meshroute.wire.frames import BATCH_MAX_BYTES
-from memory_mesh import BUFFER_SIZE, MemoryMesh
+from support.memory_mesh import BUFFER_SIZE, MemoryMesh
 from test_messaging_memory import Consumer, assert_confirmed, events_of, send
 
 
@@ -241,7 +241,7 @@ def test_large_messages_to_a_frozen_next_hop_are_bounded_in_bytes(mesh, monkeypa
     always moves, so that no message is too large to move), the rest in
     the store; all arrive once it thaws.
     """
-    import memory_mesh
+    from support import memory_mesh
     from meshroute.engine import WINDOW_BYTES
 
     # A transport that never pushes back: the window alone must bound it.

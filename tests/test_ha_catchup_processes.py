@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from routers import REPO_ROOT, ClientProcess, WaitTimeout, mesh  # noqa: F401 (mesh is a fixture)
+from support.routers import REPO_ROOT, ClientProcess, WaitTimeout, mesh  # noqa: F401 (mesh is a fixture)
 
 BACKLOG = 100_000
 #: Messages the pipelined producer sends meanwhile.
@@ -45,7 +45,7 @@ class TimedProducer(ClientProcess):
     def __init__(self, label: str, endpoints: list[str], to: str, directory: Path) -> None:
         self.stop_file = directory / f"{label}.stop"
         args = [a for endpoint in endpoints for a in ("--connect", endpoint)]
-        program = [sys.executable, str(REPO_ROOT / "tests" / "timed_producer.py")]
+        program = [sys.executable, str(REPO_ROOT / "tests" / "support" / "timed_producer.py")]
         super().__init__(label, [*args, "--to", to, "--stop-file", str(self.stop_file)],
                          directory, program)
 

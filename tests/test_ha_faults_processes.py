@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from proxy import TcpProxy
-from routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.proxy import TcpProxy
+from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 from test_audit import audit
 
 from meshroute.audit.job import EXIT_OK

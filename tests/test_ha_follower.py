@@ -12,7 +12,7 @@ import pytest
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 
-from fakes import RecordingEngine
+from support.fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
 from meshroute.ha.follower import MAX_WAITING_FRAMES, ReplicationFollower
 from meshroute.ha.replica import ReplicaGap

@@ -10,7 +10,7 @@ import pytest
 from twisted.internet.defer import succeed
 from twisted.internet.protocol import Factory, Protocol
 
-from memory_mesh import SECRET, MemoryMesh
+from support.memory_mesh import SECRET, MemoryMesh
 from meshroute.wire import client_frames as f
 from meshroute.sessions.settings import ClientListenerConfig
 from test_messaging_memory import Consumer

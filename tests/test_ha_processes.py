@@ -7,7 +7,7 @@ endpoints, and the active SIGKILLed under that load.
 
 import time
 
-from routers import mesh  # noqa: F401 (mesh is a fixture)
+from support.routers import mesh  # noqa: F401 (mesh is a fixture)
 
 #: Defaults of [ha]: heartbeat-interval 500 ms, lease-timeout 3 s.
 FAILOVER_BOUND_S = 3.0 + 2 * 0.5 + 1.0

@@ -17,7 +17,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import Clock, deferLater
 
-from memory_mesh import MemoryNetwork
+from support.memory_mesh import MemoryNetwork
 from meshroute.events import EventLog
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower

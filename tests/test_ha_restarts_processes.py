@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest_spark import spark  # noqa: F401 (a fixture)
-from routers import (  # noqa: F401 (mesh is a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
+from support.routers import (  # noqa: F401 (mesh is a fixture)
+    REPO_ROOT,
     ClientProcess,
     Mesh,
     RouterProcess,
@@ -45,7 +46,7 @@ ADDRESS = f"{QUEUE}@router-a"
 ACTIVE = ("active-replicated", "active-alone")
 
 
-WORKER = Path(__file__).with_name("ha_worker.py")
+WORKER = REPO_ROOT / "tests" / "support" / "ha_worker.py"
 
 
 class WorkerProcess(ClientProcess):

@@ -11,7 +11,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 
-from fakes import RecordingEngine
+from support.fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
 from meshroute.ha.voters import StartQuestion, Voters, WitnessConnection, asking_witness
 from meshroute.harules import quorum

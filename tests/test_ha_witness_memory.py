@@ -5,12 +5,12 @@ listener; the router's grant is durable across a restart, and a vote
 connection leaves the routing link of the same router name alone.
 """
 
-from memory_mesh import SECRET, MemoryMesh
+from support.memory_mesh import SECRET, MemoryMesh
 from meshroute.harules.quorum import ACTIVE_ALIVE, STALE_EPOCH
 from meshroute.link import reasons
 from meshroute.wire.frames import HeartbeatAnswer, VoteAnswer
 from test_mesh_memory import events_of, mesh  # noqa: F401 (mesh: a fixture)
-from vote_candidate import VoteCandidate
+from support.vote_candidate import VoteCandidate
 
 GROUP = "router-b"
 PRIMARY = "router-b/primary"

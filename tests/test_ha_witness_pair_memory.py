@@ -7,13 +7,13 @@ groups are replicated, so a grant survives the pair's failover.
 
 from twisted.internet.error import ConnectionRefusedError
 
-from memory_mesh import SECRET
+from support.memory_mesh import SECRET
 from meshroute.harules.quorum import STALE_EPOCH
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.wire.frames import VoteAnswer
 from test_ha_pair_memory import FAILOVER_BOUND, LEASE_MS, ROUTER, Pair, pair, serving  # noqa: F401
 from test_ha_pair_memory import start_both
-from vote_candidate import VoteCandidate
+from support.vote_candidate import VoteCandidate
 
 GROUP_X = "router-x"
 X_PRIMARY = "router-x/primary"

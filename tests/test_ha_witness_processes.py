@@ -7,8 +7,8 @@ survives SIGKILL (the store synced it before the answer was sent).
 import socket
 
 from meshroute.harules.quorum import STALE_EPOCH
-from routers import mesh  # noqa: F401 (mesh is a fixture)
-from vote_candidate import VoteCandidate
+from support.routers import mesh  # noqa: F401 (mesh is a fixture)
+from support.vote_candidate import VoteCandidate
 
 GROUP = "router-b"
 PRIMARY = "router-b/primary"

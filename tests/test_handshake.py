@@ -33,7 +33,7 @@ from twisted.python.failure import Failure
 from meshroute import events
 from meshroute.link import auth, handshake, reasons
 from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
-from fakes import RecordingEngine
+from support.fakes import RecordingEngine
 from meshroute.link.protocol import ConnectorFactory, ListenerFactory, LinkProtocol
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.traffic import Traffic

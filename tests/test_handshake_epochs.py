@@ -20,7 +20,7 @@ from meshroute.link.epochs import PeerEpochs
 from meshroute.link.handshake import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.wire.frames import Authenticate, Authenticated, Hello, Recovery, Reject, Welcome
-from fakes import RecordingEngine
+from support.fakes import RecordingEngine
 from test_handshake import KEEPALIVE, LOCAL, REJECT_DELAY, REMOTE, STAGE_TIMEOUT, Router
 
 

@@ -22,9 +22,9 @@ from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import MECHANISM, ScramClient
 from meshroute.wire.codec import encode
 
-from client_auth_testing import scram_open
-from fake_router import ROUTER, FakeEngine
-from router_connection import Connection
+from support.client_auth_testing import scram_open
+from support.fake_router import ROUTER, FakeEngine
+from support.router_connection import Connection
 
 USERS = {"app": derive("app-pw", iterations=4096)}
 PERMISSIONS = (Permission(("app",), send=("q",), consume=("q",)),)

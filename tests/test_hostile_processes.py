@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
-from routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 
 MAX_CONNECTIONS = 48
 #: Slots the slowloris client leaves to the others (producer, hostile

@@ -26,8 +26,8 @@ from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import MAX_HELD_ANSWERS
 from meshroute.wire.codec import encode
 
-from fake_router import FakeEngine
-from router_connection import Connection
+from support.fake_router import FakeEngine
+from support.router_connection import Connection
 
 #: A small frame bound, so that bounds are reached within an example.
 MAX_FRAME = 4096

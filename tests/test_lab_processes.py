@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from routers import REPO_ROOT, router_env
+from support.routers import REPO_ROOT, router_env
 
 #: The failover bound of issue 9 at the lab's [ha] defaults.
 FAILOVER_BOUND_S = 3.0 + 2 * 0.5 + 1.0

@@ -15,7 +15,7 @@ import pytest
 from meshroute.engine import ACK_DELAY_S
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 from test_messaging_memory import Consumer, assert_confirmed, events_of, line, send
 
 

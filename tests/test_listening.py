@@ -13,7 +13,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
-from fakes import RecordingEndpoint
+from support.fakes import RecordingEndpoint
 from meshroute.errors import ConfigError
 from meshroute.listening import Listening
 

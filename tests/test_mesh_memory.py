@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from meshroute.events import read_events
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 
 INTERVAL = 0.2  # the mesh's keepalive interval, seconds
 

@@ -10,7 +10,7 @@ import pytest
 from meshroute.engine import BacklogFull, UnknownRouter
 from meshroute.events import read_events
 from meshroute.messages import DEAD_LETTER_QUEUE, AddressError
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 
 
 @pytest.fixture
@@ -240,7 +240,7 @@ def test_window_bounds_what_is_in_flight(mesh, monkeypatch):
     transport's buffer is made large enough that the window, not
     backpressure, is what stops it.)
     """
-    import memory_mesh
+    from support import memory_mesh
     from meshroute.engine import WINDOW
 
     monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**20)

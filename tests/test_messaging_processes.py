@@ -40,7 +40,7 @@ from collections import Counter
 import msgpack
 import pytest
 
-from routers import (  # noqa: F401 (mesh is a fixture)
+from support.routers import (  # noqa: F401 (mesh is a fixture)
     KEEPALIVE_INTERVAL_MS,
     mesh,
     wait_until,

@@ -14,7 +14,7 @@ from meshroute.admin.metrics import HA_STATES, LINK_STAGES, RouterCollector
 from meshroute.events import read_events
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 from test_ha_pair_memory import Pair, send as send_to_pair, start_both
 
 N = 300

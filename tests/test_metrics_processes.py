@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from routers import mesh, wait_until, write_token_file  # noqa: F401 (mesh is a fixture)
+from support.routers import mesh, wait_until, write_token_file  # noqa: F401 (mesh is a fixture)
 
 N = 500
 TOKEN = "metrics-token-0123456789abcdef"

@@ -100,7 +100,7 @@ def test_only_the_admin_api_answers_until_the_store_is_open(tmp_path):
     """
     from twisted.internet.defer import Deferred
 
-    from fakes import RecordingEndpoints
+    from support.fakes import RecordingEndpoints
     from meshroute.node import RouterService
     from meshroute.store.executor import InlineExecutor
 

@@ -17,8 +17,8 @@ import tomllib
 
 import pytest
 
-from certificates import make_ca, make_server_cert
-from routers import (  # noqa: F401 (mesh is a fixture)
+from support.certificates import make_ca, make_server_cert
+from support.routers import (  # noqa: F401 (mesh is a fixture)
     KEEPALIVE_INTERVAL_MS,
     PORTS,
     STAGE_VALID_TIMEOUT_MS,

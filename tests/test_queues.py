@@ -19,7 +19,7 @@ from meshroute.messages import Message
 from meshroute.queues import MARK_RETRY_S, QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
 
-from fake_router import ROUTER, RecordingEvents
+from support.fake_router import ROUTER, RecordingEvents
 
 class CountingStore:
     """

@@ -30,9 +30,9 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
-from fake_router import ROUTER, FakeEngine, RecordingEvents
-from router_connection import Connection
-from memory_mesh import MemoryMesh
+from support.fake_router import ROUTER, FakeEngine, RecordingEvents
+from support.router_connection import Connection
+from support.memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
 
@@ -1065,7 +1065,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
     """
     from twisted.internet.protocol import Factory, Protocol
 
-    from memory_mesh import MemoryMesh
+    from support.memory_mesh import MemoryMesh
     from meshroute.sessions.settings import ClientListenerConfig, ClientReconnectConfig
     from meshroute.events import read_events
 

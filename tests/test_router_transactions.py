@@ -17,7 +17,7 @@ from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import DuplicateMessage
 
-from fake_router import ROUTER, RecordingEvents
+from support.fake_router import ROUTER, RecordingEvents
 from test_router_sessions import SETTINGS, Connection, deliveries, only
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from meshroute.engine import MessageEngine
 from meshroute.routing.table import RouteTable
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 
 #: A ring of twelve routers with chords: 3 or 4 links each.
 NAMES = [f"r{i:02d}" for i in range(12)]

@@ -12,8 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from certificates import make_ca, make_server_cert
-from routers import (  # noqa: F401 (mesh is a fixture)
+from support.certificates import make_ca, make_server_cert
+from support.routers import (  # noqa: F401 (mesh is a fixture)
     mesh,
     run_cli,
     wait_until,

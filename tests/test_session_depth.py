@@ -17,7 +17,7 @@ from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import DROP_OLDEST, SessionSettings
 from meshroute.wire import client_frames as f
 
-from router_connection import Connection
+from support.router_connection import Connection
 
 # -- the rule --------------------------------------------------------------------
 

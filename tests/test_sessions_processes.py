@@ -29,8 +29,8 @@ import pytest
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode
 
-from proxy import TcpProxy
-from routers import mesh, router_env, tail, wait_until  # noqa: F401 (mesh is a fixture)
+from support.proxy import TcpProxy
+from support.routers import mesh, router_env, tail, wait_until  # noqa: F401 (mesh is a fixture)
 
 QUEUE = "q"
 KEEP_ALIVE = "3s"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from routers import PORTS, mesh, run_cli  # noqa: F401 (mesh is a fixture)
+from support.routers import PORTS, mesh, run_cli  # noqa: F401 (mesh is a fixture)
 
 
 @pytest.fixture

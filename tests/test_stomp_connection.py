@@ -23,8 +23,8 @@ from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
-from fake_router import ROUTER, RecordingEvents
-from router_connection import Connection
+from support.fake_router import ROUTER, RecordingEvents
+from support.router_connection import Connection
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=500)
 

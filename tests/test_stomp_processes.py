@@ -22,10 +22,10 @@ import threading
 import pytest
 import stomp
 
-from certificates import make_ca, make_client_cert, make_server_cert
+from support.certificates import make_ca, make_client_cert, make_server_cert
 from meshroute.security.credentials import derive
 from meshroute.security.users import write_users
-from routers import REPO_ROOT, ClientProcess, mesh, router_env, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import REPO_ROOT, ClientProcess, mesh, router_env, wait_until  # noqa: F401 (mesh is a fixture)
 
 #: Deadlines: generous, for a loaded 2-core machine.
 TIMEOUT_S = 60.0

@@ -8,7 +8,7 @@ import pytest
 from twisted.internet.protocol import Factory, Protocol
 
 from meshroute.admin.topology import describe_topology
-from memory_mesh import MemoryMesh
+from support.memory_mesh import MemoryMesh
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ says otherwise).
 
 import pytest
 
-from routers import mesh  # noqa: F401 (a fixture)
+from support.routers import mesh  # noqa: F401 (a fixture)
 
 RING = (("router-a", "router-b"), ("router-a", "router-c"), ("router-b", "router-c"))
 

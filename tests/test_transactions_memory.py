@@ -20,8 +20,8 @@ from meshroute.client import (
 from meshroute.sessions.settings import ClientListenerConfig
 from meshroute.events import read_events
 
-from client_testing import failure_of, result_of
-from memory_mesh import MemoryMesh
+from support.client_testing import failure_of, result_of
+from support.memory_mesh import MemoryMesh
 
 N = 5
 

@@ -26,7 +26,7 @@ from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import FastTransfer, Transfer
 
 from simulation.actors import ConsumerActor, ProducerActor
-from memory_mesh import InjectedStoreError
+from support.memory_mesh import InjectedStoreError
 from simulation.network import HIGH_WATER, FaultyMesh
 from simulation.schedule import FAULT_PHASE_S, Schedule
 

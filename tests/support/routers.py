@@ -68,7 +68,7 @@ import pytest
 from meshroute.events import events_dir, read_events
 
 #: The checkout under test: put first on the routers' PYTHONPATH.
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Short intervals for tests, in milliseconds.  stage-valid-timeout and
 #: reject-disconnect-delay are at the minimum the configuration allows.

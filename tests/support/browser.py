@@ -37,7 +37,7 @@ import websocket
 
 #: Where screenshots and other test artifacts go, unless
 #: C{MESHROUTE_TEST_ARTIFACTS} names another directory.
-DEFAULT_ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts"
+DEFAULT_ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
 
 #: The window the page is laid out in (and screenshots' size).
 WINDOW = (1280, 800)

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from routers import router_env, tail, wait_until
+from support.routers import router_env, tail, wait_until
 
 from meshroute.audit.follow import CLOSED_FILES
 from meshroute.events import file_name

@@ -3,7 +3,7 @@ One local SparkSession for the whole test run: starting Spark costs
 seconds, so every audit test shares this one.  A test module imports the
 fixture::
 
-    from conftest_spark import spark  # noqa: F401 (a fixture)
+    from support.spark import spark  # noqa: F401 (a fixture)
 
 Tests that need Spark are skipped when pyspark is not installed (it is
 the C{audit} extra, which C{make test} installs).

@@ -36,7 +36,7 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode
 
-from client_testing import result_of
+from support.client_testing import result_of
 
 #: The faked router's name.
 ROUTER = "router-a"
