@@ -38,21 +38,11 @@ from meshroute.audit.job import (
     run,
     session_conf,
 )
+from support.audit_testing import (  # noqa: F401 (fixtures among them)
+    audit,
+)
 
 A, B, C, D = "router-a", "router-b", "router-c", "router-d"
-
-
-def audit(spark, inputs, out, **options):
-    """
-    Run the job on the shared session; return (exit status, stdout,
-    stderr, summary or None).
-    """
-    stdout, stderr = io.StringIO(), io.StringIO()
-    settings = AuditSettings(inputs=[str(i) for i in inputs], out=str(out), **options)
-    code = run(settings, out=stdout, err=stderr, spark=spark)
-    path = Path(out) / "summary.json"
-    summary = json.loads(path.read_text()) if code != EXIT_BAD_INPUT and path.exists() else None
-    return code, stdout.getvalue(), stderr.getvalue(), summary
 
 
 def nearest_rank(values, p):

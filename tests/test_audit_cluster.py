@@ -16,7 +16,7 @@ import pytest
 from support.closed_event_files import Follower
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.routers import router_env
-from test_audit import audit
+from support.audit_testing import audit
 from test_audit_follow import figures, rotated_synthetic
 
 from meshroute.audit.job import EXIT_BROKEN_PROMISES

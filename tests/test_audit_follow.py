@@ -19,7 +19,8 @@ from support.spark import spark  # noqa: F401 (a fixture)
 from support.event_generator import START
 from pyspark.sql import functions as F
 from support.routers import mesh  # noqa: F401 (a fixture)
-from test_audit import A, B, C, audit, synthetic_mesh
+from support.audit_testing import audit
+from test_audit import A, B, C, synthetic_mesh
 
 from meshroute.audit import follow, incremental, job, read, views
 from meshroute.audit.inputs import AuditInputError

@@ -12,7 +12,7 @@ import pytest
 
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.event_generator import START
-from test_audit import audit
+from support.audit_testing import audit
 
 from meshroute.audit import report
 from meshroute.audit.job import EXIT_OK

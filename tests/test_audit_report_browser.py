@@ -9,7 +9,8 @@ artifact (var/test-artifacts/audit-report.png).
 import pytest
 
 from support.spark import spark  # noqa: F401 (a fixture)
-from test_audit import audit, synthetic_mesh
+from support.audit_testing import audit
+from test_audit import synthetic_mesh
 from test_audit_ha import pair_logs
 
 from meshroute.audit.job import EXIT_BROKEN_PROMISES

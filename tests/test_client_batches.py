@@ -22,7 +22,7 @@ from meshroute.queues import READ_AHEAD
 
 from support.client_testing import failure_of, result_of
 from support.fake_router import Harness
-from test_router_transactions import engine, store  # noqa: F401 (fixtures)
+from support.router_engine import engine, store  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import sqlite3
 import pytest
 
 from support.memory_mesh import MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, events_of, send
+from support.mesh_testing import Consumer, assert_confirmed, events_of, send
 
 A, B, C = "router-a", "router-b", "router-c"
 OLD_B, NEW_B = "b-epoch-1", "b-epoch-2"

@@ -18,7 +18,7 @@ import pytest
 from support.closed_event_files import is_closed
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
-from test_audit import audit
+from support.audit_testing import audit
 
 from meshroute.audit.job import EXIT_OK
 from meshroute.events import OPEN_SUFFIX, event_files

@@ -12,7 +12,7 @@ import pytest
 from meshroute.engine import BacklogFull, UnknownRouter
 from meshroute.wire.frames import BATCH_MAX_BYTES
 from support.memory_mesh import BUFFER_SIZE, MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, events_of, send
+from support.mesh_testing import Consumer, assert_confirmed, events_of, send
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.proxy import TcpProxy
 from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
-from test_audit import audit
+from support.audit_testing import audit
 
 from meshroute.audit.job import EXIT_OK
 

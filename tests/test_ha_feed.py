@@ -46,8 +46,8 @@ from meshroute.wire.frames import (
     Welcome,
 )
 from meshroute.witness import Witness
-from test_ha_witness import HeldRecords
-from test_handshake import REMOTE, router  # noqa: F401 (router: a fixture)
+from support.held_records import HeldRecords
+from support.link_peer import REMOTE, router  # noqa: F401 (router: a fixture)
 
 NAME = "router-b"
 SECRET = b"mesh secret"

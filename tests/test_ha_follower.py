@@ -37,7 +37,7 @@ from meshroute.wire.frames import (
     SnapshotEnd,
     Welcome,
 )
-from test_connector import LISTENER_CHALLENGE, Attempt, FakeEndpoint
+from support.connector_testing import LISTENER_CHALLENGE, Attempt, FakeEndpoint
 
 NAME = "router-b"
 SECRET = b"mesh secret"

@@ -8,7 +8,7 @@ import pytest
 from meshroute.ha.gate import ALONE, HELD, REPLICATED, ReplicationGate
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.changes import ChangeBatch
-from test_store import ROUTER, msg
+from support.store_testing import ROUTER, msg
 
 
 class RecordingSource:

@@ -30,7 +30,7 @@ from meshroute.store import (
     ThreadedExecutor,
 )
 from meshroute.store.changes import ChangeBatch
-from test_store import ROUTER
+from support.store_testing import ROUTER
 
 PEERS = ("router-b", "router-c")
 

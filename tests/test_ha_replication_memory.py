@@ -34,8 +34,8 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.witness import Witness
 from test_ha_replica import message, rows
-from test_ha_witness import HeldRecords
-from test_store import ROUTER
+from support.held_records import HeldRecords
+from support.store_testing import ROUTER
 
 SECRET = b"pair secret"
 ADDRESS = "active:7100"

@@ -32,7 +32,7 @@ from support.routers import (  # noqa: F401 (mesh is a fixture)
     router_env,
     wait_until,
 )
-from test_audit import audit
+from support.audit_testing import audit
 
 from meshroute.audit.job import EXIT_OK
 

@@ -16,7 +16,7 @@ from meshroute.ha.source import ReplicationSource, Snapshot
 from meshroute.harules.quorum import LogPosition
 from meshroute.store import SQLiteStore, ThreadedExecutor
 from meshroute.store.changes import ChangeBatch
-from test_store import ROUTER, msg
+from support.store_testing import ROUTER, msg
 
 
 def batch(position: int, epoch: int = 1, size: int = 10) -> ChangeBatch:

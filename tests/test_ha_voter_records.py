@@ -16,7 +16,7 @@ from meshroute.harules.quorum import STALE_EPOCH, LogPosition, VoterRecord
 from meshroute.interfaces import IVoterRecords
 from meshroute.wire import frames
 from meshroute.witness import Witness
-from test_store import Opener, opener  # noqa: F401 (the fixture)
+from support.store_testing import Opener, opener  # noqa: F401 (the fixture)
 
 GRANTED = VoterRecord(7, "router-b/backup", LogPosition(6, 120), LogPosition(7, 0))
 LEARNED = VoterRecord(8, "router-b/primary", LogPosition(7, 30), LogPosition(7, 30), learned=True)

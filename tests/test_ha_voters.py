@@ -36,8 +36,8 @@ from meshroute.wire.frames import (
     Welcome,
 )
 from meshroute.witness import Witness
-from test_connector import LISTENER_CHALLENGE, Attempt, FakeEndpoint
-from test_ha_witness import HeldRecords
+from support.connector_testing import LISTENER_CHALLENGE, Attempt, FakeEndpoint
+from support.held_records import HeldRecords
 
 SECRET = b"s3cret-mesh-password"
 ROUTER = "router-b"

@@ -18,7 +18,7 @@ from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
-from test_mesh_memory import events_of, mesh  # noqa: F401 (mesh: a fixture)
+from support.mesh_testing import events_of, mesh  # noqa: F401 (mesh: a fixture)
 
 ROUTER = "router-b"
 GROUP = "router-b"

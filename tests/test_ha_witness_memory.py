@@ -9,7 +9,7 @@ from support.memory_mesh import SECRET, MemoryMesh
 from meshroute.harules.quorum import ACTIVE_ALIVE, STALE_EPOCH
 from meshroute.link import reasons
 from meshroute.wire.frames import HeartbeatAnswer, VoteAnswer
-from test_mesh_memory import events_of, mesh  # noqa: F401 (mesh: a fixture)
+from support.mesh_testing import events_of, mesh  # noqa: F401 (mesh: a fixture)
 from support.vote_candidate import VoteCandidate
 
 GROUP = "router-b"

@@ -11,8 +11,8 @@ from support.memory_mesh import SECRET
 from meshroute.harules.quorum import STALE_EPOCH
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.wire.frames import VoteAnswer
-from test_ha_pair_memory import FAILOVER_BOUND, LEASE_MS, ROUTER, Pair, pair, serving  # noqa: F401
-from test_ha_pair_memory import start_both
+from support.ha_pair import FAILOVER_BOUND, LEASE_MS, ROUTER, Pair, pair, serving  # noqa: F401
+from support.ha_pair import start_both
 from support.vote_candidate import VoteCandidate
 
 GROUP_X = "router-x"

@@ -21,7 +21,7 @@ from meshroute.link.handshake import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.wire.frames import Authenticate, Authenticated, Hello, Recovery, Reject, Welcome
 from support.fakes import RecordingEngine
-from test_handshake import KEEPALIVE, LOCAL, REJECT_DELAY, REMOTE, STAGE_TIMEOUT, Router
+from support.link_peer import KEEPALIVE, LOCAL, REJECT_DELAY, REMOTE, STAGE_TIMEOUT, Router
 
 
 class FakeEpochStore:

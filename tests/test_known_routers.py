@@ -16,7 +16,7 @@ from zope.interface.verify import verifyObject
 from meshroute.interfaces import IKnownRouters
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import Advertisement, RouteTable
-from test_store import opener  # noqa: F401 (the fixture)
+from support.store_testing import opener  # noqa: F401 (the fixture)
 
 
 @pytest_twisted.ensureDeferred

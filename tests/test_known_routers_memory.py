@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from support.memory_mesh import MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, send
+from support.mesh_testing import Consumer, assert_confirmed, send
 
 A, B, C = "router-a", "router-b", "router-c"
 

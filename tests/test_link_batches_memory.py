@@ -20,7 +20,7 @@ from meshroute.wire.frames import (
 )
 from support.memory_mesh import MemoryMesh
 from test_link_faults_memory import closes_for_store, take_store_failures
-from test_messaging_memory import Consumer, assert_confirmed, events_of, send
+from support.mesh_testing import Consumer, assert_confirmed, events_of, send
 
 A = "router-a"
 B = "router-b"

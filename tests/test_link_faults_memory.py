@@ -16,7 +16,7 @@ from meshroute.engine import ACK_DELAY_S
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
 from support.memory_mesh import MemoryMesh
-from test_messaging_memory import Consumer, assert_confirmed, events_of, line, send
+from support.mesh_testing import Consumer, assert_confirmed, events_of, line, send
 
 
 @pytest.fixture

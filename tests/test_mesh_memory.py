@@ -9,20 +9,9 @@ import pytest
 
 from meshroute.events import read_events
 from support.memory_mesh import MemoryMesh
+from support.mesh_testing import events_of, mesh  # noqa: F401 (mesh: a fixture)
 
 INTERVAL = 0.2  # the mesh's keepalive interval, seconds
-
-
-@pytest.fixture
-def mesh(tmp_path):
-    mesh = MemoryMesh(tmp_path)
-    yield mesh
-    mesh.stop_all()
-
-
-def events_of(router, event: str) -> list[dict]:
-    router.events.flush()
-    return [e for e in read_events(router.events.data_dir) if e["event"] == event]
 
 
 def ring(mesh: MemoryMesh) -> None:

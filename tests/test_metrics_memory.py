@@ -15,7 +15,7 @@ from meshroute.events import read_events
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
 from support.memory_mesh import MemoryMesh
-from test_ha_pair_memory import Pair, send as send_to_pair, start_both
+from support.ha_pair import Pair, send as send_to_pair, start_both
 
 N = 300
 

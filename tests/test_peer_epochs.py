@@ -13,7 +13,7 @@ from zope.interface.verify import verifyObject
 from meshroute.interfaces import IPeerEpochs
 from meshroute.link.epochs import PeerEpochs
 from meshroute.link.registry import LinkRegistry
-from test_store import opener  # noqa: F401 (the fixture)
+from support.store_testing import opener  # noqa: F401 (the fixture)
 
 
 @pytest_twisted.ensureDeferred

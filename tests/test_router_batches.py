@@ -15,7 +15,8 @@ from meshroute.wire import client_frames as f
 from meshroute.engine import BacklogFull
 
 from test_router_sessions import Connection, deliveries, make_factory, only
-from test_router_transactions import engine, factory, store  # noqa: F401 (fixtures)
+from support.router_engine import engine, store  # noqa: F401 (fixtures)
+from test_router_transactions import factory  # noqa: F401 (a fixture)
 
 
 def open_with(connection: Connection, versions: list, session_id: str = "",

@@ -18,24 +18,8 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import DuplicateMessage
 
 from support.fake_router import ROUTER, RecordingEvents
+from support.router_engine import engine, store  # noqa: F401 (fixtures)
 from test_router_sessions import SETTINGS, Connection, deliveries, only
-
-
-@pytest.fixture
-def store(tmp_path, clock):
-    store = SQLiteStore(str(tmp_path / "engine.sqlite"), "normal", InlineExecutor(),
-                        router=ROUTER, clock=clock, duplicate_id_window_s=60)
-    store.open()
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def engine(store, clock):
-    events = RecordingEvents()
-    engine = MessageEngine(ROUTER, store, RouteTable(ROUTER, clock), events, clock)
-    engine.events = events
-    return engine
 
 
 @pytest.fixture

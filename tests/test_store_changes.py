@@ -19,7 +19,7 @@ from meshroute.store.changes import (
     RecordingConnection,
     apply_statements,
 )
-from test_store import ROUTER, hold_writer, msg
+from support.store_testing import ROUTER, hold_writer, msg
 
 
 @implementer(ICommitGate)

@@ -1,0 +1,104 @@
+"""
+The stores the store tests open, and what other tests borrow from them: a
+message maker (L{msg}), an L{Opener} of stores with each executor (the
+parametrized C{opener} fixture) and a way to hold the writer thread so
+that everything submitted meanwhile goes into one transaction.
+"""
+
+import threading
+from pathlib import Path
+import pytest_twisted
+from twisted.internet import defer, reactor
+from meshroute.messages import Message
+from meshroute.store import InlineExecutor, SQLiteStore, ThreadedExecutor, TurnExecutor
+
+
+ROUTER = "router-a"
+
+
+def msg(n, dest_router="router-c", dest_queue="q", **fields) -> Message:
+    """
+    Message C{m<n>} from router-a.
+    """
+    return Message(
+        f"m{n}", ROUTER, dest_router, dest_queue, f"body {n}".encode(),
+        accepted_at=1000.0 + n, **fields,
+    )
+
+
+def ids(pairs) -> list:
+    """
+    The msg_ids of C{(x, message, ...)} tuples.
+    """
+    return [p[1].msg_id for p in pairs]
+
+
+class Opener:
+    """
+    Opens stores with one kind of executor, and closes them all at the end.
+    """
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        self.kind = kind
+        self.directory = directory
+        self.stores: list[SQLiteStore] = []
+
+    def executor(self):
+        if self.kind == "inline":
+            return InlineExecutor()
+        return TurnExecutor(reactor) if self.kind == "turn" else ThreadedExecutor(reactor)
+
+    async def open(self, name="store.db", sync="full", router=ROUTER, **kwargs) -> SQLiteStore:
+        store = SQLiteStore(
+            str(self.directory / name), sync, self.executor(), router=router, **kwargs
+        )
+        self.stores.append(store)
+        await store.open()
+        return store
+
+    async def reopen(self, store: SQLiteStore, **kwargs) -> SQLiteStore:
+        await store.close()
+        return await self.open(Path(store.path).name, store.sync, **kwargs)
+
+
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn"])
+async def opener(request, tmp_path):
+    opener = Opener(request.param, tmp_path)
+    yield opener
+    for store in opener.stores:
+        await store.close()
+
+
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn"])
+async def store(request, tmp_path):
+    opener = Opener(request.param, tmp_path)
+    yield await opener.open()
+    for store in opener.stores:
+        await store.close()
+
+
+@pytest_twisted.async_yield_fixture()
+async def threaded(tmp_path):
+    opener = Opener("threaded", tmp_path)
+    yield opener
+    for store in opener.stores:
+        await store.close()
+
+
+def hold_writer(store: SQLiteStore) -> tuple[threading.Event, defer.Deferred]:
+    """
+    Block C{store}'s writer thread until the returned event is set, so
+    that everything submitted meanwhile goes into one transaction.
+    """
+    started = threading.Event()
+    go = threading.Event()
+
+    def hold(connection) -> None:
+        started.set()
+        go.wait()
+
+    held = store.executor.submit(hold)
+    # The writer thread is inside the hold before anything else is queued
+    # (blocking the reactor thread for that moment is harmless here).
+    assert started.wait(timeout=30)
+    return go, held
