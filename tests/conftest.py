@@ -1,5 +1,6 @@
 """
-Shared fixtures.
+Shared fixtures, for every test folder (tests/X/ holds the tests of
+meshroute/X/; the helpers they share are the package tests/support).
 
 Every test runs under L{observe_errors}: an error or a failure logged
 through twisted.logger fails the test, unless the test takes the errors it
@@ -11,7 +12,7 @@ from twisted.logger import LogLevel, globalLogPublisher
 
 
 #: The test files that take longest, slowest first (C{--durations} of a
-#: whole run): they are collected first.
+#: whole run), by file name without its folder: they are collected first.
 SLOWEST_FILES = (
     "test_audit_follow", "test_audit_cluster", "test_ha_restarts_processes",
     "test_simulation", "test_ha_faults_processes", "test_event_rotation_processes",
@@ -30,7 +31,7 @@ def pytest_collection_modifyitems(items):
     idle while it ends.
     """
     rank = {name: index for index, name in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 
 
 class ErrorObserver:
@@ -89,7 +90,7 @@ def clock():
 def engine(tmp_path, clock):
     """
     The engine a router-side client test runs against: a real store under
-    L{fake_router.FakeEngine}, whose commits the test lets land.
+    L{support.fake_router.FakeEngine}, whose commits the test lets land.
     """
     from support.fake_router import FakeEngine
 
@@ -101,7 +102,7 @@ def engine(tmp_path, clock):
 @pytest.fixture
 def browser():
     """
-    A headless Chromium (L{browser.Browser}); the test is skipped where
+    A headless Chromium (L{support.browser.Browser}); the test is skipped where
     none is installed.
     """
     from support.browser import Browser, chromium_path
@@ -117,7 +118,7 @@ def browser():
 def artifacts():
     """
     The directory a test saves screenshots and other artifacts in
-    (L{browser.artifacts_directory}: var/test-artifacts by default).
+    (L{support.browser.artifacts_directory}: var/test-artifacts by default).
     """
     from support.browser import artifacts_directory
 

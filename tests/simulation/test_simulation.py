@@ -64,7 +64,7 @@ def test_a_seed_replays_exactly_in_another_process(observe_errors):
     """
     here = digest(7)
     observe_errors.take(lambda event: True)
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONHASHSEED": "12345",
            "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
     output = subprocess.run([sys.executable, "-m", "simulation", "--seed", "7", "--runs", "1",

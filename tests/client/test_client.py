@@ -818,7 +818,7 @@ def meshroute_command(*args):
     from twisted.internet.utils import getProcessOutputAndValue
 
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return getProcessOutputAndValue(sys.executable, ["-m", "meshroute.cli", *args], env=env,
                                     reactor=reactor)

@@ -17,7 +17,7 @@ import pytest
 import twisted
 
 BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _installed_for_real() -> bool:

@@ -54,7 +54,7 @@ from support.store_testing import (  # noqa: F401 (fixtures among them)
     hold_writer,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The contract, method by method.
 
 

@@ -638,7 +638,7 @@ def test_the_docs_list_the_schema_the_audit_reads_with():
     """
     from meshroute.audit import schema
 
-    docs = Path(__file__).resolve().parent.parent / "docs" / "events.md"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "events.md"
     assert schema.describe_fields() in docs.read_text(encoding="utf-8")
 
 
@@ -787,7 +787,7 @@ def test_python_m_meshroute_audit_exit_status_on_bad_input(tmp_path):
     with exit status 1, before starting Spark.
     """
     (tmp_path / "logs").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     for args, message in (([str(tmp_path / "logs"), "--out", str(tmp_path / "out")],
                            "no *.jsonl event logs in it"),
                           ([str(tmp_path / "logs")], "--out")):

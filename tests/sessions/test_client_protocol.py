@@ -417,7 +417,7 @@ def test_the_frame_table_in_the_docs_lists_every_field_of_every_frame():
     import re
     from pathlib import Path
 
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "client-protocol.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "client-protocol.md").read_text()
     table = docs.split("## Frames", 1)[1].strip().split("\n\n", 1)[0]
     documented = {}
     for row in table.splitlines()[2:]:
