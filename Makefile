@@ -25,7 +25,7 @@ run: install
 lab: install
 	$(PY) -m meshroute.lab etc/lab
 
-# The browser tests (tests/browser.py) drive headless Chromium: installed
+# The browser tests (tests/support/browser.py) drive headless Chromium: installed
 # here where we can (root, with apt-get), and never a reason for the target
 # to fail; where it is missing, those tests are skipped and say why.
 chromium:

@@ -1,9 +1,9 @@
 """
 The streaming audit's cost per micro-batch as history grows.
 
-The generator (tests/event_generator.py, C{write_bulk}) writes N events
+The generator (tests/support/event_generator.py, C{write_bulk}) writes N events
 for M routers; each router's log is cut into closed rotated files
-(tests/closed_event_files.py), and the streaming audit's C{foreachBatch}
+(tests/support/closed_event_files.py), and the streaming audit's C{foreachBatch}
 (meshroute.audit.follow.StreamingAudit) is fed a few files at a time, in
 the order a router closes them, on one local Spark session.  Per
 micro-batch it prints the lines read so far, the micro-batch's seconds,

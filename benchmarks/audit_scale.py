@@ -2,7 +2,7 @@
 The audit at scale: generate N million events for a mesh of M routers and
 time the audit on Spark's local mode.
 
-For each size, the generator (tests/event_generator.py, C{write_bulk})
+For each size, the generator (tests/support/event_generator.py, C{write_bulk})
 writes one JSON-lines file per router, with known losses (0.1 %),
 duplicates (0.1 %) and a malformed line every 100,000; then a fresh
 process runs the audit job on a fresh local Spark, exactly as

@@ -21,7 +21,7 @@ are sent (iosim alone never pauses one).
 
 It is in the package, not under C{tests/}, because the scale benchmark
 (C{benchmarks/mesh_scale.py}) runs its meshes on it too; tests import it
-through C{tests/memory_mesh.py}.
+through C{tests/support/memory_mesh.py}.
 """
 
 import sqlite3

@@ -1,5 +1,5 @@
 """
-The browser driver of the page tests (tests/browser.py), on pages that
+The browser driver of the page tests (tests/support/browser.py), on pages that
 need no server: what it reports is what the page did.
 """
 

@@ -4,7 +4,7 @@ duplicates, latencies and link failures give exactly those numbers; a
 real routed run through an in-memory line A–B–C with a partition and a
 crash audits clean; bad input is reported, never crashes the job.
 
-Every Spark test shares one local session (L{conftest_spark.spark}), and
+Every Spark test shares one local session (L{support.spark.spark}), and
 the expensive audits run once per module (fixtures) with several tests
 reading their results.
 """

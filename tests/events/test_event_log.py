@@ -2,7 +2,7 @@
 The event log's records, byte for byte, and the files they are written
 to: rotation at record boundaries, by size and by age, retention, and what
 the next start makes of the files a killed router left (see
-tests/test_event_rotation.py).
+tests/events/test_event_rotation.py).
 """
 
 from hypothesis import given, settings

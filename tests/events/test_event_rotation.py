@@ -4,7 +4,7 @@ closed at record boundaries when they reach C{max-file-size} or
 C{max-age}, never written again, the oldest deleted beyond C{retain}; what
 the next start makes of the files a killed router left; and the readers
 every tool uses.  (A follower of C{current.jsonl}'s path:
-tests/test_event_tail.py.)
+tests/events/test_event_tail.py.)
 """
 
 import json

@@ -7,7 +7,7 @@ second"), as real processes on 127.0.0.1.
 The primary of router-b runs alone (a witness, router-a, makes the
 majority) and takes 100,000 persistent messages into a queue nobody
 consumes, through its client listener (C{meshroute send}, pipelined).
-Then a producer that times each send (tests/timed_producer.py) and a
+Then a producer that times each send (tests/support/timed_producer.py) and a
 pipelined one (C{meshroute send}, 20,000 more) keep sending while the
 backup starts from an empty data dir: the active takes
 a snapshot of its store, streams it and the batches since, the backup
@@ -38,7 +38,7 @@ FAILOVER_BOUND_S = 5.0
 
 class TimedProducer(ClientProcess):
     """
-    tests/timed_producer.py in the background, stopped by creating its
+    tests/support/timed_producer.py in the background, stopped by creating its
     stop file; L{messages} are its confirmed sends.
     """
 

@@ -3,7 +3,7 @@ The topology page (C{/} of the admin endpoint) in headless Chromium,
 against three real routers in a ring as the lab runs them (router-a →
 router-b → router-c → router-a): the page is loaded once and watched
 while the mesh changes.  Screenshots go to the artifacts directory
-(tests/browser.py: var/test-artifacts unless MESHROUTE_TEST_ARTIFACTS
+(tests/support/browser.py: var/test-artifacts unless MESHROUTE_TEST_ARTIFACTS
 says otherwise).
 """
 

@@ -9,7 +9,7 @@ orderly close, and every way a client can misbehave: garbage, frames out
 of stage or out of sequence, frames of the wrong direction.  Each ends
 that one connection (and its session) with C{Error(0, code)} and nothing
 else.  Sessions that outlive their connection (reattachment, TTL,
-duplicate ids) are tests/test_client_sessions.py.
+duplicate ids) are tests/client/test_client_sessions.py.
 """
 
 import itertools

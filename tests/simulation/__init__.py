@@ -6,7 +6,7 @@ traffic, faults); L{runner.run} plays it on the in-memory mesh with one
 virtual clock; L{invariants.check} says which promises it broke;
 L{shrink.shrink} minimises a failing schedule.  L{simulate} runs a range
 of seeds and reports; C{python -m simulation} (C{make simulate}) is its
-command line, and tests/test_simulation.py the CI budget.
+command line, and tests/simulation/test_simulation.py the CI budget.
 """
 
 import hashlib

@@ -1,6 +1,6 @@
 """
 Client workers for the HA process tests, run as their own processes
-(C{python tests/ha_worker.py MODE ...}) with the client API of this
+(C{python tests/support/ha_worker.py MODE ...}) with the client API of this
 checkout, as an application would run them:
 
  - C{produce}: sends persistent messages with duplicate ids, one at a

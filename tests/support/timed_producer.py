@@ -2,7 +2,7 @@
 A producer that times every send, for process tests that bound how long a
 router makes a client wait.
 
-    python tests/timed_producer.py --connect E [--connect E]... --to ADDRESS --stop-file PATH
+    python tests/support/timed_producer.py --connect E [--connect E]... --to ADDRESS --stop-file PATH
 
 It sends persistent messages one at a time (the next once the last is
 confirmed, so each latency is the router's alone, not a queue in the
