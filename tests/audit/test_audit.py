@@ -9,7 +9,6 @@ the expensive audits run once per module (fixtures) with several tests
 reading their results.
 """
 
-import io
 import json
 import math
 import os
@@ -38,9 +37,7 @@ from meshroute.audit.job import (
     run,
     session_conf,
 )
-from support.audit_testing import (  # noqa: F401 (fixtures among them)
-    audit,
-)
+from support.audit_testing import audit
 
 A, B, C, D = "router-a", "router-b", "router-c", "router-d"
 

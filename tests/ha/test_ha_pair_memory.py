@@ -6,32 +6,20 @@ in the in-memory mesh on one clock, with inline store executors.
 
 import dataclasses
 
-import pytest
-from twisted.internet.defer import succeed
 from twisted.internet.protocol import Factory, Protocol
 
-from support.memory_mesh import SECRET, MemoryMesh
 from meshroute.wire import client_frames as f
-from meshroute.sessions.settings import ClientListenerConfig
 from support.mesh_testing import Consumer
-from meshroute.events import read_events
 from meshroute.ha import records
 from meshroute.harules import role
-from meshroute.ha.build import build_instance
-from meshroute.ha.instance import HAInstance, instance_name
-from meshroute.harules.settings import (BACKUP, PRIMARY, HASettings, ReplicationSettings,
-                                        WitnessSettings)
-from meshroute.store.executor import InlineExecutor
+from meshroute.ha.instance import HAInstance
+from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.wire.codec import FrameDecoder, encode
-from support.ha_pair import (  # noqa: F401 (fixtures among them)
+from support.ha_pair import (  # noqa: F401 (pair: a fixture)
     ROUTER,
-    WITNESS,
     HEARTBEAT_MS,
     LEASE_MS,
     FAILOVER_BOUND,
-    QUEUE,
-    _InlinePool,
-    inline_executor,
     Pair,
     pair,
     serving,

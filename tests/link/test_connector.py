@@ -11,14 +11,7 @@ delivery starts the schedule over.
 """
 
 import pytest
-from twisted.internet.address import IPv4Address
-from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone, ConnectionRefusedError
-from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
-from twisted.python.failure import Failure
-from zope.interface import implementer
 
 from meshroute.events import EventLog, read_events
 from meshroute.link import auth
@@ -29,9 +22,7 @@ from support.fakes import RecordingEngine
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
-from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frames import (
-    CHALLENGE_SIZE,
     SUPPORTED_VERSIONS,
     Authenticate,
     Authenticated,
@@ -41,7 +32,7 @@ from meshroute.wire.frames import (
     Reject,
     Welcome,
 )
-from support.connector_testing import (  # noqa: F401 (fixtures among them)
+from support.connector_testing import (
     SECRET,
     OWN,
     PEER,

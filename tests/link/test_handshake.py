@@ -21,23 +21,13 @@ bad input; shutdown; the registry.
 """
 
 import struct
-from dataclasses import dataclass
 
 import msgpack
 import pytest
-from twisted.internet.error import ConnectionDone
-from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
-from twisted.python.failure import Failure
 
 from meshroute import events
 from meshroute.link import auth, handshake, reasons
-from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
-from support.fakes import RecordingEngine
-from meshroute.link.protocol import ConnectorFactory, ListenerFactory, LinkProtocol
-from meshroute.link.registry import LinkRegistry
-from meshroute.link.traffic import Traffic
-from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
+from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
     Ack,
@@ -53,12 +43,11 @@ from meshroute.wire.frames import (
     TransferBatch,
     Welcome,
 )
-from support.link_peer import (  # noqa: F401 (fixtures among them)
+from support.link_peer import (  # noqa: F401 (router: a fixture)
     LOCAL,
     REMOTE,
     SECRET,
     STAGE_TIMEOUT_MS,
-    REJECT_DELAY_MS,
     KEEPALIVE_MS,
     EPSILON,
     STAGE_TIMEOUT,

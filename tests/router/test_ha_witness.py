@@ -5,13 +5,10 @@ saves the test makes durable when it wants.
 """
 
 import pytest
-from twisted.internet.defer import Deferred, fail, succeed
-from zope.interface import implementer
 
 from meshroute import events
 from meshroute.harules.quorum import (ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition,
                                       VoterRecord)
-from meshroute.interfaces import IVoterRecords
 from meshroute.link import handshake, reasons
 from meshroute.link.handshake import ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
@@ -42,9 +39,7 @@ from support.link_peer import (  # noqa: F401 (router: a fixture)
     Router,
     router,
 )
-from support.held_records import (  # noqa: F401 (fixtures among them)
-    HeldRecords,
-)
+from support.held_records import HeldRecords
 
 GROUP = "router-b"
 BACKUP = "router-b/backup"

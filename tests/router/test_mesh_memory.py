@@ -5,9 +5,7 @@ partitions, restarts and rejections at mesh level, with exact timings.
 
 import dataclasses
 
-import pytest
 
-from meshroute.events import read_events
 from support.memory_mesh import MemoryMesh
 from support.mesh_testing import events_of, mesh  # noqa: F401 (mesh: a fixture)
 

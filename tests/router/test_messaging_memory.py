@@ -5,13 +5,10 @@ delivery, exactly once through partitions, crashes and reroutes, waiting
 for an unreachable destination, hop limits and the non-persistent path.
 """
 
-import pytest
 
 from meshroute.engine import BacklogFull, UnknownRouter
-from meshroute.events import read_events
 from meshroute.messages import DEAD_LETTER_QUEUE, AddressError
-from support.memory_mesh import MemoryMesh
-from support.mesh_testing import (  # noqa: F401 (fixtures among them)
+from support.mesh_testing import (  # noqa: F401 (mesh: a fixture)
     mesh,
     Consumer,
     send,

@@ -12,12 +12,9 @@ from meshroute import events as event_names
 from meshroute.wire import client_frames as f
 from meshroute.sessions import transaction as transaction_module
 from meshroute.sessions.protocol import ClientFactory
-from meshroute.engine import MessageEngine
-from meshroute.routing.table import RouteTable
-from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.sqlite import DuplicateMessage
 
-from support.fake_router import ROUTER, RecordingEvents
+from support.fake_router import ROUTER
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
 from test_router_sessions import SETTINGS, Connection, deliveries, only
 

@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from zope.interface.verify import verifyObject
 
 from meshroute.errors import MeshrouteError
 from meshroute.interfaces import IMessageStore
-from meshroute.messages import DEAD_LETTER_QUEUE, Message
+from meshroute.messages import DEAD_LETTER_QUEUE
 from meshroute.store import (
     DEAD_LETTER_ADDRESS,
     DEAD_LETTER_REASON,
@@ -43,11 +42,10 @@ from meshroute.store import (
 )
 from meshroute.store.executor import RELAXED_DELAY_S
 from meshroute.store.sqlite import migrations
-from support.store_testing import (  # noqa: F401 (fixtures among them)
+from support.store_testing import (  # noqa: F401 (fixtures)
     ROUTER,
     msg,
     ids,
-    Opener,
     opener,
     store,
     threaded,
