@@ -30,7 +30,7 @@ It is a machine of its own, not states of the channel's sending machine,
 because Automat runs an input that arrives while its machine is in a
 transition only once that transition ends: the engine asks every link
 for its due acknowledgement
-(L{ChannelEngine.acknowledge_due<meshroute.peer_channel.ChannelEngine.acknowledge_due>})
+(L{IChannelEngine.acknowledge_due<meshroute.interfaces.IChannelEngine.acknowledge_due>})
 from inside a transition of the sending machine of this very link, just
 before it writes its transfers, and the Ack must go first.
 """
@@ -74,7 +74,7 @@ class AckCore:
     @ivar send: writes a frame on the link.
     @ivar forward: called with each destination router whose backlog the
         durable transfers added to, once they are acknowledged
-        (L{ChannelEngine.pump_towards<meshroute.peer_channel.ChannelEngine.pump_towards>}).
+        (L{IChannelEngine.pump_towards<meshroute.interfaces.IChannelEngine.pump_towards>}).
     @ivar every: durable transfers acknowledged at the end of their turn
         even with nothing to forward.
     @ivar delay_s: the longest an acknowledgement waits for more.
@@ -91,6 +91,14 @@ class AckCore:
     onward: set[str] = field(default_factory=set)
     _turn: IDelayedCall | None = field(default=None, init=False)
     _delay: IDelayedCall | None = field(default=None, init=False)
+
+    @property
+    def due(self) -> bool:
+        """
+        Transfers are durable and not acknowledged yet (only then does an
+        acknowledgement wait for its delay).
+        """
+        return self.durable_seq > self.acked_seq
 
     def record(self, onward, seq: int) -> None:
         if seq > self.durable_seq:
@@ -109,7 +117,7 @@ class AckCore:
         self._turn = None
         if self.onward or self.durable_seq - self.acked_seq >= self.every:
             self.send_ack()
-        elif self._delay is None and self.durable_seq > self.acked_seq:
+        elif self._delay is None and self.due:
             self._delay = self.clock.callLater(self.delay_s, inputs.ack_due)
         self.forward_onward()
 
@@ -118,7 +126,7 @@ class AckCore:
         Acknowledge what is durable and not acknowledged yet, if anything.
         """
         self._cancel_delay()
-        if self.durable_seq > self.acked_seq:
+        if self.due:
             self.acked_seq = self.durable_seq
             self.send(Ack(self.durable_seq))
 

@@ -33,12 +33,11 @@ Sending is an Automat machine, each state named for what it waits for:
 The transitions, top to bottom (the code below follows the same order):
 
     awaiting_recovery ─ recovered ─────▶ replaying  (asks the store for the outbox)
-    replaying         ─ handed ────────▶ replaying  (sends them, see below)
-    replaying         ─ all_sent ──────▶ ready      (pumps)
     ready             ─ pump ──────────▶ ready      (looks at the window, the backlog)
     ready             ─ found_backlog ─▶ assigning  (asks the store for it)
-    assigning         ─ handed ────────▶ assigning  (sends them, see below)
-    assigning         ─ all_sent ──────▶ ready      (pumps: more may wait)
+    replaying, assigning
+                      ─ handed ────────▶ (same)     (sends them, see below)
+                      ─ all_sent ──────▶ ready      (pumps: more may wait)
     replaying, assigning, ready
                       ─ acknowledged ──▶ (same)     (the outbox forgets them; ready pumps)
                       ─ resume ────────▶ (same)     (waiting non-persistent messages
@@ -57,17 +56,20 @@ received), or while an assign is in flight (the channel pumps again once
 it is sent); once closing, whatever the store answers or the peer sends
 (a store failure is logged).
 
-Why acknowledging is a machine of its own, and the transport's flow
-(L{PeerChannel.pause}) a plain fact: Automat runs an input that arrives
-while its machine is in a transition only once the transition ends.
-The engine asks every link for its due acknowledgement from inside a
-transition of this machine, just before the transfers the Ack must
-precede; and the transport pauses in the middle of a write, often
-inside a transition (a batch sent, non-persistent messages released on
-C{resume}), while the engine, handing the link non-persistent messages
-one by one, must see the pause before its next one.  So C{paused} is the
-transport's last word, which C{ready} reads before it takes from the
-backlog; C{resume} is an input, as what it does depends on the state.
+Two things are not states of this machine, because Automat runs an input
+that arrives while its machine is in a transition only once that
+transition ends.  Acknowledging is a machine of its own: the engine asks
+every link for its due acknowledgement from inside a transition of this
+one, just before the transfers the Ack must precede.  And the transport's
+flow is a plain fact, C{paused}, the transport's last word, which
+C{ready} reads before it takes from the backlog: the transport pauses in
+the middle of a write, often inside a transition (a batch sent, waiting
+non-persistent messages released on C{resume}), and the engine, handing
+the link non-persistent messages one by one, must see the pause before
+its next one.  (C{resume} is an input: what it does depends on the
+state.)  L{ChannelCore.ready} mirrors the state C{ready}, as the link's
+C{delivering} mirrors its delivery stage, to spare the machine the moot
+pump that comes with every accepted message.
 """
 
 from dataclasses import dataclass, field
@@ -83,7 +85,7 @@ from zope.interface import implementer
 from meshroute import events
 from meshroute.acknowledgements import ACKNOWLEDGING, AckCore, AckInputs
 from meshroute.expiry import IN_BACKLOG, now_ms
-from meshroute.interfaces import ILinkChannel, IMessageStore
+from meshroute.interfaces import IChannelEngine, ILinkChannel, IMessageStore
 from meshroute.messages import Message, message_of
 from meshroute.wire.codec import (
     MAX_CLIENT_FRAME_SIZE,
@@ -170,66 +172,6 @@ def _fits_a_link(size: int, frame: Transfer) -> bool:
     return size <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
-def _none_accepting(router: str) -> int:
-    return 0
-
-
-class ChannelEngine(Protocol):
-    """
-    What a channel asks of its router's message engine
-    (L{meshroute.engine.MessageEngine}).
-    """
-
-    # Sending.
-
-    def assignable(self, peer: str) -> frozenset:
-        "The destination routers whose backlog C{peer} may take now."
-
-    def accepting(self, router: str) -> int:
-        "Persistent messages for C{router} submitted to the store, not yet accepted."
-
-    def acknowledge_due(self) -> None:
-        "Every link sends its due acknowledgement now: transfers are about to go."
-
-    def emit_forwarded_many(self, peer: str, messages) -> None:
-        "C{message.forwarded} for C{messages}, which C{peer} acknowledged."
-
-    def outbox_resolved(self, count: int, peer: str) -> int:
-        "C{count} messages left C{peer}'s outbox: what they held back may move."
-
-    def dead_lettered(self, message: Message, reason: str) -> None:
-        "C{message} is now in this router's dead-letter queue, for C{reason}."
-
-    def moved_to_expired(self, messages, where: str) -> None:
-        "C{messages} expired C{where} and are now in this router's C{$expired}."
-
-    def link_resumed(self, peer: str) -> None:
-        "The link to C{peer} takes messages again: waiting non-persistent ones may go."
-
-    def link_down(self, peer: str, channel: "PeerChannel") -> None:
-        "The link to C{peer}, whose channel is C{channel}, is gone."
-
-    # Receiving.
-
-    def arrived(self, peer: str, seq: int, previous: int, message: Message) -> Deferred:
-        "Store a persistent message from C{peer}; fires with its onward destinations."
-
-    def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
-        "L{arrived} for C{(seq, message)} pairs, in one store call."
-
-    def arrived_transient(self, message: Message) -> None:
-        "A non-persistent message arrived from a peer."
-
-    def arrived_transient_many(self, messages) -> None:
-        "Non-persistent messages arrived from a peer, in order."
-
-    def routes_received(self, peer: str, frame: Routes) -> None:
-        "Route advertisements arrived from C{peer}."
-
-    def pump_towards(self, router: str) -> None:
-        "The link to C{router}'s next hop may take more from the backlog."
-
-
 class ChannelInputs(Protocol):
     """
     Everything that can happen to the sending side of a channel.
@@ -249,11 +191,7 @@ class ChannelInputs(Protocol):
         "What the store handed is sent or set aside; C{took}: its last part held any."
 
     def pump(self, ahead: bool = False) -> None:
-        """
-        The backlog, the window or the routes changed: more may go (with
-        C{ahead}, counting messages being accepted too: see
-        L{meshroute.engine.MessageEngine._pump_ahead}).
-        """
+        "The backlog, the window or the routes changed; C{ahead}: see L{PeerChannel.pump}."
 
     def found_backlog(self, destinations: frozenset, limit: int, max_bytes: int) -> None:
         "A pump found room in the window and backlog this peer may take."
@@ -288,6 +226,10 @@ class ChannelCore:
         peer before the next transfer: the recovery point we announced,
         then each transfer's seq (see L{IMessageStore.receive}).
     @ivar paused: the link's transport is full (see the module docstring).
+    @ivar ready: the machine is in C{ready} (set on entering it, cleared on
+        leaving it): only then does a pump from outside reach it.  One
+        comes with every message accepted, mostly while an assign is in
+        flight, and Automat finds a transition by a scan of them all.
     """
 
     peer: str
@@ -295,7 +237,7 @@ class ChannelCore:
     send: Callable[[object], None]
     fail_link: Callable[[str], None]
     emit: Callable[..., None]
-    engine: ChannelEngine
+    engine: IChannelEngine
     store: IMessageStore
     clock: IReactorTime
     channel: "PeerChannel"
@@ -304,6 +246,7 @@ class ChannelCore:
     in_flight_bytes: int = 0
     previous: int = 0
     paused: bool = False
+    ready: bool = False
     # Non-persistent messages for the FastTransferBatch at the end of this
     # reactor turn (version 4), and their bytes (_wire_size).
     _fast: list[tuple] = field(default_factory=list, init=False)
@@ -361,13 +304,14 @@ class ChannelCore:
             return
         serving = self.engine.assignable(self.peer)
         depths = self.store.backlog_depths()
-        accepting = self.engine.accepting if ahead else _none_accepting
+        accepting = self.engine.accepting if ahead else lambda router: 0
         if not any(depths.get(router) or accepting(router) for router in serving):
             return
         inputs.found_backlog(serving, min(room, ASSIGN_BATCH), byte_room)
 
     def assign(self, inputs: ChannelInputs, destinations: frozenset, limit: int,
                max_bytes: int) -> None:
+        self.ready = False
         d = self.store.assign(self.peer, destinations, limit, max_bytes)
         d.addCallback(inputs.handed)
         d.addErrback(inputs.store_failed, "taking messages from the backlog")
@@ -494,9 +438,7 @@ class ChannelCore:
     # -- non-persistent messages ------------------------------------------------
 
     def send_transient(self, message: Message) -> None:
-        """
-        See L{PeerChannel.send_transient}.
-        """
+        "See L{PeerChannel.send_transient}."
         item = _on_the_wire(message)
         if self.version < BATCH_VERSION:
             self.send(FastTransfer(*item))
@@ -534,6 +476,7 @@ class ChannelCore:
         (non-persistent messages may be lost with the link, never held
         back), and no acknowledgement follows.
         """
+        self.ready = False
         self.send_fast()
         self.acks.stop()
 
@@ -572,6 +515,24 @@ def _build_channel_machine():
     def recover(inputs: ChannelInputs, core: ChannelCore, frame: Recovery) -> None:
         core.recover(inputs, frame)
 
+    @ready.upon(ChannelInputs.pump).loop()
+    def look_for_backlog(inputs: ChannelInputs, core: ChannelCore, ahead: bool = False) -> None:
+        core.look_for_backlog(inputs, ahead)
+
+    # No pump while an assign is in flight (the channel pumps again once
+    # it is sent), nor before the replay, nor once closing.
+    for waiting in (assigning, replaying, awaiting_recovery, closing, closed):
+        waiting.upon(ChannelInputs.pump).loop().returns(None)
+
+    @ready.upon(ChannelInputs.found_backlog).to(assigning)
+    def assign(inputs: ChannelInputs, core: ChannelCore, destinations: frozenset, limit: int,
+               max_bytes: int) -> None:
+        core.assign(inputs, destinations, limit, max_bytes)
+
+    # A find queued behind another pump's, which assigns.
+    for busy in (assigning, closing, closed):
+        busy.upon(ChannelInputs.found_backlog).loop().returns(None)
+
     @replaying.upon(ChannelInputs.handed).loop()
     @assigning.upon(ChannelInputs.handed).loop()
     def send_handed(inputs: ChannelInputs, core: ChannelCore, assigned: list,
@@ -581,21 +542,8 @@ def _build_channel_machine():
     @replaying.upon(ChannelInputs.all_sent).to(ready)
     @assigning.upon(ChannelInputs.all_sent).to(ready)
     def sent(inputs: ChannelInputs, core: ChannelCore, took: bool) -> None:
+        core.ready = True
         inputs.pump(ahead=took)
-
-    @ready.upon(ChannelInputs.pump).loop()
-    def look_for_backlog(inputs: ChannelInputs, core: ChannelCore, ahead: bool = False) -> None:
-        core.look_for_backlog(inputs, ahead)
-
-    @ready.upon(ChannelInputs.found_backlog).to(assigning)
-    def assign(inputs: ChannelInputs, core: ChannelCore, destinations: frozenset, limit: int,
-               max_bytes: int) -> None:
-        core.assign(inputs, destinations, limit, max_bytes)
-
-    @replaying.upon(ChannelInputs.acknowledged).loop()
-    @assigning.upon(ChannelInputs.acknowledged).loop()
-    def forget_acknowledged(inputs: ChannelInputs, core: ChannelCore, frame: Ack) -> None:
-        core.forget_acknowledged(inputs, frame)
 
     @ready.upon(ChannelInputs.acknowledged).loop()
     def forget_acknowledged_and_pump(inputs: ChannelInputs, core: ChannelCore,
@@ -603,15 +551,20 @@ def _build_channel_machine():
         core.forget_acknowledged(inputs, frame)
         inputs.pump()
 
-    @replaying.upon(ChannelInputs.resume).loop()
-    @assigning.upon(ChannelInputs.resume).loop()
-    def release_waiting(inputs: ChannelInputs, core: ChannelCore) -> None:
-        core.engine.link_resumed(core.peer)
+    @replaying.upon(ChannelInputs.acknowledged).loop()
+    @assigning.upon(ChannelInputs.acknowledged).loop()
+    def forget_acknowledged(inputs: ChannelInputs, core: ChannelCore, frame: Ack) -> None:
+        core.forget_acknowledged(inputs, frame)
 
     @ready.upon(ChannelInputs.resume).loop()
     def release_waiting_and_pump(inputs: ChannelInputs, core: ChannelCore) -> None:
         core.engine.link_resumed(core.peer)
         inputs.pump()
+
+    @replaying.upon(ChannelInputs.resume).loop()
+    @assigning.upon(ChannelInputs.resume).loop()
+    def release_waiting(inputs: ChannelInputs, core: ChannelCore) -> None:
+        core.engine.link_resumed(core.peer)
 
     for live in (replaying, assigning, ready):
 
@@ -626,12 +579,6 @@ def _build_channel_machine():
         def close(inputs: ChannelInputs, core: ChannelCore) -> None:
             core.close()
 
-    # Moot inputs.  No pump before the replay, none while an assign is in
-    # flight (a find behind another pump's that assigns is one of them).
-    for waiting in (awaiting_recovery, replaying, assigning, closing, closed):
-        waiting.upon(ChannelInputs.pump).loop().returns(None)
-    for busy in (assigning, closing, closed):
-        busy.upon(ChannelInputs.found_backlog).loop().returns(None)
     # Once closing, what the store or the peer answers changes nothing.
     for ending in (closing, closed):
         for moot in (ChannelInputs.handed, ChannelInputs.all_sent,
@@ -660,13 +607,13 @@ class PeerChannel:
 
     @ivar peer: the peer's router name.
     @ivar version: the link protocol version the peer speaks.
-    @ivar send: writes a frame on the link (the engine sends L{Routes}
-        through it).
+    @ivar send: writes a frame on the link (the engine's L{Routes} too).
     """
 
     def __init__(self, peer: str, version: int, send: Callable[[object], None],
                  fail: Callable[[str], None], emit: Callable[..., None],
-                 engine: ChannelEngine, store: IMessageStore, clock: IReactorTime) -> None:
+                 engine: IChannelEngine, store: IMessageStore,
+                 clock: IReactorTime) -> None:
         """
         @param fail: closes the link because the store failed (reason
             C{store-failed}), with a detail.
@@ -676,8 +623,8 @@ class PeerChannel:
         self.version = version
         self.send = send
         self._engine = engine
-        self._acks = ACKNOWLEDGING(AckCore(send, clock, engine.pump_towards, ACK_EVERY,
-                                           ACK_DELAY_S))
+        self._received = AckCore(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
+        self._acks = ACKNOWLEDGING(self._received)
         self._core = ChannelCore(peer, version, send, fail, emit, engine, store, clock,
                                  channel=self, acks=self._acks)
         self._sending = _CHANNEL_MACHINE(self._core)
@@ -705,12 +652,12 @@ class PeerChannel:
 
     def pump(self, ahead: bool = False) -> None:
         """
-        Hand the peer more backlog messages if the window has room and
-        there are any for destinations it serves (with C{ahead}, or
-        being accepted for them: see L{MessageEngine._pump_ahead
-        <meshroute.engine.MessageEngine._pump_ahead>}).
+        Hand the peer more backlog messages, if it is C{ready} and there
+        are any for destinations it serves (with C{ahead}, or being accepted
+        for them: L{MessageEngine._pump_ahead<meshroute.engine.MessageEngine._pump_ahead>}).
         """
-        self._sending.pump(ahead)
+        if self._core.ready:
+            self._sending.pump(ahead)
 
     def acknowledged(self, frame: Ack) -> None:
         "The peer durably holds every transfer up to C{frame.seq}."
@@ -719,7 +666,7 @@ class PeerChannel:
     def pause(self) -> None:
         """
         The link's transport is full (the peer reads slower than we write):
-        take no more messages, so that they wait where they are bounded.
+        take no more messages, so they wait where they are bounded.
         """
         self._core.paused = True
 
@@ -774,8 +721,14 @@ class PeerChannel:
         d.addErrback(self._sending.store_failed, "storing messages")
 
     def send_ack(self) -> None:
-        "Acknowledge now what is durable, if anything (L{ChannelEngine.acknowledge_due})."
-        self._acks.ack_due()
+        """
+        Acknowledge now what is durable, if anything: the engine asks every
+        link before any transfer it sends (L{IChannelEngine.acknowledge_due
+        <meshroute.interfaces.IChannelEngine.acknowledge_due>}), so the
+        machine hears of it only when there is something to do.
+        """
+        if self._received.due:
+            self._acks.ack_due()
 
     def fast_transferred(self, frame: FastTransfer) -> None:
         self._engine.arrived_transient(_message_from(frame, persistent=False))

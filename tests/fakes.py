@@ -6,7 +6,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IListeningPort, IPushProducer
 from zope.interface import implementer
 
-from meshroute.interfaces import ILinkChannel, ILinkEngine
+from meshroute.interfaces import IChannelEngine, ILinkChannel, ILinkEngine
 from meshroute.wire.frames import Recovery
 
 
@@ -135,14 +135,14 @@ class ChannelStore:
         return self._call("expire", messages)
 
 
+@implementer(IChannelEngine)
 class RecordingChannelEngine:
     """
-    The message engine as a peer channel sees it
-    (L{meshroute.peer_channel.ChannelEngine}): every call is recorded in
-    C{calls} as C{(name, *args)}.  It answers with C{serving} (the
-    destinations the peer may take) and C{being_accepted}; an arrival
-    fires with C{onward} at once, or when the test fires C{arrivals} if
-    it set one.
+    The message engine as a peer channel sees it (L{IChannelEngine}):
+    every call is recorded in C{calls} as C{(name, *args)}.  It answers
+    with C{serving} (the destinations the peer may take) and
+    C{being_accepted}; an arrival fires with C{onward} at once, or when
+    the test fires C{arrivals} if it set one.
     """
 
     def __init__(self) -> None:
