@@ -1,6 +1,6 @@
 """
 When a link acknowledges the transfers it received: the receiving side
-of a L{meshroute.peer_channel.PeerChannel}, as a small Automat machine.
+of a L{meshroute.peer_channel.PeerChannel}.
 
 A transfer is acknowledged only once it is durable, cumulatively: one
 L{Ack} at the end of the reactor turn covers every transfer made durable
@@ -11,86 +11,73 @@ What the transfers added to the backlog is forwarded only after their
 Ack: the peer never sees our onward transfer of a message (which may come
 back to it when routes change) before our acknowledgement of it.
 
+Two states, each a class named for what it waits for; the channel holds
+one, and L{Acknowledging.stop} gives the next:
+
     state          waits for
     -------------  ---------------------------------------------------------
-    acknowledging  transfers to become durable, and the moment to
+    Acknowledging  transfers to become durable, and the moment to
                    acknowledge them (the end of their turn, or C{delay_s})
-    stopped        nothing: the link is closing, and acknowledges nothing
-                   more
+    Stopped        nothing: the link is closing, and acknowledges nothing
+                   more; what still becomes durable moves on at once
 
-    acknowledging ─ durable ─────▶ acknowledging  (the Ack at the end of the turn)
-    acknowledging ─ turn_ended ──▶ acknowledging  (the Ack now or within delay_s;
-                                                   then what they added moves)
-    acknowledging ─ ack_due ─────▶ acknowledging  (the Ack for what is durable)
-    acknowledging ─ stop ────────▶ stopped        (what waits to move moves)
-    stopped       ─ durable ─────▶ stopped        (no Ack: what they added moves)
-    stopped       ─ ack_due, stop ▶ stopped       (nothing)
+    Acknowledging ─ durable ───▶ Acknowledging  (the Ack at the end of the turn)
+    Acknowledging ─ send_due ──▶ Acknowledging  (the Ack for what is durable)
+    Acknowledging ─ stop ──────▶ Stopped        (what waits to move moves)
+    Stopped       ─ durable ───▶ Stopped        (no Ack: what they added moves)
+    Stopped       ─ send_due, stop ▶ Stopped    (nothing)
 
-It is a machine of its own, not states of the channel's sending machine,
-because Automat runs an input that arrives while its machine is in a
-transition only once that transition ends: the engine asks every link
-for its due acknowledgement
+Not states of the channel's Automat machine, and not an Automat machine
+of its own: Automat runs an input that arrives while its machine is in a
+transition only once that transition ends, and the engine asks every
+link for its due acknowledgement
 (L{IChannelEngine.acknowledge_due<meshroute.interfaces.IChannelEngine.acknowledge_due>})
 from inside a transition of the sending machine of this very link, just
-before it writes its transfers, and the Ack must go first.
+before it writes its transfers, which the Ack must precede; and these
+inputs come with every frame received, where an Automat dispatch would
+cost ten times the work it dispatches.
 """
 
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
-from automat import TypeMachineBuilder
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from meshroute.wire.frames import Ack
 
 
-class AckInputs(Protocol):
+class Acknowledging:
     """
-    Everything that can happen to the acknowledging side of a link.
+    The link is open: what becomes durable is acknowledged at the end of
+    its turn (or within C{delay_s}), then what it added to the backlog
+    moves on.
+
+    @ivar durable_seq: the highest sequence durable here.
+    @ivar acked_seq: the highest sequence acknowledged.
     """
 
-    def durable(self, onward, seq: int) -> None:
+    def __init__(self, send: Callable[[object], None], clock: IReactorTime,
+                 forward: Callable[[str], None], every: int, delay_s: float) -> None:
         """
-        The transfers up to C{seq} are durable here; C{onward}: the
-        destination routers whose backlog they added to.
+        @param send: writes a frame on the link.
+        @param forward: called with each destination router whose backlog
+            the durable transfers added to, once they are acknowledged
+            (L{IChannelEngine.pump_towards
+            <meshroute.interfaces.IChannelEngine.pump_towards>}).
+        @param every: durable transfers acknowledged at the end of their
+            turn even with nothing to forward.
+        @param delay_s: the longest an acknowledgement waits for more.
         """
-
-    def turn_ended(self) -> None:
-        "The reactor turn in which transfers became durable is over."
-
-    def ack_due(self) -> None:
-        "Acknowledge now what is durable: transfers are about to go, or the delay passed."
-
-    def stop(self) -> None:
-        "The link is closing."
-
-
-@dataclass
-class AckCore:
-    """
-    What the link made durable and acknowledged, and when it
-    acknowledges next.
-
-    @ivar send: writes a frame on the link.
-    @ivar forward: called with each destination router whose backlog the
-        durable transfers added to, once they are acknowledged
-        (L{IChannelEngine.pump_towards<meshroute.interfaces.IChannelEngine.pump_towards>}).
-    @ivar every: durable transfers acknowledged at the end of their turn
-        even with nothing to forward.
-    @ivar delay_s: the longest an acknowledgement waits for more.
-    @ivar onward: the destinations to forward, until the Ack is sent.
-    """
-
-    send: Callable[[object], None]
-    clock: IReactorTime
-    forward: Callable[[str], None]
-    every: int
-    delay_s: float
-    durable_seq: int = 0
-    acked_seq: int = 0
-    onward: set[str] = field(default_factory=set)
-    _turn: IDelayedCall | None = field(default=None, init=False)
-    _delay: IDelayedCall | None = field(default=None, init=False)
+        self._send = send
+        self._clock = clock
+        self._forward = forward
+        self._every = every
+        self._delay_s = delay_s
+        self.durable_seq = 0
+        self.acked_seq = 0
+        # The destinations to forward, until the Ack is sent.
+        self._onward: set[str] = set()
+        self._turn: IDelayedCall | None = None
+        self._delay: IDelayedCall | None = None
 
     @property
     def due(self) -> bool:
@@ -100,47 +87,55 @@ class AckCore:
         """
         return self.durable_seq > self.acked_seq
 
-    def record(self, onward, seq: int) -> None:
+    def durable(self, onward, seq: int) -> None:
+        """
+        The transfers up to C{seq} are durable here; C{onward}: the
+        destination routers whose backlog they added to.
+        """
         if seq > self.durable_seq:
             self.durable_seq = seq
-        self.onward.update(onward)
-
-    def at_end_of_turn(self, inputs: AckInputs) -> None:
+        self._onward.update(onward)
         if self._turn is None:
-            self._turn = self.clock.callLater(0, inputs.turn_ended)
+            self._turn = self._clock.callLater(0, self._turn_ended)
 
-    def turn_ended(self, inputs: AckInputs) -> None:
+    def send_due(self) -> None:
+        """
+        Acknowledge now what is durable and not acknowledged yet, if
+        anything.
+        """
+        self._cancel_delay()
+        if self.due:
+            self.acked_seq = self.durable_seq
+            self._send(Ack(self.durable_seq))
+
+    def stop(self) -> "Stopped":
+        """
+        The link is closing: what waits to move moves; nothing more is
+        acknowledged.
+        """
+        if self._turn is not None and self._turn.active():
+            self._turn.cancel()
+        self._turn = None
+        self._cancel_delay()
+        self._forward_onward()
+        return Stopped(self._forward)
+
+    def _turn_ended(self) -> None:
         """
         Acknowledge what became durable in the turn (or let it wait for
         more), then forward what it added to the backlog.
         """
         self._turn = None
-        if self.onward or self.durable_seq - self.acked_seq >= self.every:
-            self.send_ack()
+        if self._onward or self.durable_seq - self.acked_seq >= self._every:
+            self.send_due()
         elif self._delay is None and self.due:
-            self._delay = self.clock.callLater(self.delay_s, inputs.ack_due)
-        self.forward_onward()
+            self._delay = self._clock.callLater(self._delay_s, self.send_due)
+        self._forward_onward()
 
-    def send_ack(self) -> None:
-        """
-        Acknowledge what is durable and not acknowledged yet, if anything.
-        """
-        self._cancel_delay()
-        if self.due:
-            self.acked_seq = self.durable_seq
-            self.send(Ack(self.durable_seq))
-
-    def forward_onward(self) -> None:
-        onward, self.onward = self.onward, set()
+    def _forward_onward(self) -> None:
+        onward, self._onward = self._onward, set()
         for router in onward:
-            self.forward(router)
-
-    def stop(self) -> None:
-        if self._turn is not None and self._turn.active():
-            self._turn.cancel()
-        self._turn = None
-        self._cancel_delay()
-        self.forward_onward()
+            self._forward(router)
 
     def _cancel_delay(self) -> None:
         if self._delay is not None:
@@ -149,39 +144,23 @@ class AckCore:
             self._delay = None
 
 
-def _build_ack_machine():
-    builder = TypeMachineBuilder(AckInputs, AckCore)
-    acknowledging = builder.state("acknowledging")
-    stopped = builder.state("stopped")
+class Stopped:
+    """
+    The link is closing: nothing more is acknowledged.  A transfer whose
+    write was queued before still becomes durable, and moves on at once.
+    """
 
-    @acknowledging.upon(AckInputs.durable).loop()
-    def durable(inputs: AckInputs, core: AckCore, onward, seq: int) -> None:
-        core.record(onward, seq)
-        core.at_end_of_turn(inputs)
+    due = False
 
-    @acknowledging.upon(AckInputs.turn_ended).loop()
-    def turn_ended(inputs: AckInputs, core: AckCore) -> None:
-        core.turn_ended(inputs)
+    def __init__(self, forward: Callable[[str], None]) -> None:
+        self._forward = forward
 
-    @acknowledging.upon(AckInputs.ack_due).loop()
-    def ack_due(inputs: AckInputs, core: AckCore) -> None:
-        core.send_ack()
+    def durable(self, onward, seq: int) -> None:
+        for router in set(onward):
+            self._forward(router)
 
-    @acknowledging.upon(AckInputs.stop).to(stopped)
-    def stop(inputs: AckInputs, core: AckCore) -> None:
-        core.stop()
+    def send_due(self) -> None:
+        pass
 
-    @stopped.upon(AckInputs.durable).loop()
-    def durable_after_close(inputs: AckInputs, core: AckCore, onward, seq: int) -> None:
-        # Its write was queued before the link closed: no acknowledgement
-        # any more, but it moves on all the same.
-        core.record(onward, seq)
-        core.forward_onward()
-
-    stopped.upon(AckInputs.ack_due).loop().returns(None)
-    stopped.upon(AckInputs.stop).loop().returns(None)
-    return builder.build()
-
-
-#: The machine's factory: C{ACKNOWLEDGING(core)} returns its L{AckInputs}.
-ACKNOWLEDGING = _build_ack_machine()
+    def stop(self) -> "Stopped":
+        return self

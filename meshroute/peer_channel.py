@@ -37,11 +37,11 @@ The transitions, top to bottom (the code below follows the same order):
     ready             ─ found_backlog ─▶ assigning  (asks the store for it)
     replaying, assigning
                       ─ handed ────────▶ (same)     (sends them, see below)
-                      ─ all_sent ──────▶ ready      (pumps: more may wait)
+                      ─ all_sent ──────▶ ready      (looks again: more may wait)
     replaying, assigning, ready
-                      ─ acknowledged ──▶ (same)     (the outbox forgets them; ready pumps)
+                      ─ acknowledged ──▶ (same)     (the outbox forgets them; ready looks)
                       ─ resume ────────▶ (same)     (waiting non-persistent messages
-                                                     go; ready pumps)
+                                                     go; ready looks)
                       ─ store_failed ──▶ closing    (sends nothing more, closes the link)
     all but closed    ─ closed ────────▶ closed     (the outbox keeps what is in flight)
 
@@ -56,20 +56,19 @@ received), or while an assign is in flight (the channel pumps again once
 it is sent); once closing, whatever the store answers or the peer sends
 (a store failure is logged).
 
-Two things are not states of this machine, because Automat runs an input
-that arrives while its machine is in a transition only once that
-transition ends.  Acknowledging is a machine of its own: the engine asks
-every link for its due acknowledgement from inside a transition of this
-one, just before the transfers the Ack must precede.  And the transport's
-flow is a plain fact, C{paused}, the transport's last word, which
-C{ready} reads before it takes from the backlog: the transport pauses in
-the middle of a write, often inside a transition (a batch sent, waiting
-non-persistent messages released on C{resume}), and the engine, handing
-the link non-persistent messages one by one, must see the pause before
-its next one.  (C{resume} is an input: what it does depends on the
-state.)  L{ChannelCore.ready} mirrors the state C{ready}, as the link's
-C{delivering} mirrors its delivery stage, to spare the machine the moot
-pump that comes with every accepted message.
+Acknowledging what arrives is not part of this machine: see
+L{meshroute.acknowledgements}, for why.  Nor is the transport's flow,
+which is a plain fact, C{paused}, the transport's last word, read by
+C{ready} before it takes from the backlog: the transport pauses in the
+middle of a write, often inside a transition (a batch sent, waiting
+non-persistent messages released on C{resume}), and Automat runs an
+input that arrives while its machine is in a transition only once that
+transition ends, while the engine, handing the link non-persistent
+messages one by one, must see the pause before its next one.  (C{resume}
+is an input: what it does depends on the state.)  L{ChannelCore.ready}
+mirrors the state C{ready}, as the link's C{delivering} mirrors its
+delivery stage, to spare the machine the moot pump that comes with every
+accepted message.
 """
 
 from dataclasses import dataclass, field
@@ -83,7 +82,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from meshroute import events
-from meshroute.acknowledgements import ACKNOWLEDGING, AckCore, AckInputs
+from meshroute.acknowledgements import Acknowledging, Stopped
 from meshroute.expiry import IN_BACKLOG, now_ms
 from meshroute.interfaces import IChannelEngine, ILinkChannel, IMessageStore
 from meshroute.messages import Message, message_of
@@ -220,7 +219,8 @@ class ChannelCore:
     @ivar emit: writes a link event (C{emit(event, **fields)}).
     @ivar channel: the L{PeerChannel} this is the core of (what the
         engine knows it by).
-    @ivar acks: the acknowledging machine's inputs.
+    @ivar acks: the receiving side's acknowledgements (L{Acknowledging},
+        then L{Stopped} once the channel stops).
     @ivar in_flight: C{{seq: message}}, sent and not yet acknowledged.
     @ivar previous: the highest sequence known to be received from the
         peer before the next transfer: the recovery point we announced,
@@ -241,7 +241,7 @@ class ChannelCore:
     store: IMessageStore
     clock: IReactorTime
     channel: "PeerChannel"
-    acks: AckInputs
+    acks: Acknowledging | Stopped
     in_flight: dict[int, Message] = field(default_factory=dict)
     in_flight_bytes: int = 0
     previous: int = 0
@@ -478,7 +478,7 @@ class ChannelCore:
         """
         self.ready = False
         self.send_fast()
-        self.acks.stop()
+        self.acks = self.acks.stop()
 
     def fail(self, failure: Failure, doing: str) -> None:
         """
@@ -543,13 +543,13 @@ def _build_channel_machine():
     @assigning.upon(ChannelInputs.all_sent).to(ready)
     def sent(inputs: ChannelInputs, core: ChannelCore, took: bool) -> None:
         core.ready = True
-        inputs.pump(ahead=took)
+        core.look_for_backlog(inputs, ahead=took)
 
     @ready.upon(ChannelInputs.acknowledged).loop()
     def forget_acknowledged_and_pump(inputs: ChannelInputs, core: ChannelCore,
                                      frame: Ack) -> None:
         core.forget_acknowledged(inputs, frame)
-        inputs.pump()
+        core.look_for_backlog(inputs, ahead=False)
 
     @replaying.upon(ChannelInputs.acknowledged).loop()
     @assigning.upon(ChannelInputs.acknowledged).loop()
@@ -559,7 +559,7 @@ def _build_channel_machine():
     @ready.upon(ChannelInputs.resume).loop()
     def release_waiting_and_pump(inputs: ChannelInputs, core: ChannelCore) -> None:
         core.engine.link_resumed(core.peer)
-        inputs.pump()
+        core.look_for_backlog(inputs, ahead=False)
 
     @replaying.upon(ChannelInputs.resume).loop()
     @assigning.upon(ChannelInputs.resume).loop()
@@ -602,8 +602,9 @@ class PeerChannel:
     """
     The delivery stage of one link, both directions: what the link feeds
     the peer's frames to, and what the engine sends through.  Thin: each
-    call is an input of one of the two machines, or the store call or
-    write it stands for (the module docstring tells the machines).
+    call is an input of the sending machine (the module docstring tells
+    it), a call of the acknowledgements' state, or the store call or
+    write it stands for.
 
     @ivar peer: the peer's router name.
     @ivar version: the link protocol version the peer speaks.
@@ -623,10 +624,9 @@ class PeerChannel:
         self.version = version
         self.send = send
         self._engine = engine
-        self._received = AckCore(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
-        self._acks = ACKNOWLEDGING(self._received)
+        acks = Acknowledging(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
         self._core = ChannelCore(peer, version, send, fail, emit, engine, store, clock,
-                                 channel=self, acks=self._acks)
+                                 channel=self, acks=acks)
         self._sending = _CHANNEL_MACHINE(self._core)
 
     @property
@@ -699,7 +699,7 @@ class PeerChannel:
         core.previous = max(previous, frame.seq)
         d = self._engine.arrived(self.peer, frame.seq, previous,
                                  _message_from(frame, persistent=True))
-        d.addCallback(self._acks.durable, frame.seq)
+        d.addCallback(self._durable, frame.seq)
         d.addErrback(self._sending.store_failed, "storing a message")
 
     def transferred_batch(self, frame: TransferBatch) -> None:
@@ -717,18 +717,18 @@ class PeerChannel:
             arrivals.append((seq, _message(*item, True)))
             seq += 1
         d = self._engine.arrived_many(self.peer, previous, arrivals)
-        d.addCallback(self._acks.durable, last)
+        d.addCallback(self._durable, last)
         d.addErrback(self._sending.store_failed, "storing messages")
+
+    def _durable(self, onward, seq: int) -> None:
+        self._core.acks.durable(onward, seq)
 
     def send_ack(self) -> None:
         """
-        Acknowledge now what is durable, if anything: the engine asks every
-        link before any transfer it sends (L{IChannelEngine.acknowledge_due
-        <meshroute.interfaces.IChannelEngine.acknowledge_due>}), so the
-        machine hears of it only when there is something to do.
+        Acknowledge now what is durable, if anything (L{IChannelEngine.acknowledge_due
+        <meshroute.interfaces.IChannelEngine.acknowledge_due>}).
         """
-        if self._received.due:
-            self._acks.ack_due()
+        self._core.acks.send_due()
 
     def fast_transferred(self, frame: FastTransfer) -> None:
         self._engine.arrived_transient(_message_from(frame, persistent=False))

@@ -1,7 +1,8 @@
 """
 Tests for L{meshroute.peer_channel}: the delivery stage of one link, its
-two machines walked transition by transition with a recording store and
-engine (L{fakes.ChannelStore}, L{fakes.RecordingChannelEngine}) and a
+sending machine and its acknowledgements (L{meshroute.acknowledgements})
+walked transition by transition with a recording store and engine
+(L{fakes.ChannelStore}, L{fakes.RecordingChannelEngine}) and a
 L{task.Clock}; no link, no socket.
 """
 
