@@ -546,7 +546,7 @@ def _build_channel_machine():
         core.look_for_backlog(inputs, ahead=took)
 
     @ready.upon(ChannelInputs.acknowledged).loop()
-    def forget_acknowledged_and_pump(inputs: ChannelInputs, core: ChannelCore,
+    def forget_acknowledged_and_look(inputs: ChannelInputs, core: ChannelCore,
                                      frame: Ack) -> None:
         core.forget_acknowledged(inputs, frame)
         core.look_for_backlog(inputs, ahead=False)
@@ -557,7 +557,7 @@ def _build_channel_machine():
         core.forget_acknowledged(inputs, frame)
 
     @ready.upon(ChannelInputs.resume).loop()
-    def release_waiting_and_pump(inputs: ChannelInputs, core: ChannelCore) -> None:
+    def release_waiting_and_look(inputs: ChannelInputs, core: ChannelCore) -> None:
         core.engine.link_resumed(core.peer)
         core.look_for_backlog(inputs, ahead=False)
 
