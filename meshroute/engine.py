@@ -4,7 +4,9 @@ The message engine of one router: where a message goes next.
 A message accepted from a client, or received over a link, is either for
 one of this router's queues (it is enqueued) or for another router (it
 waits in the store's backlog until the route table names a next hop with a
-live link, and is then handed to that link's L{PeerChannel}).
+live link, and is then handed to that link's
+L{PeerChannel<meshroute.peer_channel.PeerChannel>}, which sends it and
+takes its acknowledgement).
 
 Exactly once across links (docs/routing.md tells the whole story):
 
@@ -17,7 +19,7 @@ Exactly once across links (docs/routing.md tells the whole story):
    replays the rest (before anything new), and the receiver discards
    sequences it already has.  Sequences belong to one store: the stores'
    ids travel with them, so a peer restarted with an empty data dir is
-   not taken for the old one (L{PeerChannel.recovered}).
+   not taken for the old one (L{meshroute.peer_channel}).
  - Any store failure closes the link, so that nothing after it is
    acknowledged and recovery replays what is missing.
  - A link that stays down for C{reroute-delay} gives its unacknowledged
@@ -29,13 +31,14 @@ Exactly once across links (docs/routing.md tells the whole story):
    outbox of a peer that is not its next hop, its newer messages stay in
    the backlog behind them (L{MessageEngine.assignable}).
 
-Flow control: at most L{WINDOW} unacknowledged messages per link, and at
-most L{WINDOW_BYTES} of their bodies (one message more when a single
-one is larger); the rest wait in the store, not in memory, however large
-the backlog.  A link whose
-transport is full (L{PeerChannel.pause}) takes no more messages until it
-drains: persistent ones wait in the store, non-persistent ones in the
-bounded waiting queue below.
+Flow control: at most L{WINDOW<meshroute.peer_channel.WINDOW>}
+unacknowledged messages per link, and at most
+L{WINDOW_BYTES<meshroute.peer_channel.WINDOW_BYTES>} of their bodies (one
+message more when a single one is larger); the rest wait in the store,
+not in memory, however large the backlog.  A link whose transport is full
+(L{PeerChannel.pause<meshroute.peer_channel.PeerChannel.pause>}) takes no
+more messages until it drains: persistent ones wait in the store,
+non-persistent ones in the bounded waiting queue below.
 
 Non-persistent messages (C{persistent=False}) never touch the store: they
 travel as C{FastTransfer} frames (or, on a version-4 link, in one
@@ -78,48 +81,14 @@ from meshroute.messages import (
     message_of,
     parse_address,
 )
+from meshroute.peer_channel import PeerChannel
 from meshroute.queues import QueueManager
 from meshroute.routing.flood import TurnFlood
 from meshroute.routing.table import Advertisement
-from meshroute.wire.codec import (
-    MAX_CLIENT_FRAME_SIZE,
-    MAX_MESSAGE_FRAME_SIZE,
-    body_size,
-    size_bound,
-)
-from meshroute.wire.frames import (
-    BATCH_MAX_BYTES,
-    BATCH_MAX_MESSAGES,
-    BATCH_VERSION,
-    EPOCH_VERSION,
-    Ack,
-    FastTransfer,
-    FastTransferBatch,
-    Recovery,
-    Routes,
-    Transfer,
-    TransferBatch,
-)
+from meshroute.wire.frames import EPOCH_VERSION, Recovery, Routes
 
 log = Logger()
 
-#: Unacknowledged transfers allowed per link direction.
-WINDOW = 1024
-#: Bytes of message bodies allowed in those transfers: with large messages
-#: the window is full by size long before it is by count.
-WINDOW_BYTES = 16 * 1024 * 1024
-#: How many backlog messages one store call hands a link.
-ASSIGN_BATCH = 256
-#: Durable transfers a receiver acknowledges at the end of the turn they
-#: became durable in; fewer, with none to forward, wait up to
-#: L{ACK_DELAY_S} for more (one Ack then covers them all).
-ACK_EVERY = WINDOW // 16
-#: The longest a durable transfer waits for its acknowledgement: at a low
-#: rate, one Ack for a few transfers instead of one frame (and one wake-up
-#: of the sender) per message; far below anything a window notices.
-ACK_DELAY_S = 0.01
-#: Dead-letter reason of a message whose Transfer no link would take.
-TOO_LARGE = "too-large"
 #: How many waiting non-persistent messages one reactor turn hands a link
 #: once a route appears, so that a large wait does not stall the reactor.
 TRANSIENT_BATCH = 1024
@@ -139,20 +108,6 @@ class BacklogFull(MeshrouteError):
     """
 
     code = "backlog-full"
-
-
-def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: int,
-             accepted_at: float, headers: dict, body: bytes, persistent: bool) -> Message:
-    """
-    The message a transfer carries (its fields in the frames' order).
-    """
-    return message_of(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
-                      accepted_at)
-
-
-def _message_from(frame, persistent: bool) -> Message:
-    return _message(frame.msg_id, frame.origin, frame.dest_router, frame.dest_queue,
-                    frame.hops, frame.accepted_at, frame.headers, frame.body, persistent)
 
 
 def _expiry(fields) -> tuple[int, str]:
@@ -194,37 +149,6 @@ def _forwarded(peer: str, message: Message) -> tuple:
 
 def _address(message: Message) -> str:
     return f"{message.dest_queue}@{message.dest_router}"
-
-
-def _on_the_wire(message: Message) -> tuple:
-    """
-    C{message} as the next hop receives it (one more hop), in the order
-    of a transfer's fields: a batch frame's item, or the fields of a
-    L{FastTransfer} (after the seq, of a L{Transfer}).
-    """
-    return (message.msg_id, message.origin, message.dest_router, message.dest_queue,
-            message.hops + 1, message.accepted_at, message.headers, message.body)
-
-
-def _wire_size(item: tuple) -> int:
-    """
-    A bound on the bytes C{item} (L{_on_the_wire}) takes in a frame: what
-    batches are bounded by (L{BATCH_MAX_BYTES}).
-    """
-    headers = item[6]
-    text = len(item[0]) + len(item[1]) + len(item[2]) + len(item[3])
-    if headers:
-        text += sum(len(k) + len(v) for k, v in headers.items())
-    return size_bound(item[7], text, 2 * len(headers) + 9)
-
-
-def _fits_a_link(size: int, frame: Transfer) -> bool:
-    """
-    Whether a peer takes C{frame}, the Transfer of a message of
-    L{_wire_size} C{size}: certainly when that is within a client Send
-    (see L{meshroute.wire.codec}), else measured.
-    """
-    return size <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
 def _routes_frame(advertisements, version: int) -> Routes:
@@ -636,7 +560,7 @@ class MessageEngine:
             self._emit_enqueued(message)
             self.queues.notify(message.dest_queue)
         else:
-            self._pump_towards(message.dest_router)
+            self.pump_towards(message.dest_router)
         return message.msg_id
 
     # -- links --------------------------------------------------------------
@@ -649,7 +573,7 @@ class MessageEngine:
         store = self._store
         return Recovery(store.last_received(peer), store.store_id, store.peer_store_id(peer))
 
-    def link_up(self, peer: str, send, fail, emit, version: int) -> "PeerChannel":
+    def link_up(self, peer: str, send, fail, emit, version: int) -> PeerChannel:
         """
         A link to C{peer} reached delivery; C{send(frame)} writes to it,
         C{fail(detail)} closes it because the store failed, and
@@ -661,7 +585,7 @@ class MessageEngine:
         pending = self._reroutes.pop(peer, None)
         if pending is not None and pending.active():
             pending.cancel()
-        channel = PeerChannel(self, peer, send, fail, emit, version)
+        channel = PeerChannel(peer, version, send, fail, emit, self, self._store, self._clock)
         self._channels[peer] = channel
         for advertisement in self.routes.link_up(peer):
             self._flood.news(advertisement)
@@ -670,7 +594,7 @@ class MessageEngine:
         self._serving = None
         return channel
 
-    def link_down(self, peer: str, channel: "PeerChannel") -> None:
+    def link_down(self, peer: str, channel: PeerChannel) -> None:
         """
         The delivery-stage link to C{peer} is gone.
         """
@@ -831,7 +755,7 @@ class MessageEngine:
         for channel in self._channels.values():
             channel.send_ack()
 
-    def _next_channel(self, router: str) -> "PeerChannel | None":
+    def _next_channel(self, router: str) -> PeerChannel | None:
         hop = self.routes.next_hop(router)
         return self._channels.get(hop) if hop is not None else None
 
@@ -858,9 +782,10 @@ class MessageEngine:
         accept and sees it; if the writer commits them apart, the assign
         finds less, and the accept pumps again when it is durable).  The
         pump that follows an assign which took messages counts them too
-        (L{PeerChannel._send_from}); one that follows an assign which took
-        none counts the backlog alone, so a store that answers the assign
-        before the accept does not make the link pump in a loop.
+        (L{ChannelCore.send_from<meshroute.peer_channel.ChannelCore.send_from>});
+        one that follows an assign which took none counts the backlog
+        alone, so a store that answers the assign before the accept does
+        not make the link pump in a loop.
         """
         for router in routers:
             if router != self.name:
@@ -868,7 +793,10 @@ class MessageEngine:
                 if channel is not None:
                     channel.pump(ahead=True)
 
-    def _pump_towards(self, router: str) -> None:
+    def pump_towards(self, router: str) -> None:
+        """
+        The backlog for C{router} grew: its next hop's link may take it.
+        """
         channel = self._next_channel(router)
         if channel is not None:
             channel.pump()
@@ -888,7 +816,7 @@ class MessageEngine:
         @return: Deferred firing when it is durable (or known duplicate),
             with the destination routers whose backlog it added to (empty
             when there is nothing to forward): the caller acknowledges it
-            before it forwards them (see L{PeerChannel._durable}).
+            before it forwards them (see L{meshroute.acknowledgements}).
         """
         stored, local, aside = self._placed(message)
         d = self._store.receive(peer, seq, stored, local or bool(aside), previous)
@@ -959,8 +887,7 @@ class MessageEngine:
             return tuple(self._store.backlog_depths())
         elif result == "stored":
             if aside == EXPIRED_QUEUE:
-                self.expired(message, IN_TRANSIT)
-                self.queues.notify(EXPIRED_QUEUE)
+                self.moved_to_expired((message,), IN_TRANSIT)
             elif aside:
                 self.dead_lettered(message, aside)
             elif local:
@@ -1160,6 +1087,16 @@ class MessageEngine:
             log.info("message {msg_id} expired; no route to its origin {origin} now, so its "
                      "sender is not told", msg_id=message.msg_id, origin=message.origin)
 
+    def moved_to_expired(self, messages, where: str) -> None:
+        """
+        C{messages} expired C{where} and the store moved them to this
+        router's C{$expired}: L{expired} for each, then its consumers are
+        told.
+        """
+        for message in messages:
+            self.expired(message, where)
+        self.queues.notify(EXPIRED_QUEUE)
+
     def _notice_arrived(self, notice: Message) -> None:
         headers = notice.headers
         self._tell_session(headers["session"], headers["msg-id"], headers["address"],
@@ -1225,428 +1162,3 @@ class MessageEngine:
         return {router: {"next_hop": hop, "hops": hops}
                 for router, (hop, hops) in sorted(self.routes.routes().items())}
 
-
-class PeerChannel:
-    """
-    The delivery stage of one link, both directions, as the engine sees it.
-
-    Sending: up to L{WINDOW} transfers in flight, taken from the store's
-    backlog for the destinations this peer is the next hop of; on a
-    version-4 link what one backlog read hands it goes in
-    L{TransferBatch} frames (a new one at each gap in the sequence, or
-    when one is full).  Receiving: each transfer (each batch in one store
-    call) is stored, then acknowledged cumulatively once per reactor turn.
-
-    Any store failure closes the link (reason C{store-failed}): a transfer
-    that could not be stored is then never covered by a later cumulative
-    acknowledgement (the store refuses every transfer after it, see
-    L{IMessageStore.receive}), and an outbox that could not be replayed is
-    replayed by the next recovery stage, before anything new is sent.
-    """
-
-    def __init__(self, engine: MessageEngine, peer: str, send, fail, emit,
-                 version: int) -> None:
-        self.peer = peer
-        #: The link protocol version the peer speaks.
-        self.version = version
-        self.send = send
-        self._fail_link = fail
-        self._emit = emit
-        self._engine = engine
-        self._store = engine._store
-        self._clock = engine._clock
-        self._in_flight: dict[int, Message] = {}
-        self._in_flight_bytes = 0
-        # No pump before recovered() has replayed the outbox: a message
-        # taken from the backlog gets a higher sequence number than the
-        # replayed ones, and a receiver that got it first would discard
-        # them as already received (and acknowledge them), losing them.
-        self._pumping = True
-        self._closed = False
-        #: The link's transport is full: no new messages until it drains.
-        self.paused = False
-        # The highest sequence known to be received from the peer before
-        # the next transfer: the recovery point we announced, then each
-        # transfer's seq (see IMessageStore.receive).
-        self._previous = 0
-        self._durable_seq = 0
-        self._acked_seq = 0
-        self._ack_call = None
-        self._ack_delay = None
-        # Destinations of durable transfers to forward at the end of the
-        # reactor turn, after their acknowledgement.
-        self._onward: set[str] = set()
-        #: Messages one frame carries: a batch frame's worth at version 4.
-        self._batch_limit = BATCH_MAX_MESSAGES if version >= BATCH_VERSION else 1
-        # Non-persistent messages for the FastTransferBatch at the end of
-        # this reactor turn (version 4), and their bytes (_wire_size).
-        self._fast: list[tuple] = []
-        self._fast_bytes = 0
-        self._fast_call = None
-
-    @property
-    def in_flight(self) -> int:
-        """
-        Transfers sent and not yet acknowledged.
-        """
-        return len(self._in_flight)
-
-    # -- sending ------------------------------------------------------------
-
-    def recovered(self, frame: Recovery) -> None:
-        """
-        The peer's recovery point arrived.
-
-        Receiving: if the peer's store is not the one we last knew (it lost
-        its data dir and numbers from 1 again), what we received from the
-        old one is forgotten, so its new transfers are not taken for old
-        ones.  Sending: the peer holds everything up to its
-        C{last_received}, if that is about our current store (else
-        nothing): forget that, replay the rest of our outbox, then carry on
-        from the backlog.
-        """
-        store = self._store
-        self._pumping = True
-        self._previous = store.last_received(self.peer)
-        known = store.peer_store_id(self.peer)
-        d = succeed(None)
-        if frame.store_id and frame.store_id != known:
-            if known:
-                self._new_incarnation(known, frame.store_id)
-            d = store.record_peer_store(self.peer, frame.store_id, bool(known))
-        held = frame.last_received if frame.peer_store_id == store.store_id else 0
-        d.addCallback(lambda _: self._acknowledge(held))
-        d.addCallback(lambda _: store.outbox(self.peer, held))
-        d.addCallback(self._send_assigned)
-        d.addErrback(self._failed, "replaying the outbox")
-
-    def _new_incarnation(self, previous_store: str, store_id: str) -> None:
-        log.warn("link to {peer}: its store changed from {previous} to {current} (restarted "
-                 "with an empty data dir?); forgetting that its previous store's transfers "
-                 "up to {last} were received", peer=self.peer, previous=previous_store,
-                 current=store_id, last=self._previous)
-        self._emit(events.LINK_INCARNATION, previous_store_id=previous_store,
-                   store_id=store_id, discarded_last_received=self._previous)
-        self._previous = 0
-
-    def pump(self, ahead: bool = False) -> None:
-        """
-        Hand the peer more backlog messages if the window has room and
-        there are any for destinations it serves (with C{ahead}, or
-        being accepted for them: see L{MessageEngine._pump_ahead}).
-        """
-        if self._pumping or self._closed or self.paused:
-            return
-        room = WINDOW - len(self._in_flight)
-        byte_room = WINDOW_BYTES - self._in_flight_bytes
-        if room <= 0 or byte_room <= 0:
-            return
-        serving = self._engine.assignable(self.peer)
-        depths = self._store.backlog_depths()
-        accepting = self._engine.accepting if ahead else lambda router: 0
-        if not any(depths.get(router) or accepting(router) for router in serving):
-            return
-        self._pumping = True
-        d = self._store.assign(self.peer, serving, min(room, ASSIGN_BATCH), byte_room)
-        d.addCallback(self._send_assigned)
-        d.addErrback(self._failed, "taking messages from the backlog")
-
-    def _send_assigned(self, assigned) -> None:
-        self._send_from(assigned, 0)
-
-    def _send_from(self, assigned, start: int) -> None:
-        """
-        Send C{assigned[start:]}, then pump: more may wait.  When some were
-        sent, the pump also counts the messages being accepted (as
-        L{MessageEngine._pump_ahead} does): one accepted while this assign
-        was in flight is then assigned in the transaction after its
-        accept's, or in the same one if the writer has not taken the
-        accept yet, instead of waiting for the accept to be durable and
-        only then submitting its assign.
-
-        A message whose Transfer no peer would take (it would be refused as
-        a protocol error, and replayed on every reconnect) is
-        dead-lettered here instead, with reason L{TOO_LARGE}; nothing after
-        it is sent before that is durable, so no acknowledgement can
-        delete it from the outbox first.
-        """
-        if self._closed:
-            return
-        if start < len(assigned):
-            self._engine.acknowledge_due()
-        in_flight = self._in_flight
-        limit = self._batch_limit
-        batch: list[tuple] = []
-        first = batch_bytes = 0
-        now = now_ms(self._clock)
-        for index in range(start, len(assigned)):
-            seq, message = assigned[index]
-            if message.headers and message.expired(now):
-                self._send_transfers(first, batch)
-                self._expire_from(assigned, index, now)
-                return
-            item = _on_the_wire(message)
-            size = _wire_size(item)
-            if batch and (seq != first + len(batch) or len(batch) == limit
-                          or batch_bytes + size > BATCH_MAX_BYTES):
-                self._send_transfers(first, batch)
-                batch = []
-            if size > BATCH_MAX_BYTES and not _fits_a_link(size, Transfer(seq, *item)):
-                self._send_transfers(first, batch)
-                log.warn("message {msg_id} is too large for any link; dead-lettered",
-                         msg_id=message.msg_id)
-                d = self._store.dead_letter(message, TOO_LARGE)
-                d.addCallback(lambda _: self._engine.dead_lettered(message, TOO_LARGE))
-                d.addCallback(lambda _: self._engine.outbox_resolved(1, self.peer))
-                d.addCallback(lambda _: self._send_from(assigned, index + 1))
-                d.addErrback(self._failed, "dead-lettering a message too large for the link")
-                return
-            if not batch:
-                first, batch_bytes = seq, 0
-            batch.append(item)
-            batch_bytes += size
-            in_flight[seq] = message
-            self._in_flight_bytes += len(message.body)
-        self._send_transfers(first, batch)
-        self._pumping = False
-        self.pump(ahead=start < len(assigned))
-
-    def _expire_from(self, assigned, start: int, now: int) -> None:
-        """
-        C{assigned[start]} and the expired messages right after it are not
-        forwarded: they go to C{$expired} here (one store call), and what
-        follows is sent once that is durable, so that no acknowledgement
-        of a later one deletes them from the outbox first (as for a
-        message too large).
-        """
-        end = start + 1
-        while end < len(assigned) and assigned[end][1].headers \
-                and assigned[end][1].expired(now):
-            end += 1
-        d = self._store.expire([message for _, message in assigned[start:end]])
-
-        def moved(messages: list) -> None:
-            for message in messages:
-                self._engine.expired(message, IN_BACKLOG)
-            self._engine.queues.notify(EXPIRED_QUEUE)
-            self._engine.outbox_resolved(end - start, self.peer)
-            self._send_from(assigned, end)
-
-        d.addCallback(moved)
-        d.addErrback(self._failed, "moving expired messages to $expired")
-
-    def _send_transfers(self, first_seq: int, items: list) -> None:
-        """
-        Send C{items} (L{_on_the_wire}), numbered from C{first_seq} on: one
-        L{TransferBatch}, or a L{Transfer} for a single message.
-        """
-        if len(items) > 1:
-            self.send(TransferBatch(first_seq, items))
-        elif items:
-            self.send(Transfer(first_seq, *items[0]))
-
-    def acknowledged(self, frame: Ack) -> None:
-        """
-        The peer durably holds every transfer up to C{frame.seq}.
-        """
-        held = [seq for seq in self._in_flight if seq <= frame.seq]
-        done = [self._in_flight.pop(seq) for seq in held]
-        self._in_flight_bytes -= sum(len(message.body) for message in done)
-        if done:
-            self._engine.emit_forwarded_many(self.peer, done)
-        d = self._acknowledge(frame.seq)
-        d.addErrback(self._failed, "recording an acknowledgement")
-        self.pump()
-
-    def _acknowledge(self, seq: int) -> Deferred:
-        """
-        Forget our outbox up to C{seq}, which the peer holds; then the
-        newer messages for the same destinations may move on other links.
-        """
-        d = self._store.acknowledge(self.peer, seq)
-        d.addCallback(self._engine.outbox_resolved, self.peer)
-        return d
-
-    def pause(self) -> None:
-        """
-        The link's transport is full (the peer reads slower than we write):
-        take no more messages, so that they wait where they are bounded.
-        """
-        self.paused = True
-
-    def resume(self) -> None:
-        """
-        The link's transport has drained: carry on.
-        """
-        self.paused = False
-        if not self._closed:
-            self._engine.link_resumed(self.peer)
-            self.pump()
-
-    def send_transient(self, message: Message) -> None:
-        """
-        Send a non-persistent message: at version 4, in the
-        L{FastTransferBatch} that goes at the end of this reactor turn, or
-        as soon as it holds a batch's worth; before, in a L{FastTransfer}
-        of its own.  Its C{message.forwarded} record is the caller's to
-        write (L{MessageEngine._route_transient_many}); a router's own
-        system message has none (L{MessageEngine.send_system}).
-        """
-        item = _on_the_wire(message)
-        if self._batch_limit == 1:
-            self.send(FastTransfer(*item))
-            return
-        size = _wire_size(item)
-        if self._fast and self._fast_bytes + size > BATCH_MAX_BYTES:
-            self._send_fast()
-        self._fast.append(item)
-        self._fast_bytes += size
-        if len(self._fast) == self._batch_limit or self._fast_bytes >= BATCH_MAX_BYTES:
-            self._send_fast()
-        elif self._fast_call is None:
-            self._fast_call = self._clock.callLater(0, self._send_fast)
-
-    def _send_fast(self) -> None:
-        """
-        Send the non-persistent messages gathered: one L{FastTransferBatch},
-        or a L{FastTransfer} for a single message.
-        """
-        if self._fast_call is not None:
-            if self._fast_call.active():
-                self._fast_call.cancel()
-            self._fast_call = None
-        items, self._fast, self._fast_bytes = self._fast, [], 0
-        if len(items) > 1:
-            self.send(FastTransferBatch(items))
-        elif items:
-            self.send(FastTransfer(*items[0]))
-
-    # -- receiving ------------------------------------------------------------
-
-    def transferred(self, frame: Transfer) -> None:
-        """
-        A persistent message arrived: acknowledge it once it is durable.
-        """
-        previous = self._previous
-        self._previous = max(previous, frame.seq)
-        d = self._engine.arrived(self.peer, frame.seq, previous,
-                                 _message_from(frame, persistent=True))
-        d.addCallback(self._durable, frame.seq)
-        d.addErrback(self._failed, "storing a message")
-
-    def transferred_batch(self, frame: TransferBatch) -> None:
-        """
-        Persistent messages arrived: stored in one store call, acknowledged
-        once durable, as L{transferred} does for one.
-        """
-        previous = self._previous
-        last = frame.last_seq
-        self._previous = max(previous, last)
-        seq = frame.first_seq
-        arrivals = []
-        for item in frame.messages:
-            arrivals.append((seq, _message(*item, True)))
-            seq += 1
-        d = self._engine.arrived_many(self.peer, previous, arrivals)
-        d.addCallback(self._durable, last)
-        d.addErrback(self._failed, "storing messages")
-
-    def _durable(self, onward: tuple, seq: int) -> None:
-        """
-        Transfer C{seq} is durable here: at the end of this reactor turn,
-        acknowledge it with the others of the turn (acknowledgements are
-        cumulative), then forward what it added to the backlog (C{onward}:
-        the destinations).  With nothing to forward and fewer than
-        L{ACK_EVERY} durable transfers unacknowledged, the acknowledgement
-        waits up to L{ACK_DELAY_S} for more.
-
-        The peer never sees our onward transfer of a message (which may
-        come back to it when routes change) before our acknowledgement of
-        it: besides, every link sends its due acknowledgement before it
-        sends a transfer (L{MessageEngine.acknowledge_due}).
-        """
-        if seq > self._durable_seq:
-            self._durable_seq = seq
-        self._onward.update(onward)
-        if self._closed:
-            # Durable after the link closed (its write was queued before):
-            # no acknowledgement any more, but it moves on all the same.
-            self._forward()
-        elif self._ack_call is None:
-            self._ack_call = self._clock.callLater(0, self._turn_ended)
-
-    def _turn_ended(self) -> None:
-        self._ack_call = None
-        if self._onward or self._durable_seq - self._acked_seq >= ACK_EVERY:
-            self.send_ack()
-        elif self._ack_delay is None and self._durable_seq > self._acked_seq:
-            self._ack_delay = self._clock.callLater(ACK_DELAY_S, self.send_ack)
-        self._forward()
-
-    def _forward(self) -> None:
-        """
-        Pump towards the destinations of the durable transfers to forward.
-        """
-        onward, self._onward = self._onward, set()
-        for router in onward:
-            self._engine._pump_towards(router)
-
-    def send_ack(self) -> None:
-        """
-        Acknowledge what is durable and not acknowledged yet, if anything.
-        """
-        self._cancel_ack_delay()
-        if self._durable_seq > self._acked_seq and not self._closed:
-            self._acked_seq = self._durable_seq
-            self.send(Ack(self._durable_seq))
-
-    def _cancel_ack_delay(self) -> None:
-        if self._ack_delay is not None:
-            if self._ack_delay.active():
-                self._ack_delay.cancel()
-            self._ack_delay = None
-
-    def fast_transferred(self, frame: FastTransfer) -> None:
-        self._engine.arrived_transient(_message_from(frame, persistent=False))
-
-    def fast_transferred_batch(self, frame: FastTransferBatch) -> None:
-        self._engine.arrived_transient_many([_message(*item, False) for item in frame.messages])
-
-    def routes(self, frame: Routes) -> None:
-        self._engine.routes_received(self.peer, frame)
-
-    def closed(self) -> None:
-        """
-        The link is gone: stop sending; what is in flight stays in the
-        outbox for the next recovery or the reroute.
-        """
-        self._stop()
-        self._in_flight.clear()
-        self._in_flight_bytes = 0
-        self._engine.link_down(self.peer, self)
-
-    def _stop(self) -> None:
-        # What this turn gathered goes as it would have (non-persistent
-        # messages may be lost with the link, never held back).
-        self._send_fast()
-        self._closed = True
-        if self._ack_call is not None and self._ack_call.active():
-            self._ack_call.cancel()
-        self._ack_call = None
-        self._cancel_ack_delay()
-        self._forward()
-
-    def _failed(self, failure, doing: str) -> None:
-        """
-        The store failed: close the link, and send nothing more on it (no
-        acknowledgement, no new transfer), so the peer replays what we may
-        lack and we replay what it may lack.
-        """
-        if self._closed:
-            log.warn("link to {peer} (already closing): {doing} failed: {why}",
-                     peer=self.peer, doing=doing, why=failure.getErrorMessage())
-            return
-        self._stop()
-        log.failure("link to {peer}: {doing} failed; closing the link", failure,
-                    peer=self.peer, doing=doing)
-        self._fail_link(f"{doing} failed: {failure.getErrorMessage()}")

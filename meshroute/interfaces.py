@@ -511,6 +511,97 @@ class ILinkChannel(Interface):
         """
 
 
+class IChannelEngine(Interface):
+    """
+    What a link's delivery stage (L{meshroute.peer_channel.PeerChannel})
+    asks of its router's message engine.
+    """
+
+    def assignable(peer):
+        """
+        The destination routers whose backlog C{peer} may take now.
+        """
+
+    def accepting(router):
+        """
+        Persistent messages for C{router} submitted to the store and not
+        yet accepted.
+        """
+
+    def acknowledge_due():
+        """
+        Every link sends its due acknowledgement now: transfers are about
+        to go, and one may carry a message an acknowledgement covers.
+        """
+
+    def emit_forwarded_many(peer, messages):
+        """
+        C{message.forwarded} for C{messages}, which C{peer} acknowledged.
+        """
+
+    def outbox_resolved(count, peer):
+        """
+        C{count} messages left C{peer}'s outbox (acknowledged, or set
+        aside): what they held back may move on other links.
+        """
+
+    def dead_lettered(message, reason):
+        """
+        C{message} is now in this router's dead-letter queue, for C{reason}.
+        """
+
+    def moved_to_expired(messages, where):
+        """
+        C{messages} expired C{where} and are now in this router's
+        C{$expired}.
+        """
+
+    def link_resumed(peer):
+        """
+        The link to C{peer} takes messages again: non-persistent ones
+        waiting for it may go.
+        """
+
+    def link_down(peer, channel):
+        """
+        The link to C{peer}, whose channel is C{channel}, is gone.
+        """
+
+    def arrived(peer, seq, previous, message):
+        """
+        A persistent message arrived from C{peer}: store it.
+
+        @return: Deferred firing once it is durable with the destination
+            routers whose backlog it added to.
+        """
+
+    def arrived_many(peer, previous, arrivals):
+        """
+        C{arrived} for each of C{arrivals}, C{(seq, message)}, in one
+        store call.
+        """
+
+    def arrived_transient(message):
+        """
+        A non-persistent message arrived from a peer.
+        """
+
+    def arrived_transient_many(messages):
+        """
+        Non-persistent messages arrived from a peer, in order.
+        """
+
+    def routes_received(peer, frame):
+        """
+        A L{meshroute.wire.frames.Routes} arrived from C{peer}.
+        """
+
+    def pump_towards(router):
+        """
+        The backlog for C{router} grew: its next hop's link may take it.
+        """
+
+
 class IHAInstanceView(Interface):
     """
     What the admin API reads of an HA instance (L{meshroute.admin.api}),

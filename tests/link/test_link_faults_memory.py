@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred
 
 import pytest
 
-from meshroute.engine import ACK_DELAY_S
+from meshroute.peer_channel import ACK_DELAY_S
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
 from support.memory_mesh import MemoryMesh

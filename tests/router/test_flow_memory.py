@@ -242,7 +242,7 @@ def test_large_messages_to_a_frozen_next_hop_are_bounded_in_bytes(mesh, monkeypa
     the store; all arrive once it thaws.
     """
     from support import memory_mesh
-    from meshroute.engine import WINDOW_BYTES
+    from meshroute.peer_channel import WINDOW_BYTES
 
     # A transport that never pushes back: the window alone must bound it.
     monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**31)
@@ -255,9 +255,9 @@ def test_large_messages_to_a_frozen_next_hop_are_bounded_in_bytes(mesh, monkeypa
             for n in range(40)]
     mesh.network.flush()
     channel = mesh.routers["router-a"].engine._channels["router-b"]
-    in_flight = sum(len(m.body) for m in channel._in_flight.values())
+    in_flight = channel.in_flight_bytes
     assert WINDOW_BYTES - len(body) < in_flight <= WINDOW_BYTES + len(body) + 2
-    assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 40 - len(channel._in_flight)}
+    assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 40 - channel.in_flight}
     mesh.heal("router-b")
     consumer = Consumer(mesh.routers["router-b"], "q")
     mesh.run(2)

@@ -187,7 +187,7 @@ def test_window_bounds_what_is_in_flight(mesh, monkeypatch):
     backpressure, is what stops it.)
     """
     from support import memory_mesh
-    from meshroute.engine import WINDOW
+    from meshroute.peer_channel import WINDOW
 
     monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**20)
 
@@ -198,7 +198,7 @@ def test_window_bounds_what_is_in_flight(mesh, monkeypatch):
     assert_confirmed(send(mesh, "router-a", "q@router-b", WINDOW + 500))
     mesh.network.flush()
     channel = mesh.routers["router-a"].engine._channels["router-b"]
-    assert len(channel._in_flight) == WINDOW
+    assert channel.in_flight == WINDOW
     assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 500}
     mesh.heal("router-b")
     consumer = Consumer(mesh.routers["router-b"], "q")

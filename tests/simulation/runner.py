@@ -220,7 +220,7 @@ class World:
         buffers before it pushes back (L{HIGH_WATER}) plus as many
         messages as may wait.
         """
-        from meshroute.engine import WINDOW
+        from meshroute.peer_channel import WINDOW
 
         bound = self.schedule.max_transient_backlog
         now = self.now()

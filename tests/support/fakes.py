@@ -2,11 +2,11 @@
 Recording stand-ins for the parts a test is not about.
 """
 
-from twisted.internet.defer import fail, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IListeningPort, IPushProducer
 from zope.interface import implementer
 
-from meshroute.interfaces import ILinkChannel, ILinkEngine
+from meshroute.interfaces import IChannelEngine, ILinkChannel, ILinkEngine
 from meshroute.wire.frames import Recovery
 
 
@@ -72,6 +72,108 @@ class RecordingEngine:
         """
         channel = self.channels.get(peer)
         return channel.recovered_at if channel else None
+
+
+class ChannelStore:
+    """
+    The store as a peer channel sees it (L{meshroute.peer_channel}): each
+    call is recorded in C{calls} as C{(name, *args)} and answered at once
+    with C{answers[name]} (a value, a function of the call's arguments, or
+    an exception to fail with), or, for a call the test L{hold}s, with a
+    Deferred appended to C{held[name]} for the test to fire.
+    """
+
+    store_id = "our-store"
+
+    def __init__(self, last_received: int = 0, peer_store_id: str = "") -> None:
+        self.calls: list[tuple] = []
+        self.backlog: dict[str, int] = {}
+        self.held: dict[str, list[Deferred]] = {}
+        self.answers = {"record_peer_store": None, "acknowledge": 0, "outbox": [],
+                        "assign": [], "dead_letter": None, "expire": lambda messages: messages}
+        self._last_received = last_received
+        self._peer_store_id = peer_store_id
+
+    def hold(self, name: str) -> None:
+        self.held[name] = []
+
+    def _call(self, name: str, *args) -> Deferred:
+        self.calls.append((name, *args))
+        if name in self.held:
+            self.held[name].append(Deferred())
+            return self.held[name][-1]
+        answer = self.answers[name]
+        if isinstance(answer, Exception):
+            return fail(answer)
+        return succeed(answer(*args) if callable(answer) else answer)
+
+    def last_received(self, peer: str) -> int:
+        return self._last_received
+
+    def peer_store_id(self, peer: str) -> str:
+        return self._peer_store_id
+
+    def backlog_depths(self) -> dict[str, int]:
+        return dict(self.backlog)
+
+    def record_peer_store(self, peer: str, store_id: str, forget_received: bool) -> Deferred:
+        return self._call("record_peer_store", peer, store_id, forget_received)
+
+    def acknowledge(self, peer: str, up_to_seq: int) -> Deferred:
+        return self._call("acknowledge", peer, up_to_seq)
+
+    def outbox(self, peer: str, after_seq: int) -> Deferred:
+        return self._call("outbox", peer, after_seq)
+
+    def assign(self, peer: str, dest_routers, limit: int, max_bytes=None) -> Deferred:
+        return self._call("assign", peer, dest_routers, limit, max_bytes)
+
+    def dead_letter(self, message, reason: str) -> Deferred:
+        return self._call("dead_letter", message, reason)
+
+    def expire(self, messages) -> Deferred:
+        return self._call("expire", messages)
+
+
+@implementer(IChannelEngine)
+class RecordingChannelEngine:
+    """
+    The message engine as a peer channel sees it (L{IChannelEngine}):
+    every call is recorded in C{calls} as C{(name, *args)}.  It answers
+    with C{serving} (the destinations the peer may take) and
+    C{being_accepted}; an arrival fires with C{onward} at once, or when
+    the test fires C{arrivals} if it set one.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.serving: frozenset = frozenset()
+        self.being_accepted: dict[str, int] = {}
+        self.onward: tuple = ()
+        self.arrivals: Deferred | None = None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args: self.calls.append((name, *args))
+
+    def assignable(self, peer: str) -> frozenset:
+        return self.serving
+
+    def accepting(self, router: str) -> int:
+        return self.being_accepted.get(router, 0)
+
+    def arrived(self, peer: str, seq: int, previous: int, message) -> Deferred:
+        self.calls.append(("arrived", peer, seq, previous, message.msg_id))
+        return self.arrivals or succeed(self.onward)
+
+    def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
+        self.calls.append(("arrived_many", peer, previous,
+                           [(seq, message.msg_id) for seq, message in arrivals]))
+        return self.arrivals or succeed(self.onward)
+
+    def arrived_transient(self, message) -> None:
+        self.calls.append(("arrived_transient", message.msg_id))
 
 
 @implementer(IListeningPort, IPushProducer)
