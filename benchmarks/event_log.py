@@ -32,7 +32,7 @@ from twisted.python import usage  # noqa: E402
 from meshroute.config import parse_size  # noqa: E402
 from meshroute.events import EventLog, RotationSettings, event_files  # noqa: E402
 
-#: The fields of C{message.enqueued} (meshroute/queues.py).
+#: The fields of C{message.enqueued} (meshroute/router/queues.py).
 NAMES = ("msg_id", "origin", "queue", "hops", "accepted_at", "persistent")
 #: "No rotation": larger than anything a round writes.
 NO_ROTATION = 1024**4

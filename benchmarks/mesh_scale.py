@@ -5,7 +5,7 @@ How routing grows with the size of the mesh, by simulation.
 
 For each size N, a random connected mesh of N routers with 3 or 4 links
 each (seeded: a ring, a chord from every router, a second chord from
-some) runs on the in-memory mesh (L{meshroute.memory_mesh}: real
+some) runs on the in-memory mesh (L{meshroute.testing.memory_mesh}: real
 L{RouterService}s over in-memory transports, one virtual clock), each
 size in its own process so that its memory is its own.  It measures:
 
@@ -55,9 +55,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from meshroute.engine import MessageEngine  # noqa: E402
+from meshroute.router.engine import MessageEngine  # noqa: E402
 from meshroute.link import handshake  # noqa: E402
-from meshroute.memory_mesh import MemoryMesh  # noqa: E402
+from meshroute.testing.memory_mesh import MemoryMesh  # noqa: E402
 from meshroute.routing.table import RouteTable  # noqa: E402
 from meshroute.wire.frames import Routes  # noqa: E402
 

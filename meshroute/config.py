@@ -11,7 +11,7 @@ The loader only reads: it parses the TOML, converts each value (types,
 ranges, durations, sizes, endpoints, the files behind C{password-file}
 and C{token-file}), and maps each section to its component's settings
 class.  The rules that judge a combination of values are the
-components', beside their code; L{meshroute.router_settings.errors} asks
+components', beside their code; L{meshroute.router.settings.errors} asks
 each of them, and the loader reports the first problem naming the file.
 Being the composition layer, it may import every component; none of them
 imports it.
@@ -46,14 +46,14 @@ from decimal import Decimal
 
 from twisted.internet.endpoints import clientFromString, serverFromString
 
-from meshroute import router_settings
-from meshroute.admin.settings import AdminConfig
+from meshroute.router import settings as router_settings
+from meshroute.router.admin_settings import AdminConfig
 from meshroute.errors import ConfigError
 from meshroute.events import RetainBytes, RotationSettings
 from meshroute.harules import settings as ha_settings
 from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
-from meshroute.router_settings import RouterConfig, RoutingConfig
+from meshroute.router.settings import RouterConfig, RoutingConfig
 from meshroute.security.files import read_private
 from meshroute.security.policy import Permission
 from meshroute.security.settings import SecurityConfig, pattern_problem

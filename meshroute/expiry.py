@@ -8,7 +8,7 @@ milliseconds, set by the origin router when it accepts the send), so it
 survives the store and crosses links of every protocol version.  Each
 router checks it where a message could move on:
 
- - at hand-over to a consumer (L{meshroute.queues.QueueManager}), and
+ - at hand-over to a consumer (L{meshroute.router.queues.QueueManager}), and
    when a resumed session would write what it held while disconnected;
  - on arrival over a link, and before a backlog message is sent on one:
    a router that finds it expired does not forward it;
@@ -22,7 +22,7 @@ C{x-original-address}), with a C{message.expired} event; a persistent one
 is stored there, a non-persistent one waits there in memory.  When its
 sender asked (L{meshroute.messages.NOTIFY_EXPIRY_HEADER}), the router it
 expired at sends the sender's session a notice, through the mesh when that
-session is at another router (L{meshroute.engine.MessageEngine.expired}).
+session is at another router (L{meshroute.router.engine.MessageEngine.expired}).
 """
 
 from typing import Callable
@@ -66,7 +66,7 @@ def expires_at(clock: IReactorTime, ttl_ms: int) -> int:
 
 def expiring_sends(items: list, clock: IReactorTime, session_id: str) -> list:
     """
-    The items of a client's SendBatch as L{meshroute.engine.MessageEngine.
+    The items of a client's SendBatch as L{meshroute.router.engine.MessageEngine.
     submit_many} takes them: one that carries a time to live (C{[...,
     ttl_ms, notify_expiry]}, client protocol version 6) with its expiry
     and the sending session instead (C{(..., expires_ms, notify_expiry,
@@ -114,7 +114,7 @@ class ExpirySweep:
     consumers and from the backlog (one store call,
     L{meshroute.interfaces.IMessageStore.sweep_expired}), and the
     expired non-persistent messages waiting in queues without consumers
-    (L{meshroute.queues.QueueManager.sweep_transient}).  A full batch is
+    (L{meshroute.router.queues.QueueManager.sweep_transient}).  A full batch is
     followed by another at the next reactor turn rather than after the
     interval, so a large expired backlog drains in bounded steps.
 

@@ -513,7 +513,7 @@ class ILinkChannel(Interface):
 
 class IChannelEngine(Interface):
     """
-    What a link's delivery stage (L{meshroute.peer_channel.PeerChannel})
+    What a link's delivery stage (L{meshroute.router.peer_channel.PeerChannel})
     asks of its router's message engine.
     """
 

@@ -42,7 +42,7 @@ NOTIFY_EXPIRY_HEADER = "x-notify-expiry"
 EXPIRY_NOTICES = "$expiry-notices"
 
 #: Where a router takes another router's read-only admin requests, and
-#: where their answers come back (L{meshroute.admin.mesh}).  These system
+#: where their answers come back (L{meshroute.router.remote_views}).  These system
 #: queues are no queues: a router hands what arrives for them to its admin
 #: side before any queue sees it, and no client may address or consume
 #: them (L{QUEUE_NAME} has no C{$}).

@@ -54,7 +54,7 @@ def makeService(options: Options, reactor=None):
     """
     from meshroute.admin.api import admin_site
     from meshroute.ha.build import build_instance
-    from meshroute.node import RouterService, StringEndpoints
+    from meshroute.router.service import RouterService, StringEndpoints
 
     if reactor is None:
         from twisted.internet import reactor
@@ -67,7 +67,7 @@ def makeService(options: Options, reactor=None):
                                     read_config=read_config, admin_site=admin_site)
         else:
             router = RouterService(config, reactor, StringEndpoints(reactor),
-                                   read_config=read_config)
+                                   read_config=read_config, admin_site=admin_site)
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
     reactor.callWhenRunning(_stop_cleanly_on_signals, reactor)
@@ -85,7 +85,7 @@ class _UnderTwistd(MultiService):
     non-zero status), not with a traceback; and SIGHUP, while it runs,
     reloads the users and permissions (L{meshroute.security.reload}).
 
-    @param router: a L{meshroute.node.RouterService} or an HA instance,
+    @param router: a L{meshroute.router.service.RouterService} or an HA instance,
         both with C{reload_security()}.
     """
 

@@ -3,7 +3,7 @@ C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
 what a router is, what its links are doing, where it forwards, what its
 queues hold and who is connected, as JSON; C{/ha}, an HA instance's
 role and state; C{/topology}, the mesh as it knows it
-(L{meshroute.admin.topology}); C{/routers}, the routers it knows, and
+(L{meshroute.router.views}); C{/routers}, the routers it knows, and
 C{/routers/NAME/VIEW}, another router's view asked through the mesh
 (L{meshroute.admin.routed}).  C{/} is the topology page
 (L{meshroute.admin.page}), which shows these.  These are read-only
@@ -269,7 +269,7 @@ _ROUTER_RESOURCES = ("links", "routes", "queues", "sessions", "topology")
 
 def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None) -> Site:
     """
-    The admin API of C{router} (a L{meshroute.node.RouterService}), or of
+    The admin API of C{router} (a L{meshroute.router.service.RouterService}), or of
     the HA instance C{ha} (a L{meshroute.interfaces.IHAInstanceView}),
     whose router is looked up at each request.
 

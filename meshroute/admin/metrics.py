@@ -93,7 +93,7 @@ class RouterCollector:
     Call L{collect} on the reactor thread: it reads state that thread
     changes.
 
-    @param current: returns the router (a L{meshroute.node.RouterService}),
+    @param current: returns the router (a L{meshroute.router.service.RouterService}),
         or None while an HA instance is not the active one.
     @param ha: the L{meshroute.interfaces.IHAInstanceView}, or None for a
         router on its own.

@@ -3,13 +3,13 @@ C{/api/v1/routers}: the routers this one knows, and any router's views
 through the mesh.
 
  - C{GET /api/v1/routers}: this router's C{routers} view
-   (L{meshroute.admin.routers.describe_mesh}).
+   (L{meshroute.router.views.describe_mesh}).
  - C{GET /api/v1/routers/NAME/VIEW}: exactly what router NAME answers at
    its own C{/api/v1/VIEW}, asked through the mesh
-   (L{meshroute.admin.mesh}); C{GET /api/v1/routers/NAME} is its
+   (L{meshroute.router.remote_views}); C{GET /api/v1/routers/NAME} is its
    C{/api/v1/router}.  Errors: C{not-found} (404) for a view that does
    not exist, C{unreachable} (504) when NAME is unknown, has no route or
-   does not answer within L{meshroute.admin.mesh.ANSWER_TIMEOUT_S}, and
+   does not answer within L{meshroute.router.remote_views.ANSWER_TIMEOUT_S}, and
    the error NAME answered with (its own code).  An answer cut to fit a
    message carries the header C{X-Meshroute-Truncated: KEPT/TOTAL}.
 """
@@ -23,7 +23,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from meshroute.admin.api import Unavailable, _answer, _error, _NotFound, _serve
-from meshroute.admin.mesh import AnsweredError, UnknownView, Unreachable
+from meshroute.router.remote_views import AnsweredError, UnknownView, Unreachable
 
 log = Logger()
 
@@ -36,7 +36,7 @@ class RoutersResource(Resource):
     C{/api/v1/routers} and what is below it.
 
     @param active: returns the router serving now (a
-        L{meshroute.node.RouterService}), or raises L{Unavailable}.
+        L{meshroute.router.service.RouterService}), or raises L{Unavailable}.
     """
 
     isLeaf = True

@@ -7,12 +7,12 @@ with C{[ha]} (docs/ha.md, "Status").  It carries out the rules of
 L{meshroute.harules} (the voting rules, the candidate's election, the
 active's lease, the role and the settings) with its parts here: the
 voters it asks (L{meshroute.ha.voters}), its own voter's records
-(L{meshroute.ha.records}, answered by a L{meshroute.witness.Witness}),
+(L{meshroute.ha.records}, answered by a L{meshroute.router.witness.Witness}),
 and replication (L{meshroute.ha.replication} over the gate, source,
 replica, epoch starts, listener, feed and follower).
 
 This package sits above the router core: an active instance runs a
-L{meshroute.node.RouterService}, and every router, HA or not, answers
+L{meshroute.router.service.RouterService}, and every router, HA or not, answers
 votes with its witness.  What sits above it (the admin API) is handed
 down by the composition layer (L{meshroute.tap}), never imported.
 """

@@ -19,8 +19,8 @@ from meshroute.ha.listener import replication_listener
 from meshroute.ha.records import HA_DB, HARecords
 from meshroute.ha.replication import StoreReplication
 from meshroute.link.handshake import ListenerSettings
-from meshroute.node import listening
-from meshroute.router_settings import RouterConfig
+from meshroute.router.service import listening
+from meshroute.router.settings import RouterConfig
 from meshroute.store.executor import ThreadedExecutor
 
 
@@ -32,7 +32,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     The HA instance of C{config} (which has C{[ha]}).
 
     @param endpoints: turns endpoint strings into endpoints
-        (L{meshroute.node.StringEndpoints} on a real reactor).
+        (L{meshroute.router.service.StringEndpoints} on a real reactor).
     @param executor_factory: makes an unstarted store executor, given its
         C{replication} (None for C{ha.db} and the replica): a
         L{ThreadedExecutor} on C{clock} by default.

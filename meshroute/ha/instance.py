@@ -61,11 +61,11 @@ from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
-from meshroute.node import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
-from meshroute.router_settings import RouterConfig
+from meshroute.router.service import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
+from meshroute.router.settings import RouterConfig
 from meshroute.sessions.ha_view import HAView
 from meshroute.wire import frames
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 
 log = Logger()
 

@@ -5,7 +5,7 @@ the one endpoint its peer instance reaches it on.
 It is a routing listener's machinery with other parts: the link
 handshake (the mesh secret's challenge-response, docs/protocol.md)
 admits L{meshroute.wire.frames.VoteHello} connections, answered by the
-instance's own L{meshroute.witness.Witness} exactly as a router's
+instance's own L{meshroute.router.witness.Witness} exactly as a router's
 routing listener answers them (the peer asks its votes, heartbeats and
 start-up question there), and L{meshroute.wire.frames.ReplicaHello}
 connections, served by the instance's
@@ -24,7 +24,7 @@ from meshroute.ha.pairing import Pairing
 from meshroute.link.handshake import ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 
 
 def replication_listener(name: str, clock: IReactorTime, event_log: events.EventLog,

@@ -7,7 +7,7 @@ never replicated:
 
  - its own voter record, for its own group (the rows of
    C{ha_voter_records}, with the columns of the store's table of schema
-   004 and 010), which its own L{meshroute.witness.Witness} answers from
+   004 and 010), which its own L{meshroute.router.witness.Witness} answers from
    (each instance of the pair is its own voter: a copy of the peer's
    record would be a second vote);
  - who it is (C{instance}: router name, group, configured role), written
@@ -230,7 +230,7 @@ class HARecords:
 @implementer(IVoterRecords)
 class InstanceVoterRecords:
     """
-    The voter records an HA instance's L{meshroute.witness.Witness}
+    The voter records an HA instance's L{meshroute.router.witness.Witness}
     answers from, routed by group name.
 
     Its own group's record is the instance's alone (C{ha.db}, never

@@ -32,7 +32,7 @@ from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
-from meshroute.router_settings import RouterConfig
+from meshroute.router.settings import RouterConfig
 from meshroute.store.executor import ThreadedExecutor
 
 log = Logger()

@@ -3,7 +3,7 @@ The candidate and active side of HA voting: how one instance of a pair
 reaches its group's voters and feeds their answers to the pure machines.
 
 The voters of a group are the instance's own voter (asked directly,
-through its L{meshroute.witness.Witness}, so that its record is
+through its L{meshroute.router.witness.Witness}, so that its record is
 durable before its answer counts: L{asking_witness}), its peer (the
 pair's other instance, over a vote connection to the peer's replication
 listener) and the witnesses: other routers, each reached over a vote
@@ -73,7 +73,7 @@ from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterCo
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import frames
-from meshroute.witness import start_answer
+from meshroute.router.witness import start_answer
 
 log = Logger()
 
@@ -264,11 +264,11 @@ def _answer(voter: str,
 def asking_witness(witness, instance: str, group: str, lease_timeout: float) -> Ask:
     """
     How an instance asks its own voter: through its
-    L{meshroute.witness.Witness}, as a vote connection would, so that
+    L{meshroute.router.witness.Witness}, as a vote connection would, so that
     the answer arrives only once the record it rests on is durable (a
     grant the instance counted must survive the instance's restart).
 
-    @param witness: anything that answers as a L{meshroute.witness.Witness}
+    @param witness: anything that answers as a L{meshroute.router.witness.Witness}
         does (C{vote}, C{heartbeat}, C{start}).
     @param instance: the instance asking (the C{peer} of the witness's
         events).

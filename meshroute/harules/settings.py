@@ -6,7 +6,7 @@ load into (docs/ha.md; the keys are the issue's, durations in
 milliseconds in attributes ending in C{_ms}, as in every component's
 settings).  The TOML loader converts the values (types, ranges,
 durations, endpoints, the password file) and then calls L{errors} and
-L{warnings} (through L{meshroute.router_settings}), which judge the
+L{warnings} (through L{meshroute.router.settings}), which judge the
 combination: an error names its dotted key and stops the router; a
 warning is printed by C{meshroute check-config} and logged at start.
 """

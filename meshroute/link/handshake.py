@@ -13,7 +13,7 @@ connection, not a routing link: the listener takes it through the same
 connect and authentication stages (without claiming the peer's name: it
 is not a link to it), then into the voting stage, where it answers HA
 vote requests and heartbeats through the router's
-L{meshroute.witness.Witness}; there the stage timer is an idle timer,
+L{meshroute.router.witness.Witness}; there the stage timer is an idle timer,
 restarted by each request (close reason C{idle}).  The connector side
 of a vote connection (an HA instance reaching a witness,
 L{meshroute.ha.voters}) takes the same stages from its side: L{VoteHello},
@@ -312,7 +312,7 @@ class RouterContext:
         makes the recovery stage's L{Recovery} (last sequence received
         from the peer, and the store ids it belongs to) and takes over each
         link's delivery stage.
-    @ivar witness: the router's L{meshroute.witness.Witness}, which
+    @ivar witness: the router's L{meshroute.router.witness.Witness}, which
         answers vote connections; None: a L{VoteHello} is refused
         (C{version}), as by a router without vote connections.
     @ivar replication: on an HA instance's replication listener, its

@@ -5,7 +5,7 @@ judges the connectors together (L{errors}).
 
 The TOML loader converts each value (durations in milliseconds in
 attributes ending in C{_ms}, the password file's secret); the router
-(L{meshroute.node}) turns these into the link factories' and the
+(L{meshroute.router.service}) turns these into the link factories' and the
 connector services' own settings.
 """
 

@@ -13,7 +13,7 @@ def load_policy(config) -> SecurityPolicy:
     the users file now.
 
     @param config: a router's settings
-        (L{meshroute.router_settings.RouterConfig}): its C{name}, its
+        (L{meshroute.router.settings.RouterConfig}): its C{name}, its
         C{path} and its C{security}.
 
     @raise ConfigError: the users file cannot be used (naming it, and the

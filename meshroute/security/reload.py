@@ -57,7 +57,7 @@ def reload_security(security: Security | None, config, read_config: Callable[[],
     @param security: the router's L{Security}, or None for a router
         started without C{[security]}.
     @param config: the configuration the router started with
-        (L{meshroute.router_settings.RouterConfig}); its name is kept,
+        (L{meshroute.router.settings.RouterConfig}); its name is kept,
         whatever the file says now.
     @param read_config: reads and validates C{config.path} again, raising
         L{ConfigError} for anything wrong: the TOML loader, which the

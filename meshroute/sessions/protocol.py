@@ -80,7 +80,7 @@ class ClientFactory(ListenerFactory):
     connections.
 
     @param engine: the router's message engine: C{name}, C{queues} (a
-        L{meshroute.queues.QueueManager}) and C{submit(address, body,
+        L{meshroute.router.queues.QueueManager}) and C{submit(address, body,
         headers, persistent, duplicate_id=...)}.
     @param clock: for every timer (default: the queue manager's clock).
     @param connection_ttl_override: overrides C{settings}'

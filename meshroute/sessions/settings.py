@@ -4,7 +4,7 @@ clients connect, what one client may take, and what the router keeps for
 a client session; and the rules that judge them together (L{errors}).
 
 The TOML loader converts each value (durations in milliseconds in
-attributes ending in C{_ms}); the router (L{meshroute.node}) builds its
+attributes ending in C{_ms}); the router (L{meshroute.router.service}) builds its
 client listener and its sessions' settings from these.
 """
 

@@ -11,7 +11,7 @@ each session owns beside its own:
    behaviours change).
  - C{holding}: after C{Begin}: Sends and Acks are held until C{Commit},
    which carries them all out in one store call
-   (L{meshroute.engine.MessageEngine.commit}), or C{Rollback} (or the
+   (L{meshroute.router.engine.MessageEngine.commit}), or C{Rollback} (or the
    session ending), which discards the Sends and gives the acknowledged
    deliveries back to their queues, flagged redelivered.
 
@@ -86,7 +86,7 @@ class TransactionCore:
         to: it answers the commands and carries out what is not held.
     @ivar sends: the Send frames held, in order.
     @ivar acks: the deliveries acknowledged, taken from their consumers
-        (a L{meshroute.queues.TransactionAcks}).
+        (a L{meshroute.router.queues.TransactionAcks}).
     @ivar size: the bytes of the held Sends (L{held_size}).
     @ivar refused: why the transaction can only roll back ("" while it can
         commit).

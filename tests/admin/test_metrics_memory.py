@@ -14,7 +14,7 @@ from meshroute.admin.metrics import HA_STATES, LINK_STAGES, RouterCollector
 from meshroute.events import read_events
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 from support.ha_pair import Pair, send as send_to_pair, start_both
 
 N = 300

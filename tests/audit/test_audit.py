@@ -21,7 +21,7 @@ import pytest
 
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.event_generator import START, MeshLog
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 from support.routers import mesh  # noqa: F401 (a fixture)
 
 from meshroute import cli

@@ -18,7 +18,7 @@ from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
 from meshroute.sessions import connection as connection_module
 from meshroute.wire import client_frames as f
 from meshroute.sessions import session as session_module
-from meshroute.queues import READ_AHEAD
+from meshroute.router.queues import READ_AHEAD
 
 from support.client_testing import failure_of, result_of
 from support.fake_router import Harness

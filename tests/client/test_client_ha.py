@@ -460,9 +460,9 @@ def test_a_pair_of_routers_fails_its_client_over(tmp_path):
     backup from the primary's Opened, fails over to it, and its retried
     send is confirmed with the stored message's id, enqueued once.
     """
-    from support.memory_mesh import MemoryMesh
+    from meshroute.testing.memory_mesh import MemoryMesh
     from meshroute.sessions.settings import ClientListenerConfig
-    from meshroute.node import RouterService
+    from meshroute.router.service import RouterService
 
     mesh = MemoryMesh(tmp_path)
     topology = ("clients-primary", "clients-backup")

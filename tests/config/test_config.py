@@ -11,12 +11,12 @@ from twisted.internet.testing import MemoryReactor
 
 from support.certificates import make_ca, make_server_cert
 
-from meshroute.admin.settings import AdminConfig
+from meshroute.router.admin_settings import AdminConfig
 from meshroute.config import format_config, load_config, parse_duration_ms
 from meshroute.errors import ConfigError
 from meshroute.events import RetainBytes, RotationSettings
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
-from meshroute.router_settings import RouterConfig
+from meshroute.router.settings import RouterConfig
 
 SECRET = "s3cret-mesh-password"
 

@@ -16,7 +16,7 @@ from twisted.internet.testing import MemoryReactor
 
 from meshroute.config import load_config
 from meshroute.errors import ConfigError
-from meshroute.router_settings import RouterConfig
+from meshroute.router.settings import RouterConfig
 
 HOSTILE = settings(max_examples=300, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture])

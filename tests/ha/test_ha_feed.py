@@ -45,7 +45,7 @@ from meshroute.wire.frames import (
     VoteHello,
     Welcome,
 )
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 from support.held_records import HeldRecords
 from support.link_peer import REMOTE, router  # noqa: F401 (router: a fixture)
 

@@ -24,7 +24,7 @@ from meshroute.ha.records import (
 )
 from meshroute.harules.quorum import LogPosition, VoterRecord
 from meshroute.store.executor import InlineExecutor
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 
 IDENTITY = InstanceIdentity(router="router-b", group="router-b", role="primary")
 RECORD = VoterRecord(7, "router-b/backup", LogPosition(6, 120), LogPosition(6, 118))

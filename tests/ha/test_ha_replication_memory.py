@@ -17,7 +17,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import Clock, deferLater
 
-from support.memory_mesh import MemoryNetwork
+from meshroute.testing.memory_mesh import MemoryNetwork
 from meshroute.events import EventLog
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
@@ -32,7 +32,7 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.store import InlineExecutor, SQLiteStore
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 from test_ha_replica import message, rows
 from support.held_records import HeldRecords
 from support.store_testing import ROUTER

@@ -35,7 +35,7 @@ from meshroute.wire.frames import (
     VoteRequest,
     Welcome,
 )
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 from support.connector_testing import LISTENER_CHALLENGE, Attempt, FakeEndpoint
 from support.held_records import HeldRecords
 

@@ -8,7 +8,7 @@ elect.
 
 from twisted.internet.defer import Deferred, succeed
 
-from support.memory_mesh import SECRET, MemoryMesh
+from meshroute.testing.memory_mesh import SECRET, MemoryMesh
 from meshroute import events
 from meshroute.harules import quorum
 from meshroute.harules.election import Defeat

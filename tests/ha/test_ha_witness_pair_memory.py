@@ -7,7 +7,7 @@ groups are replicated, so a grant survives the pair's failover.
 
 from twisted.internet.error import ConnectionRefusedError
 
-from support.memory_mesh import SECRET
+from meshroute.testing.memory_mesh import SECRET
 from meshroute.harules.quorum import STALE_EPOCH
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.wire.frames import VoteAnswer

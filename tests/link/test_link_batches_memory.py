@@ -18,7 +18,7 @@ from meshroute.wire.frames import (
     Transfer,
     TransferBatch,
 )
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 from test_link_faults_memory import closes_for_store, take_store_failures
 from support.mesh_testing import Consumer, assert_confirmed, events_of, send
 

@@ -12,10 +12,10 @@ from twisted.internet.defer import Deferred
 
 import pytest
 
-from meshroute.peer_channel import ACK_DELAY_S
+from meshroute.router.peer_channel import ACK_DELAY_S
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 from support.mesh_testing import Consumer, assert_confirmed, events_of, line, send
 
 

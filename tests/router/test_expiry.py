@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshroute import events as event_names
-from meshroute.engine import MessageEngine
+from meshroute.router.engine import MessageEngine
 from meshroute.expiry import SWEEP_INTERVAL_S, ExpirySweep, expires_at, expiring_sends
 from meshroute.messages import (
     EXPIRED_QUEUE,
@@ -26,7 +26,7 @@ from meshroute.messages import (
     expires_ms,
     expiry_headers,
 )
-from meshroute.queues import QueueManager
+from meshroute.router.queues import QueueManager
 from meshroute.routing.table import RouteTable
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings

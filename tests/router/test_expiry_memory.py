@@ -10,7 +10,7 @@ import pytest
 from meshroute.events import read_events
 from meshroute.expiry import SWEEP_INTERVAL_S, now_ms
 from meshroute.messages import EXPIRED_QUEUE
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import sqlite3
 
 import pytest
 
-from meshroute.engine import BacklogFull, UnknownRouter
+from meshroute.router.engine import BacklogFull, UnknownRouter
 from meshroute.wire.frames import BATCH_MAX_BYTES
-from support.memory_mesh import BUFFER_SIZE, MemoryMesh
+from meshroute.testing.memory_mesh import BUFFER_SIZE, MemoryMesh
 from support.mesh_testing import Consumer, assert_confirmed, events_of, send
 
 
@@ -241,8 +241,8 @@ def test_large_messages_to_a_frozen_next_hop_are_bounded_in_bytes(mesh, monkeypa
     always moves, so that no message is too large to move), the rest in
     the store; all arrive once it thaws.
     """
-    from support import memory_mesh
-    from meshroute.peer_channel import WINDOW_BYTES
+    from meshroute.testing import memory_mesh
+    from meshroute.router.peer_channel import WINDOW_BYTES
 
     # A transport that never pushes back: the window alone must bound it.
     monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**31)

@@ -26,7 +26,7 @@ from meshroute.wire.frames import (
     VoteHello,
     VoteRequest,
 )
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 from support.link_peer import (  # noqa: F401 (router: a fixture)
     KEEPALIVE_MS,
     LOCAL,

@@ -5,7 +5,7 @@ listener; the router's grant is durable across a restart, and a vote
 connection leaves the routing link of the same router name alone.
 """
 
-from support.memory_mesh import SECRET, MemoryMesh
+from meshroute.testing.memory_mesh import SECRET, MemoryMesh
 from meshroute.harules.quorum import ACTIVE_ALIVE, STALE_EPOCH
 from meshroute.link import reasons
 from meshroute.wire.frames import HeartbeatAnswer, VoteAnswer

@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 
 from support.fakes import ChannelStore, RecordingChannelEngine
 from meshroute.messages import Message
-from meshroute.peer_channel import PeerChannel
+from meshroute.router.peer_channel import PeerChannel
 from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     BATCH_MAX_BYTES,

@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.listening}: a listener's port is bound early and
+Tests for L{meshroute.router.listening}: a listener's port is bound early and
 accepts only once the listener is started, without sockets (a recording
 port).
 """
@@ -15,7 +15,7 @@ from zope.interface import implementer
 
 from support.fakes import RecordingEndpoint
 from meshroute.errors import ConfigError
-from meshroute.listening import Listening
+from meshroute.router.listening import Listening
 
 
 def listener(endpoint: RecordingEndpoint) -> Listening:

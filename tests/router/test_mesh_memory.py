@@ -6,7 +6,7 @@ partitions, restarts and rejections at mesh level, with exact timings.
 import dataclasses
 
 
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 from support.mesh_testing import events_of, mesh  # noqa: F401 (mesh: a fixture)
 
 INTERVAL = 0.2  # the mesh's keepalive interval, seconds
@@ -143,14 +143,14 @@ def test_a_router_says_it_serves_only_once_its_store_is_open(mesh, monkeypatch):
 def test_a_paused_address_holds_connections_until_it_accepts_again():
     """
     The network's listening port pauses as a socket's does
-    (L{meshroute.listening}): a connection made to a paused address
+    (L{meshroute.router.listening}): a connection made to a paused address
     waits, as in a listen backlog, and is made once the port resumes;
     one still waiting when the port closes is refused.
     """
     from twisted.internet.error import ConnectionRefusedError
     from twisted.internet.protocol import Factory, Protocol
 
-    from meshroute.memory_mesh import MemoryNetwork
+    from meshroute.testing.memory_mesh import MemoryNetwork
 
     network = MemoryNetwork()
     endpoints = network.endpoints("router-a")

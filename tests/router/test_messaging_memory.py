@@ -6,7 +6,7 @@ for an unreachable destination, hop limits and the non-persistent path.
 """
 
 
-from meshroute.engine import BacklogFull, UnknownRouter
+from meshroute.router.engine import BacklogFull, UnknownRouter
 from meshroute.messages import DEAD_LETTER_QUEUE, AddressError
 from support.mesh_testing import (  # noqa: F401 (mesh: a fixture)
     mesh,
@@ -186,8 +186,8 @@ def test_window_bounds_what_is_in_flight(mesh, monkeypatch):
     transport's buffer is made large enough that the window, not
     backpressure, is what stops it.)
     """
-    from support import memory_mesh
-    from meshroute.peer_channel import WINDOW
+    from meshroute.testing import memory_mesh
+    from meshroute.router.peer_channel import WINDOW
 
     monkeypatch.setattr(memory_mesh._Transport, "buffer_size", 2**20)
 

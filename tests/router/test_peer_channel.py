@@ -1,6 +1,6 @@
 """
-Tests for L{meshroute.peer_channel}: the delivery stage of one link, its
-sending machine and its acknowledgements (L{meshroute.acknowledgements})
+Tests for L{meshroute.router.peer_channel}: the delivery stage of one link, its
+sending machine and its acknowledgements (L{meshroute.router.acknowledgements})
 walked transition by transition with a recording store and engine
 (L{fakes.ChannelStore}, L{fakes.RecordingChannelEngine}) and a
 L{task.Clock}; no link, no socket.
@@ -15,7 +15,7 @@ from support.fakes import ChannelStore, RecordingChannelEngine
 from meshroute import events
 from meshroute.expiry import IN_BACKLOG
 from meshroute.messages import EXPIRES_HEADER, Message
-from meshroute.peer_channel import (
+from meshroute.router.peer_channel import (
     ACK_DELAY_S,
     ACK_EVERY,
     ASSIGN_BATCH,

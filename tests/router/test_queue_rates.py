@@ -1,11 +1,11 @@
 """
-Tests for L{meshroute.queue_rates}: rates over a sliding window of
+Tests for L{meshroute.router.queue_rates}: rates over a sliding window of
 samples, on a L{Clock}.
 """
 
 from twisted.internet.task import Clock
 
-from meshroute.queue_rates import QueueRates
+from meshroute.router.queue_rates import QueueRates
 
 
 def test_rates_are_the_growth_over_the_window():

@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.queues.QueueManager}: local queues and consumers,
+Tests for L{meshroute.router.queues.QueueManager}: local queues and consumers,
 on the real SQLite store run inline (deterministic, no threads).
 
 FIFO per queue, round-robin between consumers, credit, acknowledgement
@@ -16,7 +16,7 @@ from twisted.internet.task import Clock
 
 from meshroute import events
 from meshroute.messages import Message
-from meshroute.queues import MARK_RETRY_S, QueueManager
+from meshroute.router.queues import MARK_RETRY_S, QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
 
 from support.fake_router import ROUTER, RecordingEvents

@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 from support.mesh_testing import Consumer, assert_confirmed, send
 
 A, B, C = "router-a", "router-b", "router-c"

@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from meshroute.engine import MessageEngine
+from meshroute.router.engine import MessageEngine
 from meshroute.routing.table import RouteTable
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 #: A ring of twelve routers with chords: 3 or 4 links each.
 NAMES = [f"r{i:02d}" for i in range(12)]

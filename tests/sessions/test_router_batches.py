@@ -12,7 +12,7 @@ import pytest
 from meshroute import events as event_names
 from meshroute.sessions import session as session_module
 from meshroute.wire import client_frames as f
-from meshroute.engine import BacklogFull
+from meshroute.router.engine import BacklogFull
 
 from test_router_sessions import Connection, deliveries, make_factory, only
 from support.router_engine import engine, store  # noqa: F401 (fixtures)

@@ -23,7 +23,7 @@ from meshroute.sessions.lifecycle import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import DROP_NEWEST, SessionSettings
-from meshroute.engine import MessageEngine
+from meshroute.router.engine import MessageEngine
 from meshroute.messages import Message
 from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
@@ -32,7 +32,7 @@ from meshroute.wire.codec import FrameDecoder, encode
 
 from support.fake_router import ROUTER, FakeEngine, RecordingEvents
 from support.router_connection import Connection
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
 
@@ -840,7 +840,7 @@ def test_the_engine_accepts_a_non_persistent_duplicate_id_once(real_engine):
 
 
 def test_a_refused_send_does_not_record_its_duplicate_id(real_engine):
-    from meshroute.engine import UnknownRouter
+    from meshroute.router.engine import UnknownRouter
 
     (refused,) = results(real_engine.submit("q@router-x", b"x", {}, True, duplicate_id="d-1"))
     assert isinstance(refused.value, UnknownRouter)
@@ -1065,7 +1065,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
     """
     from twisted.internet.protocol import Factory, Protocol
 
-    from support.memory_mesh import MemoryMesh
+    from meshroute.testing.memory_mesh import MemoryMesh
     from meshroute.sessions.settings import ClientListenerConfig, ClientReconnectConfig
     from meshroute.events import read_events
 

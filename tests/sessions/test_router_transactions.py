@@ -209,7 +209,7 @@ def test_a_retried_transaction_that_was_applied_is_not_refused_by_a_bound(
     bound reached meanwhile, a route forgotten after a restart): telling
     the client "rolled back" would say nothing was done when it was.
     """
-    from meshroute.engine import BacklogFull
+    from meshroute.router.engine import BacklogFull
 
     connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
                     f.Send(3, "q", {}, b"b", True, "tx-1:2"), f.Commit(4))

@@ -21,7 +21,7 @@ from meshroute.sessions.settings import ClientListenerConfig
 from meshroute.events import read_events
 
 from support.client_testing import failure_of, result_of
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 N = 5
 

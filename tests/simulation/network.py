@@ -16,7 +16,7 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.logger import Logger
 
-from support.memory_mesh import FaultyExecutor, MemoryMesh, MemoryNetwork
+from meshroute.testing.memory_mesh import FaultyExecutor, MemoryMesh, MemoryNetwork
 
 
 log = Logger()

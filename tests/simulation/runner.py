@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 from twisted.logger import LogLevel, globalLogPublisher
 
 from meshroute.events import events_dir, read_events
-from meshroute.router_settings import RoutingConfig
+from meshroute.router.settings import RoutingConfig
 from meshroute.sessions.settings import ClientListenerConfig, ClientReconnectConfig
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import FastTransfer, Transfer
 
 from simulation.actors import ConsumerActor, ProducerActor
-from support.memory_mesh import InjectedStoreError
+from meshroute.testing.memory_mesh import InjectedStoreError
 from simulation.network import HIGH_WATER, FaultyMesh
 from simulation.schedule import FAULT_PHASE_S, Schedule
 
@@ -220,7 +220,7 @@ class World:
         buffers before it pushes back (L{HIGH_WATER}) plus as many
         messages as may wait.
         """
-        from meshroute.peer_channel import WINDOW
+        from meshroute.router.peer_channel import WINDOW
 
         bound = self.schedule.max_transient_backlog
         now = self.now()

@@ -102,7 +102,7 @@ def test_a_mesh_that_loses_messages_is_caught(observe_errors, monkeypatch):
     """
     from dataclasses import replace
 
-    from meshroute import engine
+    from meshroute.router import engine
 
     placed = engine.MessageEngine._placed
     count = []

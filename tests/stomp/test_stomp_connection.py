@@ -16,7 +16,7 @@ from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings
 from meshroute.stomp.frames import HEARTBEAT, SERVER_COMMANDS, StompLimits, StompParser
 from meshroute.stomp.listener import StompFactory
-from meshroute.engine import MessageEngine
+from meshroute.router.engine import MessageEngine
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.routing.table import RouteTable

@@ -15,7 +15,7 @@ from meshroute.events import EventLog
 from meshroute.harules.quorum import STALE_EPOCH, LogPosition, VoterRecord
 from meshroute.interfaces import IVoterRecords
 from meshroute.wire import frames
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 from support.store_testing import Opener, opener  # noqa: F401 (the fixture)
 
 GRANTED = VoterRecord(7, "router-b/backup", LogPosition(6, 120), LogPosition(7, 0))

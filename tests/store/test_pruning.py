@@ -8,7 +8,7 @@ from twisted.internet.task import Clock
 
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.pruning import CHUNK_PAUSE_S, PRUNE_INTERVAL_S, IdPruner
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 ROUTER = "router-a"
 

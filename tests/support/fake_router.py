@@ -30,7 +30,7 @@ from twisted.test import iosim
 from meshroute.client import connect_endpoint
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
-from meshroute.queues import QueueManager
+from meshroute.router.queues import QueueManager
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f

@@ -76,7 +76,7 @@ class RecordingEngine:
 
 class ChannelStore:
     """
-    The store as a peer channel sees it (L{meshroute.peer_channel}): each
+    The store as a peer channel sees it (L{meshroute.router.peer_channel}): each
     call is recorded in C{calls} as C{(name, *args)} and answered at once
     with C{answers[name]} (a value, a function of the call's arguments, or
     an exception to fail with), or, for a call the test L{hold}s, with a

@@ -6,7 +6,7 @@ C{pair} fixture, starting both, sending to the active.
 
 import dataclasses
 import pytest
-from support.memory_mesh import SECRET, MemoryMesh
+from meshroute.testing.memory_mesh import SECRET, MemoryMesh
 from meshroute.wire import client_frames as f
 from meshroute.sessions.settings import ClientListenerConfig
 from meshroute.events import read_events

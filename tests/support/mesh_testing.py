@@ -1,12 +1,12 @@
 """
-Traffic on the in-memory mesh (L{support.memory_mesh}): the C{mesh}
+Traffic on the in-memory mesh (L{meshroute.testing.memory_mesh}): the C{mesh}
 fixture, a consumer that acknowledges everything, numbered sends, the
 events one router recorded, and a line of three routers.
 """
 
 import pytest
 from meshroute.events import read_events
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 
 @pytest.fixture

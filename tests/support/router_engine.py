@@ -7,7 +7,7 @@ talk to a real engine.
 
 import pytest
 
-from meshroute.engine import MessageEngine
+from meshroute.router.engine import MessageEngine
 from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
 from support.fake_router import ROUTER, RecordingEvents

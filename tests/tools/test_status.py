@@ -7,7 +7,7 @@ router's configuration.
 import pytest
 
 from meshroute import cli
-from meshroute.admin.settings import AdminConfig
+from meshroute.router.admin_settings import AdminConfig
 from meshroute.errors import ConfigError
 from meshroute.status import age, format_table, format_view, last_topology_change
 

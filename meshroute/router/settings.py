@@ -6,10 +6,10 @@ composed; and the rules that judge them (L{errors}, L{warnings}).
 Each component defines its settings and the rules for their combination
 beside its code (L{meshroute.link.settings},
 L{meshroute.sessions.settings}, L{meshroute.store.settings},
-L{meshroute.admin.settings}, L{meshroute.security.settings},
+L{meshroute.router.admin_settings}, L{meshroute.security.settings},
 L{meshroute.stomp.settings}, L{meshroute.harules.settings},
 L{meshroute.events.RotationSettings}).  L{RouterConfig} gathers them for
-the router (L{meshroute.node.RouterService}) or its HA instance; L{errors}
+the router (L{meshroute.router.service.RouterService}) or its HA instance; L{errors}
 and L{warnings} ask each component, and judge what spans components.  The
 TOML loader (the composition layer) builds a L{RouterConfig} from a file,
 and reports what these find naming the file; nothing here reads one.
@@ -17,8 +17,8 @@ and reports what these find naming the file; nothing here reads one.
 
 from dataclasses import dataclass
 
-from meshroute.admin import settings as admin_settings
-from meshroute.admin.settings import AdminConfig
+from meshroute.router import admin_settings as admin_settings
+from meshroute.router.admin_settings import AdminConfig
 from meshroute.errors import Problem
 from meshroute.events import RotationSettings
 from meshroute.harules import settings as ha_settings
@@ -41,7 +41,7 @@ from meshroute.store.settings import StoreConfig
 class RoutingConfig:
     """
     The scalar keys of C{[routing]}: how far and how long messages travel
-    (the message engine's limits, L{meshroute.engine.MessageEngine}).
+    (the message engine's limits, L{meshroute.router.engine.MessageEngine}).
 
     @ivar max_hops: links a message may cross before it is dead-lettered.
     @ivar max_backlog: persistent messages that may wait (in the store) for
@@ -87,7 +87,7 @@ def errors(config: RouterConfig, reactor) -> list[Problem]:
     order of the file's sections; empty when C{config} is usable.
 
     @param reactor: only used to construct (never listen on) the admin
-        endpoint (L{meshroute.admin.settings.errors}).
+        endpoint (L{meshroute.router.admin_settings.errors}).
     """
     found = link_settings.errors(config.name, config.connectors)
     if config.admin is not None:

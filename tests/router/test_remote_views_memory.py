@@ -1,5 +1,5 @@
 """
-Read-only admin views asked through the mesh (L{meshroute.admin.mesh}),
+Read-only admin views asked through the mesh (L{meshroute.router.remote_views}),
 on whole routers linked in memory: a question crosses two hops and the
 answer comes back, a router that cannot be reached fails the question in
 time, and none of it is a message of the mesh's traffic.
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshroute.admin.mesh import (
+from meshroute.router.remote_views import (
     ANSWER_TIMEOUT_S,
     Answer,
     AnsweredError,
@@ -20,7 +20,7 @@ from meshroute.admin.mesh import (
     bounded_json,
 )
 from meshroute.events import read_events
-from support.memory_mesh import MemoryMesh
+from meshroute.testing.memory_mesh import MemoryMesh
 
 A, B, C = "router-a", "router-b", "router-c"
 
@@ -258,7 +258,7 @@ def test_a_link_tells_how_the_previous_link_to_its_peer_ended(line):
 
 
 def test_an_answer_from_another_router_than_the_one_asked_is_dropped(line):
-    from meshroute.admin.mesh import REQUEST
+    from meshroute.router.remote_views import REQUEST
     from meshroute.messages import ADMIN_REPLY_QUEUE, Message
 
     line.partition(C)

@@ -5,7 +5,7 @@ A message accepted from a client, or received over a link, is either for
 one of this router's queues (it is enqueued) or for another router (it
 waits in the store's backlog until the route table names a next hop with a
 live link, and is then handed to that link's
-L{PeerChannel<meshroute.peer_channel.PeerChannel>}, which sends it and
+L{PeerChannel<meshroute.router.peer_channel.PeerChannel>}, which sends it and
 takes its acknowledgement).
 
 Exactly once across links (docs/routing.md tells the whole story):
@@ -19,7 +19,7 @@ Exactly once across links (docs/routing.md tells the whole story):
    replays the rest (before anything new), and the receiver discards
    sequences it already has.  Sequences belong to one store: the stores'
    ids travel with them, so a peer restarted with an empty data dir is
-   not taken for the old one (L{meshroute.peer_channel}).
+   not taken for the old one (L{meshroute.router.peer_channel}).
  - Any store failure closes the link, so that nothing after it is
    acknowledged and recovery replays what is missing.
  - A link that stays down for C{reroute-delay} gives its unacknowledged
@@ -31,12 +31,12 @@ Exactly once across links (docs/routing.md tells the whole story):
    outbox of a peer that is not its next hop, its newer messages stay in
    the backlog behind them (L{MessageEngine.assignable}).
 
-Flow control: at most L{WINDOW<meshroute.peer_channel.WINDOW>}
+Flow control: at most L{WINDOW<meshroute.router.peer_channel.WINDOW>}
 unacknowledged messages per link, and at most
-L{WINDOW_BYTES<meshroute.peer_channel.WINDOW_BYTES>} of their bodies (one
+L{WINDOW_BYTES<meshroute.router.peer_channel.WINDOW_BYTES>} of their bodies (one
 message more when a single one is larger); the rest wait in the store,
 not in memory, however large the backlog.  A link whose transport is full
-(L{PeerChannel.pause<meshroute.peer_channel.PeerChannel.pause>}) takes no
+(L{PeerChannel.pause<meshroute.router.peer_channel.PeerChannel.pause>}) takes no
 more messages until it drains: persistent ones wait in the store,
 non-persistent ones in the bounded waiting queue below.
 
@@ -81,8 +81,8 @@ from meshroute.messages import (
     message_of,
     parse_address,
 )
-from meshroute.peer_channel import PeerChannel
-from meshroute.queues import QueueManager
+from meshroute.router.peer_channel import PeerChannel
+from meshroute.router.queues import QueueManager
 from meshroute.routing.flood import TurnFlood
 from meshroute.routing.table import Advertisement
 from meshroute.wire.frames import EPOCH_VERSION, Recovery, Routes
@@ -230,7 +230,7 @@ class MessageEngine:
         self._transient: dict[str, deque] = defaultdict(deque)
         #: Who takes what arrives for each of this router's system queues:
         #: expiry notices here, admin requests and answers in
-        #: L{meshroute.admin.mesh}.
+        #: L{meshroute.router.remote_views}.
         self._system: dict[str, Callable[[Message], None]] = {
             EXPIRY_NOTICES: self._notice_arrived}
 
@@ -782,7 +782,7 @@ class MessageEngine:
         accept and sees it; if the writer commits them apart, the assign
         finds less, and the accept pumps again when it is durable).  The
         pump that follows an assign which took messages counts them too
-        (L{ChannelCore.send_from<meshroute.peer_channel.ChannelCore.send_from>});
+        (L{ChannelCore.send_from<meshroute.router.peer_channel.ChannelCore.send_from>});
         one that follows an assign which took none counts the backlog
         alone, so a store that answers the assign before the accept does
         not make the link pump in a loop.
@@ -816,7 +816,7 @@ class MessageEngine:
         @return: Deferred firing when it is durable (or known duplicate),
             with the destination routers whose backlog it added to (empty
             when there is nothing to forward): the caller acknowledges it
-            before it forwards them (see L{meshroute.acknowledgements}).
+            before it forwards them (see L{meshroute.router.acknowledgements}).
         """
         stored, local, aside = self._placed(message)
         d = self._store.receive(peer, seq, stored, local or bool(aside), previous)

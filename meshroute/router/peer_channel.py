@@ -8,7 +8,7 @@ version-4 link what one backlog read hands it goes in L{TransferBatch}
 frames (a new one at each gap in the sequence, or when one is full).
 Receiving: each transfer (each batch in one store call) is stored, then
 acknowledged cumulatively once per reactor turn
-(L{meshroute.acknowledgements}).
+(L{meshroute.router.acknowledgements}).
 
 Any store failure closes the link (reason C{store-failed}): a transfer
 that could not be stored is then never covered by a later cumulative
@@ -57,7 +57,7 @@ it is sent); once closing, whatever the store answers or the peer sends
 (a store failure is logged).
 
 Acknowledging what arrives is not part of this machine: see
-L{meshroute.acknowledgements}, for why.  Nor is the transport's flow,
+L{meshroute.router.acknowledgements}, for why.  Nor is the transport's flow,
 which is a plain fact, C{paused}, the transport's last word, read by
 C{ready} before it takes from the backlog: the transport pauses in the
 middle of a write, often inside a transition (a batch sent, waiting
@@ -82,7 +82,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from meshroute import events
-from meshroute.acknowledgements import Acknowledging, Stopped
+from meshroute.router.acknowledgements import Acknowledging, Stopped
 from meshroute.expiry import IN_BACKLOG, now_ms
 from meshroute.interfaces import IChannelEngine, ILinkChannel, IMessageStore
 from meshroute.messages import Message, message_of
@@ -321,7 +321,7 @@ class ChannelCore:
         Send C{assigned[start:]}, then tell the machine (C{all_sent}): it
         pumps, as more may wait.  When some were sent, that pump also
         counts the messages being accepted (as
-        L{meshroute.engine.MessageEngine._pump_ahead} does): one accepted
+        L{meshroute.router.engine.MessageEngine._pump_ahead} does): one accepted
         while this assign was in flight is then assigned in the
         transaction after its accept's, or in the same one if the writer
         has not taken the accept yet, instead of waiting for the accept to
@@ -654,7 +654,7 @@ class PeerChannel:
         """
         Hand the peer more backlog messages, if it is C{ready} and there
         are any for destinations it serves (with C{ahead}, or being accepted
-        for them: L{MessageEngine._pump_ahead<meshroute.engine.MessageEngine._pump_ahead>}).
+        for them: L{MessageEngine._pump_ahead<meshroute.router.engine.MessageEngine._pump_ahead>}).
         """
         if self._core.ready:
             self._sending.pump(ahead)
@@ -682,9 +682,9 @@ class PeerChannel:
         as soon as it holds a batch's worth; before, in a L{FastTransfer}
         of its own.  Its C{message.forwarded} record is the caller's to
         write (L{MessageEngine._route_transient_many
-        <meshroute.engine.MessageEngine._route_transient_many>}); a
+        <meshroute.router.engine.MessageEngine._route_transient_many>}); a
         router's own system message has none (L{MessageEngine.send_system
-        <meshroute.engine.MessageEngine.send_system>}).
+        <meshroute.router.engine.MessageEngine.send_system>}).
         """
         self._core.send_transient(message)
 

@@ -1,6 +1,6 @@
 """
 When a link acknowledges the transfers it received: the receiving side
-of a L{meshroute.peer_channel.PeerChannel}.
+of a L{meshroute.router.peer_channel.PeerChannel}.
 
 A transfer is acknowledged only once it is durable, cumulatively: one
 L{Ack} at the end of the reactor turn covers every transfer made durable

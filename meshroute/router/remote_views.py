@@ -3,7 +3,7 @@ Another router's read-only views, asked through the mesh.
 
 An operator who reaches one router's admin API sees any router:
 C{GET /api/v1/routers/NAME/VIEW} answers exactly the JSON router NAME
-answers at its own C{/api/v1/VIEW} (L{meshroute.node.VIEWS}), and
+answers at its own C{/api/v1/VIEW} (L{meshroute.router.service.VIEWS}), and
 C{GET /api/v1/routers/NAME} its C{/api/v1/router}.  The question and the
 answer travel over the links as messages, not as link frames of their
 own, so every link that carries messages carries them:

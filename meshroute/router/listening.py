@@ -5,7 +5,7 @@ connections only once the listener is started.
 twistd binds ports in C{privilegedStartService}, so that a port in use
 stops start-up with a clear error before anything runs, and starts
 services afterwards; a router starts its listeners only once its store is
-open (L{meshroute.node.RouterService}), since what a connection asks
+open (L{meshroute.router.service.RouterService}), since what a connection asks
 first (a link's recovery point, a session) needs the store.  In between,
 the port is bound but paused: a client that connects meanwhile waits in
 the kernel's listen backlog, its first bytes unread, and is served as

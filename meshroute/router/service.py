@@ -8,7 +8,7 @@ Start-up order matters for exactly-once delivery: ports are bound early
 served and no connector dials until the store is open, because the first
 thing a link does is ask the store for its recovery point.  A connection
 made meanwhile waits in its port's listen backlog and is served once the
-store is open (L{meshroute.listening}); only the admin API answers at
+store is open (L{meshroute.router.listening}); only the admin API answers at
 once, saying whether the router serves yet.
 """
 
@@ -21,20 +21,19 @@ from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.endpoints import SSL4ServerEndpoint, clientFromString, serverFromString
 from twisted.internet.interfaces import IReactorTime
+from twisted.web.server import Site
 from twisted.logger import Logger
 
 from meshroute import __version__, events
-from meshroute.admin.api import admin_site
-from meshroute.admin.mesh import MeshViews
-from meshroute.admin.routers import describe_mesh
-from meshroute.admin.topology import describe_topology
+from meshroute.router.remote_views import MeshViews
+from meshroute.router.views import describe_mesh, describe_topology
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.wire.client_frames import MAX_FRAME_SIZE
 from meshroute.sessions.limits import ClientLimits, client_limits
 from meshroute.sessions.protocol import ClientFactory
 from meshroute.sessions.session import SessionSettings
 from meshroute.sessions.tls import load_client_ca, verify_client_certificates
-from meshroute.engine import MessageEngine
+from meshroute.router.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.link.connector import ConnectorService
 from meshroute.link.epochs import PeerEpochs
@@ -43,8 +42,8 @@ from meshroute.link.protocol import ListenerFactory
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
-from meshroute.listening import Listening
-from meshroute.router_settings import RouterConfig
+from meshroute.router.listening import Listening
+from meshroute.router.settings import RouterConfig
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
 from meshroute.security.decoy import decoy_secret
@@ -57,13 +56,13 @@ from meshroute.store.pruning import IdPruner
 from meshroute.store.settings import StoreConfig
 from meshroute.stomp.listener import StompFactory
 from meshroute.stomp.websocket import websocket_factory
-from meshroute.witness import Witness
+from meshroute.router.witness import Witness
 
 log = Logger()
 
 #: The read-only views of a router (L{RouterService.describe_view}): what
 #: its admin API answers at C{/api/v1/VIEW}, and another router's for it
-#: through the mesh (L{meshroute.admin.mesh}).
+#: through the mesh (L{meshroute.router.remote_views}).
 VIEWS = ("router", "links", "routes", "routers", "queues", "sessions", "ha")
 
 #: How long shutdown waits for links to flush and close before aborting them.
@@ -130,6 +129,10 @@ class RouterService(MultiService):
         layer that loaded C{config} (L{meshroute.tap}); None for a router
         built without a file (the in-memory mesh), which has nothing to
         reload.
+    @param admin_site: makes the site of the router's admin endpoint from
+        the router (L{meshroute.admin.api.admin_site}), handed down by the
+        composition layer (L{meshroute.tap}), which sits above both; with
+        None, C{[admin]} is not served (an HA instance serves its own).
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
@@ -148,7 +151,8 @@ class RouterService(MultiService):
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
                  executor=None, host: "HostedParts | None" = None, epoch: int = 0,
                  ha_view: Callable[[], HAView] = lambda: WITHOUT_HA,
-                 read_config: Callable[[], RouterConfig] | None = None) -> None:
+                 read_config: Callable[[], RouterConfig] | None = None,
+                 admin_site: Callable[..., Site] | None = None) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
@@ -284,7 +288,7 @@ class RouterService(MultiService):
         # The admin API answers from the start (saying whether the router
         # serves yet); the other listeners once the store is open.
         self._admin: Listening | None = None
-        if config.admin is not None:
+        if config.admin is not None and admin_site is not None:
             self._admin = listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                                     admin_site(self, token=config.admin.token, reactor=clock))
             self._admin.setServiceParent(self)
@@ -325,7 +329,7 @@ class RouterService(MultiService):
         Serve the admin API, open the store, then start serving: the other
         listeners accept (connections that waited in their backlogs
         first), connectors dial.  (Ports were bound by
-        C{privilegedStartService}: L{meshroute.listening}.)
+        C{privilegedStartService}: L{meshroute.router.listening}.)
         """
         self._started_at = self._clock.seconds()
         if self._host is None:

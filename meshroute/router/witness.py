@@ -28,7 +28,7 @@ instance's own witness, which its peer asks over the replication
 listener, adds its own data position.
 
 A part of the router core, not of the pair's runtime (L{meshroute.ha}):
-every router is a witness, HA or not (L{meshroute.node.RouterService}
+every router is a witness, HA or not (L{meshroute.router.service.RouterService}
 builds one), and an HA instance builds its own from the same class over
 its own records.  So it rests on the rules (L{meshroute.harules}) and a
 store's L{meshroute.interfaces.IVoterRecords}, and on nothing of HA's

@@ -92,7 +92,7 @@ from twisted.logger import Logger
 from meshroute import events as event_names
 from meshroute.expiry import IN_QUEUE, IN_SESSION, emit_expired, now_ms, set_aside
 from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, Message
-from meshroute.queue_rates import QueueRates
+from meshroute.router.queue_rates import QueueRates
 
 log = Logger()
 

@@ -1,5 +1,5 @@
 """
-C{GET /api/v1/topology} (L{meshroute.admin.topology}) of whole routers
+C{GET /api/v1/topology} (L{meshroute.router.views}) of whole routers
 linked in memory: what each router knows of the mesh as links come up,
 fall silent and come back.
 """
@@ -7,8 +7,8 @@ fall silent and come back.
 import pytest
 from twisted.internet.protocol import Factory, Protocol
 
-from meshroute.admin.topology import describe_topology
-from support.memory_mesh import MemoryMesh
+from meshroute.router.views import describe_topology
+from meshroute.testing.memory_mesh import MemoryMesh
 
 
 @pytest.fixture

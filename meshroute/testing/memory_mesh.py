@@ -19,9 +19,11 @@ Backpressure is a socket's: a side whose unsent bytes pass
 L{BUFFER_SIZE} pauses its streaming producer, and resumes it once they
 are sent (iosim alone never pauses one).
 
-It is in the package, not under C{tests/}, because the scale benchmark
-(C{benchmarks/mesh_scale.py}) runs its meshes on it too; tests import it
-through C{tests/support/memory_mesh.py}.
+It is a supported tool, in L{meshroute.testing} as Twisted keeps its
+test doubles in C{twisted.internet.testing}: the tests run meshes on it,
+and so does the scale benchmark (C{benchmarks/mesh_scale.py}); an
+application may test its use of meshroute against it.  Nothing in the
+router imports it.
 """
 
 import sqlite3
@@ -35,8 +37,8 @@ from twisted.test import iosim
 from zope.interface import implementer
 
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
-from meshroute.node import RouterService
-from meshroute.router_settings import RouterConfig, RoutingConfig
+from meshroute.router.service import RouterService
+from meshroute.router.settings import RouterConfig, RoutingConfig
 from meshroute.store.executor import InlineExecutor
 from meshroute.store.settings import StoreConfig
 
@@ -214,7 +216,7 @@ class _Connection:
 class _ListeningPort:
     """
     A listening address.  Paused, it holds the connections made to it, as
-    a listen backlog does, until it resumes (L{meshroute.listening}).
+    a listen backlog does, until it resumes (L{meshroute.router.listening}).
     """
 
     def __init__(self, network: "MemoryNetwork", address: str) -> None:

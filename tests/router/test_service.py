@@ -1,5 +1,5 @@
 """
-Tests for L{meshroute.node}'s endpoints on a real reactor.
+Tests for L{meshroute.router.service}'s endpoints on a real reactor.
 """
 
 import os
@@ -11,7 +11,7 @@ from twisted.internet import reactor
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactor, MemoryReactorClock
 
-from meshroute.node import StringEndpoints
+from meshroute.router.service import StringEndpoints
 
 
 @pytest.mark.parametrize("options, mode", [("", 0o660), (":mode=600", 0o600)])
@@ -44,7 +44,7 @@ def test_the_router_holds_the_security_policy(tmp_path):
     With C{[security]} the router reads the users file into the
     L{Security} its client listener consults; without, it has none.
     """
-    from meshroute.node import RouterService
+    from meshroute.router.service import RouterService
     from meshroute.security.credentials import derive
     from meshroute.security.users import write_users
     from meshroute.store.executor import InlineExecutor
@@ -68,7 +68,7 @@ def test_the_router_holds_the_security_policy(tmp_path):
 
 def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path):
     from meshroute.errors import ConfigError
-    from meshroute.node import RouterService
+    from meshroute.router.service import RouterService
     from meshroute.store.executor import InlineExecutor
 
     users = tmp_path / "users"
@@ -83,7 +83,7 @@ def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path)
 
 def test_the_store_executor_is_the_one_store_writer_names():
     from meshroute.store.settings import StoreConfig
-    from meshroute.node import store_executor
+    from meshroute.router.service import store_executor
     from meshroute.store.executor import ThreadedExecutor, TurnExecutor
 
     assert type(store_executor(StoreConfig(), reactor)) is ThreadedExecutor
@@ -101,7 +101,8 @@ def test_only_the_admin_api_answers_until_the_store_is_open(tmp_path):
     from twisted.internet.defer import Deferred
 
     from support.fakes import RecordingEndpoints
-    from meshroute.node import RouterService
+    from meshroute.admin.api import admin_site
+    from meshroute.router.service import RouterService
     from meshroute.store.executor import InlineExecutor
 
     class HeldOpen(InlineExecutor):
@@ -134,7 +135,7 @@ endpoint = "tcp:7005:interface=127.0.0.1"
     clock = MemoryReactorClock()
     endpoints = RecordingEndpoints()
     executor = HeldOpen()
-    router = RouterService(config, clock, endpoints, executor)
+    router = RouterService(config, clock, endpoints, executor, admin_site=admin_site)
     router.privilegedStartService()
     router.startService()
     calls = {description: endpoint.port.calls
