@@ -22,8 +22,8 @@ size in its own process so that its memory is its own.  It measures:
    the minute that follows the link failure (the routes of the failure
    and of its repair, once the connector is started again);
  - B{route CPU} (real CPU time, C{time.process_time}) spent in the route
-   table and the engine's route handling (C{MessageEngine.link_up},
-   C{link_down}, C{routes_received}, C{_routes_changed}, and the route
+   table and the engine's route handling (C{Forwarding.link_up},
+   C{link_down}, C{routes_received}, C{MessageEngine._routes_changed}, and the route
    table's questions from anywhere else), per router, for the start and
    for the failure; and how many route computations (breadth-first
    searches) ran, per router;
@@ -56,6 +56,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from meshroute.router.engine import MessageEngine  # noqa: E402
+from meshroute.router.forwarding import Forwarding  # noqa: E402
 from meshroute.link import handshake  # noqa: E402
 from meshroute.testing.memory_mesh import MemoryMesh  # noqa: E402
 from meshroute.routing.table import RouteTable  # noqa: E402
@@ -107,8 +108,8 @@ class RouteMeter:
     route computations, and the bytes of C{Routes} frames written.
     """
 
-    TIMED = [(MessageEngine, "link_up"), (MessageEngine, "link_down"),
-             (MessageEngine, "routes_received"), (MessageEngine, "_routes_changed"),
+    TIMED = [(Forwarding, "link_up"), (Forwarding, "link_down"),
+             (Forwarding, "routes_received"), (MessageEngine, "_routes_changed"),
              (RouteTable, "routes"), (RouteTable, "next_hop")]
 
     def __init__(self) -> None:

@@ -22,7 +22,7 @@ C{x-original-address}), with a C{message.expired} event; a persistent one
 is stored there, a non-persistent one waits there in memory.  When its
 sender asked (L{meshroute.messages.NOTIFY_EXPIRY_HEADER}), the router it
 expired at sends the sender's session a notice, through the mesh when that
-session is at another router (L{meshroute.router.engine.MessageEngine.expired}).
+session is at another router (L{meshroute.router.expired.ExpiredMessages.expired}).
 """
 
 from typing import Callable

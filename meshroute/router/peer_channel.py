@@ -321,7 +321,7 @@ class ChannelCore:
         Send C{assigned[start:]}, then tell the machine (C{all_sent}): it
         pumps, as more may wait.  When some were sent, that pump also
         counts the messages being accepted (as
-        L{meshroute.router.engine.MessageEngine._pump_ahead} does): one accepted
+        L{meshroute.router.forwarding.Forwarding.pump_ahead} does): one accepted
         while this assign was in flight is then assigned in the
         transaction after its accept's, or in the same one if the writer
         has not taken the accept yet, instead of waiting for the accept to
@@ -654,7 +654,7 @@ class PeerChannel:
         """
         Hand the peer more backlog messages, if it is C{ready} and there
         are any for destinations it serves (with C{ahead}, or being accepted
-        for them: L{MessageEngine._pump_ahead<meshroute.router.engine.MessageEngine._pump_ahead>}).
+        for them: L{Forwarding.pump_ahead<meshroute.router.forwarding.Forwarding.pump_ahead>}).
         """
         if self._core.ready:
             self._sending.pump(ahead)
@@ -681,10 +681,10 @@ class PeerChannel:
         L{FastTransferBatch} that goes at the end of this reactor turn, or
         as soon as it holds a batch's worth; before, in a L{FastTransfer}
         of its own.  Its C{message.forwarded} record is the caller's to
-        write (L{MessageEngine._route_transient_many
-        <meshroute.router.engine.MessageEngine._route_transient_many>}); a
-        router's own system message has none (L{MessageEngine.send_system
-        <meshroute.router.engine.MessageEngine.send_system>}).
+        write (L{TransientPath.route
+        <meshroute.router.transient.TransientPath.route>}); a
+        router's own system message has none (L{SystemMessages.send
+        <meshroute.router.system_messages.SystemMessages.send>}).
         """
         self._core.send_transient(message)
 

@@ -13,7 +13,7 @@ own, so every link that carries messages carries them:
    request (L{REQUEST}, unique in the asking process) and the view
    (L{VIEW}); its body is empty.
  - Each router on the way forwards it like any non-persistent message,
-   on the next hop's link at once (L{MessageEngine.send_system}): it never
+   on the next hop's link at once (L{SystemMessages.send<meshroute.router.system_messages.SystemMessages.send>}): it never
    waits for a route, and no event records it, since it is no message of
    the mesh's traffic.
  - Router NAME's engine hands what arrives for a system queue to this

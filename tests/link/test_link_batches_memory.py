@@ -210,7 +210,7 @@ def test_an_older_router_links_with_a_version_4_one(mesh, wire, old_routers, old
     assert_confirmed(sent)
     assert at_b.bodies == at_a.bodies == [b"%d" % i for i in range(600)]
     agreed = max(old_routers.versions)
-    assert mesh.routers[A].engine._channels[B].version == agreed
-    assert mesh.routers[B].engine._channels[A].version == agreed
+    assert mesh.routers[A].engine.forwarding.channel(B).version == agreed
+    assert mesh.routers[B].engine.forwarding.channel(A).version == agreed
     assert {type(frame) for _, frame in wire} == {Transfer, FastTransfer}
     assert len(frames_from(wire, A, Transfer)) == len(frames_from(wire, B, Transfer)) == 300

@@ -303,13 +303,13 @@ def test_a_batch_and_a_transaction_carry_expiries(engine, clock):
         None, "s-1"}
 
 
-def test_a_message_that_arrives_expired_is_set_aside_not_forwarded(engine, events, clock):
+def test_a_message_that_arrives_expired_is_set_aside_not_forwarded(engine, store, events, clock):
     onward = message(NOW_MS - 1, dest_router="router-z")
     local = message(NOW_MS - 1)
     assert outcome(engine.arrived("router-p", 1, 0, onward)) == ()
     outcome(engine.arrived_many("router-p", 1, [(2, local)]))
     engine.arrived_transient(message(NOW_MS - 1, dest_router="router-z", persistent=False))
-    assert engine._store.backlog_depths() == {}
+    assert store.backlog_depths() == {}
     assert engine.queues.depths() == {EXPIRED_QUEUE: 3}
     assert [where for _, where, _ in expired_events(events)] == ["transit"] * 3
     assert events.named(event_names.MESSAGE_ENQUEUED) == []
@@ -360,7 +360,7 @@ def test_a_sends_ttl_becomes_its_expiry_and_its_sender_is_told(engine, clock):
     assert opened.version == 6
 
 
-def test_deliveries_held_while_disconnected_expire_instead_of_being_sent(engine, clock):
+def test_deliveries_held_while_disconnected_expire_instead_of_being_sent(engine, events, clock):
     factory = ClientFactory(engine, clock, settings=SessionSettings(keep_alive_ms=60000))
     connection = Connection(factory)
     opened = open_v6(connection)
@@ -373,7 +373,7 @@ def test_deliveries_held_while_disconnected_expire_instead_of_being_sent(engine,
     again = Connection(factory)
     open_v6(again, opened.session_id, answered_up_to=1)
     assert [d.msg_id for d in again.after_open if isinstance(d, f.Deliver)] == [long]
-    assert [(e["msg_id"], e["where"]) for e in engine._events.named(
+    assert [(e["msg_id"], e["where"]) for e in events.named(
         event_names.MESSAGE_EXPIRED)] == [(short, "session")]
     assert engine.queues.depths() == {"q": 1, EXPIRED_QUEUE: 1}
 
@@ -405,7 +405,7 @@ def test_a_notice_waits_for_a_disconnected_session_and_an_old_client_gets_none(e
 # -- the client API --------------------------------------------------------------------
 
 
-def test_the_client_sends_a_ttl_and_hears_of_the_expiry(engine, clock):
+def test_the_client_sends_a_ttl_and_hears_of_the_expiry(engine, events, clock):
     harness = Harness(engine, clock)
     client = harness.connect()
     heard = []
@@ -420,7 +420,7 @@ def test_the_client_sends_a_ttl_and_hears_of_the_expiry(engine, clock):
     clock.advance(SWEEP_INTERVAL_S)
     harness.flush()
     assert heard == [(told, f"q@{ROUTER}", ROUTER)]
-    assert sorted(m["msg_id"] for m in engine._events.named(event_names.MESSAGE_EXPIRED)) == \
+    assert sorted(m["msg_id"] for m in events.named(event_names.MESSAGE_EXPIRED)) == \
         sorted([told, *quiet])
     assert engine.queues.depths() == {"q": 1, EXPIRED_QUEUE: 3}
     engine.stop()

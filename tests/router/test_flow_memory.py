@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from meshroute.router.engine import BacklogFull, UnknownRouter
+from meshroute.router.acceptance import BacklogFull, UnknownRouter
 from meshroute.wire.frames import BATCH_MAX_BYTES
 from meshroute.testing.memory_mesh import BUFFER_SIZE, MemoryMesh
 from support.mesh_testing import Consumer, assert_confirmed, events_of, send
@@ -176,7 +176,7 @@ def test_non_persistent_arriving_for_a_frozen_next_hop_drops_the_oldest(mesh):
         mesh.network.flush()
     assert refused(sent) == []
     router_b = mesh.routers["router-b"]
-    assert len(router_b.engine._transient["router-c"]) == 10
+    assert router_b.engine.transient.waiting("router-c") == 10
     assert unsent(mesh, "router-b") <= BUFFER_SIZE + BATCH_MAX_BYTES + 2048
     dropped = events_of(router_b, "message.dropped")
     assert len(dropped) >= 2000 - 10 - BUFFER_SIZE // 1024 - 1 - BATCH_MAX_BYTES // 1024
@@ -254,7 +254,7 @@ def test_large_messages_to_a_frozen_next_hop_are_bounded_in_bytes(mesh, monkeypa
     sent = [mesh.routers["router-a"].engine.submit("q@router-b", body + b"%d" % n, {}, True)
             for n in range(40)]
     mesh.network.flush()
-    channel = mesh.routers["router-a"].engine._channels["router-b"]
+    channel = mesh.routers["router-a"].engine.forwarding.channel("router-b")
     in_flight = channel.in_flight_bytes
     assert WINDOW_BYTES - len(body) < in_flight <= WINDOW_BYTES + len(body) + 2
     assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 40 - channel.in_flight}

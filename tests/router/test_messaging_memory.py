@@ -6,7 +6,7 @@ for an unreachable destination, hop limits and the non-persistent path.
 """
 
 
-from meshroute.router.engine import BacklogFull, UnknownRouter
+from meshroute.router.acceptance import BacklogFull, UnknownRouter
 from meshroute.messages import DEAD_LETTER_QUEUE, AddressError
 from support.mesh_testing import (  # noqa: F401 (mesh: a fixture)
     mesh,
@@ -197,7 +197,7 @@ def test_window_bounds_what_is_in_flight(mesh, monkeypatch):
     mesh.partition("router-b")
     assert_confirmed(send(mesh, "router-a", "q@router-b", WINDOW + 500))
     mesh.network.flush()
-    channel = mesh.routers["router-a"].engine._channels["router-b"]
+    channel = mesh.routers["router-a"].engine.forwarding.channel("router-b")
     assert channel.in_flight == WINDOW
     assert mesh.routers["router-a"].store.backlog_depths() == {"router-b": 500}
     mesh.heal("router-b")

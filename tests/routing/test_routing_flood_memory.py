@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from meshroute.router.engine import MessageEngine
+from meshroute.router.forwarding import Forwarding
 from meshroute.routing.table import RouteTable
 from meshroute.testing.memory_mesh import MemoryMesh
 
@@ -31,19 +31,19 @@ class RoutingMeter:
         self.frames: Counter = Counter()
         self.advertisements: Counter = Counter()
         compute = RouteTable._compute
-        received = MessageEngine.routes_received
+        received = Forwarding.routes_received
 
         def counted_compute(table):
             self.computations[table.name] += 1
             return compute(table)
 
-        def counted_received(engine, peer, frame):
-            self.frames[engine.name, peer] += 1
-            self.advertisements[engine.name, peer] += len(frame.advertisements)
-            return received(engine, peer, frame)
+        def counted_received(forwarding, peer, frame):
+            self.frames[forwarding.name, peer] += 1
+            self.advertisements[forwarding.name, peer] += len(frame.advertisements)
+            return received(forwarding, peer, frame)
 
         monkeypatch.setattr(RouteTable, "_compute", counted_compute)
-        monkeypatch.setattr(MessageEngine, "routes_received", counted_received)
+        monkeypatch.setattr(Forwarding, "routes_received", counted_received)
 
     def reset(self) -> None:
         self.computations.clear()

@@ -9,6 +9,7 @@ inline, on a C{task.Clock}; the store's one-call commit; and the rules
 import pytest
 
 from meshroute import events as event_names
+from meshroute.messages import message_of
 from meshroute.wire import client_frames as f
 from meshroute.sessions import transaction as transaction_module
 from meshroute.sessions.protocol import ClientFactory
@@ -209,12 +210,12 @@ def test_a_retried_transaction_that_was_applied_is_not_refused_by_a_bound(
     bound reached meanwhile, a route forgotten after a restart): telling
     the client "rolled back" would say nothing was done when it was.
     """
-    from meshroute.router.engine import BacklogFull
+    from meshroute.router.acceptance import BacklogFull
 
     connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
                     f.Send(3, "q", {}, b"b", True, "tx-1:2"), f.Commit(4))
     first = [c.msg_id for c in only(connection.received(), f.Confirm)][:2]
-    monkeypatch.setattr(engine, "_refusal",
+    monkeypatch.setattr(engine.acceptance, "_refusal",
                         lambda router, persistent: BacklogFull("the bound was reached"))
     retry = Connection(factory)
     open_v2(retry)
@@ -297,12 +298,12 @@ def test_a_version_1_connection_cannot_begin(factory):
 
 
 def test_the_store_commit_is_all_or_nothing(store, engine):
-    held = engine._new_message("q", ROUTER, b"held", {}, True)
+    held = message_of("held-1", ROUTER, ROUTER, "q", b"held", {}, 0, True, 0.0)
     results = []
     store.accept(held)
     store.fetch("q", 0, 10).addCallback(results.append)
     ((entry, _, _),) = results.pop()
-    fresh = engine._new_message("q", ROUTER, b"fresh", {}, True)
+    fresh = message_of("fresh-1", ROUTER, ROUTER, "q", b"fresh", {}, 0, True, 0.0)
     # The second message repeats an id held here: nothing of the call is
     # done, not even the first message's duplicate id or the deletion.
     store.commit([(fresh, "dup-1"), (held, "")], [entry]).addBoth(results.append)

@@ -225,9 +225,9 @@ class World:
         bound = self.schedule.max_transient_backlog
         now = self.now()
         for name, router in self.mesh.routers.items():
-            for dest, waiting in router.engine._transient.items():
-                if len(waiting) > bound:
-                    self.memory.append(f"t={now:.2f} {name}: {len(waiting)} non-persistent "
+            for dest, waiting in router.engine.transient_depths().items():
+                if waiting > bound:
+                    self.memory.append(f"t={now:.2f} {name}: {waiting} non-persistent "
                                        f"messages wait for {dest} (max {bound})")
         routers = set(self.schedule.routers)
         for writer, reader, chunks in self.mesh.network.buffered():
@@ -283,7 +283,7 @@ class World:
                 left.append(f"{name}: backlog {store.backlog_depths()}")
             if store.outbox_peers():
                 left.append(f"{name}: outbox for {store.outbox_peers()}")
-            waiting = {d: len(w) for d, w in router.engine._transient.items() if w}
+            waiting = router.engine.transient_depths()
             if waiting:
                 left.append(f"{name}: non-persistent waiting {waiting}")
             depths = router.engine.queues.depths()

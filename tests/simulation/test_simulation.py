@@ -102,9 +102,9 @@ def test_a_mesh_that_loses_messages_is_caught(observe_errors, monkeypatch):
     """
     from dataclasses import replace
 
-    from meshroute.router import engine
+    from meshroute.router.destinations import Destinations
 
-    placed = engine.MessageEngine._placed
+    placed = Destinations.arrival
     count = []
 
     def forgetful(self, message):
@@ -117,7 +117,7 @@ def test_a_mesh_that_loses_messages_is_caught(observe_errors, monkeypatch):
             stored = replace(stored, msg_id=stored.msg_id + "-forgotten")
         return stored, local, dead
 
-    monkeypatch.setattr(engine.MessageEngine, "_placed", forgetful)
+    monkeypatch.setattr(Destinations, "arrival", forgetful)
     violations = check(run(_small_schedule()))
     assert {v.invariant for v in violations} == {"lost"}
     assert len(violations) >= 3

@@ -1,0 +1,431 @@
+"""
+Accepting clients' sends and transactions: what a producer's send becomes
+before the engine forwards or enqueues it.
+
+A send is refused at once (nothing stored) when its address is malformed,
+when no router of that name was ever heard of (L{UnknownRouter}), or when
+its destination's backlog is at its bound (L{BacklogFull}: C{max-backlog}
+persistent messages in the store, C{max-transient-backlog} non-persistent
+ones in memory).  A persistent send is answered once it is durable; a
+send with a duplicate id is stored with that id in one transaction, and a
+repeat of it is answered with the first message's id, even when the
+mesh's state would refuse it now (it is the retry of one accepted before,
+whose answer a lost connection swallowed).  A transaction's sends and
+acknowledged queue entries are one store call: all of it or none.
+"""
+
+from collections import defaultdict
+
+from twisted.internet.defer import Deferred, DeferredList, fail, gatherResults, succeed
+from twisted.python.failure import Failure
+
+from meshroute.errors import MeshrouteError
+from meshroute.messages import AddressError, Message, expiry_headers, message_of
+from meshroute.router.message_events import address_of
+
+
+class UnknownRouter(MeshrouteError):
+    """
+    No router of that name has ever been heard of in the mesh.
+    """
+
+    code = "unknown-router"
+
+
+class BacklogFull(MeshrouteError):
+    """
+    The destination's backlog reached its bound (C{max-backlog}).
+    """
+
+    code = "backlog-full"
+
+
+def _expiry(fields) -> tuple[int, str]:
+    """
+    C{(expires_ms, notify)} for L{Acceptance._new_message} from the
+    optional trailing fields of a send, C{[expires_ms, notify_expiry[,
+    sender]]}: the session to notify only when asked.
+    """
+    if not fields:
+        return 0, ""
+    expires_ms, notify_expiry, *sender = fields
+    return expires_ms, (sender[0] if sender and notify_expiry else "")
+
+
+def _put(outcome, outcomes: list, position: int) -> None:
+    """
+    Record C{outcome} (a message id or a L{Failure}) as the outcome at
+    C{position} of a batch of sends.
+    """
+    outcomes[position] = outcome
+
+
+class Acceptance:
+    """
+    Router C{name}'s acceptance of clients' sends.
+
+    @param ids: the router's L{MessageIds<meshroute.messages.MessageIds>}.
+    @param destinations: L{meshroute.router.destinations.Destinations}.
+    @param forwarding: L{meshroute.router.forwarding.Forwarding}: a send
+        for another router lets its next hop's link take it.
+    @param transient: L{meshroute.router.transient.TransientPath}, which
+        takes the non-persistent sends.
+    @param message_events: L{meshroute.router.message_events.MessageEvents}.
+    @param max_backlog: persistent messages that may wait (in the store)
+        for one destination router; past it, producers get L{BacklogFull}.
+    @param max_transient_backlog: the same for non-persistent messages
+        (in memory).
+    """
+
+    def __init__(self, name: str, store, routes, ids, clock, destinations, forwarding,
+                 transient, queues, message_events, max_backlog: int,
+                 max_transient_backlog: int) -> None:
+        self._name = name
+        self._store = store
+        self._routes = routes
+        self._ids = ids
+        self._clock = clock
+        self._destinations = destinations
+        self._forwarding = forwarding
+        self._transient = transient
+        self._queues = queues
+        self._events = message_events
+        self.max_backlog = max_backlog
+        self._max_transient_backlog = max_transient_backlog
+        self._accepting: dict[str, int] = defaultdict(int)
+
+    def accepting(self, router: str) -> int:
+        """
+        Persistent messages for C{router} submitted to the store and not
+        yet accepted (they join its backlog when they are).
+        """
+        return self._accepting.get(router, 0)
+
+    def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
+               duplicate_id: str = "", expires_ms: int = 0, notify_expiry: bool = False,
+               sender: str = "") -> Deferred:
+        """
+        Accept a message from a client.
+
+        @param expires_ms: when its time to live runs out (absolute
+            wall-clock epoch milliseconds; 0: never): not delivered after
+            it, but set aside in C{$expired} (L{meshroute.expiry}).
+        @param notify_expiry: tell the session C{sender} (what
+            L{ExpiredMessages.sessions
+            <meshroute.router.expired.ExpiredMessages.sessions>} know it
+            by) if it expires (best effort, docs/client-protocol.md).
+
+        @param duplicate_id: when not empty, accept the message only if no
+            send with this id was accepted within the store's duplicate-id
+            window (the id is recorded in the same transaction as the
+            message); a duplicate fires with the first message's id,
+            enqueues nothing and emits C{message.duplicate} with reason
+            C{duplicate-id}, even when a send to that address would be
+            refused now (L{UnknownRouter}, L{BacklogFull}).
+        @return: Deferred firing with the message id once the message is
+            durable (persistent) or accepted (non-persistent); failing with
+            L{AddressError}, L{UnknownRouter} or L{BacklogFull}.
+        """
+        try:
+            # A queue address has one destination.
+            (destination,) = self._destinations.of(address)
+        except AddressError as e:
+            return fail(e)
+        queue, router = destination.queue, destination.router
+        refusal = self._refusal(router, persistent)
+        if refusal is not None:
+            if duplicate_id:
+                return self._refused_unless_sent(refusal, duplicate_id, destination.address)
+            return fail(refusal)
+        message = self._new_message(queue, router, body, headers, persistent, expires_ms,
+                                    sender if notify_expiry else "")
+        if not persistent:
+            if duplicate_id:
+                d = self._store.accept_once(message, duplicate_id)
+                d.addCallback(self._accepted_transient_once, message, duplicate_id)
+                return d
+            self._events.accepted((message,))
+            self._transient.route((message,))
+            return succeed(message.msg_id)
+        if router != self._name:
+            self._accepting[router] += 1
+        if duplicate_id:
+            d = self._store.accept_once(message, duplicate_id)
+            d.addBoth(self._accepted_once, message, duplicate_id)
+        else:
+            d = self._store.accept(message)
+            d.addBoth(self._accepted, message)
+        self._forwarding.pump_ahead((router,))
+        return d
+
+    def submit_many(self, sends) -> Deferred:
+        """
+        Accept a batch of client sends, each C{(address, headers, body,
+        persistent, duplicate_id)} (a Send's fields, as a SendBatch carries
+        them) or C{(..., duplicate_id, expires_ms, notify_expiry[,
+        sender])}, each as L{submit} would (same
+        refusals, same events, in order), with ONE store call for all the
+        messages to store (L{SQLiteStore.accept_many}).
+
+        @return: Deferred firing with one outcome per send, in order: the
+            message id (the first message's for a duplicate id), or a
+            L{Failure} (L{AddressError}, L{UnknownRouter}, L{BacklogFull},
+            or the store's error for every stored one when the store call
+            failed).
+        """
+        outcomes: list = []
+        stored: list[tuple[Message, str]] = []
+        positions: list[int] = []
+        rechecks: list[Deferred] = []
+        # The position of the first stored send of each duplicate id, and
+        # the refused sends repeating one: answered as that send is (its
+        # transaction is not written yet, a look-up would not find it).
+        firsts: dict[str, int] = {}
+        repeats: list[tuple] = []
+        # Non-persistent sends without a duplicate id: taken at once, their
+        # acceptance recorded with one call of the event log.
+        transient: list[Message] = []
+        now = self._clock.seconds()
+        # The addresses of the batch resolved, each once (a batch's sends
+        # mostly go to one).
+        resolved: dict[str, tuple] = {}
+        for address, headers, body, persistent, duplicate_id, *expiry in sends:
+            destinations = resolved.get(address)
+            if destinations is None:
+                try:
+                    destinations = resolved[address] = self._destinations.of(address)
+                except AddressError as e:
+                    outcomes.append(Failure(e))
+                    continue
+            # A queue address has one destination.
+            (destination,) = destinations
+            queue, router = destination.queue, destination.router
+            refusal = self._refusal(router, persistent)
+            if refusal is not None:
+                if duplicate_id in firsts:
+                    repeats.append((len(outcomes), firsts[duplicate_id], refusal,
+                                    destination.address, duplicate_id))
+                    outcomes.append(None)
+                elif duplicate_id:
+                    # Its place first: the store's look-up may answer at once.
+                    outcomes.append(None)
+                    d = self._refused_unless_sent(refusal, duplicate_id, destination.address)
+                    rechecks.append(d.addBoth(_put, outcomes, len(outcomes) - 1))
+                else:
+                    outcomes.append(Failure(refusal))
+                continue
+            message = self._new_message(queue, router, body, headers, persistent,
+                                        *_expiry(expiry), accepted_at=now)
+            if not persistent and not duplicate_id:
+                transient.append(message)
+                outcomes.append(message.msg_id)
+                continue
+            if persistent and router != self._name:
+                self._accepting[router] += 1
+            if duplicate_id:
+                firsts.setdefault(duplicate_id, len(outcomes))
+            positions.append(len(outcomes))
+            outcomes.append(None)
+            stored.append((message, duplicate_id))
+        if transient:
+            self._events.accepted(transient)
+            self._transient.route(transient)
+        if stored:
+            d = self._store.accept_many(stored)
+            d.addBoth(self._accepted_many, stored, positions, outcomes)
+            if repeats:
+                d.addCallback(self._repeats_answered, repeats, outcomes)
+            rechecks.append(d)
+            self._forwarding.pump_ahead({m.dest_router for m, _ in stored if m.persistent})
+        if not rechecks:
+            return succeed(outcomes)
+        return DeferredList(rechecks).addCallback(lambda _: outcomes)
+
+    def _accepted_many(self, result, stored: list, positions: list, outcomes: list) -> None:
+        if isinstance(result, Failure):
+            self._not_accepting(stored)
+            for position in positions:
+                outcomes[position] = result
+            return None
+        for (message, duplicate_id), original, position in zip(stored, result, positions):
+            if message.persistent:
+                outcome = self._accepted_once(original, message, duplicate_id)
+            else:
+                outcome = self._accepted_transient_once(original, message, duplicate_id)
+            outcomes[position] = outcome
+        return None
+
+    def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:
+        """
+        Answer the refused sends of a batch that repeat the duplicate id of
+        a send stored before them in it, as L{submit} would answer them
+        after that send: with its message id once it is accepted.
+        """
+        for position, first, refusal, dest, duplicate_id in repeats:
+            original = outcomes[first]
+            if type(original) is str:
+                self._events.duplicate_send(original, dest, duplicate_id)
+                outcomes[position] = original
+            else:
+                outcomes[position] = Failure(refusal)
+
+    def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
+                     persistent: bool, expires_ms: int = 0, notify: str = "",
+                     accepted_at: float | None = None) -> Message:
+        """
+        A message accepted now, or at C{accepted_at}: the one time of all
+        the sends of a batch, accepted together.
+        """
+        if accepted_at is None:
+            accepted_at = self._clock.seconds()
+        return message_of(self._ids.next(), self._name, router, queue, body,
+                          expiry_headers(headers, expires_ms, notify), 0, persistent,
+                          accepted_at)
+
+    def commit(self, sends, entry_ids) -> Deferred:
+        """
+        Carry out a client transaction: accept every message of C{sends}
+        (C{(address, body, headers, persistent, duplicate_id)} tuples, or
+        with C{expires_ms, notify_expiry[, sender]} after them, each as
+        L{submit} would) and delete the queue entries C{entry_ids}, in
+        one store call, so that all of it or none of it is done.  A send
+        that L{submit} would refuse refuses the whole transaction, unless
+        its duplicate id was accepted before (the transaction is a retry of
+        one that was applied, whose answer a failure swallowed): as with
+        L{submit}, that send is answered with the first message's id,
+        whatever the mesh's state now.
+
+        @return: Deferred firing with the message id of each send (the
+            first message's for a duplicate id) once durable; failing
+            with L{AddressError}, L{UnknownRouter}, L{BacklogFull} or the
+            store's error, nothing done.
+        """
+        refused = []
+        try:
+            for address, _body, _headers, persistent, duplicate_id, *_ in sends:
+                for destination in self._destinations.of(address):
+                    refusal = self._refusal(destination.router, persistent)
+                    if refusal is not None:
+                        if not duplicate_id:
+                            raise refusal
+                        refused.append((refusal, duplicate_id))
+        except MeshrouteError as e:
+            return fail(e)
+        if not refused:
+            return self._commit(sends, entry_ids)
+        d = gatherResults([self._store.duplicate_of(duplicate_id)
+                           for _refusal, duplicate_id in refused], consumeErrors=True)
+
+        def decided(originals):
+            for (refusal, _duplicate_id), original in zip(refused, originals):
+                if original is None:
+                    return Failure(refusal)
+            return self._commit(sends, entry_ids)
+
+        d.addCallbacks(decided, lambda failure: failure.value.subFailure)
+        return d
+
+    def _commit(self, sends, entry_ids) -> Deferred:
+        messages: list[tuple[Message, str]] = []
+        for address, body, headers, persistent, duplicate_id, *expiry in sends:
+            # A queue address has one destination.
+            (destination,) = self._destinations.of(address)
+            router = destination.router
+            message = self._new_message(destination.queue, router, body, headers, persistent,
+                                        *_expiry(expiry))
+            if persistent and router != self._name:
+                self._accepting[router] += 1
+            messages.append((message, duplicate_id))
+        stored = [(m, duplicate_id) for m, duplicate_id in messages
+                  if m.persistent or duplicate_id]
+        d = self._store.commit(stored, entry_ids)
+        d.addBoth(self._committed, messages)
+        self._forwarding.pump_ahead({m.dest_router for m, _ in stored if m.persistent})
+        return d
+
+    def _not_accepting(self, messages) -> None:
+        for message, _ in messages:
+            if message.persistent and message.dest_router != self._name:
+                self._accepting[message.dest_router] -= 1
+
+    def _committed(self, outcomes, messages: list) -> list:
+        if isinstance(outcomes, Failure):
+            self._not_accepting(messages)
+            return outcomes
+        outcomes = iter(outcomes)
+        msg_ids = []
+        for message, duplicate_id in messages:
+            original = next(outcomes) if message.persistent or duplicate_id else None
+            if message.persistent:
+                msg_ids.append(self._accepted_once(original, message, duplicate_id))
+            else:
+                msg_ids.append(self._accepted_transient_once(original, message, duplicate_id))
+        return msg_ids
+
+    def _refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
+        """
+        Why a send to C{router} would be refused now, if it would: no
+        router of that name is known, or its backlog is at its bound.
+        """
+        if router == self._name:
+            return None
+        if not self._routes.known(router):
+            return UnknownRouter(f"no router named {router!r} is known in the mesh")
+        if persistent:
+            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
+            if waiting >= self.max_backlog:
+                return BacklogFull(f"{waiting} messages already wait for {router} (max-backlog)")
+        else:
+            waiting = self._transient.waiting(router)
+            if waiting >= self._max_transient_backlog:
+                return BacklogFull(
+                    f"{waiting} non-persistent messages already wait for {router}")
+        return None
+
+    def _refused_unless_sent(self, refusal: MeshrouteError, duplicate_id: str,
+                             dest: str) -> Deferred:
+        """
+        A send that would be refused may be the retry of one accepted
+        before, whose answer a lost connection swallowed: its answer is
+        then the first message's id, whatever the mesh's state now.
+        """
+        d = self._store.duplicate_of(duplicate_id)
+
+        def answer(original: str | None):
+            if original is None:
+                return Failure(refusal)
+            self._events.duplicate_send(original, dest, duplicate_id)
+            return original
+
+        d.addCallback(answer)
+        return d
+
+    def _accepted_once(self, result, message: Message, duplicate_id: str):
+        if isinstance(result, str):
+            if message.dest_router != self._name:
+                self._accepting[message.dest_router] -= 1
+            self._events.duplicate_send(result, address_of(message), duplicate_id)
+            return result
+        return self._accepted(result, message)
+
+    def _accepted_transient_once(self, original: str | None, message: Message,
+                                 duplicate_id: str):
+        if original is not None:
+            self._events.duplicate_send(original, address_of(message), duplicate_id)
+            return original
+        self._events.accepted((message,))
+        self._transient.route((message,))
+        return message.msg_id
+
+    def _accepted(self, result, message: Message):
+        if message.dest_router != self._name:
+            self._accepting[message.dest_router] -= 1
+        if isinstance(result, Failure):
+            return result
+        self._events.accepted((message,))
+        if message.dest_router == self._name:
+            self._events.enqueued(message.dest_queue, (message,))
+            self._queues.notify(message.dest_queue)
+        else:
+            self._forwarding.pump_towards(message.dest_router)
+        return message.msg_id

@@ -1,0 +1,124 @@
+"""
+What arrives over links in their delivery stage: persistent messages,
+stored with their link sequence in one transaction before they are
+acknowledged (docs/routing.md), and non-persistent ones, routed on at
+once.  Each goes where L{Destinations.arrival
+<meshroute.router.destinations.Destinations.arrival>} says: a local
+queue, the backlog of another router, or aside (C{$expired}, the
+dead-letter queue).  A message id this router already holds is a
+duplicate and is dropped, never enqueued twice.
+"""
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from meshroute.expiry import IN_TRANSIT
+from meshroute.messages import EXPIRED_QUEUE, SYSTEM_QUEUES, Message
+
+log = Logger()
+
+
+class Arrivals:
+    """
+    Takes what router C{name}'s links deliver into C{store} and C{queues}.
+
+    @param destinations: L{meshroute.router.destinations.Destinations}.
+    @param message_events: L{meshroute.router.message_events.MessageEvents}.
+    @param expired: L{meshroute.router.expired.ExpiredMessages}.
+    @param dead_lettered: called C{(message, reason)} for a message now in
+        the dead-letter queue.
+    @param system: L{meshroute.router.system_messages.SystemMessages}.
+    @param transient: L{meshroute.router.transient.TransientPath}.
+    """
+
+    def __init__(self, name: str, store, queues, destinations, message_events, expired,
+                 dead_lettered, system, transient) -> None:
+        self._name = name
+        self._store = store
+        self._queues = queues
+        self._destinations = destinations
+        self._events = message_events
+        self._expired = expired
+        self._dead_lettered = dead_lettered
+        self._system = system
+        self._transient = transient
+
+    def arrived(self, peer: str, seq: int, previous: int, message: Message) -> Deferred:
+        """
+        A persistent message arrived from C{peer}: store it (dead-lettered
+        here if it crossed too many links, enqueued if it is for us).
+
+        @param previous: see L{IMessageStore.receive}.
+        @return: Deferred firing when it is durable (or known duplicate),
+            with the destination routers whose backlog it added to (empty
+            when there is nothing to forward): the caller acknowledges it
+            before it forwards them (see L{meshroute.router.acknowledgements}).
+        """
+        stored, local, aside = self._destinations.arrival(message)
+        d = self._store.receive(peer, seq, stored, local or bool(aside), previous)
+        d.addCallback(self._stored, peer, message, local, aside)
+        if local:
+            self._queues.notify(message.dest_queue)
+        return d
+
+    def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
+        """
+        L{arrived} for each of C{arrivals} (C{(seq, message)} in link
+        order, C{previous} the highest sequence known received before the
+        first), in one store call.
+
+        @return: Deferred firing when all are durable (or known
+            duplicates) with the destination routers whose backlog they
+            added to.
+        """
+        placed = [self._destinations.arrival(message) for _seq, message in arrivals]
+        d = self._store.receive_many(
+            peer, previous, [(seq, stored, local or bool(aside))
+                             for (seq, _), (stored, local, aside) in zip(arrivals, placed)])
+        d.addCallback(self._stored_many, peer, arrivals, placed)
+        for queue in {message.dest_queue for message, local, _ in placed if local}:
+            self._queues.notify(queue)
+        return d
+
+    def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
+        onward = set()
+        for result, (_seq, message), (_stored, local, aside) in zip(results, arrivals, placed):
+            onward.update(self._stored(result, peer, message, local, aside))
+        return onward
+
+    def _stored(self, result: str, peer: str, message: Message, local: bool,
+                aside: str) -> tuple:
+        if result == "duplicate-id":
+            self._events.duplicate_arrival(message, peer)
+        elif result == "recalled":
+            log.info("message {msg_id} came back from {peer} while our copy awaited its "
+                     "acknowledgement: the returned copy is kept", msg_id=message.msg_id,
+                     peer=peer)
+            # Ours went back to the backlog, with what followed it in its
+            # outbox (possibly for other destinations).
+            return tuple(self._store.backlog_depths())
+        elif result == "stored":
+            if aside == EXPIRED_QUEUE:
+                self._expired.moved((message,), IN_TRANSIT)
+            elif aside:
+                self._dead_lettered(message, aside)
+            elif local:
+                # Its queue was notified when it was submitted (arrived).
+                self._events.enqueued(message.dest_queue, (message,))
+            else:
+                return (message.dest_router,)
+        return ()
+
+    def arrived_transient(self, messages) -> None:
+        """
+        Non-persistent messages arrived from a peer, in order: routed on
+        (L{TransientPath.route<meshroute.router.transient.TransientPath.route>}),
+        those for a system queue to its handler.
+        """
+        routed = []
+        for message in messages:
+            if message.dest_queue in SYSTEM_QUEUES:
+                self._system.arrived(message)
+            else:
+                routed.append(message)
+        self._transient.route(routed)

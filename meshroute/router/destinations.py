@@ -1,0 +1,97 @@
+"""
+Where a message goes: the engine's routing decisions, in one place.
+
+Two questions are asked of every message, and both are answered here:
+
+ - B{Which destinations does an address have?}  L{Destinations.of}: a
+   queue address (C{queue@router}, or a bare queue of this router) has
+   exactly one, L{Destination}.  The answer is a tuple because that is not
+   true of every kind of address: a topic's publication has one
+   destination per matching subscription across the mesh, and that kind
+   plugs in here, beside the queue's.  What accepts a send to a queue
+   (L{meshroute.router.acceptance}) takes its one destination; a
+   publication will be accepted by its own path from the same answer.
+ - B{Where does a message go from this router?}  Into a local queue, on
+   toward its destination's next hop (L{meshroute.routing.table}), or
+   aside: to C{$expired} when its time to live ran out, to the
+   dead-letter queue when it crossed C{max-hops} links
+   (L{Destinations.arrival}, L{Destinations.beyond_reach}).
+"""
+
+from dataclasses import dataclass
+
+from meshroute.expiry import now_ms, set_aside
+from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, parse_address
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """
+    One place a message is for: C{queue} at router C{router}.
+    """
+
+    queue: str
+    router: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.queue}@{self.router}"
+
+
+class Destinations:
+    """
+    The routing decisions of router C{name}: C{routes} is its
+    L{RouteTable<meshroute.routing.table.RouteTable>}; a message that has
+    crossed C{max_hops} links on its way elsewhere goes no further.
+    """
+
+    def __init__(self, name: str, routes, clock, max_hops: int) -> None:
+        self.name = name
+        self.routes = routes
+        self.max_hops = max_hops
+        self._clock = clock
+
+    def of(self, address: str) -> tuple[Destination, ...]:
+        """
+        The destinations of a send to C{address}.
+
+        @raise meshroute.messages.AddressError: when it is malformed.
+        """
+        queue, router = parse_address(address, self.name)
+        return (Destination(queue, router),)
+
+    def next_hop(self, router: str) -> str | None:
+        """
+        The neighbour a message for C{router} leaves through, if any is
+        reachable.
+        """
+        return self.routes.next_hop(router)
+
+    def beyond_reach(self, message: Message) -> bool:
+        """
+        Whether C{message}, for another router, has crossed as many links
+        as it may and goes no further.
+        """
+        return message.hops >= self.max_hops
+
+    def arrival(self, message: Message) -> tuple[Message, bool, str]:
+        """
+        Where a persistent message that arrived over a link goes:
+        C{(what is stored, for a local queue, why it is set aside here)}:
+        C{EXPIRED_QUEUE} when its time to live ran out (wherever it was
+        going), or C{"max-hops"} (dead-lettered) when it crossed too many
+        links on its way elsewhere; else empty.
+        """
+        if message.headers and message.expired(now_ms(self._clock)):
+            return set_aside(message, self.name), False, EXPIRED_QUEUE
+        local = message.dest_router == self.name
+        if local or not self.beyond_reach(message):
+            return message, local, ""
+        dead = Message(
+            msg_id=message.msg_id, origin=message.origin, dest_router=self.name,
+            dest_queue=DEAD_LETTER_QUEUE, body=message.body,
+            headers={**message.headers, "x-dead-letter-reason": "max-hops",
+                     "x-original-address": f"{message.dest_queue}@{message.dest_router}"},
+            hops=message.hops, accepted_at=message.accepted_at,
+        )
+        return dead, False, "max-hops"

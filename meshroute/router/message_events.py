@@ -1,0 +1,101 @@
+"""
+The records the engine writes about messages (docs/events.md): accepted,
+enqueued, forwarded, dropped, a duplicate refused, dead-lettered.  Each
+has one place it is written from, so that its fields are the same
+wherever in the engine the event happens; those written per message in a
+batch go through the event log's C{emit_many}, one call per batch.
+"""
+
+from meshroute import events
+from meshroute.messages import DEAD_LETTER_QUEUE, Message
+
+#: The fields of a message's MESSAGE_ACCEPTED record after the head.
+_ACCEPTED_FIELDS = ("msg_id", "origin", "dest", "size", "persistent")
+#: ... of its MESSAGE_ENQUEUED record.
+_ENQUEUED_FIELDS = ("msg_id", "origin", "queue", "hops", "accepted_at", "persistent")
+#: ... of its MESSAGE_FORWARDED record.
+_FORWARDED_FIELDS = ("msg_id", "peer", "origin", "hops")
+#: ... of the MESSAGE_DROPPED record of a message the engine drops.
+_DROPPED_FIELDS = ("msg_id", "reason", "origin")
+
+
+def address_of(message: Message) -> str:
+    """
+    C{queue@router}: where C{message} is addressed.
+    """
+    return f"{message.dest_queue}@{message.dest_router}"
+
+
+def forwarded(peer: str, message: Message) -> tuple:
+    """
+    The fields of C{message}'s C{message.forwarded} record, sent on to
+    C{peer} (L{MessageEvents.forwarded_records}).
+    """
+    return (message.msg_id, peer, message.origin, message.hops + 1)
+
+
+class MessageEvents:
+    """
+    Writes the message records of router C{name} to C{log}; an enqueued
+    or dead-lettered message also counts in its queue's rates
+    (L{meshroute.router.queue_rates.QueueRates}).
+    """
+
+    def __init__(self, name: str, log: events.EventLog, rates) -> None:
+        self._name = name
+        self.log = log
+        self._rates = rates
+
+    def accepted(self, messages) -> None:
+        self.log.emit_many(
+            events.MESSAGE_ACCEPTED, _ACCEPTED_FIELDS,
+            [(m.msg_id, m.origin, address_of(m), len(m.body), m.persistent) for m in messages])
+
+    def enqueued(self, queue: str, messages) -> None:
+        """
+        C{message.enqueued} for C{messages}, all enqueued in C{queue}.
+        """
+        self._rates.entered(queue, len(messages))
+        self.log.emit_many(
+            events.MESSAGE_ENQUEUED, _ENQUEUED_FIELDS,
+            [(m.msg_id, m.origin, queue, m.hops, m.accepted_at, m.persistent)
+             for m in messages])
+
+    def forwarded(self, peer: str, messages) -> None:
+        """
+        C{message.forwarded} for C{messages}, sent on to C{peer}.
+        """
+        self.forwarded_records([forwarded(peer, m) for m in messages])
+
+    def forwarded_records(self, records: list[tuple]) -> None:
+        """
+        C{message.forwarded} for C{records} (L{forwarded}'s tuples), of
+        messages sent to several peers.
+        """
+        self.log.emit_many(events.MESSAGE_FORWARDED, _FORWARDED_FIELDS, records)
+
+    def dropped(self, records: list[tuple]) -> None:
+        """
+        C{message.dropped} for C{records}: C{(msg_id, reason, origin)}.
+        """
+        self.log.emit_many(events.MESSAGE_DROPPED, _DROPPED_FIELDS, records)
+
+    def duplicate_send(self, original: str, dest: str, duplicate_id: str) -> None:
+        """
+        A client's send repeated the duplicate id of message C{original}.
+        """
+        self.log.emit(events.MESSAGE_DUPLICATE, msg_id=original, origin=self._name,
+                      reason="duplicate-id", duplicate_id=duplicate_id, dest=dest)
+
+    def duplicate_arrival(self, message: Message, peer: str) -> None:
+        """
+        C{message} arrived from C{peer} again: this router holds it.
+        """
+        self.log.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
+                      origin=message.origin)
+
+    def dead_lettered(self, message: Message, reason: str) -> None:
+        self.log.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
+                      origin=message.origin, hops=message.hops, reason=reason,
+                      dest=address_of(message))
+        self._rates.entered(DEAD_LETTER_QUEUE)
