@@ -81,7 +81,6 @@ Delivery rules:
 
 import itertools
 from collections import deque
-from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
@@ -93,6 +92,8 @@ from meshroute import events as event_names
 from meshroute.expiry import IN_QUEUE, IN_SESSION, emit_expired, now_ms, set_aside
 from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, Message
 from meshroute.router.queue_rates import QueueRates
+from meshroute.router.queue_state import Delivery, DeliveryBatch, QueueItem, QueueState
+from meshroute.router.read_ahead import ReadAhead
 
 log = Logger()
 
@@ -116,126 +117,6 @@ MAX_TRANSIENT_TOTAL = 100_000
 MARK_RETRY_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """
-    One message handed to one consumer.
-
-    @ivar delivery_id: unique within the L{QueueManager} (increasing); what
-        the consumer acknowledges.
-    @ivar redelivered: this message was delivered before and not
-        acknowledged.
-    @ivar entry_id: its store entry id, or None for a non-persistent
-        message.
-    """
-
-    delivery_id: int
-    queue: str
-    message: Message
-    redelivered: bool
-    entry_id: int | None = None
-
-
-@dataclass(slots=True)
-class _Item:
-    """
-    A message in a queue's memory.  C{seq} is its arrival order in this
-    queue's memory, used to put returned items back in their place.
-    """
-
-    entry_id: int | None
-    message: Message
-    redelivered: bool
-    seq: int
-    #: The store has it flagged redelivered already (fetched and flagged
-    #: in one call, L{QueueManager._fill}): its first delivery needs no
-    #: mark of its own.
-    marked: bool = False
-
-
-@dataclass(slots=True)
-class _Read:
-    """
-    A read of a queue's entries from the store (L{QueueManager._fill}):
-    the queue's C{epoch} and C{notified} when it began, its C{limit} and
-    how many entries it flags (C{mark}); C{rows} once it ended (empty if
-    it C{failed}).
-    """
-
-    epoch: int
-    notified: int
-    limit: int
-    mark: int
-    rows: list | None = None
-    failed: bool = False
-
-
-class _Queue:
-    """
-    The in-memory side of one local queue.
-
-    @ivar returned: items given back by cancelled consumers, in C{seq}
-        order; delivered before anything else.
-    @ivar buffer: persistent entries read ahead from the store.
-    @ivar last_fetched: the highest entry id read into C{buffer}; the next
-        fetch asks for entries above it.
-    @ivar more: the store may hold entries above C{last_fetched}.
-    @ivar notified: bumped by every C{notify}, so a fetch that started
-        before a notification does not conclude the store is exhausted.
-    @ivar reads: the reads from the store in flight (L{_Read}), in the
-        order they began: at most two, the second only for entries notified
-        after the first began (L{QueueManager._fill}).
-    @ivar epoch: bumped when the persistent memory is released, so a
-        fetch from before the release is ignored.
-    @ivar acking: store.consume calls in flight.
-    @ivar sending: batches of deliveries not yet handed over, in order.
-    @ivar retry_call: the retry after a failed mark, if one is due.
-    @ivar transient_held: non-persistent messages of this queue in memory,
-        waiting or delivered and unacknowledged.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.consumers: list[Subscription] = []
-        self.next_consumer = 0
-        self.returned: deque[_Item] = deque()
-        self.buffer: deque[_Item] = deque()
-        self.transient: deque[_Item] = deque()
-        self.seq = itertools.count(1)
-        self.last_fetched = 0
-        self.more = True
-        self.reads: deque[_Read] = deque()
-        self.notified = 0
-        self.epoch = 0
-        self.acking = 0
-        self.sending: deque[_Batch] = deque()
-        self.retry_call = None
-        self.transient_held = 0
-        self.take_transient = False
-        self.dispatching = False
-        self.again = False
-
-    def idle(self) -> bool:
-        return not (
-            self.consumers or self.reads or self.acking or self.returned
-            or self.buffer or self.transient or self.transient_held or self.sending
-        )
-
-
-@dataclass(eq=False, slots=True)
-class _Batch:
-    """
-    The deliveries of one dispatch, waiting to be handed over.
-
-    @ivar deliveries: C{(consumer, delivery, item)} in delivery order.
-    @ivar ready: the entries it delivers for the first time are marked in
-        the store (or there are none).
-    """
-
-    deliveries: list
-    ready: bool
-
-
 class Subscription:
     """
     One consumer of one queue.
@@ -243,7 +124,7 @@ class Subscription:
     @ivar credit: how many more deliveries it may receive.
     """
 
-    def __init__(self, manager: "QueueManager", queue: _Queue,
+    def __init__(self, manager: "QueueManager", queue: QueueState,
                  deliver: Callable[[Delivery], None], credit: int) -> None:
         self._manager = manager
         self._queue = queue
@@ -252,7 +133,7 @@ class Subscription:
         self.credit = credit
         self.cancelled = False
         self.holding_persistent = False
-        self._unacked: dict[int, tuple[Delivery, _Item]] = {}
+        self._unacked: dict[int, tuple[Delivery, QueueItem]] = {}
 
     @property
     def unacknowledged(self) -> int:
@@ -287,7 +168,7 @@ class Subscription:
         """
         done: list[Delivery] = []
         entry_ids: list[int] = []
-        deleting: list[tuple[Delivery, _Item]] = []
+        deleting: list[tuple[Delivery, QueueItem]] = []
         queue = self._queue
         for held in self._take(delivery_ids):
             delivery = held[0]
@@ -402,7 +283,7 @@ class Subscription:
         manager._return(queue, held)
         manager._settle(queue)
 
-    def _take(self, delivery_ids) -> list[tuple[Delivery, _Item]]:
+    def _take(self, delivery_ids) -> list[tuple[Delivery, QueueItem]]:
         """
         Take the deliveries of C{delivery_ids} this consumer holds
         unacknowledged from it (the others are ignored).
@@ -411,7 +292,7 @@ class Subscription:
         return [unacked.pop(delivery_id) for delivery_id in delivery_ids
                 if delivery_id in unacked]
 
-    def _give(self, item: _Item, delivery_id: int) -> Delivery:
+    def _give(self, item: QueueItem, delivery_id: int) -> Delivery:
         """
         C{item} is this consumer's: it spends one credit and is held
         unacknowledged from now on, to be handed over with its batch.
@@ -457,7 +338,7 @@ class TransactionAcks:
 
     def __init__(self, manager: "QueueManager") -> None:
         self._manager = manager
-        self._held: dict[_Queue, list[tuple[Delivery, _Item]]] = {}
+        self._held: dict[QueueState, list[tuple[Delivery, QueueItem]]] = {}
 
     def add(self, subscription: Subscription, delivery_ids) -> None:
         """
@@ -526,16 +407,14 @@ class QueueManager:
                  read_ahead: int = READ_AHEAD, max_transient: int = MAX_TRANSIENT,
                  max_transient_total: int = MAX_TRANSIENT_TOTAL,
                  expired: Callable[[Message, str], None] | None = None) -> None:
-        if read_ahead < 1:
-            raise ValueError("read_ahead must be at least 1")
         self.clock = clock
         self._store = store
         self._events = events
-        self._read_ahead = read_ahead
+        self._reads = ReadAhead(store, read_ahead, self._dispatch)
         self._max_transient = max_transient
         self._max_transient_total = max_transient_total
         self._transient_waiting = 0
-        self._queues: dict[str, _Queue] = {}
+        self._queues: dict[str, QueueState] = {}
         self._delivery_ids = itertools.count(1)
         #: Messages in and out of each queue per second: the engine counts
         #: what it enqueues, this what is consumed.
@@ -591,12 +470,12 @@ class QueueManager:
                         state = self._state(queue)
                         continue
                     self._drop_oldest_transient(state, "max-total-depth")
-            state.transient.append(_Item(None, message, False, next(state.seq)))
+            state.transient.append(QueueItem(None, message, False, next(state.seq)))
             state.transient_held += 1
             self._transient_waiting += 1
         self._dispatch(state)
 
-    def _drop_oldest_transient(self, state: _Queue, reason: str) -> None:
+    def _drop_oldest_transient(self, state: QueueState, reason: str) -> None:
         dropped = state.transient.popleft()
         state.transient_held -= 1
         self._transient_waiting -= 1
@@ -631,7 +510,7 @@ class QueueManager:
                 self._expire(state, expired, IN_QUEUE)
                 self._forget_if_idle(state)
 
-    def _expire(self, state: _Queue, items: list, where: str) -> None:
+    def _expire(self, state: QueueState, items: list, where: str) -> None:
         """
         C{items}, taken out of C{state} (waiting or held by a consumer),
         expired: non-persistent ones go to C{$expired} in memory, persistent
@@ -744,13 +623,13 @@ class QueueManager:
 
     # -- inside ---------------------------------------------------------------
 
-    def _state(self, queue: str) -> _Queue:
+    def _state(self, queue: str) -> QueueState:
         state = self._queues.get(queue)
         if state is None:
-            state = self._queues[queue] = _Queue(queue)
+            state = self._queues[queue] = QueueState(queue)
         return state
 
-    def _dispatch(self, state: _Queue) -> None:
+    def _dispatch(self, state: QueueState) -> None:
         """
         Give waiting items to consumers with credit, then keep the
         read-ahead buffer filled.  Re-entrant calls (a consumer acting
@@ -765,7 +644,7 @@ class QueueManager:
             while True:
                 state.again = False
                 self._hand_over_ready(state)
-                self._fill(state)
+                self._reads.fill(state)
                 batch = []
                 expired = []
                 now = None
@@ -788,14 +667,14 @@ class QueueManager:
                 if batch:
                     self._mark(state, batch)
                     self._hand_over_ready(state)
-                self._fill(state)
+                self._reads.fill(state)
                 if not state.again:
                     break
         finally:
             state.dispatching = False
         self._forget_if_idle(state)
 
-    def _mark(self, state: _Queue, deliveries: list) -> None:
+    def _mark(self, state: QueueState, deliveries: list) -> None:
         """
         Mark the entries a new batch delivers for the first time
         redelivered, in one store call; the batch waits for it behind the
@@ -803,17 +682,17 @@ class QueueManager:
         """
         entry_ids = [item.entry_id for _, _, item in deliveries
                      if item.entry_id is not None and not (item.redelivered or item.marked)]
-        batch = _Batch(deliveries, not entry_ids)
+        batch = DeliveryBatch(deliveries, not entry_ids)
         state.sending.append(batch)
         if entry_ids:
             self._store.mark_redelivered(entry_ids).addCallbacks(
                 self._marked, self._mark_failed, (state, batch), None, (state, batch))
 
-    def _marked(self, _, state: _Queue, batch: _Batch) -> None:
+    def _marked(self, _, state: QueueState, batch: DeliveryBatch) -> None:
         batch.ready = True
         self._dispatch(state)
 
-    def _mark_failed(self, failure, state: _Queue, batch: _Batch) -> None:
+    def _mark_failed(self, failure, state: QueueState, batch: DeliveryBatch) -> None:
         """
         The store could not mark C{batch}: it and every batch behind it
         (so that nothing overtakes it) go back to the queue unflagged,
@@ -823,7 +702,7 @@ class QueueManager:
         sending = state.sending
         if batch not in sending:
             return
-        taken: list[_Item] = []
+        taken: list[QueueItem] = []
         while sending and sending[-1] is not batch:
             taken.extend(self._taken_back(sending.pop()))
         taken.extend(self._taken_back(sending.pop()))
@@ -833,11 +712,11 @@ class QueueManager:
         if not state.dispatching:
             self._forget_if_idle(state)
 
-    def _taken_back(self, batch: _Batch) -> list[_Item]:
+    def _taken_back(self, batch: DeliveryBatch) -> list[QueueItem]:
         return [item for consumer, delivery, item in batch.deliveries
                 if consumer._take_back(delivery)]
 
-    def _hand_over_ready(self, state: _Queue) -> None:
+    def _hand_over_ready(self, state: QueueState) -> None:
         """
         Hand over the batches at the front of the queue's line that are
         ready, in order.  Called inside the dispatch loop only, so that a
@@ -848,7 +727,7 @@ class QueueManager:
             for consumer, delivery, _ in sending.popleft().deliveries:
                 consumer._hand_over(delivery)
 
-    def _pick(self, state: _Queue) -> tuple[Subscription, _Item] | None:
+    def _pick(self, state: QueueState) -> tuple[Subscription, QueueItem] | None:
         """
         The next item to deliver and the consumer to take it, or None when
         no consumer can take any waiting item.  Returned items come first;
@@ -884,7 +763,7 @@ class QueueManager:
                 return consumer, item
         return None
 
-    def _next_consumer(self, state: _Queue, persistent: bool) -> Subscription | None:
+    def _next_consumer(self, state: QueueState, persistent: bool) -> Subscription | None:
         consumers = state.consumers
         count = len(consumers)
         start = state.next_consumer
@@ -896,126 +775,33 @@ class QueueManager:
                 return consumer
         return None
 
-    def _fill(self, state: _Queue) -> None:
-        """
-        Read more entries from the store when consumers exist, the store
-        may have more, and the buffer is at most half full; the store flags
-        as many of them as consumers have credit for beyond what already
-        waits or the reads in flight flag (L{_Item.marked}).
-
-        A second read may start beside the one in flight when entries were
-        notified since that one began: an arrival's read then joins the
-        arrival's transaction instead of waiting for the read in flight and
-        then taking a commit of its own.  Both read after C{last_fetched}
-        (it moves only when a read ends, and the epoch is the same) and new
-        entries always get higher ids, so what the first returns is a
-        prefix of what the second does: the second's rows that the first
-        buffered are skipped, and the two add at most the larger of their
-        limits to the buffer, which each limit's room allows.  Their
-        results are taken in the order the reads began.
-        """
-        if not state.more or not state.consumers:
-            return
-        reads = state.reads
-        if reads:
-            latest = reads[-1]
-            if (len(reads) > 1 or latest.epoch != state.epoch
-                    or latest.notified == state.notified):
-                return
-        room = self._read_ahead - len(state.buffer)
-        if room * 2 < self._read_ahead:
-            return
-        credit = sum(consumer.credit for consumer in state.consumers
-                     if not consumer.holding_persistent)
-        mark = max(0, min(room, credit - len(state.returned) - len(state.buffer)
-                          - sum(read.mark for read in reads)))
-        read = _Read(state.epoch, state.notified, room, mark)
-        reads.append(read)
-        d = self._store.fetch(state.name, state.last_fetched, room, mark)
-        d.addCallbacks(self._fetched, self._fetch_failed, (state, read), None, (state, read))
-
-    def _fetched(self, rows, state: _Queue, read: _Read) -> None:
-        read.rows = rows
-        self._take_reads(state)
-
-    def _fetch_failed(self, failure, state: _Queue, read: _Read) -> None:
-        log.failure("reading queue {queue} from the store", failure, queue=state.name)
-        # Nothing read; the next notify, credit or subscription tries again.
-        read.rows = ()
-        read.failed = True
-        self._take_reads(state)
-
-    def _take_reads(self, state: _Queue) -> None:
-        """
-        Buffer the rows of the reads that ended, in the order they began.
-        """
-        reads = state.reads
-        dispatch = False
-        while reads and reads[0].rows is not None:
-            read = reads.popleft()
-            dispatch = dispatch or not read.failed
-            if read.epoch != state.epoch or read.failed:
-                # The persistent memory was released while this read ran.
-                continue
-            mark = read.mark
-            for entry_id, message, redelivered in read.rows:
-                # The store flagged the first `mark` not flagged before.
-                marked = not redelivered and mark > 0
-                if marked:
-                    mark -= 1
-                if entry_id <= state.last_fetched:
-                    # Also read by the read that began before this one.
-                    continue
-                state.buffer.append(_Item(entry_id, message, bool(redelivered),
-                                          next(state.seq), marked))
-                state.last_fetched = entry_id
-            if len(read.rows) < read.limit and read.notified == state.notified:
-                state.more = False
-        if dispatch:
-            self._dispatch(state)
-
-    def _return(self, state: _Queue, held: list) -> None:
+    def _return(self, state: QueueState, held: list) -> None:
         """
         Put C{(delivery, item)} pairs back at the front of C{state}, in
         their original order, flagged redelivered (as the store has them
         since their first delivery).
         """
         self._put_back(state, [
-            _Item(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
+            QueueItem(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
         ])
 
-    def _put_back(self, state: _Queue, items: list[_Item]) -> None:
+    def _put_back(self, state: QueueState, items: list[QueueItem]) -> None:
         """
         Put C{items} back at the front of C{state}, in their original order.
         """
         if items:
             state.returned = deque(sorted([*state.returned, *items], key=lambda item: item.seq))
 
-    def _settle(self, state: _Queue) -> None:
+    def _settle(self, state: QueueState) -> None:
         """
         After consumers or acknowledgements changed: redeliver, and without
         consumers release the persistent entries held in memory.
         """
         if not state.consumers and not state.acking:
-            self._release(state)
+            self._reads.release(state)
         self._dispatch(state)
 
-    def _release(self, state: _Queue) -> None:
-        """
-        No consumer is left and no deletion is in flight: every persistent
-        entry this queue holds in memory is also in the store, undelivered,
-        so drop them and read the queue from the start next time.
-        """
-        if not (state.buffer or state.last_fetched or state.reads
-                or any(item.entry_id is not None for item in state.returned)):
-            return
-        state.buffer.clear()
-        state.returned = deque(item for item in state.returned if item.entry_id is None)
-        state.last_fetched = 0
-        state.more = True
-        state.epoch += 1
-
-    def _forget_if_idle(self, state: _Queue) -> None:
+    def _forget_if_idle(self, state: QueueState) -> None:
         if state.idle() and self._queues.get(state.name) is state:
             del self._queues[state.name]
 
