@@ -8,7 +8,7 @@ L{meshroute.harules} (the voting rules, the candidate's election, the
 active's lease, the role and the settings) with its parts here: the
 voters it asks (L{meshroute.ha.voters}), its own voter's records
 (L{meshroute.ha.records}, answered by a L{meshroute.router.witness.Witness}),
-and replication (L{meshroute.ha.replication} over the gate, source,
+and replication (L{meshroute.ha.store_replication} over the gate, source,
 replica, epoch starts, listener, feed and follower).
 
 This package sits above the router core: an active instance runs a

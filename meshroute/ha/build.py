@@ -17,7 +17,7 @@ from twisted.web.server import Site
 from meshroute.ha.instance import HAInstance, stage_valid_timeout_ms, vote_connections
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.records import HA_DB, HARecords
-from meshroute.ha.replication import StoreReplication
+from meshroute.ha.store_replication import StoreReplication
 from meshroute.link.handshake import ListenerSettings
 from meshroute.router.service import listening
 from meshroute.router.settings import RouterConfig
