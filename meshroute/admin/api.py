@@ -35,8 +35,8 @@ C{unauthorized} (401, with C{WWW-Authenticate: Bearer}) for a request
 without the token or with a wrong one, C{method-not-allowed} (405) for
 anything but GET and HEAD (POST for an action), C{not-active}
 (503) for the router's resources on an HA instance that is not the
-active one, and C{internal-error} (500, logged here) when producing the
-answer failed.
+active one, and C{internal-error} (500, logged) when producing the
+answer failed; every resource answers through L{meshroute.admin.resources}.
 """
 
 import hmac
