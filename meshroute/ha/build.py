@@ -79,9 +79,10 @@ def vote_connections(config: RouterConfig, clock: IReactorTime,
                      endpoints) -> Callable[[str, HAInstance], Voters]:
     """
     How an instance of C{config} reaches its voters: its own voter
-    directly (L{HAInstance.own_voter}), the peer over a vote connection to the peer's replication
-    listener, each witness over one to its routing listener; all with
-    the mesh secret (C{ha.replication.password-file}), dialled again every
+    directly (L{HAInstance.own_voter}), the peer over a vote connection
+    to the peer's replication listener, each witness over one to its
+    routing listener; all with the mesh secret
+    (C{ha.replication.password-file}), dialled again every
     heartbeat-interval while down.
     """
     ha = config.ha
