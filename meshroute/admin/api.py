@@ -5,7 +5,7 @@ queues hold and who is connected, as JSON; C{/ha}, an HA instance's
 role and state; C{/topology}, the mesh as it knows it
 (L{meshroute.router.views}); C{/routers}, the routers it knows, and
 C{/routers/NAME/VIEW}, another router's view asked through the mesh
-(L{meshroute.admin.routed}).  C{/} is the topology page
+(L{meshroute.admin.routers_resource}).  C{/} is the topology page
 (L{meshroute.admin.page}), which shows these.  These are read-only
 (GET).  What changes the router
 lives apart, under C{/api/v1/actions/}, answers POST only and always
@@ -35,90 +35,22 @@ C{unauthorized} (401, with C{WWW-Authenticate: Bearer}) for a request
 without the token or with a wrong one, C{method-not-allowed} (405) for
 anything but GET and HEAD (POST for an action), C{not-active}
 (503) for the router's resources on an HA instance that is not the
-active one, and C{internal-error} (500, logged here) when producing the
-answer failed.
+active one, and C{internal-error} (500, logged) when producing the
+answer failed; every resource answers through L{meshroute.admin.resources}.
 """
 
 import hmac
-import json
 from typing import Callable
 
-from meshroute import __version__
-from meshroute.admin import page
-from meshroute.admin.metrics import metrics_resource
-
-from twisted.logger import Logger
 from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-log = Logger()
-
-
-def _answer(request, code: int, value: object) -> bytes:
-    request.setResponseCode(code)
-    request.setHeader(b"content-type", b"application/json")
-    request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(value, indent=1).encode() + b"\n"
-
-
-def _error(request, code: int, error: str, detail: str) -> bytes:
-    return _answer(request, code, {"error": error, "detail": detail})
-
-
-class Unavailable(Exception):
-    """
-    Raised by a producer of L{JSONResource} to answer with a JSON error
-    rather than a value.
-    """
-
-    def __init__(self, code: int, error: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.error = error
-        self.detail = detail
-
-
-def _serve(request, methods: tuple[bytes, ...], call: Callable[[], object],
-           doing: str) -> bytes:
-    """
-    Answer C{request} with C{call()} as JSON when its method is one of
-    C{methods} (the first names the method to use): a 405 otherwise, the
-    error an L{Unavailable} carries, or a logged 500 (the router failed to
-    C{doing}).  Read-only resources and actions share it, so they answer
-    the same way.
-    """
-    if request.method not in methods:
-        return _not_allowed(request, methods)
-    try:
-        value = call()
-    except Unavailable as e:
-        return _error(request, e.code, e.error, e.detail)
-    except Exception:
-        log.failure("admin API: {path} failed",
-                    path=request.uri.decode("utf-8", errors="replace"))
-        return _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
-                      f"the router failed to {doing}; see its log")
-    return _answer(request, http.OK, value)
-
-
-def _not_allowed(request, methods: tuple[bytes, ...]) -> bytes:
-    request.setHeader(b"allow", b", ".join(methods))
-    return _error(request, http.NOT_ALLOWED, "method-not-allowed",
-                  f"{request.method.decode(errors='replace')} is not served; "
-                  f"use {methods[0].decode()}")
-
-
-class _NotFound(Resource):
-    """
-    What a path that names no resource gets, whatever the method.
-    """
-
-    isLeaf = True
-
-    def render(self, request) -> bytes:
-        path = request.uri.decode("utf-8", errors="replace").split("?", 1)[0]
-        return _error(request, http.NOT_FOUND, "not-found", f"no such resource: {path}")
+from meshroute import __version__
+from meshroute.admin import page
+from meshroute.admin.metrics import metrics_resource
+from meshroute.admin.resources import NotFound, Unavailable, json_error, not_allowed, serve
+from meshroute.admin.routers_resource import RoutersResource
 
 
 class _Directory(Resource):
@@ -127,10 +59,10 @@ class _Directory(Resource):
     """
 
     def getChild(self, name: bytes, request):
-        return _NotFound()
+        return NotFound()
 
     def render(self, request) -> bytes:
-        return _NotFound().render(request)
+        return NotFound().render(request)
 
 
 class JSONResource(Resource):
@@ -147,8 +79,8 @@ class JSONResource(Resource):
 
     def render(self, request) -> bytes:
         if request.postpath not in ([], [b""]):
-            return _NotFound().render(request)
-        return _serve(request, (b"GET", b"HEAD"), self._produce, "answer")
+            return NotFound().render(request)
+        return serve(request, (b"GET", b"HEAD"), self._produce, "answer")
 
 
 class _Delegated(Resource):
@@ -168,9 +100,9 @@ class _Delegated(Resource):
 
     def render(self, request):
         if request.postpath not in ([], [b""]):
-            return _NotFound().render(request)
+            return NotFound().render(request)
         if request.method not in (b"GET", b"HEAD"):
-            return _not_allowed(request, (b"GET", b"HEAD"))
+            return not_allowed(request, (b"GET", b"HEAD"))
         if self._resource is None:
             self._resource = self._make()
         return self._resource.render(request)
@@ -185,9 +117,9 @@ class _Unauthorized(Resource):
 
     def render(self, request) -> bytes:
         request.setHeader(b"www-authenticate", b'Bearer realm="meshroute"')
-        return _error(request, http.UNAUTHORIZED, "unauthorized",
-                      "this admin API needs the token of its [admin] token-file: "
-                      "Authorization: Bearer TOKEN")
+        return json_error(request, http.UNAUTHORIZED, "unauthorized",
+                          "this admin API needs the token of its [admin] token-file: "
+                          "Authorization: Bearer TOKEN")
 
 
 def _bearer(request) -> bytes | None:
@@ -244,11 +176,11 @@ class _Action(Resource):
 
     def render(self, request) -> bytes:
         if request.postpath not in ([], [b""]):
-            return _NotFound().render(request)
+            return NotFound().render(request)
         if not self._token_configured:
-            return _error(request, http.FORBIDDEN, "token-required",
-                          "actions need [admin] token-file; this router has none")
-        return _serve(request, (b"POST",), self._act, "act")
+            return json_error(request, http.FORBIDDEN, "token-required",
+                              "actions need [admin] token-file; this router has none")
+        return serve(request, (b"POST",), self._act, "act")
 
 
 class AdminSite(Site):
@@ -319,8 +251,6 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None
     for name in _ROUTER_RESOURCES:
         v1.putChild(name.encode(), JSONResource(lambda name=name: serving(name)))
     v1.putChild(b"ha", JSONResource(describe_ha))
-    from meshroute.admin.routed import RoutersResource  # it builds on this module
-
     v1.putChild(b"routers", RoutersResource(active))
     actions = _Directory()
     owner = router if router is not None else ha
@@ -340,5 +270,5 @@ def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None
         return metrics_resource(running, current, ha)
 
     root.putChild(b"metrics", _Delegated(metrics))
-    page.add_page(root, _Directory(), _NotFound())
+    page.add_page(root, _Directory(), NotFound())
     return AdminSite(root if token is None else _Guarded(token, root))

@@ -8,17 +8,21 @@ are built here, so that the in-memory tests build the very same instance
 on other endpoints and executors.
 """
 
+import dataclasses
 import os
 from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.server import Site
 
-from meshroute.ha.instance import HAInstance, stage_valid_timeout_ms, vote_connections
+from meshroute.ha.instance import HAInstance, stage_valid_timeout_ms
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.records import HA_DB, HARecords
-from meshroute.ha.replication import StoreReplication
-from meshroute.link.handshake import ListenerSettings
+from meshroute.ha.store_replication import StoreReplication
+from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
+from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
+from meshroute.link.retry import RetrySchedule
+from meshroute.link.rotation import EndpointRotation
 from meshroute.router.service import listening
 from meshroute.router.settings import RouterConfig
 from meshroute.store.executor import ThreadedExecutor
@@ -65,7 +69,43 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     )
     listening(endpoints, config, "ha.replication.listener", ha.replication.listener,
               replication_listener(config.name, clock, instance.events, instance.registry,
-                                   instance, instance.replication.server, settings,
+                                   instance.own_voter, instance.replication.server, settings,
                                    instance.pairing),
               ).setServiceParent(instance)
     return instance
+
+
+def vote_connections(config: RouterConfig, clock: IReactorTime,
+                     endpoints) -> Callable[[str, HAInstance], Voters]:
+    """
+    How an instance of C{config} reaches its voters: its own voter
+    directly (L{HAInstance.own_voter}), the peer over a vote connection
+    to the peer's replication listener, each witness over one to its
+    routing listener; all with the mesh secret
+    (C{ha.replication.password-file}), dialled again every
+    heartbeat-interval while down.
+    """
+    ha = config.ha
+    lease_timeout = ha.lease_timeout_ms / 1000
+
+    def connection(context, router: str, endpoint: str, voter: str | None = None):
+        return WitnessConnection(
+            context, ConnectorSettings(ha.replication.secret, router,
+                                       stage_valid_timeout_ms(config)),
+            EndpointRotation([(endpoint, endpoints.client(endpoint))]),
+            RetrySchedule(ha.heartbeat_interval_ms, 1.0, ha.heartbeat_interval_ms, -1),
+            clock, ha.group_name, lease_timeout, voter=voter)
+
+    def voters_for(name: str, own: HAInstance) -> Voters:
+        context = RouterContext(name=config.name, clock=clock, events=own.events,
+                                registry=own.registry, engine=None, group=ha.group_name)
+        # The peer's connection checks that both are of one group.
+        peer = connection(dataclasses.replace(context, pairing=own.pairing), config.name,
+                          ha.replication.peer, own.peer_instance)
+        witnesses = [connection(context, witness.router, witness.endpoint)
+                     for witness in ha.witnesses]
+        return Voters(clock, name, {name: asking_witness(own.own_voter, name, ha.group_name,
+                                                         lease_timeout)},
+                      [peer, *witnesses])
+
+    return voters_for

@@ -7,31 +7,35 @@ replication side (the replication listener, where the peer instance votes
 and, while this one is active, replicates), its own voter (a L{Witness}
 over its own C{ha.db}, not the replicated C{store.db}), and its
 L{Voters}: the witnesses and the peer.  The role machine
-(L{meshroute.harules.role}) decides what it does; this module carries out the
-machine's L{meshroute.harules.role.RoleActions}:
+(L{meshroute.harules.role}) decides what it does; this class carries out
+the machine's L{meshroute.harules.role.RoleActions} and turns what
+happens into the machine's inputs, with a collaborator for each part of
+the work:
 
- - while active, it runs a L{RouterService} on C{store.db}, built afresh
-   for each active period (routing listener, connectors, client listener,
-   deliveries), whose store's commits pass through the replication gate,
-   and it holds the lease of its epoch (C{Voters.hold_lease}): a lease
-   lost, or a voter that knows a newer epoch, fences it;
- - while backup, it follows the active (the replication side's
-   C{follow}) and counts the active's heartbeats, which its own voter
-   hears, as the peer heard;
- - on the way up, and when fenced, it asks every voter who is active and
-   decides by L{quorum.decide_start}.
+ - L{Activation}, what it asks its voters: on the way up, and when
+   fenced, who is active (L{quorum.decide_start}); elections for the next
+   epoch, its own or, handing over, its peer's; while active, the lease
+   of its epoch (a lease lost, or a voter that knows a newer epoch,
+   fences it);
+ - L{ActiveRouter}, who holds C{store.db}: while active, a
+   L{RouterService} built afresh for each active period (routing
+   listener, connectors, client listener, deliveries), whose store's
+   commits pass through the replication gate; while backup, the replica,
+   following the active (the replication side's C{follow});
+ - L{OwnVoter}, its own voter as the peer and its L{Voters} ask it: a
+   heartbeat of the active peer it accepts is the peer heard, and an
+   epoch it grants this instance at the active peer's request is a
+   hand-over;
+ - L{HandOver}, when, active, it hands the router over to its peer:
+   failback (C{allow-failback}) and C{failover-on-shutdown};
+ - L{HAEventLog} and L{HAStatus}: its C{ha.*} events, C{GET /api/v1/ha}.
 
-A hand-over (failback, or C{failover-on-shutdown} at SIGTERM) is an
-election the active runs for its peer.  Failback (C{allow-failback} on
-the backup) is due when the active backup has readmitted the returning
-primary, in sync, in a replicated epoch.  The peer learns of it from its
-own voter, which grants it the epoch at the active's request; it then
-asks every voter for that same epoch as its own candidate, which each
-voter that granted it grants again (rule 1 of L{quorum}), and so learns
-that a majority did before it serves.
+A hand-over is an election the active runs for its peer.  The peer
+learns of it from its own voter, which grants it the epoch at the
+active's request; it then makes sure a majority did before it serves
+(L{Activation.confirm_hand_over}).
 """
 
-import dataclasses
 import os
 from collections.abc import Callable
 from typing import Protocol
@@ -39,28 +43,25 @@ from typing import Protocol
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
-from automat import NoTransition
 from twisted.logger import Logger
 from twisted.web.server import Site
 from zope.interface import implementer
 
 from meshroute import __version__, events
-from meshroute.errors import NotServing
+from meshroute.ha.activation import Activation
+from meshroute.ha.active_router import ActiveRouter
+from meshroute.ha.handover import HandOver
+from meshroute.ha.own_voter import OwnVoter
 from meshroute.ha.pairing import Pairing
 from meshroute.ha.records import ForcedActivation, InstanceIdentity, InstanceVoterRecords
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
-from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
+from meshroute.ha.voters import Voters
 from meshroute.harules import quorum, role
-from meshroute.harules.election import Defeat
-from meshroute.harules.lease import LEASE_EXPIRED
 from meshroute.harules.quorum import instance_name
 from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.interfaces import IHAInstanceView
-from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
-from meshroute.link.retry import RetrySchedule
-from meshroute.link.rotation import EndpointRotation
 from meshroute.router.service import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
 from meshroute.router.settings import RouterConfig
 from meshroute.sessions.ha_view import HAView
@@ -85,41 +86,6 @@ def stage_valid_timeout_ms(config: RouterConfig) -> int:
     C{stage-valid-timeout}, else that key's default.
     """
     return config.listener.stage_valid_timeout_ms if config.listener is not None else 15000
-
-
-def vote_connections(config: RouterConfig, clock: IReactorTime,
-                     endpoints) -> Callable[[str, "HAInstance"], Voters]:
-    """
-    How an instance of C{config} reaches its voters: its own voter
-    directly, the peer over a vote connection to the peer's replication
-    listener, each witness over one to its routing listener; all with
-    the mesh secret (C{ha.replication.password-file}), dialled again every
-    heartbeat-interval while down.
-    """
-    ha = config.ha
-    lease_timeout = ha.lease_timeout_ms / 1000
-
-    def connection(context, router: str, endpoint: str, voter: str | None = None):
-        return WitnessConnection(
-            context, ConnectorSettings(ha.replication.secret, router,
-                                       stage_valid_timeout_ms(config)),
-            EndpointRotation([(endpoint, endpoints.client(endpoint))]),
-            RetrySchedule(ha.heartbeat_interval_ms, 1.0, ha.heartbeat_interval_ms, -1),
-            clock, ha.group_name, lease_timeout, voter=voter)
-
-    def voters_for(name: str, own: "HAInstance") -> Voters:
-        context = RouterContext(name=config.name, clock=clock, events=own.events,
-                                registry=own.registry, engine=None, group=ha.group_name)
-        # The peer's connection checks that both are of one group.
-        peer = connection(dataclasses.replace(context, pairing=own.pairing), config.name,
-                          ha.replication.peer, own.peer_instance)
-        witnesses = [connection(context, witness.router, witness.endpoint)
-                     for witness in ha.witnesses]
-        return Voters(clock, name, {name: asking_witness(own, name, ha.group_name,
-                                                         lease_timeout)},
-                      [peer, *witnesses])
-
-    return voters_for
 
 
 class ReplicationSide(Protocol):
@@ -184,8 +150,8 @@ class HAInstance(MultiService):
     @param records: this instance's C{ha.db} (L{HARecords}), opened at
         start and closed at stop.
     @param voters_for: builds this instance's L{Voters} from its instance
-        name and its own voter (this instance, which answers as a
-        L{Witness} does).
+        name and the instance (whose L{OwnVoter} answers as a L{Witness}
+        does).
     @param replication_for: builds this instance's L{ReplicationSide}
         from the instance.
     @param stop_process: ends the process (C{reactor.stop}): a backup that
@@ -200,9 +166,9 @@ class HAInstance(MultiService):
 
     @ivar name: the router's name (both instances carry it).
     @ivar instance: this instance's name (L{instance_name}).
-    @ivar router: the L{RouterService} while active, else None.
     @ivar registry: its connections (vote connections, the replication
         listener's and the follower's), closed when it stops.
+    @ivar own_voter: its own voter, as the peer and its L{Voters} ask it.
     @ivar role: the role machine's core (C{state}, C{epoch}) once started.
     """
 
@@ -215,10 +181,8 @@ class HAInstance(MultiService):
         super().__init__()
         ha = config.ha
         self.config = config
-        self._read_config = read_config
         self.ha: HASettings = ha
         self._clock = clock
-        self._endpoints = endpoints
         self.name = config.name
         self.instance = instance_name(config.name, ha.role)
         self.peer_instance = instance_name(config.name, peer_role(ha.role))
@@ -232,32 +196,31 @@ class HAInstance(MultiService):
         self._stop_process = stop_process
         # Its own group's record in ha.db, other groups' in the serving
         # router's replicated store.db (InstanceVoterRecords says why).
-        self.voter_records = InstanceVoterRecords(ha.group_name, records)
-        self.witness = Witness(self.instance, self.voter_records, clock, self.events,
+        voter_records = InstanceVoterRecords(ha.group_name, records)
+        self.witness = Witness(self.instance, voter_records, clock, self.events,
                                own_position=self.replication.position)
+        self.own_voter = OwnVoter(self.witness, voter_records, ha.group_name, self.instance,
+                                  self.peer_instance, self._handed_over, self._peer_heard)
         self.voters = voters_for(self.instance, self)
         self.voters.setServiceParent(self)
+        self.activation = Activation(clock, ha, self.instance, self.voters, self.pairing,
+                                     self.own_voter.granted_epoch, self.replication.position,
+                                     self.replication.confirmed, lambda: self._stopping)
+        self.handover = HandOver(clock, ha, self.instance, self.replication,
+                                 lambda: self._role.handover_due(), self._serves_replicated_in)
         if config.admin is not None and admin_site is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                       admin_site(ha=self, token=config.admin.token,
                                  reactor=clock)).setServiceParent(self)
-        self.router: RouterService | None = None
-        # Each change of who holds store.db (the replica, the router) waits
-        # for the one before it.
-        self._store_turn: defer.Deferred = defer.succeed(None)
+        self._active_router = ActiveRouter(
+            self, config, clock, endpoints, self.replication,
+            HostedParts(self.events, self.witness, self.ha_status), self.own_voter, read_config)
         self._role: role.RoleInputs | None = None
         self.role: role.RoleCore | None = None
-        self._lease = None
-        self._newest_epoch = 0
         self._started_at: float | None = None
         self._peer_heard_at: float | None = None
         self._stopping = False
-        self._handed: defer.Deferred | None = None
         self._readmitting = False
-        self._fail_back_at: tuple[int, int] | None = None
-        self._forced_epoch: int | None = None
-        self._failing_back = False
-        self._said_stale = False
         # The epoch the peer handed over to this instance, until it serves.
         self._handed_epoch: int | None = None
         # The role's state and epoch as its actions tell them (the role
@@ -265,6 +228,13 @@ class HAInstance(MultiService):
         self._state = role.STARTING
         self._epoch = 0
         self._stop_reason: str | None = None
+
+    @property
+    def router(self) -> RouterService | None:
+        """
+        The L{RouterService} while active, else None.
+        """
+        return self._active_router.router
 
     # -- IHAInstanceView --------------------------------------------------
 
@@ -325,68 +295,41 @@ class HAInstance(MultiService):
     def _loaded(self, _) -> None:
         if not self.running:
             return
-        record = self.witness.records().get(self.ha.group_name)
-        if record is not None:
-            self._newest_epoch = record.granted_epoch
+        self.activation.heard_of(self.own_voter.granted_epoch())
         self.records.forced_activation().addCallback(self._start_role)
 
     def _start_role(self, forced: ForcedActivation | None) -> None:
         """
         Start the role: ask the voters, or, when C{meshroute ha
         force-activate} asked for it, serve alone at once in an epoch above
-        every epoch this instance knows (its voter's record, its data).
+        every epoch this instance knows.
         """
         if forced is not None:
-            self._forced_epoch = max(self._newest_epoch,
-                                     self.replication.position().epoch) + 1
-            self._newest_epoch = self._epoch = self._forced_epoch
-            log.warn("HA instance {instance}: activation forced by {by}: serving alone in "
-                     "epoch {epoch} without asking the voters", instance=self.instance,
-                     by=forced.requested_by, epoch=self._forced_epoch)
-            self.ha_events.force_activate("activated", forced.requested_by,
-                                          self._forced_epoch)
+            self._epoch = self.activation.force(forced.requested_by)
+            self.ha_events.force_activate("activated", forced.requested_by, self._epoch)
             self.records.clear_forced_activation()
         self._role, self.role = role.start_role(self._clock, self.ha, self,
-                                                forced_epoch=self._forced_epoch)
+                                                forced_epoch=self.activation.forced_epoch)
 
     @defer.inlineCallbacks
     def stopService(self):
         """
         Hand over to an in-sync backup first (C{failover-on-shutdown}),
-        waiting at most a second for the election, then stop serving or
-        following, and everything else.
+        then stop serving or following, and everything else.
         """
         self._stopping = True
-        if self._state == role.ACTIVE_REPLICATED and self.ha.failover_on_shutdown:
-            self._handed = defer.Deferred()
-            timeout = self._clock.callLater(1.0, self._hand_over_ended)
-            try:
-                self._role.handover_due()
-            except NoTransition:
-                # Not with an in-sync backup now (it lost it, or hands over
-                # already): nothing to hand over to.
-                self._hand_over_ended()
-            yield self._handed
-            if timeout.active():
-                timeout.cancel()
+        yield self.handover.at_stop(self._state)
         if self.role is not None:
             self.role.stop_watching()
             self.role.stop_asking()
-        self._release_lease()
-        self._store_turn.addCallback(lambda _: self.replication.stop_following())
-        self._store_turn.addCallback(lambda _: self._stop_router())
-        self._store_turn.addCallback(lambda _: self.replication.close_replica())
-        yield self._store_turn
+        self.activation.release_lease()
+        yield self._active_router.close()
         yield defer.maybeDeferred(super().stopService)
         yield self.registry.close_all()
         yield self.records.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()
         self._unlock()
-
-    def _hand_over_ended(self) -> None:
-        if self._handed is not None and not self._handed.called:
-            self._handed.callback(None)
 
     def _lock(self) -> None:
         self._lock_file = lock_data_dir(self.config)
@@ -411,35 +354,9 @@ class HAInstance(MultiService):
         self.ha_events.state(state, self._epoch, reason)
 
     def ask_voters(self) -> None:
-        # Whatever election was under way, the role no longer awaits it.
-        self.voters.abandon()
-        if not self._stopping:
-            self.voters.ask_start(self._question_timeout(), self._decide_start)
+        self.activation.ask_start(self._decide_start)
 
-    def _question_timeout(self) -> float:
-        """
-        How long an election or the start-up question waits for voters
-        that have not answered: two heartbeats, as long as a heartbeat may
-        be late without danger.
-        """
-        return 2 * self.ha.heartbeat_interval_ms / 1000
-
-    def _decide_start(self, answers: list[quorum.StartAnswer]) -> None:
-        if self._stopping:
-            return
-        for answer in answers:
-            self._newest_epoch = max(self._newest_epoch, answer.record.granted_epoch)
-        decision = quorum.decide_start(self.instance, self.ha.role == PRIMARY,
-                                       self.replication.position(), self.voters.names, answers)
-        if self.pairing.refusal is not None:
-            # The other instance is of another group (a mistyped
-            # group-name): never a second active for this router name.
-            decision = quorum.StartDecision.WAIT
-        if decision == quorum.StartDecision.STALE and not self._said_stale:
-            log.warn("HA instance {instance}: a voter knows of confirmed changes this "
-                     "instance lacks; it never activates by itself (it follows an active "
-                     "that appears, or meshroute ha force-activate)", instance=self.instance)
-        self._said_stale = decision == quorum.StartDecision.STALE
+    def _decide_start(self, decision: quorum.StartDecision) -> None:
         if decision == quorum.StartDecision.FOLLOW:
             self._role.active_found()
         elif decision == quorum.StartDecision.RESUME:
@@ -448,21 +365,18 @@ class HAInstance(MultiService):
             self._role.must_wait()
 
     def follow(self) -> None:
-        if self._failing_back:
-            self._failing_back = False
-            if not self.ha.restart_backup:
-                log.info("HA instance {instance}: handed the router back; it stops "
-                         "(restart-backup = false)", instance=self.instance)
-                self._clock.callLater(0, self._stop_process)
-                return
+        if self.handover.handed_back() and not self.ha.restart_backup:
+            log.info("HA instance {instance}: handed the router back; it stops "
+                     "(restart-backup = false)", instance=self.instance)
+            self._clock.callLater(0, self._stop_process)
+            return
         if self._stopping:
             # Handed over at the stop: finish stopping once the role has
             # finished this transition (it arms its timers after this).
-            self._clock.callLater(0, self._hand_over_ended)
+            self._clock.callLater(0, self.handover.stop_handed_over)
             return
         self._peer_heard_at = self._clock.seconds()
-        self._store_turn.addCallback(
-            lambda _: self.replication.follow(self._caught_up, self._role.peer_heard))
+        self._active_router.follow(self._caught_up, self._role.peer_heard)
 
     def _caught_up(self) -> None:
         if self._state == role.BACKUP_SYNCING:
@@ -474,7 +388,7 @@ class HAInstance(MultiService):
 
     def _backup_heard(self) -> None:
         self._role.peer_heard()
-        self._fail_back_if_acknowledged()
+        self.handover.acknowledged()
 
     def _peer_caught_up(self) -> None:
         """
@@ -487,34 +401,23 @@ class HAInstance(MultiService):
             self._role.peer_caught_up()
 
     def stop_following(self) -> None:
-        self._store_turn.addCallback(lambda _: self.replication.stop_following())
+        self._active_router.stop_following()
 
     def request_votes(self, alone: bool) -> None:
-        self._elect(self.instance, alone)
+        self.activation.elect(self.instance, alone, self._epoch, self._won, self._lost)
 
     def hand_over(self) -> None:
         # An active that stops (now, or after handing the router back with
         # restart-backup = false) hands over an epoch to run alone: the
         # peer will have no backup to wait for.
-        self._elect(self.peer_instance, alone=self._stopping or not self.ha.restart_backup)
-
-    def _elect(self, candidate: str, alone: bool) -> None:
-        own = self.witness.records().get(self.ha.group_name)
-        epoch = max(self._newest_epoch, self._epoch, self.replication.position().epoch,
-                    own.granted_epoch if own is not None else 0) + 1
-        self._newest_epoch = epoch
-        request = quorum.VoteRequest(candidate, self.instance, epoch,
-                                     self.replication.position(), alone)
-        self.voters.elect(request, self._question_timeout(), self._won, self._lost)
+        self.activation.elect(self.peer_instance, self._stopping or not self.ha.restart_backup,
+                              self._epoch, self._won, self._lost)
 
     def _won(self, epoch: int) -> None:
         self._readmitting = False
         self._role.epoch_granted(epoch)
 
-    def _lost(self, defeat: Defeat) -> None:
-        self._newest_epoch = max(self._newest_epoch, defeat.newest_epoch)
-        log.info("HA instance {instance}: election lost ({reason}: {refusals})",
-                 instance=self.instance, reason=defeat.reason, refusals=defeat.refusals)
+    def _lost(self) -> None:
         self._readmitting = False
         self._role.election_lost()
 
@@ -532,36 +435,21 @@ class HAInstance(MultiService):
                                     last_heard=self._peer_heard_at)
             self._peer_heard_at = None
         self._hold_lease()
-        self._store_turn.addCallback(lambda _: self.replication.stop_following())
-        self._store_turn.addCallback(lambda _: self.replication.close_replica())
-        self._store_turn.addCallback(lambda _: self._serve(epoch, alone))
+        self._active_router.serve(lambda: self._serve(epoch, alone))
 
     def _serve(self, epoch: int, alone: bool) -> None:
         """
         Start this active period's router on C{store.db}, its commits
-        tagged with C{epoch}.
+        tagged with C{epoch}, once C{store.db} is free.
         """
         if self._epoch != epoch or self._state not in _SERVING:
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch, alone)
         self.replication.confirm(alone)
-        # Its links and route advertisements carry the epoch it started
-        # serving in (a later epoch of the same active period, to run alone
-        # or replicated again, is newer still than any earlier active's).
-        self.router = RouterService(dataclasses.replace(self.config, admin=None), self._clock,
-                                    self._endpoints, executor=self.replication.executor(self.voters.lease_holds),
-                                    host=HostedParts(self.events, self.witness, self.ha_status),
-                                    epoch=epoch,
-                                    ha_view=self._client_view,
-                                    read_config=self._read_config)
-        # The router's witness loads the other groups' records from this
-        # store once it is open (the other instance may have granted some):
-        # no voter of another group held from before may shadow them.
-        self.voter_records.serve(self.router.store)
-        self.witness.retain(self.ha.group_name)
-        self.router.setServiceParent(self)
+        self._active_router.start(epoch, self.replication.executor(self.voters.lease_holds),
+                                  self._client_view)
         self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
-        self._fail_back_when_due()
+        self.handover.serving(self._state, self._epoch)
 
     def _client_view(self) -> HAView:
         """
@@ -581,44 +469,10 @@ class HAInstance(MultiService):
             # run alone is confirmed by release_acknowledgements.)
             self.replication.confirm(alone=False)
         self._hold_lease()
-        self._fail_back_when_due()
+        self.handover.serving(self._state, self._epoch)
 
-    def _fail_back_when_due(self) -> None:
-        """
-        With C{allow-failback}, a backup serving with the primary in sync
-        hands the router back to it, once the primary acknowledged
-        everything this instance may have confirmed while it ran alone (up
-        to now: what follows is confirmed only once acknowledged anyway).
-        """
-        if (self.ha.role == BACKUP and self.ha.allow_failback
-                and self._state == role.ACTIVE_REPLICATED):
-            self._fail_back_at = (self._epoch, self.replication.position().position)
-            self._fail_back_if_acknowledged()
-
-    def _fail_back_if_acknowledged(self) -> None:
-        """
-        Fail back (after the role finished its current transition) once the
-        primary acknowledged the position the replicated epoch began at.
-        """
-        if self._fail_back_at is None:
-            return
-        epoch, position = self._fail_back_at
-        lag = self.replication.lag()
-        if lag is None or self.replication.position().position - lag < position:
-            return
-        self._fail_back_at = None
-        self._clock.callLater(0, self._fail_back, epoch)
-
-    def _fail_back(self, epoch: int) -> None:
-        if self._stopping or self._state != role.ACTIVE_REPLICATED or self._epoch != epoch:
-            return
-        log.info("HA instance {instance}: the primary is in sync: handing the router back "
-                 "(allow-failback)", instance=self.instance)
-        try:
-            self._role.handover_due()
-        except NoTransition:
-            return  # it lost the primary meanwhile, or hands over already
-        self._failing_back = True
+    def _serves_replicated_in(self, epoch: int) -> bool:
+        return not self._stopping and self._state == role.ACTIVE_REPLICATED and self._epoch == epoch
 
     def stop_serving(self, reason: str) -> None:
         log.info("HA instance {instance}: stops serving ({reason})", instance=self.instance,
@@ -626,11 +480,10 @@ class HAInstance(MultiService):
         self._stop_reason = reason
         if reason != role.HANDING_OVER:
             self.ha_events.fenced(self._epoch, reason)
-        self._release_lease()
-        self.witness.own_instance_stopped(self.ha.group_name)
+        self.activation.release_lease()
+        self.own_voter.instance_stopped()
         self.replication.stop_leading()
-        self._store_turn.addCallback(lambda _: self._stop_router())
-        self._store_turn.addCallback(lambda _: self.replication.open_replica())
+        self._active_router.stop_serving()
 
     def hold_acknowledgements(self) -> None:
         self.ha_events.replication("lost", self.replication.position().position, None)
@@ -639,127 +492,37 @@ class HAInstance(MultiService):
     def release_acknowledgements(self) -> None:
         self.replication.confirm(alone=True)
 
-    # -- the lease --------------------------------------------------------
-
     def _hold_lease(self) -> None:
-        self._release_lease()
-        epoch = self._epoch
-        self._lease = self.voters.hold_lease(
-            lambda: (self.replication.position(), self.replication.confirmed()),
-            self.ha.heartbeat_interval_ms / 1000, self.ha.lease_timeout_ms / 1000,
-            self._lease_lost, forced_epoch=epoch if epoch == self._forced_epoch else None)
+        # The role's inputs are looked up when the lease is lost: a forced
+        # activation holds it before start_role has returned them.
+        self.activation.hold_lease(self._epoch, lambda: self._role.lease_lost(),
+                                   lambda newest: self._role.superseded(newest))
 
-    def _release_lease(self) -> None:
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
+    # -- what its own voter tells it ------------------------------------------
 
-    def _lease_lost(self, reason: str) -> None:
-        self._lease = None
-        if reason == LEASE_EXPIRED:
-            self._role.lease_lost()
-        else:
-            self._role.superseded(self._newest_epoch)
-
-    # -- this instance's voter, as the peer asks it ---------------------------
-
-    def vote(self, peer: str, frame: frames.VoteRequest) -> defer.Deferred:
+    def _handed_over(self, request: frames.VoteRequest) -> None:
         """
-        Answer the peer's vote request with this instance's own voter.
-        When it grants this instance an epoch at the active peer's request
-        (a hand-over), make sure a majority did before serving in it.
+        Its own voter granted it an epoch at the active peer's request:
+        while in sync, make sure a majority did before serving in it.
         """
-        if not self._answers(frame.group):
-            return self._not_serving(frame.group)
-        return self.witness.vote(peer, frame).addCallback(self._voted, frame)
-
-    def _answers(self, group: str) -> bool:
-        """
-        Whether this instance's voter answers C{group} now: its own group
-        always, another only while serving (its records are the serving
-        store's: L{InstanceVoterRecords}).
-        """
-        return self.voter_records.owns(group) or self.router is not None
-
-    def _not_serving(self, group: str) -> defer.Deferred:
-        """
-        No answer (the vote connection closes), and the voter is not
-        touched: a grant it could not save must not linger in memory.
-        """
-        return defer.fail(NotServing(f"{self.instance} is not active: it answers no "
-                                     f"vote of group {group!r}"))
-
-    def _voted(self, answer: frames.VoteAnswer, frame: frames.VoteRequest):
-        if (answer.granted and frame.candidate == self.instance
-                and frame.requester == self.peer_instance and self._in_sync()):
-            self._confirm_hand_over(frame.epoch, frame.alone,
-                                    self._clock.seconds() + self.ha.lease_timeout_ms / 1000)
-        return answer
+        self.activation.confirm_hand_over(
+            request.epoch, request.alone, self._clock.seconds() + self.ha.lease_timeout_ms / 1000,
+            self._in_sync, self._epoch_handed_over)
 
     def _in_sync(self) -> bool:
         return self._state == role.BACKUP_IN_SYNC
 
-    def _confirm_hand_over(self, epoch: int, alone: bool, until: float) -> None:
+    def _epoch_handed_over(self, epoch: int, alone: bool) -> None:
+        self._handed_epoch = epoch
+        if alone:
+            self._role.epoch_handed_over_alone(epoch)
+        else:
+            self._role.epoch_handed_over(epoch)
+
+    def _peer_heard(self) -> None:
         """
-        Ask every voter for the handed-over C{epoch} as this instance's
-        own: each that granted it to this instance grants it again.  A
-        voter asked before the active's request reached it refuses
-        (C{active-alive}): ask again each heartbeat-interval, until
-        C{until} (by then the active's silence has this instance ask for
-        an epoch by itself).  C{alone}: the active stops, and hands over
-        an epoch to run alone in.
+        Its own voter accepted the active peer's heartbeat.
         """
-        if not self._in_sync() or self._clock.seconds() >= until:
-            return
-        request = quorum.VoteRequest(self.instance, self.instance, epoch,
-                                     self.replication.position(), alone)
-
-        def handed_over(epoch: int) -> None:
-            if not self._in_sync():
-                return
-            self._handed_epoch = epoch
-            if alone:
-                self._role.epoch_handed_over_alone(epoch)
-            else:
-                self._role.epoch_handed_over(epoch)
-
-        def again(defeat: Defeat) -> None:
-            self._clock.callLater(self.ha.heartbeat_interval_ms / 1000,
-                                  self._confirm_hand_over, epoch, alone, until)
-
-        self.voters.elect(request, self._question_timeout(), handed_over, again)
-
-    def heartbeat(self, peer: str, frame: frames.Heartbeat) -> defer.Deferred:
-        """
-        Answer the peer's heartbeat with this instance's own voter; one it
-        accepts from the active peer is the peer heard.
-        """
-        if not self._answers(frame.group):
-            return self._not_serving(frame.group)
-        return self.witness.heartbeat(peer, frame).addCallback(self._heard, frame)
-
-    def _heard(self, answer: frames.HeartbeatAnswer, frame: frames.Heartbeat):
-        if answer.accepted and frame.instance == self.peer_instance and self._role is not None:
+        if self._role is not None:
             self._peer_heard_at = self._clock.seconds()
             self._role.peer_heard()
-        return answer
-
-    def start(self, peer: str, frame: frames.StartQuery) -> defer.Deferred:
-        """
-        Answer the peer's start-up question (with this instance's data
-        position).
-        """
-        if not self._answers(frame.group):
-            return self._not_serving(frame.group)
-        return self.witness.start(peer, frame)
-
-    # -- stopping ---------------------------------------------------------
-
-    def _stop_router(self) -> defer.Deferred | None:
-        router, self.router = self.router, None
-        if router is not None:
-            # Other groups' records are the next active's now.
-            self.voter_records.stop_serving()
-            self.witness.retain(self.ha.group_name)
-            return defer.maybeDeferred(router.disownServiceParent)
-        return None

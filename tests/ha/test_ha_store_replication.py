@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from twisted.internet.task import Clock
 
-from meshroute.ha.replication import StoreReplication, _Confirming, _DeadlinedServer
+from meshroute.ha.store_replication import StoreReplication, _Confirming, _DeadlinedServer
 from meshroute.harules.quorum import LogPosition
 from meshroute.harules.settings import HASettings, ReplicationSettings
 from meshroute.store.changes import ChangeBatch

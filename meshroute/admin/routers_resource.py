@@ -1,6 +1,8 @@
 """
-C{/api/v1/routers}: the routers this one knows, and any router's views
-through the mesh.
+C{/api/v1/routers}: the admin API's questions about other routers, the
+routers this one knows and any router's views, asked through the mesh
+(the router side, which asks and answers, is
+L{meshroute.router.remote_views}).
 
  - C{GET /api/v1/routers}: this router's C{routers} view
    (L{meshroute.router.views.describe_mesh}).
@@ -22,7 +24,7 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from meshroute.admin.api import Unavailable, _answer, _error, _NotFound, _serve
+from meshroute.admin.resources import NotFound, Unavailable, json_answer, json_error, serve
 from meshroute.router.remote_views import AnsweredError, UnknownView, Unreachable
 
 log = Logger()
@@ -50,17 +52,17 @@ class RoutersResource(Resource):
         if path and path[-1] == "":
             path.pop()
         if not path:
-            return _serve(request, (b"GET", b"HEAD"),
-                          lambda: self._active().describe_routers(), "answer")
+            return serve(request, (b"GET", b"HEAD"),
+                         lambda: self._active().describe_routers(), "answer")
         if len(path) > 2:
-            return _NotFound().render(request)
+            return NotFound().render(request)
         router, view = path[0], path[1] if len(path) == 2 else "router"
         if request.method not in (b"GET", b"HEAD"):
-            return _serve(request, (b"GET", b"HEAD"), lambda: None, "answer")
+            return serve(request, (b"GET", b"HEAD"), lambda: None, "answer")
         try:
             asking = self._active().mesh_views.ask(router, view)
         except Unavailable as e:
-            return _error(request, e.code, e.error, e.detail)
+            return json_error(request, e.code, e.error, e.detail)
         finished = request.notifyFinish()
         finished.addErrback(lambda _: asking.cancel())
         asking.addCallbacks(self._answered, self._failed, callbackArgs=(request,),
@@ -71,24 +73,24 @@ class RoutersResource(Resource):
         if answer.truncated is not None:
             request.setHeader(b"x-meshroute-truncated",
                               f"{answer.truncated[0]}/{answer.truncated[1]}".encode())
-        self._finish(request, _answer(request, http.OK, answer.value))
+        self._finish(request, json_answer(request, http.OK, answer.value))
 
     def _failed(self, failure, request, router: str, view: str) -> None:
         if failure.check(CancelledError):
             return
         error = failure.value
         if failure.check(UnknownView):
-            body = _error(request, http.NOT_FOUND, error.code, str(error))
+            body = json_error(request, http.NOT_FOUND, error.code, str(error))
         elif failure.check(Unreachable):
-            body = _error(request, http.GATEWAY_TIMEOUT, error.code, str(error))
+            body = json_error(request, http.GATEWAY_TIMEOUT, error.code, str(error))
         elif failure.check(AnsweredError):
-            body = _error(request, _STATUS.get(error.code, http.BAD_GATEWAY), error.code,
-                          f"{router} answered: {error}")
+            body = json_error(request, _STATUS.get(error.code, http.BAD_GATEWAY), error.code,
+                              f"{router} answered: {error}")
         else:
             log.failure("admin API: asking {router} for its {view} view failed", failure,
                         router=router, view=view)
-            body = _error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
-                          "the router failed to ask; see its log")
+            body = json_error(request, http.INTERNAL_SERVER_ERROR, "internal-error",
+                              "the router failed to ask; see its log")
         self._finish(request, body)
 
     @staticmethod

@@ -23,10 +23,10 @@ from meshroute.ha.epoch_starts import start_epoch
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.follower import ReplicationFollower
 from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
-from meshroute.ha.instance import instance_name, stage_valid_timeout_ms
+from meshroute.ha.instance import stage_valid_timeout_ms
 from meshroute.ha.replica import STORE_NAME, Replica
 from meshroute.ha.source import ReplicationSource
-from meshroute.harules.quorum import ORIGIN, LogPosition
+from meshroute.harules.quorum import ORIGIN, LogPosition, instance_name
 from meshroute.interfaces import ICommitGate
 from meshroute.link.handshake import ConnectorSettings, RouterContext
 from meshroute.link.registry import LinkRegistry
