@@ -136,9 +136,9 @@ from meshroute.client.errors import (
     UnblockedError,
 )
 from meshroute.client.ending import Ending
-from meshroute.client.keepalive import Keepalive
+from meshroute.client.traffic_timer import TrafficTimer
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
-from meshroute.client.protocol import ClientProtocol
+from meshroute.client.router_protocol import RouterProtocol
 from meshroute.client.subscriptions import Subscription
 from meshroute.wire import client_frames as f
 from meshroute.link.retry import RetrySchedule
@@ -170,7 +170,7 @@ class ClientInputs(Protocol):
     L{ClientMachine}.
     """
 
-    def connection_made(self, protocol: ClientProtocol) -> None:
+    def connection_made(self, protocol: RouterProtocol) -> None:
         "A connection attempt succeeded; C{protocol} speaks for it."
 
     def connect_failed(self, why: ClientError) -> None:
@@ -310,8 +310,8 @@ class ClientCore:
             options.max_retry_interval_ms, options.reconnect_attempts,
         )
         self.machine: ClientInputs | None = None
-        self.protocol: ClientProtocol | None = None
-        self.keepalive = Keepalive(clock, self._keepalive_ping, self._silent)
+        self.protocol: RouterProtocol | None = None
+        self.traffic = TrafficTimer(clock, self._keepalive_ping, self._silent)
         self._attempt: Deferred | None = None
         self._attempt_token: object = None
         self._retry_call: IDelayedCall | None = None
@@ -360,9 +360,9 @@ class ClientCore:
         Connect once through the endpoint.
         """
         token = self._attempt_token = object()
-        protocol = ClientProtocol(self, self.options.max_frame_size)
+        protocol = RouterProtocol(self, self.options.max_frame_size)
 
-        def made(protocol: ClientProtocol) -> None:
+        def made(protocol: RouterProtocol) -> None:
             if self._attempt_token is token:
                 self._attempt = self._attempt_token = None
                 self.machine.connection_made(protocol)
@@ -380,7 +380,7 @@ class ClientCore:
             self._attempt = attempt
         attempt.addCallbacks(made, failed)
 
-    def attach(self, protocol: ClientProtocol, resume: bool) -> None:
+    def attach(self, protocol: RouterProtocol, resume: bool) -> None:
         """
         Speak through C{protocol}: send Open (resuming the session if
         C{resume} and we can) and wait for the answer.
@@ -410,7 +410,7 @@ class ClientCore:
         delivers is ignored.  Pings in flight will never be answered.
         """
         protocol, self.protocol = self.protocol, None
-        self.keepalive.stop()
+        self.traffic.stop()
         _cancel(self._open_timer)
         self._open_timer = None
         if protocol is not None and protocol.transport is not None:
@@ -568,7 +568,7 @@ class ClientCore:
         self.endpoints.connected()
         if isinstance(frame, f.OpenedWithTopology):
             self.learn_topology(frame)
-        self.keepalive.start(frame.ttl_ms, self.options.client_failure_check_period_ms)
+        self.traffic.start(frame.ttl_ms, self.options.client_failure_check_period_ms)
 
     def opened_first(self, frame: f.Opened) -> None:
         """
@@ -1109,7 +1109,7 @@ class ClientCore:
 
     def write(self, data: bytes) -> None:
         self.protocol.transport.write(data)
-        self.keepalive.sent()
+        self.traffic.sent()
 
     # -- ending -------------------------------------------------------------------
 
@@ -1432,7 +1432,7 @@ class ClientMachine:
             raise NoTransition(state=self.state, symbol=name) from None
         behaviour(self._core, *args)
 
-    def connection_made(self, protocol: ClientProtocol) -> None:
+    def connection_made(self, protocol: RouterProtocol) -> None:
         self._fire("connection_made", protocol)
 
     def connect_failed(self, why: ClientError) -> None:

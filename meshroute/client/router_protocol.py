@@ -1,9 +1,10 @@
 """
-The thin protocol of one client connection: bytes in, frames out, machine
-inputs.
+The client's thin Twisted protocol over one connection to a router: bytes
+in, frames out, machine inputs.  (The router's side of the same protocol
+is L{meshroute.sessions}.)
 
 A session outlives its connections, so each connection gets a new
-L{ClientProtocol}; only the one the core has attached speaks for the
+L{RouterProtocol}; only the one the core has attached speaks for the
 session.  A connection the core has let go (failed, timed out, replaced)
 may still deliver bytes or its C{connectionLost}: they are ignored.
 """
@@ -38,7 +39,7 @@ _INPUT_FOR_FRAME = {
 }
 
 
-class ClientProtocol(Protocol):
+class RouterProtocol(Protocol):
     """
     Bytes ↔ frames for one connection of a session; every decision is the
     session machine's (L{meshroute.client.session}).
@@ -55,7 +56,7 @@ class ClientProtocol(Protocol):
         core = self._core
         if core.protocol is not self:
             return
-        core.keepalive.received()
+        core.traffic.received()
         try:
             frames = self._decoder.feed(data)
         except WireError as e:
