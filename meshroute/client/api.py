@@ -15,11 +15,11 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
-from meshroute.client.commands import SUBSCRIBE, Command, SendDeferred, SendGroup
+from meshroute.client.commands import SendDeferred, SendGroup
 from meshroute.client.errors import TOO_LARGE, UNSUPPORTED, SendError
 from meshroute.client.options import ClientOptions
-from meshroute.client.session import ClientCore, ClientMachine
-from meshroute.client.subscriptions import ReceivedMessage, Subscription
+from meshroute.client.core import ClientCore
+from meshroute.client.subscriptions import ReceivedMessage
 from meshroute.wire import client_frames as f
 from meshroute.link.rotation import EndpointRotation
 
@@ -52,7 +52,7 @@ class Client:
     @property
     def router(self) -> str | None:
         "The router's name."
-        return self._core.router
+        return self._core.connection.router
 
     @property
     def endpoint(self) -> str:
@@ -60,7 +60,7 @@ class Client:
         The endpoint of the connection in use (or of the latest attempt):
         the string given to L{connect}, or the endpoint's C{repr}.
         """
-        return self._core.endpoints.current
+        return self._core.connection.endpoints.current
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -69,7 +69,7 @@ class Client:
         L{connect}, then those its router's pair named (docs/ha.md,
         "Clients").
         """
-        return self._core.endpoints.descriptions
+        return self._core.connection.endpoints.descriptions
 
     @property
     def session_id(self) -> str:
@@ -79,7 +79,7 @@ class Client:
     @property
     def ttl_ms(self) -> int:
         "The connection TTL in force (the router's override, or ours)."
-        return self._core.ttl_ms
+        return self._core.connection.ttl_ms
 
     @property
     def last_failover(self) -> str | None:
@@ -123,11 +123,11 @@ class Client:
         """
         message = _send_item(address, body, headers, persistent, duplicate_id, ttl,
                              notify_expiry)
-        refusal = _refusal(self._core, message)
+        refusal = _refusal(self._core.connection.version, message)
         if refusal is not None:
             return fail(refusal)
         d = SendDeferred()
-        self._core.send_later([message], d)
+        self._core.sends.send_later([message], d)
         return d
 
     def send_many(self, address: str, bodies, headers: dict | None = None,
@@ -151,13 +151,13 @@ class Client:
         @raise TypeError: as L{send}, for any of the bodies.
         """
         try:
-            messages = _send_items(self._core, address, bodies, headers, persistent, ttl,
-                                   notify_expiry)
+            messages = _send_items(self._core.connection.version, address, bodies, headers,
+                                   persistent, ttl, notify_expiry)
         except SendError as e:
             return fail(e)
         group = SendGroup(len(messages))
         if messages:
-            self._core.send_later(messages, group)
+            self._core.sends.send_later(messages, group)
         else:
             group.deferred.callback([])
         return group.deferred
@@ -189,18 +189,7 @@ class Client:
             raise ValueError("prefetch must be at least 1")
         if max_messages is not None and max_messages < 0:
             raise ValueError("max_messages must not be negative")
-        core = self._core
-        d = Deferred()
-        if core.finished:
-            d.errback(core.unusable())
-            return d
-        number = next(core.subscription_numbers)
-        subscription = Subscription(core, number, queue, on_message, prefetch, max_messages)
-        core.subscriptions[number] = subscription
-        self._core.machine.submit(Command(
-            SUBSCRIBE, f.Subscribe, (number, queue, subscription.initial_credit()), d,
-            subscription))
-        return d
+        return self._core.subscribe(queue, on_message, prefetch, max_messages)
 
     def commit(self) -> Deferred:
         """
@@ -307,7 +296,9 @@ class Producer:
             raise ValueError("window must be at least 1")
         self.window = window
         self.in_flight = 0
-        self._core = client._core
+        self._clock = client._core.clock
+        self._connection = client._core.connection
+        self._sends = client._core.sends
         # Sends not yet handed to the client, in order: [messages, target,
         # how many of them were handed over].
         self._waiting: deque = deque()
@@ -335,7 +326,7 @@ class Producer:
                                  notify_expiry)
         except (TypeError, ValueError) as e:
             return fail(e)
-        refusal = _refusal(self._core, message)
+        refusal = _refusal(self._connection.version, message)
         if refusal is not None:
             return fail(refusal)
         d = SendDeferred()
@@ -355,8 +346,8 @@ class Producer:
             C{TypeError} for arguments it would raise that for.
         """
         try:
-            messages = _send_items(self._core, address, bodies, headers, persistent, ttl,
-                                   notify_expiry)
+            messages = _send_items(self._connection.version, address, bodies, headers,
+                                   persistent, ttl, notify_expiry)
         except (TypeError, ValueError, SendError) as e:
             return fail(e)
         group = SendGroup(len(messages), self._settled)
@@ -381,7 +372,7 @@ class Producer:
     def _offer(self, messages: list, target) -> None:
         if not self._waiting and self.in_flight + len(messages) <= self.window:
             self.in_flight += len(messages)
-            self._core.send_later(messages, target)
+            self._sends.send_later(messages, target)
             return
         self._waiting.append([messages, target, 0])
         self._waiting_count += len(messages)
@@ -399,7 +390,7 @@ class Producer:
             # At the end of the turn: the loops waiting for room then find
             # every answer of the turn's frames counted, and fill the room
             # with one call rather than a send per answer.
-            self._wake_call = self._core.clock.callLater(0, self._wake)
+            self._wake_call = self._clock.callLater(0, self._wake)
 
     def _wake(self) -> None:
         self._wake_call = None
@@ -419,7 +410,7 @@ class Producer:
                 entry[2] = taken + len(part)
             self._waiting_count -= len(part)
             self.in_flight += len(part)
-            self._core.send_later(part, target, taken)
+            self._sends.send_later(part, target, taken)
 
 
 def _send_item(address: str, body: bytes, headers: dict | None, persistent: bool,
@@ -463,14 +454,16 @@ def _expiry_fields(ttl: float | None, notify_expiry: bool) -> tuple:
     return (max(1, round(ttl * 1000)), bool(notify_expiry))
 
 
-def _refusal(core, message: tuple) -> SendError | None:
+def _refusal(version: int, message: tuple) -> SendError | None:
     """
     Why C{message} (a send's item) cannot be sent, if it cannot: too large
     for one frame, or a time to live for a router older than version 6.
+
+    @param version: the router's client protocol version (0: not known yet).
     """
-    if len(message) > 5 and 0 < core.version < f.EXPIRY_VERSION:
+    if len(message) > 5 and 0 < version < f.EXPIRY_VERSION:
         return SendError(UNSUPPORTED, f"the router speaks client protocol version "
-                         f"{core.version}; a time to live needs version {f.EXPIRY_VERSION}")
+                         f"{version}; a time to live needs version {f.EXPIRY_VERSION}")
     oversized = f.oversized_send(*message[:5])
     if oversized is not None:
         return SendError(TOO_LARGE, oversized)
@@ -489,7 +482,7 @@ def _checked_headers(headers: dict | None) -> dict:
     return headers
 
 
-def _send_items(core, address: str, bodies, headers: dict | None, persistent: bool,
+def _send_items(version: int, address: str, bodies, headers: dict | None, persistent: bool,
                 ttl: float | None = None, notify_expiry: bool = False) -> list[tuple]:
     """
     The SendBatch items of C{send_many}: the address and headers checked
@@ -514,7 +507,7 @@ def _send_items(core, address: str, bodies, headers: dict | None, persistent: bo
         return []
     persistent = bool(persistent)
     expiry = _expiry_fields(ttl, notify_expiry)
-    refusal = _refusal(core, (address, headers, max(bodies, key=len), persistent, "", *expiry))
+    refusal = _refusal(version, (address, headers, max(bodies, key=len), persistent, "", *expiry))
     if refusal is not None:
         raise refusal
     return [(address, headers, body, persistent, "", *expiry) for body in bodies]
@@ -575,12 +568,7 @@ def _connect(reactor: IReactorTime, endpoints: list, options: ClientOptions | No
     client_id = options.client_id if options.client_id is not None else _default_client_id()
     core = ClientCore(reactor, EndpointRotation(endpoints), options, client_id,
                       _where_created(), endpoint_from_string)
-    core.machine = ClientMachine(core)
-    client = Client(core)
-    core._client_until_opened = client
-    opened = core.opened
-    core.start_attempt()
-    return opened
+    return core.connect(Client(core))
 
 
 def connect(reactor, endpoint_string: str | list[str], options: ClientOptions | None = None,

@@ -1,11 +1,11 @@
 """
 Consumers: L{Subscription} and the L{ReceivedMessage}s it delivers.
 
-A subscription talks to the session's core (L{meshroute.client.session}),
-never to the L{meshroute.client.Client} object: the core is what the
-connection keeps alive, and it must not keep the application's client
-object alive, or a forgotten client could never be collected and warned
-about.
+A subscription talks to the session's deliveries
+(L{meshroute.client.deliveries}), never to the L{meshroute.client.Client}
+object: the session is what the connection keeps alive, and it must not
+keep the application's client object alive, or a forgotten client could
+never be collected and warned about.
 """
 
 from dataclasses import dataclass, field
@@ -81,10 +81,10 @@ class Subscription:
         cancelled or refused.
     """
 
-    def __init__(self, core, number: int, queue: str,
+    def __init__(self, deliveries, number: int, queue: str,
                  on_message: Callable[[ReceivedMessage], None], prefetch: int,
                  max_messages: int | None) -> None:
-        self._core = core
+        self._deliveries = deliveries
         self.number = number
         self.queue = queue
         self.prefetch = prefetch
@@ -129,7 +129,7 @@ class Subscription:
         if not self.active:
             return succeed(None)
         self.active = False
-        return self._core.unsubscribe(self)
+        return self._deliveries.unsubscribe(self)
 
     def when_ended(self) -> Deferred:
         """
@@ -162,13 +162,13 @@ class Subscription:
             log.failure("on_message of the subscription to {queue} failed", queue=self.queue)
 
     def _acked(self, message: ReceivedMessage) -> None:
-        if not self.active or message._generation != self._core.generation:
+        if not self.active or message._generation != self._deliveries.generation:
             return
         self._unacked.pop(message.delivery_id, None)
-        self._core.ack(self, message.delivery_id, self._credit_for(1))
+        self._deliveries.ack(self, message.delivery_id, self._credit_for(1))
 
     def _acked_through(self, message: ReceivedMessage) -> None:
-        if not self.active or message._generation != self._core.generation:
+        if not self.active or message._generation != self._deliveries.generation:
             return
         unacked, through = self._unacked, message.delivery_id
         covered = []
@@ -178,7 +178,7 @@ class Subscription:
             covered.append(delivery_id)
         for delivery_id in covered:
             unacked.pop(delivery_id)._acked = True
-        self._core.ack_through(self, through, covered, self._credit_for(len(covered)))
+        self._deliveries.ack_through(self, through, covered, self._credit_for(len(covered)))
 
     def _credit_for(self, acknowledged: int) -> int:
         """

@@ -13,7 +13,7 @@ memory; older routers get Send frames.
 import pytest
 
 from meshroute.client import TOO_LARGE, Producer, SendError, UnblockedError
-from meshroute.client import session as session_module_client
+from meshroute.client import send_batching
 from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
 from meshroute.sessions import connection as connection_module
 from meshroute.wire import client_frames as f
@@ -250,7 +250,7 @@ def test_producer_send_many_keeps_its_window_with_one_deferred(harness, store, b
     assert ready.called
     assert (producer.in_flight, producer.waiting) == (0, 0)
     assert sum(n for _, n in batches) == 4000
-    assert max(n for _, n in batches) <= session_module_client.SEND_BATCH_MAX_MESSAGES
+    assert max(n for _, n in batches) <= send_batching.SEND_BATCH_MAX_MESSAGES
     assert store.queue_depths() == {"q": 4000}
 
 

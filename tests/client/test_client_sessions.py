@@ -21,6 +21,9 @@ from meshroute.client import (
     UnblockedError,
     connect_endpoint,
 )
+from meshroute.client import session_machine
+from meshroute.client.core import ClientCore
+from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
@@ -1136,19 +1139,20 @@ def test_receive_resubscribes_after_a_recreation(clock, endpoint):
 # -- the machine ----------------------------------------------------------------
 
 
-def test_every_state_takes_every_call_of_the_application():
+def test_every_state_takes_every_call_of_the_application(clock, endpoint):
     """
     Whatever the state, the application's calls and the client's own
     timers have a transition: none of them can raise NoTransition.
     """
-    from meshroute.client import session
-
-    table = session.ClientMachine._TABLE
+    core = ClientCore(clock, EndpointRotation([("scripted", endpoint)]), ClientOptions(), "c",
+                      "here", lambda description: endpoint)
+    table = session_machine.transitions(core)
     states = {state for state, _ in table}
-    assert states == {session.CONNECTING, session.OPENING, session.WAITING_TO_RETRY,
-                      session.CONNECTED, session.WAITING_TO_RECONNECT, session.RECONNECTING,
-                      session.REOPENING, session.CLOSING, session.CLOSED,
-                      session.DISCONNECTED}
+    assert states == {session_machine.CONNECTING, session_machine.OPENING,
+                      session_machine.WAITING_TO_RETRY, session_machine.CONNECTED,
+                      session_machine.WAITING_TO_RECONNECT, session_machine.RECONNECTING,
+                      session_machine.REOPENING, session_machine.CLOSING,
+                      session_machine.CLOSED, session_machine.DISCONNECTED}
     for state in states:
         for name in ("submit", "close_requested", "forgotten", "ping_requested", "turn_ended"):
             assert (state, name) in table, (state, name)

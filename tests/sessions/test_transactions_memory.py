@@ -180,7 +180,7 @@ def test_a_commit_whose_answer_a_crash_lost_is_applied_once_when_retried(
     committed = worker.commit()
     # The router receives the Commit and makes it durable; its answers are
     # lost on the way, and the router crashes.
-    worker._core.protocol.dataReceived = lambda data: None
+    worker._core.connection.protocol.dataReceived = lambda data: None
     mesh.network.flush()
     restart(mesh, configs, "router-a")
     assert isinstance(failure_of(committed), TransactionOutcomeUnknown)

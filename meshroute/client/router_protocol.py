@@ -1,11 +1,14 @@
 """
-The thin protocol of one client connection: bytes in, frames out, machine
-inputs.
+The client's thin Twisted protocol over one connection to a router: bytes
+in, frames out, machine inputs.  (The router's side of the same protocol
+is L{meshroute.sessions}.)
 
 A session outlives its connections, so each connection gets a new
-L{ClientProtocol}; only the one the core has attached speaks for the
-session.  A connection the core has let go (failed, timed out, replaced)
-may still deliver bytes or its C{connectionLost}: they are ignored.
+L{RouterProtocol}; only the one its
+L{meshroute.client.router_connection.RouterConnection} has attached speaks
+for the session.  A connection it has let go (failed, timed out,
+replaced) may still deliver bytes or its C{connectionLost}: they are
+ignored.
 """
 
 from automat import NoTransition
@@ -38,46 +41,49 @@ _INPUT_FOR_FRAME = {
 }
 
 
-class ClientProtocol(Protocol):
+class RouterProtocol(Protocol):
     """
     Bytes ↔ frames for one connection of a session; every decision is the
-    session machine's (L{meshroute.client.session}).
+    session machine's (L{meshroute.client.session_machine}).
+
+    @param connection: the session's L{RouterConnection}: its C{protocol}
+        (the one attached), C{traffic}, C{machine}, C{stale} and C{broken}.
     """
 
-    def __init__(self, core, max_frame_size: int) -> None:
-        self._core = core
+    def __init__(self, connection, max_frame_size: int) -> None:
+        self._connection = connection
         self._decoder = FrameDecoder(frames=f.FROM_ROUTER, max_frame_size=max_frame_size)
 
     def connectionMade(self) -> None:
         send_immediately(self.transport)
 
     def dataReceived(self, data: bytes) -> None:
-        core = self._core
-        if core.protocol is not self:
+        connection = self._connection
+        if connection.protocol is not self:
             return
-        core.keepalive.received()
+        connection.traffic.received()
         try:
             frames = self._decoder.feed(data)
         except WireError as e:
-            core.broken(str(e))
+            connection.broken(str(e))
             return
-        machine = core.machine
+        machine = connection.machine
         for frame in frames:
-            if core.protocol is not self:
+            if connection.protocol is not self:
                 return
             if type(frame) is f.Error and frame.command_id == 0:
                 name = "got_not_active" if frame.code == f.NOT_ACTIVE else "got_refusal"
-            elif isinstance(frame, f.Opened) and core.stale(frame):
+            elif isinstance(frame, f.Opened) and connection.stale(frame):
                 name = "got_stale_opened"
             else:
                 name = _INPUT_FOR_FRAME[type(frame)]
             try:
                 getattr(machine, name)(frame)
             except NoTransition:
-                core.broken(f"unexpected {type(frame).__name__} now")
+                connection.broken(f"unexpected {type(frame).__name__} now")
 
     def connectionLost(self, reason=None) -> None:
-        core = self._core
-        if core.protocol is self:
+        connection = self._connection
+        if connection.protocol is self:
             why = reason.getErrorMessage() if reason is not None else "connection closed"
-            core.machine.connection_failed(SessionError(CONNECTION_LOST, why))
+            connection.machine.connection_failed(SessionError(CONNECTION_LOST, why))

@@ -1,7 +1,7 @@
 """
-The client's side of connection liveness, for one connection at a time: a
-traffic timer (as magic-wormhole's TrafficTimer) that pings and runs the
-failure check.
+The client's keepalive, for one connection at a time: a traffic timer (as
+magic-wormhole's TrafficTimer) that pings and runs the failure check.  (The
+routing link's keepalive is another rule: L{meshroute.link}.)
 
 Three rules, each measured from the last traffic in one direction:
 
@@ -26,9 +26,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 _EPSILON = 1e-9
 
 
-class Keepalive:
+class TrafficTimer:
     """
-    Pings and the failure check of one connection.
+    Pings and the failure check of one connection, timed from its traffic.
 
     @param ping: called to send a Ping (which counts as sent traffic).
     @param silent: called once when the failure check fires; the timer is
