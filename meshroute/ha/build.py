@@ -21,7 +21,7 @@ from meshroute.ha.replication import StoreReplication
 from meshroute.link.handshake import ListenerSettings
 from meshroute.router.service import listening
 from meshroute.router.settings import RouterConfig
-from meshroute.store.executor import ThreadedExecutor
+from meshroute.store import ThreadedExecutor
 
 
 def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,

@@ -6,7 +6,7 @@ Durability
 
 The database runs in WAL mode; every change is committed before the
 Deferred of the call that made it fires, and changes are group-committed
-(see L{meshroute.store.executor}): one transaction, one fsync, carries
+(see L{meshroute.store.transactions}): one transaction, one fsync, carries
 everything that was submitted while the previous one was being written.
 C{sync} chooses SQLite's C{PRAGMA synchronous}:
 
@@ -26,8 +26,8 @@ or when the WAL passes a size, never inside a commit
 (L{meshroute.store.checkpoints}).
 
 With C{"full"}, two writes are committed without an fsync of their own
-("Relaxed commits" in L{meshroute.store.executor}), made durable by the
-next commit that has one: forgetting the transfers a peer acknowledged
+("Relaxed commits" in L{meshroute.store.transactions}), made durable by
+the next commit that has one: forgetting the transfers a peer acknowledged
 (L{SQLiteStore.acknowledge}), which a power failure can only make the
 peer receive again, and it discards them; and deleting the queue entries
 consumers acknowledged (L{SQLiteStore.consume}), which a power failure
@@ -145,7 +145,8 @@ from meshroute.errors import MeshrouteError
 from meshroute.harules.quorum import VoterRecord
 from meshroute.interfaces import IKnownRouters, IMessageStore, IPeerEpochs, IVoterRecords
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, expires_ms
-from meshroute.store.executor import ThreadedExecutor, atomic
+from meshroute.store.threaded_executor import ThreadedExecutor
+from meshroute.store.transactions import atomic
 from meshroute.store.voter_records import read_records, save_record
 
 #: The C{sync} settings, as in the C{[store] sync} configuration key.
@@ -421,7 +422,8 @@ class SQLiteStore:
         @param path: the database file (created if missing).
         @param sync: one of L{SYNC_MODES}; see the module docstring.
         @param executor: where the SQL runs: a L{ThreadedExecutor} (the
-            default, on the global reactor) or an L{InlineExecutor}.
+            default, on the global reactor) or another executor
+            (L{meshroute.store.transactions}).
         @param dedup_window_s: how long the ids of enqueued messages are
             kept for duplicate detection.
         @param router: this router's name: C{accept} puts a message whose
@@ -765,8 +767,8 @@ class SQLiteStore:
 
         With C{sync = "full"} the deletion has no fsync of its own, it is
         made durable by the next commit that has one (a relaxed commit,
-        see L{meshroute.store.executor}): a client's acknowledgement is
-        never confirmed to it, and one lost to a power failure only
+        see L{meshroute.store.transactions}): a client's acknowledgement
+        is never confirmed to it, and one lost to a power failure only
         delivers the message again, flagged redelivered, as one lost on
         the wire does.
         """
@@ -946,7 +948,7 @@ def _add_counts(by_key: dict, counts: dict, sign: int) -> int:
 # What runs on the store's connection (the writer thread).  Each function
 # makes its changes inside the transaction the executor opened; raising
 # undoes them.  The hot ones have a C{batch} form (see
-# meshroute.store.executor): it handles a run of calls with one executemany
+# meshroute.store.transactions): it handles a run of calls with one executemany
 # per statement, and raises _OneByOne for anything unusual (a duplicate),
 # so that the executor undoes it and runs the calls one by one, each
 # getting its own outcome.
@@ -1377,7 +1379,7 @@ def _acknowledge(connection, peer: str, up_to_seq: int) -> dict:
     return _by_key(execute(_ACKNOWLEDGE, (peer, up_to_seq)).fetchall())
 
 
-# Needs no fsync of its own (see "Relaxed commits" in the executor): lost
+# Needs no fsync of its own (see "Relaxed commits" in the transactions): lost
 # to a power failure, the forgotten transfers are replayed and the peer
 # discards them by their seqs; and the next seq moved above the peer's
 # (a restored store) is durable before any transfer numbered after it is

@@ -39,7 +39,7 @@ from zope.interface import implementer
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.router.service import RouterService
 from meshroute.router.settings import RouterConfig, RoutingConfig
-from meshroute.store.executor import InlineExecutor
+from meshroute.store import InlineExecutor
 from meshroute.store.settings import StoreConfig
 
 __all__ = ["BUFFER_SIZE", "SECRET", "FaultyExecutor", "InjectedStoreError", "MemoryMesh",

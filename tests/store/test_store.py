@@ -40,7 +40,7 @@ from meshroute.store import (
     ThreadedExecutor,
     TurnExecutor,
 )
-from meshroute.store.executor import RELAXED_DELAY_S
+from meshroute.store.transactions import RELAXED_DELAY_S
 from meshroute.store.sqlite import migrations
 from support.store_testing import (  # noqa: F401 (fixtures)
     ROUTER,
