@@ -151,6 +151,14 @@ def atomic(fn):
     return fn
 
 
+class OneByOne(Exception):
+    """
+    Raised by a function's C{batch} form: the run of submissions met a
+    case it leaves to the one-by-one function (a duplicate), which gives
+    each submission its own outcome.
+    """
+
+
 class ExecutorStopped(RuntimeError):
     """
     Work was submitted to an executor that is stopping or stopped.
@@ -261,8 +269,8 @@ class TransactionRunner:
             transaction.
           - Consecutive submissions of a function with a C{batch}
             attribute run as one call C{fn.batch(connection, [args, ...])}
-            returning a value per submission.  If it raises, its changes
-            are undone and the submissions
+            returning a value per submission.  If it raises (L{OneByOne},
+            or anything else), its changes are undone and the submissions
             run one by one through C{fn}, which gives each its own
             outcome: a batch only has to handle the common case.
 

@@ -104,7 +104,7 @@ class FaultyExecutor(InlineExecutor):
     def fail_next(self, function: str, times: int = 1) -> None:
         """
         Fail the next C{times} calls of the store function named
-        C{function} (e.g. C{"_receive_local"}).
+        C{function} (e.g. C{"receive_local"}).
         """
         self._faults[function] = self._faults.get(function, 0) + times
 

@@ -41,7 +41,7 @@ from meshroute.store import (
     TurnExecutor,
 )
 from meshroute.store.transactions import RELAXED_DELAY_S
-from meshroute.store.sqlite import migrations
+from meshroute.store.database import migrations
 from support.store_testing import (  # noqa: F401 (fixtures)
     ROUTER,
     msg,
