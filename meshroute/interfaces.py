@@ -282,7 +282,7 @@ class IVoterRecords(Interface):
 class ICommitGate(Interface):
     """
     Where a replicated store's executor hands each transaction it ends
-    (L{meshroute.store.executor}, "Replication"): the store's seam for
+    (L{meshroute.store.transactions}, "Replication"): the store's seam for
     replication, in the store's own terms (L{meshroute.store.changes}),
     so that the store knows nothing of who replicates it.  The active HA
     instance's L{meshroute.ha.gate.ReplicationGate} is one; a router

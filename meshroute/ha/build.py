@@ -25,7 +25,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.router.service import listening
 from meshroute.router.settings import RouterConfig
-from meshroute.store.executor import ThreadedExecutor
+from meshroute.store import ThreadedExecutor
 
 
 def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,

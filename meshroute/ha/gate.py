@@ -1,7 +1,7 @@
 """
 When the active instance may tell anyone about a committed store change.
 
-The store's executor (L{meshroute.store.executor}, C{replication=gate})
+The store's executor (L{meshroute.store.transactions}, C{replication=gate})
 hands the gate every transaction it ends, in commit order, as
 C{committed(batch_or_None, fire)} (the store's
 L{meshroute.interfaces.ICommitGate}): C{batch} the transaction's

@@ -39,7 +39,7 @@ from zope.interface import implementer
 
 from meshroute.errors import MeshrouteError, NotServing
 from meshroute.interfaces import IVoterRecords
-from meshroute.store.executor import atomic
+from meshroute.store.transactions import atomic
 from meshroute.store.voter_records import read_records, save_record
 
 #: The file, in the data dir.
@@ -185,7 +185,7 @@ def _clear_forced_activation(connection) -> None:
 class HARecords:
     """
     C{ha.db} of a running instance, its SQL on C{executor}
-    (L{meshroute.store.executor}: a L{ThreadedExecutor} without
+    (L{meshroute.store.transactions}: a L{ThreadedExecutor} without
     replication, or an L{InlineExecutor} in tests).
     """
 

@@ -43,7 +43,7 @@ from meshroute.ha.epoch_starts import READ_EPOCH_STARTS, EpochStarts
 from meshroute.harules.quorum import ORIGIN, LogPosition
 from meshroute.store.changes import (READ_REPLICATION_STATE, SET_REPLICATION_STATE,
                                      apply_statements)
-from meshroute.store.sqlite import SYNC_MODES, connect, upgrade_schema
+from meshroute.store.database import SYNC_MODES, connect, upgrade_schema
 
 log = Logger()
 

@@ -33,7 +33,7 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.router.settings import RouterConfig
-from meshroute.store.executor import ThreadedExecutor
+from meshroute.store import ThreadedExecutor
 
 log = Logger()
 

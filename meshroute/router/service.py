@@ -50,8 +50,7 @@ from meshroute.security.decoy import decoy_secret
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
-from meshroute.store import SQLiteStore
-from meshroute.store.executor import ThreadedExecutor, TurnExecutor
+from meshroute.store import SQLiteStore, ThreadedExecutor, TurnExecutor
 from meshroute.store.pruning import IdPruner
 from meshroute.store.settings import StoreConfig
 from meshroute.stomp.listener import StompFactory

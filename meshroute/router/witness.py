@@ -46,7 +46,7 @@ from twisted.python.failure import Failure
 from meshroute import events
 from meshroute.errors import NotServing
 from meshroute.harules import quorum
-from meshroute.store.executor import ExecutorStopped
+from meshroute.store import ExecutorStopped
 from meshroute.wire import frames
 
 log = Logger()

@@ -85,7 +85,7 @@ from meshroute.sessions.transaction import TRANSACTION_MACHINE, TransactionCore
 from meshroute.errors import MeshrouteError
 from meshroute.expiry import expires_at, expiring_sends, now_ms
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, QUEUE_NAME, expires_ms
-from meshroute.store.executor import ExecutorStopped
+from meshroute.store import ExecutorStopped
 
 log = Logger()
 

@@ -6,7 +6,10 @@ L{SQLiteStore} implements L{meshroute.interfaces.IMessageStore} on SQLite
 in WAL mode, written off the reactor thread with group commit by a
 L{TurnExecutor} at the end of each reactor turn or a L{ThreadedExecutor}
 on a writer thread (or inline, for deterministic tests, by an
-L{InlineExecutor}).  Its schema ships as package data in C{schema/}.
+L{InlineExecutor}); how every executor runs the store's SQL in
+transactions is L{meshroute.store.transactions}.  The store's SQL is
+grouped by idea, one module each (listed in L{meshroute.store.sqlite}).
+Its schema ships as package data in C{schema/}.
 
 The store sits below the router and below the HA pair that replicates
 it, and imports neither.  It learns of replication through an
@@ -21,21 +24,15 @@ rules' own records (L{meshroute.harules.quorum.VoterRecord}): pure data
 from the package below it.
 """
 
-from meshroute.store.executor import (
-    ExecutorStopped,
-    InlineExecutor,
-    ThreadedExecutor,
-    TurnExecutor,
-)
-from meshroute.store.sqlite import (
-    DEAD_LETTER_ADDRESS,
-    DEAD_LETTER_REASON,
-    SYNC_MODES,
-    DuplicateMessage,
-    MissingTransfer,
-    SQLiteStore,
-    StoreError,
-)
+from meshroute.store.accepting import DuplicateMessage
+from meshroute.store.database import SYNC_MODES, StoreError
+from meshroute.store.inbox import MissingTransfer
+from meshroute.store.inline_executor import InlineExecutor
+from meshroute.store.set_aside import DEAD_LETTER_ADDRESS, DEAD_LETTER_REASON
+from meshroute.store.sqlite import SQLiteStore
+from meshroute.store.threaded_executor import ThreadedExecutor
+from meshroute.store.transactions import ExecutorStopped
+from meshroute.store.turn_executor import TurnExecutor
 
 __all__ = [
     "DEAD_LETTER_ADDRESS",

@@ -2,18 +2,18 @@
 What a committed store transaction changed, as the statements that
 changed it: the store's side of replication.
 
-The store's functions (L{meshroute.store.sqlite}) are deterministic: run on
-a database holding the same rows, the same statements with the same
-parameters make the same changes (entry ids included: AUTOINCREMENT reads
-C{sqlite_sequence}, which is replicated too).  So a replicated store ships
-the statements themselves, not the rows they touched.  A
-L{RecordingConnection} stands between the executor's connection and the
-store's functions and keeps every statement that may write; the executor
-drops what a function that raised had recorded (its changes were rolled
-back to its SAVEPOINT), and turns what is left of a committed transaction
-into one L{ChangeBatch}, which it hands to its
-L{meshroute.interfaces.ICommitGate}.  Another store applies the batch
-with L{apply_statements}.
+The store's functions (what L{meshroute.store.sqlite.SQLiteStore} hands
+its executor) are deterministic: run on a database holding the same rows,
+the same statements with the same parameters make the same changes (entry
+ids included: AUTOINCREMENT reads C{sqlite_sequence}, which is replicated
+too).  So a replicated store ships the statements themselves, not the rows
+they touched.  A L{RecordingConnection} stands between the executor's
+connection and the store's functions and keeps every statement that may
+write; the executor drops what a function that raised had recorded (its
+changes were rolled back to its SAVEPOINT), and turns what is left of a
+committed transaction into one L{ChangeBatch}, which it hands to its
+L{meshroute.interfaces.ICommitGate}.  Another store applies the batch with
+L{apply_statements}.
 
 A batch's C{position} counts the committed write transactions of the
 store, continuous across epochs: batch N+1 applies to a store at position

@@ -1,5 +1,6 @@
 """
-Forgetting expired duplicate-detection ids while the router runs.
+Forgetting expired duplicate-detection ids: at the store's open, and in
+chunks on a timer while the router runs.
 
 The store keeps the id of every message enqueued (C{enqueued_ids}, for
 C{dedup_window_s}) and the duplicate id of every client send that carried
@@ -12,15 +13,66 @@ expired ids of both tables, at most C{chunk} rows per table per store call
 (one short transaction each).  While a call deleted a whole chunk there is
 probably more: the next chunk follows after L{CHUNK_PAUSE_S}, so other
 writes get the writer in between, until a call finds less than a chunk.
+The store prunes one chunk of each table when it opens, too.
+
+Both tables' rows are in insertion order, so a prune deletes a prefix
+(the rows before the first one recorded within the window) and costs
+only what it deletes.
 """
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute.store.sqlite import PRUNE_CHUNK
+from meshroute.store.transactions import atomic
 
 log = Logger()
+
+#: Most expired ids one prune deletes per table, at
+#: L{meshroute.store.sqlite.SQLiteStore.open} and by default in each call
+#: of the running router's L{IdPruner}: a prune is one transaction, and
+#: one that deleted a backlog of millions (after a long downtime, or a
+#: window made shorter) would hold the writer for seconds.
+PRUNE_CHUNK = 5000
+
+# Deletes the oldest duplicate ids up to the first one recorded at or after
+# the cutoff (all of them if there is none), at most LIMIT of them (-1: no
+# limit).  Parameters: cutoff, limit.
+_PRUNE_DUPLICATES = (
+    "DELETE FROM duplicate_ids WHERE id IN (SELECT id FROM duplicate_ids WHERE id < coalesce("
+    "(SELECT id FROM duplicate_ids WHERE at >= ? ORDER BY id LIMIT 1), "
+    "(SELECT max(id) + 1 FROM duplicate_ids)) ORDER BY id LIMIT ?)"
+)
+# The same for enqueued ids.
+_PRUNE_ENQUEUED = (
+    "DELETE FROM enqueued_ids WHERE id IN (SELECT id FROM enqueued_ids WHERE id < coalesce("
+    "(SELECT id FROM enqueued_ids WHERE at >= ? ORDER BY id LIMIT 1), "
+    "(SELECT max(id) + 1 FROM enqueued_ids)) ORDER BY id LIMIT ?)"
+)
+
+
+# Run by the store's executor.
+
+
+@atomic
+def prune_enqueued_ids(connection, cutoff: float, limit: int) -> int:
+    return connection.execute(_PRUNE_ENQUEUED, (cutoff, limit)).rowcount
+
+
+@atomic
+def prune_duplicate_ids(connection, cutoff: float, limit: int) -> int:
+    return connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount
+
+
+def prune_one_chunk(connection, cutoff: float, duplicates_cutoff: float) -> None:
+    """
+    At open: one chunk of each table's expired ids.
+    """
+    connection.execute(_PRUNE_ENQUEUED, (cutoff, PRUNE_CHUNK))
+    connection.execute(_PRUNE_DUPLICATES, (duplicates_cutoff, PRUNE_CHUNK))
+
+
+# While the router runs.
 
 #: How often a running router looks for expired ids (seconds).  The ids
 #: live for hours (the windows), so a minute's delay costs nothing.

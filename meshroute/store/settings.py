@@ -1,6 +1,6 @@
 """
 C{[store]}: how the router's store commits (L{meshroute.store.sqlite},
-L{meshroute.store.executor}).
+L{meshroute.store.transactions}).
 """
 
 from dataclasses import dataclass
@@ -12,8 +12,9 @@ class StoreConfig:
     C{[store]}: C{sync} is C{"full"} (nothing acknowledged is ever lost) or
     C{"normal"} (a power failure may lose the last commits; a process crash
     loses nothing).  C{writer} is where the store commits: C{"thread"}, on a
-    writer thread of its own, or C{"reactor"}, at the end of each reactor
-    turn on the reactor thread (L{meshroute.store.executor}).
+    writer thread of its own (L{meshroute.store.threaded_executor}), or
+    C{"reactor"}, at the end of each reactor turn on the reactor thread
+    (L{meshroute.store.turn_executor}).
     """
 
     sync: str = "full"

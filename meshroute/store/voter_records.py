@@ -10,7 +10,7 @@ the group's instances told the voter.
 """
 
 from meshroute.harules.quorum import LogPosition, VoterRecord
-from meshroute.store.executor import atomic
+from meshroute.store.transactions import atomic
 
 
 def read_records(connection) -> dict:

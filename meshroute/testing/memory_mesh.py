@@ -39,7 +39,7 @@ from zope.interface import implementer
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.router.service import RouterService
 from meshroute.router.settings import RouterConfig, RoutingConfig
-from meshroute.store.executor import InlineExecutor
+from meshroute.store import InlineExecutor
 from meshroute.store.settings import StoreConfig
 
 __all__ = ["BUFFER_SIZE", "SECRET", "FaultyExecutor", "InjectedStoreError", "MemoryMesh",
@@ -104,7 +104,7 @@ class FaultyExecutor(InlineExecutor):
     def fail_next(self, function: str, times: int = 1) -> None:
         """
         Fail the next C{times} calls of the store function named
-        C{function} (e.g. C{"_receive_local"}).
+        C{function} (e.g. C{"receive_local"}).
         """
         self._faults[function] = self._faults.get(function, 0) + times
 

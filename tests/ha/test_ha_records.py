@@ -23,7 +23,7 @@ from meshroute.ha.records import (
     read_identity,
 )
 from meshroute.harules.quorum import LogPosition, VoterRecord
-from meshroute.store.executor import InlineExecutor
+from meshroute.store import InlineExecutor
 from meshroute.router.witness import Witness
 
 IDENTITY = InstanceIdentity(router="router-b", group="router-b", role="primary")

@@ -13,7 +13,7 @@ from meshroute.ha.store_replication import StoreReplication, _Confirming, _Deadl
 from meshroute.harules.quorum import LogPosition
 from meshroute.harules.settings import HASettings, ReplicationSettings
 from meshroute.store.changes import ChangeBatch
-from meshroute.store.executor import TurnExecutor
+from meshroute.store import TurnExecutor
 
 
 class Link:

@@ -178,7 +178,7 @@ def test_a_batch_that_cannot_be_stored_closes_the_link_and_is_replayed(
     waiting_for_b(mesh)
     sent = send(mesh, A, "q@router-b", 300)
     back(mesh)
-    mesh.routers[B].store.executor.fail_next("_receive_many")
+    mesh.routers[B].store.executor.fail_next("receive_many")
     consumer = Consumer(mesh.routers[B], "q", credit=1000)
     mesh.run(3)
     assert_confirmed(sent)

@@ -147,7 +147,7 @@ def test_failed_store_write_closes_the_link_and_is_replayed(mesh, observe_errors
     consumer = Consumer(mesh.routers["router-b"], "q")
     assert_confirmed(send(mesh, "router-a", "q@router-b", 10))
     mesh.run(1)
-    mesh.routers["router-b"].store.executor.fail_next("_receive_local")
+    mesh.routers["router-b"].store.executor.fail_next("receive_local")
     sent = send(mesh, "router-a", "q@router-b", 10, start=10)
     mesh.run(3)
     assert_confirmed(sent)
@@ -156,7 +156,7 @@ def test_failed_store_write_closes_the_link_and_is_replayed(mesh, observe_errors
     assert len(take_store_failures(observe_errors)) == 1
 
 
-@pytest.mark.parametrize("function", ["_acknowledge", "_assign"])
+@pytest.mark.parametrize("function", ["acknowledge", "assign"])
 def test_failed_sender_store_call_closes_the_link(mesh, observe_errors, function):
     """
     Scenario 5, sending side: recording the peer's acknowledgement or
@@ -194,7 +194,7 @@ def test_failed_outbox_replay_closes_the_link_before_anything_new_is_sent(
     mesh.run(3)  # keepalive closes the link; the 20 wait in a's outbox
     assert "router-b" not in mesh.stages("router-a")
     sent += send(mesh, "router-a", "q@router-b", 20, start=20)  # a's backlog
-    mesh.routers["router-a"].store.executor.fail_next("_outbox")
+    mesh.routers["router-a"].store.executor.fail_next("read_outbox")
     mesh.heal("router-b")
     mesh.run(5)
     assert_confirmed(sent)

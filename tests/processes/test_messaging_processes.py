@@ -17,7 +17,7 @@ Order: a producer's persistent messages are enqueued in the order it sent
 them (docs/client-protocol.md, "Commands are carried out in order") and,
 on one path, stay in that order across link failures, because every store
 serves its backlog by entry id and a message returned from a dead link's
-outbox keeps its entry id (meshroute/store/sqlite.py).  So order is
+outbox keeps its entry id (meshroute/store/outbox.py).  So order is
 asserted on a line, whatever fails in it.  When traffic moves to another
 path, the messages a dead router had already taken on arrive only when it
 comes back, after later ones: there, only exactly once is asserted.

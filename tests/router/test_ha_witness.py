@@ -12,7 +12,7 @@ from meshroute.harules.quorum import (ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, Lo
 from meshroute.link import handshake, reasons
 from meshroute.link.handshake import ListenerSettings, RouterContext
 from meshroute.link.protocol import ListenerFactory
-from meshroute.store.executor import ExecutorStopped
+from meshroute.store import ExecutorStopped
 from meshroute.wire.frames import (
     Authenticated,
     Heartbeat,

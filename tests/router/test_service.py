@@ -47,7 +47,7 @@ def test_the_router_holds_the_security_policy(tmp_path):
     from meshroute.router.service import RouterService
     from meshroute.security.credentials import derive
     from meshroute.security.users import write_users
-    from meshroute.store.executor import InlineExecutor
+    from meshroute.store import InlineExecutor
 
     users = str(tmp_path / "users")
     write_users(users, {"alice": derive("pw")})
@@ -69,7 +69,7 @@ def test_the_router_holds_the_security_policy(tmp_path):
 def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path):
     from meshroute.errors import ConfigError
     from meshroute.router.service import RouterService
-    from meshroute.store.executor import InlineExecutor
+    from meshroute.store import InlineExecutor
 
     users = tmp_path / "users"
     users.write_text("alice nonsense\n")
@@ -84,7 +84,7 @@ def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path)
 def test_the_store_executor_is_the_one_store_writer_names():
     from meshroute.store.settings import StoreConfig
     from meshroute.router.service import store_executor
-    from meshroute.store.executor import ThreadedExecutor, TurnExecutor
+    from meshroute.store import ThreadedExecutor, TurnExecutor
 
     assert type(store_executor(StoreConfig(), reactor)) is ThreadedExecutor
     assert type(store_executor(StoreConfig(writer="reactor"), reactor)) is TurnExecutor
@@ -103,7 +103,7 @@ def test_only_the_admin_api_answers_until_the_store_is_open(tmp_path):
     from support.fakes import RecordingEndpoints
     from meshroute.admin.api import admin_site
     from meshroute.router.service import RouterService
-    from meshroute.store.executor import InlineExecutor
+    from meshroute.store import InlineExecutor
 
     class HeldOpen(InlineExecutor):
         """

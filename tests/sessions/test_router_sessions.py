@@ -27,7 +27,7 @@ from meshroute.router.engine import MessageEngine
 from meshroute.messages import Message
 from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
-from meshroute.store.sqlite import migrations
+from meshroute.store.database import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
 from support.fake_router import ROUTER, FakeEngine, RecordingEvents

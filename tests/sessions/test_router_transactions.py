@@ -13,7 +13,7 @@ from meshroute.messages import message_of
 from meshroute.wire import client_frames as f
 from meshroute.sessions import transaction as transaction_module
 from meshroute.sessions.protocol import ClientFactory
-from meshroute.store.sqlite import DuplicateMessage
+from meshroute.store import DuplicateMessage
 
 from support.fake_router import ROUTER
 from support.router_engine import engine, store  # noqa: F401 (fixtures)

@@ -150,7 +150,7 @@ def test_a_failed_commit_leaves_nothing_done_after_a_restart(mesh, configs, clie
     received = clients.consume(worker, "in")
     received[0].ack()
     sends = [worker.send("out", b"%d" % n) for n in range(N)]
-    mesh.routers["router-a"].store.executor.fail_next("_commit")
+    mesh.routers["router-a"].store.executor.fail_next("commit")
     committed = _settled(mesh, worker.commit())
     assert failure_of(committed).code == "internal-error"
     (logged,) = observe_errors.take(lambda e: "commit failed" in e.get("log_format", "")

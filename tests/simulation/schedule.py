@@ -20,9 +20,9 @@ FAULT_PHASE_S = 30.0
 #: The store calls a store-failure fault may fail (the functions the
 #: store hands its executor).
 STORE_CALLS = (
-    "_accept_backlog", "_accept_local", "_accept_once", "_receive_backlog",
-    "_receive_local", "_assign", "_acknowledge", "_outbox", "_return_outbox",
-    "_fetch", "_consume", "_mark_redelivered",
+    "accept_backlog", "accept_local", "accept_once", "receive_backlog",
+    "receive_local", "assign", "acknowledge", "read_outbox", "return_outbox",
+    "fetch", "consume", "mark_redelivered",
 )
 
 #: Fault kinds, with the weight each is drawn with.

@@ -1,6 +1,6 @@
 """
 Change batches and their recording by the store's executors
-(L{meshroute.store.changes}, "Replication" in L{meshroute.store.executor}).
+(L{meshroute.store.changes}, "Replication" in L{meshroute.store.transactions}).
 """
 
 import sqlite3

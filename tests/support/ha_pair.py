@@ -15,7 +15,7 @@ from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
 from meshroute.harules.settings import (BACKUP, PRIMARY, HASettings, ReplicationSettings,
                                         WitnessSettings)
-from meshroute.store.executor import InlineExecutor
+from meshroute.store import InlineExecutor
 
 
 ROUTER = "router-b"

@@ -1,8 +1,9 @@
 """
 The stores the store tests open, and what other tests borrow from them: a
 message maker (L{msg}), an L{Opener} of stores with each executor (the
-parametrized C{opener} fixture) and a way to hold the writer thread so
-that everything submitted meanwhile goes into one transaction.
+parametrized C{opener} fixture), a way to hold the writer thread so
+that everything submitted meanwhile goes into one transaction, and a
+way to see which commits had an fsync (L{commit_syncs}).
 """
 
 import threading
@@ -102,3 +103,29 @@ def hold_writer(store: SQLiteStore) -> tuple[threading.Event, defer.Deferred]:
     # (blocking the reactor thread for that moment is harmless here).
     assert started.wait(timeout=30)
     return go, held
+
+
+def commit_syncs(store: SQLiteStore):
+    """
+    Start tracing C{store}'s connection; returns a function giving the
+    C{synchronous} level (C{"FULL"} or C{"NORMAL"}) of each COMMIT since.
+    """
+    statements: list[str] = []
+    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
+
+    def syncs() -> list[str]:
+        level, found = "FULL", []
+        for statement in statements:
+            if statement.startswith("PRAGMA synchronous = "):
+                level = statement.rpartition(" ")[2]
+            elif statement == "COMMIT":
+                found.append(level)
+        return found
+
+    return syncs
+
+
+async def three_in_an_outbox(store: SQLiteStore) -> None:
+    for n in range(1, 4):
+        await store.accept(msg(n))
+    await store.assign("peer-b", ["router-c"], 3)

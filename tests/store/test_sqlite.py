@@ -7,7 +7,9 @@ two on the real reactor run by pytest-twisted.
 
 Grouping is made deterministic without sleeping: a first submitted
 function blocks the writer thread on a L{threading.Event} until the test
-has queued everything it wants in one transaction.
+has queued everything it wants in one transaction.  How the executors
+run the store's SQL is tested beside them: C{test_transactions.py} and
+one file per executor.
 """
 
 import os
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor, task
+from twisted.internet import defer, task
 from zope.interface.verify import verifyObject
 
 from meshroute.errors import MeshrouteError
@@ -37,11 +39,8 @@ from meshroute.store import (
     InlineExecutor,
     SQLiteStore,
     StoreError,
-    ThreadedExecutor,
-    TurnExecutor,
 )
-from meshroute.store.executor import RELAXED_DELAY_S
-from meshroute.store.sqlite import migrations
+from meshroute.store.database import migrations
 from support.store_testing import (  # noqa: F401 (fixtures)
     ROUTER,
     msg,
@@ -309,22 +308,6 @@ async def test_fetch_flags_the_first_unflagged_entries_it_is_asked_to(store):
     assert [(e, r) for e, _, r in fetched] == [
         (entries[0], True), (entries[1], False), (entries[2], False), (entries[3], False)]
     assert [r for _, _, r in await store.fetch("q", 0, 10)] == [True, True, True, False, False]
-
-
-@pytest_twisted.ensureDeferred
-async def test_consuming_commits_without_an_fsync(opener):
-    """
-    A consumer's acknowledgement is never confirmed to it: its deletion
-    is made durable by the next fsynced commit.
-    """
-    store = await opener.open()
-    await store.accept(msg(1, dest_router=ROUTER))
-    [(entry, _, _)] = await store.fetch("q", 0, 10)
-    syncs = commit_syncs(store)
-    assert await store.consume([entry]) == 1
-    await store.accept(msg(2, dest_router=ROUTER))
-    assert syncs() == ["NORMAL", "FULL"]
-    assert store.queue_depths() == {"q": 1}
 
 
 @pytest_twisted.ensureDeferred
@@ -614,133 +597,7 @@ def test_the_schema_ships_as_package_data():
     assert all(sql.strip() for _, _, sql in migrations())
 
 
-# Group commit and the writer thread.
-
-
-@pytest_twisted.ensureDeferred
-async def test_concurrent_accepts_are_group_committed(threaded):
-    store = await threaded.open()
-    before = store.executor.commits
-    await defer.gatherResults([store.accept(msg(n)) for n in range(1000)])
-    assert store.executor.commits - before < 1000 / 5
-    assert store.backlog_depths() == {"router-c": 1000}
-    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 2000)] == list(
-        range(1, 1001)
-    )
-
-
-@pytest_twisted.ensureDeferred
-async def test_one_failing_function_does_not_undo_the_others_in_its_transaction(threaded):
-    store = await threaded.open()
-    executor = store.executor
-
-    def write(value, fail=False):
-        def fn(connection):
-            connection.execute("INSERT INTO meta (key, value) VALUES (?, 1)", (value,))
-            if fail:
-                raise ZeroDivisionError(value)
-            return value
-
-        return fn
-
-    go, held = hold_writer(store)
-    before = executor.commits
-    results = [
-        executor.submit(write("one")),
-        executor.submit(write("two", fail=True)),
-        executor.submit(write("three")),
-    ]
-    go.set()
-    await held
-    assert await results[0] == "one"
-    with pytest.raises(ZeroDivisionError):
-        await results[1]
-    assert await results[2] == "three"
-    assert executor.commits - before == 2  # the hold's, then one for all three
-    keys = await executor.submit(lambda c: [k for (k,) in c.execute("SELECT key FROM meta")])
-    assert "one" in keys and "three" in keys and "two" not in keys
-
-
-@pytest_twisted.ensureDeferred
-async def test_batched_accepts_with_a_duplicate_fail_only_the_duplicate(threaded):
-    store = await threaded.open()
-    await store.accept(msg(5))
-    await store.accept(msg(50, dest_router=ROUTER))
-    go, held = hold_writer(store)
-    remote = [store.accept(msg(n)) for n in range(1, 10)]  # m5 is held
-    local = [store.accept(msg(n, dest_router=ROUTER)) for n in range(10, 20)]
-    local.append(store.accept(msg(50, dest_router=ROUTER)))
-    local.append(store.accept(msg(11, dest_router=ROUTER)))  # twice in one batch
-    go.set()
-    await held
-    outcomes = await defer.DeferredList(remote + local, consumeErrors=True)
-    failed = [i for i, (ok, _) in enumerate(outcomes) if not ok]
-    assert failed == [4, 19, 20]
-    assert all(outcomes[i][1].check(DuplicateMessage) for i in failed)
-    assert store.backlog_depths() == {"router-c": 9}
-    assert store.queue_depths() == {"q": 11}
-    assert [m.msg_id for _, m, _ in await store.fetch("q", 0, 100)] == ["m50"] + [
-        f"m{n}" for n in range(10, 20)
-    ]
-
-
-@pytest_twisted.ensureDeferred
-async def test_batched_receives_give_each_its_own_outcome(threaded):
-    store = await threaded.open()
-    await store.accept(msg(3))
-    await store.receive("peer-b", 1, msg(100, dest_router=ROUTER), True)
-    go, held = hold_writer(store)
-    calls = [
-        store.receive("peer-b", 2, msg(1), False),
-        store.receive("peer-b", 3, msg(2), False),
-        store.receive("peer-b", 4, msg(3), False),  # held: duplicate-id
-        store.receive("peer-b", 4, msg(4), False),  # seq again: duplicate-seq
-        store.receive("peer-c", 1, msg(5), False),
-        store.receive("peer-b", 5, msg(6), False),
-        store.receive("peer-b", 6, msg(10, dest_router=ROUTER), True),
-        store.receive("peer-b", 7, msg(100, dest_router=ROUTER), True),  # enqueued: duplicate-id
-        store.receive("peer-c", 2, msg(11, dest_router=ROUTER), True),
-        store.receive("peer-c", 2, msg(12, dest_router=ROUTER), True),  # duplicate-seq
-    ]
-    go.set()
-    await held
-    assert await defer.gatherResults(calls) == [
-        "stored",
-        "stored",
-        "duplicate-id",
-        "duplicate-seq",
-        "stored",
-        "stored",
-        "stored",
-        "duplicate-id",
-        "stored",
-        "duplicate-seq",
-    ]
-    assert store.last_received("peer-b") == 7
-    assert store.last_received("peer-c") == 2
-    assert store.backlog_depths() == {"router-c": 5}
-    assert store.queue_depths() == {"q": 3}
-    # And clean batches (the common case) are stored whole.
-    go, held = hold_writer(store)
-    calls = [store.receive("peer-d", n, msg(200 + n), False) for n in range(1, 51)]
-    calls += [
-        store.receive("peer-d", n, msg(300 + n, dest_router=ROUTER), True) for n in range(51, 101)
-    ]
-    go.set()
-    await held
-    assert set(await defer.gatherResults(calls)) == {"stored"}
-    assert store.last_received("peer-d") == 100
-    assert store.backlog_depths() == {"router-c": 55}
-    assert store.queue_depths() == {"q": 53}
-
-
-@pytest_twisted.ensureDeferred
-async def test_reads_see_the_writes_submitted_before_them(threaded):
-    store = await threaded.open()
-    accepts = [store.accept(msg(n, dest_router=ROUTER)) for n in range(20)]
-    fetched = store.fetch("q", 0, 100)
-    await defer.gatherResults(accepts)
-    assert len(await fetched) == 20
+# Closing.
 
 
 @pytest_twisted.ensureDeferred
@@ -752,90 +609,6 @@ async def test_close_finishes_pending_writes(opener):
     await closed
     store = await opener.open()
     assert store.backlog_depths() == {"router-c": 50}
-
-
-def test_the_threaded_executor_needs_a_real_reactor():
-    with pytest.raises(TypeError, match="InlineExecutor"):
-        ThreadedExecutor(task.Clock())
-
-
-def test_inline_executor_commits_each_call(tmp_path):
-    store = SQLiteStore(str(tmp_path / "s.db"), executor=InlineExecutor(), router=ROUTER)
-    opened = store.open()
-    assert opened.called
-    before = store.executor.commits
-    for n in range(3):
-        assert store.accept(msg(n)).called
-    assert store.executor.commits - before == 3
-    store.close()
-
-
-def test_the_turn_executor_commits_a_turns_submissions_once_when_it_ends(tmp_path):
-    """
-    Everything submitted in one turn shares one transaction, run when the
-    turn ends (C{callLater(0)}), and fires then, in order; what the
-    callbacks submit goes into the next turn's transaction.
-    """
-    clock = task.Clock()
-    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
-    assert store.open().called
-    clock.advance(0)
-    before = store.executor.commits
-    fired = []
-    accepted = [store.accept(msg(n)) for n in range(3)]
-    for n, d in enumerate(accepted):
-        d.addCallback(lambda _, n=n: fired.append(n))
-    accepted[0].addCallback(lambda _: store.accept(msg(3)).addCallback(
-        lambda _: fired.append(3)))
-    assert fired == [] and store.executor.commits == before
-    # (task.Clock runs at once a call scheduled for now by a call it runs.)
-    clock.advance(0)
-    assert fired == [0, 1, 2, 3]
-    assert store.executor.commits == before + 2
-    assert store.close().called
-
-
-def test_the_turn_executor_lets_relaxed_work_wait_for_other_work(tmp_path):
-    """
-    A relaxed function alone waits up to RELAXED_DELAY_S; one that is not
-    relaxed takes it along at the end of its turn.
-    """
-    clock = task.Clock()
-    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
-    store.open()
-    clock.advance(0)
-    for n in (1, 2):
-        store.accept(msg(n, dest_router=ROUTER))
-    rows = []
-    store.fetch("q", 0, 10).addCallback(rows.extend)
-    clock.advance(0)
-    (first, _, _), (second, _, _) = rows
-    before = store.executor.commits
-    consumed = store.consume([first])
-    clock.advance(0)
-    assert not consumed.called
-    clock.advance(RELAXED_DELAY_S)
-    assert consumed.called and store.executor.commits == before + 1
-    consumed = store.consume([second])
-    accepted = store.accept(msg(3))
-    clock.advance(0)
-    assert consumed.called and accepted.called
-    assert store.executor.commits == before + 2
-    assert store.close().called
-
-
-def test_the_turn_executor_runs_what_is_queued_when_it_stops(tmp_path):
-    clock = task.Clock()
-    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
-    store.open()
-    clock.advance(0)
-    accepted = store.accept(msg(1))
-    assert store.close().called
-    assert accepted.called
-    assert clock.getDelayedCalls() == []
-    failed = store.accept(msg(2))
-    assert failed.called
-    failed.addErrback(lambda f: f.trap(ExecutorStopped))
 
 
 # A router killed mid-way loses nothing it confirmed.
@@ -993,102 +766,6 @@ async def test_a_recall_takes_back_the_rest_of_that_outbox_too(store):
     assert store.backlog_depths() == {"router-c": 3}
     again = await store.assign("peer-c", ["router-c"], 5)
     assert [m.msg_id for _, m in again] == ["m2", "m3", "m4"]
-
-
-def commit_syncs(store: SQLiteStore):
-    """
-    Start tracing C{store}'s connection; returns a function giving the
-    C{synchronous} level (C{"FULL"} or C{"NORMAL"}) of each COMMIT since.
-    """
-    statements: list[str] = []
-    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
-
-    def syncs() -> list[str]:
-        level, found = "FULL", []
-        for statement in statements:
-            if statement.startswith("PRAGMA synchronous = "):
-                level = statement.rpartition(" ")[2]
-            elif statement == "COMMIT":
-                found.append(level)
-        return found
-
-    return syncs
-
-
-async def three_in_an_outbox(store: SQLiteStore) -> None:
-    for n in range(1, 4):
-        await store.accept(msg(n))
-    await store.assign("peer-b", ["router-c"], 3)
-
-
-@pytest_twisted.ensureDeferred
-async def test_forgetting_acknowledged_transfers_commits_without_an_fsync(opener):
-    store = await opener.open()
-    await three_in_an_outbox(store)
-    syncs = commit_syncs(store)
-    assert await store.acknowledge("peer-b", 2) == 2
-    await store.accept(msg(4))
-    assert syncs() == ["NORMAL", "FULL"]
-    assert store.outbox_depths() == {"peer-b": {"router-c": 1}}
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_transaction_with_anything_else_is_fsynced(threaded):
-    store = await threaded.open()
-    await three_in_an_outbox(store)
-    syncs = commit_syncs(store)
-    go, held = hold_writer(store)
-    acknowledged = store.acknowledge("peer-b", 3)
-    accepted = store.accept(msg(4))
-    before = store.executor.commits
-    go.set()
-    await defer.gatherResults([held, acknowledged, accepted])
-    # The hold's transaction, then the acknowledgement's with the accept.
-    assert store.executor.commits == before + 2
-    assert syncs() == ["FULL", "FULL"]
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_relaxed_write_waits_for_the_next_commit_to_go_with(threaded):
-    """
-    A relaxed write does not wake the writer: the next write that does
-    takes it along, in its place, in one transaction.
-    """
-    store = await threaded.open()
-    await three_in_an_outbox(store)
-    syncs = commit_syncs(store)
-    before = store.executor.commits
-    acknowledged = store.acknowledge("peer-b", 2)
-    await task.deferLater(reactor, 0, lambda: None)
-    assert not acknowledged.called
-    assigned = store.assign("peer-b", ["router-c"], 10)
-    accepted = store.accept(msg(4))
-    counts = await defer.gatherResults([acknowledged, assigned, accepted])
-    assert counts[0] == 2
-    assert store.executor.commits == before + 1
-    assert syncs() == ["FULL"]
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_relaxed_write_alone_is_committed_after_a_short_delay(threaded):
-    store = await threaded.open()
-    await three_in_an_outbox(store)
-    before = store.executor.commits
-    assert await store.acknowledge("peer-b", 3) == 3
-    assert store.executor.commits == before + 1
-    assert store.outbox_depths() == {}
-
-
-@pytest_twisted.ensureDeferred
-async def test_with_sync_normal_nothing_changes_the_level(opener):
-    store = await opener.open(sync="normal")
-    await store.accept(msg(1))
-    await store.assign("peer-b", ["router-c"], 1)
-    statements: list[str] = []
-    store.executor.run(lambda connection: connection.set_trace_callback(statements.append))
-    await store.acknowledge("peer-b", 1)
-    assert "COMMIT" in statements
-    assert not [s for s in statements if s.startswith("PRAGMA synchronous")]
 
 
 # -- receive_many: a link's whole batch in one call ------------------------------

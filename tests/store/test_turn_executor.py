@@ -1,0 +1,78 @@
+"""
+The turn executor (L{meshroute.store.turn_executor}): group commit at the
+end of each reactor turn, on a L{task.Clock}.
+"""
+
+from twisted.internet import task
+
+from meshroute.store import ExecutorStopped, SQLiteStore, TurnExecutor
+from meshroute.store.transactions import RELAXED_DELAY_S
+from support.store_testing import ROUTER, msg
+
+
+def test_the_turn_executor_commits_a_turns_submissions_once_when_it_ends(tmp_path):
+    """
+    Everything submitted in one turn shares one transaction, run when the
+    turn ends (C{callLater(0)}), and fires then, in order; what the
+    callbacks submit goes into the next turn's transaction.
+    """
+    clock = task.Clock()
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
+    assert store.open().called
+    clock.advance(0)
+    before = store.executor.commits
+    fired = []
+    accepted = [store.accept(msg(n)) for n in range(3)]
+    for n, d in enumerate(accepted):
+        d.addCallback(lambda _, n=n: fired.append(n))
+    accepted[0].addCallback(lambda _: store.accept(msg(3)).addCallback(
+        lambda _: fired.append(3)))
+    assert fired == [] and store.executor.commits == before
+    # (task.Clock runs at once a call scheduled for now by a call it runs.)
+    clock.advance(0)
+    assert fired == [0, 1, 2, 3]
+    assert store.executor.commits == before + 2
+    assert store.close().called
+
+
+def test_the_turn_executor_lets_relaxed_work_wait_for_other_work(tmp_path):
+    """
+    A relaxed function alone waits up to RELAXED_DELAY_S; one that is not
+    relaxed takes it along at the end of its turn.
+    """
+    clock = task.Clock()
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
+    store.open()
+    clock.advance(0)
+    for n in (1, 2):
+        store.accept(msg(n, dest_router=ROUTER))
+    rows = []
+    store.fetch("q", 0, 10).addCallback(rows.extend)
+    clock.advance(0)
+    (first, _, _), (second, _, _) = rows
+    before = store.executor.commits
+    consumed = store.consume([first])
+    clock.advance(0)
+    assert not consumed.called
+    clock.advance(RELAXED_DELAY_S)
+    assert consumed.called and store.executor.commits == before + 1
+    consumed = store.consume([second])
+    accepted = store.accept(msg(3))
+    clock.advance(0)
+    assert consumed.called and accepted.called
+    assert store.executor.commits == before + 2
+    assert store.close().called
+
+
+def test_the_turn_executor_runs_what_is_queued_when_it_stops(tmp_path):
+    clock = task.Clock()
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock), router=ROUTER)
+    store.open()
+    clock.advance(0)
+    accepted = store.accept(msg(1))
+    assert store.close().called
+    assert accepted.called
+    assert clock.getDelayedCalls() == []
+    failed = store.accept(msg(2))
+    assert failed.called
+    failed.addErrback(lambda f: f.trap(ExecutorStopped))
