@@ -77,14 +77,11 @@ from meshroute.ha.listener import replication_listener  # noqa: E402
 from meshroute.ha.replica import STORE_NAME, Replica  # noqa: E402
 from meshroute.ha.source import ReplicationSource  # noqa: E402
 from meshroute.harules.quorum import LogPosition  # noqa: E402
-from meshroute.link.handshake import (  # noqa: E402
-    ConnectorSettings,
-    ListenerSettings,
-    RouterContext,
-)
+from meshroute.link.context import RouterContext
 from meshroute.link.registry import LinkRegistry  # noqa: E402
 from meshroute.link.retry import RetrySchedule  # noqa: E402
 from meshroute.link.rotation import EndpointRotation  # noqa: E402
+from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.messages import Message  # noqa: E402
 from meshroute.store import SQLiteStore, ThreadedExecutor  # noqa: E402
 from meshroute.store.changes import READ_REPLICATION_STATE  # noqa: E402

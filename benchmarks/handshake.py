@@ -33,9 +33,11 @@ from twisted.web.client import Agent, readBody  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
 from meshroute.events import EventLog  # noqa: E402
-from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext  # noqa: E402
+from meshroute.link.context import RouterContext  # noqa: E402
+from meshroute.link.settings import ConnectorSettings  # noqa: E402
+from meshroute.link.stages import DELIVERY  # noqa: E402
 from meshroute.interfaces import ILinkChannel, ILinkEngine  # noqa: E402
-from meshroute.link.protocol import ConnectorFactory  # noqa: E402
+from meshroute.link.link import ConnectorFactory  # noqa: E402
 from meshroute.link.registry import LinkRegistry  # noqa: E402
 from meshroute.wire.frames import Recovery  # noqa: E402
 

@@ -57,7 +57,7 @@ if ROOT not in sys.path:
 
 from meshroute.router.engine import MessageEngine  # noqa: E402
 from meshroute.router.forwarding import Forwarding  # noqa: E402
-from meshroute.link import handshake  # noqa: E402
+from meshroute.link import core  # noqa: E402
 from meshroute.testing.memory_mesh import MemoryMesh  # noqa: E402
 from meshroute.routing.table import RouteTable  # noqa: E402
 from meshroute.wire.frames import Routes  # noqa: E402
@@ -130,7 +130,7 @@ class RouteMeter:
             return compute(table)
 
         RouteTable._compute = counted
-        encode = handshake.encode
+        encode = core.encode
 
         def measured(frame):
             data = encode(frame)
@@ -139,7 +139,7 @@ class RouteMeter:
                 self.frames += 1
             return data
 
-        handshake.encode = measured
+        core.encode = measured
 
     def _timed(self, method):
         def timed(*args, **kwargs):

@@ -20,9 +20,10 @@ from meshroute.ha.listener import replication_listener
 from meshroute.ha.records import HA_DB, HARecords
 from meshroute.ha.store_replication import StoreReplication
 from meshroute.ha.voters import Voters, WitnessConnection, asking_witness
-from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.router.service import listening
 from meshroute.router.settings import RouterConfig
 from meshroute.store import ThreadedExecutor

@@ -398,7 +398,7 @@ class ReplicaFeed:
     """
     One follower's replication connection, on the active: the channel of
     its link in the replication stage
-    (L{meshroute.link.handshake.LinkCore.channel}).  The link machine
+    (L{meshroute.link.core.LinkCore.channel}).  The link machine
     passes it the follower's frames; the link's producer pauses and
     resumes it.
     """
@@ -439,7 +439,7 @@ class ReplicaFeed:
 class ReplicationServer:
     """
     What an HA instance's replication listener serves replication
-    connections with (L{meshroute.link.handshake.RouterContext.replication}):
+    connections with (L{meshroute.link.context.RouterContext.replication}):
     the active's store changes, only while it is active.
 
     @param peer_caught_up: called when a follower says it is in sync (the

@@ -43,9 +43,11 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute.link.connector import ConnectorService
-from meshroute.link.handshake import REPLICA, ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
+from meshroute.link.stages import REPLICA
 from meshroute.store.changes import ChangeBatch
 from meshroute.wire.frames import Applied, Changes, Follow, InSync, SnapshotChunk, SnapshotEnd
 
@@ -233,7 +235,7 @@ _STREAM_MACHINE = _build_stream_machine()
 class FollowerStream:
     """
     One replication connection, on the follower: the channel of its link
-    in the replication stage (L{meshroute.link.handshake.LinkCore.channel}).
+    in the replication stage (L{meshroute.link.core.LinkCore.channel}).
     A snapshot's end without its chunks, or changes in the middle of a
     snapshot, are out of stage (C{NoTransition}: a protocol error).
     """
@@ -278,7 +280,7 @@ class ReplicationFollower(ConnectorService):
         position (a L{meshroute.ha.replica.Replica}).
     """
 
-    #: What its connections are for (L{meshroute.link.protocol.LinkProtocol}).
+    #: What its connections are for (L{meshroute.link.link.LinkProtocol}).
     purpose = REPLICA
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings,

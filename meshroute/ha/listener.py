@@ -21,9 +21,10 @@ from twisted.internet.interfaces import IReactorTime
 from meshroute import events
 from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.pairing import Pairing
-from meshroute.link.handshake import ListenerSettings, RouterContext
-from meshroute.link.protocol import ListenerFactory
+from meshroute.link.context import RouterContext
+from meshroute.link.link import ListenerFactory
 from meshroute.link.registry import LinkRegistry
+from meshroute.link.settings import ListenerSettings
 from meshroute.router.witness import Witness
 
 

@@ -28,10 +28,11 @@ from meshroute.ha.replica import STORE_NAME, Replica
 from meshroute.ha.source import ReplicationSource
 from meshroute.harules.quorum import ORIGIN, LogPosition, instance_name
 from meshroute.interfaces import ICommitGate
-from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
 from meshroute.router.settings import RouterConfig
 from meshroute.store import ThreadedExecutor
 

@@ -69,9 +69,11 @@ from meshroute.harules import lease, quorum
 from meshroute.harules.election import Defeat, ElectionInputs, start_election
 from meshroute.link import reasons
 from meshroute.link.connector import ConnectorService
-from meshroute.link.handshake import CONNECT, VOTES, ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
+from meshroute.link.stages import CONNECT, VOTES
 from meshroute.wire import frames
 from meshroute.router.witness import start_answer
 
@@ -119,7 +121,7 @@ class WitnessConnection(ConnectorService):
         witness.
     """
 
-    #: What its connections are for (L{meshroute.link.protocol.LinkProtocol}).
+    #: What its connections are for (L{meshroute.link.link.LinkProtocol}).
     purpose = VOTES
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings,

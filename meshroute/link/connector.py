@@ -21,10 +21,11 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events
-from meshroute.link.handshake import ConnectorSettings, RouterContext
-from meshroute.link.protocol import ConnectorFactory
+from meshroute.link.context import RouterContext
+from meshroute.link.link import ConnectorFactory
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
 
 log = Logger()
 

@@ -39,7 +39,7 @@ class LinkRegistry:
     """
     Every open link of one router, and which one holds each peer name.
 
-    A link here is a L{meshroute.link.protocol.Link}, or anything with its
+    A link here is a L{meshroute.link.link.Link}, or anything with its
     C{peer}, C{direction}, C{traffic}, C{routing} and C{shutdown()}.
     """
 

@@ -1,18 +1,45 @@
 """
-C{[routing.listener]} and C{[[routing.connector]]}: where other routers
-reach this one, and the links it keeps open itself; and the rule that
-judges the connectors together (L{errors}).
+The link's settings, as the file gives them and as each link is given
+them.
 
-The TOML loader converts each value (durations in milliseconds in
-attributes ending in C{_ms}, the password file's secret); the router
-(L{meshroute.router.service}) turns these into the link factories' and the
-connector services' own settings.
+C{[routing.listener]} and C{[[routing.connector]]} (L{ListenerConfig},
+L{ConnectorConfig}): where other routers reach this one, and the links it
+keeps open itself; and the rule that judges the connectors together
+(L{errors}).  The TOML loader converts each value (durations in
+milliseconds in attributes ending in C{_ms}, the password file's secret);
+the router (L{meshroute.router.service}) turns these into the link
+factories' and the connector services' own settings (L{ListenerSettings},
+L{ConnectorSettings}): the part of the contract each side of a link keeps.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from meshroute.errors import Problem
+
+
+@dataclass(frozen=True)
+class ListenerSettings:
+    """
+    The routing listener's side of the contract, in milliseconds.
+    """
+
+    secret: bytes
+    keepalive_interval_ms: int
+    stage_valid_timeout_ms: int
+    reject_disconnect_delay_ms: int
+    allowed_routers: frozenset | None = None
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """
+    One routing connector's side of the contract, in milliseconds.
+    """
+
+    secret: bytes
+    expected_peer: str
+    stage_valid_timeout_ms: int
 
 
 @dataclass(frozen=True)

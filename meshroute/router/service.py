@@ -36,12 +36,13 @@ from meshroute.sessions.tls import load_client_ca, verify_client_certificates
 from meshroute.router.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.link.connector import ConnectorService
+from meshroute.link.context import RouterContext
 from meshroute.link.epochs import PeerEpochs
-from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
-from meshroute.link.protocol import ListenerFactory
+from meshroute.link.link import ListenerFactory
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.router.listening import Listening
 from meshroute.router.settings import RouterConfig
 from meshroute.routing.known import KnownRouters

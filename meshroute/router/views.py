@@ -29,7 +29,7 @@ In-memory state only: the route table and the open links; the store is
 never asked, so polling this costs the router next to nothing.
 """
 
-from meshroute.link.handshake import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
+from meshroute.link.stages import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
 from meshroute.router.peer_channel import WINDOW
 
 #: An edge neither end advertises any more, but one end still does.

@@ -21,9 +21,9 @@ from meshroute.ha.feed import ReplicationServer
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
 from meshroute.harules.quorum import LogPosition
-from meshroute.link import auth, handshake, reasons
-from meshroute.link.handshake import ListenerSettings
+from meshroute.link import auth, reasons, stages
 from meshroute.link.registry import LinkRegistry
+from meshroute.link.settings import ListenerSettings
 from meshroute.store.changes import ChangeBatch
 from meshroute.wire.codec import FrameDecoder, encode
 from meshroute.wire.frames import (
@@ -233,7 +233,7 @@ class Follower:
         (authenticated,) = self.written()
         assert authenticated == Authenticated(auth.proof(SECRET, "listener", NAME, NAME,
                                                          CHALLENGE, self.welcome.challenge))
-        assert self.core.stage == handshake.REPLICATION
+        assert self.core.stage == stages.REPLICATION
 
     def closed(self) -> dict:
         self.protocol.connectionLost(None)
@@ -500,7 +500,7 @@ def test_the_replication_listener_refuses_an_instance_of_another_group(instance,
     assert f"HA group {NAME!r}, the other instance in {theirs}" in pairing.refusal
     mended = instance.connection()
     mended.authenticate(VoteHello([3], NAME, NAME))
-    assert mended.core.stage == handshake.VOTING
+    assert mended.core.stage == stages.VOTING
     assert pairing.refusal is None
 
 
@@ -525,7 +525,7 @@ def test_the_peer_s_vote_connection_is_answered_by_the_instance_s_own_witness(in
     peer.authenticate(VoteHello([3], NAME, NAME))
     (authenticated,) = peer.written()
     assert isinstance(authenticated, Authenticated)
-    assert peer.core.stage == handshake.VOTING
+    assert peer.core.stage == stages.VOTING
     peer.send(StartQuery(NAME))
     (answer,) = peer.written()
     assert answer == StartAnswer(NAME, NAME, "", 0, "", 0, 0, 0, 0, [1, 3])

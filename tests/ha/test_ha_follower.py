@@ -18,10 +18,11 @@ from meshroute.ha.follower import MAX_WAITING_FRAMES, ReplicationFollower
 from meshroute.ha.replica import ReplicaGap
 from meshroute.harules.quorum import LogPosition
 from meshroute.link import auth, reasons
-from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
 from meshroute.store.changes import ChangeBatch
 from meshroute.wire.frames import (
     Applied,

@@ -27,10 +27,11 @@ from meshroute.ha.pairing import Pairing
 from meshroute.ha.replica import Replica
 from meshroute.ha.source import ReplicationSource
 from meshroute.harules.quorum import ORIGIN
-from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.router.witness import Witness
 from test_ha_replica import message, rows

@@ -18,10 +18,11 @@ from meshroute.harules import quorum
 from meshroute.harules.election import NO_MAJORITY, Defeat
 from meshroute.harules.lease import LEASE_EXPIRED, SUPERSEDED
 from meshroute.link import auth, reasons
-from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
 from meshroute.wire.frames import (
     Authenticate,
     Authenticated,

@@ -14,10 +14,11 @@ from meshroute.harules import quorum
 from meshroute.harules.election import Defeat
 from meshroute.harules.lease import LEASE_EXPIRED
 from meshroute.ha.voters import Voters, WitnessConnection
-from meshroute.link.handshake import ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
+from meshroute.link.settings import ConnectorSettings
 from support.mesh_testing import events_of, mesh  # noqa: F401 (mesh: a fixture)
 
 ROUTER = "router-b"

@@ -17,7 +17,9 @@ from meshroute.events import EventLog, read_events
 from meshroute.link import auth
 from meshroute.events import CONNECTOR_EXHAUSTED
 from meshroute.link.connector import ConnectorService
-from meshroute.link.handshake import DELIVERY, ConnectorSettings, RouterContext
+from meshroute.link.context import RouterContext
+from meshroute.link.settings import ConnectorSettings
+from meshroute.link.stages import DELIVERY
 from support.fakes import RecordingEngine
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule

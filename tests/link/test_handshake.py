@@ -26,7 +26,7 @@ import msgpack
 import pytest
 
 from meshroute import events
-from meshroute.link import auth, handshake, reasons
+from meshroute.link import auth, handshake, reasons, stages
 from meshroute.wire.codec import DEFAULT_MAX_FRAME_SIZE, encode
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
@@ -121,7 +121,7 @@ def test_listener_accepts_frames_split_across_reads(router):
     for i in range(len(data)):
         peer.protocol.dataReceived(data[i : i + 1])
     peer.expect(Authenticated, Recovery)
-    assert peer.core.stage == handshake.DELIVERY
+    assert peer.core.stage == stages.DELIVERY
     assert peer.core.peer_last_received == 3
 
 
@@ -189,7 +189,7 @@ def test_connector_handles_authenticated_and_recovery_in_one_read(router):
     peer.welcome_answered()
     peer.send(Authenticated(peer.proof()), Recovery(5))
     peer.expect(Recovery)
-    assert peer.core.stage == handshake.DELIVERY
+    assert peer.core.stage == stages.DELIVERY
     assert peer.core.peer_last_received == 5
 
 
@@ -279,7 +279,7 @@ def test_no_stage_timer_in_delivery(router, direction):
         peer.send(Keepalive())
         peer.advance(KEEPALIVE)
     assert peer.how_closed == "open"
-    assert peer.core.stage == handshake.DELIVERY
+    assert peer.core.stage == stages.DELIVERY
     (pending,) = router.clock.getDelayedCalls()  # the next keepalive, nothing else
     assert pending.getTime() == pytest.approx(router.clock.seconds() + KEEPALIVE, abs=1e-6)
     peer.complete_close()
@@ -776,7 +776,7 @@ def test_broken_link_leaves_other_links_alone(router):
     healthy.authenticate()
     healthy.expect(Authenticated, Recovery)
     healthy.send(Recovery(0))
-    assert healthy.core.stage == handshake.DELIVERY
+    assert healthy.core.stage == stages.DELIVERY
     assert healthy.how_closed == "open"
     assert router.registry.links() == [healthy.link]
     assert router.holds(REMOTE)
@@ -920,7 +920,7 @@ def _to_delivery_at(peer: ConnectorPeer, versions) -> None:
     peer.authenticate()
     peer.expect(Authenticated, Recovery)
     peer.send(Recovery(0))
-    assert peer.core.stage == handshake.DELIVERY
+    assert peer.core.stage == stages.DELIVERY
 
 
 DATA_FRAMES = [Transfer(1, *ITEM), TransferBatch(2, [ITEM, ITEM]), Ack(0),

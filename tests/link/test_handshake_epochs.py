@@ -15,9 +15,9 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 
 from meshroute import events
-from meshroute.link import handshake, reasons
+from meshroute.link import reasons, stages
+from meshroute.link.context import RouterContext
 from meshroute.link.epochs import PeerEpochs
-from meshroute.link.handshake import RouterContext
 from meshroute.link.registry import LinkRegistry
 from meshroute.wire.frames import Authenticate, Authenticated, Hello, Recovery, Reject, Welcome
 from support.fakes import RecordingEngine
@@ -90,7 +90,7 @@ def delivering_listener_link(router: Router, epoch: int):
     peer = listener_link(router, epoch)
     peer.expect(Authenticated, Recovery)
     peer.send(Recovery(0))
-    assert peer.core.stage == handshake.DELIVERY
+    assert peer.core.stage == stages.DELIVERY
     return peer
 
 
@@ -128,7 +128,7 @@ def test_a_higher_epoch_takes_the_name_over_at_once(router):
     record = old.assert_closed(reasons.SUPERSEDED, "abort")
     assert record["detail"] == f"{REMOTE} serves in epoch 2 now, this link in epoch 1"
     new.send(Recovery(0))
-    assert new.core.stage == handshake.DELIVERY
+    assert new.core.stage == stages.DELIVERY
     assert router.registry.links() == [new.link]
     assert new.link.describe()["peer_epoch"] == 2
     assert router.context.peer_epochs.highest(REMOTE) == 2
@@ -147,7 +147,7 @@ def test_a_lower_epoch_is_refused_with_no_link_up(router):
     link.complete_close()
     assert_hello_refused(router, 1, reasons.STALE_EPOCH)
     again = delivering_listener_link(router, epoch=2)  # the same epoch is welcome back
-    assert again.core.stage == handshake.DELIVERY
+    assert again.core.stage == stages.DELIVERY
 
 
 def test_the_same_epoch_while_its_link_is_up_is_name_in_use(router):
@@ -295,7 +295,7 @@ def test_a_connector_takes_the_listener_s_recovery_while_its_epoch_is_saved(rout
     assert new.written() == [] and new.how_closed == "open"
     store.held[0].callback(None)
     new.expect(Recovery)
-    assert new.core.stage == handshake.DELIVERY
+    assert new.core.stage == stages.DELIVERY
     assert router.registry.holder(REMOTE) is new.link
 
 
@@ -319,7 +319,7 @@ def test_a_closing_link_gives_a_newer_epoch_its_name_at_once(router):
     new.expect(Authenticated, Recovery)
     assert old_channel.is_closed
     new.send(Recovery(0))
-    assert new.core.stage == handshake.DELIVERY
+    assert new.core.stage == stages.DELIVERY
     old.complete_close()
     assert old.closed_record()["reason"] == reasons.KEEPALIVE
     assert router.registry.holder(REMOTE) is new.link
@@ -357,7 +357,7 @@ def test_a_connector_holds_the_listener_s_recovery_while_its_epoch_is_saved(rout
     assert new.how_closed == "open"
     store.held[0].callback(None)
     new.expect(Recovery)
-    assert new.core.stage == handshake.DELIVERY
+    assert new.core.stage == stages.DELIVERY
 
 
 def test_a_connector_closed_while_its_peer_s_epoch_is_saved_claims_no_name(router, store):

@@ -9,6 +9,7 @@ one message per frame.
 import pytest
 
 from meshroute.link import handshake
+from meshroute.link.core import LinkCore
 from meshroute.wire.codec import encode
 from meshroute.wire.frames import (
     BATCH_MAX_BYTES,
@@ -40,14 +41,14 @@ def wire(monkeypatch) -> list:
     Every data frame any link writes, as C{(router, frame)}.
     """
     written = []
-    send = handshake.LinkCore.send
+    send = LinkCore.send
 
     def recording(core, frame) -> None:
         if type(frame) in DATA_FRAMES:
             written.append((core.context.name, frame))
         send(core, frame)
 
-    monkeypatch.setattr(handshake.LinkCore, "send", recording)
+    monkeypatch.setattr(LinkCore, "send", recording)
     return written
 
 
@@ -68,7 +69,7 @@ def old_routers(request, monkeypatch) -> set:
     old = OldRouters()
     old.versions = request.param
     for name in ("hello", "vet_hello", "vet_welcome"):
-        original = getattr(handshake.LinkCore, name)
+        original = getattr(handshake, name)
 
         def speaking(core, *args, _original=original):
             if core.context.name not in old:
@@ -80,7 +81,7 @@ def old_routers(request, monkeypatch) -> set:
             finally:
                 handshake.SUPPORTED_VERSIONS = new
 
-        monkeypatch.setattr(handshake.LinkCore, name, speaking)
+        monkeypatch.setattr(handshake, name, speaking)
     return old
 
 

@@ -9,9 +9,10 @@ import pytest
 from meshroute import events
 from meshroute.harules.quorum import (ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition,
                                       VoterRecord)
-from meshroute.link import handshake, reasons
-from meshroute.link.handshake import ListenerSettings, RouterContext
-from meshroute.link.protocol import ListenerFactory
+from meshroute.link import reasons, stages
+from meshroute.link.context import RouterContext
+from meshroute.link.link import ListenerFactory
+from meshroute.link.settings import ListenerSettings
 from meshroute.store import ExecutorStopped
 from meshroute.wire.frames import (
     Authenticated,
@@ -78,7 +79,7 @@ class Candidate(ConnectorPeer):
         self.authenticate()
         (authenticated,) = self.expect(Authenticated)
         assert authenticated.proof == self.expected_listener_proof()
-        assert self.core.stage == handshake.VOTING
+        assert self.core.stage == stages.VOTING
 
     def ask(self, epoch: int, candidate: str = BACKUP, requester: str | None = None,
             position=(0, 0), alone: bool = True, lease_ms: int = LEASE_MS) -> None:
@@ -128,7 +129,7 @@ def test_a_vote_connection_is_not_a_link_and_claims_no_name(router, witness):  #
     assert peer.link in router.registry.connections()
     peer.protocol.connectionLost(None)
     assert router.holds(REMOTE)  # the link keeps its name
-    assert link.core.stage == handshake.DELIVERY
+    assert link.core.stage == stages.DELIVERY
 
 
 def test_a_routing_link_forms_while_a_vote_connection_is_open(router, witness):  # noqa: F811
@@ -262,7 +263,7 @@ def test_an_idle_vote_connection_is_closed(router, witness):  # noqa: F811
     assert peer.how_closed == "open"
     router.clock.advance(1)
     record = peer.assert_closed(reasons.IDLE, "abort")
-    assert record["stage"] == handshake.VOTING
+    assert record["stage"] == stages.VOTING
 
 
 def test_a_router_without_a_witness_refuses_vote_connections(router):  # noqa: F811

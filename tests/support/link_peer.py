@@ -14,10 +14,11 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from meshroute import events
-from meshroute.link import auth, handshake
-from meshroute.link.handshake import ConnectorSettings, ListenerSettings, RouterContext
+from meshroute.link import auth, stages
+from meshroute.link.context import RouterContext
+from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from support.fakes import RecordingEngine
-from meshroute.link.protocol import ConnectorFactory, ListenerFactory, LinkProtocol
+from meshroute.link.link import ConnectorFactory, ListenerFactory, LinkProtocol
 from meshroute.link.registry import LinkRegistry
 from meshroute.link.traffic import Traffic
 from meshroute.wire.codec import FrameDecoder, encode
@@ -303,7 +304,7 @@ class ConnectorPeer(PeerSide):
     def to_delivery(self, last_received: int = 0) -> None:
         self.to_recovery()
         self.send(Recovery(last_received))
-        assert self.core.stage == handshake.DELIVERY
+        assert self.core.stage == stages.DELIVERY
 
 
 class ListenerPeer(PeerSide):
@@ -361,7 +362,7 @@ class ListenerPeer(PeerSide):
     def to_delivery(self, keepalive_ms: int = KEEPALIVE_MS, last_received: int = 0) -> None:
         self.to_recovery(keepalive_ms)
         self.send(Recovery(last_received))
-        assert self.core.stage == handshake.DELIVERY
+        assert self.core.stage == stages.DELIVERY
 
 
 def peer_for(router: Router, direction: str) -> PeerSide:

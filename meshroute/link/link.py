@@ -1,5 +1,8 @@
 """
-The thin protocol of a routing link: bytes in, frames out, machine inputs.
+One routing link as the router holds it (L{Link}: its core and its
+machine), and the thin Twisted protocol that feeds it (L{LinkProtocol}):
+bytes in, frames out, machine inputs; and the factories that build it
+for the routing listener and for each connector.
 
 L{LinkProtocol.dataReceived} feeds a L{FrameDecoder}; each decoded frame
 becomes one input of the link's machine, except delivery's data frames
@@ -30,16 +33,11 @@ from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
 from meshroute.errors import WireError
-from meshroute.link.handshake import (
-    CONNECTOR_MACHINE,
-    LISTENER_MACHINE,
-    ROUTING,
-    VOTES,
-    ConnectorSettings,
-    LinkCore,
-    ListenerSettings,
-    RouterContext,
-)
+from meshroute.link.context import RouterContext
+from meshroute.link.core import LinkCore
+from meshroute.link.machine import CONNECTOR_MACHINE, LISTENER_MACHINE
+from meshroute.link.settings import ConnectorSettings, ListenerSettings
+from meshroute.link.stages import ROUTING, VOTES
 from meshroute.link.traffic import Traffic, messages_in
 from meshroute.wire.codec import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -262,10 +260,10 @@ class LinkProtocol(Protocol):
                  endpoint: str | None = None, side=None):
         """
         @param side: for a connector's vote connection (L{VoteHello}
-            instead of L{Hello}), the L{meshroute.link.handshake.VoteSide} its answers go to; for a
-            connector's replication connection (L{ReplicaHello}), the
-            follower that makes its channel (L{meshroute.ha.follower}).
-            Its C{purpose} says which.
+            instead of L{Hello}), the L{meshroute.link.context.VoteSide}
+            its answers go to; for a connector's replication connection
+            (L{ReplicaHello}), the follower that makes its channel
+            (L{meshroute.ha.follower}).  Its C{purpose} says which.
         """
         self._context = context
         self._side = side
@@ -365,9 +363,9 @@ class ConnectorFactory(Factory):
     @param endpoint: says which configured endpoint the connection being
         made goes through (None: the links record none).
     @param side: makes vote connections reporting to it (a
-        L{meshroute.link.handshake.VoteSide}),
-        or replication connections following through it, not links
-        (on_delivery: when one reaches voting or replication).
+        L{meshroute.link.context.VoteSide}), or replication connections
+        following through it, not links (on_delivery: when one reaches
+        voting or replication).
     """
 
     def __init__(self, context: RouterContext, settings: ConnectorSettings, on_delivery,
