@@ -1,6 +1,6 @@
 """
 Epochs on routing links (docs/protocol.md, "Epochs"): one end of a link
-at a time, the test playing the peer, as in L{test_handshake}.
+at a time, the test playing the peer, as in L{test_machine}.
 
 The two instances of an HA pair share one router name.  A link from a
 higher epoch than the link holding the name takes its place at once

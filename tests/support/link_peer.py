@@ -48,6 +48,9 @@ STAGE_TIMEOUT = STAGE_TIMEOUT_MS / 1000
 REJECT_DELAY = REJECT_DELAY_MS / 1000
 KEEPALIVE = KEEPALIVE_MS / 1000
 
+#: A message as transfer frames carry it.
+ITEM = ["router-b:ab:1", REMOTE, LOCAL, "q", 1, 2.5, {}, b"body"]
+
 
 # -- the local router and the peer the test plays ------------------------
 
