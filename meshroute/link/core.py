@@ -95,6 +95,9 @@ class LinkCore:
     # -- what it sends, hears and tells -----------------------------------
 
     def send(self, frame) -> None:
+        """
+        Write C{frame} to the peer, counted in the link's traffic.
+        """
         data = encode(frame)
         self.traffic.sent(frame, len(data))
         self.transport.write(data)
@@ -114,6 +117,9 @@ class LinkCore:
         self.last_heard = self.context.clock.seconds()
 
     def emit(self, event: str, **fields) -> None:
+        """
+        Write an event about this link to the router's event log.
+        """
         self.context.events.emit(
             event, link=self.link_id, peer=self.peer, direction=self.direction, **fields
         )
@@ -143,6 +149,9 @@ class LinkCore:
         )
 
     def cancel_stage_timer(self) -> None:
+        """
+        Stop waiting for the peer under stage-valid-timeout.
+        """
         if self._stage_timer is not None and self._stage_timer.active():
             self._stage_timer.cancel()
         self._stage_timer = None
@@ -150,6 +159,10 @@ class LinkCore:
     # -- recovery, then delivery or replication ---------------------------
 
     def send_recovery(self) -> None:
+        """
+        Tell the peer the last sequence we received from it (the engine's
+        L{meshroute.wire.frames.Recovery} for its name).
+        """
         self.send(self.context.engine.recovery(self.peer))
 
     def begin_delivery(self, inputs: LinkInputs, frame: Recovery) -> None:

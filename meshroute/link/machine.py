@@ -559,6 +559,9 @@ _FRAME_INPUTS = (
 
 
 def _vet(inputs: LinkInputs, verdict: tuple[str, str] | None) -> None:
+    """
+    Feed the machine the handshake's verdict on the frame being vetted.
+    """
     if verdict is None:
         inputs.accepted()
     else:
