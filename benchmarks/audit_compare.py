@@ -87,7 +87,8 @@ def main() -> int:
     if len(sys.argv) != 3:
         sys.stderr.write(f"usage: {sys.argv[0]} OUT_A OUT_B\n")
         return 2
-    from meshroute.audit.job import AuditSettings, start_spark
+    from meshroute.audit.running import start_spark
+    from meshroute.audit.settings import AuditSettings
 
     spark = start_spark(AuditSettings(inputs=[], out="", quiet=True), sys.stderr)
     try:

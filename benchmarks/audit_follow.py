@@ -44,7 +44,8 @@ def main() -> int:
     from support.event_generator import write_bulk
 
     from meshroute.audit import follow, job, read, views
-    from meshroute.audit.job import AuditSettings
+    from meshroute.audit.running import Progress, start_spark
+    from meshroute.audit.settings import AuditSettings
 
     work = Path(tempfile.mkdtemp(prefix="meshroute-audit-follow-"))
     events = int(args.millions * 1_000_000)
@@ -61,8 +62,8 @@ def main() -> int:
 
     settings = AuditSettings(inputs=[str(work / "rotated")], out=str(work / "streamed"),
                              quiet=True, follow=True)
-    spark = job.start_spark(settings, sys.stderr)
-    quiet = job.Progress(io.StringIO(), True)
+    spark = start_spark(settings, sys.stderr)
+    quiet = Progress(io.StringIO(), True)
     streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
     print(f"{events} events, {len(files)} closed files, {len(groups)} micro-batches")
     print(f"{'batch':>5} {'lines so far':>12} {'stream s':>9} {'open rows':>10}"

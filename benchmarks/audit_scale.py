@@ -176,7 +176,9 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
     """
     import io
 
-    from meshroute.audit.job import AuditSettings, parse_conf, run, start_spark
+    from meshroute.audit.job import parse_conf, run
+    from meshroute.audit.running import start_spark
+    from meshroute.audit.settings import AuditSettings
 
     event_log = os.path.join(os.path.dirname(out), "eventlog")
     os.makedirs(event_log, exist_ok=True)

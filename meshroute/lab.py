@@ -51,7 +51,7 @@ import tomllib
 import urllib.error
 import urllib.request
 
-from meshroute.cli import format_links
+from meshroute.cli.status_command import format_links
 from meshroute.events import EventFollower, event_files
 
 #: The HA states in which an instance serves.

@@ -55,7 +55,17 @@ import os
 import signal
 import threading
 
+from meshroute.audit import report
 from meshroute.audit.inputs import AuditInputError, display_name, is_uri
+from meshroute.audit.running import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    Progress,
+    finish,
+    have_pyspark,
+    start_spark,
+)
+from meshroute.audit.tables import write_outputs, write_views
 
 #: The closed event files of a router (docs/events.md, "Rotation").
 CLOSED_FILES = "events-*.jsonl"
@@ -89,6 +99,9 @@ def closed_files_stream(spark, directories: list[str], max_files: int):
     The lines of every closed event file below C{directories}, as they
     appear: L{meshroute.audit.read.located} of a text stream per directory.
     """
+    # PySpark, which read, views and incremental import, is imported when
+    # the audit runs, not with the command: have_pyspark says first if it
+    # is missing.
     from meshroute.audit import read
 
     streams = [
@@ -125,7 +138,7 @@ class StreamingAudit:
         self.summary = None
 
     def __call__(self, batch, batch_id: int) -> None:
-        from meshroute.audit import incremental, job, read, views
+        from meshroute.audit import incremental, read, views
 
         lines = read.parse_lines(read.numbered(batch), views.FIELDS_USED)
         try:
@@ -136,7 +149,7 @@ class StreamingAudit:
             self.progress(f"batch {batch_id}: {e}")
             return
         try:
-            summary, tables, counts = job.write_views(
+            summary, tables, counts = write_views(
                 self.spark, state.frames, state.totals, state.ha_totals, state.split_rows,
                 state.lines, self.settings, self.progress, state.names)
         finally:
@@ -144,7 +157,7 @@ class StreamingAudit:
                 frame.unpersist()
         summary["audit"]["stream"] = {"batch": batch_id, "trigger_s": self.settings.trigger_s,
                                       "follows": self.settings.inputs}
-        job.write_outputs(self.spark, self.settings.out, summary, tables, counts)
+        write_outputs(self.spark, self.settings.out, summary, tables, counts)
         self.progress(f"batch {batch_id}: {summary['inputs']['files']} file(s) audited, "
                       f"{summary['messages']['lost']} lost, "
                       f"{summary['messages']['duplicated']} duplicated, "
@@ -158,8 +171,6 @@ class StreamingAudit:
         duplicated that no earlier batch announced, and remember them.
         """
         from pyspark.sql import functions as F
-
-        from meshroute.audit import report
 
         problems = self.spark.read.parquet(f"{self.tables_dir}/message_problems")
         kind = F.when(F.col("duplicated"), F.lit("duplicated")).otherwise(F.col("fate"))
@@ -220,20 +231,20 @@ def run(settings, out, err, spark=None) -> int:
     C{settings.once}, until the files there now are audited; returns the
     exit status of the last summary (L{meshroute.audit.job.run}'s).
     """
-    from meshroute.audit import incremental, job, report
+    from meshroute.audit import incremental
 
     try:
         directories = follow_paths(settings.inputs)
     except AuditInputError as e:
         err.write(f"meshroute audit: {e}\n")
-        return job.EXIT_BAD_INPUT
-    if not job.have_pyspark(err):
-        return job.EXIT_BAD_INPUT
-    progress = job.Progress(err, settings.quiet)
+        return EXIT_BAD_INPUT
+    if not have_pyspark(err):
+        return EXIT_BAD_INPUT
+    progress = Progress(err, settings.quiet)
     progress(f"following {len(directories)} directory(ies): {', '.join(directories)}")
     owned = spark is None
     if owned:
-        spark = job.start_spark(settings, err)
+        spark = start_spark(settings, err)
         progress(f"Spark {spark.version} on {spark.sparkContext.master}")
     stop = threading.Event()
     previous = {}
@@ -262,10 +273,10 @@ def run(settings, out, err, spark=None) -> int:
         failure = query.exception()
         if failure is not None and not stop.is_set():
             err.write(f"meshroute audit: the streaming audit failed: {failure.desc}\n")
-            return job.EXIT_BAD_INPUT
+            return EXIT_BAD_INPUT
     except AuditInputError as e:
         err.write(f"meshroute audit: {e}\n")
-        return job.EXIT_BAD_INPUT
+        return EXIT_BAD_INPUT
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
@@ -274,8 +285,5 @@ def run(settings, out, err, spark=None) -> int:
     summary = audit.summary or _last_summary(settings.out)
     if summary is None:
         progress("no closed event file yet")
-        return job.EXIT_OK
-    for line in report.console_lines(summary, settings.out.rstrip("/")):
-        out.write(line + "\n")
-    out.flush()
-    return job.EXIT_OK if summary["ok"] else job.EXIT_BROKEN_PROMISES
+        return EXIT_OK
+    return finish(summary, settings, out)

@@ -75,6 +75,7 @@ from pyspark.sql import functions as F
 
 from meshroute.audit import read, views
 from meshroute.audit.inputs import AuditInputError
+from meshroute.audit.tables import input_names, small_views
 
 KEEP = StorageLevel.MEMORY_AND_DISK
 
@@ -299,7 +300,7 @@ class StateTables:
 class BatchViews:
     """
     What the streaming audit writes after a micro-batch: the L{TABLES}
-    frames and the totals, as L{meshroute.audit.job.write_views} takes them.
+    frames and the totals, as L{meshroute.audit.tables.write_views} takes them.
     """
 
     frames: dict
@@ -320,8 +321,6 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
     @raise meshroute.audit.inputs.AuditInputError: when no line read so
         far is an event (the state is kept all the same).
     """
-    from meshroute.audit import job
-
     state = StateTables(spark, settings.out)
     previous = state.previous(batch_id)
     parsed = parsed.persist(KEEP)
@@ -454,13 +453,13 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         for name in counts.columns if name not in views.ROUTE])
     total_latency = latency.groupBy("latency_ms").agg(F.sum("count").alias("count"))
     try:
-        names = job.input_names(split_rows, lines, progress)
+        names = input_names(split_rows, lines, progress)
     except Exception:
         for frame in cached:
             frame.unpersist()
         raise
     malformed = state.read_all("malformed", batch_id + 1).drop("batch")
-    frames.update(job.small_views(small, starts, boots, all_splits, malformed, names, settings))
+    frames.update(small_views(small, starts, boots, all_splits, malformed, names, settings))
     return BatchViews(frames=frames, totals=views.with_latency(total_counts, total_latency, []),
                       ha_totals=views.ha_totals(small), split_rows=split_rows, lines=lines,
                       names=names, cached=cached)

@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 
 from meshroute.audit import schema as S
 from meshroute.audit import threads
-from meshroute.audit.inputs import AuditInputError, display_name, resolve_inputs  # noqa: F401
+from meshroute.audit.inputs import AuditInputError
 
 #: How much of a malformed line the reports keep.
 SNIPPET = 200

@@ -8,6 +8,7 @@ import io
 from test_admin import FakeRouter, serve
 
 from meshroute import __version__, cli
+from meshroute.cli import status_command
 from meshroute.admin.api import admin_site
 from meshroute.harules.quorum import LogPosition
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
@@ -130,7 +131,7 @@ def test_meshroute_status_of_an_instance_that_is_not_active(monkeypatch):
         assert status == 200
         return body
 
-    monkeypatch.setattr(cli, "fetch_json", fetch_json)
+    monkeypatch.setattr(status_command, "fetch_json", fetch_json)
     out = io.StringIO()
     assert cli.main(["status", "--admin", "http://127.0.0.1:8002"], out=out) == 0
     assert asked == ["/api/v1/router"]
@@ -148,7 +149,7 @@ def test_meshroute_status_says_why_a_pair_is_refused():
     router = {"name": "router-b", "version": "1", "uptime_s": 3.0, "serving": False,
               "ha": DESCRIBED | {"state": "starting", "peer": DESCRIBED["peer"] | {
                   "connected": False, "refusal": refusal}}}
-    assert cli.format_links(router, []).splitlines()[1:] == [
+    assert status_command.format_links(router, []).splitlines()[1:] == [
         "  ha: backup, starting, epoch 7, position 7/1234, lag 3, peer not connected; "
         "not serving",
         f"  ha: the pair is refused: {refusal}",
@@ -158,7 +159,7 @@ def test_meshroute_status_says_why_a_pair_is_refused():
 def test_meshroute_status_of_the_active_instance():
     router = {"name": "router-b", "version": "1", "uptime_s": 3.0, "serving": True,
               "ha": DESCRIBED | {"state": "active-replicated", "lag": None}}
-    assert cli.format_links(router, []).splitlines()[1:] == [
+    assert status_command.format_links(router, []).splitlines()[1:] == [
         "  ha: backup, active-replicated, epoch 7, position 7/1234, lag -, peer connected",
         "  no links",
     ]

@@ -27,16 +27,10 @@ from support.routers import mesh  # noqa: F401 (a fixture)
 from meshroute import cli
 from meshroute.audit import report
 from meshroute.audit.inputs import AuditInputError, resolve_inputs
-from meshroute.audit.job import (
-    EXIT_BAD_INPUT,
-    EXIT_BROKEN_PROMISES,
-    EXIT_OK,
-    TABLES,
-    AuditSettings,
-    parse_conf,
-    run,
-    session_conf,
-)
+from meshroute.audit.job import parse_conf
+from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_BROKEN_PROMISES, EXIT_OK, session_conf
+from meshroute.audit.settings import AuditSettings
+from meshroute.audit.tables import TABLES
 from support.audit_testing import audit
 
 A, B, C, D = "router-a", "router-b", "router-c", "router-d"

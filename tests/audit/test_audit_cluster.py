@@ -19,7 +19,7 @@ from support.routers import router_env
 from support.audit_testing import audit
 from test_audit_follow import figures, rotated_synthetic
 
-from meshroute.audit.job import EXIT_BROKEN_PROMISES
+from meshroute.audit.running import EXIT_BROKEN_PROMISES
 
 #: Spark start-up, executors on two workers, a loaded two-core machine.
 DEADLINE_S = 1200

@@ -24,14 +24,10 @@ from test_audit import A, B, C, synthetic_mesh
 
 from meshroute.audit import follow, incremental, job, read, views
 from meshroute.audit.inputs import AuditInputError
-from meshroute.audit.job import (
-    EXIT_OK,
-    TABLES,
-    AuditSettings,
-    UsageProblem,
-    run,
-    settings_from_args,
-)
+from meshroute.audit.job import UsageProblem, run, settings_from_args
+from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_OK, Progress
+from meshroute.audit.settings import AuditSettings
+from meshroute.audit.tables import TABLES
 
 #: summary.json keys that say how and when the audit ran, not what it found.
 RUN_KEYS = ("audit",)
@@ -130,7 +126,7 @@ def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messag
     streamed = tmp_path / "streamed"
     settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
                              in_flight_grace_s=5)
-    quiet = job.Progress(io.StringIO(), True)
+    quiet = Progress(io.StringIO(), True)
     streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
     read_so_far, sizes = [], []
     for batch_id, group in enumerate(groups):
@@ -260,7 +256,7 @@ def test_a_late_event_reopens_a_closed_window_until_it_closes_again(
     window_s = 10.0
     settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
                              in_flight_grace_s=5, latency_window_s=window_s)
-    quiet = job.Progress(io.StringIO(), True)
+    quiet = Progress(io.StringIO(), True)
     streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
     read_so_far = []
     for batch_id, group in enumerate([files, reopening, closing_again]):
@@ -326,7 +322,7 @@ def test_a_state_of_another_layout_is_refused_and_a_new_one_marked(spark, tmp_pa
     (old / "state" / "open" / "batch=0").mkdir(parents=True)
     err = io.StringIO()
     settings = AuditSettings(inputs=[str(logs)], out=str(old), quiet=True, follow=True, once=True)
-    assert run(settings, out=io.StringIO(), err=err, spark=spark) == job.EXIT_BAD_INPUT
+    assert run(settings, out=io.StringIO(), err=err, spark=spark) == EXIT_BAD_INPUT
     assert "state format 1" in err.getvalue() and f"delete {old}" in err.getvalue()
     assert not (old / "checkpoint").exists(), "stopped before following anything"
     new = tmp_path / "new"

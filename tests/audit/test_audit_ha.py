@@ -15,7 +15,7 @@ from support.event_generator import START
 from support.audit_testing import audit
 
 from meshroute.audit import report
-from meshroute.audit.job import EXIT_OK
+from meshroute.audit.running import EXIT_OK
 
 A, B = "router-a", "router-b"
 

@@ -13,7 +13,7 @@ from support.audit_testing import audit
 from test_audit import synthetic_mesh
 from test_audit_ha import pair_logs
 
-from meshroute.audit.job import EXIT_BROKEN_PROMISES
+from meshroute.audit.running import EXIT_BROKEN_PROMISES
 
 PLOT_SIZES = """
 [...document.querySelectorAll('svg')].map(svg => {

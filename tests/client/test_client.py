@@ -23,6 +23,7 @@ from twisted.python import usage
 from twisted.test import iosim
 
 from meshroute import cli
+from meshroute.cli import receive_command, send_command
 from meshroute.client import (
     CONNECTION_LOST,
     DISCONNECT,
@@ -495,7 +496,7 @@ def run(command, harness, argv):
 
 
 def test_send_command(auto):
-    d, out, err = run(cli.run_send, auto,
+    d, out, err = run(send_command.run_send, auto,
                       ["send", "--connect", "tcp:x:1", "--to", "q", "--count", "2500"])
     auto.flush()
     assert result_of(d) == 0, err.getvalue()
@@ -508,7 +509,7 @@ def test_send_command_bodies(auto):
     # (os.fsdecode): its raw bytes are sent.
     for argv, body in ([["--body", "hé"], "hé".encode()], [["--size", "5"], b"xxxxx"],
                        [[], b"message 1"], [["--body", "caf\udce9 \udcff"], b"caf\xe9 \xff"]):
-        d, out, err = run(cli.run_send, auto,
+        d, out, err = run(send_command.run_send, auto,
                           ["send", "--connect", "tcp:x:1", "--to", "b", *argv])
         auto.flush()
         assert result_of(d) == 0
@@ -522,20 +523,20 @@ def test_send_command_bodies(auto):
 
 
 def test_send_command_keeps_a_bounded_window(harness, engine):
-    d, out, err = run(cli.run_send, harness,
+    d, out, err = run(send_command.run_send, harness,
                       ["send", "--connect", "tcp:x:1", "--to", "q", "--count", "2500"])
     harness.flush()
-    assert len(engine.submitted) == cli.SEND_WINDOW
+    assert len(engine.submitted) == send_command.SEND_WINDOW
     # The window's sends travelled together (a SendBatch): answered together.
     for submitted in engine.submitted[:10]:
         submitted.deferred.callback("id")
     harness.flush()
-    assert len(engine.submitted) == cli.SEND_WINDOW
+    assert len(engine.submitted) == send_command.SEND_WINDOW
     for submitted in engine.submitted[10:]:
         submitted.deferred.callback("id")
     harness.flush()
-    assert len(engine.submitted) == 2 * cli.SEND_WINDOW
-    n = cli.SEND_WINDOW
+    assert len(engine.submitted) == 2 * send_command.SEND_WINDOW
+    n = send_command.SEND_WINDOW
     while not d.called:
         for submitted in engine.submitted[n:]:
             submitted.deferred.callback("id")
@@ -546,7 +547,7 @@ def test_send_command_keeps_a_bounded_window(harness, engine):
 
 
 def test_send_command_error(auto):
-    d, out, err = run(cli.run_send, auto,
+    d, out, err = run(send_command.run_send, auto,
                       ["send", "--connect", "tcp:x:1", "--to", "q@router-x", "--count", "3"])
     auto.flush()
     assert result_of(d) == 1
@@ -563,7 +564,7 @@ def test_send_command_cannot_connect(harness):
         return fail(SessionError(CONNECTION_LOST, "Connection was refused"))
 
     out, err = io.StringIO(), io.StringIO()
-    d = ensureDeferred(cli.run_send(harness.clock, parse(
+    d = ensureDeferred(send_command.run_send(harness.clock, parse(
         ["send", "--connect", "tcp:127.0.0.1:1", "--to", "q"]), out, err, connect=refused))
     assert result_of(d) == 1
     assert "cannot open a session at tcp:127.0.0.1:1" in err.getvalue()
@@ -596,7 +597,7 @@ def test_connect_must_be_an_endpoint_string(harness, command, endpoint, fragment
     C{--connect HOST:PORT} is a usage error (exit status 2) that says how
     to write it, not a traceback; the command connects nowhere.
     """
-    connect = {"send": cli.run_send, "receive": cli.run_receive}[command[0]]
+    connect = {"send": send_command.run_send, "receive": receive_command.run_receive}[command[0]]
     out, err = io.StringIO(), io.StringIO()
     options = parse(command + ["--connect", endpoint])
     d = ensureDeferred(connect(harness.clock, options, out, err,
@@ -631,7 +632,7 @@ def test_every_connect_is_checked(harness):
     """
     out, err = io.StringIO(), io.StringIO()
     options = parse(["send", "--to", "q", "-c", "127.0.0.1:6101", "-c", "tcp:127.0.0.1:6001"])
-    d = ensureDeferred(cli.run_send(harness.clock, options, out, err,
+    d = ensureDeferred(send_command.run_send(harness.clock, options, out, err,
                                     connect=harness.connect_for_cli))
     assert result_of(d) == 2
     assert err.getvalue().startswith("meshroute: --connect 127.0.0.1:6101: not an endpoint")
@@ -648,7 +649,7 @@ def test_cannot_connect_names_every_endpoint(harness):
         return fail(SessionError(CONNECTION_LOST, "Connection was refused"))
 
     out, err = io.StringIO(), io.StringIO()
-    d = ensureDeferred(cli.run_receive(harness.clock, parse(
+    d = ensureDeferred(receive_command.run_receive(harness.clock, parse(
         ["receive", "-c", "tcp:127.0.0.1:1", "-c", "tcp:127.0.0.1:2", "--queue", "q"]),
         out, err, connect=refused))
     assert result_of(d) == 1
@@ -664,7 +665,7 @@ def test_a_message_larger_than_a_frame_is_a_usage_error_naming_the_limit():
         parse(["send", "--connect", "tcp:x:1", "--to", "q", "--body", "x" * f.MAX_FRAME_SIZE])
     # Well below it is fine, and --help says what the limit is.
     parse(["send", "--connect", "tcp:x:1", "--to", "q", "--size", str(f.MAX_FRAME_SIZE // 2)])
-    assert limit in " ".join(str(cli.SendOptions()).split())
+    assert limit in " ".join(str(send_command.SendOptions()).split())
 
 
 def test_status_of_something_that_is_not_an_admin_api(capsys):
@@ -712,7 +713,7 @@ def test_receive_command_json(harness, engine):
     message = engine.message("q", b"\xff\xfe", {"k": "v"})
     engine.store.accept(message)
     engine.enqueue("q", "héllo".encode())
-    d, out, err = run(cli.run_receive, harness,
+    d, out, err = run(receive_command.run_receive, harness,
                       ["receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "2",
                        "--json"])
     harness.flush()
@@ -726,7 +727,7 @@ def test_receive_command_json(harness, engine):
 
 def test_receive_command_takes_no_more_than_count(harness, engine):
     engine.enqueue("q", *[b"%d" % n for n in range(5)])
-    d, out, err = run(cli.run_receive, harness,
+    d, out, err = run(receive_command.run_receive, harness,
                       ["receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "2"])
     harness.flush()
     assert result_of(d) == 0
@@ -742,7 +743,7 @@ def test_receive_command_takes_no_more_than_count(harness, engine):
 
 def test_receive_command_timeout(harness, engine, clock):
     engine.enqueue("q", b"only")
-    d, out, err = run(cli.run_receive, harness,
+    d, out, err = run(receive_command.run_receive, harness,
                       ["receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "3",
                        "--timeout", "2"])
     harness.flush()
@@ -756,7 +757,7 @@ def test_receive_command_timeout(harness, engine, clock):
 
 
 def test_receive_command_timeout_without_count_is_success(harness, engine, clock):
-    d, out, err = run(cli.run_receive, harness,
+    d, out, err = run(receive_command.run_receive, harness,
                       ["receive", "--connect", "tcp:x:1", "--queue", "q", "--timeout", "1"])
     harness.flush()
     clock.advance(1)
@@ -766,7 +767,7 @@ def test_receive_command_timeout_without_count_is_success(harness, engine, clock
 
 
 def test_receive_command_connection_lost(harness, engine):
-    d, out, err = run(cli.run_receive, harness,
+    d, out, err = run(receive_command.run_receive, harness,
                       ["receive", "--connect", "tcp:x:1", "--queue", "q"])
     harness.flush()
     harness.endpoint.pump.serverIO.loseConnection()
@@ -776,7 +777,7 @@ def test_receive_command_connection_lost(harness, engine):
 
 
 def test_receive_command_bad_queue(harness):
-    d, out, err = run(cli.run_receive, harness,
+    d, out, err = run(receive_command.run_receive, harness,
                       ["receive", "--connect", "tcp:x:1", "--queue", "no/such"])
     harness.flush()
     assert result_of(d) == 1

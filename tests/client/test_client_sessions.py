@@ -11,6 +11,8 @@ import gc
 
 import pytest
 
+from meshroute import cli
+from meshroute.cli import receive_command, send_command
 from meshroute.client import (
     DISCONNECT,
     FAILOVER,
@@ -929,8 +931,6 @@ def test_subscribe_refused(clock, endpoint):
 
 
 def parse(argv):
-    from meshroute import cli
-
     options = cli.Options()
     options.parseOptions(argv)
     return options.subOptions
@@ -1029,9 +1029,7 @@ def test_send_retries_unblocked_sends_with_their_duplicate_ids(clock, endpoint):
     the router (which keeps duplicate ids across restarts) enqueues each
     once, and the command succeeds.
     """
-    from meshroute import cli
-
-    d, out, err = _run(cli.run_send, clock, endpoint, [
+    d, out, err = _run(send_command.run_send, clock, endpoint, [
         "send", "--connect", "tcp:x:1", "--to", "q", "--count", "3",
         "--duplicate-id-prefix", "run-1-", "--reconnect-attempts", "5"])
     router = endpoint.accept()
@@ -1057,9 +1055,7 @@ def test_send_retries_unblocked_sends_with_their_duplicate_ids(clock, endpoint):
 
 
 def test_send_without_duplicate_ids_does_not_guess(clock, endpoint):
-    from meshroute import cli
-
-    d, out, err = _run(cli.run_send, clock, endpoint, [
+    d, out, err = _run(send_command.run_send, clock, endpoint, [
         "send", "--connect", "tcp:x:1", "--to", "q", "--count", "2",
         "--reconnect-attempts", "1"])
     router = endpoint.accept()
@@ -1075,9 +1071,7 @@ def test_send_without_duplicate_ids_does_not_guess(clock, endpoint):
 
 
 def test_send_rides_out_a_cut_with_a_window(clock, endpoint):
-    from meshroute import cli
-
-    d, out, err = _run(cli.run_send, clock, endpoint, [
+    d, out, err = _run(send_command.run_send, clock, endpoint, [
         "send", "--connect", "tcp:x:1", "--to", "q", "--count", "3",
         "--reconnect-attempts", "1", "--confirmation-window-size", "100000"])
     router = endpoint.accept()
@@ -1096,9 +1090,7 @@ def test_send_rides_out_a_cut_with_a_window(clock, endpoint):
 
 
 def test_send_gives_up(clock, endpoint):
-    from meshroute import cli
-
-    d, out, err = _run(cli.run_send, clock, endpoint, [
+    d, out, err = _run(send_command.run_send, clock, endpoint, [
         "send", "--connect", "tcp:x:1", "--to", "q", "--duplicate-id-prefix", "p"])
     router = endpoint.accept()
     router.open()
@@ -1111,9 +1103,7 @@ def test_send_gives_up(clock, endpoint):
 
 
 def test_receive_resubscribes_after_a_recreation(clock, endpoint):
-    from meshroute import cli
-
-    d, out, err = _run(cli.run_receive, clock, endpoint, [
+    d, out, err = _run(receive_command.run_receive, clock, endpoint, [
         "receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "2", "--prefetch", "5",
         "--reconnect-attempts", "1"])
     router = endpoint.accept()
@@ -1178,9 +1168,7 @@ def test_cancelling_connect_while_opening(clock, endpoint):
 
 
 def test_receive_subscribes_again_when_unblocked(clock, endpoint):
-    from meshroute import cli
-
-    d, out, err = _run(cli.run_receive, clock, endpoint, [
+    d, out, err = _run(receive_command.run_receive, clock, endpoint, [
         "receive", "--connect", "tcp:x:1", "--queue", "q", "--count", "1",
         "--reconnect-attempts", "1"])
     router = endpoint.accept()

@@ -11,7 +11,8 @@ from twisted.internet.task import Clock
 
 from support.spark import spark  # noqa: F401 (a fixture)
 
-from meshroute.events import _ENCODE, EventLog, _encoded, event_files
+from meshroute.events import EventLog, event_files
+from meshroute.events.encoding import encode_record, encode_records
 
 
 # The cheap encoder: byte for byte what the JSON encoder writes.
@@ -41,7 +42,7 @@ def test_records_are_byte_for_byte_the_json_encoders(time, router, event, fields
     row = tuple(value for _, value in fields)
     record = {"time": time, "router": router, "event": event}
     record.update(zip(names, row))
-    assert _encoded(time, router, event, names, [row]) == _ENCODE(record)
+    assert encode_records(time, router, event, names, [row]) == encode_record(record)
 
 
 @settings(max_examples=300, deadline=None)
@@ -67,8 +68,8 @@ def test_a_batch_of_records_is_byte_for_byte_the_json_encoders(time, router, eve
     rows = data.draw(st.lists(st.tuples(*[st.sampled_from(pool) for _ in names]),
                               min_size=1, max_size=9))
     head = {"time": time, "router": router, "event": event}
-    assert _encoded(time, router, event, names, rows) == "\n".join(
-        _ENCODE({**head, **dict(zip(names, row))}) for row in rows)
+    assert encode_records(time, router, event, names, rows) == "\n".join(
+        encode_record({**head, **dict(zip(names, row))}) for row in rows)
 
 
 def test_emit_many_writes_one_record_per_row_in_order(tmp_path):

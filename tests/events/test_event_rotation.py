@@ -29,6 +29,7 @@ from meshroute.events import (
     events_dir,
     read_events,
 )
+from meshroute.events import reading, writer
 
 #: 2023-11-14T22:13:20Z
 T0 = 1_700_000_000.0
@@ -371,9 +372,7 @@ def test_a_reader_follows_a_file_closed_after_it_was_listed(tmp_path, monkeypatc
                     '{"time":1,"router":"r","event":"a"}\n{"time":2,"router":"r","event":"b"}\n')
     listed = event_files(str(tmp_path))
     os.rename(path, path[:-len(OPEN_SUFFIX)])
-    import meshroute.events
-
-    monkeypatch.setattr(meshroute.events, "event_files", lambda data_dir: listed)
+    monkeypatch.setattr(reading, "event_files", lambda data_dir: listed)
     assert [r["event"] for r in read_events(str(tmp_path))] == ["a", "b"]
 
 
@@ -385,12 +384,10 @@ def test_a_reader_reads_the_current_file_once_if_it_is_closed_while_listing(
     meanwhile (and maybe the next one too), it is read once, in its
     place, and none of its records is missed.
     """
-    import meshroute.events
-
     clock = at()
     log = EventLog(str(tmp_path), "r", clock)
     emit_batches(log, clock, [2])
-    listing = meshroute.events.event_files
+    listing = reading.event_files
 
     def rotating_listing(data_dir):
         for n in range(rotations):
@@ -398,7 +395,7 @@ def test_a_reader_reads_the_current_file_once_if_it_is_closed_while_listing(
             emit_batches(log, clock, [2], first=2 + 2 * n)
         return listing(data_dir)
 
-    monkeypatch.setattr(meshroute.events, "event_files", rotating_listing)
+    monkeypatch.setattr(reading, "event_files", rotating_listing)
     # What was written until its file was closed: the file being written
     # at the end of the listing is not read.
     assert [r["n"] for r in read_events(str(tmp_path))] == list(range(2 * rotations))
@@ -492,8 +489,6 @@ def test_the_writer_waits_for_the_closer_past_max_closing(tmp_path, monkeypatch)
     """
     import threading
 
-    import meshroute.events
-
     clock = at()
     log = EventLog(str(tmp_path), "r", clock, close_in_thread=True)
     gate = threading.Event()
@@ -504,7 +499,7 @@ def test_the_writer_waits_for_the_closer_past_max_closing(tmp_path, monkeypatch)
         close(*args)
 
     monkeypatch.setattr(log._closed_files, "close", held_close)
-    monkeypatch.setattr(meshroute.events, "MAX_CLOSING", 3)
+    monkeypatch.setattr(writer, "MAX_CLOSING", 3)
 
     def one_file(n: int) -> None:
         log.emit("e", n=n)

@@ -20,7 +20,7 @@ from support.spark import spark  # noqa: F401 (a fixture)
 from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 from support.audit_testing import audit
 
-from meshroute.audit.job import EXIT_OK
+from meshroute.audit.running import EXIT_OK
 from meshroute.events import OPEN_SUFFIX, event_files
 
 QUEUE = "q"

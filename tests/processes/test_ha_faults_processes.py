@@ -18,7 +18,7 @@ from support.proxy import TcpProxy
 from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 from support.audit_testing import audit
 
-from meshroute.audit.job import EXIT_OK
+from meshroute.audit.running import EXIT_OK
 
 HEARTBEAT_S = 0.2
 LEASE_S = 1.0

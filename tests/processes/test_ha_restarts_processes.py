@@ -34,7 +34,7 @@ from support.routers import (  # noqa: F401 (mesh is a fixture)
 )
 from support.audit_testing import audit
 
-from meshroute.audit.job import EXIT_OK
+from meshroute.audit.running import EXIT_OK
 
 HEARTBEAT_S = 0.1
 LEASE_S = 1.0

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshroute import cli
+from meshroute.cli import user_commands
 from meshroute.errors import ConfigError
 from meshroute.security.credentials import derive, password_matches
 from meshroute.security.users import (
@@ -142,7 +143,7 @@ def run_user(argv, stdin=""):
     options = cli.Options()
     options.parseOptions(["user", *argv])
     sub = options.subOptions
-    command = cli.USER_COMMANDS[sub.subCommand]
+    command = user_commands.USER_COMMANDS[sub.subCommand]
     kwargs = {"stdin": io.StringIO(stdin)} if sub.subCommand == "add" else {}
     code = command(sub.subOptions, out, err, **kwargs)
     return code, out.getvalue(), err.getvalue()

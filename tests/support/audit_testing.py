@@ -7,7 +7,9 @@ that audit their runs.
 import io
 import json
 from pathlib import Path
-from meshroute.audit.job import EXIT_BAD_INPUT, AuditSettings, run
+from meshroute.audit.job import run
+from meshroute.audit.running import EXIT_BAD_INPUT
+from meshroute.audit.settings import AuditSettings
 
 
 def audit(spark, inputs, out, **options):

@@ -17,7 +17,8 @@ import pytest
 @pytest.fixture(scope="session")
 def spark():
     pytest.importorskip("pyspark")
-    from meshroute.audit.job import AuditSettings, start_spark
+    from meshroute.audit.running import start_spark
+    from meshroute.audit.settings import AuditSettings
 
     settings = AuditSettings(
         inputs=[], out="", master="local[2]", quiet=True,

@@ -1,15 +1,15 @@
 """
-Tests for L{meshroute.status}: the table formatter and the views' columns,
-without a router; and how C{meshroute status} finds an admin API in a
-router's configuration.
+Tests for L{meshroute.cli.status_views}: the table formatter and the
+views' columns, without a router; and how C{meshroute status} finds an
+admin API in a router's configuration (L{meshroute.cli.status_command}).
 """
 
 import pytest
 
-from meshroute import cli
+from meshroute.cli.status_command import admin_url
+from meshroute.cli.status_views import age, format_table, format_view, last_topology_change
 from meshroute.router.admin_settings import AdminConfig
 from meshroute.errors import ConfigError
-from meshroute.status import age, format_table, format_view, last_topology_change
 
 
 def test_columns_are_as_wide_as_their_widest_cell():
@@ -94,10 +94,10 @@ def test_each_view_has_its_columns():
 ])
 def test_the_admin_url_of_a_configuration(endpoint, url):
     config = type("Config", (), {"path": "r.toml", "admin": AdminConfig(endpoint)})
-    assert cli.admin_url(config) == url
+    assert admin_url(config) == url
 
 
 def test_a_unix_admin_endpoint_needs_admin_url():
     config = type("Config", (), {"path": "r.toml", "admin": AdminConfig("unix:/run/a.sock")})
     with pytest.raises(ConfigError, match="admin.endpoint"):
-        cli.admin_url(config)
+        admin_url(config)
