@@ -77,6 +77,13 @@ Delivery rules:
    consumer: when a dispatch comes to it, it goes to C{$expired} instead
    (L{meshroute.expiry}), and so does one a session held back and finds
    expired (L{Subscription.expire}).
+
+One piece, on purpose: L{QueueManager}, its consumers (L{Subscription})
+and the deliveries a transaction holds (L{TransactionAcks}) change one
+queue's state together, under one dispatch loop that must not nest, so
+they stay in one module, at about 800 lines; what is separable is apart:
+a queue's state (L{meshroute.router.queue_state}) and its read-ahead from
+the store (L{meshroute.router.read_ahead}).
 """
 
 import itertools
