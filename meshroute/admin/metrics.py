@@ -41,7 +41,7 @@ from twisted.web.wsgi import WSGIResource
 from meshroute import __version__, events
 from meshroute.harules import role
 from meshroute.link.stages import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
-from meshroute.sessions.session import CLOSING, DISCONNECTED, OPEN
+from meshroute.sessions.served import CLOSING, DISCONNECTED, OPEN
 
 #: Every stage of a routing link, so that each peer's stage is shown as
 #: one series per stage, 1 for the stage it is in (0 for all while no

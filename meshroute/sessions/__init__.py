@@ -3,7 +3,7 @@ The router's side of its clients: their sessions, and the listener that
 speaks the native client protocol to them.
 
 One session core, one connection machine, thin protocols:
-L{meshroute.sessions.session} is the session logic (subscriptions,
+L{meshroute.sessions.served} is the session logic (subscriptions,
 credit, acknowledgements, transactions, the answers and what a
 disconnected session holds) for every protocol, and
 L{meshroute.sessions.lifecycle} the life of every client connection
@@ -11,14 +11,14 @@ L{meshroute.sessions.lifecycle} the life of every client connection
 limits and every way it ends).  The session's commands are the native
 client frames, and what it writes goes to its connection, which speaks
 them to the client: the native connection
-(L{meshroute.sessions.connection}) writes them as they are, the STOMP
+(L{meshroute.sessions.native_connection}) writes them as they are, the STOMP
 connection (L{meshroute.stomp.connection}) numbers STOMP's frames as
 native commands and writes the answers as STOMP.  The connections of
 either listener are watched by one
 L{meshroute.sessions.watch.ConnectionWatch} each (TTL, partial frames,
 stage-valid-timeout).
 
- - L{meshroute.sessions.session}: the router's side of one session, an
+ - L{meshroute.sessions.served}: the router's side of one session, an
    Automat machine; a session outlives its connections.
  - L{meshroute.sessions.lifecycle}: the router's side of one client
    connection, whatever its protocol, an Automat machine over a core
@@ -26,9 +26,9 @@ stage-valid-timeout).
  - L{meshroute.sessions.listener}: the Twisted protocol and factory
    every client listener builds on (the producer, the buffers, the
    watch).
- - L{meshroute.sessions.connection}: what native frames mean to the
+ - L{meshroute.sessions.native_connection}: what native frames mean to the
    connection machine (open, authentication, attach, commands).
- - L{meshroute.sessions.protocol}: the thin native protocol and the
+ - L{meshroute.sessions.native_listener}: the thin native protocol and the
    L{ClientFactory} for the C{[clients.listener]} endpoint.
  - L{meshroute.sessions.transaction}, L{meshroute.sessions.limits},
    L{meshroute.sessions.permissions}, L{meshroute.sessions.tls},

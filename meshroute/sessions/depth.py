@@ -10,7 +10,7 @@ it was away.  After it returns the bound stays at C{max-depth} until the
 queue has drained to L{REVERT_FRACTION} of it, and only then reverts to
 C{queue-depth}: a client resuming with a full queue is not cut back at
 once.  What happens at the bound is the session's business
-(L{meshroute.sessions.session}): persistent messages stay in their
+(L{meshroute.sessions.served}): persistent messages stay in their
 queues, non-persistent ones are dropped as C{max-depth-policy} says.
 
 Pure: no reactor, no I/O.

@@ -50,7 +50,7 @@ from the client's first frame to the closed transport.
  - C{gone}: the transport is closed.
 
 What the machine asks of each protocol is what its core (a
-L{ConnectionCore} subclass: the native L{meshroute.sessions.connection},
+L{ConnectionCore} subclass: the native L{meshroute.sessions.native_connection},
 the STOMP L{meshroute.stomp.connection}) adds to this module's: L{vet
 <ConnectionCore.vet>} a hello, L{attach <ConnectionCore.attach>} its
 session, L{serve <ConnectionCore.serve>} a frame of the session's
@@ -105,10 +105,10 @@ from twisted.logger import Logger
 
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.permissions import Guard
-from meshroute.sessions.session import (
+from meshroute.sessions.served import (
     NO_EVENTS,
-    SESSION_MACHINE,
-    SessionCore,
+    SERVED_SESSION_MACHINE,
+    ServedSession,
     SessionRegistry,
     SessionSettings,
 )
@@ -292,7 +292,7 @@ class ConnectionCore(ABC):
     user: str | None = None
     mechanism: str = ""
     machine: ConnectionInputs | None = None
-    session: SessionCore | None = None
+    session: ServedSession | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
     made: float = 0.0
@@ -509,18 +509,18 @@ class ConnectionCore(ABC):
             return policy.names(self.user)
         return policy.credentials(self.user) is not None
 
-    def new_session(self, **more) -> SessionCore:
+    def new_session(self, **more) -> ServedSession:
         """
         A new session for this connection's user, with its permission
-        checks, and C{more} of the protocol's (L{SessionCore}'s fields);
+        checks, and C{more} of the protocol's (L{ServedSession}'s fields);
         the caller starts it.
         """
-        session = SessionCore(engine=self.engine, clock=self.clock, registry=self.registry,
+        session = ServedSession(engine=self.engine, clock=self.clock, registry=self.registry,
                               settings=self.settings, events=self.events, user=self.user,
                               **more)
         if self.user is not None:
             session.guard = Guard(self.security, self.user, self.engine.name, self.events)
-        session.machine = SESSION_MACHINE(session)
+        session.machine = SERVED_SESSION_MACHINE(session)
         self.session = session
         return session
 

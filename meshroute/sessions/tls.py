@@ -6,7 +6,7 @@ the listener ask every client for a certificate and verify the one it is
 given against that CA; a client without one may still connect, and
 authenticate with a password (SCRAM) over the encrypted connection.  A
 verified certificate's subject CN names the user it authenticates
-(C{EXTERNAL}, L{meshroute.sessions.connection}).
+(C{EXTERNAL}, L{meshroute.sessions.native_connection}).
 
 Twisted's C{ssl:} server endpoint string has no option for a client CA,
 so the listener's endpoint is made from the string as usual and its TLS

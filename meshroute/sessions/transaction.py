@@ -82,7 +82,7 @@ class TransactionCore:
     """
     What one transaction holds, and the I/O of its end.
 
-    @ivar session: the L{meshroute.sessions.session.SessionCore} it belongs
+    @ivar session: the L{meshroute.sessions.served.ServedSession} it belongs
         to: it answers the commands and carries out what is not held.
     @ivar sends: the Send frames held, in order.
     @ivar acks: the deliveries acknowledged, taken from their consumers

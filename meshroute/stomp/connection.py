@@ -1,6 +1,6 @@
 """
 The router's side of one STOMP connection: a thin adapter between STOMP
-frames and the session core (L{meshroute.sessions.session}), which does
+frames and the session core (L{meshroute.sessions.served}), which does
 the work for native and STOMP clients alike (docs/stomp.md).  Its stages
 are the connection machine every client protocol shares
 (L{meshroute.sessions.lifecycle}):
@@ -65,7 +65,7 @@ from meshroute.security.credentials import password_matches
 from meshroute.security.scram import decoy_credentials
 from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
 from meshroute.sessions.permissions import CONNECT, denied
-from meshroute.sessions.session import STOMP
+from meshroute.sessions.served import STOMP
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
 from meshroute.stomp.frames import (
     HEARTBEAT_BYTES,

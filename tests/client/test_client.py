@@ -37,7 +37,7 @@ from meshroute.client import (
     describe_body,
 )
 from meshroute.wire import client_frames as f
-from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.native_listener import ClientFactory
 
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
 from support.fake_router import ROUTER, FakeEngine, Harness
@@ -96,7 +96,7 @@ def test_connect_refused_by_the_router(clock, tmp_path):
     engine = FakeEngine(str(tmp_path / "s.sqlite"), clock)
     try:
         h = Harness(engine, clock)
-        from meshroute.sessions.connection import NativeConnectionCore
+        from meshroute.sessions.native_connection import NativeConnectionCore
 
         original = NativeConnectionCore.vet_open
         NativeConnectionCore.vet_open = lambda self, frame: (

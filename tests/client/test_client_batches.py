@@ -15,9 +15,9 @@ import pytest
 from meshroute.client import TOO_LARGE, Producer, SendError, UnblockedError
 from meshroute.client import send_batching
 from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
-from meshroute.sessions import connection as connection_module
+from meshroute.sessions import native_connection as connection_module
 from meshroute.wire import client_frames as f
-from meshroute.sessions import session as session_module
+from meshroute.sessions import served as served_module
 from meshroute.router.queues import READ_AHEAD
 
 from support.client_testing import failure_of, result_of
@@ -36,13 +36,13 @@ def batches(monkeypatch) -> list:
     The SendBatch frames the router carries out, as (first id, messages).
     """
     seen = []
-    carry_out = session_module.SessionCore.send_batch
+    carry_out = served_module.ServedSession.send_batch
 
     def send_batch(core, frame, skip):
         seen.append((frame.first_command_id, len(frame.messages)))
         return carry_out(core, frame, skip)
 
-    monkeypatch.setattr(session_module.SessionCore, "send_batch", send_batch)
+    monkeypatch.setattr(served_module.ServedSession, "send_batch", send_batch)
     return seen
 
 
@@ -113,8 +113,8 @@ def test_other_commands_keep_their_place_after_the_sends_of_the_turn(harness, en
 def test_a_consumer_takes_deliver_batches_and_acks_a_turn_with_one_frame(
         harness, store, frames_to_client, monkeypatch):
     acks = []
-    take_ack = session_module.HOT_FRAMES[f.Ack]
-    monkeypatch.setitem(session_module.HOT_FRAMES, f.Ack,
+    take_ack = served_module.HOT_FRAMES[f.Ack]
+    monkeypatch.setitem(served_module.HOT_FRAMES, f.Ack,
                         lambda core, frame: (acks.append(frame.delivery_ids),
                                              take_ack(core, frame)))
     producer = harness.connect("producer")
@@ -202,8 +202,8 @@ def test_a_slow_consumer_holds_the_producer_back_without_loss(harness, engine, s
 def test_ack_through_acknowledges_every_earlier_message_with_one_frame(harness, store,
                                                                        monkeypatch):
     frames = []
-    take = session_module.HOT_FRAMES[f.AckThrough]
-    monkeypatch.setitem(session_module.HOT_FRAMES, f.AckThrough,
+    take = served_module.HOT_FRAMES[f.AckThrough]
+    monkeypatch.setitem(served_module.HOT_FRAMES, f.AckThrough,
                         lambda core, frame: (frames.append(frame), take(core, frame)))
     producer = harness.connect("producer")
     consumer = harness.connect("consumer")

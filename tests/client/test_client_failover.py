@@ -1,6 +1,6 @@
 """
 The client's failover against the router's real side of the contract
-(L{meshroute.sessions.protocol.ClientFactory} with a fake engine), through
+(L{meshroute.sessions.native_listener.ClientFactory} with a fake engine), through
 in-memory connections the tests cut: reattachment with replay, recreation
 after keep-alive, the router's TTL against the client's pings, duplicate
 ids across a recreation.  Everything runs on a C{task.Clock}.
@@ -12,8 +12,8 @@ from twisted.internet.defer import succeed
 from twisted.test import iosim
 
 from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpoint
-from meshroute.sessions.protocol import ClientFactory
-from meshroute.sessions.session import SessionSettings
+from meshroute.sessions.native_listener import ClientFactory
+from meshroute.sessions.served import SessionSettings
 
 from support.fake_router import FakeEngine
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401

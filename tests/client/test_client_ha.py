@@ -33,7 +33,7 @@ from meshroute.client import (
 )
 from meshroute.wire import client_frames as f
 from meshroute.sessions.ha_view import HAView
-from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.native_listener import ClientFactory
 
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
 from support.fake_router import ROUTER, SESSION, FakeEngine, ScriptedEndpoint

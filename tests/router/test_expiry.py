@@ -28,8 +28,8 @@ from meshroute.messages import (
 )
 from meshroute.router.queues import QueueManager
 from meshroute.routing.table import RouteTable
-from meshroute.sessions.protocol import ClientFactory
-from meshroute.sessions.session import SessionSettings
+from meshroute.sessions.native_listener import ClientFactory
+from meshroute.sessions.served import SessionSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 

@@ -14,7 +14,7 @@ from twisted.internet.testing import StringTransport
 from meshroute import events
 from meshroute.client import ClientOptions, SendError, SessionError, connect_endpoint
 from meshroute.wire import client_frames as f
-from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.native_listener import ClientFactory
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import ScramServer

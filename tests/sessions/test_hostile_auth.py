@@ -15,8 +15,8 @@ from twisted.internet.task import Clock
 
 from meshroute.wire import client_frames as f
 from meshroute.sessions.limits import ClientLimits
-from meshroute.sessions.protocol import ClientFactory
-from meshroute.sessions.session import SessionSettings
+from meshroute.sessions.native_listener import ClientFactory
+from meshroute.sessions.served import SessionSettings
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import MECHANISM, ScramClient

@@ -22,8 +22,8 @@ from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
 
 from meshroute.wire import client_frames as f
-from meshroute.sessions.protocol import ClientFactory
-from meshroute.sessions.session import MAX_HELD_ANSWERS
+from meshroute.sessions.native_listener import ClientFactory
+from meshroute.sessions.served import MAX_HELD_ANSWERS
 from meshroute.wire.codec import encode
 
 from support.fake_router import FakeEngine

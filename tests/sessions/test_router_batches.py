@@ -10,11 +10,11 @@ frames.  The real engine and SQLite store run inline on a C{task.Clock}.
 import pytest
 
 from meshroute import events as event_names
-from meshroute.sessions import session as session_module
+from meshroute.sessions import served as served_module
 from meshroute.wire import client_frames as f
 from meshroute.router.acceptance import BacklogFull
 
-from test_router_sessions import Connection, deliveries, make_factory, only
+from test_served_session import Connection, deliveries, make_factory, only
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
 from test_router_transactions import factory  # noqa: F401 (a fixture)
 
@@ -261,7 +261,7 @@ def test_a_written_batch_leaves_its_last_deliveries_for_a_resume(engine, clock):
 
 def test_a_delivery_too_large_for_a_batch_travels_alone_and_is_kept_for_a_resume(
         factory, connection, clock, monkeypatch):
-    monkeypatch.setattr(session_module, "DELIVER_BATCH_MAX_BYTES", 10)
+    monkeypatch.setattr(served_module, "DELIVER_BATCH_MAX_BYTES", 10)
     waiting = consumer(factory, [4])
     waiting.received()
     session_id = factory.describe()[1]["session_id"]

@@ -12,12 +12,12 @@ from meshroute import events as event_names
 from meshroute.messages import message_of
 from meshroute.wire import client_frames as f
 from meshroute.sessions import transaction as transaction_module
-from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.native_listener import ClientFactory
 from meshroute.store import DuplicateMessage
 
 from support.fake_router import ROUTER
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
-from test_router_sessions import SETTINGS, Connection, deliveries, only
+from test_served_session import SETTINGS, Connection, deliveries, only
 
 
 @pytest.fixture

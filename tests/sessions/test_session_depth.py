@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from twisted.internet.testing import StringTransport
 
 from meshroute.sessions.depth import REVERT_FRACTION, SessionDepth
-from meshroute.sessions.protocol import ClientFactory
-from meshroute.sessions.session import DROP_OLDEST, SessionSettings
+from meshroute.sessions.native_listener import ClientFactory
+from meshroute.sessions.served import DROP_OLDEST, SessionSettings
 from meshroute.wire import client_frames as f
 
 from support.router_connection import Connection

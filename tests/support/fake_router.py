@@ -2,7 +2,7 @@
 The router, faked for client tests: one module, three depths of fake.
 
  - L{FakeEngine}: the router's message engine under the real router-side
-   listener (L{meshroute.sessions.protocol.ClientFactory}), with a real
+   listener (L{meshroute.sessions.native_listener.ClientFactory}), with a real
    queue manager over a real SQLite store run inline; what C{submit}
    does is up to the test (each call returns a Deferred the test fires,
    L{FakeEngine.submitted}), or, with C{auto=True}, local messages are
@@ -31,7 +31,7 @@ from meshroute.client import connect_endpoint
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
 from meshroute.router.queues import QueueManager
-from meshroute.sessions.protocol import ClientFactory
+from meshroute.sessions.native_listener import ClientFactory
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode

@@ -25,7 +25,7 @@ survive failures").
 The connection (C{awaiting_hello → vetting → attached → closing →
 gone}) is another, smaller machine, the same for every client protocol
 (L{meshroute.sessions.lifecycle}); the native one
-(L{meshroute.sessions.connection}) turns each command and C{Received}
+(L{meshroute.sessions.native_connection}) turns each command and C{Received}
 frame into an input of the session's machine, and a frame the session's
 state has no transition for (C{NoTransition}) into C{Error(0,
 "bad-command")}.
@@ -58,7 +58,7 @@ What the session holds, and its bounds:
  - B{owners}: every delivery not yet acknowledged, by session delivery id
    (ids are per session, from 1, increasing; they may skip numbers).
 
-The machine holds no data: L{SessionCore} keeps the session's state and
+The machine holds no data: L{ServedSession} keeps the session's state and
 does its I/O.  Its transaction (protocol version 2) is a machine of its
 own, L{meshroute.sessions.transaction}: the session hands it every Send
 and Ack, and it carries them out at once or holds them until the commit.
@@ -126,7 +126,7 @@ DROP_NEWEST = "drop-newest"
 MAX_DEPTH_POLICIES = (DROP_OLDEST, DROP_NEWEST)
 
 
-class SessionInputs(Protocol):
+class ServedSessionInputs(Protocol):
     """
     Everything that can happen to a session.
     """
@@ -231,20 +231,20 @@ class SessionRegistry:
     """
 
     def __init__(self) -> None:
-        self.sessions: dict[str, "SessionCore"] = {}
-        self._by_notice_id: dict[str, "SessionCore"] = {}
+        self.sessions: dict[str, "ServedSession"] = {}
+        self._by_notice_id: dict[str, "ServedSession"] = {}
 
-    def add(self, core: "SessionCore") -> None:
+    def add(self, core: "ServedSession") -> None:
         self.sessions[core.session_id] = core
         self._by_notice_id[core.notice_id] = core
 
-    def remove(self, core: "SessionCore") -> None:
+    def remove(self, core: "ServedSession") -> None:
         if self.sessions.get(core.session_id) is core:
             del self.sessions[core.session_id]
         if self._by_notice_id.get(core.notice_id) is core:
             del self._by_notice_id[core.notice_id]
 
-    def resumable(self, session_id: str) -> "SessionCore | None":
+    def resumable(self, session_id: str) -> "ServedSession | None":
         """
         The session C{session_id} if it can be resumed (open on another
         connection, or disconnected; a native one: STOMP has no resume).
@@ -263,7 +263,7 @@ class SessionRegistry:
     def expired_notice(self, notice_id: str, msg_id: str, address: str, router: str) -> bool:
         """
         Message C{msg_id} that the session of C{notice_id}
-        (L{SessionCore.notice_id}) sent to C{address} expired at
+        (L{ServedSession.notice_id}) sent to C{address} expired at
         C{router}: tell the session, if it is here and not ended.  Returns
         whether it was.
         """
@@ -283,7 +283,7 @@ NO_EVENTS = _NoEvents()
 
 
 @dataclass(eq=False)
-class SessionCore:
+class ServedSession:
     """
     The data of one session and the I/O its behaviours perform.
 
@@ -325,7 +325,7 @@ class SessionCore:
     registry: SessionRegistry
     settings: SessionSettings = field(default_factory=SessionSettings)
     events: object = NO_EVENTS
-    machine: SessionInputs | None = None
+    machine: ServedSessionInputs | None = None
     connection: object = None
     state: str = OPEN
     session_id: str = ""
@@ -1125,7 +1125,7 @@ class SessionCore:
 
     # -- losing and resuming the connection ---------------------------------------
 
-    def disconnect(self, inputs: SessionInputs, reason: str) -> None:
+    def disconnect(self, inputs: ServedSessionInputs, reason: str) -> None:
         """
         The connection is gone without Close: keep the session for
         keep-alive (or end it now if it cannot be resumed).
@@ -1331,57 +1331,57 @@ class SessionCore:
 
 
 def _build_session_machine():
-    builder = TypeMachineBuilder(SessionInputs, SessionCore)
+    builder = TypeMachineBuilder(ServedSessionInputs, ServedSession)
     open_ = builder.state("open")
     disconnected = builder.state("disconnected")
     draining = builder.state("draining")
     closed = builder.state("closed")
     expired = builder.state("expired")
 
-    @open_.upon(SessionInputs.got_send).loop()
-    def send(inputs: SessionInputs, core: SessionCore, frame: f.Send) -> None:
+    @open_.upon(ServedSessionInputs.got_send).loop()
+    def send(inputs: ServedSessionInputs, core: ServedSession, frame: f.Send) -> None:
         core.take_send(frame)
 
-    @open_.upon(SessionInputs.got_send_batch).loop()
-    def send_batch(inputs: SessionInputs, core: SessionCore, frame: f.SendBatch) -> None:
+    @open_.upon(ServedSessionInputs.got_send_batch).loop()
+    def send_batch(inputs: ServedSessionInputs, core: ServedSession, frame: f.SendBatch) -> None:
         core.take_send_batch(frame)
 
-    @open_.upon(SessionInputs.got_ack_through).loop()
-    def ack_through(inputs: SessionInputs, core: SessionCore, frame: f.AckThrough) -> None:
+    @open_.upon(ServedSessionInputs.got_ack_through).loop()
+    def ack_through(inputs: ServedSessionInputs, core: ServedSession, frame: f.AckThrough) -> None:
         core.take_ack_through(frame)
 
-    @open_.upon(SessionInputs.got_subscribe).loop()
-    def subscribe(inputs: SessionInputs, core: SessionCore, frame: f.Subscribe) -> None:
+    @open_.upon(ServedSessionInputs.got_subscribe).loop()
+    def subscribe(inputs: ServedSessionInputs, core: ServedSession, frame: f.Subscribe) -> None:
         if core.accept_command(frame):
             core.subscribe(frame)
 
-    @open_.upon(SessionInputs.got_unsubscribe).loop()
-    def unsubscribe(inputs: SessionInputs, core: SessionCore, frame: f.Unsubscribe) -> None:
+    @open_.upon(ServedSessionInputs.got_unsubscribe).loop()
+    def unsubscribe(inputs: ServedSessionInputs, core: ServedSession, frame: f.Unsubscribe) -> None:
         if core.accept_command(frame):
             core.unsubscribe(frame)
 
-    @open_.upon(SessionInputs.got_credit).loop()
-    def credit(inputs: SessionInputs, core: SessionCore, frame: f.Credit) -> None:
+    @open_.upon(ServedSessionInputs.got_credit).loop()
+    def credit(inputs: ServedSessionInputs, core: ServedSession, frame: f.Credit) -> None:
         core.take_credit(frame)
 
-    @open_.upon(SessionInputs.got_ack).loop()
-    def ack(inputs: SessionInputs, core: SessionCore, frame: f.Ack) -> None:
+    @open_.upon(ServedSessionInputs.got_ack).loop()
+    def ack(inputs: ServedSessionInputs, core: ServedSession, frame: f.Ack) -> None:
         core.take_ack(frame)
 
-    @open_.upon(SessionInputs.got_begin).loop()
-    def begin(inputs: SessionInputs, core: SessionCore, frame: f.Begin) -> None:
+    @open_.upon(ServedSessionInputs.got_begin).loop()
+    def begin(inputs: ServedSessionInputs, core: ServedSession, frame: f.Begin) -> None:
         core.transact(frame, "begin")
 
-    @open_.upon(SessionInputs.got_commit).loop()
-    def commit(inputs: SessionInputs, core: SessionCore, frame: f.Commit) -> None:
+    @open_.upon(ServedSessionInputs.got_commit).loop()
+    def commit(inputs: ServedSessionInputs, core: ServedSession, frame: f.Commit) -> None:
         core.transact(frame, "commit")
 
-    @open_.upon(SessionInputs.got_rollback).loop()
-    def rollback(inputs: SessionInputs, core: SessionCore, frame: f.Rollback) -> None:
+    @open_.upon(ServedSessionInputs.got_rollback).loop()
+    def rollback(inputs: ServedSessionInputs, core: ServedSession, frame: f.Rollback) -> None:
         core.transact(frame, "rollback")
 
-    @open_.upon(SessionInputs.got_close).to(draining)
-    def close(inputs: SessionInputs, core: SessionCore, frame: f.Close) -> None:
+    @open_.upon(ServedSessionInputs.got_close).to(draining)
+    def close(inputs: ServedSessionInputs, core: ServedSession, frame: f.Close) -> None:
         # A Close out of sequence fails the connection, which ends the
         # session (failed, below).
         if core.accept_command(frame, replayable=False):
@@ -1389,60 +1389,60 @@ def _build_session_machine():
 
     for state in (open_, draining):
 
-        @state.upon(SessionInputs.got_received).loop()
-        def received(inputs: SessionInputs, core: SessionCore, frame: f.Received) -> None:
+        @state.upon(ServedSessionInputs.got_received).loop()
+        def received(inputs: ServedSessionInputs, core: ServedSession, frame: f.Received) -> None:
             core.received(frame)
 
-        @state.upon(SessionInputs.failed).to(closed)
-        def failed(inputs: SessionInputs, core: SessionCore, code: str) -> None:
+        @state.upon(ServedSessionInputs.failed).to(closed)
+        def failed(inputs: ServedSessionInputs, core: ServedSession, code: str) -> None:
             core.abandon(code)
 
-    @open_.upon(SessionInputs.connection_lost).to(disconnected)
-    def lost(inputs: SessionInputs, core: SessionCore, reason: str) -> None:
+    @open_.upon(ServedSessionInputs.connection_lost).to(disconnected)
+    def lost(inputs: ServedSessionInputs, core: ServedSession, reason: str) -> None:
         core.disconnect(inputs, reason)
 
-    @disconnected.upon(SessionInputs.resumed).to(open_)
-    def resume(inputs: SessionInputs, core: SessionCore, connection, frame: f.Open) -> bool:
+    @disconnected.upon(ServedSessionInputs.resumed).to(open_)
+    def resume(inputs: ServedSessionInputs, core: ServedSession, connection, frame: f.Open) -> bool:
         core.resume(connection, frame)
         return True
 
     # A session that had stopped being resumable expires as soon as its
     # connection is taken from it: the connection that asked for it gets
     # a new one (Opened(reattached=false)).
-    expired.upon(SessionInputs.resumed).loop().returns(False)
+    expired.upon(ServedSessionInputs.resumed).loop().returns(False)
 
-    @disconnected.upon(SessionInputs.keep_alive_expired).to(expired)
-    def expire(inputs: SessionInputs, core: SessionCore) -> None:
+    @disconnected.upon(ServedSessionInputs.keep_alive_expired).to(expired)
+    def expire(inputs: ServedSessionInputs, core: ServedSession) -> None:
         core.expire()
 
-    @draining.upon(SessionInputs.drained).to(closed)
-    def drained(inputs: SessionInputs, core: SessionCore) -> None:
+    @draining.upon(ServedSessionInputs.drained).to(closed)
+    def drained(inputs: ServedSessionInputs, core: ServedSession) -> None:
         core.closed()
 
-    @draining.upon(SessionInputs.connection_lost).to(closed)
-    def lost_while_closing(inputs: SessionInputs, core: SessionCore, reason: str) -> None:
+    @draining.upon(ServedSessionInputs.connection_lost).to(closed)
+    def lost_while_closing(inputs: ServedSessionInputs, core: ServedSession, reason: str) -> None:
         core.abandon(reason)
 
     # Commands still in progress when a session ends finish with nobody to
     # tell; a drained check racing the end is moot.
     for state in (closed, expired):
-        state.upon(SessionInputs.drained).loop().returns(None)
+        state.upon(ServedSessionInputs.drained).loop().returns(None)
     return builder.build()
 
 
-#: Machine factory: C{SESSION_MACHINE(core)} returns the inputs object.
-SESSION_MACHINE = _build_session_machine()
+#: Machine factory: C{SERVED_SESSION_MACHINE(core)} returns the inputs object.
+SERVED_SESSION_MACHINE = _build_session_machine()
 
 
 #: The frames that, while the session is C{open} (its machine's state, as
-#: C{SessionCore.state} mirrors it), the connection's protocol hands
+#: C{ServedSession.state} mirrors it), the connection's protocol hands
 #: straight to the core's method, without Automat's transition (the data
 #: path: one per message or per batch).  Any other state goes through the
 #: machines, which refuse what has no transition.
 HOT_FRAMES = {
-    f.Send: SessionCore.take_send,
-    f.SendBatch: SessionCore.take_send_batch,
-    f.Ack: SessionCore.take_ack,
-    f.AckThrough: SessionCore.take_ack_through,
-    f.Credit: SessionCore.take_credit,
+    f.Send: ServedSession.take_send,
+    f.SendBatch: ServedSession.take_send_batch,
+    f.Ack: ServedSession.take_ack,
+    f.AckThrough: ServedSession.take_ack_through,
+    f.Credit: ServedSession.take_credit,
 }

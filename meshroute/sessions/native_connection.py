@@ -18,7 +18,7 @@ native protocol has them (docs/client-protocol.md, "Stages"):
    for an unknown user, a wrong password and a certificate naming nobody;
    or C{not-allowed}, for a session of another user).
  - Attached, command and C{Received} frames are inputs of the session's
-   machine (L{meshroute.sessions.session}); one its state does not allow
+   machine (L{meshroute.sessions.served}); one its state does not allow
    is a C{bad-command}.  C{Ping} is answered here.
  - The frames the core writes are native already: they go out as they
    are, C{Error(0, code, detail)} included.

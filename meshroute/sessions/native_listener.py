@@ -5,8 +5,8 @@ bytes in, frames out, machine inputs.
 L{ClientProtocol} feeds a L{FrameDecoder} over L{FROM_CLIENT}; each
 decoded frame becomes one input of the connection's machine
 (L{meshroute.sessions.lifecycle}, with the native core of
-L{meshroute.sessions.connection}), which hands commands to its session's
-machine (L{meshroute.sessions.session}).  A frame beyond the header
+L{meshroute.sessions.native_connection}), which hands commands to its session's
+machine (L{meshroute.sessions.served}).  A frame beyond the header
 bounds of the listener's C{limits} (L{meshroute.sessions.limits}) closes
 its connection before it reaches the session.  The rest (the producer,
 the buffers, undecodable bytes, frames out of turn) is every listener's
@@ -25,11 +25,11 @@ from dataclasses import replace
 from twisted.internet.interfaces import IReactorTime
 
 from meshroute.errors import WireError
-from meshroute.sessions.connection import NativeConnectionCore
+from meshroute.sessions.native_connection import NativeConnectionCore
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.lifecycle import MAX_BUFFERED_FRAMES
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
-from meshroute.sessions.session import HOT_FRAMES, OPEN, SessionRegistry, SessionSettings
+from meshroute.sessions.served import HOT_FRAMES, OPEN, SessionRegistry, SessionSettings
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder
 
