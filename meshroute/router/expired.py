@@ -34,7 +34,7 @@ class ExpiredMessages:
         sessions: each is called C{(sender, msg_id, address, router)} and
         answers whether it knows that session
         (L{SessionRegistry.expired_notice
-        <meshroute.sessions.served.SessionRegistry.expired_notice>}).
+        <meshroute.sessions.registry.SessionRegistry.expired_notice>}).
     """
 
     def __init__(self, name: str, ids, clock, event_log, queues, system) -> None:

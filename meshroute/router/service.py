@@ -31,7 +31,7 @@ from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.wire.client_frames import MAX_FRAME_SIZE
 from meshroute.sessions.limits import ClientLimits, client_limits
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import SessionSettings
+from meshroute.sessions.settings import SessionSettings
 from meshroute.sessions.tls import load_client_ca, verify_client_certificates
 from meshroute.router.engine import MessageEngine
 from meshroute.errors import ConfigError

@@ -105,13 +105,9 @@ from twisted.logger import Logger
 
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.permissions import Guard
-from meshroute.sessions.served import (
-    NO_EVENTS,
-    SERVED_SESSION_MACHINE,
-    ServedSession,
-    SessionRegistry,
-    SessionSettings,
-)
+from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.served import NO_EVENTS, SERVED_SESSION_MACHINE, ServedSession
+from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
 from meshroute.wire.transport import peer_address
 
@@ -261,7 +257,7 @@ class ConnectionCore(ABC):
     @ivar buffered: the bytes of that frame held, counted in C{budget}.
     @ivar made: when the connection was made (clock seconds).
     @ivar session: the session attached, once the hello was accepted.
-    @ivar version: the native protocol version the session core sees.
+    @ivar version: the native protocol version the served session sees.
     @ivar ha_view: returns the router's L{HAView} now.
     @ivar view: the L{HAView} the hello was vetted with (what its Opened
         tells).
@@ -376,7 +372,7 @@ class ConnectionCore(ABC):
     @abstractmethod
     def write(self, frame) -> None:
         """
-        Tell the client C{frame}, a native frame of the session core
+        Tell the client C{frame}, a native frame of the served session
         (L{meshroute.wire.client_frames}), in the protocol's words; an
         C{Error} of command 0 says why the connection ends.  Nothing is
         written once the connection is gone or L{silent}.

@@ -36,7 +36,9 @@ from meshroute.sessions.lifecycle import (
     BufferBudget,
     ConnectionCore,
 )
-from meshroute.sessions.served import NO_EVENTS, SessionRegistry, SessionSettings
+from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.served import NO_EVENTS
+from meshroute.sessions.settings import SessionSettings
 from meshroute.sessions.watch import ConnectionWatch
 from meshroute.wire import client_frames as f
 from meshroute.wire.transport import send_immediately

@@ -29,7 +29,9 @@ from meshroute.sessions.native_connection import NativeConnectionCore
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.lifecycle import MAX_BUFFERED_FRAMES
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
-from meshroute.sessions.served import HOT_FRAMES, OPEN, SessionRegistry, SessionSettings
+from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.served import HOT_FRAMES, OPEN
+from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder
 

@@ -5,15 +5,22 @@ a client session; and the rules that judge them together (L{errors}).
 
 The TOML loader converts each value (durations in milliseconds in
 attributes ending in C{_ms}); the router (L{meshroute.router.service}) builds its
-client listener and its sessions' settings from these.
+client listener and its sessions' settings (L{SessionSettings}) from these.
 """
 
 from dataclasses import dataclass
 
 from meshroute.errors import Problem
 from meshroute.sessions import limits
+from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.tls import client_ca_problem
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
+
+#: C{[clients.reconnect] max-depth-policy}: which non-persistent message a
+#: full disconnected session drops.
+DROP_OLDEST = "drop-oldest"
+DROP_NEWEST = "drop-newest"
+MAX_DEPTH_POLICIES = (DROP_OLDEST, DROP_NEWEST)
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,39 @@ class ClientReconnectConfig:
 
     keep_alive_ms: int = 60000
     max_depth: int = 1000
-    max_depth_policy: str = "drop-oldest"
+    max_depth_policy: str = DROP_OLDEST
     recovery_buffer_size: int = 64
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """
+    The client listener's side of the contract (C{[clients.listener]} and
+    C{[clients.reconnect]}), as its connections and served sessions use
+    it.
+
+    @ivar connection_ttl_override: -1 lets each client choose its TTL;
+        otherwise the TTL every connection gets (-1 from a client: never).
+    @ivar connection_ttl_check_interval_ms: how often silent connections
+        are looked for.
+    @ivar keep_alive_ms: how long a disconnected session waits for a
+        resume.
+    @ivar max_depth: deliveries a disconnected session holds.
+    @ivar queue_depth: deliveries a connected session holds beyond its
+        transport (at most C{max_depth}; None: C{max_depth}).
+    @ivar max_depth_policy: one of L{MAX_DEPTH_POLICIES}.
+    @ivar recovery_buffer_size: deliveries kept to re-send on resume.
+    @ivar limits: what one client may take (L{ClientLimits}).
+    """
+
+    connection_ttl_override: int = -1
+    connection_ttl_check_interval_ms: int = 2000
+    keep_alive_ms: int = 60000
+    max_depth: int = 1000
+    queue_depth: int | None = None
+    max_depth_policy: str = DROP_OLDEST
+    recovery_buffer_size: int = 64
+    limits: ClientLimits = ClientLimits()
 
 
 def errors(listener: ClientListenerConfig | None, reconnect: ClientReconnectConfig,

@@ -83,7 +83,8 @@ class TransactionCore:
     What one transaction holds, and the I/O of its end.
 
     @ivar session: the L{meshroute.sessions.served.ServedSession} it belongs
-        to: it answers the commands and carries out what is not held.
+        to: its answers answer the commands, its deliveries hold the
+        deliveries acknowledged.
     @ivar sends: the Send frames held, in order.
     @ivar acks: the deliveries acknowledged, taken from their consumers
         (a L{meshroute.router.queues.TransactionAcks}).
@@ -91,16 +92,19 @@ class TransactionCore:
     @ivar refused: why the transaction can only roll back ("" while it can
         commit).
     @ivar holding: the machine is in C{holding} (set and cleared by its
-        behaviours only), so that the session hands Sends and Acks
-        straight to itself outside a transaction, without the machine.
+        behaviours only), so that the session carries Sends and Acks out
+        at once outside a transaction, without the machine.
+    @ivar commits_in_progress: Commits not yet durable (or failed): a
+        closing session waits for them.
     """
 
-    session: object
+    session: object = field(repr=False)
     sends: list = field(default_factory=list)
     acks: object = None
     size: int = 0
     refused: str = ""
     holding: bool = False
+    commits_in_progress: int = 0
 
     def start(self, frame: f.Begin) -> None:
         self.holding = True
@@ -108,7 +112,7 @@ class TransactionCore:
         self.acks = self.session.engine.queues.transaction()
         self.size = 0
         self.refused = ""
-        self.session.done(frame.command_id)
+        self.session.answers.done(frame.command_id)
 
     def _take(self) -> tuple[list, object]:
         self.holding = False
@@ -122,27 +126,27 @@ class TransactionCore:
         C{Processed} covers it, and its answer comes with the commit (or
         the rollback).
         """
-        session, command_id = self.session, frame.command_id
+        answers, command_id = self.session.answers, frame.command_id
         size = held_size(frame)
         if len(self.sends) >= MAX_TRANSACTION_SENDS or (
                 self.size + size > MAX_TRANSACTION_BYTES):
             self.refused = (f"a transaction holds at most {MAX_TRANSACTION_SENDS} messages and "
                             f"{MAX_TRANSACTION_BYTES} bytes of messages")
-            session.answer(command_id, f.Error(command_id, f.TRANSACTION_TOO_LARGE,
+            answers.answer(command_id, f.Error(command_id, f.TRANSACTION_TOO_LARGE,
                                                self.refused))
             return
         self.sends.append(frame)
         self.size += size
-        session.done(command_id)
+        answers.done(command_id)
 
     def hold_ack(self, frame: f.Ack) -> None:
         """
         Take the acknowledged deliveries into the transaction.
         """
-        session = self.session
-        for number, delivery_ids in session.owned(frame.delivery_ids).items():
-            self.acks.add(session.subscriptions[number], delivery_ids)
-        session.done(frame.command_id)
+        session, deliveries = self.session, self.session.deliveries
+        for number, delivery_ids in deliveries.owned(frame.delivery_ids).items():
+            self.acks.add(deliveries.subscriptions[number], delivery_ids)
+        session.answers.done(frame.command_id)
 
     def commit(self, frame: f.Commit) -> None:
         """
@@ -153,9 +157,9 @@ class TransactionCore:
         session, command_id = self.session, frame.command_id
         if self.refused:
             self._discard(sends, acks, self.refused)
-            session.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
+            session.answers.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
             return
-        session.commits_in_progress += 1
+        self.commits_in_progress += 1
         d = maybeDeferred(
             session.engine.commit,
             [(s.address, s.body, s.headers, s.persistent, s.duplicate_id,
@@ -168,22 +172,26 @@ class TransactionCore:
                        (command_id, sends, acks))
 
     def _committed(self, msg_ids: list, command_id: int, sends: list, acks) -> None:
-        session = self.session
+        answers = self.session.answers
         for send, msg_id in zip(sends, msg_ids):
-            session.answer(send.command_id, f.Confirm(send.command_id, msg_id), done=False)
+            answers.answer(send.command_id, f.Confirm(send.command_id, msg_id), done=False)
         acks.committed()
-        session.answer(command_id, f.Confirm(command_id, ""))
-        session.commit_done()
+        answers.answer(command_id, f.Confirm(command_id, ""))
+        self._commit_done()
 
     def _commit_failed(self, failure, command_id: int, sends: list, acks) -> None:
         self._discard(sends, acks, f"the commit failed: {failure.getErrorMessage()}")
-        self.session.refuse(command_id, failure, "commit")
-        self.session.commit_done()
+        self.session.answers.refuse(command_id, failure, "commit")
+        self._commit_done()
+
+    def _commit_done(self) -> None:
+        self.commits_in_progress -= 1
+        self.session.check_drained()
 
     def rollback(self, frame: f.Rollback) -> None:
         sends, acks = self._take()
         self._discard(sends, acks, "the client rolled the transaction back")
-        self.session.answer(frame.command_id, f.Confirm(frame.command_id, ""))
+        self.session.answers.answer(frame.command_id, f.Confirm(frame.command_id, ""))
 
     def abandon(self) -> None:
         sends, acks = self._take()
@@ -194,9 +202,9 @@ class TransactionCore:
         Nothing of the transaction is done: its Sends are answered
         C{rolled-back}, its deliveries go back to their queues.
         """
-        session = self.session
+        answers = self.session.answers
         for send in sends:
-            session.answer(send.command_id, f.Error(send.command_id, f.ROLLED_BACK, why),
+            answers.answer(send.command_id, f.Error(send.command_id, f.ROLLED_BACK, why),
                            done=False)
         acks.rolled_back()
 

@@ -9,7 +9,7 @@ reaches the router.
  - L{meshroute.stomp.settings}: C{[stomp.listener]}'s settings, and the
    rules that judge them together.
  - L{meshroute.stomp.connection}: the router's side of one STOMP
-   connection, translating STOMP frames into the session core's commands
+   connection, translating STOMP frames into the served session's commands
    and its answers back (docs/stomp.md).
  - L{meshroute.stomp.listener}: the thin protocol and the
    L{listener.StompFactory} of the C{[stomp.listener]} endpoints.

@@ -423,7 +423,7 @@ class StompConnectionCore(ConnectionCore):
         receipt = frame.header("receipt")
         if receipt is None:
             return
-        if self.last_command <= self.session.processed_up_to:
+        if self.last_command <= self.session.answers.processed_up_to:
             self.send(StompFrame("RECEIPT", (("receipt-id", receipt),)))
         else:
             self.receipts.setdefault(self.last_command, []).append(receipt)
@@ -545,14 +545,14 @@ class StompConnectionCore(ConnectionCore):
             if ack_id is None:
                 raise StompRefusal(f"{frame.command} has no id header")
             delivery_id = int(ack_id) if ack_id.isdigit() else None
-        owner = self.session.owners.get(delivery_id) if delivery_id is not None else None
+        owner = self.session.deliveries.owners.get(delivery_id) if delivery_id is not None else None
         if owner is None:
             return None, []
         subscription = self.numbers.get(owner[0])
         if subscription is None:
             return None, []
         if subscription.ack == CLIENT:
-            ids = self.session.unacknowledged_through(subscription.number, delivery_id)
+            ids = self.session.deliveries.unacknowledged_through(subscription.number, delivery_id)
         else:
             ids = [delivery_id]
         if self._message_ids:
@@ -577,7 +577,7 @@ class StompConnectionCore(ConnectionCore):
     def on_nack(self, frame: StompFrame) -> None:
         self._in_transaction(frame)
         _, ids = self._acknowledged(frame)
-        self.session.give_back(ids)
+        self.session.deliveries.give_back(ids)
         self._receipt_now(frame)
 
     def on_begin(self, frame: StompFrame) -> None:

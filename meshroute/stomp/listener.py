@@ -30,7 +30,8 @@ from twisted.internet.interfaces import IReactorTime
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.lifecycle import MAX_BUFFERED_FRAMES
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
-from meshroute.sessions.served import SessionRegistry, SessionSettings
+from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.settings import SessionSettings
 from meshroute.stomp.connection import StompConnectionCore
 from meshroute.stomp.frames import HEARTBEAT, StompLimits, StompParser, StompProtocolError
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT

@@ -17,6 +17,7 @@ from meshroute.client import send_batching
 from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
 from meshroute.sessions import native_connection as connection_module
 from meshroute.wire import client_frames as f
+from meshroute.sessions import sends as sends_module
 from meshroute.sessions import served as served_module
 from meshroute.router.queues import READ_AHEAD
 
@@ -36,13 +37,13 @@ def batches(monkeypatch) -> list:
     The SendBatch frames the router carries out, as (first id, messages).
     """
     seen = []
-    carry_out = served_module.ServedSession.send_batch
+    carry_out = sends_module.Sends.relay_batch
 
-    def send_batch(core, frame, skip):
+    def relay_batch(sends, frame, skip):
         seen.append((frame.first_command_id, len(frame.messages)))
-        return carry_out(core, frame, skip)
+        return carry_out(sends, frame, skip)
 
-    monkeypatch.setattr(served_module.ServedSession, "send_batch", send_batch)
+    monkeypatch.setattr(sends_module.Sends, "relay_batch", relay_batch)
     return seen
 
 
@@ -179,7 +180,7 @@ def test_a_slow_consumer_holds_the_producer_back_without_loss(harness, engine, s
             sent += 1
         harness.flush()
         peaks["in_flight"] = max(peaks["in_flight"], producer.in_flight + producer.waiting)
-        peaks["router"] = max(peaks["router"], sessions["producer"].sends_in_progress)
+        peaks["router"] = max(peaks["router"], sessions["producer"].sends.in_progress)
         peaks["unacked"] = max(peaks["unacked"], len(unacknowledged))
         queue = engine.queues._queues.get("q")
         if queue is not None:

@@ -13,7 +13,7 @@ from twisted.test import iosim
 
 from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpoint
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import SessionSettings
+from meshroute.sessions.settings import SessionSettings
 
 from support.fake_router import FakeEngine
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401

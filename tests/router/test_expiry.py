@@ -29,7 +29,7 @@ from meshroute.messages import (
 from meshroute.router.queues import QueueManager
 from meshroute.routing.table import RouteTable
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import SessionSettings
+from meshroute.sessions.settings import SessionSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 

@@ -16,7 +16,7 @@ import pytest
 from meshroute.wire import client_frames as f
 from meshroute.sessions.limits import ClientLimits, client_limits
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import SessionSettings
+from meshroute.sessions.settings import SessionSettings
 from meshroute.config import load_config
 from meshroute.wire.codec import encode
 

@@ -2,7 +2,7 @@
 Tests for the life of a client connection (L{meshroute.sessions.lifecycle}),
 the machine every client protocol shares, on its own: a fake protocol
 core that records what the machine asks of it, a C{StringTransport}, a
-C{task.Clock}, no sockets and no session core.  Every input that ends a
+C{task.Clock}, no sockets and no served session.  Every input that ends a
 connection is fed in every state it applies to (and in those it does
 not); the protocols' own tests (test_served_session.py,
 test_stomp_connection.py, ...) cover what their words are on the wire.
@@ -30,7 +30,8 @@ from meshroute.sessions.lifecycle import (
     ConnectionCore,
 )
 from meshroute.sessions.limits import ClientLimits
-from meshroute.sessions.served import SessionRegistry, SessionSettings
+from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
 
 STAGE_VALID_TIMEOUT_MS = 3000

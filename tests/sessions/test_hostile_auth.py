@@ -16,7 +16,7 @@ from twisted.internet.task import Clock
 from meshroute.wire import client_frames as f
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import SessionSettings
+from meshroute.sessions.settings import SessionSettings
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.security.scram import MECHANISM, ScramClient

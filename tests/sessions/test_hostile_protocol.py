@@ -23,7 +23,7 @@ from twisted.logger import globalLogPublisher
 
 from meshroute.wire import client_frames as f
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import MAX_HELD_ANSWERS
+from meshroute.sessions.answers import MAX_HELD_ANSWERS
 from meshroute.wire.codec import encode
 
 from support.fake_router import FakeEngine
@@ -300,11 +300,11 @@ def test_floods_of_tiny_frames(listener, n, kind, chunk_size):
         if kind == "credit":
             # max-unacknowledged refuses the credit beyond it: the grant
             # and the answers held stay bounded.
-            assert session.outstanding_credit() <= 10_000
-            assert len(session.answers) <= MAX_HELD_ANSWERS
+            assert session.deliveries.outstanding_credit() <= 10_000
+            assert len(session.answers.held) <= MAX_HELD_ANSWERS
         else:
             assert not connection.closed
-            assert len(session.answers) <= 1  # the Subscribe's, not reported received
+            assert len(session.answers.held) <= 1  # the Subscribe's, not reported received
 
 
 def test_partial_frames_of_many_connections_stay_within_the_listener_budget(listener):

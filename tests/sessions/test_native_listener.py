@@ -21,7 +21,7 @@ from twisted.internet.task import Clock
 
 from meshroute.wire import client_frames as f
 from meshroute.sessions import lifecycle
-from meshroute.sessions import served as served_module
+from meshroute.sessions import sends as sends_module
 from meshroute.sessions.ha_view import HAView
 from meshroute.sessions.native_listener import ClientFactory
 from meshroute.errors import WireError
@@ -601,8 +601,8 @@ def test_confirm_after_the_connection_is_gone_is_dropped(connection, engine):
 
 
 def test_too_many_sends_in_progress_pause_reading(connection, engine, monkeypatch):
-    monkeypatch.setattr(served_module, "MAX_SENDS_IN_PROGRESS", 4)
-    monkeypatch.setattr(served_module, "RESUME_SENDS_AT", 2)
+    monkeypatch.setattr(sends_module, "MAX_SENDS_IN_PROGRESS", 4)
+    monkeypatch.setattr(sends_module, "RESUME_SENDS_AT", 2)
     connection.open()
     connection.send(*(f.Send(n, "q", {}, b"", True) for n in range(1, 5)))
     assert connection.transport.producerState == "paused"

@@ -10,7 +10,7 @@ frames.  The real engine and SQLite store run inline on a C{task.Clock}.
 import pytest
 
 from meshroute import events as event_names
-from meshroute.sessions import served as served_module
+from meshroute.sessions import deliveries as deliveries_module
 from meshroute.wire import client_frames as f
 from meshroute.router.acceptance import BacklogFull
 
@@ -261,7 +261,7 @@ def test_a_written_batch_leaves_its_last_deliveries_for_a_resume(engine, clock):
 
 def test_a_delivery_too_large_for_a_batch_travels_alone_and_is_kept_for_a_resume(
         factory, connection, clock, monkeypatch):
-    monkeypatch.setattr(served_module, "DELIVER_BATCH_MAX_BYTES", 10)
+    monkeypatch.setattr(deliveries_module, "DELIVER_BATCH_MAX_BYTES", 10)
     waiting = consumer(factory, [4])
     waiting.received()
     session_id = factory.describe()[1]["session_id"]

@@ -22,7 +22,7 @@ from meshroute.wire import client_frames as f
 from meshroute.sessions.lifecycle import DEFAULT_TTL_MS, PARTIAL_FRAME_TIMEOUT_S
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import DROP_NEWEST, SessionSettings
+from meshroute.sessions.settings import DROP_NEWEST, SessionSettings
 from meshroute.router.engine import MessageEngine
 from meshroute.messages import Message
 from meshroute.routing.table import RouteTable
@@ -730,9 +730,9 @@ def test_received_before_open_is_a_bad_command(factory):
 
 
 def test_a_client_that_never_reports_receipt_stops_being_resumable(engine, clock, monkeypatch):
-    from meshroute.sessions import served as served_module
+    from meshroute.sessions import answers as answers_module
 
-    monkeypatch.setattr(served_module, "MAX_HELD_ANSWERS", 3)
+    monkeypatch.setattr(answers_module, "MAX_HELD_ANSWERS", 3)
     factory = make_factory(engine, clock)
     connection = Connection(factory)
     opened = connection.open()
@@ -755,9 +755,9 @@ def test_taking_over_a_session_that_is_not_resumable_recreates_it(engine, clock,
     Opened(reattached=false) with a new session, instead of raising
     NoTransition out of dataReceived.
     """
-    from meshroute.sessions import served as served_module
+    from meshroute.sessions import answers as answers_module
 
-    monkeypatch.setattr(served_module, "MAX_HELD_ANSWERS", 3)
+    monkeypatch.setattr(answers_module, "MAX_HELD_ANSWERS", 3)
     factory = make_factory(engine, clock)
     old = Connection(factory)
     opened = old.open(client_id="shop-7")

@@ -14,7 +14,7 @@ from twisted.internet.testing import StringTransport
 
 from meshroute.sessions.depth import REVERT_FRACTION, SessionDepth
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import DROP_OLDEST, SessionSettings
+from meshroute.sessions.settings import DROP_OLDEST, SessionSettings
 from meshroute.wire import client_frames as f
 
 from support.router_connection import Connection
@@ -94,8 +94,8 @@ def make_factory(engine, clock):
     return make
 
 
-def session(factory, session_id):
-    return factory.sessions.sessions[session_id]
+def own_queue(factory, session_id):
+    return factory.sessions.sessions[session_id].own_queue
 
 
 def test_a_connected_client_that_does_not_read_gets_queue_depth(make_factory, engine):
@@ -106,10 +106,10 @@ def test_a_connected_client_that_does_not_read_gets_queue_depth(make_factory, en
     reader.received()
     reader.stop_reading()
     engine.enqueue("q", b"1", b"2", b"3", b"4")
-    core = session(factory, opened.session_id)
+    queue = own_queue(factory, opened.session_id)
     # Two held for the client; the others stay in their queue, where
     # another consumer takes them.
-    assert len(core.pending) == 2 and core.depth.limit == 2
+    assert len(queue.pending) == 2 and queue.depth.limit == 2
     assert reader.received() == []
     other = Connection(factory)
     other.open()
@@ -117,7 +117,7 @@ def test_a_connected_client_that_does_not_read_gets_queue_depth(make_factory, en
     assert bodies(other.received()) == [b"3", b"4"]
     reader.transport.drain(None)
     assert bodies(reader.received()) == [b"1", b"2"]
-    assert core.pending == type(core.pending)()
+    assert queue.pending == type(queue.pending)()
 
 
 def test_non_persistent_messages_past_queue_depth_are_dropped(make_factory, engine):
@@ -145,28 +145,28 @@ def test_after_a_return_max_depth_holds_until_the_queue_drained_to_80_percent(
     connection.received()
     connection.lose()
     engine.enqueue("q", *[b"%d" % n for n in range(1, 11)])
-    core = session(factory, opened.session_id)
+    queue = own_queue(factory, opened.session_id)
     # Disconnected: max-depth.
-    assert len(core.pending) == 10 and core.holding and core.depth.limit == 10
+    assert len(queue.pending) == 10 and queue.holding and queue.depth.limit == 10
     # Back, its buffer full after Opened and one delivery: the bound
     # stays at max-depth while 9 wait (above 80% of 10).
     again = SlowReader(factory)
     again.transport.room = 2
     again.open(opened.session_id, answered_up_to=1)
     assert bodies(again.after_open) == [b"1"]
-    assert len(core.pending) == 9 and core.depth.limit == 10
+    assert len(queue.pending) == 9 and queue.depth.limit == 10
     # Two more read: 7 wait, at most 8: the bound is queue-depth again,
     # and the queue is over it, so a new persistent message stays in its
     # queue.
     again.transport.drain(2)
     assert bodies(again.received()) == [b"2", b"3"]
-    assert core.depth.limit == 2 and core.holding
+    assert queue.depth.limit == 2 and queue.holding
     engine.enqueue("q", b"11")
-    assert len(core.pending) == 7
+    assert len(queue.pending) == 7
     # All read: the new one follows.
     again.transport.drain(None)
     assert bodies(again.received()) == [b"%d" % n for n in range(4, 12)]
-    assert len(core.pending) == 0 and not core.holding
+    assert len(queue.pending) == 0 and not queue.holding
 
 
 def test_unsubscribing_forgets_what_the_session_held_for_it(make_factory, engine):
@@ -177,10 +177,10 @@ def test_unsubscribing_forgets_what_the_session_held_for_it(make_factory, engine
     reader.received()
     reader.stop_reading()
     engine.enqueue("q", b"1", b"2")
-    core = session(factory, opened.session_id)
-    assert len(core.pending) == 2
+    queue = own_queue(factory, opened.session_id)
+    assert len(queue.pending) == 2
     reader.send(f.Unsubscribe(2, 1))
-    assert len(core.pending) == 0 and not core.holding
+    assert len(queue.pending) == 0 and not queue.holding
     reader.transport.drain(None)
     assert bodies(reader.received()) == []
     # Back in the queue, for the next consumer.

@@ -13,7 +13,7 @@ from twisted.internet.testing import StringTransport
 from meshroute import events as event_names
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.served import SessionSettings
+from meshroute.sessions.settings import SessionSettings
 from meshroute.stomp.frames import HEARTBEAT, SERVER_COMMANDS, StompLimits, StompParser
 from meshroute.stomp.listener import StompFactory
 from meshroute.router.engine import MessageEngine

@@ -1,0 +1,215 @@
+"""
+A served session's Sends on their way to the engine: each C{Send} is one
+C{engine.submit}, each C{SendBatch} one C{engine.submit_many} (one store
+call), answered when it fires; a Send the user may not make is answered
+C{not-allowed} without reaching the engine, and inside a transaction
+(L{meshroute.sessions.transaction}) a Send is held until the commit
+instead.
+
+A client that pipelines faster than the store commits is slowed down by
+TCP instead of growing the router's memory: at L{MAX_SENDS_IN_PROGRESS}
+Sends submitted and not yet answered the router stops reading its
+connection, and reads again at L{RESUME_SENDS_AT}.
+"""
+
+from dataclasses import dataclass, field
+
+from twisted.internet.defer import maybeDeferred, succeed
+from twisted.python.failure import Failure
+
+from meshroute.expiry import expires_at, expiring_sends
+from meshroute.sessions.permissions import NotAllowed
+from meshroute.wire import client_frames as f
+
+#: Sends in progress (submitted, not yet confirmed or refused) at which the
+#: router stops reading from the connection, and the level at which it
+#: reads again.
+MAX_SENDS_IN_PROGRESS = 8192
+RESUME_SENDS_AT = MAX_SENDS_IN_PROGRESS // 2
+
+
+@dataclass(eq=False)
+class Sends:
+    """
+    The Sends of one served session that the engine has not answered yet.
+
+    @ivar session: the L{meshroute.sessions.served.ServedSession} they are
+        the Sends of: its engine, its user's permissions, its transaction,
+        and its L{meshroute.sessions.answers.Answers}, which answer them.
+    @ivar in_progress: Sends submitted to the engine and not yet answered.
+    @ivar paused: the connection is not read for them (at
+        L{MAX_SENDS_IN_PROGRESS}).
+    """
+
+    session: object = field(repr=False)
+    in_progress: int = 0
+    paused: bool = False
+
+    # -- taking them ------------------------------------------------------------
+
+    def take(self, frame: f.Send) -> None:
+        """
+        A Send the session accepted in sequence: refused if the user may
+        not make it, held if a transaction is open, else relayed.
+        """
+        session = self.session
+        if session.guard is not None and not session.guard.may_send(frame.address):
+            self.refuse(frame.command_id, frame.address)
+        elif session.transaction_core.holding:
+            session.transaction.send(frame)
+        else:
+            self.relay(frame)
+
+    def take_batch(self, frame: f.SendBatch, skip: int) -> None:
+        """
+        The commands of C{frame} after its first C{skip} (a replay's):
+        relayed together, or (in a transaction) held one by one as Sends.
+        """
+        session = self.session
+        if not session.transaction_core.holding:
+            self.relay_batch(frame, skip)
+            return
+        first = frame.first_command_id
+        for offset in range(skip, len(frame.messages)):
+            send = f.Send(first + offset, *frame.messages[offset])
+            if session.guard is not None and not session.guard.may_send(send.address):
+                self.refuse(send.command_id, send.address)
+            else:
+                session.transaction.send(send)
+
+    def refuse(self, command_id: int, address: str) -> None:
+        """
+        Answer a Send the user may not make C{not-allowed}; in a
+        transaction, the transaction can then only roll back (as after
+        any other refused Send of it).
+        """
+        session = self.session
+        detail = session.guard.refusal(f"send to {address!r}")
+        if session.transaction_core.holding:
+            session.transaction_core.refused = detail
+        session.answers.answer(command_id, f.Error(command_id, f.NOT_ALLOWED, detail))
+
+    # -- relaying them ----------------------------------------------------------
+
+    def relay(self, frame: f.Send) -> None:
+        """
+        Submit C{frame} to the engine; answer it when that fires.
+        """
+        session = self.session
+        engine, command_id = session.engine, frame.command_id
+        if frame.ttl_ms:
+            d = maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent, frame.duplicate_id,
+                              expires_at(session.clock, frame.ttl_ms), frame.notify_expiry,
+                              session.notice_id)
+        elif frame.duplicate_id:
+            d = maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent, duplicate_id=frame.duplicate_id)
+        else:
+            d = maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
+                              frame.persistent)
+        self._started(1)
+        d.addCallbacks(self._sent, self._send_failed, (command_id,), None, (command_id,))
+
+    def relay_batch(self, frame: f.SendBatch, skip: int) -> None:
+        """
+        Carry out the commands of C{frame} after its first C{skip} (a
+        replay's), with ONE call of the engine (one store call), and
+        answer them together when it fires.
+        """
+        session = self.session
+        messages = expiring_sends(frame.messages[skip:] if skip else frame.messages,
+                                  session.clock, session.notice_id)
+        first = frame.first_command_id + skip
+        n = len(messages)
+        if session.guard is not None:
+            d = self._submit_allowed(messages)
+        else:
+            d = session.engine.submit_many(messages)
+        self._started(n)
+        d.addCallbacks(self._sent_batch, self._send_batch_failed, (first,), None, (first, n))
+
+    def _submit_allowed(self, messages: list):
+        """
+        C{engine.submit_many} of the messages the user may send; those it
+        may not get a C{not-allowed} outcome in their place, so that the
+        batch is answered in order as any batch with refusals is.
+        """
+        guard, engine = self.session.guard, self.session.engine
+        allowed = [guard.may_send(message[0]) for message in messages]
+        if all(allowed):
+            return engine.submit_many(messages)
+
+        def merge(outcomes: list) -> list:
+            taken = iter(outcomes)
+            return [next(taken) if ok else Failure(NotAllowed(
+                guard.refusal(f"send to {message[0]!r}")))
+                for ok, message in zip(allowed, messages)]
+
+        permitted = [message for ok, message in zip(allowed, messages) if ok]
+        d = engine.submit_many(permitted) if permitted else succeed([])
+        return d.addCallback(merge)
+
+    def _started(self, n: int) -> None:
+        self.in_progress += n
+        if self.in_progress >= MAX_SENDS_IN_PROGRESS and not self.paused:
+            self.paused = True
+            self.session.connection.pause()
+
+    # -- their answers ----------------------------------------------------------
+
+    def _sent(self, msg_id: str, command_id: int) -> None:
+        self.session.answers.answer(command_id, f.Confirm(command_id, msg_id))
+        self._done(1)
+
+    def _send_failed(self, failure, command_id: int) -> None:
+        self.session.answers.refuse(command_id, failure, "send")
+        self._done(1)
+
+    def _sent_batch(self, outcomes: list, first: int) -> None:
+        """
+        Answer a batch: one Confirmed per run of accepted sends, an Error
+        for each refused one.
+        """
+        answers = self.session.answers
+        run_start, msg_ids = first, []
+        for offset, outcome in enumerate(outcomes):
+            if type(outcome) is str:
+                msg_ids.append(outcome)
+                continue
+            if msg_ids:
+                answers.confirm_run(run_start, msg_ids)
+                msg_ids = []
+            command_id = first + offset
+            answers.refuse(command_id, outcome, "send")
+            run_start = command_id + 1
+        if msg_ids:
+            answers.confirm_run(run_start, msg_ids)
+        self._done(len(outcomes))
+
+    def _send_batch_failed(self, failure, first: int, n: int) -> None:
+        # submit_many reports each send's failure as its outcome; this is
+        # a bug of its own.
+        for command_id in range(first, first + n):
+            self.session.answers.refuse(command_id, failure, "send")
+        self._done(n)
+
+    def _done(self, n: int) -> None:
+        self.in_progress -= n
+        if self.paused and self.in_progress <= RESUME_SENDS_AT:
+            self.paused = False
+            if self.session.connection is not None:
+                self.session.connection.resume()
+        self.session.check_drained()
+
+    # -- the connection ---------------------------------------------------------
+
+    def detached(self) -> None:
+        "The connection is gone: nothing is paused on it."
+        self.paused = False
+
+    def reattached(self, connection) -> None:
+        "The session is resumed on C{connection}: not read while too many Sends are in progress."
+        if self.in_progress >= MAX_SENDS_IN_PROGRESS:
+            self.paused = True
+            connection.pause()
