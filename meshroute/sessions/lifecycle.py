@@ -67,22 +67,14 @@ client and the router disagree about it).  A connection lost any other
 way leaves a resumable session C{disconnected}, to be resumed by another
 connection within keep-alive.
 
-The connection TTL: the listener's
+The connection TTL and partial frames: the listener's
 L{meshroute.sessions.watch.ConnectionWatch} asks every connection each
-C{connection-ttl-check-interval} whether it has been silent (no whole
-frame) for its TTL; one that has is aborted (C{ttl_expired}).  Bytes of a
-frame not yet complete are not life: a client trickling a frame byte by
-byte is as silent as one sending nothing.  Before its hello a
-connection's TTL is the override, or L{DEFAULT_TTL_MS}.
-
-Partial frames: the same check aborts a connection whose current frame
-began more than L{PARTIAL_FRAME_TIMEOUT_S} ago and is still incomplete
-(C{frame_overdue}), whatever its TTL (even -1).  The bytes of partial
-frames held for all connections of a listener are bounded (a
-L{BufferBudget}, by default L{MAX_BUFFERED_FRAMES} frames of the largest
-size); a connection whose partial frame would pass the bound is aborted
-(C{buffers_full}).  Either way the session stays resumable, as after a
-TTL expiry, and the reason is logged.
+C{connection-ttl-check-interval} whether its client is still there
+(L{meshroute.sessions.liveness}: silent for its TTL, C{ttl_expired}; slow
+to finish a frame, C{frame_overdue}); the listener's bound of the bytes of
+partial frames aborts a connection that would pass it (C{buffers_full}).
+Before its hello a connection's TTL is the override, or
+L{DEFAULT_TTL_MS}.
 
 Limits (L{meshroute.sessions.limits}): the same check closes a connection
 that has had no session for the listener's C{stage-valid-timeout}
@@ -99,15 +91,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from automat import TypeMachineBuilder
-from cryptography.x509.oid import NameOID
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
+from meshroute import events as event_names
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
-from meshroute.sessions.permissions import Guard
+from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget, Liveness
+from meshroute.sessions.permissions import CONNECT, Guard, denied
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.served import NO_EVENTS, SERVED_SESSION_MACHINE, ServedSession
 from meshroute.sessions.settings import SessionSettings
+from meshroute.sessions.tls import certificate_user
 from meshroute.wire import client_frames as f
 from meshroute.wire.transport import peer_address
 
@@ -121,14 +115,6 @@ CLOSE_GRACE_S = 5.0
 #: router overrides every TTL): Artemis' default client TTL.
 DEFAULT_TTL_MS = 60000
 
-#: How long a client may take to send one frame, from its first byte to
-#: its last: 4 MiB at 1 Mbit/s takes 34 s.
-PARTIAL_FRAME_TIMEOUT_S = 60.0
-
-#: The default bound of the bytes of partial frames a listener holds for
-#: all its connections together, in frames of the largest size.
-MAX_BUFFERED_FRAMES = 8
-
 #: Why a connection was dropped (the C{reason} of C{session.disconnected}).
 TTL = "ttl"
 TAKEN_OVER = "taken-over"
@@ -136,14 +122,14 @@ FRAME_TIMEOUT = "frame-timeout"
 BUFFERS_FULL = "buffers-full"
 ROUTER_STOPPED = "router-stopped"
 
+#: The detail of every C{not-authenticated} refusal, whatever the protocol:
+#: the same for an unknown user, a wrong password and a certificate naming
+#: nobody.
+NOT_AUTHENTICATED = "authentication failed"
+
 #: Why the router stops reading a connection (L{ConnectionCore.pause}).
 SENDS_IN_PROGRESS = "sends-in-progress"
 UNREAD = "unread"
-
-#: Slack when comparing silence with a TTL, so that float clocks never
-#: close a connection a hair before its TTL nor miss the check that
-#: reaches it.
-_EPSILON_S = 1e-6
 
 
 class ConnectionInputs(Protocol):
@@ -229,20 +215,6 @@ class ConnectionInputs(Protocol):
 
 
 @dataclass(eq=False)
-class BufferBudget:
-    """
-    The bytes of partial frames one listener holds for all its connections,
-    and their bound.
-
-    @ivar limit: the bound, at least one frame of the largest size.
-    @ivar held: bytes held now.
-    """
-
-    limit: int = MAX_BUFFERED_FRAMES * f.MAX_FRAME_SIZE
-    held: int = 0
-
-
-@dataclass(eq=False)
 class ConnectionCore(ABC):
     """
     The data of one client connection and the I/O its behaviours perform,
@@ -250,12 +222,9 @@ class ConnectionCore(ABC):
     the methods the machine asks of it (the module docstring).
 
     @ivar ttl_ms: the TTL in force (-1: never).
-    @ivar last_heard: when the client last sent a whole frame (clock
-        seconds).
-    @ivar partial_since: when the frame the client is sending began, while
-        it is incomplete.
-    @ivar buffered: the bytes of that frame held, counted in C{budget}.
-    @ivar made: when the connection was made (clock seconds).
+    @ivar budget: the listener's bound of the bytes of partial frames.
+    @ivar liveness: when the client was last heard, and the partial frame
+        it is sending (L{Liveness}).
     @ivar session: the session attached, once the hello was accepted.
     @ivar version: the native protocol version the served session sees.
     @ivar ha_view: returns the router's L{HAView} now.
@@ -291,10 +260,7 @@ class ConnectionCore(ABC):
     session: ServedSession | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
-    made: float = 0.0
-    last_heard: float = 0.0
-    partial_since: float | None = None
-    buffered: int = 0
+    liveness: Liveness = field(init=False)
     connected: bool = True
     silent: bool = False
     _abort_call: IDelayedCall | None = None
@@ -304,10 +270,16 @@ class ConnectionCore(ABC):
     #: refusal names it (C{no session within ...}).
     AWAITED = "session"
 
-    #: What a client is told (code C{not-active}) when its router
-    #: instance stops serving.
+    #: What a client is told (code C{not-active}) when its hello reaches an
+    #: instance that is not the active one of its HA pair, and when its
+    #: router instance stops serving.
+    INACTIVE = ("this router instance is not the active instance of its pair; try another "
+                "endpoint")
     STOPPED_SERVING = ("this router instance stopped serving: the other instance of its "
                        "pair takes over")
+
+    #: How the log names a client of the protocol.
+    LOG_NAME = "client"
 
     @classmethod
     def of_listener(cls, factory, transport: ITransport, **more) -> "ConnectionCore":
@@ -326,7 +298,7 @@ class ConnectionCore(ABC):
         )
 
     def __post_init__(self) -> None:
-        self.made = self.last_heard = self.clock.seconds()
+        self.liveness = Liveness(self.clock, self.budget)
         if self.settings.connection_ttl_override != -1:
             self.ttl_ms = self.settings.connection_ttl_override
 
@@ -431,41 +403,18 @@ class ConnectionCore(ABC):
 
     # -- the TTL, partial frames, stage-valid-timeout ---------------------------
 
-    def read(self, whole_frames: int, pending: int) -> bool:
-        """
-        The client's bytes were decoded into C{whole_frames} frames, and
-        C{pending} bytes of the next frame are held.
-
-        @return: whether the listener's buffers have room for them.
-        """
-        now = self.clock.seconds()
-        if whole_frames:
-            self.last_heard = now
-        if not pending:
-            self.partial_since = None
-        elif whole_frames or self.partial_since is None:
-            self.partial_since = now
-        return self._hold(pending)
-
-    def _hold(self, pending: int) -> bool:
-        budget = self.budget
-        budget.held += pending - self.buffered
-        self.buffered = pending
-        return budget.held <= budget.limit
-
     def silent_too_long(self, now: float) -> bool:
         """
         Whether the client has sent no whole frame for the connection's TTL.
         """
-        return self.ttl_ms != -1 and now - self.last_heard >= self.ttl_ms / 1000 - _EPSILON_S
+        return self.liveness.silent_for(self.ttl_ms, now)
 
     def frame_late(self, now: float) -> bool:
         """
         Whether the frame the client is sending began more than
         L{PARTIAL_FRAME_TIMEOUT_S} ago.
         """
-        return (self.partial_since is not None
-                and now - self.partial_since >= PARTIAL_FRAME_TIMEOUT_S - _EPSILON_S)
+        return self.liveness.frame_late(now)
 
     def handshake_late(self, now: float) -> bool:
         """
@@ -473,25 +422,52 @@ class ConnectionCore(ABC):
         listener's C{stage-valid-timeout}.
         """
         timeout_s = self.settings.limits.stage_valid_timeout_ms / 1000
-        return self.session is None and now - self.made >= timeout_s - _EPSILON_S
+        return self.session is None and self.liveness.older_than(timeout_s, now)
 
     # -- opening ----------------------------------------------------------------
+
+    def serving_refusal(self, resuming: bool = False) -> tuple[str, str] | None:
+        """
+        The refusal (code, detail) of a hello this router cannot serve
+        now, or None: it is not the active instance of its HA pair
+        (C{not-active}), or C{max-sessions} is reached (unless the hello
+        resumes a session).  The HA view asked is the one the hello is
+        vetted with (its Opened tells it).
+        """
+        self.view = self.ha_view()
+        if not self.view.active:
+            return f.NOT_ACTIVE, self.INACTIVE
+        if not resuming:
+            refusal = self.settings.limits.session_refusal(len(self.registry.sessions))
+            if refusal is not None:
+                return f.LIMIT_REACHED, refusal
+        return None
 
     def certificate_user(self) -> str | None:
         """
         The user the client's verified TLS certificate names (its subject
-        CN), or None.
+        CN), or None (also where the listener verifies no certificates).
         """
-        if not self.verifies_certificates:
-            return None
-        certificate = getattr(self.transport, "getPeerCertificate", lambda: None)()
-        if certificate is None:
-            return None
-        names = certificate.to_cryptography().subject.get_attributes_for_oid(
-            NameOID.COMMON_NAME)
-        if not names:
-            return None
-        return str(names[0].value) or None
+        return certificate_user(self.transport) if self.verifies_certificates else None
+
+    def authenticated(self, user: str, mechanism: str) -> None:
+        """
+        The client proved it is C{user} (by C{mechanism}): so it is for
+        the connection's life.
+        """
+        self.user, self.mechanism = user, mechanism
+        self.events.emit(event_names.SECURITY_AUTHENTICATED, user=user, mechanism=mechanism)
+        log.info("{client} from {address} authenticated as {user!r} ({mechanism})",
+                 client=self.LOG_NAME, address=peer_address(self.transport), user=user,
+                 mechanism=mechanism)
+
+    def not_authenticated(self, inputs: ConnectionInputs, user: str, why: str) -> None:
+        """
+        Refuse the client, with one answer whatever C{why} (recorded as
+        C{security.denied} for C{user}, as far as it is known).
+        """
+        denied(self.events, user, CONNECT, peer_address(self.transport), why)
+        inputs.refused(f.NOT_AUTHENTICATED, NOT_AUTHENTICATED)
 
     def still_allowed(self, policy) -> bool:
         """
@@ -512,8 +488,8 @@ class ConnectionCore(ABC):
         the caller starts it.
         """
         session = ServedSession(engine=self.engine, clock=self.clock, registry=self.registry,
-                              settings=self.settings, events=self.events, user=self.user,
-                              **more)
+                                settings=self.settings, events=self.events, user=self.user,
+                                **more)
         if self.user is not None:
             session.guard = Guard(self.security, self.user, self.engine.name, self.events)
         session.machine = SERVED_SESSION_MACHINE(session)
@@ -588,12 +564,12 @@ class ConnectionCore(ABC):
         elif reason == FRAME_TIMEOUT:
             log.warn("client connection took more than {timeout:g} s to send one frame "
                      "({held} bytes of it so far); closing it (session {session})",
-                     timeout=PARTIAL_FRAME_TIMEOUT_S, held=self.buffered, session=what)
+                     timeout=PARTIAL_FRAME_TIMEOUT_S, held=self.liveness.buffered, session=what)
         elif reason == BUFFERS_FULL:
             log.warn("client connection holds {held} bytes of a partial frame, and the "
                      "listener's partial frames would pass {limit} bytes; closing it "
-                     "(session {session})", held=self.buffered, limit=self.budget.limit,
-                     session=what)
+                     "(session {session})", held=self.liveness.buffered,
+                     limit=self.budget.limit, session=what)
         if session is not None:
             session.machine.connection_lost(reason)
         self.transport.abortConnection()
@@ -605,7 +581,7 @@ class ConnectionCore(ABC):
         """
         self.connected = False
         self.fell_silent()
-        self._hold(0)
+        self.liveness.release()
         session, self.session = self.session, None
         if session is not None:
             session.machine.connection_lost("connection-lost")

@@ -30,12 +30,8 @@ from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
-from meshroute.sessions.lifecycle import (
-    CONNECTION_MACHINE,
-    UNREAD,
-    BufferBudget,
-    ConnectionCore,
-)
+from meshroute.sessions.lifecycle import CONNECTION_MACHINE, UNREAD, ConnectionCore
+from meshroute.sessions.liveness import BufferBudget
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.served import NO_EVENTS
 from meshroute.sessions.settings import SessionSettings
@@ -103,7 +99,7 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
         except self.decode_error as e:
             self.machine.protocol_error(f.PROTOCOL_ERROR, str(e))
             return
-        room = core.read(len(frames), self.decoder.pending)
+        room = core.liveness.read(len(frames), self.decoder.pending)
         for frame in frames:
             self.frame_received(frame)
             if core.silent:

@@ -31,21 +31,12 @@ C{taken_over}).
 from dataclasses import dataclass
 
 from automat import NoTransition
-from twisted.logger import Logger
 
-from meshroute import events as event_names
 from meshroute.security.scram import MECHANISM as SCRAM, ScramError, ScramServer
 from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
-from meshroute.sessions.permissions import CONNECT, RESUME, denied
+from meshroute.sessions.permissions import RESUME, denied
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
-from meshroute.wire.transport import peer_address
-
-log = Logger()
-
-#: The detail of every C{not-authenticated} refusal: the same for an
-#: unknown user, a wrong password and a certificate naming nobody.
-_NOT_AUTHENTICATED = "authentication failed"
 
 #: Which session machine input each session frame feeds.
 _SESSION_INPUT = {
@@ -110,14 +101,10 @@ class NativeConnectionCore(ConnectionCore):
             return f.BAD_COMMAND, "ttl_ms must be -1 (never) or at least 0"
         if frame.answered_up_to < 0 or frame.delivered_up_to < 0:
             return f.BAD_COMMAND, "answered_up_to and delivered_up_to must not be negative"
-        self.view = self.ha_view()
-        if not self.view.active:
-            return f.NOT_ACTIVE, ("this router instance is not the active instance of its "
-                                  "pair; try another endpoint")
-        if not (frame.session_id and self.registry.resumable(frame.session_id)):
-            refusal = self.settings.limits.session_refusal(len(self.registry.sessions))
-            if refusal is not None:
-                return f.LIMIT_REACHED, refusal
+        refusal = self.serving_refusal(
+            resuming=bool(frame.session_id and self.registry.resumable(frame.session_id)))
+        if refusal is not None:
+            return refusal
         self.version = max(common)
         if self.security is not None and self.version < f.AUTH_VERSION:
             return f.AUTHENTICATION_REQUIRED, (
@@ -175,13 +162,6 @@ class NativeConnectionCore(ConnectionCore):
             return
         self.identified(inputs, scram.user, SCRAM, final)
 
-    def not_authenticated(self, inputs: ConnectionInputs, user: str, why: str) -> None:
-        """
-        Refuse the client, with one answer whatever the reason.
-        """
-        denied(self.events, user, CONNECT, peer_address(self.transport), why)
-        inputs.refused(f.NOT_AUTHENTICATED, _NOT_AUTHENTICATED)
-
     def identified(self, inputs: ConnectionInputs, user: str, mechanism: str,
                    proof: bytes) -> None:
         """
@@ -194,10 +174,7 @@ class NativeConnectionCore(ConnectionCore):
             denied(self.events, user, RESUME, frame.session_id, "the session is another user's")
             inputs.refused(f.NOT_ALLOWED, f"session {frame.session_id} is another user's")
             return
-        self.user, self.mechanism = user, mechanism
-        self.events.emit(event_names.SECURITY_AUTHENTICATED, user=user, mechanism=mechanism)
-        log.info("client from {address} authenticated as {user!r} ({mechanism})",
-                 address=peer_address(self.transport), user=user, mechanism=mechanism)
+        self.authenticated(user, mechanism)
         self.write(f.Authenticated(user, proof))
         inputs.accepted(frame)
 

@@ -27,8 +27,8 @@ from twisted.internet.interfaces import IReactorTime
 from meshroute.errors import WireError
 from meshroute.sessions.native_connection import NativeConnectionCore
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
-from meshroute.sessions.lifecycle import MAX_BUFFERED_FRAMES
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
+from meshroute.sessions.liveness import MAX_BUFFERED_FRAMES
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.served import HOT_FRAMES, OPEN
 from meshroute.sessions.settings import SessionSettings

@@ -14,6 +14,7 @@ context is then told to verify peers: everything else the operator put in
 the string (key, certificate chain, DH parameters, method) stays as given.
 """
 
+from cryptography.x509.oid import NameOID
 from OpenSSL import SSL
 from twisted.internet.endpoints import SSL4ServerEndpoint
 from twisted.internet.ssl import Certificate
@@ -54,6 +55,20 @@ def client_ca_problem(client_ca: str, endpoints: list[str]) -> str | None:
     except ValueError as e:
         return str(e)
     return None
+
+
+def certificate_user(transport) -> str | None:
+    """
+    The user the verified TLS client certificate of C{transport} names
+    (its subject CN), or None: no certificate, or no CN.
+    """
+    certificate = getattr(transport, "getPeerCertificate", lambda: None)()
+    if certificate is None:
+        return None
+    names = certificate.to_cryptography().subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not names:
+        return None
+    return str(names[0].value) or None
 
 
 def verify_client_certificates(endpoint, ca: Certificate) -> None:

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from twisted.internet.interfaces import IReactorTime
 
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
-from meshroute.sessions.lifecycle import MAX_BUFFERED_FRAMES
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
+from meshroute.sessions.liveness import MAX_BUFFERED_FRAMES
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.settings import SessionSettings
 from meshroute.stomp.connection import StompConnectionCore

@@ -1,8 +1,9 @@
 """
 Tests for the life of a client connection (L{meshroute.sessions.lifecycle}),
-the machine every client protocol shares, on its own: a fake protocol
-core that records what the machine asks of it, a C{StringTransport}, a
-C{task.Clock}, no sockets and no served session.  Every input that ends a
+the machine every client protocol shares, and for whether its client is
+still there (L{meshroute.sessions.liveness}), on their own: a fake
+protocol core that records what the machine asks of it, a
+C{StringTransport}, a C{task.Clock}, no sockets and no served session.  Every input that ends a
 connection is fed in every state it applies to (and in those it does
 not); the protocols' own tests (test_served_session.py,
 test_stomp_connection.py, ...) cover what their words are on the wire.
@@ -21,15 +22,14 @@ from meshroute.sessions.lifecycle import (
     CONNECTION_MACHINE,
     DEFAULT_TTL_MS,
     FRAME_TIMEOUT,
-    PARTIAL_FRAME_TIMEOUT_S,
     ROUTER_STOPPED,
     TAKEN_OVER,
     TTL,
     UNREAD,
-    BufferBudget,
     ConnectionCore,
 )
 from meshroute.sessions.limits import ClientLimits
+from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
@@ -478,10 +478,10 @@ def test_the_ttl_counts_from_the_last_whole_frame():
     core = new_connection(clock)
     assert core.ttl_ms == DEFAULT_TTL_MS
     clock.advance(DEFAULT_TTL_MS / 1000 - 1)
-    core.read(1, 0)
+    core.liveness.read(1, 0)
     clock.advance(DEFAULT_TTL_MS / 1000 - 1)
     assert not core.silent_too_long(clock.seconds())
-    core.read(0, 10)  # bytes of a frame are not life
+    core.liveness.read(0, 10)  # bytes of a frame are not life
     clock.advance(1)
     assert core.silent_too_long(clock.seconds())
 
@@ -506,15 +506,15 @@ def test_a_ttl_of_minus_one_is_never():
 def test_a_partial_frame_is_late_from_its_first_byte():
     clock = Clock()
     core = new_connection(clock)
-    core.read(0, 10)
+    core.liveness.read(0, 10)
     clock.advance(PARTIAL_FRAME_TIMEOUT_S - 1)
-    core.read(0, 20)  # the same frame, still incomplete
+    core.liveness.read(0, 20)  # the same frame, still incomplete
     assert not core.frame_late(clock.seconds())
     clock.advance(1)
     assert core.frame_late(clock.seconds())
-    core.read(1, 5)  # that frame ended; the next began now
+    core.liveness.read(1, 5)  # that frame ended; the next began now
     assert not core.frame_late(clock.seconds())
-    core.read(1, 0)
+    core.liveness.read(1, 0)
     clock.advance(PARTIAL_FRAME_TIMEOUT_S)
     assert not core.frame_late(clock.seconds())
 
@@ -523,9 +523,9 @@ def test_the_partial_frames_of_a_listener_share_one_budget():
     clock = Clock()
     budget = BufferBudget(limit=100)
     first, second = new_connection(clock, budget=budget), new_connection(clock, budget=budget)
-    assert first.read(0, 60)
-    assert not second.read(0, 50)  # 110 held: past the bound
-    assert second.read(0, 40)
+    assert first.liveness.read(0, 60)
+    assert not second.liveness.read(0, 50)  # 110 held: past the bound
+    assert second.liveness.read(0, 40)
     assert budget.held == 100
     feed(first, "connection_lost")  # what it held is released
     assert budget.held == 40
