@@ -10,7 +10,11 @@ reaches the router.
    rules that judge them together.
  - L{meshroute.stomp.connection}: the router's side of one STOMP
    connection, translating STOMP frames into the served session's commands
-   and its answers back (docs/stomp.md).
+   and its answers back (docs/stomp.md); with what it holds apart: the
+   client's subscriptions and their ack modes
+   (L{meshroute.stomp.subscriptions}), the receipts it owes
+   (L{meshroute.stomp.receipts}), the heart-beats
+   (L{meshroute.stomp.heartbeats}).
  - L{meshroute.stomp.listener}: the thin protocol and the
    L{listener.StompFactory} of the C{[stomp.listener]} endpoints.
 

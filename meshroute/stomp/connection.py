@@ -1,6 +1,6 @@
 """
 The router's side of one STOMP connection: a thin adapter between STOMP
-frames and the session core (L{meshroute.sessions.served}), which does
+frames and the served session (L{meshroute.sessions.served}), which does
 the work for native and STOMP clients alike (docs/stomp.md).  Its stages
 are the connection machine every client protocol shares
 (L{meshroute.sessions.lifecycle}):
@@ -14,7 +14,7 @@ are the connection machine every client protocol shares
    C{accepted} (a new session; C{CONNECTED}) or C{refused} (C{ERROR},
    then close).  STOMP authenticates in its hello: it has no
    C{authenticating} stage.
- - C{attached}: every frame is translated into the session core's
+ - C{attached}: every frame is translated into the served session's
    native commands, numbered by this adapter (L{StompConnectionCore.serve}).
  - C{DISCONNECT} is the goodbye (C{ending}): the session's C{Close}; once
    every command before it is done the session's C{Closed} becomes the
@@ -23,15 +23,12 @@ are the connection machine every client protocol shares
  - C{closing}: an C{ERROR} was sent (or the connection was dropped);
    anything that still arrives is ignored.
 
-How the core's answers become STOMP (L{StompConnectionCore.write}):
+How the session's answers become STOMP (L{StompConnectionCore.write};
+when each RECEIPT is due is L{meshroute.stomp.receipts}):
 
  - C{Opened} → C{CONNECTED}.
- - C{Confirm} of a command with a C{receipt} header → C{RECEIPT}: a SEND's
-   once the message is accepted as a native Send is (durable at the
-   origin when persistent).  Commands the core does not confirm (ACK,
-   BEGIN, a SEND held by a transaction) get their C{RECEIPT} from
-   C{Processed}, once every command up to them is carried out; NACK, which
-   is not a command, once every command before it is.
+ - C{Confirm} of a command with a C{receipt} header → C{RECEIPT}; commands
+   the session does not confirm get theirs from C{Processed}.
  - C{Error} of a command → C{ERROR} (with the command's C{receipt-id}),
    then close: STOMP has no error of one command.  The C{rolled-back}
    answers of a transaction's SENDs are not errors of the connection.
@@ -40,31 +37,27 @@ How the core's answers become STOMP (L{StompConnectionCore.write}):
    credit renewed.
  - C{Closed} → the C{RECEIPT} of C{DISCONNECT}.
 
-The core sees a connection of native protocol version 2 (transactions, no
-batches).  A STOMP session is never resumed (STOMP has no resume): it is
+The session sees a connection of native protocol version 2 (transactions,
+no batches).  A STOMP session is never resumed (STOMP has no resume): it is
 not resumable from its start, so a lost connection ends it
 (C{session.disconnected} then C{session.expired}), its subscriptions end
 and its unacknowledged deliveries go back to their queues, flagged
 redelivered.  The connection TTL, partial frames, the buffer bound and
 C{stage-valid-timeout} are every client connection's
 (L{meshroute.sessions.lifecycle.ConnectionCore}, whose data and I/O this
-core extends); the TTL comes from the heart-beats.
+core extends); the TTL comes from the heart-beats
+(L{meshroute.stomp.heartbeats}).
 """
 
 from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.task import LoopingCall
-from twisted.logger import Logger
 
 from meshroute import __version__
-from meshroute import events as event_names
 from meshroute.expiry import now_ms
-from meshroute.messages import EXPIRES_HEADER
 from meshroute.security.credentials import password_matches
 from meshroute.security.scram import decoy_credentials
 from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
-from meshroute.sessions.permissions import CONNECT, denied
 from meshroute.sessions.served import STOMP
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
 from meshroute.stomp.frames import (
@@ -72,21 +65,14 @@ from meshroute.stomp.frames import (
     StompFrame,
     StompProtocolError,
     encode,
-    parse_heart_beat,
 )
+from meshroute.stomp.heartbeats import HeartBeats
+from meshroute.stomp.receipts import Receipts
+from meshroute.stomp.subscriptions import ACK_MODES, AUTO, StompSubscription, StompSubscriptions
 from meshroute.wire import client_frames as f
-from meshroute.wire.transport import peer_address
-
-log = Logger()
 
 #: The STOMP versions the router speaks, best first.
 VERSIONS = ("1.2", "1.1")
-
-#: The three C{ack} modes of SUBSCRIBE.
-AUTO = "auto"
-CLIENT = "client"
-CLIENT_INDIVIDUAL = "client-individual"
-ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
 #: The destinations the router serves: C{/queue/NAME} (this router's) and
 #: C{/queue/NAME@ROUTER} (anywhere in the mesh).
@@ -96,19 +82,8 @@ QUEUE_PREFIX = "/queue/"
 SEND_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length",
                           "persistent", "duplicate-id", "expires"})
 
-#: The MESSAGE headers the router sets; a message header of the same name
-#: is not written (STOMP reads the first of repeated headers).
-MESSAGE_HEADERS = frozenset({"subscription", "message-id", "destination", "ack",
-                             "redelivered", "expires", "content-length"})
-
-#: How a client's heart-beat interval becomes its TTL (Artemis'
-#: C{heartBeatToConnectionTtlModifier}).
-TTL_PER_HEARTBEAT = 2
-
 #: The C{mechanism} of C{security.authenticated} for a STOMP login.
 PASSCODE = "passcode"
-
-_NOT_AUTHENTICATED = "authentication failed"
 
 
 class StompRefusal(Exception):
@@ -120,20 +95,6 @@ class StompRefusal(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
-
-
-@dataclass(eq=False)
-class StompSubscription:
-    """
-    One SUBSCRIBE: the client's id and destination, its ack mode, and the
-    number the session core knows it by.
-    """
-
-    id: str
-    number: int
-    destination: str
-    ack: str
-    prefetch: int
 
 
 def queue_address(destination: str | None) -> str:
@@ -150,25 +111,6 @@ def queue_address(destination: str | None) -> str:
     return destination[len(QUEUE_PREFIX):]
 
 
-def negotiate_heartbeats(client: str | None, offer: tuple[int, int]) -> tuple[int, int]:
-    """
-    STOMP's heart-beat negotiation: from the client's C{heart-beat} header
-    (C{cx,cy}: it sends every cx ms, wants one every cy ms) and the
-    router's C{offer} (the same for the router), how often the router
-    sends, and how often it expects to hear from the client (0: never).
-
-    @raise StompRefusal: a malformed header.
-    """
-    try:
-        cx, cy = parse_heart_beat(client) if client is not None else (0, 0)
-    except StompProtocolError as e:
-        raise StompRefusal(e.reason) from None
-    rx, ry = offer
-    sends = max(rx, cy) if rx and cy else 0
-    expects = max(ry, cx) if ry and cx else 0
-    return sends, expects
-
-
 @dataclass(eq=False)
 class StompConnectionCore(ConnectionCore):
     """
@@ -178,40 +120,37 @@ class StompConnectionCore(ConnectionCore):
     @ivar prefetch_count: a SUBSCRIBE's credit when it names none.
     @ivar heartbeat_ms: the router's heart-beat offer C{(cx, cy)}.
     @ivar stomp_version: the version negotiated (C{1.2} or C{1.1}).
-    @ivar last_command: the last command id given to the core.
-    @ivar receipts: command id → the receipts due when it is done.
-    @ivar held: ids of SENDs a transaction holds: their later answers
-        (at the commit or the rollback) are not the client's business.
+    @ivar heartbeats: the heart-beats negotiated (L{HeartBeats}).
+    @ivar last_command: the last command id given to the session.
+    @ivar receipts: the receipts the client asked for (L{Receipts}).
     @ivar transaction: the name of the open transaction, or None.
+    @ivar subscriptions: the client's subscriptions (L{StompSubscriptions}).
     """
 
     prefetch_count: int = DEFAULT_PREFETCH_COUNT
     heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS
     stomp_version: str = ""
     last_command: int = 0
-    receipts: dict = field(default_factory=dict)
-    held: set = field(default_factory=set)
+    receipts: Receipts = field(default_factory=Receipts)
     transaction: str | None = None
-    subscriptions: dict = field(default_factory=dict)
-    numbers: dict = field(default_factory=dict)
-    next_subscription: int = 0
-    _heartbeats: tuple[int, int] = (0, 0)
-    failing_receipt: str | None = None
-    disconnect_receipt: str | None = None
+    subscriptions: StompSubscriptions = field(default_factory=StompSubscriptions)
+    heartbeats: HeartBeats = field(default_factory=HeartBeats)
     _auto_acks: dict = field(default_factory=dict)
     _auto_call: IDelayedCall | None = None
-    _beats: LoopingCall | None = None
-    _message_ids: dict = field(default_factory=dict)
 
     AWAITED = "CONNECT"
+    INACTIVE = ("not active: this router instance is not the active instance of its pair; "
+                "try another endpoint")
     STOPPED_SERVING = ("not active: this router instance stopped serving; the other instance "
                        "of its pair takes over")
+    LOG_NAME = "STOMP client"
 
     # -- output ---------------------------------------------------------------
 
     def write(self, frame) -> None:
         """
-        The session core's output, as STOMP (the module docstring's table).
+        The served session's output, as STOMP (the module docstring's
+        table).
         """
         if not self.connected or self.silent:
             return
@@ -219,24 +158,15 @@ class StompConnectionCore(ConnectionCore):
         if kind is f.Deliver:
             self._message(frame)
         elif kind is f.Confirm:
-            if frame.command_id in self.held:
-                self.held.discard(frame.command_id)
-            else:
-                self._receipts_of(frame.command_id)
+            self._send_receipts(self.receipts.confirmed(frame.command_id))
         elif kind is f.Processed:
-            receipts = self.receipts
-            while receipts:
-                command_id = next(iter(receipts))
-                if command_id > frame.command_id:
-                    break
-                self._receipts_of(command_id)
+            self._send_receipts(self.receipts.processed(frame.command_id))
         elif kind is f.Error:
             self._error(frame)
         elif kind is f.Opened:
             self._connected(frame)
-        elif kind is f.Closed:
-            if self.disconnect_receipt is not None:
-                self.send(StompFrame("RECEIPT", (("receipt-id", self.disconnect_receipt),)))
+        elif kind is f.Closed and self.receipts.goodbye is not None:
+            self._send_receipts([self.receipts.goodbye])
 
     def send(self, frame: StompFrame) -> None:
         self.transport.write(encode(frame, self.stomp_version or VERSIONS[0]))
@@ -247,62 +177,38 @@ class StompConnectionCore(ConnectionCore):
     def before_hello(self, frame: StompFrame) -> str:
         return f"{frame.command} before CONNECT"
 
-    def _receipts_of(self, command_id: int) -> None:
-        for receipt in self.receipts.pop(command_id, ()):
+    def _send_receipts(self, receipts: list[str]) -> None:
+        for receipt in receipts:
             self.send(StompFrame("RECEIPT", (("receipt-id", receipt),)))
 
     def _error(self, frame: f.Error) -> None:
         if frame.command_id == 0:
             headers = [("message", frame.detail), ("content-type", "text/plain")]
-            if self.failing_receipt is not None:
-                headers.append(("receipt-id", self.failing_receipt))
+            if self.receipts.failing is not None:
+                headers.append(("receipt-id", self.receipts.failing))
             self.send(StompFrame("ERROR", tuple(headers),
                                  f"{frame.code}: {frame.detail}\n".encode()))
-            return
-        if frame.command_id in self.held:
-            # A transaction's SEND rolled back: the ABORT (or the failed
-            # COMMIT) is what the client hears of.
-            self.held.discard(frame.command_id)
-            return
-        receipts = self.receipts.pop(frame.command_id, ())
-        self.failing_receipt = receipts[0] if receipts else None
-        self.machine.protocol_error(frame.code, frame.detail)
+        elif self.receipts.refused(frame.command_id):
+            self.machine.protocol_error(frame.code, frame.detail)
 
     def _connected(self, frame: f.Opened) -> None:
-        sends, expects = self._heartbeats
         self.send(StompFrame("CONNECTED", (
             ("version", self.stomp_version),
-            ("heart-beat", f"{sends},{expects}"),
+            ("heart-beat", self.heartbeats.header),
             ("session", frame.session_id),
             ("server", f"meshroute/{__version__}"),
         )))
-        if sends:
-            beats = self._beats = LoopingCall(self._beat)
-            beats.clock = self.clock
-            beats.start(sends / 1000, now=False)
+        self.heartbeats.start(self.clock, self._beat)
 
     def _beat(self) -> None:
         if self.connected and not self.silent:
             self.transport.write(HEARTBEAT_BYTES)
 
     def _message(self, frame: f.Deliver) -> None:
-        subscription = self.numbers.get(frame.subscription)
+        subscription = self.subscriptions.by_number.get(frame.subscription)
         if subscription is None:
             return
-        headers = [("subscription", subscription.id), ("message-id", frame.msg_id),
-                   ("destination", subscription.destination)]
-        if subscription.ack != AUTO:
-            headers.append(("ack", str(frame.delivery_id)))
-            if self.stomp_version == "1.1":
-                self._message_ids[frame.msg_id] = frame.delivery_id
-        if frame.redelivered:
-            headers.append(("redelivered", "true"))
-        expires = frame.headers.get(EXPIRES_HEADER)
-        if expires is not None:
-            headers.append(("expires", expires))
-        headers.extend((name, value) for name, value in frame.headers.items()
-                       if name not in MESSAGE_HEADERS)
-        self.send(StompFrame("MESSAGE", tuple(headers), frame.body))
+        self.send(self.subscriptions.message(subscription, frame, self.stomp_version))
         if subscription.ack == AUTO:
             self._auto_acks.setdefault(subscription.number, []).append(frame.delivery_id)
             if self._auto_call is None:
@@ -340,34 +246,26 @@ class StompConnectionCore(ConnectionCore):
             return
         self.stomp_version = common[0]
         try:
-            self._heartbeats = negotiate_heartbeats(frame.header("heart-beat"),
+            self.heartbeats = HeartBeats.negotiated(frame.header("heart-beat"),
                                                     self.heartbeat_ms)
-        except StompRefusal as e:
-            inputs.refused(f.BAD_COMMAND, e.detail)
+        except StompProtocolError as e:
+            inputs.refused(f.BAD_COMMAND, e.reason)
             return
-        self.view = self.ha_view()
-        if not self.view.active:
-            inputs.refused(f.NOT_ACTIVE, "not active: this router instance is not the active "
-                                         "instance of its pair; try another endpoint")
-            return
-        refusal = self.settings.limits.session_refusal(len(self.registry.sessions))
+        refusal = self.serving_refusal()
         if refusal is not None:
-            inputs.refused(f.LIMIT_REACHED, refusal)
+            inputs.refused(*refusal)
             return
-        if self.security is not None and not self._logged_in(frame):
-            inputs.refused(f.NOT_AUTHENTICATED, _NOT_AUTHENTICATED)
+        if self.security is not None and not self._log_in(inputs, frame):
             return
-        expects = self._heartbeats[1]
         override = self.settings.connection_ttl_override
-        self.ttl_ms = (override if override != -1
-                       else TTL_PER_HEARTBEAT * expects if expects else -1)
+        self.ttl_ms = override if override != -1 else self.heartbeats.ttl_ms
         inputs.accepted(frame)
 
-    def _logged_in(self, frame: StompFrame) -> bool:
+    def _log_in(self, inputs: ConnectionInputs, frame: StompFrame) -> bool:
         """
         Whether C{login} and C{passcode} name a user of C{[security]} (or,
-        without C{login}, a verified TLS client certificate does); a
-        refusal is recorded (the same for an unknown user and a wrong
+        without C{login}, a verified TLS client certificate does); if not,
+        the client is refused (the same for an unknown user and a wrong
         passcode, and as slow: an unknown user is checked against decoy
         credentials).
         """
@@ -375,23 +273,18 @@ class StompConnectionCore(ConnectionCore):
         if not user:
             certified = self.certificate_user()
             if certified is not None:
-                return self._authenticated(certified, f.EXTERNAL)
+                self.authenticated(certified, f.EXTERNAL)
+                return True
         passcode = frame.header("passcode") or ""
         credentials = self.security.policy.credentials(user) if user else None
         known = credentials is not None
         if credentials is None:
             credentials = decoy_credentials(self.secret, user)
         if not (password_matches(credentials, passcode) and known):
-            why = "no login" if not user else "unknown user or wrong passcode"
-            denied(self.events, user, CONNECT, peer_address(self.transport), why)
+            self.not_authenticated(
+                inputs, user, "no login" if not user else "unknown user or wrong passcode")
             return False
-        return self._authenticated(user, PASSCODE)
-
-    def _authenticated(self, user: str, mechanism: str) -> bool:
-        self.user, self.mechanism = user, mechanism
-        self.events.emit(event_names.SECURITY_AUTHENTICATED, user=user, mechanism=mechanism)
-        log.info("STOMP client from {address} authenticated as {user!r} ({mechanism})",
-                 address=peer_address(self.transport), user=user, mechanism=mechanism)
+        self.authenticated(user, PASSCODE)
         return True
 
     def attach(self, frame: StompFrame) -> None:
@@ -410,23 +303,13 @@ class StompConnectionCore(ConnectionCore):
         self.last_command += 1
         return self.last_command
 
-    def _receipt(self, frame: StompFrame, command_id: int) -> None:
-        receipt = frame.header("receipt")
-        if receipt is not None:
-            self.receipts.setdefault(command_id, []).append(receipt)
-
-    def _receipt_now(self, frame: StompFrame) -> None:
+    def _receipt_after(self, frame: StompFrame) -> None:
         """
         The receipt of a frame that is not a command: due once every
         command before it is done.
         """
-        receipt = frame.header("receipt")
-        if receipt is None:
-            return
-        if self.last_command <= self.session.answers.processed_up_to:
-            self.send(StompFrame("RECEIPT", (("receipt-id", receipt),)))
-        else:
-            self.receipts.setdefault(self.last_command, []).append(receipt)
+        self._send_receipts(self.receipts.after(frame, self.last_command,
+                                                self.session.answers.processed_up_to))
 
     def serve(self, inputs: ConnectionInputs, frame: StompFrame) -> None:
         """
@@ -439,7 +322,7 @@ class StompConnectionCore(ConnectionCore):
                 raise StompRefusal(f"{frame.command} is not allowed once connected")
             handler(self, frame)
         except StompRefusal as e:
-            self.failing_receipt = frame.header("receipt")
+            self.receipts.failing = frame.header("receipt")
             inputs.protocol_error(f.BAD_COMMAND, e.detail)
 
     def _in_transaction(self, frame: StompFrame) -> bool:
@@ -472,9 +355,9 @@ class StompConnectionCore(ConnectionCore):
         if problem is not None:
             self.machine.over_limit(problem)
             return
-        self._receipt(frame, send.command_id)
+        self.receipts.expect(frame, send.command_id)
         if transactional:
-            self.held.add(send.command_id)
+            self.receipts.held.add(send.command_id)
         self.session.take_send(send)
 
     def _ttl_ms(self, expires: str | None) -> int:
@@ -494,7 +377,7 @@ class StompConnectionCore(ConnectionCore):
         subscription_id = frame.header("id")
         if subscription_id is None:
             raise StompRefusal("SUBSCRIBE has no id header")
-        if subscription_id in self.subscriptions:
+        if subscription_id in self.subscriptions.by_id:
             raise StompRefusal(f"subscription {subscription_id!r} is already in use")
         destination = frame.header("destination")
         queue, _, router = queue_address(destination).partition("@")
@@ -511,65 +394,44 @@ class StompConnectionCore(ConnectionCore):
             credit = int(prefetch)
         else:
             raise StompRefusal(f"prefetch-count {prefetch!r} is not a positive number")
-        self.next_subscription += 1
-        subscription = StompSubscription(subscription_id, self.next_subscription, destination,
-                                         ack, credit)
-        self.subscriptions[subscription_id] = subscription
-        self.numbers[subscription.number] = subscription
+        subscription = self.subscriptions.add(subscription_id, destination, ack, credit)
         command_id = self._command()
-        self._receipt(frame, command_id)
+        self.receipts.expect(frame, command_id)
         self.session.machine.got_subscribe(
             f.Subscribe(command_id, subscription.number, queue, credit))
 
     def on_unsubscribe(self, frame: StompFrame) -> None:
-        subscription = self.subscriptions.pop(frame.header("id"), None)
+        subscription = self.subscriptions.remove(frame.header("id"))
         if subscription is None:
             raise StompRefusal(f"no subscription {frame.header('id')!r}")
         command_id = self._command()
-        self._receipt(frame, command_id)
+        self.receipts.expect(frame, command_id)
         self.session.machine.got_unsubscribe(f.Unsubscribe(command_id, subscription.number))
-        self.numbers.pop(subscription.number, None)
 
     def _acknowledged(self, frame: StompFrame) -> tuple[StompSubscription | None, list[int]]:
         """
         The subscription and the session delivery ids an ACK or NACK
-        covers: the one it names (C{id} in 1.2, C{message-id} in 1.1), and
-        on a C{client} subscription every earlier one not yet
-        acknowledged.  An id the session does not hold (acknowledged
-        already, or given back) covers nothing.
+        covers (L{StompSubscriptions.covered}): it names one by C{id} in
+        1.2, by C{message-id} in 1.1.
         """
         if self.stomp_version == "1.1":
-            delivery_id = self._message_ids.get(frame.header("message-id"))
+            delivery_id = self.subscriptions.message_ids.get(frame.header("message-id"))
         else:
             ack_id = frame.header("id")
             if ack_id is None:
                 raise StompRefusal(f"{frame.command} has no id header")
             delivery_id = int(ack_id) if ack_id.isdigit() else None
-        owner = self.session.deliveries.owners.get(delivery_id) if delivery_id is not None else None
-        if owner is None:
-            return None, []
-        subscription = self.numbers.get(owner[0])
-        if subscription is None:
-            return None, []
-        if subscription.ack == CLIENT:
-            ids = self.session.deliveries.unacknowledged_through(subscription.number, delivery_id)
-        else:
-            ids = [delivery_id]
-        if self._message_ids:
-            done = set(ids)
-            for msg_id in [m for m, d in self._message_ids.items() if d in done]:
-                del self._message_ids[msg_id]
-        return subscription, ids
+        return self.subscriptions.covered(delivery_id, self.session.deliveries)
 
     def on_ack(self, frame: StompFrame) -> None:
         # In the open transaction (the core holds it) or outside any.
         self._in_transaction(frame)
         subscription, ids = self._acknowledged(frame)
         if not ids or subscription.ack == AUTO:
-            self._receipt_now(frame)
+            self._receipt_after(frame)
             return
         command_id = self._command()
-        self._receipt(frame, command_id)
+        self.receipts.expect(frame, command_id)
         self.session.take_ack(f.Ack(command_id, ids))
         if self.session is not None:
             self.session.take_credit(f.Credit(self._command(), subscription.number, len(ids)))
@@ -578,7 +440,7 @@ class StompConnectionCore(ConnectionCore):
         self._in_transaction(frame)
         _, ids = self._acknowledged(frame)
         self.session.deliveries.give_back(ids)
-        self._receipt_now(frame)
+        self._receipt_after(frame)
 
     def on_begin(self, frame: StompFrame) -> None:
         name = frame.header("transaction")
@@ -589,7 +451,7 @@ class StompConnectionCore(ConnectionCore):
                                "transaction at a time")
         self.transaction = name
         command_id = self._command()
-        self._receipt(frame, command_id)
+        self.receipts.expect(frame, command_id)
         self.session.machine.got_begin(f.Begin(command_id))
 
     def on_commit(self, frame: StompFrame) -> None:
@@ -604,14 +466,14 @@ class StompConnectionCore(ConnectionCore):
             raise StompRefusal(f"no transaction {name!r} is open")
         self.transaction = None
         command_id = self._command()
-        self._receipt(frame, command_id)
+        self.receipts.expect(frame, command_id)
         feed(command(command_id))
 
     def disconnect(self, frame: StompFrame) -> None:
         """
         DISCONNECT: the session's Close; its Closed brings the receipt.
         """
-        self.disconnect_receipt = frame.header("receipt")
+        self.receipts.goodbye = frame.header("receipt")
         self.session.machine.got_close(f.Close(self._command()))
 
     # -- closing ----------------------------------------------------------------
@@ -620,9 +482,7 @@ class StompConnectionCore(ConnectionCore):
         """
         No more heart-beats, nor acknowledgements of what was written.
         """
-        beats, self._beats = self._beats, None
-        if beats is not None and beats.running:
-            beats.stop()
+        self.heartbeats.stop()
         if self._auto_call is not None and self._auto_call.active():
             self._auto_call.cancel()
         self._auto_call = None
