@@ -20,7 +20,7 @@ stage-valid-timeout).
 
  - L{meshroute.sessions.served}: the served session, the router's side of
    one client session (the client library's side is
-   L{meshroute.client.session}): an Automat machine over a core that
+   L{meshroute.client.core}): an Automat machine over a core that
    takes each command in sequence and hands it to its collaborators; a
    session outlives its connections.
  - L{meshroute.sessions.answers}, L{meshroute.sessions.sends},

@@ -3,7 +3,7 @@ The served session: the router's side of one client session, as an
 Automat machine.  A session outlives its connections
 (docs/client-protocol.md, "Sessions that survive failures").  (The
 application's side of a session is the client library's,
-L{meshroute.client.session}.)
+L{meshroute.client.core}.)
 
     open ── connection_lost ──▶ disconnected ── keep_alive_expired ──▶ expired
      │ ▲                            │
