@@ -52,6 +52,8 @@ def makeService(options: Options, reactor=None):
     of an HA pair (L{meshroute.ha.instance.HAInstance}), which runs the
     router only while it is the active one.
     """
+    # twistd imports this module to list its plugins (C{twistd --help});
+    # the router is loaded only when a router is built.
     from meshroute.admin.api import admin_site
     from meshroute.ha.build import build_instance
     from meshroute.router.service import RouterService, StringEndpoints

@@ -171,7 +171,7 @@ class Welcome:
 class Reject:
     """
     Either side, any stage before delivery: the handshake is refused.
-    C{code} is one of L{meshroute.link.rejection.REASONS}.
+    C{code} is one of L{meshroute.link.reasons.REJECTION_CODES}.
     """
 
     TYPE: ClassVar[int] = 3
