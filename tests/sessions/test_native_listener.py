@@ -32,6 +32,7 @@ from meshroute.wire.frameset import frame_to_list
 
 from support import router_connection
 from support.fake_router import ROUTER, FakeBacklogFull, FakeEngine, FakeUnknownRouter
+from support.router_connection import deliveries
 
 FUZZ = settings(max_examples=200, deadline=None)
 
@@ -69,10 +70,6 @@ class Connection(router_connection.Connection):
 @pytest.fixture
 def connection(factory):
     return Connection(factory)
-
-
-def deliveries(frames) -> list[f.Deliver]:
-    return [frame for frame in frames if isinstance(frame, f.Deliver)]
 
 
 # -- frames --------------------------------------------------------------------

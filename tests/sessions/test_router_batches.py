@@ -14,9 +14,9 @@ from meshroute.sessions import deliveries as deliveries_module
 from meshroute.wire import client_frames as f
 from meshroute.router.acceptance import BacklogFull
 
-from test_served_session import Connection, deliveries, make_factory, only
+from support.router_connection import Connection, deliveries, only
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
-from test_router_transactions import factory  # noqa: F401 (a fixture)
+from support.served_sessions import factory, make_factory  # noqa: F401 (a fixture)
 
 
 def open_with(connection: Connection, versions: list, session_id: str = "",

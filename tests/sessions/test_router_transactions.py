@@ -12,17 +12,12 @@ from meshroute import events as event_names
 from meshroute.messages import message_of
 from meshroute.wire import client_frames as f
 from meshroute.sessions import transaction as transaction_module
-from meshroute.sessions.native_listener import ClientFactory
 from meshroute.store import DuplicateMessage
 
 from support.fake_router import ROUTER
+from support.router_connection import Connection, deliveries, only
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
-from test_served_session import SETTINGS, Connection, deliveries, only
-
-
-@pytest.fixture
-def factory(engine, clock):
-    return ClientFactory(engine, clock, settings=SETTINGS)
+from support.served_sessions import SETTINGS, factory  # noqa: F401 (a fixture)
 
 
 def open_v2(connection: Connection, session_id: str = "", answered_up_to: int = 0,

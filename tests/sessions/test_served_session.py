@@ -32,37 +32,17 @@ from meshroute.store.database import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
 from support.fake_router import ROUTER, FakeEngine, RecordingEvents
-from support.router_connection import Connection
+from support.router_connection import Connection, deliveries, only
+from support.served_sessions import SETTINGS, factory, make_factory  # noqa: F401 (a fixture)
 from meshroute.testing.memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
-
-SETTINGS = SessionSettings(connection_ttl_check_interval_ms=1000, keep_alive_ms=5000,
-                           max_depth=1000, recovery_buffer_size=64)
-
 
 @pytest.fixture
 def auto_engine(tmp_path, clock):
     engine = FakeEngine(str(tmp_path / "auto.sqlite"), clock, auto=True)
     yield engine
     engine.close()
-
-
-def make_factory(engine, clock, **settings) -> ClientFactory:
-    return ClientFactory(engine, clock, settings=replace(SETTINGS, **settings))
-
-
-@pytest.fixture
-def factory(engine, clock):
-    return make_factory(engine, clock)
-
-
-def deliveries(frames) -> list[f.Deliver]:
-    return [frame for frame in frames if isinstance(frame, f.Deliver)]
-
-
-def only(frames, kind) -> list:
-    return [frame for frame in frames if isinstance(frame, kind)]
 
 
 def session_of(factory, session_id: str) -> dict:

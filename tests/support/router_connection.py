@@ -1,7 +1,8 @@
 """
 One client connection to a router's client listener, driven frame by
 frame over a C{StringTransport} (or the transport given): what the
-router-side tests speak with.  The router they speak to is in
+router-side tests speak with, and what they pick out of the frames it
+wrote (L{only}, L{deliveries}).  The router they speak to is in
 L{fake_router}.
 """
 
@@ -67,3 +68,14 @@ class Connection:
     @property
     def aborted(self) -> bool:
         return self.transport.disconnected
+
+
+def only(frames, kind) -> list:
+    """
+    The frames of type C{kind} among C{frames}.
+    """
+    return [frame for frame in frames if isinstance(frame, kind)]
+
+
+def deliveries(frames) -> list[f.Deliver]:
+    return only(frames, f.Deliver)
