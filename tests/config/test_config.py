@@ -10,6 +10,14 @@ from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactor
 
 from support.certificates import make_ca, make_server_cert
+from support.config_files import (  # noqa: F401 (fixtures)
+    ROUTER,
+    SECRET,
+    assert_refused,
+    load,
+    secret_file,
+    write,
+)
 
 from meshroute.router.admin_settings import AdminConfig
 from meshroute.config import format_config, load_config, parse_duration_ms
@@ -17,14 +25,6 @@ from meshroute.errors import ConfigError
 from meshroute.events import RetainBytes, RotationSettings
 from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.router.settings import RouterConfig
-
-SECRET = "s3cret-mesh-password"
-
-ROUTER = """
-[router]
-name = "router-a"
-data-dir = "var/router-a"
-"""
 
 LISTENER = """
 [routing.listener]
@@ -43,47 +43,6 @@ ADMIN = """
 [admin]
 endpoint = "tcp:8001:interface=127.0.0.1"
 """
-
-
-@pytest.fixture
-def secret_file(tmp_path):
-    """
-    A password file ending in a line end, as an editor would leave it.
-    """
-    path = tmp_path / "mesh.secret"
-    path.write_text(SECRET + "\r\n")
-    return path
-
-
-@pytest.fixture
-def write(tmp_path, secret_file):
-    """
-    Write a config file (C{{secret}} filled in) and return its path.
-    """
-
-    def write(text, name="router.toml"):
-        path = tmp_path / name
-        path.write_text(text.replace("{secret}", str(secret_file)))
-        return path
-
-    return write
-
-
-def load(path):
-    return load_config(str(path), reactor=MemoryReactor())
-
-
-def assert_refused(path, key, *fragments):
-    """
-    Loading C{path} fails with an error naming the file, the key and any
-    further C{fragments}.
-    """
-    with pytest.raises(ConfigError) as info:
-        load(path)
-    text = str(info.value)
-    for expected in (str(path), key, *fragments):
-        assert expected in text
-    return info.value
 
 
 def test_full_config_with_defaults(write, secret_file):

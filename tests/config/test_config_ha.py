@@ -9,34 +9,18 @@ import dataclasses
 import io
 
 import pytest
-from test_config import SECRET, load, secret_file, write  # noqa: F401 (fixtures)
-from test_config import assert_refused as refused
 
 from meshroute import cli
 from meshroute.config import config_warnings, format_config
 from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 
-ROUTER = """
-[router]
-name = "router-b"
-data-dir = "var/b-primary"
-"""
+from support.config_files import SECRET, load, secret_file, write  # noqa: F401 (fixtures)
+from support.config_files import assert_refused as refused
+from support.ha_config_sections import HA, REPLICATION, ROUTER
 
 CLIENTS = """
 [clients.listener]
 endpoint = "tcp:6002:interface=127.0.0.1"
-"""
-
-HA = """
-[ha]
-role = "primary"
-"""
-
-REPLICATION = """
-[ha.replication]
-listener = "tcp:7102:interface=127.0.0.1"
-peer = "tcp:127.0.0.1:7202"
-password-file = "{secret}"
 """
 
 WITNESS = """

@@ -10,8 +10,6 @@ import io
 import os
 
 import pytest
-from test_config import load, secret_file, write  # noqa: F401 (fixtures)
-from test_config import assert_refused as refused
 
 from meshroute import cli
 from meshroute.config import format_config
@@ -22,11 +20,8 @@ from meshroute.security.policy import Permission
 from meshroute.security.settings import SecurityConfig
 from meshroute.security.users import write_users
 
-ROUTER = """
-[router]
-name = "router-a"
-data-dir = "var/router-a"
-"""
+from support.config_files import ROUTER, load, secret_file, write  # noqa: F401 (fixtures)
+from support.config_files import assert_refused as refused
 
 SECURITY = """
 [security]

@@ -12,7 +12,7 @@ from meshroute.sessions.limits import ClientLimits
 from meshroute.stomp.settings import StompListenerSettings
 
 from support.certificates import make_ca, make_server_cert
-from test_config import ROUTER, assert_refused, load
+from support.config_files import ROUTER, assert_refused, load
 
 STOMP = """
 [stomp.listener]

@@ -6,11 +6,11 @@ import pytest
 from twisted.logger import globalLogPublisher
 from twisted.python import usage
 
-from test_config import secret_file, write  # noqa: F401 (fixtures)
-from test_config_ha import HA, REPLICATION, ROUTER
-
 from meshroute import tap
 from meshroute.harules import settings as ha_settings
+
+from support.config_files import secret_file, write  # noqa: F401 (fixtures)
+from support.ha_config_sections import HA, REPLICATION, ROUTER
 
 
 @pytest.fixture
