@@ -5,13 +5,13 @@ which serves whether or not its router is (L{meshroute.admin.api}).
 
 import io
 
-from test_admin import FakeRouter, serve
-
 from meshroute import __version__, cli
 from meshroute.cli import status_command
 from meshroute.admin.api import admin_site
 from meshroute.harules.quorum import LogPosition
 from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
+
+from support.admin_requests import FakeRouter, serve
 
 STATUS = HAStatus(
     role="backup",
