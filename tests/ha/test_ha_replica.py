@@ -21,7 +21,6 @@ from meshroute.ha.gate import ReplicationGate
 from meshroute.ha.replica import Replica, ReplicaGap
 from meshroute.ha.source import ReplicationSource, take_snapshot
 from meshroute.harules.quorum import ORIGIN, LogPosition, VoterRecord
-from meshroute.messages import Message
 from meshroute.store import (
     DuplicateMessage,
     InlineExecutor,
@@ -30,6 +29,7 @@ from meshroute.store import (
     ThreadedExecutor,
 )
 from meshroute.store.changes import ChangeBatch
+from support.replicated_stores import message, rows
 from support.store_testing import ROUTER
 
 PEERS = ("router-b", "router-c")
@@ -45,23 +45,6 @@ def result(d: defer.Deferred):
     if isinstance(outcome[0], Failure):
         outcome[0].raiseException()
     return outcome[0]
-
-
-def rows(path) -> dict:
-    """
-    Every table of the database at C{path}, row for row.
-    """
-    with sqlite3.connect(path) as connection:
-        tables = [t for (t,) in connection.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        return {t: sorted(connection.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
-                for t in tables}
-
-
-def message(n: int, local: bool, origin: str = ROUTER) -> Message:
-    return Message(f"m{n}", origin, ROUTER if local else "router-d", "q",
-                   f"body {n}".encode(), headers={"n": n} if n % 2 else {},
-                   accepted_at=1000.0 + n)
 
 
 def refused(failure: Failure) -> None:

@@ -34,8 +34,8 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.router.witness import Witness
-from test_ha_replica import message, rows
 from support.held_records import HeldRecords
+from support.replicated_stores import message, rows
 from support.store_testing import ROUTER
 
 SECRET = b"pair secret"

@@ -16,6 +16,7 @@ from meshroute.ha.source import ReplicationSource, Snapshot
 from meshroute.harules.quorum import LogPosition
 from meshroute.store import SQLiteStore, ThreadedExecutor
 from meshroute.store.changes import ChangeBatch
+from support.replicated_stores import rows
 from support.store_testing import ROUTER, msg
 
 
@@ -75,14 +76,6 @@ def test_subscribers_get_each_batch_until_they_unsubscribe():
     source.unsubscribe(seen.append)  # twice is harmless
     source.append(batch(12))
     assert [b.position for b in seen] == [11]
-
-
-def rows(path) -> dict:
-    with sqlite3.connect(path) as connection:
-        tables = [t for (t,) in connection.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        return {t: sorted(connection.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
-                for t in tables}
 
 
 async def replicated_store(tmp_path):
