@@ -9,9 +9,7 @@ import msgpack
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
-from zope.interface import implementer
 
-from meshroute.interfaces import ICommitGate
 from meshroute.store import DuplicateMessage, InlineExecutor, SQLiteStore, ThreadedExecutor
 from meshroute.store.changes import (
     BadChangeBatch,
@@ -19,31 +17,8 @@ from meshroute.store.changes import (
     RecordingConnection,
     apply_statements,
 )
+from support.fakes import RecordingReplication
 from support.store_testing import ROUTER, hold_writer, msg
-
-
-@implementer(ICommitGate)
-class RecordingReplication:
-    """
-    A stand-in for the gate: records what the executor hands it, and fires
-    at once unless told to hold.
-    """
-
-    def __init__(self, epoch: int = 1, holding: bool = False) -> None:
-        self.epoch = epoch
-        self.holding = holding
-        self.batches: list = []  # a ChangeBatch or None per transaction
-        self.held: list = []
-
-    def committed(self, batch, fire) -> None:
-        self.batches.append(batch)
-        if self.holding:
-            self.held.append(fire)
-        else:
-            fire()
-
-    def writes(self) -> list:
-        return [b for b in self.batches if b is not None]
 
 
 def test_a_batch_survives_msgpack_as_plain_lists():

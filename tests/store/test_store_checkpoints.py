@@ -18,7 +18,7 @@ from twisted.internet import defer, reactor, task
 
 from meshroute.store import InlineExecutor, SQLiteStore, ThreadedExecutor, TurnExecutor
 from meshroute.store.checkpoints import WalCheckpoints
-from test_store_changes import RecordingReplication
+from support.fakes import RecordingReplication
 from support.store_testing import ROUTER, msg
 
 #: SQLite's default wal_autocheckpoint, which used to run inside commits.

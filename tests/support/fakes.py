@@ -6,7 +6,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IListeningPort, IPushProducer
 from zope.interface import implementer
 
-from meshroute.interfaces import IChannelEngine, ILinkChannel, ILinkEngine
+from meshroute.interfaces import IChannelEngine, ICommitGate, ILinkChannel, ILinkEngine
 from meshroute.wire.frames import Recovery
 
 
@@ -238,3 +238,27 @@ class RecordingEndpoints:
 
     def client(self, description: str):
         raise AssertionError(f"no client endpoint expected: {description}")
+
+
+@implementer(ICommitGate)
+class RecordingReplication:
+    """
+    A stand-in for the gate: records what the executor hands it, and fires
+    at once unless told to hold.
+    """
+
+    def __init__(self, epoch: int = 1, holding: bool = False) -> None:
+        self.epoch = epoch
+        self.holding = holding
+        self.batches: list = []  # a ChangeBatch or None per transaction
+        self.held: list = []
+
+    def committed(self, batch, fire) -> None:
+        self.batches.append(batch)
+        if self.holding:
+            self.held.append(fire)
+        else:
+            fire()
+
+    def writes(self) -> list:
+        return [b for b in self.batches if b is not None]
