@@ -20,8 +20,14 @@ from meshroute.wire.frames import (
     TransferBatch,
 )
 from meshroute.testing.memory_mesh import MemoryMesh
-from test_link_faults_memory import closes_for_store, take_store_failures
-from support.mesh_testing import Consumer, assert_confirmed, events_of, send
+from support.mesh_testing import (
+    Consumer,
+    assert_confirmed,
+    closes_for_store,
+    events_of,
+    send,
+    take_store_failures,
+)
 
 A = "router-a"
 B = "router-b"

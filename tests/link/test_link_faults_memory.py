@@ -16,7 +16,15 @@ from meshroute.router.peer_channel import ACK_DELAY_S
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import Ack, Transfer
 from meshroute.testing.memory_mesh import MemoryMesh
-from support.mesh_testing import Consumer, assert_confirmed, events_of, line, send
+from support.mesh_testing import (
+    Consumer,
+    assert_confirmed,
+    closes_for_store,
+    events_of,
+    line,
+    send,
+    take_store_failures,
+)
 
 
 @pytest.fixture
@@ -126,14 +134,6 @@ def test_restart_from_an_older_copy_of_the_data_dir_loses_nothing_sent_by_it(mes
     mesh.run(2)
     assert_confirmed(sent)
     assert consumer.bodies == [b"%d" % i for i in range(80)]
-
-
-def take_store_failures(observe_errors) -> list:
-    return observe_errors.take(lambda e: "closing the link" in e.get("log_format", ""))
-
-
-def closes_for_store(router) -> list:
-    return [e for e in events_of(router, "link.closed") if e["reason"] == "store-failed"]
 
 
 def test_failed_store_write_closes_the_link_and_is_replayed(mesh, observe_errors):

@@ -1,7 +1,8 @@
 """
 Traffic on the in-memory mesh (L{meshroute.testing.memory_mesh}): the C{mesh}
 fixture, a consumer that acknowledges everything, numbered sends, the
-events one router recorded, and a line of three routers.
+events one router recorded (and its links closed on a failed store call,
+whose logged errors a test takes), and a line of three routers.
 """
 
 import pytest
@@ -59,6 +60,21 @@ def assert_confirmed(deferreds) -> None:
 def events_of(router, event: str) -> list[dict]:
     router.events.flush()
     return [e for e in read_events(router.events.data_dir) if e["event"] == event]
+
+
+def closes_for_store(router) -> list:
+    """
+    The C{link.closed} events of C{router} that a failed store call caused.
+    """
+    return [e for e in events_of(router, "link.closed") if e["reason"] == "store-failed"]
+
+
+def take_store_failures(observe_errors) -> list:
+    """
+    Take the errors logged for links closed on a failed store call out of
+    C{observe_errors}, which would fail the test.
+    """
+    return observe_errors.take(lambda e: "closing the link" in e.get("log_format", ""))
 
 
 def line(mesh):
