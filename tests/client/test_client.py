@@ -39,7 +39,12 @@ from meshroute.client import (
 from meshroute.wire import client_frames as f
 from meshroute.sessions.native_listener import ClientFactory
 
-from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.client_testing import (  # noqa: F401 (a fixture)
+    failure_of,
+    kept_clients,
+    meshroute_command,
+    result_of,
+)
 from support.fake_router import ROUTER, FakeEngine, Harness
 
 
@@ -806,23 +811,6 @@ def test_a_busy_session_stays_in_step_with_the_router(harness, engine):
 
 
 # -- the commands as processes, against a real listener ------------------------
-
-
-def meshroute_command(*args):
-    """
-    Run C{python -m meshroute.cli ARGS}; fires with (out, err, status).
-    """
-    import os
-    import sys
-
-    from twisted.internet import reactor
-    from twisted.internet.utils import getProcessOutputAndValue
-
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return getProcessOutputAndValue(sys.executable, ["-m", "meshroute.cli", *args], env=env,
-                                    reactor=reactor)
 
 
 @pytest_twisted.ensureDeferred

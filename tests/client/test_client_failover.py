@@ -8,62 +8,18 @@ ids across a recreation.  Everything runs on a C{task.Clock}.
 
 import pytest
 import pytest_twisted
-from twisted.internet.defer import succeed
-from twisted.test import iosim
 
 from meshroute.client import DISCONNECT, FAILOVER, UnblockedError, connect_endpoint
 from meshroute.sessions.native_listener import ClientFactory
 from meshroute.sessions.settings import SessionSettings
 
-from support.fake_router import FakeEngine
-from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
-
-
-class CuttableEndpoint:
-    """
-    A client endpoint whose connections reach a L{ClientFactory} through
-    iosim, and that a test can cut (bytes in flight are lost) or refuse.
-    """
-
-    def __init__(self, server_factory, clock) -> None:
-        self._server_factory = server_factory
-        self._clock = clock
-        self.pumps: list[iosim.IOPump] = []
-        self.refusing = False
-        self.attempts = 0
-
-    def connect(self, factory):
-        from twisted.internet.defer import fail
-        from twisted.internet.error import ConnectionRefusedError
-
-        self.attempts += 1
-        if self.refusing:
-            return fail(ConnectionRefusedError("the network is cut"))
-        client = factory.buildProtocol(None)
-        server = self._server_factory.buildProtocol(None)
-        self.pumps.append(iosim.connect(
-            server, iosim.makeFakeServer(server), client, iosim.makeFakeClient(client),
-            greet=False, clock=self._clock,
-        ))
-        return succeed(client)
-
-    def flush(self) -> None:
-        while any([pump.flush() for pump in self.pumps]):
-            pass
-
-    def cut(self) -> None:
-        """
-        The network fails: both ends see the connection lost, and nothing
-        written and not yet delivered arrives.
-        """
-        for pump in self.pumps:
-            if pump.clientIO.disconnected:
-                continue
-            for io in (pump.clientIO, pump.serverIO):
-                io.stream = []
-                io.disconnecting = io.disconnected = True
-            pump.serverIO.reportDisconnect()
-            pump.clientIO.reportDisconnect()
+from support.fake_router import CuttableEndpoint, FakeEngine
+from support.client_testing import (  # noqa: F401 (a fixture)
+    failure_of,
+    kept_clients,
+    meshroute_command,
+    result_of,
+)
 
 
 @pytest.fixture
@@ -281,8 +237,6 @@ async def _send_while_cutting(tmp_path, extra_args, cuts: int):
     from twisted.internet.endpoints import serverFromString
     from twisted.internet.task import deferLater
 
-    from test_client import meshroute_command
-
     engine = FakeEngine(str(tmp_path / "store.sqlite"), reactor, auto=True)
     factory = ClientFactory(engine, reactor)
     port = await serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(factory)
@@ -341,8 +295,6 @@ async def test_receive_command_reattaches_across_cuts(tmp_path):
     from twisted.internet import reactor
     from twisted.internet.endpoints import serverFromString
     from twisted.internet.task import deferLater
-
-    from test_client import meshroute_command
 
     engine = FakeEngine(str(tmp_path / "store.sqlite"), reactor, auto=True)
     engine.enqueue("orders", *[b"%d" % n for n in range(3000)])

@@ -35,9 +35,13 @@ from meshroute.wire import client_frames as f
 from meshroute.sessions.ha_view import HAView
 from meshroute.sessions.native_listener import ClientFactory
 
-from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from support.fake_router import ROUTER, SESSION, FakeEngine, ScriptedEndpoint
-from test_client_failover import CuttableEndpoint
+from support.client_testing import (  # noqa: F401 (a fixture)
+    failure_of,
+    kept_clients,
+    meshroute_command,
+    result_of,
+)
+from support.fake_router import ROUTER, SESSION, CuttableEndpoint, FakeEngine, ScriptedEndpoint
 
 OTHER_SESSION = "6" * 32
 PRIMARY, BACKUP = "tcp:10.0.0.2:6001", "tcp:10.0.1.2:6001"
@@ -522,8 +526,6 @@ async def test_send_command_finds_the_active_instance(tmp_path):
     """
     from twisted.internet import reactor
     from twisted.internet.endpoints import serverFromString
-
-    from test_client import meshroute_command
 
     ports, engines = [], []
     try:

@@ -30,59 +30,8 @@ from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from support.fake_router import SESSION, ScriptedEndpoint
-
-OTHER_SESSION = "6" * 32
-
-
-@pytest.fixture
-def endpoint():
-    return ScriptedEndpoint()
-
-
-class Session:
-    """
-    A connected client, its endpoint and the router end in use, and the
-    failure events it heard.
-    """
-
-    def __init__(self, clock, endpoint, **options) -> None:
-        self.clock = clock
-        self.endpoint = endpoint
-        options.setdefault("client_id", "tester")
-        d = connect_endpoint(clock, endpoint, ClientOptions(**options))
-        self.router = endpoint.accept()
-        self.first_open = self.router.open()
-        self.client = result_of(d)
-        self.events: list[str] = []
-        self.client.add_failure_listener(self.events.append)
-
-    def reconnect(self, after: float = 2.0):
-        """
-        Let the retry delay pass and accept the reconnection.
-
-        @return: the client's Open on the new connection.
-        """
-        attempts = len(self.endpoint.attempts)
-        self.clock.advance(after)
-        assert len(self.endpoint.attempts) == attempts + 1
-        self.router = self.endpoint.accept()
-        (frame,) = self.router.frames()
-        assert type(frame) is f.Open
-        return frame
-
-    def turn(self) -> None:
-        self.clock.advance(0)
-
-    def recreated(self, session_id: str) -> None:
-        """
-        Lose the connection, and answer the reconnection with a new
-        session C{session_id}.
-        """
-        self.router.lose()
-        self.reconnect()
-        self.router.send(f.Opened(1, session_id, "router-a", 60000, False, 0))
-
+from support.fake_router import OTHER_SESSION, SESSION
+from support.scripted_sessions import Session, endpoint  # noqa: F401 (a fixture)
 
 def start(clock, endpoint, **options) -> Session:
     return Session(clock, endpoint, **options)

@@ -18,8 +18,8 @@ from meshroute.client import (
 from meshroute.wire import client_frames as f
 
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
-from support.fake_router import SESSION, ScriptedEndpoint
-from test_client_sessions import OTHER_SESSION, Session, endpoint  # noqa: F401
+from support.fake_router import OTHER_SESSION, SESSION, ScriptedEndpoint
+from support.scripted_sessions import Session, endpoint  # noqa: F401 (a fixture)
 
 
 def transacted(clock, endpoint, **options) -> Session:

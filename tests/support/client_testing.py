@@ -1,11 +1,17 @@
 """
-Helpers shared by the client API's tests: reading a fired Deferred, and
-keeping the clients a test makes from being reported as forgotten.  The
-routers they connect to are in L{fake_router}.
+Helpers shared by the client API's tests: reading a fired Deferred,
+keeping the clients a test makes from being reported as forgotten, and
+running the C{meshroute} command as a process.  The routers they connect
+to are in L{fake_router}.
 """
 
+import os
+import sys
+
 import pytest
+from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.utils import getProcessOutputAndValue
 
 from meshroute.client import Client
 
@@ -60,3 +66,14 @@ def kept_clients(monkeypatch):
     yield made
     for client in made:
         client._finalizer.detach()
+
+
+def meshroute_command(*args):
+    """
+    Run C{python -m meshroute.cli ARGS}; fires with (out, err, status).
+    """
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return getProcessOutputAndValue(sys.executable, ["-m", "meshroute.cli", *args], env=env,
+                                    reactor=reactor)

@@ -9,7 +9,8 @@ The router, faked for client tests: one module, three depths of fake.
    accepted at once, as the real engine does for a bare queue.  The
    C{engine} fixture (conftest) is one.
  - L{Harness} and L{MemoryEndpoint}: clients of the meshroute client API
-   connected through iosim to that real listener over a L{FakeEngine}.
+   connected through iosim to that real listener over a L{FakeEngine};
+   through a L{CuttableEndpoint}, connections a test cuts or refuses.
  - L{ScriptedEndpoint}: no router code at all: each connection attempt
    of the client waits until the test accepts it (a L{RouterEnd}, which
    the test scripts frame by frame) or refuses it.
@@ -42,6 +43,8 @@ from support.client_testing import result_of
 ROUTER = "router-a"
 #: The session id a scripted router gives.
 SESSION = "5" * 32
+#: The session id of a session the scripted router recreates.
+OTHER_SESSION = "6" * 32
 
 
 # -- the engine under the real listener ------------------------------------------
@@ -202,6 +205,42 @@ class MemoryEndpoint:
         )
         self.pumps.append(self.pump)
         return succeed(client)
+
+
+class CuttableEndpoint(MemoryEndpoint):
+    """
+    A L{MemoryEndpoint} that a test can cut (bytes in flight are lost) or
+    make refuse new connections (C{refusing}).
+    """
+
+    def __init__(self, server_factory, clock) -> None:
+        super().__init__(server_factory, clock)
+        self.refusing = False
+        self.attempts = 0
+
+    def connect(self, factory):
+        self.attempts += 1
+        if self.refusing:
+            return fail(ConnectionRefusedError("the network is cut"))
+        return super().connect(factory)
+
+    def flush(self) -> None:
+        while any([pump.flush() for pump in self.pumps]):
+            pass
+
+    def cut(self) -> None:
+        """
+        The network fails: both ends see the connection lost, and nothing
+        written and not yet delivered arrives.
+        """
+        for pump in self.pumps:
+            if pump.clientIO.disconnected:
+                continue
+            for io in (pump.clientIO, pump.serverIO):
+                io.stream = []
+                io.disconnecting = io.disconnected = True
+            pump.serverIO.reportDisconnect()
+            pump.clientIO.reportDisconnect()
 
 
 class Harness:
