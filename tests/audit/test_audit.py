@@ -32,8 +32,7 @@ from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_BROKEN_PROMISES, EXIT_O
 from meshroute.audit.settings import AuditSettings
 from meshroute.audit.tables import TABLES
 from support.audit_testing import audit
-
-A, B, C, D = "router-a", "router-b", "router-c", "router-d"
+from support.audit_meshes import A, B, C, D, synthetic_mesh
 
 
 def nearest_rank(values, p):
@@ -42,111 +41,6 @@ def nearest_rank(values, p):
 
 
 # -- synthetic logs with known numbers -------------------------------------------
-
-
-def old_version(record: dict) -> dict:
-    """
-    A router from before C{accepted_at} and C{last_heard} were logged.
-    """
-    record.pop("accepted_at", None)
-    record.pop("last_heard", None)
-    return record
-
-
-def new_version(record: dict) -> dict:
-    """
-    A router from the future: fields and events this audit does not know.
-    """
-    record["trace"] = {"span": "x", "depth": [1, 2]}
-    record["zone"] = "eu-1"
-    return record
-
-
-def synthetic_mesh(directory) -> MeshLog:
-    """
-    Four routers, A–B–C and D–A, over 300 s.  Known: per route, what was
-    enqueued (with latencies), consumed, lost, in flight, duplicated,
-    dead-lettered, dropped, vanished (non-persistent), unobserved and
-    orphaned; per link, sessions and closes (keepalive on time, late and
-    unchecked, stage-timeout, rejections, a crash); per router, session
-    events; malformed lines of every kind; C an older version, D a newer.
-    """
-    log = MeshLog([A, B, C, D])
-    log.versions = {C: old_version, D: new_version}
-    for router in log.routers:
-        log.boot(router, START)
-    # Links.  B crashes at +100 and restarts at +110.
-    log.link(A, B, START + 1, 98, reason="keepalive", silence_intervals=5.0, crashed=B)
-    log.boot(B, START + 110)
-    log.link(A, B, START + 112, 187, reason="shutdown")
-    log.link(B, C, START + 1, 98, crashed=B)
-    log.link(B, C, START + 111, 188, reason="shutdown")
-    log.link(C, D, START + 2, 50, reason="keepalive", silence_intervals=5.5)  # C: unchecked
-    log.link(D, A, START + 2, 60, reason="keepalive", silence_intervals=7.5)  # late
-    log.link(D, A, START + 70, 229, reason="keepalive", silence_intervals=4.6)
-    log.link(A, D, START + 5, 0, reached_delivery=False)
-    log.rejection(C, A, START + 3, code="name-in-use")
-    log.rejection(D, B, START + 4, code="authentication-failed")
-    log.rejection(D, B, START + 8, code="authentication-failed")
-    # Messages A → q@C through B: 200 with latencies 1..200 ms, 150 consumed.
-    for i in range(200):
-        log.message([A, B, C], START + 10 + i * 0.2, latency_s=(i + 1) / 1000,
-                     consumed=i < 150)
-    for i in range(3):
-        log.message([A, B, C], START + 50 + i, fate="lost")
-    log.message([A, B, C], START + 60, latency_s=0.01, copies=2)
-    doubled = log.message([A, B, C], START + 61, latency_s=0.01, copies=3)
-    log.duplicate_dropped(B, doubled, A, START + 62)
-    for i in range(4):
-        log.message([A, B, C], START + 280 + i, fate="in-flight")
-    # Local messages at B after its restart.
-    for i in range(20):
-        log.message([B], START + 120 + i, latency_s=0.0005, queue="local")
-    # D → q@A, and what gets lost on the way.
-    for i in range(10):
-        log.message([D, A], START + 150 + i, latency_s=0.02)
-    log.message([D, A], START + 170, fate="dead-lettered")
-    for i in range(2):
-        log.message([D, A], START + 171 + i, fate="dropped", persistent=False)
-    for i in range(3):
-        log.message([D, A], START + 180 + i, fate="vanished", persistent=False)
-    # To a router whose log is not here.
-    log.routers.append("router-e")
-    log.records["router-e"] = []
-    for i in range(2):
-        log.message([C, "router-e"], START + 190 + i, fate="unobserved")
-    log.routers.remove("router-e")
-    # Enqueued at B, but its origin's log is not here.
-    log.emit(B, START + 200, "message.enqueued", msg_id="router-z:1:1", origin="router-z",
-              queue="q", hops=1, accepted_at=START + 199.99, persistent=True)
-    log.expected.routes[("router-z", "q@router-b")].update(enqueued=1, orphans=1)
-    log.expected.latencies[("router-z", "q@router-b")].append(10.0)
-    # Client sessions.
-    for kind, n in (("opened", 3), ("disconnected", 2), ("reattached", 1), ("closed", 1)):
-        for i in range(n):
-            log.session_event(B, kind, START + 130 + i)
-    log.session_event(D, "recreated", START + 140)
-    log.session_event(D, "expired", START + 141)
-    log.denial(A, "orders-app", "send", "invoices", START + 142)
-    log.denial(A, "orders-app", "send", "audit@router-d", START + 143)
-    log.denial(A, "mallory", "connect", "127.0.0.1:50000", START + 144)
-    log.denial(B, "orders-app", "consume", "invoices", START + 145)
-    log.emit(D, START + 142, "router.heartbeat", load=0.5)  # unknown to this audit
-    for router in log.routers:
-        log.stop(router, START + 300)
-    # Malformed lines.
-    log.bad_line(A, 5, '{"time":1800000005.5,"router":"router-a","event":"link.st', "truncated")
-    log.bad_line(A, 10, "garbage, not JSON", "garbage")
-    log.bad_line(A, 12, "[1, 2, 3]", "garbage")
-    log.bad_line(B, 3, "", "blank")
-    log.bad_line(B, 7, '{"time":"soon","router":"router-b","event":"link.stage"}', "missing")
-    log.bad_line(B, 9, '{"time":1800000009,"router":"router-b","event":"message.accepted",'
-                        '"msg_id":"router-b:9:9","size":"big"}', "type")
-    log.bad_line(D, 4, '{"router":"router-d","event":"link.stage"}', "missing")
-    log.bad_line(D, 6, '{"time":1800000006,"router":"router-d","event":"link.stage",'
-                        '"keepalive_interval_ms":"soon"}', "type")
-    log.write(directory, truncate_last={C: 25})
-    return log
 
 
 @pytest.fixture(scope="module")

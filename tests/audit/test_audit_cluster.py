@@ -16,8 +16,8 @@ import pytest
 from support.closed_event_files import Follower
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.routers import router_env
-from support.audit_testing import audit
-from test_audit_follow import figures, rotated_synthetic
+from support.audit_testing import audit, figures
+from support.audit_meshes import rotated_synthetic
 
 from meshroute.audit.running import EXIT_BROKEN_PROMISES
 

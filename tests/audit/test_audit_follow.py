@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from support.closed_event_files import Follower, add_closed_file, rotate_copy
+from support.closed_event_files import Follower, add_closed_file
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.event_generator import START
 from pyspark.sql import functions as F
 from support.routers import mesh  # noqa: F401 (a fixture)
-from support.audit_testing import audit
-from test_audit import A, B, C, synthetic_mesh
+from support.audit_testing import audit, figures
+from support.audit_meshes import A, B, C, rotated_synthetic
 
 from meshroute.audit import follow, incremental, job, read, views
 from meshroute.audit.inputs import AuditInputError
@@ -29,31 +29,13 @@ from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_OK, Progress
 from meshroute.audit.settings import AuditSettings
 from meshroute.audit.tables import TABLES
 
-#: summary.json keys that say how and when the audit ran, not what it found.
-RUN_KEYS = ("audit",)
-
 #: Generous: Spark on a loaded two-core machine takes minutes a micro-batch.
 DEADLINE_S = 900
-
-
-def figures(summary: dict) -> dict:
-    return {key: value for key, value in summary.items() if key not in RUN_KEYS}
 
 
 def table_rows(spark, out: Path, name: str) -> list:
     frame = spark.read.parquet(str(out / "tables" / name))
     return sorted((tuple(row) for row in frame.collect()), key=repr)
-
-
-def rotated_synthetic(directory: Path, per_file: int) -> Path:
-    """
-    The synthetic mesh of test_audit, each router's log rotated into
-    closed files of C{per_file} lines under C{directory/rotated/ROUTER/events}.
-    """
-    synthetic_mesh(directory / "single")
-    for source in sorted((directory / "single").glob("*/events.jsonl")):
-        rotate_copy(source, directory / "rotated" / source.parent.name / "events", per_file)
-    return directory / "rotated"
 
 
 @pytest.mark.timeout(2400)

@@ -6,68 +6,15 @@ pair and a witness: both instances write under the router's name, each
 to its own data dir's log.
 """
 
-import json
-
 import pytest
 
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.event_generator import START
 from support.audit_testing import audit
+from support.audit_meshes import B, pair_logs
 
 from meshroute.audit import report
 from meshroute.audit.running import EXIT_OK
-
-A, B = "router-a", "router-b"
-
-
-def ha(role: str, at: float, event: str, **fields) -> dict:
-    return {"time": START + at, "router": B, "event": event, "group": B, "role": role,
-            **fields}
-
-
-def pair_logs(directory) -> None:
-    """
-    B's primary serves, is SIGKILLed at +100 (the backup last heard it at
-    +100.2 and serves at +104.1: a takeover of 3900 ms), returns, catches
-    up and gets the router back by a hand-over of 420.5 ms at +200; the
-    backup's instance was fenced on the way and later force-activated.
-    """
-    logs = {
-        "a/events.jsonl": [
-            {"time": START, "router": A, "event": "router.started", "version": "1", "pid": 1},
-            {"time": START + 300, "router": A, "event": "router.stopped"},
-        ],
-        "b-primary/events.jsonl": [
-            {"time": START, "router": B, "event": "router.started", "version": "1", "pid": 2},
-            ha("primary", 1, "ha.state", state="starting", epoch=0, reason=None),
-            ha("primary", 2, "ha.epoch", epoch=1, mode="alone"),
-            ha("primary", 2, "ha.state", state="active-alone", epoch=1, reason=None),
-            ha("primary", 10, "ha.replication", status="in-sync", position=40, lag=0),
-            ha("primary", 10, "ha.epoch", epoch=2, mode="replicated"),
-            # SIGKILLed at +100; restarted at +150.
-            {"time": START + 150, "router": B, "event": "router.started", "version": "1",
-             "pid": 3},
-            ha("primary", 199.9, "ha.epoch", epoch=5, mode="replicated"),
-            ha("primary", 200, "ha.failover", **{"from": "backup", "to": "primary"}, epoch=5,
-               kind="handover", duration_ms=420.5),
-            {"time": START + 300, "router": B, "event": "router.stopped"},
-        ],
-        "b-backup/events.jsonl": [
-            {"time": START, "router": B, "event": "router.started", "version": "1", "pid": 4},
-            ha("backup", 104.0, "ha.epoch", epoch=3, mode="alone"),
-            ha("backup", 104.1, "ha.failover", **{"from": "primary", "to": "backup"}, epoch=3,
-               kind="takeover", duration_ms=3900.0),
-            ha("backup", 120, "ha.fenced", epoch=3, reason="lease-lost"),
-            ha("backup", 121, "ha.epoch", epoch=4, mode="alone"),
-            ha("backup", 250, "ha.force-activate", step="recorded",
-               requested_by="ops@host-1", epoch=None),
-            {"time": START + 300, "router": B, "event": "router.stopped"},
-        ],
-    }
-    for name, records in logs.items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 @pytest.fixture(scope="module")

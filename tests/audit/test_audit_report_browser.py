@@ -10,8 +10,7 @@ import pytest
 
 from support.spark import spark  # noqa: F401 (a fixture)
 from support.audit_testing import audit
-from test_audit import synthetic_mesh
-from test_audit_ha import pair_logs
+from support.audit_meshes import pair_logs, synthetic_mesh
 
 from meshroute.audit.running import EXIT_BROKEN_PROMISES
 

@@ -1,7 +1,8 @@
 """
 Running the audit job (L{meshroute.audit.job}) on the shared Spark
 session (L{support.spark}), for the audit tests and the process tests
-that audit their runs.
+that audit their runs; and what it found, without how it ran
+(L{figures}), to compare two runs.
 """
 
 import io
@@ -10,6 +11,9 @@ from pathlib import Path
 from meshroute.audit.job import run
 from meshroute.audit.running import EXIT_BAD_INPUT
 from meshroute.audit.settings import AuditSettings
+
+#: summary.json keys that say how and when the audit ran, not what it found.
+RUN_KEYS = ("audit",)
 
 
 def audit(spark, inputs, out, **options):
@@ -23,3 +27,7 @@ def audit(spark, inputs, out, **options):
     path = Path(out) / "summary.json"
     summary = json.loads(path.read_text()) if code != EXIT_BAD_INPUT and path.exists() else None
     return code, stdout.getvalue(), stderr.getvalue(), summary
+
+
+def figures(summary: dict) -> dict:
+    return {key: value for key, value in summary.items() if key not in RUN_KEYS}
