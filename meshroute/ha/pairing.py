@@ -42,7 +42,7 @@ class Pairing:
         self.group = group
         self.refusal: str | None = None
 
-    def check(self, peer_group: str) -> str | None:
+    def vet(self, peer_group: str) -> str | None:
         """
         The pair's other instance says it is in C{peer_group}: the detail
         of the C{group-mismatch} refusal to send it, or None if it may

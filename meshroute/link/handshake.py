@@ -162,7 +162,7 @@ def vet_authenticate(core: LinkCore, frame: Authenticate) -> tuple[str, str] | D
     if not auth.verify(expected, frame.proof):
         return reasons.AUTH_FAILED, "wrong proof: the shared secrets differ"
     pairing = core.context.pairing
-    mismatch = None if pairing is None else pairing.check(core.peer_group)
+    mismatch = None if pairing is None else pairing.vet(core.peer_group)
     if mismatch is not None:
         return reasons.GROUP_MISMATCH, mismatch
     if core.purpose == REPLICA:

@@ -96,7 +96,7 @@ def test_the_start_up_rule_decides_and_the_epochs_answered_are_heard_of():
 
 def test_a_refused_pair_only_waits():
     instance = Instance()
-    instance.pairing.check("router-typo")
+    instance.pairing.vet("router-typo")
     instance.activation.ask_start(instance.outcomes.append)
     instance.voters.start_rounds[0]([answer(INSTANCE), answer(WITNESS),
                                      answer(PEER, position=LogPosition(1, 1))])
