@@ -24,7 +24,13 @@ import os
 import sys
 
 if __package__ in (None, ""):  # spark-submit .../meshroute/audit/job.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    # Run as a script, Python puts this file's folder on the path, where
+    # incremental.py would hide the package of that name Twisted imports:
+    # the checkout's root takes its place.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [entry for entry in sys.path
+                   if os.path.abspath(entry or os.curdir) != _here]
+    sys.path.insert(0, os.path.dirname(os.path.dirname(_here)))
 
 from meshroute.audit import follow  # noqa: E402
 from meshroute.audit.inputs import AuditInputError, is_uri, resolve_inputs  # noqa: E402
