@@ -13,6 +13,17 @@ an L{EndpointRotation}, also shared with the routing connectors: an
 attempt at each endpoint is one round, the schedule's delay comes between
 rounds, and both attempt counts count rounds.
 
+An established connection that closes under the client (EOF or reset:
+the router's process was killed) is followed by the first attempt at
+once, at the next endpoint (the other instance of a pair), as Artemis'
+client fails over "straight away" when the socket closes;
+C{retry-interval} comes before the round after it
+(L{RouterConnection.closed} says when not: a router that said why it
+closed, or a connection that served for less than C{retry-interval}).
+Every other failure (silence, a protocol error, Open timing out, an
+attempt that did not connect or that the router refused) is followed by
+C{retry-interval}, as before.
+
 The instances of a high-availability pair (docs/ha.md, "Clients"): an
 instance that is not the active one refuses Open with C{not-active}, and
 the client tries the next endpoint as after a failed attempt (the first
@@ -72,6 +83,8 @@ class RouterConnection:
     @ivar refusal: why the router is closing the connection in use, when
         it said so (an Error with id 0 on an open session).
     @ivar orderly: the router finished the session the client closed.
+    @ivar opened_at: when the router last answered Open (the clock's
+        seconds; None before).
     """
 
     def __init__(self, clock: IReactorTime, endpoints: EndpointRotation, options: ClientOptions,
@@ -108,6 +121,7 @@ class RouterConnection:
         self.epoch = 0
         self.refusal: ClientError | None = None
         self.orderly = False
+        self.opened_at: float | None = None
         self._pings: dict[int, tuple[Deferred | None, float]] = {}
         self._ping_numbers = itertools.count(1)
 
@@ -164,6 +178,7 @@ class RouterConnection:
         self.router = frame.router
         self.version = frame.version
         self.ttl_ms = frame.ttl_ms
+        self.opened_at = self._clock.seconds()
         self.endpoints.connected()
         if isinstance(frame, f.OpenedWithTopology):
             self.learn_topology(frame)
@@ -186,14 +201,19 @@ class RouterConnection:
             if d is not None:
                 d.errback(UnblockedError("the connection failed before the Pong"))
 
-    def attempt_failed(self, why: ClientError, first: bool) -> None:
+    def attempt_failed(self, why: ClientError, first: bool, at_once: bool = False) -> None:
         """
         A connection attempt (or the connection) failed: wait for the next
         attempt, or give up when the schedule is exhausted.
+
+        @param at_once: the connection that worked was closed under the
+            client: the next attempt is made at once
+            (L{EndpointRotation.delay_after_failure}).
         """
         self.detach()
         failed = self.endpoints.current
-        delay = self.endpoints.delay_after_failure(self._initial if first else self._reconnect)
+        delay = self.endpoints.delay_after_failure(self._initial if first else self._reconnect,
+                                                   at_once=at_once)
         if delay is None:
             self.machine.exhausted(why)
             return
@@ -220,16 +240,39 @@ class RouterConnection:
 
     # -- failures -----------------------------------------------------------------
 
-    def failed(self, why: ClientError) -> None:
+    def failed(self, why: ClientError, at_once: bool = False) -> None:
         """
         The established connection failed: the session waits to be
         resumed (or recreated).
+
+        @param at_once: as L{attempt_failed}'s.
         """
         why = self.refusal or why
         log.warn("client {client_id}: connection to router {router} at {endpoint} failed: {why}",
                  client_id=self._client_id, router=self.router, endpoint=self.endpoints.current,
                  why=str(why))
-        self.attempt_failed(why, first=False)
+        self.attempt_failed(why, first=False, at_once=at_once)
+
+    def closed(self, why: ClientError) -> None:
+        """
+        The established connection was closed under the client (EOF or
+        reset): fail over straight away, the first attempt at once, at the
+        next endpoint, unless
+
+         - the router said why it closes (L{router_closing}: a refusal on
+           an open session, C{not-active} of an instance stepping down
+           included): what it refuses may well be refused again, so the
+           client waits C{retry-interval}, as it always did;
+         - the connection served for less than C{retry-interval} since
+           its Open was answered: a router that drops sessions as soon as
+           it opens them (a bug, a listener out of buffers) is not
+           hammered; so a client never connects more often than once per
+           C{retry-interval} for this rule.
+        """
+        served = self._clock.seconds() - self.opened_at
+        at_once = (self.refusal is None
+                   and served >= self._options.retry_interval_ms / 1000)
+        self.failed(why, at_once=at_once)
 
     def broken(self, detail: str) -> None:
         """

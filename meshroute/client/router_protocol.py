@@ -86,4 +86,4 @@ class RouterProtocol(Protocol):
         connection = self._connection
         if connection.protocol is self:
             why = reason.getErrorMessage() if reason is not None else "connection closed"
-            connection.machine.connection_failed(SessionError(CONNECTION_LOST, why))
+            connection.machine.connection_closed(SessionError(CONNECTION_LOST, why))

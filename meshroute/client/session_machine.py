@@ -36,12 +36,13 @@ connection as a protocol error).  Reading the table top to bottom::
                           got_opened                  connected             fire connect()'s Deferred
                           got_refusal                 disconnected          connect() fails with the router's code
                           got_not_active              waiting_to_retry      the next endpoint (or the next delay)
-                          connection_failed           waiting_to_retry      next initial-connect delay (or exhausted)
+                          connection_failed/closed    waiting_to_retry      next initial-connect delay (or exhausted)
     waiting_to_retry      retry_due                   connecting            connect again
                           exhausted                   disconnected          connect() fails
     connected             got_confirm/got_error/…     connected             answers, deliveries, Processed, pings
                           submit                      connected             write, or queue when the window is full
                           connection_failed           waiting_to_reconnect  next reconnect delay (or exhausted)
+                          connection_closed           waiting_to_reconnect  the next endpoint at once (or exhausted)
                           close_requested             closing               acks, then Close
     waiting_to_reconnect  retry_due                   reconnecting          connect again
                           exhausted                   disconnected          DISCONNECT; pending calls unblocked
@@ -53,11 +54,11 @@ connection as a protocol error).  Reading the table top to bottom::
                           got_opened(new session)     connected             recreate: unblock, re-subscribe; FAILOVER
                           got_stale_opened            waiting_to_reconnect  refuse an older epoch: the next endpoint
                           got_refusal/not_active/     waiting_to_reconnect  next endpoint or delay (or exhausted)
-                            connection_failed
+                            connection_failed/closed
     waiting_to_reconnect, submit, turn_ended          (same)                queue the command, this turn's acks
       reconnecting, reopening
     closing               got_closed                  closing               close the connection
-                          connection_failed           closed                close() fires
+                          connection_failed/closed    closed                close() fires
     the first three and   close_requested             closed                calls in progress unblocked
       the down three
     all but closed and    forgotten                   closed                warn where the client was made;
@@ -67,10 +68,14 @@ connection as a protocol error).  Reading the table top to bottom::
     every state           transaction_ended           (same)                commit/rollback, in order after the
                                                                             sends before it
 
-Every failure of an established connection (lost, silent past
+Every failure of an established connection (closed, silent past
 C{client-failure-check-period}, broken by a protocol error, refused by the
 router) leads to C{waiting_to_reconnect}; the connection itself is let go
-at once, so a late C{connectionLost} of it is ignored.
+at once, so a late C{connectionLost} of it is ignored.  Only a connection
+closed under the client (C{connection_closed}: EOF or reset, the router's
+process killed) is followed by an attempt at once, at the next endpoint
+(L{meshroute.client.router_connection.RouterConnection.closed} says when);
+the others wait C{retry-interval}, as a failed attempt does.
 """
 
 from functools import partial
@@ -157,8 +162,15 @@ class ClientInputs(Protocol):
 
     def connection_failed(self, why: ClientError) -> None:
         """
-        The connection in use is gone: lost, silent for the failure check
-        period, broken by a protocol error, or Open timed out.
+        The connection in use failed: silent for the failure check period,
+        broken by a protocol error, or Open timed out.
+        """
+
+    def connection_closed(self, why: ClientError) -> None:
+        """
+        The connection in use was closed (EOF or reset): by the router,
+        having said why or not, or by the network, or with the router's
+        process.
         """
 
     def retry_due(self) -> None:
@@ -225,10 +237,11 @@ def transitions(core) -> dict:
     deliveries = core.deliveries
     table: dict = {}
 
-    def on(states, name: str, to, behaviour) -> None:
+    def on(states, names, to, behaviour) -> None:
         for state in (states,) if isinstance(states, str) else states:
-            assert (state, name) not in table, (state, name)
-            table[state, name] = (to or state, behaviour)
+            for name in (names,) if isinstance(names, str) else names:
+                assert (state, name) not in table, (state, name)
+                table[state, name] = (to or state, behaviour)
 
     # The first connection.
     on(CONNECTING, "connection_made", OPENING, core.open_session)
@@ -237,7 +250,7 @@ def transitions(core) -> dict:
     on(OPENING, "got_opened", CONNECTED, core.opened_first)
     on(OPENING, "got_refusal", DISCONNECTED, core.refused)
     on(OPENING, "got_not_active", WAITING_TO_RETRY, partial(connection.turned_away, first=True))
-    on(OPENING, "connection_failed", WAITING_TO_RETRY,
+    on(OPENING, ("connection_failed", "connection_closed"), WAITING_TO_RETRY,
        partial(connection.attempt_failed, first=True))
     on(WAITING_TO_RETRY, "retry_due", CONNECTING, connection.start_attempt)
     on(WAITING_TO_RETRY, "exhausted", DISCONNECTED, core.never_connected)
@@ -262,6 +275,7 @@ def transitions(core) -> dict:
     on(CONNECTED, "turn_ended", None, commands.flush)
     on(CONNECTED, "close_requested", CLOSING, core.begin_close)
     on(CONNECTED, "connection_failed", WAITING_TO_RECONNECT, connection.failed)
+    on(CONNECTED, "connection_closed", WAITING_TO_RECONNECT, connection.closed)
 
     # Reconnecting.
     on(WAITING_TO_RECONNECT, "retry_due", RECONNECTING, connection.start_attempt)
@@ -276,14 +290,14 @@ def transitions(core) -> dict:
        partial(connection.turned_away, first=False))
     on(REOPENING, "got_not_active", WAITING_TO_RECONNECT,
        partial(connection.turned_away, first=False))
-    on(REOPENING, "connection_failed", WAITING_TO_RECONNECT,
+    on(REOPENING, ("connection_failed", "connection_closed"), WAITING_TO_RECONNECT,
        partial(connection.attempt_failed, first=False))
     on(_FIRST + _DOWN, "submit", None, commands.queue)
     on(_DOWN, "turn_ended", None, commands.flush_while_down)
 
     # Closing, and the end.
     on(CLOSING, "got_closed", None, connection.closed_by_router)
-    on(CLOSING, "connection_failed", CLOSED, core.finish_close)
+    on(CLOSING, ("connection_failed", "connection_closed"), CLOSED, core.finish_close)
     on(_FIRST + _DOWN, "close_requested", CLOSED, core.closed_by_application)
     on(CONNECTED, "forgotten", CLOSED, partial(core.forget, close_session=True))
     on(_FIRST + _DOWN + (CLOSING,), "forgotten", CLOSED,
@@ -440,6 +454,9 @@ class ClientMachine:
 
     def connection_failed(self, why: ClientError) -> None:
         self._fire("connection_failed", why)
+
+    def connection_closed(self, why: ClientError) -> None:
+        self._fire("connection_closed", why)
 
     def retry_due(self) -> None:
         self._fire("retry_due")

@@ -20,6 +20,10 @@ one endpoint, and the next round starts at the endpoint after the one that
 failed, which is the other instance when a pair's active one dies.  So
 C{reconnect-attempts} rounds follow the failure, and with
 C{reconnect-attempts = 0} there is no failover at all, as in Artemis.
+A client's connection closed under it (EOF or reset) starts that round at
+once instead (C{at_once}, L{RetrySchedule.retry_at_once}): the failover
+"straight away" of Artemis' client; C{retry-interval} comes before the
+round after it.
 """
 
 from collections.abc import Sequence
@@ -93,20 +97,24 @@ class EndpointRotation:
         self._next = (self._next + 1) % len(self._endpoints)
         return endpoint.connect(protocolFactory)
 
-    def delay_after_failure(self, schedule: RetrySchedule) -> float | None:
+    def delay_after_failure(self, schedule: RetrySchedule, *,
+                            at_once: bool = False) -> float | None:
         """
         The latest attempt, or the connection that worked, failed: how long
         to wait before the next attempt.
 
+        @param at_once: the connection that worked was closed under its
+            user, who fails over straight away: the round it ends is
+            followed by the next one at once (moot after a failed attempt).
         @return: 0 while the round has endpoints left to try; at the end of
             a round (or when a connection that worked failed),
-            C{schedule}'s next delay, or None when its attempts are
-            exhausted.
+            C{schedule}'s next delay (0 for C{at_once}), or None when its
+            attempts are exhausted.
         """
         if self._connected:
             self._connected = False
             self._tried = 0
-            return schedule.next_delay()
+            return schedule.retry_at_once() if at_once else schedule.next_delay()
         self._tried += 1
         if self._tried < len(self._endpoints):
             return 0.0

@@ -440,6 +440,31 @@ def test_no_reconnect_attempts_means_no_failover(engine, other_engine, clock):
     assert events == [DISCONNECT]
 
 
+def test_one_router_closed_under_the_client_is_tried_again_at_once(engine, clock):
+    """
+    A plain router with one endpoint: its connection closes under the
+    client (EOF or reset) after serving longer than retry-interval, and
+    the first reconnection attempt, at the same endpoint, is made at once
+    (Artemis reconnects at once on a closed connection too); an attempt
+    that fails to connect keeps retry-interval before the next one.
+    """
+    _, net = listener(engine, clock)
+    client, events = connect(clock, net, reconnect_attempts=-1, retry_interval_ms=1000)
+    clock.advance(2)
+    net.cut()
+    net.refusing = True
+    clock.advance(0)
+    assert net.attempts == 2
+    clock.advance(0.75)
+    assert net.attempts == 2
+    clock.advance(0.25)
+    assert net.attempts == 3
+    net.refusing = False
+    clock.advance(1)
+    net.flush()
+    assert net.attempts == 4 and events == [FAILOVER]
+
+
 def test_a_send_many_lost_in_flight_is_replayed_and_answered_once(engine, clock):
     """
     The SendBatch frames of a send_many are lost with the connection: the

@@ -209,6 +209,87 @@ def test_the_highest_epoch_seen_is_remembered(clock, pair):
     assert stale.aborted and events == [FAILOVER]
 
 
+def attempt_times(clock, endpoint: ScriptedEndpoint) -> list[float]:
+    """
+    Record the clock's time of each attempt at C{endpoint} from now on.
+    """
+    times = []
+    connect = endpoint.connect
+
+    def timed(factory):
+        times.append(clock.seconds())
+        return connect(factory)
+
+    endpoint.connect = timed
+    return times
+
+
+def test_a_closed_connection_fails_over_at_once_then_waits_per_round(clock, pair):
+    """
+    The active instance's connection closes (its process was killed): the
+    first attempt goes to the next endpoint at once (Artemis' failover
+    "straight away"); the backup, not active yet, refuses it, the primary
+    is refused too, and the refused Open does not make the next round
+    immediate: retry-interval, then retry-interval times the multiplier,
+    before each round after it, as before.
+    """
+    primary, backup = pair
+    client, events, router = connected(clock, pair, reconnect_attempts=-1,
+                                       retry_interval_ms=1000, retry_interval_multiplier=2.0,
+                                       max_retry_interval_ms=10000)
+    to_backup, to_primary = attempt_times(clock, backup), attempt_times(clock, primary)
+    clock.advance(5)  # the session served for longer than retry-interval
+    router.lose()
+    clock.advance(0)  # the next turn: no time at all
+    assert to_backup == [5.0] and to_primary == []
+    for _ in range(4):
+        answer(backup, NOT_ACTIVE)
+        clock.advance(0)
+        primary.refuse()
+        clock.advance(clock.getDelayedCalls()[0].getTime() - clock.seconds())
+    assert to_backup == [5.0, 6.0, 8.0, 12.0, 20.0]
+    assert to_primary == [5.0, 6.0, 8.0, 12.0]
+    answer(backup, opened(2, OTHER_SESSION))
+    assert events == [FAILOVER] and client.endpoint == BACKUP
+
+
+def test_a_connection_closed_soon_after_open_waits_retry_interval(clock, pair):
+    """
+    A connection that served for less than retry-interval is followed by
+    retry-interval, not an attempt at once: a router that drops sessions
+    as soon as it opens them is not hammered.
+    """
+    primary, backup = pair
+    client, events, router = connected(clock, pair, reconnect_attempts=-1,
+                                       retry_interval_ms=1000)
+    to_backup = attempt_times(clock, backup)
+    clock.advance(0.5)
+    router.lose()
+    clock.advance(0.75)
+    assert to_backup == []
+    clock.advance(0.25)
+    assert to_backup == [1.5]
+
+
+def test_a_router_that_says_why_it_closes_is_not_retried_at_once(clock, pair):
+    """
+    The active instance steps down (or refuses the session for any other
+    reason): it says why (Error with id 0) and closes; what it refused may
+    be refused again, so the client waits retry-interval.
+    """
+    primary, backup = pair
+    client, events, router = connected(clock, pair, reconnect_attempts=-1,
+                                       retry_interval_ms=1000)
+    to_backup = attempt_times(clock, backup)
+    clock.advance(5)
+    router.send(NOT_ACTIVE)
+    router.lose()
+    clock.advance(0.999)
+    assert to_backup == []
+    clock.advance(0.001)
+    assert to_backup == [6.0]
+
+
 def test_a_version_3_opened_must_tell_the_topology(clock, pair):
     d = connect_endpoint(clock, pair[0], client_id="app")
     router = pair[0].accept()

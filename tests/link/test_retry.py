@@ -113,3 +113,27 @@ def test_number_of_delays_equals_attempts(attempts):
     while (d := s.next_delay()) is not None:
         delays.append(d)
     assert len(delays) == attempts
+
+
+def test_a_run_started_at_once_then_waits_as_any_run():
+    """
+    A client's connection closed under it: the run's first retry is at
+    once, and the waits after it are those of any run.
+    """
+    s = schedule(1000, 2.0, 16000)
+    assert s.retry_at_once() == 0.0
+    assert [s.next_delay() for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 16.0, 16.0]
+
+
+def test_a_retry_at_once_counts_against_the_attempts():
+    assert schedule(attempts=0).retry_at_once() is None
+    s = schedule(attempts=2)
+    assert [s.retry_at_once(), s.next_delay(), s.next_delay()] == [0.0, 1.0, None]
+
+
+def test_reset_forgets_the_run_started_at_once():
+    s = schedule(1000, 2.0, 16000)
+    s.retry_at_once()
+    s.next_delay()
+    s.reset()
+    assert [s.next_delay(), s.next_delay()] == [1.0, 2.0]

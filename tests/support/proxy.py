@@ -59,6 +59,8 @@ class TcpProxy:
 
     @ivar port: the port it listens on (ephemeral, kept across cut/restore).
     @ivar connections: how many connections it accepted in all.
+    @ivar accepted_at: when (C{time.monotonic()}) it accepted each, in
+        order: when a client's attempt reached it.
     @ivar cuts: how many times it was cut.
     """
 
@@ -66,6 +68,7 @@ class TcpProxy:
         self.target_port = target_port
         self.port = port
         self.connections = 0
+        self.accepted_at: list[float] = []
         self.cuts = 0
         self._last_from_client: float | None = None
         self._lock = threading.Lock()
@@ -241,6 +244,7 @@ class TcpProxy:
             client, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        self.accepted_at.append(time.monotonic())
         if self._holding:
             with self._lock:
                 self._held.append(client)
