@@ -126,7 +126,9 @@ class SessionOptions(CommandOptions):
          "(0: none, the command fails at once; -1: forever).  With several --connect, "
          "an attempt is a round: each endpoint once, starting after the one that failed.",
          integer_option("--reconnect-attempts", lowest=0, never=True)],
-        ["retry-interval", None, 2000, "Wait before the first reconnection attempt.",
+        ["retry-interval", None, 2000,
+         "Wait before each reconnection round; the first one comes at once after a "
+         "connection that served this long was closed (EOF or reset).",
          _ms("--retry-interval")],
         ["retry-interval-multiplier", None, 1.0,
          "Each further wait is this many times the previous one ...", _multiplier],

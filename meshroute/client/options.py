@@ -51,9 +51,12 @@ class ClientOptions:
         when full, further calls wait.  -1: no buffer, so a failed
         connection can never be reattached, only recreated.
     @ivar retry_interval_ms: the wait before the first reconnection
-        attempt after a failure.  With several endpoints each wait comes
-        before a round: one attempt at each endpoint in turn, at once
-        (L{meshroute.link.rotation}).
+        attempt after a failure, except a connection closed under the
+        client (EOF or reset) that served for at least this long: then
+        the first attempt is made at once, and this wait comes before the
+        second (L{meshroute.client.router_connection}).  With several
+        endpoints each wait comes before a round: one attempt at each
+        endpoint in turn, at once (L{meshroute.link.rotation}).
     @ivar retry_interval_multiplier: each further wait is this many times
         the previous one ...
     @ivar max_retry_interval_ms: ... and never longer than this.
