@@ -23,7 +23,7 @@ size in its own process so that its memory is its own.  It measures:
    and of its repair, once the connector is started again);
  - B{route CPU} (real CPU time, C{time.process_time}) spent in the route
    table and the engine's route handling (C{Forwarding.link_up},
-   C{link_down}, C{routes_received}, C{MessageEngine._routes_changed}, and the route
+   C{link_down}, C{routes_received}, C{routes_changed}, and the route
    table's questions from anywhere else), per router, for the start and
    for the failure; and how many route computations (breadth-first
    searches) ran, per router;
@@ -55,7 +55,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from meshroute.router.engine import MessageEngine  # noqa: E402
 from meshroute.router.forwarding import Forwarding  # noqa: E402
 from meshroute.link import core  # noqa: E402
 from meshroute.testing.memory_mesh import MemoryMesh  # noqa: E402
@@ -109,7 +108,7 @@ class RouteMeter:
     """
 
     TIMED = [(Forwarding, "link_up"), (Forwarding, "link_down"),
-             (Forwarding, "routes_received"), (MessageEngine, "_routes_changed"),
+             (Forwarding, "routes_received"), (Forwarding, "routes_changed"),
              (RouteTable, "routes"), (RouteTable, "next_hop")]
 
     def __init__(self) -> None:

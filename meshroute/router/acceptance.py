@@ -72,14 +72,12 @@ class Acceptance:
         takes the non-persistent sends.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
     @param max_backlog: persistent messages that may wait (in the store)
-        for one destination router; past it, producers get L{BacklogFull}.
-    @param max_transient_backlog: the same for non-persistent messages
-        (in memory).
+        for one destination router; past it, producers get L{BacklogFull}
+        (for non-persistent ones, the bound is C{transient}'s).
     """
 
     def __init__(self, name: str, store, routes, ids, clock, destinations, forwarding,
-                 transient, queues, message_events, max_backlog: int,
-                 max_transient_backlog: int) -> None:
+                 transient, queues, message_events, max_backlog: int) -> None:
         self._name = name
         self._store = store
         self._routes = routes
@@ -91,7 +89,6 @@ class Acceptance:
         self._queues = queues
         self._events = message_events
         self.max_backlog = max_backlog
-        self._max_transient_backlog = max_transient_backlog
         self._accepting: dict[str, int] = defaultdict(int)
 
     def accepting(self, router: str) -> int:
@@ -376,10 +373,9 @@ class Acceptance:
             if waiting >= self.max_backlog:
                 return BacklogFull(f"{waiting} messages already wait for {router} (max-backlog)")
         else:
-            waiting = self._transient.waiting(router)
-            if waiting >= self._max_transient_backlog:
-                return BacklogFull(
-                    f"{waiting} non-persistent messages already wait for {router}")
+            if self._transient.full(router):
+                return BacklogFull(f"{self._transient.waiting(router)} non-persistent messages "
+                                   f"already wait for {router}")
         return None
 
     def _refused_unless_sent(self, refusal: MeshrouteError, duplicate_id: str,

@@ -109,7 +109,7 @@ class Arrivals:
                 return (message.dest_router,)
         return ()
 
-    def arrived_transient(self, messages) -> None:
+    def arrived_transient_many(self, messages) -> None:
         """
         Non-persistent messages arrived from a peer, in order: routed on
         (L{TransientPath.route<meshroute.router.transient.TransientPath.route>}),

@@ -1,33 +1,34 @@
 """
-Where a message goes: the engine's routing decisions, in one place.
-
-Two questions are asked of every message, and both are answered here:
+Where a message is for, and how far it may go: the engine's routing
+decisions about a message itself (which link it leaves on is
+L{meshroute.router.forwarding}'s, and what waits in memory
+L{meshroute.router.transient}'s).
 
  - B{Which destinations does an address have?}  L{Destinations.of}: a
    queue address (C{queue@router}, or a bare queue of this router) has
-   exactly one, L{Destination}.  The answer is a tuple because that is not
-   true of every kind of address: a topic's publication has one
-   destination per matching subscription across the mesh, and that kind
-   plugs in here, beside the queue's.  What accepts a send to a queue
-   (L{meshroute.router.acceptance}) takes its one destination; a
-   publication will be accepted by its own path from the same answer.
- - B{Where does a message go from this router?}  Into a local queue, on
-   toward its destination's next hop (L{meshroute.routing.table}), or
-   aside: to C{$expired} when its time to live ran out, to the
-   dead-letter queue when it crossed C{max-hops} links
-   (L{Destinations.arrival}, L{Destinations.beyond_reach}).
+   exactly one, L{Destination}.  The answer is a tuple because that will
+   not be true of every kind of address: a topic's publication (not built
+   yet) has one destination per matching subscription across the mesh,
+   and its kind of address is to be answered here, beside the queue's.
+   What accepts a send to a queue (L{meshroute.router.acceptance}) takes
+   its one destination.
+ - B{May it go on?}  Not past C{max-hops} links (L{Destinations.beyond_reach});
+   and a persistent message that arrives goes into a local queue, on
+   toward its destination, or aside: to C{$expired} when its time to
+   live ran out, to the dead-letter queue when it crossed too many links
+   (L{Destinations.arrival}).
 """
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from meshroute.expiry import now_ms, set_aside
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, parse_address
 
 
-@dataclass(frozen=True, slots=True)
-class Destination:
+class Destination(NamedTuple):
     """
-    One place a message is for: C{queue} at router C{router}.
+    One place a message is for: C{queue} at router C{router}.  A named
+    tuple: one is made per send.
     """
 
     queue: str
@@ -59,13 +60,6 @@ class Destinations:
         """
         queue, router = parse_address(address, self.name)
         return (Destination(queue, router),)
-
-    def next_hop(self, router: str) -> str | None:
-        """
-        The neighbour a message for C{router} leaves through, if any is
-        reachable.
-        """
-        return self.routes.next_hop(router)
 
     def beyond_reach(self, message: Message) -> bool:
         """

@@ -95,10 +95,11 @@ class MessageEngine:
     @param max_hops: links a message may cross; past it, it is
         dead-lettered where that happens.
     @param max_backlog: persistent messages that may wait (in the store)
-        for one destination router; past it, producers get L{BacklogFull}.
+        for one destination router; past it, producers get
+        L{BacklogFull<meshroute.router.acceptance.BacklogFull>}.
     @param max_transient_backlog: non-persistent messages that may wait (in
         memory) for one destination router; past it, producers get
-        L{BacklogFull}, and the oldest of those arriving over links are
+        L{BacklogFull<meshroute.router.acceptance.BacklogFull>}, and the oldest of those arriving over links are
         dropped.
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
@@ -133,27 +134,29 @@ class MessageEngine:
         ids = MessageIds(name)
         self.destinations = Destinations(name, routes, clock, max_hops)
         self.forwarding = Forwarding(name, store, routes, clock, self, reroute_delay,
-                                     epoch_heard, routers_heard, self._routes_changed)
-        self.system = SystemMessages(name, self.forwarding, max_hops)
+                                     epoch_heard, routers_heard,
+                                     lambda: self.transient.release_all())
+        self.system = SystemMessages(name, self.destinations, self.forwarding)
         self.queues = QueueManager(store, event_log, clock,
-                                   expired=lambda message, where: self.expired.expired(
+                                   expired=lambda message, where: self.expired_messages.expired(
                                        message, where))
         self.message_events = MessageEvents(name, event_log, self.queues.rates)
-        self.expired = ExpiredMessages(name, ids, clock, event_log, self.queues, self.system)
+        self.expired_messages = ExpiredMessages(name, ids, clock, event_log, self.queues,
+                                                self.system)
         #: Sets aside expired messages nobody is about to take (started
         #: with the router, L{start}).
-        self.expiry_sweep = ExpirySweep(clock, store, self.queues, self.expired.swept)
+        self.expiry_sweep = ExpirySweep(clock, store, self.queues,
+                                         self.expired_messages.swept)
         self.transient = TransientPath(name, clock, self.destinations, self.forwarding,
-                                       self.queues, self.message_events, self.expired,
+                                       self.queues, self.message_events, self.expired_messages,
                                        max_transient_backlog)
         self.acceptance = Acceptance(name, store, routes, ids, clock, self.destinations,
                                      self.forwarding, self.transient, self.queues,
-                                     self.message_events, max_backlog, max_transient_backlog)
+                                     self.message_events, max_backlog)
         self.arrivals = Arrivals(name, store, self.queues, self.destinations,
-                                 self.message_events, self.expired, self.dead_lettered,
+                                 self.message_events, self.expired_messages, self.dead_lettered,
                                  self.system, self.transient)
-        self._store = store
-        self.expiry_notices = self.expired.sessions
+        self.expiry_notices = self.expired_messages.sessions
 
         # Clients' sends and transactions.
         self.submit = self.acceptance.submit
@@ -173,11 +176,11 @@ class MessageEngine:
         self.describe_routes = self.forwarding.describe_routes
         self.arrived = self.arrivals.arrived
         self.arrived_many = self.arrivals.arrived_many
-        self.arrived_transient_many = self.arrivals.arrived_transient
+        self.arrived_transient_many = self.arrivals.arrived_transient_many
         self.link_resumed = self.transient.link_resumed
         self.transient_depths = self.transient.depths
         self.emit_forwarded_many = self.message_events.forwarded
-        self.moved_to_expired = self.expired.moved
+        self.moved_to_expired = self.expired_messages.moved
         # Routers' own messages (admin views through the mesh).
         self.serve_system = self.system.serve
         self.send_system = self.system.send
@@ -186,7 +189,7 @@ class MessageEngine:
         """
         A non-persistent message arrived from a peer.
         """
-        self.arrivals.arrived_transient((message,))
+        self.arrivals.arrived_transient_many((message,))
 
     def dead_lettered(self, message: Message, reason: str) -> None:
         """
@@ -211,14 +214,3 @@ class MessageEngine:
         self.forwarding.stop()
         self.expiry_sweep.stop()
 
-    def _routes_changed(self) -> None:
-        """
-        Move what the new routes let move: the non-persistent messages
-        that wait, and the backlog.  With nothing waiting, routes are not
-        computed: the table computes them on the next question (a message
-        to forward), so a router that forwards nothing does no route
-        computation while the mesh changes.
-        """
-        self.transient.release_all()
-        if any(self._store.backlog_depths().values()):
-            self.forwarding.pump_all()

@@ -58,8 +58,9 @@ class Forwarding:
         table heard of first, after a link came up or advertisements
         arrived.
     @param routes_changed: called at the end of a turn in which routes
-        changed, once their news is flooded: what waits for a route may
-        move.
+        changed, once their news is flooded: the non-persistent messages
+        waiting for a route may move (before the backlog does,
+        L{routes_changed}).
     """
 
     def __init__(self, name: str, store, routes, clock: IReactorTime, engine: IChannelEngine,
@@ -74,7 +75,7 @@ class Forwarding:
         self._reroute_delay = reroute_delay
         self._epoch_heard = epoch_heard
         self._routers_heard = routers_heard
-        self._routes_changed = routes_changed
+        self._transient_may_move = routes_changed
         self._channels: dict[str, PeerChannel] = {}
         self._serving: dict[str, frozenset] | None = {}
         self._flood = TurnFlood(clock, self._turn_ended)
@@ -126,7 +127,8 @@ class Forwarding:
 
     def channel(self, peer: str) -> PeerChannel | None:
         """
-        The channel of the delivery-stage link to C{peer}, if one is up.
+        The channel of the delivery-stage link to C{peer}, if one is up
+        (what tests look at; the engine asks L{channel_towards}).
         """
         return self._channels.get(peer)
 
@@ -211,7 +213,19 @@ class Forwarding:
         heard = self._routes.newly_heard()
         if heard:
             self._routers_heard(heard)
-        self._routes_changed()
+        self.routes_changed()
+
+    def routes_changed(self) -> None:
+        """
+        Move what the new routes let move: the non-persistent messages
+        that wait, and the backlog.  With nothing waiting, routes are not
+        computed: the table computes them on the next question (a message
+        to forward), so a router that forwards nothing does no route
+        computation while the mesh changes.
+        """
+        self._transient_may_move()
+        if any(self._store.backlog_depths().values()):
+            self.pump_all()
 
     def serving(self, peer: str) -> frozenset:
         """

@@ -1,9 +1,12 @@
 """
 The records the engine writes about messages (docs/events.md): accepted,
-enqueued, forwarded, dropped, a duplicate refused, dead-lettered.  Each
-has one place it is written from, so that its fields are the same
-wherever in the engine the event happens; those written per message in a
-batch go through the event log's C{emit_many}, one call per batch.
+enqueued, forwarded, dropped on the way, a duplicate refused,
+dead-lettered.  The engine's parts write each through one method here,
+so that its fields are the same wherever in the engine the event
+happens; those written per message in a batch go through the event log's
+C{emit_many}, one call per batch.  (The local queues write their own
+C{message.consumed} and the drops of what waits in a queue,
+L{meshroute.router.queues}.)
 """
 
 from meshroute import events
@@ -43,11 +46,11 @@ class MessageEvents:
 
     def __init__(self, name: str, log: events.EventLog, rates) -> None:
         self._name = name
-        self.log = log
+        self._log = log
         self._rates = rates
 
     def accepted(self, messages) -> None:
-        self.log.emit_many(
+        self._log.emit_many(
             events.MESSAGE_ACCEPTED, _ACCEPTED_FIELDS,
             [(m.msg_id, m.origin, address_of(m), len(m.body), m.persistent) for m in messages])
 
@@ -56,7 +59,7 @@ class MessageEvents:
         C{message.enqueued} for C{messages}, all enqueued in C{queue}.
         """
         self._rates.entered(queue, len(messages))
-        self.log.emit_many(
+        self._log.emit_many(
             events.MESSAGE_ENQUEUED, _ENQUEUED_FIELDS,
             [(m.msg_id, m.origin, queue, m.hops, m.accepted_at, m.persistent)
              for m in messages])
@@ -72,30 +75,30 @@ class MessageEvents:
         C{message.forwarded} for C{records} (L{forwarded}'s tuples), of
         messages sent to several peers.
         """
-        self.log.emit_many(events.MESSAGE_FORWARDED, _FORWARDED_FIELDS, records)
+        self._log.emit_many(events.MESSAGE_FORWARDED, _FORWARDED_FIELDS, records)
 
     def dropped(self, records: list[tuple]) -> None:
         """
         C{message.dropped} for C{records}: C{(msg_id, reason, origin)}.
         """
-        self.log.emit_many(events.MESSAGE_DROPPED, _DROPPED_FIELDS, records)
+        self._log.emit_many(events.MESSAGE_DROPPED, _DROPPED_FIELDS, records)
 
     def duplicate_send(self, original: str, dest: str, duplicate_id: str) -> None:
         """
         A client's send repeated the duplicate id of message C{original}.
         """
-        self.log.emit(events.MESSAGE_DUPLICATE, msg_id=original, origin=self._name,
+        self._log.emit(events.MESSAGE_DUPLICATE, msg_id=original, origin=self._name,
                       reason="duplicate-id", duplicate_id=duplicate_id, dest=dest)
 
     def duplicate_arrival(self, message: Message, peer: str) -> None:
         """
         C{message} arrived from C{peer} again: this router holds it.
         """
-        self.log.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
+        self._log.emit(events.MESSAGE_DUPLICATE, msg_id=message.msg_id, peer=peer,
                       origin=message.origin)
 
     def dead_lettered(self, message: Message, reason: str) -> None:
-        self.log.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
+        self._log.emit(events.MESSAGE_DEAD_LETTERED, msg_id=message.msg_id,
                       origin=message.origin, hops=message.hops, reason=reason,
                       dest=address_of(message))
         self._rates.entered(DEAD_LETTER_QUEUE)

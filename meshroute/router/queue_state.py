@@ -16,7 +16,8 @@ class Delivery:
     """
     One message handed to one consumer.
 
-    @ivar delivery_id: unique within the L{QueueManager} (increasing); what
+    @ivar delivery_id: unique within the L{QueueManager
+        <meshroute.router.queues.QueueManager>} (increasing); what
         the consumer acknowledges.
     @ivar redelivered: this message was delivered before and not
         acknowledged.

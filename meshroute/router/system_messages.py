@@ -21,13 +21,14 @@ class SystemMessages:
     The system queues of router C{name}: who takes what arrives for each
     (L{serve}), and the sending of its own (L{send}) on the link to the
     next hop, as C{forwarding} (L{meshroute.router.forwarding.Forwarding})
-    has it.
+    has it, no further than C{destinations} lets a message go
+    (L{meshroute.router.destinations.Destinations.beyond_reach}).
     """
 
-    def __init__(self, name: str, forwarding, max_hops: int) -> None:
+    def __init__(self, name: str, destinations, forwarding) -> None:
         self._name = name
+        self._destinations = destinations
         self._forwarding = forwarding
-        self._max_hops = max_hops
         self._handlers: dict[str, Callable[[Message], None]] = {}
 
     def serve(self, queue: str, handler: Callable[[Message], None]) -> None:
@@ -49,7 +50,7 @@ class SystemMessages:
             if handler is not None:
                 handler(message)
             return True
-        if message.hops >= self._max_hops:
+        if self._destinations.beyond_reach(message):
             return False
         channel = self._forwarding.channel_towards(message.dest_router)
         if channel is None:

@@ -5,7 +5,7 @@ link, in one C{FastTransferBatch} per reactor turn) without sequence or
 acknowledgement, so they may be lost with a link or a router and are
 never duplicated.  While they have no route, or their link is paused,
 they wait in memory, at most C{max-transient-backlog} per destination:
-past it producers are refused (L{meshroute.router.acceptance}) and, of
+past it producers are refused (L{TransientPath.full}) and, of
 those arriving over links, the oldest is dropped.
 """
 
@@ -49,6 +49,13 @@ class TransientPath:
         """
         return len(self._waiting.get(router, ()))
 
+    def full(self, router: str) -> bool:
+        """
+        Whether as many non-persistent messages wait for C{router} as may
+        (C{max-transient-backlog}): a producer's send to it is refused.
+        """
+        return self.waiting(router) >= self._max_waiting
+
     def depths(self) -> dict[str, int]:
         """
         C{{router: messages}}: the non-persistent messages waiting in
@@ -68,6 +75,7 @@ class TransientPath:
         """
         name = self._name
         beyond_reach = self._destinations.beyond_reach
+        channel_towards = self._forwarding.channel_towards
         waiting_for = self._waiting
         now = None
         local: dict[str, list[Message]] = {}
@@ -91,7 +99,7 @@ class TransientPath:
             if beyond_reach(message):
                 dropped.append((message.msg_id, "max-hops", message.origin))
                 continue
-            channel = self._forwarding.channel_towards(router)
+            channel = channel_towards(router)
             if channel is not None and not channel.paused and router not in waiting_for:
                 sent.append(forwarded(channel.peer, message))
                 channel.send_transient(message)
@@ -154,5 +162,6 @@ class TransientPath:
         The link to C{peer} can take messages again.
         """
         for router in list(self._waiting):
-            if self._destinations.next_hop(router) == peer:
+            channel = self._forwarding.channel_towards(router)
+            if channel is not None and channel.peer == peer:
                 self.release(router)
