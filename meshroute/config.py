@@ -33,7 +33,8 @@ other path given to twistd; they are not relative to the config file.
 
 C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} load into
 L{meshroute.harules.settings.HASettings}; the twistd plugin then runs an HA
-instance (L{meshroute.ha.instance}) instead of a plain router.
+instance (L{meshroute.ha.instance}, or for C{policy = "shared-store"}
+L{meshroute.ha.shared_store}) instead of a plain router.
 """
 
 import json
@@ -196,6 +197,8 @@ _STOMP_LISTENER_KEYS = (
 )
 _HA_KEYS = (
     _Key("role", "choice", choices=ha_settings.ROLES),
+    _Key("policy", "choice", ha_settings.REPLICATION, choices=ha_settings.POLICIES),
+    _Key("lock-poll-interval", "duration", 100, 1, 60_000),
     # None: the router's name, filled in by _read_ha.
     _Key("group-name", "name", None),
     _Key("heartbeat-interval", "duration", 500, 1, _HOUR_MS),
@@ -625,10 +628,9 @@ def _read_ha(table: object, router_name: str, take, *, path: str) -> HASettings:
         raise ConfigError(path, "ha", f"expected a table, got {type(table).__name__}")
     _reject_unknown(table, ["replication", "witness", *(spec.name for spec in _HA_KEYS)],
                     path=path, prefix="ha")
-    if "replication" not in table:
-        raise ConfigError(path, "ha.replication", "required section [ha.replication] is missing")
-    replication = ReplicationSettings(
-        **take(table["replication"], _HA_REPLICATION_KEYS, "ha.replication"))
+    replication = (ReplicationSettings(**take(table["replication"], _HA_REPLICATION_KEYS,
+                                              "ha.replication"))
+                   if "replication" in table else None)
     tables = table.get("witness", [])
     if not isinstance(tables, list):
         raise ConfigError(path, "ha.witness", "expected [[ha.witness]] tables")
@@ -717,8 +719,9 @@ def format_config(config: RouterConfig) -> str:
             tables.append(_toml_table("[[security.permission]]", permission, _PERMISSION_KEYS))
     if config.ha is not None:
         tables.append(_toml_table("[ha]", config.ha, _HA_KEYS))
-        tables.append(_toml_table("[ha.replication]", config.ha.replication,
-                                  _HA_REPLICATION_KEYS))
+        if config.ha.replication is not None:
+            tables.append(_toml_table("[ha.replication]", config.ha.replication,
+                                      _HA_REPLICATION_KEYS))
         for witness in config.ha.witnesses:
             tables.append(_toml_table("[[ha.witness]]", witness, _HA_WITNESS_KEYS))
     return "\n".join(tables)

@@ -49,13 +49,16 @@ def makeService(options: Options, reactor=None):
     """
     Build the router's service tree on C{reactor} (the global one by
     default): a router, or for a configuration with C{[ha]} one instance
-    of an HA pair (L{meshroute.ha.instance.HAInstance}), which runs the
-    router only while it is the active one.
+    of an HA pair (L{meshroute.ha.instance.HAInstance}, or with C{policy =
+    "shared-store"} L{meshroute.ha.shared_store.SharedStoreInstance}),
+    which runs the router only while it is the active one.
     """
     # twistd imports this module to list its plugins (C{twistd --help});
     # the router is loaded only when a router is built.
     from meshroute.admin.api import admin_site
     from meshroute.ha.build import build_instance
+    from meshroute.ha.shared_store import SharedStoreInstance
+    from meshroute.harules.settings import SHARED_STORE
     from meshroute.router.service import RouterService, StringEndpoints
 
     if reactor is None:
@@ -64,7 +67,10 @@ def makeService(options: Options, reactor=None):
     # A reload (SIGHUP, the admin API) reads the file with this loader.
     read_config = functools.partial(load_config, config.path, reactor)
     try:
-        if config.ha is not None:
+        if config.ha is not None and config.ha.policy == SHARED_STORE:
+            router = SharedStoreInstance(config, reactor, StringEndpoints(reactor), reactor.stop,
+                                         read_config=read_config, admin_site=admin_site)
+        elif config.ha is not None:
             router = build_instance(config, reactor, StringEndpoints(reactor),
                                     read_config=read_config, admin_site=admin_site)
         else:

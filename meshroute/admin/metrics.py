@@ -39,7 +39,8 @@ from twisted.python.threadable import isInIOThread
 from twisted.web.wsgi import WSGIResource
 
 from meshroute import __version__, events
-from meshroute.harules import role
+from meshroute.ha.status import SharedStoreStatus
+from meshroute.harules import role, shared_store
 from meshroute.link.stages import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
 from meshroute.sessions.served import CLOSING, DISCONNECTED, OPEN
 
@@ -55,6 +56,9 @@ NATIVE = "native"
 #: The six states of an HA instance (L{meshroute.harules.role}).
 HA_STATES = (role.STARTING, role.BACKUP_SYNCING, role.BACKUP_IN_SYNC, role.ACTIVE_REPLICATED,
              role.ACTIVE_ALONE, role.FENCED)
+#: The states of a shared-store instance (docs/ha.md, "Shared store").
+SHARED_STORE_STATES = tuple(state for state in shared_store.API_STATES
+                            if state not in HA_STATES)
 
 #: The router's message counters: the event each counts, its name after
 #: C{meshroute_} (without C{_total}), and its help.
@@ -233,13 +237,19 @@ def _ha_metrics(status) -> Iterator[Metric]:
     state = GaugeMetricFamily("meshroute_ha_state",
                               "The HA instance's state (1 for the state it is in), with its "
                               "configured role.", labels=["role", "state"])
-    for name in HA_STATES:
+    shared = isinstance(status, SharedStoreStatus)
+    for name in SHARED_STORE_STATES if shared else HA_STATES:
         state.add_metric([status.role, name], int(status.state == name))
     yield state
     yield GaugeMetricFamily("meshroute_ha_epoch",
                             "The epoch the instance serves in; on an instance that does not "
                             "serve, the active's epoch it follows (or last followed).",
                             value=status.epoch)
+    if shared:
+        yield GaugeMetricFamily("meshroute_ha_failback_requested",
+                                "Whether a primary waits to take the shared store back.",
+                                value=int(status.failback_requested))
+        return
     yield GaugeMetricFamily("meshroute_ha_peer_connected",
                             "Whether a replication connection to the other instance is up.",
                             value=int(status.peer.connected))

@@ -3,6 +3,7 @@ C{meshroute check-config}: validate router configurations, and the two
 files of each HA pair against each other.
 """
 
+import os
 import sys
 
 from meshroute.cli.command_options import CommandOptions
@@ -47,7 +48,8 @@ def check_config(options, out) -> int:
         out.write(f"# effective configuration of {config.path}\n")
         out.write(format_config(config))
         if config.ha is not None:
-            instances.append(InstanceSettings(config.path, config.name, config.ha))
+            instances.append(InstanceSettings(config.path, config.name, config.ha,
+                                              os.path.abspath(config.data_dir)))
     for problem in pair_problems(instances):
         print(f"meshroute: {', '.join(problem.paths)}: {problem.key}: {problem.message}",
               file=sys.stderr)

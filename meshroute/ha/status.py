@@ -79,6 +79,7 @@ class HAStatus:
         The JSON object of C{GET /api/v1/ha}.
         """
         return {
+            "policy": "replication",
             "role": self.role,
             "state": self.state,
             "epoch": self.epoch,
@@ -89,4 +90,65 @@ class HAStatus:
                      "refusal": self.peer.refusal},
             "voters": [{"name": voter.name, "endpoint": voter.endpoint,
                         "connected": voter.connected} for voter in self.voters],
+        }
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """
+    The shared store's live lock, as a waiting instance sees it.
+
+    @ivar held: whether the other instance holds the live lock.
+    @ivar owner: the role that last wrote the lock file's record.
+    @ivar epoch: the epoch it serves (or last served) in.
+    @ivar heartbeat_silent_s: seconds since its heartbeat last changed,
+        while it holds the lock; None otherwise.
+    """
+
+    held: bool
+    owner: str
+    epoch: int
+    heartbeat_silent_s: float | None
+
+
+@dataclass(frozen=True)
+class SharedStoreStatus:
+    """
+    One shared-store instance's HA status (docs/ha.md, "Shared store"):
+    C{{"policy", "role", "state", "epoch", "served_epoch", "lock",
+    "failback_requested", "live"}}.
+
+    @ivar state: one of L{meshroute.harules.shared_store.API_STATES}.
+    @ivar lock: the lock file's path.
+    @ivar failback_requested: whether a primary waits to take the store
+        back (this instance's request, or, seen by the active, its peer's).
+    @ivar live: the live lock as seen while waiting; None while serving.
+    """
+
+    role: str
+    state: str
+    epoch: int
+    served_epoch: int
+    lock: str
+    failback_requested: bool
+    live: LiveStatus | None
+    #: What a replicated pair's status has and a shared-store pair does
+    #: not: no replication connection, no lag.
+    peer = None
+    lag = None
+
+    def describe(self) -> dict:
+        live = self.live
+        return {
+            "policy": "shared-store",
+            "role": self.role,
+            "state": self.state,
+            "epoch": self.epoch,
+            "served_epoch": self.served_epoch,
+            "lock": self.lock,
+            "failback_requested": self.failback_requested,
+            "live": None if live is None else {
+                "held": live.held, "owner": live.owner, "epoch": live.epoch,
+                "heartbeat_silent_s": (None if live.heartbeat_silent_s is None
+                                       else round(live.heartbeat_silent_s, 3))},
         }

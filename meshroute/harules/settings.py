@@ -22,6 +22,11 @@ from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 PRIMARY = "primary"
 BACKUP = "backup"
 ROLES = (PRIMARY, BACKUP)
+#: C{[ha] policy}: the instances replicate C{store.db} over the network, or
+#: share one data dir and take turns by its lock file (docs/ha.md).
+REPLICATION = "replication"
+SHARED_STORE = "shared-store"
+POLICIES = (REPLICATION, SHARED_STORE)
 REPLICA_SYNCS = ("full", "normal")
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -69,6 +74,11 @@ class HASettings:
 
     Defaults are the issue's (and Artemis' where it has them).
 
+    @ivar policy: L{REPLICATION} or L{SHARED_STORE}.
+    @ivar replication: C{[ha.replication]}; None for a shared-store pair,
+        which replicates nothing.
+    @ivar lock_poll_interval_ms: how often a shared-store instance that
+        waits tries the store's lock (and reads the live's heartbeat).
     @ivar client_endpoints: the client endpoint strings of the pair (the
         primary's client listener, then the backup's; the same list on
         both instances), which clients learn in C{Opened}; empty when not
@@ -77,7 +87,7 @@ class HASettings:
 
     role: str
     group_name: str
-    replication: ReplicationSettings
+    replication: ReplicationSettings | None = None
     witnesses: tuple[WitnessSettings, ...] = ()
     heartbeat_interval_ms: int = 500
     lease_timeout_ms: int = 3000
@@ -89,6 +99,8 @@ class HASettings:
     initial_replication_sync_timeout_ms: int = 30000
     max_saved_replicated_journals_size: int = 2
     client_endpoints: tuple[str, ...] = ()
+    policy: str = REPLICATION
+    lock_poll_interval_ms: int = 100
 
     @property
     def voters(self) -> int:
@@ -112,6 +124,17 @@ def errors(settings: HASettings, router_name: str) -> list[Problem]:
 
     if settings.role not in ROLES:
         fail("role", f'must be "primary" or "backup", got {settings.role!r}')
+    if settings.policy == SHARED_STORE:
+        # Nothing is replicated and nothing voted on: the lock decides.
+        if settings.replication is not None:
+            fail("replication", "a shared-store pair replicates nothing: remove "
+                                "[ha.replication] (both instances name one data-dir)")
+        if settings.witnesses:
+            fail("witness", "a shared-store pair takes no votes (the store's lock decides "
+                            "who serves): remove [[ha.witness]]")
+    elif settings.replication is None:
+        fail("replication", "required section [ha.replication] is missing "
+                            '(policy = "replication")')
     if not _NAME.fullmatch(settings.group_name):
         fail("group-name", f"must match [A-Za-z0-9._-]{{1,64}}, got {settings.group_name!r}")
     if settings.replica_sync not in REPLICA_SYNCS:
@@ -150,6 +173,8 @@ def warnings(settings: HASettings) -> list[Problem]:
     Settings that work but probably not as the operator hopes.
     """
     found: list[Problem] = []
+    if settings.policy == SHARED_STORE:
+        return found
     if not settings.witnesses:
         found.append(Problem(
             "ha.witness",
@@ -181,11 +206,14 @@ class InstanceSettings:
 
     @ivar path: its configuration file, named in what is reported.
     @ivar router: its C{router.name}.
+    @ivar data_dir: its C{router.data-dir}, as an absolute path (the
+        instances of a shared-store pair name the same one).
     """
 
     path: str
     router: str
     ha: HASettings
+    data_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,8 +236,9 @@ def pair_problems(instances: list[InstanceSettings]) -> list[PairProblem]:
     the instances then refuse (C{group-mismatch}) rather than pair.
 
     Two files are of one pair when they carry one router name, or when
-    one's C{ha.replication.peer} reaches the other's listener (then the
-    router names are what disagrees).
+    one's C{ha.replication.peer} reaches the other's listener, or when
+    both are shared-store instances of one data dir (then the router
+    names are what disagrees).
     """
     found: list[PairProblem] = []
     by_router: dict[str, list[InstanceSettings]] = {}
@@ -222,11 +251,26 @@ def pair_problems(instances: list[InstanceSettings]) -> list[PairProblem]:
                 f"{len(group)} HA instances of router {router!r}: a pair has two"))
     for index, a in enumerate(instances):
         for b in instances[index + 1:]:
-            if a.router == b.router or endpoint_reaches(a.ha.replication.peer,
-                                                b.ha.replication.listener) \
-                    or endpoint_reaches(b.ha.replication.peer, a.ha.replication.listener):
+            if (a.router == b.router or _replicates_to(a, b) or _replicates_to(b, a)
+                    or _share_store(a, b)):
                 found.extend(_disagreements(a, b))
     return found
+
+
+def _replicates_to(one: InstanceSettings, other: InstanceSettings) -> bool:
+    """
+    Whether C{one}'s replication peer reaches C{other}'s replication
+    listener (both of the replication policy).
+    """
+    return (one.ha.replication is not None and other.ha.replication is not None
+            and endpoint_reaches(one.ha.replication.peer, other.ha.replication.listener))
+
+
+def _share_store(a: InstanceSettings, b: InstanceSettings) -> bool:
+    """
+    Whether C{a} and C{b} are shared-store instances of one data dir.
+    """
+    return a.ha.policy == b.ha.policy == SHARED_STORE and a.data_dir == b.data_dir != ""
 
 
 def _disagreements(a: InstanceSettings, b: InstanceSettings) -> list[PairProblem]:
@@ -245,6 +289,29 @@ def _disagreements(a: InstanceSettings, b: InstanceSettings) -> list[PairProblem
         found.append(PairProblem((a.path, b.path), "ha.role",
                                  f"both are {a.ha.role!r}: one is the primary, the other "
                                  "the backup"))
+    differ("ha.policy", a.ha.policy, b.ha.policy,
+           "one instance would wait for a lock the other never takes, or the reverse")
+    if a.ha.policy == b.ha.policy == SHARED_STORE:
+        differ("router.data-dir", a.data_dir, b.data_dir,
+               "the instances of a shared-store pair share one data-dir")
+    else:
+        found.extend(_replication_disagreements(a, b))
+    differ("ha.lease-timeout", a.ha.lease_timeout_ms, b.ha.lease_timeout_ms,
+           "the voters wait out one lease for the group" if a.ha.policy == REPLICATION
+           else "the waiting instance calls the live unresponsive after one lease")
+    differ("ha.client-endpoints", list(a.ha.client_endpoints), list(b.ha.client_endpoints),
+           "clients learn the list from whichever instance serves")
+    return found
+
+
+def _replication_disagreements(a: InstanceSettings, b: InstanceSettings) -> list[PairProblem]:
+    """
+    What the two instances of a replicated pair must agree on besides
+    what every pair must.
+    """
+    found: list[PairProblem] = []
+    if a.ha.replication is None or b.ha.replication is None:
+        return found
     for one, other in ((a, b), (b, a)):
         if not endpoint_reaches(one.ha.replication.peer, other.ha.replication.listener):
             found.append(PairProblem(
@@ -255,13 +322,13 @@ def _disagreements(a: InstanceSettings, b: InstanceSettings) -> list[PairProblem
         found.append(PairProblem((a.path, b.path), "ha.replication.password-file",
                                  "the two files hold different secrets: each instance "
                                  "would refuse the other's proof (auth-failed)"))
-    differ("ha.witness", sorted(w.router for w in a.ha.witnesses),
-           sorted(w.router for w in b.ha.witnesses),
-           "the voters must be the same set, or two majorities need not share a voter")
-    differ("ha.lease-timeout", a.ha.lease_timeout_ms, b.ha.lease_timeout_ms,
-           "the voters wait out one lease for the group")
-    differ("ha.client-endpoints", list(a.ha.client_endpoints), list(b.ha.client_endpoints),
-           "clients learn the list from whichever instance serves")
+    witnesses = (sorted(w.router for w in a.ha.witnesses),
+                 sorted(w.router for w in b.ha.witnesses))
+    if witnesses[0] != witnesses[1]:
+        found.append(PairProblem(
+            (a.path, b.path), "ha.witness",
+            f"{witnesses[0]!r} in {a.path}, {witnesses[1]!r} in {b.path}: the voters must "
+            "be the same set, or two majorities need not share a voter"))
     return found
 
 

@@ -207,7 +207,7 @@ class RouterService(MultiService):
         self.mesh_views = MeshViews(config.name, self.engine, clock, self.describe_view, VIEWS)
         # Every router with a routing listener is a witness: it answers HA
         # votes and heartbeats there (docs/ha.md), from its durable records.
-        self.witness = (host.witness if host is not None
+        self.witness = (host.witness if host is not None and host.witness is not None
                         else Witness(config.name, self.store, clock, self.events))
         self.context = RouterContext(
             name=config.name,
@@ -515,18 +515,25 @@ class HostedParts:
     """
 
     events: events.EventLog
-    witness: Witness
+    #: The instance's witness (a replicated pair's: its own group's record
+    #: in its C{ha.db}); None: the router's own, over its store (a
+    #: shared-store instance's, whose records are all in the shared store).
+    witness: Witness | None
     #: The instance's L{meshroute.ha.status.HAStatus} now: the router's
     #: C{router} and C{ha} views carry it, as the instance's admin API's do.
     ha_status: Callable[[], object] | None = None
 
 
-def store_executor(store: StoreConfig, clock: IReactorTime):
+def store_executor(store: StoreConfig, clock: IReactorTime, guard=None):
     """
     A new executor for a router's store, as C{[store] writer} says: a
-    L{ThreadedExecutor} (C{"thread"}) or a L{TurnExecutor} (C{"reactor"}).
+    L{ThreadedExecutor} (C{"thread"}) or a L{TurnExecutor} (C{"reactor"}),
+    checking C{guard} before each commit batch (a shared-store HA
+    instance's lock).
     """
-    return TurnExecutor(clock) if store.writer == "reactor" else ThreadedExecutor(clock)
+    if store.writer == "reactor":
+        return TurnExecutor(clock, guard=guard)
+    return ThreadedExecutor(clock, guard=guard)
 
 
 def lock_data_dir(config: RouterConfig):

@@ -43,7 +43,8 @@ class ThreadedExecutor(TransactionRunner):
     """
 
     def __init__(
-        self, reactor, replication=None, checkpoints: WalCheckpoints | None = None
+        self, reactor, replication=None, checkpoints: WalCheckpoints | None = None,
+        guard=None,
     ) -> None:
         """
         @param reactor: an C{IReactorFromThreads}; the Deferreds fire in
@@ -51,6 +52,7 @@ class ThreadedExecutor(TransactionRunner):
         @param replication: None, or the C{ICommitGate} each transaction
             is handed to (see "Replication" in
             L{meshroute.store.transactions}).
+        @param guard: checked before each batch (L{TransactionRunner}).
         @param checkpoints: when the writer thread checkpoints the WAL
             (default: a L{WalCheckpoints} with its defaults).
         @raise TypeError: when C{reactor} cannot be called from a thread
@@ -62,7 +64,7 @@ class ThreadedExecutor(TransactionRunner):
                 f"ThreadedExecutor needs a reactor with callFromThread, not {reactor!r}; "
                 "on a task.Clock use InlineExecutor"
             )
-        super().__init__(replication, checkpoints)
+        super().__init__(replication, checkpoints, guard)
         self._reactor = reactor
         # What was submitted, in order; the writer takes it all when woken.
         self._queue: deque = deque()

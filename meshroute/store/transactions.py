@@ -175,13 +175,20 @@ class TransactionRunner:
 
     @ivar replication: None, or the C{ICommitGate} each transaction is
         handed to (see "Replication" in the module docstring).
+    @ivar guard: None, or what is called (on the thread that runs the SQL)
+        before each batch of queued work: when it raises, every item of
+        the batch fails with what it raised and nothing of it runs.  A
+        shared-store HA instance checks there that it still holds the
+        store's lock (L{meshroute.ha.store_lock}).
     @ivar checkpoints: when the WAL is checkpointed.
     @ivar commits: transactions committed so far.
     @ivar commit_seconds: how long they took (a histogram).
     """
 
-    def __init__(self, replication, checkpoints: WalCheckpoints | None) -> None:
+    def __init__(self, replication, checkpoints: WalCheckpoints | None,
+                 guard=None) -> None:
         self.replication = replication
+        self.guard = guard
         self.checkpoints = checkpoints or WalCheckpoints()
         self._connection: sqlite3.Connection | None = None
         # What the functions write through, when replicated.
@@ -251,6 +258,17 @@ class TransactionRunner:
             self._ended(outcomes, [outcome])
         if group:
             self._transaction(group, outcomes)
+        return None
+
+    def _refuse_batch(self, batch: list, outcomes: list, failure: Failure) -> list | None:
+        """
+        Fail C{batch}'s items up to a stop with C{failure}; return what
+        came after the stop (else None), as L{_run_batch} does.
+        """
+        for index, item in enumerate(batch):
+            if item[0] == STOP:
+                return batch[index + 1:]
+            self._ended(outcomes, [(item[3], False, failure)])
         return None
 
     def _transaction(self, group: list, outcomes: list) -> None:

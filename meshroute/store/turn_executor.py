@@ -64,7 +64,8 @@ class TurnExecutor(TransactionRunner):
     """
 
     def __init__(
-        self, clock: IReactorTime, replication=None, checkpoints: WalCheckpoints | None = None
+        self, clock: IReactorTime, replication=None, checkpoints: WalCheckpoints | None = None,
+        guard=None,
     ) -> None:
         """
         @param clock: where the end of the turn and the relaxed and
@@ -72,10 +73,11 @@ class TurnExecutor(TransactionRunner):
         @param replication: None, or the C{ICommitGate} each transaction
             is handed to (see "Replication" in
             L{meshroute.store.transactions}).
+        @param guard: checked before each batch (L{TransactionRunner}).
         @param checkpoints: when the WAL is checkpointed (default: a
             L{WalCheckpoints} with its defaults).
         """
-        super().__init__(replication, checkpoints)
+        super().__init__(replication, checkpoints, guard)
         self._clock = clock
         self._queue: list = []
         # The scheduled run of what is queued, and whether it is the
