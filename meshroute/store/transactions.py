@@ -237,8 +237,14 @@ class TransactionRunner:
         """
         Run C{batch} (queued items) in order: each run of grouped items as
         one transaction, other items alone.  At a stop, return what came
-        after it (else None).
+        after it (else None).  When the L{guard} raises, every item up to
+        a stop fails with what it raised instead.
         """
+        if self.guard is not None:
+            try:
+                self.guard()
+            except BaseException:
+                return self._refuse_batch(batch, outcomes, Failure())
         group: list = []
         for index, item in enumerate(batch):
             kind = item[0]

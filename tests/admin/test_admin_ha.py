@@ -26,6 +26,7 @@ STATUS = HAStatus(
 )
 
 DESCRIBED = {
+    "policy": "replication",
     "role": "backup",
     "state": "backup-in-sync",
     "epoch": 7,

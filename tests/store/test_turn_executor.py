@@ -3,6 +3,8 @@ The turn executor (L{meshroute.store.turn_executor}): group commit at the
 end of each reactor turn, on a L{task.Clock}.
 """
 
+import sqlite3
+
 from twisted.internet import task
 
 from meshroute.store import ExecutorStopped, SQLiteStore, TurnExecutor
@@ -76,3 +78,37 @@ def test_the_turn_executor_runs_what_is_queued_when_it_stops(tmp_path):
     failed = store.accept(msg(2))
     assert failed.called
     failed.addErrback(lambda f: f.trap(ExecutorStopped))
+
+
+def test_a_guard_that_raises_fails_the_whole_batch_and_writes_nothing(tmp_path):
+    """
+    The executor checks its guard (a shared-store instance's lock) before
+    each batch: when it raises, every submission of the batch fails with
+    its error and nothing of the batch is written; when it passes again,
+    work runs again.
+    """
+    clock = task.Clock()
+    lost = []
+
+    def guard():
+        if lost:
+            raise RuntimeError("the lock is gone")
+
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(clock, guard=guard),
+                        router=ROUTER)
+    assert store.open().called
+    clock.advance(0)
+    lost.append(True)
+    refused = [store.accept(msg(n)) for n in range(2)]
+    clock.advance(0)
+    errors = []
+    for d in refused:
+        d.addErrback(lambda f: errors.append(f.getErrorMessage()))
+    assert errors == ["the lock is gone"] * 2
+    lost.clear()
+    accepted = store.accept(msg(5))
+    clock.advance(0)
+    assert accepted.called
+    assert store.close().called
+    with sqlite3.connect(str(tmp_path / "s.db")) as connection:
+        assert connection.execute("SELECT msg_id FROM messages").fetchall() == [("m5",)]
