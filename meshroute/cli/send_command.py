@@ -5,7 +5,7 @@ pipelined, each confirmed before the command exits 0.
 
 import os
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.python import usage
 
 from meshroute.cli.session_commands import (
@@ -31,7 +31,7 @@ def _non_negative_int(value: str) -> int:
 class SendOptions(SessionOptions):
     synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... --to QUEUE[@ROUTER] [--count N] "
                 "[--size BYTES | --body TEXT] [--non-persistent] [--duplicate-id-prefix P] "
-                "[--message-ttl SECONDS] [reconnection options]")
+                "[--message-ttl SECONDS] [--rate PER_SECOND] [reconnection options]")
     longdesc = (
         "Send messages through a router's client listener and exit 0 once every "
         "one is durably accepted (non-persistent: accepted).  Without --body or "
@@ -65,6 +65,10 @@ class SendOptions(SessionOptions):
          "Every message expires SECONDS after the router accepts it: one not delivered "
          "by then never is, and goes to the $expired queue of the router where its time "
          "ran out.", positive_float],
+        ["rate", None, None,
+         "Send at most PER_SECOND messages a second, evenly spaced (a steady load, to "
+         "watch a failover under it); by default as fast as the window allows.",
+         positive_float],
     ]
     optFlags = [["non-persistent", None, "Send non-persistent messages (memory only)."]]
 
@@ -151,8 +155,12 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
         retried += 1
         return send(n)
 
+    rate, started = options["rate"], reactor.seconds()
     try:
         for n in range(1, count + 1):
+            if rate is not None:
+                await task.deferLater(reactor, max(0.0, started + (n - 1) / rate
+                                                   - reactor.seconds()), lambda: None)
             await window.room()
             if window.error is not None:
                 break

@@ -26,7 +26,8 @@ this order:
     or end the process.
 
 Each instance keeps its own event log, in C{DATA-DIR/instance-ROLE/}
-(both write under the router's name, as a replicated pair's do).
+(both write under the router's name, as a replicated pair's do), and
+holds its router's TCP ports bound from its start (L{HeldPorts}).
 """
 
 import dataclasses
@@ -44,6 +45,7 @@ from zope.interface import implementer
 from meshroute import __version__, events
 from meshroute.errors import ConfigError
 from meshroute.ha.epoch_starts import READ_EPOCH_STARTS, start_epoch
+from meshroute.ha.held_ports import HeldPorts
 from meshroute.ha.reporting import HANDOVER, TAKEOVER, HAEventLog
 from meshroute.ha.status import LiveStatus, SharedStoreStatus
 from meshroute.ha.store_lock import StoreLock
@@ -119,7 +121,9 @@ class SharedStoreInstance(MultiService):
         self.instance = instance_name(config.name, ha.role)
         self._peer_role = BACKUP if ha.role == PRIMARY else PRIMARY
         self._clock = clock
-        self._endpoints = endpoints
+        # Its router's TCP ports are bound while it waits: a client that
+        # fails over waits in the backlog instead of being refused.
+        self._ports = HeldPorts(endpoints, clock, config)
         self._stop_process = stop_process
         self._read_config = read_config
         own = instance_dir(config)
@@ -174,7 +178,12 @@ class SharedStoreInstance(MultiService):
 
     # -- the service ------------------------------------------------------------
 
+    def privilegedStartService(self) -> None:
+        self._ports.bind()
+        super().privilegedStartService()
+
     def startService(self) -> None:
+        self._ports.bind()
         self._started_at = self._clock.seconds()
         self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
         log.info("shared-store instance {instance} starting (meshroute {version})",
@@ -201,6 +210,7 @@ class SharedStoreInstance(MultiService):
                 self._write(dataclasses.replace(self._record, state=rules.PAUSED))
             self._release()
         yield defer.maybeDeferred(super().stopService)
+        self._ports.close()
         self.lock.close()
         self.events.emit(events.ROUTER_STOPPED)
         self.events.close()
@@ -300,7 +310,7 @@ class SharedStoreInstance(MultiService):
                 kind=HANDOVER if handed_back else TAKEOVER,
                 last_heard=last_heard)
         self.router = RouterService(
-            dataclasses.replace(self.config, admin=None), self._clock, self._endpoints,
+            dataclasses.replace(self.config, admin=None), self._clock, self._ports,
             executor=store_executor(self.config.store, self._clock, guard=self.lock.held),
             host=HostedParts(self.events, None, self.ha_status), epoch=epoch,
             ha_view=self._client_view, read_config=self._read_config)

@@ -12,7 +12,7 @@ from meshroute import cli
 from meshroute.config import format_config
 from meshroute.harules.settings import REPLICATION, SHARED_STORE
 
-from support.config_files import SECRET, load, secret_file, write  # noqa: F401 (fixtures)
+from support.config_files import load, secret_file, write  # noqa: F401 (fixtures)
 from support.config_files import assert_refused
 from support.ha_config_sections import REPLICATION as REPLICATION_SECTION
 from support.ha_config_sections import ROUTER

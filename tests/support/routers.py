@@ -195,6 +195,8 @@ class RouterSpec:
     @ivar admin: more keys of its C{[admin]} table (C{token-file}), or
         another C{endpoint}.
     @ivar admin_token: the token L{RouterProcess.get} presents.
+    @ivar instance_dir: a shared-store instance's own directory in the
+        shared data dir, where its event log is; None: the data dir's.
     """
 
     name: str
@@ -211,6 +213,7 @@ class RouterSpec:
     replication_port: int | None = None
     admin: dict[str, object] = field(default_factory=dict)
     admin_token: str | None = None
+    instance_dir: Path | None = None
 
     @property
     def config_path(self) -> Path:
@@ -225,7 +228,14 @@ class RouterSpec:
         """
         The directory of its event files (what the audit reads).
         """
-        return Path(events_dir(str(self.data_dir)))
+        return Path(events_dir(str(self.event_log_dir)))
+
+    @property
+    def event_log_dir(self) -> Path:
+        """
+        The directory whose C{events/} holds its event log.
+        """
+        return self.instance_dir or self.data_dir
 
     @property
     def log_path(self) -> Path:
@@ -594,7 +604,7 @@ class RouterProcess:
         """
         return [
             r
-            for r in read_events(str(self.spec.data_dir))
+            for r in read_events(str(self.spec.event_log_dir))
             if (event is None or r.get("event") == event)
             and all(r.get(key) == value for key, value in fields.items())
         ]
@@ -937,6 +947,27 @@ class Mesh:
                 for witness in witnesses]
             spec.write()
             specs.append(spec)
+        return specs[0], specs[1]
+
+    def shared_pair(self, name: str, **ha: object) -> tuple[RouterSpec, RouterSpec]:
+        """
+        Describe the two instances of a shared-store pair of router C{name}
+        (labels C{NAME-primary} and C{NAME-backup}) on one data dir, each
+        with a client listener; the pair's client endpoints are both.
+
+        @param ha: more keys of C{[ha]}, with C{_} for C{-}.
+        """
+        shared = self.directory / f"{name}-shared"
+        specs = [self.router(name, label=f"{name}-{role}", clients=True)
+                 for role in ("primary", "backup")]
+        for role, spec in zip(("primary", "backup"), specs):
+            spec.router["data-dir"] = str(shared)
+            spec.instance_dir = shared / f"instance-{role}"
+            spec.extra["ha"] = {
+                "role": role, "policy": "shared-store",
+                "client-endpoints": [other.client_endpoint for other in specs],
+                **{key.replace("_", "-"): value for key, value in ha.items()}}
+            spec.write()
         return specs[0], specs[1]
 
     def start(self, *specs: RouterSpec, timeout: float = READY_TIMEOUT_S) -> list[RouterProcess]:
