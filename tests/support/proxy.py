@@ -15,6 +15,10 @@ L{TcpProxy.cut} closes every proxied connection (both sides) and the
 listening socket, so reconnection attempts meet "connection refused"
 until L{TcpProxy.restore} listens again on the same port.
 
+L{TcpProxy.deafen} loses the answers: from then on what the target sends
+is dropped, while what clients send still arrives (a router that carries
+out requests whose answers never reach the client).
+
 L{TcpProxy.hold} delays instead of refusing: connections are accepted
 but not forwarded, what their clients send waits unread, until
 L{TcpProxy.release} connects them to the target and passes it on (a
@@ -76,6 +80,7 @@ class TcpProxy:
         self._pipes: dict[socket.socket, _Pipe] = {}
         self._listener: socket.socket | None = None
         self._holding = False
+        self._deaf = False
         self._held: list[socket.socket] = []
         self._requests: list = []
         self._stopping = False
@@ -146,6 +151,13 @@ class TcpProxy:
         """
         self._call(self._do_release)
 
+    def deafen(self) -> None:
+        """
+        From now on, drop what targets send: clients hear nothing more,
+        while their own bytes still reach the target.
+        """
+        self._call(self._do_deafen)
+
     def close(self) -> None:
         """
         Cut, and stop the thread.
@@ -195,6 +207,9 @@ class TcpProxy:
 
     def _do_hold(self) -> None:
         self._holding = True
+
+    def _do_deafen(self) -> None:
+        self._deaf = True
 
     def _do_release(self) -> None:
         self._holding = False
@@ -301,6 +316,8 @@ class TcpProxy:
             return False
         if sock is pipe.client:
             self._last_from_client = time.time()
+        elif self._deaf:
+            return True
         pipe.pending[pipe.peer(sock)] += data
         return self._writable(pipe.peer(sock), pipe)
 
