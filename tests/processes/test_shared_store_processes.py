@@ -7,8 +7,14 @@ and a third instance started on the served data dir.
 
 import os
 import time
+from pathlib import Path
 
+import pytest
+
+from meshroute.audit.running import EXIT_OK
+from support.audit_testing import audit
 from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.spark import spark  # noqa: F401 (a fixture)
 
 #: The backup serves within a second of the kill plus the store's open
 #: time (lock-poll-interval is 100 ms by default).
@@ -22,6 +28,8 @@ FIRST_SEND_BOUND_S = 2.0
 COUNT = 4000
 RATE = 1000
 QUEUE = "orders@router-b"
+#: The event logs of the run under load, audited by the module's last test.
+RUN_LOGS: list[Path] = []
 
 
 def start_pair(mesh, **ha):  # noqa: F811
@@ -98,6 +106,9 @@ def test_sigkill_of_the_live_under_load_loses_and_doubles_nothing(mesh):  # noqa
                       what="nothing left over (nothing enqueued twice)")
     (epoch,) = {e["epoch"] for e in backup.events("ha.failover", kind="takeover")}
     assert epoch == 2 and backup.ha()["epoch"] == 2
+    for process in (backup, router_c):
+        assert process.terminate() == 0, process.log_tail()
+    RUN_LOGS.extend(spec.events_dir for spec in mesh.specs if spec.events_dir.exists())
 
 
 def test_a_third_instance_on_the_served_data_dir_waits_without_opening_the_store(
@@ -217,3 +228,18 @@ def test_a_frozen_live_keeps_the_store_and_the_backup_says_why(mesh):  # noqa: F
     primary.sigcont()
     backup.wait_ha("backup-waiting")
     assert serving(primary) and primary.ha()["epoch"] == 1
+
+
+def test_the_audit_of_the_run_under_load_finds_nothing_wrong(spark, tmp_path):  # noqa: F811
+    """
+    The audit reads both instances' logs (each in its own directory of
+    the shared data dir) and router-c's: every message accepted once,
+    nothing lost or doubled across the failover.
+    """
+    if not RUN_LOGS:
+        pytest.skip("the run under load was not selected")
+    code, stdout, stderr, summary = audit(spark, RUN_LOGS, tmp_path / "audit",
+                                          in_flight_grace_s=0.0, keepalive_limit=100.0)
+    assert code == EXIT_OK, stdout + stderr
+    messages = summary["messages"]
+    assert messages["lost"] == messages["duplicated"] == 0, messages
