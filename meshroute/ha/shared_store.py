@@ -62,6 +62,10 @@ log = Logger()
 
 #: The name of the store in the data dir (as a router's).
 STORE_FILE = "store.db"
+#: Why an instance stops serving: its lock file was removed or replaced.
+LOCK_LOST = "lock-lost"
+#: ... a primary asked for the store back (allow-failback).
+FAILBACK = "failback"
 
 
 def instance_dir(config: RouterConfig) -> str:
@@ -100,6 +104,9 @@ class SharedStoreInstance(MultiService):
 
     @param stop_process: ends the process (C{reactor.stop}): a backup
         that handed the store back with C{restart-backup = false} stops.
+    @param executor_factory: makes each active period's store executor
+        given the guard to check before each commit batch; by default the
+        one C{[store] writer} names (L{store_executor}).
     @param read_config: reads C{config}'s file again, for each active
         period's router (L{RouterService}'s C{read_config}).
     @param admin_site: makes the site of the instance's admin endpoint
@@ -112,9 +119,12 @@ class SharedStoreInstance(MultiService):
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
                  stop_process: Callable[[], None],
                  read_config: Callable[[], RouterConfig] | None = None,
-                 admin_site: Callable[..., Site] | None = None) -> None:
+                 admin_site: Callable[..., Site] | None = None,
+                 executor_factory: Callable[[Callable[[], None]], object] | None = None) -> None:
         super().__init__()
         ha = config.ha
+        self._executor_factory = executor_factory or (
+            lambda guard: store_executor(config.store, clock, guard=guard))
         self.config = config
         self.ha: HASettings = ha
         self.name = config.name
@@ -311,7 +321,7 @@ class SharedStoreInstance(MultiService):
                 last_heard=last_heard)
         self.router = RouterService(
             dataclasses.replace(self.config, admin=None), self._clock, self._ports,
-            executor=store_executor(self.config.store, self._clock, guard=self.lock.held),
+            executor=self._executor_factory(self.lock.held),
             host=HostedParts(self.events, None, self.ha_status), epoch=epoch,
             ha_view=self._client_view, read_config=self._read_config)
         self.router.setServiceParent(self)
@@ -340,7 +350,7 @@ class SharedStoreInstance(MultiService):
         except Exception as e:
             log.error("shared-store instance {instance}: {error}; it stops serving",
                       instance=self.instance, error=e)
-            self._hand_back("lock-lost")
+            self._hand_back(LOCK_LOST)
             return
         self._write(dataclasses.replace(self._record, heartbeat=self._record.heartbeat + 1),
                     durable=False)
@@ -348,7 +358,7 @@ class SharedStoreInstance(MultiService):
                             self.lock.failback_requested()):
             log.info("shared-store instance {instance}: the primary asks for the store back: "
                      "handing it back (allow-failback)", instance=self.instance)
-            self._hand_back("failback")
+            self._hand_back(FAILBACK)
             return
         self._later(self.ha.heartbeat_interval_ms, self._beat)
 
@@ -365,9 +375,14 @@ class SharedStoreInstance(MultiService):
     def _handed_back(self, reason: str) -> None:
         self._handing_back = None
         self._release()
+        if reason == LOCK_LOST:
+            # Its lock is on a file no longer at the lock's path: from now
+            # on, the file that is.
+            self.lock.close()
+            self.lock = StoreLock(self.config.data_dir)
         if self._stopping:
             return
-        if reason == "failback" and not self.ha.restart_backup:
+        if reason == FAILBACK and not self.ha.restart_backup:
             log.info("shared-store instance {instance}: handed the store back; it stops "
                      "(restart-backup = false)", instance=self.instance)
             self._clock.callLater(0, self._stop_process)

@@ -23,15 +23,17 @@ class InlineExecutor(TransactionRunner):
     @ivar commit_seconds: how long they took (a histogram).
     """
 
-    def __init__(self, replication=None, checkpoints: WalCheckpoints | None = None) -> None:
+    def __init__(self, replication=None, checkpoints: WalCheckpoints | None = None,
+                 guard=None) -> None:
         """
         @param replication: None, or the C{ICommitGate} each transaction
             is handed to (see "Replication" in
             L{meshroute.store.transactions}).
+        @param guard: checked before each call (L{TransactionRunner}).
         @param checkpoints: when the WAL is checkpointed: with no thread
             to be idle in, only when a call took it past its size.
         """
-        super().__init__(replication, checkpoints)
+        super().__init__(replication, checkpoints, guard)
         self._stopped = False
 
     def start(self, connect) -> Deferred:
@@ -40,6 +42,11 @@ class InlineExecutor(TransactionRunner):
     def submit(self, fn, *args) -> Deferred:
         if self._stopped or self._connection is None:
             return fail(ExecutorStopped("the store is not open"))
+        if self.guard is not None:
+            try:
+                self.guard()
+            except BaseException:
+                return fail()
         outcomes: list = []
         try:
             return self._submit(fn, args, outcomes)
