@@ -39,7 +39,7 @@ chromium:
 
 # Two workers (pytest-xdist), each taking whole test files, the slowest
 # first (tests/conftest.py orders them).
-PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 # The layers (.importlinter, docs/architecture.md) first: an import that
 # points up the stack fails the target before any test runs.
 test: install chromium

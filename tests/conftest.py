@@ -17,7 +17,8 @@ SLOWEST_FILES = (
     "test_audit_follow", "test_audit_cluster", "test_ha_restarts_processes",
     "test_simulation", "test_ha_faults_processes", "test_event_rotation_processes",
     "test_audit", "test_lab_processes", "test_messaging_processes",
-    "test_sessions_processes", "test_ha_processes", "test_stomp_processes",
+    "test_sessions_processes", "test_ha_processes", "test_shared_store_processes",
+    "test_stomp_processes",
 )
 
 
