@@ -1,0 +1,186 @@
+"""
+Topic names and subscription patterns, and which topics a pattern
+matches: the AMQP (RabbitMQ) topic rules that STOMP users know.
+
+A topic name is words separated by dots (C{prices.eu.gbp}), each word
+C{[A-Za-z0-9_-]+}, at most L{MAX_LENGTH} characters in all.  A pattern is
+the same with two wildcards as whole words: C{*} matches exactly one
+word, C{#} matches zero or more words (C{prices.*.gbp}, C{prices.#},
+C{#}).
+
+Patterns are kept in a normal form (L{parse_pattern}): in each run of
+consecutive wildcards the C{*}s come first and at most one C{#} follows
+(C{#.*} and C{*.#} match the same topics, and so do C{#.#} and C{#}), so
+that two ways of writing one subscription are one pattern.
+"""
+
+import re
+
+#: The longest topic name or pattern, in characters.
+MAX_LENGTH = 255
+ONE = "*"
+ANY = "#"
+_WORD = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class BadTopic(ValueError):
+    """
+    Not a topic name, or not a pattern: the message says why.
+    """
+
+
+def _words(text: str, what: str) -> list[str]:
+    if not isinstance(text, str) or not text:
+        raise BadTopic(f"a {what} is words separated by dots, got {text!r}")
+    if len(text) > MAX_LENGTH:
+        raise BadTopic(f"a {what} has at most {MAX_LENGTH} characters, got {len(text)}")
+    return text.split(".")
+
+
+def parse_topic(name: str) -> tuple[str, ...]:
+    """
+    The words of topic name C{name}.
+
+    @raise BadTopic: for anything else (a wildcard included: one
+        publishes to a topic, not to a pattern).
+    """
+    words = _words(name, "topic name")
+    for word in words:
+        if not _WORD.fullmatch(word):
+            raise BadTopic(f"{name!r}: each word of a topic name is [A-Za-z0-9_-]+, "
+                           f"not {word!r}")
+    return tuple(words)
+
+
+def parse_pattern(pattern: str) -> tuple[str, ...]:
+    """
+    The words of subscription pattern C{pattern}, in normal form (the
+    module docstring).
+
+    @raise BadTopic: for anything that is not a pattern.
+    """
+    words = _words(pattern, "topic pattern")
+    for word in words:
+        if word not in (ONE, ANY) and not _WORD.fullmatch(word):
+            raise BadTopic(f"{pattern!r}: each word of a pattern is [A-Za-z0-9_-]+, "
+                           f"'*' or '#', not {word!r}")
+    return normal_form(words)
+
+
+def normal_form(words) -> tuple[str, ...]:
+    """
+    C{words} with each run of wildcards written as its C{*}s, then one
+    C{#} if the run had any: the same topics matched.
+    """
+    out: list[str] = []
+    stars, any_ = 0, False
+    for word in [*words, None]:
+        if word == ONE:
+            stars += 1
+        elif word == ANY:
+            any_ = True
+        else:
+            out.extend([ONE] * stars + ([ANY] if any_ else []))
+            stars, any_ = 0, False
+            if word is not None:
+                out.append(word)
+    return tuple(out)
+
+
+def format_words(words) -> str:
+    return ".".join(words)
+
+
+def matches(pattern: tuple[str, ...], topic: tuple[str, ...]) -> bool:
+    """
+    Whether C{pattern} (parsed) matches C{topic} (parsed).
+
+    The positions of the pattern a prefix of the topic can have reached
+    are carried along the topic's words: linear in the product of the
+    lengths, never exponential in the number of C{#}s.
+    """
+    reached = _closure(pattern, {0})
+    for word in topic:
+        reached = _step(pattern, reached, word)
+        if not reached:
+            return False
+    return len(pattern) in reached
+
+
+def _step(pattern: tuple[str, ...], positions, word: str) -> frozenset[int]:
+    """
+    The positions of C{pattern} reached from C{positions} by one more
+    word of the topic.
+    """
+    after: set[int] = set()
+    for i in positions:
+        if i == len(pattern):
+            continue
+        token = pattern[i]
+        if token == ANY:
+            after.add(i)  # '#' takes this word and may take more
+        elif token == ONE or token == word:
+            after.add(i + 1)
+    return _closure(pattern, after)
+
+
+def _closure(pattern: tuple[str, ...], positions) -> frozenset[int]:
+    """
+    C{positions}, and those reached from them by letting a C{#} match no
+    word.
+    """
+    closed = set(positions)
+    for i in positions:
+        while i < len(pattern) and pattern[i] == ANY:
+            i += 1
+            closed.add(i)
+    return frozenset(closed)
+
+
+#: A word that is no pattern's literal (it is not a valid word): in
+#: L{covers}, every word a pattern does not name.
+_OTHER = "\0"
+
+
+def covers(broad: tuple[str, ...], narrow: tuple[str, ...]) -> bool:
+    """
+    Whether every topic C{narrow} matches is matched by C{broad} too (both
+    parsed): then a router that advertises C{broad} need not advertise
+    C{narrow}.
+
+    Exact: both patterns are read as automata over the words either names
+    and one word standing for all others, and every set of positions a
+    topic can lead them to is explored; C{narrow} is covered unless some
+    topic leaves it matched and C{broad} not.  Patterns are short, and so
+    is the search.
+    """
+    alphabet = {word for word in broad + narrow if word not in (ONE, ANY)} | {_OTHER}
+    start = (_closure(narrow, {0}), _closure(broad, {0}))
+    seen = {start}
+    pending = [start]
+    while pending:
+        in_narrow, in_broad = pending.pop()
+        if len(narrow) in in_narrow and len(broad) not in in_broad:
+            return False
+        for word in alphabet:
+            after = (_step(narrow, in_narrow, word), _step(broad, in_broad, word))
+            if after[0] and after not in seen:
+                seen.add(after)
+                pending.append(after)
+    return True
+
+
+def aggregate(patterns) -> set[tuple[str, ...]]:
+    """
+    The patterns of C{patterns} (parsed) that no other one covers: what a
+    router advertises for them (of two that cover each other, the one
+    that sorts first).
+    """
+    unique = sorted(set(patterns))
+    kept: list[tuple[str, ...]] = []
+    for index, pattern in enumerate(unique):
+        if any(covers(other, pattern) and (not covers(pattern, other) or other_index < index)
+               for other_index, other in enumerate(unique) if other_index != index):
+            continue
+        kept.append(pattern)
+    return set(kept)
