@@ -35,6 +35,14 @@ C{[ha]}, C{[ha.replication]} and C{[[ha.witness]]} load into
 L{meshroute.harules.settings.HASettings}; the twistd plugin then runs an HA
 instance (L{meshroute.ha.instance}, or for C{policy = "shared-store"}
 L{meshroute.ha.shared_store}) instead of a plain router.
+
+C{[[ha.colocated]]} is the one exception to paths being relative to the
+working directory: each entry's C{config} names the file of an HA
+instance the same process runs beside this router, relative to the
+including file (the two are written together, as Artemis' colocated
+servers are); it is loaded whole, as its own file, into
+L{RouterConfig.colocated}.  A C{[ha]} holding nothing else leaves the
+router itself without HA.
 """
 
 import json
@@ -218,6 +226,7 @@ _HA_REPLICATION_KEYS = (
     _Key("password-file", "password-file"),
 )
 _HA_WITNESS_KEYS = (_Key("router", "name"), _Key("endpoint", "client-endpoint"))
+_HA_COLOCATED_KEYS = (_Key("config", "str"),)
 _SECURITY_KEYS = (_Key("users-file", "str", None),)
 _PERMISSION_KEYS = (
     _Key("users", "user-patterns"),
@@ -513,18 +522,27 @@ def _check_data_dir(data_dir: str, *, path: str) -> None:
 
 def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     """
-    Load and validate a router configuration file.
+    Load and validate a router configuration file, and the files of the
+    HA instances it hosts (C{[[ha.colocated]]}).
 
     @param reactor: used only to construct (never listen on or connect)
         each endpoint, to prove its string is valid; the global reactor is
         imported here when none is given, never at module import time.
     @raise ConfigError: for anything that would stop the router working.
     """
-    path = os.fspath(path)
     if reactor is None:
         from twisted.internet import reactor as global_reactor
 
         reactor = global_reactor
+    return _load(os.fspath(path), reactor, hosted=False)
+
+
+def _load(path: str, reactor, hosted: bool) -> RouterConfig:
+    """
+    L{load_config} of one file.
+
+    @param hosted: whether another file hosts this file's instance.
+    """
     try:
         with open(path, "rb") as f:
             document = tomllib.load(f)
@@ -579,8 +597,12 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
     scalars = {k: v for k, v in clients.items() if k not in ("listener", "reconnect")}
     client_queue = ClientQueueConfig(**take(scalars, _CLIENTS_KEYS, "clients"))
     ha = None
+    colocated: tuple[RouterConfig, ...] = ()
     if "ha" in document:
-        ha = _read_ha(document["ha"], router["name"], take, path=path)
+        ha_table, colocated = _read_colocated(document["ha"], reactor, path=path,
+                                              hosted=hosted)
+        if ha_table is not None:
+            ha = _read_ha(ha_table, router["name"], take, path=path)
     security = None
     if "security" in document:
         security = _read_security(document["security"], take, path=path)
@@ -589,7 +611,7 @@ def load_config(path: str | os.PathLike[str], reactor=None) -> RouterConfig:
         path=path, listener=listener, connectors=connectors, admin=admin,
         routing=routing_config, store=store, clients=client_listener,
         client_reconnect=client_reconnect, client_queue=client_queue, ha=ha, security=security,
-        stomp_listener=stomp_listener, events=event_rotation, **router
+        stomp_listener=stomp_listener, events=event_rotation, colocated=colocated, **router
     )
     for problem in router_settings.errors(config, reactor):
         raise ConfigError(path, problem.key, problem.message)
@@ -615,6 +637,49 @@ def _read_security(table: object, take, *, path: str) -> SecurityConfig:
                         for index, permission in enumerate(tables))
     scalars = {k: v for k, v in table.items() if k != "permission"}
     return SecurityConfig(permissions=permissions, **take(scalars, _SECURITY_KEYS, "security"))
+
+
+def _read_colocated(table: object, reactor, *, path: str, hosted: bool
+                    ) -> tuple[object, tuple[RouterConfig, ...]]:
+    """
+    Take C{[[ha.colocated]]} out of C{[ha]} and load the file each entry's
+    C{config} names (relative to this file's directory): a whole
+    configuration of an HA instance that this router's process runs
+    beside it.  A hosted file hosts none itself.  An error in a hosted
+    file names it and its key, and which entry hosts it.
+
+    @return: what is left of C{[ha]}, this router's own HA section (None
+        when C{[ha]} held nothing but C{[[ha.colocated]]}: a router
+        without HA hosting instances), and the hosted configurations,
+        their paths absolute.
+    """
+    if not isinstance(table, dict) or "colocated" not in table:
+        return table, ()
+    if hosted:
+        raise ConfigError(path, "ha.colocated", "a hosted instance hosts none itself")
+    tables = table["colocated"]
+    if not isinstance(tables, list) or not tables:
+        raise ConfigError(path, "ha.colocated", "expected [[ha.colocated]] tables")
+    configs = []
+    for index, entry in enumerate(tables):
+        prefix = f"ha.colocated[{index}]"
+        written = _take(entry, _HA_COLOCATED_KEYS, path=path, prefix=prefix,
+                        reactor=reactor)["config"]
+        hosted_path = os.path.abspath(os.path.join(os.path.dirname(path), written))
+        if not os.path.isfile(hosted_path):
+            raise ConfigError(path, f"{prefix}.config",
+                              f"{written!r}: no configuration file at {hosted_path}")
+        try:
+            config = _load(hosted_path, reactor, hosted=True)
+        except ConfigError as e:
+            raise ConfigError(e.path, e.key, f"{e.message} (hosted by {path}, "
+                                             f"{prefix}.config)") from None
+        if config.ha is None:
+            raise ConfigError(hosted_path, "ha", f"required section [ha] is missing: {path} "
+                              f"hosts this file's HA instance ({prefix}.config)")
+        configs.append(config)
+    rest = {key: value for key, value in table.items() if key != "colocated"}
+    return rest or None, tuple(configs)
 
 
 def _read_ha(table: object, router_name: str, take, *, path: str) -> HASettings:
@@ -724,4 +789,7 @@ def format_config(config: RouterConfig) -> str:
                                       _HA_REPLICATION_KEYS))
         for witness in config.ha.witnesses:
             tables.append(_toml_table("[[ha.witness]]", witness, _HA_WITNESS_KEYS))
+    for hosted in config.colocated:
+        tables.append(_toml_table("[[ha.colocated]]", {"config": hosted.path},
+                                  _HA_COLOCATED_KEYS))
     return "\n".join(tables)

@@ -356,6 +356,24 @@ def endpoint_reaches(client: str, server: str) -> bool:
     return not literal or server_host in _WILDCARDS or client_host == server_host
 
 
+def listeners_clash(one: str, other: str) -> bool:
+    """
+    Whether server endpoints C{one} and C{other} would listen on one
+    address, so that the second to bind fails: the same kind, the same
+    port (never 0, any free port) or UNIX path, and interfaces that
+    overlap (either listens on every interface, or both on one literal
+    address).  Names are not resolved: two different names never clash.
+    """
+    one_kind, one_host, one_port = _address(one, server=True)
+    other_kind, other_host, other_port = _address(other, server=True)
+    if one_kind is None or one_kind != other_kind or one_port != other_port:
+        return False
+    if one_kind == "unix":
+        return True
+    return one_port != "0" and (one_host in _WILDCARDS or other_host in _WILDCARDS
+                                or one_host == other_host)
+
+
 def _address(endpoint: str, server: bool) -> tuple[str | None, str, str]:
     """
     (kind, host, port) of a tcp/ssl/tls/unix endpoint string; kind None

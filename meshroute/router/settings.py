@@ -15,6 +15,7 @@ TOML loader (the composition layer) builds a L{RouterConfig} from a file,
 and reports what these find naming the file; nothing here reads one.
 """
 
+import os
 from dataclasses import dataclass
 
 from meshroute.router import admin_settings as admin_settings
@@ -62,6 +63,11 @@ class RoutingConfig:
 class RouterConfig:
     """
     A whole router configuration; C{path} is the file it was loaded from.
+
+    @ivar colocated: the configurations of the HA instances its process
+        runs beside this router (C{[[ha.colocated]]}, docs/ha.md), each
+        a whole configuration of its own; the router never reads them:
+        the composition layer builds one instance per entry.
     """
 
     path: str
@@ -79,6 +85,7 @@ class RouterConfig:
     security: SecurityConfig | None = None
     stomp_listener: StompListenerSettings | None = None
     events: RotationSettings = RotationSettings()
+    colocated: tuple["RouterConfig", ...] = ()
 
 
 def errors(config: RouterConfig, reactor) -> list[Problem]:
@@ -102,6 +109,67 @@ def errors(config: RouterConfig, reactor) -> list[Problem]:
         found += ha_settings.errors(config.ha, config.name)
     if config.stomp_listener is not None:
         found += stomp_settings.errors(config.stomp_listener)
+    found += colocation_errors(config)
+    return found
+
+
+def colocation_errors(config: RouterConfig) -> list[Problem]:
+    """
+    What keeps the instances of one process (C{config}'s router and the
+    HA instances it hosts) from running side by side, each problem named
+    by the C{[[ha.colocated]]} entry that brings it in: two instances on
+    one data-dir, one router name twice (an instance twice, or both
+    instances of one pair, which the loss of the process would both
+    take), or two listeners on one address.
+    """
+    found = []
+    for index, hosted in enumerate(config.colocated):
+        key = f"ha.colocated[{index}].config"
+        for other in (config, *config.colocated[:index]):
+            problem = _side_by_side_problem(hosted, other)
+            if problem is not None:
+                found.append(Problem(key, f"{hosted.path}: {problem}"))
+    return found
+
+
+def _side_by_side_problem(hosted: RouterConfig, other: RouterConfig) -> str | None:
+    """
+    Why C{hosted} cannot run in the process of C{other}, or None.
+    """
+    if os.path.realpath(hosted.data_dir) == os.path.realpath(other.data_dir):
+        return (f"router.data-dir {hosted.data_dir!r} is the data-dir of {other.path} too: "
+                "each instance of a process keeps its own")
+    if hosted.name == other.name:
+        if other.ha is not None and other.ha.role != hosted.ha.role:
+            return (f"both instances of router {hosted.name!r}'s pair would run in one "
+                    f"process (the other from {other.path}), and its loss would take both: "
+                    "host an instance of another router")
+        return f"router {hosted.name!r} runs in this process already, from {other.path}"
+    for key, endpoint in listening_endpoints(hosted):
+        for other_key, other_endpoint in listening_endpoints(other):
+            if ha_settings.listeners_clash(endpoint, other_endpoint):
+                return (f"{key} {endpoint!r} listens where {other.path}'s {other_key} "
+                        f"{other_endpoint!r} does: each instance needs its own")
+    return None
+
+
+def listening_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
+    """
+    Every server endpoint of C{config}, with its key.
+    """
+    found = []
+    if config.listener is not None:
+        found.append(("routing.listener.endpoint", config.listener.endpoint))
+    if config.clients is not None:
+        found.append(("clients.listener.endpoint", config.clients.endpoint))
+    if config.stomp_listener is not None:
+        found.append(("stomp.listener.endpoint", config.stomp_listener.endpoint))
+        if config.stomp_listener.websocket is not None:
+            found.append(("stomp.listener.websocket", config.stomp_listener.websocket))
+    if config.admin is not None:
+        found.append(("admin.endpoint", config.admin.endpoint))
+    if config.ha is not None:
+        found.append(("ha.replication.listener", config.ha.replication.listener))
     return found
 
 

@@ -13,6 +13,7 @@ from meshroute.harules.settings import (
     ReplicationSettings,
     WitnessSettings,
     errors,
+    listeners_clash,
     warnings,
 )
 
@@ -97,3 +98,21 @@ def test_an_even_number_of_voters_warns():
 def test_normal_replica_sync_warns_what_it_risks():
     (warning,) = warnings(replace(GOOD, replica_sync="normal"))
     assert warning.key == "ha.replica-sync" and "fsync" in warning.message
+
+
+@pytest.mark.parametrize("one, other, clash", [
+    ("tcp:7102:interface=127.0.0.1", "tcp:port=7102:interface=127.0.0.1", True),
+    ("tcp:7102", "tcp:7102:interface=127.0.0.1", True),  # every interface holds it
+    ("tcp6:7102:interface=\\:\\:", "tcp:7102:interface=10.0.0.1", True),
+    ("ssl:7102:privateKey=k.pem", "tcp:7102", True),
+    ("tcp:7102:interface=127.0.0.1", "tcp:7102:interface=127.0.0.2", False),
+    ("tcp:7102:interface=127.0.0.1", "tcp:7103:interface=127.0.0.1", False),
+    ("tcp:0:interface=127.0.0.1", "tcp:0:interface=127.0.0.1", False),  # any free port
+    ("unix:/run/b.sock", "unix:address=/run/b.sock", True),
+    ("unix:/run/b.sock", "unix:/run/c.sock", False),
+    ("unix:/run/7102", "tcp:7102", False),
+    ("systemd:domain=INET:index=0", "systemd:domain=INET:index=0", False),  # not read
+])
+def test_which_listeners_clash_in_one_process(one, other, clash):
+    assert listeners_clash(one, other) is clash
+    assert listeners_clash(other, one) is clash
