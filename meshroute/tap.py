@@ -2,7 +2,6 @@
 The twistd plugin's body: C{twistd -n meshroute --config FILE}.
 """
 
-import functools
 import gc
 import signal
 
@@ -27,55 +26,43 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         """
-        Load and validate the configuration now, so that a bad file stops
-        twistd with a message naming the file and key, before anything runs.
-        Its warnings go to the log (buffered until twistd's log starts).
-        The users file is checked too, so that an HA instance, whose
-        router reads it only once active, refuses it at start as well.
+        Load and validate the configuration now, with the files of the
+        instances it hosts (C{[[ha.colocated]]}), so that a bad file stops
+        twistd with a message naming the file and key, before anything
+        runs.  Their warnings go to the log (buffered until twistd's log
+        starts).  The users files are checked too, so that an HA instance,
+        whose router reads its users only once active, refuses them at
+        start as well.
         """
         if not self["config"]:
             raise usage.UsageError("--config FILE is required")
         try:
             self["router-config"] = load_config(self["config"])
-            if self["router-config"].security is not None:
-                load_policy(self["router-config"])
+            for config in (self["router-config"], *self["router-config"].colocated):
+                if config.security is not None:
+                    load_policy(config)
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
-        for warning in config_warnings(self["router-config"]):
-            log.warn("configuration warning: {warning}", warning=warning)
+        for config in (self["router-config"], *self["router-config"].colocated):
+            for warning in config_warnings(config):
+                log.warn("configuration warning: {warning}", warning=warning)
 
 
 def makeService(options: Options, reactor=None):
     """
-    Build the router's service tree on C{reactor} (the global one by
-    default): a router, or for a configuration with C{[ha]} one instance
-    of an HA pair (L{meshroute.ha.instance.HAInstance}, or with C{policy =
-    "shared-store"} L{meshroute.ha.shared_store.SharedStoreInstance}),
-    which runs the router only while it is the active one.
+    Build the process's service tree on C{reactor} (the global one by
+    default): its configuration's router, or instance of an HA pair
+    (either policy), and the HA instances it hosts
+    (L{meshroute.process.ProcessService}).
     """
     # twistd imports this module to list its plugins (C{twistd --help});
     # the router is loaded only when a router is built.
-    from meshroute.admin.api import admin_site
-    from meshroute.ha.build import build_instance
-    from meshroute.ha.shared_store import SharedStoreInstance
-    from meshroute.harules.settings import SHARED_STORE
-    from meshroute.router.service import RouterService, StringEndpoints
+    from meshroute.process import ProcessService
 
     if reactor is None:
         from twisted.internet import reactor
-    config = options["router-config"]
-    # A reload (SIGHUP, the admin API) reads the file with this loader.
-    read_config = functools.partial(load_config, config.path, reactor)
     try:
-        if config.ha is not None and config.ha.policy == SHARED_STORE:
-            router = SharedStoreInstance(config, reactor, StringEndpoints(reactor), reactor.stop,
-                                         read_config=read_config, admin_site=admin_site)
-        elif config.ha is not None:
-            router = build_instance(config, reactor, StringEndpoints(reactor),
-                                    read_config=read_config, admin_site=admin_site)
-        else:
-            router = RouterService(config, reactor, StringEndpoints(reactor),
-                                   read_config=read_config, admin_site=admin_site)
+        instances = ProcessService(options["router-config"], reactor)
     except ConfigError as e:
         raise SystemExit(f"meshroute: {e}") from None
     reactor.callWhenRunning(_stop_cleanly_on_signals, reactor)
@@ -83,24 +70,24 @@ def makeService(options: Options, reactor=None):
     # process: keep it out of later garbage-collection passes, whose first
     # full pass otherwise stalls the router for tens of milliseconds.
     reactor.callWhenRunning(gc.freeze)
-    return _UnderTwistd(router, reactor)
+    return _UnderTwistd(instances, reactor)
 
 
 class _UnderTwistd(MultiService):
     """
-    The router as twistd runs it: a listener that cannot bind its port
-    ends the process with one line naming the file and the key (and a
-    non-zero status), not with a traceback; and SIGHUP, while it runs,
-    reloads the users and permissions (L{meshroute.security.reload}).
+    The process's instances as twistd runs them: a listener that cannot
+    bind its port ends the process with one line naming the file and the
+    key (and a non-zero status), not with a traceback; and SIGHUP, while
+    it runs, reloads the users and permissions of every instance
+    (L{meshroute.security.reload}).
 
-    @param router: a L{meshroute.router.service.RouterService} or an HA instance,
-        both with C{reload_security()}.
+    @param instances: a L{meshroute.process.ProcessService}.
     """
 
-    def __init__(self, router, reactor) -> None:
+    def __init__(self, instances, reactor) -> None:
         super().__init__()
-        router.setServiceParent(self)
-        self._router = router
+        instances.setServiceParent(self)
+        self._instances = instances
         self._reactor = reactor
         self._previous_sighup = None
 
@@ -113,7 +100,7 @@ class _UnderTwistd(MultiService):
         super().startService()
         self._previous_sighup = signal.signal(
             signal.SIGHUP,
-            lambda signum, frame: self._reactor.callFromThread(self._router.reload_security))
+            lambda signum, frame: self._reactor.callFromThread(self._instances.reload_security))
 
     def stopService(self):
         if self._previous_sighup is not None:

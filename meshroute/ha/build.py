@@ -41,12 +41,13 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     @param executor_factory: makes an unstarted store executor, given its
         C{replication} (None for C{ha.db} and the replica): a
         L{ThreadedExecutor} on C{clock} by default.
-    @param stop_process: ends the process; C{clock.stop} (the reactor's)
+    @param stop_process: ends the instance's part of the process
+        (L{HAInstance}'s C{stop_process}); C{clock.stop} (the reactor's)
         by default.
     @param read_config: reads C{config}'s file again, for reloads
         (L{HAInstance}'s C{read_config}).
     @param admin_site: makes the site of its admin endpoint
-        (L{HAInstance}'s C{admin_site}; L{meshroute.tap} hands down the
+        (L{HAInstance}'s C{admin_site}; L{meshroute.process} hands down the
         admin API's).
     """
     ha = config.ha

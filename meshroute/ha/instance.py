@@ -154,8 +154,11 @@ class HAInstance(MultiService):
         does).
     @param replication_for: builds this instance's L{ReplicationSide}
         from the instance.
-    @param stop_process: ends the process (C{reactor.stop}): a backup that
-        handed the router back with C{restart-backup = false} stops.
+    @param stop_process: ends the instance's part of the process: a backup
+        that handed the router back with C{restart-backup = false} stops,
+        and so does an instance whose C{ha.db} or C{store.db} cannot be
+        opened (L{meshroute.process}: the process ends with its last
+        instance).
     @param read_config: reads C{config}'s file again, for each active
         period's router (L{RouterService}'s C{read_config}).
     @param admin_site: makes the site of the instance's admin endpoint
@@ -214,7 +217,8 @@ class HAInstance(MultiService):
                                  reactor=clock)).setServiceParent(self)
         self._active_router = ActiveRouter(
             self, config, clock, endpoints, self.replication,
-            HostedParts(self.events, self.witness, self.ha_status), self.own_voter, read_config)
+            HostedParts(self.events, self.witness, self.ha_status, stop_process), self.own_voter,
+            read_config)
         self._role: role.RoleInputs | None = None
         self.role: role.RoleCore | None = None
         self._started_at: float | None = None
@@ -247,6 +251,7 @@ class HAInstance(MultiService):
         """
         connected = self.voters.connected()
         return HAStatus(
+            instance=self.instance,
             role=self.ha.role,
             state=self._state,
             epoch=self._epoch if self._state in _SERVING else self.replication.followed_epoch(),

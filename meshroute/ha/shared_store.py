@@ -102,8 +102,10 @@ class SharedStoreInstance(MultiService):
     """
     One instance of a shared-store pair.
 
-    @param stop_process: ends the process (C{reactor.stop}): a backup
-        that handed the store back with C{restart-backup = false} stops.
+    @param stop_process: ends the instance's part of the process (the
+        process ends with its last instance, L{meshroute.process}): a
+        backup that handed the store back with C{restart-backup = false}
+        stops, and so does an instance whose store cannot be opened.
     @param executor_factory: makes each active period's store executor
         given the guard to check before each commit batch; by default the
         one C{[store] writer} names (L{store_executor}).
@@ -322,7 +324,7 @@ class SharedStoreInstance(MultiService):
         self.router = RouterService(
             dataclasses.replace(self.config, admin=None), self._clock, self._ports,
             executor=self._executor_factory(self.lock.held),
-            host=HostedParts(self.events, None, self.ha_status), epoch=epoch,
+            host=HostedParts(self.events, None, self.ha_status, self._stop_process), epoch=epoch,
             ha_view=self._client_view, read_config=self._read_config)
         self.router.setServiceParent(self)
         # The store carries the epoch too, for a lock file lost or replaced.

@@ -133,6 +133,11 @@ class RouterService(MultiService):
         the router (L{meshroute.admin.api.admin_site}), handed down by the
         composition layer (L{meshroute.tap}), which sits above both; with
         None, C{[admin]} is not served (an HA instance serves its own).
+    @param stop_process: ends this router's part of the process, when its
+        store cannot be opened: the composition layer's, which ends the
+        process with its last instance (L{meshroute.process}); an HA
+        instance's router ends its instance (L{HostedParts}); by default
+        the reactor (C{clock}) stops.
 
     @ivar registry: the L{LinkRegistry} of its live links.
     @ivar witness: the L{Witness} answering HA votes on its routing
@@ -152,10 +157,12 @@ class RouterService(MultiService):
                  executor=None, host: "HostedParts | None" = None, epoch: int = 0,
                  ha_view: Callable[[], HAView] = lambda: WITHOUT_HA,
                  read_config: Callable[[], RouterConfig] | None = None,
-                 admin_site: Callable[..., Site] | None = None) -> None:
+                 admin_site: Callable[..., Site] | None = None,
+                 stop_process: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.config = config
         self._clock = clock
+        self._stop_process = host.stop_process if host is not None else stop_process
         self._read_config = read_config
         self._started_at: float | None = None
         self._open = False
@@ -364,9 +371,7 @@ class RouterService(MultiService):
     def _store_failed(self, failure) -> None:
         log.failure("router {name}: cannot open its store; stopping", failure,
                     name=self.config.name)
-        from twisted.internet import reactor
-
-        reactor.stop()
+        (self._stop_process or self._clock.stop)()
 
     @defer.inlineCallbacks
     def stopService(self):
@@ -522,6 +527,9 @@ class HostedParts:
     #: The instance's L{meshroute.ha.status.HAStatus} now: the router's
     #: C{router} and C{ha} views carry it, as the instance's admin API's do.
     ha_status: Callable[[], object] | None = None
+    #: Ends the instance (its C{stop_process}), when the router's store
+    #: cannot be opened; None: the reactor stops.
+    stop_process: Callable[[], None] | None = None
 
 
 def store_executor(store: StoreConfig, clock: IReactorTime, guard=None):

@@ -36,3 +36,17 @@ def test_a_bad_configuration_is_a_usage_error(write):
     path = write(ROUTER + "[routing]\nmax-hops = 0\n")
     with pytest.raises(usage.UsageError, match="routing.max-hops"):
         tap.Options().parseOptions(["--config", str(path)])
+
+
+def test_the_hosted_files_are_checked_and_their_warnings_logged_at_start(write, logged,
+                                                                         tmp_path):
+    hosted = write(ROUTER + HA.replace("primary", "backup") + REPLICATION, name="hosted.toml")
+    path = write('[router]\nname = "router-a"\ndata-dir = "var/a"\n'
+                 '[[ha.colocated]]\nconfig = "hosted.toml"\n')
+    tap.Options().parseOptions(["--config", str(path)])
+    warnings = [e["warning"] for e in logged if e.get("log_namespace") == "meshroute.tap"]
+    assert [w.split(": ")[:2] for w in warnings] == [[str(hosted), "ha.witness"]]
+    # Its users file too, which its router reads only once active.
+    hosted.write_text(hosted.read_text() + f'[security]\nusers-file = "{tmp_path / "none"}"\n')
+    with pytest.raises(usage.UsageError, match=f"{tmp_path / 'none'}: cannot read"):
+        tap.Options().parseOptions(["--config", str(path)])
