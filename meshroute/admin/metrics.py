@@ -14,8 +14,10 @@ one call between two events, and everything else (formatting, the
 process collector's reads of C{/proc}) runs in the pool's thread.
 
 Each admin endpoint has a registry of its own, never prometheus-client's
-global one: two routers in one process (tests, the in-memory mesh) keep
-their figures apart.
+global one, with collectors of its own (the process's too): two routers
+in one process (the instances a process hosts, tests, the in-memory mesh)
+keep their figures apart and never register one name twice.  The
+process's figures are the same process's at each of its endpoints.
 """
 
 import queue
@@ -234,30 +236,39 @@ def _session_metrics(router) -> Iterator[Metric]:
 
 
 def _ha_metrics(status) -> Iterator[Metric]:
+    """
+    The HA instance's figures, each labelled with the instance
+    (C{ha_instance="router-b/backup"}): one process may run several
+    (docs/ha.md, "Colocated backups"), and the label keeps their series
+    apart wherever they are gathered.  (Not C{instance}: Prometheus gives
+    that label the scrape target.)
+    """
     state = GaugeMetricFamily("meshroute_ha_state",
                               "The HA instance's state (1 for the state it is in), with its "
-                              "configured role.", labels=["role", "state"])
+                              "configured role.", labels=["ha_instance", "role", "state"])
     shared = isinstance(status, SharedStoreStatus)
     for name in SHARED_STORE_STATES if shared else HA_STATES:
-        state.add_metric([status.role, name], int(status.state == name))
+        state.add_metric([status.instance, status.role, name], int(status.state == name))
     yield state
-    yield GaugeMetricFamily("meshroute_ha_epoch",
-                            "The epoch the instance serves in; on an instance that does not "
-                            "serve, the active's epoch it follows (or last followed).",
-                            value=status.epoch)
+    figures = [("meshroute_ha_epoch", "The epoch the instance serves in; on an instance that "
+                "does not serve, the active's epoch it follows (or last followed).",
+                status.epoch)]
     if shared:
-        yield GaugeMetricFamily("meshroute_ha_failback_requested",
-                                "Whether a primary waits to take the shared store back.",
-                                value=int(status.failback_requested))
-        return
-    yield GaugeMetricFamily("meshroute_ha_peer_connected",
-                            "Whether a replication connection to the other instance is up.",
-                            value=int(status.peer.connected))
-    if status.lag is not None:
-        yield GaugeMetricFamily(
-            "meshroute_ha_replication_lag_transactions",
-            "Store transactions the backup lacks (on the active: its backup's; on a backup: "
-            "its own).", value=status.lag)
+        figures.append(("meshroute_ha_failback_requested",
+                        "Whether a primary waits to take the shared store back.",
+                        int(status.failback_requested)))
+    else:
+        figures += [("meshroute_ha_peer_connected",
+                     "Whether a replication connection to the other instance is up.",
+                     int(status.peer.connected)),
+                    ("meshroute_ha_replication_lag_transactions",
+                     "Store transactions the backup lacks (on the active: its backup's; on a "
+                     "backup: its own).", status.lag)]
+    for name, documentation, value in figures:
+        if value is not None:
+            family = GaugeMetricFamily(name, documentation, labels=["ha_instance"])
+            family.add_metric([status.instance], value)
+            yield family
 
 
 class _OnReactorThread:

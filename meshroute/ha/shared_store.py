@@ -175,7 +175,7 @@ class SharedStoreInstance(MultiService):
             live = LiveStatus(held, self._record.owner, self._record.epoch,
                               self._watch.silent_for(self._clock.seconds()))
         return SharedStoreStatus(
-            role=self.ha.role, state=self._state,
+            instance=self.instance, role=self.ha.role, state=self._state,
             epoch=self._epoch if serving else self._record.epoch,
             served_epoch=self._served_epoch, lock=self.lock.path,
             failback_requested=(self.lock.requesting if not serving

@@ -4,8 +4,8 @@ What an HA instance reports about itself: C{GET /api/v1/ha}.
 The instance (L{meshroute.ha.instance}) builds an L{HAStatus} when asked;
 the admin API renders it with L{HAStatus.describe} as the issue's JSON
 object C{{"role", "state", "epoch", "served_epoch", "position", "lag",
-"peer", "voters"}}
-(docs/ha.md, "Operating a pair").
+"peer", "voters"}}, with the instance's name first (docs/ha.md,
+"Operating a pair").
 """
 
 from dataclasses import dataclass
@@ -51,6 +51,10 @@ class HAStatus:
     """
     One instance's HA status.
 
+    @ivar instance: its name, as it votes (C{router-b/backup}:
+        L{meshroute.harules.quorum.instance_name}), which tells apart
+        the instances one process may run (docs/ha.md, "Colocated
+        backups").
     @ivar role: the configured role, C{primary} or C{backup}.
     @ivar state: one of the six API states of L{meshroute.harules.role}.
     @ivar epoch: the epoch the instance serves in or, while it does not
@@ -65,6 +69,7 @@ class HAStatus:
     @ivar voters: the other voters of the group.
     """
 
+    instance: str
     role: str
     state: str
     epoch: int
@@ -79,6 +84,7 @@ class HAStatus:
         The JSON object of C{GET /api/v1/ha}.
         """
         return {
+            "instance": self.instance,
             "policy": "replication",
             "role": self.role,
             "state": self.state,
@@ -115,9 +121,10 @@ class LiveStatus:
 class SharedStoreStatus:
     """
     One shared-store instance's HA status (docs/ha.md, "Shared store"):
-    C{{"policy", "role", "state", "epoch", "served_epoch", "lock",
-    "failback_requested", "live"}}.
+    C{{"instance", "policy", "role", "state", "epoch", "served_epoch",
+    "lock", "failback_requested", "live"}}.
 
+    @ivar instance: its name (L{HAStatus.instance}).
     @ivar state: one of L{meshroute.harules.shared_store.API_STATES}.
     @ivar lock: the lock file's path.
     @ivar failback_requested: whether a primary waits to take the store
@@ -125,6 +132,7 @@ class SharedStoreStatus:
     @ivar live: the live lock as seen while waiting; None while serving.
     """
 
+    instance: str
     role: str
     state: str
     epoch: int
@@ -140,6 +148,7 @@ class SharedStoreStatus:
     def describe(self) -> dict:
         live = self.live
         return {
+            "instance": self.instance,
             "policy": "shared-store",
             "role": self.role,
             "state": self.state,

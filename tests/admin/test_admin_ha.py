@@ -14,6 +14,7 @@ from meshroute.ha.status import HAStatus, PeerStatus, VoterStatus
 from support.admin_requests import FakeRouter, serve
 
 STATUS = HAStatus(
+    instance="router-b/backup",
     role="backup",
     state="backup-in-sync",
     epoch=7,
@@ -26,6 +27,7 @@ STATUS = HAStatus(
 )
 
 DESCRIBED = {
+    "instance": "router-b/backup",
     "policy": "replication",
     "role": "backup",
     "state": "backup-in-sync",
@@ -111,7 +113,7 @@ def test_a_router_without_ha_reports_no_ha_state():
 
 
 def test_an_active_status_without_a_peer_or_lag():
-    alone = HAStatus("primary", "active-alone", 8, 8, LogPosition(8, 0), None,
+    alone = HAStatus("router-b/primary", "primary", "active-alone", 8, 8, LogPosition(8, 0), None,
                      PeerStatus("tcp:127.0.0.1:7202", False), ())
     body = serve(admin_site(ha=FakeInstance(status=alone)), "/api/v1/ha")[2]
     assert (body["lag"], body["peer"], body["voters"]) == (

@@ -258,17 +258,22 @@ def test_an_ha_pair_shows_role_state_epoch_and_lag(ha_pair):
     sends = send_to_pair(primary, 5)
     ha_pair.run_until(lambda: all(d.called for d in sends), 5.0)
     at_primary, at_backup = scrape(None, ha=primary), scrape(None, ha=backup)
+    # Each series names its instance (one process may run several).
+    of_primary, of_backup = ("ha_instance", "router-b/primary"), ("ha_instance", "router-b/backup")
     assert {labels: v for labels, v in labelled(at_primary, "meshroute_ha_state").items()
-            if v} == {frozenset({("role", PRIMARY), ("state", "active-replicated")}): 1}
+            if v} == {frozenset({of_primary, ("role", PRIMARY),
+                                 ("state", "active-replicated")}): 1}
     assert len(labelled(at_primary, "meshroute_ha_state")) == len(HA_STATES)
     assert {labels: v for labels, v in labelled(at_backup, "meshroute_ha_state").items()
-            if v} == {frozenset({("role", BACKUP), ("state", "backup-in-sync")}): 1}
-    assert value(at_primary, "meshroute_ha_epoch") == primary.ha_status().epoch > 0
+            if v} == {frozenset({of_backup, ("role", BACKUP), ("state", "backup-in-sync")}): 1}
+    assert value(at_primary, "meshroute_ha_epoch", ha_instance="router-b/primary") == (
+        primary.ha_status().epoch) > 0
     # The backup's is the epoch it follows: the active's.
-    assert value(at_backup, "meshroute_ha_epoch") == backup.ha_status().epoch == (
-        primary.ha_status().epoch)
-    assert value(at_primary, "meshroute_ha_replication_lag_transactions") == 0
-    assert value(at_primary, "meshroute_ha_peer_connected") == 1
+    assert value(at_backup, "meshroute_ha_epoch", ha_instance="router-b/backup") == (
+        backup.ha_status().epoch) == primary.ha_status().epoch
+    assert value(at_primary, "meshroute_ha_replication_lag_transactions",
+                 ha_instance="router-b/primary") == 0
+    assert value(at_primary, "meshroute_ha_peer_connected", ha_instance="router-b/primary") == 1
     assert value(at_primary, "meshroute_messages_accepted_total") == 5
     assert value(at_backup, "meshroute_messages_accepted_total") is None
     for samples in (at_primary, at_backup):
