@@ -9,7 +9,7 @@ import io
 import json
 from pathlib import Path
 from meshroute.audit.job import run
-from meshroute.audit.running import EXIT_BAD_INPUT
+from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_OK
 from meshroute.audit.settings import AuditSettings
 
 #: summary.json keys that say how and when the audit ran, not what it found.
@@ -27,6 +27,21 @@ def audit(spark, inputs, out, **options):
     path = Path(out) / "summary.json"
     summary = json.loads(path.read_text()) if code != EXIT_BAD_INPUT and path.exists() else None
     return code, stdout.getvalue(), stderr.getvalue(), summary
+
+
+def audit_clean(spark, inputs, out) -> dict:
+    """
+    Audit the event logs of a process test's run, every message
+    accounted for at once (no grace for messages in flight: the run
+    ended cleanly); assert it exits 0 and finds nothing lost or doubled;
+    return its summary.
+    """
+    code, stdout, stderr, summary = audit(spark, inputs, out, in_flight_grace_s=0.0,
+                                          keepalive_limit=100.0)
+    assert code == EXIT_OK, stdout + stderr
+    messages = summary["messages"]
+    assert messages["lost"] == messages["duplicated"] == 0, messages
+    return summary
 
 
 def figures(summary: dict) -> dict:
