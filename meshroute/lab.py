@@ -3,9 +3,11 @@ The local lab: run a mesh of routers on 127.0.0.1 and watch it.
 
 C{python -m meshroute.lab etc/lab} (what C{make lab} runs) starts one
 C{twistd -n meshroute} per C{*.toml} in the directory (the two instances
-of an HA pair are two files with the same router name), prints the links
-as they reach delivery, then plays a short scenario so a newcomer sees the
-mesh at work, with producers and consumers as separate processes
+of an HA pair are two files with the same router name; a file's
+C{[[ha.colocated]]} entries name more files, in C{etc/lab/hosted/}, whose
+instances its process runs beside its router), prints the links as they
+reach delivery, then plays a short scenario so a newcomer sees the mesh
+at work, with producers and consumers as separate processes
 (C{meshroute send} and C{meshroute receive}):
 
  1. every link reaches delivery (connect → authentication → recovery →
@@ -21,12 +23,15 @@ mesh at work, with producers and consumers as separate processes
  4. it is resumed with SIGCONT: its links come back to delivery, the
     waiting messages flow, and its consumer gets each exactly once;
  5. for each pair: messages flow from the first router to the pair, and
-    its active instance is killed with SIGKILL as soon as they start to
-    arrive (how many it held is printed); the backup takes over
+    its active instance's process is killed with SIGKILL as soon as they
+    start to arrive (how many it held is printed); the backup takes over
     (how long it took is printed), and the consumer gets each message
-    exactly once;
- 6. the killed instance is started again: it finds the new active and
-    catches up as its backup;
+    exactly once.  In C{etc/lab} that process also runs the backup of
+    another pair (router-d's, beside router-c's primary; router-d's
+    primary runs router-c's backup): router-d gets messages across the
+    kill too, and its primary serves on alone;
+ 6. the killed process is started again: each of its instances finds its
+    pair's active instance and catches up as its backup;
  7. failback: once the primary is in sync, the active backup hands the
     router back to it (C{allow-failback}) and follows it again
     (C{restart-backup}).
@@ -61,33 +66,31 @@ ACTIVE = ("active-replicated", "active-alone")
 TWISTD = [sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.exit(run())"]
 
 
-class LabRouter:
+def read_toml(path: str) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+class LabProcess:
     """
-    One router process of the lab and the files it writes.
+    One router process of the lab: the router of its configuration file
+    and the instances that file hosts (C{[[ha.colocated]]}, each file
+    named relative to it), and its twistd log.
     """
 
     def __init__(self, config_path: str, log_dir: str) -> None:
-        with open(config_path, "rb") as f:
-            config = tomllib.load(f)
         self.config_path = config_path
-        self.name = config["router"]["name"]
-        #: C{primary} or C{backup} for an instance of an HA pair, else None.
-        self.ha_role = config.get("ha", {}).get("role")
-        #: Names the process: the router's name, and the role of an instance.
-        self.label = f"{self.name}-{self.ha_role}" if self.ha_role else self.name
-        self.connectors = len(config.get("routing", {}).get("connector", []))
-        self.data_dir = config["router"]["data-dir"]
-        endpoint = config.get("admin", {}).get("endpoint", "")
-        port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
-        self.admin = f"http://127.0.0.1:{port}" if port else None
-        endpoint = config.get("clients", {}).get("listener", {}).get("endpoint", "")
-        port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
-        self.clients = f"tcp:127.0.0.1:{port}" if port else None
+        config = read_toml(config_path)
+        hosted = [os.path.join(os.path.dirname(config_path), entry["config"])
+                  for entry in config.get("ha", {}).get("colocated", [])]
+        #: Its own router first, then the instances it hosts.
+        self.routers = [LabRouter(config, self), *(LabRouter(read_toml(path), self)
+                                                   for path in hosted)]
+        self.label = self.routers[0].label
         self.log_path = os.path.join(log_dir, f"{self.label}.log")
         self.process: subprocess.Popen | None = None
         #: Killed or stopped on purpose: its exit is no failure of the lab.
         self.down = False
-        self._events = EventFollower(self.data_dir, from_end=True)
 
     def start(self) -> None:
         self.down = False
@@ -97,6 +100,33 @@ class LabRouter:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+
+
+class LabRouter:
+    """
+    One router, or instance of a pair, of the lab: what it serves and
+    writes.
+
+    @param config: its configuration file's TOML.
+    @param host: the process that runs it.
+    """
+
+    def __init__(self, config: dict, host: LabProcess) -> None:
+        self.host = host
+        self.name = config["router"]["name"]
+        #: C{primary} or C{backup} for an instance of an HA pair, else None.
+        self.ha_role = config.get("ha", {}).get("role")
+        #: Names it: the router's name, and the role of an instance.
+        self.label = f"{self.name}-{self.ha_role}" if self.ha_role else self.name
+        self.connectors = len(config.get("routing", {}).get("connector", []))
+        self.data_dir = config["router"]["data-dir"]
+        endpoint = config.get("admin", {}).get("endpoint", "")
+        port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
+        self.admin = f"http://127.0.0.1:{port}" if port else None
+        endpoint = config.get("clients", {}).get("listener", {}).get("endpoint", "")
+        port = endpoint.split(":")[1] if endpoint.startswith("tcp:") else None
+        self.clients = f"tcp:127.0.0.1:{port}" if port else None
+        self._events = EventFollower(self.data_dir, from_end=True)
 
     def new_events(self) -> list[dict]:
         """
@@ -326,8 +356,9 @@ def send(lab: "Lab", router: LabRouter, address: str, count: int, label: str) ->
 
 
 class Lab:
-    def __init__(self, routers: list[LabRouter]) -> None:
-        self.routers = routers
+    def __init__(self, processes: list[LabProcess]) -> None:
+        self.processes = processes
+        self.routers = [router for process in processes for router in process.routers]
         self.message_counts: collections.Counter = collections.Counter()
 
     def report(self) -> None:
@@ -369,12 +400,12 @@ class Lab:
         return False
 
     def check_alive(self) -> None:
-        for router in self.routers:
-            if not router.down and router.process.poll() is not None:
-                error = router.process.stderr.read().decode(errors="replace")
+        for process in self.processes:
+            if not process.down and process.process.poll() is not None:
+                error = process.process.stderr.read().decode(errors="replace")
                 raise SystemExit(
-                    f"{router.label} exited with status {router.process.returncode}:\n{error}"
-                    f"(see {router.log_path})"
+                    f"{process.label} exited with status {process.process.returncode}:\n{error}"
+                    f"(see {process.log_path})"
                 )
 
     def all_in_delivery(self, expected: int) -> bool:
@@ -390,7 +421,8 @@ class Lab:
         it, by label.
         """
         return [router.label for router in self.routers
-                if not router.down and router.name != name and name in router.delivery_peers()]
+                if not router.host.down and router.name != name
+                and name in router.delivery_peers()]
 
     def instances(self, name: str) -> list[LabRouter]:
         """
@@ -422,23 +454,24 @@ class Lab:
     def print_status(self) -> None:
         print()
         for router in self.routers:
-            if not router.down:
+            if not router.host.down:
                 print(router.status(), end="")
         print(flush=True)
 
     def stop(self) -> None:
-        for router in self.routers:
-            if router.process and router.process.poll() is None:
-                router.process.send_signal(signal.SIGCONT)
-                router.process.terminate()
-        for router in self.routers:
-            if router.process:
+        for process in self.processes:
+            if process.process and process.process.poll() is None:
+                process.process.send_signal(signal.SIGCONT)
+                process.process.terminate()
+        for process in self.processes:
+            if process.process:
                 try:
-                    code = router.process.wait(timeout=10)
+                    code = process.process.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    router.process.kill()
-                    code = router.process.wait()
-                print(f"{router.label} stopped (exit status {code})")
+                    process.process.kill()
+                    code = process.process.wait()
+                hosted = "".join(f" and {router.label}" for router in process.routers[1:])
+                print(f"{process.label}{hosted} stopped (exit status {code})")
         self.report()
 
 
@@ -472,47 +505,76 @@ def run_audit(routers: list[LabRouter], out: str) -> None:
 
 
 def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links: int,
-              count: int = 2000) -> None:
+              count: int = 2000) -> set[str]:
     """
     The pair's part of the scenario: a failover under traffic (SIGKILL of
-    the active), the killed instance's return as backup, and failback
-    (when the killed one was the primary).
+    the active's process), the killed process's return (its instances
+    catch up as backups), and failback (when the killed one was the
+    primary).  A process that also runs instances of other pairs
+    (colocated) takes them down too: their routers get traffic across
+    the kill as well, and their other instances serve on alone.
+
+    @return: the names of the routers whose instances the kill took.
     """
     name = pair[0].name
-    address = f"payments@{name}"
     print(f"\n== 5. {name} is a pair: two instances, one active, the other replicating every "
           "store change; the other routers vote (docs/ha.md)", flush=True)
-    lab.print_pair(pair)
     active = next(router for router in pair if router.serving())
     standby = next(router for router in pair if router is not active)
-    print(f"   {count} messages from {sender.name} to {address}; the active instance "
-          f"{active.label} is killed (SIGKILL) as soon as they start to arrive", flush=True)
-    producer = Producer(sender, address, count, "sent across the failover")
+    killed = active.host
+    colocated = [router for router in killed.routers if router is not active]
+    gone_too = _listed([router.label for router in colocated]) if colocated else ""
+    if colocated:
+        print(f"   {active.label}'s process also runs {gone_too} ([[ha.colocated]]): "
+              "the two pairs' processes back each other up", flush=True)
+    for router in (active, *colocated):
+        lab.print_pair(lab.instances(router.name))
+    hit = [router.name for router in (active, *colocated)]
+    print(f"   {count} messages from {sender.name} to payments on {_listed(hit)}; the process "
+          f"of the active instance {active.label} is killed (SIGKILL) as soon as they start to "
+          "arrive", flush=True)
+    producers = [Producer(sender, f"payments@{router}", count, "sent across the failover")
+                 for router in hit]
     lab.watch(30, until=lambda: active.queue_depth("payments") >= count // 10)
     depth = active.queue_depth("payments")
-    active.down = True
-    active.process.kill()
+    killed.down = True
+    killed.process.kill()
     killed_at = time.monotonic()
-    active.process.wait()
-    print(f"   {active.label} killed; {depth} of the {count} were in its queue a moment "
-          "before", flush=True)
+    killed.process.wait()
+    with_it = f", and {gone_too} with it (one process)" if colocated else ""
+    print(f"   {active.label} killed{with_it}; {depth} of the {count} were in its queue a "
+          "moment before", flush=True)
     if lab.watch(15, until=standby.serving):
         print(f"   {standby.label} serves {time.monotonic() - killed_at:.1f} s after the kill "
               "(the bound: lease-timeout + 2 × heartbeat-interval + 1 s, 5 s here)", flush=True)
     else:
         print(f"   {standby.label} does not serve 15 s after the kill; see its log", flush=True)
-    producer.report(lab)
-    Consumer(pair, "payments", count).report(lab)
+    for router in colocated:
+        other = next(each for each in lab.instances(router.name) if each is not router)
+        if lab.watch(15, until=lambda: other.ha_state() == "active-alone"):
+            print(f"   {other.label} serves {router.name} alone {time.monotonic() - killed_at:.1f} "
+                  f"s after the kill, {router.label} gone with the process (replication-timeout: "
+                  "5 s)", flush=True)
+        else:
+            print(f"   {other.label} does not serve alone 15 s after the kill; see its log",
+                  flush=True)
+    for producer in producers:
+        producer.report(lab)
+    for consumer in [Consumer(lab.instances(router), "payments", count) for router in hit]:
+        consumer.report(lab)
 
-    print(f"\n== 6. {active.label} returns: it asks the voters, finds {standby.label} "
-          "active and catches up as its backup", flush=True)
+    print(f"\n== 6. {active.label} returns"
+          + (f" with {gone_too}" if colocated else "")
+          + ": each asks the voters, finds its pair's active instance and catches up as its "
+          "backup", flush=True)
     restarted_at = time.monotonic()
-    active.start()
-    # With allow-failback the backup hands the router back as soon as
-    # the primary is in sync: that state may be over before a poll sees it.
-    if lab.watch(60, until=lambda: active.ha_state() in ("backup-in-sync", *ACTIVE)):
-        print(f"   {active.label} in sync {time.monotonic() - restarted_at:.1f} s after its "
-              "restart", flush=True)
+    killed.start()
+    for router in killed.routers:
+        # With allow-failback the backup hands the router back as soon as
+        # the primary is in sync: that state may be over before a poll sees it.
+        if lab.watch(60, until=lambda: router.ha_state() in ("backup-in-sync", *ACTIVE)):
+            print(f"   {router.label} in sync {time.monotonic() - restarted_at:.1f} s after its "
+                  "restart", flush=True)
     primary, backup = pair
     if primary is active:
         print(f"\n== 7. failback: {backup.label} hands the router back to {primary.label} "
@@ -525,10 +587,22 @@ def show_pair(lab: Lab, pair: list[LabRouter], sender: LabRouter, expected_links
             print(f"   {primary.label} does not serve 30 s after its restart; see the logs",
                   flush=True)
     if lab.watch(30, until=lab.pairs_ready):
-        lab.print_pair(pair)
+        for router in hit:
+            lab.print_pair(lab.instances(router))
     lab.watch(30, until=lambda: lab.all_in_delivery(expected_links))
-    send(lab, sender, address, 200, "sent after the failback")
-    Consumer(pair, "payments", 200).report(lab)
+    for producer in [Producer(sender, f"payments@{router}", 200, "sent after the failback")
+                     for router in hit]:
+        producer.report(lab)
+    for consumer in [Consumer(lab.instances(router), "payments", 200) for router in hit]:
+        consumer.report(lab)
+    return set(hit)
+
+
+def _listed(names: list[str]) -> str:
+    """
+    C{"a"}, C{"a and b"}, C{"a, b and c"}.
+    """
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
 def main(argv=None) -> int:
@@ -542,14 +616,18 @@ def main(argv=None) -> int:
         raise SystemExit(f"{args.directory}: need at least two router configurations")
     log_dir = os.path.join("var", "lab")
     os.makedirs(log_dir, exist_ok=True)
-    lab = Lab([LabRouter(path, log_dir) for path in paths])
+    lab = Lab([LabProcess(path, log_dir) for path in paths])
     # Both instances of a pair have the same connectors; only the active runs them.
     expected_links = 2 * sum(router.connectors for router in lab.routers
                              if router.ha_role != "backup")
-    print(f"meshroute lab: starting {len(paths)} routers from {args.directory}")
+    print(f"meshroute lab: starting {len(lab.routers)} routers in {len(paths)} processes from "
+          f"{args.directory}")
     for router in lab.routers:
-        print(f"  {router.label:<16} topology page {router.admin}/   log {router.log_path}")
-        router.start()
+        where = (f"log {router.host.log_path}" if router is router.host.routers[0]
+                 else f"in {router.host.label}'s process")
+        print(f"  {router.label:<16} topology page {router.admin}/   {where}")
+    for process in lab.processes:
+        process.start()
     started = time.monotonic()
     try:
         print("\n== 1. the mesh comes up: every link passes the four stages"
@@ -571,7 +649,7 @@ def main(argv=None) -> int:
         neighbours = " and ".join(lab.linked_to(victim.name))
         print(f"\n== 3. freezing {victim.name} with SIGSTOP: its neighbours ({neighbours}) stop "
               "hearing keepalives and close their links to it after about five intervals")
-        victim.process.send_signal(signal.SIGSTOP)
+        victim.host.process.send_signal(signal.SIGSTOP)
         if lab.watch(20, until=lambda: not lab.linked_to(victim.name)):
             print(f"   {neighbours} closed their links to {victim.name}: no route leads to it "
                   "now", flush=True)
@@ -591,15 +669,17 @@ def main(argv=None) -> int:
 
         print(f"\n== 4. resuming {victim.name} with SIGCONT: it reconnects and the "
               "waiting messages flow")
-        victim.process.send_signal(signal.SIGCONT)
+        victim.host.process.send_signal(signal.SIGCONT)
         if lab.watch(20, until=lambda: lab.all_in_delivery(expected_links)):
             print("   every link is in delivery again", flush=True)
         else:
             print("   20 s on, not every link is in delivery again; see the logs", flush=True)
         Consumer([victim], "inbox", 500).report(lab)
         lab.print_message_counts()
+        shown: set[str] = set()
         for pair in lab.pairs():
-            show_pair(lab, pair, first, expected_links)
+            if pair[0].name not in shown:
+                shown |= show_pair(lab, pair, first, expected_links)
         lab.print_message_counts()
         lab.print_status()
         print("== the mesh runs; events appear as they happen. Ctrl-C stops every router.")

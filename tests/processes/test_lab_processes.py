@@ -49,13 +49,17 @@ def seconds(output: str, pattern: str) -> float:
 
 
 @pytest.mark.timeout(600)
-def test_the_lab_plays_its_scenario_with_a_pair_and_the_audit_finds_it_clean(tmp_path):
+def test_the_lab_plays_its_scenario_with_colocated_pairs_and_the_audit_finds_it_clean(
+        tmp_path):
     output = run_lab(tmp_path)
 
     def says(text: str) -> None:
         assert text in output, f"{text!r} not in:\n{output}"
 
-    says("consumer of orders on router-c: received 1000 of 1000, each exactly once")
+    says("meshroute lab: starting 6 routers in 4 processes from etc/lab")
+    assert re.search(r"router-d-backup +topology page http://127.0.0.1:8114/   in "
+                     r"router-c-primary's process", output), output
+    says("consumer of orders on router-d: received 1000 of 1000, each exactly once")
     # Both neighbours of the frozen router close their links to it before
     # anything is sent to it, so the messages wait at their sender.
     says("router-a and router-c-primary closed their links to router-b: no route leads to it")
@@ -63,24 +67,35 @@ def test_the_lab_plays_its_scenario_with_a_pair_and_the_audit_finds_it_clean(tmp
          "backlog {'router-b': 500}")
     says("every link is in delivery again")
     says("consumer of inbox on router-b: received 500 of 500, each exactly once")
-    # The pair: a failover under traffic...
-    assert re.search(r"router-c-primary killed; \d+ of the 2000 were in its queue", output)
+    # The pairs, whose processes back each other up: a failover under
+    # traffic, the process of router-c's primary killed with router-d's
+    # backup in it...
+    says("router-c-primary's process also runs router-d-backup ([[ha.colocated]])")
+    assert re.search(r"router-c-primary killed, and router-d-backup with it \(one process\); "
+                     r"\d+ of the 2000 were in its queue", output), output
     took = seconds(output, r"router-c-backup serves ([0-9.]+) s after the kill")
     assert took <= FAILOVER_BOUND_S
     says("ha: failover (takeover) from primary to backup")
-    says("consumer of payments on router-c: received 2000 of 2000, each exactly once")
-    # ...the killed instance back as backup...
-    returned = output[output.index("== 6. router-c-primary returns"):]
+    # ...router-d's primary, its backup gone, serving alone...
+    assert re.search(r"router-d-primary serves router-d alone [0-9.]+ s after the kill", output)
+    for router in ("router-c", "router-d"):
+        says(f"consumer of payments on {router}: received 2000 of 2000, each exactly once")
+    # ...the killed process back, both its instances backups again...
+    returned = output[output.index("== 6. router-c-primary returns with router-d-backup"):]
     assert "router-c-primary in sync" in returned, returned
+    assert "router-d-backup in sync" in returned, returned
     # ...failback (its event may come before the lab's heading for it),
     # and the pair replicating again.
     assert re.search(r"router-c-primary ha: failover \((handover|takeover)\) from backup to "
                      r"primary", returned), returned
     failback = output[output.index("== 7. failback"):]
     assert "router-c-primary serves again" in failback, failback
-    assert re.search(r"router-c-primary +active-replicated", failback), failback
-    assert re.search(r"router-c-backup +backup-in-sync", failback), failback
-    says("consumer of payments on router-c: received 200 of 200, each exactly once")
+    for router in ("router-c", "router-d"):
+        assert re.search(rf"{router}-primary +active-replicated", failback), failback
+        assert re.search(rf"{router}-backup +backup-in-sync", failback), failback
+        says(f"consumer of payments on {router}: received 200 of 200, each exactly once")
+    # Only the pair whose active was killed is shown: router-d's was, with it.
+    assert "== 5. router-d" not in output, output
     # Session events read as link events do, never as JSON.
     assert re.search(r"router-a  session [0-9a-f]{10}  client    meshroute-\d+ +→ opened", output)
     narration = output.split("== the audit")[0]
