@@ -18,5 +18,5 @@ starts, listener, feed and follower).
 This package sits above the router core: an active instance runs a
 L{meshroute.router.service.RouterService}, and every router, HA or not, answers
 votes with its witness.  What sits above it (the admin API) is handed
-down by the composition layer (L{meshroute.tap}), never imported.
+down by the composition layer (L{meshroute.process}), never imported.
 """

@@ -126,12 +126,12 @@ class RouterService(MultiService):
         client listener answers C{Open} by; default: a router without HA.
     @param read_config: reads C{config}'s file again, for
         L{reload_security}: the TOML loader, given by the composition
-        layer that loaded C{config} (L{meshroute.tap}); None for a router
+        layer that loaded C{config} (L{meshroute.process}); None for a router
         built without a file (the in-memory mesh), which has nothing to
         reload.
     @param admin_site: makes the site of the router's admin endpoint from
         the router (L{meshroute.admin.api.admin_site}), handed down by the
-        composition layer (L{meshroute.tap}), which sits above both; with
+        composition layer (L{meshroute.process}), which sits above both; with
         None, C{[admin]} is not served (an HA instance serves its own).
     @param stop_process: ends this router's part of the process, when its
         store cannot be opened: the composition layer's, which ends the

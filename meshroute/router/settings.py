@@ -10,8 +10,9 @@ L{meshroute.router.admin_settings}, L{meshroute.security.settings},
 L{meshroute.stomp.settings}, L{meshroute.harules.settings},
 L{meshroute.events.RotationSettings}).  L{RouterConfig} gathers them for
 the router (L{meshroute.router.service.RouterService}) or its HA instance; L{errors}
-and L{warnings} ask each component, and judge what spans components.  The
-TOML loader (the composition layer) builds a L{RouterConfig} from a file,
+and L{warnings} ask each component, and judge what spans components,
+and what spans the instances one process runs (L{colocation_errors}:
+C{[[ha.colocated]]}).  The TOML loader (the composition layer) builds a L{RouterConfig} from a file,
 and reports what these find naming the file; nothing here reads one.
 """
 
