@@ -137,15 +137,15 @@ def _side_by_side_problem(hosted: RouterConfig, other: RouterConfig) -> str | No
     """
     Why C{hosted} cannot run in the process of C{other}, or None.
     """
-    if os.path.realpath(hosted.data_dir) == os.path.realpath(other.data_dir):
-        return (f"router.data-dir {hosted.data_dir!r} is the data-dir of {other.path} too: "
-                "each instance of a process keeps its own")
     if hosted.name == other.name:
         if other.ha is not None and other.ha.role != hosted.ha.role:
             return (f"both instances of router {hosted.name!r}'s pair would run in one "
                     f"process (the other from {other.path}), and its loss would take both: "
                     "host an instance of another router")
         return f"router {hosted.name!r} runs in this process already, from {other.path}"
+    if os.path.realpath(hosted.data_dir) == os.path.realpath(other.data_dir):
+        return (f"router.data-dir {hosted.data_dir!r} is the data-dir of {other.path} too: "
+                "each instance of a process keeps its own")
     for key, endpoint in listening_endpoints(hosted):
         for other_key, other_endpoint in listening_endpoints(other):
             if ha_settings.listeners_clash(endpoint, other_endpoint):
@@ -169,7 +169,7 @@ def listening_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
             found.append(("stomp.listener.websocket", config.stomp_listener.websocket))
     if config.admin is not None:
         found.append(("admin.endpoint", config.admin.endpoint))
-    if config.ha is not None:
+    if config.ha is not None and config.ha.replication is not None:
         found.append(("ha.replication.listener", config.ha.replication.listener))
     return found
 

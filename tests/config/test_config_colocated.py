@@ -157,7 +157,7 @@ def test_colocated_entries_are_checked(files, table, key, fragment):
 
 def test_a_plain_empty_ha_section_is_still_refused(files):
     path = files("a.toml", '[router]\nname = "router-a"\ndata-dir = "var/a"\n[ha]\n')
-    assert_refused(path, "ha.replication", "missing")
+    assert_refused(path, "ha.role", "required key is missing")
 
 
 # -- what keeps two instances from running in one process ----------------------

@@ -17,6 +17,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from meshroute import tap
 from meshroute.ha.instance import HAInstance
+from meshroute.ha.shared_store import SharedStoreInstance
 from meshroute.process import ProcessService, instance_service
 from meshroute.router.service import RouterService, StringEndpoints
 
@@ -52,7 +53,8 @@ class StoppingReactor(MemoryReactorClock):
 @pytest.fixture
 def configs(tmp_path, secret_file):
     """
-    a.toml, a router without HA hosting router-b's and router-c's backups.
+    a.toml, a router without HA hosting router-b's and router-c's backups
+    (router-c's of a shared-store pair).
     """
 
     def instance(name: str, port: int) -> str:
@@ -62,7 +64,9 @@ def configs(tmp_path, secret_file):
                 f'password-file = "{secret_file}"\n')
 
     (tmp_path / "b.toml").write_text(instance("router-b", 7200))
-    (tmp_path / "c.toml").write_text(instance("router-c", 7300))
+    (tmp_path / "c.toml").write_text(f'[router]\nname = "router-c"\n'
+                                     f'data-dir = "{tmp_path / "router-c"}"\n'
+                                     '[ha]\nrole = "backup"\npolicy = "shared-store"\n')
     path = tmp_path / "a.toml"
     path.write_text(f'[router]\nname = "router-a"\ndata-dir = "{tmp_path / "router-a"}"\n'
                     '[[ha.colocated]]\nconfig = "b.toml"\n[[ha.colocated]]\nconfig = "c.toml"\n')
@@ -123,20 +127,22 @@ def test_nothing_ends_alone_while_the_process_stops(configs):
 def test_the_instance_service_of_a_configuration_is_its_router_or_its_ha_instance(configs):
     """
     The one place that chooses: a router for a file without C{[ha]}, an
-    HA instance for one with it (built, not started).
+    HA instance for one with it, of the policy its C{[ha]} names (built,
+    not started).
     """
-    ended = []
     endpoints = StringEndpoints(reactor)
-    services = [instance_service(config, reactor, endpoints, lambda: ended.append(config))
-                for config in (configs, configs.colocated[0])]
+    services = [instance_service(config, reactor, endpoints, lambda: None)
+                for config in (configs, *configs.colocated)]
+    router, replicated, shared = services
     try:
-        router, instance = services
         assert type(router) is RouterService and router.config == configs
-        assert type(instance) is HAInstance and instance.instance == "router-b/backup"
-        assert router.reload_security() is False  # a file without [security]
+        assert type(replicated) is HAInstance and replicated.instance == "router-b/backup"
+        assert type(shared) is SharedStoreInstance and shared.instance == "router-c/backup"
+        assert [service.reload_security() for service in services] == [False] * 3
     finally:
         router._unlock_data_dir()
-        instance._unlock()
+        replicated._unlock()
+        shared.lock.close()
         for service in services:
             service.events.close()
 
