@@ -26,8 +26,8 @@ from support.config_files import load, secret_file  # noqa: F401 (a fixture)
 
 class FakeInstance(Service):
     """
-    A built instance: records its configuration, its reloads and its
-    stop; it may end by itself (C{end()}).
+    A built instance: records its configuration and its reloads; it may
+    end by itself (C{end()}, the stop it was given).
     """
 
     def __init__(self, config, stop_instance, reloaded: bool = False) -> None:
