@@ -128,9 +128,27 @@ class StoreMirror:
         _add_counts(consumed, self._queues, -1)
         return outcomes
 
+    def committed_prepared(self, result: tuple, calls: list) -> tuple:
+        """
+        A prepared transaction accepted C{calls} (the entries it deleted
+        had left their queues when it was prepared).
+        """
+        self.accepted(result[0], calls)
+        return result
+
+    def rolled_back(self, result: tuple) -> tuple:
+        """
+        A prepared transaction was rolled back: the entries it had locked
+        are back in their queues.
+        """
+        for _, message in result[0]:
+            _count(self._queues, message.dest_queue, 1)
+        return result
+
     def consumed(self, by_queue: dict) -> int:
         """
-        C{by_queue[queue]} entries left each queue; returns how many.
+        C{by_queue[queue]} entries left each queue (consumed, or locked
+        to a prepared transaction); returns how many.
         """
         return _add_counts(by_queue, self._queues, -1)
 
