@@ -15,6 +15,10 @@ L{TcpProxy.cut} closes every proxied connection (both sides) and the
 listening socket, so reconnection attempts meet "connection refused"
 until L{TcpProxy.restore} listens again on the same port.
 
+L{TcpProxy.mute} loses what the target says: from then on its bytes are
+read and dropped, as answers lost on the wire would be (the client
+hears nothing more, while its own bytes still reach the target).
+
 L{TcpProxy.hold} delays instead of refusing: connections are accepted
 but not forwarded, what their clients send waits unread, until
 L{TcpProxy.release} connects them to the target and passes it on (a
@@ -76,6 +80,7 @@ class TcpProxy:
         self._pipes: dict[socket.socket, _Pipe] = {}
         self._listener: socket.socket | None = None
         self._holding = False
+        self._muted = False
         self._held: list[socket.socket] = []
         self._requests: list = []
         self._stopping = False
@@ -131,6 +136,12 @@ class TcpProxy:
         Listen again on the same port; returns once listening.
         """
         self._call(self._listen_in_loop)
+
+    def mute(self) -> None:
+        """
+        From now on, drop what the targets send (returns once it is so).
+        """
+        self._call(self._do_mute)
 
     def hold(self) -> None:
         """
@@ -195,6 +206,9 @@ class TcpProxy:
 
     def _do_hold(self) -> None:
         self._holding = True
+
+    def _do_mute(self) -> None:
+        self._muted = True
 
     def _do_release(self) -> None:
         self._holding = False
@@ -301,6 +315,8 @@ class TcpProxy:
             return False
         if sock is pipe.client:
             self._last_from_client = time.time()
+        elif self._muted:
+            return True
         pipe.pending[pipe.peer(sock)] += data
         return self._writable(pipe.peer(sock), pipe)
 
