@@ -258,10 +258,7 @@ class PreparedTransactions:
     def _committed(self, result: tuple, xid: tuple) -> list:
         msg_ids, consumed, missing = result
         self._queues.consumed_entries(consumed)
-        transient = self._transient.pop(xid, None)
-        if transient is not None:
-            transient.committed()
-        self._tell_owner(xid, msg_ids)
+        self._decided(xid, msg_ids)
         self._events.emit(event_names.TRANSACTION_COMMITTED, xid=xid_field(xid),
                           one_phase=False, sends=len(msg_ids), acks=len(consumed))
         if missing:
@@ -324,10 +321,7 @@ class PreparedTransactions:
     def _rolled_back(self, result: tuple, xid: tuple) -> None:
         returned, missing = result
         self._queues.returned_entries(returned)
-        transient = self._transient.pop(xid, None)
-        if transient is not None:
-            transient.rolled_back()
-        self._tell_owner(xid, None)
+        self._decided(xid, None)
         self._events.emit(event_names.TRANSACTION_ROLLED_BACK, xid=xid_field(xid),
                           acks=len(returned))
         if missing:
@@ -345,7 +339,16 @@ class PreparedTransactions:
 
     # -- the outcome ----------------------------------------------------------------
 
-    def _tell_owner(self, xid: tuple, msg_ids: list | None) -> None:
+    def _decided(self, xid: tuple, msg_ids: list | None) -> None:
+        """
+        What memory holds of C{xid}, now committed (its sends' C{msg_ids})
+        or rolled back (None): the non-persistent deliveries it
+        acknowledged, and the session that prepared it, which answers its
+        held Sends.
+        """
+        transient = self._transient.pop(xid, None)
+        if transient is not None:
+            (transient.rolled_back if msg_ids is None else transient.committed)()
         decided = self._owners.pop(xid, None)
         if decided is not None:
             decided(msg_ids)

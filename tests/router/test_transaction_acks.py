@@ -7,26 +7,16 @@ that a queue's reads are seen before and past a locked entry.
 """
 
 import pytest
-from twisted.internet.task import Clock
 
 from meshroute import events
 from meshroute.messages import Message
 from meshroute.router.queues import QueueManager
-from meshroute.store import InlineExecutor, SQLiteStore
 
 from support.client_testing import result_of
 from support.fake_router import ROUTER, RecordingEvents
+from support.router_engine import store  # noqa: F401 (a fixture)
 
 XID = (1, "g", "b")
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = SQLiteStore(str(tmp_path / "store.sqlite"), sync="normal", executor=InlineExecutor(),
-                        router=ROUTER)
-    store.open()
-    yield store
-    store.close()
 
 
 @pytest.fixture
@@ -35,8 +25,8 @@ def log():
 
 
 @pytest.fixture
-def manager(store, log):
-    return QueueManager(store, log, Clock(), read_ahead=2)
+def manager(store, log, clock):  # noqa: F811
+    return QueueManager(store, log, clock, read_ahead=2)
 
 
 def put(store, manager, *bodies: bytes, persistent: bool = True) -> None:
@@ -81,7 +71,7 @@ def returned(store, manager) -> None:
     manager.returned_entries(entries)
 
 
-def test_a_prepared_transaction_s_persistent_deliveries_leave_memory(store, manager):
+def test_a_prepared_transaction_s_persistent_deliveries_leave_memory(store, manager):  # noqa: F811
     put(store, manager, b"a", b"b")
     lock(store, manager, b"a")
     assert manager.busy() == []
@@ -89,7 +79,7 @@ def test_a_prepared_transaction_s_persistent_deliveries_leave_memory(store, mana
     assert [d.message.body for d in got] == [b"b"]
 
 
-def test_non_persistent_deliveries_stay_held_until_the_decision(store, manager, log):
+def test_non_persistent_deliveries_stay_held_until_the_decision(store, manager, log):  # noqa: F811
     put(store, manager, b"fast", persistent=False)
     got, subscription = consumer(manager)
     acks = manager.transaction()
@@ -102,7 +92,7 @@ def test_non_persistent_deliveries_stay_held_until_the_decision(store, manager, 
     assert [e["msg_id"] for e in log.named(events.MESSAGE_CONSUMED)] == [f"{ROUTER}:fast"]
 
 
-def test_an_entry_a_consumer_read_past_comes_back_first(store, manager):
+def test_an_entry_a_consumer_read_past_comes_back_first(store, manager):  # noqa: F811
     put(store, manager, b"a", b"b", b"c")
     lock(store, manager, b"b")
     got, subscription = consumer(manager, credit=1)
@@ -113,7 +103,7 @@ def test_an_entry_a_consumer_read_past_comes_back_first(store, manager):
         (b"a", True), (b"b", True), (b"c", True)]
 
 
-def test_an_entry_the_reads_did_not_reach_is_read_in_its_place_once(store, manager):
+def test_an_entry_the_reads_did_not_reach_is_read_in_its_place_once(store, manager):  # noqa: F811
     put(store, manager, b"a", b"b", b"c", b"d", b"e")
     lock(store, manager, b"d")
     got, subscription = consumer(manager, credit=1)
@@ -123,7 +113,7 @@ def test_an_entry_the_reads_did_not_reach_is_read_in_its_place_once(store, manag
     assert [d.message.body for d in got] == [b"a", b"b", b"c", b"d", b"e"]
 
 
-def test_entries_of_a_queue_nobody_holds_are_read_from_the_start(store, manager):
+def test_entries_of_a_queue_nobody_holds_are_read_from_the_start(store, manager):  # noqa: F811
     put(store, manager, b"a", b"b")
     lock(store, manager, b"a")
     returned(store, manager)
@@ -131,7 +121,7 @@ def test_entries_of_a_queue_nobody_holds_are_read_from_the_start(store, manager)
     assert [(d.message.body, d.redelivered) for d in got] == [(b"a", True), (b"b", True)]
 
 
-def test_a_commit_s_entries_are_consumed(store, manager, log):
+def test_a_commit_s_entries_are_consumed(store, manager, log):  # noqa: F811
     put(store, manager, b"a")
     lock(store, manager, b"a")
     (_, prepared_id, _) = result_of(store.find_xid(XID))
