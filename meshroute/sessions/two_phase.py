@@ -33,11 +33,14 @@ class TwoPhase:
         xid → their held Send frames, in order.
     @ivar in_progress: its Prepares, CommitXids, RollbackXids and
         Recovers not yet answered: a closing session waits for them.
+    @ivar ended: the session ended (L{detach}): a prepare that becomes
+        durable now has nobody to answer its Sends.
     """
 
     session: object = field(repr=False)
     owned: dict = field(default_factory=dict)
     in_progress: int = 0
+    ended: bool = False
 
     def prepare(self, frame: f.Prepare, sends: list, acks) -> None:
         """
@@ -55,7 +58,10 @@ class TwoPhase:
                       partial(self._prepare_failed, sends, acks))
 
     def _prepared(self, frame: f.Prepare, sends: list):
-        self.owned[frame.xid] = sends
+        if self.ended:
+            self.session.engine.prepared.forget_owner(frame.xid)
+        else:
+            self.owned[frame.xid] = sends
         return f.Confirm(frame.command_id, "")
 
     def _prepare_failed(self, sends: list, acks, failure):
@@ -131,6 +137,7 @@ class TwoPhase:
         The session ended: it no longer waits for the decisions of the
         transactions it prepared.
         """
+        self.ended = True
         for xid in self.owned:
             self.session.engine.prepared.forget_owner(xid)
         self.owned.clear()

@@ -12,6 +12,7 @@ relies on: exactly once, unknown xids, heuristic outcomes that are said.
 import sqlite3
 
 import pytest
+from twisted.internet.defer import Deferred
 
 from meshroute import events as event_names
 from meshroute.router.engine import MessageEngine
@@ -304,6 +305,19 @@ def test_an_expired_session_does_not_roll_back_what_it_prepared(factory, connect
     manager = session(factory)
     manager.send(f.Recover(1))
     assert manager.received() == [f.Recovered(1, [list(XID)])]
+
+
+def test_a_prepare_durable_after_its_session_ended_leaves_nobody_waiting(
+        connection, engine, clock, monkeypatch):
+    held = Deferred()
+    forgotten = []
+    monkeypatch.setattr(engine.prepared, "prepare", lambda *args: held)
+    monkeypatch.setattr(engine.prepared, "forget_owner", forgotten.append)
+    connection.send(f.Begin(1), f.Send(2, "out", {}, b"x", True), f.Prepare(3, *XID))
+    connection.lose()
+    clock.advance(SETTINGS.keep_alive_ms / 1000)  # the session expires
+    held.callback(None)
+    assert forgotten == [XID]
 
 
 def test_acks_of_non_persistent_deliveries_wait_in_memory_for_the_decision(
