@@ -337,9 +337,15 @@ class SQLiteStore(RouterRecords):
         now = self._now()
         d = self._submit(prepared.prepare, tuple(xid), user, client_id, now, list(sends),
                          json.dumps(list(entry_ids)), now - self.duplicate_id_window_s)
-        d.addCallback(self._mirror.consumed)
-        d.addCallback(lambda _: None)
+        d.addCallback(self._mirror.prepared)
         return d
+
+    def prepared_count(self) -> int:
+        """
+        Synchronous: how many transactions are prepared and not yet
+        committed or rolled back (in doubt).
+        """
+        return self._mirror.prepared_count()
 
     def find_xid(self, xid: tuple):
         """

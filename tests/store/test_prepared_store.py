@@ -160,3 +160,18 @@ def test_recover_lists_a_user_s_transactions_oldest_first(store):
         result_of(store.prepare((0, f"g-{n}", ""), user, "tm", [], []))
     assert result_of(store.recover("app")) == [[0, "g-0", ""], [0, "g-2", ""]]
     assert result_of(store.recover(None)) == [[0, "g-0", ""], [0, "g-1", ""], [0, "g-2", ""]]
+
+
+def test_the_transactions_in_doubt_are_counted_across_a_reopening(store, clock, tmp_path):
+    for n in range(3):
+        result_of(store.prepare((0, f"g-{n}", ""), None, "tm", [], []))
+    result_of(store.commit_prepared(prepared_id(store, (0, "g-0", "")), (0, "g-0", ""), None, []))
+    result_of(store.rollback_prepared(prepared_id(store, (0, "g-1", ""))))
+    assert store.prepared_count() == 1
+    result_of(store.close())
+    again = SQLiteStore(store.path, "normal", InlineExecutor(), router=ROUTER, clock=clock)
+    result_of(again.open())
+    try:
+        assert again.prepared_count() == 1
+    finally:
+        again.close()
