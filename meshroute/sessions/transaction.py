@@ -167,9 +167,7 @@ class TransactionCore:
         """
         sends, acks = self._take()
         session, command_id = self.session, frame.command_id
-        if self.refused:
-            self.discard(sends, acks, self.refused)
-            session.answers.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
+        if self._rolled_back_instead(command_id, sends, acks):
             return
         self.commits_in_progress += 1
         items = [(s.address, s.body, s.headers, s.persistent, s.duplicate_id,
@@ -208,12 +206,19 @@ class TransactionCore:
         a transaction that can only roll back is rolled back instead.
         """
         sends, acks = self._take()
-        if self.refused:
-            self.discard(sends, acks, self.refused)
-            self.session.answers.answer(frame.command_id, f.Error(
-                frame.command_id, f.ROLLED_BACK, self.refused))
-            return
-        self.session.two_phase.prepare(frame, sends, acks)
+        if not self._rolled_back_instead(frame.command_id, sends, acks):
+            self.session.two_phase.prepare(frame, sends, acks)
+
+    def _rolled_back_instead(self, command_id: int, sends: list, acks) -> bool:
+        """
+        Whether the transaction can only roll back: it is then rolled back,
+        and its end (command C{command_id}) answered C{rolled-back}.
+        """
+        if not self.refused:
+            return False
+        self.discard(sends, acks, self.refused)
+        self.session.answers.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
+        return True
 
     def rollback(self, frame: f.Rollback) -> None:
         sends, acks = self._take()

@@ -213,6 +213,20 @@ def test_a_router_older_than_version_7_cannot(clock, endpoint):  # noqa: F811
     assert s.router.frames() == []
 
 
+def test_a_two_phase_transaction_that_fails_over_to_an_older_router_is_rolled_back(s):
+    s.client.tpc_begin(XID)
+    s.router.lose()
+    s.reconnect()
+    s.router.send(opened(OTHER_SESSION, version=6))
+    assert failure_of(s.client.tpc_prepare()).code == "unsupported"
+    # It is over: the client goes on with plain transactions.
+    sent = s.client.send("out", b"x")
+    committed = s.client.commit()
+    assert s.router.frames() == [f.Begin(1), f.Send(2, "out", {}, b"x", True, ""), f.Commit(3)]
+    s.router.send(f.Confirm(2, "id-2"), f.Confirm(3, ""))
+    assert result_of(sent) == "id-2" and result_of(committed) is None
+
+
 # -- failover: the XA_RETRY rule ---------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from meshroute import events as event_names
 from meshroute.router.engine import MessageEngine
 from meshroute.routing.table import RouteTable
-from meshroute.sessions.native_listener import ClientFactory
+from meshroute.sessions import transaction as transaction_module
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
@@ -277,6 +277,17 @@ def test_a_prepare_checks_the_sends_as_a_commit_would(factory, connection, engin
     connection.send(f.Recover(6))
     assert connection.received() == [f.Recovered(6, [])]
     assert store.queue_depths() == {"in": 1}
+
+
+def test_a_transaction_that_can_only_roll_back_is_not_prepared(connection, engine,
+                                                                monkeypatch):
+    monkeypatch.setattr(transaction_module, "MAX_TRANSACTION_SENDS", 1)
+    connection.send(f.Begin(1), f.Send(2, "out", {}, b"x", True),
+                    f.Send(3, "out", {}, b"y", True), f.Prepare(4, *XID), f.Recover(5))
+    frames = connection.received()
+    assert [(e.command_id, e.code) for e in only(frames, f.Error)] == [
+        (3, f.TRANSACTION_TOO_LARGE), (2, f.ROLLED_BACK), (4, f.ROLLED_BACK)]
+    assert frames[-1] == f.Recovered(5, [])
 
 
 def test_a_commit_that_finds_a_locked_message_gone_says_heuristic_mixed(
