@@ -152,7 +152,7 @@ class PreparedTransactions:
             previous.addCallback(run)
         return result
 
-    def _found(self, found: tuple | None, xid: tuple, user: str | None) -> tuple | None:
+    def _found(self, found: tuple | None, xid: tuple, user: str | None) -> tuple:
         """
         What the store knows of C{xid}, for C{user} to decide.
 
