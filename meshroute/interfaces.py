@@ -186,15 +186,55 @@ class IMessageStore(Interface):
         Consumers acknowledged these queue entries: delete them.
         """
 
-    def commit(sends, entry_ids):
+    def commit(sends, entry_ids, xid=None, user=None):
         """
         A client transaction in one store transaction, all or nothing:
         accept each C{(message, duplicate_id)} of C{sends} as C{accept}
         (C{duplicate_id} empty) or C{accept_once} would, and delete the
-        queue entries C{entry_ids} as C{consume} would.
+        queue entries C{entry_ids} as C{consume} would; with an C{xid} (a
+        two-phase transaction committed in one phase), record it as
+        committed, refusing an xid prepared or committed already.
 
         @return: Deferred firing with one item per send, None (accepted)
             or the C{msg_id} first accepted with its duplicate id.
+        """
+
+    def prepare(xid, user, client_id, sends, entry_ids):
+        """
+        Prepare a client transaction as C{xid} (two-phase commit): its
+        sends, as the client sent them, and the queue entries it
+        acknowledged, locked to it (no fetch, consume or expiry touches
+        them), durably until L{commit_prepared} or L{rollback_prepared}.
+        """
+
+    def find_xid(xid):
+        """
+        Fires with C{("prepared", id, user)}, C{("committed", None, user)}
+        (committed within the duplicate-id window) or None.
+        """
+
+    def prepared_sends(prepared_id):
+        """
+        Fires with the sends of a prepared transaction, in order.
+        """
+
+    def commit_prepared(prepared_id, xid, user, sends):
+        """
+        Commit a prepared transaction, all or nothing: accept C{sends}
+        (its sends as C{(message, duplicate_id)} pairs) as C{commit} does,
+        delete the entries it locked, record its xid as committed.
+        """
+
+    def rollback_prepared(prepared_id):
+        """
+        Roll a prepared transaction back: the entries it locked go back
+        to their queues, flagged redelivered.
+        """
+
+    def recover(user):
+        """
+        Fires with the xids of the transactions C{user} (None: anyone)
+        prepared.
         """
 
     def mark_redelivered(entry_ids):

@@ -76,6 +76,17 @@ MESSAGE_COUNTERS = (
      "Copies refused as duplicates: of a message this router holds or has enqueued, or a "
      "client's send repeating a duplicate id."),
 )
+#: The counters of clients' two-phase transactions: event, name, help.
+TRANSACTION_COUNTERS = (
+    (events.TRANSACTION_PREPARED, "transactions_prepared",
+     "Two-phase transactions prepared here."),
+    (events.TRANSACTION_COMMITTED, "transactions_committed",
+     "Two-phase transactions committed here (prepared, or in one phase)."),
+    (events.TRANSACTION_ROLLED_BACK, "transactions_rolled_back",
+     "Prepared transactions rolled back here."),
+    (events.TRANSACTION_HEURISTIC, "transactions_heuristic",
+     "Outcomes of two-phase transactions that could not be carried out as asked, in full."),
+)
 #: The counters by reason: event, name, help.
 REASON_COUNTERS = (
     (events.MESSAGE_DEAD_LETTERED, "messages_dead_lettered",
@@ -126,7 +137,7 @@ class RouterCollector:
 
 def _router_metrics(router) -> Iterator[Metric]:
     counts, reasons = router.events.counts, router.events.reasons
-    for event, name, documentation in MESSAGE_COUNTERS:
+    for event, name, documentation in MESSAGE_COUNTERS + TRANSACTION_COUNTERS:
         yield CounterMetricFamily(f"meshroute_{name}", documentation, value=counts[event])
     for event, name, documentation in REASON_COUNTERS:
         family = CounterMetricFamily(f"meshroute_{name}", documentation, labels=["reason"])
@@ -143,6 +154,10 @@ def _router_metrics(router) -> Iterator[Metric]:
                      "Non-persistent messages waiting in memory for a route or a link that "
                      "drains, by destination router.",
                      router.engine.transient_depths())
+    yield GaugeMetricFamily("meshroute_prepared_transactions",
+                            "Two-phase transactions prepared in this router's store and not yet "
+                            "committed or rolled back (in doubt).",
+                            value=router.store.prepared_count())
     yield from router.store.executor.commit_seconds.collect()
 
 

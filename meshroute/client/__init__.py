@@ -105,6 +105,21 @@ redelivered).  A transaction whose session was lost can only roll back
 (L{TransactionRolledBack}); a commit in flight then fails with
 L{TransactionOutcomeUnknown}.
 
+Two-phase commit (client protocol version 7), in the names of PEP 249's
+two-phase-commit extension, so that a Python transaction manager drives
+meshroute beside a database: C{client.tpc_begin(client.xid(1, gtrid,
+bqual))}, sends and acknowledgements, C{tpc_prepare()} (durable on the
+router, replicated or in its shared store: it survives a SIGKILL and a
+failover), then C{tpc_commit()} or C{tpc_rollback()}; a recovering
+transaction manager lists the prepared ones with C{tpc_recover()} and
+decides each with C{tpc_commit(xid)} or C{tpc_rollback(xid)}, from any
+client of the same user.  A commit whose session was lost while it was
+in flight fails with L{TransactionRetry} (XA_RETRY): committing the same
+xid again completes it exactly once (the router remembers committed
+xids for its duplicate-id window).  L{UnknownTransaction} and
+L{HeuristicOutcome} say what became of a transaction otherwise
+(docs/client-protocol.md, "Two-phase commit").
+
 Message expiry (client protocol version 6): C{send(..., ttl=SECONDS)}
 (and C{send_many}, L{Producer}'s) gives a message a time to live from its
 acceptance; one not delivered by then never is, and waits in the
@@ -129,21 +144,26 @@ from meshroute.client.errors import (
     SendError,
     SessionError,
     SubscribeError,
+    HeuristicOutcome,
     TransactionOutcomeUnknown,
+    TransactionRetry,
     TransactionRolledBack,
+    TransactionStateError,
     UnblockedError,
+    UnknownTransaction,
 )
 from meshroute.client.options import DEFAULT_TTL_MS, DISCONNECT, FAILOVER, ClientOptions
 from meshroute.client.subscriptions import ReceivedMessage, Subscription
+from meshroute.client.two_phase import Xid
 
 #: Default time to wait for the router's answer to Open, in seconds.
 OPEN_TIMEOUT_S = ClientOptions().open_timeout_ms / 1000
 
 __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
-    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "UNSUPPORTED", "Client", "ClientError", "ClientOptions", "Producer",
-    "ReceivedMessage",
+    "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "UNSUPPORTED", "Client", "ClientError", "ClientOptions",
+    "HeuristicOutcome", "Producer", "ReceivedMessage",
     "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown",
-    "TransactionRolledBack", "UnblockedError", "connect",
-    "connect_endpoint", "describe_body",
+    "TransactionRetry", "TransactionRolledBack", "TransactionStateError", "UnblockedError",
+    "UnknownTransaction", "Xid", "connect", "connect_endpoint", "describe_body",
 ]

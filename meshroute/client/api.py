@@ -15,11 +15,13 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
-from meshroute.client.commands import SendDeferred, SendGroup
+from meshroute.client.commands import COMMIT, ROLLBACK, SendDeferred, SendGroup
 from meshroute.client.errors import TOO_LARGE, UNSUPPORTED, SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.core import ClientCore
 from meshroute.client.subscriptions import ReceivedMessage
+from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK
+from meshroute.client.two_phase import PREPARE, Xid, checked_xid
 from meshroute.wire import client_frames as f
 from meshroute.link.rotation import EndpointRotation
 
@@ -203,7 +205,7 @@ class Client:
             L{TransactionOutcomeUnknown} (the session failed during the
             commit and could not be resumed).
         """
-        return self._core.request_end_of_transaction(commit=True)
+        return self._core.request_end_of_transaction(COMMIT)
 
     def rollback(self) -> Deferred:
         """
@@ -211,7 +213,120 @@ class Client:
         fail with L{TransactionRolledBack}) and the messages it
         acknowledged are delivered again, flagged redelivered.
         """
-        return self._core.request_end_of_transaction(commit=False)
+        return self._core.request_end_of_transaction(ROLLBACK)
+
+    # -- two-phase commit (PEP 249's names) ---------------------------------------
+
+    def xid(self, format_id: int, global_transaction_id: str,
+            branch_qualifier: str) -> Xid:
+        """
+        A transaction id for L{tpc_begin} (PEP 249's C{Connection.xid}):
+        an L{Xid}, a named tuple of the three.
+
+        @param format_id: XA's format id, from 0 to 2**31 - 1.
+        @param global_transaction_id: 1 to 64 characters.
+        @param branch_qualifier: at most 64 characters.
+        @raise ValueError: one of them is not so.
+        """
+        return checked_xid((format_id, global_transaction_id, branch_qualifier))
+
+    def tpc_begin(self, xid) -> None:
+        """
+        Begin two-phase transaction C{xid} (a client made with
+        C{transacted=True}, outside a transaction: nothing sent or
+        acknowledged since the last commit or rollback): the sends and
+        acknowledgements from now on are its work, until L{tpc_prepare}
+        (or a one-phase L{tpc_commit}, or L{tpc_rollback}).
+
+        @param xid: an L{Xid} (L{xid}) or a triple.
+        @raise ValueError: C{xid} is not a valid xid.
+        @raise TransactionStateError: the current transaction has work,
+            or a prepared one awaits L{tpc_commit} or L{tpc_rollback}.
+        @raise ClientError: C{not-transacted}, C{unsupported} (a router
+            older than client protocol version 7), or C{closed}.
+        """
+        self._core.tpc_begin(checked_xid(xid))
+
+    def tpc_prepare(self) -> Deferred:
+        """
+        Prepare the transaction L{tpc_begin} began: the router stores its
+        sends and acknowledgements durably (replicated to an HA pair's
+        backup, or in its shared store), not carried out, until a commit
+        or rollback of its xid, from this client or any other of the same
+        user, after any restart or failover.  Its acknowledged messages
+        are delivered to nobody meanwhile.  Until L{tpc_commit} or
+        L{tpc_rollback}, nothing may be sent (L{TransactionStateError}).
+
+        @return: Deferred firing with None once durable; failing with
+            L{TransactionRolledBack} (with the router's code: a refused
+            send's, C{duplicate-xid} ...: nothing of it was done, also
+            when the session was lost during the prepare and the
+            transaction was rolled back in the next one),
+            L{TransactionOutcomeUnknown} (lost, and it could not be rolled
+            back: it may be prepared; see L{tpc_recover}), or
+            L{TransactionStateError} (no L{tpc_begin}).
+        """
+        return self._core.request_end_of_transaction(PREPARE)
+
+    def tpc_commit(self, xid=None) -> Deferred:
+        """
+        Without C{xid}: commit the transaction L{tpc_prepare} prepared, or,
+        when it was not prepared, the one L{tpc_begin} began, in one
+        phase.  With C{xid}: commit that transaction (a prepared one,
+        whoever prepared it: recovery), or the current one in one phase
+        if it is its xid.  Each send's Deferred of this client's
+        transaction fires with its message id first.
+
+        @return: Deferred firing with None once durable, also when the
+            router committed that xid before (within its duplicate-id
+            window: a retry completes exactly once); failing with
+            L{TransactionRetry} (the session was lost while the commit was
+            in flight: call C{tpc_commit(xid)} again, e.g. once the client
+            reached the instance that took over), L{UnknownTransaction}
+            (nothing of that xid is prepared or was committed: it was
+            rolled back, or never prepared), L{HeuristicOutcome}
+            (C{heuristic-mixed}: committed, but some messages it
+            acknowledged were no longer held), L{TransactionRolledBack} (a
+            one-phase commit that did nothing), L{TransactionStateError}
+            or a L{ClientError} (C{internal-error}: it stays prepared; try
+            again later).
+        """
+        return self._decision(TPC_COMMIT, xid)
+
+    def tpc_rollback(self, xid=None) -> Deferred:
+        """
+        Without C{xid}: roll back the transaction L{tpc_prepare}
+        prepared, or, when it was not prepared, the one L{tpc_begin}
+        began.  With C{xid}: roll back that transaction (a prepared one,
+        whoever prepared it: recovery).  The messages it acknowledged go
+        back to their queues, flagged redelivered.
+
+        @return: Deferred firing with None once done; failing with
+            L{TransactionRetry} (lost in flight: call it again),
+            L{UnknownTransaction} (nothing of that xid is prepared),
+            L{HeuristicOutcome} (C{heuristic-commit}: it was committed;
+            C{heuristic-mixed}: some acknowledged messages could not be
+            given back), L{TransactionStateError} or a L{ClientError}.
+        """
+        return self._decision(TPC_ROLLBACK, xid)
+
+    def tpc_recover(self) -> Deferred:
+        """
+        @return: Deferred firing with the L{Xid}s of the transactions
+            prepared on the router by this client's user (by anyone on a
+            router without users) and not yet committed or rolled back,
+            oldest first: what a transaction manager recovering after a
+            failure decides with L{tpc_commit} or L{tpc_rollback}.
+        """
+        return self._core.tpc_recover()
+
+    def _decision(self, ending: str, xid) -> Deferred:
+        if xid is not None:
+            try:
+                xid = checked_xid(xid)
+            except ValueError as e:
+                return fail(e)
+        return self._core.request_end_of_transaction(ending, xid)
 
     def ping(self) -> Deferred:
         """

@@ -15,6 +15,7 @@ from meshroute.client.commands import (
     SEND,
     SEND_BATCH,
     SUBSCRIBE,
+    UNSUBSCRIBE,
     Command,
     CommandLog,
 )
@@ -23,9 +24,14 @@ from meshroute.client.errors import SendError, SubscribeError, TransactionRolled
 from meshroute.client.router_connection import RouterConnection
 from meshroute.client.session_machine import EndOfTurn
 from meshroute.client.transactions import Transactions
+from meshroute.client.two_phase import BY_XID, ENDING, RECOVER, Xid, error_of
 from meshroute.wire import client_frames as f
 
 log = Logger()
+
+#: The commands of two-phase commit, whose refusals read as
+#: L{error_of} says.
+TWO_PHASE = ENDING | BY_XID
 
 
 class CommandStream:
@@ -157,10 +163,14 @@ class CommandStream:
                 d.answered(frame.command_id - command.command_id, [frame.msg_id])
             elif command.kind == SUBSCRIBE:
                 self._deliveries.subscribed(command)
-            elif command.kind in (COMMIT, ROLLBACK):
-                d.callback(None)
-            else:
+            elif command.kind == UNSUBSCRIBE:
                 self._deliveries.unsubscribed(command)
+            elif command.kind == RECOVER:
+                self._connection.broken(f"Confirm for command {frame.command_id}, a Recover")
+                return
+            else:
+                # A transaction's end, or a decision by xid.
+                d.callback(None)
         self._answered()
 
     def error(self, frame: f.Error) -> None:
@@ -174,6 +184,8 @@ class CommandStream:
             error = (TransactionRolledBack if frame.code == f.ROLLED_BACK else SendError)(
                 frame.code, frame.detail)
             command.deferred.failed(frame.command_id - command.command_id, error)
+        elif command.kind in TWO_PHASE:
+            command.deferred.errback(error_of(command.kind, frame))
         elif command.kind in (COMMIT, ROLLBACK) or frame.code == f.ROLLED_BACK:
             command.deferred.errback(TransactionRolledBack(frame.code, frame.detail))
         else:
@@ -197,6 +209,22 @@ class CommandStream:
         for command, offset, start, n in runs:
             command.deferred.answered(offset, msg_ids[start:start + n] if n < len(msg_ids)
                                       else msg_ids)
+        self._answered()
+
+    def recovered(self, frame: f.Recovered) -> None:
+        """
+        Version 7: the router's answer to a Recover, the xids of the
+        prepared transactions.
+        """
+        if not self._check_id(frame.command_id, "Recovered"):
+            return
+        command = self.log.answered(frame.command_id)
+        if command is not None:
+            if command.kind != RECOVER:
+                self._connection.broken(f"Recovered for command {frame.command_id}, which is "
+                                        "not a Recover")
+                return
+            command.deferred.callback([Xid(*xid) for xid in frame.xids])
         self._answered()
 
     def processed(self, frame: f.Processed) -> None:

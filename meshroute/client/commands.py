@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred
 
+from meshroute.client.two_phase import BY_XID, ENDING
 from meshroute.wire.client_frames import SendBatch
 from meshroute.wire.codec import encode, encode_items
 
@@ -41,8 +42,10 @@ ROLLBACK = "rollback"
 
 SEND_BATCH_TYPE = SendBatch.TYPE
 
-#: The commands the router answers one by one with Confirm or Error.
-ANSWERED = frozenset({SEND, SEND_BATCH, SUBSCRIBE, UNSUBSCRIBE, COMMIT, ROLLBACK})
+#: The commands the router answers one by one with Confirm or Error (a
+#: Recover with Recovered).
+ANSWERED = frozenset({SEND, SEND_BATCH, SUBSCRIBE, UNSUBSCRIBE, COMMIT, ROLLBACK,
+                      *ENDING, *BY_XID})
 
 
 class SendDeferred(Deferred):
@@ -194,10 +197,16 @@ class Transaction:
         router holds (or will hold) its work.
     @ivar rollback_only: why it can only roll back ("" while it can
         commit): the session its work was held in was lost.
+    @ivar xid: its xid, when C{tpc_begin} began it (a two-phase
+        transaction), else None.
+    @ivar prepared: the router confirmed its C{Prepare}: it is durable
+        there, decided by a commit or rollback of its xid.
     """
 
     begun: bool = False
     rollback_only: str = ""
+    xid: tuple | None = None
+    prepared: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -205,8 +214,9 @@ class Command:
     """
     One command of the session, before and after it is written.
 
-    @ivar kind: C{send}, C{subscribe}, C{unsubscribe}, C{ack}, C{credit} or
-        C{close}.
+    @ivar kind: C{send}, C{subscribe}, C{unsubscribe}, C{ack}, C{credit},
+        C{close}, or a transaction's (C{begin}, C{commit}, C{rollback},
+        and two-phase commit's, L{meshroute.client.two_phase}).
     @ivar frame_type: its frame class ...
     @ivar args: ... and the frame's fields after the command id (dropped
         once written: the replay buffer keeps the bytes).

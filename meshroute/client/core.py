@@ -23,12 +23,22 @@ from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.logger import Logger
 
 from meshroute.client.command_stream import CommandStream
-from meshroute.client.commands import ACK, CLOSE, CREDIT, SUBSCRIBE, UNSUBSCRIBE, Command
+from meshroute.client.commands import (
+    ACK,
+    CLOSE,
+    COMMIT,
+    CREDIT,
+    ROLLBACK,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    Command,
+)
 from meshroute.client.deliveries import Deliveries, is_resubscription
 from meshroute.client.ending import Ending
 from meshroute.client.errors import CLOSED as CLOSED_CODE
 from meshroute.client.errors import (
     NOT_TRANSACTED,
+    UNSUPPORTED,
     ClientError,
     SessionError,
     UnblockedError,
@@ -40,7 +50,8 @@ from meshroute.client.router_protocol import RouterProtocol
 from meshroute.client.send_batching import SendBatcher
 from meshroute.client.session_machine import ClientMachine, EndOfTurn
 from meshroute.client.subscriptions import ReceivedMessage
-from meshroute.client.transactions import Transactions
+from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK, Transactions
+from meshroute.client.two_phase import PREPARE, RECOVER, Xid
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import client_frames as f
 
@@ -249,31 +260,96 @@ class ClientCore:
         self.deliveries.subscribe(queue, on_message, prefetch, max_messages, d)
         return d
 
-    def request_end_of_transaction(self, commit: bool) -> Deferred:
+    def request_end_of_transaction(self, ending: str, xid: Xid | None = None) -> Deferred:
         """
-        C{commit()} or C{rollback()}: this turn's acknowledgements join
-        the transaction, then it ends, both as machine inputs, so that they
-        are taken in order after the sends the application made before,
-        even from a callback the session fires while handling a frame (a
-        delivery): those sends' inputs are still to be taken then.
+        C{commit()}, C{rollback()}, C{tpc_prepare()}, C{tpc_commit(xid)}
+        or C{tpc_rollback(xid)} (C{ending}, one of L{ENDINGS}): this
+        turn's acknowledgements join the transaction, then it ends, both
+        as machine inputs, so that they are taken in order after the sends
+        the application made before, even from a callback the session
+        fires while handling a frame (a delivery): those sends' inputs are
+        still to be taken then.
         """
         if not self.finished:
             self.transactions.take_acks()
         d = Deferred()
-        self.machine.transaction_ended(commit, d)
+        self.machine.transaction_ended(ending, d, xid)
         return d
 
-    def end_transaction(self, commit: bool, d: Deferred) -> None:
+    def end_transaction(self, ending: str, d: Deferred, xid: Xid | None) -> None:
         """
-        The machine's C{transaction_ended}: end the current transaction
-        (L{Transactions.end}), unless there is none to end.
+        The machine's C{transaction_ended}: end a transaction
+        (L{Transactions.end}), unless there is none to end.  Deciding a
+        transaction by its xid needs no transacted client (a transaction
+        manager's recovery may use any); two-phase commit needs a router
+        of version 7.
         """
-        if not self.options.transacted:
+        if not self.options.transacted and (xid is None or ending not in (TPC_COMMIT,
+                                                                           TPC_ROLLBACK)):
             d.errback(ClientError(NOT_TRANSACTED, "the client was not made with transacted=True"))
         elif self.finished:
             d.errback(self.unusable())
+        elif ending in (COMMIT, ROLLBACK) or self._speaks_tpc(d):
+            self.transactions.end(ending, d, xid)
         else:
-            self.transactions.end(commit, d)
+            current = self.transactions.current.xid
+            if current is not None and (ending == PREPARE or xid in (None, current)):
+                # A router that cannot prepare or commit it by its xid:
+                # it is rolled back (d failed with why).
+                self.transactions.end(TPC_ROLLBACK, Deferred().addErrback(lambda _: None),
+                                      current)
+
+    def tpc_begin(self, xid: Xid) -> None:
+        """
+        L{meshroute.client.Client.tpc_begin}: the sends and
+        acknowledgements made before it in this turn join the transaction
+        they belong to first, so that it finds that transaction with work.
+
+        @raise ClientError: C{not-transacted}, C{unsupported} (a router
+            older than version 7), or the session is over.
+        @raise TransactionStateError: see L{Transactions.tpc_begin}.
+        """
+        if not self.options.transacted:
+            raise ClientError(NOT_TRANSACTED, "the client was not made with transacted=True")
+        if self.finished:
+            raise self.unusable()
+        refusal = self._tpc_refusal()
+        if refusal is not None:
+            raise refusal
+        self.sends.release()
+        self.transactions.take_acks()
+        self.transactions.tpc_begin(xid)
+
+    def tpc_recover(self) -> Deferred:
+        """
+        L{meshroute.client.Client.tpc_recover}.
+        """
+        d = Deferred()
+        if self._speaks_tpc(d):
+            self.machine.submit(Command(RECOVER, f.Recover, (), d))
+        return d
+
+    def _speaks_tpc(self, d: Deferred) -> bool:
+        """
+        Whether two-phase commit may be asked of the router; if not, C{d}
+        fails with why.
+        """
+        refusal = self._tpc_refusal()
+        if refusal is not None:
+            d.errback(refusal)
+        return refusal is None
+
+    def _tpc_refusal(self) -> ClientError | None:
+        """
+        Why two-phase commit cannot be asked of the router now (its
+        version is known and older than 7), if it cannot.
+        """
+        version = self.connection.version
+        if 0 < version < f.TPC_VERSION:
+            return ClientError(UNSUPPORTED, f"the router speaks client protocol version "
+                                            f"{version}; two-phase commit needs version "
+                                            f"{f.TPC_VERSION}")
+        return None
 
     def refuse(self, command: Command) -> None:
         """

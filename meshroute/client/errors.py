@@ -28,6 +28,15 @@ NOT_TRANSACTED = "not-transacted"
 #: The router serves an older epoch than the client has seen from its pair:
 #: a stale instance, which the client refused.
 STALE_EPOCH = "stale-epoch"
+#: A two-phase commit call that does not fit the client's transaction
+#: state (PEP 249's ProgrammingError): C{tpc_begin()} inside a transaction
+#: or while a prepared one awaits C{tpc_commit()}/C{tpc_rollback()}, a
+#: send meanwhile, C{tpc_prepare()} without C{tpc_begin()}, C{commit()}
+#: inside a two-phase transaction.
+TRANSACTION_STATE = "transaction-state"
+#: XA's XA_RETRY: a commit or rollback by xid was in progress when its
+#: session was lost: call it again (L{TransactionRetry}).
+RETRY = "retry"
 
 
 class ClientError(MeshrouteError):
@@ -36,7 +45,8 @@ class ClientError(MeshrouteError):
 
     @ivar code: a stable code: one of the router's (docs/client-protocol.md)
         or C{connection-lost}, C{timeout}, C{closed}, C{unblocked},
-        C{too-large}, C{not-transacted}, C{stale-epoch}.
+        C{too-large}, C{not-transacted}, C{stale-epoch},
+        C{transaction-state}, C{retry}.
     @ivar detail: human-readable explanation.
     """
 
@@ -96,4 +106,50 @@ class TransactionOutcomeUnknown(UnblockedError):
     resumed: whether the router committed it is unknown.  Retrying the
     transaction with the same duplicate ids on its sends applies it
     exactly once.
+    """
+
+
+class TransactionRetry(TransactionOutcomeUnknown):
+    """
+    XA's XA_RETRY (the JBoss EAP HA chapter's rule for a commit unblocked
+    by failover): a C{tpc_commit} or C{tpc_rollback} was in progress when
+    its session was lost, so whether the router carried it out is
+    unknown, and the transaction manager must call it again, by xid, once
+    the client is connected (to the instance that took over, say): a
+    prepared transaction not yet decided is decided then, exactly once;
+    one committed already is answered as committed
+    (docs/client-protocol.md, "Two-phase commit").  Code C{retry}.
+    """
+
+    def __init__(self, detail: str = "") -> None:
+        ClientError.__init__(self, RETRY, detail)
+
+
+class TransactionStateError(ClientError):
+    """
+    A two-phase commit call, or a send, that the client's transaction
+    state does not allow (PEP 249's ProgrammingError): nothing was sent.
+    Code C{transaction-state}.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(TRANSACTION_STATE, detail)
+
+
+class UnknownTransaction(ClientError):
+    """
+    The router holds no prepared transaction of that xid, and committed
+    none within its duplicate-id window (XA's XAER_NOTA; code
+    C{unknown-xid}): it was never prepared there, or it was rolled back.
+    """
+
+
+class HeuristicOutcome(ClientError):
+    """
+    The router could not carry out the outcome asked for, in full (XA's
+    heuristic outcomes), and says which it was: code C{heuristic-mixed}
+    (carried out, but some of the messages the transaction acknowledged
+    were no longer held), or C{heuristic-commit} (a rollback of a
+    transaction that was committed).  The router logged it and wrote a
+    C{transaction.heuristic} event.
     """

@@ -38,6 +38,7 @@ _INPUT_FOR_FRAME = {
     f.Challenge: "got_challenge",
     f.Authenticated: "got_authenticated",
     f.Expired: "got_expired",
+    f.Recovered: "got_recovered",
 }
 
 

@@ -65,8 +65,8 @@ connection as a protocol error).  Reading the table top to bottom::
       disconnected                                                          Close if connected
     closing, closed,      submit                      (same)                the call fails (SessionError)
       disconnected
-    every state           transaction_ended           (same)                commit/rollback, in order after the
-                                                                            sends before it
+    every state           transaction_ended           (same)                commit/rollback (two-phase ones too),
+                                                                            in order after the sends before it
 
 Every failure of an established connection (closed, silent past
 C{client-failure-check-period}, broken by a protocol error, refused by the
@@ -160,6 +160,9 @@ class ClientInputs(Protocol):
     def got_expired(self, frame: f.Expired) -> None:
         "A message we sent asking to be told expired before it was delivered (version 6)."
 
+    def got_recovered(self, frame: f.Recovered) -> None:
+        "The router answered a Recover with the prepared transactions (version 7)."
+
     def connection_failed(self, why: ClientError) -> None:
         """
         The connection in use failed: silent for the failure check period,
@@ -182,12 +185,15 @@ class ClientInputs(Protocol):
     def submit(self, command: Command) -> None:
         "The application (or the client itself) issues a command."
 
-    def transaction_ended(self, commit: bool, deferred: Deferred) -> None:
+    def transaction_ended(self, ending: str, deferred: Deferred, xid) -> None:
         """
-        The application commits or rolls back; C{deferred} fires with the
-        outcome.  An input like C{submit}, so that it is taken after the
-        sends the application made before it, also from a callback the
-        session fires while it handles a frame.
+        The application commits, rolls back, prepares, or decides a
+        two-phase transaction (C{ending}, of
+        L{meshroute.client.transactions.ENDINGS}; C{xid} the one it
+        named, or None); C{deferred} fires with the outcome.  An input
+        like C{submit}, so that it is taken after the sends the
+        application made before it, also from a callback the session
+        fires while it handles a frame.
         """
 
     def ping_requested(self, deferred: Deferred) -> None:
@@ -264,6 +270,7 @@ def transitions(core) -> dict:
     on(_OPEN, "got_processed", None, commands.processed)
     on(_OPEN, "got_pong", None, connection.pong_received)
     on(_OPEN, "got_expired", None, core.expired)
+    on(_OPEN, "got_recovered", None, commands.recovered)
     on(_OPEN, "got_refusal", None, connection.router_closing)
     on(_OPEN, "got_not_active", None, connection.router_closing)
     on(_OPEN, "ping_requested", None, connection.ping)
@@ -452,6 +459,9 @@ class ClientMachine:
     def got_expired(self, frame: f.Expired) -> None:
         self._fire("got_expired", frame)
 
+    def got_recovered(self, frame: f.Recovered) -> None:
+        self._fire("got_recovered", frame)
+
     def connection_failed(self, why: ClientError) -> None:
         self._fire("connection_failed", why)
 
@@ -474,9 +484,9 @@ class ClientMachine:
             self._release_sends()
         self._fire("submit", command)
 
-    def transaction_ended(self, commit: bool, deferred: Deferred) -> None:
+    def transaction_ended(self, ending: str, deferred: Deferred, xid=None) -> None:
         self._release_sends()
-        self._fire("transaction_ended", commit, deferred)
+        self._fire("transaction_ended", ending, deferred, xid)
 
     def ping_requested(self, deferred: Deferred) -> None:
         self._fire("ping_requested", deferred)

@@ -69,6 +69,10 @@ from meshroute.events.names import (
     SESSION_OPENED,
     SESSION_REATTACHED,
     SESSION_RECREATED,
+    TRANSACTION_COMMITTED,
+    TRANSACTION_HEURISTIC,
+    TRANSACTION_PREPARED,
+    TRANSACTION_ROLLED_BACK,
 )
 from meshroute.events.reading import EventFollower, read_events
 from meshroute.events.settings import RetainBytes, RotationSettings
@@ -83,6 +87,7 @@ __all__ = [
     "MESSAGE_FORWARDED", "OPEN_SUFFIX", "ROUTER_STARTED", "ROUTER_STOPPED",
     "SECURITY_AUTHENTICATED", "SECURITY_DENIED", "SESSION_CLOSED", "SESSION_DISCONNECTED",
     "SESSION_EXPIRED", "SESSION_OPENED", "SESSION_REATTACHED", "SESSION_RECREATED",
-    "EventFollower", "EventLog", "RetainBytes", "RotationSettings", "event_files",
+    "TRANSACTION_COMMITTED", "TRANSACTION_HEURISTIC", "TRANSACTION_PREPARED",
+    "TRANSACTION_ROLLED_BACK", "EventFollower", "EventLog", "RetainBytes", "RotationSettings", "event_files",
     "events_dir", "file_name", "read_events",
 ]

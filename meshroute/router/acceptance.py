@@ -11,10 +11,13 @@ send with a duplicate id is stored with that id in one transaction, and a
 repeat of it is answered with the first message's id, even when the
 mesh's state would refuse it now (it is the retry of one accepted before,
 whose answer a lost connection swallowed).  A transaction's sends and
-acknowledged queue entries are one store call: all of it or none.
+acknowledged queue entries are one store call: all of it or none; a
+prepared (two-phase) transaction's sends are checked when it is
+prepared and accepted, without refusal, when it is committed.
 """
 
 from collections import defaultdict
+from operator import itemgetter
 
 from twisted.internet.defer import Deferred, DeferredList, fail, gatherResults, succeed
 from twisted.python.failure import Failure
@@ -279,23 +282,46 @@ class Acceptance:
                           expiry_headers(headers, expires_ms, notify), 0, persistent,
                           accepted_at)
 
-    def commit(self, sends, entry_ids) -> Deferred:
+    def commit(self, sends, entry_ids, xid: tuple | None = None,
+               user: str | None = None) -> Deferred:
         """
         Carry out a client transaction: accept every message of C{sends}
         (C{(address, body, headers, persistent, duplicate_id)} tuples, or
         with C{expires_ms, notify_expiry[, sender]} after them, each as
         L{submit} would) and delete the queue entries C{entry_ids}, in
         one store call, so that all of it or none of it is done.  A send
-        that L{submit} would refuse refuses the whole transaction, unless
-        its duplicate id was accepted before (the transaction is a retry of
-        one that was applied, whose answer a failure swallowed): as with
-        L{submit}, that send is answered with the first message's id,
-        whatever the mesh's state now.
+        that L{submit} would refuse refuses the whole transaction
+        (L{check}).  With an C{xid} (a two-phase transaction committed in
+        one phase, by C{user}) the store records it as committed in the
+        same call.
 
         @return: Deferred firing with the message id of each send (the
             first message's for a duplicate id) once durable; failing
-            with L{AddressError}, L{UnknownRouter}, L{BacklogFull} or the
+            with L{AddressError}, L{UnknownRouter}, L{BacklogFull},
+            L{DuplicateXid<meshroute.store.prepared.DuplicateXid>} or the
             store's error, nothing done.
+        """
+        def store_call(stored) -> Deferred:
+            return self._store.commit(stored, entry_ids, xid, user).addCallback(
+                lambda outcomes: (outcomes,))
+
+        d = self.check(sends)
+        d.addCallback(lambda _: self._commit(sends, store_call))
+        d.addCallback(itemgetter(0))
+        return d
+
+    def check(self, sends) -> Deferred:
+        """
+        Whether a transaction's C{sends} (as L{commit} takes them) may be
+        accepted: a send that L{submit} would refuse refuses them all,
+        unless its duplicate id was accepted before (the transaction is a
+        retry of one that was applied, whose answer a failure swallowed):
+        as with L{submit}, that send is answered with the first message's
+        id, whatever the mesh's state now.
+
+        @return: Deferred firing with None when they may; failing with
+            L{AddressError}, L{UnknownRouter}, L{BacklogFull} (or the
+            store's error) when not.
         """
         refused = []
         try:
@@ -309,7 +335,7 @@ class Acceptance:
         except MeshrouteError as e:
             return fail(e)
         if not refused:
-            return self._commit(sends, entry_ids)
+            return succeed(None)
         d = gatherResults([self._store.duplicate_of(duplicate_id)
                            for _refusal, duplicate_id in refused], consumeErrors=True)
 
@@ -317,12 +343,38 @@ class Acceptance:
             for (refusal, _duplicate_id), original in zip(refused, originals):
                 if original is None:
                     return Failure(refusal)
-            return self._commit(sends, entry_ids)
+            return None
 
         d.addCallbacks(decided, lambda failure: failure.value.subFailure)
         return d
 
-    def _commit(self, sends, entry_ids) -> Deferred:
+    def commit_prepared(self, prepared_id: int, xid: tuple, user: str | None,
+                        sends) -> Deferred:
+        """
+        Commit the prepared transaction C{prepared_id} (of C{xid}, by
+        C{user}): accept its C{sends} (as L{commit} takes them), with no
+        refusal (its prepare checked them, and promised), delete the
+        entries it locked, and record C{xid} committed, in one store call.
+
+        @return: Deferred firing, once durable, with C{(msg_ids, consumed,
+            missing)}: the message id of each send as L{commit} gives
+            them, and the store's C{consumed} entries and C{missing}
+            count (L{meshroute.store.sqlite.SQLiteStore.commit_prepared});
+            failing with the store's error, nothing done.
+        """
+        return self._commit(sends, lambda stored: self._store.commit_prepared(
+            prepared_id, xid, user, stored))
+
+    def _commit(self, sends, store_call) -> Deferred:
+        """
+        Make the messages of a transaction's C{sends} and hand those to
+        store (C{(message, duplicate_id)} pairs) to C{store_call}, whose
+        Deferred fires with a tuple: the store's outcome of each, then
+        what else the store answered.
+
+        @return: Deferred firing with that tuple, the outcomes turned into
+            the sends' message ids.
+        """
         messages: list[tuple[Message, str]] = []
         for address, body, headers, persistent, duplicate_id, *expiry in sends:
             # A queue address has one destination.
@@ -335,7 +387,7 @@ class Acceptance:
             messages.append((message, duplicate_id))
         stored = [(m, duplicate_id) for m, duplicate_id in messages
                   if m.persistent or duplicate_id]
-        d = self._store.commit(stored, entry_ids)
+        d = store_call(stored)
         d.addBoth(self._committed, messages)
         self._forwarding.pump_ahead({m.dest_router for m, _ in stored if m.persistent})
         return d
@@ -345,10 +397,11 @@ class Acceptance:
             if message.persistent and message.dest_router != self._name:
                 self._accepting[message.dest_router] -= 1
 
-    def _committed(self, outcomes, messages: list) -> list:
-        if isinstance(outcomes, Failure):
+    def _committed(self, result, messages: list) -> tuple:
+        if isinstance(result, Failure):
             self._not_accepting(messages)
-            return outcomes
+            return result
+        outcomes, *rest = result
         outcomes = iter(outcomes)
         msg_ids = []
         for message, duplicate_id in messages:
@@ -357,7 +410,7 @@ class Acceptance:
                 msg_ids.append(self._accepted_once(original, message, duplicate_id))
             else:
                 msg_ids.append(self._accepted_transient_once(original, message, duplicate_id))
-        return msg_ids
+        return (msg_ids, *rest)
 
     def _refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
         """

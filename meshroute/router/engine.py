@@ -47,6 +47,8 @@ The engine is made of parts, each a module of this package with one job:
     ---------------------------------  ------------------------------------------
     acceptance.Acceptance              clients' sends and transactions: refusals,
                                        duplicate ids, durable before answered
+    prepared.PreparedTransactions      clients' two-phase transactions: prepared,
+                                       decided by xid, after any restart
     destinations.Destinations          routing decisions: an address's
                                        destinations, where an arrival goes
     forwarding.Forwarding              the links' channels, routes flooded,
@@ -60,7 +62,7 @@ The engine is made of parts, each a module of this package with one job:
 
 L{MessageEngine} builds them, wires them to each other, and is the one
 face the rest of the router sees: the client sessions (C{submit},
-C{submit_many}, C{commit}, C{queues}), the links
+C{submit_many}, C{commit}, C{prepared}, C{queues}), the links
 (L{IChannelEngine<meshroute.interfaces.IChannelEngine>}), the router's
 service (C{start}, C{stop}) and the admin views.  Its methods are its
 parts' own, bound here, so that a caller needs to know one object and a
@@ -82,6 +84,7 @@ from meshroute.router.destinations import Destinations
 from meshroute.router.expired import ExpiredMessages
 from meshroute.router.forwarding import Forwarding
 from meshroute.router.message_events import MessageEvents
+from meshroute.router.prepared import PreparedTransactions
 from meshroute.router.queues import QueueManager
 from meshroute.router.system_messages import SystemMessages
 from meshroute.router.transient import TransientPath
@@ -157,6 +160,9 @@ class MessageEngine:
                                  self.message_events, self.expired_messages, self.dead_lettered,
                                  self.system, self.transient)
         self.expiry_notices = self.expired_messages.sessions
+        #: Clients' prepared (two-phase) transactions.
+        self.prepared = PreparedTransactions(store, self.acceptance, self.queues, event_log,
+                                             clock)
 
         # Clients' sends and transactions.
         self.submit = self.acceptance.submit

@@ -53,12 +53,15 @@ Delivery rules:
    queue, flagged redelivered: they are delivered again (never left in
    flight).
  - B{Acknowledgement in a transaction.}  L{QueueManager.transaction}
-   makes a L{TransactionAcks}: the deliveries it holds are taken from
-   their consumers (a cancel no longer gives them back) and kept in the
-   store until the transaction ends: L{TransactionAcks.committed} once
-   their deletion is durable (C{message.consumed}), or
-   L{TransactionAcks.rolled_back}: back at the front of their queues,
-   flagged redelivered.
+   makes a L{TransactionAcks<meshroute.router.transaction_acks.TransactionAcks>}:
+   the deliveries it holds are taken from their consumers (a cancel no
+   longer gives them back) and kept in the store until the transaction
+   ends: committed once their deletion is durable (C{message.consumed}),
+   or rolled back: back at the front of their queues, flagged
+   redelivered.  A transaction prepared (two-phase) locks its persistent
+   ones in the store instead of memory, until a commit deletes them
+   (L{QueueManager.consumed_entries}) or a rollback puts them back
+   (L{QueueManager.returned_entries}), after any restart.
  - B{Cancel.}  L{Subscription.cancel} (an unsubscribe, or the session
    going away) puts unacknowledged deliveries back at the front of the
    queue, and they are delivered again with C{redelivered=True} (a
@@ -78,12 +81,14 @@ Delivery rules:
    (L{meshroute.expiry}), and so does one a session held back and finds
    expired (L{Subscription.expire}).
 
-One piece, on purpose: L{QueueManager}, its consumers (L{Subscription})
-and the deliveries a transaction holds (L{TransactionAcks}) change one
-queue's state together, under one dispatch loop that must not nest, so
-they stay in one module, at about 800 lines; what is separable is apart:
-a queue's state (L{meshroute.router.queue_state}) and its read-ahead from
-the store (L{meshroute.router.read_ahead}).
+One piece, on purpose: L{QueueManager} and its consumers
+(L{Subscription}) change one queue's state together, under one dispatch
+loop that must not nest, so they stay in one module, at about 800 lines;
+what is separable is apart: a queue's state
+(L{meshroute.router.queue_state}), its read-ahead from the store
+(L{meshroute.router.read_ahead}) and the deliveries a transaction holds
+(L{meshroute.router.transaction_acks}), which change it only through the
+manager's methods.
 """
 
 import itertools
@@ -101,6 +106,7 @@ from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, Message
 from meshroute.router.queue_rates import QueueRates
 from meshroute.router.queue_state import Delivery, DeliveryBatch, QueueItem, QueueState
 from meshroute.router.read_ahead import ReadAhead
+from meshroute.router.transaction_acks import TransactionAcks
 
 log = Logger()
 
@@ -336,62 +342,6 @@ class Subscription:
         return True
 
 
-class TransactionAcks:
-    """
-    The deliveries acknowledged inside one client transaction, until it
-    ends.  Each queue they come from counts them as a deletion in flight,
-    so it does not release (and later re-read) entries they hold.
-    """
-
-    def __init__(self, manager: "QueueManager") -> None:
-        self._manager = manager
-        self._held: dict[QueueState, list[tuple[Delivery, QueueItem]]] = {}
-
-    def add(self, subscription: Subscription, delivery_ids) -> None:
-        """
-        Take these deliveries from C{subscription} into the transaction.
-        Ids it does not hold unacknowledged are ignored.
-        """
-        taken = subscription._take(delivery_ids)
-        if not taken:
-            return
-        queue = subscription._queue
-        held = self._held.get(queue)
-        if held is None:
-            queue.acking += 1
-            held = self._held[queue] = []
-        held.extend(taken)
-
-    def entry_ids(self) -> list[int]:
-        """
-        The store entries to delete when the transaction commits.
-        """
-        return [delivery.entry_id for held in self._held.values() for delivery, _ in held
-                if delivery.entry_id is not None]
-
-    def committed(self) -> None:
-        """
-        The deletions are durable: the messages are consumed.
-        """
-        manager, held_by_queue, self._held = self._manager, self._held, {}
-        for queue, held in held_by_queue.items():
-            queue.acking -= 1
-            queue.transient_held -= sum(1 for delivery, _ in held if delivery.entry_id is None)
-            manager._consumed([delivery for delivery, _ in held])
-            manager._settle(queue)
-
-    def rolled_back(self) -> None:
-        """
-        The transaction is discarded: its deliveries go back to the front
-        of their queues, flagged redelivered.
-        """
-        manager, held_by_queue, self._held = self._manager, self._held, {}
-        for queue, held in held_by_queue.items():
-            queue.acking -= 1
-            manager._return(queue, held)
-            manager._settle(queue)
-
-
 class QueueManager:
     """
     The local queues of one router and their consumers.
@@ -580,6 +530,35 @@ class QueueManager:
         A new, empty set of deliveries acknowledged in a transaction.
         """
         return TransactionAcks(self)
+
+    def consumed_entries(self, entries) -> None:
+        """
+        A prepared transaction's commit deleted the entries it had locked,
+        C{(entry_id, message, redelivered)}: they are consumed.
+        """
+        self._consumed_messages((message.dest_queue, message, redelivered)
+                                for _, message, redelivered in entries)
+
+    def returned_entries(self, entries) -> None:
+        """
+        A prepared transaction's rollback put the entries it had locked,
+        C{(entry_id, message)}, back into their queues, flagged
+        redelivered.  Those a queue's reads went past (every read now
+        runs after the rollback) come first, as entries cancelled
+        consumers gave back do; its reads find the others.
+        """
+        by_queue: dict[str, list] = {}
+        for entry_id, message in sorted(entries, key=lambda entry: entry[0]):
+            by_queue.setdefault(message.dest_queue, []).append((entry_id, message))
+        for queue, returned in by_queue.items():
+            state = self._queues.get(queue)
+            if state is None:
+                continue  # nothing of it in memory: its first read finds them
+            self._put_back(state, [QueueItem(entry_id, message, True, next(state.seq))
+                                   for entry_id, message in returned
+                                   if entry_id <= state.last_fetched])
+            self.notify(queue)
+            self._settle(state)
 
     # -- what the admin API shows ---------------------------------------------
 
@@ -813,10 +792,15 @@ class QueueManager:
             del self._queues[state.name]
 
     def _consumed(self, deliveries: list[Delivery]) -> None:
-        for delivery in deliveries:
-            self.rates.left(delivery.queue)
-        self._events.emit_many(
-            event_names.MESSAGE_CONSUMED, _CONSUMED_FIELDS,
-            [(d.message.msg_id, d.queue, d.message.origin, d.message.accepted_at,
-              d.message.persistent, d.redelivered) for d in deliveries],
-        )
+        self._consumed_messages((d.queue, d.message, d.redelivered) for d in deliveries)
+
+    def _consumed_messages(self, consumed) -> None:
+        """
+        C{message.consumed} for each C{(queue, message, redelivered)}.
+        """
+        records = []
+        for queue, message, redelivered in consumed:
+            self.rates.left(queue)
+            records.append((message.msg_id, queue, message.origin, message.accepted_at,
+                            message.persistent, redelivered))
+        self._events.emit_many(event_names.MESSAGE_CONSUMED, _CONSUMED_FIELDS, records)

@@ -52,6 +52,10 @@ _SESSION_INPUT = {
     f.Rollback: "got_rollback",
     f.SendBatch: "got_send_batch",
     f.AckThrough: "got_ack_through",
+    f.Prepare: "got_prepare",
+    f.CommitXid: "got_commit_xid",
+    f.RollbackXid: "got_rollback_xid",
+    f.Recover: "got_recover",
 }
 
 

@@ -59,6 +59,8 @@ that hold what the session holds, each within its bounds:
    its client (C{keep-alive}), and what a resume re-sends.
  - L{meshroute.sessions.transaction}: the transaction (protocol version
    2), a machine of its own, which holds Sends and Acks until the commit.
+ - L{meshroute.sessions.two_phase}: the transactions it prepared
+   (version 7), and its commands naming a transaction by its xid.
 """
 
 import uuid
@@ -81,6 +83,7 @@ from meshroute.sessions.transaction import (
     TransactionCore,
     TransactionInputs,
 )
+from meshroute.sessions.two_phase import TwoPhase
 from meshroute.wire import client_frames as f
 
 log = Logger()
@@ -135,6 +138,18 @@ class ServedSessionInputs(Protocol):
 
     def got_rollback(self, frame: f.Rollback) -> None:
         "The client rolls its transaction back."
+
+    def got_prepare(self, frame: f.Prepare) -> None:
+        "The client prepares its transaction for two-phase commit (version 7)."
+
+    def got_commit_xid(self, frame: f.CommitXid) -> None:
+        "The client commits a transaction by its xid (version 7)."
+
+    def got_rollback_xid(self, frame: f.RollbackXid) -> None:
+        "The client rolls a prepared transaction back by its xid (version 7)."
+
+    def got_recover(self, frame: f.Recover) -> None:
+        "The client asks which transactions are prepared (version 7)."
 
     def got_received(self, frame: f.Received) -> None:
         "The client reports the answers and deliveries it holds."
@@ -222,6 +237,27 @@ def _build_served_session_machine():
     @open_.upon(ServedSessionInputs.got_rollback).loop()
     def rollback(inputs: ServedSessionInputs, core: ServedSession, frame: f.Rollback) -> None:
         core.transact(frame, "rollback")
+
+    @open_.upon(ServedSessionInputs.got_prepare).loop()
+    def prepare(inputs: ServedSessionInputs, core: ServedSession, frame: f.Prepare) -> None:
+        core.transact(frame, "prepare", f.TPC_VERSION)
+
+    @open_.upon(ServedSessionInputs.got_commit_xid).loop()
+    def commit_xid(inputs: ServedSessionInputs, core: ServedSession,
+                   frame: f.CommitXid) -> None:
+        if frame.one_phase:
+            core.transact(frame, "commit", f.TPC_VERSION)
+        else:
+            core.by_xid(frame, core.two_phase.commit)
+
+    @open_.upon(ServedSessionInputs.got_rollback_xid).loop()
+    def rollback_xid(inputs: ServedSessionInputs, core: ServedSession,
+                     frame: f.RollbackXid) -> None:
+        core.by_xid(frame, core.two_phase.rollback)
+
+    @open_.upon(ServedSessionInputs.got_recover).loop()
+    def recover(inputs: ServedSessionInputs, core: ServedSession, frame: f.Recover) -> None:
+        core.by_xid(frame, core.two_phase.recover)
 
     # -- closing --------------------------------------------------------------
 
@@ -327,6 +363,8 @@ class ServedSession:
     @ivar transaction: its transaction's machine (its inputs), over
         C{transaction_core} (L{TransactionCore}: whether it holds, and
         what).
+    @ivar two_phase: the transactions it prepared, and its commands by
+        xid (L{TwoPhase}).
     """
 
     engine: object
@@ -353,6 +391,7 @@ class ServedSession:
     batches: DeliverBatches = field(init=False, repr=False)
     transaction_core: TransactionCore = field(init=False, repr=False)
     transaction: TransactionInputs = field(init=False, repr=False)
+    two_phase: TwoPhase = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.answers = Answers(self)
@@ -363,6 +402,7 @@ class ServedSession:
         self.batches = DeliverBatches(self)
         self.transaction_core = TransactionCore(self)
         self.transaction = TRANSACTION_MACHINE(self.transaction_core)
+        self.two_phase = TwoPhase(self)
 
     # -- output ---------------------------------------------------------------
 
@@ -481,14 +521,15 @@ class ServedSession:
         if self.answers.accept(frame):
             self.deliveries.unsubscribe(frame)
 
-    def transact(self, frame, what: str) -> None:
+    def transact(self, frame, what: str, version: int = f.TRANSACTIONS_VERSION) -> None:
         """
-        Feed a Begin, Commit or Rollback (C{what}: the transaction
-        machine's input) to the transaction.  On a version-1 connection,
-        or where the transaction's state has no place for it, it is a
-        connection-level C{bad-command}.
+        Feed a Begin, Commit, Rollback, Prepare or one-phase CommitXid
+        (C{what}: the transaction machine's input) to the transaction.  On
+        a connection older than C{version}, or where the transaction's
+        state has no place for it, it is a connection-level
+        C{bad-command}.
         """
-        if not (self._speaks(f.TRANSACTIONS_VERSION, frame) and self.answers.accept(frame)):
+        if not (self._speaks(version, frame) and self.answers.accept(frame)):
             return
         try:
             getattr(self.transaction, what)(frame)
@@ -496,6 +537,15 @@ class ServedSession:
             where = "inside" if isinstance(frame, f.Begin) else "outside"
             self.connection.machine.protocol_error(
                 f.BAD_COMMAND, f"{type(frame).__name__} {where} a transaction")
+
+    def by_xid(self, frame, carry_out) -> None:
+        """
+        A command naming a transaction by its xid, or a Recover (version
+        7): C{carry_out(frame)} (a method of L{TwoPhase}) when it is the
+        next command.
+        """
+        if self._speaks(f.TPC_VERSION, frame) and self.answers.accept(frame):
+            carry_out(frame)
 
     def _speaks(self, version: int, frame) -> bool:
         """
@@ -582,7 +632,8 @@ class ServedSession:
         """
         if (self.state == CLOSING and self.connection is not None and self.machine is not None
                 and not self.sends.in_progress and not self.deliveries.acks_in_progress
-                and not self.transaction_core.commits_in_progress):
+                and not self.transaction_core.commits_in_progress
+                and not self.two_phase.in_progress):
             self.machine.drained()
 
     def closed(self) -> None:
@@ -613,6 +664,7 @@ class ServedSession:
         self.batches.drop()
         self.sends.detached()
         self.transaction.end()
+        self.two_phase.detach()
         self.deliveries.cancel_all()
         self.registry.remove(self)
         self.answers.held.clear()

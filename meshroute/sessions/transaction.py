@@ -3,7 +3,7 @@ The router's side of a client transaction (protocol version 2,
 docs/client-protocol.md "Transactions"), as a small Automat machine that
 each session owns beside its own:
 
-    idle ── begin ──▶ holding ── commit / rollback / end ──▶ idle
+    idle ── begin ──▶ holding ── commit / rollback / prepare / end ──▶ idle
 
  - C{idle}: no transaction: the session carries out Sends and Acks at
    once, as in version 1, without handing them to this machine (it
@@ -15,7 +15,15 @@ each session owns beside its own:
    session ending), which discards the Sends and gives the acknowledged
    deliveries back to their queues, flagged redelivered.
 
-A C{Begin} while holding, or a C{Commit} or C{Rollback} while idle, has
+Two-phase commit (protocol version 7): C{Prepare} hands the held Sends
+and Acks to the router's prepared transactions, durably, under an xid
+(L{meshroute.sessions.two_phase}, which answers the held Sends once the
+transaction is decided, by this session or another); the machine is
+idle again at once, and the next transaction may begin.  A one-phase
+C{CommitXid} is a C{Commit} that records its xid as committed.
+
+A C{Begin} while holding, or a C{Commit}, C{Rollback}, C{Prepare} or
+one-phase C{CommitXid} while idle, has
 no transition (C{NoTransition}): the session turns it into a
 connection-level C{bad-command}, as for any command out of place.
 
@@ -67,11 +75,14 @@ class TransactionInputs(Protocol):
     def ack(self, frame: f.Ack) -> None:
         "The client is done with some deliveries."
 
-    def commit(self, frame: f.Commit) -> None:
-        "The client commits the transaction."
+    def commit(self, frame: f.Commit | f.CommitXid) -> None:
+        "The client commits the transaction (a one-phase CommitXid too)."
 
     def rollback(self, frame: f.Rollback) -> None:
         "The client rolls the transaction back."
+
+    def prepare(self, frame: f.Prepare) -> None:
+        "The client prepares the transaction for two-phase commit (version 7)."
 
     def end(self) -> None:
         "The session ends (Close, expired, failed): nobody can commit any more."
@@ -87,7 +98,7 @@ class TransactionCore:
         deliveries acknowledged.
     @ivar sends: the Send frames held, in order.
     @ivar acks: the deliveries acknowledged, taken from their consumers
-        (a L{meshroute.router.queues.TransactionAcks}).
+        (a L{meshroute.router.transaction_acks.TransactionAcks}).
     @ivar size: the bytes of the held Sends (L{held_size}).
     @ivar refused: why the transaction can only roll back ("" while it can
         commit).
@@ -148,26 +159,26 @@ class TransactionCore:
             self.acks.add(deliveries.subscriptions[number], delivery_ids)
         session.answers.done(frame.command_id)
 
-    def commit(self, frame: f.Commit) -> None:
+    def commit(self, frame: f.Commit | f.CommitXid) -> None:
         """
-        Carry out every held Send and Ack in one store call; answer the
+        Carry out every held Send and Ack in one store call (a one-phase
+        CommitXid's with its xid recorded as committed); answer the
         Sends, then the Commit, once it is durable.
         """
         sends, acks = self._take()
         session, command_id = self.session, frame.command_id
-        if self.refused:
-            self._discard(sends, acks, self.refused)
-            session.answers.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
+        if self._rolled_back_instead(command_id, sends, acks):
             return
         self.commits_in_progress += 1
-        d = maybeDeferred(
-            session.engine.commit,
-            [(s.address, s.body, s.headers, s.persistent, s.duplicate_id,
-              expires_at(session.clock, s.ttl_ms), s.notify_expiry, session.notice_id)
-             if s.ttl_ms else (s.address, s.body, s.headers, s.persistent, s.duplicate_id)
-             for s in sends],
-            acks.entry_ids(),
-        )
+        items = [(s.address, s.body, s.headers, s.persistent, s.duplicate_id,
+                  expires_at(session.clock, s.ttl_ms), s.notify_expiry, session.notice_id)
+                 if s.ttl_ms else (s.address, s.body, s.headers, s.persistent, s.duplicate_id)
+                 for s in sends]
+        if isinstance(frame, f.CommitXid):
+            d = maybeDeferred(session.engine.prepared.commit_one_phase, frame.xid, session.user,
+                              items, acks.entry_ids())
+        else:
+            d = maybeDeferred(session.engine.commit, items, acks.entry_ids())
         d.addCallbacks(self._committed, self._commit_failed, (command_id, sends, acks), None,
                        (command_id, sends, acks))
 
@@ -180,7 +191,7 @@ class TransactionCore:
         self._commit_done()
 
     def _commit_failed(self, failure, command_id: int, sends: list, acks) -> None:
-        self._discard(sends, acks, f"the commit failed: {failure.getErrorMessage()}")
+        self.discard(sends, acks, f"the commit failed: {failure.getErrorMessage()}")
         self.session.answers.refuse(command_id, failure, "commit")
         self._commit_done()
 
@@ -188,16 +199,37 @@ class TransactionCore:
         self.commits_in_progress -= 1
         self.session.check_drained()
 
+    def prepare(self, frame: f.Prepare) -> None:
+        """
+        Hand every held Send and Ack to the router's prepared
+        transactions (L{meshroute.sessions.two_phase.TwoPhase.prepare});
+        a transaction that can only roll back is rolled back instead.
+        """
+        sends, acks = self._take()
+        if not self._rolled_back_instead(frame.command_id, sends, acks):
+            self.session.two_phase.prepare(frame, sends, acks)
+
+    def _rolled_back_instead(self, command_id: int, sends: list, acks) -> bool:
+        """
+        Whether the transaction can only roll back: it is then rolled back,
+        and its end (command C{command_id}) answered C{rolled-back}.
+        """
+        if not self.refused:
+            return False
+        self.discard(sends, acks, self.refused)
+        self.session.answers.answer(command_id, f.Error(command_id, f.ROLLED_BACK, self.refused))
+        return True
+
     def rollback(self, frame: f.Rollback) -> None:
         sends, acks = self._take()
-        self._discard(sends, acks, "the client rolled the transaction back")
+        self.discard(sends, acks, "the client rolled the transaction back")
         self.session.answers.answer(frame.command_id, f.Confirm(frame.command_id, ""))
 
     def abandon(self) -> None:
         sends, acks = self._take()
-        self._discard(sends, acks, "the session ended before the commit")
+        self.discard(sends, acks, "the session ended before the commit")
 
-    def _discard(self, sends: list, acks, why: str) -> None:
+    def discard(self, sends: list, acks, why: str) -> None:
         """
         Nothing of the transaction is done: its Sends are answered
         C{rolled-back}, its deliveries go back to their queues.
@@ -233,6 +265,10 @@ def _build_transaction_machine():
     @holding.upon(TransactionInputs.rollback).to(idle)
     def rollback(inputs: TransactionInputs, core: TransactionCore, frame: f.Rollback) -> None:
         core.rollback(frame)
+
+    @holding.upon(TransactionInputs.prepare).to(idle)
+    def prepare(inputs: TransactionInputs, core: TransactionCore, frame: f.Prepare) -> None:
+        core.prepare(frame)
 
     @holding.upon(TransactionInputs.end).to(idle)
     def end(inputs: TransactionInputs, core: TransactionCore) -> None:

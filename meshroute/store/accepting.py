@@ -115,7 +115,7 @@ def accept_once(connection, message: Message, duplicate_id: str, local: bool, no
     return None
 
 
-def _accept_each(connection, calls: list, now: float, cutoff: float) -> list:
+def accept_each(connection, calls: list, now: float, cutoff: float) -> list:
     """
     Accept C{(message, duplicate_id, local)} calls one by one, in order;
     the outcome of each (None, or the original's C{msg_id}).
@@ -143,7 +143,7 @@ def accept_many(connection, calls: list, now: float, cutoff: float) -> list:
     grouping keeps each destination's order.
     """
     if any(call[1] for call in calls):
-        return _accept_each(connection, calls, now, cutoff)
+        return accept_each(connection, calls, now, cutoff)
     local = [(message, now) for message, _, is_local in calls if is_local]
     backlog = [(message,) for message, _, is_local in calls if not is_local]
     try:
@@ -167,7 +167,7 @@ def commit(connection, calls: list, entry_ids: str, now: float, cutoff: float):
     executor runs it in a savepoint, so anything raised undoes all of it.
     Returns the outcome of each call and C{{queue: entries deleted}}.
     """
-    return _accept_each(connection, calls, now, cutoff), consume(connection, entry_ids)
+    return accept_each(connection, calls, now, cutoff), consume(connection, entry_ids)
 
 
 @atomic

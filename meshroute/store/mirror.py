@@ -2,8 +2,8 @@
 What the store's synchronous accessors answer, kept in memory.
 
 L{meshroute.store.sqlite.SQLiteStore.last_received}, C{peer_store_id},
-C{backlog_depths}, C{queue_depths}, C{outbox_peers} and
-C{outbox_depths} are served from a L{StoreMirror}: loaded at the store's
+C{backlog_depths}, C{queue_depths}, C{outbox_peers}, C{outbox_depths}
+and C{prepared_count} are served from a L{StoreMirror}: loaded at the store's
 open and updated only on the reactor thread, by a callback the store
 adds to each write's Deferred before returning it.  So they change
 exactly when the Deferred fires (after the commit), in submission order,
@@ -16,9 +16,9 @@ from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message
 class StoreMirror:
     """
     The last sequence received from each peer and the store id of each
-    peer, and the number of messages in each place: the backlog per
+    peer, the number of messages in each place: the backlog per
     destination router, each local queue, each peer's outbox per
-    destination router.
+    destination router; and the number of prepared transactions.
 
     Each update is a Deferred callback taking the store function's result
     and returning what the store's caller gets.
@@ -26,12 +26,13 @@ class StoreMirror:
 
     def __init__(self, received: dict | None = None, peer_stores: dict | None = None,
                  backlog: dict | None = None, queues: dict | None = None,
-                 outboxes: dict | None = None) -> None:
+                 outboxes: dict | None = None, prepared: int = 0) -> None:
         self._received: dict[str, int] = received or {}
         self._peer_stores: dict[str, str] = peer_stores or {}
         self._backlog: dict[str, int] = backlog or {}
         self._queues: dict[str, int] = queues or {}
         self._outboxes: dict[str, dict[str, int]] = outboxes or {}
+        self._prepared = prepared
 
     @classmethod
     def read(cls, connection) -> "StoreMirror":
@@ -66,6 +67,7 @@ class StoreMirror:
                 )
             ),
             outboxes=outboxes,
+            prepared=execute("SELECT count(*) FROM prepared_transactions").fetchone()[0],
         )
 
     # The accessors.
@@ -87,6 +89,9 @@ class StoreMirror:
 
     def outbox_depths(self) -> dict[str, dict[str, int]]:
         return {peer: dict(outbox) for peer, outbox in self._outboxes.items()}
+
+    def prepared_count(self) -> int:
+        return self._prepared
 
     # The updates, as writes commit.
 
@@ -127,6 +132,33 @@ class StoreMirror:
         self.accepted(outcomes, calls)
         _add_counts(consumed, self._queues, -1)
         return outcomes
+
+    def prepared(self, locked: dict) -> None:
+        """
+        A transaction was prepared: C{locked[queue]} entries left each
+        queue, locked to it.
+        """
+        self._prepared += 1
+        _add_counts(locked, self._queues, -1)
+
+    def committed_prepared(self, result: tuple, calls: list) -> tuple:
+        """
+        A prepared transaction accepted C{calls} (the entries it deleted
+        had left their queues when it was prepared).
+        """
+        self._prepared -= 1
+        self.accepted(result[0], calls)
+        return result
+
+    def rolled_back(self, result: tuple) -> tuple:
+        """
+        A prepared transaction was rolled back: the entries it had locked
+        are back in their queues.
+        """
+        self._prepared -= 1
+        for _, message in result[0]:
+            _count(self._queues, message.dest_queue, 1)
+        return result
 
     def consumed(self, by_queue: dict) -> int:
         """

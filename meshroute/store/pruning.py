@@ -3,19 +3,21 @@ Forgetting expired duplicate-detection ids: at the store's open, and in
 chunks on a timer while the router runs.
 
 The store keeps the id of every message enqueued (C{enqueued_ids}, for
-C{dedup_window_s}) and the duplicate id of every client send that carried
-one (C{duplicate_ids}, for the C{duplicate-id-window}).  Without pruning
+C{dedup_window_s}), the duplicate id of every client send that carried
+one (C{duplicate_ids}, for the C{duplicate-id-window}) and the xid of
+every two-phase transaction committed (C{committed_xids}, for the same
+window: L{meshroute.store.prepared}).  Without pruning
 while it runs, a router's disk grows with every message for as long as it
 runs, and the next restart deletes all of it in one transaction.
 
 So every L{PRUNE_INTERVAL_S} the L{IdPruner} asks the store to forget the
-expired ids of both tables, at most C{chunk} rows per table per store call
+expired ids of the tables, at most C{chunk} rows per table per store call
 (one short transaction each).  While a call deleted a whole chunk there is
 probably more: the next chunk follows after L{CHUNK_PAUSE_S}, so other
 writes get the writer in between, until a call finds less than a chunk.
 The store prunes one chunk of each table when it opens, too.
 
-Both tables' rows are in insertion order, so a prune deletes a prefix
+The tables' rows are in insertion order, so a prune deletes a prefix
 (the rows before the first one recorded within the window) and costs
 only what it deletes.
 """
@@ -43,12 +45,9 @@ _PRUNE_DUPLICATES = (
     "(SELECT id FROM duplicate_ids WHERE at >= ? ORDER BY id LIMIT 1), "
     "(SELECT max(id) + 1 FROM duplicate_ids)) ORDER BY id LIMIT ?)"
 )
-# The same for enqueued ids.
-_PRUNE_ENQUEUED = (
-    "DELETE FROM enqueued_ids WHERE id IN (SELECT id FROM enqueued_ids WHERE id < coalesce("
-    "(SELECT id FROM enqueued_ids WHERE at >= ? ORDER BY id LIMIT 1), "
-    "(SELECT max(id) + 1 FROM enqueued_ids)) ORDER BY id LIMIT ?)"
-)
+# The same for enqueued ids, and for committed xids.
+_PRUNE_ENQUEUED = _PRUNE_DUPLICATES.replace("duplicate_ids", "enqueued_ids")
+_PRUNE_COMMITTED_XIDS = _PRUNE_DUPLICATES.replace("duplicate_ids", "committed_xids")
 
 
 # Run by the store's executor.
@@ -59,9 +58,14 @@ def prune_enqueued_ids(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE_ENQUEUED, (cutoff, limit)).rowcount
 
 
-@atomic
 def prune_duplicate_ids(connection, cutoff: float, limit: int) -> int:
-    return connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount
+    """
+    Forget the duplicate ids and the committed xids recorded before
+    C{cutoff}, at most C{limit} of each; return the larger count (a full
+    chunk of either means more may wait).
+    """
+    return max(connection.execute(_PRUNE_DUPLICATES, (cutoff, limit)).rowcount,
+               connection.execute(_PRUNE_COMMITTED_XIDS, (cutoff, limit)).rowcount)
 
 
 def prune_one_chunk(connection, cutoff: float, duplicates_cutoff: float) -> None:
@@ -70,6 +74,7 @@ def prune_one_chunk(connection, cutoff: float, duplicates_cutoff: float) -> None
     """
     connection.execute(_PRUNE_ENQUEUED, (cutoff, PRUNE_CHUNK))
     connection.execute(_PRUNE_DUPLICATES, (duplicates_cutoff, PRUNE_CHUNK))
+    connection.execute(_PRUNE_COMMITTED_XIDS, (duplicates_cutoff, PRUNE_CHUNK))
 
 
 # While the router runs.

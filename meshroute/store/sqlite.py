@@ -8,6 +8,8 @@ commits:
 
   - L{meshroute.store.accepting}: clients' sends, duplicate ids, client
     transactions;
+  - L{meshroute.store.prepared}: prepared (two-phase) client
+    transactions, and the xids committed;
   - L{meshroute.store.inbox}: transfers received from peers;
   - L{meshroute.store.outbox}: messages given to peers, until
     acknowledged;
@@ -83,6 +85,10 @@ message can spend in the mesh.
 
 C{duplicate_ids} (schema version 2) records the duplicate id of every
 client send that carried one (L{meshroute.store.accepting});
+C{prepared_transactions}, C{prepared_sends}, C{prepared_acks} and
+C{committed_xids} (schema version 11) the two-phase transactions
+(L{meshroute.store.prepared}), whose acknowledged entries wait in
+C{messages} in state C{'prepared'} until they are decided;
 C{known_routers} (schema version 7) every router name this router has
 heard of, C{peer_epochs} (schema version 6) the highest HA epoch seen per
 peer (L{meshroute.store.router_records}); C{ha_voter_records} (schema
@@ -101,7 +107,7 @@ from zope.interface import implementer
 
 from meshroute.interfaces import IMessageStore
 from meshroute.messages import Message
-from meshroute.store import accepting, inbox, outbox, pruning, queue_entries, set_aside
+from meshroute.store import accepting, inbox, outbox, prepared, pruning, queue_entries, set_aside
 from meshroute.store.database import SYNC_MODES, claim, connect, upgrade_schema
 from meshroute.store.mirror import StoreMirror
 from meshroute.store.router_records import RouterRecords
@@ -283,26 +289,118 @@ class SQLiteStore(RouterRecords):
         d.addCallback(self._mirror.accepted, calls)
         return d
 
-    def commit(self, sends, entry_ids):
+    def commit(self, sends, entry_ids, xid: tuple | None = None, user: str | None = None):
         """
         A client transaction, all or nothing: accept every message of
         C{sends} (C{(message, duplicate_id)} pairs, C{""} for none) as
         L{accept} or L{accept_once} would, and delete the queue entries
         C{entry_ids} (ids not in any queue are ignored), in one transaction.
 
+        @param xid: a two-phase transaction's xid, committed in one phase
+            (by C{user}): recorded as committed in the same transaction,
+            unless it is prepared or committed already.
         @return: Deferred firing, once durable, with one item per send:
             None when accepted, or the C{msg_id} of the message first
             accepted with its duplicate id (that send changed nothing);
             failing (nothing changed) with
-            L{meshroute.store.DuplicateMessage} as C{accept} does, or with
-            the database's error.
+            L{meshroute.store.DuplicateMessage} as C{accept} does,
+            L{meshroute.store.prepared.DuplicateXid} for an C{xid} taken,
+            or with the database's error.
         """
         calls = self._sends(sends)
         now = self._now()
-        d = self._submit(accepting.commit, calls, json.dumps(list(entry_ids)), now,
-                         now - self.duplicate_id_window_s)
+        cutoff = now - self.duplicate_id_window_s
+        if xid is None:
+            d = self._submit(accepting.commit, calls, json.dumps(list(entry_ids)), now, cutoff)
+        else:
+            d = self._submit(prepared.commit_one_phase, tuple(xid), user, calls,
+                             json.dumps(list(entry_ids)), now, cutoff)
         d.addCallback(self._mirror.committed, calls)
         return d
+
+    # Prepared (two-phase) transactions (meshroute.store.prepared).
+
+    def prepare(self, xid: tuple, user: str | None, client_id: str, sends, entry_ids):
+        """
+        Prepare a client transaction as C{xid}, durably: its C{sends}, each
+        C{(address, body, headers, persistent, duplicate_id, ttl_ms,
+        notify_expiry, sender)} as the client sent it (none is accepted
+        yet), and the queue entries C{entry_ids} it acknowledged, which
+        leave their queues, locked to it (ids not in any queue are
+        ignored), in one transaction.
+
+        @return: Deferred firing with None once durable; failing (nothing
+            changed) with L{meshroute.store.prepared.DuplicateXid} when
+            C{xid} is prepared, or was committed within the duplicate-id
+            window.
+        """
+        now = self._now()
+        d = self._submit(prepared.prepare, tuple(xid), user, client_id, now, list(sends),
+                         json.dumps(list(entry_ids)), now - self.duplicate_id_window_s)
+        d.addCallback(self._mirror.prepared)
+        return d
+
+    def prepared_count(self) -> int:
+        """
+        Synchronous: how many transactions are prepared and not yet
+        committed or rolled back (in doubt).
+        """
+        return self._mirror.prepared_count()
+
+    def find_xid(self, xid: tuple):
+        """
+        Fires with what the store knows of C{xid}:
+        C{("prepared", id, user)}, C{("committed", None, user)} (within the
+        duplicate-id window), or None.
+        """
+        return self._submit(prepared.find, tuple(xid), self._now() - self.duplicate_id_window_s)
+
+    def prepared_sends(self, prepared_id: int):
+        """
+        Fires with the sends of prepared transaction C{prepared_id} (the
+        id L{find_xid} gives), in order, as L{prepare} was given them.
+        """
+        return self._submit(prepared.sends_of, prepared_id)
+
+    def commit_prepared(self, prepared_id: int, xid: tuple, user: str | None, sends):
+        """
+        Commit prepared transaction C{prepared_id} (of C{xid}, by C{user}),
+        all or nothing: accept C{sends} (its sends as messages,
+        C{(message, duplicate_id)} pairs) as L{commit} does, delete the
+        entries it locked, forget it and record C{xid} as committed.
+
+        @return: Deferred firing, once durable, with C{(outcomes,
+            consumed, missing)}: one item per send as L{commit} gives
+            them; C{(entry_id, message, redelivered)} of each entry
+            deleted; how many entries it had locked were gone.  Failing
+            (nothing changed: it stays prepared) as L{commit} does.
+        """
+        calls = self._sends(sends)
+        now = self._now()
+        d = self._submit(prepared.commit_prepared, prepared_id, tuple(xid), user, calls, now,
+                         now - self.duplicate_id_window_s)
+        d.addCallback(self._mirror.committed_prepared, calls)
+        return d
+
+    def rollback_prepared(self, prepared_id: int):
+        """
+        Roll prepared transaction C{prepared_id} back: the entries it locked
+        go back to their queues, flagged redelivered, and it is forgotten.
+
+        @return: Deferred firing, once durable, with C{(returned,
+            missing)}: C{(entry_id, message)} of each entry put back; how
+            many it had locked were gone.
+        """
+        d = self._submit(prepared.rollback_prepared, prepared_id)
+        d.addCallback(self._mirror.rolled_back)
+        return d
+
+    def recover(self, user: str | None):
+        """
+        Fires with the xids of the transactions prepared by C{user} (None:
+        by anyone), oldest first, each C{[format_id, global_id, branch]}.
+        """
+        return self._submit(prepared.recover, user)
 
     def _sends(self, sends) -> list:
         """
@@ -492,9 +590,9 @@ class SQLiteStore(RouterRecords):
 
     def prune_duplicate_ids(self, limit: int | None = None):
         """
-        Forget the duplicate ids recorded more than C{duplicate_id_window_s}
-        ago, the oldest first, at most C{limit} of them (default: all).
-        Fires with the number forgotten.
+        Forget the duplicate ids and the committed xids recorded more than
+        C{duplicate_id_window_s} ago, the oldest first, at most C{limit}
+        of each (default: all).  Fires with the larger number forgotten.
         """
         return self._submit(pruning.prune_duplicate_ids,
                             self._now() - self.duplicate_id_window_s,
@@ -505,13 +603,19 @@ def _open(connection, path: str, router: str | None, cutoff: float, duplicates_c
           prune: bool):
     """
     L{SQLiteStore.open} on the store's connection, outside any
-    transaction: the schema upgraded, the store claimed for C{router},
+    transaction: the schema upgraded (and the WAL checkpointed after
+    it), the store claimed for C{router},
     (with C{prune}) one chunk of the expired ids forgotten, and the
     mirror read, in one transaction; returns the schema version, the
     versions applied, the store's id and the mirror.
     """
     execute = connection.execute
     latest, applied = upgrade_schema(connection, path)
+    if applied:
+        # The steps wrote the schema into the WAL, a transaction each (a
+        # new store's are dozens of pages): it starts empty again, so that
+        # the executor's checkpoints keep it within its bound from here.
+        execute("PRAGMA wal_checkpoint(TRUNCATE)")
     execute("BEGIN IMMEDIATE")
     try:
         store_id = claim(connection, path, router)

@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, versions 1 to 6.
+The frames of the native client protocol, versions 1 to 7.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -47,6 +47,16 @@ message's expiry when it accepts it, and C{notify_expiry}, which asks for
 an L{Expired} notice if the message expires before it is delivered.
 Both are left off the wire while they hold their defaults, so a version-6
 client's Send without them is a version-1 Send.
+
+Version 7 adds two-phase commit (the names of Python's DB-API
+two-phase-commit extension, PEP 249): L{Prepare} makes the session's
+transaction durable under a transaction id (an I{xid}: a format id, a
+global transaction id and a branch qualifier), to be decided later, by
+this session or any other; L{CommitXid} commits one (or, with
+C{one_phase}, the session's current transaction, recording its xid as
+committed), L{RollbackXid} rolls one back, and L{Recover} asks for the
+prepared ones (answered by L{Recovered}).  They are defined in
+L{meshroute.wire.two_phase_frames} and are this module's too.
 """
 
 from dataclasses import dataclass
@@ -61,8 +71,20 @@ from meshroute.wire.codec import (
 )
 from meshroute.wire.frameset import FrameSet
 
+# Version 7's frames, a module of their own, are frames of this protocol.
+from meshroute.wire.two_phase_frames import (  # noqa: F401 (re-exported)
+    MAX_FORMAT_ID,
+    MAX_XID_PART,
+    CommitXid,
+    Prepare,
+    Recover,
+    Recovered,
+    RollbackXid,
+    xid_problem,
+)
+
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
 #: The first version whose Opened tells the pair's topology
@@ -76,6 +98,10 @@ BATCH_VERSION = 4
 AUTH_VERSION = 5
 #: The first version with message expiry (L{Send.ttl_ms}, L{Expired}).
 EXPIRY_VERSION = 6
+#: The first version with two-phase commit (L{Prepare}, L{CommitXid},
+#: L{RollbackXid}, L{Recover}, L{Recovered}).
+TPC_VERSION = 7
+
 
 #: The SASL mechanism of a TLS client certificate the router verified
 #: (offered in L{Mechanisms}; the certificate's subject CN is the user).
@@ -140,6 +166,22 @@ NOT_ALLOWED = "not-allowed"
 #: The user was removed from the router's users file, or (a certificate
 #: user) from every permission, by a reload (connection-level).
 USER_REMOVED = "user-removed"
+#: The router holds no prepared transaction of that xid, and committed
+#: none within its duplicate-id window (XA's XAER_NOTA): a transaction
+#: never prepared, or rolled back (version 7).
+UNKNOWN_XID = "unknown-xid"
+#: A Prepare, or a one-phase CommitXid, names an xid the router holds
+#: prepared or committed within its duplicate-id window (XA's
+#: XAER_DUPID): nothing of the transaction was done (version 7).
+DUPLICATE_XID = "duplicate-xid"
+#: The outcome asked for was carried out for part of the transaction
+#: only: some messages it acknowledged were no longer held where it left
+#: them (XA's XA_HEURMIX); the router logged it and wrote a
+#: C{transaction.heuristic} event (version 7).
+HEURISTIC_MIXED = "heuristic-mixed"
+#: A RollbackXid names a transaction the router committed (XA's
+#: XA_HEURCOM): nothing was rolled back (version 7).
+HEURISTIC_COMMIT = "heuristic-commit"
 
 
 def _check_int_list(name: str, values: list) -> None:
@@ -655,8 +697,9 @@ CLIENT_FRAMES = FrameSet(
     (Open, Opened, OpenedWithTopology, Send, Confirm, Error, Subscribe, Unsubscribe, Credit,
      Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback,
      SendBatch, Confirmed, DeliverBatch, AckThrough, Mechanisms, Authenticate, Challenge,
-     AuthResponse, Authenticated, Expired),
+     AuthResponse, Authenticated, Expired, Prepare, CommitXid, RollbackXid, Recover, Recovered),
 )
+
 
 #: The frames only a connection of L{BATCH_VERSION} or later may carry.
 BATCH_FRAMES = (SendBatch, Confirmed, DeliverBatch, AckThrough)
@@ -666,12 +709,13 @@ BATCH_FRAMES = (SendBatch, Confirmed, DeliverBatch, AckThrough)
 FROM_CLIENT = FrameSet(
     "client-to-router",
     (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received,
-     Begin, Commit, Rollback, SendBatch, AckThrough, Authenticate, AuthResponse),
+     Begin, Commit, Rollback, SendBatch, AckThrough, Authenticate, AuthResponse,
+     Prepare, CommitXid, RollbackXid, Recover),
 )
 
 #: What a client's decoder accepts: the frames a router may send.
 FROM_ROUTER = FrameSet(
     "router-to-client",
     (Opened, OpenedWithTopology, Confirm, Error, Deliver, Ping, Pong, Closed, Processed,
-     Confirmed, DeliverBatch, Mechanisms, Challenge, Authenticated, Expired),
+     Confirmed, DeliverBatch, Mechanisms, Challenge, Authenticated, Expired, Recovered),
 )

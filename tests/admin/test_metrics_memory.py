@@ -110,6 +110,30 @@ def test_message_counters_equal_the_messages_sent(mesh):
         "duplicates_refused": 0}
 
 
+def test_two_phase_transactions_are_counted_and_those_in_doubt_shown(mesh, observe_errors):
+    """
+    Three transactions prepared on B: one committed, one rolled back, one
+    left in doubt; a rollback of the committed one is a heuristic outcome.
+    """
+    _, b = pair(mesh)
+    prepared = b.engine.prepared
+    for n in range(3):
+        prepared.prepare((1, f"g-{n}", ""), None, "tm", [], b.engine.queues.transaction(),
+                         lambda msg_ids: None)
+    mesh.run(1)
+    assert value(scrape(b), "meshroute_prepared_transactions") == 3
+    prepared.commit((1, "g-0", ""), None)
+    prepared.rollback((1, "g-1", ""), None)
+    prepared.rollback((1, "g-0", ""), None).addErrback(lambda failure: None)
+    mesh.run(1)
+    samples = scrape(b)
+    assert value(samples, "meshroute_prepared_transactions") == 1
+    assert {name: value(samples, f"meshroute_transactions_{name}_total")
+            for name in ("prepared", "committed", "rolled_back", "heuristic")} == {
+        "prepared": 3, "committed": 1, "rolled_back": 1, "heuristic": 1}
+    assert observe_errors.take(lambda e: "heuristic" in e.get("log_format", ""))
+
+
 def test_link_counters_count_what_crossed_the_link(mesh):
     """
     What A's link sent, B's received, message for message and byte for

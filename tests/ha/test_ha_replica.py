@@ -29,6 +29,7 @@ from meshroute.store import (
     ThreadedExecutor,
 )
 from meshroute.store.changes import ChangeBatch
+from meshroute.store.prepared import DuplicateXid
 from support.replicated_stores import message, rows
 from support.store_testing import ROUTER
 
@@ -51,7 +52,7 @@ def refused(failure: Failure) -> None:
     """
     A store call refused as it may be: an outcome like any other.
     """
-    failure.trap(DuplicateMessage, MissingTransfer)
+    failure.trap(DuplicateMessage, DuplicateXid, MissingTransfer)
 
 
 class Primary:
@@ -138,9 +139,30 @@ class Primary:
             d.addCallback(lambda _: self.store.open())
         elif kind == "voter":
             d = store.save_voter_record(op[1], VoterRecord(op[2], "x/primary"), 3000)
+        elif kind == "prepare":
+            # A two-phase transaction: its send and the entries it locks.
+            d = store.fetch("q", 0, op[2])
+            d.addCallback(lambda entries: store.prepare(
+                (1, f"g{op[1]}", ""), None, "tm", [("q", b"x", {}, True, "", 0, False, "")],
+                [e for e, _, _ in entries]))
+        elif kind == "decide":
+            d = store.find_xid((1, f"g{op[1]}", ""))
+            d.addCallback(self.decide, op[1], op[2], op[3])
         else:
             raise AssertionError(op)
         return d.addErrback(refused)
+
+    def decide(self, found, xid: int, commit: bool, n: int) -> defer.Deferred | None:
+        """
+        Commit (accepting message C{n}) or roll back prepared transaction
+        C{xid}, if it is prepared.
+        """
+        if found is None or found[0] != "prepared":
+            return None
+        if commit:
+            return self.store.commit_prepared(found[1], (1, f"g{xid}", ""), None,
+                                              [(message(n, True), "")])
+        return self.store.rollback_prepared(found[1])
 
 
 n = st.integers(0, 12)
@@ -165,6 +187,8 @@ operations = st.one_of(
               st.booleans()),
     st.tuples(st.just("voter"), st.sampled_from(["g1", "g2"]), st.integers(1, 5)),
     st.tuples(st.just("restart"), st.sampled_from([0, 200])),
+    st.tuples(st.just("prepare"), st.integers(0, 2), st.integers(0, 3)),
+    st.tuples(st.just("decide"), st.integers(0, 2), st.booleans(), n),
 )
 
 
@@ -186,6 +210,9 @@ def replica_from(directory: str, snapshot_path: str, shipped: list) -> Replica:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(ops=[("accept", 1, True), ("accept_once", 1, True, 0), ("commit", [2, 1], 0),
               ("accept", 3, False), ("restart", 200), ("accept", 4, True)], snapshot_at=3)
+@example(ops=[("accept", 1, True), ("accept", 2, True), ("prepare", 0, 1), ("prepare", 1, 1),
+              ("decide", 0, True, 5), ("decide", 1, False, 6), ("prepare", 0, 2)],
+         snapshot_at=3)
 @given(ops=st.lists(operations, max_size=40), snapshot_at=st.integers(0, 40))
 def test_a_replica_holds_the_primarys_rows_at_its_position(ops, snapshot_at):
     with tempfile.TemporaryDirectory() as directory:

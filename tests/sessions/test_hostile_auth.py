@@ -38,6 +38,8 @@ EVERY_FRAME = [
     f.AckThrough(1, 1, 1), f.Authenticate(MECHANISM, b"n,,n=app,r=abc"),
     f.Authenticate("EXTERNAL", b""), f.Authenticate("PLAIN", b"\0app\0app-pw"),
     f.AuthResponse(b"c=biws,r=abc,p=AAAA"),
+    f.Prepare(1, 1, "g", "b"), f.CommitXid(1, 1, "g", "b", False), f.RollbackXid(1, 1, "g", "b"),
+    f.Recover(1),
 ]
 assert {type(frame) for frame in EVERY_FRAME} == set(f.FROM_CLIENT.classes)
 

@@ -141,7 +141,7 @@ _headers = st.dictionaries(_texts, _texts, max_size=3)
 #: command ids and subscription numbers near the valid ones, so that
 #: some sequences get far into a session.
 CLIENT_FRAME = st.one_of(
-    st.builds(f.Open, st.lists(st.integers(0, 6), max_size=3), _texts, st.just(""),
+    st.builds(f.Open, st.lists(st.integers(0, 7), max_size=3), _texts, st.just(""),
               st.integers(-2, 60000), _small_ints, _small_ints),
     st.builds(f.Send, _small_ints, st.sampled_from(["q", "q@other", "", "bad name"]), _headers,
               st.binary(max_size=20), st.booleans(), _texts),
@@ -161,6 +161,13 @@ CLIENT_FRAME = st.one_of(
               st.lists(st.tuples(st.just("q"), _headers, st.binary(max_size=5), st.booleans(),
                                  _texts).map(list), min_size=1, max_size=3)),
     st.builds(f.AckThrough, _small_ints, _small_ints, _small_ints),
+    st.builds(f.Prepare, _small_ints, st.integers(0, 2), st.sampled_from(["g", "h"]),
+              st.sampled_from(["", "b"])),
+    st.builds(f.CommitXid, _small_ints, st.integers(0, 2), st.sampled_from(["g", "h"]),
+              st.sampled_from(["", "b"]), st.booleans()),
+    st.builds(f.RollbackXid, _small_ints, st.integers(0, 2), st.sampled_from(["g", "h"]),
+              st.sampled_from(["", "b"])),
+    st.builds(f.Recover, _small_ints),
 )
 
 

@@ -111,6 +111,13 @@ SAMPLES = [
     f.AuthResponse(b"c=biws,r=abcdef,p=AAAA"),
     f.Authenticated("orders-app", b"v=AAAA"),
     f.Expired("router-a:ab:4", "orders@router-c", "router-c"),
+    f.Prepare(16, 1, "tm-1:42", "meshroute"),
+    f.CommitXid(17, 1, "tm-1:42", "meshroute", False),
+    f.CommitXid(17, 0, "g", "", True),
+    f.RollbackXid(18, 1, "tm-1:42", "meshroute"),
+    f.Recover(19),
+    f.Recovered(19, [[1, "tm-1:42", "meshroute"], [0, "g", ""]]),
+    f.Recovered(19, []),
 ]
 
 
@@ -272,9 +279,9 @@ def test_ttl_override(engine, clock):
 
 
 def test_unsupported_version(connection, factory):
-    connection.send(f.Open([7, 8], "c", "", 60000))
+    connection.send(f.Open([8, 9], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6, 7]")
     ]
     assert connection.closed
     connection.lose()

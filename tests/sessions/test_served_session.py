@@ -967,6 +967,8 @@ def test_a_version_1_store_is_upgraded(tmp_path, clock):
     connection.executescript("DROP TABLE duplicate_ids; DROP TABLE ha_voter_records; "
                              "DROP TABLE replication_state; DROP TABLE peer_epochs; "
                              "DROP TABLE known_routers; "
+                             "DROP TABLE prepared_transactions; DROP TABLE prepared_sends; "
+                             "DROP TABLE prepared_acks; DROP TABLE committed_xids; "
                              "ALTER TABLE links DROP COLUMN peer_store_id; "
                              "DROP INDEX messages_expiring; "
                              "ALTER TABLE messages DROP COLUMN expires_ms; "

@@ -16,7 +16,8 @@ from meshroute.harules.quorum import STALE_EPOCH, LogPosition, VoterRecord
 from meshroute.interfaces import IVoterRecords
 from meshroute.wire import frames
 from meshroute.router.witness import Witness
-from support.store_testing import Opener, opener  # noqa: F401 (the fixture)
+from support.store_testing import Opener, drop_prepared_transactions
+from support.store_testing import opener  # noqa: F401 (the fixture)
 
 GRANTED = VoterRecord(7, "router-b/backup", LogPosition(6, 120), LogPosition(7, 0))
 LEARNED = VoterRecord(8, "router-b/primary", LogPosition(7, 30), LogPosition(7, 30), learned=True)
@@ -55,6 +56,7 @@ async def test_the_upgrade_from_version_3_adds_the_table_and_keeps_the_data(open
         connection.execute("DROP TABLE known_routers")  # version 7
         connection.execute("DROP INDEX messages_expiring")  # version 9
         connection.execute("ALTER TABLE messages DROP COLUMN expires_ms")
+        drop_prepared_transactions(connection)  # version 11
         connection.execute("UPDATE meta SET value = 3 WHERE key = 'schema_version'")
     store = await opener.open()
     assert store.applied_versions[:2] == [4, 5]
@@ -69,9 +71,10 @@ async def test_the_upgrade_from_version_9_reads_old_records_as_granted(opener): 
     await store.close()
     with sqlite3.connect(store.path) as connection:
         connection.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")
+        drop_prepared_transactions(connection)  # version 11
         connection.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
     store = await opener.open()
-    assert store.applied_versions == [10]
+    assert store.applied_versions == [10, 11]
     assert await store.voter_records() == {"router-b": (GRANTED, 3000)}
 
 

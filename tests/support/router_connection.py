@@ -79,3 +79,18 @@ def only(frames, kind) -> list:
 
 def deliveries(frames) -> list[f.Deliver]:
     return only(frames, f.Deliver)
+
+
+def every_delivery(frames) -> list[f.Deliver]:
+    """
+    The deliveries among C{frames}, those of a version-4 connection's
+    C{DeliverBatch} frames each as the C{Deliver} it stands for.
+    """
+    found = []
+    for frame in frames:
+        if isinstance(frame, f.Deliver):
+            found.append(frame)
+        elif isinstance(frame, f.DeliverBatch):
+            found.extend(f.Deliver(item[0], frame.subscription, *item[1:])
+                         for item in frame.deliveries)
+    return found

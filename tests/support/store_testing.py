@@ -129,3 +129,14 @@ async def three_in_an_outbox(store: SQLiteStore) -> None:
     for n in range(1, 4):
         await store.accept(msg(n))
     await store.assign("peer-b", ["router-c"], 3)
+
+
+def drop_prepared_transactions(connection) -> None:
+    """
+    Undo schema version 11 (the prepared transactions' tables) on a
+    store's C{sqlite3} connection, for tests that take a store back to an
+    older version to upgrade it.
+    """
+    for table in ("prepared_transactions", "prepared_sends", "prepared_acks",
+                  "committed_xids"):
+        connection.execute(f"DROP TABLE {table}")
