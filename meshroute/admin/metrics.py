@@ -59,8 +59,7 @@ NATIVE = "native"
 HA_STATES = (role.STARTING, role.BACKUP_SYNCING, role.BACKUP_IN_SYNC, role.ACTIVE_REPLICATED,
              role.ACTIVE_ALONE, role.FENCED)
 #: The states of a shared-store instance (docs/ha.md, "Shared store").
-SHARED_STORE_STATES = tuple(state for state in shared_store.API_STATES
-                            if state not in HA_STATES)
+SHARED_STORE_STATES = shared_store.API_STATES
 
 #: The router's message counters: the event each counts, its name after
 #: C{meshroute_} (without C{_total}), and its help.

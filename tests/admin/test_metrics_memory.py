@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from meshroute import __version__
 from meshroute.admin.metrics import HA_STATES, LINK_STAGES, RouterCollector
 from meshroute.events import read_events
+from meshroute.ha.status import SharedStoreStatus
+from meshroute.harules import shared_store
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
 from meshroute.testing.memory_mesh import MemoryMesh
@@ -303,3 +305,30 @@ def test_an_ha_pair_shows_role_state_epoch_and_lag(ha_pair):
     for samples in (at_primary, at_backup):
         assert labelled(samples, "meshroute_router_info") == {
             frozenset({("router", "router-b"), ("version", __version__)}): 1}
+
+
+@pytest.mark.parametrize("state", shared_store.API_STATES)
+def test_a_shared_store_instance_has_a_state_series_for_each_of_its_states(state):
+    """
+    Whatever state a shared-store instance is in (starting included),
+    exactly its own series is 1; it has no replication figures, and says
+    whether a primary asks for the store back.
+    """
+
+    class Waiting:
+        name = "router-b"
+        router = None
+
+        def ha_status(self):
+            return SharedStoreStatus(instance="router-b/backup", role=BACKUP, state=state,
+                                     epoch=3, served_epoch=0, lock="shared-store.lock",
+                                     failback_requested=True, live=None)
+
+    samples = scrape(None, ha=Waiting())
+    states = labelled(samples, "meshroute_ha_state")
+    assert len(states) == len(shared_store.API_STATES)
+    assert {labels for labels, v in states.items() if v} == {frozenset({
+        ("ha_instance", "router-b/backup"), ("role", BACKUP), ("state", state)})}
+    assert value(samples, "meshroute_ha_failback_requested",
+                 ha_instance="router-b/backup") == 1
+    assert labelled(samples, "meshroute_ha_peer_connected") == {}
