@@ -13,6 +13,7 @@ from zope.interface.verify import verifyObject
 from meshroute.interfaces import IPeerEpochs
 from meshroute.link.epochs import PeerEpochs
 from meshroute.link.registry import LinkRegistry
+from support.store_testing import LATEST_SCHEMA, rewind_schema
 from support.store_testing import opener  # noqa: F401 (the fixture)
 
 
@@ -49,15 +50,8 @@ async def test_the_upgrade_from_version_5_adds_the_table(opener):  # noqa: F811
     store = await opener.open()
     await store.close()
     with sqlite3.connect(store.path) as connection:
-        connection.execute("DROP TABLE peer_epochs")
-        connection.execute("DROP TABLE known_routers")  # version 7
-        for column in ("replicated_epoch", "alone_epoch", "alone_instance"):
-            connection.execute(f"ALTER TABLE replication_state DROP COLUMN {column}")  # version 8
-        connection.execute("DROP INDEX messages_expiring")  # version 9
-        connection.execute("ALTER TABLE messages DROP COLUMN expires_ms")
-        connection.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")  # version 10
-        connection.execute("UPDATE meta SET value = 5 WHERE key = 'schema_version'")
+        rewind_schema(connection, 5)
     store = await opener.open()
-    assert store.applied_versions == [6, 7, 8, 9, 10]
+    assert store.applied_versions == list(range(6, LATEST_SCHEMA + 1))
     await store.save_peer_epoch("router-b", 2)
     assert await store.peer_epochs() == {"router-b": 2}

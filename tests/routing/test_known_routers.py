@@ -16,6 +16,7 @@ from zope.interface.verify import verifyObject
 from meshroute.interfaces import IKnownRouters
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import Advertisement, RouteTable
+from support.store_testing import LATEST_SCHEMA, rewind_schema
 from support.store_testing import opener  # noqa: F401 (the fixture)
 
 
@@ -35,15 +36,9 @@ async def test_the_upgrade_from_version_6_adds_the_table(opener):  # noqa: F811
     store = await opener.open()
     await store.close()
     with sqlite3.connect(store.path) as connection:
-        connection.execute("DROP TABLE known_routers")
-        for column in ("replicated_epoch", "alone_epoch", "alone_instance"):
-            connection.execute(f"ALTER TABLE replication_state DROP COLUMN {column}")  # version 8
-        connection.execute("DROP INDEX messages_expiring")  # version 9
-        connection.execute("ALTER TABLE messages DROP COLUMN expires_ms")
-        connection.execute("ALTER TABLE ha_voter_records DROP COLUMN learned")  # version 10
-        connection.execute("UPDATE meta SET value = 6 WHERE key = 'schema_version'")
+        rewind_schema(connection, 6)
     store = await opener.open()
-    assert store.applied_versions == [7, 8, 9, 10]
+    assert store.applied_versions == list(range(7, LATEST_SCHEMA + 1))
     await store.save_known_routers(["router-b"])
     assert await store.known_routers() == {"router-b"}
 

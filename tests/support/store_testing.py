@@ -131,12 +131,37 @@ async def three_in_an_outbox(store: SQLiteStore) -> None:
     await store.assign("peer-b", ["router-c"], 3)
 
 
-def drop_prepared_transactions(connection) -> None:
+#: How to undo each schema step (meshroute/store/schema/) that a test
+#: takes a store back over, newest last: what each step created goes.
+_UNDO_STEPS = {
+    4: ["DROP TABLE ha_voter_records"],
+    5: ["DROP TABLE replication_state"],
+    6: ["DROP TABLE peer_epochs"],
+    7: ["DROP TABLE known_routers"],
+    8: [f"ALTER TABLE replication_state DROP COLUMN {column}"
+        for column in ("replicated_epoch", "alone_epoch", "alone_instance")],
+    9: ["DROP INDEX messages_expiring", "ALTER TABLE messages DROP COLUMN expires_ms"],
+    10: ["ALTER TABLE ha_voter_records DROP COLUMN learned"],
+    11: [f"DROP TABLE {table}" for table in ("prepared_transactions", "prepared_sends",
+                                             "prepared_acks", "committed_xids")],
+}
+
+
+#: The newest schema step: what an upgrade from any version ends at.
+LATEST_SCHEMA = max(_UNDO_STEPS)
+
+
+def rewind_schema(connection, version: int) -> None:
     """
-    Undo schema version 11 (the prepared transactions' tables) on a
-    store's C{sqlite3} connection, for tests that take a store back to an
-    older version to upgrade it.
+    Take a store (its C{sqlite3} connection) back to schema C{version},
+    undoing every later step, newest first, for tests of an upgrade from
+    that version.
     """
-    for table in ("prepared_transactions", "prepared_sends", "prepared_acks",
-                  "committed_xids"):
-        connection.execute(f"DROP TABLE {table}")
+    (current,) = connection.execute(
+        "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if int(current) > LATEST_SCHEMA:
+        raise AssertionError(f"schema step {current} is new: say how to undo it in _UNDO_STEPS")
+    for step in range(int(current), version, -1):
+        for statement in _UNDO_STEPS[step]:
+            connection.execute(statement)
+    connection.execute(f"UPDATE meta SET value = {version} WHERE key = 'schema_version'")
