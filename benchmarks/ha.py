@@ -88,6 +88,7 @@ from meshroute.ha.feed import ReplicationServer  # noqa: E402
 from meshroute.ha.follower import ReplicationFollower  # noqa: E402
 from meshroute.ha.gate import ReplicationGate  # noqa: E402
 from meshroute.ha.listener import replication_listener  # noqa: E402
+from meshroute.ha.pairing import Pairing  # noqa: E402
 from meshroute.ha.replica import STORE_NAME, Replica  # noqa: E402
 from meshroute.ha.source import ReplicationSource  # noqa: E402
 from meshroute.harules.quorum import LogPosition  # noqa: E402
@@ -244,7 +245,7 @@ class ActiveSide:
                                     stage_valid_timeout_ms=STAGE_VALID_TIMEOUT_MS,
                                     reject_disconnect_delay_ms=0)
         factory = replication_listener(NAME, self._reactor, events, LinkRegistry(), None,
-                                       server, settings)
+                                       server, settings, Pairing(NAME, NAME))
         self.port = await serverFromString(self._reactor, "tcp:0:interface=127.0.0.1").listen(
             factory)
         return f"tcp:127.0.0.1:{self.port.getHost().port}"
@@ -284,7 +285,7 @@ async def worker_follow(reactor, data_dir: str, endpoint: str, sync: str) -> Non
     in_sync = defer.Deferred()
     context = RouterContext(name=NAME, clock=reactor,
                             events=EventLog(data_dir, NAME, reactor),
-                            registry=LinkRegistry(), engine=None)
+                            registry=LinkRegistry(), engine=None, group=NAME)
     follower = ReplicationFollower(
         context, ConnectorSettings(SECRET, NAME, STAGE_VALID_TIMEOUT_MS),
         EndpointRotation([(endpoint, clientFromString(reactor, endpoint))]),
