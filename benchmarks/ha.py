@@ -114,7 +114,7 @@ PROBE_QUEUE = "probe"
 
 
 class Options(usage.Options):
-    synopsis = "[--only PARTS] [--quick] [--messages N] [--kills N] [...]"
+    synopsis = "[--only PARTS] [--policy POLICY] [--quick] [--messages N] [--kills N] [...]"
     optParameters = [
         ["only", None, "catchup,throughput,failover", "Comma-separated parts to run."],
         ["messages", "n", None, "Catch-up: messages in the active's store (default 100000; "
@@ -139,8 +139,9 @@ class Options(usage.Options):
          "ms.", int],
         ["policy", None, "both", "Throughput and failover: the pairs' [ha] policy, "
          "replication, shared-store or both."],
-        ["steady", None, None, "Failover: seconds the pair runs settled (active-replicated, "
-         "backup in sync) before each signal (default 5; 1 with --quick).", float],
+        ["steady", None, None, "Failover: seconds the pair runs settled (one instance "
+         "serving, the other its ready backup) before each signal (default 5; 1 with "
+         "--quick).", float],
         ["probe-interval", None, 5, "Failover: the probe sends one message every this many ms.",
          int],
         ["failure-check", None, 1000, "Failover: the probe's client-failure-check-period, ms "
