@@ -48,8 +48,8 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import throughput  # noqa: E402
+from _ha_pairs import HA_CONFIG  # noqa: E402
 from _harness import print_table  # noqa: E402
-from ha import HA_CONFIG  # noqa: E402
 from throughput import (  # noqa: E402
     CONNECTOR_CONFIG,
     QUEUE,

@@ -1,7 +1,9 @@
 """
-High availability, issue 9's "Measure and report": a backup's catch-up
-speed, persistent throughput and latency with and without a backup (and
-the backup's lag), and failover times.  Three parts (--only):
+High availability, issue 9's "Measure and report" and issue 28's
+"Measure": a backup's catch-up speed, persistent throughput and latency
+with and without a backup (and the backup's lag), and failover times, of
+a replicated pair and of a shared-store pair (--policy).  Three parts
+(--only):
 
 catchup -- an *active side* runs in this process: a real store
 (L{SQLiteStore}, C{ThreadedExecutor} with a L{ReplicationGate} in mode
@@ -21,18 +23,21 @@ from the retained log; from a snapshot: the backup's data dir is empty
 store.  Time is the backup's, from starting the follower to in sync;
 each run is checked against the active's position and message count.
 
-throughput -- a pair (two C{twistd -n meshroute} instances with C{[ha]})
-and a witness router, against the same router without C{[ha]}: a
-producer and a consumer (throughput.py's workers) on the (active)
-router, as fast as confirmed and then at --rate; the active's
-C{GET /api/v1/ha} C{lag} sampled under the full load.
+throughput -- a replicated pair (two C{twistd -n meshroute} instances
+with C{[ha]}, each its own data dir) and a witness router, and a
+shared-store pair (two instances on one data dir), against the same
+router without C{[ha]}: a producer and a consumer (throughput.py's
+workers) on the (active) router, as fast as confirmed and then at
+--rate; the replicated active's C{GET /api/v1/ha} C{lag} sampled under
+the full load.
 
-failover -- a pair, a witness and a probe (C{worker-probe}: a client with
-both instances' endpoints sending every --probe-interval ms); --kills
-signals of each of --kinds to the active instance, timed to the backup's
-activation (its C{ha.state} event) and to the probe's first send
-confirmed by it, against the issue's bound; the signalled instance comes
-back and the pair settles before the next.
+failover -- a pair (and its witness) and a probe (C{worker-probe}: a
+client with both instances' endpoints sending every --probe-interval
+ms); --kills signals of each of --kinds the pair fails over on to the
+active instance, timed to the backup's activation (its C{ha.state}
+event) and to the probe's first send confirmed by it, against the
+issue's bound; the signalled instance comes back and the pair settles
+before the next (a shared-store primary takes the store back).
 
 See benchmarks/README.md.
 """
@@ -49,13 +54,22 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _ha_pairs import (  # noqa: E402
+    DATA_DIR,
+    PAIR_NAME,
+    PAIRS,
+    REPLICATION,
+    ROUTER_CONFIG,
+    SHARED_STORE,
+    NotSettled,
+    Pair,
+)
 from _harness import (  # noqa: E402
     DEADLINE_S,
     SECRET,
     Meter,
     Router,
     cpu_s,
-    free_port,
     poll,
     percentile,
     print_table,
@@ -74,6 +88,7 @@ from meshroute.ha.feed import ReplicationServer  # noqa: E402
 from meshroute.ha.follower import ReplicationFollower  # noqa: E402
 from meshroute.ha.gate import ReplicationGate  # noqa: E402
 from meshroute.ha.listener import replication_listener  # noqa: E402
+from meshroute.ha.pairing import Pairing  # noqa: E402
 from meshroute.ha.replica import STORE_NAME, Replica  # noqa: E402
 from meshroute.ha.source import ReplicationSource  # noqa: E402
 from meshroute.harules.quorum import LogPosition  # noqa: E402
@@ -87,6 +102,7 @@ from meshroute.store import SQLiteStore, ThreadedExecutor  # noqa: E402
 from meshroute.store.changes import READ_REPLICATION_STATE  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
+THROUGHPUT_SCRIPT = os.path.join(os.path.dirname(SCRIPT), "throughput.py")
 #: The router name both instances share.
 NAME = "router-ha"
 QUEUE = "q"
@@ -94,10 +110,11 @@ EPOCH = 1
 KEEPALIVE_MS = 500
 STAGE_VALID_TIMEOUT_MS = 10_000
 COUNT_MESSAGES = "SELECT count(*) FROM messages"
+PROBE_QUEUE = "probe"
 
 
 class Options(usage.Options):
-    synopsis = "[--only PARTS] [--quick] [--messages N] [--kills N] [...]"
+    synopsis = "[--only PARTS] [--policy POLICY] [--quick] [--messages N] [--kills N] [...]"
     optParameters = [
         ["only", None, "catchup,throughput,failover", "Comma-separated parts to run."],
         ["messages", "n", None, "Catch-up: messages in the active's store (default 100000; "
@@ -116,9 +133,15 @@ class Options(usage.Options):
         ["kinds", None, "KILL,STOP,TERM", "Failover: the signals, in order."],
         ["heartbeat-interval", None, 500, "The pair's [ha] heartbeat-interval, ms.", int],
         ["lease-timeout", None, 3000, "The pair's [ha] lease-timeout, ms.", int],
-        ["replica-sync", None, "full", "The pair's [ha] replica-sync: full or normal."],
-        ["steady", None, None, "Failover: seconds the pair runs settled (active-replicated, "
-         "backup in sync) before each signal (default 5; 1 with --quick).", float],
+        ["replica-sync", None, "full", "The replicated pair's [ha] replica-sync: full or "
+         "normal."],
+        ["lock-poll-interval", None, 100, "The shared-store pair's [ha] lock-poll-interval, "
+         "ms.", int],
+        ["policy", None, "both", "Throughput and failover: the pairs' [ha] policy, "
+         "replication, shared-store or both."],
+        ["steady", None, None, "Failover: seconds the pair runs settled (one instance "
+         "serving, the other its ready backup) before each signal (default 5; 1 with "
+         "--quick).", float],
         ["probe-interval", None, 5, "Failover: the probe sends one message every this many ms.",
          int],
         ["failure-check", None, 1000, "Failover: the probe's client-failure-check-period, ms "
@@ -139,7 +162,8 @@ class Options(usage.Options):
             if self[key] is None:
                 self[key] = short if quick else full
         if min(self["messages"], self["body"], self["window"], self["tp-messages"],
-               self["rate"], self["kills"], self["probe-interval"], self["failure-check"]) < 1 \
+               self["rate"], self["kills"], self["probe-interval"], self["failure-check"],
+               self["lock-poll-interval"]) < 1 \
                 or self["latency-seconds"] <= 0 or self["steady"] < 0:
             raise usage.UsageError("counts, sizes, rates and durations must be positive")
         if self["warmup"] >= self["rate"] * self["latency-seconds"]:
@@ -152,6 +176,10 @@ class Options(usage.Options):
             raise usage.UsageError(f"--kinds: kinds are {', '.join(KINDS)}")
         if self["replica-sync"] not in ("full", "normal"):
             raise usage.UsageError("--replica-sync: full or normal")
+        if self["policy"] not in (REPLICATION, SHARED_STORE, "both"):
+            raise usage.UsageError("--policy: replication, shared-store or both")
+        self["policies"] = ([REPLICATION, SHARED_STORE] if self["policy"] == "both"
+                            else [self["policy"]])
 
 
 # -- the active side ------------------------------------------------------------------
@@ -218,7 +246,7 @@ class ActiveSide:
                                     stage_valid_timeout_ms=STAGE_VALID_TIMEOUT_MS,
                                     reject_disconnect_delay_ms=0)
         factory = replication_listener(NAME, self._reactor, events, LinkRegistry(), None,
-                                       server, settings)
+                                       server, settings, Pairing(NAME, NAME))
         self.port = await serverFromString(self._reactor, "tcp:0:interface=127.0.0.1").listen(
             factory)
         return f"tcp:127.0.0.1:{self.port.getHost().port}"
@@ -258,7 +286,7 @@ async def worker_follow(reactor, data_dir: str, endpoint: str, sync: str) -> Non
     in_sync = defer.Deferred()
     context = RouterContext(name=NAME, clock=reactor,
                             events=EventLog(data_dir, NAME, reactor),
-                            registry=LinkRegistry(), engine=None)
+                            registry=LinkRegistry(), engine=None, group=NAME)
     follower = ReplicationFollower(
         context, ConnectorSettings(SECRET, NAME, STAGE_VALID_TIMEOUT_MS),
         EndpointRotation([(endpoint, clientFromString(reactor, endpoint))]),
@@ -336,126 +364,6 @@ async def bench_catch_up(reactor, options, workdir: str) -> None:
           "s: follower start -> in sync; others' CPU: processes not ours, share of one CPU.")
 
 
-# -- pairs under twistd -------------------------------------------------------------------
-
-
-THROUGHPUT_SCRIPT = os.path.join(os.path.dirname(SCRIPT), "throughput.py")
-#: The pair's router name; the witness is another router of the mesh.
-PAIR_NAME = "router-b"
-WITNESS_NAME = "router-w"
-PROBE_QUEUE = "probe"
-
-ROUTER_CONFIG = """\
-[router]
-name = "{router}"
-data-dir = "data"
-
-[clients.listener]
-endpoint = "tcp:{client_port}:interface=127.0.0.1"
-
-[store]
-sync = "full"
-
-[admin]
-endpoint = "tcp:{admin_port}:interface=127.0.0.1"
-"""
-WITNESS_CONFIG = ROUTER_CONFIG + """
-[routing.listener]
-endpoint = "tcp:{routing_port}:interface=127.0.0.1"
-password-file = "secret"
-"""
-#: An instance's [ha] sections (also compare.py's pair).
-HA_CONFIG = """
-[ha]
-role = "{role}"
-heartbeat-interval = {heartbeat}
-lease-timeout = {lease}
-replica-sync = "{replica_sync}"
-allow-failback = false
-client-endpoints = [{client_endpoints}]
-
-[ha.replication]
-listener = "tcp:{replication_port}:interface=127.0.0.1"
-peer = "tcp:127.0.0.1:{peer_replication_port}"
-password-file = "secret"
-
-[[ha.witness]]
-router = "{witness}"
-endpoint = "tcp:127.0.0.1:{witness_port}"
-"""
-INSTANCE_CONFIG = ROUTER_CONFIG + HA_CONFIG
-
-
-class NotSettled(RuntimeError):
-    """
-    The pair did not reach an active instance with its backup in sync.
-    """
-
-
-class Pair:
-    """
-    An HA pair of C{router-b} (primary and backup, each C{twistd -n
-    meshroute} with C{[ha]}) and a witness router, on free ports.
-    """
-
-    def __init__(self, reactor, workdir: str, options) -> None:
-        self._reactor = reactor
-        witness_port = free_port()
-        self.witness = Router(reactor, workdir, "witness", WITNESS_CONFIG, router=WITNESS_NAME,
-                              routing_port=witness_port)
-        self.instances = [Router(reactor, workdir, role, "") for role in ("primary", "backup")]
-        replication = [free_port(), free_port()]
-        endpoints = ", ".join(f'"{i.client_endpoint}"' for i in self.instances)
-        for i, (instance, role) in enumerate(zip(self.instances, ("primary", "backup"))):
-            instance.configure(
-                INSTANCE_CONFIG, router=PAIR_NAME, role=role,
-                heartbeat=options["heartbeat-interval"], lease=options["lease-timeout"],
-                replica_sync=options["replica-sync"], client_endpoints=endpoints,
-                replication_port=replication[i], peer_replication_port=replication[1 - i],
-                witness=WITNESS_NAME, witness_port=witness_port)
-
-    async def start(self) -> None:
-        await self.witness.start()
-        for instance in self.instances:
-            await instance.start()
-        await self.settled()
-
-    async def settled(self, deadline: float = DEADLINE_S) -> tuple[Router, Router]:
-        """
-        Wait until one instance is active-replicated with its backup in
-        sync; return (active, backup).
-        """
-        states: list = []
-
-        async def roles():
-            states[:] = [(await i.get("ha"))["state"] for i in self.instances]
-            return states
-
-        try:
-            await poll(self._reactor, "", roles,
-                       lambda s: sorted(s) == ["active-replicated", "backup-in-sync"], deadline)
-        except RuntimeError:
-            raise NotSettled(f"after {deadline:g} s the instances are {states or 'unknown'}, "
-                             f"not active-replicated and backup-in-sync") from None
-        active = 0 if states[0] == "active-replicated" else 1
-        return self.instances[active], self.instances[1 - active]
-
-    async def stop(self) -> None:
-        """
-        Stop every router: SIGTERM (after SIGCONT, for a frozen one), and
-        SIGKILL if it does not go in time.
-        """
-        for router in (*self.instances, self.witness):
-            if router.child is None:
-                continue
-            if not router.child.ended.called:
-                router.child.process.signalProcess(signal.SIGCONT)
-            try:
-                await router.child.stop(self._reactor)
-            except defer.TimeoutError:
-                await router.child.kill()
-
-
 # -- throughput and latency with and without a backup -----------------------------------------
 
 
@@ -516,20 +424,29 @@ async def produce_and_consume(reactor, router: Router, workdir: str, count: int,
             "samples": samples}
 
 
+#: The throughput part's rows: label, directory and the pair's policy (None:
+#: the same router without [ha]).
+THROUGHPUT_ROWS = (("without a backup", "without-backup", None),
+                   ("with a backup", "with-backup", REPLICATION),
+                   ("shared store", "shared-store", SHARED_STORE))
+
+
 async def bench_throughput(reactor, options, workdir: str) -> None:
     rows = []
-    for backup in (False, True):
-        label = "with a backup" if backup else "without a backup"
-        directory = os.path.join(workdir, "with-backup" if backup else "without-backup")
+    for label, name, policy in THROUGHPUT_ROWS:
+        if policy is not None and policy not in options["policies"]:
+            continue
+        directory = os.path.join(workdir, name)
         os.makedirs(directory)
         meter = Meter()
-        if backup:
-            pair = Pair(reactor, directory, options)
+        if policy is not None:
+            pair = PAIRS[policy](reactor, directory, options)
             await pair.start()
             router, backup_instance = await pair.settled()
         else:
             pair = backup_instance = None
-            router = Router(reactor, directory, "alone", ROUTER_CONFIG, router=PAIR_NAME)
+            router = Router(reactor, directory, "alone", ROUTER_CONFIG, router=PAIR_NAME,
+                            data_dir=DATA_DIR)
             await router.start()
         try:
             async def lag():
@@ -537,7 +454,7 @@ async def bench_throughput(reactor, options, workdir: str) -> None:
 
             full = await produce_and_consume(reactor, router, directory, options["tp-messages"],
                                              None, options, backup_instance,
-                                             lag if backup else None)
+                                             lag if policy == REPLICATION else None)
             paced = await produce_and_consume(
                 reactor, router, directory, int(options["rate"] * options["latency-seconds"]),
                 options["rate"], options, backup_instance)
@@ -553,18 +470,28 @@ async def bench_throughput(reactor, options, workdir: str) -> None:
                      f"{latency['max']:.1f}", cpu_per_10k(paced),
                      f"{statistics.median(lags):.0f} / {max(lags)} (n={len(lags)})"
                      if lags else "-",
-                     f"{meter.stop()[0]:.0%}"))
+                     others_load(meter)))
     print_table(
         f"Persistent messages of {options['body']} B, producer and consumer on the (active) "
         f"router, store sync=full, replica-sync={options['replica-sync']}: "
         f"{options['tp-messages']:,} as fast as confirmed (1000 in flight), then "
         f"{options['rate']:,}/s for {options['latency-seconds']:g} s",
         ("router", "sent/s", "cons/s", "rCPU/10k", "p50 ms", "p99 ms", "max ms", "@rate/10k",
-         "lag median / max", "others' CPU"),
+         "lag median / max", "others' CPU, load"),
         rows)
     print("lag: GET /api/v1/ha `lag` of the active every 100 ms of the full-load run "
           "(store changes the backup has not acknowledged); rCPU/10k and @rate/10k: CPU s per "
-          "10,000 messages of the (active) router, + the backup's.")
+          "10,000 messages of the (active) router, + the backup's (in sync, or, shared store, "
+          "waiting on the lock).")
+
+
+def others_load(meter: Meter) -> str:
+    """
+    What C{meter} saw of other processes: their CPU (share of one CPU)
+    and the 1-minute load average at its start and end.
+    """
+    others, load_start, load_end = meter.stop()
+    return f"{others:.0%}, {load_start:.1f}-{load_end:.1f}"
 
 
 def cpu_per_10k(run: dict) -> str:
@@ -632,22 +559,24 @@ async def one_failover(reactor, pair: Pair, probe, kind: str, steady: float,
     Once the pair has been settled for C{steady} seconds, signal the
     active; time its backup's activation (its event log) and the probe's
     first confirmation from it; then bring the signalled one back and
-    wait until it is the backup, in sync.  A pair that does not get there
-    is a C{problem} of the result.
+    time until the pair is settled again.  A pair that does not get there
+    is a C{problem} of the result; an activation in an epoch not above
+    the old active's is a C{wrong_epoch}.
     """
     active, backup = await pair.settled()
     await task.deferLater(reactor, steady)
     active, backup = await pair.settled()
+    epoch = (await active.get("ha"))["epoch"]
     seen = len(switches(probe))
     killed = time.time()
     active.child.process.signalProcess(getattr(signal, KINDS[kind]))
 
     async def activation():
         backup.child.check_alive()
-        return activated_at(backup, killed)
+        return activated_at(pair.events_dir(backup), killed)
 
     activated = await poll(reactor, f"{backup.name} to activate", activation,
-                           lambda t: t is not None, deadline) - killed
+                           lambda e: e is not None, deadline)
 
     async def confirmed():
         probe.check_alive()
@@ -655,48 +584,55 @@ async def one_failover(reactor, pair: Pair, probe, kind: str, steady: float,
 
     first = (await poll(reactor, "the probe's first confirmation from the new active",
                         confirmed, bool, deadline))[0]
-    result = {"activated": activated, "confirmed": first["t"] - killed}
+    result = {"activated": activated["time"] - killed, "confirmed": first["t"] - killed}
+    if activated["epoch"] <= epoch:
+        result["wrong_epoch"] = (f"{backup.name} activated in epoch {activated['epoch']}, "
+                                 f"not above {active.name}'s {epoch}")
     if kind == "STOP":
         active.child.process.signalProcess(signal.SIGCONT)
     else:
         await active.child.ended.addTimeout(DEADLINE_S, reactor)
         await active.start()
+    back = time.time()
     try:
         await pair.settled()
+        result["back"] = time.time() - back
     except NotSettled as e:
         result["problem"] = f"afterwards: {e}"
     return result
 
 
-def activated_at(instance: Router, since: float) -> float | None:
+def activated_at(events_dir: str, since: float) -> dict | None:
     """
-    When C{instance}'s event log says it became active after C{since}.
+    The C{ha.state} event of the event log in C{events_dir} saying that its
+    instance became active after C{since}.
     """
-    for event in read_events(os.path.join(instance.workdir, "data")):
+    for event in read_events(events_dir):
         if (event["event"] == "ha.state" and event["time"] > since
                 and event["state"].startswith("active")):
-            return event["time"]
+            return event
     return None
 
 
 class FailoverRig:
     """
-    A pair and the probe; started again, in a new directory, after a
-    failover that left the pair unsettled.
+    A pair of C{policy} and the probe; started again, in a new directory,
+    after a failover that left the pair unsettled.
     """
 
-    def __init__(self, reactor, options, workdir: str) -> None:
+    def __init__(self, reactor, options, workdir: str, policy: str) -> None:
         self._reactor = reactor
         self._options = options
         self._workdir = workdir
+        self._policy = policy
         self.started = 0
         self.pair: Pair | None = None
         self.probe = None
 
     async def start(self) -> None:
         self.started += 1
-        directory = os.path.join(self._workdir, f"failover-{self.started}")
-        self.pair = Pair(self._reactor, directory, self._options)
+        directory = os.path.join(self._workdir, f"failover-{self._policy}-{self.started}")
+        self.pair = PAIRS[self._policy](self._reactor, directory, self._options)
         await self.pair.start()
         self.probe = spawn_role(self._reactor, SCRIPT, directory, "worker-probe",
                                 ",".join(i.client_endpoint for i in self.pair.instances),
@@ -716,15 +652,20 @@ class FailoverRig:
         self.pair = self.probe = None
 
 
-async def bench_failover(reactor, options, workdir: str) -> None:
-    lease, heartbeat = options["lease-timeout"] / 1000, options["heartbeat-interval"] / 1000
-    bound = {"KILL": lease + 2 * heartbeat + 1, "STOP": lease + 2 * heartbeat + 1, "TERM": 1.0}
-    rig = FailoverRig(reactor, options, workdir)
-    meter = Meter()
-    rows, problems = [], []
+async def failovers(reactor, options, workdir: str, policy: str,
+                    problems: list[str]) -> list[tuple]:
+    """
+    --kills signals of each of --kinds that C{policy}'s pair fails over
+    on, to one rig; a table row for each kind.  What went wrong is added
+    to C{problems}.
+    """
+    kinds = PAIRS[policy].failover_kinds
+    bound = PAIRS[policy].bounds(options)
+    rig = FailoverRig(reactor, options, workdir, policy)
+    rows = []
     try:
         await rig.start()
-        for kind in options["kinds"]:
+        for kind in (k for k in options["kinds"] if k in kinds):
             results = []
             for i in range(options["kills"]):
                 try:
@@ -733,38 +674,63 @@ async def bench_failover(reactor, options, workdir: str) -> None:
                 except RuntimeError as e:
                     result = {"problem": str(e).splitlines()[0]}
                 results.append(result)
+                for key, after in (("wrong_epoch", ""),
+                                   ("problem", " (a fresh pair was started)")):
+                    if key in result:
+                        problems.append(f"{policy} {KINDS[kind]} #{i + 1}: {result[key]}{after}")
                 if "problem" in result:
-                    problems.append(f"{KINDS[kind]} #{i + 1}: {result['problem']}")
                     await rig.stop()
                     await rig.start()
-            measured = [r for r in results if "confirmed" in r]
-            row = [KINDS[kind], f"{len(measured)}/{len(results)}", f"{bound[kind]:.1f}"]
-            for key in ("activated", "confirmed"):
-                values = [r[key] for r in measured]
-                row += ([f"{percentile(values, 50):.2f}", f"{percentile(values, 99):.2f}",
-                         f"{max(values):.2f}"] if values else ["-"] * 3)
-            over = sum(r["confirmed"] > bound[kind] for r in measured)
-            row.append("-" if not measured else "yes" if not over else f"NO ({over} over)")
-            rows.append(tuple(row))
+            rows.append(failover_row(policy, kind, results, bound[kind]))
     finally:
         await rig.stop()
-    others = meter.stop()[0]
+    return rows
+
+
+def failover_row(policy: str, kind: str, results: list[dict], bound: float) -> tuple:
+    """
+    The table row of C{kind}'s results: p50, p99 and max in ms of each
+    time, and whether every first confirmation kept within C{bound} s.
+    """
+    measured = [r for r in results if "confirmed" in r]
+    row = [policy, KINDS[kind], f"{len(measured)}/{len(results)}", f"{bound * 1000:,.0f}"]
+    for key in ("activated", "confirmed", "back"):
+        values = [r[key] * 1000 for r in measured if key in r]
+        row += ([f"{percentile(values, 50):,.0f}", f"{percentile(values, 99):,.0f}",
+                 f"{max(values):,.0f}"] if values else ["-"] * 3)
+        if key == "confirmed":
+            over = sum(r["confirmed"] > bound for r in measured)
+            row.append("-" if not measured else "yes" if not over else f"NO ({over} over)")
+    return tuple(row)
+
+
+async def bench_failover(reactor, options, workdir: str) -> None:
+    meter = Meter()
+    rows: list[tuple] = []
+    problems: list[str] = []
+    for policy in options["policies"]:
+        rows += await failovers(reactor, options, workdir, policy, problems)
     print_table(
-        f"Failover of an HA pair (+ a witness) under a probe sending a persistent message every "
-        f"{options['probe-interval']} ms to both endpoints: heartbeat-interval "
-        f"{options['heartbeat-interval']} ms, lease-timeout {options['lease-timeout']} ms, "
-        f"replica-sync {options['replica-sync']}, settled {options['steady']:g} s before each "
-        f"signal; the probe's client-failure-check-period and "
-        f"open-timeout {options['failure-check']} ms; others' CPU {others:.0%}",
-        ("signal", "measured", "bound s", "active p50", "p99", "max", "confirm p50", "p99",
-         "max", "bound held"),
+        f"Failover under a probe sending a persistent message every {options['probe-interval']} "
+        f"ms to both endpoints: heartbeat-interval {options['heartbeat-interval']} ms, "
+        f"lease-timeout {options['lease-timeout']} ms; replication: replica-sync "
+        f"{options['replica-sync']}, a witness, allow-failback false; shared-store: "
+        f"lock-poll-interval {options['lock-poll-interval']} ms, allow-failback true; settled "
+        f"{options['steady']:g} s before each signal; the probe's client-failure-check-period "
+        f"and open-timeout {options['failure-check']} ms; others' CPU, load "
+        f"{others_load(meter)}",
+        ("policy", "signal", "measured", "bound", "active p50", "p99", "max", "confirm p50",
+         "p99", "max", "bound held", "back p50", "p99", "max"),
         rows)
-    print("active: signal -> the backup's ha.state event saying active; confirm: signal -> the "
-          "probe's first send confirmed by the new active (seconds).  Bound: lease-timeout + "
-          "2 x heartbeat-interval + 1 s, SIGTERM 1 s; checked on confirm.  After each signal "
-          "the instance comes back (SIGCONT, or a restart) and rejoins as the backup.")
+    print("ms.  active: signal -> the backup's ha.state event saying active; confirm: signal -> "
+          "the probe's first send confirmed by the new active; back: the signalled instance's "
+          "admin API answers again (restarted) or SIGCONT -> the pair settled again "
+          "(replication: rejoined as the backup, in sync; shared store: the primary took the "
+          "store back).  Bound, checked on confirm: replication lease-timeout + 2 x "
+          "heartbeat-interval + 1 s, SIGTERM 1 s; shared store SIGKILL 2 s, SIGTERM 1 s.  A "
+          "shared-store pair does not fail over on SIGSTOP (the frozen live keeps its lock).")
     for problem in problems:
-        print(f"PROBLEM {problem} (a fresh pair was started)")
+        print(f"PROBLEM {problem}")
 
 
 PARTS = {"catchup": bench_catch_up, "throughput": bench_throughput, "failover": bench_failover}
