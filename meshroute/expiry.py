@@ -120,11 +120,18 @@ class ExpirySweep:
 
     @param expired: called with each persistent message moved (as it was
         addressed) once the move is durable.
+    @param store_stopped: the errors the store fails a call with once it
+        closed (the store's layer is above this module's).
     """
 
     def __init__(self, clock: IReactorTime, store, queues, expired: Callable[[Message], None],
-                 interval_s: float = SWEEP_INTERVAL_S, batch: int = SWEEP_BATCH) -> None:
+                 interval_s: float = SWEEP_INTERVAL_S, batch: int = SWEEP_BATCH,
+                 store_stopped: tuple[type[Exception], ...] = ()) -> None:
         self._clock = clock
+        # What the store fails a sweep with when it closed first (its
+        # executor stops on the reactor's shutdown while the router still
+        # closes its links): not a failure of the sweep.
+        self._store_stopped = store_stopped
         self._store = store
         self._queues = queues
         self._expired = expired
@@ -171,5 +178,8 @@ class ExpirySweep:
 
     def _failed(self, failure) -> None:
         self._sweeping = False
+        if self._store_stopped and failure.check(*self._store_stopped):
+            log.info("sweeping expired messages: not done, the store closed")
+            return
         log.failure("sweeping expired messages", failure)
         self._schedule(self._interval_s)

@@ -84,6 +84,7 @@ from meshroute.router.destinations import Destinations
 from meshroute.router.expired import ExpiredMessages
 from meshroute.router.forwarding import Forwarding
 from meshroute.router.message_events import MessageEvents
+from meshroute.store import ExecutorStopped
 from meshroute.router.prepared import PreparedTransactions
 from meshroute.router.queues import QueueManager
 from meshroute.router.system_messages import SystemMessages
@@ -149,7 +150,8 @@ class MessageEngine:
         #: Sets aside expired messages nobody is about to take (started
         #: with the router, L{start}).
         self.expiry_sweep = ExpirySweep(clock, store, self.queues,
-                                         self.expired_messages.swept)
+                                         self.expired_messages.swept,
+                                         store_stopped=(ExecutorStopped,))
         self.transient = TransientPath(name, clock, self.destinations, self.forwarding,
                                        self.queues, self.message_events, self.expired_messages,
                                        max_transient_backlog)

@@ -12,6 +12,7 @@ frame by frame.
 """
 
 import pytest
+from twisted.internet import defer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ from meshroute.router.queues import QueueManager
 from meshroute.routing.table import RouteTable
 from meshroute.sessions.native_listener import ClientFactory
 from meshroute.sessions.settings import SessionSettings
-from meshroute.store import InlineExecutor, SQLiteStore
+from meshroute.store import ExecutorStopped, InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
@@ -270,6 +271,37 @@ def test_the_sweep_runs_on_its_timer_and_drains_a_large_batch_in_steps(store, ev
     assert len(events.named(event_names.MESSAGE_EXPIRED)) == 1  # the transient one
     sweep.stop()
     assert clock.getDelayedCalls() == []
+
+
+def test_a_sweep_the_closed_store_refuses_is_no_failure_and_ends_the_sweeps(
+        store, events, clock, observe_errors):
+    """
+    The store's executor stops on the reactor's shutdown while the router
+    still closes its links: a sweep it refuses then is logged as not done
+    (no critical failure) and no other is scheduled; any other failure
+    is logged and the sweeps go on.
+    """
+    queues = QueueManager(store, events, clock)
+
+    class Refusing:
+        def __init__(self, error):
+            self.error = error
+
+        def sweep_expired(self, now_ms, busy, limit):
+            return defer.fail(self.error)
+
+    sweep = ExpirySweep(clock, Refusing(ExecutorStopped("the store is closed")), queues,
+                        lambda message: None, store_stopped=(ExecutorStopped,))
+    sweep.start()
+    clock.advance(SWEEP_INTERVAL_S)
+    assert observe_errors.errors == [] and clock.getDelayedCalls() == []
+    sweep = ExpirySweep(clock, Refusing(OSError("disk I/O error")), queues,
+                        lambda message: None, store_stopped=(ExecutorStopped,))
+    sweep.start()
+    clock.advance(SWEEP_INTERVAL_S)
+    assert len(observe_errors.errors) == 1 and len(clock.getDelayedCalls()) == 1
+    observe_errors.errors.clear()
+    sweep.stop()
 
 
 # -- the engine ----------------------------------------------------------------------
