@@ -137,16 +137,24 @@ class Activation:
     # -- elections ------------------------------------------------------------
 
     def elect(self, candidate: str, alone: bool, served_epoch: int,
-              won: Callable[[int], None], lost: Callable[[], None]) -> None:
+              won: Callable[[int], None], lost: Callable[[], None],
+              position: quorum.LogPosition | None = None) -> None:
         """
         Ask every voter for the next epoch for C{candidate} (this instance,
         or its peer): above every epoch this instance knows, C{served_epoch}
         (the one it serves or last served in) among them.
+
+        @param position: the candidate's position, when the candidate is
+            the peer (a hand-over names what the peer acknowledged: the
+            voters keep it as what their grantee held); this instance's
+            own by default.
         """
         epoch = max(self.newest_epoch, served_epoch, self._position().epoch,
                     self._granted()) + 1
         self.newest_epoch = epoch
-        request = quorum.VoteRequest(candidate, self._instance, epoch, self._position(), alone)
+        request = quorum.VoteRequest(candidate, self._instance, epoch,
+                                     position if position is not None else self._position(),
+                                     alone)
 
         def defeated(defeat: Defeat) -> None:
             self.heard_of(defeat.newest_epoch)

@@ -30,9 +30,10 @@ the work:
    failback (C{allow-failback}) and C{failover-on-shutdown};
  - L{HAEventLog} and L{HAStatus}: its C{ha.*} events, C{GET /api/v1/ha}.
 
-A hand-over is an election the active runs for its peer.  The peer
-learns of it from its own voter, which grants it the epoch at the
-active's request; it then makes sure a majority did before it serves
+A hand-over is an election the active runs for its peer, naming the
+peer's position (L{HandOver} says when, and why so).  The peer learns of
+it from its own voter, which grants it the epoch at the active's request;
+it then makes sure a majority did before it serves
 (L{Activation.confirm_hand_over}).
 """
 
@@ -115,6 +116,9 @@ class ReplicationSide(Protocol):
 
     def lag(self) -> int | None:
         "Changes the backup lacks, as far as a replication connection tells."
+
+    def peer_position(self) -> quorum.LogPosition | None:
+        "The backup's position, once it holds this active's replicated epoch's start record."
 
     def executor(self, lease_holds: Callable[[], bool]):
         "The store executor of the router serving now, its commits gated (and C{lease_holds})."
@@ -210,6 +214,7 @@ class HAInstance(MultiService):
                                      self.own_voter.granted_epoch, self.replication.position,
                                      self.replication.confirmed, lambda: self._stopping)
         self.handover = HandOver(clock, ha, self.instance, self.replication,
+                                 lambda: self.voters.connected().get(self.peer_instance, False),
                                  lambda: self._role.handover_due(), self._serves_replicated_in)
         if config.admin is not None and admin_site is not None:
             listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
@@ -416,7 +421,8 @@ class HAInstance(MultiService):
         # restart-backup = false) hands over an epoch to run alone: the
         # peer will have no backup to wait for.
         self.activation.elect(self.peer_instance, self._stopping or not self.ha.restart_backup,
-                              self._epoch, self._won, self._lost)
+                              self._epoch, self._won, self._lost,
+                              position=self.handover.peer_position)
 
     def _won(self, epoch: int) -> None:
         self._readmitting = False

@@ -159,6 +159,10 @@ class StoreReplication:
         self._executor = None
         self._gate: ReplicationGate | None = None
         self._confirmed = ORIGIN
+        # The source's head once the start record of the replicated
+        # epoch served in now was confirmed: a peer that acknowledged it
+        # holds that record (None: not yet, or the epoch runs alone).
+        self._begun: int | None = None
 
     # -- store.db ----------------------------------------------------------
 
@@ -237,6 +241,23 @@ class StoreReplication:
             return None
         return self._source.head.position - self._gate.acknowledged_position
 
+    def peer_position(self) -> LogPosition | None:
+        """
+        The peer's position as this active knows it: the replicated epoch
+        it serves in and the newest change the peer acknowledged, once
+        the peer acknowledged that epoch's start record (which names it
+        in sync), else None.  The start record comes after everything
+        this active confirmed alone, and what follows it is confirmed
+        only once the peer acknowledged it: a peer that holds it holds
+        everything this active ever confirmed.
+        """
+        gate = self._gate
+        if gate is None or gate.mode != REPLICATED or self._begun is None:
+            return None
+        if gate.acknowledged_position < self._begun:
+            return None
+        return LogPosition(gate.epoch, gate.acknowledged_position)
+
     # -- serving ---------------------------------------------------------------
 
     def serve_in(self, epoch: int, alone: bool) -> None:
@@ -259,8 +280,21 @@ class StoreReplication:
         self._begin_epoch(epoch, alone)
 
     def _begin_epoch(self, epoch: int, alone: bool) -> None:
+        self._begun = None
         starting = self._executor.submit(start_epoch, epoch, self._instance, alone)
+        if not alone:
+            starting.addCallback(self._epoch_begun, epoch, self._source)
         starting.addErrback(self._epoch_not_begun, epoch)
+
+    def _epoch_begun(self, _, epoch: int, source: ReplicationSource) -> None:
+        """
+        The start record of the replicated C{epoch} is committed and
+        confirmed: the source's head is at or past it.  (Confirmed
+        replicated, the peer acknowledged it already; written while the
+        gate still confirmed alone, a readmission's, not necessarily.)
+        """
+        if self._source is source and self._gate.epoch == epoch:
+            self._begun = source.head.position
 
     def _epoch_not_begun(self, failure, epoch: int) -> None:
         log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
@@ -305,7 +339,7 @@ class StoreReplication:
             self._gate.hold_acknowledgements()
             self._held = self._source.head
             self._held_epoch = self._gate.epoch
-        self._source = self._gate = self._start = None
+        self._source = self._gate = self._start = self._begun = None
 
     # -- following ---------------------------------------------------------------
 

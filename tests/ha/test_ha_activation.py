@@ -123,9 +123,11 @@ def test_an_election_asks_above_every_epoch_known():
     assert request == quorum.VoteRequest(INSTANCE, INSTANCE, 8, LogPosition(3, 40), False)
     lost(Defeat("refused", {WITNESS: "stale-epoch"}, 11))
     assert instance.outcomes == ["lost"] and instance.activation.newest_epoch == 11
-    instance.activation.elect(PEER, True, 2, instance.outcomes.append, lambda: None)
+    instance.activation.elect(PEER, True, 2, instance.outcomes.append, lambda: None,
+                              position=LogPosition(3, 38))
     request, won, _ = instance.voters.elections[1]
-    assert (request.candidate, request.epoch, request.alone) == (PEER, 12, True)
+    # A hand-over names the peer's position, not this instance's (3, 40).
+    assert request == quorum.VoteRequest(PEER, INSTANCE, 12, LogPosition(3, 38), True)
     won(12)
     assert instance.outcomes == ["lost", 12]
 

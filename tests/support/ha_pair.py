@@ -1,11 +1,15 @@
 """
 A pair of real HA instances (L{build_instance}) and a witness router in
-the in-memory mesh on one clock, with inline store executors: the
-C{pair} fixture, starting both, sending to the active.
+the in-memory mesh on one clock, with inline store executors (or ones
+that commit at the end of each clock turn): the C{pair} fixture, starting
+both, sending to the active, refusing an instance's dials to an address.
 """
 
 import dataclasses
+
 import pytest
+from twisted.internet.defer import fail
+from twisted.internet.error import ConnectionRefusedError
 from meshroute.testing.memory_mesh import SECRET, MemoryMesh
 from meshroute.wire import client_frames as f
 from meshroute.sessions.settings import ClientListenerConfig
@@ -15,7 +19,8 @@ from meshroute.ha.build import build_instance
 from meshroute.ha.instance import HAInstance, instance_name
 from meshroute.harules.settings import (BACKUP, PRIMARY, HASettings, ReplicationSettings,
                                         WitnessSettings)
-from meshroute.store import InlineExecutor
+from meshroute.store import InlineExecutor, TurnExecutor
+from meshroute.store.checkpoints import WalCheckpoints
 
 
 ROUTER = "router-b"
@@ -44,6 +49,87 @@ def inline_executor(replication=None):
     return InlineExecutor(replication=replication)
 
 
+class _TurnClock:
+    """
+    The clock a turn executor is given: the pair's, without its thread
+    pool, so that the executor checkpoints inline (as on a test clock).
+    """
+
+    def __init__(self, clock) -> None:
+        self._clock = clock
+
+    def seconds(self) -> float:
+        return self._clock.seconds()
+
+    def callLater(self, delay, f, *args, **kwargs):
+        return self._clock.callLater(delay, f, *args, **kwargs)
+
+
+def turn_executor(clock):
+    """
+    Makes executors that commit at the end of each turn of C{clock}, and
+    checkpoint by it (not by the wall clock: a run is the same every
+    time).
+    """
+    def executor(replication=None):
+        return TurnExecutor(_TurnClock(clock), replication=replication,
+                            checkpoints=WalCheckpoints(monotonic=clock.seconds))
+
+    return executor
+
+
+class _DialingEndpoints:
+    """
+    One instance's endpoints on the in-memory network, whose dials to the
+    addresses in C{refused} fail (as on a path that drops them), while
+    everything else goes on.
+    """
+
+    def __init__(self, endpoints) -> None:
+        self._endpoints = endpoints
+        self.refused: set[str] = set()
+        # address -> the protocols of the connections dialled to it
+        self._dialled: dict[str, list] = {}
+
+    def server(self, address: str):
+        return self._endpoints.server(address)
+
+    def client(self, address: str):
+        return _Dialing(self, address)
+
+    def dial(self, address: str, factory):
+        if address in self.refused:
+            return fail(ConnectionRefusedError(f"{address} is refused"))
+        dialling = self._endpoints.client(address).connect(factory)
+        return dialling.addCallback(self._dialled_to, address)
+
+    def _dialled_to(self, protocol, address: str):
+        self._dialled.setdefault(address, []).append(protocol)
+        return protocol
+
+    def refuse(self, address: str) -> None:
+        """
+        Refuse every dial to C{address} from now on, and close the
+        connections dialled to it before.
+        """
+        self.refused.add(address)
+        for protocol in self._dialled.pop(address, []):
+            protocol.transport.loseConnection()
+
+
+class _Dialing:
+    """
+    A client endpoint of L{_DialingEndpoints}.
+    """
+
+    def __init__(self, endpoints: _DialingEndpoints, address: str) -> None:
+        self._endpoints = endpoints
+        self._address = address
+
+    def connect(self, factory):
+        return self._endpoints.dial(self._address, factory)
+
+
 class Pair:
     def __init__(self, tmp_path) -> None:
         self.mesh = MemoryMesh(tmp_path)
@@ -54,14 +140,22 @@ class Pair:
         self.witness_router = self.mesh.add(WITNESS)
         self.instances: dict[str, HAInstance] = {}
         self.stopped: list[str] = []  # instances that ended their process
+        self._ending: list = []  # their stops under way
+        # instance key -> its endpoints, whose dials may be refused (L{refuse})
+        self._endpoints: dict[str, _DialingEndpoints] = {}
 
     def key(self, ha_role: str) -> str:
         return instance_name(ROUTER, ha_role)
 
-    def start(self, ha_role: str, **ha_options) -> HAInstance:
+    def start(self, ha_role: str, turns: bool = False, **ha_options) -> HAInstance:
         """
         Start the instance of C{ha_role}; C{ha_options}: more L{HASettings}
         fields (C{group_name} the router's name unless given).
+
+        @param turns: its stores commit at the end of each clock turn
+            (L{TurnExecutor}), not inline: a commit, and so the position
+            it takes, comes after the turn that submitted it, as with the
+            executors twistd runs.
         """
         other = BACKUP if ha_role == PRIMARY else PRIMARY
         key = self.key(ha_role)
@@ -77,13 +171,40 @@ class Pair:
                                                 "(memory)", SECRET),
                 witnesses=(WitnessSettings(WITNESS, WITNESS),),
                 heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS, **ha_options))
-        instance = build_instance(config, self.clock, self.mesh.network.endpoints(key),
-                                  inline_executor, lambda: self.stopped.append(key))
+        endpoints = self._endpoints[key] = _DialingEndpoints(self.mesh.network.endpoints(key))
+        executor = turn_executor(self.clock) if turns else inline_executor
+        instance = build_instance(config, self.clock, endpoints, executor,
+                                  lambda: self._process_ended(key))
         self.instances[key] = instance
         instance.privilegedStartService()
         instance.startService()
         self.mesh.network.flush()
         return instance
+
+    def _process_ended(self, key: str) -> None:
+        """
+        The instance C{key} ended its process by itself: it stops, as
+        L{meshroute.process.ProcessService} stops it.
+        """
+        self.stopped.append(key)
+        instance = self.instances.pop(key, None)
+        if instance is not None:
+            self._ending.append(instance.stopService())
+
+    def refuse(self, ha_role: str, address: str) -> None:
+        """
+        Close the connections the running instance of C{ha_role} dialled
+        to C{address}, and refuse its dials there until L{heal_dials}
+        (its vote connection to the other instance's replication
+        listener, say, while the other instance's connections work).
+        """
+        self._endpoints[self.key(ha_role)].refuse(address)
+
+    def heal_dials(self, ha_role: str, address: str) -> None:
+        """
+        The instance of C{ha_role} reaches C{address} again (L{refuse}).
+        """
+        self._endpoints[self.key(ha_role)].refused.discard(address)
 
     def states(self) -> dict[str, str]:
         return {key: instance.role.state for key, instance in self.instances.items()
@@ -114,6 +235,9 @@ class Pair:
         network.partitioned.discard(key)
 
     def shut(self) -> None:
+        if self._ending:
+            self.mesh.run(2.0)
+            assert all(stopped.called for stopped in self._ending)
         for key in list(self.instances):
             stopped = self.instances.pop(key).stopService()
             self.mesh.run(2.0)
