@@ -1,0 +1,105 @@
+"""
+Topic interest across the mesh: which routers want which topics, as
+their advertisements say (L{InterestTable}), and how a publication is
+fanned out toward them (L{fan_out}).
+
+Each router advertises the aggregated patterns of its subscriptions
+(L{meshroute.topics.patterns.aggregate}: a pattern another covers is not
+advertised again) under a version it raises with every change, as route
+advertisements are versioned: the newest version of a router's interest
+wins, an older one arriving late changes nothing, an empty one withdraws
+it, and a router forgotten by the routes (unreachable for good) is
+forgotten here too.
+
+A publication goes to the routers whose interest matches its topic, one
+copy per link: the targets are grouped by their next hop
+(L{fan_out}), and each copy carries its group, so a router forwards a
+copy only toward the targets it was given, never back (a route tree
+rooted at the publisher's router, branching where the paths part).
+"""
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from meshroute.topics.index import PatternIndex
+
+
+@dataclass(frozen=True)
+class Interest:
+    """
+    One router's advertised interest.
+
+    @ivar version: raised by the router with every change.
+    @ivar patterns: parsed patterns, aggregated.
+    """
+
+    version: int
+    patterns: frozenset
+
+
+class InterestTable:
+    """
+    The newest advertised interest of every other router, indexed for
+    matching.
+    """
+
+    def __init__(self) -> None:
+        self._interest: dict[str, Interest] = {}
+        self._index = PatternIndex()
+
+    def advertised(self, router: str, version: int, patterns: Iterable) -> bool:
+        """
+        C{router} advertised C{patterns} under C{version}: take it if it
+        is newer than what is held; whether anything changed.  Empty
+        C{patterns} withdraw the router's interest (its version is kept,
+        so an older advertisement arriving late is still refused).
+        """
+        held = self._interest.get(router)
+        if held is not None and version <= held.version:
+            return False
+        patterns = frozenset(patterns)
+        old = held.patterns if held is not None else frozenset()
+        for pattern in old - patterns:
+            self._index.remove(pattern, router)
+        for pattern in patterns - old:
+            self._index.add(pattern, router)
+        self._interest[router] = Interest(version, patterns)
+        return patterns != old
+
+    def forget(self, router: str) -> None:
+        """
+        The routes forgot C{router}: forget its interest and version.
+        """
+        held = self._interest.pop(router, None)
+        if held is not None:
+            for pattern in held.patterns:
+                self._index.remove(pattern, router)
+
+    def version(self, router: str) -> int:
+        held = self._interest.get(router)
+        return 0 if held is None else held.version
+
+    def patterns(self, router: str) -> frozenset:
+        held = self._interest.get(router)
+        return frozenset() if held is None else held.patterns
+
+    def interested(self, topic: tuple[str, ...]) -> set[str]:
+        """
+        The routers whose advertised interest matches C{topic} (parsed).
+        """
+        return self._index.match(topic)
+
+
+def fan_out(targets: Iterable[str], next_hop: Callable[[str], Hashable | None]
+            ) -> dict[Hashable, frozenset[str]]:
+    """
+    C{targets} grouped by their next hop: one copy of a publication per
+    hop, carrying its group.  A target without a route (C{next_hop}
+    answers None) is left out: nothing is sent toward it.
+    """
+    groups: dict[Hashable, set[str]] = {}
+    for target in targets:
+        hop = next_hop(target)
+        if hop is not None:
+            groups.setdefault(hop, set()).add(target)
+    return {hop: frozenset(group) for hop, group in groups.items()}
