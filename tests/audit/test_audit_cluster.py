@@ -21,6 +21,10 @@ from support.audit_meshes import rotated_synthetic
 
 from meshroute.audit.running import EXIT_BROKEN_PROMISES
 
+#: Spark's streaming audit at length: run by `make test-slow` (CI runs it
+#: after `make test`), so that `make test` stays under 20 minutes.
+pytestmark = pytest.mark.slow
+
 #: Spark start-up, executors on two workers, a loaded two-core machine.
 DEADLINE_S = 1200
 

@@ -29,6 +29,10 @@ from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_OK, Progress
 from meshroute.audit.settings import AuditSettings
 from meshroute.audit.tables import TABLES
 
+#: Spark's streaming audit at length: run by `make test-slow` (CI runs it
+#: after `make test`), so that `make test` stays under 20 minutes.
+pytestmark = pytest.mark.slow
+
 #: Generous: Spark on a loaded two-core machine takes minutes a micro-batch.
 DEADLINE_S = 900
 
