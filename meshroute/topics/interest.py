@@ -1,5 +1,6 @@
 """
-Topic interest across the mesh: which routers want which topics, as
+Topic interest across the mesh: what this router advertises for its
+subscriptions (L{LocalInterest}), which routers want which topics, as
 their advertisements say (L{InterestTable}), and how a publication is
 fanned out toward them (L{fan_out}).
 
@@ -22,6 +23,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from meshroute.topics.index import PatternIndex
+from meshroute.topics.patterns import aggregate
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,51 @@ class Interest:
 
     version: int
     patterns: frozenset
+
+
+class LocalInterest:
+    """
+    This router's own interest: the patterns of its subscriptions,
+    counted (several subscriptions may share one), and what it
+    advertises for them: their aggregation, under a version raised each
+    time the aggregation changes (and only then: a subscription a
+    broader one covers changes nothing the mesh needs to hear).
+    """
+
+    def __init__(self, version: int = 0) -> None:
+        self._counts: dict[tuple[str, ...], int] = {}
+        self.version = version
+        self.advertised: frozenset = frozenset()
+
+    def subscribed(self, pattern: tuple[str, ...]) -> bool:
+        """
+        A subscription to C{pattern} (parsed) began; whether the
+        advertisement changed (then advertise L{advertised} under
+        L{version}).
+        """
+        self._counts[pattern] = self._counts.get(pattern, 0) + 1
+        return self._changed()
+
+    def unsubscribed(self, pattern: tuple[str, ...]) -> bool:
+        """
+        A subscription to C{pattern} ended; whether the advertisement
+        changed (the last one for a pattern withdraws it, unless another
+        covers it).
+        """
+        count = self._counts.get(pattern, 0)
+        if count <= 1:
+            self._counts.pop(pattern, None)
+        else:
+            self._counts[pattern] = count - 1
+        return self._changed()
+
+    def _changed(self) -> bool:
+        now = frozenset(aggregate(self._counts))
+        if now == self.advertised:
+            return False
+        self.advertised = now
+        self.version += 1
+        return True
 
 
 class InterestTable:

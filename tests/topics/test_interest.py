@@ -8,8 +8,8 @@ next hop without loss or overlap.
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshroute.topics.interest import InterestTable, fan_out
-from meshroute.topics.patterns import matches, parse_pattern, parse_topic
+from meshroute.topics.interest import InterestTable, LocalInterest, fan_out
+from meshroute.topics.patterns import aggregate, matches, parse_pattern, parse_topic
 
 ROUTERS = ["router-a", "router-b", "router-c"]
 PATTERNS = [parse_pattern(p) for p in ("prices.#", "prices.*.gbp", "news.eu", "#")]
@@ -69,3 +69,44 @@ def test_fan_out_splits_the_targets_by_next_hop_without_loss_or_overlap(routes):
     assert sorted(reached) == sorted(t for t, hop in routes.items() if hop is not None)
     for hop, group in groups.items():
         assert all(routes[t] == hop for t in group)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(PATTERNS)), max_size=30))
+def test_the_local_advertisement_is_the_aggregation_of_live_subscriptions(steps):
+    """
+    After any sequence of subscriptions beginning and ending, what the
+    router advertises is the aggregation of the patterns still
+    subscribed, and its version rose exactly when that changed; a table
+    elsewhere that hears every change matches as the subscriptions do.
+    """
+    local, live, elsewhere = LocalInterest(), [], InterestTable()
+    for subscribing, pattern in steps:
+        before = (local.version, local.advertised)
+        if subscribing:
+            changed = local.subscribed(pattern)
+            live.append(pattern)
+        elif pattern in live:
+            changed = local.unsubscribed(pattern)
+            live.remove(pattern)
+        else:
+            continue
+        assert local.advertised == frozenset(aggregate(live))
+        assert changed == (local.advertised != before[1])
+        assert local.version == before[0] + (1 if changed else 0)
+        if changed:
+            elsewhere.advertised("router-a", local.version, local.advertised)
+    for topic in ("prices.eu.gbp", "news.eu", "weather.uk"):
+        parsed = parse_topic(topic)
+        assert (elsewhere.interested(parsed) == {"router-a"}) == any(
+            matches(p, parsed) for p in live)
+
+
+def test_a_covered_subscription_is_not_advertised_again():
+    local = LocalInterest()
+    assert local.subscribed(parse_pattern("prices.#"))
+    assert not local.subscribed(parse_pattern("prices.*.gbp"))  # covered: nothing new
+    assert not local.unsubscribed(parse_pattern("prices.*.gbp"))
+    assert local.subscribed(parse_pattern("prices.#")) is False  # a second subscriber
+    assert not local.unsubscribed(parse_pattern("prices.#"))
+    assert local.unsubscribed(parse_pattern("prices.#"))  # the last one: withdrawn
+    assert local.advertised == frozenset() and local.version == 2
