@@ -213,6 +213,24 @@ class IMessageStore(Interface):
         (committed within the duplicate-id window) or None.
         """
 
+    def record_subscription(queue, client_id, name, pattern, shared, user):
+        """
+        Record a durable topic subscription (its local queue, C{queue});
+        fires with C{(what, deleted)}: created, existing, or replaced (its
+        entries deleted) when recorded before with another pattern.
+        """
+
+    def forget_subscription(queue):
+        """
+        Delete a durable topic subscription and its entries; fires with how
+        many entries went.
+        """
+
+    def durable_subscriptions():
+        """
+        Fires with every durable topic subscription, oldest first.
+        """
+
     def prepared_sends(prepared_id):
         """
         Fires with the sends of a prepared transaction, in order.
@@ -529,6 +547,11 @@ class ILinkChannel(Interface):
         A L{meshroute.wire.frames.FastTransferBatch} arrived (version 4).
         """
 
+    def interest(frame):
+        """
+        An L{meshroute.wire.frames.Interest} arrived (version 5).
+        """
+
     def routes(frame):
         """
         A L{meshroute.wire.frames.Routes} arrived.
@@ -634,6 +657,14 @@ class IChannelEngine(Interface):
     def routes_received(peer, frame):
         """
         A L{meshroute.wire.frames.Routes} arrived from C{peer}.
+        """
+
+    def interest_received(peer, frame):
+        """
+        A L{meshroute.wire.frames.Interest} arrived from C{peer}.
+
+        @raise meshroute.errors.WireError: it names a pattern that is not
+            one (the link closes).
         """
 
     def pump_towards(router):

@@ -24,6 +24,20 @@ DEAD_LETTER_QUEUE = "$dead-letter"
 #: were delivered (docs/client-protocol.md "Message expiry").
 EXPIRED_QUEUE = "$expired"
 
+#: Where a router's topic publications wait for its fan-out
+#: (L{meshroute.router.topic_fan_out}): a client's publication, or a copy
+#: a neighbour sent it for the routers beyond.  No client addresses or
+#: consumes it (L{QUEUE_NAME} has no C{$}); a publication is sent to
+#: C{TOPIC_PREFIX + name}.
+TOPIC_QUEUE = "$topic"
+TOPIC_PREFIX = "topic:"
+#: The headers a publication carries through the mesh: its topic, the id
+#: its publisher's router gave it (every copy's id derives from it), and,
+#: on a copy between routers, the routers it is for.
+TOPIC_HEADER = "x-topic"
+PUBLICATION_HEADER = "x-publication"
+TARGETS_HEADER = "x-topic-targets"
+
 #: The header that carries a message's expiry: absolute wall-clock epoch
 #: milliseconds (as JMS's JMSExpiration and STOMP's C{expires}).  A header,
 #: so that it travels with the message through the store and over links of

@@ -24,6 +24,7 @@ from meshroute.wire.frames import (
     HeartbeatAnswer,
     Hello,
     InSync,
+    Interest,
     Keepalive,
     Recovery,
     Reject,
@@ -138,6 +139,9 @@ class LinkInputs(Protocol):
 
     def got_routes(self, frame: Routes) -> None:
         "Route advertisements arrived."
+
+    def got_interest(self, frame: Interest) -> None:
+        "Topic interest advertisements arrived (version 5)."
 
     def accepted(self) -> None:
         "The frame being vetted passed every check."

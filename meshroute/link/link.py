@@ -47,6 +47,7 @@ from meshroute.wire.codec import (
 from meshroute.wire.transport import send_immediately
 from meshroute.wire.frames import (
     BATCH_VERSION,
+    TOPICS_VERSION,
     Ack,
     Applied,
     Authenticate,
@@ -59,6 +60,7 @@ from meshroute.wire.frames import (
     HeartbeatAnswer,
     Hello,
     InSync,
+    Interest,
     Keepalive,
     Recovery,
     Reject,
@@ -94,6 +96,7 @@ _INPUT_FOR_FRAME = {
     FastTransfer: "got_fast_transfer",
     FastTransferBatch: "got_fast_transfer_batch",
     Routes: "got_routes",
+    Interest: "got_interest",
     VoteHello: "got_vote_hello",
     VoteRequest: "got_vote_request",
     Heartbeat: "got_heartbeat",
@@ -119,6 +122,7 @@ _DATA_FRAMES = {
     Ack: ("acknowledged", 2),
     FastTransfer: ("fast_transferred", 2),
     FastTransferBatch: ("fast_transferred_batch", BATCH_VERSION),
+    Interest: ("interest", TOPICS_VERSION),
 }
 
 _link_numbers = itertools.count(1)
@@ -179,7 +183,12 @@ class Link:
                     return False
                 core.heard()
                 core.traffic.messages_received += messages_in(frame)
-                getattr(core.channel, method)(frame)
+                try:
+                    getattr(core.channel, method)(frame)
+                except WireError as e:
+                    # Well formed, but its content is not what it may be.
+                    self.machine.protocol_error(str(e))
+                    return False
                 return True
         held = core.held_frames
         if held is not None:

@@ -541,6 +541,7 @@ _FRAME_INPUTS = (
     LinkInputs.got_fast_transfer,
     LinkInputs.got_fast_transfer_batch,
     LinkInputs.got_routes,
+    LinkInputs.got_interest,
     LinkInputs.got_vote_hello,
     LinkInputs.got_vote_request,
     LinkInputs.got_heartbeat,

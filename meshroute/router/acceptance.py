@@ -137,6 +137,7 @@ class Acceptance:
             if duplicate_id:
                 return self._refused_unless_sent(refusal, duplicate_id, destination.address)
             return fail(refusal)
+        headers = destination.headers(headers)
         message = self._new_message(queue, router, body, headers, persistent, expires_ms,
                                     sender if notify_expiry else "")
         if not persistent:
@@ -214,8 +215,8 @@ class Acceptance:
                 else:
                     outcomes.append(Failure(refusal))
                 continue
-            message = self._new_message(queue, router, body, headers, persistent,
-                                        *_expiry(expiry), accepted_at=now)
+            message = self._new_message(queue, router, body, destination.headers(headers),
+                                        persistent, *_expiry(expiry), accepted_at=now)
             if not persistent and not duplicate_id:
                 transient.append(message)
                 outcomes.append(message.msg_id)
@@ -380,7 +381,8 @@ class Acceptance:
             # A queue address has one destination.
             (destination,) = self._destinations.of(address)
             router = destination.router
-            message = self._new_message(destination.queue, router, body, headers, persistent,
+            message = self._new_message(destination.queue, router, body,
+                                        destination.headers(headers), persistent,
                                         *_expiry(expiry))
             if persistent and router != self._name:
                 self._accepting[router] += 1

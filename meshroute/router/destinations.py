@@ -6,12 +6,12 @@ L{meshroute.router.transient}'s).
 
  - B{Which destinations does an address have?}  L{Destinations.of}: a
    queue address (C{queue@router}, or a bare queue of this router) has
-   exactly one, L{Destination}.  The answer is a tuple because that will
-   not be true of every kind of address: a topic's publication (not built
-   yet) has one destination per matching subscription across the mesh,
-   and its kind of address is to be answered here, beside the queue's.
-   What accepts a send to a queue (L{meshroute.router.acceptance}) takes
-   its one destination.
+   exactly one, L{Destination}; so does a topic's (C{topic:NAME}): this
+   router's C{$topic} queue, whose fan-out makes the copies for every
+   matching subscription across the mesh
+   (L{meshroute.router.topic_fan_out}).  What accepts a send
+   (L{meshroute.router.acceptance}) takes its one destination, and the
+   headers it gives a message (L{Destination.headers}).
  - B{May it go on?}  Not past C{max-hops} links (L{Destinations.beyond_reach});
    and a persistent message that arrives goes into a local queue, on
    toward its destination, or aside: to C{$expired} when its time to
@@ -22,21 +22,49 @@ L{meshroute.router.transient}'s).
 from typing import NamedTuple
 
 from meshroute.expiry import now_ms, set_aside
-from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message, parse_address
+from meshroute.messages import (
+    DEAD_LETTER_QUEUE,
+    EXPIRED_QUEUE,
+    PUBLICATION_HEADER,
+    TARGETS_HEADER,
+    TOPIC_HEADER,
+    TOPIC_PREFIX,
+    TOPIC_QUEUE,
+    AddressError,
+    Message,
+    parse_address,
+)
+from meshroute.topics.patterns import BadTopic, parse_topic
 
 
 class Destination(NamedTuple):
     """
-    One place a message is for: C{queue} at router C{router}.  A named
-    tuple: one is made per send.
+    One place a message is for: C{queue} at router C{router}; for a
+    publication, its C{topic} too.  A named tuple: one is made per send.
     """
 
     queue: str
     router: str
+    topic: str = ""
 
     @property
     def address(self) -> str:
+        if self.topic:
+            return f"{TOPIC_PREFIX}{self.topic}"
         return f"{self.queue}@{self.router}"
+
+    def headers(self, headers: dict) -> dict:
+        """
+        A send's C{headers} as its message carries them: a publication's
+        name its topic, and none of the headers its copies between
+        routers carry is taken from a client.
+        """
+        if not self.topic:
+            return headers
+        kept = {k: v for k, v in headers.items()
+                if k not in (TARGETS_HEADER, PUBLICATION_HEADER)}
+        kept[TOPIC_HEADER] = self.topic
+        return kept
 
 
 class Destinations:
@@ -58,6 +86,13 @@ class Destinations:
 
         @raise meshroute.messages.AddressError: when it is malformed.
         """
+        if address.startswith(TOPIC_PREFIX):
+            topic = address[len(TOPIC_PREFIX):]
+            try:
+                parse_topic(topic)
+            except BadTopic as e:
+                raise AddressError(str(e)) from None
+            return (Destination(TOPIC_QUEUE, self.name, topic),)
         queue, router = parse_address(address, self.name)
         return (Destination(queue, router),)
 

@@ -59,6 +59,12 @@ The engine is made of parts, each a module of this package with one job:
     expired.ExpiredMessages            expired messages and their notices
     system_messages.SystemMessages     routers' own messages to system queues
     message_events.MessageEvents       the message records of the event log
+    topic_interest.TopicInterest       topic interest: ours, and the mesh's
+                                       as the links flood it
+    topic_subscriptions.               local topic subscriptions, durable
+      TopicSubscriptions               ones recorded in the store
+    topic_fan_out.TopicFanOut          a publication's copies: per matching
+                                       subscription, per link toward interest
 
 L{MessageEngine} builds them, wires them to each other, and is the one
 face the rest of the router sees: the client sessions (C{submit},
@@ -72,6 +78,7 @@ reader finds each behaviour in the one module that does it.
 from typing import Callable
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from meshroute import events
@@ -88,7 +95,12 @@ from meshroute.store import ExecutorStopped
 from meshroute.router.prepared import PreparedTransactions
 from meshroute.router.queues import QueueManager
 from meshroute.router.system_messages import SystemMessages
+from meshroute.router.topic_fan_out import TopicFanOut
+from meshroute.router.topic_interest import TopicInterest
+from meshroute.router.topic_subscriptions import TopicSubscriptions
 from meshroute.router.transient import TransientPath
+
+log = Logger()
 
 
 @implementer(IChannelEngine)
@@ -162,6 +174,12 @@ class MessageEngine:
                                  self.message_events, self.expired_messages, self.dead_lettered,
                                  self.system, self.transient)
         self.expiry_notices = self.expired_messages.sessions
+        #: Topics: the mesh's interest, this router's subscriptions, and
+        #: the fan-out of publications.
+        self.interest = TopicInterest(name, clock)
+        self.topics = TopicSubscriptions(store, self.queues, self.interest)
+        self.fan_out = TopicFanOut(name, store, self.queues, self.topics, self.interest, routes,
+                                   self.forwarding, self.transient, self.message_events, clock)
         #: Clients' prepared (two-phase) transactions.
         self.prepared = PreparedTransactions(store, self.acceptance, self.queues, event_log,
                                              clock)
@@ -173,9 +191,8 @@ class MessageEngine:
         self.accepting = self.acceptance.accepting
         # The links (IChannelEngine) and the routes.
         self.recovery = self.forwarding.recovery
-        self.link_up = self.forwarding.link_up
-        self.link_down = self.forwarding.link_down
         self.routes_received = self.forwarding.routes_received
+        self.interest_received = self.interest.received
         self.assignable = self.forwarding.assignable
         self.serving = self.forwarding.serving
         self.outbox_resolved = self.forwarding.outbox_resolved
@@ -192,6 +209,25 @@ class MessageEngine:
         # Routers' own messages (admin views through the mesh).
         self.serve_system = self.system.serve
         self.send_system = self.system.send
+
+    def link_up(self, peer: str, send, fail, emit, version: int):
+        """
+        A link to C{peer} reached delivery: its channel
+        (L{Forwarding.link_up<meshroute.router.forwarding.Forwarding.link_up>}),
+        and the interest it is to hear.
+        """
+        channel = self.forwarding.link_up(peer, send, fail, emit, version)
+        self.interest.link_up(peer, send, version)
+        return channel
+
+    def link_down(self, peer: str, channel) -> None:
+        """
+        The delivery-stage link to C{peer} is gone.
+        """
+        current = self.forwarding.channel(peer) is channel
+        self.forwarding.link_down(peer, channel)
+        if current:
+            self.interest.link_down(peer)
 
     def arrived_transient(self, message: Message) -> None:
         """
@@ -213,6 +249,13 @@ class MessageEngine:
         """
         self.forwarding.start()
         self.expiry_sweep.start()
+        # The publications a previous run left in $topic wait for the
+        # durable subscriptions they may be for.
+        d = self.topics.start()
+        d.addCallback(lambda _: self.fan_out.start())
+        d.addErrback(lambda failure: log.failure(
+            "durable topic subscriptions could not be read: no publication is fanned out",
+            failure))
 
     def stop(self) -> None:
         """
@@ -221,4 +264,6 @@ class MessageEngine:
         """
         self.forwarding.stop()
         self.expiry_sweep.stop()
+        self.fan_out.stop()
+        self.interest.stop()
 

@@ -10,7 +10,14 @@ L{meshroute.router.queues}.)
 """
 
 from meshroute import events
-from meshroute.messages import DEAD_LETTER_QUEUE, Message
+from meshroute.messages import (
+    DEAD_LETTER_QUEUE,
+    TARGETS_HEADER,
+    TOPIC_HEADER,
+    TOPIC_PREFIX,
+    TOPIC_QUEUE,
+    Message,
+)
 
 #: The fields of a message's MESSAGE_ACCEPTED record after the head.
 _ACCEPTED_FIELDS = ("msg_id", "origin", "dest", "size", "persistent")
@@ -24,8 +31,11 @@ _DROPPED_FIELDS = ("msg_id", "reason", "origin")
 
 def address_of(message: Message) -> str:
     """
-    C{queue@router}: where C{message} is addressed.
+    C{queue@router}: where C{message} is addressed; C{topic:NAME} for a
+    publication as its publisher sent it.
     """
+    if message.dest_queue == TOPIC_QUEUE and TARGETS_HEADER not in message.headers:
+        return f"{TOPIC_PREFIX}{message.headers.get(TOPIC_HEADER, '')}"
     return f"{message.dest_queue}@{message.dest_router}"
 
 

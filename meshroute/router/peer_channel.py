@@ -99,6 +99,7 @@ from meshroute.wire.frames import (
     Ack,
     FastTransfer,
     FastTransferBatch,
+    Interest,
     Recovery,
     Routes,
     Transfer,
@@ -738,6 +739,9 @@ class PeerChannel:
 
     def routes(self, frame: Routes) -> None:
         self._engine.routes_received(self.peer, frame)
+
+    def interest(self, frame: Interest) -> None:
+        self._engine.interest_received(self.peer, frame)
 
     def closed(self) -> None:
         """

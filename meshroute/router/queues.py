@@ -102,7 +102,7 @@ from twisted.logger import Logger
 
 from meshroute import events as event_names
 from meshroute.expiry import IN_QUEUE, IN_SESSION, emit_expired, now_ms, set_aside
-from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, Message
+from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, TOPIC_QUEUE, Message
 from meshroute.router.queue_rates import QueueRates
 from meshroute.router.queue_state import Delivery, DeliveryBatch, QueueItem, QueueState
 from meshroute.router.read_ahead import ReadAhead
@@ -135,13 +135,18 @@ class Subscription:
     One consumer of one queue.
 
     @ivar credit: how many more deliveries it may receive.
+    @ivar ended: called once it is cancelled, after its deliveries went
+        back (a topic subscription's end,
+        L{meshroute.router.topic_subscriptions}).
     """
 
     def __init__(self, manager: "QueueManager", queue: QueueState,
-                 deliver: Callable[[Delivery], None], credit: int) -> None:
+                 deliver: Callable[[Delivery], None], credit: int,
+                 ended: Callable[[], None] | None = None) -> None:
         self._manager = manager
         self._queue = queue
         self._deliver = deliver
+        self.ended = ended
         self.queue = queue.name
         self.credit = credit
         self.cancelled = False
@@ -295,6 +300,8 @@ class Subscription:
         self._unacked.clear()
         manager._return(queue, held)
         manager._settle(queue)
+        if self.ended is not None:
+            self.ended()
 
     def _take(self, delivery_ids) -> list[tuple[Delivery, QueueItem]]:
         """
@@ -432,6 +439,21 @@ class QueueManager:
             self._transient_waiting += 1
         self._dispatch(state)
 
+    def discard(self, queue: str, reason: str) -> int:
+        """
+        Nobody will consume C{queue} again (a non-durable topic
+        subscription ended): drop the non-persistent messages waiting in
+        it (C{message.dropped} with C{reason}); how many.
+        """
+        state = self._queues.get(queue)
+        if state is None:
+            return 0
+        dropped = len(state.transient)
+        while state.transient:
+            self._drop_oldest_transient(state, reason)
+        self._forget_if_idle(state)
+        return dropped
+
     def _drop_oldest_transient(self, state: QueueState, reason: str) -> None:
         dropped = state.transient.popleft()
         state.transient_held -= 1
@@ -511,16 +533,17 @@ class QueueManager:
     # -- what client sessions call --------------------------------------------
 
     def subscribe(self, queue: str, deliver: Callable[[Delivery], None],
-                  credit: int) -> Subscription:
+                  credit: int, ended: Callable[[], None] | None = None) -> Subscription:
         """
         Start consuming from C{queue}: C{deliver(delivery)} is called for
         each message given to this consumer, at most C{credit} times until
-        more credit is added.  Deliveries may begin before this returns.
+        more credit is added, and C{ended()} once it is cancelled.
+        Deliveries may begin before this returns.
         """
         if credit < 0:
             raise ValueError(f"credit must not be negative: {credit}")
         state = self._state(queue)
-        subscription = Subscription(self, state, deliver, credit)
+        subscription = Subscription(self, state, deliver, credit, ended)
         state.consumers.append(subscription)
         self._dispatch(state)
         return subscription
@@ -593,7 +616,8 @@ class QueueManager:
         C{GET /api/v1/queues}: C{[{"name", "depth", "consumers",
         "unacknowledged", "in_rate", "out_rate"}]} by name (rates in
         messages per second, L{QueueRates}), for every queue with entries,
-        consumers or traffic within the rates' window.
+        consumers or traffic within the rates' window; the topic fan-out's
+        own C{$topic} only while publications wait in it.
         """
         depths = self.depths()
         consumers = self.consumer_counts()
@@ -605,6 +629,7 @@ class QueueManager:
              "in_rate": round(rates.get(name, (0.0, 0.0))[0], 3),
              "out_rate": round(rates.get(name, (0.0, 0.0))[1], 3)}
             for name in sorted(depths.keys() | consumers.keys() | rates.keys())
+            if name != TOPIC_QUEUE or depths.get(name)
         ]
 
     # -- inside ---------------------------------------------------------------

@@ -160,6 +160,22 @@ class StoreMirror:
             _count(self._queues, message.dest_queue, 1)
         return result
 
+    def emptied(self, deleted: int, queue: str) -> int:
+        """
+        C{queue}'s C{deleted} entries were deleted with it.
+        """
+        if deleted:
+            _count(self._queues, queue, -deleted)
+        return deleted
+
+    def emptied_if_replaced(self, result: tuple, queue: str) -> tuple:
+        """
+        A durable subscription was recorded: C{result} is C{(what,
+        deleted)}, its queue's entries deleted when it was replaced.
+        """
+        self.emptied(result[1], queue)
+        return result
+
     def consumed(self, by_queue: dict) -> int:
         """
         C{by_queue[queue]} entries left each queue; returns how many.

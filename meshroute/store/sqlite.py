@@ -107,7 +107,16 @@ from zope.interface import implementer
 
 from meshroute.interfaces import IMessageStore
 from meshroute.messages import Message
-from meshroute.store import accepting, inbox, outbox, prepared, pruning, queue_entries, set_aside
+from meshroute.store import (
+    accepting,
+    inbox,
+    outbox,
+    prepared,
+    pruning,
+    queue_entries,
+    set_aside,
+    subscriptions,
+)
 from meshroute.store.database import SYNC_MODES, claim, connect, upgrade_schema
 from meshroute.store.mirror import StoreMirror
 from meshroute.store.router_records import RouterRecords
@@ -401,6 +410,40 @@ class SQLiteStore(RouterRecords):
         by anyone), oldest first, each C{[format_id, global_id, branch]}.
         """
         return self._submit(prepared.recover, user)
+
+    # Durable topic subscriptions (meshroute.store.subscriptions).
+
+    def record_subscription(self, queue: str, client_id: str, name: str, pattern: str,
+                            shared: bool, user: str | None):
+        """
+        Record durable subscription C{queue} (of C{client_id}, named
+        C{name}) to C{pattern}; one recorded with another pattern is
+        replaced and its entries deleted.
+
+        @return: Deferred firing, once durable, with C{(what, deleted)}
+            (L{meshroute.store.subscriptions.record}).
+        """
+        d = self._submit(subscriptions.record, queue, client_id, name, pattern, shared, user,
+                         self._now())
+        d.addCallback(self._mirror.emptied_if_replaced, queue)
+        return d
+
+    def forget_subscription(self, queue: str):
+        """
+        Delete durable subscription C{queue} and its entries.
+
+        @return: Deferred firing, once durable, with how many entries went.
+        """
+        d = self._submit(subscriptions.forget, queue)
+        d.addCallback(self._mirror.emptied, queue)
+        return d
+
+    def durable_subscriptions(self):
+        """
+        Fires with every durable subscription, oldest first, as
+        L{meshroute.store.subscriptions.read_all} gives them.
+        """
+        return self._submit(subscriptions.read_all)
 
     def _sends(self, sends) -> list:
         """

@@ -44,12 +44,14 @@ class LocalInterest:
     This router's own interest: the patterns of its subscriptions,
     counted (several subscriptions may share one), and what it
     advertises for them: their aggregation, under a version raised each
-    time the aggregation changes (and only then: a subscription a
+    time the aggregation changes, to the clock's milliseconds (C{now_ms})
+    at least (and only then: a subscription a
     broader one covers changes nothing the mesh needs to hear).
     """
 
-    def __init__(self, version: int = 0) -> None:
+    def __init__(self, version: int = 0, now_ms: Callable[[], int] = lambda: 0) -> None:
         self._counts: dict[tuple[str, ...], int] = {}
+        self._now_ms = now_ms
         self.version = version
         self.advertised: frozenset = frozenset()
 
@@ -80,7 +82,10 @@ class LocalInterest:
         if now == self.advertised:
             return False
         self.advertised = now
-        self.version += 1
+        # Above every version a previous run of this router advertised,
+        # without storing it: its clock in milliseconds (as route
+        # advertisements are numbered, meshroute.routing.table).
+        self.version = max(self.version + 1, self._now_ms())
         return True
 
 
@@ -121,6 +126,10 @@ class InterestTable:
         if held is not None:
             for pattern in held.patterns:
                 self._index.remove(pattern, router)
+
+    def origins(self) -> set[str]:
+        "The routers whose interest is held (withdrawn included)."
+        return set(self._interest)
 
     def version(self, router: str) -> int:
         held = self._interest.get(router)

@@ -32,11 +32,16 @@ from meshroute.errors import WireError
 from meshroute.wire.frameset import FrameSet
 
 #: The link protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (2, 3, 4)
+SUPPORTED_VERSIONS = (2, 3, 4, 5)
 
 #: The first version whose links carry L{TransferBatch} and
 #: L{FastTransferBatch}.
 BATCH_VERSION = 4
+
+#: The first version whose links carry L{Interest}: topic interest
+#: (docs/topics.md).  A link at an older version hears none, and its peer
+#: is never sent a publication for itself; it still forwards others'.
+TOPICS_VERSION = 5
 
 #: The most messages one L{TransferBatch} or L{FastTransferBatch} carries
 #: (a receiver refuses more); as many as one store call hands a link.
@@ -342,6 +347,34 @@ class FastTransferBatch:
 
     def __post_init__(self) -> None:
         _check_batch(self, self.messages)
+
+
+@dataclass(frozen=True)
+class Interest:
+    """
+    Either direction, delivery stage of a version-5 link: routers' topic
+    interest, each C{[origin, version, [pattern, ...]]}: the aggregated
+    patterns of C{origin}'s subscriptions, under a version C{origin}
+    raises with each change (an empty list withdraws its interest; see
+    docs/topics.md and L{meshroute.topics.interest}).
+    """
+
+    TYPE: ClassVar[int] = 28
+    advertisements: list
+
+    def __post_init__(self) -> None:
+        for item in self.advertisements:
+            if not (
+                type(item) is list
+                and len(item) == 3
+                and type(item[0]) is str
+                and type(item[1]) is int
+                and 0 <= item[1] <= MAX_VOTE_NUMBER
+                and type(item[2]) is list
+                and all(type(p) is str for p in item[2])
+            ):
+                raise WireError(
+                    "Interest.advertisements must be [origin, version, [patterns]] items")
 
 
 @dataclass(frozen=True)
@@ -693,5 +726,5 @@ LINK_FRAMES = FrameSet(
      VoteHello, VoteRequest, VoteAnswer, Heartbeat, HeartbeatAnswer,
      StartQuery, StartAnswer,
      ReplicaHello, Follow, SnapshotChunk, SnapshotEnd, Changes, Applied, InSync,
-     TransferBatch, FastTransferBatch),
+     TransferBatch, FastTransferBatch, Interest),
 )

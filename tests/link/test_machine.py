@@ -29,6 +29,7 @@ from meshroute import events
 from meshroute.link import reasons, stages
 from meshroute.wire.frames import (
     CHALLENGE_SIZE,
+    SUPPORTED_VERSIONS,
     Ack,
     Authenticate,
     Authenticated,
@@ -106,7 +107,7 @@ def test_listener_happy_path(router):
 def test_connector_happy_path(router):
     peer = router.connector()
     (hello,) = peer.expect(Hello)
-    assert hello == Hello([2, 3, 4], LOCAL)
+    assert hello == Hello(list(SUPPORTED_VERSIONS), LOCAL)
     assert peer.stages() == ["connect"]
 
     authenticate = peer.welcome_answered(keepalive_ms=200)

@@ -144,6 +144,7 @@ _UNDO_STEPS = {
     10: ["ALTER TABLE ha_voter_records DROP COLUMN learned"],
     11: [f"DROP TABLE {table}" for table in ("prepared_transactions", "prepared_sends",
                                              "prepared_acks", "committed_xids")],
+    12: ["DROP TABLE durable_subscriptions"],
 }
 
 

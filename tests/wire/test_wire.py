@@ -34,6 +34,7 @@ from meshroute.wire.frames import (
     HeartbeatAnswer,
     Hello,
     InSync,
+    Interest,
     Keepalive,
     Recovery,
     Reject,
@@ -70,6 +71,7 @@ SAMPLES = [
     Ack(3),
     FastTransfer("router-a:ab:2", "router-a", "router-c", "orders", 0, 0.0, {}, b""),
     Routes([["router-a", 7, ["router-b", "router-c"]], ["router-b", 1, []]]),
+    Interest([["router-a", 1732883400000, ["prices.#", "orders.*.eu"]], ["router-b", 3, []]]),
     VoteHello([3], "router-b"),
     VoteRequest("router-b", "router-b/backup", "router-b/backup", 4, 3, 1200, True, 3000),
     VoteAnswer("router-b", "router-a", 4, False, "stale-epoch", 5),
@@ -121,7 +123,7 @@ def feed_bytewise(decoder: FrameDecoder, data: bytes) -> list:
 
 def test_samples_cover_every_frame_type():
     assert {type(f) for f in SAMPLES} == set(FRAME_TYPES.values())
-    assert sorted(FRAME_TYPES) == list(range(1, 28))
+    assert sorted(FRAME_TYPES) == list(range(1, 29))
 
 
 @pytest.mark.parametrize("items, why", [
@@ -384,7 +386,7 @@ def test_wrong_field_counts(items):
         FrameDecoder().feed(raw(items))
 
 
-@pytest.mark.parametrize("code", [0, 28, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
+@pytest.mark.parametrize("code", [0, 29, 99, -1, 2**40, True, False, 1.0, "1", b"\x01", None, [1]],
                          ids=repr)
 def test_unknown_type_codes(code):
     with pytest.raises(WireError, match="unknown link frame type"):

@@ -1,0 +1,209 @@
+"""
+The topic fan-out: what turns a publication into its copies, one per
+matching local subscription and one per link toward the routers whose
+interest matches (docs/topics.md).
+
+A publication is first taken in as any message is, into this router's
+queue C{$topic} (L{TOPIC_QUEUE}): a client's send to C{topic:NAME} is
+accepted there (stored when persistent), and a copy a neighbour sends
+for the routers beyond arrives there over its link, stored with its
+link sequence and checked against the ids enqueued here.  The fan-out
+is that queue's one consumer.  For each publication it takes it makes:
+
+ - for each local subscription whose pattern matches, a copy into the
+   subscription's queue, id C{PUBLICATION/QUEUE}: persistent into a
+   durable subscription when the publication is persistent, else in
+   memory;
+ - for the other routers it is for (at its publisher's router: every
+   router whose interest matches; further on: the routers its copy
+   names, L{TARGETS_HEADER}), grouped by next hop
+   (L{meshroute.topics.interest.fan_out}), one copy per group into the
+   C{$topic} queue of that neighbour, naming the group; a router with no
+   route now gets a copy of its own, waiting in the backlog for it.  The
+   id of a copy between routers is C{PUBLICATION>FROM>TO:DIGEST}, the
+   digest of its group: the groups of one publication never overlap, so
+   neither do these ids; a copy sent again (its acknowledgement lost) is
+   the same id, refused where it arrived before; and a copy that comes
+   back to a router through a loop while routes converge is a new id,
+   taken on (C{max-hops} bounds the loop).
+
+The persistent copies and the deletion of the publication from
+C{$topic} are one store transaction: a router that dies in between has
+done neither, and does both after its restart; a copy sent again over a
+link (its acknowledgement lost) is refused by the id its first copy left
+here.  So each durable subscription gets a persistent publication
+exactly once (within the store's duplicate window, as a queue does).
+The in-memory copies are made only once the transaction is durable: a
+non-durable subscription gets a publication at most once.
+"""
+
+import hashlib
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from meshroute.messages import (
+    PUBLICATION_HEADER,
+    TARGETS_HEADER,
+    TOPIC_HEADER,
+    TOPIC_QUEUE,
+    Message,
+)
+from meshroute.topics.interest import fan_out
+from meshroute.topics.patterns import BadTopic, parse_topic
+
+log = Logger()
+
+#: Publications the fan-out takes before its turn ends: one store
+#: transaction for all of them.
+BATCH = 256
+
+
+def _digest(group) -> str:
+    return hashlib.blake2s(",".join(sorted(group)).encode(), digest_size=8).hexdigest()
+
+
+class TopicFanOut:
+    """
+    The consumer of router C{name}'s C{$topic} queue.
+
+    @param subscriptions: L{meshroute.router.topic_subscriptions.TopicSubscriptions}.
+    @param interest: L{meshroute.router.topic_interest.TopicInterest}.
+    @param routes: the route table (C{next_hop}).
+    @param forwarding: L{meshroute.router.forwarding.Forwarding}.
+    @param transient: L{meshroute.router.transient.TransientPath}.
+    @param message_events: L{meshroute.router.message_events.MessageEvents}.
+    """
+
+    def __init__(self, name: str, store, queues, subscriptions, interest, routes,
+                 forwarding, transient, message_events, clock: IReactorTime) -> None:
+        self._name = name
+        self._store = store
+        self._queues = queues
+        self._subscriptions = subscriptions
+        self._interest = interest
+        self._routes = routes
+        self._forwarding = forwarding
+        self._transient = transient
+        self._events = message_events
+        self._clock = clock
+        self._consumer = None
+        self._taken: list = []
+        self._call: IDelayedCall | None = None
+
+    def start(self) -> None:
+        self._consumer = self._queues.subscribe(TOPIC_QUEUE, self._take, BATCH)
+
+    def stop(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        if self._consumer is not None:
+            self._consumer.cancel()
+            self._consumer = None
+
+    def _take(self, delivery) -> None:
+        self._taken.append(delivery)
+        if self._call is None:
+            self._call = self._clock.callLater(0, self._fan_out)
+
+    def _fan_out(self) -> None:
+        """
+        The end of the turn: copy what was taken, then let the queue give
+        as many more.
+        """
+        self._call = None
+        taken, self._taken = self._taken, []
+        consumer = self._consumer
+        if consumer is None:
+            return
+        transaction = self._queues.transaction()
+        transaction.add(consumer, [delivery.delivery_id for delivery in taken])
+        stored: list[Message] = []
+        in_memory: list[Message] = []
+        for delivery in taken:
+            for copy in self.copies(delivery.message):
+                (stored if copy.persistent else in_memory).append(copy)
+        if not stored and not transaction.entry_ids():
+            self._done(None, transaction, stored, in_memory, len(taken))
+            return
+        d = self._store.commit([(copy, "") for copy in stored], transaction.entry_ids())
+        d.addBoth(self._done, transaction, stored, in_memory, len(taken))
+
+    def _done(self, result, transaction, stored: list, in_memory: list, taken: int) -> None:
+        if isinstance(result, Failure):
+            # Back to the front of $topic, flagged redelivered: taken again.
+            log.failure("fan-out of {n} publications failed; they are taken again",
+                        result, n=taken)
+            transaction.rolled_back()
+        else:
+            transaction.committed()
+            self._placed(stored)
+            if in_memory:
+                self._transient.route(in_memory)
+        if self._consumer is not None:
+            self._consumer.add_credit(taken)
+
+    def _placed(self, stored: list) -> None:
+        """
+        The persistent copies are durable: enqueued here, or in the
+        backlog of the routers they go to.
+        """
+        local: dict[str, list[Message]] = {}
+        onward = set()
+        for copy in stored:
+            if copy.dest_router == self._name:
+                local.setdefault(copy.dest_queue, []).append(copy)
+            else:
+                onward.add(copy.dest_router)
+        for queue, copies in local.items():
+            self._events.enqueued(queue, copies)
+            self._queues.notify(queue)
+        if onward:
+            self._forwarding.pump_ahead(onward)
+
+    def copies(self, message: Message) -> list[Message]:
+        """
+        The copies of publication C{message} (the module docstring).
+        """
+        headers = message.headers
+        try:
+            topic = parse_topic(headers.get(TOPIC_HEADER, ""))
+        except BadTopic as e:
+            log.warn("publication {msg_id} dropped: {why}", msg_id=message.msg_id, why=e)
+            self._events.dropped([(message.msg_id, "bad-topic", message.origin)])
+            return []
+        publication = headers.get(PUBLICATION_HEADER) or message.msg_id
+        named = headers.get(TARGETS_HEADER)
+        if named is None:
+            local, targets = True, self._interest.interested(topic)
+        else:
+            group = set(named.split(","))
+            local = self._name in group
+            targets = group - {self._name}
+        plain = {k: v for k, v in headers.items() if k != TARGETS_HEADER}
+        plain[PUBLICATION_HEADER] = publication
+        out = []
+        if local:
+            for queue, durable in self._subscriptions.matching(topic):
+                out.append(Message(
+                    msg_id=f"{publication}/{queue}", origin=message.origin,
+                    dest_router=self._name, dest_queue=queue, body=message.body,
+                    headers=plain, hops=message.hops,
+                    persistent=message.persistent and durable,
+                    accepted_at=message.accepted_at))
+        if targets:
+            groups = fan_out(targets, self._routes.next_hop)
+            routed = set().union(*groups.values())
+            for unreachable in targets - routed:
+                groups[unreachable] = frozenset((unreachable,))
+            for hop, group in sorted(groups.items()):
+                out.append(Message(
+                    msg_id=f"{publication}>{self._name}>{hop}:{_digest(group)}",
+                    origin=message.origin,
+                    dest_router=hop, dest_queue=TOPIC_QUEUE, body=message.body,
+                    headers={**plain, TARGETS_HEADER: ",".join(sorted(group))},
+                    hops=message.hops, persistent=message.persistent,
+                    accepted_at=message.accepted_at))
+        return out

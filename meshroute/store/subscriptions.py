@@ -1,0 +1,73 @@
+"""
+Durable topic subscriptions, durably (schema version 12,
+docs/topics.md): which local queue the topic fan-out feeds for each
+C{(client_id, name)}, with what pattern, until it is unsubscribed for
+good.  Functions run by the store's executor, each in a savepoint of
+its own
+(L{meshroute.store.sqlite.SQLiteStore.record_subscription} and its
+siblings).
+
+A subscription recorded again with another pattern is replaced, as JMS
+replaces a durable subscription whose topic changed: the messages it
+held are deleted with the change, in one transaction.  Forgetting one
+deletes its messages with it.
+"""
+
+_FIND = "SELECT pattern FROM durable_subscriptions WHERE queue = ?"
+_INSERT = (
+    "INSERT INTO durable_subscriptions "
+    "(queue, client_id, name, pattern, shared, user_name, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_REPLACE = "UPDATE durable_subscriptions SET pattern = ?, shared = ? WHERE queue = ?"
+_SET_SHARED = "UPDATE durable_subscriptions SET shared = ? WHERE queue = ?"
+_DELETE = "DELETE FROM durable_subscriptions WHERE queue = ?"
+_DELETE_ENTRIES = "DELETE FROM messages WHERE state = 'queue' AND dest_queue = ?"
+_ALL = (
+    "SELECT queue, client_id, name, pattern, shared, user_name, created_at "
+    "FROM durable_subscriptions ORDER BY created_at, queue"
+)
+
+CREATED = "created"
+EXISTING = "existing"
+REPLACED = "replaced"
+
+
+def record(connection, queue: str, client_id: str, name: str, pattern: str, shared: bool,
+           user: str | None, now: float) -> tuple[str, int]:
+    """
+    Record the durable subscription C{queue}.
+
+    @return: C{(what, deleted)}: L{CREATED}, L{EXISTING} (same pattern;
+        C{shared} updated) or L{REPLACED} (another pattern: its
+        C{deleted} entries are gone).
+    """
+    found = connection.execute(_FIND, (queue,)).fetchone()
+    if found is None:
+        connection.execute(_INSERT, (queue, client_id, name, pattern, int(shared), user, now))
+        return CREATED, 0
+    if found[0] == pattern:
+        connection.execute(_SET_SHARED, (int(shared), queue))
+        return EXISTING, 0
+    deleted = connection.execute(_DELETE_ENTRIES, (queue,)).rowcount
+    connection.execute(_REPLACE, (pattern, int(shared), queue))
+    return REPLACED, deleted
+
+
+def forget(connection, queue: str) -> int:
+    """
+    Delete the durable subscription C{queue} and its entries; how many
+    entries went.
+    """
+    connection.execute(_DELETE, (queue,))
+    return connection.execute(_DELETE_ENTRIES, (queue,)).rowcount
+
+
+def read_all(connection) -> list[tuple]:
+    """
+    Every durable subscription, oldest first: C{(queue, client_id, name,
+    pattern, shared, user, created_at)}.
+    """
+    return [(queue, client_id, name, pattern, bool(shared), user, created_at)
+            for queue, client_id, name, pattern, shared, user, created_at
+            in connection.execute(_ALL)]
