@@ -147,24 +147,44 @@ def covers(broad: tuple[str, ...], narrow: tuple[str, ...]) -> bool:
     Whether every topic C{narrow} matches is matched by C{broad} too (both
     parsed): then a router that advertises C{broad} need not advertise
     C{narrow}.
-
-    Exact: both patterns are read as automata over the words either names
-    and one word standing for all others, and every set of positions a
-    topic can lead them to is explored; C{narrow} is covered unless some
-    topic leaves it matched and C{broad} not.  Patterns are short, and so
-    is the search.
     """
-    alphabet = {word for word in broad + narrow if word not in (ONE, ANY)} | {_OTHER}
-    start = (_closure(narrow, {0}), _closure(broad, {0}))
+    return covers_together((broad,), narrow)
+
+
+def covers_together(broads, narrow: tuple[str, ...]) -> bool:
+    """
+    Whether every topic C{narrow} matches is matched by at least one of
+    C{broads} (all parsed): a pattern that several cover only together
+    (C{prices.*} and C{prices.*.*.#} cover C{prices.*.#}) is covered, as
+    a permission must judge a subscription against every pattern it
+    allows.
+
+    Exact: the patterns are read as automata over the words any of them
+    names and one word standing for all others, and every combination of
+    positions a word sequence can lead them to is explored; C{narrow} is
+    covered unless some sequence leaves it matched and every one of
+    C{broads} not.  The empty sequence counts as one, though no topic is
+    empty: only C{#} matches it.  Patterns are short, and so is the
+    search.
+    """
+    broads = tuple(broads)
+    alphabet = {word for pattern in (narrow, *broads) for word in pattern
+                if word not in (ONE, ANY)} | {_OTHER}
+    start = (_closure(narrow, {0}), tuple(_closure(broad, {0}) for broad in broads))
     seen = {start}
     pending = [start]
     while pending:
-        in_narrow, in_broad = pending.pop()
-        if len(narrow) in in_narrow and len(broad) not in in_broad:
+        in_narrow, in_broads = pending.pop()
+        if len(narrow) in in_narrow and not any(
+                len(broad) in reached for broad, reached in zip(broads, in_broads)):
             return False
         for word in alphabet:
-            after = (_step(narrow, in_narrow, word), _step(broad, in_broad, word))
-            if after[0] and after not in seen:
+            after_narrow = _step(narrow, in_narrow, word)
+            if not after_narrow:
+                continue
+            after = (after_narrow, tuple(_step(broad, reached, word)
+                                         for broad, reached in zip(broads, in_broads)))
+            if after not in seen:
                 seen.add(after)
                 pending.append(after)
     return True

@@ -4,6 +4,8 @@ reference matcher (a regular expression per pattern), and the cover
 relation and aggregation that interest advertisements rest on.
 """
 
+import functools
+import itertools
 import re
 
 import pytest
@@ -45,26 +47,84 @@ def test_covers_is_sound(broad, narrow, topic):
         assert p.matches(broad, topic)
 
 
+#: Every word sequence of up to seven words over two named words and one
+#: other: long enough to tell apart any patterns of up to three words.
+EVERY_SHORT_TOPIC = [t for n in range(8) for t in itertools.product(["a", "b", "c"], repeat=n)]
+
+
+@functools.cache
+def matched(pattern) -> int:
+    """
+    The sequences of L{EVERY_SHORT_TOPIC} C{pattern} matches, as bits.
+    """
+    return sum(1 << i for i, topic in enumerate(EVERY_SHORT_TOPIC) if p.matches(pattern, topic))
+
+
+@functools.cache
+def short_patterns(most_words) -> list[tuple[str, ...]]:
+    """
+    Every normal-form pattern of up to C{most_words} words over two named
+    words and the wildcards.
+    """
+    return sorted({p.normal_form(words) for n in range(1, most_words + 1)
+                   for words in itertools.product(["a", "b", p.ONE, p.ANY], repeat=n)})
+
+
+def covered_in_truth(broads, narrow) -> bool:
+    """
+    Whether every short sequence C{narrow} matches, one of C{broads} does.
+    """
+    union = 0
+    for broad in broads:
+        union |= matched(broad)
+    return matched(narrow) & ~union == 0
+
+
 def test_covers_is_exact_over_short_patterns():
     """
     Every pair of normal-form patterns up to three words over two words
     and the wildcards: covers says yes exactly when every topic of up to
     seven words that the narrow one matches, the broad one matches.
     """
-    alphabet = ["a", "b", p.ONE, p.ANY]
-    shapes = {p.normal_form(words) for n in range(1, 4)
-              for words in _products(alphabet, n)}
-    every_topic = [t for n in range(0, 8) for t in _products(["a", "b", "c"], n)]
-    for broad in shapes:
-        for narrow in shapes:
-            truth = all(p.matches(broad, t) for t in every_topic if p.matches(narrow, t))
-            assert p.covers(broad, narrow) == truth, (broad, narrow)
+    for broad in short_patterns(3):
+        for narrow in short_patterns(3):
+            assert p.covers(broad, narrow) == covered_in_truth([broad], narrow), (broad, narrow)
 
 
-def _products(alphabet, n):
-    if n == 0:
-        return [()]
-    return [(*rest, word) for rest in _products(alphabet, n - 1) for word in alphabet]
+def test_covers_together_is_exact_over_pairs_of_short_patterns():
+    """
+    Every pattern of up to two words against every pair of up to three:
+    the pair covers it together exactly when every sequence of up to
+    seven words that it matches, one of the pair matches (some are
+    covered by neither alone: C{#.a} by C{*} and C{*.#.a}).
+    """
+    together_only = 0
+    for narrow in short_patterns(2):
+        for broads in itertools.combinations_with_replacement(short_patterns(3), 2):
+            truth = covered_in_truth(broads, narrow)
+            assert p.covers_together(broads, narrow) == truth, (broads, narrow)
+            together_only += truth and not any(p.covers(b, narrow) for b in broads)
+    assert together_only > 0
+
+
+SHORT_PATTERNS = st.lists(st.sampled_from(["a", "b", p.ONE, p.ANY]), min_size=1,
+                          max_size=3).map(p.normal_form)
+
+
+@given(SHORT_PATTERNS, st.lists(SHORT_PATTERNS, max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_covers_together_is_exact_over_more_patterns(narrow, broads):
+    assert p.covers_together(broads, narrow) == covered_in_truth(broads, narrow)
+
+
+def test_patterns_that_cover_only_together():
+    parse = p.parse_pattern
+    one, more = parse("prices.*"), parse("prices.*.*.#")
+    wanted = parse("prices.*.#")
+    assert not p.covers(one, wanted) and not p.covers(more, wanted)
+    assert p.covers_together([one, more], wanted)
+    assert not p.covers_together([one, parse("prices.*.*")], wanted)
+    assert not p.covers_together([], wanted)
 
 
 @given(st.lists(parsed_patterns, max_size=8), topics)
