@@ -4,7 +4,6 @@ reference matcher (a regular expression per pattern), and the cover
 relation and aggregation that interest advertisements rest on.
 """
 
-import functools
 import itertools
 import re
 
@@ -13,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshroute.topics import patterns as p
+
+from support.topic_sets import matched, matched_by_any, short_patterns
 
 WORDS = ["a", "b", "c"]
 topics = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(tuple)
@@ -47,37 +48,11 @@ def test_covers_is_sound(broad, narrow, topic):
         assert p.matches(broad, topic)
 
 
-#: Every word sequence of up to seven words over two named words and one
-#: other: long enough to tell apart any patterns of up to three words.
-EVERY_SHORT_TOPIC = [t for n in range(8) for t in itertools.product(["a", "b", "c"], repeat=n)]
-
-
-@functools.cache
-def matched(pattern) -> int:
-    """
-    The sequences of L{EVERY_SHORT_TOPIC} C{pattern} matches, as bits.
-    """
-    return sum(1 << i for i, topic in enumerate(EVERY_SHORT_TOPIC) if p.matches(pattern, topic))
-
-
-@functools.cache
-def short_patterns(most_words) -> list[tuple[str, ...]]:
-    """
-    Every normal-form pattern of up to C{most_words} words over two named
-    words and the wildcards.
-    """
-    return sorted({p.normal_form(words) for n in range(1, most_words + 1)
-                   for words in itertools.product(["a", "b", p.ONE, p.ANY], repeat=n)})
-
-
 def covered_in_truth(broads, narrow) -> bool:
     """
     Whether every short sequence C{narrow} matches, one of C{broads} does.
     """
-    union = 0
-    for broad in broads:
-        union |= matched(broad)
-    return matched(narrow) & ~union == 0
+    return matched(narrow) & ~matched_by_any(broads) == 0
 
 
 def test_covers_is_exact_over_short_patterns():
@@ -143,6 +118,20 @@ def test_aggregation_examples():
     assert p.aggregate([parse("prices.#"), parse("prices.eu.gbp"), parse("prices.*.gbp"),
                         parse("news.*")]) == {parse("prices.#"), parse("news.*")}
     assert p.aggregate([parse("#"), parse("a")]) == {parse("#")}
+
+
+def test_past_its_budget_the_search_answers_not_known_to_cover(monkeypatch):
+    """
+    A pattern built to be hard costs the search L{p.MAX_COVER_STEPS} at
+    most, and the answer is then the safe one.
+    """
+    parse = p.parse_pattern
+    ends_in_b = [parse("*.#.b")]
+    hard = parse(".".join(["*", "#", "a", "b"] * 31))
+    assert p.covers_together(ends_in_b, hard)
+    monkeypatch.setattr(p, "MAX_COVER_STEPS", 100)
+    assert not p.covers_together(ends_in_b, hard)
+    assert p.covers_together(ends_in_b, parse("a.x.b"))
 
 
 @pytest.mark.parametrize("text", ["prices.eu.gbp", "a", "A-b_9.x", "a." * 127 + "b"])
