@@ -101,7 +101,8 @@ class _Key:
         list of them, stored as a tuple), C{user-patterns},
         C{queue-patterns}, C{address-patterns} (lists of name patterns,
         L{meshroute.security.policy}; an address pattern may name a
-        router after one C{@}), C{bool}, C{password-file}
+        router after one C{@}), C{topic-patterns} (lists of topic
+        patterns, L{meshroute.topics.patterns}), C{bool}, C{password-file}
         (a string; the file's contents become the section's C{secret}),
         C{token-file} (a string; the file, which only its owner may read,
         holds the section's C{token}),
@@ -232,6 +233,8 @@ _PERMISSION_KEYS = (
     _Key("users", "user-patterns"),
     _Key("send", "address-patterns", ()),
     _Key("consume", "queue-patterns", ()),
+    _Key("publish", "topic-patterns", ()),
+    _Key("subscribe", "topic-patterns", ()),
 )
 _CLIENTS_KEYS = (_Key("queue-depth", "int", None, 0, 10_000_000),)
 _CLIENT_RECONNECT_KEYS = (

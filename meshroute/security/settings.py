@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from meshroute.security.policy import Permission
+from meshroute.topics.patterns import BadTopic, parse_pattern
 
 #: A user or queue name pattern: name characters and C{*}.
 _PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,64}")
@@ -34,11 +35,18 @@ def pattern_problem(kind: str, value: object) -> str | None:
     What is wrong with one pattern of a C{[[security.permission]]} list,
     or None.
 
-    @param kind: C{"user-patterns"}, C{"queue-patterns"} or
-        C{"address-patterns"} (C{QUEUE} or C{QUEUE@ROUTER} patterns).
+    @param kind: C{"user-patterns"}, C{"queue-patterns"},
+        C{"address-patterns"} (C{QUEUE} or C{QUEUE@ROUTER} patterns) or
+        C{"topic-patterns"} (L{meshroute.topics.patterns}).
     """
     if not isinstance(value, str):
         return f"expected a pattern string, got {type(value).__name__} {value!r}"
+    if kind == "topic-patterns":
+        try:
+            parse_pattern(value)
+        except BadTopic as e:
+            return str(e)
+        return None
     parts = value.split("@") if kind == "address-patterns" else [value]
     if len(parts) > 2:
         return f"{value!r} has more than one @"

@@ -138,7 +138,7 @@ def _closure(pattern: tuple[str, ...], positions) -> frozenset[int]:
 
 
 #: A word that is no pattern's literal (it is not a valid word): in
-#: L{covers}, every word a pattern does not name.
+#: L{covers_together}, every word the patterns do not name where they are.
 _OTHER = "\0"
 
 
@@ -147,27 +147,91 @@ def covers(broad: tuple[str, ...], narrow: tuple[str, ...]) -> bool:
     Whether every topic C{narrow} matches is matched by C{broad} too (both
     parsed): then a router that advertises C{broad} need not advertise
     C{narrow}.
-
-    Exact: both patterns are read as automata over the words either names
-    and one word standing for all others, and every set of positions a
-    topic can lead them to is explored; C{narrow} is covered unless some
-    topic leaves it matched and C{broad} not.  Patterns are short, and so
-    is the search.
     """
-    alphabet = {word for word in broad + narrow if word not in (ONE, ANY)} | {_OTHER}
-    start = (_closure(narrow, {0}), _closure(broad, {0}))
-    seen = {start}
+    return covers_together((broad,), narrow)
+
+
+#: The most work L{covers_together} does before answering "not known to
+#: cover": each step one pattern follows one word, or one combination is
+#: compared with one already explored.  Patterns of everyday length take
+#: a few thousand steps at most; this bounds what a client's pattern of
+#: 255 characters, built to be hard, can cost the reactor (some 0.1 s).
+MAX_COVER_STEPS = 50_000
+
+
+def covers_together(broads, narrow: tuple[str, ...]) -> bool:
+    """
+    Whether every topic C{narrow} matches is matched by at least one of
+    C{broads} (all parsed): a pattern that several cover only together
+    (C{prices.*} and C{prices.*.*.#} cover C{prices.*.#}) is covered, as
+    a permission must judge a subscription against every pattern it
+    allows.
+
+    Exact: the patterns are read as automata, and every combination of
+    positions a word sequence can lead them to is explored; C{narrow} is
+    covered unless some sequence leaves it matched and every one of
+    C{broads} not.  From each combination only the words its positions
+    name are tried, and one word standing for all others, as every other
+    word leads where that one does; none is tried once a broad pattern
+    matches whatever follows, nor from a combination whose broad
+    positions include those of one already explored at the same narrow
+    positions (what that one covers, this one covers too).  The empty
+    sequence counts as one, though no topic is empty: only C{#} matches
+    it.
+
+    Past L{MAX_COVER_STEPS} the answer is C{False}, not known to cover:
+    the safe answer for each use (a router advertises C{narrow} too; a
+    permission refuses the subscription).
+    """
+    broads = tuple(broads)
+    start_broads = tuple(_closure(broad, {0}) for broad in broads)
+    start = (_closure(narrow, {0}), start_broads)
+    explored = {start[0]: [start_broads]}
     pending = [start]
+    steps = 0
     while pending:
-        in_narrow, in_broad = pending.pop()
-        if len(narrow) in in_narrow and len(broad) not in in_broad:
+        in_narrow, in_broads = pending.pop()
+        if len(narrow) in in_narrow and not any(
+                len(broad) in reached for broad, reached in zip(broads, in_broads)):
             return False
-        for word in alphabet:
-            after = (_step(narrow, in_narrow, word), _step(broad, in_broad, word))
-            if after[0] and after not in seen:
-                seen.add(after)
-                pending.append(after)
+        if any(_matches_any_rest(broad, reached) for broad, reached in zip(broads, in_broads)):
+            continue
+        words = _named(narrow, in_narrow).union(
+            *(_named(broad, reached) for broad, reached in zip(broads, in_broads)))
+        for word in words | {_OTHER}:
+            after_narrow = _step(narrow, in_narrow, word)
+            steps += 1
+            if not after_narrow:
+                continue
+            after_broads = tuple(_step(broad, reached, word)
+                                 for broad, reached in zip(broads, in_broads))
+            known = explored.setdefault(after_narrow, [])
+            steps += len(broads) + len(known)
+            if steps > MAX_COVER_STEPS:
+                return False
+            if any(all(old <= new for old, new in zip(before, after_broads))
+                   for before in known):
+                continue
+            known.append(after_broads)
+            pending.append((after_narrow, after_broads))
     return True
+
+
+def _matches_any_rest(pattern: tuple[str, ...], positions) -> bool:
+    """
+    Whether C{pattern}, at C{positions}, matches however the sequence
+    goes on: it reached its last word, a C{#}.
+    """
+    return pattern[-1:] == (ANY,) and len(pattern) - 1 in positions
+
+
+def _named(pattern: tuple[str, ...], positions) -> set[str]:
+    """
+    The words C{pattern} names at C{positions}: the only ones that lead
+    from there elsewhere than any other word does.
+    """
+    return {pattern[i] for i in positions
+            if i < len(pattern) and pattern[i] not in (ONE, ANY)}
 
 
 def aggregate(patterns) -> set[tuple[str, ...]]:

@@ -35,6 +35,13 @@ consume = ["orders", "orders-*"]
 [[security.permission]]
 users = ["ops-*"]
 consume = ["*"]
+publish = ["ops.#"]
+subscribe = ["ops.#", "prices.*.gbp"]
+
+[[security.permission]]
+users = ["pricer"]
+publish = ["prices.*.*"]
+subscribe = ["#.*"]
 """
 
 
@@ -56,7 +63,9 @@ def test_the_issues_example(write, users_file):
         permissions=(
             Permission(users=("orders-app",), send=("orders@*", "audit@router-c"),
                        consume=("orders", "orders-*")),
-            Permission(users=("ops-*",), send=(), consume=("*",)),
+            Permission(users=("ops-*",), send=(), consume=("*",), publish=("ops.#",),
+                       subscribe=("ops.#", "prices.*.gbp")),
+            Permission(users=("pricer",), publish=("prices.*.*",), subscribe=("#.*",)),
         ),
     )
     policy = load_policy(config)
@@ -67,6 +76,11 @@ def test_the_issues_example(write, users_file):
     assert policy.may_consume("orders-app", "orders-eu")
     assert policy.may_consume("ops-1", "anything")
     assert not policy.may_send("ops-1", "anything@router-a")
+    assert policy.may_publish("ops-1", "ops.restart")
+    assert policy.may_publish("pricer", "prices.eu.gbp")
+    assert not policy.may_publish("orders-app", "ops.restart")
+    assert policy.may_subscribe("ops-1", "prices.eu.gbp") and policy.may_subscribe("pricer", "#")
+    assert not policy.may_subscribe("ops-1", "prices.#")
 
 
 def test_no_security_section(write):
@@ -84,6 +98,7 @@ def test_round_trip(write, users_file):
     config = load(write(ROUTER + SECURITY.replace("{users}", users_file)))
     text = format_config(config)
     assert "[[security.permission]]" in text
+    assert 'subscribe = ["ops.#", "prices.*.gbp"]' in text and 'subscribe = ["#.*"]' in text
     again = load(write(text, name="effective.toml"))
     assert again == dataclasses.replace(config, path=again.path)
 
@@ -122,6 +137,21 @@ def test_load_policy_needs_security(write):
      "security.permission[0].consme", "unknown key"),
     (f"[[security.permission]]\nusers = [\"{'a' * 65}\"]\n",
      "security.permission[0].users[0]", "1 to 64"),
+    ("[[security.permission]]\nusers = [\"a\"]\npublish = [\"prices..eu\"]\n",
+     "security.permission[0].publish[0]",
+     "each word of a pattern is [A-Za-z0-9_-]+, '*' or '#', not ''"),
+    ("[[security.permission]]\nusers = [\"a\"]\nsubscribe = [\"x\", \"prices.eu*\"]\n",
+     "security.permission[0].subscribe[1]", "not 'eu*'"),
+    ("[[security.permission]]\nusers = [\"a\"]\npublish = \"prices.#\"\n",
+     "security.permission[0].publish", "a list of patterns"),
+    ("[[security.permission]]\nusers = [\"a\"]\nsubscribe = [3]\n",
+     "security.permission[0].subscribe[0]", "expected a pattern string"),
+    ("[[security.permission]]\nusers = [\"a\"]\nsubscribe = [\"\"]\n",
+     "security.permission[0].subscribe[0]", "words separated by dots"),
+    (f"[[security.permission]]\nusers = [\"a\"]\npublish = [\"{'a.' * 128}\"]\n",
+     "security.permission[0].publish[0]", "at most 255 characters"),
+    ("[[security.permission]]\nusers = [\"a\"]\npublish = [\"a@r\"]\n",
+     "security.permission[0].publish[0]", "not 'a@r'"),
 ])
 def test_refusals(write, text, key, fragment):
     assert_refused(write(ROUTER + text), key, fragment)

@@ -53,6 +53,8 @@ def base(directory) -> dict:
                           "max-depth-policy": "drop-oldest", "recovery-buffer-size": 8},
         },
         "admin": {"endpoint": "tcp:0:interface=127.0.0.1"},
+        "security": {"permission": [{"users": ["app-*"], "send": ["q@*"], "consume": ["q"],
+                                     "publish": ["prices.*.gbp"], "subscribe": ["prices.#"]}]},
     }
 
 

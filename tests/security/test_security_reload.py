@@ -138,6 +138,26 @@ def test_a_bad_config_keeps_the_policy_in_force(files, observe_errors):
     assert seen == []
 
 
+def test_a_bad_topic_pattern_keeps_the_policy_in_force(files, observe_errors):
+    config_path, _ = files
+    config, security, seen = started(config_path)
+    before = security.policy
+    with open(config_path, "a") as f:
+        f.write('[[security.permission]]\nusers = ["bob"]\npublish = ["prices.eu"]\n'
+                'subscribe = ["prices.eu.*", "prices..eu"]\n')
+    assert not reload_security(security, config, reread(config))
+    refused(observe_errors, config_path, "security.permission[1].subscribe[1]", "not ''")
+    assert security.policy is before and seen == []
+    with open(config_path) as f:
+        text = f.read()
+    with open(config_path, "w") as f:
+        f.write(text.replace('"prices..eu"', '"prices.us.#"'))
+    assert reload_security(security, config, reread(config))
+    assert security.policy.may_publish("bob", "prices.eu")
+    assert security.policy.may_subscribe("bob", "prices.us.usd")
+    assert not before.may_publish("bob", "prices.eu")
+
+
 def test_removing_security_waits_for_a_restart(files, observe_errors):
     config_path, _ = files
     config, security, seen = started(config_path)

@@ -4,6 +4,7 @@ reference matcher (a regular expression per pattern), and the cover
 relation and aggregation that interest advertisements rest on.
 """
 
+import itertools
 import re
 
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshroute.topics import patterns as p
+
+from support.topic_sets import matched, matched_by_any, short_patterns
 
 WORDS = ["a", "b", "c"]
 topics = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(tuple)
@@ -45,26 +48,58 @@ def test_covers_is_sound(broad, narrow, topic):
         assert p.matches(broad, topic)
 
 
+def covered_in_truth(broads, narrow) -> bool:
+    """
+    Whether every short sequence C{narrow} matches, one of C{broads} does.
+    """
+    return matched(narrow) & ~matched_by_any(broads) == 0
+
+
 def test_covers_is_exact_over_short_patterns():
     """
     Every pair of normal-form patterns up to three words over two words
     and the wildcards: covers says yes exactly when every topic of up to
     seven words that the narrow one matches, the broad one matches.
     """
-    alphabet = ["a", "b", p.ONE, p.ANY]
-    shapes = {p.normal_form(words) for n in range(1, 4)
-              for words in _products(alphabet, n)}
-    every_topic = [t for n in range(0, 8) for t in _products(["a", "b", "c"], n)]
-    for broad in shapes:
-        for narrow in shapes:
-            truth = all(p.matches(broad, t) for t in every_topic if p.matches(narrow, t))
-            assert p.covers(broad, narrow) == truth, (broad, narrow)
+    for broad in short_patterns(3):
+        for narrow in short_patterns(3):
+            assert p.covers(broad, narrow) == covered_in_truth([broad], narrow), (broad, narrow)
 
 
-def _products(alphabet, n):
-    if n == 0:
-        return [()]
-    return [(*rest, word) for rest in _products(alphabet, n - 1) for word in alphabet]
+def test_covers_together_is_exact_over_pairs_of_short_patterns():
+    """
+    Every pattern of up to two words against every pair of up to three:
+    the pair covers it together exactly when every sequence of up to
+    seven words that it matches, one of the pair matches (some are
+    covered by neither alone: C{#.a} by C{*} and C{*.#.a}).
+    """
+    together_only = 0
+    for narrow in short_patterns(2):
+        for broads in itertools.combinations_with_replacement(short_patterns(3), 2):
+            truth = covered_in_truth(broads, narrow)
+            assert p.covers_together(broads, narrow) == truth, (broads, narrow)
+            together_only += truth and not any(p.covers(b, narrow) for b in broads)
+    assert together_only > 0
+
+
+SHORT_PATTERNS = st.lists(st.sampled_from(["a", "b", p.ONE, p.ANY]), min_size=1,
+                          max_size=3).map(p.normal_form)
+
+
+@given(SHORT_PATTERNS, st.lists(SHORT_PATTERNS, max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_covers_together_is_exact_over_more_patterns(narrow, broads):
+    assert p.covers_together(broads, narrow) == covered_in_truth(broads, narrow)
+
+
+def test_patterns_that_cover_only_together():
+    parse = p.parse_pattern
+    one, more = parse("prices.*"), parse("prices.*.*.#")
+    wanted = parse("prices.*.#")
+    assert not p.covers(one, wanted) and not p.covers(more, wanted)
+    assert p.covers_together([one, more], wanted)
+    assert not p.covers_together([one, parse("prices.*.*")], wanted)
+    assert not p.covers_together([], wanted)
 
 
 @given(st.lists(parsed_patterns, max_size=8), topics)
@@ -83,6 +118,20 @@ def test_aggregation_examples():
     assert p.aggregate([parse("prices.#"), parse("prices.eu.gbp"), parse("prices.*.gbp"),
                         parse("news.*")]) == {parse("prices.#"), parse("news.*")}
     assert p.aggregate([parse("#"), parse("a")]) == {parse("#")}
+
+
+def test_past_its_budget_the_search_answers_not_known_to_cover(monkeypatch):
+    """
+    A pattern built to be hard costs the search L{p.MAX_COVER_STEPS} at
+    most, and the answer is then the safe one.
+    """
+    parse = p.parse_pattern
+    ends_in_b = [parse("*.#.b")]
+    hard = parse(".".join(["*", "#", "a", "b"] * 31))
+    assert p.covers_together(ends_in_b, hard)
+    monkeypatch.setattr(p, "MAX_COVER_STEPS", 100)
+    assert not p.covers_together(ends_in_b, hard)
+    assert p.covers_together(ends_in_b, parse("a.x.b"))
 
 
 @pytest.mark.parametrize("text", ["prices.eu.gbp", "a", "A-b_9.x", "a." * 127 + "b"])
