@@ -62,7 +62,10 @@ EXPIRY_NOTICES = "$expiry-notices"
 #: them (L{QUEUE_NAME} has no C{$}).
 ADMIN_QUEUE = "$admin"
 ADMIN_REPLY_QUEUE = "$admin-reply"
-SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE, EXPIRY_NOTICES))
+#: Where a router takes the notices that another router holds its topic
+#: interest at a version (L{meshroute.router.mesh_wide}).
+INTEREST_HELD = "$interest-held"
+SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE, EXPIRY_NOTICES, INTEREST_HELD))
 
 
 class AddressError(MeshrouteError):

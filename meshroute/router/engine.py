@@ -65,6 +65,7 @@ The engine is made of parts, each a module of this package with one job:
       TopicSubscriptions               ones recorded in the store
     topic_fan_out.TopicFanOut          a publication's copies: per matching
                                        subscription, per link toward interest
+    mesh_wide.MeshWide                 when our interest reached every router
 
 L{MessageEngine} builds them, wires them to each other, and is the one
 face the rest of the router sees: the client sessions (C{submit},
@@ -90,6 +91,7 @@ from meshroute.router.arrivals import Arrivals
 from meshroute.router.destinations import Destinations
 from meshroute.router.expired import ExpiredMessages
 from meshroute.router.forwarding import Forwarding
+from meshroute.router.mesh_wide import MeshWide
 from meshroute.router.message_events import MessageEvents
 from meshroute.store import ExecutorStopped
 from meshroute.router.prepared import PreparedTransactions
@@ -176,8 +178,10 @@ class MessageEngine:
         self.expiry_notices = self.expired_messages.sessions
         #: Topics: the mesh's interest, this router's subscriptions, and
         #: the fan-out of publications.
-        self.interest = TopicInterest(name, clock)
-        self.topics = TopicSubscriptions(store, self.queues, self.interest)
+        self.interest = TopicInterest(name, clock,
+                                      changed=lambda origins: self.mesh_wide.taken(origins))
+        self.mesh_wide = MeshWide(name, self.interest, routes, self.system, clock)
+        self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide)
         self.fan_out = TopicFanOut(name, store, self.queues, self.topics, self.interest, routes,
                                    self.forwarding, self.transient, self.message_events, clock)
         #: Clients' prepared (two-phase) transactions.
@@ -266,4 +270,5 @@ class MessageEngine:
         self.expiry_sweep.stop()
         self.fan_out.stop()
         self.interest.stop()
+        self.mesh_wide.stop()
 

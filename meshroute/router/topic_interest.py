@@ -67,6 +67,11 @@ class TopicInterest:
         self.name = name
         self.local = LocalInterest(now_ms=lambda: int(clock.seconds() * 1000))
         self.table = InterestTable()
+        #: Whether our own interest is known (L{ready}): the durable
+        #: subscriptions are read.  Before, none of ours is advertised, so
+        #: that a restarted router never withdraws, for a moment, the
+        #: interest of the durable subscriptions it holds.
+        self.is_ready = False
         self._changed = changed
         self._links: dict[str, Callable] = {}
         self._flood = TurnFlood(clock, self._turn_ended)
@@ -83,7 +88,17 @@ class TopicInterest:
         if self.local.unsubscribed(pattern):
             self._advertise_own()
 
+    def ready(self) -> None:
+        """
+        The durable subscriptions are read: advertise our interest.
+        """
+        self.is_ready = True
+        self.local.version = max(self.local.version + 1, self.local.now())
+        self._advertise_own()
+
     def _advertise_own(self) -> None:
+        if not self.is_ready:
+            return
         local = self.local
         self.table.advertised(self.name, local.version, local.advertised)
         self._flood.news(InterestAdvertisement(self.name, local.version, local.advertised))
@@ -98,7 +113,8 @@ class TopicInterest:
         if version < TOPICS_VERSION:
             return
         self._links[peer] = send
-        everything = [self._advertisement(origin).item() for origin in self.table.origins()]
+        everything = [self._advertisement(origin).item() for origin in self.table.origins()
+                      if origin != self.name or self.is_ready]
         if everything:
             send(Interest(everything))
         self._flood.sent_everything(peer)

@@ -98,12 +98,14 @@ class TopicSubscriptions:
     @param store: the router's store (durable subscriptions).
     @param queues: its L{meshroute.router.queues.QueueManager}.
     @param interest: its L{meshroute.router.topic_interest.TopicInterest}.
+    @param mesh_wide: its L{meshroute.router.mesh_wide.MeshWide}.
     """
 
-    def __init__(self, store, queues, interest) -> None:
+    def __init__(self, store, queues, interest, mesh_wide) -> None:
         self._store = store
         self._queues = queues
         self._interest = interest
+        self._mesh_wide = mesh_wide
         self._index = PatternIndex()
         self._patterns: dict[str, tuple[str, ...]] = {}
         self.durable: dict[str, Durable] = {}
@@ -119,6 +121,7 @@ class TopicSubscriptions:
                 self.durable[queue] = Durable(queue, client_id, name, parsed, shared, user,
                                               created_at)
                 self._add(queue, parsed)
+            self._interest.ready()
 
         return self._store.durable_subscriptions().addCallback(read)
 
@@ -135,7 +138,7 @@ class TopicSubscriptions:
 
     def subscribe(self, pattern: str, deliver: Callable, credit: int,
                   client_id: str = "", durable: str = "", shared: bool = False,
-                  user: str | None = None) -> Deferred:
+                  user: str | None = None, mesh_wide: bool = False) -> Deferred:
         """
         Start consuming the publications matching C{pattern}: a
         non-durable subscription, or durable subscription C{durable} of
@@ -143,11 +146,29 @@ class TopicSubscriptions:
         are as for L{QueueManager.subscribe
         <meshroute.router.queues.QueueManager.subscribe>}.
 
+        @param mesh_wide: fire only once its interest reached every
+            router reachable now (L{meshroute.router.mesh_wide}).
         @return: Deferred firing with the queue L{Subscription
             <meshroute.router.queues.Subscription>} (its C{queue} is the
             subscription's), once a durable one is recorded; failing with
-            L{BadSubscription} or L{DurableInUse}.
+            L{BadSubscription}, L{DurableInUse} or (mesh-wide: the
+            subscription is then cancelled)
+            L{MeshWideTimeout<meshroute.router.mesh_wide.MeshWideTimeout>}.
         """
+        d = self._subscribe(pattern, deliver, credit, client_id, durable, shared, user)
+        if mesh_wide:
+            d.addCallback(self._when_mesh_wide)
+        return d
+
+    def _when_mesh_wide(self, subscription) -> Deferred:
+        def failed(failure):
+            subscription.cancel()
+            return failure
+
+        return self._mesh_wide.wait().addCallbacks(lambda _: subscription, failed)
+
+    def _subscribe(self, pattern: str, deliver: Callable, credit: int, client_id: str,
+                   durable: str, shared: bool, user: str | None) -> Deferred:
         try:
             parsed = parse_pattern(pattern)
             queue = durable_queue(client_id, durable) if durable else None

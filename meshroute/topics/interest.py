@@ -88,6 +88,10 @@ class LocalInterest:
         self.version = max(self.version + 1, self._now_ms())
         return True
 
+    def now(self) -> int:
+        "The clock's milliseconds: the least version of the next change."
+        return self._now_ms()
+
 
 class InterestTable:
     """

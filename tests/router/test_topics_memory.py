@@ -8,7 +8,8 @@ restarts.
 import pytest
 
 from meshroute.router.topic_subscriptions import DurableInUse
-from support.mesh_testing import assert_confirmed, mesh  # noqa: F401 (mesh: a fixture)
+from meshroute.wire.frames import Interest
+from support.mesh_testing import assert_confirmed, events_of, mesh  # noqa: F401 (mesh: a fixture)
 
 
 class TopicConsumer:
@@ -148,3 +149,55 @@ def test_a_durable_subscription_takes_one_consumer_unless_shared(mesh):
     got = sorted(b for consumer in shared for b in consumer.bodies)
     assert got == sorted(b"%d" % i for i in range(10))
     assert all(consumer.bodies for consumer in shared)
+
+
+def test_mesh_wide_fires_once_every_router_holds_the_interest(mesh):
+    star(mesh)
+    routers = mesh.routers
+    others = ("router-b", "router-c", "router-d", "router-e")
+    subscribed = []
+    d = routers["router-a"].engine.topics.subscribe("late.#", lambda delivery: None, 0,
+                                                    mesh_wide=True)
+    d.addCallback(subscribed.append)
+    seen_missing = False
+    for _ in range(1000):
+        holding = [name for name in others
+                   if routers[name].engine.interest.interested(("late", "x")) == {"router-a"}]
+        if subscribed:
+            break
+        seen_missing = seen_missing or len(holding) < len(others)
+        mesh.run(0.001)
+    assert len(subscribed) == 1
+    # It fired after every router held it, and not before.
+    assert holding == list(others) and seen_missing
+
+
+def test_mesh_wide_times_out_when_a_reachable_router_stays_silent(mesh):
+    star(mesh)
+    routers = mesh.routers
+    mesh_wide = routers["router-a"].engine.mesh_wide
+    # e takes the interest but its notice never comes back.
+    routers["router-e"].engine.mesh_wide.taken = lambda origins: None
+    failures = []
+    routers["router-a"].engine.topics.subscribe("t", lambda delivery: None, 0,
+                                                mesh_wide=True).addErrback(failures.append)
+    mesh.run(5)
+    assert failures == [] and mesh_wide.missing(routers["router-a"].engine.interest.local
+                                                .version) == {"router-e"}
+    mesh.run(30)
+    assert len(failures) == 1 and "router-e" in str(failures[0].value)
+    # The subscription went with the failure: its interest is withdrawn.
+    assert routers["router-a"].engine.interest.local.advertised == frozenset()
+
+
+def test_an_interest_frame_naming_no_pattern_closes_the_link(mesh):
+    star(mesh)
+    routers = mesh.routers
+    channel = routers["router-a"].engine.forwarding.channel("router-b")
+    channel.send(Interest([["router-a", 2**40, ["not a pattern"]]]))
+    mesh.run(0.1)
+    closed = [e for e in events_of(routers["router-b"], "link.closed")
+              if e["peer"] == "router-a"]
+    assert closed and "Interest from router-a" in closed[0]["detail"]
+    mesh.run(2)
+    assert mesh.stages("router-b")["router-a"] == "delivery"
