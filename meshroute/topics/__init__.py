@@ -1,10 +1,11 @@
 """
-Topics: publish/subscribe addresses (issue 29, in progress).
+Topics: publish/subscribe addresses (docs/topics.md).
 
 Pure rules, no reactor, no store: the names and patterns of topics and
-which topics a pattern matches (L{meshroute.topics.patterns}), and the
-index a router matches a publication against its subscriptions with
-(L{meshroute.topics.index}).  Not wired into the router yet: only the
-security policy imports it, to judge topic permissions with its
-patterns.
+which topics a pattern matches (L{meshroute.topics.patterns}), the index
+a router matches a publication against subscriptions with
+(L{meshroute.topics.index}), and interest: a router's own, the table of
+others', and a publication's fan-out by next hop
+(L{meshroute.topics.interest}).  The router's topic parts
+(C{meshroute.router.topic_*}) and the security policy build on them.
 """
