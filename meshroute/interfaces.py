@@ -226,6 +226,13 @@ class IMessageStore(Interface):
         many entries went.
         """
 
+    def place_copies(copies, entry_ids):
+        """
+        The topic fan-out's persistent copies, each placed unless its id
+        is held or was enqueued here, and the deletion of the entries it
+        copied, in one transaction; fires with the copies placed.
+        """
+
     def durable_subscriptions():
         """
         Fires with every durable topic subscription, oldest first.

@@ -4,7 +4,8 @@ reached every router that is reachable now (docs/topics.md), so that a
 publication sent from anywhere after that is sent its way.
 
 Every router that takes a newer interest advertisement of another router
-(L{meshroute.router.topic_interest}) tells that router so, with a notice
+(L{meshroute.router.topic_interest}), not an empty one, tells that
+router so, with a notice
 to its system queue C{$interest-held} naming the version it now holds.
 The router that advertised keeps the newest version each router said it
 holds; a wait for version V is over when every router reachable now
@@ -59,11 +60,13 @@ class MeshWide:
 
     def taken(self, origins) -> None:
         """
-        This router took newer interest of C{origins}: tell each.
+        This router took newer interest of C{origins}: tell each (not of
+        an empty one: no subscription waits for its withdrawal).
         """
         now = self._clock.seconds()
+        table = self._interest.table
         for origin in origins:
-            if origin == self._name:
+            if origin == self._name or not table.patterns(origin):
                 continue
             version = self._interest.table.version(origin)
             self._system.send(Message(

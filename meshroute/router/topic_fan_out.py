@@ -28,13 +28,16 @@ is that queue's one consumer.  For each publication it takes it makes:
    taken on (C{max-hops} bounds the loop).
 
 The persistent copies and the deletion of the publication from
-C{$topic} are one store transaction: a router that dies in between has
-done neither, and does both after its restart; a copy sent again over a
-link (its acknowledgement lost) is refused by the id its first copy left
-here.  So each durable subscription gets a persistent publication
+C{$topic} are one store transaction (L{place_copies
+<meshroute.store.sqlite.SQLiteStore.place_copies>}): a router that dies
+in between has done neither, and does both after its restart; a copy
+sent again over a link (its acknowledgement lost) is refused by the id
+its first copy left here.  So each durable subscription gets a persistent publication
 exactly once (within the store's duplicate window, as a queue does).
-The in-memory copies are made only once the transaction is durable: a
-non-durable subscription gets a publication at most once.
+The in-memory copies are made only once the transaction is durable, and
+a copy whose id was placed or given before is left out (the store's
+ids, and the last L{RECENT} in-memory ones): a subscription gets a
+publication at most once however it comes back.
 """
 
 import hashlib
@@ -58,6 +61,11 @@ log = Logger()
 #: Publications the fan-out takes before its turn ends: one store
 #: transaction for all of them.
 BATCH = 256
+
+#: The ids of in-memory copies into local subscriptions remembered, so
+#: that a publication that comes round a routing loop is not given to a
+#: non-durable subscription twice (durable ones have the store's ids).
+RECENT = 65_536
 
 
 def _digest(group) -> str:
@@ -91,6 +99,7 @@ class TopicFanOut:
         self._consumer = None
         self._taken: list = []
         self._call: IDelayedCall | None = None
+        self._recent: dict[str, None] = {}
 
     def start(self) -> None:
         self._consumer = self._queues.subscribe(TOPIC_QUEUE, self._take, BATCH)
@@ -126,12 +135,16 @@ class TopicFanOut:
             for copy in self.copies(delivery.message):
                 (stored if copy.persistent else in_memory).append(copy)
         if not stored and not transaction.entry_ids():
-            self._done(None, transaction, stored, in_memory, len(taken))
+            self._done([], transaction, stored, in_memory, len(taken))
             return
-        d = self._store.commit([(copy, "") for copy in stored], transaction.entry_ids())
+        d = self._store.place_copies(stored, transaction.entry_ids())
         d.addBoth(self._done, transaction, stored, in_memory, len(taken))
 
     def _done(self, result, transaction, stored: list, in_memory: list, taken: int) -> None:
+        """
+        The store placed C{result} (those of C{stored} it did not hold
+        already), or failed.
+        """
         if isinstance(result, Failure):
             # Back to the front of $topic, flagged redelivered: taken again.
             log.failure("fan-out of {n} publications failed; they are taken again",
@@ -139,11 +152,29 @@ class TopicFanOut:
             transaction.rolled_back()
         else:
             transaction.committed()
-            self._placed(stored)
+            self._placed(result)
             if in_memory:
-                self._transient.route(in_memory)
+                self._transient.route(self._first_times(in_memory))
         if self._consumer is not None:
             self._consumer.add_credit(taken)
+
+    def _first_times(self, copies: list[Message]) -> list[Message]:
+        """
+        The in-memory C{copies} but those for a local subscription that
+        had that publication already (it came round a routing loop):
+        the last L{RECENT} copies' ids are remembered.
+        """
+        recent = self._recent
+        out = []
+        for copy in copies:
+            if copy.dest_router == self._name:
+                if copy.msg_id in recent:
+                    continue
+                recent[copy.msg_id] = None
+                if len(recent) > RECENT:
+                    del recent[next(iter(recent))]
+            out.append(copy)
+        return out
 
     def _placed(self, stored: list) -> None:
         """

@@ -37,7 +37,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from meshroute.errors import MeshrouteError
 from meshroute.topics.index import PatternIndex
 from meshroute.topics.patterns import BadTopic, format_words, parse_pattern
-from meshroute.store.subscriptions import REPLACED
+from meshroute.store.topics import REPLACED
 
 #: What a client id or a durable subscription's name may be: they make
 #: the queue's name (L{durable_queue}).

@@ -160,6 +160,20 @@ class StoreMirror:
             _count(self._queues, message.dest_queue, 1)
         return result
 
+    def copies_placed(self, result: tuple, calls: list) -> list:
+        """
+        The topic fan-out placed some of C{calls} (C{(message, local)})
+        and consumed entries; returns the messages placed.
+        """
+        placed, consumed = result
+        out = []
+        for (message, local), new in zip(calls, placed):
+            if new:
+                self.entered(None, message, local)
+                out.append(message)
+        _add_counts(consumed, self._queues, -1)
+        return out
+
     def emptied(self, deleted: int, queue: str) -> int:
         """
         C{queue}'s C{deleted} entries were deleted with it.

@@ -115,7 +115,7 @@ from meshroute.store import (
     pruning,
     queue_entries,
     set_aside,
-    subscriptions,
+    topics,
 )
 from meshroute.store.database import SYNC_MODES, claim, connect, upgrade_schema
 from meshroute.store.mirror import StoreMirror
@@ -421,9 +421,9 @@ class SQLiteStore(RouterRecords):
         replaced and its entries deleted.
 
         @return: Deferred firing, once durable, with C{(what, deleted)}
-            (L{meshroute.store.subscriptions.record}).
+            (L{meshroute.store.topics.record}).
         """
-        d = self._submit(subscriptions.record, queue, client_id, name, pattern, shared, user,
+        d = self._submit(topics.record, queue, client_id, name, pattern, shared, user,
                          self._now())
         d.addCallback(self._mirror.emptied_if_replaced, queue)
         return d
@@ -434,16 +434,30 @@ class SQLiteStore(RouterRecords):
 
         @return: Deferred firing, once durable, with how many entries went.
         """
-        d = self._submit(subscriptions.forget, queue)
+        d = self._submit(topics.forget, queue)
         d.addCallback(self._mirror.emptied, queue)
+        return d
+
+    def place_copies(self, copies, entry_ids):
+        """
+        The topic fan-out's persistent C{copies} (messages), each placed
+        unless its id is held or was enqueued here, and the deletion of
+        the queue entries C{entry_ids}, in one transaction.
+
+        @return: Deferred firing, once durable, with the copies placed.
+        """
+        is_local = self._is_local
+        calls = [(message, is_local(message)) for message in copies]
+        d = self._submit(topics.place_copies, calls, json.dumps(list(entry_ids)), self._now())
+        d.addCallback(self._mirror.copies_placed, calls)
         return d
 
     def durable_subscriptions(self):
         """
         Fires with every durable subscription, oldest first, as
-        L{meshroute.store.subscriptions.read_all} gives them.
+        L{meshroute.store.topics.read_all} gives them.
         """
-        return self._submit(subscriptions.read_all)
+        return self._submit(topics.read_all)
 
     def _sends(self, sends) -> list:
         """

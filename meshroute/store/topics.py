@@ -1,9 +1,10 @@
 """
-Durable topic subscriptions, durably (schema version 12,
-docs/topics.md): which local queue the topic fan-out feeds for each
-C{(client_id, name)}, with what pattern, until it is unsubscribed for
-good.  Functions run by the store's executor, each in a savepoint of
-its own
+The store's side of topics (docs/topics.md).  Functions run by the
+store's executor, each in a savepoint of its own.
+
+Durable topic subscriptions, durably (schema version 12): which local
+queue the topic fan-out feeds for each C{(client_id, name)}, with what
+pattern, until it is unsubscribed for good
 (L{meshroute.store.sqlite.SQLiteStore.record_subscription} and its
 siblings).
 
@@ -11,8 +12,25 @@ A subscription recorded again with another pattern is replaced, as JMS
 replaces a durable subscription whose topic changed: the messages it
 held are deleted with the change, in one transaction.  Forgetting one
 deletes its messages with it.
+
+The fan-out's copies of publications and the deletion of the
+publications they copy, in one transaction (L{place_copies}).  A copy
+whose id this router holds or enqueued before is left out, not an
+error: a publication that came round a routing loop, or was fanned out
+before a crash whose acknowledgement of it was lost, makes copies the
+store already had, and the others must still be placed.
 """
 
+from meshroute.messages import Message
+from meshroute.store.queue_entries import consume
+from meshroute.store.rows import (
+    INSERT_BACKLOG_NEW,
+    INSERT_QUEUE_NEW,
+    RECORD_ENQUEUED_NEW,
+    as_row,
+)
+
+_FORGET_ENQUEUED = "DELETE FROM enqueued_ids WHERE msg_id = ?"
 _FIND = "SELECT pattern FROM durable_subscriptions WHERE queue = ?"
 _INSERT = (
     "INSERT INTO durable_subscriptions "
@@ -71,3 +89,29 @@ def read_all(connection) -> list[tuple]:
     return [(queue, client_id, name, pattern, bool(shared), user, created_at)
             for queue, client_id, name, pattern, shared, user, created_at
             in connection.execute(_ALL)]
+
+
+def place_copies(connection, copies: list[tuple[Message, bool]], entry_ids: str,
+                 now: float) -> tuple[list[bool], dict]:
+    """
+    Place each of C{copies} (C{(message, local)}: into a local queue, or
+    the backlog for its destination router) unless its id is held or
+    was enqueued here, and delete the queue entries C{entry_ids} (a JSON
+    array).
+
+    @return: C{(placed, consumed)}: whether each copy was placed, and
+        C{{queue: entries deleted}}.
+    """
+    execute = connection.execute
+    placed = []
+    for message, local in copies:
+        row = as_row(message)
+        if local:
+            new = bool(execute(RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount)
+            if new and not execute(INSERT_QUEUE_NEW, row).rowcount:
+                execute(_FORGET_ENQUEUED, (message.msg_id,))
+                new = False
+        else:
+            new = bool(execute(INSERT_BACKLOG_NEW, row).rowcount)
+        placed.append(new)
+    return placed, consume(connection, entry_ids)
