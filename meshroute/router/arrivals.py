@@ -116,9 +116,10 @@ class Arrivals:
         those for a system queue to its handler.
         """
         routed = []
+        branching = self._destinations.branching
         for message in messages:
             if message.dest_queue in SYSTEM_QUEUES:
                 self._system.arrived(message)
             else:
-                routed.append(message)
+                routed.append(branching(message))
         self._transient.route(routed)

@@ -14,11 +14,13 @@ L{meshroute.router.transient}'s).
    headers it gives a message (L{Destination.headers}).
  - B{May it go on?}  Not past C{max-hops} links (L{Destinations.beyond_reach});
    and a persistent message that arrives goes into a local queue, on
-   toward its destination, or aside: to C{$expired} when its time to
+   toward its destination (a publication's copy into this router's
+   C{$topic}, L{Destinations.branching}), or aside: to C{$expired} when its time to
    live ran out, to the dead-letter queue when it crossed too many links
    (L{Destinations.arrival}).
 """
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from meshroute.expiry import now_ms, set_aside
@@ -96,6 +98,20 @@ class Destinations:
         queue, router = parse_address(address, self.name)
         return (Destination(queue, router),)
 
+    def branching(self, message: Message) -> Message:
+        """
+        C{message}, or, for a copy of a publication passing through, the
+        same copy into this router's own C{$topic} queue, whose fan-out
+        sends it on, split where its routers part ways (docs/topics.md).
+        Every copy passes through C{$topic} at every router, in the order
+        its link brought it: one that only passed through would overtake
+        the copies being fanned out here.
+        """
+        if (message.dest_queue != TOPIC_QUEUE or message.dest_router == self.name
+                or TARGETS_HEADER not in message.headers):
+            return message
+        return replace(message, dest_router=self.name)
+
     def beyond_reach(self, message: Message) -> bool:
         """
         Whether C{message}, for another router, has crossed as many links
@@ -113,6 +129,7 @@ class Destinations:
         """
         if message.headers and message.expired(now_ms(self._clock)):
             return set_aside(message, self.name), False, EXPIRED_QUEUE
+        message = self.branching(message)
         local = message.dest_router == self.name
         if local or not self.beyond_reach(message):
             return message, local, ""

@@ -17,15 +17,22 @@ is that queue's one consumer.  For each publication it takes it makes:
  - for the other routers it is for (at its publisher's router: every
    router whose interest matches; further on: the routers its copy
    names, L{TARGETS_HEADER}), grouped by next hop
-   (L{meshroute.topics.interest.fan_out}), one copy per group into the
-   C{$topic} queue of that neighbour, naming the group; a router with no
-   route now gets a copy of its own, waiting in the backlog for it.  The
-   id of a copy between routers is C{PUBLICATION>FROM>TO:DIGEST}, the
-   digest of its group: the groups of one publication never overlap, so
-   neither do these ids; a copy sent again (its acknowledgement lost) is
-   the same id, refused where it arrived before; and a copy that comes
-   back to a router through a loop while routes converge is a new id,
-   taken on (C{max-hops} bounds the loop).
+   (L{meshroute.topics.interest.fan_out}), one copy per group, naming the
+   group and addressed to the C{$topic} queue of one of its routers (the
+   first by name); a router with no route now gets a copy of its own.
+   While it waits here, it is rerouted and kept in order as any message
+   for that router is (it never waits for a neighbour that is gone while
+   its routers are reachable another way); the router at the other end
+   of the link takes it into its own C{$topic}
+   (L{Destinations.branching<meshroute.router.destinations.Destinations.branching>})
+   and fans it out for the routers it names, in the order the link
+   brought it.  The id of a copy between
+   routers is C{PUBLICATION>FROM:DIGEST}, the digest of its group: the
+   groups of one publication never overlap, so neither do these ids; a
+   copy sent again (its acknowledgement lost) is the same id, refused
+   where it arrived before; and a copy that comes back to a router
+   through a loop while routes converge is a new id, taken on
+   (C{max-hops} bounds the loop).
 
 The persistent copies and the deletion of the publication from
 C{$topic} are one store transaction (L{place_copies
@@ -225,15 +232,16 @@ class TopicFanOut:
                     persistent=message.persistent and durable,
                     accepted_at=message.accepted_at))
         if targets:
-            groups = fan_out(targets, self._routes.next_hop)
-            routed = set().union(*groups.values())
-            for unreachable in targets - routed:
-                groups[unreachable] = frozenset((unreachable,))
-            for hop, group in sorted(groups.items()):
+            groups = list(fan_out(targets, self._routes.next_hop).values())
+            routed = set().union(*groups)
+            groups.extend(frozenset((unreachable,)) for unreachable in targets - routed)
+            for group in sorted(groups, key=min):
+                # Addressed to one of its routers: it waits, and is
+                # rerouted, as any message for that router.
                 out.append(Message(
-                    msg_id=f"{publication}>{self._name}>{hop}:{_digest(group)}",
+                    msg_id=f"{publication}>{self._name}:{_digest(group)}",
                     origin=message.origin,
-                    dest_router=hop, dest_queue=TOPIC_QUEUE, body=message.body,
+                    dest_router=min(group), dest_queue=TOPIC_QUEUE, body=message.body,
                     headers={**plain, TARGETS_HEADER: ",".join(sorted(group))},
                     hops=message.hops, persistent=message.persistent,
                     accepted_at=message.accepted_at))

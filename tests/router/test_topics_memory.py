@@ -201,3 +201,30 @@ def test_an_interest_frame_naming_no_pattern_closes_the_link(mesh):
     assert closed and "Interest from router-a" in closed[0]["detail"]
     mesh.run(2)
     assert mesh.stages("router-b")["router-a"] == "delivery"
+
+
+def test_durable_exactly_once_through_a_frozen_router_and_a_reroute(mesh):
+    # a - b - c and a - d - c: b freezes while publications flow.
+    mesh.add("router-a", connect_to=["router-b", "router-d"])
+    mesh.add("router-b", connect_to=["router-c"])
+    mesh.add("router-d", connect_to=["router-c"])
+    mesh.add("router-c")
+    mesh.run(1)
+    routers = mesh.routers
+    durable = TopicConsumer(routers["router-c"], "s.#", client_id="app", durable="all")
+    plain = TopicConsumer(routers["router-c"], "s.#")
+    mesh.run(1)
+    confirmed = []
+    for n in range(60):
+        confirmed += publish(mesh, "router-a", "s.x", 1, n)
+        if n == 20:
+            mesh.partition("router-b")
+        mesh.run(0.1)
+    mesh.run(3)
+    mesh.heal("router-b")
+    mesh.run(5)
+    assert_confirmed(confirmed)
+    assert sorted(durable.bodies, key=int) == [b"%d" % n for n in range(60)]
+    assert len(plain.bodies) == len(set(plain.bodies))
+    # Before the freeze, and after the reroute, in the order published.
+    assert durable.bodies[:20] == [b"%d" % n for n in range(20)]
