@@ -527,3 +527,26 @@ def test_a_mended_group_name_pairs_again(pair):
     pair.run_until(lambda: pair.states()[pair.key(BACKUP)] == role.BACKUP_IN_SYNC, 15.0)
     assert primary.ha_status().peer.refusal is None
     assert backup.ha_status().peer.refusal is None
+
+
+def test_a_durable_topic_subscription_fails_over_with_what_it_collected(pair):
+    primary, backup = start_both(pair)
+    subscribed = []
+    primary.router.engine.topics.subscribe("t.#", lambda delivery: None, 0,
+                                           client_id="app", durable="sub").addCallback(
+        subscribed.append)
+    pair.run_until(lambda: bool(subscribed), 5.0)
+    subscribed[0].cancel()
+    engine = primary.router.engine
+    sends = [engine.submit("topic:t.x", b"%d" % i, {}, True) for i in range(10)]
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    pair.mesh.run(0.5)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    queue = "$durable:app:sub"
+    pair.run_until(lambda: backup.router.engine.topics.durable.get(queue) is not None, 5.0)
+    consumer = Consumer(backup.router, queue)
+    pair.run_until(lambda: len(consumer.received) == 10, 5.0)
+    assert consumer.bodies == [b"%d" % i for i in range(10)]
+    # The backup took the subscription up: it advertises its interest.
+    assert backup.router.engine.interest.local.advertised == {("t", "#")}
