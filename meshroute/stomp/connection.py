@@ -110,6 +110,22 @@ def queue_address(destination: str | None) -> str:
     return destination[len(QUEUE_PREFIX):]
 
 
+def time_to_live_ms(expires: str | None, now: int) -> int:
+    """
+    The native time to live of a SEND's C{expires} (absolute epoch
+    milliseconds, as ActiveMQ's; 0 or none: never): what is left of it
+    C{now} (epoch milliseconds), at least 1 ms (an expiry already past
+    expires the message at once).
+
+    @raise StompRefusal: C{expires} is not a number.
+    """
+    if expires is None or expires == "0":
+        return 0
+    if not (expires.isascii() and expires.isdigit()):
+        raise StompRefusal(f"expires {expires!r} is not epoch milliseconds")
+    return max(1, int(expires) - now)
+
+
 @dataclass(eq=False)
 class StompConnectionCore(ConnectionCore):
     """
@@ -363,7 +379,7 @@ class StompConnectionCore(ConnectionCore):
                 headers[name] = value
         send = f.Send(self._command(), address, headers, frame.body,
                       frame.header("persistent") != "false", frame.header("duplicate-id") or "",
-                      self._ttl_ms(frame.header("expires")))
+                      time_to_live_ms(frame.header("expires"), now_ms(self.clock)))
         problem = self.settings.limits.headers_problem(send)
         if problem is not None:
             self.machine.over_limit(problem)
@@ -372,19 +388,6 @@ class StompConnectionCore(ConnectionCore):
         if transactional:
             self.receipts.held.add(send.command_id)
         self.session.take_send(send)
-
-    def _ttl_ms(self, expires: str | None) -> int:
-        """
-        The native time to live of a SEND's C{expires} (absolute epoch
-        milliseconds, as ActiveMQ's; 0 or none: never): what is left of it
-        now, at least 1 ms (an expiry already past expires the message at
-        once).
-        """
-        if expires is None or expires == "0":
-            return 0
-        if not (expires.isascii() and expires.isdigit()):
-            raise StompRefusal(f"expires {expires!r} is not epoch milliseconds")
-        return max(1, int(expires) - now_ms(self.clock))
 
     def _subscription_id(self, frame: StompFrame) -> str:
         """
