@@ -97,8 +97,9 @@ class _Key:
     @ivar kind: one of C{str}, C{name}, C{names}, C{duration}, C{int},
         C{size} (bytes), C{retain} (an C{int} counts files, a size is a
         L{RetainBytes}), C{number}, C{server-endpoint}, C{client-endpoint},
-        C{client-endpoints} (one client endpoint string or a non-empty
-        list of them, stored as a tuple), C{user-patterns},
+        C{server-endpoints} and C{client-endpoints} (one endpoint string
+        or a non-empty list of them, none repeated, stored as a tuple),
+        C{user-patterns},
         C{queue-patterns}, C{address-patterns} (lists of name patterns,
         L{meshroute.security.policy}; an address pattern may name a
         router after one C{@}), C{topic-patterns} (lists of topic
@@ -187,7 +188,7 @@ _CLIENT_LIMIT_KEYS = (
          _HOUR_MS),
 )
 _CLIENT_LISTENER_KEYS = (
-    _Key("endpoint", "server-endpoint"),
+    _Key("endpoint", "server-endpoints"),
     _TTL_OVERRIDE_KEY,
     _Key("connection-ttl-check-interval", "duration", 2000, 1, _HOUR_MS),
     _Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * _DAY_MS),
@@ -195,8 +196,8 @@ _CLIENT_LISTENER_KEYS = (
     _CLIENT_CA_KEY,
 )
 _STOMP_LISTENER_KEYS = (
-    _Key("endpoint", "server-endpoint"),
-    _Key("websocket", "server-endpoint", None),
+    _Key("endpoint", "server-endpoints"),
+    _Key("websocket", "server-endpoints", ()),
     _Key("websocket-path", "str", stomp_settings.DEFAULT_WEBSOCKET_PATH),
     _TTL_OVERRIDE_KEY,
     *_CLIENT_LIMIT_KEYS,
@@ -342,12 +343,12 @@ def _convert(spec: _Key, value: object, *, path: str, key: str, reactor) -> obje
             if problem is not None:
                 raise ConfigError(path, f"{key}[{index}]", problem)
         result = tuple(value)
-    elif spec.kind == "client-endpoints":
-        one = _Key(spec.name, "client-endpoint")
+    elif spec.kind.endswith("-endpoints"):
+        one = _Key(spec.name, spec.kind[:-1])
         if isinstance(value, str):
             result = (_convert(one, value, path=path, key=key, reactor=reactor),)
         elif not isinstance(value, list) or not value:
-            raise fail("a client endpoint string or a non-empty list of them")
+            raise fail(f"a {one.kind.replace('-', ' ')} string or a non-empty list of them")
         else:
             result = tuple(_convert(one, item, path=path, key=f"{key}[{index}]", reactor=reactor)
                            for index, item in enumerate(value))

@@ -146,6 +146,9 @@ def format_links(router: dict, links: list[dict]) -> str:
     The human-readable status table.
     """
     lines = [f"router {router['name']} (meshroute {router['version']}, up {router['uptime_s']:.0f} s)"]
+    # Where each listener's port is bound (an older router does not say).
+    lines += [f"  listening on {listener['address']} ({listener['key']})"
+              for listener in router.get("listeners", ()) if listener["address"] is not None]
     ha = router.get("ha")
     if ha is not None:
         lag = "-" if ha["lag"] is None else ha["lag"]

@@ -23,7 +23,7 @@ from twisted.internet.interfaces import IStreamServerEndpoint
 from zope.interface import implementer
 
 from meshroute.errors import ConfigError
-from meshroute.router.settings import RouterConfig
+from meshroute.router.settings import RouterConfig, serving_endpoints
 
 #: Where an endpoint string's arguments end (a colon may be escaped: "\\:").
 _UNESCAPED_COLON = re.compile(r"(?<!\\):")
@@ -43,24 +43,6 @@ def _tcp_address(description: str) -> tuple[str, int, int] | None:
     return (named.get("interface", default_interface),
             int(named.get("port", positional[0] if positional else "0")),
             int(named.get("backlog", "50")))
-
-
-def router_listeners(config: RouterConfig) -> list[tuple[str, str]]:
-    """
-    C{(key, description)} of every listener the router of C{config}
-    serves besides the admin API.
-    """
-    found = []
-    if config.listener is not None:
-        found.append(("routing.listener.endpoint", config.listener.endpoint))
-    if config.clients is not None:
-        found.append(("clients.listener.endpoint", config.clients.endpoint))
-    stomp = config.stomp_listener
-    if stomp is not None:
-        found.append(("stomp.listener.endpoint", stomp.endpoint))
-        if stomp.websocket is not None:
-            found.append(("stomp.listener.websocket", stomp.websocket))
-    return found
 
 
 @implementer(IStreamServerEndpoint)
@@ -100,7 +82,7 @@ class HeldPorts:
         @raise ConfigError: naming the file and the listener's key, for a
             port that cannot be bound.
         """
-        for key, description in router_listeners(self._config):
+        for key, description in serving_endpoints(self._config):
             address = _tcp_address(description)
             if address is None or description in self._sockets:
                 continue

@@ -20,6 +20,11 @@ backlog (a router that stops before it ever served) is reset by the
 kernel: an error the client sees, never an accepted connection closed
 without a word.
 
+Where each port is bound is reported (L{Listening.describe}, the admin
+API's C{GET /api/v1/router} C{listeners}): the address the OS gave it,
+which says which port a C{tcp:0} endpoint got, and shows each of a
+listener's endpoints (IPv4 and IPv6, say) apart.
+
 A port pauses through L{IPushProducer}: every port of the reactor (TCP,
 TLS, UNIX and adopted sockets, and so the WebSocket listener's, which is
 a TCP or TLS port) provides it, C{pauseProducing} stopping accepting
@@ -30,6 +35,7 @@ without a word.
 """
 
 from twisted.application.internet import StreamServerEndpointService
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IPushProducer
 
@@ -55,6 +61,20 @@ class Listening(StreamServerEndpointService):
         self._path = path
         self._key = key
         self._description = description
+        self._port = None
+
+    def describe(self) -> dict:
+        """
+        C{{"key", "endpoint", "address", "port"}}: the configuration key and
+        endpoint string of this listener, and where its port is bound
+        (C{"127.0.0.1:6001"}, C{"[::1]:6001"}, a UNIX socket's path, and
+        the TCP port number; None before it is bound, or for a port that
+        does not say).
+        """
+        host = self._port.getHost() if self._port is not None else None
+        return {"key": self._key, "endpoint": self._description,
+                "address": _bound_address(host),
+                "port": host.port if isinstance(host, (IPv4Address, IPv6Address)) else None}
 
     def privilegedStartService(self) -> None:
         try:
@@ -78,6 +98,7 @@ class Listening(StreamServerEndpointService):
             return None
         if not self.running:
             port.pauseProducing()
+        self._port = port
         return port
 
     def startService(self) -> None:
@@ -87,6 +108,22 @@ class Listening(StreamServerEndpointService):
     def _error(self, reason: str) -> ConfigError:
         return ConfigError(self._path, self._key,
                            f"cannot listen on {self._description}: {reason}")
+
+
+def _bound_address(host) -> str | None:
+    """
+    A bound port's address as an operator writes it: C{HOST:PORT},
+    C{[HOST]:PORT} for IPv6, or a UNIX socket's path; None for another
+    kind.
+    """
+    if isinstance(host, IPv4Address):
+        return f"{host.host}:{host.port}"
+    if isinstance(host, IPv6Address):
+        return f"[{host.host}]:{host.port}"
+    if isinstance(host, UNIXAddress) and host.name is not None:
+        name = host.name
+        return name.decode(errors="replace") if isinstance(name, bytes) else name
+    return None
 
 
 def _accept(port):

@@ -44,7 +44,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.router.listening import Listening
-from meshroute.router.settings import RouterConfig
+from meshroute.router.settings import RouterConfig, keyed
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
 from meshroute.security.decoy import decoy_secret
@@ -264,13 +264,15 @@ class RouterService(MultiService):
             listening(endpoints, config, "routing.listener.endpoint", listener.endpoint,
                       ListenerFactory(self.context, settings)).setServiceParent(self)
         if config.clients is not None:
-            listening_clients = listening(endpoints, config, "clients.listener.endpoint",
-                                          config.clients.endpoint,
-                                          self.client_factory)
-            if config.clients.client_ca is not None:
-                verify_client_certificates(listening_clients.endpoint,
-                                           load_client_ca(config.clients.client_ca))
-            listening_clients.setServiceParent(self)
+            ca = (load_client_ca(config.clients.client_ca)
+                  if config.clients.client_ca is not None else None)
+            for key, description in keyed("clients.listener.endpoint",
+                                          config.clients.endpoint):
+                listening_clients = listening(endpoints, config, key, description,
+                                              self.client_factory)
+                if ca is not None and isinstance(listening_clients.endpoint, SSL4ServerEndpoint):
+                    verify_client_certificates(listening_clients.endpoint, ca)
+                listening_clients.setServiceParent(self)
         self.stomp_factory: StompFactory | None = None
         if config.stomp_listener is not None:
             self._serve_stomp(endpoints, config, ha_view)
@@ -302,8 +304,8 @@ class RouterService(MultiService):
 
     def _serve_stomp(self, endpoints, config: RouterConfig, ha_view) -> None:
         """
-        The C{[stomp.listener]}: its endpoint, and its WebSocket endpoint
-        if it has one.  Its sessions join the native listener's registry
+        The C{[stomp.listener]}: its endpoints, and its WebSocket endpoints
+        if it has any.  Its sessions join the native listener's registry
         (one C{/api/v1/sessions}, one C{max-sessions}).
         """
         stomp = config.stomp_listener
@@ -317,16 +319,17 @@ class RouterService(MultiService):
             security=self.security, secret=natives.secret,
             verifies_certificates=stomp.client_ca is not None,
         )
-        services = [listening(endpoints, config, "stomp.listener.endpoint", stomp.endpoint,
-                              self.stomp_factory)]
-        if stomp.websocket is not None:
-            services.append(listening(
-                endpoints, config, "stomp.listener.websocket", stomp.websocket,
-                websocket_factory(self.stomp_factory, f"ws://localhost{stomp.websocket_path}",
-                                  self._clock)))
+        services = [listening(endpoints, config, key, description, self.stomp_factory)
+                    for key, description in keyed("stomp.listener.endpoint", stomp.endpoint)]
+        if stomp.websocket:
+            served = websocket_factory(self.stomp_factory,
+                                       f"ws://localhost{stomp.websocket_path}", self._clock)
+            services += [listening(endpoints, config, key, description, served)
+                         for key, description in keyed("stomp.listener.websocket",
+                                                       stomp.websocket)]
         ca = load_client_ca(stomp.client_ca) if stomp.client_ca is not None else None
         for service in services:
-            # client-ca applies to whichever of the two is TLS.
+            # client-ca applies to whichever of them are TLS.
             if ca is not None and isinstance(service.endpoint, SSL4ServerEndpoint):
                 verify_client_certificates(service.endpoint, ca)
             service.setServiceParent(self)
@@ -427,6 +430,8 @@ class RouterService(MultiService):
             ),
             "backlog": self.store.backlog_depths() if self._open else {},
             "serving": self._open,
+            "listeners": [service.describe() for service in self
+                          if isinstance(service, Listening)],
         }
 
     def describe_links(self) -> list[dict]:

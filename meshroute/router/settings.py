@@ -154,19 +154,37 @@ def _side_by_side_problem(hosted: RouterConfig, other: RouterConfig) -> str | No
     return None
 
 
-def listening_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
+def keyed(key: str, descriptions: tuple[str, ...]) -> list[tuple[str, str]]:
     """
-    Every server endpoint of C{config}, with its key.
+    C{(key, description)} of each endpoint of a key that takes one or a
+    list of them: the key itself for one, C{key[INDEX]} for each of several.
+    """
+    if len(descriptions) == 1:
+        return [(key, descriptions[0])]
+    return [(f"{key}[{index}]", description) for index, description in enumerate(descriptions)]
+
+
+def serving_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
+    """
+    The server endpoints of C{config} that serve only once its store is
+    open (routing, clients, STOMP and its WebSocket), each with its key.
     """
     found = []
     if config.listener is not None:
         found.append(("routing.listener.endpoint", config.listener.endpoint))
     if config.clients is not None:
-        found.append(("clients.listener.endpoint", config.clients.endpoint))
+        found += keyed("clients.listener.endpoint", config.clients.endpoint)
     if config.stomp_listener is not None:
-        found.append(("stomp.listener.endpoint", config.stomp_listener.endpoint))
-        if config.stomp_listener.websocket is not None:
-            found.append(("stomp.listener.websocket", config.stomp_listener.websocket))
+        found += keyed("stomp.listener.endpoint", config.stomp_listener.endpoint)
+        found += keyed("stomp.listener.websocket", config.stomp_listener.websocket)
+    return found
+
+
+def listening_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
+    """
+    Every server endpoint of C{config}, with its key.
+    """
+    found = serving_endpoints(config)
     if config.admin is not None:
         found.append(("admin.endpoint", config.admin.endpoint))
     if config.ha is not None and config.ha.replication is not None:
@@ -183,14 +201,19 @@ def warnings(config: RouterConfig) -> list[Problem]:
     if config.clients is not None and config.security is None:
         found.append(Problem(
             "security",
-            f"no [security] section: the client listener {config.clients.endpoint} is open "
-            "to any client that reaches it, which may send to every queue of the mesh and "
-            "consume from every local queue (docs/security.md)"))
+            f"no [security] section: the client listener {_listed(config.clients.endpoint)} "
+            "is open to any client that reaches it, which may send to every queue of the "
+            "mesh and consume from every local queue (docs/security.md)"))
     if config.stomp_listener is not None and config.security is None:
         found.append(Problem(
             "security",
-            f"no [security] section: the STOMP listener {config.stomp_listener.endpoint} is "
-            "open to any client that reaches it, with any login (docs/security.md)"))
+            "no [security] section: the STOMP listener "
+            f"{_listed(config.stomp_listener.endpoint)} is open to any client that reaches "
+            "it, with any login (docs/security.md)"))
     if config.ha is not None:
         found += ha_settings.warnings(config.ha)
     return found
+
+
+def _listed(descriptions: tuple[str, ...]) -> str:
+    return " and ".join(descriptions)

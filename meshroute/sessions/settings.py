@@ -28,6 +28,9 @@ class ClientListenerConfig:
     """
     C{[clients.listener]}: where clients connect.
 
+    @ivar endpoint: the server endpoint strings the listener listens on
+        (a one-item tuple when the file gives a single string; several,
+        e.g. IPv4 and IPv6, serve the same clients alike).
     @ivar connection_ttl_override: -1 lets each client choose its
         connection TTL; otherwise every connection gets this one (ms; -1
         from a client means never).
@@ -43,7 +46,7 @@ class ClientListenerConfig:
         authenticate users (subject CN) on an C{ssl:} endpoint, or None.
     """
 
-    endpoint: str
+    endpoint: tuple[str, ...]
     connection_ttl_override: int = -1
     connection_ttl_check_interval_ms: int = 2000
     duplicate_id_window_ms: int = 3_600_000
@@ -136,7 +139,7 @@ def errors(listener: ClientListenerConfig | None, reconnect: ClientReconnectConf
     """
     found: list[Problem] = []
     if listener is not None and listener.client_ca is not None:
-        problem = client_ca_problem(listener.client_ca, [listener.endpoint])
+        problem = client_ca_problem(listener.client_ca, list(listener.endpoint))
         if problem is not None:
             found.append(Problem("clients.listener.client-ca", problem))
     if queue.queue_depth is not None and queue.queue_depth > reconnect.max_depth:

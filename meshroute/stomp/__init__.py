@@ -1,11 +1,14 @@
 """
-STOMP 1.2 and 1.1 for clients in any language: the wire, and how it
+STOMP 1.2, 1.1 and 1.0 for clients in any language: the wire, and how it
 reaches the router.
 
  - L{meshroute.stomp.frames}: the sans-IO frame parser and encoder, with
    explicit limits and one error type (L{frames.StompProtocolError}).
  - L{meshroute.stomp.websocket}: STOMP over WebSocket (subprotocols
-   C{v12.stomp}, C{v11.stomp}) for browsers, serving any stream protocol.
+   C{v12.stomp}, C{v11.stomp}, C{v10.stomp}) for browsers, serving any
+   stream protocol.
+ - L{meshroute.stomp.versions}: the versions spoken, the one a CONNECT
+   settles, and what each means for a connection.
  - L{meshroute.stomp.settings}: C{[stomp.listener]}'s settings, and the
    rules that judge them together.
  - L{meshroute.stomp.connection}: the router's side of one STOMP

@@ -8,7 +8,7 @@ are the connection machine every client protocol shares
  - C{CONNECT} (or C{STOMP}) is the hello (C{awaiting_hello} →
    C{vetting}); any other frame before it ends the connection (C{ERROR}
    "... before CONNECT").  The verdict, within its handling: the
-   versions, the heart-beats, whether this instance is the active one of
+   version (L{meshroute.stomp.versions}: 1.2, 1.1 or 1.0), the heart-beats, whether this instance is the active one of
    its HA pair, C{max-sessions}, and, on a router with C{[security]},
    C{login} and C{passcode} (or a verified TLS client certificate):
    C{accepted} (a new session; C{CONNECTED}) or C{refused} (C{ERROR},
@@ -65,14 +65,13 @@ from meshroute.stomp.frames import (
     StompFrame,
     StompProtocolError,
     encode,
+    read_as_1_0,
 )
 from meshroute.stomp.heartbeats import HeartBeats
 from meshroute.stomp.receipts import Receipts
 from meshroute.stomp.subscriptions import ACK_MODES, AUTO, StompSubscription, StompSubscriptions
+from meshroute.stomp.versions import V1_0, V1_2, StompVersion, negotiated, spoken
 from meshroute.wire import client_frames as f
-
-#: The STOMP versions the router speaks, best first.
-VERSIONS = ("1.2", "1.1")
 
 #: The destinations the router serves: C{/queue/NAME} (this router's) and
 #: C{/queue/NAME@ROUTER} (anywhere in the mesh).
@@ -111,6 +110,22 @@ def queue_address(destination: str | None) -> str:
     return destination[len(QUEUE_PREFIX):]
 
 
+def time_to_live_ms(expires: str | None, now: int) -> int:
+    """
+    The native time to live of a SEND's C{expires} (absolute epoch
+    milliseconds, as ActiveMQ's; 0 or none: never): what is left of it
+    C{now} (epoch milliseconds), at least 1 ms (an expiry already past
+    expires the message at once).
+
+    @raise StompRefusal: C{expires} is not a number.
+    """
+    if expires is None or expires == "0":
+        return 0
+    if not (expires.isascii() and expires.isdigit()):
+        raise StompRefusal(f"expires {expires!r} is not epoch milliseconds")
+    return max(1, int(expires) - now)
+
+
 @dataclass(eq=False)
 class StompConnectionCore(ConnectionCore):
     """
@@ -119,7 +134,8 @@ class StompConnectionCore(ConnectionCore):
 
     @ivar prefetch_count: a SUBSCRIBE's credit when it names none.
     @ivar heartbeat_ms: the router's heart-beat offer C{(cx, cy)}.
-    @ivar stomp_version: the version negotiated (C{1.2} or C{1.1}).
+    @ivar stomp: the version negotiated (L{meshroute.stomp.versions}), or
+        None before.
     @ivar heartbeats: the heart-beats negotiated (L{HeartBeats}).
     @ivar last_command: the last command id given to the session.
     @ivar receipts: the receipts the client asked for (L{Receipts}).
@@ -129,7 +145,7 @@ class StompConnectionCore(ConnectionCore):
 
     prefetch_count: int = DEFAULT_PREFETCH_COUNT
     heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS
-    stomp_version: str = ""
+    stomp: StompVersion | None = None
     last_command: int = 0
     receipts: Receipts = field(default_factory=Receipts)
     transaction: str | None = None
@@ -144,6 +160,11 @@ class StompConnectionCore(ConnectionCore):
     STOPPED_SERVING = ("not active: this router instance stopped serving; the other instance "
                        "of its pair takes over")
     LOG_NAME = "STOMP client"
+
+    @property
+    def stomp_version(self) -> str:
+        "The version negotiated, as C{version} writes it (empty before)."
+        return self.stomp.number if self.stomp is not None else ""
 
     # -- output ---------------------------------------------------------------
 
@@ -169,7 +190,7 @@ class StompConnectionCore(ConnectionCore):
             self._send_receipts([self.receipts.goodbye])
 
     def send(self, frame: StompFrame) -> None:
-        self.transport.write(encode(frame, self.stomp_version or VERSIONS[0]))
+        self.transport.write(encode(frame, (self.stomp or V1_2).number))
 
     def not_allowed(self, frame: StompFrame) -> str:
         return f"{frame.command} is not allowed on this connection now"
@@ -184,6 +205,9 @@ class StompConnectionCore(ConnectionCore):
     def _error(self, frame: f.Error) -> None:
         if frame.command_id == 0:
             headers = [("message", frame.detail), ("content-type", "text/plain")]
+            if frame.code == f.UNSUPPORTED_VERSION:
+                # As the 1.1 and 1.2 specifications ask.
+                headers.append(("version", ",".join(spoken(self._ceiling()))))
             if self.receipts.failing is not None:
                 headers.append(("receipt-id", self.receipts.failing))
             self.send(StompFrame("ERROR", tuple(headers),
@@ -192,12 +216,11 @@ class StompConnectionCore(ConnectionCore):
             self.machine.protocol_error(frame.code, frame.detail)
 
     def _connected(self, frame: f.Opened) -> None:
-        self.send(StompFrame("CONNECTED", (
-            ("version", self.stomp_version),
-            ("heart-beat", self.heartbeats.header),
-            ("session", frame.session_id),
-            ("server", f"meshroute/{__version__}"),
-        )))
+        headers = [("version", self.stomp.number)]
+        if self.stomp.heart_beats:
+            headers.append(("heart-beat", self.heartbeats.header))
+        headers += [("session", frame.session_id), ("server", f"meshroute/{__version__}")]
+        self.send(StompFrame("CONNECTED", tuple(headers)))
         self.heartbeats.start(self.clock, self._beat)
 
     def _beat(self) -> None:
@@ -208,7 +231,7 @@ class StompConnectionCore(ConnectionCore):
         subscription = self.subscriptions.by_number.get(frame.subscription)
         if subscription is None:
             return
-        self.send(self.subscriptions.message(subscription, frame, self.stomp_version))
+        self.send(self.subscriptions.message(subscription, frame, self.stomp))
         if subscription.ack == AUTO:
             self._auto_acks.setdefault(subscription.number, []).append(frame.delivery_id)
             if self._auto_call is None:
@@ -236,18 +259,20 @@ class StompConnectionCore(ConnectionCore):
         """
         Decide on a CONNECT: C{inputs.accepted} or C{inputs.refused}.
         """
-        offered = {v.strip() for v in (frame.header("accept-version") or "1.0").split(",")}
-        # Over WebSocket, not above the subprotocol's version.
-        ceiling = getattr(self.transport, "stomp_version", None)
-        common = [v for v in VERSIONS if v in offered and (ceiling is None or v <= ceiling)]
-        if not common:
+        accept_version = frame.header("accept-version")
+        ceiling = self._ceiling()
+        self.stomp = negotiated(accept_version, ceiling)
+        if self.stomp is None:
             inputs.refused(f.UNSUPPORTED_VERSION,
-                           f"this router speaks STOMP {' and '.join(VERSIONS)}")
+                           f"supported protocol versions are {' '.join(spoken(ceiling))} "
+                           f"(the client offered {accept_version})")
             return
-        self.stomp_version = common[0]
+        if self.stomp is V1_0:
+            frame = read_as_1_0(frame)
         try:
-            self.heartbeats = HeartBeats.negotiated(frame.header("heart-beat"),
-                                                    self.heartbeat_ms)
+            self.heartbeats = HeartBeats.negotiated(
+                frame.header("heart-beat") if self.stomp.heart_beats else None,
+                self.heartbeat_ms)
         except StompProtocolError as e:
             inputs.refused(f.BAD_COMMAND, e.reason)
             return
@@ -260,6 +285,10 @@ class StompConnectionCore(ConnectionCore):
         override = self.settings.connection_ttl_override
         self.ttl_ms = override if override != -1 else self.heartbeats.ttl_ms
         inputs.accepted(frame)
+
+    def _ceiling(self) -> str | None:
+        "Over WebSocket, the subprotocol's version: none above it is spoken."
+        return getattr(self.transport, "stomp_version", None)
 
     def _log_in(self, inputs: ConnectionInputs, frame: StompFrame) -> bool:
         """
@@ -350,7 +379,7 @@ class StompConnectionCore(ConnectionCore):
                 headers[name] = value
         send = f.Send(self._command(), address, headers, frame.body,
                       frame.header("persistent") != "false", frame.header("duplicate-id") or "",
-                      self._ttl_ms(frame.header("expires")))
+                      time_to_live_ms(frame.header("expires"), now_ms(self.clock)))
         problem = self.settings.limits.headers_problem(send)
         if problem is not None:
             self.machine.over_limit(problem)
@@ -360,27 +389,24 @@ class StompConnectionCore(ConnectionCore):
             self.receipts.held.add(send.command_id)
         self.session.take_send(send)
 
-    def _ttl_ms(self, expires: str | None) -> int:
+    def _subscription_id(self, frame: StompFrame) -> str:
         """
-        The native time to live of a SEND's C{expires} (absolute epoch
-        milliseconds, as ActiveMQ's; 0 or none: never): what is left of it
-        now, at least 1 ms (an expiry already past expires the message at
-        once).
+        The C{id} a SUBSCRIBE or UNSUBSCRIBE names its subscription by; in
+        STOMP 1.0, without one, its C{destination}.
         """
-        if expires is None or expires == "0":
-            return 0
-        if not (expires.isascii() and expires.isdigit()):
-            raise StompRefusal(f"expires {expires!r} is not epoch milliseconds")
-        return max(1, int(expires) - now_ms(self.clock))
+        subscription_id = frame.header("id")
+        if subscription_id is None and not self.stomp.subscription_ids:
+            subscription_id = frame.header("destination")
+        if subscription_id is None:
+            raise StompRefusal(f"{frame.command} has no id header")
+        return subscription_id
 
     def on_subscribe(self, frame: StompFrame) -> None:
-        subscription_id = frame.header("id")
-        if subscription_id is None:
-            raise StompRefusal("SUBSCRIBE has no id header")
-        if subscription_id in self.subscriptions.by_id:
-            raise StompRefusal(f"subscription {subscription_id!r} is already in use")
         destination = frame.header("destination")
         queue, _, router = queue_address(destination).partition("@")
+        subscription_id = self._subscription_id(frame)
+        if subscription_id in self.subscriptions.by_id:
+            raise StompRefusal(f"subscription {subscription_id!r} is already in use")
         if router and router != self.engine.name:
             raise StompRefusal(f"destination {destination!r}: subscriptions are to this "
                                f"router's queues ({self.engine.name})")
@@ -401,9 +427,10 @@ class StompConnectionCore(ConnectionCore):
             f.Subscribe(command_id, subscription.number, queue, credit))
 
     def on_unsubscribe(self, frame: StompFrame) -> None:
-        subscription = self.subscriptions.remove(frame.header("id"))
+        subscription_id = self._subscription_id(frame)
+        subscription = self.subscriptions.remove(subscription_id)
         if subscription is None:
-            raise StompRefusal(f"no subscription {frame.header('id')!r}")
+            raise StompRefusal(f"no subscription {subscription_id!r}")
         command_id = self._command()
         self.receipts.expect(frame, command_id)
         self.session.machine.got_unsubscribe(f.Unsubscribe(command_id, subscription.number))
@@ -412,15 +439,16 @@ class StompConnectionCore(ConnectionCore):
         """
         The subscription and the session delivery ids an ACK or NACK
         covers (L{StompSubscriptions.covered}): it names one by C{id} in
-        1.2, by C{message-id} in 1.1.
+        1.2, by C{message-id} in 1.1 and 1.0.
         """
-        if self.stomp_version == "1.1":
-            delivery_id = self.subscriptions.message_ids.get(frame.header("message-id"))
+        header = self.stomp.ack_header
+        named = frame.header(header)
+        if named is None:
+            raise StompRefusal(f"{frame.command} has no {header} header")
+        if header == "message-id":
+            delivery_id = self.subscriptions.message_ids.get(named)
         else:
-            ack_id = frame.header("id")
-            if ack_id is None:
-                raise StompRefusal(f"{frame.command} has no id header")
-            delivery_id = int(ack_id) if ack_id.isdigit() else None
+            delivery_id = int(named) if named.isdigit() else None
         return self.subscriptions.covered(delivery_id, self.session.deliveries)
 
     def on_ack(self, frame: StompFrame) -> None:
@@ -437,6 +465,8 @@ class StompConnectionCore(ConnectionCore):
             self.session.take_credit(f.Credit(self._command(), subscription.number, len(ids)))
 
     def on_nack(self, frame: StompFrame) -> None:
+        if not self.stomp.nack:
+            raise StompRefusal(f"NACK is not a command of STOMP {self.stomp.number}")
         self._in_transaction(frame)
         _, ids = self._acknowledged(frame)
         self.session.deliveries.give_back(ids)

@@ -1,13 +1,13 @@
 """
-Sans-IO STOMP 1.2 and 1.1 framing: L{StompParser} turns a connection's
-bytes into L{StompFrame}s and heart-beats, L{encode} turns a frame into
-bytes.  Nothing here does I/O or knows Twisted.
+Sans-IO STOMP 1.2, 1.1 and 1.0 framing: L{StompParser} turns a
+connection's bytes into L{StompFrame}s and heart-beats, L{encode} turns a
+frame into bytes.  Nothing here does I/O or knows Twisted.
 
 The grammar (STOMP 1.2, "Augmented BNF")::
 
     frame    = command EOL *( header EOL ) EOL *OCTET NUL *( EOL )
     header   = name ":" value          ; first ":" splits; repeats: first wins
-    EOL      = [CR] LF                 ; 1.2; in 1.1 a line ends at LF alone
+    EOL      = [CR] LF                 ; 1.2; in 1.1 and 1.0 a line ends at LF alone
 
 An EOL between frames is a heart-beat (L{HEARTBEAT}).  A body is read up
 to the first NUL, or, when the frame carries C{content-length}, exactly
@@ -16,6 +16,13 @@ NUL.  Header names and values are UTF-8 with four escapes, C{\\\\}
 C{\\n} C{\\c} (colon) and C{\\r} (1.2 only); any other escape is a protocol
 error.  CONNECT and CONNECTED headers are never escaped, in any version,
 for STOMP 1.0 peers' sake.
+
+STOMP 1.0 has no escapes: a backslash is a backslash, and a value is
+what follows the first colon, its leading blanks dropped (1.0 clients
+write C{login: NAME}; RabbitMQ reads their values so).  A header that cannot be written without escapes (a line
+break in it, a colon in its name) is written with 1.1's, as RabbitMQ
+writes every header: the frame stays whole, and the clients that unescape
+get it back.
 
 Limits (L{StompLimits}) are explicit and checked as bytes arrive: the
 parser never holds more than C{max_frame_size} bytes of one frame, and a
@@ -40,7 +47,9 @@ SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 #: The frames whose headers are never escaped.
 UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
 #: The protocol versions this module speaks.
-VERSIONS = ("1.1", "1.2")
+VERSIONS = ("1.0", "1.1", "1.2")
+#: What STOMP 1.0 drops before a header value.
+_BLANKS_1_0 = " \t"
 
 #: What a peer writes for one heart-beat.
 HEARTBEAT_BYTES = b"\n"
@@ -168,9 +177,10 @@ class StompParser:
     Incremental parser of one connection's STOMP byte stream.
 
     @ivar version: the negotiated protocol version, C{"1.2"} (the default,
-        under which a CONNECT is read) or C{"1.1"}; set it once CONNECTED
-        is sent.  It decides whether a line may end with CRLF and whether
-        C{\\r} is an escape.
+        under which a CONNECT is read), C{"1.1"} or C{"1.0"}; set it once
+        CONNECTED is sent.  It decides whether a line may end with CRLF,
+        which escapes there are, and whether a value's leading blanks are
+        part of it.
     """
 
     def __init__(self, limits: StompLimits, commands: frozenset[str] = CLIENT_COMMANDS) -> None:
@@ -317,7 +327,10 @@ class StompParser:
             raise StompProtocolError("bad header line")
         self._check_header_size(len(raw) - 1)
         self._header_size += len(raw) - 1
-        self._headers.append((self._text(raw[:colon]), self._text(raw[colon + 1 :])))
+        value = self._text(raw[colon + 1 :])
+        if self._version == "1.0":
+            value = value.lstrip(_BLANKS_1_0)
+        self._headers.append((self._text(raw[:colon]), value))
         return after
 
     def _check_header_size(self, more: int) -> None:
@@ -332,13 +345,14 @@ class StompParser:
     def _text(self, raw: bytes) -> str:
         """
         A header name or value: UTF-8, unescaped unless the frame is a
-        CONNECT or CONNECTED.
+        CONNECT or CONNECTED, or the version 1.0.
         """
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise StompProtocolError("header not UTF-8") from None
-        if self._command in UNESCAPED_COMMANDS or "\\" not in text:
+        if (self._command in UNESCAPED_COMMANDS or self._version == "1.0"
+                or "\\" not in text):
             return text
         escapes = _DECODE_ESCAPES[self._version]
         pieces = []
@@ -393,9 +407,10 @@ class StompParser:
 def encode(frame: StompFrame, version: str = "1.2") -> bytes:
     """
     The bytes of C{frame} on the wire: headers escaped for C{version}
-    (except a CONNECT's or CONNECTED's), and a C{content-length} added
-    to a non-empty body that has none, so a body with NUL bytes arrives
-    whole.
+    (except a CONNECT's or CONNECTED's; in 1.0 only a header that cannot
+    be written otherwise, with 1.1's escapes), and a C{content-length}
+    added to a non-empty body that has none, so a body with NUL bytes
+    arrives whole.
 
     @raise ValueError: a CONNECT or CONNECTED header that cannot be written
         unescaped (a line end in it, or a colon in its name), a header
@@ -417,13 +432,27 @@ def encode(frame: StompFrame, version: str = "1.2") -> bytes:
                     f"{frame.command} header {name!r}: {value!r} cannot be written unescaped")
             lines.append(f"{name}:{value}")
     else:
-        escapes = str.maketrans(_ENCODE_ESCAPES[version])
+        escapes = str.maketrans(_ENCODE_ESCAPES["1.1" if version == "1.0" else version])
         for name, value in headers:
             if not name:
                 raise ValueError("a header name cannot be empty")
-            lines.append(f"{name.translate(escapes)}:{value.translate(escapes)}")
+            if version == "1.0" and not _needs_escapes(name, value):
+                lines.append(f"{name}:{value}")
+            else:
+                lines.append(f"{name.translate(escapes)}:{value.translate(escapes)}")
     lines.append("\n")
     return "\n".join(lines).encode("utf-8") + frame.body + b"\0"
+
+
+def read_as_1_0(frame: StompFrame) -> StompFrame:
+    """
+    C{frame}, parsed before its connection's version was known (a
+    CONNECT), as STOMP 1.0 reads it: each value without its leading
+    blanks.  (CONNECT headers have no escapes in any version.)
+    """
+    return StompFrame(frame.command,
+                      tuple((name, value.lstrip(_BLANKS_1_0)) for name, value in frame.headers),
+                      frame.body)
 
 
 def parse_heart_beat(value: str) -> tuple[int, int]:
@@ -447,3 +476,11 @@ def _unknown_command(raw: bytes) -> StompProtocolError:
 
 def _breaks_line(text: str) -> bool:
     return "\n" in text or text.endswith("\r")
+
+
+def _needs_escapes(name: str, value: str) -> bool:
+    """
+    Whether a header cannot be written as it is: a line break in it, or a
+    colon in its name.
+    """
+    return ":" in name or _breaks_line(name) or _breaks_line(value)

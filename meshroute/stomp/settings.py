@@ -30,10 +30,11 @@ class StompListenerSettings:
     """
     The STOMP listener of one router.
 
-    @ivar endpoint: the server endpoint string of the STOMP listener
-        (C{tcp:} or C{ssl:}).
-    @ivar websocket: the server endpoint string where STOMP over WebSocket
-        is served, or None.
+    @ivar endpoint: the server endpoint strings of the STOMP listener
+        (C{tcp:} or C{ssl:}; a one-item tuple when the file gives a single
+        string; several, e.g. IPv4 and IPv6, serve the same clients alike).
+    @ivar websocket: the server endpoint strings where STOMP over
+        WebSocket is served (empty: nowhere).
     @ivar websocket_path: the HTTP path of the WebSocket resource.
     @ivar ttl_override_ms: the connection TTL every STOMP connection gets,
         or -1: the client's heart-beat decides (twice its interval, as
@@ -47,8 +48,8 @@ class StompListenerSettings:
     @ivar heartbeat_ms: the router's heart-beat offer C{(cx, cy)} in ms.
     """
 
-    endpoint: str
-    websocket: str | None = None
+    endpoint: tuple[str, ...]
+    websocket: tuple[str, ...] = ()
     websocket_path: str = DEFAULT_WEBSOCKET_PATH
     ttl_override_ms: int = -1
     client_ca: str | None = None
@@ -60,22 +61,23 @@ class StompListenerSettings:
 def errors(settings: StompListenerSettings) -> list[Problem]:
     """
     The settings that cannot work, each naming its key: a WebSocket
-    endpoint that is the STOMP endpoint itself, a WebSocket path that is
+    endpoint that is a STOMP endpoint too, a WebSocket path that is
     not an absolute URL path, a C{client-ca} neither endpoint can use, a
     C{prefetch-count} no subscription could take.
     """
     prefix = "stomp.listener"
     found: list[Problem] = []
-    if settings.websocket == settings.endpoint:
-        found.append(Problem(f"{prefix}.websocket",
-                             f"{settings.websocket!r} is already the STOMP endpoint"))
+    for websocket in settings.websocket:
+        if websocket in settings.endpoint:
+            found.append(Problem(f"{prefix}.websocket",
+                                 f"{websocket!r} is already a STOMP endpoint"))
     if not _WEBSOCKET_PATH.fullmatch(settings.websocket_path):
         found.append(Problem(f"{prefix}.websocket-path",
                              f"{settings.websocket_path!r} is not an absolute URL path "
                              "(like \"/stomp\", without query or fragment)"))
     if settings.client_ca is not None:
-        endpoints = [settings.endpoint] + ([settings.websocket] if settings.websocket else [])
-        problem = client_ca_problem(settings.client_ca, endpoints)
+        problem = client_ca_problem(settings.client_ca,
+                                    [*settings.endpoint, *settings.websocket])
         if problem is not None:
             found.append(Problem(f"{prefix}.client-ca", problem))
     if settings.prefetch_count > settings.limits.max_unacknowledged:

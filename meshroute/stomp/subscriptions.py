@@ -12,14 +12,15 @@ carry:
  - C{client-individual}: an C{ACK} covers the one message it names.
 
 STOMP 1.2 names a message by its C{ack} header (the session's delivery
-id); 1.1 by its C{message-id}, which the subscriptions remember until it
-is acknowledged.
+id); 1.1 and 1.0 by its C{message-id}, which the subscriptions remember
+until it is acknowledged (L{meshroute.stomp.versions}).
 """
 
 from dataclasses import dataclass, field
 
 from meshroute.messages import EXPIRES_HEADER
 from meshroute.stomp.frames import StompFrame
+from meshroute.stomp.versions import StompVersion
 from meshroute.wire import client_frames as f
 
 #: The three C{ack} modes of SUBSCRIBE.
@@ -55,7 +56,7 @@ class StompSubscriptions:
 
     @ivar by_id: the client's id → its subscription.
     @ivar by_number: the served session's number → its subscription.
-    @ivar message_ids: (STOMP 1.1) message id → the session's delivery id,
+    @ivar message_ids: (STOMP 1.1 and 1.0) message id → the session's delivery id,
         for the messages not yet acknowledged.
     """
 
@@ -87,15 +88,16 @@ class StompSubscriptions:
         return subscription
 
     def message(self, subscription: StompSubscription, frame: f.Deliver,
-                version: str) -> StompFrame:
+                version: StompVersion) -> StompFrame:
         """
-        The C{MESSAGE} of C{frame}, a delivery to C{subscription}.
+        The C{MESSAGE} of C{frame}, a delivery to C{subscription}, on a
+        connection speaking C{version}.
         """
         headers = [("subscription", subscription.id), ("message-id", frame.msg_id),
                    ("destination", subscription.destination)]
         if subscription.ack != AUTO:
             headers.append(("ack", str(frame.delivery_id)))
-            if version == "1.1":
+            if version.ack_header == "message-id":
                 self.message_ids[frame.msg_id] = frame.delivery_id
         if frame.redelivered:
             headers.append(("redelivered", "true"))

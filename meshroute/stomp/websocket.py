@@ -6,17 +6,17 @@ standard, so the listener speaks the same bytes over TCP and WebSocket.
 autobahn's own C{WrappingWebSocketServerFactory} does not fit: it
 negotiates its C{binary} and C{base64} subprotocols and reads every text
 message as base64, where STOMP clients (C{@stomp/stompjs}) offer
-C{v12.stomp} and C{v11.stomp} and send frames as text; and it holds each
+C{v12.stomp}, C{v11.stomp} and C{v10.stomp} and send frames as text; and it holds each
 message whole before the stream sees a byte.  Here:
 
- - B{Subprotocol}: the highest version the client offers, C{v12.stomp}
-   then C{v11.stomp}.  A client offering only others is refused (HTTP 406,
+ - B{Subprotocol}: the highest version the client offers, C{v12.stomp},
+   then C{v11.stomp}, then C{v10.stomp}.  A client offering only others is refused (HTTP 406,
    naming ours) rather than answered without one, which RFC 6455 allows
    but leaves the client to fail with no reason.  A client offering none is
    served: tools other than browsers seldom offer one, and STOMP
    negotiates its version in CONNECT anyway.
  - B{Version}: the transport's C{stomp_version} is the subprotocol's
-   version (C{"1.2"}, C{"1.1"}, or None without a subprotocol).  The
+   version (C{"1.2"}, C{"1.1"}, C{"1.0"}, or None without a subprotocol).  The
    version spoken is still the one CONNECT's C{accept-version} and
    CONNECTED's C{version} settle; a listener picks the highest both
    accept, not above C{stomp_version} when there is one.
@@ -55,7 +55,7 @@ from meshroute.sessions.lifecycle import CLOSE_GRACE_S
 
 #: The STOMP subprotocols, in the order of preference, with the STOMP
 #: version each names.
-SUBPROTOCOLS = {"v12.stomp": "1.2", "v11.stomp": "1.1"}
+SUBPROTOCOLS = {"v12.stomp": "1.2", "v11.stomp": "1.1", "v10.stomp": "1.0"}
 
 
 def websocket_factory(stream_factory, url: str, reactor) -> WebSocketServerFactory:
@@ -77,7 +77,7 @@ class WebSocketStreamTransport:
     The transport a stream protocol served over WebSocket writes to.
 
     @ivar subprotocol: the negotiated subprotocol (C{"v12.stomp"},
-        C{"v11.stomp"}), or None.
+        C{"v11.stomp"}, C{"v10.stomp"}), or None.
     @ivar stomp_version: the STOMP version the subprotocol names, or None.
     @ivar disconnecting: whether C{loseConnection} or C{abortConnection}
         was called, as on TCP transports.

@@ -232,6 +232,10 @@ class _ListeningPort:
     def stopProducing(self) -> None:
         self.stopListening()
 
+    def getHost(self) -> iosim.FakeAddress:
+        "An in-memory address is no socket's: the router reports none."
+        return iosim.FakeAddress()
+
     def stopListening(self):
         self._network._listening.pop(self._address, None)
         self._network._accept(self._address)

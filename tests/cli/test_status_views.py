@@ -6,7 +6,7 @@ admin API in a router's configuration (L{meshroute.cli.status_command}).
 
 import pytest
 
-from meshroute.cli.status_command import admin_url
+from meshroute.cli.status_command import admin_url, format_links
 from meshroute.cli.status_views import age, format_table, format_view, last_topology_change
 from meshroute.router.admin_settings import AdminConfig
 from meshroute.errors import ConfigError
@@ -101,3 +101,20 @@ def test_a_unix_admin_endpoint_needs_admin_url():
     config = type("Config", (), {"path": "r.toml", "admin": AdminConfig("unix:/run/a.sock")})
     with pytest.raises(ConfigError, match="admin.endpoint"):
         admin_url(config)
+
+
+def test_the_one_screen_shows_where_each_listener_is_bound():
+    router = {"name": "router-a", "version": "1", "uptime_s": 3.0, "serving": True,
+              "listeners": [
+                  {"key": "stomp.listener.endpoint[0]", "endpoint": "tcp:0:interface=127.0.0.1",
+                   "address": "127.0.0.1:40001", "port": 40001},
+                  {"key": "stomp.listener.endpoint[1]",
+                   "endpoint": "tcp6:0:interface=\\:\\:1", "address": "[::1]:40002",
+                   "port": 40002},
+                  {"key": "clients.listener.endpoint", "endpoint": "clients-a",
+                   "address": None, "port": None}]}
+    assert format_links(router, []).splitlines()[1:] == [
+        "  listening on 127.0.0.1:40001 (stomp.listener.endpoint[0])",
+        "  listening on [::1]:40002 (stomp.listener.endpoint[1])",
+        "  no links",
+    ]

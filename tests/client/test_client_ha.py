@@ -555,7 +555,7 @@ def test_a_pair_of_routers_fails_its_client_over(tmp_path):
 
     def instance(role: str) -> RouterService:
         config = replace(mesh.config("router-b", listen=False), data_dir=str(tmp_path / role),
-                         clients=ClientListenerConfig(f"clients-{role}"))
+                         clients=ClientListenerConfig((f"clients-{role}",)))
         router = mesh.routers[role] = RouterService(
             config, mesh.clock, mesh.network.endpoints(role), executor=mesh.executor(role),
             ha_view=lambda: views[role])

@@ -193,7 +193,7 @@ def test_routing_store_and_clients_sections(write):
     assert (config.routing.max_hops, config.routing.max_backlog,
             config.routing.reroute_delay_ms) == (4, 10, 2000)
     assert config.store.sync == "normal"
-    assert config.clients.endpoint == "tcp:6001:interface=127.0.0.1"
+    assert config.clients.endpoint == ("tcp:6001:interface=127.0.0.1",)
 
 
 def test_store_sync_must_be_full_or_normal(write):
@@ -463,6 +463,29 @@ def test_client_session_defaults(write):
             reconnect.recovery_buffer_size) == (60000, 1000, "drop-oldest", 64)
     # [clients.reconnect] has its defaults without a client listener too.
     assert load(write(ROUTER)).client_reconnect == reconnect
+
+
+def test_the_client_listener_listens_on_one_endpoint_or_a_list(write):
+    dual = '["tcp:6001:interface=127.0.0.1", "tcp6:6001:interface=\\\\:\\\\:1"]'
+    config = load(write(ROUTER + CLIENTS.replace('"tcp:6001:interface=127.0.0.1"', dual)))
+    assert config.clients.endpoint == ("tcp:6001:interface=127.0.0.1",
+                                       "tcp6:6001:interface=\\:\\:1")
+    text = format_config(config)
+    assert f"endpoint = {dual}" in text
+    again = load(write(text, name="effective.toml"))
+    assert again == dataclasses.replace(config, path=again.path)
+
+
+@pytest.mark.parametrize("endpoints, key, fragments", [
+    ('["tcp:6001:interface=127.0.0.1", "tcp:127.0.0.1:6002"]',
+     "clients.listener.endpoint[1]", ("invalid server endpoint", "tcp:127.0.0.1:6002")),
+    ('["tcp:6001:interface=127.0.0.1", "tcp:6001:interface=127.0.0.1"]',
+     "clients.listener.endpoint", ("repeated",)),
+    ("[]", "clients.listener.endpoint", ("a server endpoint string or a non-empty list",)),
+])
+def test_a_bad_client_listener_endpoint_list_names_its_key(write, endpoints, key, fragments):
+    path = write(ROUTER + CLIENTS.replace('"tcp:6001:interface=127.0.0.1"', endpoints))
+    assert_refused(path, key + ":", *fragments)
 
 
 def test_client_session_explicit_values(write):

@@ -37,7 +37,7 @@ def test_no_section_no_listener(write):
 
 def test_the_defaults_are_the_documented_ones(write):
     assert load(write(ROUTER + STOMP)).stomp_listener == StompListenerSettings(
-        endpoint="tcp:61613:interface=127.0.0.1", websocket=None, websocket_path="/stomp",
+        endpoint=("tcp:61613:interface=127.0.0.1",), websocket=(), websocket_path="/stomp",
         ttl_override_ms=-1, client_ca=None, limits=ClientLimits(), prefetch_count=100,
         heartbeat_ms=(10_000, 10_000))
 
@@ -59,7 +59,8 @@ prefetch-count = 50
 heart-beat = "0,5000"
 """)).stomp_listener
     assert settings == StompListenerSettings(
-        endpoint="tcp:61613:interface=127.0.0.1", websocket="tcp:61614:interface=127.0.0.1",
+        endpoint=("tcp:61613:interface=127.0.0.1",),
+        websocket=("tcp:61614:interface=127.0.0.1",),
         websocket_path="/ws/stomp", ttl_override_ms=30000, client_ca=None,
         limits=ClientLimits(max_connections=3, max_sessions=4, max_subscriptions=5,
                             max_unacknowledged=600, max_headers=7, max_header_size=8,
@@ -74,7 +75,14 @@ heart-beat = "0,5000"
     ('endpoint = "nonsense:1"\n', "stomp.listener.endpoint", "invalid server endpoint"),
     ('endpoint = "tcp:61613"\nwebsocket = "tcp:99999"\n', "stomp.listener.websocket", "port"),
     ('endpoint = "tcp:61613"\nwebsocket = "tcp:61613"\n', "stomp.listener.websocket",
-     "already the STOMP endpoint"),
+     "already a STOMP endpoint"),
+    ('endpoint = ["tcp:61613", "tcp6:61613"]\nwebsocket = ["tcp:61614", "tcp6:61613"]\n',
+     "stomp.listener.websocket", "'tcp6:61613' is already a STOMP endpoint"),
+    ('endpoint = ["tcp:61613", "nonsense:1"]\n', "stomp.listener.endpoint[1]",
+     "invalid server endpoint"),
+    ('endpoint = ["tcp:61613", "tcp:61613"]\n', "stomp.listener.endpoint", "repeated"),
+    ('endpoint = "tcp:61613"\nwebsocket = []\n', "stomp.listener.websocket",
+     "a server endpoint string or a non-empty list"),
     ('endpoint = "tcp:61613"\nwebsocket-path = "stomp"\n', "stomp.listener.websocket-path",
      "absolute URL path"),
     ('endpoint = "tcp:61613"\nwebsocket-path = "/stomp?x=1"\n',
@@ -126,13 +134,17 @@ def test_client_ca_needs_an_ssl_endpoint_and_a_certificate(write, tmp_path):
 
 
 def test_format_config_round_trip(write):
-    config = load(write(ROUTER + STOMP + """
+    config = load(write(ROUTER + STOMP.replace(
+        '"tcp:61613:interface=127.0.0.1"',
+        '["tcp:61613:interface=127.0.0.1", "tcp6:61613:interface=\\\\:\\\\:1"]') + """
 websocket = "tcp:61614:interface=127.0.0.1"
 connection-ttl-override = 30000
 max-headers = 7
 stage-valid-timeout = "2s"
 heart-beat = "0,5000"
 """))
+    assert config.stomp_listener.endpoint == ("tcp:61613:interface=127.0.0.1",
+                                              "tcp6:61613:interface=\\:\\:1")
     text = format_config(config)
     assert "[stomp.listener]" in text and 'heart-beat = "0,5000"' in text
     assert "stage-valid-timeout = 2000" in text

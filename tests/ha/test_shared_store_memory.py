@@ -41,7 +41,7 @@ class SharedPair:
         config = dataclasses.replace(
             base, path=f"(memory)/{ha_role}.toml", data_dir=str(self.data_dir),
             listener=dataclasses.replace(base.listener, endpoint=f"{ROUTER}-{ha_role}"),
-            clients=ClientListenerConfig(f"clients-{ha_role}"),
+            clients=ClientListenerConfig((f"clients-{ha_role}",)),
             ha=HASettings(role=ha_role, group_name=ROUTER, policy=SHARED_STORE,
                           heartbeat_interval_ms=HEARTBEAT_MS, lease_timeout_ms=LEASE_MS,
                           lock_poll_interval_ms=POLL_MS, **ha_options))

@@ -25,7 +25,8 @@ import stomp
 from support.certificates import make_ca, make_client_cert, make_server_cert
 from meshroute.security.credentials import derive
 from meshroute.security.users import write_users
-from support.routers import REPO_ROOT, ClientProcess, mesh, router_env, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import (  # noqa: F401 (mesh is a fixture)
+    REPO_ROOT, ClientProcess, mesh, router_env, run_cli, wait_until)
 
 #: Deadlines: generous, for a loaded 2-core machine.
 TIMEOUT_S = 60.0
@@ -40,11 +41,15 @@ class Collector(stomp.ConnectionListener):
     """
 
     def __init__(self) -> None:
+        self.connected: list = []
         self.messages: list = []
         self.receipts: list[str] = []
         self.errors: list = []
         self.heartbeats = 0
         self.disconnected = threading.Event()
+
+    def on_connected(self, frame) -> None:
+        self.connected.append(frame)
 
     def on_message(self, frame) -> None:
         self.messages.append(frame)
@@ -97,6 +102,18 @@ def connect(spec, *, heartbeats=(0, 0), **options) -> tuple[stomp.Connection, Co
     connection.set_listener("collector", collector)
     connection.connect(wait=True, **options)
     return connection, collector
+
+
+def ipv6_loopback() -> bool:
+    """
+    Whether this machine can listen on ::1.
+    """
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
 
 
 def stomp_sessions(process) -> list[dict]:
@@ -542,3 +559,70 @@ def test_users_log_in_over_tls_by_passcode_or_client_certificate(mesh, tmp_path)
     assert "may not consume" in got.errors[0].headers["message"]
     assert a_proc.queue_depth("a-in") == 2
     carol.disconnect()
+
+
+#: A server endpoint on ::1, port 0 (any free port: the admin API says which).
+ANY_IPV6_PORT = "tcp6:0:interface=\\:\\:1"
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine cannot listen on ::1 (no IPv6 "
+                                                 "loopback): no dual-stack listener to test")
+def test_stomp_1_0_1_2_and_native_clients_through_ipv4_and_ipv6_endpoints(mesh):
+    """
+    The STOMP and client listeners each listen on 127.0.0.1 and ::1; the
+    admin API reports every bound port.  stomp.py's own STOMP 1.0
+    connection (over IPv4) and a 1.2 one (over IPv6) exchange messages,
+    and a native producer over IPv6 reaches the 1.0 consumer, which
+    subscribes without an id and acknowledges by message-id.
+    """
+    spec = mesh.router("router-a", clients=True)
+    spec.extra["clients.listener"]["endpoint"] = [
+        f"tcp:{spec.client_port}:interface=127.0.0.1", ANY_IPV6_PORT]
+    spec.extra["stomp.listener"] = {"endpoint": ["tcp:0:interface=127.0.0.1", ANY_IPV6_PORT]}
+    spec.write()
+    (proc,) = mesh.start(spec)
+    bound = {listener["key"]: listener for listener in proc.info()["listeners"]}
+    assert set(bound) == {"routing.listener.endpoint", "admin.endpoint",
+                          "clients.listener.endpoint[0]", "clients.listener.endpoint[1]",
+                          "stomp.listener.endpoint[0]", "stomp.listener.endpoint[1]"}
+    assert bound["clients.listener.endpoint[0]"]["address"] == f"127.0.0.1:{spec.client_port}"
+    stomp4, stomp6 = bound["stomp.listener.endpoint[0]"], bound["stomp.listener.endpoint[1]"]
+    native6 = bound["clients.listener.endpoint[1]"]
+    assert stomp4["address"] == f"127.0.0.1:{stomp4['port']}" and stomp4["port"] > 0
+    assert stomp6["address"] == f"[::1]:{stomp6['port']}" and stomp6["port"] > 0
+    assert stomp6["endpoint"] == ANY_IPV6_PORT
+    assert native6["address"] == f"[::1]:{native6['port']}"
+
+    old = stomp.Connection10([("127.0.0.1", stomp4["port"])], auto_decode=False)
+    old_got = Collector()
+    old.set_listener("collector", old_got)
+    old.connect(wait=True, headers={"client-id": "legacy"})
+    assert old_got.connected[0].headers["version"] == "1.0"
+    assert "heart-beat" not in old_got.connected[0].headers
+    # 1.0 has no escapes: the backslashes are the value's.
+    old.send("/queue/legacy", b"from 1.0", headers={"path": "C:\\new\\table", "receipt": "r1"})
+    old_got.wait_receipt("r1")
+
+    new, new_got = (stomp.Connection12([("::1", stomp6["port"])], auto_decode=False),
+                    Collector())
+    new.set_listener("collector", new_got)
+    new.connect(wait=True)
+    new.subscribe("/queue/legacy", id="s", ack="auto")
+    (message,) = new_got.wait_messages(1)
+    assert message.body == b"from 1.0" and message.headers["path"] == "C:\\new\\table"
+
+    sent = run_cli("send", "--connect", f"tcp:\\:\\:1:{native6['port']}",
+                   "--to", "native", "--count", "3", timeout=TIMEOUT_S)
+    assert sent.returncode == 0, sent.stderr
+    old.subscribe("/queue/native", ack="client")
+    messages = old_got.wait_messages(3)
+    assert {m.headers["subscription"] for m in messages} == {"/queue/native"}
+    old.ack(messages[-1].headers["message-id"], receipt="acked")
+    old_got.wait_receipt("acked")
+    wait_until(lambda: proc.queue_depth("native") == 0 and proc.queue_depth("legacy") == 0,
+               TIMEOUT_S, what="both queues to be empty")
+    assert old_got.errors == [] and new_got.errors == []
+    protocols = {s["client_id"]: s["protocol"] for s in stomp_sessions(proc)}
+    assert protocols == {"legacy": "stomp", "": "stomp"}
+    old.disconnect()
+    new.disconnect()

@@ -7,13 +7,14 @@ port).
 import errno
 
 import pytest
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.internet.defer import succeed
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
-from support.fakes import RecordingEndpoint
+from support.fakes import RecordingEndpoint, RecordingPort
 from meshroute.errors import ConfigError
 from meshroute.router.listening import Listening
 
@@ -89,3 +90,31 @@ def test_a_port_that_cannot_pause_stops_start_up_and_is_closed():
         "router.toml: clients.listener.endpoint: cannot listen on tcp:7002: its port "
         "(UnpausablePort) cannot hold connections until the router serves")
     assert port.calls == ["stop"]
+
+
+class BoundPort(RecordingPort):
+    """
+    A recording port bound to C{host}.
+    """
+
+    def __init__(self, host) -> None:
+        super().__init__()
+        self.host = host
+
+    def getHost(self):
+        return self.host
+
+
+@pytest.mark.parametrize("host, address, port", [
+    (IPv4Address("TCP", "127.0.0.1", 6001), "127.0.0.1:6001", 6001),
+    (IPv6Address("TCP", "::1", 6002), "[::1]:6002", 6002),
+    (UNIXAddress(b"/run/meshroute/clients.sock"), "/run/meshroute/clients.sock", None),
+    (None, None, None),
+])
+def test_a_listener_describes_where_its_port_is_bound(host, address, port):
+    service = listener(RecordingEndpoint(BoundPort(host)))
+    unbound = {"key": "clients.listener.endpoint", "endpoint": "tcp:7002", "address": None,
+               "port": None}
+    assert service.describe() == unbound
+    service.privilegedStartService()
+    assert service.describe() == unbound | {"address": address, "port": port}

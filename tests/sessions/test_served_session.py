@@ -1056,7 +1056,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
     mesh = MemoryMesh(tmp_path)
     config = replace(
         mesh.config("router-a", listen=False),
-        clients=ClientListenerConfig("clients-a", connection_ttl_override=1500,
+        clients=ClientListenerConfig(("clients-a",), connection_ttl_override=1500,
                                      connection_ttl_check_interval_ms=500,
                                      duplicate_id_window_ms=120_000),
         client_reconnect=ClientReconnectConfig(keep_alive_ms=3000, max_depth=5,

@@ -35,7 +35,7 @@ def mesh(tmp_path):
 
 def router_config(mesh: MemoryMesh, name: str, connect_to=()):
     return replace(mesh.config(name, connect_to),
-                   clients=ClientListenerConfig(f"clients-{name}"))
+                   clients=ClientListenerConfig((f"clients-{name}",)))
 
 
 @pytest.fixture

@@ -153,7 +153,7 @@ class World:
             routing=RoutingConfig(max_backlog=schedule.max_backlog,
                                   max_transient_backlog=schedule.max_transient_backlog,
                                   reroute_delay_ms=schedule.reroute_delay_ms),
-            clients=ClientListenerConfig(f"clients-{name}", connection_ttl_check_interval_ms=500),
+            clients=ClientListenerConfig((f"clients-{name}",), connection_ttl_check_interval_ms=500),
             client_reconnect=ClientReconnectConfig(keep_alive_ms=schedule.client_keep_alive_ms),
         )
 

@@ -5,105 +5,20 @@ sockets: each connection over a C{StringTransport}, every timer on a
 C{task.Clock}, the real SQLite store run inline under the fake engine.
 """
 
-from dataclasses import replace
-
 import pytest
-from twisted.internet.testing import StringTransport
 
 from meshroute import events as event_names
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.settings import SessionSettings
-from meshroute.stomp.frames import HEARTBEAT, SERVER_COMMANDS, StompLimits, StompParser
 from meshroute.stomp.listener import StompFactory
-from meshroute.router.engine import MessageEngine
 from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
-from meshroute.routing.table import RouteTable
-from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 
-from support.fake_router import ROUTER, RecordingEvents
+from support.fake_router import ROUTER
 from support.router_connection import Connection
-
-SETTINGS = SessionSettings(connection_ttl_check_interval_ms=500)
-
-
-@pytest.fixture
-def auto_engine(tmp_path, clock):
-    """
-    The real message engine over the real store run inline: sends to
-    local queues are accepted at once.
-    """
-    store = SQLiteStore(str(tmp_path / "engine.sqlite"), "normal", InlineExecutor(),
-                        router=ROUTER, clock=clock, duplicate_id_window_s=60)
-    store.open()
-    events = RecordingEvents()
-    engine = MessageEngine(ROUTER, store, RouteTable(ROUTER, clock), events, clock)
-    engine.events = events
-    yield engine
-    store.close()
-
-
-def put(engine, queue: str, *bodies: bytes) -> None:
-    """
-    Send persistent messages to a local queue.
-    """
-    for body in bodies:
-        engine.submit(queue, body, {}, True)
-
-
-def make_factory(engine, clock, **options) -> StompFactory:
-    settings = replace(SETTINGS, **options.pop("settings", {}))
-    return StompFactory(engine, clock, settings, **options)
-
-
-class StompEnd:
-    """
-    A STOMP client's end of one connection, driven frame by frame.
-    """
-
-    def __init__(self, factory) -> None:
-        self.protocol = factory.buildProtocol(None)
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-        self._parser = StompParser(StompLimits(1 << 24, 1000, 1 << 20), SERVER_COMMANDS)
-        self.heartbeats = 0
-
-    def send(self, data: bytes) -> None:
-        self.protocol.dataReceived(data)
-
-    def frame(self, command: str, *headers: tuple[str, str], body: bytes = b"") -> None:
-        lines = [command] + [f"{k}:{v}" for k, v in headers]
-        self.send(("\n".join(lines) + "\n\n").encode() + body + b"\0")
-
-    def received(self) -> list:
-        data = self.transport.value()
-        self.transport.clear()
-        frames = []
-        for frame in self._parser.feed(data):
-            if frame is HEARTBEAT:
-                self.heartbeats += 1
-            else:
-                frames.append(frame)
-        return frames
-
-    def connect(self, *headers, version: str = "1.2"):
-        self.frame("CONNECT", ("accept-version", version), ("host", "/"), *headers)
-        (connected,) = self.received()
-        assert connected.command == "CONNECTED", connected
-        return connected
-
-    @property
-    def closed(self) -> bool:
-        return self.transport.disconnecting or self.transport.disconnected
-
-    def lose(self) -> None:
-        self.protocol.connectionLost(None)
-
-
-def commands(frames) -> list[str]:
-    return [frame.command for frame in frames]
+from support.stomp_ends import (  # noqa: F401 (auto_engine is a fixture)
+    StompEnd, auto_engine, commands, make_factory, put, subscribe)
 
 
 def test_connect_opens_a_stomp_session(engine, clock):
@@ -122,14 +37,6 @@ def test_connect_opens_a_stomp_session(engine, clock):
 def test_the_best_common_version_is_chosen(engine, clock):
     client = StompEnd(make_factory(engine, clock))
     assert client.connect(version="1.0,1.1").header("version") == "1.1"
-
-
-def test_a_client_speaking_only_1_0_is_refused(engine, clock):
-    client = StompEnd(make_factory(engine, clock))
-    client.frame("CONNECT", ("host", "/"))
-    (error,) = client.received()
-    assert error.command == "ERROR" and "1.2" in error.header("message")
-    assert client.closed
 
 
 def test_a_send_is_receipted_once_accepted(engine, clock):
@@ -182,13 +89,6 @@ def test_a_destination_that_is_not_a_queue_is_an_error(engine, clock):
     (error,) = client.received()
     assert error.command == "ERROR" and "/topic/news" in error.header("message")
     assert error.header("receipt-id") == "r1"
-
-
-def subscribe(client, queue: str, ack: str = "auto", sub: str = "s1", **more):
-    headers = [("id", sub), ("destination", f"/queue/{queue}"), ("ack", ack),
-               ("receipt", f"sub-{sub}")]
-    headers.extend((k.replace("_", "-"), v) for k, v in more.items())
-    client.frame("SUBSCRIBE", *headers)
 
 
 def test_a_message_sent_over_stomp_is_received_with_its_headers(auto_engine, clock):

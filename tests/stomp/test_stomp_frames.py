@@ -18,6 +18,7 @@ from meshroute.stomp.frames import (
     StompParser,
     StompProtocolError,
     encode,
+    read_as_1_0,
 )
 
 LIMITS = StompLimits(max_frame_size=1 << 20, max_headers=64, max_header_size=1 << 16)
@@ -94,8 +95,27 @@ def test_stomp_1_1_has_no_carriage_return_escape():
     assert frame.header("foo") == "a:b\n"
 
 
+def test_stomp_1_0_has_no_escapes_and_drops_the_blanks_before_a_value():
+    [frame] = parse(b"SEND\nfoo: \ta\\cb\\q\nbar:x: y\n\n\0", version="1.0")
+    assert frame.headers == (("foo", "a\\cb\\q"), ("bar", "x: y"))
+    [frame] = parse(b"SEND\nfoo:bar\r\n\n\0", version="1.0")
+    assert frame.header("foo") == "bar\r"
+
+
+def test_stomp_1_0_reads_a_connect_parsed_before_its_version_without_the_blanks():
+    [connect] = parse(b"CONNECT\nlogin: app\npasscode:\t s\\c\n\n\0")
+    assert read_as_1_0(connect) == StompFrame(
+        "CONNECT", (("login", "app"), ("passcode", "s\\c")))
+
+
+def test_stomp_1_0_writes_headers_as_they_are_unless_they_cannot_be():
+    frame = StompFrame("MESSAGE", (("a", "b:c\\d"), ("e:f", "g"), ("h", "i\nj")))
+    assert encode(frame, version="1.0") == (
+        b"MESSAGE\na:b:c\\d\ne\\cf:g\nh:i\\nj\n\n\0")
+
+
 def test_connect_and_connected_headers_are_never_unescaped():
-    for version in ("1.1", "1.2"):
+    for version in ("1.0", "1.1", "1.2"):
         [connect] = parse(b"CONNECT\nlogin:a\\cb\\q\n\n\0", version=version)
         assert connect.header("login") == "a\\cb\\q"
         [connected] = parse(b"CONNECTED\nserver:x\\ny\n\n\0", version=version,
@@ -137,7 +157,7 @@ def test_the_version_must_be_one_spoken():
     parser = StompParser(LIMITS)
     assert parser.version == "1.2"
     with pytest.raises(ValueError):
-        parser.version = "1.0"
+        parser.version = "0.9"
     with pytest.raises(ValueError):
         encode(StompFrame("SEND"), version="2.0")
 
@@ -313,7 +333,7 @@ def outcome(parser: StompParser, chunks: list[bytes]):
 
 @FUZZ
 @given(data=stream, cuts=st.lists(st.integers(0, 400), max_size=6),
-       version=st.sampled_from(["1.1", "1.2"]), bounded=st.booleans())
+       version=st.sampled_from(["1.0", "1.1", "1.2"]), bounded=st.booleans())
 def test_arbitrary_bytes_give_frames_or_the_one_error_in_any_split(data, cuts, version, bounded):
     """
     Arbitrary bytes give frames and heart-beats, or StompProtocolError and
@@ -359,6 +379,23 @@ def test_encode_then_parse_gives_the_frame_back(command, headers, body, version,
 
 plain = st.text(st.characters(blacklist_characters="\n\r:", blacklist_categories=("Cs",)),
                 min_size=1, max_size=12)
+
+
+@FUZZ
+@given(command=st.sampled_from(escaped_commands),
+       headers=st.lists(st.tuples(plain.filter(lambda n: n != "content-length"), st.text(
+           st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)),
+           max_size=20).filter(lambda v: v[:1] not in (" ", "\t"))), max_size=6),
+       body=st.binary(max_size=64))
+def test_stomp_1_0_round_trips_what_it_can_write_unescaped(command, headers, body):
+    """
+    Backslashes and colons in values included: 1.0 has no escapes.
+    """
+    frame = StompFrame(command, tuple(headers), body)
+    parser = StompParser(LIMITS, commands=CLIENT_COMMANDS | SERVER_COMMANDS)
+    parser.version = "1.0"
+    expected_headers = tuple(headers) + ((("content-length", str(len(body))),) if body else ())
+    assert parser.feed(encode(frame, "1.0")) == [StompFrame(command, expected_headers, body)]
 
 
 @FUZZ

@@ -162,6 +162,8 @@ async def message(browser: WebSocketClientFactory, count: int):
 @pytest.mark.parametrize("offered, chosen, version", [
     (["v10.stomp", "v11.stomp", "v12.stomp"], "v12.stomp", "1.2"),
     (["v11.stomp"], "v11.stomp", "1.1"),
+    (["v10.stomp", "v11.stomp"], "v11.stomp", "1.1"),
+    (["v10.stomp"], "v10.stomp", "1.0"),
     ([], None, None),
 ])
 @pytest_twisted.ensureDeferred
@@ -183,7 +185,7 @@ async def test_the_highest_stomp_subprotocol_offered_is_chosen(served, offered, 
 
 
 @pytest.mark.parametrize("offered, path, status", [
-    (["mqtt", "v10.stomp"], "/stomp", "406"),
+    (["mqtt", "v13.stomp"], "/stomp", "406"),
     (["v12.stomp"], "/elsewhere", "404"),
 ])
 @pytest_twisted.ensureDeferred

@@ -164,7 +164,7 @@ class Pair:
             base, path=f"(memory)/{key}.toml",
             data_dir=str(self.tmp_path / key.replace("/", "-")),
             listener=dataclasses.replace(base.listener, endpoint=key),
-            clients=ClientListenerConfig(f"clients-{ha_role}"),
+            clients=ClientListenerConfig((f"clients-{ha_role}",)),
             ha=HASettings(
                 role=ha_role, group_name=ha_options.pop("group_name", ROUTER),
                 replication=ReplicationSettings(f"repl-{ha_role}", f"repl-{other}",
