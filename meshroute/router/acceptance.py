@@ -156,7 +156,7 @@ class Acceptance:
         else:
             d = self._store.accept(message)
             d.addBoth(self._accepted, message)
-        self._forwarding.pump_ahead((router,))
+        self._submitted((message,))
         return d
 
     def submit_many(self, sends) -> Deferred:
@@ -237,7 +237,7 @@ class Acceptance:
             if repeats:
                 d.addCallback(self._repeats_answered, repeats, outcomes)
             rechecks.append(d)
-            self._forwarding.pump_ahead({m.dest_router for m, _ in stored if m.persistent})
+            self._submitted([m for m, _ in stored if m.persistent])
         if not rechecks:
             return succeed(outcomes)
         return DeferredList(rechecks).addCallback(lambda _: outcomes)
@@ -391,8 +391,25 @@ class Acceptance:
                   if m.persistent or duplicate_id]
         d = store_call(stored)
         d.addBoth(self._committed, messages)
-        self._forwarding.pump_ahead({m.dest_router for m, _ in stored if m.persistent})
+        self._submitted([m for m, _ in stored if m.persistent])
         return d
+
+    def _submitted(self, messages) -> None:
+        """
+        Persistent C{messages} were submitted to the store: their local
+        queues are notified now, so that a waiting consumer's read joins
+        their commit (a consumer on this router gets a message as its
+        producer gets its answer, not one commit later: docs/stomp.md),
+        and the links toward the others' routers may take them.
+        """
+        elsewhere = set()
+        for queue in {m.dest_queue for m in messages if m.dest_router == self._name}:
+            self._queues.notify(queue)
+        for message in messages:
+            if message.dest_router != self._name:
+                elsewhere.add(message.dest_router)
+        if elsewhere:
+            self._forwarding.pump_ahead(elsewhere)
 
     def _not_accepting(self, messages) -> None:
         for message, _ in messages:
@@ -475,8 +492,8 @@ class Acceptance:
             return result
         self._events.accepted((message,))
         if message.dest_router == self._name:
+            # Its queue was notified when it was submitted (_submitted).
             self._events.enqueued(message.dest_queue, (message,))
-            self._queues.notify(message.dest_queue)
         else:
             self._forwarding.pump_towards(message.dest_router)
         return message.msg_id

@@ -146,6 +146,13 @@ class TopicFanOut:
             return
         d = self._store.place_copies(stored, transaction.entry_ids())
         d.addBoth(self._done, transaction, stored, in_memory, len(taken))
+        # As acceptance does: a waiting consumer's read, and the links'
+        # assigns, join the copies' commit.
+        for queue in {copy.dest_queue for copy in stored if copy.dest_router == self._name}:
+            self._queues.notify(queue)
+        onward = {copy.dest_router for copy in stored if copy.dest_router != self._name}
+        if onward:
+            self._forwarding.pump_ahead(onward)
 
     def _done(self, result, transaction, stored: list, in_memory: list, taken: int) -> None:
         """
@@ -186,7 +193,9 @@ class TopicFanOut:
     def _placed(self, stored: list) -> None:
         """
         The persistent copies are durable: enqueued here, or in the
-        backlog of the routers they go to.
+        backlog of the routers they go to (whose links were pumped when
+        they were submitted, and take them now if the commit came after
+        their assign).
         """
         local: dict[str, list[Message]] = {}
         onward = set()
@@ -197,9 +206,8 @@ class TopicFanOut:
                 onward.add(copy.dest_router)
         for queue, copies in local.items():
             self._events.enqueued(queue, copies)
-            self._queues.notify(queue)
-        if onward:
-            self._forwarding.pump_ahead(onward)
+        for router in onward:
+            self._forwarding.pump_towards(router)
 
     def copies(self, message: Message) -> list[Message]:
         """
