@@ -233,6 +233,17 @@ class IMessageStore(Interface):
         copied, in one transaction; fires with the copies placed.
         """
 
+    def save_interest(advertisements):
+        """
+        Save other routers' topic interest, each C{(origin, version,
+        patterns)}, a newer version of an origin replacing an older one.
+        """
+
+    def topic_interest():
+        """
+        Fires with the saved topic interest of other routers.
+        """
+
     def durable_subscriptions():
         """
         Fires with every durable topic subscription, oldest first.

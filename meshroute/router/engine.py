@@ -178,7 +178,7 @@ class MessageEngine:
         self.expiry_notices = self.expired_messages.sessions
         #: Topics: the mesh's interest, this router's subscriptions, and
         #: the fan-out of publications.
-        self.interest = TopicInterest(name, clock,
+        self.interest = TopicInterest(name, store, clock,
                                       changed=lambda origins: self.mesh_wide.taken(origins))
         self.mesh_wide = MeshWide(name, self.interest, routes, self.system, clock)
         self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide)
@@ -254,12 +254,13 @@ class MessageEngine:
         self.forwarding.start()
         self.expiry_sweep.start()
         # The publications a previous run left in $topic wait for the
-        # durable subscriptions they may be for.
-        d = self.topics.start()
+        # interest and the durable subscriptions they may be for.
+        d = self.interest.load()
+        d.addCallback(lambda _: self.topics.start())
         d.addCallback(lambda _: self.fan_out.start())
         d.addErrback(lambda failure: log.failure(
-            "durable topic subscriptions could not be read: no publication is fanned out",
-            failure))
+            "topic interest or durable subscriptions could not be read: no publication "
+            "is fanned out", failure))
 
     def stop(self) -> None:
         """

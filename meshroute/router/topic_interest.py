@@ -11,7 +11,11 @@ at once and passed on at the end of the turn to every link that does not
 hold it (L{TurnFlood}); an older one changes nothing.  An empty one
 withdraws its origin's interest.  A router's interest is kept while it
 is unreachable: its durable subscriptions keep collecting, their copies
-waiting in the backlog for it as any message for it would.
+waiting in the backlog for it as any message for it would.  Others'
+interest is saved in the store as it is taken, and read at start
+(L{TopicInterest.load}) before the fan-out takes what a previous run
+left: those publications go where the mesh's interest was, not where a
+router that has heard nothing yet would send them (nowhere).
 
 Versions grow across restarts without being stored: at least the
 clock's milliseconds at each change; and an advertisement of our own
@@ -55,16 +59,18 @@ class InterestAdvertisement:
 
 class TopicInterest:
     """
-    The topic interest router C{name} holds and floods.
+    The topic interest router C{name} holds and floods; C{store} keeps
+    others' (L{load}).
 
     @param changed: called after a turn in which the table changed, with
         the origins whose interest changed (for those waiting on it:
         L{meshroute.router.mesh_wide}).
     """
 
-    def __init__(self, name: str, clock: IReactorTime,
+    def __init__(self, name: str, store, clock: IReactorTime,
                  changed: Callable[[set[str]], None] = lambda origins: None) -> None:
         self.name = name
+        self._store = store
         self.local = LocalInterest(now_ms=lambda: int(clock.seconds() * 1000))
         self.table = InterestTable()
         #: Whether our own interest is known (L{ready}): the durable
@@ -156,7 +162,27 @@ class TopicInterest:
                     if peer not in holders]
             if news:
                 send(Interest(news))
+        others = [advertisement.item() for origin, (advertisement, _) in pending.items()
+                  if origin != self.name]
+        if others:
+            self._store.save_interest(others).addErrback(
+                lambda failure: log.failure("topic interest not saved", failure))
         self._changed(set(pending))
+
+    def load(self):
+        """
+        Take the interest saved by earlier runs (newer news may have
+        arrived already: the newest version wins either way).
+
+        @return: Deferred firing when it is taken.
+        """
+        def taken(saved) -> None:
+            for origin, version, patterns in saved:
+                if origin != self.name:
+                    self.table.advertised(origin, version,
+                                          frozenset(parse_pattern(p) for p in patterns))
+
+        return self._store.topic_interest().addCallback(taken)
 
     def _advertisement(self, origin: str) -> InterestAdvertisement:
         return InterestAdvertisement(origin, self.table.version(origin),

@@ -452,6 +452,20 @@ class SQLiteStore(RouterRecords):
         d.addCallback(self._mirror.copies_placed, calls)
         return d
 
+    def save_interest(self, advertisements):
+        """
+        Save other routers' topic interest, each C{(origin, version,
+        patterns)} (newest version wins).
+        """
+        return self._submit(topics.save_interest, list(advertisements))
+
+    def topic_interest(self):
+        """
+        Fires with the saved topic interest of other routers, each
+        C{(origin, version, patterns)}.
+        """
+        return self._submit(topics.read_interest)
+
     def durable_subscriptions(self):
         """
         Fires with every durable subscription, oldest first, as

@@ -13,6 +13,10 @@ replaces a durable subscription whose topic changed: the messages it
 held are deleted with the change, in one transaction.  Forgetting one
 deletes its messages with it.
 
+Other routers' topic interest (schema version 13): the newest
+advertisement taken from each, saved as it is taken and read at start
+(L{save_interest}, L{read_interest}).
+
 The fan-out's copies of publications and the deletion of the
 publications they copy, in one transaction (L{place_copies}).  A copy
 whose id this router holds or enqueued before is left out, not an
@@ -20,6 +24,8 @@ error: a publication that came round a routing loop, or was fanned out
 before a crash whose acknowledgement of it was lost, makes copies the
 store already had, and the others must still be placed.
 """
+
+import json
 
 from meshroute.messages import Message
 from meshroute.store.queue_entries import consume
@@ -115,3 +121,27 @@ def place_copies(connection, copies: list[tuple[Message, bool]], entry_ids: str,
             new = bool(execute(INSERT_BACKLOG_NEW, row).rowcount)
         placed.append(new)
     return placed, consume(connection, entry_ids)
+
+
+_SAVE_INTEREST = (
+    "INSERT INTO topic_interest (origin, version, patterns) VALUES (?, ?, ?) "
+    "ON CONFLICT (origin) DO UPDATE SET version = excluded.version, "
+    "patterns = excluded.patterns WHERE excluded.version > topic_interest.version"
+)
+
+
+def save_interest(connection, advertisements: list[tuple[str, int, list[str]]]) -> None:
+    """
+    Save each C{(origin, version, patterns)}, unless a newer version of
+    its origin is saved.
+    """
+    connection.executemany(_SAVE_INTEREST, [(origin, version, json.dumps(patterns))
+                                            for origin, version, patterns in advertisements])
+
+
+def read_interest(connection) -> list[tuple[str, int, list[str]]]:
+    """
+    Every saved advertisement: C{(origin, version, patterns)}.
+    """
+    return [(origin, version, json.loads(patterns)) for origin, version, patterns
+            in connection.execute("SELECT origin, version, patterns FROM topic_interest")]

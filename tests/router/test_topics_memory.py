@@ -228,3 +228,23 @@ def test_durable_exactly_once_through_a_frozen_router_and_a_reroute(mesh):
     assert len(plain.bodies) == len(set(plain.bodies))
     # Before the freeze, and after the reroute, in the order published.
     assert durable.bodies[:20] == [b"%d" % n for n in range(20)]
+
+
+def test_publications_left_by_a_crash_go_where_the_interest_was(mesh):
+    star(mesh)
+    routers = mesh.routers
+    durable = TopicConsumer(routers["router-e"], "k.#", client_id="app", durable="k")
+    mesh.run(1)
+    durable.subscription.cancel()
+    # Accepted at a, then a dies before its fan-out runs.
+    sends = publish(mesh, "router-a", "k.v", 5)
+    assert_confirmed(sends)
+    mesh.crash("router-a")
+    mesh.partition("router-b")  # a hears nothing from the mesh after its restart
+    mesh.add("router-a", connect_to=["router-b"])
+    mesh.run(1)
+    mesh.heal("router-b")
+    mesh.run(3)
+    again = TopicConsumer(routers["router-e"], "k.#", client_id="app", durable="k")
+    mesh.run(1)
+    assert again.bodies == [b"%d" % i for i in range(5)]

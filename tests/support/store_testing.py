@@ -145,6 +145,7 @@ _UNDO_STEPS = {
     11: [f"DROP TABLE {table}" for table in ("prepared_transactions", "prepared_sends",
                                              "prepared_acks", "committed_xids")],
     12: ["DROP TABLE durable_subscriptions"],
+    13: ["DROP TABLE topic_interest"],
 }
 
 
