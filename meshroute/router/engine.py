@@ -183,7 +183,8 @@ class MessageEngine:
         self.mesh_wide = MeshWide(name, self.interest, routes, self.system, clock)
         self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide)
         self.fan_out = TopicFanOut(name, store, self.queues, self.topics, self.interest, routes,
-                                   self.forwarding, self.transient, self.message_events, clock)
+                                   self.forwarding, self.transient, self.message_events, clock,
+                                   max_backlog)
         #: Clients' prepared (two-phase) transactions.
         self.prepared = PreparedTransactions(store, self.acceptance, self.queues, event_log,
                                              clock)

@@ -41,6 +41,12 @@ in between has done neither, and does both after its restart; a copy
 sent again over a link (its acknowledgement lost) is refused by the id
 its first copy left here.  So each durable subscription gets a persistent publication
 exactly once (within the store's duplicate window, as a queue does).
+A copy for another router whose backlog holds C{max-backlog} messages
+already is dropped (C{message.dropped}, reason C{max-backlog}): a router
+that stays away for good must not fill this one's disk, and a
+publisher is not refused for it (a queue's producer is: one destination
+is its own business; a topic's many are not).
+
 The in-memory copies are made only once the transaction is durable, and
 a copy whose id was placed or given before is left out (the store's
 ids, and the last L{RECENT} in-memory ones): a subscription gets a
@@ -92,7 +98,8 @@ class TopicFanOut:
     """
 
     def __init__(self, name: str, store, queues, subscriptions, interest, routes,
-                 forwarding, transient, message_events, clock: IReactorTime) -> None:
+                 forwarding, transient, message_events, clock: IReactorTime,
+                 max_backlog: int = 100_000) -> None:
         self._name = name
         self._store = store
         self._queues = queues
@@ -103,6 +110,7 @@ class TopicFanOut:
         self._transient = transient
         self._events = message_events
         self._clock = clock
+        self._max_backlog = max_backlog
         self._consumer = None
         self._taken: list = []
         self._call: IDelayedCall | None = None
@@ -138,9 +146,23 @@ class TopicFanOut:
         transaction.add(consumer, [delivery.delivery_id for delivery in taken])
         stored: list[Message] = []
         in_memory: list[Message] = []
+        waiting = dict(self._store.backlog_depths())
+        full = []
         for delivery in taken:
             for copy in self.copies(delivery.message):
-                (stored if copy.persistent else in_memory).append(copy)
+                if not copy.persistent:
+                    in_memory.append(copy)
+                elif copy.dest_router == self._name:
+                    stored.append(copy)
+                elif waiting.get(copy.dest_router, 0) >= self._max_backlog:
+                    full.append((copy.msg_id, "max-backlog", copy.origin))
+                else:
+                    waiting[copy.dest_router] = waiting.get(copy.dest_router, 0) + 1
+                    stored.append(copy)
+        if full:
+            log.warn("{n} publication copies dropped: max-backlog copies already wait for "
+                     "their routers", n=len(full))
+            self._events.dropped(full)
         if not stored and not transaction.entry_ids():
             self._done([], transaction, stored, in_memory, len(taken))
             return

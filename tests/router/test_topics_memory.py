@@ -248,3 +248,20 @@ def test_publications_left_by_a_crash_go_where_the_interest_was(mesh):
     again = TopicConsumer(routers["router-e"], "k.#", client_id="app", durable="k")
     mesh.run(1)
     assert again.bodies == [b"%d" % i for i in range(5)]
+
+
+def test_copies_for_a_router_whose_backlog_is_full_are_dropped_not_the_publisher(mesh):
+    mesh.add("router-a", connect_to=["router-b"], max_backlog=3)
+    mesh.add("router-b")
+    mesh.run(1)
+    routers = mesh.routers
+    TopicConsumer(routers["router-b"], "f", client_id="app", durable="f")
+    mesh.run(1)
+    mesh.stop("router-b")
+    mesh.run(1)
+    assert_confirmed(publish(mesh, "router-a", "f", 5))
+    mesh.run(1)
+    assert routers["router-a"].store.backlog_depths() == {"router-b": 3}
+    dropped = [e for e in events_of(routers["router-a"], "message.dropped")
+               if e["reason"] == "max-backlog"]
+    assert len(dropped) == 2
