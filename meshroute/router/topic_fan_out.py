@@ -11,7 +11,7 @@ link sequence and checked against the ids enqueued here.  The fan-out
 is that queue's one consumer.  For each publication it takes it makes:
 
  - for each local subscription whose pattern matches, a copy into the
-   subscription's queue, id C{PUBLICATION/QUEUE}: persistent into a
+   subscription's queue, id C{PUBLICATION/QUEUE@ROUTER}: persistent into a
    durable subscription when the publication is persistent, else in
    memory;
  - for the other routers it is for (at its publisher's router: every
@@ -256,7 +256,7 @@ class TopicFanOut:
         if local:
             for queue, durable in self._subscriptions.matching(topic):
                 out.append(Message(
-                    msg_id=f"{publication}/{queue}", origin=message.origin,
+                    msg_id=f"{publication}/{queue}@{self._name}", origin=message.origin,
                     dest_router=self._name, dest_queue=queue, body=message.body,
                     headers=plain, hops=message.hops,
                     persistent=message.persistent and durable,
