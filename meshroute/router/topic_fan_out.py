@@ -190,7 +190,11 @@ class TopicFanOut:
             transaction.committed()
             self._placed(result)
             if in_memory:
-                self._transient.route(self._first_times(in_memory))
+                # Not into a subscription that ended since its copy was made.
+                exists = self._subscriptions.exists
+                self._transient.route(self._first_times(
+                    [copy for copy in in_memory
+                     if copy.dest_router != self._name or exists(copy.dest_queue)]))
         if self._consumer is not None:
             self._consumer.add_credit(taken)
 

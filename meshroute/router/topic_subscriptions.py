@@ -134,6 +134,12 @@ class TopicSubscriptions:
         """
         return sorted((queue, queue in self.durable) for queue in self._index.match(topic))
 
+    def exists(self, queue: str) -> bool:
+        """
+        Whether C{queue} is the queue of a subscription now.
+        """
+        return queue in self._patterns
+
     # -- what sessions ask ---------------------------------------------------------
 
     def subscribe(self, pattern: str, deliver: Callable, credit: int,

@@ -100,10 +100,11 @@ def read_all(connection) -> list[tuple]:
 def place_copies(connection, copies: list[tuple[Message, bool]], entry_ids: str,
                  now: float) -> tuple[list[bool], dict]:
     """
-    Place each of C{copies} (C{(message, local)}: into a local queue, or
-    the backlog for its destination router) unless its id is held or
-    was enqueued here, and delete the queue entries C{entry_ids} (a JSON
-    array).
+    Place each of C{copies} (C{(message, local)}: into a local durable
+    subscription's queue, or the backlog for its destination router)
+    unless its id is held or was enqueued here, or its subscription was
+    forgotten since the copy was made, and delete the queue entries
+    C{entry_ids} (a JSON array).
 
     @return: C{(placed, consumed)}: whether each copy was placed, and
         C{{queue: entries deleted}}.
@@ -113,6 +114,10 @@ def place_copies(connection, copies: list[tuple[Message, bool]], entry_ids: str,
     for message, local in copies:
         row = as_row(message)
         if local:
+            if not execute(_FIND, (message.dest_queue,)).fetchone():
+                # Forgotten since the fan-out made the copy.
+                placed.append(False)
+                continue
             new = bool(execute(RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount)
             if new and not execute(INSERT_QUEUE_NEW, row).rowcount:
                 execute(_FORGET_ENQUEUED, (message.msg_id,))

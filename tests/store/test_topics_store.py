@@ -80,6 +80,7 @@ def test_forgetting_it_deletes_what_it_held(store):
 
 
 def test_copies_are_placed_with_the_deletion_of_what_they_copy(store):
+    result_of(store.record_subscription(QUEUE, "app", "sub", "t.#", False, None))
     held(store, 1, queue="$topic")
     [(entry, _, _)] = result_of(store.fetch("$topic", 0, 10))
     local = msg(2, dest_router=ROUTER, dest_queue=QUEUE)
@@ -99,9 +100,18 @@ def test_copies_are_placed_with_the_deletion_of_what_they_copy(store):
 
 
 def test_a_copy_enqueued_before_and_consumed_is_still_left_out(store):
+    result_of(store.record_subscription(QUEUE, "app", "sub", "t.#", False, None))
     local = msg(2, dest_router=ROUTER, dest_queue=QUEUE)
     assert result_of(store.place_copies([local], [])) == [local]
     [(entry, _, _)] = result_of(store.fetch(QUEUE, 0, 10))
     result_of(store.consume([entry]))
     assert result_of(store.place_copies([local], [])) == []
+    assert store.queue_depths() == {}
+
+
+def test_a_copy_for_a_subscription_forgotten_since_it_was_made_is_left_out(store):
+    result_of(store.record_subscription(QUEUE, "app", "sub", "t.#", False, None))
+    result_of(store.forget_subscription(QUEUE))
+    assert result_of(store.place_copies([msg(2, dest_router=ROUTER, dest_queue=QUEUE)], [])) \
+        == []
     assert store.queue_depths() == {}
