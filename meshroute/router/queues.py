@@ -443,7 +443,8 @@ class QueueManager:
         """
         Nobody will consume C{queue} again (a non-durable topic
         subscription ended): drop the non-persistent messages waiting in
-        it (C{message.dropped} with C{reason}); how many.
+        it, given back ones too (C{message.dropped} with C{reason}); how
+        many.
         """
         state = self._queues.get(queue)
         if state is None:
@@ -451,8 +452,15 @@ class QueueManager:
         dropped = len(state.transient)
         while state.transient:
             self._drop_oldest_transient(state, reason)
+        # And those its consumer was given and gave back, unacknowledged.
+        returned = [item for item in state.returned if item.entry_id is None]
+        if returned:
+            state.returned = deque(item for item in state.returned if item.entry_id is not None)
+            state.transient_held -= len(returned)
+            for item in returned:
+                self._emit_dropped(item.message, queue, reason)
         self._forget_if_idle(state)
-        return dropped
+        return dropped + len(returned)
 
     def _drop_oldest_transient(self, state: QueueState, reason: str) -> None:
         dropped = state.transient.popleft()

@@ -265,3 +265,19 @@ def test_copies_for_a_router_whose_backlog_is_full_are_dropped_not_the_publisher
     dropped = [e for e in events_of(routers["router-a"], "message.dropped")
                if e["reason"] == "max-backlog"]
     assert len(dropped) == 2
+
+
+def test_an_ended_subscription_drops_what_its_consumer_gave_back(mesh):
+    star(mesh)
+    router = mesh.routers["router-c"]
+    held = []
+    subscribed = []
+    router.engine.topics.subscribe("g", held.append, 5).addCallback(subscribed.append)
+    mesh.run(1)
+    assert_confirmed(publish(mesh, "router-a", "g", 3, persistent=False))
+    mesh.run(1)
+    assert len(held) == 3  # delivered, never acknowledged
+    subscribed[0].cancel()
+    assert router.engine.queues.depths() == {}
+    dropped = [e for e in events_of(router, "message.dropped") if e["reason"] == "unsubscribed"]
+    assert len(dropped) == 3
