@@ -132,7 +132,8 @@ A client garbage-collected without L{Client.close} logs a warning naming
 where it was created, and closes its connection.
 """
 
-from meshroute.client.api import Client, Producer, connect, connect_endpoint, describe_body
+from meshroute.client.api import Client, connect, connect_endpoint, describe_body
+from meshroute.client.producer import Producer
 from meshroute.client.errors import (
     CLOSED,
     CONNECTION_LOST,
@@ -163,7 +164,7 @@ __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
     "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "UNSUPPORTED", "Client", "ClientError", "ClientOptions",
     "HeuristicOutcome", "Producer", "ReceivedMessage",
-    "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown",
-    "TransactionRetry", "TransactionRolledBack", "TransactionStateError", "UnblockedError",
-    "UnknownTransaction", "Xid", "connect", "connect_endpoint", "describe_body",
+    "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown", "TransactionRetry", "TransactionRolledBack",
+    "TransactionStateError", "UnblockedError", "UnknownTransaction", "Xid", "connect",
+    "connect_endpoint", "describe_body",
 ]
