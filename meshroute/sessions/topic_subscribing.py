@@ -8,9 +8,10 @@ user's permission to subscribe with its pattern, C{max-subscriptions}
 and C{max-unacknowledged}) and handed to the router's topic
 subscriptions (C{engine.topics.subscribe}), which make it, a durable one
 recorded in the store first: that takes a while, so the command is
-answered only when the router's Deferred fires, C{Confirm}, or C{Error}
-with the code of what it failed with (C{bad-address},
-C{subscription-in-use}).  Meanwhile its number is taken and its credit
+answered only when the router's Deferred fires (a mesh-wide one's once
+its interest reached every router reachable now), C{Confirm}, or
+C{Error} with the code of what it failed with (C{bad-address},
+C{subscription-in-use}, C{timeout}).  Meanwhile its number is taken and its credit
 counts (L{Deliveries.pending
 <meshroute.sessions.deliveries.Deliveries.pending>}).  Once made it is
 one of the session's subscriptions like any other (credit,
@@ -80,15 +81,14 @@ class TopicSubscribing:
         self.in_progress += 1
         # With no credit: the frame's is granted once the client has the
         # Confirm.  A durable subscription's client id is the frame's, or
-        # else the session's (a STOMP client's CONNECT client-id).
-        # mesh_wide: the router confirms such a subscription only once
-        # its interest reached every router it can reach now; until the
-        # router's subscribe takes frame.mesh_wide, it is made as any
-        # other.
+        # else the session's (a STOMP client's CONNECT client-id).  A
+        # mesh-wide one fires once its interest reached every router
+        # reachable now (or fails, cancelled, with code timeout).
         d = maybeDeferred(session.engine.topics.subscribe, frame.pattern,
                           partial(deliveries.take, frame.subscription), 0,
                           client_id=frame.client_id or session.client_id,
-                          durable=frame.durable, shared=frame.shared, user=session.user)
+                          durable=frame.durable, shared=frame.shared, user=session.user,
+                          mesh_wide=frame.mesh_wide)
         d.addCallbacks(self._made, self._not_made, (frame,), None, (frame,))
 
     def _made(self, subscription, frame: f.SubscribeTopic) -> None:

@@ -198,6 +198,10 @@ HEURISTIC_COMMIT = "heuristic-commit"
 #: already (a SubscribeTopic), or one that is still has consumers when
 #: an Unsubscribe asks to forget it (version 8).
 SUBSCRIPTION_IN_USE = "subscription-in-use"
+#: A mesh-wide SubscribeTopic whose interest did not reach every
+#: reachable router in time (30 s): the subscription was not made
+#: (version 8).
+TIMEOUT = "timeout"
 
 
 def _check_int_list(name: str, values: list) -> None:

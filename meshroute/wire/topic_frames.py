@@ -40,8 +40,9 @@ class SubscribeTopic:
     Answered C{Confirm} once the router made the subscription (a durable
     one recorded in its store), or C{Error}: C{bad-address} (pattern,
     client id or name malformed), C{subscription-in-use} (a durable one
-    that is not shared has its consumer already), C{not-allowed},
-    C{invalid-argument}, C{limit-reached}.  The last four fields may be
+    that is not shared has its consumer already), C{timeout} (a mesh-wide
+    one whose interest did not reach every router in time: it was not
+    made), C{not-allowed}, C{invalid-argument}, C{limit-reached}.  The last four fields may be
     left off the wire while they hold their defaults.
     """
 

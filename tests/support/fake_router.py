@@ -8,7 +8,8 @@ The router, faked for client tests: one module, three depths of fake.
    L{FakeEngine.submitted}), or, with C{auto=True}, local messages are
    accepted at once, as the real engine does for a bare queue.  Its
    topic subscriptions (C{topics}) are the router's own over that store
-   and queue manager (no fan-out: nothing is published to them).  The
+   and queue manager (no fan-out: nothing is published to them; no
+   mesh: none is mesh-wide).  The
    C{engine} fixture (conftest) is one.
  - L{Harness} and L{MemoryEndpoint}: clients of the meshroute client API
    connected through iosim to that real listener over a L{FakeEngine};
@@ -105,7 +106,8 @@ class FakeEngine:
         self.store.open()
         self.events = RecordingEvents()
         self.queues = QueueManager(self.store, self.events, clock)
-        self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, clock))
+        self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, clock),
+                                         mesh_wide=None)
         self.auto = auto
         self.submitted: list[Submitted] = []
         self._ids = itertools.count(1)
