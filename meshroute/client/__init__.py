@@ -154,7 +154,7 @@ from meshroute.client.errors import (
     UnknownTransaction,
 )
 from meshroute.client.options import DEFAULT_TTL_MS, DISCONNECT, FAILOVER, ClientOptions
-from meshroute.client.subscriptions import ReceivedMessage, Subscription
+from meshroute.client.subscriptions import ReceivedMessage, Subscription, TopicSubscription
 from meshroute.client.two_phase import Xid
 
 #: Default time to wait for the router's answer to Open, in seconds.
@@ -164,7 +164,8 @@ __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
     "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "UNSUPPORTED", "Client", "ClientError", "ClientOptions",
     "HeuristicOutcome", "Producer", "ReceivedMessage",
-    "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown", "TransactionRetry", "TransactionRolledBack",
+    "SendError", "SessionError", "SubscribeError", "Subscription", "TopicSubscription",
+    "TransactionOutcomeUnknown", "TransactionRetry", "TransactionRolledBack",
     "TransactionStateError", "UnblockedError", "UnknownTransaction", "Xid", "connect",
     "connect_endpoint", "describe_body",
 ]

@@ -21,7 +21,8 @@ from meshroute.client.options import ClientOptions
 from meshroute.client.core import ClientCore
 from meshroute.client.producer import Producer
 from meshroute.client.send_items import send_item, send_items, send_refusal
-from meshroute.client.subscriptions import ReceivedMessage
+from meshroute.client.subscriptions import ReceivedMessage, checked_durable
+from meshroute.messages import TOPIC_PREFIX
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK
 from meshroute.client.two_phase import PREPARE, Xid, checked_xid
 from meshroute.link.rotation import EndpointRotation
@@ -165,6 +166,20 @@ class Client:
             group.deferred.callback([])
         return group.deferred
 
+    def publish(self, topic: str, body: bytes, headers: dict | None = None,
+                persistent: bool = True, duplicate_id: str | None = None,
+                ttl: float | None = None) -> Deferred:
+        """
+        Publish C{body} to C{topic} (C{prices.eu.gbp}): every subscription
+        in the mesh whose pattern matches it gets a copy (docs/topics.md).
+        A L{send} to C{topic:TOPIC}, answered as one (C{bad-address} for a
+        malformed topic; C{unsupported} from a router older than client
+        protocol version 8).
+        """
+        if type(topic) is not str:
+            raise TypeError(f"topic must be a string, not {type(topic).__name__}")
+        return self.send(TOPIC_PREFIX + topic, body, headers, persistent, duplicate_id, ttl)
+
     def producer(self, window: int = 10_000) -> Producer:
         """
         A L{Producer}: sends with at most C{window} of them in flight.
@@ -190,6 +205,46 @@ class Client:
             raise TypeError(f"queue must be a string, not {type(queue).__name__}")
         _check_prefetch(prefetch, max_messages)
         return self._core.subscribe(queue, on_message, prefetch, max_messages)
+
+    def subscribe_topic(self, pattern: str, on_message: Callable[[ReceivedMessage], None],
+                        durable: str | None = None, client_id: str | None = None,
+                        shared: bool = False, mesh_wide: bool = False, prefetch: int = 100,
+                        max_messages: int | None = None) -> Deferred:
+        """
+        Consume the publications whose topic matches C{pattern}
+        (C{prices.*.gbp}: C{*} one word, C{#} zero or more), from anywhere
+        in the mesh, as L{subscribe} consumes a queue; each message's
+        L{ReceivedMessage.topic} names its topic.
+
+        @param durable: the name of a durable subscription, which the
+            router keeps collecting while no client consumes it, until
+            C{unsubscribe(forget=True)}; the same names attach to it again.
+        @param client_id: with C{durable}, the client id naming it
+            (default: L{ClientOptions}' C{client_id}, which a durable
+            subscription needs if this is not given).
+        @param shared: a shared durable subscription: several consumers,
+            each publication to one of them.
+        @param mesh_wide: fire only once the subscription's interest has
+            reached every router reachable now, so that whatever is
+            published anywhere from then on reaches it (code C{timeout}
+            after 30 s: the subscription is not made).
+        @return: Deferred firing with a L{TopicSubscription} once the
+            router confirmed; failing with L{SubscribeError}
+            (C{bad-address}, C{subscription-in-use}: a durable one that
+            is not shared has its consumer already, C{not-allowed},
+            C{timeout}, C{unsupported} for a router older than client
+            protocol version 8), L{UnblockedError} or L{SessionError}.
+        @raise ValueError: C{durable} without a client id, C{shared}
+            without C{durable}, or C{prefetch} or C{max_messages} as
+            L{subscribe} refuses them.
+        """
+        durable, client_id = checked_durable(durable, client_id, shared,
+                                             self.options.client_id)
+        if type(pattern) is not str:
+            raise TypeError(f"pattern must be a string, not {type(pattern).__name__}")
+        _check_prefetch(prefetch, max_messages)
+        return self._core.subscribe_topic(pattern, on_message, prefetch, max_messages,
+                                          durable, client_id, bool(shared), bool(mesh_wide))
 
     def commit(self) -> Deferred:
         """

@@ -10,13 +10,15 @@ whole.  It opens the first session and hands the client to the
 application; after a failure it resumes the session on a new connection,
 replaying what the router did not receive (I{reattached}), or, when the
 session is gone, makes a new one (I{recreated}): calls whose outcome is
-unknown fail with L{UnblockedError}, subscriptions are made again, and
+unknown fail with L{UnblockedError}, subscriptions are made again (and a
+durable topic subscription being forgotten is forgotten there), and
 calls not yet written go out in the new session.  When the session ends
 (closed, refused, given up on, forgotten) it settles everything still
 waiting, so that nothing hangs.
 """
 
 from collections.abc import Callable
+from functools import partial
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
@@ -49,7 +51,7 @@ from meshroute.client.router_connection import RouterConnection
 from meshroute.client.router_protocol import RouterProtocol
 from meshroute.client.send_batching import SendBatcher
 from meshroute.client.session_machine import ClientMachine, EndOfTurn
-from meshroute.client.subscriptions import ReceivedMessage
+from meshroute.client.subscriptions import ReceivedMessage, Subscription, TopicSubscription
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK, Transactions
 from meshroute.client.two_phase import PREPARE, RECOVER, Xid
 from meshroute.link.rotation import EndpointRotation
@@ -229,13 +231,23 @@ class ClientCore:
         again = self.deliveries.resubscriptions()
         waiting = [c for c in waiting if not is_resubscription(c)]
         subscribing = {c.subscription for c in again + waiting if c.kind == SUBSCRIBE}
-        unblocked = [c for c in unknown if not is_resubscription(c)]
+        unblocked = []
         kept: list[Command] = []
+        for command in unknown:
+            if command.kind == UNSUBSCRIBE and (redo := self.deliveries.forget_again(command)):
+                # A durable subscription the router may still keep.
+                kept.extend(redo)
+            elif not is_resubscription(command):
+                unblocked.append(command)
         for command in waiting:
             if command.kind in (ACK, CREDIT):
                 continue
             if command.kind == UNSUBSCRIBE and command.subscription not in subscribing:
-                unblocked.append(command)
+                redo = self.deliveries.forget_again(command)
+                if redo:
+                    kept.extend(redo)
+                else:
+                    unblocked.append(command)
                 continue
             kept.append(command)
         self.commands.requeue(again + kept)
@@ -257,7 +269,28 @@ class ClientCore:
         if self.finished:
             d.errback(self.unusable())
             return d
-        self.deliveries.subscribe(queue, on_message, prefetch, max_messages, d)
+        self.deliveries.subscribe(partial(Subscription, queue=queue, on_message=on_message,
+                                          prefetch=prefetch, max_messages=max_messages), d)
+        return d
+
+    def subscribe_topic(self, pattern: str, on_message: Callable[[ReceivedMessage], None],
+                        prefetch: int, max_messages: int | None, durable: str,
+                        client_id: str, shared: bool, mesh_wide: bool) -> Deferred:
+        """
+        L{meshroute.client.Client.subscribe_topic}, its arguments checked.
+        """
+        d = Deferred()
+        if self.finished:
+            d.errback(self.unusable())
+            return d
+        refusal = self.deliveries.topics_refusal()
+        if refusal is not None:
+            d.errback(refusal)
+            return d
+        self.deliveries.subscribe(partial(
+            TopicSubscription, pattern=pattern, on_message=on_message, prefetch=prefetch,
+            max_messages=max_messages, durable=durable, client_id=client_id, shared=shared,
+            mesh_wide=mesh_wide), d)
         return d
 
     def request_end_of_transaction(self, ending: str, xid: Xid | None = None) -> Deferred:

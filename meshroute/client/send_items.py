@@ -8,6 +8,7 @@ to live or a topic for a router that is too old).
 """
 
 from meshroute.client.errors import TOO_LARGE, UNSUPPORTED, SendError
+from meshroute.messages import TOPIC_PREFIX
 from meshroute.wire import client_frames as f
 
 
@@ -55,13 +56,18 @@ def _expiry_fields(ttl: float | None, notify_expiry: bool) -> tuple:
 def send_refusal(version: int, message: tuple) -> SendError | None:
     """
     Why C{message} (a send's item) cannot be sent, if it cannot: too large
-    for one frame, or a time to live for a router older than version 6.
+    for one frame, a time to live for a router older than version 6, or a
+    publication for one older than version 8.
 
     @param version: the router's client protocol version (0: not known yet).
     """
     if len(message) > 5 and 0 < version < f.EXPIRY_VERSION:
         return SendError(UNSUPPORTED, f"the router speaks client protocol version "
                          f"{version}; a time to live needs version {f.EXPIRY_VERSION}")
+    if 0 < version < f.TOPICS_VERSION and message[0].startswith(TOPIC_PREFIX):
+        return SendError(UNSUPPORTED, f"the router speaks client protocol version "
+                         f"{version}; publishing to a topic needs version "
+                         f"{f.TOPICS_VERSION}")
     oversized = f.oversized_send(*message[:5])
     if oversized is not None:
         return SendError(TOO_LARGE, oversized)
