@@ -6,11 +6,16 @@ C{task.Clock}), through in-memory connections: wildcards, durable
 subscriptions detached and forgotten, the router's refusals, the
 arguments the client checks itself, an older router, and subscriptions
 through a reattachment and a recreation of the session (a forget whose
-session was lost is carried out in the next one).
+session was lost is carried out in the next one); C{meshroute send
+--topic} and C{meshroute receive --topic}.
 """
 
-import pytest
+import json
 
+import pytest
+from twisted.python import usage
+
+from meshroute.cli import receive_command, send_command
 from meshroute.client import (
     FAILOVER,
     UNSUPPORTED,
@@ -23,7 +28,13 @@ from meshroute.sessions.native_listener import ClientFactory
 from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
 
-from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.client_testing import (  # noqa: F401 (a fixture)
+    failure_of,
+    kept_clients,
+    parse_command,
+    result_of,
+    run_command,
+)
 from support.fake_router import CuttableEndpoint, Harness
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
 
@@ -252,3 +263,66 @@ def test_a_recreated_session_subscribes_again_and_forgets_what_it_was_forgetting
     publisher.publish("t.y", b"after")
     run(clock, net)
     assert wide.bodies == [b"after"] and durable.bodies == []
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def test_send_and_receive_topics_from_the_command_line(harness, started):
+    wide = run_command(receive_command.run_receive, harness,
+                       ["receive", "--connect", "tcp:x:1", "--topic", "prices.#", "--json",
+                        "--count", "3"])
+    durable = run_command(receive_command.run_receive, harness,
+                          ["receive", "--connect", "tcp:x:1", "--topic", "prices.*.gbp",
+                           "--durable", "ticks", "--client-id", "shop", "--mesh-wide",
+                           "--count", "1"])
+    settle(harness)
+    for topic in ("prices.eu.gbp", "prices.us.usd"):
+        sent, out, err = run_command(send_command.run_send, harness,
+                                     ["send", "--connect", "tcp:x:1", "--topic", topic])
+        settle(harness)
+        assert result_of(sent) == 0, err.getvalue()
+    assert out.getvalue() == "1 message to topic:prices.us.usd accepted\n"
+    # The durable subscriber took one and left; the next publication
+    # waits for it.
+    assert result_of(durable[0]) == 0, durable[2].getvalue()
+    assert durable[1].getvalue() == "message 1\n"
+    sent = run_command(send_command.run_send, harness,
+                       ["send", "--connect", "tcp:x:1", "--topic", "prices.uk.gbp"])[0]
+    settle(harness)
+    assert result_of(wide[0]) == 0, wide[2].getvalue()
+    lines = [json.loads(line) for line in wide[1].getvalue().splitlines()]
+    assert [line["headers"]["x-topic"] for line in lines] == ["prices.eu.gbp", "prices.us.usd",
+                                                               "prices.uk.gbp"]
+    assert started.topics.describe()["durable"][0]["depth"] == 1
+    # --forget with no end: gone at once, with what it held.
+    forget = run_command(receive_command.run_receive, harness,
+                         ["receive", "--connect", "tcp:x:1", "--topic", "prices.*.gbp",
+                          "--durable", "ticks", "--client-id", "shop", "--forget"])
+    settle(harness)
+    assert result_of(forget[0]) == 0, forget[2].getvalue()
+    assert forget[1].getvalue() == ""
+    assert started.topics.durable == {} and started.queues.depths() == {}
+
+
+def test_a_refused_topic_subscription_fails_the_command(harness):
+    d, out, err = run_command(receive_command.run_receive, harness,
+                              ["receive", "--connect", "tcp:x:1", "--topic", "a..b"])
+    settle(harness)
+    assert result_of(d) == 1
+    assert err.getvalue().startswith("meshroute: receive from topic:a..b failed: bad-address")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["send", "--connect", "c", "--to", "q", "--topic", "t"], "one of --to and --topic"),
+    (["receive", "--connect", "c", "--queue", "q", "--topic", "t"], "one of --queue and --topic"),
+    (["receive", "--connect", "c", "--queue", "q", "--durable", "d"], "--durable needs --topic"),
+    (["receive", "--connect", "c", "--topic", "t", "--durable", "d"],
+     "--durable needs --client-id"),
+    (["receive", "--connect", "c", "--topic", "t", "--forget"], "--forget needs --durable"),
+    (["receive", "--connect", "c", "--topic", "t", "--shared"], "--shared needs --durable"),
+    (["receive", "--connect", "c", "--queue", "q", "--mesh-wide"], "--mesh-wide needs --topic"),
+])
+def test_topic_options_that_do_not_go_together(argv, message):
+    with pytest.raises(usage.UsageError, match=message):
+        parse_command(argv)
