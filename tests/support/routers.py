@@ -1071,6 +1071,32 @@ class Mesh:
         return self._client("receive", [*args, *options])
 
 
+    def start_publish(self, router: "RouterProcess | RouterSpec", topic: str, count: int = 1,
+                      *options: str) -> "ClientProcess":
+        """
+        Start C{meshroute send --topic TOPIC} in the background (a
+        separate publisher process).
+        """
+        return self._client("publish", [
+            "send", "--connect", router.client_endpoint, "--topic", topic, "--count",
+            str(count), *options,
+        ])
+
+    def start_receive_topic(self, router: "RouterProcess | RouterSpec", pattern: str,
+                            count: int | None = None, timeout: float | None = None,
+                            *options: str) -> "ClientProcess":
+        """
+        Start C{meshroute receive --topic PATTERN --json} in the background
+        (a subscriber process); as L{start_receive}.
+        """
+        args = ["receive", "--connect", router.client_endpoint, "--topic", pattern, "--json"]
+        if count is not None:
+            args += ["--count", str(count)]
+        if timeout is not None:
+            args += ["--timeout", f"{timeout:g}"]
+        return self._client("subscribe", [*args, *options])
+
+
 _MESH_KEY = pytest.StashKey[Mesh]()
 
 
