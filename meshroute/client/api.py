@@ -10,6 +10,7 @@ import traceback
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
@@ -21,7 +22,12 @@ from meshroute.client.options import ClientOptions
 from meshroute.client.core import ClientCore
 from meshroute.client.producer import Producer
 from meshroute.client.send_items import send_item, send_items, send_refusal
-from meshroute.client.subscriptions import ReceivedMessage, checked_durable
+from meshroute.client.subscriptions import (
+    ReceivedMessage,
+    Subscription,
+    TopicSubscription,
+    checked_durable,
+)
 from meshroute.messages import TOPIC_PREFIX
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK
 from meshroute.client.two_phase import PREPARE, Xid, checked_xid
@@ -204,7 +210,8 @@ class Client:
         if type(queue) is not str:
             raise TypeError(f"queue must be a string, not {type(queue).__name__}")
         _check_prefetch(prefetch, max_messages)
-        return self._core.subscribe(queue, on_message, prefetch, max_messages)
+        return self._core.subscribe(partial(Subscription, queue=queue, on_message=on_message,
+                                            prefetch=prefetch, max_messages=max_messages))
 
     def subscribe_topic(self, pattern: str, on_message: Callable[[ReceivedMessage], None],
                         durable: str | None = None, client_id: str | None = None,
@@ -212,39 +219,37 @@ class Client:
                         max_messages: int | None = None) -> Deferred:
         """
         Consume the publications whose topic matches C{pattern}
-        (C{prices.*.gbp}: C{*} one word, C{#} zero or more), from anywhere
-        in the mesh, as L{subscribe} consumes a queue; each message's
-        L{ReceivedMessage.topic} names its topic.
+        (C{prices.*.gbp}: C{*} one word, C{#} zero or more) from anywhere in
+        the mesh, as L{subscribe} consumes a queue (docs/topics.md).
 
-        @param durable: the name of a durable subscription, which the
-            router keeps collecting while no client consumes it, until
-            C{unsubscribe(forget=True)}; the same names attach to it again.
-        @param client_id: with C{durable}, the client id naming it
-            (default: L{ClientOptions}' C{client_id}, which a durable
-            subscription needs if this is not given).
-        @param shared: a shared durable subscription: several consumers,
-            each publication to one of them.
-        @param mesh_wide: fire only once the subscription's interest has
-            reached every router reachable now, so that whatever is
-            published anywhere from then on reaches it (code C{timeout}
-            after 30 s: the subscription is not made).
-        @return: Deferred firing with a L{TopicSubscription} once the
-            router confirmed; failing with L{SubscribeError}
-            (C{bad-address}, C{subscription-in-use}: a durable one that
-            is not shared has its consumer already, C{not-allowed},
-            C{timeout}, C{unsupported} for a router older than client
-            protocol version 8), L{UnblockedError} or L{SessionError}.
+        @param durable: a durable subscription's name: the router keeps it
+            collecting while nobody consumes it, until
+            C{unsubscribe(forget=True)}.
+        @param client_id: with C{durable}, the client id naming it (default:
+            L{ClientOptions}' C{client_id}; one of them is needed).
+        @param shared: several consumers of a durable one, each publication
+            to one of them.
+        @param mesh_wide: fire once its interest reached every router
+            reachable now (C{timeout} after 30 s: it is not made).
+        @return: Deferred firing with a L{TopicSubscription}; failing with
+            L{SubscribeError} (C{bad-address}, C{subscription-in-use},
+            C{not-allowed}, C{timeout}, C{unsupported} before version 8),
+            L{UnblockedError} or L{SessionError}.
         @raise ValueError: C{durable} without a client id, C{shared}
-            without C{durable}, or C{prefetch} or C{max_messages} as
-            L{subscribe} refuses them.
+            without C{durable}, or a C{prefetch} L{subscribe} refuses.
         """
         durable, client_id = checked_durable(durable, client_id, shared,
                                              self.options.client_id)
         if type(pattern) is not str:
             raise TypeError(f"pattern must be a string, not {type(pattern).__name__}")
         _check_prefetch(prefetch, max_messages)
-        return self._core.subscribe_topic(pattern, on_message, prefetch, max_messages,
-                                          durable, client_id, bool(shared), bool(mesh_wide))
+        refusal = self._core.deliveries.topics_refusal()
+        if refusal is not None:
+            return fail(refusal)
+        return self._core.subscribe(partial(
+            TopicSubscription, pattern=pattern, on_message=on_message, prefetch=prefetch,
+            max_messages=max_messages, durable=durable, client_id=client_id,
+            shared=bool(shared), mesh_wide=bool(mesh_wide)))
 
     def commit(self) -> Deferred:
         """

@@ -18,7 +18,6 @@ waiting, so that nothing hangs.
 """
 
 from collections.abc import Callable
-from functools import partial
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
@@ -40,10 +39,10 @@ from meshroute.client.ending import Ending
 from meshroute.client.errors import CLOSED as CLOSED_CODE
 from meshroute.client.errors import (
     NOT_TRANSACTED,
-    UNSUPPORTED,
     ClientError,
     SessionError,
     UnblockedError,
+    unsupported,
 )
 from meshroute.client.login import Login
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
@@ -51,7 +50,7 @@ from meshroute.client.router_connection import RouterConnection
 from meshroute.client.router_protocol import RouterProtocol
 from meshroute.client.send_batching import SendBatcher
 from meshroute.client.session_machine import ClientMachine, EndOfTurn
-from meshroute.client.subscriptions import ReceivedMessage, Subscription, TopicSubscription
+from meshroute.client.subscriptions import Subscription
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK, Transactions
 from meshroute.client.two_phase import PREPARE, RECOVER, Xid
 from meshroute.link.rotation import EndpointRotation
@@ -260,37 +259,16 @@ class ClientCore:
 
     # -- the application's calls ------------------------------------------------------
 
-    def subscribe(self, queue: str, on_message: Callable[[ReceivedMessage], None],
-                  prefetch: int, max_messages: int | None) -> Deferred:
+    def subscribe(self, make: Callable[..., Subscription]) -> Deferred:
         """
-        L{meshroute.client.Client.subscribe}, its arguments checked.
-        """
-        d = Deferred()
-        if self.finished:
-            d.errback(self.unusable())
-            return d
-        self.deliveries.subscribe(partial(Subscription, queue=queue, on_message=on_message,
-                                          prefetch=prefetch, max_messages=max_messages), d)
-        return d
-
-    def subscribe_topic(self, pattern: str, on_message: Callable[[ReceivedMessage], None],
-                        prefetch: int, max_messages: int | None, durable: str,
-                        client_id: str, shared: bool, mesh_wide: bool) -> Deferred:
-        """
-        L{meshroute.client.Client.subscribe_topic}, its arguments checked.
+        L{meshroute.client.Client.subscribe} or C{subscribe_topic}, its
+        arguments checked: C{make(deliveries, number)} is the subscription.
         """
         d = Deferred()
         if self.finished:
             d.errback(self.unusable())
             return d
-        refusal = self.deliveries.topics_refusal()
-        if refusal is not None:
-            d.errback(refusal)
-            return d
-        self.deliveries.subscribe(partial(
-            TopicSubscription, pattern=pattern, on_message=on_message, prefetch=prefetch,
-            max_messages=max_messages, durable=durable, client_id=client_id, shared=shared,
-            mesh_wide=mesh_wide), d)
+        self.deliveries.subscribe(make, d)
         return d
 
     def request_end_of_transaction(self, ending: str, xid: Xid | None = None) -> Deferred:
@@ -377,12 +355,7 @@ class ClientCore:
         Why two-phase commit cannot be asked of the router now (its
         version is known and older than 7), if it cannot.
         """
-        version = self.connection.version
-        if 0 < version < f.TPC_VERSION:
-            return ClientError(UNSUPPORTED, f"the router speaks client protocol version "
-                                            f"{version}; two-phase commit needs version "
-                                            f"{f.TPC_VERSION}")
-        return None
+        return unsupported(self.connection.version, f.TPC_VERSION, "two-phase commit")
 
     def refuse(self, command: Command) -> None:
         """

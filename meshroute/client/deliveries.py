@@ -20,7 +20,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from meshroute.client.commands import ACK, CREDIT, SUBSCRIBE, UNSUBSCRIBE, Command
-from meshroute.client.errors import UNSUPPORTED, ClientError, SubscribeError
+from meshroute.client.errors import ClientError, SubscribeError, unsupported
 from meshroute.client.router_connection import RouterConnection
 from meshroute.client.session_machine import ClientInputs, EndOfTurn
 from meshroute.client.subscriptions import Subscription, TopicSubscription
@@ -185,12 +185,8 @@ class Deliveries:
         Why no topic subscription can be made now (the router is older
         than version 8), or None.
         """
-        version = self._connection.version
-        if 0 < version < f.TOPICS_VERSION:
-            return SubscribeError(UNSUPPORTED, f"the router speaks client protocol version "
-                                  f"{version}; topic subscriptions need version "
-                                  f"{f.TOPICS_VERSION}")
-        return None
+        return unsupported(self._connection.version, f.TOPICS_VERSION, "a topic subscription",
+                           SubscribeError)
 
     # -- deliveries -------------------------------------------------------------------
 

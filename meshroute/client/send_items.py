@@ -7,7 +7,7 @@ and why a message cannot be sent at all (too large for a frame, a time
 to live or a topic for a router that is too old).
 """
 
-from meshroute.client.errors import TOO_LARGE, UNSUPPORTED, SendError
+from meshroute.client.errors import TOO_LARGE, SendError, unsupported
 from meshroute.messages import TOPIC_PREFIX
 from meshroute.wire import client_frames as f
 
@@ -61,13 +61,13 @@ def send_refusal(version: int, message: tuple) -> SendError | None:
 
     @param version: the router's client protocol version (0: not known yet).
     """
-    if len(message) > 5 and 0 < version < f.EXPIRY_VERSION:
-        return SendError(UNSUPPORTED, f"the router speaks client protocol version "
-                         f"{version}; a time to live needs version {f.EXPIRY_VERSION}")
-    if 0 < version < f.TOPICS_VERSION and message[0].startswith(TOPIC_PREFIX):
-        return SendError(UNSUPPORTED, f"the router speaks client protocol version "
-                         f"{version}; publishing to a topic needs version "
-                         f"{f.TOPICS_VERSION}")
+    refusal = None
+    if len(message) > 5:
+        refusal = unsupported(version, f.EXPIRY_VERSION, "a time to live", SendError)
+    if refusal is None and message[0].startswith(TOPIC_PREFIX):
+        refusal = unsupported(version, f.TOPICS_VERSION, "publishing to a topic", SendError)
+    if refusal is not None:
+        return refusal
     oversized = f.oversized_send(*message[:5])
     if oversized is not None:
         return SendError(TOO_LARGE, oversized)
