@@ -1,6 +1,7 @@
 """
-C{meshroute receive}: consume messages from a queue of a router, print
-each one and acknowledge it after printing.
+C{meshroute receive}: consume messages from a queue of a router, or the
+publications of topics (durably or not), print each one and acknowledge
+it after printing.
 """
 
 import json
@@ -18,12 +19,16 @@ from meshroute.cli.session_commands import (
 
 
 class ReceiveOptions(SessionOptions):
-    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... --queue NAME [--count N] "
-                "[--timeout SECONDS] [--json] "
-                "[reconnection options]")
+    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... (--queue NAME | --topic PATTERN "
+                "[--durable NAME --client-id ID [--shared] [--forget]] [--mesh-wide]) "
+                "[--count N] [--timeout SECONDS] [--json] [reconnection options]")
     longdesc = (
-        "Consume messages from a queue of the router connected to, print each one "
-        "and acknowledge it after printing.  Exit 0 when --count messages were "
+        "Consume messages from a queue of the router connected to, or the publications "
+        "whose topic matches a pattern (from anywhere in the mesh), print each one "
+        "and acknowledge it after printing.  With --durable the topic subscription is "
+        "durable: the router keeps it collecting after the command exits, for the next "
+        "command of the same --durable and --client-id, until one with --forget.  Exit "
+        "0 when --count messages were "
         "received, or at --timeout with what was received; exit 1 if --count was "
         "given and not reached by the timeout.  With --json, one JSON object per "
         'message per line: {"id", "body", "headers", "redelivered"}, the body as '
@@ -34,18 +39,56 @@ class ReceiveOptions(SessionOptions):
     )
     optParameters = [
         ["queue", "q", None, "The local queue to consume from."],
+        ["topic", None, None,
+         "Consume the publications whose topic matches PATTERN: words separated by dots, "
+         "* one word, # zero or more (prices.*.gbp, prices.#)."],
+        ["durable", None, None,
+         "With --topic: the durable subscription NAME of --client-id, made if it does not "
+         "exist, which keeps collecting when the command exits."],
         ["count", "n", None, "Stop after N messages.", integer_option("--count", lowest=1)],
         ["timeout", None, None, "Stop after SECONDS.", positive_float],
         ["prefetch", None, 100, "Messages held unacknowledged at most.",
          integer_option("--prefetch", lowest=1)],
     ]
-    optFlags = [["json", None, "Print one JSON object per message."]]
+    optFlags = [
+        ["json", None, "Print one JSON object per message."],
+        ["shared", None, "With --durable: a shared durable subscription, which several "
+                         "consumers take at once, each publication to one of them."],
+        ["forget", None, "With --durable: end the durable subscription for good when the "
+                         "command stops, deleting what it still holds (after --count "
+                         "messages or at --timeout; with neither, at once, receiving "
+                         "nothing)."],
+        ["mesh-wide", None, "With --topic: start receiving only once the subscription's "
+                            "interest has reached every router reachable now (fails "
+                            "after 30 s otherwise)."],
+    ]
 
     def postOptions(self) -> None:
         self.check_connect()
-        if not self["queue"]:
-            raise usage.UsageError("--queue is required")
+        if bool(self["queue"]) == bool(self["topic"]):
+            raise usage.UsageError("one of --queue and --topic is required")
+        for option, needs in (("durable", "topic"), ("mesh-wide", "topic"),
+                              ("shared", "durable"), ("forget", "durable"),
+                              ("durable", "client-id")):
+            if self[option] and not self[needs]:
+                raise usage.UsageError(f"--{option} needs --{needs}")
         self.client_options()
+
+    @property
+    def source(self) -> str:
+        "What the command consumes, as its messages say."
+        return self["queue"] or f"topic:{self['topic']}"
+
+    def subscribe(self, client, on_message, max_messages):
+        """
+        The subscription the options ask for, on C{client}.
+        """
+        if self["queue"]:
+            return client.subscribe(self["queue"], on_message, prefetch=self["prefetch"],
+                                    max_messages=max_messages)
+        return client.subscribe_topic(self["topic"], on_message, durable=self["durable"],
+                                      shared=self["shared"], mesh_wide=self["mesh-wide"],
+                                      prefetch=self["prefetch"], max_messages=max_messages)
 
 
 def format_received(message, as_json: bool) -> str:
@@ -77,6 +120,8 @@ async def run_receive(reactor, options, out, err, connect=None) -> int:
     count, timeout = options["count"], options["timeout"]
     finished: defer.Deferred = defer.Deferred()
     received = 0
+    # Forgetting, with no end given: at once, nothing received.
+    at_once = options["forget"] and count is None and timeout is None
 
     def on_message(message) -> None:
         nonlocal received
@@ -102,17 +147,20 @@ async def run_receive(reactor, options, out, err, connect=None) -> int:
     try:
         while True:
             try:
-                await client.subscribe(options["queue"], on_message,
-                                       prefetch=options["prefetch"], max_messages=count)
+                subscription = await options.subscribe(client, on_message,
+                                                       0 if at_once else count)
                 break
             except UnblockedError:
                 # The session was recreated before the router confirmed:
                 # subscribe in the new one (once the client gave up, this
                 # fails with a plain SessionError instead).
                 continue
-        await finished
+        if not at_once:
+            await finished
+        if options["forget"]:
+            await subscription.unsubscribe(forget=True)
     except ClientError as e:
-        err.write(f"meshroute: receive from {options['queue']} failed: {e}\n")
+        err.write(f"meshroute: receive from {options.source} failed: {e}\n")
         return 1
     finally:
         if timer is not None and timer.active():

@@ -15,6 +15,7 @@ from meshroute.cli.session_commands import (
     positive_float,
     run_under_reactor,
 )
+from meshroute.messages import TOPIC_PREFIX
 from meshroute.wire.client_frames import MAX_FRAME_SIZE, oversized_send
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
@@ -29,12 +30,14 @@ def _non_negative_int(value: str) -> int:
 
 
 class SendOptions(SessionOptions):
-    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... --to QUEUE[@ROUTER] [--count N] "
+    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... (--to QUEUE[@ROUTER] | --topic TOPIC) "
+                "[--count N] "
                 "[--size BYTES | --body TEXT] [--non-persistent] [--duplicate-id-prefix P] "
                 "[--message-ttl SECONDS] [--rate PER_SECOND] [reconnection options]")
     longdesc = (
-        "Send messages through a router's client listener and exit 0 once every "
-        "one is durably accepted (non-persistent: accepted).  Without --body or "
+        "Send messages through a router's client listener (or, with --topic, publish them "
+        "to every subscription whose pattern matches the topic, across the mesh) and exit "
+        "0 once every one is durably accepted (non-persistent: accepted).  Without --body or "
         "--size, message N has the body 'message N'.  A message travels in one "
         f"client frame of at most {MAX_FRAME_SIZE} bytes (the router's limit, "
         "meshroute.wire.client_frames.MAX_FRAME_SIZE) with its address and headers, "
@@ -50,6 +53,8 @@ class SendOptions(SessionOptions):
     )
     optParameters = [
         ["to", "t", None, "The address: QUEUE@ROUTER, or QUEUE on the router connected to."],
+        ["topic", None, None, "Publish to TOPIC (words separated by dots: prices.eu.gbp) "
+                              "instead of sending to a queue."],
         ["count", "n", 1, "How many messages to send.", integer_option("--count", lowest=1)],
         ["size", "s", None,
          f"Every body is BYTES bytes long (less than {MAX_FRAME_SIZE}, the frame limit).",
@@ -74,8 +79,8 @@ class SendOptions(SessionOptions):
 
     def postOptions(self) -> None:
         self.check_connect()
-        if not self["to"]:
-            raise usage.UsageError("--to is required")
+        if bool(self["to"]) == bool(self["topic"]):
+            raise usage.UsageError("one of --to and --topic is required")
         if self["size"] is not None and self["body"] is not None:
             raise usage.UsageError("--size and --body exclude each other")
         self.client_options()
@@ -89,10 +94,15 @@ class SendOptions(SessionOptions):
         The longest body is the last message's.
         """
         body = self.body(self["count"])
-        reason = oversized_send(self["to"], {}, body, True,
+        reason = oversized_send(self.address, {}, body, True,
                                 self.duplicate_id(self["count"]) or "")
         if reason is not None:
             raise usage.UsageError(reason)
+
+    @property
+    def address(self) -> str:
+        "Where the messages go: --to, or a publication's address, topic:TOPIC."
+        return self["to"] or TOPIC_PREFIX + self["topic"]
 
     def body(self, n: int) -> bytes:
         """
@@ -130,7 +140,7 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
         return status
     gave_up = []
     client.add_failure_listener(lambda event: event == DISCONNECT and gave_up.append(event))
-    count, address = options["count"], options["to"]
+    count, address = options["count"], options.address
     persistent = not options["non-persistent"]
     window = _Window(SEND_WINDOW)
     retried = 0

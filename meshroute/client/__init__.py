@@ -132,7 +132,8 @@ A client garbage-collected without L{Client.close} logs a warning naming
 where it was created, and closes its connection.
 """
 
-from meshroute.client.api import Client, Producer, connect, connect_endpoint, describe_body
+from meshroute.client.api import Client, connect, connect_endpoint, describe_body
+from meshroute.client.producer import Producer
 from meshroute.client.errors import (
     CLOSED,
     CONNECTION_LOST,
@@ -153,7 +154,7 @@ from meshroute.client.errors import (
     UnknownTransaction,
 )
 from meshroute.client.options import DEFAULT_TTL_MS, DISCONNECT, FAILOVER, ClientOptions
-from meshroute.client.subscriptions import ReceivedMessage, Subscription
+from meshroute.client.subscriptions import ReceivedMessage, Subscription, TopicSubscription
 from meshroute.client.two_phase import Xid
 
 #: Default time to wait for the router's answer to Open, in seconds.
@@ -163,7 +164,8 @@ __all__ = [
     "CLOSED", "CONNECTION_LOST", "DEFAULT_TTL_MS", "DISCONNECT", "FAILOVER", "OPEN_TIMEOUT_S",
     "TIMEOUT", "TOO_LARGE", "UNBLOCKED", "UNSUPPORTED", "Client", "ClientError", "ClientOptions",
     "HeuristicOutcome", "Producer", "ReceivedMessage",
-    "SendError", "SessionError", "SubscribeError", "Subscription", "TransactionOutcomeUnknown",
-    "TransactionRetry", "TransactionRolledBack", "TransactionStateError", "UnblockedError",
-    "UnknownTransaction", "Xid", "connect", "connect_endpoint", "describe_body",
+    "SendError", "SessionError", "SubscribeError", "Subscription", "TopicSubscription",
+    "TransactionOutcomeUnknown", "TransactionRetry", "TransactionRolledBack",
+    "TransactionStateError", "UnblockedError", "UnknownTransaction", "Xid", "connect",
+    "connect_endpoint", "describe_body",
 ]

@@ -1,28 +1,36 @@
 """
 The application's objects: L{Client}, and L{connect} / L{connect_endpoint}
-that make one.
+that make one (its high-rate sender, L{Producer}, is
+L{meshroute.client.producer}'s).
 """
 
 import base64
 import os
 import traceback
 import weakref
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 
 from meshroute.client.commands import COMMIT, ROLLBACK, SendDeferred, SendGroup
-from meshroute.client.errors import TOO_LARGE, UNSUPPORTED, SendError
+from meshroute.client.errors import SendError
 from meshroute.client.options import ClientOptions
 from meshroute.client.core import ClientCore
-from meshroute.client.subscriptions import ReceivedMessage
+from meshroute.client.producer import Producer
+from meshroute.client.send_items import send_item, send_items, send_refusal
+from meshroute.client.subscriptions import (
+    ReceivedMessage,
+    Subscription,
+    TopicSubscription,
+    checked_durable,
+)
+from meshroute.messages import TOPIC_PREFIX
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK
 from meshroute.client.two_phase import PREPARE, Xid, checked_xid
-from meshroute.wire import client_frames as f
 from meshroute.link.rotation import EndpointRotation
 
 #: Frames of the call stack kept to say where a client was created.
@@ -123,9 +131,9 @@ class Client:
             C{headers} does not map strings to strings, or C{duplicate_id}
             is not a string.
         """
-        message = _send_item(address, body, headers, persistent, duplicate_id, ttl,
+        message = send_item(address, body, headers, persistent, duplicate_id, ttl,
                              notify_expiry)
-        refusal = _refusal(self._core.connection.version, message)
+        refusal = send_refusal(self._core.connection.version, message)
         if refusal is not None:
             return fail(refusal)
         d = SendDeferred()
@@ -153,7 +161,7 @@ class Client:
         @raise TypeError: as L{send}, for any of the bodies.
         """
         try:
-            messages = _send_items(self._core.connection.version, address, bodies, headers,
+            messages = send_items(self._core.connection.version, address, bodies, headers,
                                    persistent, ttl, notify_expiry)
         except SendError as e:
             return fail(e)
@@ -164,7 +172,21 @@ class Client:
             group.deferred.callback([])
         return group.deferred
 
-    def producer(self, window: int = 10_000) -> "Producer":
+    def publish(self, topic: str, body: bytes, headers: dict | None = None,
+                persistent: bool = True, duplicate_id: str | None = None,
+                ttl: float | None = None) -> Deferred:
+        """
+        Publish C{body} to C{topic} (C{prices.eu.gbp}): every subscription
+        in the mesh whose pattern matches it gets a copy (docs/topics.md).
+        A L{send} to C{topic:TOPIC}, answered as one (C{bad-address} for a
+        malformed topic; C{unsupported} from a router older than client
+        protocol version 8).
+        """
+        if type(topic) is not str:
+            raise TypeError(f"topic must be a string, not {type(topic).__name__}")
+        return self.send(TOPIC_PREFIX + topic, body, headers, persistent, duplicate_id, ttl)
+
+    def producer(self, window: int = 10_000) -> Producer:
         """
         A L{Producer}: sends with at most C{window} of them in flight.
         """
@@ -187,11 +209,47 @@ class Client:
         """
         if type(queue) is not str:
             raise TypeError(f"queue must be a string, not {type(queue).__name__}")
-        if prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
-        if max_messages is not None and max_messages < 0:
-            raise ValueError("max_messages must not be negative")
-        return self._core.subscribe(queue, on_message, prefetch, max_messages)
+        _check_prefetch(prefetch, max_messages)
+        return self._core.subscribe(partial(Subscription, queue=queue, on_message=on_message,
+                                            prefetch=prefetch, max_messages=max_messages))
+
+    def subscribe_topic(self, pattern: str, on_message: Callable[[ReceivedMessage], None],
+                        durable: str | None = None, client_id: str | None = None,
+                        shared: bool = False, mesh_wide: bool = False, prefetch: int = 100,
+                        max_messages: int | None = None) -> Deferred:
+        """
+        Consume the publications whose topic matches C{pattern}
+        (C{prices.*.gbp}: C{*} one word, C{#} zero or more) from anywhere in
+        the mesh, as L{subscribe} consumes a queue (docs/topics.md).
+
+        @param durable: a durable subscription's name: the router keeps it
+            collecting while nobody consumes it, until
+            C{unsubscribe(forget=True)}.
+        @param client_id: with C{durable}, the client id naming it (default:
+            L{ClientOptions}' C{client_id}; one of them is needed).
+        @param shared: several consumers of a durable one, each publication
+            to one of them.
+        @param mesh_wide: fire once its interest reached every router
+            reachable now (C{timeout} after 30 s: it is not made).
+        @return: Deferred firing with a L{TopicSubscription}; failing with
+            L{SubscribeError} (C{bad-address}, C{subscription-in-use},
+            C{not-allowed}, C{timeout}, C{unsupported} before version 8),
+            L{UnblockedError} or L{SessionError}.
+        @raise ValueError: C{durable} without a client id, C{shared}
+            without C{durable}, or a C{prefetch} L{subscribe} refuses.
+        """
+        durable, client_id = checked_durable(durable, client_id, shared,
+                                             self.options.client_id)
+        if type(pattern) is not str:
+            raise TypeError(f"pattern must be a string, not {type(pattern).__name__}")
+        _check_prefetch(prefetch, max_messages)
+        refusal = self._core.deliveries.topics_refusal()
+        if refusal is not None:
+            return fail(refusal)
+        return self._core.subscribe(partial(
+            TopicSubscription, pattern=pattern, on_message=on_message, prefetch=prefetch,
+            max_messages=max_messages, durable=durable, client_id=client_id,
+            shared=bool(shared), mesh_wide=bool(mesh_wide)))
 
     def commit(self) -> Deferred:
         """
@@ -390,242 +448,14 @@ class Client:
         return self._core.when_closed()
 
 
-class Producer:
+def _check_prefetch(prefetch: int, max_messages: int | None) -> None:
     """
-    A high-rate sender over a L{Client}: at most C{window} sends in flight
-    (handed to the client and not yet answered by the router).  Sends
-    made while the window is full wait, in order, in the producer until
-    answers make room: no error and no loss, the application's Deferred
-    simply fires later.  So that what waits stays bounded too, a loop
-    awaits L{ready} before each send (or each L{send_many}): it fires at
-    once while there is room, and only once answers made room otherwise.
-    Sends made in one reactor turn travel together (L{Client.send}).
-    L{send_many} is the fast way: one Deferred for many messages.
-
-    @ivar window: most sends in flight.
-    @ivar in_flight: sends handed to the client and not yet answered.
+    @raise ValueError: C{prefetch} is below 1, or C{max_messages} below 0.
     """
-
-    def __init__(self, client: Client, window: int) -> None:
-        if window < 1:
-            raise ValueError("window must be at least 1")
-        self.window = window
-        self.in_flight = 0
-        self._clock = client._core.clock
-        self._connection = client._core.connection
-        self._sends = client._core.sends
-        # Sends not yet handed to the client, in order: [messages, target,
-        # how many of them were handed over].
-        self._waiting: deque = deque()
-        self._waiting_count = 0
-        self._ready: deque[Deferred] = deque()
-        self._wake_call = None
-
-    @property
-    def waiting(self) -> int:
-        "Sends made while the window was full, not yet handed to the client."
-        return self._waiting_count
-
-    def send(self, address: str, body: bytes, headers: dict | None = None,
-             persistent: bool = True, duplicate_id: str | None = None,
-             ttl: float | None = None, notify_expiry: bool = False) -> Deferred:
-        """
-        L{Client.send}, within the window.
-
-        @return: Deferred firing with the message id (as L{Client.send});
-            failing as it does, and with C{TypeError} for arguments it
-            would raise that for.
-        """
-        try:
-            message = _send_item(address, body, headers, persistent, duplicate_id, ttl,
-                                 notify_expiry)
-        except (TypeError, ValueError) as e:
-            return fail(e)
-        refusal = _refusal(self._connection.version, message)
-        if refusal is not None:
-            return fail(refusal)
-        d = SendDeferred()
-        d.on_settled = self._settled
-        self._offer([message], d)
-        return d
-
-    def send_many(self, address: str, bodies, headers: dict | None = None,
-                  persistent: bool = True, ttl: float | None = None,
-                  notify_expiry: bool = False) -> Deferred:
-        """
-        L{Client.send_many}, within the window: each message counts as one
-        send, and those that do not fit wait (so a batch larger than the
-        window goes out as answers make room).
-
-        @return: ONE Deferred, as L{Client.send_many}'s; failing with
-            C{TypeError} for arguments it would raise that for.
-        """
-        try:
-            messages = _send_items(self._connection.version, address, bodies, headers,
-                                   persistent, ttl, notify_expiry)
-        except (TypeError, ValueError, SendError) as e:
-            return fail(e)
-        group = SendGroup(len(messages), self._settled)
-        if messages:
-            self._offer(messages, group)
-        else:
-            group.deferred.callback([])
-        return group.deferred
-
-    def ready(self) -> Deferred:
-        """
-        @return: Deferred firing with None as soon as a send would not
-            wait (at once if it would not now).
-        """
-        d = Deferred()
-        if self.in_flight + self._waiting_count < self.window:
-            d.callback(None)
-        else:
-            self._ready.append(d)
-        return d
-
-    def _offer(self, messages: list, target) -> None:
-        if not self._waiting and self.in_flight + len(messages) <= self.window:
-            self.in_flight += len(messages)
-            self._sends.send_later(messages, target)
-            return
-        self._waiting.append([messages, target, 0])
-        self._waiting_count += len(messages)
-        self._hand_over()
-
-    def _settled(self, count: int) -> None:
-        """
-        C{count} sends got their outcome: hand over what now fits, then
-        wake the loops waiting for room.
-        """
-        self.in_flight -= count
-        if self._waiting:
-            self._hand_over()
-        if self._ready and self._wake_call is None:
-            # At the end of the turn: the loops waiting for room then find
-            # every answer of the turn's frames counted, and fill the room
-            # with one call rather than a send per answer.
-            self._wake_call = self._clock.callLater(0, self._wake)
-
-    def _wake(self) -> None:
-        self._wake_call = None
-        ready = self._ready
-        while ready and self.in_flight + self._waiting_count < self.window:
-            ready.popleft().callback(None)
-
-    def _hand_over(self) -> None:
-        waiting = self._waiting
-        while waiting and self.in_flight < self.window:
-            entry = waiting[0]
-            messages, target, taken = entry
-            part = messages[taken:taken + self.window - self.in_flight]
-            if taken + len(part) == len(messages):
-                waiting.popleft()
-            else:
-                entry[2] = taken + len(part)
-            self._waiting_count -= len(part)
-            self.in_flight += len(part)
-            self._sends.send_later(part, target, taken)
-
-
-def _send_item(address: str, body: bytes, headers: dict | None, persistent: bool,
-               duplicate_id: str | None, ttl: float | None = None,
-               notify_expiry: bool = False) -> tuple:
-    """
-    A send's SendBatch item (a Send's fields after the command id), its
-    arguments checked: with a C{ttl}, followed by its milliseconds and
-    C{notify_expiry} (version 6).
-
-    @raise TypeError: C{address} is not a string, C{body} is not bytes,
-        C{headers} does not map strings to strings, or C{duplicate_id} is
-        not a string.
-    @raise ValueError: C{ttl} is not above 0.
-    """
-    if type(address) is not str:
-        raise TypeError(f"address must be a string, not {type(address).__name__}")
-    if isinstance(body, (bytearray, memoryview)):
-        body = bytes(body)
-    if type(body) is not bytes:
-        raise TypeError(f"body must be bytes, not {type(body).__name__}")
-    if duplicate_id is None:
-        duplicate_id = ""
-    elif type(duplicate_id) is not str:
-        raise TypeError("duplicate_id must be a string")
-    item = (address, _checked_headers(headers), body, bool(persistent), duplicate_id)
-    return item + _expiry_fields(ttl, notify_expiry)
-
-
-def _expiry_fields(ttl: float | None, notify_expiry: bool) -> tuple:
-    """
-    The fields a send with time to live C{ttl} (seconds) adds to its
-    item: none without one.
-
-    @raise ValueError: C{ttl} is not above 0.
-    """
-    if ttl is None:
-        return ()
-    if not ttl > 0:
-        raise ValueError(f"ttl must be above 0 seconds, not {ttl!r}")
-    return (max(1, round(ttl * 1000)), bool(notify_expiry))
-
-
-def _refusal(version: int, message: tuple) -> SendError | None:
-    """
-    Why C{message} (a send's item) cannot be sent, if it cannot: too large
-    for one frame, or a time to live for a router older than version 6.
-
-    @param version: the router's client protocol version (0: not known yet).
-    """
-    if len(message) > 5 and 0 < version < f.EXPIRY_VERSION:
-        return SendError(UNSUPPORTED, f"the router speaks client protocol version "
-                         f"{version}; a time to live needs version {f.EXPIRY_VERSION}")
-    oversized = f.oversized_send(*message[:5])
-    if oversized is not None:
-        return SendError(TOO_LARGE, oversized)
-    return None
-
-
-def _checked_headers(headers: dict | None) -> dict:
-    """
-    A copy of C{headers} (none: empty).
-
-    @raise TypeError: they do not map strings to strings.
-    """
-    headers = {} if headers is None else dict(headers)
-    if not all(type(k) is str and type(v) is str for k, v in headers.items()):
-        raise TypeError("headers must map strings to strings")
-    return headers
-
-
-def _send_items(version: int, address: str, bodies, headers: dict | None, persistent: bool,
-                ttl: float | None = None, notify_expiry: bool = False) -> list[tuple]:
-    """
-    The SendBatch items of C{send_many}: the address and headers checked
-    once, the bodies' types, and the largest body's size.
-
-    @raise TypeError: as L{_send_item}.
-    @raise ValueError: as L{_send_item}.
-    @raise SendError: C{too-large}: a body does not fit in one client frame;
-        C{unsupported}: a C{ttl} for a router older than version 6.
-    """
-    if type(address) is not str:
-        raise TypeError(f"address must be a string, not {type(address).__name__}")
-    headers = _checked_headers(headers)
-    bodies = list(bodies)
-    if set(map(type, bodies)) - {bytes}:
-        bodies = [bytes(body) if isinstance(body, (bytearray, memoryview)) else body
-                  for body in bodies]
-        for body in bodies:
-            if type(body) is not bytes:
-                raise TypeError(f"body must be bytes, not {type(body).__name__}")
-    if not bodies:
-        return []
-    persistent = bool(persistent)
-    expiry = _expiry_fields(ttl, notify_expiry)
-    refusal = _refusal(version, (address, headers, max(bodies, key=len), persistent, "", *expiry))
-    if refusal is not None:
-        raise refusal
-    return [(address, headers, body, persistent, "", *expiry) for body in bodies]
+    if prefetch < 1:
+        raise ValueError("prefetch must be at least 1")
+    if max_messages is not None and max_messages < 0:
+        raise ValueError("max_messages must not be negative")
 
 
 def _where_created() -> str:

@@ -10,7 +10,8 @@ whole.  It opens the first session and hands the client to the
 application; after a failure it resumes the session on a new connection,
 replaying what the router did not receive (I{reattached}), or, when the
 session is gone, makes a new one (I{recreated}): calls whose outcome is
-unknown fail with L{UnblockedError}, subscriptions are made again, and
+unknown fail with L{UnblockedError}, subscriptions are made again (and a
+durable topic subscription being forgotten is forgotten there), and
 calls not yet written go out in the new session.  When the session ends
 (closed, refused, given up on, forgotten) it settles everything still
 waiting, so that nothing hangs.
@@ -38,10 +39,10 @@ from meshroute.client.ending import Ending
 from meshroute.client.errors import CLOSED as CLOSED_CODE
 from meshroute.client.errors import (
     NOT_TRANSACTED,
-    UNSUPPORTED,
     ClientError,
     SessionError,
     UnblockedError,
+    unsupported,
 )
 from meshroute.client.login import Login
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
@@ -49,7 +50,7 @@ from meshroute.client.router_connection import RouterConnection
 from meshroute.client.router_protocol import RouterProtocol
 from meshroute.client.send_batching import SendBatcher
 from meshroute.client.session_machine import ClientMachine, EndOfTurn
-from meshroute.client.subscriptions import ReceivedMessage
+from meshroute.client.subscriptions import Subscription
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK, Transactions
 from meshroute.client.two_phase import PREPARE, RECOVER, Xid
 from meshroute.link.rotation import EndpointRotation
@@ -229,13 +230,23 @@ class ClientCore:
         again = self.deliveries.resubscriptions()
         waiting = [c for c in waiting if not is_resubscription(c)]
         subscribing = {c.subscription for c in again + waiting if c.kind == SUBSCRIBE}
-        unblocked = [c for c in unknown if not is_resubscription(c)]
+        unblocked = []
         kept: list[Command] = []
+        for command in unknown:
+            if command.kind == UNSUBSCRIBE and (redo := self.deliveries.forget_again(command)):
+                # A durable subscription the router may still keep.
+                kept.extend(redo)
+            elif not is_resubscription(command):
+                unblocked.append(command)
         for command in waiting:
             if command.kind in (ACK, CREDIT):
                 continue
             if command.kind == UNSUBSCRIBE and command.subscription not in subscribing:
-                unblocked.append(command)
+                redo = self.deliveries.forget_again(command)
+                if redo:
+                    kept.extend(redo)
+                else:
+                    unblocked.append(command)
                 continue
             kept.append(command)
         self.commands.requeue(again + kept)
@@ -248,16 +259,16 @@ class ClientCore:
 
     # -- the application's calls ------------------------------------------------------
 
-    def subscribe(self, queue: str, on_message: Callable[[ReceivedMessage], None],
-                  prefetch: int, max_messages: int | None) -> Deferred:
+    def subscribe(self, make: Callable[..., Subscription]) -> Deferred:
         """
-        L{meshroute.client.Client.subscribe}, its arguments checked.
+        L{meshroute.client.Client.subscribe} or C{subscribe_topic}, its
+        arguments checked: C{make(deliveries, number)} is the subscription.
         """
         d = Deferred()
         if self.finished:
             d.errback(self.unusable())
             return d
-        self.deliveries.subscribe(queue, on_message, prefetch, max_messages, d)
+        self.deliveries.subscribe(make, d)
         return d
 
     def request_end_of_transaction(self, ending: str, xid: Xid | None = None) -> Deferred:
@@ -344,12 +355,7 @@ class ClientCore:
         Why two-phase commit cannot be asked of the router now (its
         version is known and older than 7), if it cannot.
         """
-        version = self.connection.version
-        if 0 < version < f.TPC_VERSION:
-            return ClientError(UNSUPPORTED, f"the router speaks client protocol version "
-                                            f"{version}; two-phase commit needs version "
-                                            f"{f.TPC_VERSION}")
-        return None
+        return unsupported(self.connection.version, f.TPC_VERSION, "two-phase commit")
 
     def refuse(self, command: Command) -> None:
         """

@@ -20,10 +20,10 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from meshroute.client.commands import ACK, CREDIT, SUBSCRIBE, UNSUBSCRIBE, Command
-from meshroute.client.errors import ClientError
+from meshroute.client.errors import ClientError, SubscribeError, unsupported
 from meshroute.client.router_connection import RouterConnection
 from meshroute.client.session_machine import ClientInputs, EndOfTurn
-from meshroute.client.subscriptions import ReceivedMessage, Subscription
+from meshroute.client.subscriptions import Subscription, TopicSubscription
 from meshroute.wire import client_frames as f
 
 log = Logger()
@@ -58,30 +58,29 @@ class Deliveries:
 
     # -- subscribing ----------------------------------------------------------------
 
-    def subscribe(self, queue: str, on_message: Callable[[ReceivedMessage], None],
-                  prefetch: int, max_messages: int | None, d: Deferred) -> None:
+    def subscribe(self, make: Callable[..., Subscription], d: Deferred) -> None:
         """
-        Make a subscription to C{queue}; C{d} fires with it once the router
-        confirmed.
+        Make a subscription, C{make(deliveries, number)} (a L{Subscription}
+        or L{TopicSubscription}, its other arguments bound); C{d} fires
+        with it once the router confirmed.
         """
         number = next(self._numbers)
-        subscription = Subscription(self, number, queue, on_message, prefetch, max_messages)
+        subscription = make(self, number)
         self.subscriptions[number] = subscription
-        self._machine.submit(Command(
-            SUBSCRIBE, f.Subscribe, (number, queue, subscription.initial_credit()), d,
-            subscription))
+        frame_type, args = subscription.subscribe_frame(subscription.initial_credit())
+        self._machine.submit(Command(SUBSCRIBE, frame_type, args, d, subscription))
 
-    def unsubscribe(self, subscription: Subscription) -> Deferred:
+    def unsubscribe(self, subscription: Subscription, forget: bool = False) -> Deferred:
         """
-        Cancel C{subscription}, after the acknowledgements made so far (so
-        that they are not given back with the rest).
+        Cancel C{subscription} (and C{forget} a durable topic
+        subscription), after the acknowledgements made so far (so that
+        they are not given back with the rest).
         """
         self._credit.pop(subscription, None)
-        number = subscription.number
         d = Deferred()
         for command in self.take_acks():
             self._machine.submit(command)
-        self._machine.submit(Command(UNSUBSCRIBE, f.Unsubscribe, (number,), d, subscription))
+        self._machine.submit(_unsubscription(subscription, d, forget))
         return d
 
     def subscribed(self, command: Command) -> None:
@@ -109,7 +108,7 @@ class Deliveries:
         if command.deferred is not None:
             command.deferred.errback(error)
         else:
-            log.warn("router refused to subscribe {queue} again: {code} {detail}",
+            log.warn("router refused to subscribe to {queue} again: {code} {detail}",
                      queue=subscription.queue, code=error.code, detail=error.detail)
 
     def end(self, subscription: Subscription, why: Exception | None) -> None:
@@ -148,10 +147,46 @@ class Deliveries:
         The Subscribes that make every subscription the application holds
         again in a recreated session, by number, whether or not its
         re-subscription of an earlier recreation was answered (or even
-        written): those are void.
+        written): those are void.  A topic subscription cannot be made
+        again by a router older than version 8 (the session moved to
+        one): it ends, failing with code C{unsupported}.
         """
-        return [_resubscription(s) for _, s in sorted(self.subscriptions.items())
-                if s.active and s.confirmed]
+        again = []
+        for _, subscription in sorted(self.subscriptions.items()):
+            if not (subscription.active and subscription.confirmed):
+                continue
+            refusal = (self.topics_refusal() if isinstance(subscription, TopicSubscription)
+                       else None)
+            if refusal is not None:
+                self.end(subscription, refusal)
+                continue
+            again.append(_resubscription(subscription))
+        return again
+
+    def forget_again(self, command: Command) -> list[Command]:
+        """
+        The commands that carry out C{command}, an Unsubscribe whose
+        outcome the loss of the session made unknown, or that was not
+        written, in the new session: a plain one has nothing left to do
+        (its subscription went with the session), one that forgets a
+        durable subscription attaches to it again (with no credit) and
+        forgets it, for the router still keeps it.
+        """
+        subscription = command.subscription
+        if not (isinstance(subscription, TopicSubscription) and subscription.forgetting
+                and subscription.durable):
+            return []
+        frame_type, args = subscription.subscribe_frame(0)
+        return [Command(SUBSCRIBE, frame_type, args, None, subscription),
+                _unsubscription(subscription, command.deferred, True)]
+
+    def topics_refusal(self) -> SubscribeError | None:
+        """
+        Why no topic subscription can be made now (the router is older
+        than version 8), or None.
+        """
+        return unsupported(self._connection.version, f.TOPICS_VERSION, "a topic subscription",
+                           SubscribeError)
 
     # -- deliveries -------------------------------------------------------------------
 
@@ -249,9 +284,17 @@ def _resubscription(subscription: Subscription) -> Command:
     The client's own Subscribe that makes C{subscription} again (it has no
     Deferred: the application holds the subscription already).
     """
-    credit = subscription.restart()
-    number, queue = subscription.number, subscription.queue
-    return Command(SUBSCRIBE, f.Subscribe, (number, queue, credit), None, subscription)
+    frame_type, args = subscription.subscribe_frame(subscription.restart())
+    return Command(SUBSCRIBE, frame_type, args, None, subscription)
+
+
+def _unsubscription(subscription: Subscription, d: Deferred, forget: bool) -> Command:
+    """
+    The Unsubscribe of C{subscription}, which C{forget}s a durable topic
+    subscription.
+    """
+    args = (subscription.number, True) if forget else (subscription.number,)
+    return Command(UNSUBSCRIBE, f.Unsubscribe, args, d, subscription)
 
 
 def is_resubscription(command: Command) -> bool:

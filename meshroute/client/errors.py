@@ -20,8 +20,9 @@ CLOSED = "closed"
 UNBLOCKED = "unblocked"
 #: The message cannot fit in one client frame (nothing was sent).
 TOO_LARGE = "too-large"
-#: The send asks for what the router's protocol version cannot carry (a
-#: time to live needs version 6; nothing was sent).
+#: The call asks for what the router's protocol version cannot carry (a
+#: time to live needs version 6, two-phase commit 7, topics 8; nothing
+#: was sent): L{unsupported}.
 UNSUPPORTED = "unsupported"
 #: commit() or rollback() on a client not made with C{transacted=True}.
 NOT_TRANSACTED = "not-transacted"
@@ -153,3 +154,17 @@ class HeuristicOutcome(ClientError):
     transaction that was committed).  The router logged it and wrote a
     C{transaction.heuristic} event.
     """
+
+
+def unsupported(version: int, needed: int, what: str,
+                error: type[ClientError] = ClientError) -> ClientError | None:
+    """
+    The C{error} (code L{UNSUPPORTED}) of a call asking for C{what}, which
+    needs client protocol version C{needed}, of a router known to speak
+    C{version} (0: not known yet, and nothing is refused); None when it
+    speaks C{needed} or later.
+    """
+    if 0 < version < needed:
+        return error(UNSUPPORTED, f"the router speaks client protocol version {version}; "
+                                  f"{what} needs version {needed}")
+    return None

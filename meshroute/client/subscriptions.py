@@ -1,5 +1,7 @@
 """
-Consumers: L{Subscription} and the L{ReceivedMessage}s it delivers.
+Consumers: L{Subscription} (of a queue), L{TopicSubscription} (of the
+publications matching a topic pattern), and the L{ReceivedMessage}s
+they deliver.
 
 A subscription talks to the session's deliveries
 (L{meshroute.client.deliveries}), never to the L{meshroute.client.Client}
@@ -15,6 +17,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from meshroute.client.ending import Ending
+from meshroute.messages import TOPIC_HEADER, TOPIC_PREFIX
+from meshroute.wire import client_frames as f
 
 log = Logger()
 
@@ -24,6 +28,8 @@ class ReceivedMessage:
     """
     One message delivered to a subscription.
 
+    @ivar queue: what its subscription consumes: a queue's name, or
+        C{topic:PATTERN} for a topic subscription's.
     @ivar delivery_id: the router's id of this delivery (per session).
     @ivar redelivered: it was delivered before and not acknowledged.
     """
@@ -60,6 +66,13 @@ class ReceivedMessage:
         """
         if not self._acked:
             self._subscription._acked_through(self)
+
+    @property
+    def topic(self) -> str | None:
+        """
+        The topic it was published to (None: it was sent to a queue).
+        """
+        return self.headers.get(TOPIC_HEADER)
 
 
 class Subscription:
@@ -108,6 +121,13 @@ class Subscription:
             return self.prefetch
         return max(0, min(self.prefetch, self.max_messages - self.received))
 
+    def subscribe_frame(self, credit: int) -> tuple[type, tuple]:
+        """
+        The frame that makes it, with C{credit}: its type and its fields
+        after the command id.
+        """
+        return f.Subscribe, (self.number, self.queue, credit)
+
     def restart(self) -> int:
         """
         The session was recreated: what was delivered and not acknowledged
@@ -126,10 +146,13 @@ class Subscription:
         Fires once the router confirmed (or at once if the session is
         gone anyway).
         """
+        return self._stop(False)
+
+    def _stop(self, forget: bool) -> Deferred:
         if not self.active:
             return succeed(None)
         self.active = False
-        return self._deliveries.unsubscribe(self)
+        return self._deliveries.unsubscribe(self, forget)
 
     def when_ended(self) -> Deferred:
         """
@@ -190,3 +213,86 @@ class Subscription:
             credit = max(0, min(acknowledged, self.max_messages - self._granted))
         self._granted += credit
         return credit
+
+
+class TopicSubscription(Subscription):
+    """
+    A consumer of the publications whose topic matches C{pattern}, made
+    by L{meshroute.client.Client.subscribe_topic}: consumed as a queue
+    subscription is (C{prefetch}, acknowledgements, made again when the
+    session is recreated), its messages' L{ReceivedMessage.topic} the
+    topic each was published to.
+
+    @ivar pattern: the topic pattern.
+    @ivar durable: the durable subscription's name ("" for a non-durable
+        one).
+    @ivar client_id: the client id naming the durable subscription.
+    @ivar shared: a shared durable subscription.
+    @ivar mesh_wide: it was confirmed once its interest reached every
+        router reachable then.
+    @ivar forgetting: L{unsubscribe} was asked to forget it.
+    """
+
+    def __init__(self, deliveries, number: int, pattern: str,
+                 on_message: Callable[[ReceivedMessage], None], prefetch: int,
+                 max_messages: int | None, durable: str, client_id: str, shared: bool,
+                 mesh_wide: bool) -> None:
+        super().__init__(deliveries, number, TOPIC_PREFIX + pattern, on_message, prefetch,
+                         max_messages)
+        self.pattern = pattern
+        self.durable = durable
+        self.client_id = client_id
+        self.shared = shared
+        self.mesh_wide = mesh_wide
+        self.forgetting = False
+
+    def subscribe_frame(self, credit: int) -> tuple[type, tuple]:
+        # Made again after a recreation (once confirmed), it need not
+        # wait for the mesh: the application holds it already.
+        return f.SubscribeTopic, (self.number, self.pattern, credit, self.durable,
+                                  self.client_id, self.shared,
+                                  self.mesh_wide and not self.confirmed)
+
+    def unsubscribe(self, forget: bool = False) -> Deferred:
+        """
+        Stop consuming.  Messages not acknowledged go back to the
+        subscription.  A durable subscription keeps collecting for its
+        next consumer, unless C{forget}: then it ends for good, and what
+        it holds is deleted (a shared one only once its other consumers
+        are gone, else this fails with code C{subscription-in-use} and
+        it carries on with them).  A non-durable one ends either way.
+
+        @return: Deferred firing once the router confirmed (at once if
+            the session is gone, or it was unsubscribed already).
+        """
+        if forget and self.active:
+            self.forgetting = True
+        return self._stop(forget)
+
+
+def checked_durable(durable: str | None, client_id: str | None, shared: bool,
+                    default_client_id: str | None) -> tuple[str, str]:
+    """
+    A topic subscription's C{(durable name, client id)} as its frame
+    carries them (C{("", "")} for a non-durable one).  A durable one's
+    client id is C{client_id}, else the client's configured one,
+    C{default_client_id}: never the per-process default, under which a
+    durable subscription would collect for a client that never comes
+    back.
+
+    @raise TypeError: C{durable} or C{client_id} is not a string.
+    @raise ValueError: a durable subscription without a client id, or a
+        shared subscription that is not durable.
+    """
+    for what, value in (("durable", durable), ("client_id", client_id)):
+        if value is not None and type(value) is not str:
+            raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if not durable:
+        if shared:
+            raise ValueError("only a durable subscription is shared: name it (durable=...)")
+        return "", ""
+    client_id = client_id or default_client_id
+    if not client_id:
+        raise ValueError("a durable subscription is named by a client id too: pass client_id, "
+                         "or give the client one (ClientOptions(client_id=...))")
+    return durable, client_id

@@ -1,5 +1,6 @@
 """
-A served session's consumers: its subscriptions to local queues, the
+A served session's consumers: its subscriptions to local queues (and,
+once made, to topics: L{meshroute.sessions.topic_subscribing}), the
 deliveries the queues give them, and the client's acknowledgements
 (docs/client-protocol.md, "Flow control").
 
@@ -44,6 +45,14 @@ DELIVER_BATCH_MAX_MESSAGES = 1000
 DELIVER_BATCH_MAX_BYTES = 1024 * 1024
 
 
+def no_subscription(frame: f.Unsubscribe) -> f.Error:
+    """
+    The answer to an Unsubscribe of a subscription the session does not
+    have.
+    """
+    return f.Error(frame.command_id, f.INVALID_ARGUMENT, f"no subscription {frame.subscription}")
+
+
 @dataclass(eq=False)
 class Deliveries:
     """
@@ -55,6 +64,12 @@ class Deliveries:
         answers, its own queue and its transaction.
     @ivar subscriptions: subscription number → the queue manager's
         consumer.
+    @ivar pending: subscription number → the initial credit of each topic
+        subscription being made (L{meshroute.sessions.topic_subscribing}):
+        its number is taken, its credit counts, and it joins
+        C{subscriptions} once the router made it.
+    @ivar stopped: the session stopped consuming (it closes or ended): a
+        subscription made now ends at once.
     @ivar owners: session delivery id → C{(subscription, queue delivery
         id, persistent)} for every delivery not yet acknowledged.
     @ivar recovery: the last deliveries written (C{Deliver} frames).
@@ -65,6 +80,8 @@ class Deliveries:
 
     session: object = field(repr=False)
     subscriptions: dict = field(default_factory=dict)
+    pending: dict = field(default_factory=dict)
+    stopped: bool = False
     owners: dict = field(default_factory=dict)
     recovery: deque = field(default_factory=deque)
     next_delivery_id: int = 0
@@ -84,44 +101,73 @@ class Deliveries:
             answer(command_id, f.Error(command_id, f.BAD_ADDRESS,
                                        f"invalid queue name {queue!r}"))
             return
-        if frame.credit < 0:
-            answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
-                                       "credit must not be negative"))
-            return
-        if number in self.subscriptions:
-            answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
-                                       f"subscription {number} is already in use"))
-            return
-        if session.guard is not None and not session.guard.may_consume(queue):
-            answer(command_id, f.Error(command_id, f.NOT_ALLOWED,
-                                       session.guard.refusal(f"consume from {queue!r}")))
-            return
-        limits = session.settings.limits
-        refusal = (limits.subscription_refusal(len(self.subscriptions))
-                   or limits.credit_refusal(len(self.owners), self.outstanding_credit(),
-                                            frame.credit))
+        refusal = self.argument_refusal(frame)
+        if refusal is None and session.guard is not None and not session.guard.may_consume(queue):
+            refusal = f.Error(command_id, f.NOT_ALLOWED,
+                              session.guard.refusal(f"consume from {queue!r}"))
+        if refusal is None:
+            refusal = self.limit_refusal(frame)
         if refusal is not None:
-            answer(command_id, f.Error(command_id, f.LIMIT_REACHED, refusal))
+            answer(command_id, refusal)
             return
         # Confirm first: deliveries may start inside queues.subscribe.
         answer(command_id, f.Confirm(command_id, ""))
         self.subscriptions[number] = session.engine.queues.subscribe(
             queue, partial(self.take, number), frame.credit)
 
+    def argument_refusal(self, frame) -> f.Error | None:
+        """
+        The answer refusing Subscribe or SubscribeTopic C{frame} for its
+        arguments (a negative credit, a subscription number in use,
+        a topic subscription's still being made included), or None.
+        """
+        command_id, number = frame.command_id, frame.subscription
+        if frame.credit < 0:
+            return f.Error(command_id, f.INVALID_ARGUMENT, "credit must not be negative")
+        if number in self.subscriptions or number in self.pending:
+            return f.Error(command_id, f.INVALID_ARGUMENT,
+                           f"subscription {number} is already in use")
+        return None
+
+    def limit_refusal(self, frame) -> f.Error | None:
+        """
+        The answer refusing Subscribe or SubscribeTopic C{frame} for the
+        listener's bounds (C{max-subscriptions}, C{max-unacknowledged}),
+        or None.
+        """
+        limits = self.session.settings.limits
+        refusal = (limits.subscription_refusal(len(self.subscriptions) + len(self.pending))
+                   or limits.credit_refusal(len(self.owners), self.outstanding_credit(),
+                                            frame.credit))
+        if refusal is None:
+            return None
+        return f.Error(frame.command_id, f.LIMIT_REACHED, refusal)
+
     def unsubscribe(self, frame: f.Unsubscribe) -> None:
         answer, command_id = self.session.answers.answer, frame.command_id
-        subscription = self.subscriptions.pop(frame.subscription, None)
-        if subscription is None:
-            answer(command_id, f.Error(command_id, f.INVALID_ARGUMENT,
-                                       f"no subscription {frame.subscription}"))
+        if self.cancel(frame.subscription) is None:
+            answer(command_id, no_subscription(frame))
             return
+        answer(command_id, f.Confirm(command_id, ""))
+
+    def cancel(self, number: int):
+        """
+        End subscription C{number}: what it was given and not
+        acknowledged goes back to its queue.
+
+        @return: the queue manager's consumer it was, or None when the
+            session has no such subscription.
+        """
+        subscription = self.subscriptions.pop(number, None)
+        if subscription is None:
+            return None
         subscription.cancel()
         owners = self.owners
-        for delivery_id in [d for d, owner in owners.items() if owner[0] == frame.subscription]:
+        for delivery_id in [d for d, owner in owners.items() if owner[0] == number]:
             del owners[delivery_id]
         # Held for a client that did not read: gone back to the queue.
-        self.session.own_queue.forget(frame.subscription)
-        answer(command_id, f.Confirm(command_id, ""))
+        self.session.own_queue.forget(number)
+        return subscription
 
     def cancel_all(self) -> None:
         """
@@ -129,6 +175,7 @@ class Deliveries:
         subscription ends, and what it was given and not acknowledged
         goes back to its queue.
         """
+        self.stopped = True
         subscriptions, self.subscriptions = self.subscriptions, {}
         for subscription in subscriptions.values():
             subscription.cancel()
@@ -156,7 +203,8 @@ class Deliveries:
         """
         The deliveries the session's subscriptions may still be given.
         """
-        return sum(subscription.credit for subscription in self.subscriptions.values())
+        return (sum(subscription.credit for subscription in self.subscriptions.values())
+                + sum(self.pending.values()))
 
     # -- deliveries ---------------------------------------------------------------
 

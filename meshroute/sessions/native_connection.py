@@ -19,7 +19,8 @@ native protocol has them (docs/client-protocol.md, "Stages"):
    or C{not-allowed}, for a session of another user).
  - Attached, command and C{Received} frames are inputs of the session's
    machine (L{meshroute.sessions.served}); one its state does not allow
-   is a C{bad-command}.  C{Ping} is answered here.
+   is a C{bad-command}, and so is a frame of topics (version 8) on an
+   older connection.  C{Ping} is answered here.
  - The frames the core writes are native already: they go out as they
    are, C{Error(0, code, detail)} included.
 
@@ -56,7 +57,21 @@ _SESSION_INPUT = {
     f.CommitXid: "got_commit_xid",
     f.RollbackXid: "got_rollback_xid",
     f.Recover: "got_recover",
+    f.SubscribeTopic: "got_subscribe_topic",
 }
+
+
+def _version_needed(frame) -> int:
+    """
+    The protocol version C{frame} needs that the session does not check
+    itself: version 8's topic frames (a C{SubscribeTopic}, an
+    C{Unsubscribe} that forgets), which a STOMP session, a version-2
+    connection to the session, makes too.  (Versions 2, 4 and 7 are the
+    session's to check: no other protocol makes their frames.)
+    """
+    if type(frame) is f.SubscribeTopic or (type(frame) is f.Unsubscribe and frame.forget):
+        return f.TOPICS_VERSION
+    return 1
 
 
 @dataclass(eq=False)
@@ -208,6 +223,10 @@ class NativeConnectionCore(ConnectionCore):
         kind = type(frame)
         if kind is f.Ping:
             self.write(f.Pong(frame.n))
+        elif (needed := _version_needed(frame)) > self.version:
+            what = "an Unsubscribe that forgets" if kind is f.Unsubscribe else kind.__name__
+            inputs.protocol_error(f.BAD_COMMAND, f"{what} needs protocol version {needed}; "
+                                  f"this connection speaks {self.version}")
         elif kind is not f.Pong:
             try:
                 getattr(self.session.machine, _SESSION_INPUT[kind])(frame)

@@ -1,7 +1,9 @@
 """
 What one authenticated user's session may do at the router it is
-connected to: send to an address, consume from a local queue, resume a
-session.  Every refusal is answered C{not-allowed}, logged, emitted as a
+connected to: send to an address, publish to a topic (a send to
+C{topic:NAME}, judged by the user's C{publish} patterns, not its C{send}
+ones), consume from a local queue, subscribe to topics with a pattern,
+resume a session.  Every refusal is answered C{not-allowed}, logged, emitted as a
 C{security.denied} event (the audit counts them per user), and never
 names a password or proof.
 
@@ -17,14 +19,17 @@ from twisted.logger import Logger
 
 from meshroute import events as event_names
 from meshroute.errors import MeshrouteError
-from meshroute.messages import AddressError, parse_address
+from meshroute.messages import TOPIC_PREFIX, AddressError, parse_address
+from meshroute.topics.patterns import BadTopic
 
 log = Logger()
 
 #: The C{action} of a C{security.denied} event.
 CONNECT = "connect"
 SEND = "send"
+PUBLISH = "publish"
 CONSUME = "consume"
+SUBSCRIBE = "subscribe"
 RESUME = "resume"
 
 #: Addresses whose answers one guard remembers: a client cycling through
@@ -71,27 +76,40 @@ class Guard:
 
     def may_send(self, address: str) -> bool:
         """
-        Whether the user may send to C{address} (bare, or C{queue@router});
-        a refusal is recorded.  A malformed address passes: the engine
-        refuses it as C{bad-address}.
+        Whether the user may send to C{address} (bare, C{queue@router}, or
+        a topic's C{topic:NAME}: publish); a refusal is recorded.  A
+        malformed address passes: the engine refuses it as
+        C{bad-address}.
         """
         policy = self.security.policy
         if policy is not self._policy:
             self._policy, self._sends = policy, {}
         answer = self._sends.get(address)
         if answer is None:
-            try:
-                queue, router = parse_address(address, self.router)
-            except AddressError:
-                answer = True
-            else:
-                answer = policy.may_send(self.user, f"{queue}@{router}")
+            answer = self._decide_send(policy, address)
             if len(self._sends) >= _REMEMBERED:
                 self._sends.clear()
             self._sends[address] = answer
         if not answer:
-            denied(self.events, self.user, SEND, address, "no permission sends there")
+            if address.startswith(TOPIC_PREFIX):
+                denied(self.events, self.user, PUBLISH, address[len(TOPIC_PREFIX):],
+                       "no permission publishes to it")
+            else:
+                denied(self.events, self.user, SEND, address, "no permission sends there")
         return answer
+
+    def _decide_send(self, policy, address: str) -> bool:
+        """
+        The policy's answer for a send to C{address}; True when the
+        address is malformed.
+        """
+        try:
+            if address.startswith(TOPIC_PREFIX):
+                return policy.may_publish(self.user, address[len(TOPIC_PREFIX):])
+            queue, router = parse_address(address, self.router)
+        except (AddressError, BadTopic):
+            return True
+        return policy.may_send(self.user, f"{queue}@{router}")
 
     def may_consume(self, queue: str) -> bool:
         """
@@ -103,8 +121,32 @@ class Guard:
         denied(self.events, self.user, CONSUME, queue, "no permission consumes from it")
         return False
 
+    def may_subscribe(self, pattern: str) -> bool:
+        """
+        Whether the user may subscribe to topics with C{pattern}: every
+        topic it can match is one the user may subscribe to; a refusal is
+        recorded.  A malformed pattern passes: the router refuses it as
+        C{bad-address}.
+        """
+        try:
+            if self.security.policy.may_subscribe(self.user, pattern):
+                return True
+        except BadTopic:
+            return True
+        denied(self.events, self.user, SUBSCRIBE, pattern,
+               "its subscribe patterns do not cover it")
+        return False
+
     def refusal(self, what: str) -> str:
         """
         The detail of a C{not-allowed} answer.
         """
         return f"user {self.user!r} may not {what}"
+
+    def send_refusal(self, address: str) -> str:
+        """
+        The detail of a C{not-allowed} answer to a send to C{address}.
+        """
+        if address.startswith(TOPIC_PREFIX):
+            return self.refusal(f"publish to {address[len(TOPIC_PREFIX):]!r}")
+        return self.refusal(f"send to {address!r}")

@@ -84,7 +84,7 @@ class Sends:
         any other refused Send of it).
         """
         session = self.session
-        detail = session.guard.refusal(f"send to {address!r}")
+        detail = session.guard.send_refusal(address)
         if session.transaction_core.holding:
             session.transaction_core.refused = detail
         session.answers.answer(command_id, f.Error(command_id, f.NOT_ALLOWED, detail))
@@ -143,7 +143,7 @@ class Sends:
         def merge(outcomes: list) -> list:
             taken = iter(outcomes)
             return [next(taken) if ok else Failure(NotAllowed(
-                guard.refusal(f"send to {message[0]!r}")))
+                guard.send_refusal(message[0])))
                 for ok, message in zip(allowed, messages)]
 
         permitted = [message for ok, message in zip(allowed, messages) if ok]

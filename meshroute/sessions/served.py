@@ -53,6 +53,9 @@ that hold what the session holds, each within its bounds:
  - L{meshroute.sessions.deliveries}: the subscriptions, the deliveries
    not yet acknowledged, the recovery buffer a resume re-sends from, and
    a version-4 connection's C{DeliverBatch} frames.
+ - L{meshroute.sessions.topic_subscribing}: the topic subscriptions the
+   router is making (version 8), and the Unsubscribes that forget
+   durable ones.
  - L{meshroute.sessions.own_queue}: what waits for a client that is away
    or does not read (C{queue-depth}, C{max-depth}, C{max-depth-policy}).
  - L{meshroute.sessions.reattachment}: a disconnected session's wait for
@@ -78,6 +81,7 @@ from meshroute.sessions.own_queue import OwnQueue
 from meshroute.sessions.reattachment import Reattachment
 from meshroute.sessions.sends import Sends
 from meshroute.sessions.settings import SessionSettings
+from meshroute.sessions.topic_subscribing import TopicSubscribing
 from meshroute.sessions.transaction import (
     TRANSACTION_MACHINE,
     TransactionCore,
@@ -118,8 +122,11 @@ class ServedSessionInputs(Protocol):
     def got_subscribe(self, frame: f.Subscribe) -> None:
         "The client wants to consume from a queue."
 
+    def got_subscribe_topic(self, frame: f.SubscribeTopic) -> None:
+        "The client wants the publications matching a topic pattern (version 8)."
+
     def got_unsubscribe(self, frame: f.Unsubscribe) -> None:
-        "The client stops a subscription."
+        "The client stops a subscription (and may forget a durable one, version 8)."
 
     def got_credit(self, frame: f.Credit) -> None:
         "The client grants a subscription more deliveries."
@@ -212,6 +219,11 @@ def _build_served_session_machine():
     @open_.upon(ServedSessionInputs.got_subscribe).loop()
     def subscribe(inputs: ServedSessionInputs, core: ServedSession, frame: f.Subscribe) -> None:
         core.take_subscribe(frame)
+
+    @open_.upon(ServedSessionInputs.got_subscribe_topic).loop()
+    def subscribe_topic(inputs: ServedSessionInputs, core: ServedSession,
+                        frame: f.SubscribeTopic) -> None:
+        core.take_subscribe_topic(frame)
 
     @open_.upon(ServedSessionInputs.got_unsubscribe).loop()
     def unsubscribe(inputs: ServedSessionInputs, core: ServedSession,
@@ -365,6 +377,8 @@ class ServedSession:
         what).
     @ivar two_phase: the transactions it prepared, and its commands by
         xid (L{TwoPhase}).
+    @ivar topic_subscribing: its topic subscriptions being made, and its
+        Unsubscribes forgetting durable ones (L{TopicSubscribing}).
     """
 
     engine: object
@@ -392,6 +406,7 @@ class ServedSession:
     transaction_core: TransactionCore = field(init=False, repr=False)
     transaction: TransactionInputs = field(init=False, repr=False)
     two_phase: TwoPhase = field(init=False, repr=False)
+    topic_subscribing: TopicSubscribing = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.answers = Answers(self)
@@ -403,6 +418,7 @@ class ServedSession:
         self.transaction_core = TransactionCore(self)
         self.transaction = TRANSACTION_MACHINE(self.transaction_core)
         self.two_phase = TwoPhase(self)
+        self.topic_subscribing = TopicSubscribing(self)
 
     # -- output ---------------------------------------------------------------
 
@@ -517,8 +533,19 @@ class ServedSession:
         if self.answers.accept(frame):
             self.deliveries.subscribe(frame)
 
-    def take_unsubscribe(self, frame: f.Unsubscribe) -> None:
+    def take_subscribe_topic(self, frame: f.SubscribeTopic) -> None:
+        # Version 8's: the native connection refuses it on an older one
+        # (L{meshroute.sessions.native_connection}), since a STOMP
+        # session, of version 2 to the session, subscribes to topics too.
         if self.answers.accept(frame):
+            self.topic_subscribing.subscribe(frame)
+
+    def take_unsubscribe(self, frame: f.Unsubscribe) -> None:
+        if not self.answers.accept(frame):
+            return
+        if frame.forget or frame.subscription in self.deliveries.pending:
+            self.topic_subscribing.unsubscribe(frame)
+        else:
             self.deliveries.unsubscribe(frame)
 
     def transact(self, frame, what: str, version: int = f.TRANSACTIONS_VERSION) -> None:
@@ -633,7 +660,7 @@ class ServedSession:
         if (self.state == CLOSING and self.connection is not None and self.machine is not None
                 and not self.sends.in_progress and not self.deliveries.acks_in_progress
                 and not self.transaction_core.commits_in_progress
-                and not self.two_phase.in_progress):
+                and not self.two_phase.in_progress and not self.topic_subscribing.in_progress):
             self.machine.drained()
 
     def closed(self) -> None:

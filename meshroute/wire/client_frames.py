@@ -1,5 +1,5 @@
 """
-The frames of the native client protocol, versions 1 to 7.
+The frames of the native client protocol, versions 1 to 8.
 
 Same framing as the routing link (L{meshroute.wire.codec}: a 4-byte length,
 then a msgpack array of the type code and the fields), with its own
@@ -57,6 +57,12 @@ C{one_phase}, the session's current transaction, recording its xid as
 committed), L{RollbackXid} rolls one back, and L{Recover} asks for the
 prepared ones (answered by L{Recovered}).  They are defined in
 L{meshroute.wire.two_phase_frames} and are this module's too.
+
+Version 8 adds topics: L{SubscribeTopic} (defined in
+L{meshroute.wire.topic_frames}) subscribes to the publications matching
+a pattern, durably or not, and L{Unsubscribe} gains C{forget}, which
+ends a durable subscription for good.  A publication is a L{Send} to
+C{topic:NAME}, in any version.
 """
 
 from dataclasses import dataclass
@@ -83,8 +89,11 @@ from meshroute.wire.two_phase_frames import (  # noqa: F401 (re-exported)
     xid_problem,
 )
 
+# And version 8's.
+from meshroute.wire.topic_frames import SubscribeTopic  # noqa: F401 (re-exported)
+
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
 #: The first version whose Opened tells the pair's topology
@@ -101,6 +110,9 @@ EXPIRY_VERSION = 6
 #: The first version with two-phase commit (L{Prepare}, L{CommitXid},
 #: L{RollbackXid}, L{Recover}, L{Recovered}).
 TPC_VERSION = 7
+#: The first version with topic subscriptions (L{SubscribeTopic},
+#: L{Unsubscribe.forget}).
+TOPICS_VERSION = 8
 
 
 #: The SASL mechanism of a TLS client certificate the router verified
@@ -182,6 +194,14 @@ HEURISTIC_MIXED = "heuristic-mixed"
 #: A RollbackXid names a transaction the router committed (XA's
 #: XA_HEURCOM): nothing was rolled back (version 7).
 HEURISTIC_COMMIT = "heuristic-commit"
+#: A durable topic subscription that is not shared has its consumer
+#: already (a SubscribeTopic), or one that is still has consumers when
+#: an Unsubscribe asks to forget it (version 8).
+SUBSCRIPTION_IN_USE = "subscription-in-use"
+#: A mesh-wide SubscribeTopic whose interest did not reach every
+#: reachable router in time (30 s): the subscription was not made
+#: (version 8).
+TIMEOUT = "timeout"
 
 
 def _check_int_list(name: str, values: list) -> None:
@@ -349,12 +369,16 @@ class Subscribe:
 class Unsubscribe:
     """
     Client → router, command: stop a subscription.  Its unacknowledged
-    deliveries go back to the queue, flagged redelivered.
+    deliveries go back to the queue, flagged redelivered.  From version
+    8, C{forget} also ends a durable topic subscription for good (its
+    messages are deleted with it); left off the wire while false.
     """
 
     TYPE: ClassVar[int] = 7
+    OPTIONAL_TAIL: ClassVar[int] = 1
     command_id: int
     subscription: int
+    forget: bool = False
 
 
 @dataclass(frozen=True)
@@ -697,7 +721,8 @@ CLIENT_FRAMES = FrameSet(
     (Open, Opened, OpenedWithTopology, Send, Confirm, Error, Subscribe, Unsubscribe, Credit,
      Deliver, Ack, Ping, Pong, Close, Closed, Processed, Received, Begin, Commit, Rollback,
      SendBatch, Confirmed, DeliverBatch, AckThrough, Mechanisms, Authenticate, Challenge,
-     AuthResponse, Authenticated, Expired, Prepare, CommitXid, RollbackXid, Recover, Recovered),
+     AuthResponse, Authenticated, Expired, Prepare, CommitXid, RollbackXid, Recover, Recovered,
+     SubscribeTopic),
 )
 
 
@@ -710,7 +735,7 @@ FROM_CLIENT = FrameSet(
     "client-to-router",
     (Open, Send, Subscribe, Unsubscribe, Credit, Ack, Ping, Pong, Close, Received,
      Begin, Commit, Rollback, SendBatch, AckThrough, Authenticate, AuthResponse,
-     Prepare, CommitXid, RollbackXid, Recover),
+     Prepare, CommitXid, RollbackXid, Recover, SubscribeTopic),
 )
 
 #: What a client's decoder accepts: the frames a router may send.

@@ -45,6 +45,8 @@ from support.client_testing import (  # noqa: F401 (a fixture)
     meshroute_command,
     result_of,
 )
+from support.client_testing import parse_command as parse
+from support.client_testing import run_command as run
 from support.fake_router import ROUTER, FakeEngine, Harness
 
 
@@ -487,19 +489,6 @@ def test_describe_body():
 # -- the commands --------------------------------------------------------------
 
 
-def parse(argv):
-    options = cli.Options()
-    options.parseOptions(argv)
-    return options.subOptions
-
-
-def run(command, harness, argv):
-    out, err = io.StringIO(), io.StringIO()
-    options = parse(argv)
-    d = ensureDeferred(command(harness.clock, options, out, err, connect=harness.connect_for_cli))
-    return d, out, err
-
-
 def test_send_command(auto):
     d, out, err = run(send_command.run_send, auto,
                       ["send", "--connect", "tcp:x:1", "--to", "q", "--count", "2500"])
@@ -577,10 +566,10 @@ def test_send_command_cannot_connect(harness):
 
 @pytest.mark.parametrize("argv, message", [
     (["send", "--to", "q"], "--connect is required"),
-    (["send", "--connect", "tcp:x:1"], "--to is required"),
+    (["send", "--connect", "tcp:x:1"], "one of --to and --topic is required"),
     (["send", "--connect", "c", "--to", "q", "--size", "3", "--body", "b"], "exclude"),
     (["send", "--connect", "c", "--to", "q", "--count", "0"], "at least 1"),
-    (["receive", "--connect", "c"], "--queue is required"),
+    (["receive", "--connect", "c"], "one of --queue and --topic is required"),
     (["receive", "--connect", "c", "--queue", "q", "--timeout", "-1"], "positive"),
 ])
 def test_command_usage_errors(argv, message):

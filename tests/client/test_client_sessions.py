@@ -11,7 +11,6 @@ import gc
 
 import pytest
 
-from meshroute import cli
 from meshroute.cli import receive_command, send_command
 from meshroute.client import (
     DISCONNECT,
@@ -30,6 +29,7 @@ from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
 from support.client_testing import failure_of, kept_clients, result_of  # noqa: F401
+from support.client_testing import parse_command as parse
 from support.fake_router import OTHER_SESSION, SESSION
 from support.scripted_sessions import Session, endpoint  # noqa: F401 (a fixture)
 
@@ -877,12 +877,6 @@ def test_subscribe_refused(clock, endpoint):
 
 
 # -- the commands ---------------------------------------------------------------
-
-
-def parse(argv):
-    options = cli.Options()
-    options.parseOptions(argv)
-    return options.subOptions
 
 
 def test_command_defaults_are_the_client_defaults():

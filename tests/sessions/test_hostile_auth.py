@@ -39,7 +39,8 @@ EVERY_FRAME = [
     f.Authenticate("EXTERNAL", b""), f.Authenticate("PLAIN", b"\0app\0app-pw"),
     f.AuthResponse(b"c=biws,r=abc,p=AAAA"),
     f.Prepare(1, 1, "g", "b"), f.CommitXid(1, 1, "g", "b", False), f.RollbackXid(1, 1, "g", "b"),
-    f.Recover(1),
+    f.Recover(1), f.SubscribeTopic(1, 1, "#", 10, "d", "c", True, True),
+    f.Unsubscribe(1, 1, forget=True),
 ]
 assert {type(frame) for frame in EVERY_FRAME} == set(f.FROM_CLIENT.classes)
 

@@ -141,13 +141,17 @@ _headers = st.dictionaries(_texts, _texts, max_size=3)
 #: command ids and subscription numbers near the valid ones, so that
 #: some sequences get far into a session.
 CLIENT_FRAME = st.one_of(
-    st.builds(f.Open, st.lists(st.integers(0, 7), max_size=3), _texts, st.just(""),
+    st.builds(f.Open, st.lists(st.integers(0, 9), max_size=3), _texts, st.just(""),
               st.integers(-2, 60000), _small_ints, _small_ints),
     st.builds(f.Send, _small_ints, st.sampled_from(["q", "q@other", "", "bad name"]), _headers,
               st.binary(max_size=20), st.booleans(), _texts),
     st.builds(f.Subscribe, _small_ints, _small_ints, st.sampled_from(["q", "", "*"]),
               _small_ints),
-    st.builds(f.Unsubscribe, _small_ints, _small_ints),
+    st.builds(f.Unsubscribe, _small_ints, _small_ints, st.booleans()),
+    st.builds(f.SubscribeTopic, _small_ints, _small_ints,
+              st.sampled_from(["t", "t.*", "#", "", "t..#"]), _small_ints,
+              st.sampled_from(["", "d", "bad name"]), st.sampled_from(["", "c"]),
+              st.booleans(), st.booleans()),
     st.builds(f.Credit, _small_ints, _small_ints, _small_ints),
     st.builds(f.Ack, _small_ints, st.lists(_small_ints, max_size=3)),
     st.builds(f.Ping, _small_ints),

@@ -87,6 +87,7 @@ SAMPLES = [
     f.Error(0, f.BAD_COMMAND, "Send before Open"),
     f.Subscribe(2, 7, "orders", 100),
     f.Unsubscribe(3, 7),
+    f.Unsubscribe(3, 7, True),
     f.Credit(4, 7, 50),
     f.Deliver(12, 7, "router-a:ab:1", ROUTER, {}, b"\x00\xff", True),
     f.Ack(5, [12, 13]),
@@ -118,6 +119,8 @@ SAMPLES = [
     f.Recover(19),
     f.Recovered(19, [[1, "tm-1:42", "meshroute"], [0, "g", ""]]),
     f.Recovered(19, []),
+    f.SubscribeTopic(20, 8, "prices.*.gbp", 100),
+    f.SubscribeTopic(21, 9, "prices.#", 100, "ticks", "shop-7", True, True),
 ]
 
 
@@ -279,9 +282,9 @@ def test_ttl_override(engine, clock):
 
 
 def test_unsupported_version(connection, factory):
-    connection.send(f.Open([8, 9], "c", "", 60000))
+    connection.send(f.Open([9, 10], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6, 7]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6, 7, 8]")
     ]
     assert connection.closed
     connection.lose()

@@ -1,18 +1,20 @@
 """
 Helpers shared by the client API's tests: reading a fired Deferred,
 keeping the clients a test makes from being reported as forgotten, and
-running the C{meshroute} command as a process.  The routers they connect
+running the C{meshroute} command, in memory or as a process.  The routers they connect
 to are in L{fake_router}.
 """
 
+import io
 import os
 import sys
 
 import pytest
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.utils import getProcessOutputAndValue
 
+from meshroute import cli
 from meshroute.client import Client
 
 
@@ -77,3 +79,25 @@ def meshroute_command(*args):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return getProcessOutputAndValue(sys.executable, ["-m", "meshroute.cli", *args], env=env,
                                     reactor=reactor)
+
+
+def parse_command(argv):
+    """
+    The options of C{meshroute ARGV}'s command.
+    """
+    options = cli.Options()
+    options.parseOptions(argv)
+    return options.subOptions
+
+
+def run_command(command, harness, argv):
+    """
+    Run C{command} (C{run_send}, C{run_receive}) with C{meshroute ARGV}'s
+    options on C{harness}'s clock and connections; returns its Deferred
+    (firing with the exit status) and what it writes to stdout and
+    stderr.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    d = ensureDeferred(command(harness.clock, parse_command(argv), out, err,
+                               connect=harness.connect_for_cli))
+    return d, out, err

@@ -6,7 +6,10 @@ The router, faked for client tests: one module, three depths of fake.
    queue manager over a real SQLite store run inline; what C{submit}
    does is up to the test (each call returns a Deferred the test fires,
    L{FakeEngine.submitted}), or, with C{auto=True}, local messages are
-   accepted at once, as the real engine does for a bare queue.  The
+   accepted at once, as the real engine does for a bare queue.  Its
+   topic subscriptions (C{topics}) are the router's own over that store
+   and queue manager (no fan-out: nothing is published to them; no
+   mesh: none is mesh-wide).  The
    C{engine} fixture (conftest) is one.
  - L{Harness} and L{MemoryEndpoint}: clients of the meshroute client API
    connected through iosim to that real listener over a L{FakeEngine};
@@ -32,6 +35,8 @@ from meshroute.client import connect_endpoint
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
 from meshroute.router.queues import QueueManager
+from meshroute.router.topic_interest import TopicInterest
+from meshroute.router.topic_subscriptions import TopicSubscriptions
 from meshroute.sessions.native_listener import ClientFactory
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
@@ -101,6 +106,8 @@ class FakeEngine:
         self.store.open()
         self.events = RecordingEvents()
         self.queues = QueueManager(self.store, self.events, clock)
+        self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, clock),
+                                         mesh_wide=None)
         self.auto = auto
         self.submitted: list[Submitted] = []
         self._ids = itertools.count(1)

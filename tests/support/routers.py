@@ -1063,12 +1063,36 @@ class Mesh:
         consumer process); L{ClientProcess.messages} reads what it has
         printed so far.
         """
-        args = ["receive", "--connect", router.client_endpoint, "--queue", queue, "--json"]
+        return self._receive("receive", router, ["--queue", queue], count, timeout, options)
+
+    def start_publish(self, router: "RouterProcess | RouterSpec", topic: str, count: int = 1,
+                      *options: str) -> "ClientProcess":
+        """
+        Start C{meshroute send --topic TOPIC} in the background (a
+        separate publisher process).
+        """
+        return self._client("publish", [
+            "send", "--connect", router.client_endpoint, "--topic", topic, "--count",
+            str(count), *options,
+        ])
+
+    def start_receive_topic(self, router: "RouterProcess | RouterSpec", pattern: str,
+                            count: int | None = None, timeout: float | None = None,
+                            *options: str) -> "ClientProcess":
+        """
+        Start C{meshroute receive --topic PATTERN --json} in the background
+        (a subscriber process); as L{start_receive}.
+        """
+        return self._receive("subscribe", router, ["--topic", pattern], count, timeout, options)
+
+    def _receive(self, label: str, router: "RouterProcess | RouterSpec", source: list[str],
+                 count: int | None, timeout: float | None, options) -> "ClientProcess":
+        args = ["receive", "--connect", router.client_endpoint, *source, "--json"]
         if count is not None:
             args += ["--count", str(count)]
         if timeout is not None:
             args += ["--timeout", f"{timeout:g}"]
-        return self._client("receive", [*args, *options])
+        return self._client(label, [*args, *options])
 
 
 _MESH_KEY = pytest.StashKey[Mesh]()
