@@ -418,3 +418,19 @@ def test_a_mesh_wide_subscribe_never_confirmed_is_an_error(factory, clock, start
     (error,) = client.received()
     assert error.command == "ERROR" and error.header("receipt-id") == "sub-s1"
     assert "router-b" in error.header("message") and client.closed
+
+
+def test_a_publication_takes_a_duplicate_id_and_a_transaction_as_a_send(factory, clock):
+    subscriber = connected(factory)
+    subscribe(subscriber, "/topic/t")
+    settle(clock)
+    subscriber.received()
+    publisher = connected(factory)
+    for _ in range(2):
+        publisher.frame("SEND", ("destination", "/topic/t"), ("duplicate-id", "d-1"),
+                        body=b"once")
+    publisher.frame("BEGIN", ("transaction", "tx"))
+    publisher.frame("SEND", ("destination", "/topic/t"), ("transaction", "tx"), body=b"held")
+    assert [m.body for m in messages(subscriber, clock)] == [b"once"]
+    publisher.frame("COMMIT", ("transaction", "tx"), ("receipt", "committed"))
+    assert [m.body for m in messages(subscriber, clock)] == [b"held"]
