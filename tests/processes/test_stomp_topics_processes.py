@@ -1,12 +1,13 @@
 """
 STOMP topics end to end (docs/stomp.md "Topics"): two real C{twistd}
-routers on 127.0.0.1, stomp.py publishers and subscribers and the native
-client (C{meshroute send} to C{topic:NAME}), one set of routers for every
-check (the suite's time is short):
+routers on 127.0.0.1, stomp.py publishers and subscribers and native
+clients (C{meshroute send --topic}, a script subscribing with
+C{Client.subscribe_topic}), one set of routers for every check (the
+suite's time is short):
 
- - wildcard subscribers on router B, publishers on router A, STOMP and
-   native, in each ack mode; a MESSAGE names the topic it was published
-   to;
+ - wildcard subscribers on router B, STOMP in each ack mode and native,
+   publishers on router A, STOMP and native; a MESSAGE names the topic it
+   was published to;
  - a durable subscriber away while 5,000 persistent publications flow,
    its router SIGKILLed in their middle and restarted: each is received
    exactly once when the subscriber returns;
@@ -19,10 +20,12 @@ interest reached router A, so what A takes after it is promised to it
 
 import subprocess
 import sys
+import textwrap
 import threading
 from collections import Counter
 
-from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import (  # noqa: F401 (mesh is a fixture)
+    ClientProcess, mesh, run_cli, wait_until)
 from support.stomp_clients import TIMEOUT_S, connect, readme_example, stomp_router
 
 #: The durable subscription's publications.
@@ -31,6 +34,34 @@ DURABLE_COUNT = 5_000
 WINDOW = 200
 LEDGER = "$durable:ledger:all-orders"
 BULK_TIMEOUT_S = 240.0
+
+#: A native subscriber (the client API's subscribe_topic, mesh-wide): says
+#: "subscribed" once the router confirmed, then prints each publication's
+#: topic and body, and exits after COUNT.
+_NATIVE_SUBSCRIBER = textwrap.dedent("""
+    import sys
+    from twisted.internet import defer, task
+    from meshroute.client import connect
+
+    async def main(reactor, endpoint, pattern, count):
+        client = await connect(reactor, endpoint)
+        done, got = defer.Deferred(), []
+
+        def on_message(message):
+            print(message.topic, message.body.decode(), flush=True)
+            message.ack()
+            got.append(message)
+            if len(got) == count:
+                done.callback(None)
+
+        await client.subscribe_topic(pattern, on_message, mesh_wide=True)
+        print("subscribed", flush=True)
+        await done
+        await client.close()
+
+    task.react(lambda reactor: defer.ensureDeferred(
+        main(reactor, sys.argv[1], sys.argv[2], int(sys.argv[3]))))
+""")
 
 
 def subscribe(connection, got, destination: str, sub: str, ack: str = "auto", headers=None):
@@ -57,10 +88,16 @@ def test_stomp_topics_across_two_routers(mesh, tmp_path):  # noqa: F811
 
 
 def _wildcards_from_stomp_and_native_publishers(mesh, a, b, a_proc) -> None:  # noqa: F811
+    native = ClientProcess("native-subscriber", [b.client_endpoint, "prices.#", "5"],
+                           mesh.directory / "clients",
+                           program=[sys.executable, "-c", _NATIVE_SUBSCRIBER])
+    mesh.clients.append(native)
     subscriber, got = connect(b, headers={"client-id": "watcher"})
     subscribe(subscriber, got, "/topic/prices.*.gbp", "gbp", "client-individual")
     subscribe(subscriber, got, "/topic/prices.#", "prices", "client")
     subscribe(subscriber, got, "/topic/#", "all")
+    wait_until(lambda: "subscribed" in native.stdout or native.poll() is not None, TIMEOUT_S,
+               what="the native subscriber's subscription")
     publisher, sent = connect(a)
     topics = ("prices.eu.gbp", "prices.us.usd", "orders.new", "prices")
     for topic in topics:
@@ -69,7 +106,8 @@ def _wildcards_from_stomp_and_native_publishers(mesh, a, b, a_proc) -> None:  # 
     for topic in topics:
         sent.wait_receipt(topic)
     # The native client publishes as well, to a topic one pattern matches.
-    assert mesh.send(a_proc, "topic:prices.jp.gbp", 2).returncode == 0
+    assert run_cli("send", "--connect", a_proc.client_endpoint, "--topic", "prices.jp.gbp",
+                   "--count", "2").returncode == 0
     messages = got.wait_messages(4 + 2 + 4 + 2)
 
     gbp = by_subscription(messages, "gbp")
@@ -86,6 +124,11 @@ def _wildcards_from_stomp_and_native_publishers(mesh, a, b, a_proc) -> None:  # 
     assert first["content-type"] == "text/plain" and first["x-from"] == "stomp"
     assert not first.keys() & {"x-topic", "x-publication", "x-topic-targets"}
     assert all("ack" not in m.headers for m in everything)
+    # The native subscriber got the STOMP publications (and the native ones).
+    assert native.wait(TIMEOUT_S) == 0, native.stderr
+    assert sorted(native.stdout.splitlines()[1:]) == [
+        "prices prices", "prices.eu.gbp prices.eu.gbp", "prices.jp.gbp message 1",
+        "prices.jp.gbp message 2", "prices.us.usd prices.us.usd"]
 
     # client-individual: one each; client: the last takes them all.
     for m in gbp:
