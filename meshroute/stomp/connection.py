@@ -15,7 +15,10 @@ are the connection machine every client protocol shares
    then close).  STOMP authenticates in its hello: it has no
    C{authenticating} stage.
  - C{attached}: every frame is translated into the served session's
-   native commands, numbered by this adapter (L{StompConnectionCore.serve}).
+   native commands, numbered by this adapter (L{StompConnectionCore.serve}):
+   a SEND or SUBSCRIBE to a queue or a topic as its destination says
+   (L{meshroute.stomp.destinations}), a topic subscription durable,
+   shared or mesh-wide as its headers say (L{meshroute.stomp.topic_options}).
  - C{DISCONNECT} is the goodbye (C{ending}): the session's C{Close}; once
    every command before it is done the session's C{Closed} becomes the
    C{RECEIPT} the client asked for, and the connection closes.  Frames
@@ -67,15 +70,13 @@ from meshroute.stomp.frames import (
     encode,
     read_as_1_0,
 )
+from meshroute.stomp.destinations import StompRefusal, send_address, subscription_source
 from meshroute.stomp.heartbeats import HeartBeats
 from meshroute.stomp.receipts import Receipts
 from meshroute.stomp.subscriptions import ACK_MODES, AUTO, StompSubscription, StompSubscriptions
+from meshroute.stomp.topic_options import CLIENT_ID, forgets, refuse_on_queue, subscribe_options
 from meshroute.stomp.versions import V1_0, V1_2, StompVersion, negotiated, spoken
 from meshroute.wire import client_frames as f
-
-#: The destinations the router serves: C{/queue/NAME} (this router's) and
-#: C{/queue/NAME@ROUTER} (anywhere in the mesh).
-QUEUE_PREFIX = "/queue/"
 
 #: The SEND headers that are STOMP's own, not the message's.
 SEND_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length",
@@ -83,31 +84,6 @@ SEND_HEADERS = frozenset({"destination", "receipt", "transaction", "content-leng
 
 #: The C{mechanism} of C{security.authenticated} for a STOMP login.
 PASSCODE = "passcode"
-
-
-class StompRefusal(Exception):
-    """
-    A frame the adapter cannot turn into a command: C{ERROR} with
-    C{detail}, then close.
-    """
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-def queue_address(destination: str | None) -> str:
-    """
-    The mesh address (C{NAME} or C{NAME@ROUTER}) of a C{/queue/} destination.
-
-    @raise StompRefusal: another kind of destination, or none.
-    """
-    if destination is None:
-        raise StompRefusal("the frame has no destination header")
-    if not destination.startswith(QUEUE_PREFIX) or len(destination) == len(QUEUE_PREFIX):
-        raise StompRefusal(f"destination {destination!r} is not /queue/NAME or "
-                           "/queue/NAME@ROUTER")
-    return destination[len(QUEUE_PREFIX):]
 
 
 def time_to_live_ms(expires: str | None, now: int) -> int:
@@ -141,6 +117,8 @@ class StompConnectionCore(ConnectionCore):
     @ivar receipts: the receipts the client asked for (L{Receipts}).
     @ivar transaction: the name of the open transaction, or None.
     @ivar subscriptions: the client's subscriptions (L{StompSubscriptions}).
+    @ivar client_id: the CONNECT's C{client-id} (empty: none), the client
+        id of its durable topic subscriptions whose SUBSCRIBE names none.
     """
 
     prefetch_count: int = DEFAULT_PREFETCH_COUNT
@@ -150,6 +128,7 @@ class StompConnectionCore(ConnectionCore):
     receipts: Receipts = field(default_factory=Receipts)
     transaction: str | None = None
     subscriptions: StompSubscriptions = field(default_factory=StompSubscriptions)
+    client_id: str = ""
     heartbeats: HeartBeats = field(default_factory=HeartBeats)
     _auto_acks: dict = field(default_factory=dict)
     _auto_call: IDelayedCall | None = None
@@ -323,8 +302,9 @@ class StompConnectionCore(ConnectionCore):
         """
         session = self.new_session(protocol=STOMP, resumable=False)
         self.version = f.TRANSACTIONS_VERSION
-        client_id = frame.header("client-id") or frame.header("login") or ""
-        session.start(self, f.Open([self.version], client_id, "", self.ttl_ms))
+        self.client_id = frame.header(CLIENT_ID) or ""
+        session.start(self, f.Open([self.version], self.client_id or frame.header("login") or "",
+                                   "", self.ttl_ms))
 
     # -- connected --------------------------------------------------------------
 
@@ -371,7 +351,7 @@ class StompConnectionCore(ConnectionCore):
         return True
 
     def on_send(self, frame: StompFrame) -> None:
-        address = queue_address(frame.header("destination"))
+        address = send_address(frame.header("destination"))
         transactional = self._in_transaction(frame)
         headers: dict[str, str] = {}
         for name, value in frame.headers:
@@ -402,14 +382,18 @@ class StompConnectionCore(ConnectionCore):
         return subscription_id
 
     def on_subscribe(self, frame: StompFrame) -> None:
+        """
+        SUBSCRIBE: a C{Subscribe} to one of this router's queues, or a
+        C{SubscribeTopic} (L{meshroute.stomp.topic_options}).  Its receipt
+        comes with the session's C{Confirm}: once consuming started, or,
+        for a topic, once the router made the subscription (a durable one
+        recorded; a mesh-wide one's interest at every router reachable).
+        """
         destination = frame.header("destination")
-        queue, _, router = queue_address(destination).partition("@")
+        source = subscription_source(destination, self.engine.name)
         subscription_id = self._subscription_id(frame)
         if subscription_id in self.subscriptions.by_id:
             raise StompRefusal(f"subscription {subscription_id!r} is already in use")
-        if router and router != self.engine.name:
-            raise StompRefusal(f"destination {destination!r}: subscriptions are to this "
-                               f"router's queues ({self.engine.name})")
         ack = frame.header("ack", AUTO)
         if ack not in ACK_MODES:
             raise StompRefusal(f"ack {ack!r} is not one of {', '.join(ACK_MODES)}")
@@ -420,20 +404,37 @@ class StompConnectionCore(ConnectionCore):
             credit = int(prefetch)
         else:
             raise StompRefusal(f"prefetch-count {prefetch!r} is not a positive number")
-        subscription = self.subscriptions.add(subscription_id, destination, ack, credit)
+        if source.queue:
+            refuse_on_queue(frame)
+            topic = None
+        else:
+            topic = subscribe_options(frame, self.client_id)
+        subscription = self.subscriptions.add(subscription_id, destination, ack, credit, topic)
         command_id = self._command()
         self.receipts.expect(frame, command_id)
-        self.session.machine.got_subscribe(
-            f.Subscribe(command_id, subscription.number, queue, credit))
+        if topic is None:
+            self.session.machine.got_subscribe(
+                f.Subscribe(command_id, subscription.number, source.queue, credit))
+        else:
+            self.session.machine.got_subscribe_topic(f.SubscribeTopic(
+                command_id, subscription.number, source.pattern, credit, topic.durable,
+                topic.client_id, topic.shared, topic.mesh_wide))
 
     def on_unsubscribe(self, frame: StompFrame) -> None:
+        """
+        UNSUBSCRIBE: the session's C{Unsubscribe}; one naming the durable
+        subscription it ends forgets it.
+        """
         subscription_id = self._subscription_id(frame)
-        subscription = self.subscriptions.remove(subscription_id)
+        subscription = self.subscriptions.by_id.get(subscription_id)
         if subscription is None:
             raise StompRefusal(f"no subscription {subscription_id!r}")
+        forget = forgets(frame, subscription_id, subscription.topic, self.client_id)
+        self.subscriptions.remove(subscription_id)
         command_id = self._command()
         self.receipts.expect(frame, command_id)
-        self.session.machine.got_unsubscribe(f.Unsubscribe(command_id, subscription.number))
+        self.session.machine.got_unsubscribe(
+            f.Unsubscribe(command_id, subscription.number, forget))
 
     def _acknowledged(self, frame: StompFrame) -> tuple[StompSubscription | None, list[int]]:
         """

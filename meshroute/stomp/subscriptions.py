@@ -14,12 +14,21 @@ carry:
 STOMP 1.2 names a message by its C{ack} header (the session's delivery
 id); 1.1 and 1.0 by its C{message-id}, which the subscriptions remember
 until it is acknowledged (L{meshroute.stomp.versions}).
+
+A C{MESSAGE} names the subscription's C{destination}; one of a topic
+subscription names the topic its publication was sent to
+(C{/topic/prices.eu.gbp} for a subscription to C{/topic/prices.#}), as a
+STOMP client of a broker expects: the headers that carry it through the
+mesh (C{x-topic}, and C{x-publication}, the publication's id, which the
+C{message-id} of each copy starts with) are the mesh's, not written.
 """
 
 from dataclasses import dataclass, field
 
-from meshroute.messages import EXPIRES_HEADER
+from meshroute.messages import EXPIRES_HEADER, PUBLICATION_HEADER, TOPIC_HEADER
+from meshroute.stomp.destinations import topic_destination
 from meshroute.stomp.frames import StompFrame
+from meshroute.stomp.topic_options import TopicOptions
 from meshroute.stomp.versions import StompVersion
 from meshroute.wire import client_frames as f
 
@@ -33,13 +42,16 @@ ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 #: is not written (STOMP reads the first of repeated headers).
 MESSAGE_HEADERS = frozenset({"subscription", "message-id", "destination", "ack",
                              "redelivered", "expires", "content-length"})
+#: And those not written in a topic subscription's: C{destination} says it.
+TOPIC_MESSAGE_HEADERS = MESSAGE_HEADERS | {TOPIC_HEADER, PUBLICATION_HEADER}
 
 
 @dataclass(eq=False)
 class StompSubscription:
     """
     One SUBSCRIBE: the client's id and destination, its ack mode, and the
-    number the served session knows it by.
+    number the served session knows it by; a topic subscription's shape
+    (L{TopicOptions}), None for a queue's.
     """
 
     id: str
@@ -47,6 +59,7 @@ class StompSubscription:
     destination: str
     ack: str
     prefetch: int
+    topic: TopicOptions | None = None
 
 
 @dataclass(eq=False)
@@ -65,14 +78,15 @@ class StompSubscriptions:
     message_ids: dict = field(default_factory=dict)
     _last_number: int = 0
 
-    def add(self, subscription_id: str, destination: str, ack: str,
-            prefetch: int) -> StompSubscription:
+    def add(self, subscription_id: str, destination: str, ack: str, prefetch: int,
+            topic: TopicOptions | None = None) -> StompSubscription:
         """
-        A new subscription, numbered for the session.
+        A new subscription, numbered for the session: to a queue, or
+        (C{topic}) to topics.
         """
         self._last_number += 1
         subscription = StompSubscription(subscription_id, self._last_number, destination,
-                                         ack, prefetch)
+                                         ack, prefetch, topic)
         self.by_id[subscription_id] = subscription
         self.by_number[subscription.number] = subscription
         return subscription
@@ -93,8 +107,14 @@ class StompSubscriptions:
         The C{MESSAGE} of C{frame}, a delivery to C{subscription}, on a
         connection speaking C{version}.
         """
+        destination, hidden = subscription.destination, MESSAGE_HEADERS
+        if subscription.topic is not None:
+            hidden = TOPIC_MESSAGE_HEADERS
+            topic = frame.headers.get(TOPIC_HEADER)
+            if topic:
+                destination = topic_destination(topic)
         headers = [("subscription", subscription.id), ("message-id", frame.msg_id),
-                   ("destination", subscription.destination)]
+                   ("destination", destination)]
         if subscription.ack != AUTO:
             headers.append(("ack", str(frame.delivery_id)))
             if version.ack_header == "message-id":
@@ -105,7 +125,7 @@ class StompSubscriptions:
         if expires is not None:
             headers.append(("expires", expires))
         headers.extend((name, value) for name, value in frame.headers.items()
-                       if name not in MESSAGE_HEADERS)
+                       if name not in hidden)
         return StompFrame("MESSAGE", tuple(headers), frame.body)
 
     def covered(self, delivery_id: int | None,

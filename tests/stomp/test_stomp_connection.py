@@ -82,12 +82,12 @@ def test_a_refused_send_is_an_error_with_its_receipt_id(auto_engine, clock, obse
     assert commands(other.received()) == ["RECEIPT"]
 
 
-def test_a_destination_that_is_not_a_queue_is_an_error(engine, clock):
+def test_a_destination_that_is_not_a_queue_or_a_topic_is_an_error(engine, clock):
     client = StompEnd(make_factory(engine, clock))
     client.connect()
-    client.frame("SEND", ("destination", "/topic/news"), ("receipt", "r1"), body=b"x")
+    client.frame("SEND", ("destination", "/exchange/news"), ("receipt", "r1"), body=b"x")
     (error,) = client.received()
-    assert error.command == "ERROR" and "/topic/news" in error.header("message")
+    assert error.command == "ERROR" and "/exchange/news" in error.header("message")
     assert error.header("receipt-id") == "r1"
 
 
