@@ -65,7 +65,7 @@ def test_http_answers_the_topics_here_and_through_the_mesh(line):
     assert status == 200 and here == describe_topics(line.routers[A].engine)
     assert [row["pattern"] for row in here["subscriptions"]] == ["orders.*"]
     assert [(row["router"], row["patterns"]) for row in here["interest"]] == [
-        (C, ["prices.#"])]
+        (B, []), (C, ["prices.#"])]
     status, _, there = http_get(line, A, "/api/v1/routers/router-c/topics")
     assert status == 200 and there == describe_topics(line.routers[C].engine)
     assert there["subscriptions"][0]["client_id"] == "app"

@@ -159,9 +159,12 @@ def test_topics_show_subscriptions_interest_and_fan_out(mesh):
     # orders.eu is covered by orders.*: not advertised again.
     assert topics["advertised"] == {"version": c.engine.interest.local.version,
                                     "patterns": ["orders.*", "prices.#"]}
+    # router-b advertises that it wants nothing.
     assert topics["interest"] == [
         {"router": "router-a", "version": a.engine.interest.local.version,
-         "patterns": ["prices.eu.*"], "reachable": True}]
+         "patterns": ["prices.eu.*"], "reachable": True},
+        {"router": "router-b", "version": b.engine.interest.local.version, "patterns": [],
+         "reachable": True}]
     # Each copy crossed b once; at c, orders.eu made one for each of
     # its two subscriptions.
     assert topics["fan_out"] == {"waiting": 0, "publications": {"client": 0, "link": 5},
@@ -173,8 +176,9 @@ def test_topics_show_subscriptions_interest_and_fan_out(mesh):
     assert at_a["fan_out"] == {"waiting": 0, "publications": {"client": 5, "link": 0},
                                "copies": {"durable": 0, "non-durable": 3, "link": 5}}
     assert {row["router"]: row["patterns"] for row in at_a["interest"]} == {
-        "router-c": ["orders.*", "prices.#"]}
-    assert describe_topics(b.engine)["advertised"] == {"version": 0, "patterns": []}
+        "router-b": [], "router-c": ["orders.*", "prices.#"]}
+    assert describe_topics(b.engine)["advertised"] == {
+        "version": b.engine.interest.local.version, "patterns": []}
 
 
 def test_topics_show_withdrawn_and_unreachable_interest_and_waiting_publications(mesh):
@@ -190,7 +194,7 @@ def test_topics_show_withdrawn_and_unreachable_interest_and_waiting_publications
 
     advertised = describe_topics(c.engine)["advertised"]
     assert advertised["patterns"] == ["prices.#"] and advertised["version"] > before
-    [held] = describe_topics(b.engine)["interest"]
+    held = describe_topics(b.engine)["interest"][-1]
     assert held == {"router": "router-c", "version": advertised["version"],
                     "patterns": ["prices.#"], "reachable": True}
     assert [row["pattern"] for row in subscriptions_of(c)] == ["prices.#"]
@@ -198,8 +202,9 @@ def test_topics_show_withdrawn_and_unreachable_interest_and_waiting_publications
     # Gone, its interest stays: its durable subscription collects.
     mesh.stop("router-c")
     mesh.run(1)
-    [held] = describe_topics(b.engine)["interest"]
-    assert (held["reachable"], held["patterns"]) == (False, ["prices.#"])
+    held = describe_topics(b.engine)["interest"][-1]
+    assert (held["router"], held["reachable"], held["patterns"]) == (
+        "router-c", False, ["prices.#"])
 
     # Publications the fan-out has not taken yet wait in $topic.
     a.engine.fan_out.stop()
