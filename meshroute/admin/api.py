@@ -1,7 +1,8 @@
 """
-C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues} and C{/sessions}:
-what a router is, what its links are doing, where it forwards, what its
-queues hold and who is connected, as JSON; C{/ha}, an HA instance's
+C{GET /api/v1/router}, C{/links}, C{/routes}, C{/queues}, C{/topics} and
+C{/sessions}: what a router is, what its links are doing, where it
+forwards, what its queues hold, its topic subscriptions and the mesh's
+topic interest, and who is connected, as JSON; C{/ha}, an HA instance's
 role and state; C{/topology}, the mesh as it knows it
 (L{meshroute.router.views}); C{/routers}, the routers it knows, and
 C{/routers/NAME/VIEW}, another router's view asked through the mesh
@@ -196,7 +197,7 @@ class AdminSite(Site):
 
 
 #: The router's own resources: each answers C{router.describe_NAME()}.
-_ROUTER_RESOURCES = ("links", "routes", "queues", "sessions", "topology")
+_ROUTER_RESOURCES = ("links", "routes", "queues", "topics", "sessions", "topology")
 
 
 def admin_site(router=None, *, ha=None, token: bytes | None = None, reactor=None) -> Site:

@@ -44,6 +44,7 @@ from meshroute import __version__, events
 from meshroute.ha.status import SharedStoreStatus
 from meshroute.harules import role, shared_store
 from meshroute.link.stages import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
+from meshroute.router.topic_subscriptions import SUBSCRIBER_PREFIX
 from meshroute.sessions.served import CLOSING, DISCONNECTED, OPEN
 
 #: Every stage of a routing link, so that each peer's stage is shown as
@@ -131,6 +132,7 @@ class RouterCollector:
             yield from _router_metrics(router)
             yield from _link_metrics(router)
             yield from _queue_metrics(router)
+            yield from _topic_metrics(router)
             yield from _session_metrics(router)
 
 
@@ -221,6 +223,11 @@ def _link_metrics(router) -> Iterator[Metric]:
 
 
 def _queue_metrics(router) -> Iterator[Metric]:
+    """
+    A series per queue, but for the non-durable topic subscriptions'
+    (C{$subscriber:N}): numbered anew for each subscription, they would
+    make a new series each; L{_topic_metrics} sums them.
+    """
     queues = router.engine.queues
     for name, documentation, values in (
             ("meshroute_queue_messages",
@@ -232,8 +239,65 @@ def _queue_metrics(router) -> Iterator[Metric]:
              queues.unacknowledged_counts())):
         family = GaugeMetricFamily(name, documentation, labels=["queue"])
         for queue_name, value in sorted(values.items()):
-            family.add_metric([queue_name], value)
+            if not queue_name.startswith(SUBSCRIBER_PREFIX):
+                family.add_metric([queue_name], value)
         yield family
+
+
+def _topic_metrics(router) -> Iterator[Metric]:
+    """
+    The topics: what the fan-out took and made, the subscriptions, and
+    the interest held.  No label names a topic or a pattern: a durable
+    subscription's series is labelled with its queue, as any queue's is,
+    and the non-durable ones are counted together.
+    """
+    engine = router.engine
+    fan_out = engine.fan_out
+    publications = CounterMetricFamily(
+        "meshroute_topic_publications",
+        "Publications this router's fan-out took, by source: published by its clients "
+        "(client), or a copy a neighbour sent for the routers beyond (link).",
+        labels=["source"])
+    for source, count in sorted(fan_out.publications.items()):
+        publications.add_metric([source], count)
+    yield publications
+    copies = CounterMetricFamily(
+        "meshroute_topic_copies",
+        "Copies the fan-out made of publications, by kind: into a local durable or "
+        "non-durable subscription, or for other routers (one per link).", labels=["kind"])
+    for kind, count in sorted(fan_out.copies_made.items()):
+        copies.add_metric([kind], count)
+    yield copies
+    topics = engine.topics
+    depths = engine.queues.depths()
+    subscriptions = GaugeMetricFamily(
+        "meshroute_topic_subscriptions", "Topic subscriptions at this router, by kind.",
+        labels=["kind"])
+    held = topics.describe()
+    subscriptions.add_metric(["durable"], len(held["durable"]))
+    subscriptions.add_metric(["non-durable"], len(held["non_durable"]))
+    yield subscriptions
+    yield GaugeMetricFamily(
+        "meshroute_topic_non_durable_messages",
+        "Messages waiting in all the non-durable topic subscriptions of this router (in "
+        "memory; delivered and unacknowledged included).",
+        value=sum(depths.get(row["queue"], 0) for row in held["non_durable"]))
+    durable = GaugeMetricFamily(
+        "meshroute_topic_durable_subscription_messages",
+        "Messages waiting in the durable topic subscription (persistent and "
+        "non-persistent; delivered and unacknowledged included), by its queue.",
+        labels=["queue"])
+    for row in held["durable"]:
+        durable.add_metric([row["queue"]], depths.get(row["queue"], 0))
+    yield durable
+    interest = engine.interest
+    patterns = GaugeMetricFamily(
+        "meshroute_topic_interest_patterns",
+        "Patterns of the router's advertised topic interest as this router holds it (its "
+        "own included), by router.", labels=["router"])
+    for origin, advertised in interest.describe().items():
+        patterns.add_metric([origin], len(advertised["patterns"]))
+    yield patterns
 
 
 def _session_metrics(router) -> Iterator[Metric]:

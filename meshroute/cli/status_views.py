@@ -13,10 +13,14 @@ from typing import Callable
 
 #: The views C{meshroute status VIEW} shows, and the admin API resource
 #: each is read from (C{/api/v1/NAME}).
-VIEWS = ("links", "routers", "queues", "sessions")
+VIEWS = ("links", "routers", "queues", "topics", "sessions")
 
 #: What a cell shows for a value the router does not have.
 MISSING = "-"
+
+#: The most patterns a cell lists; the rest are counted (C{--json} shows
+#: them all).
+SHOWN_PATTERNS = 4
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,34 @@ def _ttl(row: dict, now: float) -> object:
     return f"{ttl} ms" if ttl is not None and ttl >= 0 else None
 
 
+def _yes(name: str) -> Callable[[dict, float], object]:
+    return lambda row, now: "yes" if row.get(name) else "no"
+
+
+def _subscription(row: dict, now: float) -> object:
+    """
+    A durable subscription by its client id and name, a non-durable one
+    by its queue.
+    """
+    return f"{row['client_id']}:{row['name']}" if row.get("durable") else row.get("queue")
+
+
+def patterns(listed: list[str]) -> str:
+    """
+    Topic patterns in a cell: the first L{SHOWN_PATTERNS}, and how many
+    more; C{-} for none.
+    """
+    if not listed:
+        return MISSING
+    shown = ", ".join(listed[:SHOWN_PATTERNS])
+    more = len(listed) - SHOWN_PATTERNS
+    return f"{shown} +{more} more" if more > 0 else shown
+
+
+def _patterns_of(row: dict, now: float) -> object:
+    return patterns(row.get("patterns") or [])
+
+
 COLUMNS: dict[str, tuple[Column, ...]] = {
     "links": (
         Column("peer", _field("peer")),
@@ -114,6 +146,22 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("unacked", _field("unacknowledged"), numeric=True),
         Column("in/s", _rate("in_rate"), numeric=True),
         Column("out/s", _rate("out_rate"), numeric=True),
+    ),
+    "topics": (
+        Column("subscription", _subscription),
+        Column("pattern", _field("pattern")),
+        Column("durable", _yes("durable")),
+        Column("shared", _yes("shared")),
+        Column("consumers", _field("consumers"), numeric=True),
+        Column("depth", _field("depth"), numeric=True),
+        Column("unacked", _field("unacknowledged"), numeric=True),
+    ),
+    #: The interest a router holds of the others (C{topics}' C{interest}).
+    "interest": (
+        Column("router", _field("router")),
+        Column("reachable", _reachable),
+        Column("version", _field("version"), numeric=True),
+        Column("patterns", _patterns_of),
     ),
     "sessions": (
         Column("client", _field("client_id")),
@@ -155,15 +203,76 @@ def format_view(view: str, rows_by_router: dict[str, list[dict]], now: float,
     The table of C{view} (one of L{VIEWS}) for the rows each router
     answered, in the routers' order; with C{router_column}, a first
     column names the router each row is from.  An empty view says so.
+    (C{topics}, whose answer is an object, is L{format_topics}.)
     """
+    if view == "topics":
+        return format_topics(rows_by_router, now, router_column)
+    return _format_rows(view, rows_by_router, now, router_column)
+
+
+def _format_rows(view: str, rows_by_router: dict[str, list[dict]], now: float,
+                 router_column: bool = False, empty: str | None = None) -> str:
     columns = COLUMNS[view]
     headers = (["router"] if router_column else []) + [c.header for c in columns]
     numeric = ([False] if router_column else []) + [c.numeric for c in columns]
     rows = [([router] if router_column else []) + [c.cell(row, now) for c in columns]
             for router, answered in rows_by_router.items() for row in answered]
     if not rows:
-        return f"  no {view}\n"
+        return f"  {empty or 'no ' + view}\n"
     return format_table(headers, rows, numeric)
+
+
+def _fan_out(topics: dict) -> str:
+    fan_out = topics["fan_out"]
+    published, copies = fan_out["publications"], fan_out["copies"]
+    return (f"{fan_out['waiting']} waiting; publications {published.get('client', 0)} from "
+            f"clients, {published.get('link', 0)} from links; copies "
+            f"{copies.get('durable', 0)} durable, {copies.get('non-durable', 0)} non-durable, "
+            f"{copies.get('link', 0)} to other routers")
+
+
+def format_topics(topics_by_router: dict[str, dict], now: float,
+                  router_column: bool = False) -> str:
+    """
+    The C{topics} view: of one router, what it advertises, its fan-out,
+    its subscriptions and the interest it holds of the others; of every
+    router (C{router_column}), their subscriptions in one table and what
+    each advertises, with how many of the other routers that answered
+    hold that very version (all of them, once the interest has spread).
+    """
+    subscriptions = {router: topics["subscriptions"]
+                     for router, topics in topics_by_router.items()}
+    if not router_column:
+        [topics] = topics_by_router.values()
+        advertised = topics["advertised"]
+        return "".join([
+            f"advertised: {patterns(advertised['patterns'])} "
+            f"(version {advertised['version']})\n",
+            f"fan-out: {_fan_out(topics)}\n",
+            "subscriptions:\n",
+            _format_rows("topics", subscriptions, now, empty="no topic subscriptions"),
+            "interest held of other routers:\n",
+            _format_rows("interest", {"": topics["interest"]}, now,
+                         empty="no interest of other routers"),
+        ])
+    rows = []
+    for router, topics in topics_by_router.items():
+        version = topics["advertised"]["version"]
+        others = [other for other in topics_by_router if other != router]
+        holding = sum(1 for other in others for held in topics_by_router[other]["interest"]
+                      if held["router"] == router and held["version"] == version)
+        rows.append([router, version, patterns(topics["advertised"]["patterns"]),
+                     f"{holding}/{len(others)}" if version else None,
+                     topics["fan_out"]["waiting"],
+                     topics["fan_out"]["publications"].get("client", 0)])
+    return "".join([
+        "subscriptions:\n",
+        _format_rows("topics", subscriptions, now, router_column=True,
+                     empty="no topic subscriptions"),
+        "advertised interest:\n",
+        format_table(["router", "version", "patterns", "held by", "waiting", "published"],
+                     rows, [False, True, False, True, True, True]) if rows else "  no routers\n",
+    ])
 
 
 def last_topology_change(routers: list[dict], now: float) -> str:

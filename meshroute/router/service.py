@@ -26,7 +26,7 @@ from twisted.logger import Logger
 
 from meshroute import __version__, events
 from meshroute.router.remote_views import MeshViews
-from meshroute.router.views import describe_mesh, describe_topology
+from meshroute.router.views import describe_mesh, describe_topics, describe_topology
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.wire.client_frames import MAX_FRAME_SIZE
 from meshroute.sessions.limits import ClientLimits, client_limits
@@ -63,7 +63,7 @@ log = Logger()
 #: The read-only views of a router (L{RouterService.describe_view}): what
 #: its admin API answers at C{/api/v1/VIEW}, and another router's for it
 #: through the mesh (L{meshroute.router.remote_views}).
-VIEWS = ("router", "links", "routes", "routers", "queues", "sessions", "ha")
+VIEWS = ("router", "links", "routes", "routers", "queues", "topics", "sessions", "ha")
 
 #: How long shutdown waits for links to flush and close before aborting them.
 SHUTDOWN_GRACE_S = 5.0
@@ -469,6 +469,12 @@ class RouterService(MultiService):
         C{GET /api/v1/queues}.
         """
         return self.engine.queues.describe()
+
+    def describe_topics(self) -> dict:
+        """
+        C{GET /api/v1/topics} (L{describe_topics}).
+        """
+        return describe_topics(self.engine)
 
     def describe_sessions(self) -> list[dict]:
         """

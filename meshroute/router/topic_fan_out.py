@@ -51,9 +51,15 @@ The in-memory copies are made only once the transaction is durable, and
 a copy whose id was placed or given before is left out (the store's
 ids, and the last L{RECENT} in-memory ones): a subscription gets a
 publication at most once however it comes back.
+
+What it fanned out is counted (C{publications}, C{copies_made}) for
+C{/metrics} and C{/api/v1/topics}, once its turn's transaction is durable
+(a turn rolled back is taken again, and counted then), the copies left
+out as duplicates not.
 """
 
 import hashlib
+from collections import Counter
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -66,6 +72,7 @@ from meshroute.messages import (
     TOPIC_QUEUE,
     Message,
 )
+from meshroute.router.topic_subscriptions import DURABLE_PREFIX
 from meshroute.topics.interest import fan_out
 from meshroute.topics.patterns import BadTopic, parse_topic
 
@@ -79,6 +86,13 @@ BATCH = 256
 #: that a publication that comes round a routing loop is not given to a
 #: non-durable subscription twice (durable ones have the store's ids).
 RECENT = 65_536
+
+#: Where a publication fanned out came from: this router's clients, or a
+#: neighbour sending a copy for the routers beyond.
+FROM_CLIENT, FROM_LINK = "client", "link"
+#: The kinds of copies: into a local durable subscription, into a local
+#: non-durable one, for other routers (over a link, or waiting for one).
+TO_DURABLE, TO_NON_DURABLE, TO_LINK = "durable", "non-durable", "link"
 
 
 def _digest(group) -> str:
@@ -115,6 +129,12 @@ class TopicFanOut:
         self._taken: list = []
         self._call: IDelayedCall | None = None
         self._recent: dict[str, None] = {}
+        #: Publications fanned out, by source (L{FROM_CLIENT}, L{FROM_LINK}).
+        self.publications: Counter[str] = Counter({FROM_CLIENT: 0, FROM_LINK: 0})
+        #: Copies made of them, by kind (L{TO_DURABLE}, L{TO_NON_DURABLE},
+        #: L{TO_LINK}).
+        self.copies_made: Counter[str] = Counter({TO_DURABLE: 0, TO_NON_DURABLE: 0,
+                                                  TO_LINK: 0})
 
     def start(self) -> None:
         self._consumer = self._queues.subscribe(TOPIC_QUEUE, self._take, BATCH)
@@ -164,10 +184,10 @@ class TopicFanOut:
                      "their routers", n=len(full))
             self._events.dropped(full)
         if not stored and not transaction.entry_ids():
-            self._done([], transaction, stored, in_memory, len(taken))
+            self._done([], transaction, stored, in_memory, taken)
             return
         d = self._store.place_copies(stored, transaction.entry_ids())
-        d.addBoth(self._done, transaction, stored, in_memory, len(taken))
+        d.addBoth(self._done, transaction, stored, in_memory, taken)
         # As acceptance does: a waiting consumer's read, and the links'
         # assigns, join the copies' commit.
         for queue in {copy.dest_queue for copy in stored if copy.dest_router == self._name}:
@@ -176,7 +196,7 @@ class TopicFanOut:
         if onward:
             self._forwarding.pump_ahead(onward)
 
-    def _done(self, result, transaction, stored: list, in_memory: list, taken: int) -> None:
+    def _done(self, result, transaction, stored: list, in_memory: list, taken: list) -> None:
         """
         The store placed C{result} (those of C{stored} it did not hold
         already), or failed.
@@ -184,19 +204,31 @@ class TopicFanOut:
         if isinstance(result, Failure):
             # Back to the front of $topic, flagged redelivered: taken again.
             log.failure("fan-out of {n} publications failed; they are taken again",
-                        result, n=taken)
+                        result, n=len(taken))
             transaction.rolled_back()
         else:
             transaction.committed()
             self._placed(result)
-            if in_memory:
-                # Not into a subscription that ended since its copy was made.
-                exists = self._subscriptions.exists
-                self._transient.route(self._first_times(
-                    [copy for copy in in_memory
-                     if copy.dest_router != self._name or exists(copy.dest_queue)]))
+            # Not into a subscription that ended since its copy was made.
+            exists = self._subscriptions.exists
+            given = self._first_times(
+                [copy for copy in in_memory
+                 if copy.dest_router != self._name or exists(copy.dest_queue)])
+            if given:
+                self._transient.route(given)
+            self._count(taken, result + given)
         if self._consumer is not None:
-            self._consumer.add_credit(taken)
+            self._consumer.add_credit(len(taken))
+
+    def _count(self, taken: list, copies: list[Message]) -> None:
+        self.publications.update(
+            FROM_LINK if TARGETS_HEADER in delivery.message.headers else FROM_CLIENT
+            for delivery in taken)
+        self.copies_made.update(
+            TO_LINK if copy.dest_queue == TOPIC_QUEUE
+            else TO_DURABLE if copy.dest_queue.startswith(DURABLE_PREFIX)
+            else TO_NON_DURABLE
+            for copy in copies)
 
     def _first_times(self, copies: list[Message]) -> list[Message]:
         """

@@ -1,6 +1,7 @@
 """
 The router's views of the mesh, from memory: the routers it knows
-(C{/api/v1/routers}) and the graph of their links (C{/api/v1/topology}).
+(C{/api/v1/routers}), the graph of their links (C{/api/v1/topology}) and
+its topics (C{/api/v1/topics}).
 The router core builds them, because another router may ask for them
 through the mesh (L{meshroute.router.remote_views}) as well as the admin
 API.
@@ -25,12 +26,20 @@ of a router it can no longer hear as closed.  This router's own links
 add what only it knows: the stage of a link still coming up, and how
 full a delivery link's window is.
 
-In-memory state only: the route table and the open links; the store is
-never asked, so polling this costs the router next to nothing.
+B{C{GET /api/v1/topics}}: this router's topic subscriptions, the
+interest it advertises and the interest of every other router as it
+holds it (flooded over the links, L{meshroute.router.topic_interest}),
+and what its fan-out did and has waiting (docs/topics.md).
+
+In-memory state only: the route table, the open links, the topic
+tables, and the store's counts it keeps in memory; the store is never
+asked, so polling this costs the router next to nothing.
 """
 
 from meshroute.link.stages import AUTHENTICATION, CONNECT, DELIVERY, RECOVERY
+from meshroute.messages import TOPIC_QUEUE
 from meshroute.router.peer_channel import WINDOW
+from meshroute.topics.patterns import format_words
 
 #: An edge neither end advertises any more, but one end still does.
 CLOSED = "closed"
@@ -145,3 +154,65 @@ def describe_mesh(name: str, routes, registry) -> list[dict]:
             "last_close_reason": last["reason"] if last is not None else None,
         })
     return rows
+
+
+def describe_topics(engine) -> dict:
+    """
+    The topics of the router whose L{MessageEngine
+    <meshroute.router.engine.MessageEngine>} is C{engine}, as JSON:
+
+      - C{router}: its name;
+      - C{subscriptions}: C{{"queue", "pattern", "durable", "client_id",
+        "name", "shared", "consumers", "depth", "unacknowledged"}}, the
+        durable ones first, then by queue: C{queue} the subscription's
+        local queue (C{$durable:CLIENT:NAME}, C{$subscriber:N}),
+        C{client_id} and C{name} a durable one's (None for a non-durable
+        one), C{depth} the copies waiting in it (persistent in the store,
+        non-persistent in memory, delivered and unacknowledged ones
+        included), C{unacknowledged} those delivered and not acknowledged;
+      - C{advertised}: C{{"version", "patterns"}}, the interest this
+        router advertises (its subscriptions' patterns aggregated);
+      - C{interest}: C{{"router", "version", "patterns", "reachable"}}
+        for every other router whose interest it holds, by name (a router
+        whose interest was withdrawn has no patterns; one unreachable now
+        keeps its interest, its copies waiting in the backlog for it);
+      - C{fan_out}: C{{"waiting", "publications", "copies"}}: the
+        publications waiting in C{$topic} for the fan-out, those it
+        fanned out since the router started by source (C{client},
+        C{link}) and the copies it made by kind (C{durable},
+        C{non-durable}, C{link}).
+    """
+    queues = engine.queues
+    depths = queues.depths()
+    consumers = queues.consumer_counts()
+    unacknowledged = queues.unacknowledged_counts()
+    held = engine.topics.describe()
+    subscriptions = [
+        {"queue": row["queue"], "pattern": row["pattern"], "durable": True,
+         "client_id": row["client_id"], "name": row["name"], "shared": row["shared"],
+         "consumers": row["consumers"]}
+        for row in held["durable"]]
+    subscriptions += [
+        {"queue": row["queue"], "pattern": row["pattern"], "durable": False,
+         "client_id": None, "name": None, "shared": False,
+         "consumers": consumers.get(row["queue"], 0)}
+        for row in held["non_durable"]]
+    for row in subscriptions:
+        row["depth"] = depths.get(row["queue"], 0)
+        row["unacknowledged"] = unacknowledged.get(row["queue"], 0)
+    interest = engine.interest
+    reachable = engine.routes.routes()
+    fan_out = engine.fan_out
+    return {
+        "router": engine.name,
+        "subscriptions": subscriptions,
+        "advertised": {"version": interest.local.version,
+                       "patterns": sorted(format_words(p) for p in interest.local.advertised)},
+        "interest": [
+            {"router": origin, "version": advertised["version"],
+             "patterns": advertised["patterns"], "reachable": origin in reachable}
+            for origin, advertised in interest.describe().items() if origin != engine.name],
+        "fan_out": {"waiting": depths.get(TOPIC_QUEUE, 0),
+                    "publications": dict(fan_out.publications),
+                    "copies": dict(fan_out.copies_made)},
+    }

@@ -18,6 +18,7 @@ from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
 from meshroute.testing.memory_mesh import MemoryMesh
 from support.ha_pair import Pair, send as send_to_pair, start_both
+from support.topic_testing import TopicConsumer, star
 
 N = 300
 
@@ -266,6 +267,74 @@ def test_sessions_by_protocol_and_state(mesh):
         frozenset({("protocol", "stomp"), ("state", "disconnected")}): 0,
         frozenset({("protocol", "stomp"), ("state", "closing")}): 0,
     }
+
+
+def link_messages(samples: dict, way: str) -> dict:
+    """
+    Peer → messages the links to it carried C{way} (C{sent}, C{received}).
+    """
+    return {dict(labels)["peer"]: v for labels, v
+            in labelled(samples, f"meshroute_link_{way}_messages_total").items()}
+
+
+def test_topics_publications_copies_subscriptions_and_drops(mesh, monkeypatch):
+    """
+    In the star a–b–{c, d–e}, a subscriber at c only: A's publications
+    are counted in at A and as copies toward B, B passes one copy of each
+    to C and none to D (the per-link counters), C counts them into its
+    subscriptions.  A non-durable subscription has no series of its own
+    (a new name for each); its drops, at max-depth and when it ends, are
+    counted by reason.
+    """
+    star(mesh)
+    a, b, c = (mesh.routers[name] for name in ("router-a", "router-b", "router-c"))
+    durable = TopicConsumer(c, "prices.#", client_id="app", durable="prices")
+    slow = TopicConsumer(c, "orders.*", credit=0)
+    mesh.run(1)
+    durable.subscription.cancel()
+    monkeypatch.setattr(c.engine.queues, "_max_transient", 2)
+    sent, received = link_messages(scrape(b), "sent"), link_messages(scrape(b), "received")
+    send(a, "topic:prices.eu.gbp", 3)
+    send(a, "topic:orders.eu", 5, persistent=False)
+    send(a, "topic:nobody.listens", 4)
+    mesh.run(1)
+
+    at_a, at_b, at_c = scrape(a), scrape(b), scrape(c)
+    assert labelled(at_a, "meshroute_topic_publications_total") == {
+        frozenset({("source", "client")}): 12, frozenset({("source", "link")}): 0}
+    assert labelled(at_a, "meshroute_topic_copies_total") == {
+        frozenset({("kind", "durable")}): 0, frozenset({("kind", "non-durable")}): 0,
+        frozenset({("kind", "link")}): 8}
+    assert value(at_b, "meshroute_topic_publications_total", source="link") == 8
+    assert value(at_b, "meshroute_topic_copies_total", kind="link") == 8
+    # The per-link counters: to c what is for c, to d nothing.
+    grew = {peer: n - sent.get(peer, 0) for peer, n in link_messages(at_b, "sent").items()}
+    assert grew == {"router-a": 0, "router-c": 8, "router-d": 0}
+    assert link_messages(at_b, "received")["router-a"] - received["router-a"] == 8
+    assert value(at_c, "meshroute_topic_publications_total", source="link") == 8
+    assert value(at_c, "meshroute_topic_copies_total", kind="durable") == 3
+    assert value(at_c, "meshroute_topic_copies_total", kind="non-durable") == 5
+    assert labelled(at_c, "meshroute_topic_subscriptions") == {
+        frozenset({("kind", "durable")}): 1, frozenset({("kind", "non-durable")}): 1}
+    assert labelled(at_c, "meshroute_topic_durable_subscription_messages") == {
+        frozenset({("queue", "$durable:app:prices")}): 3}
+    assert value(at_c, "meshroute_topic_non_durable_messages") == 2
+    assert labelled(at_c, "meshroute_messages_dropped_total") == {
+        frozenset({("reason", "max-depth")}): 3}
+    assert value(at_c, "meshroute_topic_interest_patterns", router="router-c") == 2
+    assert value(at_a, "meshroute_topic_interest_patterns", router="router-c") == 2
+    # A queue series for the durable subscription, as for any queue; none
+    # for the non-durable one.
+    assert value(at_c, "meshroute_queue_messages", queue="$durable:app:prices") == 3
+    assert not [labels for (name, labels) in at_c if name.startswith("meshroute_queue_")
+                and any(v.startswith("$subscriber:") for _, v in labels)]
+
+    slow.subscription.cancel()
+    at_c = scrape(c)
+    assert labelled(at_c, "meshroute_messages_dropped_total") == {
+        frozenset({("reason", "max-depth")}): 3, frozenset({("reason", "unsubscribed")}): 2}
+    assert value(at_c, "meshroute_topic_subscriptions", kind="non-durable") == 0
+    assert value(at_c, "meshroute_topic_non_durable_messages") == 0
 
 
 @pytest.fixture

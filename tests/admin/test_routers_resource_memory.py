@@ -13,8 +13,10 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from meshroute.admin.api import admin_site
 from meshroute.router.remote_views import ANSWER_TIMEOUT_S
+from meshroute.router.views import describe_topics
 from support.mesh_testing import line as three_in_a_line
 from support.mesh_testing import mesh  # noqa: F401 (a fixture)
+from support.topic_testing import TopicConsumer
 
 A, B, C = "router-a", "router-b", "router-c"
 
@@ -52,6 +54,21 @@ def test_http_answers_another_routers_view(line):
     assert [link["peer"] for link in links] == [B]
     status, _, router = http_get(line, A, "/api/v1/routers/router-c")
     assert status == 200 and router["name"] == C
+
+
+def test_http_answers_the_topics_here_and_through_the_mesh(line):
+    TopicConsumer(line.routers[C], "prices.#", client_id="app", durable="prices")
+    TopicConsumer(line.routers[A], "orders.*")
+    line.run(1)
+
+    status, _, here = http_get(line, A, "/api/v1/topics")
+    assert status == 200 and here == describe_topics(line.routers[A].engine)
+    assert [row["pattern"] for row in here["subscriptions"]] == ["orders.*"]
+    assert [(row["router"], row["patterns"]) for row in here["interest"]] == [
+        (B, []), (C, ["prices.#"])]
+    status, _, there = http_get(line, A, "/api/v1/routers/router-c/topics")
+    assert status == 200 and there == describe_topics(line.routers[C].engine)
+    assert there["subscriptions"][0]["client_id"] == "app"
 
 
 def test_http_lists_the_routers_known(line):

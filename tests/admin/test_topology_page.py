@@ -146,3 +146,40 @@ def test_when_the_api_stops_answering_the_header_says_so(admin, browser):
         "the admin API answers 404")
     # What was drawn stays.
     assert page.evaluate("document.querySelectorAll('.node').length") == 2
+
+
+def test_each_routers_topic_interest_is_written_under_it(admin, browser, artifacts):
+    serve_router_a(admin, in_flight=0, sent=0)
+    page = browser.open(admin.url)
+    page.wait_for("document.querySelectorAll('.node').length === 2", what="the routers drawn")
+    assert page.evaluate("document.querySelectorAll('.node .interest').length") == 0
+
+    admin.answer("topics", {
+        "router": "router-a",
+        "subscriptions": [{"queue": "$subscriber:1", "pattern": "orders.*", "durable": False,
+                           "client_id": None, "name": None, "shared": False, "consumers": 1,
+                           "depth": 0, "unacknowledged": 0}],
+        "advertised": {"version": 5, "patterns": ["orders.*"]},
+        "interest": [{"router": "router-b", "version": 9, "reachable": True,
+                      "patterns": ["prices.#", "rates.*.gbp", "rates.*.usd"]}],
+        "fan_out": {"waiting": 0, "publications": {"client": 0, "link": 0},
+                    "copies": {"durable": 0, "non-durable": 0, "link": 0}}})
+    page.wait_for("document.querySelectorAll('.node .interest').length === 2",
+                  what="the interest written")
+
+    interest = page.evaluate("""Object.fromEntries([...document.querySelectorAll('.node')].map(
+        node => [node.dataset.router, [node.querySelector('.interest').textContent,
+                                       node.querySelector('title').textContent]]))""")
+    assert interest["router-a"] == ["topics: orders.*", "router-a\ntopic interest: orders.*"]
+    # router-b's other views cannot be asked of this fake endpoint: its
+    # interest is router-a's to tell.
+    shown, tooltip = interest["router-b"]
+    assert shown == "topics: prices.#, rates.*.gbp +1"
+    assert tooltip.endswith("\ntopic interest: prices.#, rates.*.gbp, rates.*.usd")
+    # The topics tab: the subscriptions of the router clicked.
+    page.evaluate("document.querySelector('#tabs button[data-view=topics]').click()")
+    page.wait_for("document.querySelector('#details-table tbody td') && "
+                  "document.querySelector('#details-table tbody td').textContent === "
+                  "'$subscriber:1'", what="the subscriptions listed")
+    page.screenshot(artifacts / "topology-topics.png")
+    assert page.errors == []

@@ -7,7 +7,13 @@ admin API in a router's configuration (L{meshroute.cli.status_command}).
 import pytest
 
 from meshroute.cli.status_command import admin_url, format_links
-from meshroute.cli.status_views import age, format_table, format_view, last_topology_change
+from meshroute.cli.status_views import (
+    age,
+    format_table,
+    format_view,
+    last_topology_change,
+    patterns,
+)
 from meshroute.router.admin_settings import AdminConfig
 from meshroute.errors import ConfigError
 
@@ -84,6 +90,91 @@ def test_each_view_has_its_columns():
     assert last_topology_change(routers, now) == (
         "last topology change: 30s ago (router-c's links)\n")
     assert format_view("sessions", {"": []}, now) == "  no sessions\n"
+
+
+def topics_of(router: str, advertised: list[str], version: int, subscriptions=(),
+              interest=(), waiting: int = 0) -> dict:
+    """
+    A C{/api/v1/topics} answer.
+    """
+    return {"router": router, "subscriptions": list(subscriptions),
+            "advertised": {"version": version, "patterns": advertised},
+            "interest": list(interest),
+            "fan_out": {"waiting": waiting, "publications": {"client": 7, "link": 2},
+                        "copies": {"durable": 3, "non-durable": 1, "link": 9}}}
+
+
+DURABLE = {"queue": "$durable:app:prices", "pattern": "prices.#", "durable": True,
+           "client_id": "app", "name": "prices", "shared": True, "consumers": 0,
+           "depth": 1200, "unacknowledged": 0}
+NON_DURABLE = {"queue": "$subscriber:3", "pattern": "orders.*", "durable": False,
+               "client_id": None, "name": None, "shared": False, "consumers": 1, "depth": 0,
+               "unacknowledged": 2}
+
+
+def test_the_topics_of_one_router():
+    topics = topics_of("router-c", ["orders.*", "prices.#"], 1795458725123,
+                       [DURABLE, NON_DURABLE],
+                       [{"router": "router-a", "version": 1795458700000,
+                         "patterns": ["a", "b", "c", "d", "e", "f"], "reachable": True},
+                        {"router": "router-b", "version": 12, "patterns": [],
+                         "reachable": False}], waiting=4)
+
+    assert format_view("topics", {"": topics}, 1000.0).splitlines() == [
+        "advertised: orders.*, prices.# (version 1795458725123)",
+        "fan-out: 4 waiting; publications 7 from clients, 2 from links; copies 3 durable, "
+        "1 non-durable, 9 to other routers",
+        "subscriptions:",
+        "  subscription   pattern   durable  shared  consumers  depth  unacked",
+        "  app:prices     prices.#  yes      yes             0   1200        0",
+        "  $subscriber:3  orders.*  no       no              1      0        2",
+        "interest held of other routers:",
+        "  router    reachable        version  patterns",
+        "  router-a  yes        1795458700000  a, b, c, d +2 more",
+        "  router-b  no                    12  -",
+    ]
+
+
+def test_the_topics_of_a_router_without_any():
+    lines = format_view("topics", {"": topics_of("router-b", [], 0)}, 1000.0).splitlines()
+
+    assert lines[0] == "advertised: - (version 0)"
+    assert lines[2:] == ["subscriptions:", "  no topic subscriptions",
+                         "interest held of other routers:", "  no interest of other routers"]
+
+
+def test_the_topics_of_every_router_say_who_holds_whose_interest():
+    version_a, version_c = 1795458700000, 1795458725123
+    a = topics_of("router-a", ["x.#"], version_a,
+                  interest=[{"router": "router-c", "version": version_c,
+                             "patterns": ["prices.#"], "reachable": True}])
+    # router-b has not heard router-a's newest interest yet.
+    b = topics_of("router-b", [], 0, interest=[
+        {"router": "router-a", "version": version_a - 5, "patterns": [], "reachable": True},
+        {"router": "router-c", "version": version_c, "patterns": ["prices.#"],
+         "reachable": True}])
+    c = topics_of("router-c", ["prices.#"], version_c, [DURABLE], waiting=2, interest=[
+        {"router": "router-a", "version": version_a, "patterns": ["x.#"], "reachable": True}])
+
+    lines = format_view("topics", {"router-a": a, "router-b": b, "router-c": c}, 1000.0,
+                        router_column=True).splitlines()
+
+    assert lines == [
+        "subscriptions:",
+        "  router    subscription  pattern   durable  shared  consumers  depth  unacked",
+        "  router-c  app:prices    prices.#  yes      yes             0   1200        0",
+        "advertised interest:",
+        "  router          version  patterns  held by  waiting  published",
+        "  router-a  1795458700000  x.#           1/2        0          7",
+        "  router-b              0  -               -        0          7",
+        "  router-c  1795458725123  prices.#      2/2        2          7",
+    ]
+
+
+def test_patterns_beyond_a_few_are_counted():
+    assert patterns([]) == "-"
+    assert patterns(["a", "b"]) == "a, b"
+    assert patterns(["a", "b", "c", "d", "e"]) == "a, b, c, d +1 more"
 
 
 @pytest.mark.parametrize("endpoint, url", [

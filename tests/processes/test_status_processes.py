@@ -128,6 +128,19 @@ def test_all_routers_in_one_table(line):
     assert set(as_json) == {"router-a", "router-b", "router-c"}
     assert [q["name"] for q in as_json["router-c"]] == ["orders"]
 
+    # The topics of every router, two of them asked through the mesh.
+    topics = status("--admin", a.admin_url, "topics", "--all-routers")
+    assert topics.returncode == 0, topics.stderr
+    lines = topics.stdout.splitlines()
+    assert lines[:3] == ["subscriptions:", "  no topic subscriptions", "advertised interest:"]
+    assert lines[3].split() == ["router", "version", "patterns", "held", "by", "waiting",
+                                "published"]
+    # Each advertises that it wants nothing, and the others hold that.
+    rows = [line.split() for line in lines[4:]]
+    assert [row[:1] + row[2:] for row in rows] == [
+        [router, "-", "2/2", "0", "0"] for router in ("router-a", "router-b", "router-c")]
+    assert all(int(row[1]) > 0 for row in rows)
+
 
 def test_an_unreachable_router_is_a_clear_failure(line):
     a, b, c, a_proc, b_proc, c_proc = line

@@ -10,51 +10,13 @@ import pytest
 from meshroute.router.topic_subscriptions import DurableInUse
 from meshroute.wire.frames import Interest
 from support.mesh_testing import assert_confirmed, events_of, mesh  # noqa: F401 (mesh: a fixture)
-
-
-class TopicConsumer:
-    """
-    Subscribes to a pattern at one router and acknowledges what it gets.
-    """
-
-    def __init__(self, router, pattern: str, credit: int = 1000, **durable) -> None:
-        self.received = []
-        self.subscription = None
-        d = router.engine.topics.subscribe(pattern, self._deliver, 0, **durable)
-        d.addCallback(self._subscribed, credit)
-        self.failure = []
-        d.addErrback(self.failure.append)
-
-    def _subscribed(self, subscription, credit: int) -> None:
-        self.subscription = subscription
-        subscription.add_credit(credit)
-
-    def _deliver(self, delivery) -> None:
-        self.received.append(delivery.message)
-        self.subscription.ack([delivery.delivery_id])
-        self.subscription.add_credit(1)
-
-    @property
-    def bodies(self) -> list[bytes]:
-        return [m.body for m in self.received]
+from support.topic_testing import TopicConsumer, star
 
 
 def publish(mesh, router: str, topic: str, count: int, start: int = 0, persistent=True):
     engine = mesh.routers[router].engine
     return [engine.submit(f"topic:{topic}", b"%d" % i, {}, persistent)
             for i in range(start, start + count)]
-
-
-def star(mesh) -> None:
-    """
-    a - b - c, and d and e beyond b.
-    """
-    mesh.add("router-a", connect_to=["router-b"])
-    mesh.add("router-b")
-    mesh.add("router-c", connect_to=["router-b"])
-    mesh.add("router-d", connect_to=["router-b"])
-    mesh.add("router-e", connect_to=["router-d"])
-    mesh.run(1)
 
 
 def links_sent(router, peer: str) -> int:

@@ -1,14 +1,18 @@
 """
-C{GET /api/v1/topology} (L{meshroute.router.views}) of whole routers
-linked in memory: what each router knows of the mesh as links come up,
-fall silent and come back.
+C{GET /api/v1/topology} and C{/api/v1/topics} (L{meshroute.router.views})
+of whole routers linked in memory: what each router knows of the mesh as
+links come up, fall silent and come back; its topic subscriptions, the
+interest it holds, and what its fan-out did.
 """
 
 import pytest
 from twisted.internet.protocol import Factory, Protocol
 
-from meshroute.router.views import describe_topology
+from meshroute.router.views import describe_topics, describe_topology
 from meshroute.testing.memory_mesh import MemoryMesh
+from support.mesh_testing import assert_confirmed, send
+from support.mesh_testing import line as three_in_a_line
+from support.topic_testing import TopicConsumer
 
 
 @pytest.fixture
@@ -119,3 +123,96 @@ def test_a_links_window_fill_is_its_unacknowledged_transfers(mesh):
     mesh.run(1)
     [edge] = describe_topology(mesh.routers["router-a"])["edges"]
     assert edge["link"]["in_flight"] == 0
+
+
+def subscriptions_of(router) -> list[dict]:
+    return describe_topics(router.engine)["subscriptions"]
+
+
+def test_topics_show_subscriptions_interest_and_fan_out(mesh):
+    three_in_a_line(mesh)
+    a, b, c = (mesh.routers[name] for name in ("router-a", "router-b", "router-c"))
+    durable = TopicConsumer(c, "prices.#", client_id="app", durable="prices", shared=True)
+    mesh.run(1)
+    durable.subscription.cancel()  # detached: it collects
+    TopicConsumer(c, "orders.*")
+    TopicConsumer(c, "orders.eu", credit=0)  # holds what it gets
+    TopicConsumer(a, "prices.eu.*")
+    mesh.run(1)
+    assert_confirmed(send(mesh, "router-a", "topic:prices.eu.gbp", 3))
+    assert_confirmed(send(mesh, "router-a", "topic:orders.eu", 2, persistent=False))
+    mesh.run(1)
+
+    topics = describe_topics(c.engine)
+
+    assert topics["router"] == "router-c"
+    assert topics["subscriptions"] == [
+        {"queue": "$durable:app:prices", "pattern": "prices.#", "durable": True,
+         "client_id": "app", "name": "prices", "shared": True, "consumers": 0, "depth": 3,
+         "unacknowledged": 0},
+        {"queue": "$subscriber:1", "pattern": "orders.*", "durable": False, "client_id": None,
+         "name": None, "shared": False, "consumers": 1, "depth": 0, "unacknowledged": 0},
+        {"queue": "$subscriber:2", "pattern": "orders.eu", "durable": False,
+         "client_id": None, "name": None, "shared": False, "consumers": 1, "depth": 2,
+         "unacknowledged": 0},
+    ]
+    # orders.eu is covered by orders.*: not advertised again.
+    assert topics["advertised"] == {"version": c.engine.interest.local.version,
+                                    "patterns": ["orders.*", "prices.#"]}
+    # router-b advertises that it wants nothing.
+    assert topics["interest"] == [
+        {"router": "router-a", "version": a.engine.interest.local.version,
+         "patterns": ["prices.eu.*"], "reachable": True},
+        {"router": "router-b", "version": b.engine.interest.local.version, "patterns": [],
+         "reachable": True}]
+    # Each copy crossed b once; at c, orders.eu made one for each of
+    # its two subscriptions.
+    assert topics["fan_out"] == {"waiting": 0, "publications": {"client": 0, "link": 5},
+                                 "copies": {"durable": 3, "non-durable": 4, "link": 0}}
+    assert describe_topics(b.engine)["fan_out"] == {
+        "waiting": 0, "publications": {"client": 0, "link": 5},
+        "copies": {"durable": 0, "non-durable": 0, "link": 5}}
+    at_a = describe_topics(a.engine)
+    assert at_a["fan_out"] == {"waiting": 0, "publications": {"client": 5, "link": 0},
+                               "copies": {"durable": 0, "non-durable": 3, "link": 5}}
+    assert {row["router"]: row["patterns"] for row in at_a["interest"]} == {
+        "router-b": [], "router-c": ["orders.*", "prices.#"]}
+    assert describe_topics(b.engine)["advertised"] == {
+        "version": b.engine.interest.local.version, "patterns": []}
+
+
+def test_topics_show_withdrawn_and_unreachable_interest_and_waiting_publications(mesh):
+    three_in_a_line(mesh)
+    a, b, c = (mesh.routers[name] for name in ("router-a", "router-b", "router-c"))
+    TopicConsumer(c, "prices.#", client_id="app", durable="prices")
+    orders = TopicConsumer(c, "orders.*")
+    mesh.run(1)
+    before = describe_topics(c.engine)["advertised"]["version"]
+
+    orders.subscription.cancel()
+    mesh.run(1)
+
+    advertised = describe_topics(c.engine)["advertised"]
+    assert advertised["patterns"] == ["prices.#"] and advertised["version"] > before
+    held = describe_topics(b.engine)["interest"][-1]
+    assert held == {"router": "router-c", "version": advertised["version"],
+                    "patterns": ["prices.#"], "reachable": True}
+    assert [row["pattern"] for row in subscriptions_of(c)] == ["prices.#"]
+
+    # Gone, its interest stays: its durable subscription collects.
+    mesh.stop("router-c")
+    mesh.run(1)
+    held = describe_topics(b.engine)["interest"][-1]
+    assert (held["router"], held["reachable"], held["patterns"]) == (
+        "router-c", False, ["prices.#"])
+
+    # Publications the fan-out has not taken yet wait in $topic.
+    a.engine.fan_out.stop()
+    assert_confirmed(send(mesh, "router-a", "topic:prices.x", 4))
+    mesh.run(0.1)
+    assert describe_topics(a.engine)["fan_out"]["waiting"] == 4
+    a.engine.fan_out.start()
+    mesh.run(1)
+    fan_out = describe_topics(a.engine)["fan_out"]
+    assert (fan_out["waiting"], fan_out["publications"]["client"]) == (0, 4)
+

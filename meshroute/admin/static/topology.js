@@ -1,9 +1,10 @@
 // The topology page (docs/topology.md): polls the admin JSON API and redraws
 // the mesh without reloading.  What this router knows comes from its own
-// resources (/api/v1/topology, /router, /links, /routes, /queues,
-// /sessions); what only another router knows (its queues, its HA role,
-// its links' counters) is asked through the mesh at
-// /api/v1/routers/NAME/VIEW, and shown as "no data" where that fails.
+// resources (/api/v1/topology, /router, /links, /routes, /queues, /topics,
+// /sessions): the topic interest of every router among it; what only
+// another router knows (its queues, its HA role, its links' counters) is
+// asked through the mesh at /api/v1/routers/NAME/VIEW, and shown as
+// "no data" where that fails.
 "use strict";
 
 // Seconds between two polls: ?interval=SECONDS in the page's address.
@@ -11,6 +12,9 @@ const INTERVAL_MS = 1000 * (Number(new URLSearchParams(location.search).get("int
 const TOKEN_KEY = "meshroute-admin-token";
 const SVG = "http://www.w3.org/2000/svg";
 const WIDTH = 640, HEIGHT = 560;
+// Topic patterns written under a router; the rest are counted (its tooltip
+// lists them all).
+const SHOWN_PATTERNS = 2;
 // Fields that hold epoch seconds, shown as local times.
 const TIMES = new Set(["since", "last_heard", "changed_at", "closed_at", "last_closed_at",
                        "last_change"]);
@@ -159,14 +163,32 @@ function drawEdge(svg, edge, places, fills) {
   svg.append(group);
 }
 
-function drawNode(svg, node, place, facts) {
+// The topic interest of each router as the router serving the page holds
+// it (its /api/v1/topics: its own and every other's): name → patterns.
+function interestOf(topics) {
+  const interest = new Map();
+  if (!topics.value) return interest;
+  interest.set(topics.value.router, topics.value.advertised.patterns);
+  for (const held of topics.value.interest) interest.set(held.router, held.patterns);
+  return interest;
+}
+
+function patternsLabel(patterns) {
+  const more = patterns.length - SHOWN_PATTERNS;
+  return "topics: " + patterns.slice(0, SHOWN_PATTERNS).join(", ")
+    + (more > 0 ? ` +${more}` : "");
+}
+
+function drawNode(svg, node, place, facts, interest) {
   const group = element("g", {"class": "node" + (node.name === state.selected ? " selected" : ""),
                               "data-router": node.name, "data-reachable": node.reachable,
                               "data-self": node.name === state.router,
                               transform: `translate(${place.x},${place.y})`});
   const known = facts.get(node.name) || {};
+  const patterns = interest.get(node.name) || [];
   group.append(element("title", {}, node.name + (known.errors && known.errors.length
-    ? `: ${known.errors.join("; ")}` : "")));
+    ? `: ${known.errors.join("; ")}` : "")
+    + (patterns.length ? `\ntopic interest: ${patterns.join(", ")}` : "")));
   group.append(element("circle", {r: 44}));
   group.append(element("text", {"class": "name", y: -4}, node.name));
   const depth = known.depth;
@@ -177,16 +199,21 @@ function drawNode(svg, node, place, facts) {
     role += ` ${node.hops} hop${node.hops > 1 ? "s" : ""}`;
   }
   group.append(element("text", {"class": "role", y: 60}, role.trim()));
+  if (patterns.length) {
+    group.append(element("text", {"class": "interest", y: 75}, patternsLabel(patterns)));
+  }
   group.addEventListener("click", () => { state.selected = node.name; refresh(); });
   svg.append(group);
 }
 
-function draw(topology, facts, fills) {
+function draw(topology, facts, fills, interest) {
   const svg = document.getElementById("graph");
   const places = layout(topology.nodes);
   svg.replaceChildren();
   for (const edge of topology.edges) drawEdge(svg, edge, places, fills);
-  for (const node of topology.nodes) drawNode(svg, node, places.get(node.name), facts);
+  for (const node of topology.nodes) {
+    drawNode(svg, node, places.get(node.name), facts, interest);
+  }
 }
 
 function header(topology) {
@@ -213,6 +240,7 @@ function rows(what, value) {
   if (what === "routes") {
     return Object.entries(value).map(([router, route]) => ({router, ...route}));
   }
+  if (what === "topics") return value.subscriptions;
   return Array.isArray(value) ? value : [value];
 }
 
@@ -302,10 +330,11 @@ async function poll() {
     if (!topology.nodes.some(node => node.name === state.selected)) {
       state.selected = topology.router;
     }
-    const {facts, fills} = await gather(topology);
+    const [{facts, fills}, topics] = await Promise.all(
+      [gather(topology), view(topology.router, "topics")]);
     const details = await view(state.selected, state.view);
     header(topology);
-    draw(topology, facts, fills);
+    draw(topology, facts, fills, interestOf(topics));
     table(state.view, details);
     document.body.dataset.updated = String(Date.now());
     status(`updated ${new Date().toLocaleTimeString()}`, false);
