@@ -106,7 +106,7 @@ class FakeEngine:
         self.store.open()
         self.events = RecordingEvents()
         self.queues = QueueManager(self.store, self.events, clock)
-        self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, clock),
+        self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, self.store, clock),
                                          mesh_wide=None)
         self.auto = auto
         self.submitted: list[Submitted] = []
