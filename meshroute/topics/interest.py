@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from meshroute.topics.index import PatternIndex
-from meshroute.topics.patterns import aggregate
+from meshroute.topics.patterns import aggregate, subsumes
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ class Interest:
 
     version: int
     patterns: frozenset
+
+
+def _hides(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """
+    Whether C{other} is left out of an aggregation holding C{one}
+    (L{aggregate}'s rule: subsumed, and of two that subsume each other
+    the one that sorts first is kept).
+    """
+    return subsumes(one, other) and (not subsumes(other, one) or one < other)
 
 
 class LocalInterest:
@@ -59,26 +68,37 @@ class LocalInterest:
         """
         A subscription to C{pattern} (parsed) began; whether the
         advertisement changed (then advertise L{advertised} under
-        L{version}).
+        L{version}).  The aggregation changes around C{pattern} alone:
+        what it subsumes leaves, unless it is subsumed itself (linear in
+        the patterns advertised).
         """
-        self._counts[pattern] = self._counts.get(pattern, 0) + 1
-        return self._changed()
+        count = self._counts.get(pattern, 0)
+        self._counts[pattern] = count + 1
+        if count or any(_hides(kept, pattern) for kept in self.advertised):
+            return False
+        return self._changed({kept for kept in self.advertised if not _hides(pattern, kept)}
+                             | {pattern})
 
     def unsubscribed(self, pattern: tuple[str, ...]) -> bool:
         """
         A subscription to C{pattern} ended; whether the advertisement
         changed (the last one for a pattern withdraws it, unless another
-        covers it).
+        covers it; the patterns it alone subsumed come back).
         """
         count = self._counts.get(pattern, 0)
-        if count <= 1:
-            self._counts.pop(pattern, None)
-        else:
+        if count > 1:
             self._counts[pattern] = count - 1
-        return self._changed()
+            return False
+        self._counts.pop(pattern, None)
+        if pattern not in self.advertised:
+            return False
+        rest = self.advertised - {pattern}
+        hidden = [live for live in self._counts if subsumes(pattern, live)
+                  and not any(subsumes(kept, live) for kept in rest)]
+        return self._changed(rest | aggregate(hidden))
 
-    def _changed(self) -> bool:
-        now = frozenset(aggregate(self._counts))
+    def _changed(self, now) -> bool:
+        now = frozenset(now)
         if now == self.advertised:
             return False
         self.advertised = now

@@ -109,8 +109,29 @@ def test_aggregation_keeps_every_match_and_drops_only_covered_patterns(given_pat
     assert any(p.matches(k, topic) for k in kept) == any(
         p.matches(g, topic) for g in given_patterns)
     for pattern in kept:
-        assert not any(p.covers(other, pattern) and other != pattern
-                       and not p.covers(pattern, other) for other in kept)
+        assert not any(p.subsumes(other, pattern) and other != pattern
+                       and not p.subsumes(pattern, other) for other in kept)
+
+
+@given(parsed_patterns, parsed_patterns, topics)
+@settings(max_examples=500)
+def test_subsumes_is_sound(broad, narrow, topic):
+    if p.subsumes(broad, narrow):
+        assert p.covers(broad, narrow)
+        if p.matches(narrow, topic):
+            assert p.matches(broad, topic)
+
+
+def test_subsumes_is_word_by_word_and_so_not_complete():
+    parse = p.parse_pattern
+    assert p.subsumes(parse("prices.#"), parse("prices.*.gbp"))
+    assert p.subsumes(parse("#"), parse("a.#.b"))
+    assert p.subsumes(parse("*.a"), parse("*.a"))
+    assert not p.subsumes(parse("a.*"), parse("a.#"))
+    assert not p.subsumes(parse("a"), parse("*"))
+    # Every topic of a.#.a has an a, but no word-by-word line-up shows it.
+    assert p.covers(parse("#.a.*.#"), parse("a.#.a"))
+    assert not p.subsumes(parse("#.a.*.#"), parse("a.#.a"))
 
 
 def test_aggregation_examples():
