@@ -18,7 +18,8 @@ whole story.
    consumer is attached, persistent publications as persistent entries,
    and ends only when forgotten (L{TopicSubscriptions.forget}).  Shared
    ones take several consumers, each message to one of them; a
-   non-shared one takes one at a time (L{DurableInUse}).  Subscribing
+   non-shared one takes one at a time (L{DurableInUse}), and only the
+   user that made it attaches to it (L{NotOwner}).  Subscribing
    again with another pattern replaces it (its messages go), as JMS
    does.
 
@@ -52,6 +53,15 @@ class BadSubscription(MeshrouteError):
     """
 
     code = "bad-address"
+
+
+class NotOwner(MeshrouteError):
+    """
+    A durable subscription is another user's: only the user that made it
+    attaches to it (and so replaces or forgets it).
+    """
+
+    code = "not-allowed"
 
 
 class DurableInUse(MeshrouteError):
@@ -188,6 +198,9 @@ class TopicSubscriptions:
             return succeed(self._queues.subscribe(queue, deliver, credit,
                                                   ended=lambda: self._ended(queue)))
         held = self.durable.get(queue)
+        if held is not None and held.user != user:
+            return fail(NotOwner(f"durable subscription {durable!r} of {client_id!r} belongs "
+                                 "to another user"))
         if held is not None and held.consumers and not (held.shared and shared):
             return fail(DurableInUse(
                 f"durable subscription {durable!r} of {client_id!r} already has its consumer"

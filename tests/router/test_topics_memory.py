@@ -7,7 +7,7 @@ restarts.
 
 import pytest
 
-from meshroute.router.topic_subscriptions import DurableInUse
+from meshroute.router.topic_subscriptions import DurableInUse, NotOwner
 from meshroute.wire.frames import Interest
 from support.mesh_testing import assert_confirmed, events_of, mesh  # noqa: F401 (mesh: a fixture)
 from support.topic_testing import TopicConsumer, star
@@ -243,3 +243,18 @@ def test_an_ended_subscription_drops_what_its_consumer_gave_back(mesh):
     assert router.engine.queues.depths() == {}
     dropped = [e for e in events_of(router, "message.dropped") if e["reason"] == "unsubscribed"]
     assert len(dropped) == 3
+
+
+def test_only_the_user_that_made_a_durable_subscription_attaches_to_it(mesh):
+    star(mesh)
+    topics = mesh.routers["router-c"].engine.topics
+    made, refused = [], []
+    topics.subscribe("t", lambda d: None, 0, client_id="app", durable="d",
+                     user="alice").addCallback(made.append)
+    mesh.run(0.1)
+    made[0].cancel()
+    topics.subscribe("other", lambda d: None, 0, client_id="app", durable="d",
+                     user="mallory").addErrback(refused.append)
+    assert refused and refused[0].check(NotOwner)
+    assert refused[0].value.code == "not-allowed"
+    assert topics.durable["$durable:app:d"].pattern == ("t",)
