@@ -68,6 +68,25 @@ def _client_endpoint(mesh, name: str, router: str):
     return mesh.network.endpoints(name).client(f"clients-{router}")
 
 
+def _take(world, spec, rng: random.Random, message) -> None:
+    """
+    A consumer or topic subscriber C{spec} received C{message}: record it
+    in C{world.deliveries} and acknowledge it after a delay drawn from
+    C{rng}: random while faults happen; at once while the healed mesh
+    drains, so that a slow consumer is not taken for a stuck queue.
+    """
+    delivery = Delivery(spec.name, spec.router, world.epochs[spec.router], message.msg_id,
+                        message.body, message.redelivered, world.now())
+    world.deliveries.append(delivery)
+    delay = 0.0 if world.draining else rng.uniform(0, spec.ack_delay)
+
+    def ack():
+        delivery.acked = True
+        message.ack()
+
+    world.clock.callLater(delay, ack)
+
+
 class ProducerActor:
     """
     A producer: sends as the schedule says, retries what it must, and
@@ -163,18 +182,97 @@ class ConsumerActor:
         d.addErrback(failed)
 
     def _received(self, message) -> None:
-        world = self.world
-        delivery = Delivery(self.spec.name, self.spec.router, world.epochs[self.spec.router],
-                            message.msg_id, message.body, message.redelivered,
-                            world.now())
-        world.deliveries.append(delivery)
-        # Random ack timing while faults happen; at once while the healed
-        # mesh drains, so that a slow consumer is not taken for a stuck
-        # queue.
-        delay = 0.0 if world.draining else self._random.uniform(0, self.spec.ack_delay)
+        _take(self.world, self.spec, self._random, message)
 
-        def ack():
-            delivery.acked = True
-            message.ack()
 
-        world.clock.callLater(delay, ack)
+@dataclass
+class Subscription:
+    """
+    What one topic subscriber did: when its subscription was confirmed
+    (C{confirmed}, mesh time of the schedule, each time it was), the
+    interest version of its router then (L{TopicSubscriberActor}), and
+    when it unsubscribed (C{ended}) and when that was answered
+    (C{ended_confirmed}).
+    """
+
+    name: str
+    router: str
+    pattern: str
+    durable: bool
+    confirmed: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
+    ended: float | None = None
+    ended_confirmed: float | None = None
+    forgot: bool = False
+
+
+class TopicSubscriberActor:
+    """
+    A topic subscriber: subscribes at its time (again, if subscribing
+    fails), records every delivery in C{world.deliveries} (its name as
+    the consumer) and what its subscription was in
+    C{world.subscriptions}, acknowledges as a L{ConsumerActor} does, and
+    unsubscribes at its time.
+    """
+
+    def __init__(self, spec, world) -> None:
+        self.spec = spec
+        self.world = world
+        self.client = None
+        self.subscription = None
+        self.record = world.subscriptions[spec.name] = Subscription(
+            spec.name, spec.router, spec.pattern, spec.durable)
+        self._random = random.Random(spec.seed)
+        self._due = False
+        connecting = connect_endpoint(
+            world.clock, _client_endpoint(world.mesh, spec.name, spec.router),
+            client_id=spec.name, confirmation_window_size=1 << 20, **CLIENT_OPTIONS)
+        connecting.addCallbacks(self._connected, world.client_failed,
+                                errbackArgs=(spec.name,))
+
+    def _connected(self, client) -> None:
+        self.client = client
+        if self._due:
+            self.subscribe()
+
+    def subscribe(self) -> None:
+        self._due = True
+        if self.client is None or self.record.ended is not None:
+            return
+        spec = self.spec
+        d = self.client.subscribe_topic(
+            spec.pattern, self._received, prefetch=spec.prefetch,
+            durable=spec.name if spec.durable else None,
+            client_id=spec.name if spec.durable else None)
+
+        def subscribed(subscription):
+            self.subscription = subscription
+            record = self.record
+            record.confirmed.append(self.world.now())
+            router = self.world.mesh.routers.get(spec.router)
+            record.versions.append(router.engine.interest.local.version
+                                   if router is not None else 0)
+
+        def failed(failure):
+            self.world.notes.append(f"{spec.name}: subscribe failed: {failure.value!r}")
+            if not self.world.finishing and self.record.ended is None:
+                self.world.clock.callLater(0.5, self.subscribe)
+
+        d.addCallbacks(subscribed, failed)
+
+    def unsubscribe(self) -> None:
+        record = self.record
+        if record.ended is not None or self.subscription is None:
+            return
+        record.ended = self.world.now()
+        record.forgot = self.spec.forget
+        d = self.subscription.unsubscribe(forget=self.spec.forget and self.spec.durable)
+
+        def answered(_):
+            record.ended_confirmed = self.world.now()
+
+        d.addCallbacks(answered, lambda failure: self.world.notes.append(
+            f"{self.spec.name}: unsubscribe failed: {failure.value!r}"))
+
+    def _received(self, message) -> None:
+        _take(self.world, self.spec, self._random, message)

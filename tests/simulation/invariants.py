@@ -13,6 +13,9 @@ Nothing else is excused.
 from collections import defaultdict
 from dataclasses import dataclass
 
+from meshroute.messages import TOPIC_PREFIX, TOPIC_QUEUE
+from meshroute.topics.patterns import matches, parse_pattern, parse_topic
+
 #: The order promise checked: C{"between-failures"}, the one
 #: docs/routing.md ("What order is promised") makes: one producer's
 #: confirmed persistent messages to one address are enqueued in the order
@@ -125,7 +128,8 @@ def consumed_once(outcome) -> list[Violation]:
     violations = []
     consumed = defaultdict(int)
     for router, epoch, record in outcome.events:
-        if record["event"] == "message.consumed":
+        # What the topic fan-out takes from $topic it copies: no client's.
+        if record["event"] == "message.consumed" and record["queue"] != TOPIC_QUEUE:
             consumed[(record["msg_id"], router, epoch)] += 1
     acked = {d.msg_id for d in outcome.deliveries if d.acked}
     for (msg_id, router, epoch), count in consumed.items():
@@ -193,6 +197,71 @@ def producer_order(outcome, promise: str | None = ORDER_PROMISE) -> list[Violati
     return violations
 
 
+def topic_promises(outcome) -> list[Violation]:
+    """
+    What docs/topics.md promises a subscription: a durable one gets every
+    confirmed persistent publication it was promised (its router's
+    interest, at a version that included it, was held by the
+    publisher's router when that fanned the publication out; or it is of
+    its own router and existed then) exactly once (checked for those
+    consumed to the end of the run); no subscription gets
+    a publication twice unflagged, nor anything after its unsubscribe
+    was answered; and, once the mesh healed, every router holds every
+    reachable router's interest as that router advertises it.
+    Excused: a durable subscription whose router was restarted with an
+    empty data dir (it went with the disk), and a publication any copy
+    of which went with a disk.
+    """
+    violations = [Violation("interest", line) for line in outcome.interest[:3]]
+    wiped = {router for router, epoch, _ in outcome.events if epoch > 0}
+    lost = set(outcome.lost_with_disk)
+    published = {a.msg_id: a for a in outcome.attempts
+                 if a.address.startswith(TOPIC_PREFIX) and a.outcome == "confirmed"}
+    by_subscriber = defaultdict(list)
+    for delivery in outcome.deliveries:
+        by_subscriber[delivery.consumer].append(delivery)
+    for name, subscription in sorted(outcome.subscriptions.items()):
+        deliveries = by_subscriber.get(name, [])
+        first = {}
+        for delivery in deliveries:
+            key = delivery.body.decode()
+            if key in first and not delivery.redelivered:
+                violations.append(Violation(
+                    "topic-twice", f"{name} got {key} at t={first[key]:.2f} and again, "
+                    f"unflagged, at t={delivery.at:.2f}"))
+            first.setdefault(key, delivery.at)
+        if subscription.ended_confirmed is not None:
+            late = [d for d in deliveries if d.at > subscription.ended_confirmed]
+            if late:
+                violations.append(Violation(
+                    "topic-after-end", f"{name} got {late[0].body.decode()} at "
+                    f"t={late[0].at:.2f}, after its unsubscribe was answered at "
+                    f"t={subscription.ended_confirmed:.2f}"))
+        # A durable subscription detached keeps what it collects where no
+        # delivery shows it: only one consumed to the end is checked.
+        if (not subscription.durable or not subscription.confirmed
+                or subscription.ended is not None or subscription.router in wiped):
+            continue
+        pattern = parse_pattern(subscription.pattern)
+        version, since = subscription.versions[0], subscription.confirmed[0]
+        for msg_id, (origin, at, versions) in outcome.fanned.items():
+            attempt = published.get(msg_id)
+            if attempt is None or not attempt.persistent or msg_id in lost:
+                continue
+            if not matches(pattern, parse_topic(attempt.address[len(TOPIC_PREFIX):])):
+                continue
+            promised = (at >= since if origin == subscription.router
+                        else versions.get(subscription.router, 0) >= version)
+            if not promised or any(held.startswith(msg_id) for held in lost):
+                continue
+            if attempt.key not in first:
+                violations.append(Violation(
+                    "topic-lost", f"durable {name} at {subscription.router} ({subscription.pattern}, "
+                    f"interest v{version}) never got {attempt.key} ({attempt.address}), fanned "
+                    f"out at {origin} at t={at:.2f} holding v{versions.get(subscription.router)}"))
+    return violations
+
+
 def not_stuck(outcome) -> list[Violation]:
     """
     Once every fault healed, everything drained: no backlog, outbox or
@@ -216,4 +285,5 @@ def check(outcome, order: str | None = ORDER_PROMISE) -> list[Violation]:
     Every invariant, on one outcome.
     """
     return [*exactly_once(outcome), *consumed_once(outcome), *producer_order(outcome, order),
-            *not_stuck(outcome), *memory_bounded(outcome), *no_errors_logged(outcome)]
+            *topic_promises(outcome), *not_stuck(outcome), *memory_bounded(outcome),
+            *no_errors_logged(outcome)]

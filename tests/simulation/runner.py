@@ -20,12 +20,14 @@ from dataclasses import dataclass, field, replace
 from twisted.logger import LogLevel, globalLogPublisher
 
 from meshroute.events import events_dir, read_events
+from meshroute.messages import TARGETS_HEADER
 from meshroute.router.settings import RoutingConfig
+from meshroute.router.topic_subscriptions import durable_queue
 from meshroute.sessions.settings import ClientListenerConfig, ClientReconnectConfig
 from meshroute.wire.codec import FrameDecoder
 from meshroute.wire.frames import FastTransfer, Transfer
 
-from simulation.actors import ConsumerActor, ProducerActor
+from simulation.actors import ConsumerActor, ProducerActor, TopicSubscriberActor
 from meshroute.testing.memory_mesh import InjectedStoreError
 from simulation.network import HIGH_WATER, FaultyMesh
 from simulation.schedule import FAULT_PHASE_S, Schedule
@@ -50,6 +52,13 @@ class Outcome:
     @ivar errors: logged errors that were not an injected fault's.
     @ivar start: the mesh time (as in event records) the fault phase
         began at, from which the schedule's times count.
+    @ivar subscriptions: name -> L{simulation.actors.Subscription}: what
+        each topic subscriber's subscription was.
+    @ivar fanned: publication id -> C{(router, at, {router: version})}:
+        when its router last fanned it out, with the interest version it
+        held of every other router then.
+    @ivar interest: where, once the mesh healed, a router's picture of
+        another's topic interest was not that router's own.
     """
 
     schedule: Schedule
@@ -62,6 +71,9 @@ class Outcome:
     errors: list
     notes: list = field(default_factory=list)
     start: float = 0.0
+    subscriptions: dict = field(default_factory=dict)
+    fanned: dict = field(default_factory=dict)
+    interest: list = field(default_factory=list)
 
     def trace(self) -> list[str]:
         """
@@ -143,6 +155,9 @@ class World:
         self.start = 0.0
         self.producers: dict[str, ProducerActor] = {}
         self.consumers: dict[str, ConsumerActor] = {}
+        self.topic_subscribers: dict[str, TopicSubscriberActor] = {}
+        self.subscriptions: dict = {}
+        self.fanned: dict = {}
 
     def _config(self, name: str):
         schedule = self.schedule
@@ -176,9 +191,28 @@ class World:
         self.mesh.network.partitioned |= {n for n, count in self.frozen.items() if count}
         return True
 
+    def start_router(self, name: str) -> None:
+        """
+        Start router C{name}, watching its topic fan-out: for each
+        publication accepted there, when it was fanned out and the
+        interest version it held of every other router then
+        (C{fanned}), which says which subscriptions it was promised to.
+        """
+        self.mesh.start(self.configs[name])
+        engine = self.mesh.routers[name].engine
+        copies, table = engine.fan_out.copies, engine.interest.table
+
+        def watched(message):
+            if message.origin == name and TARGETS_HEADER not in message.headers:
+                self.fanned[message.msg_id] = (
+                    name, self.now(), {origin: table.version(origin) for origin in table.origins()})
+            return copies(message)
+
+        engine.fan_out.copies = watched
+
     def restart(self, name: str) -> None:
         self.down.discard(name)
-        self.mesh.start(self.configs[name])
+        self.start_router(name)
 
     def wipe(self, name: str) -> None:
         """
@@ -286,17 +320,51 @@ class World:
             waiting = router.engine.transient_depths()
             if waiting:
                 left.append(f"{name}: non-persistent waiting {waiting}")
-            depths = router.engine.queues.depths()
+            depths = {queue: depth for queue, depth in router.engine.queues.depths().items()
+                      if queue not in self.detached_durable(name)}
             if depths:
                 left.append(f"{name}: queues not drained {depths}")
         left += self.links_down()
         pending = [a.key for a in self.attempts if a.outcome is None]
         if pending:
             left.append(f"sends without an answer: {pending[:10]} ({len(pending)})")
-        for name, actor in sorted({**self.producers, **self.consumers}.items()):
+        for name, actor in sorted({**self.producers, **self.consumers,
+                                   **self.topic_subscribers}.items()):
             if actor.client is None:
                 left.append(f"{name}: never connected")
         return left
+
+    def detached_durable(self, router: str) -> set[str]:
+        """
+        The queues of router C{router}'s durable subscriptions that no
+        subscriber consumes any more (it detached without forgetting
+        them): they keep what they collect.
+        """
+        return {durable_queue(spec.name, spec.name)
+                for spec in self.schedule.topic_subscribers
+                if spec.durable and spec.router == router
+                and self.subscriptions[spec.name].ended is not None}
+
+    def interest_mismatches(self) -> list[str]:
+        """
+        Once the mesh healed: where a router's picture of another
+        reachable router's topic interest is not what that router
+        advertises.
+        """
+        found = []
+        routers = self.mesh.routers
+        for name, router in sorted(routers.items()):
+            interest = router.engine.interest
+            for other in sorted(router.engine.routes.routes()):
+                if other not in routers:
+                    continue
+                own = routers[other].engine.interest.local
+                held = interest.table.patterns(other)
+                if held != own.advertised or interest.table.version(other) != own.version:
+                    found.append(f"{name} holds {sorted(held)} v{interest.table.version(other)} "
+                                 f"of {other}, which advertises {sorted(own.advertised)} "
+                                 f"v{own.version}")
+        return found
 
 
 def _timeline(schedule: Schedule, world: World) -> list:
@@ -307,6 +375,11 @@ def _timeline(schedule: Schedule, world: World) -> list:
     actions = []
     for burst in schedule.sends:
         actions.append((burst.at, 1, lambda b=burst: world.producers[b.producer].send(b)))
+    for spec in schedule.topic_subscribers:
+        actor = lambda name=spec.name: world.topic_subscribers[name]
+        actions.append((spec.at, 1, lambda a=actor: a().subscribe()))
+        if spec.until >= 0:
+            actions.append((spec.until, 1, lambda a=actor: a().unsubscribe()))
     for fault in schedule.faults:
         start = end = None
         target, kind = fault.target, fault.kind
@@ -404,12 +477,14 @@ def run(schedule: Schedule, root: str | None = None) -> Outcome:
 def _play(world: World, errors: _ErrorLog) -> Outcome:
     schedule = world.schedule
     for name in schedule.routers:
-        world.mesh.start(world.configs[name])
+        world.start_router(name)
     _converge(world)
     for spec in schedule.producers:
         world.producers[spec.name] = ProducerActor(spec, world)
     for spec in schedule.consumers:
         world.consumers[spec.name] = ConsumerActor(spec, world)
+    for spec in schedule.topic_subscribers:
+        world.topic_subscribers[spec.name] = TopicSubscriberActor(spec, world)
     world.run(1.0)
     start = world.start = world.clock.seconds()
     for at, _rank, action in _timeline(schedule, world):
@@ -430,8 +505,10 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
             break
         world.run(2.0)
         waited += 2.0
+    interest = world.interest_mismatches()
     world.finishing = True
-    for actor in [*world.producers.values(), *world.consumers.values()]:
+    for actor in [*world.producers.values(), *world.consumers.values(),
+                  *world.topic_subscribers.values()]:
         if actor.client is not None:
             actor.client.close()
     world.run(2.0)
@@ -443,4 +520,5 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
                         if epoch < world.epochs[name] else world.configs[name].data_dir)
             events += [(name, epoch, record) for record in read_events(data_dir)]
     return Outcome(schedule, world.attempts, world.deliveries, events, world.lost_with_disk,
-                   stuck, world.memory, errors.unexpected, world.notes, world.start)
+                   stuck, world.memory, errors.unexpected, world.notes, world.start,
+                   world.subscriptions, world.fanned, interest)

@@ -71,6 +71,33 @@ class Consumer:
 
 
 @dataclass(frozen=True)
+class TopicSubscriber:
+    """
+    A native client at C{router} subscribing to topic C{pattern} at
+    C{at}: a durable subscription (named after the client) or not; it
+    unsubscribes at C{until} (never if negative), for good (C{forget})
+    or, durable, only detaching.  It acknowledges as a L{Consumer} does.
+    """
+
+    name: str
+    router: str
+    pattern: str
+    durable: bool
+    at: float
+    until: float
+    forget: bool
+    prefetch: int
+    ack_delay: float
+    seed: int
+
+
+#: The topics the simulation publishes to, and the patterns its
+#: subscribers draw from (some match several topics, some none).
+TOPICS = ("t.a", "t.b", "u.a", "u.b.c")
+PATTERNS = ("t.a", "t.*", "t.#", "*.a", "u.#", "#", "v.*")
+
+
+@dataclass(frozen=True)
 class Send:
     """
     At C{at}, producer C{producer} sends C{count} messages to C{address}.
@@ -123,6 +150,7 @@ class Schedule:
     consumers: tuple
     sends: tuple
     faults: tuple
+    topic_subscribers: tuple = ()
     keepalive_ms: int = 200
     reroute_delay_ms: int = 1000
     client_keep_alive_ms: int = 3000
@@ -139,6 +167,8 @@ class Schedule:
         data["connectors"] = tuple(tuple(pair) for pair in data["connectors"])
         data["producers"] = tuple(Producer(**p) for p in data["producers"])
         data["consumers"] = tuple(Consumer(**c) for c in data["consumers"])
+        data["topic_subscribers"] = tuple(TopicSubscriber(**t)
+                                          for t in data.get("topic_subscribers", ()))
         data["sends"] = tuple(Send(**s) for s in data["sends"])
         data["faults"] = tuple(Fault(**{**f, "target": tuple(f["target"])})
                                for f in data["faults"])
@@ -155,6 +185,9 @@ class Schedule:
                   for p in self.producers]
         lines += [f"  consumer {c.name} at {c.router} on {c.queue} (prefetch {c.prefetch}, "
                   f"ack within {c.ack_delay:.2f}s)" for c in self.consumers]
+        lines += [f"  topic subscriber {t.name} at {t.router} on {t.pattern}"
+                  f"{' (durable)' if t.durable else ''} (prefetch {t.prefetch}, ack within "
+                  f"{t.ack_delay:.2f}s)" for t in self.topic_subscribers]
         timeline = [(s.at, f"send {s.count} {'persistent' if s.persistent else 'non-persistent'}"
                      f"{' with duplicate ids' if s.duplicate_ids else ''}"
                      f"{' resent' if s.resend else ''} {s.producer} -> {s.address}")
@@ -164,6 +197,10 @@ class Schedule:
                       + (f" (cut again {f.value:.2f}s after)" if f.kind == "client-flap"
                          else ""))
                      for f in self.faults]
+        timeline += [(t.at, f"subscribe {t.name} to {t.pattern}")
+                     for t in self.topic_subscribers]
+        timeline += [(t.until, f"unsubscribe {t.name}{' for good' if t.forget else ''}")
+                     for t in self.topic_subscribers if t.until >= 0]
         lines += [f"  t={at:6.2f} {what}" for at, what in sorted(timeline)]
         return "\n".join(lines)
 
@@ -205,10 +242,21 @@ def _fault(rng: random.Random, at: float, routers: tuple, connectors: tuple,
                      round(rng.uniform(1.3, 2.0) * client_keep_alive_s, 2),
                      round(rng.uniform(0.3, 1.0), 2))
     if kind in ("client-cut", "client-silent"):
-        # Shorter or longer than the router keeps a disconnected session.
-        factor = rng.choice([rng.uniform(0.1, 0.7), rng.uniform(1.3, 2.5)])
-        return Fault(at, kind, (rng.choice(clients),), round(factor * client_keep_alive_s, 2))
+        return _client_fault(rng, at, kind, rng.choice(clients), client_keep_alive_s)
     return Fault(at, kind, (rng.choice(routers),), duration)
+
+
+def _client_fault(rng: random.Random, at: float, kind: str, client: str,
+                  client_keep_alive_s: float) -> Fault:
+    # Shorter or longer than the router keeps a disconnected session.
+    factor = rng.choice([rng.uniform(0.1, 0.7), rng.uniform(1.3, 2.5)])
+    return Fault(at, kind, (client,), round(factor * client_keep_alive_s, 2))
+
+
+def _fault_on_client(rng: random.Random, client: str, client_keep_alive_s: float) -> Fault:
+    return _client_fault(rng, round(rng.uniform(0, FAULT_PHASE_S - 3), 2),
+                         rng.choice(["client-cut", "client-silent"]), client,
+                         client_keep_alive_s)
 
 
 def generate(seed: int) -> Schedule:
@@ -253,6 +301,38 @@ def generate(seed: int) -> Schedule:
             router, queue = rng.choice(destinations)
             sends.append(Send(round(fault.at + 0.1, 2), rng.choice(producers).name,
                               f"{queue}@{router}", rng.randint(150, 400), False, False, False))
+    topic_subscribers = _topic_traffic(rng, routers, producers, sends, faults,
+                                       schedule.client_keep_alive_ms / 1000)
     return Schedule(seed, routers, connectors, producers, tuple(consumers),
                     tuple(sorted(sends, key=lambda s: s.at)),
-                    tuple(sorted(faults, key=lambda f: f.at)), max_backlog=max_backlog)
+                    tuple(sorted(faults, key=lambda f: f.at)),
+                    topic_subscribers=topic_subscribers, max_backlog=max_backlog)
+
+
+def _topic_traffic(rng: random.Random, routers: tuple, producers: tuple, sends: list,
+                   faults: list, client_keep_alive_s: float) -> tuple:
+    """
+    Topic subscribers, durable or not, subscribing and unsubscribing
+    during the fault phase, some of them cut off for a while (added to
+    C{faults}), and bursts of publications (added to C{sends}).  Drawn
+    after everything else, so that the rest of a seed's schedule is what
+    it was before topics.
+    """
+    subscribers = []
+    for index in range(rng.randint(1, 4)):
+        at = round(rng.uniform(0, FAULT_PHASE_S / 2), 2)
+        until = round(rng.uniform(at + 2, FAULT_PHASE_S), 2) if rng.random() < 0.4 else -1.0
+        subscribers.append(TopicSubscriber(
+            f"s{index}", rng.choice(routers), rng.choice(PATTERNS), rng.random() < 0.6, at,
+            until, rng.random() < 0.5, rng.choice([1, 10, 50]),
+            round(rng.choice([0.0, 0.05, 0.5]), 2), rng.randrange(1 << 30)))
+    for subscriber in subscribers:
+        if rng.random() < 0.3:
+            faults.append(_fault_on_client(rng, subscriber.name, client_keep_alive_s))
+    for _ in range(rng.randint(2, 6)):
+        persistent = rng.random() < 0.75
+        duplicate_ids = rng.random() < 0.3
+        sends.append(Send(round(rng.uniform(0, FAULT_PHASE_S - 5), 2),
+                          rng.choice(producers).name, "topic:" + rng.choice(TOPICS),
+                          rng.randint(1, 40), persistent, duplicate_ids, False))
+    return tuple(subscribers)
