@@ -416,7 +416,8 @@ def _timeline(schedule: Schedule, world: World) -> list:
                                       and world.mesh.executors[t[0]].fail_next(t[1]))
         elif kind in ("client-cut", "client-silent"):
             client = target[0]
-            spec = next(s for s in (*schedule.producers, *schedule.consumers)
+            spec = next(s for s in (*schedule.producers, *schedule.consumers,
+                                      *schedule.topic_subscribers)
                         if s.name == client)
 
             def start(client=client, router=spec.router, reset=kind == "client-cut"):
@@ -427,7 +428,8 @@ def _timeline(schedule: Schedule, world: World) -> list:
             end = lambda client=client, router=spec.router: network.heal_pair(client, router)
         elif kind == "client-flap":
             client = target[0]
-            spec = next(s for s in (*schedule.producers, *schedule.consumers)
+            spec = next(s for s in (*schedule.producers, *schedule.consumers,
+                                      *schedule.topic_subscribers)
                         if s.name == client)
             key = frozenset((client, spec.router))
 
