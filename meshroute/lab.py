@@ -303,12 +303,13 @@ class Consumer:
         is given both endpoints and finds the active one).
     """
 
-    def __init__(self, routers: list[LabRouter], queue: str, count: int) -> None:
+    def __init__(self, routers: list[LabRouter], queue: str, count: int,
+                 source: tuple[str, ...] = ()) -> None:
         self.description = f"{queue} on {routers[0].name}"
         self.count = count
         connect = [arg for router in routers for arg in ("--connect", router.clients)]
         self.process = subprocess.Popen(
-            meshroute_command("receive", *connect, "--queue", queue,
+            meshroute_command("receive", *connect, *(source or ("--queue", queue)),
                               "--count", str(count), "--timeout", "60", "--json"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -334,8 +335,10 @@ class Producer:
 
     def __init__(self, router: LabRouter, address: str, count: int, label: str) -> None:
         self.description = f"{count} messages to {address} at {router.label}"
+        topic = address.removeprefix("topic:")
+        target = ("--topic", topic) if topic != address else ("--to", address)
         self.process = subprocess.Popen(
-            meshroute_command("send", "--connect", router.clients, "--to", address,
+            meshroute_command("send", "--connect", router.clients, *target,
                               "--count", str(count), "--body", label),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
@@ -646,6 +649,17 @@ def main(argv=None) -> int:
         consumer.report(lab)
         lab.print_message_counts()
 
+        durable = ("--topic", "lab.#", "--durable", "lab", "--client-id", "lab")
+        print(f"\n   a durable subscription to topic lab.# at {victim.name}: it keeps collecting "
+              "while nobody consumes it (docs/topics.md)")
+        subscribe = subprocess.run(
+            meshroute_command("receive", "--connect", victim.clients, *durable, "--mesh-wide",
+                              "--timeout", "1"), capture_output=True, text=True, timeout=60)
+        lab.report()
+        print("   its interest reached every router; the subscriber left" if
+              subscribe.returncode in (0, 1) else
+              f"   subscribing failed: {subscribe.stderr.strip()}", flush=True)
+
         neighbours = " and ".join(lab.linked_to(victim.name))
         print(f"\n== 3. freezing {victim.name} with SIGSTOP: its neighbours ({neighbours}) stop "
               "hearing keepalives and close their links to it after about five intervals")
@@ -666,6 +680,7 @@ def main(argv=None) -> int:
             print(f"   {first.name} holds {held} of them in its store (backlog {backlog}); "
                   f"the other {500 - held} left on a route towards {victim.name} that was "
                   "still up", flush=True)
+        send(lab, first, "topic:lab.news", 300, "published while frozen")
 
         print(f"\n== 4. resuming {victim.name} with SIGCONT: it reconnects and the "
               "waiting messages flow")
@@ -675,6 +690,7 @@ def main(argv=None) -> int:
         else:
             print("   20 s on, not every link is in delivery again; see the logs", flush=True)
         Consumer([victim], "inbox", 500).report(lab)
+        Consumer([victim], "lab.#", 300, (*durable, "--forget")).report(lab)
         lab.print_message_counts()
         shown: set[str] = set()
         for pair in lab.pairs():

@@ -67,6 +67,10 @@ def test_the_lab_plays_its_scenario_with_colocated_pairs_and_the_audit_finds_it_
          "backlog {'router-b': 500}")
     says("every link is in delivery again")
     says("consumer of inbox on router-b: received 500 of 500, each exactly once")
+    # A durable topic subscription at the frozen router collected what was
+    # published while it was away.
+    says("its interest reached every router; the subscriber left")
+    says("consumer of lab.# on router-b: received 300 of 300, each exactly once")
     # The pairs, whose processes back each other up: a failover under
     # traffic, the process of router-c's primary killed with router-d's
     # backup in it...
