@@ -24,16 +24,15 @@ from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.native_listener import ClientFactory
 from meshroute.sessions.settings import DROP_NEWEST, SessionSettings
-from meshroute.router.engine import MessageEngine
 from meshroute.messages import Message
-from meshroute.routing.table import RouteTable
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.database import migrations
 from meshroute.wire.codec import FrameDecoder, encode
 
-from support.fake_router import ROUTER, FakeEngine, RecordingEvents
+from support.fake_router import ROUTER, FakeEngine
 from support.router_connection import Connection, deliveries, only
 from support.served_sessions import SETTINGS, factory, make_factory  # noqa: F401 (a fixture)
+from support.router_engine import engine_on, engine_store
 from meshroute.testing.memory_mesh import MemoryMesh
 
 from meshroute.events import read_events
@@ -785,13 +784,8 @@ def test_a_duplicate_id_is_passed_to_the_engine(factory, engine):
 
 @pytest.fixture
 def real_engine(tmp_path, clock):
-    store = SQLiteStore(str(tmp_path / "engine.sqlite"), "normal", InlineExecutor(),
-                        router=ROUTER, clock=clock, duplicate_id_window_s=60)
-    store.open()
-    events = RecordingEvents()
-    engine = MessageEngine(ROUTER, store, RouteTable(ROUTER, clock), events, clock)
-    engine.events = events
-    yield engine
+    store = engine_store(tmp_path, clock)
+    yield engine_on(store, clock)
     store.close()
 
 

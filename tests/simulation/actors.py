@@ -68,6 +68,17 @@ def _client_endpoint(mesh, name: str, router: str):
     return mesh.network.endpoints(name).client(f"clients-{router}")
 
 
+def _connect(actor, spec, world) -> None:
+    """
+    Connect a consumer or topic subscriber C{actor} to its router; its
+    C{_connected} takes the client.
+    """
+    connecting = connect_endpoint(
+        world.clock, _client_endpoint(world.mesh, spec.name, spec.router),
+        client_id=spec.name, confirmation_window_size=1 << 20, **CLIENT_OPTIONS)
+    connecting.addCallbacks(actor._connected, world.client_failed, errbackArgs=(spec.name,))
+
+
 def _take(world, spec, rng: random.Random, message) -> None:
     """
     A consumer or topic subscriber C{spec} received C{message}: record it
@@ -161,11 +172,7 @@ class ConsumerActor:
         self.world = world
         self.client = None
         self._random = random.Random(spec.seed)
-        connecting = connect_endpoint(
-            world.clock, _client_endpoint(world.mesh, spec.name, spec.router),
-            client_id=spec.name, confirmation_window_size=1 << 20, **CLIENT_OPTIONS)
-        connecting.addCallbacks(self._connected, world.client_failed,
-                                errbackArgs=(spec.name,))
+        _connect(self, spec, world)
 
     def _connected(self, client) -> None:
         self.client = client
@@ -224,11 +231,7 @@ class TopicSubscriberActor:
             spec.name, spec.router, spec.pattern, spec.durable)
         self._random = random.Random(spec.seed)
         self._due = False
-        connecting = connect_endpoint(
-            world.clock, _client_endpoint(world.mesh, spec.name, spec.router),
-            client_id=spec.name, confirmation_window_size=1 << 20, **CLIENT_OPTIONS)
-        connecting.addCallbacks(self._connected, world.client_failed,
-                                errbackArgs=(spec.name,))
+        _connect(self, spec, world)
 
     def _connected(self, client) -> None:
         self.client = client

@@ -77,7 +77,8 @@ def test_schedules_print_and_load_back():
         schedule = generate(seed)
         assert Schedule.from_json(schedule.to_json()) == schedule
         assert 3 <= len(schedule.routers) <= 8
-        assert 1 <= len(schedule.faults) <= 8
+        assert 1 <= len(schedule.faults) <= 8 + len(schedule.topic_subscribers)
+        assert 1 <= len(schedule.topic_subscribers) <= 4
 
 
 def _small_schedule() -> Schedule:

@@ -13,18 +13,33 @@ from meshroute.store import InlineExecutor, SQLiteStore
 from support.fake_router import ROUTER, RecordingEvents
 
 
-@pytest.fixture
-def store(tmp_path, clock):
-    store = SQLiteStore(str(tmp_path / "engine.sqlite"), "normal", InlineExecutor(),
+def engine_store(directory, clock) -> SQLiteStore:
+    """
+    An inline SQLite store in C{directory}, open (the caller closes it).
+    """
+    store = SQLiteStore(str(directory / "engine.sqlite"), "normal", InlineExecutor(),
                         router=ROUTER, clock=clock, duplicate_id_window_s=60)
     store.open()
+    return store
+
+
+def engine_on(store, clock) -> MessageEngine:
+    """
+    The real engine over C{store}, its events recorded in C{.events}.
+    """
+    events = RecordingEvents()
+    engine = MessageEngine(ROUTER, store, RouteTable(ROUTER, clock), events, clock)
+    engine.events = events
+    return engine
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    store = engine_store(tmp_path, clock)
     yield store
     store.close()
 
 
 @pytest.fixture
 def engine(store, clock):
-    events = RecordingEvents()
-    engine = MessageEngine(ROUTER, store, RouteTable(ROUTER, clock), events, clock)
-    engine.events = events
-    return engine
+    return engine_on(store, clock)

@@ -10,14 +10,11 @@ from dataclasses import replace
 import pytest
 from twisted.internet.testing import StringTransport
 
-from meshroute.router.engine import MessageEngine
-from meshroute.routing.table import RouteTable
 from meshroute.sessions.settings import SessionSettings
 from meshroute.stomp.frames import HEARTBEAT, SERVER_COMMANDS, StompLimits, StompParser
 from meshroute.stomp.listener import StompFactory
-from meshroute.store import InlineExecutor, SQLiteStore
 
-from support.fake_router import ROUTER, RecordingEvents
+from support.router_engine import engine_on, engine_store
 
 SETTINGS = SessionSettings(connection_ttl_check_interval_ms=500)
 
@@ -28,13 +25,8 @@ def auto_engine(tmp_path, clock):
     The real message engine over the real store run inline: sends to
     local queues are accepted at once.
     """
-    store = SQLiteStore(str(tmp_path / "engine.sqlite"), "normal", InlineExecutor(),
-                        router=ROUTER, clock=clock, duplicate_id_window_s=60)
-    store.open()
-    events = RecordingEvents()
-    engine = MessageEngine(ROUTER, store, RouteTable(ROUTER, clock), events, clock)
-    engine.events = events
-    yield engine
+    store = engine_store(tmp_path, clock)
+    yield engine_on(store, clock)
     store.close()
 
 
