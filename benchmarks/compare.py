@@ -34,6 +34,7 @@ What is missing is skipped with how to install it.  Everything runs on
 """
 
 import asyncio
+import importlib
 import json
 import os
 import shutil
@@ -83,10 +84,14 @@ SYSTEMS = ("meshroute", "rabbitmq", "nats")
 #: A NATS consumer's probe body (not a benchmark message): it proves the route
 #: carries its subscription's interest to A before the producer starts.
 PROBE = b"probe"
-INSTALL = {
-    "rabbitmq": "apt-get install rabbitmq-server && pip install pika",
-    "nats": "apt-get install nats-server && pip install nats-py",
+#: What each broker needs: Debian packages, then Python packages (the
+#: C{bench} extra of setup.cfg).
+PACKAGES = {
+    "rabbitmq": (("rabbitmq-server",), ("pika",)),
+    "nats": (("nats-server",), ("nats-py",)),
 }
+INSTALL = {system: f"apt-get install {' '.join(debian)} && pip install {' '.join(python)}"
+           for system, (debian, python) in PACKAGES.items()}
 
 
 # -- options ------------------------------------------------------------------------
@@ -392,17 +397,25 @@ class RabbitPair(BrokerPair):
         super().__init__(workdir, children)
         self.epmd_port = free_port()
 
+    def config_files(self, broker: Broker, options) -> dict[str, str]:
+        """
+        The files C{broker} starts from, by name in its directory: its
+        configuration, its plugins (the shovel) and, on A, the shovel.
+        """
+        return {
+            "rabbitmq.conf": RABBIT_CONF.format(port=broker.port),
+            "enabled_plugins": "[rabbitmq_shovel].\n",
+            "advanced.config": RABBIT_SHOVEL.format(
+                source=broker.port, destination=self.brokers[1].port, queue=QUEUE,
+                prefetch=options["prefetch"]) if broker.name == "A" else "[].\n",
+        }
+
     def start(self, options) -> None:
         for broker in self.brokers:
             env = self._env(broker)
-            with open(os.path.join(broker.directory, "rabbitmq.conf"), "w") as f:
-                f.write(RABBIT_CONF.format(port=broker.port))
-            with open(os.path.join(broker.directory, "enabled_plugins"), "w") as f:
-                f.write("[rabbitmq_shovel].\n")
-            with open(os.path.join(broker.directory, "advanced.config"), "w") as f:
-                f.write(RABBIT_SHOVEL.format(source=broker.port, destination=self.brokers[1].port,
-                                             queue=QUEUE, prefetch=options["prefetch"])
-                        if broker.name == "A" else "[].\n")
+            for name, content in self.config_files(broker, options).items():
+                with open(os.path.join(broker.directory, name), "w") as f:
+                    f.write(content)
             broker.proc = self.children.spawn([RABBIT_SERVER], broker.directory,
                                               broker.out_path, stop_signal=signal.SIGTERM,
                                               env=env)
@@ -472,7 +485,8 @@ NATS_SERVER = "nats-server"
 class NatsPair(BrokerPair):
     """
     Two nats-server processes on 127.0.0.1 joined by a route (each
-    soliciting the other's cluster port).
+    soliciting the other's cluster port), each with its HTTP monitoring
+    port (C{monitor_port}: C{/routez} counts the route's bytes).
     """
 
     label = "NATS route (no persistence)"
@@ -490,9 +504,11 @@ class NatsPair(BrokerPair):
     def start(self, options) -> None:
         cluster = [free_port(), free_port()]
         for i, broker in enumerate(self.brokers):
+            broker.monitor_port = free_port()
             argv = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(broker.port),
                     "--cluster_name", "bench", "--cluster", f"nats://127.0.0.1:{cluster[i]}",
-                    "--routes", f"nats://127.0.0.1:{cluster[1 - i]}", "--no_advertise"]
+                    "--routes", f"nats://127.0.0.1:{cluster[1 - i]}", "--no_advertise",
+                    "-m", str(broker.monitor_port)]
             broker.proc = self.children.spawn(argv, broker.directory, broker.out_path,
                                               stop_signal=signal.SIGTERM)
         wait_until("the NATS route", lambda: all(
@@ -568,23 +584,59 @@ def measure(case: Case, options, base: str, run) -> dict:
             "msg_per_s": statistics.median(r["consumed_per_s"] for r in runs)}
 
 
-def run_all(options, base: str) -> tuple[dict[str, dict], list[str]]:
+def install(system: str, pair_class) -> str | None:
+    """
+    Install what C{system} needs (L{PACKAGES}): its Debian packages with
+    apt-get (after an C{apt-get update} if the first attempt fails), its
+    Python packages with this Python's pip.  Needs root for apt-get.
+
+    @return: what is still missing afterwards (C{pair_class.missing()}), or None.
+    """
+    debian, python = PACKAGES[system]
+    print(f"{pair_class.label}: {pair_class.missing()}; installing "
+          f"({INSTALL[system]}) ...", file=sys.stderr, flush=True)
+    environment = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    apt = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *debian]
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        print("  apt-get needs root (or is not here): not installing", file=sys.stderr)
+    elif subprocess.run(apt, env=environment, stdout=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=environment, stdout=subprocess.DEVNULL)
+        subprocess.run(apt, env=environment, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *python])
+    importlib.invalidate_caches()
+    return pair_class.missing()
+
+
+def run_all(options, base: str, found: list[Case], pairs: dict, run_router,
+            run_pair) -> tuple[dict[str, dict], list[str]]:
+    """
+    Measure every case of C{found}: meshroute's through C{run_router(case,
+    options, base, rate, count)}, a broker's on a pair of C{pairs[system]}
+    started for its cases through C{run_pair(pair, case, options, base,
+    rate, count)}.  A broker that is missing is installed first when
+    C{options["install"]} (L{install}), else skipped.
+
+    @return: the results by case id, and the lines saying what was skipped.
+    """
     results: dict[str, dict] = {}
     skipped = []
     # Each body size's systems one after the other (brokers started for it),
     # so that what else the machine does varies less between the numbers
     # compared.
     groups: dict[tuple[int, str], list[Case]] = {}
-    for case in cases(options):
+    for case in found:
         groups.setdefault((case.size, case.system), []).append(case)
     for (_size, system), system_cases in sorted(groups.items(),
                                                 key=lambda g: (g[0][0], SYSTEMS.index(g[0][1]))):
         if system == "meshroute":
             for case in system_cases:
-                results[case.id] = measure(case, options, base, run_meshroute)
+                results[case.id] = measure(case, options, base, run_router)
             continue
-        pair_class = PAIRS[system]
+        pair_class = pairs[system]
         missing = pair_class.missing()
+        if missing and options.get("install") and not any(
+                pair_class.label in line for line in skipped):
+            missing = install(system, pair_class)
         if missing:
             if any(pair_class.label in line for line in skipped):
                 continue
@@ -601,7 +653,7 @@ def run_all(options, base: str) -> tuple[dict[str, dict], list[str]]:
             for case in system_cases:
                 results[case.id] = measure(
                     case, options, base,
-                    lambda c, o, b, rate, count: run_broker(pair, c, o, b, rate, count))
+                    lambda c, o, b, rate, count: run_pair(pair, c, o, b, rate, count))
             codes = pair.stop()
             if any(codes.values()):
                 for case in system_cases:
@@ -749,7 +801,8 @@ def main(argv: list[str]) -> int:
     base = tempfile.mkdtemp(prefix="meshroute-compare-", dir=options["dir"])
     started = time.monotonic()
     try:
-        results, skipped = run_all(options, base)
+        results, skipped = run_all(options, base, cases(options), PAIRS, run_meshroute,
+                                   run_broker)
     finally:
         if not options["keep"]:
             shutil.rmtree(base, ignore_errors=True)
@@ -786,8 +839,10 @@ async def rabbit_produce(reactor, options) -> None:
     connection, channel = await rabbit_channel(reactor, int(options["connect"]))
     await channel.confirm_delivery()
     properties = pika.BasicProperties(delivery_mode=1 if options["non-persistent"] else 2)
+    exchange, routing_key = options["exchange"], options["to"] or QUEUE
     result = await paced_sends(
-        reactor, lambda body: channel.basic_publish("", QUEUE, body, properties), options)
+        reactor, lambda body: channel.basic_publish(exchange, routing_key, body, properties),
+        options)
     connection.close()
     write_produced(options["result"], result)
 
@@ -832,6 +887,7 @@ async def nats_produce(options) -> None:
 
     client = await nats.connect(options["connect"])
     count, size, rate = options["count"], options["size"], options["rate"]
+    subject = options["to"] or QUEUE
     cpu_start = throughput._process_cpu()
     start = last_send = time.time()
     for i in range(count):
@@ -840,13 +896,29 @@ async def nats_produce(options) -> None:
             if delay > 0:
                 await asyncio.sleep(delay)
         last_send = time.time()
-        await client.publish(QUEUE, throughput.make_body(i, size, last_send))
+        await client.publish(subject, throughput.make_body(i, size, last_send))
     await client.flush()
     result = {"first_send": start, "last_send": last_send, "last_confirm": time.time(),
               "sent": count, "confirmed": count, "refused": 0, "first_error": None,
               "cpu_s": throughput._process_cpu() - cpu_start}
     await client.close()
     write_produced(options["result"], result)
+
+
+async def nats_probe(url: str, subject: str, probed: list[asyncio.Future]) -> None:
+    """
+    A subscription's interest reaches the other server over the route some
+    time later: publish L{PROBE}s on C{subject} of server C{url} until
+    every future of C{probed} is done (its subscriber got one).
+    """
+    import nats
+
+    origin = await nats.connect(url)
+    while pending := [future for future in probed if not future.done()]:
+        await origin.publish(subject, PROBE)
+        await origin.flush()
+        await asyncio.wait(pending, timeout=0.05)
+    await origin.close()
 
 
 async def nats_consume(options) -> None:
@@ -867,14 +939,7 @@ async def nats_consume(options) -> None:
     await client.subscribe(QUEUE, cb=on_message, pending_msgs_limit=-1,
                            pending_bytes_limit=-1)
     await client.flush()
-    # The subscription's interest reaches A over the route some time later:
-    # publish probes on A until one arrives here.
-    origin = await nats.connect(options["probe-via"])
-    while not probed.done():
-        await origin.publish(QUEUE, PROBE)
-        await origin.flush()
-        await asyncio.wait([probed], timeout=0.05)
-    await origin.close()
+    await nats_probe(options["probe-via"], QUEUE, [probed])
     receipts.cpu_start = throughput._process_cpu()
     with open(options["ready"], "w"):
         pass
@@ -884,6 +949,11 @@ async def nats_consume(options) -> None:
     await client.close()
 
 
+class RabbitProduceOptions(ProduceOptions):
+    optParameters = [["exchange", None, "", "Exchange to publish to (--to is the routing key; "
+                      "default: the default exchange, queue bench)."]]
+
+
 class NatsConsumeOptions(ConsumeOptions):
     optParameters = [["probe-via", None, None, "Server (A) to publish the probes on."]]
 
@@ -891,8 +961,9 @@ class NatsConsumeOptions(ConsumeOptions):
 def worker(role: str, argv: list[str]) -> None:
     from twisted.internet import defer, task
 
-    options = ProduceOptions() if role.endswith("produce") else (
-        NatsConsumeOptions() if role == "worker-nats-consume" else ConsumeOptions())
+    options = {"worker-rabbit-produce": RabbitProduceOptions,
+               "worker-nats-produce": ProduceOptions,
+               "worker-nats-consume": NatsConsumeOptions}.get(role, ConsumeOptions)()
     options.parseOptions(argv)
     if role.startswith("worker-nats"):
         asyncio.run(nats_produce(options) if role.endswith("produce") else nats_consume(options))

@@ -497,47 +497,71 @@ def run_workers(children: Children, workdir: str, consumer_argv: list[str],
                 producer_argv: list[str], deadline_s: float, check_alive,
                 before_producer=lambda: None) -> tuple[dict, dict, object]:
     """
-    Start a consumer worker (C{consumer_argv} + C{--ready} and C{--result}
-    files in C{workdir}), wait until it is subscribed, call
-    C{before_producer()}, start the producer worker (C{producer_argv} +
-    C{--result}) and wait until both exited 0.  C{check_alive()} raises when
-    the system under test is gone.
+    L{run_fleet} with one consumer.
 
     @return: (the producer's result, the consumer's, what C{before_producer}
         returned).
     """
-    consumer_out = os.path.join(workdir, "consumer.json")
-    ready = os.path.join(workdir, "consumer.ready")
-    consumer = children.spawn([*consumer_argv, "--ready", ready, "--result", consumer_out],
-                              workdir, os.path.join(workdir, "consumer.out"))
+    produced, (consumed,), before = run_fleet(children, workdir, [consumer_argv], producer_argv,
+                                              deadline_s, check_alive, before_producer)
+    return produced, consumed, before
 
-    def consumer_alive() -> None:
-        if consumer.poll() is not None:
-            raise RuntimeError("the consumer exited early:\n"
-                               + tail(os.path.join(workdir, "consumer.out")))
-        check_alive()
 
-    wait_until("the consumer to subscribe", lambda: os.path.exists(ready), START_DEADLINE_S,
-               consumer_alive)
-    before = before_producer()
-    producer_out = os.path.join(workdir, "producer.json")
-    producer = children.spawn([*producer_argv, "--result", producer_out], workdir,
-                              os.path.join(workdir, "producer.out"))
-    workers = {"producer": producer, "consumer": consumer}
+def run_fleet(children: Children, workdir: str, consumer_argvs: list[list[str]],
+              producer_argv: list[str], deadline_s: float, check_alive,
+              before_producer=lambda: None) -> tuple[dict, list[dict], object]:
+    """
+    Start consumer workers (each C{consumer_argvs} entry + C{--ready} and
+    C{--result} files in C{workdir}), wait until every one is subscribed,
+    call C{before_producer()}, start the producer worker (C{producer_argv} +
+    C{--result}) and wait until all of them exited 0.  C{check_alive()}
+    raises when the system under test is gone.
 
-    def workers_done() -> bool:
-        check_alive()
+    @return: (the producer's result, the consumers' in order, what
+        C{before_producer} returned).
+    """
+    names = ["consumer"] if len(consumer_argvs) == 1 else [
+        f"consumer-{i}" for i in range(len(consumer_argvs))]
+    workers = {}
+    for name, argv in zip(names, consumer_argvs):
+        workers[name] = children.spawn(
+            [*argv, "--ready", os.path.join(workdir, f"{name}.ready"),
+             "--result", os.path.join(workdir, f"{name}.json")],
+            workdir, os.path.join(workdir, f"{name}.out"))
+
+    def workers_alive() -> None:
         for name, proc in workers.items():
             if proc.poll() not in (None, 0):
                 raise RuntimeError(f"the {name} exited with {proc.returncode}:\n"
                                    + tail(os.path.join(workdir, f"{name}.out")))
+        check_alive()
+
+    def consumers_alive() -> None:
+        for name, proc in workers.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {name} exited early:\n"
+                                   + tail(os.path.join(workdir, f"{name}.out")))
+        check_alive()
+
+    wait_until("the consumers to subscribe", lambda: all(
+        os.path.exists(os.path.join(workdir, f"{name}.ready")) for name in names),
+        START_DEADLINE_S, consumers_alive)
+    before = before_producer()
+    producer_out = os.path.join(workdir, "producer.json")
+    workers["producer"] = children.spawn([*producer_argv, "--result", producer_out], workdir,
+                                         os.path.join(workdir, "producer.out"))
+
+    def workers_done() -> bool:
+        workers_alive()
         return all(proc.poll() == 0 for proc in workers.values())
 
-    wait_until("the producer and the consumer to finish", workers_done, deadline_s)
+    wait_until("the producer and the consumers to finish", workers_done, deadline_s)
     with open(producer_out) as f:
         produced = json.load(f)
-    with open(consumer_out) as f:
-        consumed = json.load(f)
+    consumed = []
+    for name in names:
+        with open(os.path.join(workdir, f"{name}.json")) as f:
+            consumed.append(json.load(f))
     return produced, consumed, before
 
 
@@ -981,18 +1005,30 @@ class Receipts:
         """
         return self.last is not None and time.time() - self.last > IDLE_TIMEOUT_S
 
+    def summary(self) -> dict:
+        """
+        What the consumer's result file holds: counts, the last receipt's
+        time, latency percentiles (ms) and the CPU since C{cpu_start}.
+        """
+        return {"received": self.received, "unique": self.unique,
+                "duplicates": self.duplicates, "redelivered": self.redelivered,
+                "last_receive": self.last,
+                "latency_ms": latency_percentiles([x * 1000 for x in self.latencies]),
+                "cpu_s": _process_cpu() - self.cpu_start}
+
     def write(self, path: str) -> None:
-        latency = None
-        if self.latencies:
-            ms = [x * 1000 for x in self.latencies]
-            latency = {"p50": percentile(ms, 50), "p90": percentile(ms, 90),
-                       "p99": percentile(ms, 99), "max": max(ms), "n": len(ms)}
-        result = {"received": self.received, "unique": self.unique,
-                  "duplicates": self.duplicates, "redelivered": self.redelivered,
-                  "last_receive": self.last, "latency_ms": latency,
-                  "cpu_s": _process_cpu() - self.cpu_start}
         with open(path, "w") as f:
-            json.dump(result, f)
+            json.dump(self.summary(), f)
+
+
+def latency_percentiles(ms: list[float]) -> dict | None:
+    """
+    p50, p90, p99, max and count of latencies in ms (None for none).
+    """
+    if not ms:
+        return None
+    return {"p50": percentile(ms, 50), "p90": percentile(ms, 90), "p99": percentile(ms, 99),
+            "max": max(ms), "n": len(ms)}
 
 
 async def consume(reactor, options) -> None:
