@@ -798,11 +798,23 @@ def notes(results: dict) -> bool:
 
 def main(argv: list[str]) -> int:
     options = parse_main_options(Options(), argv)
-    base = tempfile.mkdtemp(prefix="meshroute-compare-", dir=options["dir"])
+    return run_cases(options, "meshroute-compare-", cases(options), PAIRS, run_meshroute,
+                     run_broker, print_tables)
+
+
+def run_cases(options, prefix: str, found: list[Case], pairs: dict, run_router, run_pair,
+              report) -> int:
+    """
+    L{run_all} in a new temporary directory (C{prefix}; removed unless
+    --keep), the results written to --json, C{report(results, options,
+    skipped, started)} printing the tables, then the notes.
+
+    @return: the exit status: 1 if any run had a problem.
+    """
+    base = tempfile.mkdtemp(prefix=prefix, dir=options["dir"])
     started = time.monotonic()
     try:
-        results, skipped = run_all(options, base, cases(options), PAIRS, run_meshroute,
-                                   run_broker)
+        results, skipped = run_all(options, base, found, pairs, run_router, run_pair)
     finally:
         if not options["keep"]:
             shutil.rmtree(base, ignore_errors=True)
@@ -811,7 +823,7 @@ def main(argv: list[str]) -> int:
     if options["json"]:
         with open(options["json"], "w") as f:
             json.dump({k: dict(v, case=v["case"].id) for k, v in results.items()}, f, indent=1)
-    print_tables(results, options, skipped, started)
+    report(results, options, skipped, started)
     return 1 if notes(results) else 0
 
 
