@@ -507,8 +507,24 @@ def _ordered(results: dict) -> list[dict]:
 
 
 def _p50_p99(result: dict) -> str:
+    """
+    The latency run's p50 / p99, marked C{*} when the system fell behind the
+    offered rate (L{_saturated}).
+    """
     ms = result["latency"]["latency_ms"]
-    return f"{ms['p50']:.2f} / {ms['p99']:.2f}" if ms else "-"
+    if not ms:
+        return "-"
+    return f"{ms['p50']:.2f} / {ms['p99']:.2f}" + (" *" if _saturated(result) else "")
+
+
+def _saturated(result: dict) -> bool:
+    """
+    Whether the latency run delivered less than 95% of the deliveries per
+    second offered (rate x subscribers): its queues grew all along, so its
+    latencies are the time through that backlog.
+    """
+    latency = result["latency"]
+    return latency["consumed_per_s"] < 0.95 * latency["rate"] * len(latency["subscribers"])
 
 
 def _cpu_per_10k(result: dict) -> float:
@@ -553,8 +569,11 @@ def print_tables(results: dict, options, skipped: list[str], started: float,
     print(f"pub/s: publications confirmed at A per second; deliv/s: receipts of all "
           f"{SUBSCRIBERS} subscribers per second, from the first publication to the last "
           f"receipt (medians of the throughput runs).\np50/p99: publication to receipt, all "
-          f"subscribers, at {rate:,} publications/s.  cores per router: each router's "
-          f"(meshroute A..E) or broker's (A, B) CPU during that run divided by its length; "
+          f"subscribers, at {rate:,} publications/s (*: it delivered less than 95% of the "
+          f"{rate * SUBSCRIBERS:,} deliveries/s offered, so its queues grew all along and "
+          f"these are times through that backlog).  cores per router: each router's "
+          f"(meshroute A..E) or broker's (A, B) CPU during that run divided by its offered "
+          f"length (publications / rate); "
           f"CPU s/10k pub: all of them together per 10,000 publications.")
     print()
     print_table("Bytes per publication on each link (the latency run; down: from the "
