@@ -44,7 +44,9 @@ on 127.0.0.1 and is stopped when the script ends.  The subscriber workers
 are benchmarks/_fan_subscribers.py.  See benchmarks/README.md.
 """
 
+import base64
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -96,13 +98,6 @@ def groups() -> list[list[int]]:
     return [list(range(g * per, (g + 1) * per)) for g in range(len(ROUTERS))]
 
 
-def where(index: int) -> str:
-    """
-    The router subscriber C{index} is on (meshroute's placement).
-    """
-    return ROUTERS[index // (SUBSCRIBERS // len(ROUTERS))]
-
-
 # -- options and cases -------------------------------------------------------------
 
 
@@ -135,6 +130,10 @@ class FanCase(compare.Case):
 
 
 def cases(options) -> list[FanCase]:
+    """
+    The rows --systems and --sizes ask for: meshroute and RabbitMQ in both
+    modes, NATS non-persistent only.
+    """
     found = []
     for system in options["systems"]:
         modes = ("nonpersistent",) if system == "nats" else ("full", "nonpersistent")
@@ -156,6 +155,10 @@ def consumer_arguments(case: FanCase, where: str, group: list[int], count: int,
 
 
 def producer_arguments(case: FanCase, count: int, rate: int | None, options) -> list[str]:
+    """
+    What every system's producer worker (throughput.py's or compare.py's)
+    takes besides where to connect and publish.
+    """
     return ["--count", str(count), "--size", str(case.size), "--window", str(options["window"]),
             *(("--rate", str(rate)) if rate else ()),
             *(() if case.persistent else ("--non-persistent",))]
@@ -346,6 +349,10 @@ class FederatedRabbitPair(RabbitPair):
         return json.loads(done.stdout)
 
     def drained(self) -> bool:
+        """
+        Whether every queue of both nodes is empty (the subscribers' and
+        the federation's), every message acknowledged.
+        """
         return all(queue["messages"] == 0 for broker in self.brokers
                    for queue in self.ctl(broker, "list_queues", "name", "messages"))
 
@@ -373,9 +380,6 @@ def _rabbit_password_hash(password: str) -> str:
     RabbitMQ's rabbit_password_hashing_sha256: base64(salt + sha256(salt +
     password)), a 4-byte salt.
     """
-    import base64
-    import hashlib
-
     salt = os.urandom(4)
     return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
 
