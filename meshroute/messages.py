@@ -31,6 +31,11 @@ EXPIRED_QUEUE = "$expired"
 #: C{TOPIC_PREFIX + name}.
 TOPIC_QUEUE = "$topic"
 TOPIC_PREFIX = "topic:"
+#: The prefixes of a topic subscription's queue at its router: a durable
+#: one's (C{$durable:CLIENT:NAME}), a non-durable one's (C{$subscriber:N})
+#: (L{meshroute.router.topic_subscriptions}).
+DURABLE_PREFIX = "$durable:"
+SUBSCRIBER_PREFIX = "$subscriber:"
 #: The headers a publication carries through the mesh: its topic, the id
 #: its publisher's router gave it (every copy's id derives from it), and,
 #: on a copy between routers, the routers it is for.

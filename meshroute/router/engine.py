@@ -181,7 +181,8 @@ class MessageEngine:
         self.interest = TopicInterest(name, store, clock,
                                       changed=lambda origins: self.mesh_wide.taken(origins))
         self.mesh_wide = MeshWide(name, self.interest, routes, self.system, clock)
-        self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide)
+        self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide,
+                                         self.message_events)
         self.fan_out = TopicFanOut(name, store, self.queues, self.topics, self.interest, routes,
                                    self.forwarding, self.transient, self.message_events, clock,
                                    max_backlog)

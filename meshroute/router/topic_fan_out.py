@@ -55,7 +55,10 @@ publication at most once however it comes back.
 What it fanned out is counted (C{publications}, C{copies_made}) for
 C{/metrics} and C{/api/v1/topics}, once its turn's transaction is durable
 (a turn rolled back is taken again, and counted then), the copies left
-out as duplicates not.
+out as duplicates not.  Then each publication taken is recorded,
+C{topic.fanned-out}, naming the subscriptions it was copied into and
+each copy made for the routers beyond: the tree the audit follows from
+router to router (docs/events.md).
 """
 
 import hashlib
@@ -168,8 +171,13 @@ class TopicFanOut:
         in_memory: list[Message] = []
         waiting = dict(self._store.backlog_depths())
         full = []
+        fanned: list[tuple[Message, list[Message]]] = []
         for delivery in taken:
-            for copy in self.copies(delivery.message):
+            copies = self.copies(delivery.message)
+            if copies is None:
+                continue
+            fanned.append((delivery.message, copies))
+            for copy in copies:
                 if not copy.persistent:
                     in_memory.append(copy)
                 elif copy.dest_router == self._name:
@@ -184,10 +192,10 @@ class TopicFanOut:
                      "their routers", n=len(full))
             self._events.dropped(full)
         if not stored and not transaction.entry_ids():
-            self._done([], transaction, stored, in_memory, taken)
+            self._done([], transaction, stored, in_memory, taken, fanned)
             return
         d = self._store.place_copies(stored, transaction.entry_ids())
-        d.addBoth(self._done, transaction, stored, in_memory, taken)
+        d.addBoth(self._done, transaction, stored, in_memory, taken, fanned)
         # As acceptance does: a waiting consumer's read, and the links'
         # assigns, join the copies' commit.
         for queue in {copy.dest_queue for copy in stored if copy.dest_router == self._name}:
@@ -196,10 +204,12 @@ class TopicFanOut:
         if onward:
             self._forwarding.pump_ahead(onward)
 
-    def _done(self, result, transaction, stored: list, in_memory: list, taken: list) -> None:
+    def _done(self, result, transaction, stored: list, in_memory: list, taken: list,
+              fanned: list) -> None:
         """
         The store placed C{result} (those of C{stored} it did not hold
-        already), or failed.
+        already), or failed.  C{fanned}: each publication taken, with its
+        copies.
         """
         if isinstance(result, Failure):
             # Back to the front of $topic, flagged redelivered: taken again.
@@ -214,6 +224,10 @@ class TopicFanOut:
             given = self._first_times(
                 [copy for copy in in_memory
                  if copy.dest_router != self._name or exists(copy.dest_queue)])
+            # What it held or gave before (come round a loop) is no copy.
+            left_out = ({copy.msg_id for copy in stored + in_memory}
+                        - {copy.msg_id for copy in result + given})
+            self._events.fanned_out(fanned, left_out)
             if given:
                 self._transient.route(given)
             self._count(taken, result + given)
@@ -267,9 +281,10 @@ class TopicFanOut:
         for router in onward:
             self._forwarding.pump_towards(router)
 
-    def copies(self, message: Message) -> list[Message]:
+    def copies(self, message: Message) -> list[Message] | None:
         """
-        The copies of publication C{message} (the module docstring).
+        The copies of publication C{message} (the module docstring);
+        None when it is dropped (C{message.dropped}): its topic is not one.
         """
         headers = message.headers
         try:
@@ -277,7 +292,7 @@ class TopicFanOut:
         except BadTopic as e:
             log.warn("publication {msg_id} dropped: {why}", msg_id=message.msg_id, why=e)
             self._events.dropped([(message.msg_id, "bad-topic", message.origin)])
-            return []
+            return None
         publication = headers.get(PUBLICATION_HEADER) or message.msg_id
         named = headers.get(TARGETS_HEADER)
         if named is None:

@@ -25,7 +25,9 @@ whole story.
 
 Each subscription's pattern counts in the router's interest
 (L{meshroute.router.topic_interest}): a durable one from its creation
-to its end, attached or not.
+to its end, attached or not.  Its beginning and its end are recorded
+(C{topic.subscribed}, C{topic.unsubscribed}): the audit judges what each
+subscription got against its life.
 """
 
 import itertools
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from twisted.internet.defer import Deferred, fail, succeed
 
 from meshroute.errors import MeshrouteError
+from meshroute.messages import DURABLE_PREFIX, SUBSCRIBER_PREFIX
 from meshroute.topics.index import PatternIndex
 from meshroute.topics.patterns import BadTopic, format_words, parse_pattern
 from meshroute.store.topics import REPLACED
@@ -43,8 +46,6 @@ from meshroute.store.topics import REPLACED
 #: What a client id or a durable subscription's name may be: they make
 #: the queue's name (L{durable_queue}).
 DURABLE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
-DURABLE_PREFIX = "$durable:"
-SUBSCRIBER_PREFIX = "$subscriber:"
 
 
 class BadSubscription(MeshrouteError):
@@ -109,13 +110,15 @@ class TopicSubscriptions:
     @param queues: its L{meshroute.router.queues.QueueManager}.
     @param interest: its L{meshroute.router.topic_interest.TopicInterest}.
     @param mesh_wide: its L{meshroute.router.mesh_wide.MeshWide}.
+    @param message_events: its L{meshroute.router.message_events.MessageEvents}.
     """
 
-    def __init__(self, store, queues, interest, mesh_wide) -> None:
+    def __init__(self, store, queues, interest, mesh_wide, message_events) -> None:
         self._store = store
         self._queues = queues
         self._interest = interest
         self._mesh_wide = mesh_wide
+        self._events = message_events
         self._index = PatternIndex()
         self._patterns: dict[str, tuple[str, ...]] = {}
         self.durable: dict[str, Durable] = {}
@@ -195,6 +198,7 @@ class TopicSubscriptions:
         if queue is None:
             queue = f"{SUBSCRIBER_PREFIX}{next(self._numbers)}"
             self._add(queue, parsed)
+            self._events.subscribed(queue, format_words(parsed))
             return succeed(self._queues.subscribe(queue, deliver, credit,
                                                   ended=lambda: self._ended(queue)))
         held = self.durable.get(queue)
@@ -214,13 +218,14 @@ class TopicSubscriptions:
     def _recorded(self, result: tuple, queue: str, client_id: str, name: str,
                   pattern: tuple, shared: bool, user: str | None, deliver: Callable,
                   credit: int):
-        what, _deleted = result
+        what, deleted = result
         held = self.durable.get(queue)
         if held is not None and held.consumers and not (held.shared and shared):
             # Another consumer attached while this one was being recorded.
             raise DurableInUse(f"durable subscription {name!r} of {client_id!r} "
                                "already has its consumer")
-        if held is None:
+        created = held is None
+        if created:
             held = self.durable[queue] = Durable(queue, client_id, name, pattern, shared, user,
                                                  0.0)
             self._add(queue, pattern)
@@ -229,6 +234,9 @@ class TopicSubscriptions:
             held.pattern = pattern
             self._add(queue, pattern)
         held.shared = shared
+        if created or what == REPLACED:
+            self._events.subscribed(queue, format_words(pattern), held,
+                                    replaced=None if created else deleted)
         held.consumers += 1
         return self._queues.subscribe(queue, deliver, credit,
                                       ended=lambda: self._detached(held))
@@ -241,7 +249,7 @@ class TopicSubscriptions:
         A non-durable subscription's consumer is gone: so is it.
         """
         self._remove(queue)
-        self._queues.discard(queue, "unsubscribed")
+        self._events.unsubscribed(queue, self._queues.discard(queue, "unsubscribed"))
 
     def forget(self, client_id: str, name: str) -> Deferred:
         """
@@ -267,7 +275,8 @@ class TopicSubscriptions:
         def gone(deleted: int) -> int:
             if self.durable.pop(queue, None) is not None:
                 self._remove(queue)
-            self._queues.discard(queue, "unsubscribed")
+            dropped = self._queues.discard(queue, "unsubscribed")
+            self._events.unsubscribed(queue, dropped, held, deleted)
             return deleted
 
         return self._store.forget_subscription(queue).addCallback(gone)

@@ -10,13 +10,7 @@ import pytest
 from meshroute.router.topic_subscriptions import DurableInUse, NotOwner
 from meshroute.wire.frames import Interest
 from support.mesh_testing import assert_confirmed, events_of, mesh  # noqa: F401 (mesh: a fixture)
-from support.topic_testing import TopicConsumer, star
-
-
-def publish(mesh, router: str, topic: str, count: int, start: int = 0, persistent=True):
-    engine = mesh.routers[router].engine
-    return [engine.submit(f"topic:{topic}", b"%d" % i, {}, persistent)
-            for i in range(start, start + count)]
+from support.topic_testing import TopicConsumer, publish, star
 
 
 def links_sent(router, peer: str) -> int:

@@ -34,6 +34,7 @@ from twisted.test import iosim
 from meshroute.client import connect_endpoint
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message, parse_address
+from meshroute.router.message_events import MessageEvents
 from meshroute.router.queues import QueueManager
 from meshroute.router.topic_interest import TopicInterest
 from meshroute.router.topic_subscriptions import TopicSubscriptions
@@ -107,7 +108,9 @@ class FakeEngine:
         self.events = RecordingEvents()
         self.queues = QueueManager(self.store, self.events, clock)
         self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, self.store, clock),
-                                         mesh_wide=None)
+                                         mesh_wide=None,
+                                         message_events=MessageEvents(ROUTER, self.events,
+                                                                      self.queues.rates))
         self.auto = auto
         self.submitted: list[Submitted] = []
         self._ids = itertools.count(1)

@@ -1,6 +1,7 @@
 """
 Topic subscriptions on the in-memory mesh (L{meshroute.testing.memory_mesh}):
-a subscriber that acknowledges what it gets, and a star of five routers.
+a subscriber that acknowledges what it gets, publications, and a star of
+five routers.
 """
 
 
@@ -29,6 +30,16 @@ class TopicConsumer:
     @property
     def bodies(self) -> list[bytes]:
         return [m.body for m in self.received]
+
+
+def publish(mesh, router: str, topic: str, count: int, start: int = 0, persistent=True):
+    """
+    C{count} publications to C{topic} at C{router}, bodies numbered from
+    C{start}: their Deferreds.
+    """
+    engine = mesh.routers[router].engine
+    return [engine.submit(f"topic:{topic}", b"%d" % i, {}, persistent)
+            for i in range(start, start + count)]
 
 
 def star(mesh) -> None:
