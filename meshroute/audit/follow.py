@@ -17,7 +17,8 @@ flight becomes enqueued, or lost).  One streaming query allows one
 stateful aggregation in append mode and no exact percentile.  So each
 micro-batch is parsed once, by the batch audit's reader
 (L{meshroute.audit.read}), and folded into the state under C{OUT/state}
-by L{meshroute.audit.incremental}: per message id the partial aggregates
+by L{meshroute.audit.incremental} (and the topic copies' by
+L{meshroute.audit.topic_state}): per message id the partial aggregates
 of the batch audit's per-message view, merged with those of the
 messages still open (and only those); settled messages move into
 per-route counts and latency value counts, and a latency window that no
@@ -231,7 +232,7 @@ def run(settings, out, err, spark=None) -> int:
     C{settings.once}, until the files there now are audited; returns the
     exit status of the last summary (L{meshroute.audit.job.run}'s).
     """
-    from meshroute.audit import incremental
+    from meshroute.audit.state import StateTables
 
     try:
         directories = follow_paths(settings.inputs)
@@ -255,7 +256,7 @@ def run(settings, out, err, spark=None) -> int:
     try:
         if not is_uri(settings.out):
             os.makedirs(settings.out, exist_ok=True)
-        incremental.StateTables(spark, settings.out).claim()
+        StateTables(spark, settings.out).claim()
         writer = (closed_files_stream(spark, directories, settings.max_files_per_trigger)
                   .writeStream.foreachBatch(audit)
                   .option("checkpointLocation", f"{settings.out.rstrip('/')}/checkpoint")

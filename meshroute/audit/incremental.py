@@ -61,6 +61,10 @@ grow with the run but are read only through a join with the batch's
 message ids and windows, except for the final rows of the closed
 windows, which the output copies (one row per window).
 
+Topic copies are folded alike, per copy id, with tables of their own
+(L{meshroute.audit.topic_state}); the tables and the fold per id both
+use are in L{meshroute.audit.state}.
+
 Boots: a batch's events are counted in the boot their router was in at
 their time, from every C{router.started} read so far; this holds as
 long as a router's files are read in order (docs/events.md, "Streaming
@@ -69,32 +73,16 @@ audit").
 
 from dataclasses import dataclass
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from meshroute.audit import read, views
-from meshroute.audit.inputs import AuditInputError
+from meshroute.audit import read, topic_state, topic_views, views
+from meshroute.audit.state import KEEP, StateTables, added, combine, fold, newest
 from meshroute.audit.tables import input_names, small_views
-
-KEEP = StorageLevel.MEMORY_AND_DISK
 
 #: The columns of L{meshroute.audit.views.message_counts} that are sums
 #: (null over no message) rather than counts (0 over no message).
 SUMMED = ("duplicate_copies", "duplicates_dropped")
-
-#: What is left open: fates that still wait on time.
-WAITING = ("in-flight", "unobserved")
-
-
-def combine(frame: DataFrame, keys: list[str], combiners: dict) -> DataFrame:
-    """
-    Rows of C{frame} with the same C{keys} combined into one: each
-    column by its function in C{combiners}, the others summed.
-    """
-    return frame.groupBy(*keys).agg(*[
-        combiners.get(name, F.sum)(name).alias(name)
-        for name in frame.columns if name not in keys])
 
 
 def partials_combiners(partials: DataFrame) -> dict:
@@ -105,25 +93,6 @@ def partials_combiners(partials: DataFrame) -> dict:
     """
     return {name: (F.min if name in views.PARTIALS_MIN else F.max)
             for name in partials.columns if name not in views.PARTIALS_ADD}
-
-
-def negated(frame: DataFrame, keys: list[str]) -> DataFrame:
-    """
-    C{frame} with every column but C{keys} negated: what to add to take
-    its rows out of a sum.
-    """
-    return frame.select(*keys, *[(-F.col(name)).alias(name)
-                                 for name in frame.columns if name not in keys])
-
-
-def newest(slices: DataFrame, keys: list[str]) -> DataFrame:
-    """
-    Of the rows of an appended table's slices (L{StateTables.read_all}),
-    per C{keys}, the one the newest batch wrote, without C{batch}.
-    """
-    order = Window.partitionBy(*keys).orderBy(F.col("batch").desc())
-    return (slices.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
-            .drop("_n", "batch"))
 
 
 #: A latency window in the state: its route, the router whose log closes
@@ -199,101 +168,11 @@ class Contributions:
                    windows=views.value_counts(windowed(fates, window_s), WINDOW))
 
     def plus(self, other: "Contributions", sign: int = 1) -> "Contributions":
-        def add(mine, theirs, keys):
-            theirs = theirs if sign > 0 else negated(theirs, keys)
-            return combine(mine.unionByName(theirs), keys, {})
-
+        some = F.col("count") > 0
         return Contributions(
-            counts=add(self.counts, other.counts, views.ROUTE).where(F.col("messages") > 0),
-            latency=add(self.latency, other.latency, [*views.ROUTE, "latency_ms"]).where(
-                F.col("count") > 0),
-            windows=add(self.windows, other.windows, [*WINDOW, "latency_ms"]).where(
-                F.col("count") > 0))
-
-
-#: The layout of the state tables, which a streaming audit resumes only
-#: from a state of its own layout.  2: the C{windows} are keyed by their
-#: C{dest_router} too, and closed windows move to C{closed_windows}
-#: (1: the state before the layout was marked).
-STATE_FORMAT = 2
-
-
-class StateTables:
-    """
-    The state directories under C{OUT/state}, by name and batch, through
-    Hadoop's FileSystem (a local directory or a URI alike).
-    """
-
-    def __init__(self, spark, out: str) -> None:
-        self.spark = spark
-        self.out = out
-        self.base = f"{out.rstrip('/')}/state"
-
-    def path(self, name: str, batch_id: int) -> str:
-        return f"{self.base}/{name}/batch={batch_id}"
-
-    def _entries(self, directory: str) -> list[str]:
-        """
-        The names of the directories in C{directory} (none if it is not).
-        """
-        jvm = self.spark.sparkContext._jvm
-        path = jvm.org.apache.hadoop.fs.Path(directory)
-        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        if not fs.exists(path):
-            return []
-        return [status.getPath().getName() for status in fs.listStatus(path)
-                if status.isDirectory()]
-
-    def batches(self, name: str) -> list[int]:
-        """
-        The batches that wrote table C{name}.
-        """
-        return sorted(int(entry[len("batch="):]) for entry in self._entries(f"{self.base}/{name}")
-                      if entry.startswith("batch="))
-
-    def claim(self) -> None:
-        """
-        Mark a new state with L{STATE_FORMAT}, or check that an existing
-        one has it: a state of another layout cannot be resumed, and
-        reading it would fail in the middle of a micro-batch.
-
-        @raise AuditInputError: for a state of another format.
-        """
-        marker = f"{self.base}/format"
-        tables = self._entries(self.base)
-        if not tables:
-            self.spark.createDataFrame([(STATE_FORMAT,)], "format int").coalesce(1).write.mode(
-                "overwrite").json(marker)
-            return
-        found = self.spark.read.json(marker).first()["format"] if "format" in tables else 1
-        if found != STATE_FORMAT:
-            raise AuditInputError(
-                f"{self.base}: the state of a streaming audit of another version (state format "
-                f"{found}, this version's {STATE_FORMAT}); delete {self.out} to audit from the "
-                f"start")
-
-    def write(self, name: str, batch_id: int, frame: DataFrame) -> None:
-        frame.write.mode("overwrite").parquet(self.path(name, batch_id))
-
-    def read(self, name: str, batch_id: int) -> DataFrame:
-        return self.spark.read.parquet(self.path(name, batch_id))
-
-    def read_all(self, name: str, before: int) -> DataFrame | None:
-        """
-        Every slice of appended table C{name} written before batch
-        C{before}, with its C{batch}; None when there is none.
-        """
-        if not [b for b in self.batches(name) if b < before]:
-            return None
-        return self.spark.read.parquet(f"{self.base}/{name}").where(F.col("batch") < before)
-
-    def previous(self, batch_id: int) -> int | None:
-        """
-        The newest batch before C{batch_id} that wrote the cumulative
-        state (its C{open} table is written last).
-        """
-        done = [b for b in self.batches("open") if b < batch_id]
-        return done[-1] if done else None
+            counts=added(self.counts, other.counts, views.ROUTE, sign, F.col("messages") > 0),
+            latency=added(self.latency, other.latency, [*views.ROUTE, "latency_ms"], sign, some),
+            windows=added(self.windows, other.windows, [*WINDOW, "latency_ms"], sign, some))
 
 
 @dataclass
@@ -360,30 +239,13 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
 
     grace = settings.in_flight_grace_s
     new_partials = views.message_partials(message_events)
-    touched = new_partials.select("msg_id")
-    opened = state.read("open", previous) if previous is not None else None
-    reopened = None
-    settled_before = state.read_all("settled", batch_id)
-    if settled_before is not None:
-        candidates = settled_before.join(touched, "msg_id", "left_semi")
-        if opened is not None:
-            candidates = candidates.join(opened.select("msg_id"), "msg_id", "left_anti")
-        reopened = keep(newest(candidates, ["msg_id"]))
-    merged = new_partials
-    for earlier in (opened, reopened):
-        if earlier is not None:
-            merged = merged.unionByName(earlier)
-    merged = combine(merged, ["msg_id"], partials_combiners(new_partials))
-    fates = keep(views.fates_of(merged, router_view, grace))
     until = router_view.select(F.col("router").alias("dest_router"),
                                F.col("available_until").alias("_until"))
-    settles = (~F.col("fate").isin(*WAITING) & F.col("_until").isNotNull()
-               & (F.col("last_time") <= F.col("_until") - F.lit(grace)))
-    verdicts = fates.select("msg_id", "fate", "dest_router", "last_time").join(
-        F.broadcast(until), "dest_router", "left").select("msg_id", settles.alias("_settles"))
-    judged = keep(merged.join(verdicts, "msg_id"))
-    settling = judged.where(F.col("_settles")).drop("_settles")
-    state.write("settled", batch_id, settling)
+    folded = fold(state, previous, batch_id, new_partials, "msg_id",
+                  partials_combiners(new_partials),
+                  lambda merged: views.fates_of(merged, router_view, grace), until, grace, keep,
+                  ("open", "settled"))
+    fates, reopened = folded.fates, folded.reopened
     settled_fates = views.fates_of(state.read("settled", batch_id), router_view, grace)
 
     window_s = settings.latency_window_s
@@ -415,7 +277,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         problems = problems.unionByName(earlier_problems)
     if reopened is not None:
         totals = totals.plus(Contributions.of(reopened_fates, window_s), sign=-1)
-    still_open = judged.where(~F.col("_settles")).drop("_settles")
+    still_open = folded.still_open
     open_windows = windows_entered(fates.join(still_open.select("msg_id"), "msg_id",
                                               "left_semi"), window_s)
     windows = keep(totals.windows)
@@ -431,6 +293,13 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
     state.write("windows", batch_id, windows.join(closes, WINDOW, "left_anti"))
     state.write("closed_windows", batch_id, closed_slice)
     state.write("problems", batch_id, problems)
+    if any(row["topic_events"] for row in split_rows):
+        topics = topic_state.advance(state, batch_id, events, small, router_view, until, grace,
+                                     keep)
+    else:
+        topics = topic_views.empty_like(spark, topic_views.topic_tables(
+            events, small, topic_views.copy_fates(topic_views.copy_partials(events),
+                                                  router_view, grace)))
     state.write("open", batch_id, still_open)
 
     settled = Contributions(state.read("routes", batch_id), state.read("latency", batch_id),
@@ -460,6 +329,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         raise
     malformed = state.read_all("malformed", batch_id + 1).drop("batch")
     frames.update(small_views(small, starts, boots, all_splits, malformed, names, settings))
+    frames.update(topics)
     return BatchViews(frames=frames, totals=views.with_latency(total_counts, total_latency, []),
                       ha_totals=views.ha_totals(small), split_rows=split_rows, lines=lines,
                       names=names, cached=cached)

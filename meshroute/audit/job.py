@@ -103,7 +103,7 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     """
     from pyspark import StorageLevel
 
-    from meshroute.audit import read, views
+    from meshroute.audit import read, topic_views, views
 
     keep = StorageLevel.MEMORY_AND_DISK
     split_rows = logs.split_rows
@@ -129,13 +129,22 @@ def audit_logs(spark, logs, settings: AuditSettings, progress: Progress,
     frames["latency_histogram"] = views.latency_histogram(fates)
     frames["latency_windows"] = views.latency_windows(fates, settings.latency_window_s)
     frames["message_problems"] = views.message_problems(fates)
+    copies = topic_views.copy_fates(topic_views.copy_partials(events), frames["routers"],
+                                    settings.in_flight_grace_s)
+    if any(row["topic_events"] for row in split_rows):
+        copies = copies.persist(keep)
+        frames.update(topic_views.topic_tables(events, others, copies))
+    else:
+        # Nothing about topics: their tables are empty, and cost no job.
+        frames.update(topic_views.empty_like(spark, topic_views.topic_tables(events, others,
+                                                                             copies)))
     totals = views.totals(fates)
     frames.update(small_views(others, starts, frames["boots"], logs.splits,
                               read.malformed_lines(logs.parsed, logs.splits), names,
                               settings))
     summary = write_views(spark, frames, totals, views.ha_totals(others), split_rows, logs.lines,
                           settings, progress, names)
-    for frame in (*frames.values(), fates, per_boot, starts, others):
+    for frame in (*frames.values(), fates, copies, per_boot, starts, others):
         frame.unpersist()
     logs.release()
     return summary

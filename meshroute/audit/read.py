@@ -146,14 +146,18 @@ def events_of(parsed: DataFrame) -> DataFrame:
 def blocks(parsed: DataFrame, *more: Column) -> DataFrame:
     """
     One row per file split: its lines, the first C{rid}, its malformed
-    lines and the time range of its events (and the aggregates C{more}).
+    lines, the time range of its events and how many are about topics
+    (L{meshroute.audit.schema.about_topics}: without any, the topic
+    views have nothing to compute), and the aggregates C{more}.
     """
+    good = F.col("problem").isNull()
     return parsed.groupBy("file", "block").agg(
         F.count(F.lit(1)).alias("lines"),
         F.min("rid").alias("first_rid"),
         F.count("problem").alias("malformed"),
-        F.min(F.when(F.col("problem").isNull(), F.col("time"))).alias("first_time"),
-        F.max(F.when(F.col("problem").isNull(), F.col("time"))).alias("last_time"),
+        F.min(F.when(good, F.col("time"))).alias("first_time"),
+        F.max(F.when(good, F.col("time"))).alias("last_time"),
+        F.count(F.when(good & S.about_topics(), F.lit(1))).alias("topic_events"),
         *more,
     )
 

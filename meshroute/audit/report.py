@@ -11,6 +11,8 @@ import datetime
 import html
 import math
 
+from meshroute.audit import topic_report
+
 #: Message counts of the summary and of every route, in display order.
 MESSAGE_COUNTS = ("accepted", "enqueued", "consumed", "lost", "lost_non_persistent",
                   "in_flight", "expired", "dead_lettered", "dropped", "duplicated",
@@ -112,13 +114,17 @@ def ha_lines(ha: dict) -> list[str]:
 def build_summary(*, totals: dict, routes: list[dict], links: list[dict], routers: list[dict],
                   inputs: list[dict], malformed: list[dict], malformed_count: int,
                   keepalive_limit: float, grace_s: float, audit: dict,
-                  time_range: tuple, ha: dict, latency_windows: list[dict] = ()) -> dict:
+                  time_range: tuple, ha: dict, latency_windows: list[dict] = (),
+                  topics: dict | None = None, subscriptions: list[dict] = (),
+                  topic_links: list[dict] = ()) -> dict:
     """
     The content of summary.json: headline figures, the verdict and why.
 
     @param ha: L{ha_summary}.
     @param latency_windows: rows of L{meshroute.audit.views.latency_windows};
         the summary keeps each route's latest window.
+    @param topics: L{topic_report.topic_summary} of the rows of the
+        C{subscriptions} and C{topic_links} tables.
     """
     messages = {key: _number(totals.get(key)) for key in MESSAGE_COUNTS}
     messages["latency_ms"] = {
@@ -194,11 +200,12 @@ def build_summary(*, totals: dict, routes: list[dict], links: list[dict], router
         "links": link_summary,
         "routers": router_summary,
         "ha": ha,
+        "topics": topics,
         "latest_latency_windows": latest_windows(latency_windows),
         "settings": {"in_flight_grace_s": grace_s, "keepalive_limit_intervals": keepalive_limit},
         "audit": audit,
     }
-    judge(summary, routes)
+    judge(summary, routes, subscriptions, topic_links)
     return _clean(summary)
 
 
@@ -216,10 +223,13 @@ def latest_windows(windows) -> list[dict]:
             for row in latest.values()]
 
 
-def judge(summary: dict, routes: list[dict]) -> None:
+def judge(summary: dict, routes: list[dict], subscriptions: list[dict] = (),
+          topic_links: list[dict] = ()) -> None:
     """
     Set C{ok}, C{reasons} (promises broken: exit status 2) and
-    C{warnings} (worth a look, not a broken promise) of C{summary}.
+    C{warnings} (worth a look, not a broken promise) of C{summary}, with
+    those of its topics (L{topic_report.judge_topics}, from the rows of
+    C{subscriptions} and C{topic_links}).
     """
     messages, links = summary["messages"], summary["links"]
     reasons, warnings = summary["reasons"], summary["warnings"]
@@ -263,6 +273,7 @@ def judge(summary: dict, routes: list[dict]) -> None:
     if forced:
         warnings.append(f"{forced} forced activation(s) (meshroute ha force-activate): an "
                         "operator accepted losing confirmed changes the instance lacked")
+    topic_report.judge_topics(summary, list(subscriptions), list(topic_links))
     summary["ok"] = not reasons
 
 
@@ -299,6 +310,7 @@ def console_lines(summary: dict, out_dir: str) -> list[str]:
                  f"rejections {routers['rejections_local'] + routers['rejections_peer']}, "
                  f"client sessions {session_counts}")
     lines.extend(ha_lines(summary["ha"]))
+    lines.extend(topic_report.console_line(summary))
     for row in summary["routes"][:20]:
         lines.append(
             f"  {route_name(row)}: accepted {row['accepted']}, enqueued {row['enqueued']}, "
@@ -685,6 +697,7 @@ def render_html(summary: dict, tables: dict[str, list[dict]],
         ("Client requests denied (per user)", table(tables.get("denials", []))),
         ("Messages to look at (lost, duplicated, orphaned)",
          table(tables.get("message_problems", []), total=counts.get("message_problems"))),
+        *topic_report.page_sections(tables, counts, table),
         ("Malformed lines", table(tables.get("malformed_lines", []),
                                   total=counts.get("malformed_lines"))),
         ("Inputs", table(tables.get("inputs", []))),

@@ -18,6 +18,8 @@ its text for a string column, so an identifier written as a number never
 makes a line malformed.
 """
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 # The event names the audit interprets are the routers' own
@@ -50,6 +52,9 @@ from meshroute.events import (
     SESSION_OPENED,
     SESSION_REATTACHED,
     SESSION_RECREATED,
+    TOPIC_FANNED_OUT,
+    TOPIC_SUBSCRIBED,
+    TOPIC_UNSUBSCRIBED,
 )
 from meshroute.link.reasons import CLOSE_REASONS
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE
@@ -93,22 +98,26 @@ FIELDS = [
     ("store_id", T.StringType(), "link.incarnation"),
     ("discarded_last_received", T.LongType(), "link.incarnation"),
     ("attempts", T.LongType(), "connector.exhausted"),
-    ("msg_id", T.StringType(), "message.*"),
-    ("origin", T.StringType(), "message.*"),
+    ("msg_id", T.StringType(), "message.*, topic.fanned-out"),
+    ("origin", T.StringType(), "message.*, topic.fanned-out"),
     ("dest", T.StringType(),
      "message.accepted, message.duplicate, message.dead-lettered, message.expired"),
     ("size", T.LongType(), "message.accepted"),
     ("persistent", T.BooleanType(),
-     "message.accepted, message.enqueued, message.consumed, message.expired"),
-    ("hops", T.LongType(), "message.forwarded, message.enqueued, message.dead-lettered"),
-    ("queue", T.StringType(), "message.enqueued, message.consumed, message.dropped"),
-    ("accepted_at", T.DoubleType(), "message.enqueued, message.consumed"),
+     "message.accepted, message.enqueued, message.consumed, message.expired, topic.fanned-out"),
+    ("hops", T.LongType(),
+     "message.forwarded, message.enqueued, message.dead-lettered, topic.fanned-out"),
+    ("queue", T.StringType(),
+     "message.enqueued, message.consumed, message.dropped, topic.subscribed, "
+     "topic.unsubscribed"),
+    ("accepted_at", T.DoubleType(), "message.enqueued, message.consumed, topic.fanned-out"),
     ("redelivered", T.BooleanType(), "message.consumed"),
     ("duplicate_id", T.StringType(), "message.duplicate"),
     ("where", T.StringType(), "message.expired"),
     ("expires_ms", T.LongType(), "message.expired"),
     ("session_id", T.StringType(), "session.*, message.dropped"),
-    ("client_id", T.StringType(), "session.*, message.dropped"),
+    ("client_id", T.StringType(),
+     "session.*, message.dropped, topic.subscribed, topic.unsubscribed"),
     ("ttl_ms", T.LongType(), "session.opened"),
     ("protocol", T.StringType(), "session.opened"),
     ("requested_session_id", T.StringType(), "session.recreated"),
@@ -127,17 +136,29 @@ FIELDS = [
     ("mode", T.StringType(), "ha.epoch"),
     ("from", T.StringType(), "ha.failover"),
     ("to", T.StringType(), "ha.failover"),
-    ("kind", T.StringType(), "ha.failover"),
+    ("kind", T.StringType(), "ha.failover, topic.subscribed, topic.unsubscribed"),
     ("duration_ms", T.DoubleType(), "ha.failover"),
     ("status", T.StringType(), "ha.replication"),
     ("position", T.LongType(), "ha.replication"),
     ("lag", T.LongType(), "ha.replication"),
     ("step", T.StringType(), "ha.force-activate"),
     ("requested_by", T.StringType(), "ha.force-activate"),
-    ("user", T.StringType(), "security.*"),
+    ("user", T.StringType(), "security.*, topic.subscribed"),
     ("mechanism", T.StringType(), "security.authenticated"),
     ("action", T.StringType(), "security.denied"),
     ("target", T.StringType(), "security.denied"),
+    ("publication", T.StringType(), "topic.fanned-out"),
+    ("topic", T.StringType(), "topic.fanned-out"),
+    ("durable", T.ArrayType(T.StringType()), "topic.fanned-out"),
+    ("non_durable", T.ArrayType(T.StringType()), "topic.fanned-out"),
+    ("sent", T.ArrayType(T.StringType()), "topic.fanned-out"),
+    ("targets", T.ArrayType(T.ArrayType(T.StringType())), "topic.fanned-out"),
+    ("pattern", T.StringType(), "topic.subscribed"),
+    ("name", T.StringType(), "topic.subscribed, topic.unsubscribed"),
+    ("shared", T.BooleanType(), "topic.subscribed"),
+    ("replaced", T.BooleanType(), "topic.subscribed"),
+    ("deleted", T.LongType(), "topic.subscribed, topic.unsubscribed"),
+    ("dropped", T.LongType(), "topic.unsubscribed"),
 ]
 
 #: The fields a message event (C{message.*}) can have: most events are.
@@ -170,3 +191,23 @@ def describe_fields() -> str:
     for name, kind, events in FIELDS:
         rows.append(f"| `{name}` | {kind.simpleString()} | {events} |")
     return "\n".join(rows)
+
+
+def topic_copy(msg_id: Column) -> Column:
+    """
+    Whether C{msg_id} is the id of a copy a topic's fan-out made
+    (C{PUB/QUEUE@ROUTER}, C{PUB>FROM:DIGEST}; a message's own id, C{ORIGIN:BOOT:N},
+    has neither C{/} nor C{>}): not a message of the routes, which the
+    topic views follow (L{meshroute.audit.topic_views}).
+    """
+    return msg_id.contains("/") | msg_id.contains(">")
+
+
+def about_topics() -> Column:
+    """
+    Whether an event line is about topics: a C{topic.*} event, or a
+    message event of a topic copy (L{topic_copy}).
+    """
+    event = F.col("event")
+    return event.startswith("topic.") | (event.startswith("message.")
+                                         & topic_copy(F.col("msg_id")))

@@ -12,7 +12,7 @@ import json
 import os
 
 from meshroute import __version__
-from meshroute.audit import report, threads
+from meshroute.audit import report, threads, topic_report
 from meshroute.audit.inputs import AuditInputError, display_name, is_uri
 from meshroute.audit.running import Progress
 from meshroute.audit.settings import AuditSettings
@@ -35,11 +35,16 @@ TABLES = {
     "inputs": ("file",),
     "failovers": ("time", "router", "role"),
     "ha_groups": ("router", "group", "role"),
+    "subscriptions": ("router", "queue", "period"),
+    "topic_links": ("router", "hop"),
+    "topic_routers": ("router",),
+    "topic_problems": ("router", "made_time", "copy_id"),
 }
 
 #: The most rows of a table the driver collects for the report.
 COLLECT_LIMITS = {"link_sessions": 3000, "message_problems": 200, "malformed_lines": 200,
-                  "keepalive_closes": 200, "failovers": 200, "latency_windows": 500}
+                  "keepalive_closes": 200, "failovers": 200, "latency_windows": 500,
+                  "topic_problems": 200}
 
 
 def _write_text(spark, path: str, text: str) -> None:
@@ -199,6 +204,8 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
     spark.sparkContext.setJobDescription(None)
     progress(f"wrote {len(TABLES)} Parquet tables to {tables_dir}")
     ha = report.ha_summary(ha_row, collected["failovers"])
+    topics = topic_report.topic_summary(collected["subscriptions"], collected["topic_links"],
+                                        collected["topic_routers"], counts["topic_problems"])
     progress(f"messages: {total['accepted']} accepted, {total['enqueued']} enqueued, "
              f"{total['lost']} lost, {total['duplicated']} duplicated, "
              f"{counts['routes']} route(s)")
@@ -207,6 +214,10 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
              f"{sum(r['count'] for r in collected['denials'])} client request(s) denied")
     progress(f"links: {counts['links']} link(s), {counts['link_sessions']} connection(s)")
     progress(f"ha: {ha['failovers']} failover(s) of {counts['ha_groups']} HA instance(s)")
+    progress(f"topics: {topics['publications']} publication(s), "
+             f"{topics['durable']['subscriptions']} durable subscription(s), "
+             f"{topics['links']['sent']} copies between routers, "
+             f"{counts['topic_problems']} copies to look at")
 
     audit_info = {
         "meshroute_version": __version__,
@@ -223,7 +234,8 @@ def write_views(spark, frames: dict, totals, ha_totals, split_rows: list[dict], 
         malformed=collected["malformed_lines"], malformed_count=malformed_count,
         keepalive_limit=settings.keepalive_limit, grace_s=settings.in_flight_grace_s,
         audit=audit_info, time_range=(first, horizon), ha=ha,
-        latency_windows=collected["latency_windows"],
+        latency_windows=collected["latency_windows"], topics=topics,
+        subscriptions=collected["subscriptions"], topic_links=collected["topic_links"],
     )
     return summary, collected, counts
 

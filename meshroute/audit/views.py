@@ -10,7 +10,10 @@ and write.
 Definitions (docs/events.md, "Audit", says the same for operators):
 
  - A message's route is its origin router → its destination
-   C{queue@router} (the C{dest} of its C{message.accepted}).
+   C{queue@router} (the C{dest} of its C{message.accepted}); a topic
+   publication's is C{topic:NAME}, and it is enqueued in its router's
+   C{$topic}.  The copies a topic's fan-out makes of it are not messages
+   here: L{meshroute.audit.topic_views} follows them.
  - Its fate: C{enqueued} (a C{message.enqueued} at the destination;
    more than one is a duplicate; or, failing that, a
    C{message.consumed} there: a router killed with SIGKILL can lose its
@@ -49,7 +52,8 @@ FIELDS_USED = ("time", "router", "event", "version", "pid", "link", "peer", "dir
                "keepalive_interval_ms", "code", "detail", "by", "reason", "last_heard", "msg_id",
                "origin", "dest", "size", "persistent", "hops", "queue", "accepted_at",
                "group", "role", "epoch", "mode", "from", "to", "kind", "duration_ms", "status",
-               "step", "user", "action")
+               "step", "user", "action", "publication", "topic", "durable", "non_durable",
+               "sent", "targets", "pattern", "replaced")
 
 #: Percentiles of the latency columns.
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -67,15 +71,25 @@ FATES = ("enqueued", "expired", "dead-lettered", "dropped", "orphan", "unobserve
          "lost-non-persistent", "lost")
 
 
-def _is(name: str) -> Column:
+def is_event(name: str) -> Column:
+    """
+    Whether a row is event C{name}.
+    """
     return F.col("event") == name
 
 
-def _count_if(condition: Column) -> Column:
+def count_if(condition: Column) -> Column:
+    """
+    An aggregate: how many rows C{condition} is true of.
+    """
     return F.count(F.when(condition, F.lit(1)))
 
 
-def _when(condition: Column, column: str) -> Column:
+def value_when(condition: Column, column: str) -> Column:
+    """
+    C{column} where C{condition} is true, else null (for aggregates of
+    one kind of event among others).
+    """
     return F.when(condition, F.col(column))
 
 
@@ -89,7 +103,7 @@ def boot_starts(events: DataFrame) -> DataFrame:
     C{until} (the next start; infinity for the last), with boot 0 from
     minus infinity to the first start.
     """
-    started = events.where(_is(S.ROUTER_STARTED)).select("router", "time")
+    started = events.where(is_event(S.ROUTER_STARTED)).select("router", "time")
     order = Window.partitionBy("router").orderBy("time")
     infinity = F.lit(float("inf"))
     numbered = started.select(
@@ -139,7 +153,7 @@ def boots(events: DataFrame, starts: DataFrame, per_boot: DataFrame | None = Non
         per_boot = boot_counts(events, starts)
     counts = per_boot.select("router", "boot", "first_time", "last_time", "events",
                              (F.col("clean_stops") > 0).alias("clean_stop"))
-    reported = with_boot(events.where(_is(S.ROUTER_STARTED)), starts).groupBy(
+    reported = with_boot(events.where(is_event(S.ROUTER_STARTED)), starts).groupBy(
         "router", "boot").agg(F.max("version").alias("version"), F.max("pid").alias("pid"))
     return counts.join(reported, ["router", "boot"], "left")
 
@@ -185,29 +199,29 @@ def routers_of(per_boot: DataFrame, horizon: float | None = None) -> DataFrame:
 
 
 def _router_counts() -> list[Column]:
-    stage_delivery = _is(S.LINK_STAGE) & (F.col("stage") == "delivery")
-    rejected = _is(S.LINK_REJECTED)
+    stage_delivery = is_event(S.LINK_STAGE) & (F.col("stage") == "delivery")
+    rejected = is_event(S.LINK_REJECTED)
     return [
         F.min("time").alias("first_time"),
         F.max("time").alias("last_time"),
         F.count(F.lit(1)).alias("events"),
-        _count_if(_is(S.ROUTER_STARTED)).alias("starts"),
-        _count_if(_is(S.ROUTER_STOPPED)).alias("clean_stops"),
-        F.max(_when(_is(S.ROUTER_STARTED), "time")).alias("last_start"),
-        F.max(_when(_is(S.ROUTER_STOPPED), "time")).alias("last_stop"),
-        _count_if(_is(S.MESSAGE_ACCEPTED)).alias("accepted"),
-        _count_if(_is(S.MESSAGE_FORWARDED)).alias("forwarded"),
-        _count_if(_is(S.MESSAGE_ENQUEUED)).alias("enqueued"),
-        _count_if(_is(S.MESSAGE_CONSUMED)).alias("consumed"),
-        _count_if(_is(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
-        _count_if(_is(S.MESSAGE_DEAD_LETTERED)).alias("dead_lettered"),
-        _count_if(_is(S.MESSAGE_DROPPED)).alias("dropped"),
-        _count_if(stage_delivery).alias("link_sessions"),
-        _count_if(_is(S.LINK_CLOSED)).alias("link_closes"),
-        _count_if(rejected & (F.col("by") == "local")).alias("rejections_local"),
-        _count_if(rejected & (F.col("by") == "peer")).alias("rejections_peer"),
-        _count_if(_is(S.CONNECTOR_EXHAUSTED)).alias("connectors_exhausted"),
-        *[_count_if(_is(name)).alias(name.replace(".", "_")) for name in S.SESSION_EVENTS],
+        count_if(is_event(S.ROUTER_STARTED)).alias("starts"),
+        count_if(is_event(S.ROUTER_STOPPED)).alias("clean_stops"),
+        F.max(value_when(is_event(S.ROUTER_STARTED), "time")).alias("last_start"),
+        F.max(value_when(is_event(S.ROUTER_STOPPED), "time")).alias("last_stop"),
+        count_if(is_event(S.MESSAGE_ACCEPTED)).alias("accepted"),
+        count_if(is_event(S.MESSAGE_FORWARDED)).alias("forwarded"),
+        count_if(is_event(S.MESSAGE_ENQUEUED)).alias("enqueued"),
+        count_if(is_event(S.MESSAGE_CONSUMED)).alias("consumed"),
+        count_if(is_event(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
+        count_if(is_event(S.MESSAGE_DEAD_LETTERED)).alias("dead_lettered"),
+        count_if(is_event(S.MESSAGE_DROPPED)).alias("dropped"),
+        count_if(stage_delivery).alias("link_sessions"),
+        count_if(is_event(S.LINK_CLOSED)).alias("link_closes"),
+        count_if(rejected & (F.col("by") == "local")).alias("rejections_local"),
+        count_if(rejected & (F.col("by") == "peer")).alias("rejections_peer"),
+        count_if(is_event(S.CONNECTOR_EXHAUSTED)).alias("connectors_exhausted"),
+        *[count_if(is_event(name)).alias(name.replace(".", "_")) for name in S.SESSION_EVENTS],
     ]
 
 
@@ -230,17 +244,20 @@ def router_ends(view: DataFrame, horizon: float | None) -> DataFrame:
 
 def other_events(events: DataFrame) -> DataFrame:
     """
-    The events that are not about a message (C{message.*}): the few that
-    every view but the messages' and the routers' counts reads.
+    The events that are not about a message (C{message.*}, and the
+    fan-outs' records of publications, C{topic.fanned-out}): the few
+    that every view but the messages', the topics' copies' and the
+    routers' counts reads.
     """
-    return events.where(~F.col("event").startswith("message."))
+    return events.where(~F.col("event").startswith("message.")
+                        & (F.col("event") != S.TOPIC_FANNED_OUT))
 
 
 def rejections(events: DataFrame) -> DataFrame:
     """
     Refused handshakes: C{router}, C{peer}, C{code}, C{by}, C{count}.
     """
-    return (events.where(_is(S.LINK_REJECTED))
+    return (events.where(is_event(S.LINK_REJECTED))
             .groupBy("router", "peer", "code", "by").agg(F.count(F.lit(1)).alias("count")))
 
 
@@ -250,7 +267,7 @@ def denials(events: DataFrame) -> DataFrame:
     per user: C{router}, C{user}, C{action} (connect, send, consume,
     resume), C{count}.
     """
-    return (events.where(_is(S.SECURITY_DENIED))
+    return (events.where(is_event(S.SECURITY_DENIED))
             .groupBy("router", F.col("user"), "action").agg(F.count(F.lit(1)).alias("count")))
 
 
@@ -286,39 +303,40 @@ def message_partials(events: DataFrame) -> DataFrame:
     costs a sort of every event and another of what is left: the events
     are sent to their message's partition first, and sorted once there.
     """
-    messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull())
-    accepted, enqueued = _is(S.MESSAGE_ACCEPTED), _is(S.MESSAGE_ENQUEUED)
-    forwarded, dead = _is(S.MESSAGE_FORWARDED), _is(S.MESSAGE_DEAD_LETTERED)
-    consumed = _is(S.MESSAGE_CONSUMED) & ~(
+    messages = events.where(F.col("event").startswith("message.") & F.col("msg_id").isNotNull()
+                            & ~S.topic_copy(F.col("msg_id")))
+    accepted, enqueued = is_event(S.MESSAGE_ACCEPTED), is_event(S.MESSAGE_ENQUEUED)
+    forwarded, dead = is_event(S.MESSAGE_FORWARDED), is_event(S.MESSAGE_DEAD_LETTERED)
+    consumed = is_event(S.MESSAGE_CONSUMED) & ~(
         F.coalesce(F.col("queue"), F.lit("")).isin(S.DEAD_LETTER_QUEUE, S.EXPIRED_QUEUE))
-    expired = _is(S.MESSAGE_EXPIRED)
+    expired = is_event(S.MESSAGE_EXPIRED)
     return messages.repartition("msg_id").groupBy("msg_id").agg(
-        _count_if(accepted).alias("accepted_events"),
-        F.min(_when(accepted, "time")).alias("accepted_time"),
-        F.max(_when(accepted, "router")).alias("accepted_router"),
+        count_if(accepted).alias("accepted_events"),
+        F.min(value_when(accepted, "time")).alias("accepted_time"),
+        F.max(value_when(accepted, "router")).alias("accepted_router"),
         F.max("origin").alias("origin_field"),
-        F.max(_when(accepted, "dest")).alias("accepted_dest"),
-        F.max(_when(accepted, "persistent")).alias("accepted_persistent"),
-        F.max(_when(accepted, "size")).alias("size"),
-        _count_if(enqueued).alias("enqueued_events"),
-        F.min(_when(enqueued, "time")).alias("enqueued_time"),
-        F.max(_when(enqueued, "router")).alias("enqueued_router"),
-        F.max(_when(enqueued, "queue")).alias("enqueued_queue"),
-        F.min(_when(enqueued, "accepted_at")).alias("accepted_at"),
-        F.max(_when(enqueued, "persistent")).alias("enqueued_persistent"),
-        F.max(_when(enqueued, "hops")).alias("hops"),
-        _count_if(consumed).alias("consumed_events"),
-        _count_if(forwarded).alias("forwarded_events"),
+        F.max(value_when(accepted, "dest")).alias("accepted_dest"),
+        F.max(value_when(accepted, "persistent")).alias("accepted_persistent"),
+        F.max(value_when(accepted, "size")).alias("size"),
+        count_if(enqueued).alias("enqueued_events"),
+        F.min(value_when(enqueued, "time")).alias("enqueued_time"),
+        F.max(value_when(enqueued, "router")).alias("enqueued_router"),
+        F.max(value_when(enqueued, "queue")).alias("enqueued_queue"),
+        F.min(value_when(enqueued, "accepted_at")).alias("accepted_at"),
+        F.max(value_when(enqueued, "persistent")).alias("enqueued_persistent"),
+        F.max(value_when(enqueued, "hops")).alias("hops"),
+        count_if(consumed).alias("consumed_events"),
+        count_if(forwarded).alias("forwarded_events"),
         F.max(F.when(forwarded, F.struct("time", "peer"))).alias("last_forwarded"),
-        _count_if(_is(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
-        _count_if(dead).alias("dead_lettered_events"),
-        F.max(_when(dead, "dest")).alias("dead_dest"),
-        F.max(_when(dead, "router")).alias("dead_lettered_at"),
-        _count_if(_is(S.MESSAGE_DROPPED)).alias("dropped_events"),
-        _count_if(expired).alias("expired_events"),
-        F.max(_when(expired, "dest")).alias("expired_dest"),
-        F.max(_when(expired, "router")).alias("expired_at"),
-        F.max(_when(_is(S.MESSAGE_DROPPED), "reason")).alias("drop_reason"),
+        count_if(is_event(S.MESSAGE_DUPLICATE)).alias("duplicates_dropped"),
+        count_if(dead).alias("dead_lettered_events"),
+        F.max(value_when(dead, "dest")).alias("dead_dest"),
+        F.max(value_when(dead, "router")).alias("dead_lettered_at"),
+        count_if(is_event(S.MESSAGE_DROPPED)).alias("dropped_events"),
+        count_if(expired).alias("expired_events"),
+        F.max(value_when(expired, "dest")).alias("expired_dest"),
+        F.max(value_when(expired, "router")).alias("expired_at"),
+        F.max(value_when(is_event(S.MESSAGE_DROPPED), "reason")).alias("drop_reason"),
         F.max("time").alias("last_time"),
     )
 
@@ -377,7 +395,7 @@ def fates_of(per_id: DataFrame, router_view: DataFrame, grace_s: float) -> DataF
 
 
 def _fate(name: str) -> Column:
-    return _count_if(F.col("fate") == name)
+    return count_if(F.col("fate") == name)
 
 
 def value_counts(fates: DataFrame, keys: list[str]) -> DataFrame:
@@ -419,19 +437,19 @@ def percentiles(counts: DataFrame, keys: list[str]) -> DataFrame:
 
 def _message_counts() -> list[Column]:
     return [
-        _count_if(F.col("accepted_events") > 0).alias("accepted"),
+        count_if(F.col("accepted_events") > 0).alias("accepted"),
         _fate("enqueued").alias("enqueued"),
-        _count_if(F.col("consumed_events") > 0).alias("consumed"),
+        count_if(F.col("consumed_events") > 0).alias("consumed"),
         _fate("lost").alias("lost"),
         _fate("lost-non-persistent").alias("lost_non_persistent"),
         _fate("in-flight").alias("in_flight"),
         _fate("dead-lettered").alias("dead_lettered"),
         _fate("expired").alias("expired"),
         _fate("dropped").alias("dropped"),
-        _count_if(F.col("duplicated")).alias("duplicated"),
+        count_if(F.col("duplicated")).alias("duplicated"),
         F.sum(F.greatest(F.col("enqueued_events") - 1, F.lit(0))).alias("duplicate_copies"),
         F.sum("duplicates_dropped").alias("duplicates_dropped"),
-        _count_if(F.col("accepted_events") == 0).alias("orphans"),
+        count_if(F.col("accepted_events") == 0).alias("orphans"),
         _fate("unobserved").alias("unobserved"),
     ]
 
@@ -563,21 +581,21 @@ def link_sessions(events: DataFrame, starts: DataFrame, boot_view: DataFrame,
     link_events = events.where(
         F.col("event").isin(S.LINK_STAGE, S.LINK_REJECTED, S.LINK_CLOSED)
         & F.col("link").isNotNull())
-    closed = _is(S.LINK_CLOSED)
+    closed = is_event(S.LINK_CLOSED)
     per_link = with_boot(link_events, starts).groupBy("router", "boot", "link").agg(
         F.max("peer").alias("peer"),
         F.max("direction").alias("direction"),
         F.min("time").alias("opened"),
-        F.min(F.when(_is(S.LINK_STAGE) & (F.col("stage") == "delivery"), F.col("time"))
+        F.min(F.when(is_event(S.LINK_STAGE) & (F.col("stage") == "delivery"), F.col("time"))
               ).alias("delivery_at"),
         F.max("keepalive_interval_ms").alias("keepalive_interval_ms"),
-        F.max(_when(closed, "time")).alias("closed_at"),
-        F.max(_when(closed, "reason")).alias("close_reason"),
-        F.max(_when(closed, "stage")).alias("close_stage"),
-        F.max(_when(closed, "detail")).alias("close_detail"),
-        F.max(_when(closed, "last_heard")).alias("last_heard"),
-        F.max(_when(_is(S.LINK_REJECTED), "code")).alias("rejected_code"),
-        F.max(_when(_is(S.LINK_REJECTED), "by")).alias("rejected_by"),
+        F.max(value_when(closed, "time")).alias("closed_at"),
+        F.max(value_when(closed, "reason")).alias("close_reason"),
+        F.max(value_when(closed, "stage")).alias("close_stage"),
+        F.max(value_when(closed, "detail")).alias("close_detail"),
+        F.max(value_when(closed, "last_heard")).alias("last_heard"),
+        F.max(value_when(is_event(S.LINK_REJECTED), "code")).alias("rejected_code"),
+        F.max(value_when(is_event(S.LINK_REJECTED), "by")).alias("rejected_by"),
     )
     last_boot = boot_view.groupBy("router").agg(F.max("boot").alias("last_boot"))
     ends = boot_view.select("router", "boot", F.col("last_time").alias("boot_last_time"))
@@ -616,19 +634,19 @@ def links(sessions: DataFrame) -> DataFrame:
     view = sessions.withColumn("peer", F.coalesce("peer", F.lit("?"))).groupBy(
         "router", "peer").agg(
         F.count(F.lit(1)).alias("connections"),
-        _count_if(F.col("delivery_at").isNotNull()).alias("sessions"),
+        count_if(F.col("delivery_at").isNotNull()).alias("sessions"),
         F.coalesce(F.sum("time_in_delivery_s"), F.lit(0.0)).alias("time_in_delivery_s"),
         F.min("delivery_at").alias("first_delivery"),
         F.max("ended").alias("last_end"),
-        *[_count_if(reason == name).alias(f"closed_{name.replace('-', '_')}")
+        *[count_if(reason == name).alias(f"closed_{name.replace('-', '_')}")
           for name in S.CLOSE_REASONS],
-        _count_if(reason.isNotNull() & ~reason.isin(*S.CLOSE_REASONS)).alias("closed_other"),
-        _count_if(F.col("ended_by") != "closed").alias("not_closed"),
-        _count_if(F.col("rejected_code").isNotNull()).alias("rejections"),
-        _count_if(keepalive).alias("keepalive_closes"),
-        _count_if(checked).alias("keepalive_checked"),
-        _count_if(checked & F.col("keepalive_late")).alias("keepalive_late"),
-        _count_if(checked & F.col("keepalive_early")).alias("keepalive_early"),
+        count_if(reason.isNotNull() & ~reason.isin(*S.CLOSE_REASONS)).alias("closed_other"),
+        count_if(F.col("ended_by") != "closed").alias("not_closed"),
+        count_if(F.col("rejected_code").isNotNull()).alias("rejections"),
+        count_if(keepalive).alias("keepalive_closes"),
+        count_if(checked).alias("keepalive_checked"),
+        count_if(checked & F.col("keepalive_late")).alias("keepalive_late"),
+        count_if(checked & F.col("keepalive_early")).alias("keepalive_early"),
         F.min("silence_intervals").alias("keepalive_min_intervals"),
         F.max("silence_intervals").alias("keepalive_max_intervals"),
         F.max("silence_s").alias("keepalive_max_silence_s"),
@@ -657,22 +675,22 @@ def failovers(events: DataFrame) -> DataFrame:
     serves now), C{time}, C{from}, C{to}, C{epoch}, C{kind} (C{takeover}
     or C{handover}), C{duration_ms}.
     """
-    return events.where(_is(S.HA_FAILOVER)).select(
+    return events.where(is_event(S.HA_FAILOVER)).select(
         "router", "group", "role", "time", "from", "to", "epoch", "kind", "duration_ms")
 
 
 def _ha_counts() -> list[Column]:
-    failover = _is(S.HA_FAILOVER)
+    failover = is_event(S.HA_FAILOVER)
     return [
-        _count_if(failover).alias("failovers"),
-        _count_if(failover & (F.col("kind") == "takeover")).alias("takeovers"),
-        _count_if(failover & (F.col("kind") == "handover")).alias("handovers"),
-        F.max(_when(failover, "duration_ms")).alias("failover_max_ms"),
-        _count_if(_is(S.HA_FENCED)).alias("fenced"),
-        _count_if(_is(S.HA_EPOCH)).alias("epochs"),
-        _count_if(_is(S.HA_EPOCH) & (F.col("mode") == "alone")).alias("alone_epochs"),
-        _count_if(_is(S.HA_REPLICATION) & (F.col("status") == "lost")).alias("backup_lost"),
-        _count_if(_is(S.HA_FORCE_ACTIVATE) & (F.col("step") == "recorded")
+        count_if(failover).alias("failovers"),
+        count_if(failover & (F.col("kind") == "takeover")).alias("takeovers"),
+        count_if(failover & (F.col("kind") == "handover")).alias("handovers"),
+        F.max(value_when(failover, "duration_ms")).alias("failover_max_ms"),
+        count_if(is_event(S.HA_FENCED)).alias("fenced"),
+        count_if(is_event(S.HA_EPOCH)).alias("epochs"),
+        count_if(is_event(S.HA_EPOCH) & (F.col("mode") == "alone")).alias("alone_epochs"),
+        count_if(is_event(S.HA_REPLICATION) & (F.col("status") == "lost")).alias("backup_lost"),
+        count_if(is_event(S.HA_FORCE_ACTIVATE) & (F.col("step") == "recorded")
                   ).alias("forced_activations"),
     ]
 
@@ -697,7 +715,7 @@ def ha_totals(events: DataFrame) -> DataFrame:
     L{ha_groups}' counts over every instance, with the failover duration
     percentiles C{failover_p50_ms} and C{failover_p99_ms}: one row.
     """
-    duration = _when(_is(S.HA_FAILOVER), "duration_ms")
+    duration = value_when(is_event(S.HA_FAILOVER), "duration_ms")
     quantiles = F.percentile_approx(duration, [0.5, 0.99], ACCURACY)
     return _ha_events(events).agg(*_ha_counts(), quantiles.alias("q")).select(
         "*", F.col("q")[0].alias("failover_p50_ms"), F.col("q")[1].alias("failover_p99_ms")

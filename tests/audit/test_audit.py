@@ -23,6 +23,7 @@ from support.spark import spark  # noqa: F401 (a fixture)
 from support.event_generator import START, MeshLog
 from meshroute.testing.memory_mesh import MemoryMesh
 from support.routers import mesh  # noqa: F401 (a fixture)
+from support.mesh_testing import line
 
 from meshroute import cli
 from meshroute.audit import report
@@ -208,6 +209,10 @@ def test_synthetic_outputs_on_disk(synthetic):
     assert "keepalive" in page
     assert summary["audit"]["spark_version"]
     assert summary["settings"]["in_flight_grace_s"] == 60
+    # No topic traffic: the topic tables are there, empty.
+    for name in ("subscriptions", "topic_links", "topic_routers", "topic_problems"):
+        assert tables[name] == [], name
+    assert summary["topics"]["publications"] == summary["topics"]["links"]["sent"] == 0
 
 
 # -- a real routed run -----------------------------------------------------------
@@ -234,10 +239,7 @@ def memory_run(spark, tmp_path_factory):  # noqa: F811
     """
     directory = tmp_path_factory.mktemp("memory")
     memory = MemoryMesh(directory / "logs")
-    memory.add(A, connect_to=[B])
-    memory.add(B, connect_to=[C])
-    memory.add(C)
-    memory.run(1)
+    line(memory)
     consumer = _Consumer(memory.routers[C], "q")
     engine = memory.routers[A].engine
     sent = [engine.submit("q@router-c", b"%d" % i, {}, True) for i in range(1000)]

@@ -20,9 +20,9 @@ from support.event_generator import START
 from pyspark.sql import functions as F
 from support.routers import mesh  # noqa: F401 (a fixture)
 from support.audit_testing import audit, figures
-from support.audit_meshes import A, B, C, rotated_synthetic
+from support.audit_meshes import A, B, C, PRICES, rotated_synthetic, topic_mesh
 
-from meshroute.audit import follow, incremental, job, read, views
+from meshroute.audit import follow, incremental, job, read, state, views
 from meshroute.audit.inputs import AuditInputError
 from meshroute.audit.job import UsageProblem, run, settings_from_args
 from meshroute.audit.running import EXIT_BAD_INPUT, EXIT_OK, Progress
@@ -90,6 +90,36 @@ def state_rows(spark, out: Path, name: str, batch_id: int) -> int:  # noqa: F811
     return spark.read.parquet(str(out / "state" / name / f"batch={batch_id}")).count()
 
 
+def agreeing_micro_batches(spark, tmp_path: Path, logs: Path, groups: list, tables):  # noqa: F811
+    """
+    Feed the streaming audit (C{tmp_path/streamed}, a grace of 5 s) the
+    files of C{logs} a group of C{groups} a micro-batch; after each,
+    check that its figures and its C{tables} are those of the batch
+    audit of the files read so far (with the same per-destination
+    watermark), and yield the micro-batch's number, the batch audit's
+    summary and the streaming audit.
+    """
+    streamed = tmp_path / "streamed"
+    settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
+                             in_flight_grace_s=5)
+    quiet = Progress(io.StringIO(), True)
+    streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
+    read_so_far = []
+    for batch_id, group in enumerate(groups):
+        streaming(read.located(spark.read.text([str(f) for f in group])), batch_id)
+        read_so_far += [str(f) for f in group]
+        batch = tmp_path / f"batch-{batch_id}"
+        expected = job.audit_logs(
+            spark, read.read_logs(spark, read_so_far, views.FIELDS_USED),
+            AuditSettings(inputs=read_so_far, out=str(batch), quiet=True, in_flight_grace_s=5),
+            quiet, settled_per_router=True)
+        assert figures(streaming.summary) == figures(expected[0]), batch_id
+        for name in tables:
+            assert table_rows(spark, streamed, name) == table_rows(spark, batch, name), (
+                batch_id, name)
+        yield batch_id, expected[0], streaming
+
+
 @pytest.mark.timeout(2400)
 def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messages(
         spark, tmp_path):  # noqa: F811
@@ -110,24 +140,10 @@ def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messag
                            [dict(enqueued[0], time=enqueued[-1]["time"])])
     groups = [files[:len(files) // 2], files[len(files) // 2:], [late]]
     streamed = tmp_path / "streamed"
-    settings = AuditSettings(inputs=[str(logs)], out=str(streamed), quiet=True, follow=True,
-                             in_flight_grace_s=5)
-    quiet = Progress(io.StringIO(), True)
-    streaming = follow.StreamingAudit(spark, settings, quiet, io.StringIO())
-    read_so_far, sizes = [], []
-    for batch_id, group in enumerate(groups):
-        streaming(read.located(spark.read.text([str(f) for f in group])), batch_id)
-        read_so_far += [str(f) for f in group]
-        batch = tmp_path / f"batch-{batch_id}"
-        expected = job.audit_logs(
-            spark, read.read_logs(spark, read_so_far, views.FIELDS_USED),
-            AuditSettings(inputs=read_so_far, out=str(batch), quiet=True, in_flight_grace_s=5),
-            quiet, settled_per_router=True)
-        assert figures(streaming.summary) == figures(expected[0]), batch_id
-        for name in TABLES:
-            assert table_rows(spark, streamed, name) == table_rows(spark, batch, name), (
-                batch_id, name)
-        seen = expected[0]["messages"]["accepted"] + expected[0]["messages"]["orphans"]
+    sizes = []
+    for batch_id, expected, streaming in agreeing_micro_batches(spark, tmp_path, logs, groups,
+                                                                TABLES):
+        seen = expected["messages"]["accepted"] + expected["messages"]["orphans"]
         still_open = spark.read.parquet(str(streamed / "state" / "open" / f"batch={batch_id}"))
         settled = (spark.read.parquet(str(streamed / "state" / "settled"))
                    .where(f"batch <= {batch_id}").select("msg_id").distinct()
@@ -138,6 +154,39 @@ def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messag
     assert max(sizes) < seen
     assert streaming.summary["messages"]["duplicated"] == 3
     assert state_rows(spark, streamed, "settled", len(groups) - 1) == 1, "settled again"
+
+
+@pytest.mark.timeout(2400)
+def test_topic_tables_agree_with_the_batch_audit_micro_batch_by_micro_batch(
+        spark, tmp_path):  # noqa: F811
+    """
+    The topic mesh (every fate of a topic copy) rotated and fed to the
+    streaming audit half its files at a time, then a late file in which
+    the copy left waiting in a durable subscription is consumed: after
+    every micro-batch the topic tables are those of the batch audit of
+    the files read so far; the copies whose fate is settled leave the
+    open state, and the late consumption takes its copy back from the
+    settled state: consumed, no longer waiting, counted once.
+    """
+    logs = rotated_synthetic(tmp_path, per_file=40, mesh=topic_mesh)
+    files = sorted(logs.glob("*/events/*.jsonl"), key=lambda p: (p.stat().st_mtime, str(p)))
+    waiting = [json.loads(line) for path in files if path.parent.parent.name == C
+               for line in path.read_text().splitlines()
+               if '"message.enqueued"' in line and PRICES in line]
+    waiting = [r for r in waiting if r["time"] > START + 23 and r["time"] < START + 24][0]
+    late = add_closed_file(tmp_path / "late" / C / "events", [dict(
+        waiting, event="message.consumed", time=START + 290, redelivered=False)])
+    groups = [files[:len(files) // 2], files[len(files) // 2:], [late]]
+    streamed = tmp_path / "streamed"
+    topic_tables = ("subscriptions", "topic_links", "topic_routers", "topic_problems")
+    *_, (_, _, streaming) = agreeing_micro_batches(spark, tmp_path, logs, groups, topic_tables)
+    still_open = spark.read.parquet(str(streamed / "state" / "copies_open" / "batch=1")).count()
+    settled = spark.read.parquet(str(streamed / "state" / "copies_settled")).where(
+        "batch <= 1").count()
+    assert still_open < settled / 10
+    durable = streaming.summary["topics"]["durable"]
+    assert (durable["waiting"], durable["consumed"], durable["due"]) == (0, 45, 48)
+    assert state_rows(spark, streamed, "copies_settled", 2) == 1, "settled again"
 
 
 # -- latency windows that close -------------------------------------------------
@@ -318,7 +367,7 @@ def test_a_state_of_another_layout_is_refused_and_a_new_one_marked(spark, tmp_pa
         err = io.StringIO()
         assert run(settings, out=io.StringIO(), err=err, spark=spark) == EXIT_OK, err.getvalue()
     mark = spark.read.json(str(new / "state" / "format")).collect()
-    assert [row["format"] for row in mark] == [incremental.STATE_FORMAT]
+    assert [row["format"] for row in mark] == [state.STATE_FORMAT]
 
 
 # -- a live mesh -----------------------------------------------------------------

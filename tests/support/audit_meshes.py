@@ -120,12 +120,13 @@ def synthetic_mesh(directory) -> MeshLog:
     return log
 
 
-def rotated_synthetic(directory: Path, per_file: int) -> Path:
+def rotated_synthetic(directory: Path, per_file: int, mesh=None) -> Path:
     """
-    The synthetic mesh, each router's log rotated into closed files of
-    C{per_file} lines under C{directory/rotated/ROUTER/events}.
+    The synthetic mesh (or C{mesh}: another of this module's), each
+    router's log rotated into closed files of C{per_file} lines under
+    C{directory/rotated/ROUTER/events}.
     """
-    synthetic_mesh(directory / "single")
+    (mesh or synthetic_mesh)(directory / "single")
     for source in sorted((directory / "single").glob("*/events.jsonl")):
         rotate_copy(source, directory / "rotated" / source.parent.name / "events", per_file)
     return directory / "rotated"
@@ -183,3 +184,109 @@ def pair_logs(directory) -> None:
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+#: The topic mesh's subscriptions: durable ones at C and D, a
+#: non-durable one at B.
+PRICES, GBP, ALL, KEEP = ("$durable:app:prices", "$durable:app:gbp", "$durable:ops:all",
+                          "$durable:old:keep")
+SUBSCRIBER = "$subscriber:1"
+
+
+def topic_mesh(directory) -> MeshLog:
+    """
+    Publications at A fanned out along A → B → {C, D} over 300 s (what
+    the audit must find is counted out in tests/audit/test_audit_topics.py):
+    durable subscriptions PRICES (C{prices.#}) and GBP (C{prices.*.gbp},
+    forgotten at +100) at C, ALL (C{#}) at D, KEEP at C (made before the
+    logs), a non-durable one at B (C{prices.#}); a copy doubled in a
+    subscription, one due and never enqueued, one lost between B and D,
+    one left waiting, one deleted with its subscription, one after its
+    subscription was forgotten, a non-durable copy dropped, copies that
+    arrived where the fan-out's record is missing, one consumed without
+    its enqueue record, a non-persistent publication one of whose copies
+    vanished, one still on its way at the end, a copy fanned out twice.
+    """
+    log = MeshLog([A, B, C, D])
+    for router in log.routers:
+        log.boot(router, START)
+    for router, queue, pattern in ((C, PRICES, "prices.#"), (C, GBP, "prices.*.gbp"),
+                                   (D, ALL, "#"), (B, SUBSCRIBER, "prices.#")):
+        log.subscribe(router, queue, pattern, START + 5)
+    log.unsubscribe(C, GBP, START + 100, deleted=1)
+
+    def tree(at: float, topic: str = "prices.eu.gbp", persistent: bool = True,
+             skip=(), lost_to_d: bool = False, c_durable=None, **copies) -> str:
+        """
+        One publication at C{at} through the whole tree, every copy
+        enqueued once and consumed, but for C{skip} (fan-outs whose
+        record is missing: "b", "c", "d") and C{copies} (a queue's
+        L{MeshLog.subscription_copy} options, by name).
+        """
+        matches = topic.startswith("prices.")
+        c_durable = c_durable if c_durable is not None else (
+            [PRICES, GBP] if topic.endswith(".gbp") else [PRICES] if matches else [])
+        pub = log.publish(A, topic, at, persistent)
+        ab = log.fan_out(A, pub, topic, at + 0.002, persistent=persistent,
+                         sent=[(B, [C, D])])[B]
+        log.copy_arrives(A, B, ab, at + 0.003, persistent)
+        if "b" in skip:
+            return pub
+        onward = log.fan_out(B, pub, topic, at + 0.004, taken=ab, persistent=persistent, hops=1,
+                             non_durable=[SUBSCRIBER] if matches else [],
+                             sent=[(C, [C]), (D, [D])])
+        if matches:
+            log.subscription_copy(B, pub, SUBSCRIBER, at + 0.005, persistent=False,
+                                  **copies.get("subscriber", {}))
+        log.copy_arrives(B, C, onward[C], at + 0.006, persistent)
+        if lost_to_d:
+            log.emit(B, at + 0.006, "message.forwarded", msg_id=onward[D], origin=A, peer=D,
+                     hops=1)
+        else:
+            log.copy_arrives(B, D, onward[D], at + 0.006, persistent)
+        for router, durable in ((C, c_durable), (D, [] if lost_to_d else [ALL])):
+            if router.split("-")[1] in skip or not durable:
+                continue
+            log.fan_out(router, pub, topic, at + 0.008, taken=onward[router],
+                        persistent=persistent, hops=2, durable=durable)
+            for queue in durable:
+                log.subscription_copy(router, pub, queue, at + 0.009, persistent=persistent,
+                                      **copies.get(queue.split(":")[2], {}))
+        return pub
+
+    for i in range(5):
+        tree(START + 10 + i)
+    tree(START + 20, prices={"enqueued": 2})
+    tree(START + 21, all={"enqueued": 0, "consumed": 0})
+    tree(START + 22, lost_to_d=True)
+    tree(START + 23, topic="prices.us.usd", prices={"consumed": 0})
+    tree(START + 24, subscriber={"consumed": 0, "dropped": "max-depth"})
+    tree(START + 25, skip="c")
+    tree(START + 26, gbp={"consumed": 0})
+    tree(START + 120)
+    # B's fan-out record is lost (killed), but its copy for C went on.
+    pub = tree(START + 27, skip="b")
+    from_b = log.fan_out(B, pub, "prices.eu.gbp", START + 27.004, sent=[(C, [C])])[C]
+    log.records[B] = [r for r in log.records[B] if r[2].get("msg_id") != from_b
+                      and r[2].get("publication") != pub]
+    log.copy_arrives(B, C, from_b, START + 27.006)
+    log.fan_out(C, pub, "prices.eu.gbp", START + 27.008, taken=from_b, hops=2,
+                durable=[PRICES, GBP])
+    for queue in (PRICES, GBP):
+        log.subscription_copy(C, pub, queue, START + 27.009)
+    tree(START + 28, all={"enqueued": 0})
+    # Non-persistent: the copy for GBP vanished.
+    tree(START + 29, persistent=False, gbp={"enqueued": 0, "consumed": 0})
+    tree(START + 31, topic="other.x", c_durable=[KEEP])
+    pub = tree(START + 32)
+    doubled = [r for _, _, r in log.records[D] if r["event"] == "topic.fanned-out"
+               and r["publication"] == pub][0]
+    log.copy_arrives(B, D, doubled["msg_id"], START + 33, forwarded=False)
+    log.emit(D, START + 33.5, "topic.fanned-out", **{k: v for k, v in doubled.items()
+                                                     if k not in ("time", "router", "event")})
+    tree(START + 280, skip="b")  # never arrives at B (below)
+    log.records[B] = [r for r in log.records[B] if r[0] < START + 279]
+    for router in log.routers:
+        log.stop(router, START + 300)
+    log.write(directory)
+    return log

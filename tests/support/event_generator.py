@@ -10,6 +10,7 @@ fast (string templates, no json.dumps), for the scale benchmark, and
 returns the totals the audit must find in them.
 """
 
+import hashlib
 import json
 import os
 import random
@@ -165,6 +166,120 @@ class MeshLog:
         return next(r for r in self.routers if r not in path) if len(path) < len(
             self.routers) else path[0]
 
+    # -- topics ------------------------------------------------------------------
+
+    def publish(self, origin: str, topic: str, at: float, persistent: bool = True) -> str:
+        """
+        A publication to C{topic} accepted at C{origin} at C{at} and
+        enqueued in its C{$topic} 1 ms later (its route counts it
+        accepted and enqueued; L{fan_out} takes it from there): its id.
+        """
+        self._message_numbers[origin] += 1
+        msg_id = f"{origin}:1:{self._message_numbers[origin]}"
+        dest = f"topic:{topic}"
+        base = {"msg_id": msg_id, "origin": origin}
+        self.emit(origin, at, "message.accepted", **base, dest=dest, size=100,
+                  persistent=persistent)
+        self.emit(origin, at + 0.001, "message.enqueued", **base, queue="$topic", hops=0,
+                  accepted_at=at, persistent=persistent)
+        route = self.expected.routes[(origin, dest)]
+        route["accepted"] += 1
+        route["enqueued"] += 1
+        self.expected.latencies[(origin, dest)].append(1.0)
+        return msg_id
+
+    def fan_out(self, router: str, publication: str, topic: str, at: float, taken=None,
+                persistent: bool = True, hops: int = 0, durable=(), non_durable=(),
+                sent=()) -> dict[str, str]:
+        """
+        C{router}'s fan-out takes C{taken} (a copy's id; by default the
+        publication itself) from its C{$topic} at C{at}: its
+        C{message.consumed} and C{topic.fanned-out}, naming the
+        subscription queues C{durable} and C{non_durable} and the copies
+        C{sent}, C{(hop, targets)} pairs.  No copy's own events: those
+        are L{copy_arrives} and L{subscription_copy}.
+
+        @return: each hop's copy id.
+        """
+        taken = taken or publication
+        origin = publication.split(":")[0]
+        if taken == publication:
+            self.expected.routes[(origin, f"topic:{topic}")]["consumed"] += 1
+        self.emit(router, at, "message.consumed", msg_id=taken, origin=origin, queue="$topic",
+                  accepted_at=at, persistent=persistent, redelivered=False)
+        copies = {hop: topic_copy_id(publication, router, targets) for hop, targets in sent}
+        self.emit(router, at, "topic.fanned-out", msg_id=taken, publication=publication,
+                  origin=origin, topic=topic, persistent=persistent, hops=hops,
+                  accepted_at=at, durable=list(durable), non_durable=list(non_durable),
+                  sent=[copies[hop] for hop, _ in sent],
+                  targets=[sorted(targets) for _, targets in sent])
+        return copies
+
+    def copy_arrives(self, sender: str, hop: str, copy_id: str, at: float,
+                     persistent: bool = True, forwarded: bool = True, enqueued: int = 1) -> None:
+        """
+        A copy between routers sent from C{sender} to C{hop} at C{at}:
+        C{message.forwarded} there (unless not C{forwarded}), then
+        C{enqueued} C{message.enqueued} into C{hop}'s C{$topic}.
+        """
+        origin = copy_id.split(":")[0]
+        if forwarded:
+            self.emit(sender, at, "message.forwarded", msg_id=copy_id, origin=origin, peer=hop,
+                      hops=1)
+        for n in range(enqueued):
+            self.emit(hop, at + 0.001 + n * 0.5, "message.enqueued", msg_id=copy_id,
+                      origin=origin, queue="$topic", hops=1, accepted_at=at,
+                      persistent=persistent)
+
+    def subscription_copy(self, router: str, publication: str, queue: str, at: float,
+                          persistent: bool = True, enqueued: int = 1, consumed: int = 1,
+                          dropped: str | None = None) -> str:
+        """
+        The copy of C{publication} in subscription C{queue} at
+        C{router}: C{enqueued} C{message.enqueued} at C{at}, then
+        C{consumed} C{message.consumed}, or C{message.dropped} for
+        C{dropped}: its id.
+        """
+        copy_id = f"{publication}/{queue}@{router}"
+        origin = publication.split(":")[0]
+        base = {"msg_id": copy_id, "origin": origin}
+        for n in range(enqueued):
+            self.emit(router, at + n * 0.5, "message.enqueued", **base, queue=queue, hops=1,
+                      accepted_at=at, persistent=persistent)
+        for n in range(consumed):
+            self.emit(router, at + 0.01 + n * 0.5, "message.consumed", **base, queue=queue,
+                      accepted_at=at, persistent=persistent, redelivered=n > 0)
+        if dropped:
+            self.emit(router, at + 0.01, "message.dropped", **base, queue=queue, reason=dropped)
+        return copy_id
+
+    def subscribe(self, router: str, queue: str, pattern: str, at: float,
+                  replaced: bool = False) -> None:
+        """
+        C{topic.subscribed} of subscription C{queue} (durable when it
+        is a C{$durable:CLIENT:NAME}).
+        """
+        if queue.startswith("$durable:"):
+            _, client_id, name = queue.split(":")
+            self.emit(router, at, "topic.subscribed", queue=queue, pattern=pattern,
+                      kind="durable", client_id=client_id, name=name, shared=False, user=None,
+                      replaced=replaced, deleted=0)
+        else:
+            self.emit(router, at, "topic.subscribed", queue=queue, pattern=pattern,
+                      kind="non-durable")
+
+    def unsubscribe(self, router: str, queue: str, at: float, deleted: int = 0) -> None:
+        """
+        C{topic.unsubscribed} of subscription C{queue}.
+        """
+        if queue.startswith("$durable:"):
+            _, client_id, name = queue.split(":")
+            self.emit(router, at, "topic.unsubscribed", queue=queue, kind="durable",
+                      client_id=client_id, name=name, dropped=0, deleted=deleted)
+        else:
+            self.emit(router, at, "topic.unsubscribed", queue=queue, kind="non-durable",
+                      dropped=0)
+
     # -- links -----------------------------------------------------------------
 
     def _link_id(self, router: str, kind: str) -> str:
@@ -298,6 +413,15 @@ class MeshLog:
                 f.write("".join(line + "\n" for line in lines) + tail)
             paths[router] = path
         return paths
+
+
+def topic_copy_id(publication: str, router: str, targets) -> str:
+    """
+    The id of the copy of C{publication} that C{router} makes for
+    C{targets}, as a router's fan-out makes it (meshroute.router.topic_fan_out).
+    """
+    digest = hashlib.blake2s(",".join(sorted(targets)).encode(), digest_size=8).hexdigest()
+    return f"{publication}>{router}:{digest}"
 
 
 # -- bulk ----------------------------------------------------------------------
