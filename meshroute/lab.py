@@ -194,6 +194,14 @@ class LabRouter:
                 f"{ha['position']['epoch']}/{ha['position']['position']:<6} lag {lag}")
 
 
+def counted(name: str) -> bool:
+    """
+    Whether events named C{name} are counted rather than printed: one per
+    message (or publication) each, thousands of them.
+    """
+    return name.startswith("message.") or name == "topic.fanned-out"
+
+
 def describe(event: dict, label: str) -> str | None:
     """
     One line for a person, or None for events not worth a line.
@@ -219,7 +227,7 @@ def describe(event: dict, label: str) -> str | None:
         return describe_ha(who, event)
     if name.startswith("session."):
         return describe_session(who, event)
-    if name.startswith("message."):
+    if counted(name):
         return None  # counted, not printed: there are thousands
     if name == "link.incarnation":
         return (f"{who} link {event['link']:<14} {event['direction']:<9} {peer:<9} has a new "
@@ -368,7 +376,7 @@ class Lab:
         lines = []
         for router in self.routers:
             for event in router.new_events():
-                if event["event"].startswith("message."):
+                if counted(event["event"]):
                     self.message_counts[router.label, event["event"]] += 1
                 line = describe(event, router.label)
                 if line is not None:
