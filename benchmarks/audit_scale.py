@@ -20,7 +20,13 @@ C{meshroute audit DIR --out OUT} does, and reports:
     event log (each with the job's description, the audit's step or
     table, its seconds, the CPU seconds of its tasks and its operators),
     and the CPU seconds of all tasks: on a shared machine the figure that
-    other work disturbs least.
+    other work disturbs least;
+  - bare scan s: what Spark alone needs to read the same files, in a
+    fresh process with a fresh local Spark beside the audit's (the same
+    settings): C{spark.read.json(DIR, schema=<the audit's parse
+    schema>)} grouped by C{event} and counted, from the read to the
+    counts in the driver; and the audit's ratio to it, the last line
+    (C{ratio to a bare scan: ...}) for the largest size.
 
     python benchmarks/audit_scale.py                     # 1, 2, 5, 10 million, 10 routers
     python benchmarks/audit_scale.py --millions 0.2      # a quick smoke run
@@ -215,6 +221,54 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
     print(json.dumps(figures), flush=True)
 
 
+def bare_child(directory: str, master: str, conf: list[str]) -> None:
+    """
+    Run the bare scan of C{directory} in this process, on a Spark started
+    as L{child} starts the audit's, and print one JSON line of figures.
+    """
+    from meshroute.audit.job import parse_conf
+    from meshroute.audit.running import start_spark
+    from meshroute.audit.schema import parse_schema
+    from meshroute.audit.settings import AuditSettings
+
+    settings = AuditSettings(inputs=[directory], out=directory, master=master,
+                             conf=parse_conf(conf), quiet=True)
+    spark = start_spark(settings, sys.stderr)
+    pid = jvm_pid(spark)
+    jvm_cpu = cpu_seconds(pid) if pid else None
+    began = time.monotonic()
+    counts = (spark.read.json(directory, schema=parse_schema())
+              .groupBy("event").count().collect())
+    seconds = time.monotonic() - began
+    if jvm_cpu is not None:
+        jvm_cpu = cpu_seconds(pid) - jvm_cpu
+    figures = {"bare_s": seconds, "bare_jvm_cpu_s": jvm_cpu,
+               "bare_rows": sum(row["count"] for row in counts)}
+    spark.stop()
+    print(json.dumps(figures), flush=True)
+
+
+def run_child(mode: str, args: list[str], log: str, what: str) -> dict:
+    """
+    Run this script as a child in C{mode} with C{args}, its stderr into
+    C{log}, and return the figures of the JSON line it printed last.
+    """
+    with open(log, "w") as stderr:
+        result = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), mode, *args],
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        with open(log) as f:
+            errors = [line for line in f if "Error" in line or "Exception" in line]
+        raise SystemExit(f"{what} failed ({result.returncode}); "
+                         f"see {log}:\n{''.join(errors[:20])}")
+    os.remove(log)
+    return json.loads(lines[-1])
+
+
 def measure(millions: float, routers: int, master: str, conf: list[str], base: str) -> dict:
     from support.event_generator import write_bulk
 
@@ -226,23 +280,14 @@ def measure(millions: float, routers: int, master: str, conf: list[str], base: s
     generate_s = time.monotonic() - began
     size_mb = sum(os.path.getsize(os.path.join(directory, f))
                   for f in os.listdir(directory)) / 2**20
+    conf_args = [item for pair in conf for item in ("--conf", pair)]
     began = time.monotonic()
-    log = os.path.join(base, f"audit-{events}.stderr")
-    with open(log, "w") as stderr:
-        result = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "_child", directory, out, master,
-             *[item for pair in conf for item in ("--conf", pair)]],
-            stdout=subprocess.PIPE, stderr=stderr, text=True,
-            env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        )
+    figures = run_child("_child", [directory, out, master, *conf_args],
+                        os.path.join(base, f"audit-{events}.stderr"), f"audit of {events} events")
     wall_s = time.monotonic() - began
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if result.returncode != 0 or not lines:
-        with open(log) as f:
-            errors = [line for line in f if "Error" in line or "Exception" in line]
-        raise SystemExit(f"audit of {events} events failed ({result.returncode}); "
-                         f"see {log}:\n{''.join(errors[:20])}")
-    figures = json.loads(lines[-1])
+    figures |= run_child("_bare", [directory, master, *conf_args],
+                         os.path.join(base, f"bare-{events}.stderr"),
+                         f"bare scan of {events} events")
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     messages = summary["messages"]
@@ -255,7 +300,6 @@ def measure(millions: float, routers: int, master: str, conf: list[str], base: s
     correct = all(found[key] == expected[key] for key in found)
     shutil.rmtree(directory, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
-    os.remove(log)
     steps = ", ".join(f"{s['step'].split(':')[0].split()[0]} {s['seconds']:.0f}"
                       for s in summary["audit"]["steps"][1:-1])
     return {"events": expected["events"], "size_mb": size_mb, "generate_s": generate_s,
@@ -299,8 +343,9 @@ def main() -> None:
           f"conf {args.conf or 'defaults'}", flush=True)
     header = (f"{'events':>11} {'MiB':>7} {'generate s':>11} {'spark start s':>14} "
               f"{'audit s':>8} {'events/s':>10} {'python MiB':>11} {'JVM MiB':>8} {'JVM CPU s':>10} "
-              f"{'correct':>8}")
+              f"{'bare scan s':>12} {'bare CPU s':>11} {'ratio':>6} {'correct':>8}")
     print(header, flush=True)
+    row = None
     try:
         for millions in args.millions:
             row = measure(millions, args.routers, args.master, args.conf, base)
@@ -308,12 +353,18 @@ def main() -> None:
                   f"{row['spark_start_s']:>14.1f} {row['audit_s']:>8.1f} "
                   f"{row['events'] / row['audit_s']:>10,.0f} {row['python_peak_mb']:>11.0f} "
                   f"{row['jvm_peak_mb'] or 0:>8.0f} {row['jvm_cpu_s'] or 0:>10.1f} "
+                  f"{row['bare_s']:>12.1f} {row['bare_jvm_cpu_s'] or 0:>11.1f} "
+                  f"{row['audit_s'] / row['bare_s']:>5.2f}x "
                   f"{'yes' if row['correct'] else 'NO':>8}",
                   flush=True)
             print(f"{'':>11} steps (s): {row['steps']}", flush=True)
             print_stages(row)
             if not row["correct"]:
                 print(f"  found {row['found']}\n  expected {row['expected']}", flush=True)
+        if row is not None:
+            print(f"ratio to a bare scan: {row['audit_s'] / row['bare_s']:.2f}x "
+                  f"(audit {row['audit_s']:.1f} s, bare scan {row['bare_s']:.1f} s, "
+                  f"{row['events']:,} events)", flush=True)
     finally:
         if args.dir is None and sys.exc_info()[0] is None:
             shutil.rmtree(base, ignore_errors=True)
@@ -325,5 +376,9 @@ if __name__ == "__main__":
         directory, out, master = rest[:3]
         conf = [rest[i + 1] for i in range(3, len(rest) - 1, 2) if rest[i] == "--conf"]
         child(directory, out, master, conf)
+    elif len(sys.argv) > 1 and sys.argv[1] == "_bare":
+        directory, master = sys.argv[2:4]
+        conf = [sys.argv[i + 1] for i in range(4, len(sys.argv) - 1, 2) if sys.argv[i] == "--conf"]
+        bare_child(directory, master, conf)
     else:
         main()
