@@ -148,7 +148,7 @@ class Options(usage.Options):
         if self["warmup"] >= self["rate"] * self["latency-seconds"]:
             raise usage.UsageError("--warmup leaves no message of the latency run")
         # What throughput.run_once reads besides ours.
-        self.update({"wait-idle": 0.0, "py-spy": None})
+        self.update({"wait-idle": 0.0, "py-spy": None, "wakeups": False})
 
 
 @dataclass(frozen=True)

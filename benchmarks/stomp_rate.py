@@ -78,7 +78,7 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         self["modes"] = [m for m in self["modes"].split(",") if m]
         # What throughput.run_once reads besides ours.
-        self.update({"wait-idle": 0.0, "py-spy": None})
+        self.update({"wait-idle": 0.0, "py-spy": None, "wakeups": False})
 
 
 class StompRouter(RouterProc):

@@ -65,6 +65,7 @@ from twisted.python import usage  # noqa: E402
 
 from meshroute.events import read_events  # noqa: E402
 
+import _wakeups  # noqa: E402
 from _harness import percentile  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
@@ -179,6 +180,8 @@ class Options(usage.Options):
         ["no-latency", None, "Skip the latency runs."],
         ["no-throughput", None, "Skip the throughput runs."],
         ["keep", None, "Keep the mesh directories (logs, event logs, stores)."],
+        ["wakeups", None, "Count each router's system calls, futex wake-ups and context "
+         "switches per message during the latency runs (perf stat, /proc)."],
     ]
 
     def postOptions(self) -> None:
@@ -207,6 +210,12 @@ class Options(usage.Options):
                 os.path.dirname(sys.executable), "py-spy")
             if not os.access(self["py-spy-binary"], os.X_OK):
                 raise usage.UsageError("--py-spy: no py-spy found (pip install py-spy)")
+        if self["wakeups"]:
+            self["perf-binary"] = shutil.which("perf")
+            if not self["perf-binary"]:
+                raise usage.UsageError("--wakeups: no perf on PATH")
+            if self["no-latency"]:
+                raise usage.UsageError("--wakeups counts during the latency runs")
 
 
 # -- processes --------------------------------------------------------------------
@@ -587,6 +596,8 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
     workdir = tempfile.mkdtemp(prefix=f"{row.id}-{kind}-", dir=base)
     children = Children()
     profilers: list[subprocess.Popen] = []
+    counters: dict[str, _wakeups.WakeupCounter] = {}
+    wakeups = None
     try:
         mesh = make_mesh(workdir, row.hops, row.sync, children)
         mesh.start()
@@ -600,6 +611,8 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
             before = mesh.cpu(), busy_seconds(), time.monotonic()
             if options["py-spy"]:
                 profilers.extend(start_profilers(options, row, mesh, kind))
+            if options["wakeups"] and rate:
+                start_wakeup_counters(options, mesh, workdir, counters)
             return before
 
         produced, consumed, (cpu_before, busy_before, wall_before) = run_workers(
@@ -618,6 +631,8 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
                        lambda: dest.queue_depth(QUEUE) == 0, START_DEADLINE_S)
         cpu_after, busy_after, wall_after = mesh.cpu(), busy_seconds(), time.monotonic()
         stop_profilers(profilers)
+        if counters:
+            wakeups = {name: counter.stop(STOP_DEADLINE_S) for name, counter in counters.items()}
         exit_codes = mesh.stop()
         enqueued, last_enqueued = read_enqueued(dest.data_dir, QUEUE)
     finally:
@@ -625,6 +640,8 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
             if profiler.poll() is None:
                 profiler.kill()
                 profiler.wait()
+        for counter in counters.values():
+            counter.kill()
         children.kill_all()
         if not options["keep"]:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -634,7 +651,25 @@ def run_once(row: Row, options, base: str, rate: int | None, count: int,
     start = produced["first_send"]
     result.update(enqueued=enqueued, delivered_per_s=(
         enqueued / max(1e-9, last_enqueued - start) if last_enqueued else 0.0))
+    if wakeups:
+        result["wakeups"] = {name: {"counts": counts,
+                                    "per_message": _wakeups.per_message(counts, result["unique"])}
+                             for name, counts in wakeups.items()}
     return result
+
+
+def start_wakeup_counters(options, mesh: Mesh, workdir: str,
+                          counters: dict[str, _wakeups.WakeupCounter]) -> None:
+    """
+    Start a L{_wakeups.WakeupCounter} on each router of C{mesh} (--wakeups)
+    into C{counters}, by router name (each as soon as it runs, so that an
+    error leaves none behind).
+    """
+    for router in mesh.routers:
+        counters[router.name] = _wakeups.WakeupCounter(
+            options["perf-binary"], router.proc.pid,
+            os.path.join(workdir, f"perf-{router.name}.csv"))
+        counters[router.name].start()
 
 
 def start_profilers(options, row: Row, mesh: Mesh, kind: str) -> list[subprocess.Popen]:
@@ -824,6 +859,13 @@ def main(argv: list[str]) -> int:
           "p50/p99: send to receive at the offered rate.  rCPU/10k: router CPU seconds per "
           "10,000 messages, all routers (throughput run; @1k/s: latency run).\n"
           "cCPU/10k: producer + consumer CPU seconds per 10,000 messages (throughput run).")
+    wakeup_rows = [(row_id, name, counts["per_message"])
+                   for row_id, runs in results.items() if runs["latency"]
+                   for name, counts in runs["latency"].get("wakeups", {}).items()]
+    if wakeup_rows:
+        print()
+        print("\n".join(_wakeups.format_table(wakeup_rows)))
+        print(_wakeups.LEGEND)
     failed = False
     for row_id, runs in results.items():
         for kind, run in runs.items():
