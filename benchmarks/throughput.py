@@ -26,7 +26,9 @@ runs, each on its own fresh mesh:
     --latency-seconds; every body starts with its sequence number and the
     send time (time.time() just before C{send}); the consumer takes
     receive time minus send time (one machine, one clock).  The first
-    --warmup messages are left out of the percentiles.
+    --warmup messages are left out of the percentiles.  With --wakeups,
+    each router's system calls, futex wake-ups and context switches are
+    counted during this run and reported per message (L{_wakeups}).
 
 Modes: persistent with C{[store] sync = "full"}, persistent with
 C{sync = "normal"}, and non-persistent (C{send(persistent=False)}; store
