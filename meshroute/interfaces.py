@@ -131,6 +131,26 @@ class IMessageStore(Interface):
         @return: Deferred firing with None when durable.
         """
 
+    def reserve_seqs(peer, count):
+        """
+        Reserve the next C{count} link sequence numbers for C{peer}: every
+        later assign, and a restart, numbers above them.
+
+        @return: Deferred firing with the first, once durable.
+        """
+
+    def accept_to_outbox(peer, assigned):
+        """
+        Store a client's sends whose transfers already left: C{assigned}
+        is C{(seq, message)} in seq order, numbered in a block
+        L{reserve_seqs} made durable, each put in C{peer}'s outbox as if
+        assigned there.
+
+        @return: Deferred firing with None once durable; failing (nothing
+            stored) with L{meshroute.store.DuplicateMessage} or the
+            database's error.
+        """
+
     def assign(peer, dest_routers, limit, max_bytes=None):
         """
         Move up to C{limit} backlog messages whose C{dest_router} is in

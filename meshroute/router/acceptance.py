@@ -23,7 +23,9 @@ from twisted.internet.defer import Deferred, DeferredList, fail, gatherResults, 
 from twisted.python.failure import Failure
 
 from meshroute.errors import MeshrouteError
+from meshroute.expiry import now_ms
 from meshroute.messages import AddressError, Message, expiry_headers, message_of
+from meshroute.router.early_sends import EarlySends
 from meshroute.router.message_events import address_of
 
 
@@ -149,6 +151,10 @@ class Acceptance:
             self._transient.route((message,))
             return succeed(message.msg_id)
         if router != self._name:
+            if not duplicate_id:
+                early = self._early_sends()
+                if early.take(0, message):
+                    return self._sent_early(early)[0]
             self._accepting[router] += 1
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
@@ -187,6 +193,8 @@ class Acceptance:
         # acceptance recorded with one call of the event log.
         transient: list[Message] = []
         now = self._clock.seconds()
+        # Persistent sends for other routers that leave before their commit.
+        early = self._early_sends()
         # The addresses of the batch resolved, each once (a batch's sends
         # mostly go to one).
         resolved: dict[str, tuple] = {}
@@ -222,6 +230,10 @@ class Acceptance:
                 outcomes.append(message.msg_id)
                 continue
             if persistent and router != self._name:
+                if not duplicate_id and early.take(len(outcomes), message):
+                    outcomes.append(None)
+                    continue
+                early.hold(router)
                 self._accepting[router] += 1
             if duplicate_id:
                 firsts.setdefault(duplicate_id, len(outcomes))
@@ -231,6 +243,7 @@ class Acceptance:
         if transient:
             self._events.accepted(transient)
             self._transient.route(transient)
+        rechecks.extend(self._sent_early(early, outcomes))
         if stored:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)
@@ -254,6 +267,47 @@ class Acceptance:
             else:
                 outcome = self._accepted_transient_once(original, message, duplicate_id)
             outcomes[position] = outcome
+        return None
+
+    def _early_sends(self) -> EarlySends:
+        """
+        What decides which persistent sends for other routers leave before
+        their commit (L{meshroute.router.early_sends}), as things are now.
+        """
+        return EarlySends(self._forwarding, self._store.backlog_depths(), self.accepting,
+                          now_ms(self._clock))
+
+    def _sent_early(self, early: EarlySends, outcomes: list | None = None) -> list[Deferred]:
+        """
+        Send what C{early} took; each Deferred fires once its link's store
+        call is durable, with the outcome (message id or L{Failure}) of
+        each send put in C{outcomes} at its position; without
+        C{outcomes}, a single send's Deferred fires with its message id.
+        """
+        sent = []
+        for taken, d in early.send():
+            if outcomes is None:
+                answer = [None]
+                d.addBoth(self._accepted_early, taken, answer)
+                d.addCallback(lambda _, answer=answer: answer[0])
+            else:
+                d.addBoth(self._accepted_early, taken, outcomes)
+            sent.append(d)
+        return sent
+
+    def _accepted_early(self, result, taken: list, outcomes: list) -> None:
+        """
+        The sends C{taken} (C{(position, message)}), sent before their
+        commit, are durable (or their store call failed): their producers
+        are answered now.
+        """
+        if isinstance(result, Failure):
+            for position, _ in taken:
+                outcomes[position] = result
+            return None
+        self._events.accepted([message for _, message in taken])
+        for position, message in taken:
+            outcomes[position] = message.msg_id
         return None
 
     def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:

@@ -74,6 +74,10 @@ class Acknowledging:
         self._delay_s = delay_s
         self.durable_seq = 0
         self.acked_seq = 0
+        # Transfers made durable since the last Ack (sequence numbers may
+        # skip: docs/routing.md, "Forwarding while the origin's commit is
+        # in flight").
+        self._unacked = 0
         # The destinations to forward, until the Ack is sent.
         self._onward: set[str] = set()
         self._turn: IDelayedCall | None = None
@@ -87,13 +91,14 @@ class Acknowledging:
         """
         return self.durable_seq > self.acked_seq
 
-    def durable(self, onward, seq: int) -> None:
+    def durable(self, onward, seq: int, count: int = 1) -> None:
         """
-        The transfers up to C{seq} are durable here; C{onward}: the
-        destination routers whose backlog they added to.
+        C{count} more transfers, up to C{seq}, are durable here; C{onward}:
+        the destination routers whose backlog they added to.
         """
         if seq > self.durable_seq:
             self.durable_seq = seq
+        self._unacked += count
         self._onward.update(onward)
         if self._turn is None:
             self._turn = self._clock.callLater(0, self._turn_ended)
@@ -106,6 +111,7 @@ class Acknowledging:
         self._cancel_delay()
         if self.due:
             self.acked_seq = self.durable_seq
+            self._unacked = 0
             self._send(Ack(self.durable_seq))
 
     def stop(self) -> "Stopped":
@@ -126,7 +132,7 @@ class Acknowledging:
         more), then forward what it added to the backlog.
         """
         self._turn = None
-        if self._onward or self.durable_seq - self.acked_seq >= self._every:
+        if self._onward or self._unacked >= self._every:
             self.send_due()
         elif self._delay is None and self.due:
             self._delay = self._clock.callLater(self._delay_s, self.send_due)
@@ -155,7 +161,7 @@ class Stopped:
     def __init__(self, forward: Callable[[str], None]) -> None:
         self._forward = forward
 
-    def durable(self, onward, seq: int) -> None:
+    def durable(self, onward, seq: int, count: int = 1) -> None:
         for router in set(onward):
             self._forward(router)
 

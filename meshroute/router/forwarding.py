@@ -104,7 +104,7 @@ class Forwarding:
         if pending is not None and pending.active():
             pending.cancel()
         channel = PeerChannel(peer, version, send, fail, emit, self._engine, self._store,
-                              self._clock)
+                              self._clock, early=not self._store.replicated)
         self._channels[peer] = channel
         for advertisement in self._routes.link_up(peer):
             self._flood.news(advertisement)
@@ -257,6 +257,21 @@ class Forwarding:
         held = {dest for other, outbox in self._store.outbox_depths().items()
                 if other != peer for dest in outbox}
         return serving - held if held else serving
+
+    def early_channel(self, router: str) -> PeerChannel | None:
+        """
+        The link a fresh send for C{router} may leave on before its accept
+        is committed (L{meshroute.router.early_sends}): its next hop's, if
+        that may take C{router}'s messages now (none of them is held in
+        another peer's outbox, L{assignable}).  On a replicated store (an
+        HA pair's active) no link sends early (L{link_up}): nothing
+        unconfirmed may leave it, so every send waits for the gate, and
+        its link takes it from the backlog.
+        """
+        channel = self.channel_towards(router)
+        if channel is None or router not in self.assignable(channel.peer):
+            return None
+        return channel
 
     # -- moving the backlog -------------------------------------------------
 

@@ -123,6 +123,10 @@ ACK_EVERY = WINDOW // 16
 #: rate, one Ack for a few transfers instead of one frame (and one wake-up
 #: of the sender) per message; far below anything a window notices.
 ACK_DELAY_S = 0.01
+#: Link sequence numbers reserved at once for messages sent before their
+#: accept is committed (L{ChannelCore.early_room}): a reservation is a
+#: commit, so one per this many such messages.
+EARLY_BLOCK = WINDOW
 #: Dead-letter reason of a message whose Transfer no link would take.
 TOO_LARGE = "too-large"
 
@@ -172,6 +176,40 @@ def _fits_a_link(size: int, frame: Transfer) -> bool:
     return size <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
 
 
+class _Frames:
+    """
+    Transfers gathered into frames as they are sent, in seq order: at
+    version 4 one L{TransferBatch} per run of consecutive numbers, up to a
+    batch's count and bytes; before, a L{Transfer} each.
+    """
+
+    def __init__(self, core: "ChannelCore") -> None:
+        self._send = core.send_transfers
+        self._limit = BATCH_MAX_MESSAGES if core.version >= BATCH_VERSION else 1
+        self._batch: list[tuple] = []
+        self._first = self._bytes = 0
+
+    def add(self, seq: int, item: tuple, size: int) -> None:
+        """
+        Send C{item} (L{_on_the_wire}, of L{_wire_size} C{size}) as
+        transfer C{seq}, in the frame being gathered if it continues it.
+        """
+        batch = self._batch
+        if batch and (seq != self._first + len(batch) or len(batch) == self._limit
+                      or self._bytes + size > BATCH_MAX_BYTES):
+            self.flush()
+            batch = self._batch
+        if not batch:
+            self._first, self._bytes = seq, 0
+        batch.append(item)
+        self._bytes += size
+
+    def flush(self) -> None:
+        "Send the frame gathered, if any."
+        self._send(self._first, self._batch)
+        self._batch = []
+
+
 class ChannelInputs(Protocol):
     """
     Everything that can happen to the sending side of a channel.
@@ -195,6 +233,9 @@ class ChannelInputs(Protocol):
 
     def found_backlog(self, destinations: frozenset, limit: int, max_bytes: int) -> None:
         "A pump found room in the window and backlog this peer may take."
+
+    def send_early(self, messages: list) -> Deferred:
+        "Fresh client sends, within L{ChannelCore.early_room}, to send before their commit."
 
     def acknowledged(self, frame: Ack) -> None:
         "The peer durably holds every transfer up to C{frame.seq}."
@@ -248,6 +289,24 @@ class ChannelCore:
     previous: int = 0
     paused: bool = False
     ready: bool = False
+    # Early sends (docs/routing.md, "Forwarding while the origin's commit is
+    # in flight"), if this link makes them: the durably reserved numbers
+    # [early_next, early_end) they may take; the assigns submitted so far,
+    # and how many there were when the reservation in flight was submitted
+    # (an assign numbers above a block reserved before it, so once one is
+    # submitted that block's rest may not be used: a reservation submitted
+    # right after it gives the next block); whether early sends asked for a
+    # block while there was none (a link that makes none reserves none).
+    early: bool = False
+    early_wanted: bool = False
+    early_next: int = 0
+    early_end: int = 0
+    assigns: int = 0
+    reserved_after: int | None = None
+    # The early sends' accepts not committed yet, C{[first_seq, ...]} in
+    # seq order, and the latest acknowledgement held until they are.
+    uncommitted: list[int] = field(default_factory=list)
+    held_ack: Ack | None = None
     # Non-persistent messages for the FastTransferBatch at the end of this
     # reactor turn (version 4), and their bytes (_wire_size).
     _fast: list[tuple] = field(default_factory=list, init=False)
@@ -313,9 +372,16 @@ class ChannelCore:
     def assign(self, inputs: ChannelInputs, destinations: frozenset, limit: int,
                max_bytes: int) -> None:
         self.ready = False
+        self.assigns += 1
+        # A link making early sends keeps a block: the next, above this
+        # assign's numbers.
+        sending_early = self.early_wanted or self.early_next < self.early_end
+        self.early_next = self.early_end
         d = self.store.assign(self.peer, destinations, limit, max_bytes)
         d.addCallback(inputs.handed)
         d.addErrback(inputs.store_failed, "taking messages from the backlog")
+        if sending_early:
+            self._reserve()
 
     def send_from(self, inputs: ChannelInputs, assigned: list, start: int) -> None:
         """
@@ -337,34 +403,24 @@ class ChannelCore:
         if start < len(assigned):
             self.engine.acknowledge_due()
         in_flight = self.in_flight
-        # Messages one frame carries: a batch frame's worth at version 4.
-        limit = BATCH_MAX_MESSAGES if self.version >= BATCH_VERSION else 1
-        batch: list[tuple] = []
-        first = batch_bytes = 0
+        frames = _Frames(self)
         now = now_ms(self.clock)
         for index in range(start, len(assigned)):
             seq, message = assigned[index]
             if message.headers and message.expired(now):
-                self._send_transfers(first, batch)
+                frames.flush()
                 self._expire_from(inputs, assigned, index, now)
                 return
             item = _on_the_wire(message)
             size = _wire_size(item)
-            if batch and (seq != first + len(batch) or len(batch) == limit
-                          or batch_bytes + size > BATCH_MAX_BYTES):
-                self._send_transfers(first, batch)
-                batch = []
             if size > BATCH_MAX_BYTES and not _fits_a_link(size, Transfer(seq, *item)):
-                self._send_transfers(first, batch)
+                frames.flush()
                 self._dead_letter_from(inputs, assigned, index)
                 return
-            if not batch:
-                first, batch_bytes = seq, 0
-            batch.append(item)
-            batch_bytes += size
+            frames.add(seq, item, size)
             in_flight[seq] = message
             self.in_flight_bytes += len(message.body)
-        self._send_transfers(first, batch)
+        frames.flush()
         inputs.all_sent(start < len(assigned))
 
     def _dead_letter_from(self, inputs: ChannelInputs, assigned: list, index: int) -> None:
@@ -404,7 +460,7 @@ class ChannelCore:
         d.addCallback(moved)
         d.addErrback(inputs.store_failed, "moving expired messages to $expired")
 
-    def _send_transfers(self, first_seq: int, items: list) -> None:
+    def send_transfers(self, first_seq: int, items: list) -> None:
         """
         Send C{items} (L{_on_the_wire}), numbered from C{first_seq} on: one
         L{TransferBatch}, or a L{Transfer} for a single message.
@@ -419,6 +475,14 @@ class ChannelCore:
         The peer durably holds every transfer up to C{frame.seq}: they are
         forwarded, and leave the outbox.
         """
+        if self.uncommitted and self.uncommitted[0] <= frame.seq:
+            # It covers an early send whose accept is not durable yet: the
+            # outbox learns of it after that commit (the writer is FIFO, so
+            # the store would apply it after anyway), and so do the window
+            # and the events (forwarded after accepted).
+            if self.held_ack is None or frame.seq > self.held_ack.seq:
+                self.held_ack = frame
+            return
         held = [seq for seq in self.in_flight if seq <= frame.seq]
         done = [self.in_flight.pop(seq) for seq in held]
         self.in_flight_bytes -= sum(len(message.body) for message in done)
@@ -435,6 +499,87 @@ class ChannelCore:
         d = self.store.acknowledge(self.peer, seq)
         d.addCallback(self.engine.outbox_resolved, self.peer)
         return d
+
+    # -- early sends --------------------------------------------------------------
+
+    def early_room(self) -> tuple[int, int]:
+        """
+        How many messages, and how many bytes of bodies, may be sent now
+        before their accept is committed: as many as the window and the
+        reserved block hold, when the machine is C{ready} and the
+        transport takes more.  With no block left, one is reserved (none
+        may be sent until it is durable).
+        """
+        if not (self.early and self.ready) or self.paused:
+            return 0, 0
+        count = min(WINDOW - len(self.in_flight), self.early_end - self.early_next)
+        if self.early_next == self.early_end:
+            self.early_wanted = True
+            if self.reserved_after != self.assigns:
+                self._reserve()
+        return max(count, 0), WINDOW_BYTES - self.in_flight_bytes
+
+    def _reserve(self) -> None:
+        """
+        Reserve the next block of sequence numbers: usable once durable,
+        if no assign was submitted after this.
+        """
+        assigns = self.reserved_after = self.assigns
+        d = self.store.reserve_seqs(self.peer, EARLY_BLOCK)
+
+        def reserved(first: int) -> None:
+            if self.reserved_after == assigns:
+                self.reserved_after = None
+            if self.assigns == assigns:
+                self.early_next, self.early_end = first, first + EARLY_BLOCK
+                self.early_wanted = False
+
+        def failed(failure: Failure) -> None:
+            if self.reserved_after == assigns:
+                self.reserved_after = None
+            self.channel.store_failed(failure, "reserving link sequence numbers")
+
+        d.addCallbacks(reserved, failed)
+
+    def send_early(self, messages: list) -> Deferred:
+        """
+        Send C{messages} (fresh client sends, within L{early_room}) now,
+        numbered from the reserved block, and accept them into the outbox.
+
+        @return: the store's Deferred: None once they are durable, or the
+            store's failure (which also closes the link: the peer may hold
+            them, and the next recovery tells which numbers it saw).
+        """
+        first = self.early_next
+        assigned = list(enumerate(messages, first))
+        self.early_next = first + len(assigned)
+        frames = _Frames(self)
+        in_flight = self.in_flight
+        for seq, message in assigned:
+            item = _on_the_wire(message)
+            frames.add(seq, item, _wire_size(item))
+            in_flight[seq] = message
+            self.in_flight_bytes += len(message.body)
+        frames.flush()
+        self.uncommitted.append(first)
+        d = self.store.accept_to_outbox(self.peer, assigned)
+        d.addBoth(self._early_committed, first)
+        return d
+
+    def _early_committed(self, result, first: int):
+        """
+        The accept of the early sends from C{first} on ended: an
+        acknowledgement held for it applies now, in a turn of its own
+        (after the producers' answers and their C{message.accepted}).
+        """
+        self.uncommitted.remove(first)
+        if isinstance(result, Failure):
+            self.channel.store_failed(result, "accepting messages into the outbox")
+        frame = self.held_ack
+        if frame is not None and not (self.uncommitted and self.uncommitted[0] <= frame.seq):
+            self.held_ack = None
+            self.clock.callLater(0, self.channel.acknowledged, frame)
+        return result
 
     # -- non-persistent messages ------------------------------------------------
 
@@ -530,6 +675,10 @@ def _build_channel_machine():
                max_bytes: int) -> None:
         core.assign(inputs, destinations, limit, max_bytes)
 
+    @ready.upon(ChannelInputs.send_early).loop()
+    def send_early(inputs: ChannelInputs, core: ChannelCore, messages: list) -> Deferred:
+        return core.send_early(messages)
+
     # A find queued behind another pump's, which assigns.
     for busy in (assigning, closing, closed):
         busy.upon(ChannelInputs.found_backlog).loop().returns(None)
@@ -615,11 +764,14 @@ class PeerChannel:
     def __init__(self, peer: str, version: int, send: Callable[[object], None],
                  fail: Callable[[str], None], emit: Callable[..., None],
                  engine: IChannelEngine, store: IMessageStore,
-                 clock: IReactorTime) -> None:
+                 clock: IReactorTime, early: bool = False) -> None:
         """
         @param fail: closes the link because the store failed (reason
             C{store-failed}), with a detail.
         @param emit: writes a link event (C{emit(event, **fields)}).
+        @param early: whether this link sends fresh client sends before
+            their accept is committed (L{send_early}): it then keeps a
+            block of sequence numbers reserved.
         """
         self.peer = peer
         self.version = version
@@ -627,7 +779,7 @@ class PeerChannel:
         self._engine = engine
         acks = Acknowledging(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
         self._core = ChannelCore(peer, version, send, fail, emit, engine, store, clock,
-                                 channel=self, acks=acks)
+                                 channel=self, acks=acks, early=early)
         self._sending = _CHANNEL_MACHINE(self._core)
 
     @property
@@ -663,6 +815,29 @@ class PeerChannel:
     def acknowledged(self, frame: Ack) -> None:
         "The peer durably holds every transfer up to C{frame.seq}."
         self._sending.acknowledged(frame)
+
+    def early_room(self) -> tuple[int, int]:
+        """
+        C{(messages, bytes)} this link may send now before their accept
+        is committed (L{ChannelCore.early_room}): C{(0, 0)} unless it is
+        C{ready}.
+        """
+        return self._core.early_room()
+
+    def send_early(self, messages: list) -> Deferred:
+        """
+        Send fresh client sends C{messages} (within L{early_room}) now and
+        accept them into this link's outbox.
+
+        @return: Deferred firing with None once they are durable (the
+            producers may be answered), or failing with the store's error
+            (the link then closes).
+        """
+        return self._sending.send_early(messages)
+
+    def store_failed(self, failure: Failure, doing: str) -> None:
+        "A store call for this link failed while C{doing} something: the link closes."
+        self._sending.store_failed(failure, doing)
 
     def pause(self) -> None:
         """
@@ -700,7 +875,7 @@ class PeerChannel:
         core.previous = max(previous, frame.seq)
         d = self._engine.arrived(self.peer, frame.seq, previous,
                                  _message_from(frame, persistent=True))
-        d.addCallback(self._durable, frame.seq)
+        d.addCallback(self._durable, frame.seq, 1)
         d.addErrback(self._sending.store_failed, "storing a message")
 
     def transferred_batch(self, frame: TransferBatch) -> None:
@@ -718,11 +893,11 @@ class PeerChannel:
             arrivals.append((seq, _message(*item, True)))
             seq += 1
         d = self._engine.arrived_many(self.peer, previous, arrivals)
-        d.addCallback(self._durable, last)
+        d.addCallback(self._durable, last, len(arrivals))
         d.addErrback(self._sending.store_failed, "storing messages")
 
-    def _durable(self, onward, seq: int) -> None:
-        self._core.acks.durable(onward, seq)
+    def _durable(self, onward, seq: int, count: int) -> None:
+        self._core.acks.durable(onward, seq, count)
 
     def send_ack(self) -> None:
         """

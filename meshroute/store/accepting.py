@@ -16,6 +16,10 @@ the store's open and by
 L{meshroute.store.sqlite.SQLiteStore.prune_duplicate_ids}, which a
 running router calls on a timer: not on the send path.
 
+L{accept_to_outbox} accepts sends whose transfers already left (the link
+to their next hop was idle: docs/routing.md, "Forwarding while the
+origin's commit is in flight") straight into that link's outbox.
+
 L{commit} is a client transaction's one store call: it accepts several
 messages (each as C{accept} or C{accept_once} would) and consumes several
 queue entries in one function, so the executor's savepoint makes it all
@@ -30,6 +34,7 @@ from meshroute.store.queue_entries import consume
 from meshroute.store.rows import (
     INSERT_BACKLOG,
     INSERT_BACKLOG_ANY,
+    INSERT_OUTBOX,
     INSERT_QUEUE,
     RECORD_ENQUEUED,
     as_row,
@@ -159,6 +164,24 @@ def accept_many(connection, calls: list, now: float, cutoff: float) -> list:
         first, last = calls[0][0].msg_id, calls[-1][0].msg_id
         raise DuplicateMessage(first if first == last else f"{first}..{last}") from None
     return [None] * len(calls)
+
+
+def accept_to_outbox(connection, peer: str, assigned: list) -> None:
+    """
+    Accept a client's sends C{assigned} (C{(seq, message)}, numbered in a
+    block L{meshroute.store.outbox.reserve_seqs} made durable) straight
+    into C{peer}'s outbox: their transfers left before this commit.  Not
+    atomic: the executor runs it in a savepoint, so a message id already
+    held or enqueued here (a broken invariant: ids are made by this
+    router) undoes all of it.
+    """
+    try:
+        none_enqueued(connection, [message for _, message in assigned])
+        connection.executemany(INSERT_OUTBOX,
+                               [(*as_row(message), peer, seq) for seq, message in assigned])
+    except (sqlite3.IntegrityError, OneByOne):
+        first, last = assigned[0][1].msg_id, assigned[-1][1].msg_id
+        raise DuplicateMessage(first if first == last else f"{first}..{last}") from None
 
 
 def commit(connection, calls: list, entry_ids: str, now: float, cutoff: float):

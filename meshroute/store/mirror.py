@@ -233,6 +233,16 @@ class StoreMirror:
                 _count(outbox, message.dest_router, 1)
         return assigned
 
+    def entered_outbox(self, result, peer: str, assigned: list):
+        """
+        The messages C{assigned} were accepted straight into C{peer}'s
+        outbox.
+        """
+        outbox = self._outboxes.setdefault(peer, {})
+        for _, message in assigned:
+            _count(outbox, message.dest_router, 1)
+        return result
+
     def left_outbox(self, by_dest: dict, peer: str) -> dict:
         """
         C{by_dest[dest_router]} messages left C{peer}'s outbox; returns

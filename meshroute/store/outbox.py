@@ -9,6 +9,12 @@ executor.
 
 C{links} holds, per peer, the next sequence number to give a message
 sent to it: never reused, it survives acknowledgements and restarts.
+Every number below it may have been sent: an assign moves it past the
+numbers it gives, and a link that sends messages before their accept is
+committed (L{reserve_seqs},
+L{meshroute.store.accepting.accept_to_outbox}) first moves it past a
+whole block of numbers, durably, and sends only numbers of that block
+(docs/routing.md, "Forwarding while the origin's commit is in flight").
 
 A message returned from an outbox keeps its entry id, so it goes back to
 its original place in the backlog: before every message that arrived
@@ -57,6 +63,14 @@ _RETURN_OUTBOX = (
 )
 
 
+def _next_seq(connection, peer: str) -> int:
+    found = connection.execute(_NEXT_SEQ, (peer,)).fetchone()
+    if found is None:
+        connection.execute(_NEW_LINK, (peer,))
+        return 1
+    return found[0]
+
+
 def assign(connection, peer: str, dest_routers, limit: int, max_bytes: int | None) -> list:
     if limit <= 0:
         return []
@@ -79,15 +93,24 @@ def assign(connection, peer: str, dest_routers, limit: int, max_bytes: int | Non
                 break
     ids = json.dumps([entry for entry, _ in sizes])
     rows = execute(_SELECT_ENTRIES, (ids,)).fetchall()
-    found = execute(_NEXT_SEQ, (peer,)).fetchone()
-    if found is None:
-        execute(_NEW_LINK, (peer,))
-        first = 1
-    else:
-        first = found[0]
+    first = _next_seq(connection, peer)
     execute(_TO_OUTBOX, (peer, first, ids))
     execute(_SET_NEXT_SEQ, (first + len(rows), peer))
     return [(first + i, as_message(r)) for i, r in enumerate(rows)]
+
+
+def reserve_seqs(connection, peer: str, count: int) -> int:
+    """
+    Reserve the next C{count} sequence numbers of the link to C{peer}:
+    move C{next_seq} past them and return the first.  Once this is
+    durable, the link may send messages numbered in the block before
+    their own commit: a router that crashes before that commit numbers
+    its next transfers above the block, so it never gives a number a
+    peer may have seen to another message.
+    """
+    first = _next_seq(connection, peer)
+    connection.execute(_SET_NEXT_SEQ, (first + count, peer))
+    return first
 
 
 @atomic

@@ -38,6 +38,12 @@ INSERT_BACKLOG_NEW = INSERT_BACKLOG.replace("INSERT INTO", "INSERT OR IGNORE INT
 INSERT_BACKLOG_ANY = (
     f"INSERT INTO messages ({_WRITTEN}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'backlog')"
 )
+# Straight into a peer's outbox, with its link sequence number (a send
+# forwarded before its accept committed: L{meshroute.store.outbox}).
+INSERT_OUTBOX = (
+    f"INSERT INTO messages ({_WRITTEN}, state, peer, seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'outbox', ?, ?)"
+)
 _ANY_ENQUEUED = (
     "SELECT 1 FROM enqueued_ids WHERE msg_id IN (SELECT value FROM json_each(?)) LIMIT 1"
 )

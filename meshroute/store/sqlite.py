@@ -210,7 +210,7 @@ class SQLiteStore(RouterRecords):
         # A replicated store's every change must be a recorded write
         # transaction (meshroute.store.changes): its open-time prune is one,
         # submitted after the open; otherwise it is part of the open.
-        replicated = getattr(self._executor, "replication", None) is not None
+        replicated = self.replicated
         cutoff = self._now() - self.dedup_window_s
         duplicates_cutoff = self._now() - self.duplicate_id_window_s
         d = self._executor.start(self._connect)
@@ -226,6 +226,16 @@ class SQLiteStore(RouterRecords):
             )
             d.addCallback(lambda _: None)
         return d
+
+    @property
+    def replicated(self) -> bool:
+        """
+        Whether every transaction is handed to a replication gate (an HA
+        pair's active instance): nothing it holds may leave before the
+        gate confirms it, so its links never forward a message before its
+        accept is committed (docs/routing.md).
+        """
+        return getattr(self._executor, "replication", None) is not None
 
     def _opened(self, state) -> None:
         self.schema_version, self.applied_versions, self.store_id, self._mirror = state
@@ -529,6 +539,14 @@ class SQLiteStore(RouterRecords):
     def assign(self, peer: str, dest_routers, limit: int, max_bytes: int | None = None):
         d = self._submit(outbox.assign, peer, dest_routers, limit, max_bytes)
         d.addCallback(self._mirror.assigned, peer)
+        return d
+
+    def reserve_seqs(self, peer: str, count: int):
+        return self._submit(outbox.reserve_seqs, peer, count)
+
+    def accept_to_outbox(self, peer: str, assigned):
+        d = self._submit(accepting.accept_to_outbox, peer, assigned)
+        d.addCallback(self._mirror.entered_outbox, peer, assigned)
         return d
 
     def outbox(self, peer: str, after_seq: int):

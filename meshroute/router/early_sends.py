@@ -1,0 +1,99 @@
+"""
+Which of a client batch's sends leave for their next hop before their
+accept is committed at this router, their origin (docs/routing.md,
+"Forwarding while the origin's commit is in flight").
+
+A paced persistent message used to wait at its origin for the commit of
+its accept (and often of its link's assign) before its transfer left,
+and then at its destination for the commit of its receive: two fsyncs
+in series.  A send that goes early overlaps them.  It may, only when
+nothing for its destination router waits ahead of it at this router, so
+that it cannot overtake a producer's earlier message: no backlog for that
+router, none being accepted into it, none in the outbox of a peer that is
+no longer its next hop (L{Forwarding.early_channel
+<meshroute.router.forwarding.Forwarding.early_channel>}), and no earlier
+send of the same batch for it went another way; and only on a link that
+is C{ready} (nothing being assigned or replayed) with room in its window
+and in its durably reserved block of sequence numbers
+(L{PeerChannel.early_room<meshroute.router.peer_channel.PeerChannel.early_room>}).
+Once one send for a router goes to the backlog, the batch's later ones
+for it follow it there.
+"""
+
+from meshroute.messages import Message
+
+
+class EarlySends:
+    """
+    The early sends of one client batch, gathered per link.
+
+    @param forwarding: L{meshroute.router.forwarding.Forwarding}.
+    @param backlog: the store's backlog depths (C{{router: messages}}) as
+        the batch began.
+    @param accepting: C{accepting(router)}: messages for it submitted to
+        the store and not yet in its backlog.
+    @param now: the time (epoch milliseconds): an expired send is not
+        forwarded, its link sets it aside.
+    """
+
+    def __init__(self, forwarding, backlog: dict, accepting, now: int) -> None:
+        self._forwarding = forwarding
+        self._backlog = backlog
+        self._accepting = accepting
+        self._now = now
+        # The link each router's sends may take early; None once they may not.
+        self._routers: dict[str, object] = {}
+        # Per link: [messages, bytes] of room left; the sends taken, with
+        # their positions in the batch.
+        self._rooms: dict[object, list[int]] = {}
+        self._taken: dict[object, list[tuple[int, Message]]] = {}
+
+    def take(self, position: int, message: Message) -> bool:
+        """
+        Whether C{message}, the batch's send at C{position}, goes early
+        (it is then sent by L{send}); if not, it goes to the backlog, and
+        so do the batch's later sends for its router.
+        """
+        router = message.dest_router
+        if router in self._routers:
+            channel = self._routers[router]
+        else:
+            channel = self._routers[router] = self._channel(router)
+        if channel is None:
+            return False
+        room = self._rooms[channel]
+        size = len(message.body)
+        if room[0] < 1 or size > room[1] or (message.headers and message.expired(self._now)):
+            self._routers[router] = None
+            return False
+        room[0] -= 1
+        room[1] -= size
+        self._taken[channel].append((position, message))
+        return True
+
+    def hold(self, router: str) -> None:
+        """
+        A send for C{router} goes to the backlog (it carries a duplicate
+        id): the batch's later ones for it follow it there.
+        """
+        self._routers[router] = None
+
+    def _channel(self, router: str):
+        if self._backlog.get(router) or self._accepting(router):
+            return None
+        channel = self._forwarding.early_channel(router)
+        if channel is not None and channel not in self._rooms:
+            self._rooms[channel] = list(channel.early_room())
+            self._taken[channel] = []
+        return channel
+
+    def send(self) -> list[tuple[list, object]]:
+        """
+        Send what was taken, one store call per link.
+
+        @return: C{(taken, d)} per link: C{taken} the C{(position,
+            message)} pairs, C{d} firing with None once they are durable,
+            or failing with the store's error.
+        """
+        return [(taken, channel.send_early([message for _, message in taken]))
+                for channel, taken in self._taken.items() if taken]
