@@ -61,7 +61,13 @@ class TurnExecutor(TransactionRunner):
 
     @ivar commits: transactions committed so far.
     @ivar commit_seconds: how long they took (a histogram).
+    @ivar turn_delay_s: how long after the first submission of a turn its
+        transaction runs: 0, the turn's end (a test's executor may wait
+        longer, for a commit that takes time: see
+        L{meshroute.testing.memory_mesh.LaggingExecutor}).
     """
+
+    turn_delay_s = 0.0
 
     def __init__(
         self, clock: IReactorTime, replication=None, checkpoints: WalCheckpoints | None = None,
@@ -106,13 +112,13 @@ class TurnExecutor(TransactionRunner):
         self._queue.append((kind, fn, args, d))
         if self._run_call is None:
             self._run_soon = not relaxed
-            self._run_call = self._clock.callLater(0 if self._run_soon else RELAXED_DELAY_S,
-                                                   self._run_queued)
+            self._run_call = self._clock.callLater(
+                self.turn_delay_s if self._run_soon else RELAXED_DELAY_S, self._run_queued)
         elif not (relaxed or self._run_soon):
             # Relaxed functions were waiting: they go with this one.
             self._run_call.cancel()
             self._run_soon = True
-            self._run_call = self._clock.callLater(0, self._run_queued)
+            self._run_call = self._clock.callLater(self.turn_delay_s, self._run_queued)
         return d
 
     def _run_queued(self) -> None:

@@ -40,10 +40,11 @@ from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.router.service import RouterService
 from meshroute.router.settings import RouterConfig, RoutingConfig
 from meshroute.store import InlineExecutor
+from meshroute.store.turn_executor import TurnExecutor
 from meshroute.store.settings import StoreConfig
 
-__all__ = ["BUFFER_SIZE", "SECRET", "FaultyExecutor", "InjectedStoreError", "MemoryMesh",
-           "MemoryNetwork"]
+__all__ = ["BUFFER_SIZE", "SECRET", "FaultyExecutor", "InjectedStoreError", "LaggingExecutor",
+           "MemoryMesh", "MemoryNetwork"]
 
 SECRET = b"in-memory mesh secret"
 
@@ -87,17 +88,16 @@ class InjectedStoreError(sqlite3.OperationalError):
     """
 
 
-class FaultyExecutor(InlineExecutor):
+class _InjectedFaults:
     """
-    An L{InlineExecutor} whose next calls of a named store function can be
-    made to fail, as a disk I/O error would: the call is not run, so
-    nothing of it is written.
+    An executor whose next calls of a named store function can be made to
+    fail, as a disk I/O error would: the call is not run, so nothing of it
+    is written.
 
     @ivar failed: the names of the calls failed so far.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def _init_faults(self) -> None:
         self._faults: dict[str, int] = {}
         self.failed: list[str] = []
 
@@ -115,6 +115,60 @@ class FaultyExecutor(InlineExecutor):
             self.failed.append(name)
             return fail(InjectedStoreError(f"disk I/O error (injected into {name})"))
         return super().submit(fn, *args)
+
+    def lose_uncommitted(self) -> None:
+        """
+        The process dies: what is not committed is lost, and nothing
+        submitted from now on runs (nothing answers it either).
+        """
+
+
+class FaultyExecutor(_InjectedFaults, InlineExecutor):
+    """
+    An L{InlineExecutor} (every store call commits at once, so a crash
+    loses nothing) whose calls can be made to fail.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._init_faults()
+
+
+class LaggingExecutor(_InjectedFaults, TurnExecutor):
+    """
+    A L{TurnExecutor} on the mesh's clock whose transactions commit
+    C{lag_s} after the first call submitted for them, as a commit whose
+    fsync takes that long: meanwhile the router goes on (its transfers
+    leave, its peers answer), and a crash (L{lose_uncommitted}) loses
+    every call not committed yet.  Its calls can be made to fail.
+    """
+
+    def __init__(self, clock, lag_s: float) -> None:
+        super().__init__(clock)
+        self._init_faults()
+        self.turn_delay_s = lag_s
+        self._dead = False
+
+    def _queued(self, kind: int, fn, args: tuple, relaxed: bool) -> Deferred:
+        if self._dead:
+            return Deferred()
+        return super()._queued(kind, fn, args, relaxed)
+
+    def lose_uncommitted(self) -> None:
+        self._dead = True
+        if self._run_call is not None and self._run_call.active():
+            self._run_call.cancel()
+        self._run_call = None
+        self._queue = []
+
+    def stop(self) -> Deferred:
+        if self._dead and self._connection is not None and not self._closed:
+            self._closed = True
+            if self._checkpoint_call is not None and self._checkpoint_call.active():
+                self._checkpoint_call.cancel()
+            self._connection.close()
+            return succeed(None)
+        return super().stop()
 
 
 class _Connection:
@@ -397,10 +451,18 @@ class MemoryMesh:
 
     def __init__(self, data_root, keepalive_interval_ms: int = 200,
                  stage_valid_timeout_ms: int = 1000, reject_disconnect_delay_ms: int = 1000,
-                 retry_interval_ms: int = 200) -> None:
+                 retry_interval_ms: int = 200, store_lag_s: float = 0.0) -> None:
+        """
+        @param store_lag_s: with more than 0, every router's store commits
+            this long after a call is submitted (L{LaggingExecutor}), and a
+            crash loses what it had not committed; else at once.
+        """
         self.network = MemoryNetwork()
         self.clock = self.network.clock
         self.routers: dict[str, RouterService] = {}
+        #: The store executor of each router (of its latest start).
+        self.executors: dict[str, FaultyExecutor | LaggingExecutor] = {}
+        self._store_lag_s = store_lag_s
         self._data_root = data_root
         self._defaults = dict(
             keepalive_interval_ms=keepalive_interval_ms,
@@ -478,13 +540,18 @@ class MemoryMesh:
         """
         return self.clock
 
-    def executor(self, name: str) -> "FaultyExecutor":
+    def executor(self, name: str) -> "FaultyExecutor | LaggingExecutor":
         """
         The store executor of router C{name} (at each start): inline, so
-        every store call commits at once, and told which calls to fail
-        (L{FaultyExecutor.fail_next}).
+        every store call commits at once, or lagging (C{store_lag_s}); told
+        which calls to fail (C{fail_next}).
         """
-        return FaultyExecutor()
+        if self._store_lag_s > 0:
+            executor = LaggingExecutor(self.clock, self._store_lag_s)
+        else:
+            executor = FaultyExecutor()
+        self.executors[name] = executor
+        return executor
 
     def add(self, name: str, connect_to=(), **options) -> RouterService:
         return self.start(self.config(name, connect_to, **options))
@@ -502,9 +569,10 @@ class MemoryMesh:
         """
         Kill a router abruptly: its peers see their connections reset, it
         says no goodbye, and what it had committed stays in its data-dir
-        for a restart.  (The in-memory store commits every call at once, so
-        a crash loses nothing committed, as with SIGKILL.)
+        for a restart; what it had not committed (with C{store_lag_s}) is
+        lost, as with SIGKILL.
         """
+        self.executors[name].lose_uncommitted()
         router = self.routers.pop(name)
         self.network.partitioned.add(name)
         for connection in self.network.connections_of(name):

@@ -6,7 +6,8 @@ off, and a store executor that fails the store call it is told to.
 Everything builds on L{memory_mesh}: L{FaultyNetwork} is a
 L{memory_mesh.MemoryNetwork} with per-pair rules, L{FaultyMesh} a
 L{memory_mesh.MemoryMesh} on it whose routers' stores run on
-L{FaultyExecutor}s.
+L{FaultyExecutor}s, or on L{LaggingExecutor}s whose commits take time
+(a crash loses what they had not committed).
 """
 
 from collections import deque
@@ -16,7 +17,12 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.logger import Logger
 
-from meshroute.testing.memory_mesh import FaultyExecutor, MemoryMesh, MemoryNetwork
+from meshroute.testing.memory_mesh import (
+    FaultyExecutor,
+    LaggingExecutor,
+    MemoryMesh,
+    MemoryNetwork,
+)
 
 
 log = Logger()
@@ -220,16 +226,21 @@ class FaultyNetwork(MemoryNetwork):
 class FaultyMesh(MemoryMesh):
     """
     A L{MemoryMesh} on a L{FaultyNetwork}, each router's store on a
-    L{FaultyExecutor} (in C{executors}, by router name), each router on
-    its own L{RouterClock} (in C{clocks}).
+    L{FaultyExecutor} or a L{LaggingExecutor} (in C{executors}, by router
+    name), each router on its own L{RouterClock} (in C{clocks}).
     """
 
-    def __init__(self, data_root, **intervals) -> None:
+    def __init__(self, data_root, store_lags: dict[str, float] | None = None,
+                 **intervals) -> None:
+        """
+        @param store_lags: how long each router's store takes to commit
+            (L{LaggingExecutor}); a router not named commits at once.
+        """
         super().__init__(data_root, **intervals)
         self.network = FaultyNetwork()
         self.clock = self.network.clock
-        self.executors: dict[str, FaultyExecutor] = {}
         self.clocks: dict[str, RouterClock] = {}
+        self._store_lags = store_lags or {}
 
     def router_clock(self, name: str) -> RouterClock:
         clock = self.clocks[name] = RouterClock(self.clock)
@@ -242,6 +253,13 @@ class FaultyMesh(MemoryMesh):
         super().crash(name)
         self.clocks[name].kill()
 
-    def executor(self, name: str) -> FaultyExecutor:
-        executor = self.executors[name] = super().executor(name)
+    def executor(self, name: str) -> FaultyExecutor | LaggingExecutor:
+        """
+        Router C{name}'s store executor: lagging on its own clock (which
+        dies with it) if the schedule says so.
+        """
+        lag = self._store_lags.get(name, 0.0)
+        if not lag:
+            return super().executor(name)
+        executor = self.executors[name] = LaggingExecutor(self.clocks[name], lag)
         return executor
