@@ -95,9 +95,11 @@ def exactly_once(outcome) -> list[Violation]:
         # A subscription's copy of a publication is PUBLICATION/QUEUE.
         by_body[delivery.body.decode()].add(delivery.msg_id.split("/", 1)[0])
     for attempt in outcome.attempts:
-        if attempt.outcome not in (None, "confirmed", "unblocked"):
+        if attempt.outcome not in (None, "confirmed", "unblocked", "internal-error"):
             # Refused: no message of that key may exist, unless another
-            # attempt with the same duplicate id was accepted.
+            # attempt with the same duplicate id was accepted.  (A send the
+            # router failed, internal-error, is not refused: one sent early
+            # may arrive, as an unconfirmed send may.)
             if not attempt.duplicate_id and by_body.get(attempt.key):
                 violations.append(Violation(
                     "refused-but-enqueued",

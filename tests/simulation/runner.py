@@ -139,7 +139,7 @@ class World:
         self.mesh = FaultyMesh(
             pathlib.Path(root), keepalive_interval_ms=schedule.keepalive_ms,
             stage_valid_timeout_ms=1000, reject_disconnect_delay_ms=1000,
-            retry_interval_ms=200)
+            retry_interval_ms=200, store_lags=dict(schedule.store_lags))
         self.clock = self.mesh.clock
         self.configs = {name: self._config(name) for name in schedule.routers}
         self.epochs = {name: 0 for name in schedule.routers}

@@ -156,6 +156,9 @@ class Schedule:
     client_keep_alive_ms: int = 3000
     max_transient_backlog: int = 10
     max_backlog: int = 100_000
+    #: C{(router, seconds)}: how long each of these routers' commits take
+    #: (the others' commit at once).
+    store_lags: tuple = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -172,6 +175,7 @@ class Schedule:
         data["sends"] = tuple(Send(**s) for s in data["sends"])
         data["faults"] = tuple(Fault(**{**f, "target": tuple(f["target"])})
                                for f in data["faults"])
+        data["store_lags"] = tuple(tuple(pair) for pair in data.get("store_lags", ()))
         return cls(**data)
 
     def describe(self) -> str:
@@ -181,6 +185,9 @@ class Schedule:
         """
         lines = [f"seed {self.seed}: routers {', '.join(self.routers)}; links "
                  + ", ".join(f"{a}->{b}" for a, b in self.connectors)]
+        if self.store_lags:
+            lines.append("  commits take " + ", ".join(f"{router} {lag * 1000:g} ms"
+                                                      for router, lag in self.store_lags))
         lines += [f"  producer {p.name} at {p.router} (window {p.window})"
                   for p in self.producers]
         lines += [f"  consumer {c.name} at {c.router} on {c.queue} (prefetch {c.prefetch}, "
@@ -303,10 +310,47 @@ def generate(seed: int) -> Schedule:
                               f"{queue}@{router}", rng.randint(150, 400), False, False, False))
     topic_subscribers = _topic_traffic(rng, routers, producers, sends, faults,
                                        schedule.client_keep_alive_ms / 1000)
+    store_lags = _commit_window(rng, routers, producers, sends, faults)
     return Schedule(seed, routers, connectors, producers, tuple(consumers),
                     tuple(sorted(sends, key=lambda s: s.at)),
                     tuple(sorted(faults, key=lambda f: f.at)),
-                    topic_subscribers=topic_subscribers, max_backlog=max_backlog)
+                    topic_subscribers=topic_subscribers, max_backlog=max_backlog,
+                    store_lags=store_lags)
+
+
+#: How long a commit takes, in the seeds whose commits take time.
+COMMIT_LAGS = (0.0005, 0.002, 0.01, 0.03)
+#: The store calls of an early send (docs/routing.md, "Forwarding while the
+#: origin's commit is in flight"), which faults aimed at its window fail.
+EARLY_CALLS = ("accept_to_outbox", "reserve_seqs")
+
+
+def _commit_window(rng: random.Random, routers: tuple, producers: tuple, sends: list,
+                   faults: list) -> tuple:
+    """
+    In half the seeds, commits that take time (C{store_lags}: a crash then
+    loses what was not committed, and a transfer sent early arrives, and
+    is acknowledged, before its origin's commit), and up to two faults
+    aimed at the window between an early send and its commit (added to
+    C{faults}): a moment after a persistent burst starts, within its
+    router's commit time, that router crashes, or the store call of an
+    early send fails.  Drawn after everything else, so that the rest of
+    a seed's schedule is what it was before.
+    """
+    if rng.random() < 0.5:
+        return ()
+    lags = {router: rng.choice(COMMIT_LAGS) for router in routers}
+    where = {p.name: p.router for p in producers}
+    bursts = [s for s in sends if s.persistent and not s.address.startswith("topic:")]
+    for _ in range(rng.randint(0, 2) if bursts else 0):
+        burst = rng.choice(bursts)
+        router = where[burst.producer]
+        at = round(burst.at + rng.uniform(0, lags[router]), 4)
+        if rng.random() < 0.7:
+            faults.append(Fault(at, "crash", (router,), round(rng.uniform(0.3, 3.0), 2)))
+        else:
+            faults.append(Fault(at, "store-failure", (router, rng.choice(EARLY_CALLS)), 0.0))
+    return tuple(sorted(lags.items()))
 
 
 def _topic_traffic(rng: random.Random, routers: tuple, producers: tuple, sends: list,

@@ -410,6 +410,49 @@ async def test_outbox_peers_lists_the_peers_with_unacknowledged_messages(opener)
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_reserved_block_is_never_numbered_again_even_after_a_reopen(opener):
+    """
+    reserve_seqs hands out a block of link sequence numbers; assigns, and
+    blocks reserved later, number above it, also once the store is
+    reopened (a restart after a crash that lost early sends' commits).
+    """
+    store = await opener.open()
+    assert await store.reserve_seqs("peer-b", 100) == 1
+    await store.accept(msg(1))
+    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 10)] == [101]
+    assert await store.reserve_seqs("peer-b", 100) == 102
+    store = await opener.reopen(store)
+    await store.accept(msg(2))
+    assert [seq for seq, _ in await store.assign("peer-b", ["router-c"], 10)] == [202]
+    # Each peer has its own numbers.
+    assert await store.reserve_seqs("peer-c", 10) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_accept_to_outbox_puts_sends_in_the_outbox_with_their_numbers(opener):
+    """
+    Early sends are accepted straight into the peer's outbox with the
+    numbers they left with: the outbox counts them, replays them, and an
+    acknowledgement deletes them, as for assigned ones; a message id
+    already held refuses the whole call.
+    """
+    store = await opener.open()
+    first = await store.reserve_seqs("peer-b", 10)
+    await store.accept_to_outbox("peer-b", [(first, msg(1)), (first + 1, msg(2))])
+    assert store.backlog_depths() == {}
+    assert store.outbox_depths() == {"peer-b": {"router-c": 2}}
+    store = await opener.reopen(store)
+    assert store.outbox_depths() == {"peer-b": {"router-c": 2}}
+    assert [(seq, m.msg_id) for seq, m in await store.outbox("peer-b", 0)] == [
+        (first, "m1"), (first + 1, "m2")]
+    with pytest.raises(DuplicateMessage):
+        await store.accept_to_outbox("peer-b", [(first + 2, msg(3)), (first + 3, msg(1))])
+    assert store.outbox_depths() == {"peer-b": {"router-c": 2}}
+    assert await store.acknowledge("peer-b", first + 1) == 2
+    assert store.outbox_depths() == {}
+
+
+@pytest_twisted.ensureDeferred
 async def test_outbox_depths_count_each_peers_messages_per_destination(opener):
     store = await opener.open()
     for n in range(1, 4):
