@@ -10,6 +10,12 @@ Receiving: each transfer (each batch in one store call) is stored, then
 acknowledged cumulatively once per reactor turn
 (L{meshroute.router.acknowledgements}).
 
+Early sends: a fresh client send may leave before its accept is
+committed at this router, its origin (L{PeerChannel.send_early}, while
+C{ready}), numbered from a durably reserved block
+(L{meshroute.router.early_numbers}); docs/routing.md, "Forwarding while
+the origin's commit is in flight".
+
 Any store failure closes the link (reason C{store-failed}): a transfer
 that could not be stored is then never covered by a later cumulative
 acknowledgement (the store refuses every transfer after it, see
@@ -83,15 +89,18 @@ from zope.interface import implementer
 
 from meshroute import events
 from meshroute.router.acknowledgements import Acknowledging, Stopped
+from meshroute.router.early_numbers import EarlyNumbers
+from meshroute.router.transfer_frames import (
+    TransferFrames,
+    fits_a_link,
+    message_from_frame,
+    message_from_item,
+    on_the_wire,
+    wire_size,
+)
 from meshroute.expiry import IN_BACKLOG, now_ms
 from meshroute.interfaces import IChannelEngine, ILinkChannel, IMessageStore
-from meshroute.messages import Message, message_of
-from meshroute.wire.codec import (
-    MAX_CLIENT_FRAME_SIZE,
-    MAX_MESSAGE_FRAME_SIZE,
-    body_size,
-    size_bound,
-)
+from meshroute.messages import Message
 from meshroute.wire.frames import (
     BATCH_MAX_BYTES,
     BATCH_MAX_MESSAGES,
@@ -123,91 +132,8 @@ ACK_EVERY = WINDOW // 16
 #: rate, one Ack for a few transfers instead of one frame (and one wake-up
 #: of the sender) per message; far below anything a window notices.
 ACK_DELAY_S = 0.01
-#: Link sequence numbers reserved at once for messages sent before their
-#: accept is committed (L{ChannelCore.early_room}): a reservation is a
-#: commit, so one per this many such messages.
-EARLY_BLOCK = WINDOW
 #: Dead-letter reason of a message whose Transfer no link would take.
 TOO_LARGE = "too-large"
-
-
-def _message(msg_id: str, origin: str, dest_router: str, dest_queue: str, hops: int,
-             accepted_at: float, headers: dict, body: bytes, persistent: bool) -> Message:
-    """
-    The message a transfer carries (its fields in the frames' order).
-    """
-    return message_of(msg_id, origin, dest_router, dest_queue, body, headers, hops, persistent,
-                      accepted_at)
-
-
-def _message_from(frame, persistent: bool) -> Message:
-    return _message(frame.msg_id, frame.origin, frame.dest_router, frame.dest_queue,
-                    frame.hops, frame.accepted_at, frame.headers, frame.body, persistent)
-
-
-def _on_the_wire(message: Message) -> tuple:
-    """
-    C{message} as the next hop receives it (one more hop), in the order
-    of a transfer's fields: a batch frame's item, or the fields of a
-    L{FastTransfer} (after the seq, of a L{Transfer}).
-    """
-    return (message.msg_id, message.origin, message.dest_router, message.dest_queue,
-            message.hops + 1, message.accepted_at, message.headers, message.body)
-
-
-def _wire_size(item: tuple) -> int:
-    """
-    A bound on the bytes C{item} (L{_on_the_wire}) takes in a frame: what
-    batches are bounded by (L{BATCH_MAX_BYTES}).
-    """
-    headers = item[6]
-    text = len(item[0]) + len(item[1]) + len(item[2]) + len(item[3])
-    if headers:
-        text += sum(len(k) + len(v) for k, v in headers.items())
-    return size_bound(item[7], text, 2 * len(headers) + 9)
-
-
-def _fits_a_link(size: int, frame: Transfer) -> bool:
-    """
-    Whether a peer takes C{frame}, the Transfer of a message of
-    L{_wire_size} C{size}: certainly when that is within a client Send
-    (see L{meshroute.wire.codec}), else measured.
-    """
-    return size <= MAX_CLIENT_FRAME_SIZE or body_size(frame) <= MAX_MESSAGE_FRAME_SIZE
-
-
-class _Frames:
-    """
-    Transfers gathered into frames as they are sent, in seq order: at
-    version 4 one L{TransferBatch} per run of consecutive numbers, up to a
-    batch's count and bytes; before, a L{Transfer} each.
-    """
-
-    def __init__(self, core: "ChannelCore") -> None:
-        self._send = core.send_transfers
-        self._limit = BATCH_MAX_MESSAGES if core.version >= BATCH_VERSION else 1
-        self._batch: list[tuple] = []
-        self._first = self._bytes = 0
-
-    def add(self, seq: int, item: tuple, size: int) -> None:
-        """
-        Send C{item} (L{_on_the_wire}, of L{_wire_size} C{size}) as
-        transfer C{seq}, in the frame being gathered if it continues it.
-        """
-        batch = self._batch
-        if batch and (seq != self._first + len(batch) or len(batch) == self._limit
-                      or self._bytes + size > BATCH_MAX_BYTES):
-            self.flush()
-            batch = self._batch
-        if not batch:
-            self._first, self._bytes = seq, 0
-        batch.append(item)
-        self._bytes += size
-
-    def flush(self) -> None:
-        "Send the frame gathered, if any."
-        self._send(self._first, self._batch)
-        self._batch = []
 
 
 class ChannelInputs(Protocol):
@@ -289,24 +215,10 @@ class ChannelCore:
     previous: int = 0
     paused: bool = False
     ready: bool = False
-    # Early sends (docs/routing.md, "Forwarding while the origin's commit is
-    # in flight"), if this link makes them: the durably reserved numbers
-    # [early_next, early_end) they may take; the assigns submitted so far,
-    # and how many there were when the reservation in flight was submitted
-    # (an assign numbers above a block reserved before it, so once one is
-    # submitted that block's rest may not be used: a reservation submitted
-    # right after it gives the next block); whether early sends asked for a
-    # block while there was none (a link that makes none reserves none).
-    early: bool = False
-    early_wanted: bool = False
-    early_next: int = 0
-    early_end: int = 0
-    assigns: int = 0
-    reserved_after: int | None = None
-    # The early sends' accepts not committed yet, C{[first_seq, ...]} in
-    # seq order, and the latest acknowledgement held until they are.
-    uncommitted: list[int] = field(default_factory=list)
-    held_ack: Ack | None = None
+    # Early sends' numbers and commits in flight (docs/routing.md,
+    # "Forwarding while the origin's commit is in flight"), if this link
+    # makes them.
+    early: EarlyNumbers | None = None
     # Non-persistent messages for the FastTransferBatch at the end of this
     # reactor turn (version 4), and their bytes (_wire_size).
     _fast: list[tuple] = field(default_factory=list, init=False)
@@ -372,16 +284,12 @@ class ChannelCore:
     def assign(self, inputs: ChannelInputs, destinations: frozenset, limit: int,
                max_bytes: int) -> None:
         self.ready = False
-        self.assigns += 1
-        # A link making early sends keeps a block: the next, above this
-        # assign's numbers.
-        sending_early = self.early_wanted or self.early_next < self.early_end
-        self.early_next = self.early_end
         d = self.store.assign(self.peer, destinations, limit, max_bytes)
+        if self.early is not None:
+            # After the assign: the next block is reserved above its numbers.
+            self.early.assigned()
         d.addCallback(inputs.handed)
         d.addErrback(inputs.store_failed, "taking messages from the backlog")
-        if sending_early:
-            self._reserve()
 
     def send_from(self, inputs: ChannelInputs, assigned: list, start: int) -> None:
         """
@@ -403,7 +311,7 @@ class ChannelCore:
         if start < len(assigned):
             self.engine.acknowledge_due()
         in_flight = self.in_flight
-        frames = _Frames(self)
+        frames = TransferFrames(self.send, self.version)
         now = now_ms(self.clock)
         for index in range(start, len(assigned)):
             seq, message = assigned[index]
@@ -411,9 +319,9 @@ class ChannelCore:
                 frames.flush()
                 self._expire_from(inputs, assigned, index, now)
                 return
-            item = _on_the_wire(message)
-            size = _wire_size(item)
-            if size > BATCH_MAX_BYTES and not _fits_a_link(size, Transfer(seq, *item)):
+            item = on_the_wire(message)
+            size = wire_size(item)
+            if size > BATCH_MAX_BYTES and not fits_a_link(size, Transfer(seq, *item)):
                 frames.flush()
                 self._dead_letter_from(inputs, assigned, index)
                 return
@@ -460,28 +368,14 @@ class ChannelCore:
         d.addCallback(moved)
         d.addErrback(inputs.store_failed, "moving expired messages to $expired")
 
-    def send_transfers(self, first_seq: int, items: list) -> None:
-        """
-        Send C{items} (L{_on_the_wire}), numbered from C{first_seq} on: one
-        L{TransferBatch}, or a L{Transfer} for a single message.
-        """
-        if len(items) > 1:
-            self.send(TransferBatch(first_seq, items))
-        elif items:
-            self.send(Transfer(first_seq, *items[0]))
-
     def forget_acknowledged(self, inputs: ChannelInputs, frame: Ack) -> None:
         """
         The peer durably holds every transfer up to C{frame.seq}: they are
         forwarded, and leave the outbox.
         """
-        if self.uncommitted and self.uncommitted[0] <= frame.seq:
-            # It covers an early send whose accept is not durable yet: the
-            # outbox learns of it after that commit (the writer is FIFO, so
-            # the store would apply it after anyway), and so do the window
-            # and the events (forwarded after accepted).
-            if self.held_ack is None or frame.seq > self.held_ack.seq:
-                self.held_ack = frame
+        if self.early is not None and self.early.holds(frame):
+            # It covers an early send whose accept is not durable yet: it
+            # applies after that commit (EarlyNumbers).
             return
         held = [seq for seq in self.in_flight if seq <= frame.seq]
         done = [self.in_flight.pop(seq) for seq in held]
@@ -506,90 +400,40 @@ class ChannelCore:
         """
         How many messages, and how many bytes of bodies, may be sent now
         before their accept is committed: as many as the window and the
-        reserved block hold, when the machine is C{ready} and the
-        transport takes more.  With no block left, one is reserved (none
-        may be sent until it is durable).
+        reserved numbers hold, when the machine is C{ready} and the
+        transport takes more.
         """
-        if not (self.early and self.ready) or self.paused:
+        if self.early is None or not self.ready or self.paused:
             return 0, 0
-        count = min(WINDOW - len(self.in_flight), self.early_end - self.early_next)
-        if self.early_next == self.early_end:
-            self.early_wanted = True
-            if self.reserved_after != self.assigns:
-                self._reserve()
+        count = min(WINDOW - len(self.in_flight), self.early.available())
         return max(count, 0), WINDOW_BYTES - self.in_flight_bytes
-
-    def _reserve(self) -> None:
-        """
-        Reserve the next block of sequence numbers: usable once durable,
-        if no assign was submitted after this.
-        """
-        assigns = self.reserved_after = self.assigns
-        d = self.store.reserve_seqs(self.peer, EARLY_BLOCK)
-
-        def reserved(first: int) -> None:
-            if self.reserved_after == assigns:
-                self.reserved_after = None
-            if self.assigns == assigns:
-                self.early_next, self.early_end = first, first + EARLY_BLOCK
-                self.early_wanted = False
-
-        def failed(failure: Failure) -> None:
-            if self.reserved_after == assigns:
-                self.reserved_after = None
-            self.channel.store_failed(failure, "reserving link sequence numbers")
-
-        d.addCallbacks(reserved, failed)
 
     def send_early(self, messages: list) -> Deferred:
         """
         Send C{messages} (fresh client sends, within L{early_room}) now,
-        numbered from the reserved block, and accept them into the outbox.
-
-        @return: the store's Deferred: None once they are durable, or the
-            store's failure (which also closes the link: the peer may hold
-            them, and the next recovery tells which numbers it saw).
+        numbered from the reserved block, and accept them into the outbox
+        (L{EarlyNumbers.accept}).
         """
-        first = self.early_next
-        assigned = list(enumerate(messages, first))
-        self.early_next = first + len(assigned)
-        frames = _Frames(self)
+        assigned = self.early.take(messages)
+        frames = TransferFrames(self.send, self.version)
         in_flight = self.in_flight
         for seq, message in assigned:
-            item = _on_the_wire(message)
-            frames.add(seq, item, _wire_size(item))
+            item = on_the_wire(message)
+            frames.add(seq, item, wire_size(item))
             in_flight[seq] = message
             self.in_flight_bytes += len(message.body)
         frames.flush()
-        self.uncommitted.append(first)
-        d = self.store.accept_to_outbox(self.peer, assigned)
-        d.addBoth(self._early_committed, first)
-        return d
-
-    def _early_committed(self, result, first: int):
-        """
-        The accept of the early sends from C{first} on ended: an
-        acknowledgement held for it applies now, in a turn of its own
-        (after the producers' answers and their C{message.accepted}).
-        """
-        self.uncommitted.remove(first)
-        if isinstance(result, Failure):
-            self.channel.store_failed(result, "accepting messages into the outbox")
-        frame = self.held_ack
-        if frame is not None and not (self.uncommitted and self.uncommitted[0] <= frame.seq):
-            self.held_ack = None
-            self.clock.callLater(0, self.channel.acknowledged, frame)
-        return result
+        return self.early.accept(assigned)
 
     # -- non-persistent messages ------------------------------------------------
 
     def send_transient(self, message: Message) -> None:
         "See L{PeerChannel.send_transient}."
-        item = _on_the_wire(message)
+        item = on_the_wire(message)
         if self.version < BATCH_VERSION:
             self.send(FastTransfer(*item))
             return
-        size = _wire_size(item)
+        size = wire_size(item)
         if self._fast and self._fast_bytes + size > BATCH_MAX_BYTES:
             self.send_fast()
         self._fast.append(item)
@@ -779,7 +623,10 @@ class PeerChannel:
         self._engine = engine
         acks = Acknowledging(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
         self._core = ChannelCore(peer, version, send, fail, emit, engine, store, clock,
-                                 channel=self, acks=acks, early=early)
+                                 channel=self, acks=acks)
+        if early:
+            self._core.early = EarlyNumbers(peer, store, clock, self.acknowledged,
+                                            self.store_failed)
         self._sending = _CHANNEL_MACHINE(self._core)
 
     @property
@@ -874,7 +721,7 @@ class PeerChannel:
         previous = core.previous
         core.previous = max(previous, frame.seq)
         d = self._engine.arrived(self.peer, frame.seq, previous,
-                                 _message_from(frame, persistent=True))
+                                 message_from_frame(frame, persistent=True))
         d.addCallback(self._durable, frame.seq, 1)
         d.addErrback(self._sending.store_failed, "storing a message")
 
@@ -890,7 +737,7 @@ class PeerChannel:
         seq = frame.first_seq
         arrivals = []
         for item in frame.messages:
-            arrivals.append((seq, _message(*item, True)))
+            arrivals.append((seq, message_from_item(*item, True)))
             seq += 1
         d = self._engine.arrived_many(self.peer, previous, arrivals)
         d.addCallback(self._durable, last, len(arrivals))
@@ -907,10 +754,10 @@ class PeerChannel:
         self._core.acks.send_due()
 
     def fast_transferred(self, frame: FastTransfer) -> None:
-        self._engine.arrived_transient(_message_from(frame, persistent=False))
+        self._engine.arrived_transient(message_from_frame(frame, persistent=False))
 
     def fast_transferred_batch(self, frame: FastTransferBatch) -> None:
-        self._engine.arrived_transient_many([_message(*item, False) for item in frame.messages])
+        self._engine.arrived_transient_many([message_from_item(*item, False) for item in frame.messages])
 
     def routes(self, frame: Routes) -> None:
         self._engine.routes_received(self.peer, frame)

@@ -102,11 +102,11 @@ def test_an_acknowledgement_before_the_origins_commit_applies_after_it(mesh):
     channel = channel_of(mesh, "router-a", "router-b")
     (d,) = send(mesh, "router-a", "q@router-b", 1, start=2)
     mesh.run(SLOW_S / 2)  # b stored and acknowledged it; a has not committed
-    assert channel._core.held_ack is not None
+    assert channel._core.early.held_ack is not None
     assert channel.in_flight == 1
     mesh.run(1)
     assert_confirmed([d])
-    assert channel._core.held_ack is None
+    assert channel._core.early.held_ack is None
     assert channel.in_flight == 0
     assert mesh.routers["router-a"].store.outbox_depths() == {}
     assert events_about(mesh.routers["router-a"], d.result) == [
