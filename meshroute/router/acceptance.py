@@ -154,7 +154,9 @@ class Acceptance:
             if not duplicate_id:
                 early = self._early_sends()
                 if early.take(0, message):
-                    return self._sent_early(early)[0]
+                    outcomes = [None]
+                    (d,) = early.send(outcomes)
+                    return d.addCallback(lambda _: outcomes[0])
             self._accepting[router] += 1
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
@@ -243,7 +245,7 @@ class Acceptance:
         if transient:
             self._events.accepted(transient)
             self._transient.route(transient)
-        rechecks.extend(self._sent_early(early, outcomes))
+        rechecks.extend(early.send(outcomes))
         if stored:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)
@@ -274,41 +276,8 @@ class Acceptance:
         What decides which persistent sends for other routers leave before
         their commit (L{meshroute.router.early_sends}), as things are now.
         """
-        return EarlySends(self._forwarding, self._store.backlog_depths(), self.accepting,
-                          now_ms(self._clock))
-
-    def _sent_early(self, early: EarlySends, outcomes: list | None = None) -> list[Deferred]:
-        """
-        Send what C{early} took; each Deferred fires once its link's store
-        call is durable, with the outcome (message id or L{Failure}) of
-        each send put in C{outcomes} at its position; without
-        C{outcomes}, a single send's Deferred fires with its message id.
-        """
-        sent = []
-        for taken, d in early.send():
-            if outcomes is None:
-                answer = [None]
-                d.addBoth(self._accepted_early, taken, answer)
-                d.addCallback(lambda _, answer=answer: answer[0])
-            else:
-                d.addBoth(self._accepted_early, taken, outcomes)
-            sent.append(d)
-        return sent
-
-    def _accepted_early(self, result, taken: list, outcomes: list) -> None:
-        """
-        The sends C{taken} (C{(position, message)}), sent before their
-        commit, are durable (or their store call failed): their producers
-        are answered now.
-        """
-        if isinstance(result, Failure):
-            for position, _ in taken:
-                outcomes[position] = result
-            return None
-        self._events.accepted([message for _, message in taken])
-        for position, message in taken:
-            outcomes[position] = message.msg_id
-        return None
+        return EarlySends(self._forwarding, self._events, self._store.backlog_depths(),
+                          self.accepting, now_ms(self._clock))
 
     def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:
         """

@@ -20,6 +20,9 @@ Once one send for a router goes to the backlog, the batch's later ones
 for it follow it there.
 """
 
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
 from meshroute.messages import Message
 
 
@@ -28,6 +31,7 @@ class EarlySends:
     The early sends of one client batch, gathered per link.
 
     @param forwarding: L{meshroute.router.forwarding.Forwarding}.
+    @param message_events: L{meshroute.router.message_events.MessageEvents}.
     @param backlog: the store's backlog depths (C{{router: messages}}) as
         the batch began.
     @param accepting: C{accepting(router)}: messages for it submitted to
@@ -36,8 +40,10 @@ class EarlySends:
         forwarded, its link sets it aside.
     """
 
-    def __init__(self, forwarding, backlog: dict, accepting, now: int) -> None:
+    def __init__(self, forwarding, message_events, backlog: dict, accepting,
+                 now: int) -> None:
         self._forwarding = forwarding
+        self._events = message_events
         self._backlog = backlog
         self._accepting = accepting
         self._now = now
@@ -87,13 +93,29 @@ class EarlySends:
             self._taken[channel] = []
         return channel
 
-    def send(self) -> list[tuple[list, object]]:
+    def send(self, outcomes: list) -> list[Deferred]:
         """
-        Send what was taken, one store call per link.
+        Send what was taken, one store call per link.  Once that is
+        durable, each send's outcome is its message id (put in
+        C{outcomes} at its position, with C{message.accepted}); if it
+        failed, the store's L{Failure}.
 
-        @return: C{(taken, d)} per link: C{taken} the C{(position,
-            message)} pairs, C{d} firing with None once they are durable,
-            or failing with the store's error.
+        @return: a Deferred per link, firing (with None) once its sends'
+            outcomes are in C{outcomes}.
         """
-        return [(taken, channel.send_early([message for _, message in taken]))
-                for channel, taken in self._taken.items() if taken]
+        sent = []
+        for channel, taken in self._taken.items():
+            if taken:
+                d = channel.send_early([message for _, message in taken])
+                sent.append(d.addBoth(self._answered, taken, outcomes))
+        return sent
+
+    def _answered(self, result, taken: list, outcomes: list) -> None:
+        if isinstance(result, Failure):
+            for position, _ in taken:
+                outcomes[position] = result
+            return None
+        self._events.accepted([message for _, message in taken])
+        for position, message in taken:
+            outcomes[position] = message.msg_id
+        return None
