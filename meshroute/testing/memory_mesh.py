@@ -460,7 +460,8 @@ class MemoryMesh:
         self.network = MemoryNetwork()
         self.clock = self.network.clock
         self.routers: dict[str, RouterService] = {}
-        #: The store executor of each router (of its latest start).
+        #: The store executor of each router (of its latest start), by the
+        #: key it is known by in C{routers}.
         self.executors: dict[str, FaultyExecutor | LaggingExecutor] = {}
         self._store_lag_s = store_lag_s
         self._data_root = data_root
@@ -525,9 +526,10 @@ class MemoryMesh:
         HA pair do), serving in C{epoch} (0: without HA).
         """
         key = key or config.name
-        router = RouterService(config, self.router_clock(config.name),
-                               self.network.endpoints(key),
-                               executor=self.executor(config.name), epoch=epoch)
+        clock = self.router_clock(config.name)
+        executor = self.executors[key] = self.executor(config.name)
+        router = RouterService(config, clock, self.network.endpoints(key), executor=executor,
+                               epoch=epoch)
         self.routers[key] = router
         router.startService()
         self.network.flush()
@@ -547,11 +549,8 @@ class MemoryMesh:
         which calls to fail (C{fail_next}).
         """
         if self._store_lag_s > 0:
-            executor = LaggingExecutor(self.clock, self._store_lag_s)
-        else:
-            executor = FaultyExecutor()
-        self.executors[name] = executor
-        return executor
+            return LaggingExecutor(self.clock, self._store_lag_s)
+        return FaultyExecutor()
 
     def add(self, name: str, connect_to=(), **options) -> RouterService:
         return self.start(self.config(name, connect_to, **options))

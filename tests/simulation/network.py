@@ -261,5 +261,4 @@ class FaultyMesh(MemoryMesh):
         lag = self._store_lags.get(name, 0.0)
         if not lag:
             return super().executor(name)
-        executor = self.executors[name] = LaggingExecutor(self.clocks[name], lag)
-        return executor
+        return LaggingExecutor(self.clocks[name], lag)
