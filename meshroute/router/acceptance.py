@@ -6,7 +6,9 @@ A send is refused at once (nothing stored) when its address is malformed,
 when no router of that name was ever heard of (L{UnknownRouter}), or when
 its destination's backlog is at its bound (L{BacklogFull}: C{max-backlog}
 persistent messages in the store, C{max-transient-backlog} non-persistent
-ones in memory).  A persistent send is answered once it is durable; a
+ones in memory).  A persistent send is answered once it is durable (one
+for another router may leave for its next hop before that, when nothing
+for that router waits ahead of it: L{meshroute.router.early_sends}); a
 send with a duplicate id is stored with that id in one transaction, and a
 repeat of it is answered with the first message's id, even when the
 mesh's state would refuse it now (it is the retry of one accepted before,
