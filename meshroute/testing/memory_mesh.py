@@ -571,7 +571,10 @@ class MemoryMesh:
         for a restart; what it had not committed (with C{store_lag_s}) is
         lost, as with SIGKILL.
         """
-        self.executors[name].lose_uncommitted()
+        # A router a test built itself (not by start) has no executor here.
+        executor = self.executors.get(name)
+        if executor is not None:
+            executor.lose_uncommitted()
         router = self.routers.pop(name)
         self.network.partitioned.add(name)
         for connection in self.network.connections_of(name):
