@@ -330,7 +330,9 @@ def _commit_window(rng: random.Random, routers: tuple, producers: tuple, sends: 
     """
     In half the seeds, commits that take time (C{store_lags}: a crash then
     loses what was not committed, and a transfer sent early arrives, and
-    is acknowledged, before its origin's commit), and up to two faults
+    is acknowledged, before its origin's commit; in half of those the
+    producers' routers commit slowest and the others fastest, so that
+    acknowledgements race the commits), and up to two faults
     aimed at the window between an early send and its commit (added to
     C{faults}): a moment after a persistent burst starts, within its
     router's commit time, that router crashes, or the store call of an
@@ -339,8 +341,14 @@ def _commit_window(rng: random.Random, routers: tuple, producers: tuple, sends: 
     """
     if rng.random() < 0.5:
         return ()
-    lags = {router: rng.choice(COMMIT_LAGS) for router in routers}
     where = {p.name: p.router for p in producers}
+    if rng.random() < 0.5:
+        # Acknowledgements race the commit: the producers' routers commit
+        # slowly, the others quickly.
+        lags = {router: COMMIT_LAGS[-1] if router in where.values() else COMMIT_LAGS[0]
+                for router in routers}
+    else:
+        lags = {router: rng.choice(COMMIT_LAGS) for router in routers}
     bursts = [s for s in sends if s.persistent and not s.address.startswith("topic:")]
     for _ in range(rng.randint(0, 2) if bursts else 0):
         burst = rng.choice(bursts)
