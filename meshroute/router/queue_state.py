@@ -79,8 +79,12 @@ class QueueState:
     @ivar notified: bumped by every C{notify}, so a fetch that started
         before a notification does not conclude the store is exhausted.
     @ivar reads: the reads from the store in flight (L{StoreRead}), in the
-        order they began: at most two, the second only for entries notified
-        after the first began (L{ReadAhead.fill<meshroute.router.read_ahead.ReadAhead.fill>}).
+        order they began: each after the first only for entries notified
+        after the one before it began, and more than two only while the
+        queue is C{caught_up} (L{ReadAhead.fill<meshroute.router.read_ahead.ReadAhead.fill>}).
+    @ivar caught_up: the latest read that ended found the end of the
+        queue in the store (fewer rows than its limit): what arrives now
+        is all a read returns beyond what is buffered.
     @ivar epoch: bumped when the persistent memory is released, so a
         fetch from before the release is ignored.
     @ivar acking: store.consume calls in flight.
@@ -101,6 +105,7 @@ class QueueState:
         self.last_fetched = 0
         self.more = True
         self.reads: deque[StoreRead] = deque()
+        self.caught_up = False
         self.notified = 0
         self.epoch = 0
         self.acking = 0

@@ -36,24 +36,36 @@ class ReadAhead:
         as many of them as consumers have credit for beyond what already
         waits or the reads in flight flag (L{QueueItem.marked<meshroute.router.queue_state.QueueItem.marked>}).
 
-        A second read may start beside the one in flight when entries were
-        notified since that one began: an arrival's read then joins the
-        arrival's transaction instead of waiting for the read in flight and
-        then taking a commit of its own.  Both read after C{last_fetched}
-        (it moves only when a read ends, and the epoch is the same) and new
-        entries always get higher ids, so what the first returns is a
-        prefix of what the second does: the second's rows that the first
-        buffered are skipped, and the two add at most the larger of their
-        limits to the buffer, which each limit's room allows.  Their
-        results are taken in the order the reads began.
+        Another read may start beside those in flight when entries were
+        notified since the latest of them began: an arrival's read then
+        joins the arrival's transaction instead of waiting for the reads in
+        flight and then taking a commit of its own.  They all read after a
+        C{last_fetched} at most the one the later ones start from (it moves
+        only when a read ends, and the epoch is the same) and new entries
+        always get higher ids, so a read's rows up to the highest entry
+        buffered before it ends were read by the reads before it and are
+        skipped.  When a read adds entries, the buffer holds at most what
+        it held when the read began (nothing at or below a read's start
+        enters it after) and entries between the read's start and its last
+        row, which are its rows: at most its limit, the room the buffer had
+        when it began.  So the bound holds however many are in flight.
+        Their results are taken in the order the reads began.
+
+        Beyond two in flight only while the queue is L{caught_up
+        <meshroute.router.queue_state.QueueState.caught_up>}: at a paced
+        rate one read commits and one waits with the next arrival, and a
+        third arrival would otherwise be received without its read (35% of
+        the messages at 1,000/s, a whole commit later each: benchmarks/README.md).
+        Behind a backlog longer than a read's limit, every read beside
+        another would return the same page again, so two stay the most.
         """
         if not state.more or not state.consumers:
             return
         reads = state.reads
         if reads:
             latest = reads[-1]
-            if (len(reads) > 1 or latest.epoch != state.epoch
-                    or latest.notified == state.notified):
+            if (latest.epoch != state.epoch or latest.notified == state.notified
+                    or (len(reads) > 1 and not state.caught_up)):
                 return
         room = self.limit - len(state.buffer)
         if room * 2 < self.limit:
@@ -102,7 +114,8 @@ class ReadAhead:
                 state.buffer.append(QueueItem(entry_id, message, bool(redelivered),
                                           next(state.seq), marked))
                 state.last_fetched = entry_id
-            if len(read.rows) < read.limit and read.notified == state.notified:
+            state.caught_up = len(read.rows) < read.limit
+            if state.caught_up and read.notified == state.notified:
                 state.more = False
         if dispatch:
             self._dispatch(state)
@@ -120,4 +133,5 @@ class ReadAhead:
         state.returned = deque(item for item in state.returned if item.entry_id is None)
         state.last_fetched = 0
         state.more = True
+        state.caught_up = False
         state.epoch += 1

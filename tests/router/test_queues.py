@@ -572,6 +572,64 @@ def test_a_failed_read_beside_another_loses_nothing(store, log, observe_errors):
     assert logged["log_failure"].check(RuntimeError)
 
 
+def test_a_caught_up_queue_reads_every_arrival_beside_the_reads_in_flight(store, log):
+    """
+    Once a read found the end of the queue, each arrival starts a read of
+    its own beside any number in flight (at a paced rate, its receive's
+    transaction then carries it), so none waits for the reads before it
+    to end and then takes a commit of its own.  However they end, each
+    entry is delivered once, in order, flagged by the read that delivered
+    it, and the buffer keeps its bound.
+    """
+    held = HeldFetches(store)
+    manager = QueueManager(held, log, Clock(), read_ahead=8)
+    consumer = Consumer(manager, credit=20)
+    held.release(0)  # The queue is empty: caught up.
+    sent = []
+    for count in range(1, 5):
+        sent += enqueue(store, manager, "q", 1)
+        assert len(held.held) == count
+    assert {after for _, after, _ in held.fetches[1:]} == {0}
+    held.release(2)
+    held.release(1)
+    assert consumer.deliveries == []
+    held.release(0)
+    assert consumer.bodies == [m.body for m in sent[:3]]
+    assert len(manager._queues["q"].buffer) <= 8
+    held.release(0)
+    assert consumer.bodies == [m.body for m in sent]
+    assert not any(d.redelivered for d in consumer.deliveries)
+    assert held.held == []
+    rows = []
+    store.fetch("q", 0, 10).addCallback(rows.extend)
+    assert [flag for _, _, flag in rows] == [True] * 4
+
+
+def test_behind_a_backlog_two_reads_stay_the_most(store, log):
+    """
+    While the latest read that ended returned a full page, a read beside
+    another would return the same page again: an arrival then starts a
+    second read, not a third, until a read finds the end of the queue.
+    """
+    held = HeldFetches(store)
+    manager = QueueManager(held, log, Clock(), read_ahead=2)
+    sent = enqueue(store, manager, "q", 3)
+    consumer = Consumer(manager, credit=10)
+    held.release(0)  # A full page: the queue goes on.
+    assert consumer.bodies == [m.body for m in sent[:2]]
+    assert len(held.held) == 1
+    sent += enqueue(store, manager, "q", 1)
+    assert len(held.held) == 2
+    sent += enqueue(store, manager, "q", 1)
+    assert len(held.held) == 2
+    held.release(0)  # The end of the queue, as it was: caught up.
+    assert len(held.held) == 2  # The last arrival's read starts now.
+    while held.held:
+        held.release(0)
+    assert consumer.bodies == [m.body for m in sent]
+    assert not any(d.redelivered for d in consumer.deliveries)
+
+
 def test_queue_without_consumers_holds_nothing_in_memory(store, manager):
     enqueue(store, manager, "q", 5)
     consumer = Consumer(manager, credit=2)
