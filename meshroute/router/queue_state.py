@@ -80,7 +80,7 @@ class QueueState:
         before a notification does not conclude the store is exhausted.
     @ivar reads: the reads from the store in flight (L{StoreRead}), in the
         order they began: each after the first only for entries notified
-        after the one before it began, and more than two only while the
+        after the one before it began; at most two, or three while the
         queue is C{caught_up} (L{ReadAhead.fill<meshroute.router.read_ahead.ReadAhead.fill>}).
     @ivar caught_up: the latest read that ended found the end of the
         queue in the store (fewer rows than its limit): what arrives now

@@ -14,6 +14,13 @@ from meshroute.router.queue_state import QueueItem, QueueState, StoreRead
 
 log = Logger()
 
+#: The most reads of one queue in flight while it is caught up (two
+#: otherwise): at a paced rate one read commits, one waits with the
+#: arrival after it, and a third takes the arrival after that.  More would
+#: rarely help a paced message and cost a full load a read per arrival
+#: frame, most of them answered by the same commit.
+CAUGHT_UP_READS = 3
+
 
 class ReadAhead:
     """
@@ -51,13 +58,13 @@ class ReadAhead:
         when it began.  So the bound holds however many are in flight.
         Their results are taken in the order the reads began.
 
-        Beyond two in flight only while the queue is L{caught_up
-        <meshroute.router.queue_state.QueueState.caught_up>}: at a paced
-        rate one read commits and one waits with the next arrival, and a
-        third arrival would otherwise be received without its read (35% of
-        the messages at 1,000/s, a whole commit later each: benchmarks/README.md).
-        Behind a backlog longer than a read's limit, every read beside
-        another would return the same page again, so two stay the most.
+        At most two in flight, or L{CAUGHT_UP_READS} while the queue is
+        L{caught_up<meshroute.router.queue_state.QueueState.caught_up>}: at
+        a paced rate one read commits and one waits with the next arrival,
+        and a third arrival would otherwise be received without its read
+        and read a whole commit later (35% of the messages at 1,000/s:
+        benchmarks/README.md).  Behind a backlog longer than a read's
+        limit, a read beside another would return the same page again.
         """
         if not state.more or not state.consumers:
             return
@@ -65,7 +72,7 @@ class ReadAhead:
         if reads:
             latest = reads[-1]
             if (latest.epoch != state.epoch or latest.notified == state.notified
-                    or (len(reads) > 1 and not state.caught_up)):
+                    or len(reads) >= (CAUGHT_UP_READS if state.caught_up else 2)):
                 return
         room = self.limit - len(state.buffer)
         if room * 2 < self.limit:

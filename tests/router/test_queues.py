@@ -17,6 +17,7 @@ from twisted.internet.task import Clock
 from meshroute import events
 from meshroute.messages import Message
 from meshroute.router.queues import MARK_RETRY_S, QueueManager
+from meshroute.router.read_ahead import CAUGHT_UP_READS
 from meshroute.store import InlineExecutor, SQLiteStore
 
 from support.fake_router import ROUTER, RecordingEvents
@@ -572,12 +573,13 @@ def test_a_failed_read_beside_another_loses_nothing(store, log, observe_errors):
     assert logged["log_failure"].check(RuntimeError)
 
 
-def test_a_caught_up_queue_reads_every_arrival_beside_the_reads_in_flight(store, log):
+def test_a_caught_up_queue_reads_a_third_arrival_beside_two_reads_in_flight(store, log):
     """
-    Once a read found the end of the queue, each arrival starts a read of
-    its own beside any number in flight (at a paced rate, its receive's
-    transaction then carries it), so none waits for the reads before it
-    to end and then takes a commit of its own.  However they end, each
+    Once a read found the end of the queue, an arrival starts a read of its
+    own beside two in flight (at a paced rate, one commits and one waits
+    with the arrival before: the third joins its own arrival's
+    transaction instead of taking a commit after it), and the next waits
+    for one of them to end (L{CAUGHT_UP_READS}).  However they end, each
     entry is delivered once, in order, flagged by the read that delivered
     it, and the buffer keeps its bound.
     """
@@ -586,16 +588,19 @@ def test_a_caught_up_queue_reads_every_arrival_beside_the_reads_in_flight(store,
     consumer = Consumer(manager, credit=20)
     held.release(0)  # The queue is empty: caught up.
     sent = []
-    for count in range(1, 5):
+    for count in range(1, CAUGHT_UP_READS + 1):
         sent += enqueue(store, manager, "q", 1)
         assert len(held.held) == count
     assert {after for _, after, _ in held.fetches[1:]} == {0}
+    sent += enqueue(store, manager, "q", 1)
+    assert len(held.held) == CAUGHT_UP_READS
     held.release(2)
     held.release(1)
     assert consumer.deliveries == []
     held.release(0)
     assert consumer.bodies == [m.body for m in sent[:3]]
     assert len(manager._queues["q"].buffer) <= 8
+    assert [after for _, after, _ in held.fetches[4:]] == [3]  # The fourth's read.
     held.release(0)
     assert consumer.bodies == [m.body for m in sent]
     assert not any(d.redelivered for d in consumer.deliveries)
