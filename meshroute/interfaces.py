@@ -344,6 +344,13 @@ class IMessageStore(Interface):
         Synchronous: C{{dest_router: number of messages in the backlog}}.
         """
 
+    def backlog_depth(dest_router):
+        """
+        Synchronous: the number of messages in the backlog for
+        C{dest_router} (what acceptance asks per send, without the copy
+        L{backlog_depths} makes).
+        """
+
     def queue_depths():
         """
         Synchronous: C{{queue: number of entries}} for every local queue

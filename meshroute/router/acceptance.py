@@ -237,7 +237,8 @@ class Acceptance:
                 if not duplicate_id and early.take(len(outcomes), message):
                     outcomes.append(None)
                     continue
-                early.hold(router)
+                if duplicate_id:
+                    early.hold(router)
                 self._accepting[router] += 1
             if duplicate_id:
                 firsts.setdefault(duplicate_id, len(outcomes))
@@ -278,7 +279,7 @@ class Acceptance:
         What decides which persistent sends for other routers leave before
         their commit (L{meshroute.router.early_sends}), as things are now.
         """
-        return EarlySends(self._forwarding, self._events, self._store.backlog_depths(),
+        return EarlySends(self._forwarding, self._events, self._store.backlog_depth,
                           self.accepting, now_ms(self._clock))
 
     def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:
@@ -466,7 +467,7 @@ class Acceptance:
         if not self._routes.known(router):
             return UnknownRouter(f"no router named {router!r} is known in the mesh")
         if persistent:
-            waiting = self._store.backlog_depths().get(router, 0) + self._accepting[router]
+            waiting = self._store.backlog_depth(router) + self._accepting[router]
             if waiting >= self.max_backlog:
                 return BacklogFull(f"{waiting} messages already wait for {router} (max-backlog)")
         else:

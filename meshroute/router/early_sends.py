@@ -32,19 +32,19 @@ class EarlySends:
 
     @param forwarding: L{meshroute.router.forwarding.Forwarding}.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
-    @param backlog: the store's backlog depths (C{{router: messages}}) as
-        the batch began.
+    @param backlog_depth: C{backlog_depth(router)}: the messages for it in
+        the store's backlog.
     @param accepting: C{accepting(router)}: messages for it submitted to
         the store and not yet in its backlog.
     @param now: the time (epoch milliseconds): an expired send is not
         forwarded, its link sets it aside.
     """
 
-    def __init__(self, forwarding, message_events, backlog: dict, accepting,
+    def __init__(self, forwarding, message_events, backlog_depth, accepting,
                  now: int) -> None:
         self._forwarding = forwarding
         self._events = message_events
-        self._backlog = backlog
+        self._backlog_depth = backlog_depth
         self._accepting = accepting
         self._now = now
         # The link each router's sends may take early; None once they may not.
@@ -85,7 +85,7 @@ class EarlySends:
         self._routers[router] = None
 
     def _channel(self, router: str):
-        if self._backlog.get(router) or self._accepting(router):
+        if self._backlog_depth(router) or self._accepting(router):
             return None
         channel = self._forwarding.early_channel(router)
         if channel is not None and channel not in self._rooms:

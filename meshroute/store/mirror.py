@@ -81,6 +81,9 @@ class StoreMirror:
     def backlog_depths(self) -> dict[str, int]:
         return dict(self._backlog)
 
+    def backlog_depth(self, router: str) -> int:
+        return self._backlog.get(router, 0)
+
     def queue_depths(self) -> dict[str, int]:
         return dict(self._queues)
 

@@ -619,6 +619,9 @@ class SQLiteStore(RouterRecords):
     def backlog_depths(self) -> dict[str, int]:
         return self._mirror.backlog_depths()
 
+    def backlog_depth(self, router: str) -> int:
+        return self._mirror.backlog_depth(router)
+
     def queue_depths(self) -> dict[str, int]:
         return self._mirror.queue_depths()
 

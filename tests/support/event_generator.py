@@ -104,12 +104,9 @@ class MeshLog:
         origin, dest_router = path[0], path[-1]
         if fate in ("dead-lettered", "dropped"):
             dest_router = self._elsewhere(path)
-        self._message_numbers[origin] += 1
-        msg_id = f"{origin}:1:{self._message_numbers[origin]}"
         dest = f"{queue}@{dest_router}"
+        msg_id = self._accepted(origin, dest, at, persistent)
         base = {"msg_id": msg_id, "origin": origin}
-        self.emit(origin, at, "message.accepted", **base, dest=dest, size=100,
-                  persistent=persistent)
         hops = len(path) - 1
         short = max(hops - 1, 0)
         reach = {"lost": short, "in-flight": short, "unobserved": short}.get(fate, hops)
@@ -152,6 +149,16 @@ class MeshLog:
             raise ValueError(fate)
         return msg_id
 
+    def _accepted(self, origin: str, dest: str, at: float, persistent: bool) -> str:
+        """
+        The next message id of C{origin}, accepted there at C{at} for C{dest}.
+        """
+        self._message_numbers[origin] += 1
+        msg_id = f"{origin}:1:{self._message_numbers[origin]}"
+        self.emit(origin, at, "message.accepted", msg_id=msg_id, origin=origin, dest=dest,
+                  size=100, persistent=persistent)
+        return msg_id
+
     def duplicate_dropped(self, router: str, msg_id: str, peer: str, at: float) -> None:
         """
         A copy of C{msg_id} caught and dropped at C{router}.
@@ -174,12 +181,9 @@ class MeshLog:
         enqueued in its C{$topic} 1 ms later (its route counts it
         accepted and enqueued; L{fan_out} takes it from there): its id.
         """
-        self._message_numbers[origin] += 1
-        msg_id = f"{origin}:1:{self._message_numbers[origin]}"
         dest = f"topic:{topic}"
+        msg_id = self._accepted(origin, dest, at, persistent)
         base = {"msg_id": msg_id, "origin": origin}
-        self.emit(origin, at, "message.accepted", **base, dest=dest, size=100,
-                  persistent=persistent)
         self.emit(origin, at + 0.001, "message.enqueued", **base, queue="$topic", hops=0,
                   accepted_at=at, persistent=persistent)
         route = self.expected.routes[(origin, dest)]

@@ -116,6 +116,9 @@ class ChannelStore:
     def backlog_depths(self) -> dict[str, int]:
         return dict(self.backlog)
 
+    def backlog_depth(self, router: str) -> int:
+        return self.backlog.get(router, 0)
+
     def record_peer_store(self, peer: str, store_id: str, forget_received: bool) -> Deferred:
         return self._call("record_peer_store", peer, store_id, forget_received)
 
