@@ -523,8 +523,10 @@ def _read_publish(cursor: Cursor, flags: int, level: int, peer: Peer) -> Publish
     topic = cursor.string("topic name")
     packet_id = _packet_id(cursor, "PUBLISH") if qos else None
     properties = read_properties(cursor, "PUBLISH") if level == MQTT_5 else _NO_PROPERTIES
-    if topic or "topic_alias" not in properties:
-        _check_topic_name(topic, "a PUBLISH")  # [MQTT-3.3.2-1, -2, -8]
+    if topic or level != MQTT_5:
+        _check_topic_name(topic, "a PUBLISH")  # [MQTT-3.3.2-1, -2], [MQTT-4.7.3-1]
+    elif "topic_alias" not in properties:
+        raise protocol_error("a PUBLISH without a topic name or a topic alias")  # [MQTT-3.3.2-8]
     _check_response_topic(properties, "a PUBLISH")
     if peer == "client" and "subscription_identifier" in properties:
         raise protocol_error("a subscription identifier in a client's PUBLISH")  # [MQTT-3.3.4-6]
