@@ -276,6 +276,12 @@ def test_a_reason_code_an_acknowledgement_does_not_have_is_a_protocol_error():
     assert refusal(raw(0x62, b"\x00\x07\x10")).reason_code == R.PROTOCOL_ERROR
 
 
+def test_a_5_0_disconnect_may_carry_its_reason_code_alone():
+    assert read(raw(0xE0, b"\x04")) == Disconnect(R.DISCONNECT_WITH_WILL_MESSAGE)
+    assert refusal(raw(0xE0, b"\x10")).reason_code == R.PROTOCOL_ERROR
+    assert refusal(raw(0xE0, b"\x04"), MQTT_3_1_1).reason_code == R.MALFORMED_PACKET
+
+
 # -- SUBSCRIBE and UNSUBSCRIBE -------------------------------------------------------
 
 
