@@ -470,10 +470,12 @@ def encode(packet, protocol_level: int) -> bytes:
     The bytes of C{packet} as protocol level C{protocol_level} (4 for
     3.1.1, 5 for 5.0) writes it: properties only in 5.0, reason codes as
     3.1.1 has them (a CONNACK's return code, a SUBACK's granted QoS or
-    0x80) or not at all.
+    0x80) or not at all, and a failure the packet has no code for as
+    0x80, unspecified error (L{_written_codes}).
 
     @raise ValueError: for a packet the level cannot carry (an AUTH in
-        3.1.1), a field out of range, a property that does not belong.
+        3.1.1), a field out of range, a property that does not belong, a
+        success code the packet does not have.
     """
     if isinstance(packet, Connect):
         if protocol_level != packet.protocol_level:
@@ -490,6 +492,27 @@ def encode(packet, protocol_level: int) -> bytes:
 
 def _properties_of(packet, v5: bool, name: str) -> bytes:
     return write_properties(packet.properties, name) if v5 else b""
+
+
+def _written_codes(codes, name: str) -> list[int]:
+    """
+    C{codes} as a packet C{name} can say them: a failure it has no code
+    for is 0x80, unspecified error (as a 3.1.1 SUBACK says every
+    failure), since a peer takes a code its packet does not have as a
+    protocol error.
+
+    @raise ValueError: for a success, or a failure where the packet has
+        no 0x80 (PUBREL, PUBCOMP, AUTH): a bug here.
+    """
+    allowed = ALLOWED[name]
+    written = []
+    for code in codes:
+        if code not in allowed:
+            if code < 0x80 or ReasonCode.UNSPECIFIED_ERROR not in allowed:
+                raise ValueError(f"0x{code:02X} is not a reason code of {name}")
+            code = ReasonCode.UNSPECIFIED_ERROR
+        written.append(code)
+    return written
 
 
 def _write_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
@@ -513,7 +536,8 @@ def _write_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
 
 
 def _write_connack(packet: Connack, v5: bool) -> tuple[int, bytes]:
-    code = packet.reason_code if v5 else connack_return_code(packet.reason_code)
+    [code] = _written_codes((packet.reason_code,), "CONNACK")
+    code = code if v5 else connack_return_code(packet.reason_code)
     return 0, (bytes((1 if packet.session_present else 0, code))
                + _properties_of(packet, v5, "CONNACK"))
 
@@ -532,9 +556,10 @@ def _write_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
 
 def _write_acknowledgement(name: str, flags: int):
     def write(packet, v5: bool) -> tuple[int, bytes]:
+        [code] = _written_codes((packet.reason_code,), name)
         body = write_u16(packet.packet_id)
-        if v5 and (packet.reason_code or packet.properties):
-            body += bytes((packet.reason_code,))
+        if v5 and (code or packet.properties):
+            body += bytes((code,))
             if packet.properties:
                 body += write_properties(packet.properties, name)
         return flags, body
@@ -554,7 +579,8 @@ def _write_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
 
 
 def _write_suback(packet: Suback, v5: bool) -> tuple[int, bytes]:
-    codes = packet.reason_codes if v5 else [suback_return_code(c) for c in packet.reason_codes]
+    codes = _written_codes(packet.reason_codes, "SUBACK")
+    codes = codes if v5 else [suback_return_code(code) for code in codes]
     return 0, write_u16(packet.packet_id) + _properties_of(packet, v5, "SUBACK") + bytes(codes)
 
 
@@ -566,7 +592,8 @@ def _write_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
 def _write_unsuback(packet: Unsuback, v5: bool) -> tuple[int, bytes]:
     body = write_u16(packet.packet_id)
     if v5:
-        body += write_properties(packet.properties, "UNSUBACK") + bytes(packet.reason_codes)
+        body += (write_properties(packet.properties, "UNSUBACK")
+                 + bytes(_written_codes(packet.reason_codes, "UNSUBACK")))
     return 0, body
 
 
@@ -576,13 +603,14 @@ def _write_empty(packet, v5: bool) -> tuple[int, bytes]:
 
 def _write_ending(name: str):
     def write(packet, v5: bool) -> tuple[int, bytes]:
+        [code] = _written_codes((packet.reason_code,), name)
         if not v5:
             if name == "AUTH":
                 raise ValueError("MQTT 3.1.1 has no AUTH")
             return 0, b""
-        if not packet.reason_code and not packet.properties:
+        if not code and not packet.properties:
             return 0, b""
-        return 0, bytes((packet.reason_code,)) + write_properties(packet.properties, name)
+        return 0, bytes((code,)) + write_properties(packet.properties, name)
     return write
 
 
