@@ -16,7 +16,7 @@ that many bytes.  The reader checks what it can from the fixed header
 before it holds the body: the type is one the peer may send
 (L{PacketReader}'s C{peer}), its flags are the spec's, the remaining
 length fits in four bytes and the whole packet within C{max_packet_size}
-(0x95 packet too large), and a server's first packet is a CONNECT; so a
+(0x95 packet too large), and a client's first packet is a CONNECT; so a
 peer can never make the reader hold more than one packet of at most that
 size.  Then the body is read field by field, with every rule of the
 specs that a packet alone can break (each rule's check names it where
@@ -269,8 +269,9 @@ def _check_topic_name(topic: str, what: str) -> str:
 
 def _check_response_topic(properties: Mapping, what: str) -> None:
     topic = properties.get("response_topic")
-    if topic is not None and topic_name_problem(topic):
-        raise protocol_error(f"{what}'s response topic: {topic_name_problem(topic)}")
+    problem = None if topic is None else topic_name_problem(topic)
+    if problem is not None:
+        raise protocol_error(f"{what}'s response topic: {problem}")  # [MQTT-3.3.2-14]
 
 
 def _check_topic_filter(topic_filter: str) -> str:
