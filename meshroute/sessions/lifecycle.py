@@ -95,6 +95,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
 from meshroute import events as event_names
+from meshroute.security.credentials import password_matches
+from meshroute.security.scram import decoy_credentials
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget, Liveness
 from meshroute.sessions.permissions import CONNECT, Guard, denied
@@ -238,6 +240,8 @@ class ConnectionCore(ABC):
         names a user (C{EXTERNAL}).
     @ivar user: who the client is, once authenticated (fixed for the
         connection's life); C{mechanism}, how it proved it.
+    @ivar last_command: the last command id an adapter that numbers the
+        session's commands itself (STOMP, MQTT: their clients do not) gave.
     @ivar silent: the connection's last frame was written (or it was
         dropped): it writes and reads nothing more.
     """
@@ -260,6 +264,7 @@ class ConnectionCore(ABC):
     session: ServedSession | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
+    last_command: int = 0
     liveness: Liveness = field(init=False)
     connected: bool = True
     silent: bool = False
@@ -371,6 +376,14 @@ class ConnectionCore(ABC):
         its own.
         """
 
+    def next_command(self) -> int:
+        """
+        The id of the next command an adapter gives its session (the
+        native client numbers its own).
+        """
+        self.last_command += 1
+        return self.last_command
+
     # -- reading ----------------------------------------------------------------
 
     def pause(self, reason: str = SENDS_IN_PROGRESS) -> None:
@@ -460,6 +473,33 @@ class ConnectionCore(ABC):
         log.info("{client} from {address} authenticated as {user!r} ({mechanism})",
                  client=self.LOG_NAME, address=peer_address(self.transport), user=user,
                  mechanism=mechanism)
+
+    def password_login(self, inputs: ConnectionInputs, user: str, password: str,
+                       mechanism: str) -> bool:
+        """
+        Whether C{user} and C{password}, carried in a hello (STOMP's
+        C{login} and C{passcode}, MQTT's username and password), name a
+        user of C{[security]} (or, without C{user}, a verified TLS client
+        certificate does); if not, the client is refused with
+        L{not_authenticated}: the same for an unknown user and a wrong
+        password, and as slow (an unknown user is checked against decoy
+        credentials).
+        """
+        if not user:
+            certified = self.certificate_user()
+            if certified is not None:
+                self.authenticated(certified, f.EXTERNAL)
+                return True
+        credentials = self.security.policy.credentials(user) if user else None
+        known = credentials is not None
+        if credentials is None:
+            credentials = decoy_credentials(self.secret, user)
+        if not (password_matches(credentials, password) and known):
+            self.not_authenticated(
+                inputs, user, "no login" if not user else f"unknown user or wrong {mechanism}")
+            return False
+        self.authenticated(user, mechanism)
+        return True
 
     def not_authenticated(self, inputs: ConnectionInputs, user: str, why: str) -> None:
         """

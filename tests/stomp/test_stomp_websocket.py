@@ -171,7 +171,7 @@ async def test_the_highest_stomp_subprotocol_offered_is_chosen(served, offered, 
     browser, client, stream = await connected(served, offered)
     assert browser.subprotocol == chosen
     assert stream.transport.subprotocol == chosen
-    assert stream.transport.stomp_version == version
+    assert stream.transport.protocol_version == version
     peer = stream.transport.getPeer()
     assert (peer.host, peer.port) == ("127.0.0.1", client.transport.getHost().port)
     assert stream.transport.getHost().port == served[0].getHost().port
