@@ -97,7 +97,7 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
         try:
             frames = self.decoder.feed(data)
         except self.decode_error as e:
-            self.machine.protocol_error(f.PROTOCOL_ERROR, str(e))
+            self.decode_failed(e)
             return
         room = core.liveness.read(len(frames), self.decoder.pending)
         for frame in frames:
@@ -106,6 +106,13 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
                 return
         if not room:
             self.machine.buffers_full()
+
+    def decode_failed(self, error: Exception) -> None:
+        """
+        The decoder refused the client's bytes (C{error}, a
+        L{decode_error}): the connection ends, C{protocol-error}.
+        """
+        self.machine.protocol_error(f.PROTOCOL_ERROR, str(error))
 
     def pauseProducing(self) -> None:
         """
