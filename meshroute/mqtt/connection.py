@@ -132,6 +132,8 @@ class MqttConnectionCore(ConnectionCore):
         (0: not persistent; L{NEVER}).
     @ivar will: the CONNECT's will, until published or discarded.
     @ivar connacked: the CONNACK was written.
+    @ivar ended_for: why the router ended the connection (the reason of a
+        drop, the code of a failure), empty if it did not.
     @ivar malformed_reason: the 5.0 reason code of the last packet the
         codec refused.
     """
@@ -149,7 +151,7 @@ class MqttConnectionCore(ConnectionCore):
     session_present: bool = False
     will: object = None
     connacked: bool = False
-    dropped_for: str = ""
+    ended_for: str = ""
     malformed_reason: int = R.MALFORMED_PACKET
     subscriptions: MqttSubscriptions = field(default_factory=MqttSubscriptions)
     outbox: Outbox = field(default_factory=Outbox)
@@ -403,15 +405,14 @@ class MqttConnectionCore(ConnectionCore):
     def take_over(self) -> None:
         """
         Another connection claimed this one's client id: it closes (5.0:
-        DISCONNECT 0x8E first).
+        DISCONNECT 0x8E first), its session ends.
         """
-        if self.v5 and self.connacked and not self.silent:
-            self.send(p.Disconnect(R.SESSION_TAKEN_OVER, self._reason(
-                "another connection took this client id over")))
         try:
-            self.machine.taken_over()
+            self.machine.protocol_error(
+                refusals.SESSION_TAKEN_OVER,
+                f"another connection took client id {self.client_id!r} over")
         except NoTransition:
-            # Saying goodbye already (DISCONNECT sent): it ends anyway.
+            # Gone already.
             pass
 
     def _open(self) -> None:
@@ -601,8 +602,12 @@ class MqttConnectionCore(ConnectionCore):
         self.written_acks.stop()
 
     def drop(self, reason: str) -> None:
-        self.dropped_for = reason
+        self.ended_for = reason
         super().drop(reason)
+
+    def fail(self, code: str, detail: str) -> None:
+        self.ended_for = code
+        super().fail(code, detail)
 
     def finish(self) -> None:
         """
@@ -615,7 +620,9 @@ class MqttConnectionCore(ConnectionCore):
         kept = self.clients.release(self.client_id, self)
         if not self.connacked:
             return
-        stopping = self.dropped_for == ROUTER_STOPPED
+        # A router that stops (or an HA instance that hands over) sends
+        # its clients elsewhere: they did not fail, their wills wait.
+        stopping = self.ended_for in (ROUTER_STOPPED, f.NOT_ACTIVE)
         if kept and not stopping:
             self._left()
         will, self.will = self.will, None

@@ -9,7 +9,7 @@ client.  A 3.1.1 server has no DISCONNECT: it closes.
 
 Besides the native codes, the adapter ends connections for reasons only
 MQTT has: they travel through the machine as codes of their own
-(L{QOS_NOT_SUPPORTED}, L{TOPIC_ALIAS_INVALID}).
+(L{QOS_NOT_SUPPORTED}, L{TOPIC_ALIAS_INVALID}, L{SESSION_TAKEN_OVER}).
 """
 
 from meshroute.mqtt.reason_codes import ReasonCode as R
@@ -18,6 +18,7 @@ from meshroute.wire import client_frames as f
 #: The codes of the reasons only MQTT has to end a connection.
 QOS_NOT_SUPPORTED = "qos-not-supported"
 TOPIC_ALIAS_INVALID = "topic-alias-invalid"
+SESSION_TAKEN_OVER = "session-taken-over"
 #: A packet the codec refused: its own reason code says why
 #: (L{meshroute.mqtt.reason_codes.MalformedPacket}).
 MALFORMED = f.PROTOCOL_ERROR
@@ -36,6 +37,7 @@ _REASONS = {
     f.BAD_ADDRESS: R.TOPIC_NAME_INVALID,
     QOS_NOT_SUPPORTED: R.QOS_NOT_SUPPORTED,
     TOPIC_ALIAS_INVALID: R.TOPIC_ALIAS_INVALID,
+    SESSION_TAKEN_OVER: R.SESSION_TAKEN_OVER,
 }
 #: Where a CONNACK says it otherwise: an instance that is not active is
 #: unavailable (3.1.1: 3), a router at max-sessions busy (3.1.1: 3).

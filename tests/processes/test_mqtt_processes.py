@@ -1,0 +1,142 @@
+"""
+MQTT end to end (docs/mqtt.md): two real C{twistd} routers on
+127.0.0.1, A connected to B, each with MQTT, STOMP and native listeners,
+paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
+(the suite's time is short):
+
+ - QoS 0 and 1, publish and subscribe with wildcards across the two
+   routers;
+ - an MQTT publisher to a native and a STOMP subscriber, and a STOMP
+   publisher to an MQTT subscriber;
+ - a client silent past 1.5 times its keep-alive: its will is published;
+ - a second connection with a client id takes the session over;
+ - a persistent session away while QoS 1 messages arrive gets each when
+   it returns.
+
+Every SUBACK comes once the subscription's interest reached every router
+(the listener's C{mesh-wide}), so what is published after it is the
+subscriber's.  Synchronisation is a poll against a deadline.
+"""
+
+import socket
+
+import paho.mqtt.client as mqtt
+
+from meshroute.mqtt import packets as p
+
+from support.mqtt_clients import mqtt_router, paho_client, stop, subscribe
+from support.routers import mesh, wait_until  # noqa: F401 (mesh: a fixture)
+from support.stomp_clients import TIMEOUT_S, connect
+from support.topic_subscriber import native_topic_subscriber
+
+#: The persistent session's messages while it is away.
+AWAY_COUNT = 200
+
+
+def test_mqtt_across_two_routers(mesh):  # noqa: F811
+    b = mqtt_router(mesh, "router-b")
+    a = mqtt_router(mesh, "router-a", connect=[b])
+    a_proc, _ = mesh.start(a, b)
+    a_proc.wait_route("router-b")
+    _wildcards_at_qos_0_and_1(a, b)
+    _mqtt_and_the_other_protocols(mesh, a, b)
+    _a_silent_client_s_will(a, b)
+    _a_takeover(b)
+    _a_persistent_session_away(a, b)
+
+
+def _wildcards_at_qos_0_and_1(a, b) -> None:
+    subscriber, got = paho_client(b, "sub-1", version=mqtt.MQTTv5)
+    assert subscribe(subscriber, got, ("sensors/+/temp", 1), ("sensors/#", 0)) == [1, 0]
+    publisher, sent = paho_client(a, "pub-1")
+    infos = [publisher.publish("sensors/kitchen/temp", b"21.5", qos=1),
+             publisher.publish("sensors/kitchen/humidity", b"40", qos=0),
+             publisher.publish("other/thing", b"no", qos=1)]
+    for info in infos:
+        info.wait_for_publish(TIMEOUT_S)
+    messages = got.wait_messages(3)
+    wait_until(lambda: len(got.messages) >= 3, TIMEOUT_S)
+    assert sorted((m.topic, m.payload, m.qos) for m in messages) == [
+        ("sensors/kitchen/humidity", b"40", 0), ("sensors/kitchen/temp", b"21.5", 0),
+        ("sensors/kitchen/temp", b"21.5", 1)]
+    stop(subscriber)
+    stop(publisher)
+
+
+def _mqtt_and_the_other_protocols(mesh, a, b) -> None:  # noqa: F811
+    native = native_topic_subscriber(mesh, b, "plant.#", 1)
+    stomp, collected = connect(b)
+    stomp.subscribe("/topic/plant.#", id="s", ack="auto",
+                    headers={"mesh-wide": "true", "receipt": "sub"})
+    collected.wait_receipt("sub")
+    wait_until(lambda: "subscribed" in native.stdout or native.poll() is not None, TIMEOUT_S,
+               what="the native subscriber's subscription")
+    mqtt_subscriber, got = paho_client(b, "plant-watcher")
+    assert subscribe(mqtt_subscriber, got, ("replies/#", 1)) == [1]
+    publisher, _ = paho_client(a, "plant-1")
+    publisher.publish("plant/line-1/state", b"running", qos=1).wait_for_publish(TIMEOUT_S)
+    (message,) = collected.wait_messages(1)
+    assert message.headers["destination"] == "/topic/plant.line-1.state"
+    assert message.body == b"running"
+    native.wait(TIMEOUT_S)
+    assert "plant.line-1.state running" in native.stdout
+    # And back: STOMP publishes, MQTT receives.
+    stomp_a, sent = connect(a)
+    stomp_a.send("/topic/replies.line-1", b"ack", receipt="r", headers={"persistent": "true"})
+    sent.wait_receipt("r")
+    (reply,) = got.wait_messages(1)
+    assert (reply.topic, reply.payload, reply.qos) == ("replies/line-1", b"ack", 1)
+    for client in (mqtt_subscriber, publisher):
+        stop(client)
+    stomp.disconnect()
+    stomp_a.disconnect()
+
+
+def _a_silent_client_s_will(a, b) -> None:
+    watcher, got = paho_client(b, "will-watcher")
+    assert subscribe(watcher, got, ("status/#", 1)) == [1]
+    # A raw client that says CONNECT (keep-alive 1 s, a will) and nothing more.
+    silent = socket.create_connection(("127.0.0.1", a.mqtt_port))
+    silent.sendall(p.encode(p.Connect(4, "silent-device", True, 1,
+                                      will=p.Will("status/silent-device", b"offline", 1,
+                                                  False)), 4))
+    assert silent.recv(4) == b"\x20\x02\x00\x00"
+    (will,) = got.wait_messages(1)
+    assert (will.topic, will.payload) == ("status/silent-device", b"offline")
+    try:  # dropped by the router (aborted: a reset, or an end first)
+        assert silent.recv(1) == b""
+    except ConnectionResetError:
+        pass
+    silent.close()
+    stop(watcher)
+
+
+def _a_takeover(b) -> None:
+    first, first_got = paho_client(b, "twin", version=mqtt.MQTTv5)
+    first.reconnect_delay_set(60, 120)  # it must not come back during the check
+    second, second_got = paho_client(b, "twin", version=mqtt.MQTTv5)
+    wait_until(lambda: first_got.disconnects, TIMEOUT_S, what="the first connection's end")
+    assert first_got.disconnects[0] == "Session taken over"
+    assert second.is_connected()
+    first.loop_stop()
+    stop(second)
+
+
+def _a_persistent_session_away(a, b) -> None:
+    device, got = paho_client(b, "field-unit", clean=False)
+    assert subscribe(device, got, ("orders/#", 1)) == [1]
+    stop(device)
+    publisher, _ = paho_client(a, "dispatcher")
+    infos = [publisher.publish(f"orders/{i}", b"%d" % i, qos=1) for i in range(AWAY_COUNT)]
+    for info in infos:
+        info.wait_for_publish(TIMEOUT_S)
+    stop(publisher)
+    device, got = paho_client(b, "field-unit", clean=False)
+    assert got.connacks[0][0] is True  # session present
+    messages = got.wait_messages(AWAY_COUNT)
+    assert sorted(int(m.payload) for m in messages) == list(range(AWAY_COUNT))
+    stop(device)
+    # A clean session ends it.
+    device, got = paho_client(b, "field-unit", clean=True)
+    assert got.connacks[0][0] is False
+    stop(device)
