@@ -5,7 +5,7 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
 (the suite's time is short):
 
  - QoS 0 and 1, publish and subscribe with wildcards across the two
-   routers;
+   routers (the subscriber over WebSocket);
  - an MQTT publisher to a native and a STOMP subscriber, and a STOMP
    publisher to an MQTT subscriber;
  - a client silent past 1.5 times its keep-alive: its will is published;
@@ -46,7 +46,7 @@ def test_mqtt_across_two_routers(mesh):  # noqa: F811
 
 
 def _wildcards_at_qos_0_and_1(a, b) -> None:
-    subscriber, got = paho_client(b, "sub-1", version=mqtt.MQTTv5)
+    subscriber, got = paho_client(b, "sub-1", version=mqtt.MQTTv5, websocket=True)
     assert subscribe(subscriber, got, ("sensors/+/temp", 1), ("sensors/#", 0)) == [1, 0]
     publisher, sent = paho_client(a, "pub-1")
     infos = [publisher.publish("sensors/kitchen/temp", b"21.5", qos=1),

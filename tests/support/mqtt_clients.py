@@ -18,14 +18,18 @@ from support.stomp_clients import TIMEOUT_S
 def mqtt_router(mesh, name: str, connect=()):
     """
     A router with a client listener, a STOMP listener and an MQTT
-    listener on fresh ports (C{spec.stomp_port}, C{spec.mqtt_port}), TTL
-    checks every 200 ms.
+    listener on fresh ports (C{spec.stomp_port}, C{spec.mqtt_port}, and
+    MQTT over WebSocket on C{spec.mqtt_websocket_port}), TTL checks every
+    200 ms.
     """
     spec = mesh.router(name, clients=True, connect=connect)
     spec.stomp_port = mesh.ports.allocate()
     spec.mqtt_port = mesh.ports.allocate()
+    spec.mqtt_websocket_port = mesh.ports.allocate()
     spec.extra["stomp.listener"] = {"endpoint": f"tcp:{spec.stomp_port}:interface=127.0.0.1"}
-    spec.extra["mqtt.listener"] = {"endpoint": f"tcp:{spec.mqtt_port}:interface=127.0.0.1"}
+    spec.extra["mqtt.listener"] = {
+        "endpoint": f"tcp:{spec.mqtt_port}:interface=127.0.0.1",
+        "websocket": f"tcp:{spec.mqtt_websocket_port}:interface=127.0.0.1"}
     spec.extra["clients.listener"]["connection-ttl-check-interval"] = "200ms"
     spec.write()
     return spec
@@ -56,18 +60,23 @@ class Received:
 
 
 def paho_client(spec, client_id: str, *, version=mqtt.MQTTv311, clean: bool = True,
-                keep_alive: int = 30, will=None, expiry: int | None = None):
+                keep_alive: int = 30, will=None, expiry: int | None = None,
+                websocket: bool = False):
     """
-    A paho client of C{spec}'s MQTT listener, connected (its loop thread
-    running), and what it receives.
+    A paho client of C{spec}'s MQTT listener (over WebSocket, at
+    C{/mqtt}, with C{websocket}), connected (its loop thread running),
+    and what it receives.
     """
     got = Received()
+    transport = "websockets" if websocket else "tcp"
     if version == mqtt.MQTTv5:
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                             protocol=version)
+                             protocol=version, transport=transport)
     else:
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                             protocol=version, clean_session=clean)
+                             protocol=version, clean_session=clean, transport=transport)
+    if websocket:
+        client.ws_set_options(path="/mqtt")
 
     def on_connect(client, userdata, flags, reason_code, properties):
         got.connacks.append((flags.session_present, reason_code))
@@ -88,7 +97,8 @@ def paho_client(spec, client_id: str, *, version=mqtt.MQTTv311, clean: bool = Tr
         if expiry is not None:
             properties.SessionExpiryInterval = expiry
         options = {"clean_start": clean, "properties": properties}
-    client.connect("127.0.0.1", spec.mqtt_port, keepalive=keep_alive, **options)
+    port = spec.mqtt_websocket_port if websocket else spec.mqtt_port
+    client.connect("127.0.0.1", port, keepalive=keep_alive, **options)
     client.loop_start()
     assert got.connected.wait(TIMEOUT_S), f"no CONNACK for {client_id}"
     return client, got
