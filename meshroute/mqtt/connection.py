@@ -13,7 +13,8 @@ every client protocol shares (L{meshroute.sessions.lifecycle}):
    and password against the users' SCRAM verifiers (or a verified TLS
    client certificate, without a username): C{accepted} or C{refused}
    (a CONNACK with the return or reason code, then close:
-   L{meshroute.mqtt.reason_codes}).
+   L{meshroute.mqtt.refusals}; a will is checked too:
+   L{meshroute.mqtt.wills}).
  - C{attached}: the client id is claimed (a connection that had it is
    closed: L{meshroute.mqtt.clients}); a clean session forgets what a
    persistent one of the client id left, a resumed one re-attaches it
@@ -71,38 +72,25 @@ from dataclasses import dataclass, field
 
 from automat import NoTransition
 from twisted.internet.defer import succeed
-from twisted.logger import Logger
 
-from meshroute.expiry import now_ms
-from meshroute.messages import TOPIC_HEADER, TOPIC_PREFIX
+from meshroute.messages import TOPIC_PREFIX
 from meshroute.mqtt import packets as p
-from meshroute.mqtt import refusals
-from meshroute.mqtt.packets import MQTT_3_1_1, MQTT_5
-from meshroute.mqtt.reason_codes import ReasonCode as R
+from meshroute.mqtt import refusals, wills
 from meshroute.mqtt.clients import forget_durables
-from meshroute.mqtt.messages import delivery_properties, headers_of, time_to_live_ms
-from meshroute.mqtt.outbox import InFlight, Outbox
-from meshroute.mqtt.persistence import durable_client_id, durable_name, granted_qos
+from meshroute.mqtt.deliveries import MqttDeliveries
+from meshroute.mqtt.messages import headers_of, time_to_live_ms
+from meshroute.mqtt.packets import MQTT_3_1_1, MQTT_5
+from meshroute.mqtt.persistence import durable_client_id
+from meshroute.mqtt.reason_codes import ReasonCode as R
 from meshroute.mqtt.settings import DEFAULT_TOPIC_ALIAS_MAXIMUM
-from meshroute.mqtt.subscriptions import Gathering, MqttSubscriptions
-from meshroute.mqtt.topic_names import (
-    UnmappableTopic,
-    mesh_pattern,
-    mesh_topic,
-    mqtt_filter,
-    mqtt_topic,
-)
-from meshroute.mqtt.topic_syntax import shared_subscription
+from meshroute.mqtt.subscriptions import MqttSubscribing
+from meshroute.mqtt.topic_names import UnmappableTopic, mesh_topic
 from meshroute.sessions.lifecycle import ROUTER_STOPPED, ConnectionCore, ConnectionInputs
 from meshroute.sessions.listener_settings import DEFAULT_PREFETCH_COUNT
 from meshroute.sessions.permissions import Guard
-from meshroute.sessions.sends import submitted
 from meshroute.sessions.served import MQTT
 from meshroute.sessions.written_acks import WrittenAcks
-from meshroute.topics.patterns import format_words
 from meshroute.wire import client_frames as f
-
-log = Logger()
 
 #: The C{mechanism} of C{security.authenticated} for an MQTT username and
 #: password.
@@ -119,7 +107,8 @@ OPENING = "opening"
 class MqttConnectionCore(ConnectionCore):
     """
     One MQTT connection: the lifecycle's data and I/O, and what the
-    translation needs.
+    translation needs; its subscriptions (L{MqttSubscribing}) and its
+    deliveries (L{MqttDeliveries}) are collaborators of their own.
 
     @ivar clients: the router's L{meshroute.mqtt.clients.MqttClients}.
     @ivar prefetch_count: each subscription's credit.
@@ -136,6 +125,8 @@ class MqttConnectionCore(ConnectionCore):
         drop, the code of a failure), empty if it did not.
     @ivar malformed_reason: the 5.0 reason code of the last packet the
         codec refused.
+    @ivar aliases: the topic aliases the client set (5.0).
+    @ivar held: the packets that came before the session started.
     """
 
     clients: object = None
@@ -153,20 +144,20 @@ class MqttConnectionCore(ConnectionCore):
     connacked: bool = False
     ended_for: str = ""
     malformed_reason: int = R.MALFORMED_PACKET
-    subscriptions: MqttSubscriptions = field(default_factory=MqttSubscriptions)
-    outbox: Outbox = field(default_factory=Outbox)
     aliases: dict = field(default_factory=dict)
     held: list = field(default_factory=list)
+    subscribing: MqttSubscribing = field(init=False)
+    deliveries: MqttDeliveries = field(init=False)
     written_acks: WrittenAcks = field(init=False)
     _publishes: dict = field(default_factory=dict)
-    _gathering: dict = field(default_factory=dict)
-    _resuming: set = field(default_factory=set)
 
     AWAITED = "CONNECT"
     LOG_NAME = "MQTT client"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.subscribing = MqttSubscribing(self)
+        self.deliveries = MqttDeliveries(self)
         self.written_acks = WrittenAcks(self)
 
     @property
@@ -192,7 +183,7 @@ class MqttConnectionCore(ConnectionCore):
             return
         kind = type(frame)
         if kind is f.Deliver:
-            self._publish(frame)
+            self.deliveries.deliver(frame)
         elif kind is f.Confirm:
             self._answered(frame.command_id, None)
         elif kind is f.Error:
@@ -250,71 +241,24 @@ class MqttConnectionCore(ConnectionCore):
         self.send(p.Connack(self.session_present, R.SUCCESS, properties))
         self.connacked = True
 
-    def _publish(self, frame: f.Deliver) -> None:
-        subscription = self.subscriptions.by_number.get(frame.subscription)
-        if subscription is None:
-            return
-        qos = subscription.qos
-        if subscription.durable:
-            # A durable subscription's copy is persistent exactly when its
-            # publication was; a non-durable one's are all held in memory,
-            # so its deliveries take the subscription's QoS.
-            owner = self.session.deliveries.owners.get(frame.delivery_id)
-            qos = 1 if qos and owner is not None and owner[2] else 0
-        topic = mqtt_topic(frame.headers.get(TOPIC_HEADER, ""))
-        properties = delivery_properties(frame.headers, now_ms(self.clock)) if self.v5 else {}
-        if qos == 0:
-            self.send(p.Publish(topic, frame.body, 0, False, False, None, properties))
-            self.written_acks.written(subscription.number, frame.delivery_id)
-            return
-
-        def make(packet_id: int):
-            return p.Publish(topic, frame.body, 1, False, frame.redelivered, packet_id,
-                             properties)
-
-        publish = self.outbox.offer(InFlight(frame.delivery_id, subscription.number), make)
-        if publish is not None:
-            self.send(publish)
-
     def _answered(self, command_id: int, error: f.Error | None) -> None:
         """
         The session answered command C{command_id}: C{Confirm} (C{error}
-        None) or C{Error}.
+        None) or C{Error}.  A PUBLISH's is its PUBACK, or its refusal.
         """
         publish = self._publishes.pop(command_id, None)
-        if publish is not None:
-            qos, packet_id = publish
-            if error is None:
-                if qos == 1:
-                    self.send(p.Puback(packet_id, R.SUCCESS, {}))
-            elif qos == 1 and self.v5:
-                self.send(p.Puback(packet_id, refusals.reason_code(error.code),
-                                   self._reason(error.detail)))
-            else:
-                self.machine.protocol_error(error.code,
-                                            f"a publication was refused: {error.detail}")
+        if publish is None:
+            self.subscribing.answered(command_id, error)
             return
-        gathering = self._gathering.pop(command_id, None)
-        if gathering is not None:
-            acknowledgement, index, granted, subscription = gathering
-            if error is not None:
-                granted = refusals.reason_code(error.code)
-                if subscription is not None:
-                    self.subscriptions.remove(subscription)
-            acknowledgement.answer(index, granted)
-            self._acknowledge(acknowledgement)
-            return
-        if command_id in self._resuming:
-            self._resuming.discard(command_id)
-            if error is not None:
-                log.warn("MQTT client {client}: a subscription of its persistent session "
-                         "could not be resumed: {code}: {detail}", client=self.client_id,
-                         code=error.code, detail=error.detail)
-
-    def _acknowledge(self, acknowledgement: Gathering) -> None:
-        if acknowledgement.due():
-            codes = tuple(acknowledgement.codes)
-            self.send(acknowledgement.packet(acknowledgement.packet_id, codes, {}))
+        qos, packet_id = publish
+        if error is None:
+            if qos == 1:
+                self.send(p.Puback(packet_id, R.SUCCESS, {}))
+        elif qos == 1 and self.v5:
+            self.send(p.Puback(packet_id, refusals.reason_code(error.code),
+                               self._reason(error.detail)))
+        else:
+            self.machine.protocol_error(error.code, f"a publication was refused: {error.detail}")
 
     # -- opening ----------------------------------------------------------------
 
@@ -332,8 +276,9 @@ class MqttConnectionCore(ConnectionCore):
         self.clean = connect.clean_start
         if self.v5:
             self.session_expiry_s = properties.get("session_expiry_interval", 0)
-            self.outbox.receive_maximum = properties.get("receive_maximum",
-                                                         self.outbox.receive_maximum)
+            outbox = self.deliveries.outbox
+            outbox.receive_maximum = properties.get("receive_maximum", outbox.receive_maximum)
+            self.deliveries.maximum_packet_size = properties.get("maximum_packet_size", 0)
         else:
             self.session_expiry_s = 0 if self.clean else NEVER
         self.client_id = connect.client_id
@@ -350,8 +295,13 @@ class MqttConnectionCore(ConnectionCore):
                 inputs, connect.username or "",
                 (connect.password or b"").decode("utf-8", "replace"), PASSWORD):
             return
-        if connect.will is not None and not self._will_allowed(inputs, connect.will):
-            return
+        if connect.will is not None:
+            guard = (Guard(self.security, self.user, self.engine.name, self.events)
+                     if self.user is not None else None)
+            refusal = wills.refusal(connect.will, self.v5, guard)
+            if refusal is not None:
+                inputs.refused(*refusal)
+                return
         self.will = connect.will
         self.keep_alive_s = connect.keep_alive
         override = self.settings.connection_ttl_override
@@ -361,27 +311,6 @@ class MqttConnectionCore(ConnectionCore):
             # As the specifications say: 1.5 times the keep-alive; 0 is none.
             self.ttl_ms = connect.keep_alive * 1500 if connect.keep_alive else -1
         inputs.accepted(connect)
-
-    def _will_allowed(self, inputs: ConnectionInputs, will) -> bool:
-        """
-        Whether the will may be published: its QoS is served, its topic
-        is a topic name, and the user may publish to it.
-        """
-        if will.qos > 1 and self.v5:
-            inputs.refused(refusals.QOS_NOT_SUPPORTED, "a will of QoS 2: the router grants QoS 1 "
-                                                 "at most")
-            return False
-        try:
-            address = TOPIC_PREFIX + mesh_topic(will.topic)
-        except UnmappableTopic as e:
-            inputs.refused(f.BAD_ADDRESS, f"the will's topic: {e}")
-            return False
-        if self.user is not None:
-            guard = Guard(self.security, self.user, self.engine.name, self.events)
-            if not guard.may_send(address):
-                inputs.refused(f.NOT_ALLOWED, guard.send_refusal(address))
-                return False
-        return True
 
     def attach(self, connect) -> None:
         """
@@ -424,33 +353,13 @@ class MqttConnectionCore(ConnectionCore):
         self.version = f.TRANSACTIONS_VERSION
         session.start(self, f.Open([self.version], self.client_id, "", self.ttl_ms))
         if not self.clean:
-            self._resume_subscriptions()
+            self.subscribing.resume()
         self.resume(OPENING)
         held, self.held = self.held, []
         for packet in held:
             if self.session is None:
                 return
             self.serve(self.machine, packet)
-
-    def _resume_subscriptions(self) -> None:
-        """
-        A resumed session: its durable subscriptions are consumed again,
-        each granted the QoS its name keeps.
-        """
-        durable = self.durable_client
-        for sub in list(self.engine.topics.durable.values()):
-            if sub.client_id != durable:
-                continue
-            pattern = format_words(sub.pattern)
-            subscription = self.subscriptions.add(mqtt_filter(pattern), granted_qos(sub.name),
-                                                  sub.name)
-            command_id = self.next_command()
-            self._resuming.add(command_id)
-            self.session.take_subscribe_topic(f.SubscribeTopic(
-                command_id, subscription.number, pattern, self.prefetch_count, sub.name,
-                durable, False, False))
-            if self.session is None:
-                return
 
     # -- connected --------------------------------------------------------------
 
@@ -462,33 +371,35 @@ class MqttConnectionCore(ConnectionCore):
         if self.session is None or not self.connacked:
             self.held.append(packet)
             return
-        handler = _HANDLERS.get(type(packet))
-        if handler is None:
+        kind = type(packet)
+        if kind is p.Publish:
+            self.on_publish(inputs, packet)
+        elif kind is p.Puback:
+            self.deliveries.acked(packet)
+        elif kind is p.Subscribe:
+            self.subscribing.subscribe(packet)
+        elif kind is p.Unsubscribe:
+            self.subscribing.unsubscribe(packet)
+        elif kind is p.Pingreq:
+            self.send(p.Pingresp())
+        elif kind is p.Disconnect:
+            self.disconnect(inputs, packet)
+        else:
             inputs.protocol_error(f.BAD_COMMAND, self.not_allowed(packet))
-            return
-        handler(self, inputs, packet)
 
-    def on_publish(self, inputs: ConnectionInputs, packet) -> None:
+    def on_publish(self, inputs: ConnectionInputs, packet: p.Publish) -> None:
+        """
+        PUBLISH: the session's Send to C{topic:NAME}, persistent at QoS
+        1; QoS 2 ends the connection.
+        """
         if packet.qos > 1:
             inputs.protocol_error(refusals.QOS_NOT_SUPPORTED,
                                   "a PUBLISH of QoS 2: the router grants QoS 1 at most")
             return
         properties = packet.properties or {}
-        topic = packet.topic
-        alias = properties.get("topic_alias")
-        if alias is not None:
-            if not 1 <= alias <= self.topic_alias_maximum:
-                inputs.protocol_error(refusals.TOPIC_ALIAS_INVALID,
-                                      f"topic alias {alias} is not 1 to "
-                                      f"{self.topic_alias_maximum}")
-                return
-            if topic:
-                self.aliases[alias] = topic
-            elif alias in self.aliases:
-                topic = self.aliases[alias]
-            else:
-                inputs.protocol_error(f.BAD_COMMAND, f"topic alias {alias} was never set")
-                return
+        topic = self._topic(inputs, packet.topic, properties.get("topic_alias"))
+        if topic is None:
+            return
         try:
             address = TOPIC_PREFIX + mesh_topic(topic)
         except UnmappableTopic as e:
@@ -503,97 +414,41 @@ class MqttConnectionCore(ConnectionCore):
         self._publishes[send.command_id] = (packet.qos, packet.packet_id)
         self.session.take_send(send)
 
-    def on_puback(self, inputs: ConnectionInputs, packet) -> None:
-        delivery, released = self.outbox.acked(packet.packet_id)
-        if delivery is not None:
-            session = self.session
-            session.take_ack(f.Ack(self.next_command(), [delivery.delivery_id]))
-            if self.session is None:
-                return
-            session.take_credit(f.Credit(self.next_command(), delivery.subscription, 1))
-        for publish in released:
-            self.send(publish)
-
-    def on_subscribe(self, inputs: ConnectionInputs, packet) -> None:
+    def _topic(self, inputs: ConnectionInputs, topic: str, alias: int | None) -> str | None:
         """
-        SUBSCRIBE: one topic subscription per filter (durable in a
-        persistent session), granted QoS 1 at most; a filter subscribed
-        already keeps its subscription (another QoS replaces it).
+        The topic a PUBLISH names, by its name or (5.0) its alias, which
+        a name sets; None: the connection ends for a bad alias.
         """
-        acknowledgement = Gathering.of(p.Suback, packet.packet_id, len(packet.requests))
-        for index, request in enumerate(packet.requests):
-            topic_filter, qos = request.topic_filter, min(request.qos, 1)
-            refusal = None
-            try:
-                pattern = mesh_pattern(topic_filter)
-            except UnmappableTopic:
-                refusal = R.TOPIC_FILTER_INVALID
-            if shared_subscription(topic_filter):
-                refusal = R.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
-            if refusal is not None:
-                acknowledgement.answer(index, refusal)
-                continue
-            existing = self.subscriptions.by_filter.get(topic_filter)
-            if existing is not None and existing.qos == qos:
-                acknowledgement.answer(index, qos)
-                continue
-            if existing is not None:
-                self._end_subscription(existing)
-            durable = durable_name(topic_filter, qos) if self.persistent else ""
-            subscription = self.subscriptions.add(topic_filter, qos, durable)
-            command_id = self.next_command()
-            self._gathering[command_id] = (acknowledgement, index, qos, subscription)
-            self.session.take_subscribe_topic(f.SubscribeTopic(
-                command_id, subscription.number, pattern, self.prefetch_count, durable,
-                self.durable_client if durable else "", False, self.mesh_wide))
-            if self.session is None:
-                return
-        acknowledgement.sealed = True
-        self._acknowledge(acknowledgement)
+        if alias is None:
+            return topic
+        if not 1 <= alias <= self.topic_alias_maximum:
+            inputs.protocol_error(refusals.TOPIC_ALIAS_INVALID,
+                                  f"topic alias {alias} is not 1 to {self.topic_alias_maximum}")
+            return None
+        if topic:
+            self.aliases[alias] = topic
+            return topic
+        if alias not in self.aliases:
+            inputs.protocol_error(f.BAD_COMMAND, f"topic alias {alias} was never set")
+            return None
+        return self.aliases[alias]
 
-    def _end_subscription(self, subscription, gathering: tuple | None = None) -> None:
-        """
-        End C{subscription}: a durable one is forgotten.
-        """
-        self.subscriptions.remove(subscription)
-        command_id = self.next_command()
-        if gathering is not None:
-            self._gathering[command_id] = gathering
-        self.session.take_unsubscribe(f.Unsubscribe(command_id, subscription.number,
-                                                    bool(subscription.durable)))
-
-    def on_unsubscribe(self, inputs: ConnectionInputs, packet) -> None:
-        filters = packet.topic_filters
-        acknowledgement = Gathering.of(p.Unsuback, packet.packet_id, len(filters))
-        for index, topic_filter in enumerate(filters):
-            subscription = self.subscriptions.by_filter.get(topic_filter)
-            if subscription is None:
-                acknowledgement.answer(index, R.NO_SUBSCRIPTION_EXISTED)
-                continue
-            self._end_subscription(subscription, (acknowledgement, index, R.SUCCESS, None))
-            if self.session is None:
-                return
-        acknowledgement.sealed = True
-        self._acknowledge(acknowledgement)
-
-    def on_pingreq(self, inputs: ConnectionInputs, packet) -> None:
-        self.send(p.Pingresp())
-
-    def disconnect(self, inputs: ConnectionInputs, packet) -> None:
+    def disconnect(self, inputs: ConnectionInputs, packet: p.Disconnect) -> None:
         """
         DISCONNECT: the session's Close.  The will is discarded, unless
-        (5.0) the reason asks for it.
+        (5.0) the reason asks for it; a 5.0 session expiry interval
+        replaces the CONNECT's (one set where CONNECT set none is a
+        protocol error).
         """
         if not (self.v5 and packet.reason_code == R.DISCONNECT_WITH_WILL_MESSAGE):
             self.will = None
-        if self.v5:
-            interval = (packet.properties or {}).get("session_expiry_interval")
-            if interval is not None:
-                if interval and not self.session_expiry_s:
-                    inputs.protocol_error(f.BAD_COMMAND, "a session expiry interval set on "
-                                                         "DISCONNECT when CONNECT set none")
-                    return
-                self.session_expiry_s = interval
+        interval = (packet.properties or {}).get("session_expiry_interval")
+        if interval is not None:
+            if interval and not self.session_expiry_s:
+                inputs.protocol_error(f.BAD_COMMAND, "a session expiry interval set on "
+                                                     "DISCONNECT when CONNECT set none")
+                return
+            self.session_expiry_s = interval
         self.session.machine.got_close(f.Close(self.next_command()))
 
     # -- closing ----------------------------------------------------------------
@@ -628,12 +483,13 @@ class MqttConnectionCore(ConnectionCore):
         will, self.will = self.will, None
         if will is None or stopping:
             return
-        delay = (will.properties or {}).get("will_delay_interval", 0) if self.v5 else 0
-        delay = min(delay, self.session_expiry_s)
+        engine, clock, client_id = self.engine, self.clock, self.client_id
+        delay = wills.delay_s(will, self.v5, self.session_expiry_s)
         if delay and kept:
-            self.clients.later(self.client_id, delay, "will", lambda: self._publish_will(will))
+            self.clients.later(client_id, delay, "will",
+                               lambda: wills.publish(engine, clock, client_id, will))
         else:
-            self._publish_will(will)
+            wills.publish(engine, clock, client_id, will)
 
     def _left(self) -> None:
         """
@@ -646,28 +502,3 @@ class MqttConnectionCore(ConnectionCore):
         elif self.session_expiry_s != NEVER:
             self.clients.later(self.client_id, self.session_expiry_s, "expiry",
                                lambda: forget_durables(topics, durable))
-
-    def _publish_will(self, will) -> None:
-        """
-        Publish C{will}, as a native publish from this client would be.
-        """
-        properties = will.properties or {}
-        send = f.Send(0, TOPIC_PREFIX + mesh_topic(will.topic), headers_of(properties),
-                      will.payload, will.qos >= 1, "", time_to_live_ms(properties))
-        client = self.client_id
-        d = submitted(self.engine, self.clock, send)
-        d.addCallbacks(
-            lambda _: log.info("MQTT client {client}: its will was published to {topic!r}",
-                               client=client, topic=will.topic),
-            lambda failure: log.failure("MQTT client {client}: publishing its will failed",
-                                        failure, client=client))
-
-
-_HANDLERS = {
-    p.Publish: MqttConnectionCore.on_publish,
-    p.Puback: MqttConnectionCore.on_puback,
-    p.Subscribe: MqttConnectionCore.on_subscribe,
-    p.Unsubscribe: MqttConnectionCore.on_unsubscribe,
-    p.Pingreq: MqttConnectionCore.on_pingreq,
-    p.Disconnect: MqttConnectionCore.disconnect,
-}

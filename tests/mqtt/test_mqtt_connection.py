@@ -433,3 +433,53 @@ def test_a_5_0_session_expires_after_its_interval(factory, started, clock):
     settle(clock)
     assert not any(d.client_id == "mqtt.device" for d in started.topics.durable.values())
     assert not MqttEnd(factory).connect("device", clean=False).session_present
+
+
+def test_packets_before_the_session_starts_wait_for_it(factory, started, clock):
+    # A clean start forgets what the client id left first; meanwhile the
+    # client's SUBSCRIBE waits, and reading stops.
+    connected(factory, client_id="device", clean=False,
+              properties={"session_expiry_interval": 60}).subscribe(("t", 1))
+    settle(clock)
+    forgetting = []
+    forget = started.topics.forget
+    started.topics.forget = lambda *args: forgetting.append(args) or _later(forgetting, None)
+    client = MqttEnd(factory)
+    client.send(p.Connect(MQTT_5, "device", True, 60), p.Subscribe(1, (
+        p.SubscriptionRequest("u", 0),)))
+    assert client.received() == [] and client.transport.producerState == "paused"
+    started.topics.forget = forget
+    forgetting.pop().callback(0)
+    settle(clock)
+    connack, suback = client.received()
+    assert not connack.session_present and suback.reason_codes == (0,)
+    assert client.transport.producerState == "producing"
+
+
+def test_a_delivery_larger_than_the_clients_maximum_packet_size_is_not_sent(
+        factory, started, clock):
+    client = connected(factory, properties={"maximum_packet_size": 100})
+    client.subscribe(("t", 1))
+    settle(clock)
+    client.received()
+    started.submit(TOPIC_PREFIX + "t", b"x" * 200, {}, True)
+    started.submit(TOPIC_PREFIX + "t", b"small", {}, True)
+    settle(clock)
+    assert [m.payload for m in client.received()] == [b"small"]
+    assert factory.sessions.describe()[0]["unacknowledged"] == 1
+
+
+def test_a_5_0_disconnect_may_change_the_session_expiry(factory, started, clock):
+    device = connected(factory, client_id="device", clean=False,
+                       properties={"session_expiry_interval": 60})
+    device.subscribe(("t", 1))
+    settle(clock)
+    device.send(p.Disconnect(0, {"session_expiry_interval": 0}))
+    settle(clock)
+    device.lose()
+    settle(clock)
+    assert not any(d.client_id == "mqtt.device" for d in started.topics.durable.values())
+    clean = connected(factory, client_id="other")
+    clean.send(p.Disconnect(0, {"session_expiry_interval": 30}))
+    (disconnect,) = clean.received()
+    assert disconnect.reason_code == R.PROTOCOL_ERROR and clean.closed
