@@ -4,8 +4,9 @@ L{PacketReader} turns a connection's bytes into packets, L{encode} turns
 a packet into bytes.  Nothing here does I/O or knows Twisted.
 
 Every packet is a frozen dataclass with the same fields in both
-versions; what 3.1.1 lacks (properties, most reason codes) is empty or
-0 when read and left out when written.  Reason codes are 5.0's in both
+versions (L{meshroute.mqtt.packet_types}, all importable from here);
+what 3.1.1 lacks (properties, most reason codes) is empty or 0 when read
+and left out when written.  Reason codes are 5.0's in both
 (L{meshroute.mqtt.reason_codes}): a 3.1.1 CONNACK's return code is read
 as the reason code it stands for, and written back from it.
 
@@ -15,7 +16,7 @@ that many bytes.  The reader checks what it can from the fixed header
 before it holds the body: the type is one the peer may send
 (L{PacketReader}'s C{peer}), its flags are the spec's, the remaining
 length fits in four bytes and the whole packet within C{max_packet_size}
-(0x95 packet too large), and a server's first packet is a CONNECT; so a
+(0x95 packet too large), and a client's first packet is a CONNECT; so a
 peer can never make the reader hold more than one packet of at most that
 size.  Then the body is read field by field, with every rule of the
 specs that a packet alone can break (each rule's check names it where
@@ -29,8 +30,7 @@ is the connection's to check, not the codec's.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
 from meshroute.mqtt.fields import (
     MAX_VARIABLE_INTEGER,
@@ -40,6 +40,30 @@ from meshroute.mqtt.fields import (
     write_string,
     write_u16,
     write_variable_integer,
+)
+from meshroute.mqtt.packet_types import (
+    MQTT_3_1,
+    MQTT_3_1_1,
+    MQTT_5,
+    PROTOCOL_NAMES,
+    SUPPORTED_LEVELS,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+    Unsuback,
+    Unsubscribe,
+    Will,
 )
 from meshroute.mqtt.properties import read_properties, write_properties
 from meshroute.mqtt.reason_codes import (
@@ -64,218 +88,6 @@ __all__ = [
     "Subscribe", "SubscriptionRequest", "Suback", "Unsubscribe", "Unsuback",
     "Pingreq", "Pingresp", "Disconnect", "Auth", "PacketReader", "encode",
 ]
-
-#: The protocol levels a CONNECT names: 3.1 (refused), 3.1.1 and 5.0.
-MQTT_3_1, MQTT_3_1_1, MQTT_5 = 3, 4, 5
-#: The protocol name of each level's CONNECT.
-PROTOCOL_NAMES = {MQTT_3_1: "MQIsdp", MQTT_3_1_1: "MQTT", MQTT_5: "MQTT"}
-#: The levels this codec reads and writes.
-SUPPORTED_LEVELS = (MQTT_3_1_1, MQTT_5)
-
-_NO_PROPERTIES: Mapping = {}
-
-
-def _properties():
-    return field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Will:
-    """
-    A CONNECT's last will: published for the client when its session
-    ends abnormally (section 3.1.2.5).
-    """
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Connect:
-    """
-    The first packet of a client (section 3.1).  C{clean_start} is
-    3.1.1's clean session flag; C{password} is bytes (binary data in
-    5.0, and so written by every 3.1.1 client).
-    """
-
-    TYPE: ClassVar[int] = 1
-    protocol_level: int
-    client_id: str
-    clean_start: bool
-    keep_alive: int
-    username: str | None = None
-    password: bytes | None = None
-    will: Will | None = None
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Connack:
-    """
-    The server's answer to a CONNECT (section 3.2); C{reason_code} a
-    5.0 reason code in both versions.
-    """
-
-    TYPE: ClassVar[int] = 2
-    session_present: bool
-    reason_code: int
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Publish:
-    """
-    A message on a topic, either way (section 3.3).  C{packet_id} is set
-    exactly when C{qos} is 1 or 2; C{topic} is empty when a 5.0 topic
-    alias stands for it.
-    """
-
-    TYPE: ClassVar[int] = 3
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool = False
-    dup: bool = False
-    packet_id: int | None = None
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Puback:
-    """The answer to a QoS 1 PUBLISH (section 3.4)."""
-
-    TYPE: ClassVar[int] = 4
-    packet_id: int
-    reason_code: int = 0
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Pubrec:
-    """The first answer to a QoS 2 PUBLISH (section 3.5)."""
-
-    TYPE: ClassVar[int] = 5
-    packet_id: int
-    reason_code: int = 0
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Pubrel:
-    """The answer to a PUBREC (section 3.6)."""
-
-    TYPE: ClassVar[int] = 6
-    packet_id: int
-    reason_code: int = 0
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Pubcomp:
-    """The answer to a PUBREL, QoS 2's last (section 3.7)."""
-
-    TYPE: ClassVar[int] = 7
-    packet_id: int
-    reason_code: int = 0
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class SubscriptionRequest:
-    """
-    One topic filter of a SUBSCRIBE and its options (section 3.8.3.1);
-    the last three are 5.0's, false and 0 in 3.1.1.
-    """
-
-    topic_filter: str
-    qos: int
-    no_local: bool = False
-    retain_as_published: bool = False
-    retain_handling: int = 0
-
-
-@dataclass(frozen=True)
-class Subscribe:
-    """A client's subscriptions, at least one (section 3.8)."""
-
-    TYPE: ClassVar[int] = 8
-    packet_id: int
-    requests: tuple[SubscriptionRequest, ...]
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Suback:
-    """
-    The answer to a SUBSCRIBE: a reason code per request, in order
-    (section 3.9): the granted QoS, or a failure.
-    """
-
-    TYPE: ClassVar[int] = 9
-    packet_id: int
-    reason_codes: tuple[int, ...]
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Unsubscribe:
-    """A client's unsubscriptions, at least one (section 3.10)."""
-
-    TYPE: ClassVar[int] = 10
-    packet_id: int
-    topic_filters: tuple[str, ...]
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Unsuback:
-    """
-    The answer to an UNSUBSCRIBE (section 3.11): 5.0's reason code per
-    filter; none in 3.1.1.
-    """
-
-    TYPE: ClassVar[int] = 11
-    packet_id: int
-    reason_codes: tuple[int, ...] = ()
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Pingreq:
-    """A client's keep-alive (section 3.12)."""
-
-    TYPE: ClassVar[int] = 12
-
-
-@dataclass(frozen=True)
-class Pingresp:
-    """The answer to a PINGREQ (section 3.13)."""
-
-    TYPE: ClassVar[int] = 13
-
-
-@dataclass(frozen=True)
-class Disconnect:
-    """
-    The end of a connection, from a client (both versions) or a server
-    (5.0 only) (section 3.14).
-    """
-
-    TYPE: ClassVar[int] = 14
-    reason_code: int = 0
-    properties: Mapping = _properties()
-
-
-@dataclass(frozen=True)
-class Auth:
-    """A step of 5.0's enhanced authentication (section 3.15)."""
-
-    TYPE: ClassVar[int] = 15
-    reason_code: int = 0
-    properties: Mapping = _properties()
 
 
 _NAMES = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 4: "PUBACK", 5: "PUBREC",
@@ -418,6 +230,11 @@ def _ends_length(buffer: bytes, position: int) -> bool:
     return any(not byte & 0x80 for byte in buffer[position:position + 4])
 
 
+def _properties_in(cursor: Cursor, level: int, name: str) -> dict:
+    """The 5.0 properties at C{cursor} in a packet C{name}; none below 5.0."""
+    return read_properties(cursor, name) if level == MQTT_5 else {}
+
+
 def _end(cursor: Cursor, name: str) -> None:
     if not cursor.at_end():
         raise malformed(f"{cursor.left()} bytes after the end of a {name}")
@@ -452,8 +269,9 @@ def _check_topic_name(topic: str, what: str) -> str:
 
 def _check_response_topic(properties: Mapping, what: str) -> None:
     topic = properties.get("response_topic")
-    if topic is not None and topic_name_problem(topic):
-        raise protocol_error(f"{what}'s response topic: {topic_name_problem(topic)}")
+    problem = None if topic is None else topic_name_problem(topic)
+    if problem is not None:
+        raise protocol_error(f"{what}'s response topic: {problem}")  # [MQTT-3.3.2-14]
 
 
 def _check_topic_filter(topic_filter: str) -> str:
@@ -482,22 +300,22 @@ def _read_connect(cursor: Cursor) -> Connect:
     if level == MQTT_3_1_1 and has_password and not has_username:
         raise malformed("a password without a user name")  # [MQTT-3.1.2-22]
     keep_alive = cursor.u16("keep alive")
-    properties = read_properties(cursor, "CONNECT") if level == MQTT_5 else _NO_PROPERTIES
+    properties = _properties_in(cursor, level, "CONNECT")
     if "authentication_data" in properties and "authentication_method" not in properties:
         raise protocol_error("authentication data without an authentication method")
     client_id = cursor.string("client identifier")
     will = None
     if has_will:
-        will_properties = read_properties(cursor, "WILL") if level == MQTT_5 else _NO_PROPERTIES
+        will_properties = _properties_in(cursor, level, "WILL")
         _check_response_topic(will_properties, "a will")
         topic = _check_topic_name(cursor.string("will topic"), "the will topic")
         will = Will(topic, cursor.binary("will payload"), will_qos, will_retain,
-                    dict(will_properties))
+                    will_properties)
     username = cursor.string("user name") if has_username else None
     password = cursor.binary("password") if has_password else None
     _end(cursor, "CONNECT")
     return Connect(level, client_id, bool(flags & 0x02), keep_alive, username, password,
-                   will, dict(properties))
+                   will, properties)
 
 
 def _read_connack(cursor: Cursor, level: int) -> Connack:
@@ -522,86 +340,93 @@ def _read_publish(cursor: Cursor, flags: int, level: int, peer: Peer) -> Publish
         raise malformed("DUP on a QoS 0 PUBLISH")  # [MQTT-3.3.1-2]
     topic = cursor.string("topic name")
     packet_id = _packet_id(cursor, "PUBLISH") if qos else None
-    properties = read_properties(cursor, "PUBLISH") if level == MQTT_5 else _NO_PROPERTIES
-    if topic or "topic_alias" not in properties:
-        _check_topic_name(topic, "a PUBLISH")  # [MQTT-3.3.2-1, -2, -8]
+    properties = _properties_in(cursor, level, "PUBLISH")
+    if topic or level != MQTT_5:
+        _check_topic_name(topic, "a PUBLISH")  # [MQTT-3.3.2-1, -2], [MQTT-4.7.3-1]
+    elif "topic_alias" not in properties:
+        raise protocol_error("a PUBLISH without a topic name or a topic alias")  # [MQTT-3.3.2-8]
     _check_response_topic(properties, "a PUBLISH")
     if peer == "client" and "subscription_identifier" in properties:
         raise protocol_error("a subscription identifier in a client's PUBLISH")  # [MQTT-3.3.4-6]
-    return Publish(topic, cursor.rest(), qos, retain, dup, packet_id, dict(properties))
+    return Publish(topic, cursor.rest(), qos, retain, dup, packet_id, properties)
 
 
 def _acknowledgement(packet_class, name: str):
     def read(cursor: Cursor, level: int):
         packet_id = _packet_id(cursor, name)
-        code, properties = ReasonCode.SUCCESS, _NO_PROPERTIES
+        code, properties = ReasonCode.SUCCESS, {}
         if level == MQTT_5 and not cursor.at_end():
             code = _reason_code(cursor, name)
             if not cursor.at_end():
                 properties = read_properties(cursor, name)
         _end(cursor, name)
-        return packet_class(packet_id, code, dict(properties))
+        return packet_class(packet_id, code, properties)
     return read
 
 
-def _read_subscribe(cursor: Cursor, level: int) -> Subscribe:
-    packet_id = _packet_id(cursor, "SUBSCRIBE")
-    properties = read_properties(cursor, "SUBSCRIBE") if level == MQTT_5 else _NO_PROPERTIES
-    requests = []
-    while not cursor.at_end():
-        topic_filter = _check_topic_filter(cursor.string("topic filter"))
-        options = cursor.byte("subscription options")
-        if options & (0xC0 if level == MQTT_5 else 0xFC):
-            raise malformed("reserved subscription options are set")  # [MQTT-3.8.3-5]
-        request = SubscriptionRequest(
-            topic_filter, _check_qos(options & 0x03, "subscription"),
-            bool(options & 0x04), bool(options & 0x08), (options >> 4) & 0x03)
-        if request.retain_handling == 3:
-            raise protocol_error("retain handling 3 is reserved")
-        if request.no_local and shared_subscription(topic_filter):
-            raise protocol_error("no local on a shared subscription")  # [MQTT-3.8.3-4]
-        requests.append(request)
-    if not requests:
-        raise protocol_error("a SUBSCRIBE without a topic filter")  # [MQTT-3.8.3-3]
-    return Subscribe(packet_id, tuple(requests), dict(properties))
+def _listing(packet_class, name: str, read_item, needs_one: bool = False):
+    """
+    The reader of a packet that is a packet identifier, its 5.0
+    properties, then items to its end (SUBSCRIBE, SUBACK, UNSUBSCRIBE,
+    5.0's UNSUBACK), each read by C{read_item(cursor, level)}.
+
+    @param needs_one: whether a packet without an item is a protocol
+        error (it is for those that list topic filters).
+    """
+    def read(cursor: Cursor, level: int):
+        packet_id = _packet_id(cursor, name)
+        properties = _properties_in(cursor, level, name)
+        items = []
+        while not cursor.at_end():
+            items.append(read_item(cursor, level))
+        if needs_one and not items:
+            raise protocol_error(f"a {name} without a topic filter")
+        return packet_class(packet_id, tuple(items), properties)
+    return read
 
 
-def _read_suback(cursor: Cursor, level: int) -> Suback:
-    packet_id = _packet_id(cursor, "SUBACK")
-    properties = read_properties(cursor, "SUBACK") if level == MQTT_5 else _NO_PROPERTIES
-    codes = []
-    while not cursor.at_end():
-        if level == MQTT_5:
-            codes.append(_reason_code(cursor, "SUBACK"))
-        else:
-            code = cursor.byte("SUBACK return code")
-            if code not in (0, 1, 2, 0x80):
-                raise malformed(f"SUBACK return code 0x{code:02X} is reserved")
-            codes.append(ReasonCode(code))
-    return Suback(packet_id, tuple(codes), dict(properties))
+def _subscription_request(cursor: Cursor, level: int) -> SubscriptionRequest:
+    topic_filter = _check_topic_filter(cursor.string("topic filter"))
+    options = cursor.byte("subscription options")
+    if options & (0xC0 if level == MQTT_5 else 0xFC):
+        raise malformed("reserved subscription options are set")  # [MQTT-3.8.3-5]
+    request = SubscriptionRequest(
+        topic_filter, _check_qos(options & 0x03, "subscription"),
+        bool(options & 0x04), bool(options & 0x08), (options >> 4) & 0x03)
+    if request.retain_handling == 3:
+        raise protocol_error("retain handling 3 is reserved")
+    if request.no_local and shared_subscription(topic_filter):
+        raise protocol_error("no local on a shared subscription")  # [MQTT-3.8.3-4]
+    return request
 
 
-def _read_unsubscribe(cursor: Cursor, level: int) -> Unsubscribe:
-    packet_id = _packet_id(cursor, "UNSUBSCRIBE")
-    properties = read_properties(cursor, "UNSUBSCRIBE") if level == MQTT_5 else _NO_PROPERTIES
-    filters = []
-    while not cursor.at_end():
-        filters.append(_check_topic_filter(cursor.string("topic filter")))
-    if not filters:
-        raise protocol_error("an UNSUBSCRIBE without a topic filter")  # [MQTT-3.10.3-2]
-    return Unsubscribe(packet_id, tuple(filters), dict(properties))
+def _suback_code(cursor: Cursor, level: int) -> ReasonCode:
+    if level == MQTT_5:
+        return _reason_code(cursor, "SUBACK")
+    code = cursor.byte("SUBACK return code")
+    if code not in (0, 1, 2, 0x80):
+        raise malformed(f"SUBACK return code 0x{code:02X} is reserved")
+    return ReasonCode(code)
+
+
+def _unsubscribed_filter(cursor: Cursor, level: int) -> str:
+    return _check_topic_filter(cursor.string("topic filter"))
+
+
+# [MQTT-3.8.3-3], [MQTT-3.10.3-2]: at least one topic filter.
+_read_subscribe = _listing(Subscribe, "SUBSCRIBE", _subscription_request, needs_one=True)
+_read_unsubscribe = _listing(Unsubscribe, "UNSUBSCRIBE", _unsubscribed_filter, needs_one=True)
+_read_suback = _listing(Suback, "SUBACK", _suback_code)
+_read_unsuback_5 = _listing(Unsuback, "UNSUBACK",
+                            lambda cursor, level: _reason_code(cursor, "UNSUBACK"))
 
 
 def _read_unsuback(cursor: Cursor, level: int) -> Unsuback:
+    if level == MQTT_5:
+        return _read_unsuback_5(cursor, level)
     packet_id = _packet_id(cursor, "UNSUBACK")
-    if level != MQTT_5:
-        _end(cursor, "UNSUBACK")
-        return Unsuback(packet_id)
-    properties = read_properties(cursor, "UNSUBACK")
-    codes = []
-    while not cursor.at_end():
-        codes.append(_reason_code(cursor, "UNSUBACK"))
-    return Unsuback(packet_id, tuple(codes), properties)
+    _end(cursor, "UNSUBACK")  # 3.1.1's is its packet identifier alone
+    return Unsuback(packet_id)
 
 
 def _empty(packet_class, name: str):
@@ -614,13 +439,13 @@ def _empty(packet_class, name: str):
 def _ending(packet_class, name: str):
     """A DISCONNECT's or an AUTH's reader: both may be empty in 5.0."""
     def read(cursor: Cursor, level: int):
-        code, properties = ReasonCode.SUCCESS, _NO_PROPERTIES
+        code, properties = ReasonCode.SUCCESS, {}
         if level == MQTT_5 and not cursor.at_end():
             code = _reason_code(cursor, name)
             if not cursor.at_end():
                 properties = read_properties(cursor, name)
         _end(cursor, name)
-        return packet_class(code, dict(properties))
+        return packet_class(code, properties)
     return read
 
 
@@ -646,10 +471,12 @@ def encode(packet, protocol_level: int) -> bytes:
     The bytes of C{packet} as protocol level C{protocol_level} (4 for
     3.1.1, 5 for 5.0) writes it: properties only in 5.0, reason codes as
     3.1.1 has them (a CONNACK's return code, a SUBACK's granted QoS or
-    0x80) or not at all.
+    0x80) or not at all, and a failure the packet has no code for as
+    0x80, unspecified error (L{_written_codes}).
 
     @raise ValueError: for a packet the level cannot carry (an AUTH in
-        3.1.1), a field out of range, a property that does not belong.
+        3.1.1), a field out of range, a property that does not belong, a
+        success code the packet does not have.
     """
     if isinstance(packet, Connect):
         if protocol_level != packet.protocol_level:
@@ -666,6 +493,27 @@ def encode(packet, protocol_level: int) -> bytes:
 
 def _properties_of(packet, v5: bool, name: str) -> bytes:
     return write_properties(packet.properties, name) if v5 else b""
+
+
+def _written_codes(codes, name: str) -> list[int]:
+    """
+    C{codes} as a packet C{name} can say them: a failure it has no code
+    for is 0x80, unspecified error (as a 3.1.1 SUBACK says every
+    failure), since a peer takes a code its packet does not have as a
+    protocol error.
+
+    @raise ValueError: for a success, or a failure where the packet has
+        no 0x80 (PUBREL, PUBCOMP, AUTH): a bug here.
+    """
+    allowed = ALLOWED[name]
+    written = []
+    for code in codes:
+        if code not in allowed:
+            if code < 0x80 or ReasonCode.UNSPECIFIED_ERROR not in allowed:
+                raise ValueError(f"0x{code:02X} is not a reason code of {name}")
+            code = ReasonCode.UNSPECIFIED_ERROR
+        written.append(code)
+    return written
 
 
 def _write_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
@@ -689,7 +537,8 @@ def _write_connect(packet: Connect, v5: bool) -> tuple[int, bytes]:
 
 
 def _write_connack(packet: Connack, v5: bool) -> tuple[int, bytes]:
-    code = packet.reason_code if v5 else connack_return_code(packet.reason_code)
+    [code] = _written_codes((packet.reason_code,), "CONNACK")
+    code = code if v5 else connack_return_code(packet.reason_code)
     return 0, (bytes((1 if packet.session_present else 0, code))
                + _properties_of(packet, v5, "CONNACK"))
 
@@ -708,9 +557,10 @@ def _write_publish(packet: Publish, v5: bool) -> tuple[int, bytes]:
 
 def _write_acknowledgement(name: str, flags: int):
     def write(packet, v5: bool) -> tuple[int, bytes]:
+        [code] = _written_codes((packet.reason_code,), name)
         body = write_u16(packet.packet_id)
-        if v5 and (packet.reason_code or packet.properties):
-            body += bytes((packet.reason_code,))
+        if v5 and (code or packet.properties):
+            body += bytes((code,))
             if packet.properties:
                 body += write_properties(packet.properties, name)
         return flags, body
@@ -730,7 +580,8 @@ def _write_subscribe(packet: Subscribe, v5: bool) -> tuple[int, bytes]:
 
 
 def _write_suback(packet: Suback, v5: bool) -> tuple[int, bytes]:
-    codes = packet.reason_codes if v5 else [suback_return_code(c) for c in packet.reason_codes]
+    codes = _written_codes(packet.reason_codes, "SUBACK")
+    codes = codes if v5 else [suback_return_code(code) for code in codes]
     return 0, write_u16(packet.packet_id) + _properties_of(packet, v5, "SUBACK") + bytes(codes)
 
 
@@ -742,7 +593,8 @@ def _write_unsubscribe(packet: Unsubscribe, v5: bool) -> tuple[int, bytes]:
 def _write_unsuback(packet: Unsuback, v5: bool) -> tuple[int, bytes]:
     body = write_u16(packet.packet_id)
     if v5:
-        body += write_properties(packet.properties, "UNSUBACK") + bytes(packet.reason_codes)
+        body += (write_properties(packet.properties, "UNSUBACK")
+                 + bytes(_written_codes(packet.reason_codes, "UNSUBACK")))
     return 0, body
 
 
@@ -752,13 +604,14 @@ def _write_empty(packet, v5: bool) -> tuple[int, bytes]:
 
 def _write_ending(name: str):
     def write(packet, v5: bool) -> tuple[int, bytes]:
+        [code] = _written_codes((packet.reason_code,), name)
         if not v5:
             if name == "AUTH":
                 raise ValueError("MQTT 3.1.1 has no AUTH")
             return 0, b""
-        if not packet.reason_code and not packet.properties:
+        if not code and not packet.properties:
             return 0, b""
-        return 0, bytes((packet.reason_code,)) + write_properties(packet.properties, name)
+        return 0, bytes((code,)) + write_properties(packet.properties, name)
     return write
 
 

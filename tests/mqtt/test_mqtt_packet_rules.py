@@ -19,6 +19,7 @@ from meshroute.mqtt.packets import (
     PacketReader,
     Pingreq,
     Puback,
+    Pubrel,
     Publish,
     ReasonCode,
     Suback,
@@ -276,6 +277,12 @@ def test_a_reason_code_an_acknowledgement_does_not_have_is_a_protocol_error():
     assert refusal(raw(0x62, b"\x00\x07\x10")).reason_code == R.PROTOCOL_ERROR
 
 
+def test_a_5_0_disconnect_may_carry_its_reason_code_alone():
+    assert read(raw(0xE0, b"\x04")) == Disconnect(R.DISCONNECT_WITH_WILL_MESSAGE)
+    assert refusal(raw(0xE0, b"\x10")).reason_code == R.PROTOCOL_ERROR
+    assert refusal(raw(0xE0, b"\x04"), MQTT_3_1_1).reason_code == R.MALFORMED_PACKET
+
+
 # -- SUBSCRIBE and UNSUBSCRIBE -------------------------------------------------------
 
 
@@ -467,6 +474,16 @@ def test_3_1_1_acknowledgements_carry_no_reason_code_or_properties():
     assert encode(Disconnect(R.SERVER_SHUTTING_DOWN), MQTT_3_1_1) == b"\xe0\x00"
 
 
+@pytest.mark.parametrize("packet, written", [
+    (Puback(1, R.TOPIC_FILTER_INVALID), b"\x40\x03\x00\x01\x80"),
+    (Suback(1, (R.GRANTED_QOS_1, R.RECEIVE_MAXIMUM_EXCEEDED)), b"\x90\x05\x00\x01\x00\x01\x80"),
+    (Connack(False, R.SESSION_TAKEN_OVER), b"\x20\x03\x00\x80\x00"),
+    (Disconnect(R.UNSUPPORTED_PROTOCOL_VERSION), b"\xe0\x02\x80\x00"),
+])
+def test_a_failure_a_5_0_packet_has_no_code_for_is_written_unspecified(packet, written):
+    assert encode(packet, MQTT_5) == written
+
+
 def test_an_empty_5_0_disconnect_or_auth_is_two_bytes():
     assert encode(Disconnect(), MQTT_5) == b"\xe0\x00"
     assert encode(Auth(), MQTT_5) == b"\xf0\x00"
@@ -484,6 +501,10 @@ def test_an_empty_5_0_disconnect_or_auth_is_two_bytes():
     (Connack(False, 0, {"maximum_qos": 2}), MQTT_5),
     (Suback(1, (0,), {"subscription_identifier": (1, 2)}), MQTT_5),
     (Publish("a\0b", b"", 0), MQTT_5),
+    (Suback(1, (R.NO_MATCHING_SUBSCRIBERS,)), MQTT_3_1_1),
+    (Disconnect(R.CONTINUE_AUTHENTICATION), MQTT_5),
+    (Pubrel(1, R.UNSPECIFIED_ERROR), MQTT_5),
+    (Auth(R.NOT_AUTHORIZED), MQTT_5),
     (Publish("t", b"", 0), MQTT_3_1),
     (Connect(MQTT_5, "c", True, 30), MQTT_3_1_1),
 ])

@@ -117,6 +117,17 @@ def test_remaining_lengths_at_each_edge(length, size):
     assert read_variable_integer(written, 0, "remaining length") == (length, size)
 
 
+@given(st.integers(0, 268_435_455))
+def test_every_remaining_length_round_trips_in_its_fewest_bytes(length):
+    written = write_variable_integer(length)
+    assert read_variable_integer(written, 0, "remaining length") == (length, len(written))
+    assert len(written) == 1 + (length >= 128) + (length >= 16384) + (length >= 2097152)
+    if length < 2097152:  # the same value in one byte more is refused
+        longer = written[:-1] + bytes((written[-1] | 0x80, 0))
+        with pytest.raises(MalformedPacket):
+            read_variable_integer(longer, 0, "remaining length")
+
+
 @pytest.mark.parametrize("length", [0, 127, 128, 16383, 16384, 2097151, 2097152])
 def test_a_publish_of_each_edge_length_is_read_however_it_arrives(length):
     # A topic of one character: 3 bytes of topic name, 2 of packet id.
