@@ -172,7 +172,7 @@ def keyed(key: str, descriptions: tuple[str, ...]) -> list[tuple[str, str]]:
 def serving_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
     """
     The server endpoints of C{config} that serve only once its store is
-    open (routing, clients, STOMP and its WebSocket), each with its key.
+    open (routing, clients, STOMP, MQTT and their WebSockets), each with its key.
     """
     found = []
     if config.listener is not None:

@@ -36,18 +36,26 @@ AWAY_COUNT = 200
 def test_mqtt_across_two_routers(mesh):  # noqa: F811
     b = mqtt_router(mesh, "router-b")
     a = mqtt_router(mesh, "router-a", connect=[b])
-    a_proc, _ = mesh.start(a, b)
+    a_proc, b_proc = mesh.start(a, b)
     a_proc.wait_route("router-b")
-    _wildcards_at_qos_0_and_1(a, b)
+    _wildcards_at_qos_0_and_1(a, b, b_proc)
     _mqtt_and_the_other_protocols(mesh, a, b)
     _a_silent_client_s_will(a, b)
     _a_takeover(b)
     _a_persistent_session_away(a, b)
 
 
-def _wildcards_at_qos_0_and_1(a, b) -> None:
-    subscriber, got = paho_client(b, "sub-1", version=mqtt.MQTTv5, websocket=True)
+def _wildcards_at_qos_0_and_1(a, b, b_proc) -> None:
+    subscriber, got = paho_client(b, "sub-1", version=mqtt.MQTTv5, websocket=True,
+                                  keep_alive=20)
     assert subscribe(subscriber, got, ("sensors/+/temp", 1), ("sensors/#", 0)) == [1, 0]
+    # The admin API shows the listener's ports and the session.
+    bound = {listener["key"]: listener["port"] for listener in b_proc.info()["listeners"]}
+    assert bound["mqtt.listener.endpoint"] == b.mqtt_port
+    assert bound["mqtt.listener.websocket"] == b.mqtt_websocket_port
+    (session,) = [s for s in b_proc.get("/api/v1/sessions") if s["client_id"] == "sub-1"]
+    assert (session["protocol"], session["keep_alive_s"], session["ttl_ms"]) == ("mqtt", 20,
+                                                                                30_000)
     publisher, sent = paho_client(a, "pub-1")
     infos = [publisher.publish("sensors/kitchen/temp", b"21.5", qos=1),
              publisher.publish("sensors/kitchen/humidity", b"40", qos=0),
