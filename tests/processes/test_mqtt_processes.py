@@ -10,8 +10,9 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
    publisher to an MQTT subscriber;
  - a client silent past 1.5 times its keep-alive: its will is published;
  - a second connection with a client id takes the session over;
- - a persistent session away while QoS 1 messages arrive gets each when
-   it returns.
+ - a persistent session away while 1,000 QoS 1 messages arrive, its
+   router SIGKILLed and restarted meanwhile, gets each once when it
+   returns; a clean session then ends it.
 
 Every SUBACK comes once the subscription's interest reached every router
 (the listener's C{mesh-wide}), so what is published after it is the
@@ -19,10 +20,14 @@ subscriber's.  Synchronisation is a poll against a deadline.
 """
 
 import socket
+import threading
+from collections import Counter
 
 import paho.mqtt.client as mqtt
 
 from meshroute.mqtt import packets as p
+from meshroute.mqtt.persistence import durable_client_id, durable_name
+from meshroute.router.topic_subscriptions import durable_queue
 
 from support.mqtt_clients import mqtt_router, paho_client, stop, subscribe
 from support.routers import mesh, wait_until  # noqa: F401 (mesh: a fixture)
@@ -30,7 +35,7 @@ from support.stomp_clients import TIMEOUT_S, connect
 from support.topic_subscriber import native_topic_subscriber
 
 #: The persistent session's messages while it is away.
-AWAY_COUNT = 200
+AWAY_COUNT = 1000
 
 
 def test_mqtt_across_two_routers(mesh):  # noqa: F811
@@ -42,7 +47,7 @@ def test_mqtt_across_two_routers(mesh):  # noqa: F811
     _mqtt_and_the_other_protocols(mesh, a, b)
     _a_silent_client_s_will(a, b)
     _a_takeover(b)
-    _a_persistent_session_away(a, b)
+    _a_persistent_session_away_through_a_sigkill(mesh, a, b, b_proc)
 
 
 def _wildcards_at_qos_0_and_1(a, b, b_proc) -> None:
@@ -130,21 +135,40 @@ def _a_takeover(b) -> None:
     stop(second)
 
 
-def _a_persistent_session_away(a, b) -> None:
+def _a_persistent_session_away_through_a_sigkill(mesh, a, b, b_proc) -> None:  # noqa: F811
     device, got = paho_client(b, "field-unit", clean=False)
     assert subscribe(device, got, ("orders/#", 1)) == [1]
     stop(device)
+    queue = durable_queue(durable_client_id("field-unit"), durable_name("orders/#", 1))
     publisher, _ = paho_client(a, "dispatcher")
-    infos = [publisher.publish(f"orders/{i}", b"%d" % i, qos=1) for i in range(AWAY_COUNT)]
+    infos = []
+
+    def publish() -> None:
+        for i in range(AWAY_COUNT):
+            infos.append(publisher.publish(f"orders/{i % 7}", b"%d" % i, qos=1))
+
+    flowing = threading.Thread(target=publish, name="publisher", daemon=True)
+    flowing.start()
+    wait_until(lambda: b_proc.queue_depth(queue) >= AWAY_COUNT // 5, TIMEOUT_S,
+               what="a fifth of the publications at router-b")
+    b_proc.sigkill()
+    assert sum(info.is_published() for info in list(infos)) < AWAY_COUNT, (
+        "the flow was over before router-b died")
+    [b_proc] = mesh.start(b)
+    flowing.join(TIMEOUT_S)
     for info in infos:
         info.wait_for_publish(TIMEOUT_S)
     stop(publisher)
     device, got = paho_client(b, "field-unit", clean=False)
     assert got.connacks[0][0] is True  # session present
-    messages = got.wait_messages(AWAY_COUNT)
-    assert sorted(int(m.payload) for m in messages) == list(range(AWAY_COUNT))
+    got.wait_messages(AWAY_COUNT)
+    wait_until(lambda: b_proc.queue_depth(queue) == 0, TIMEOUT_S,
+               what="the persistent session's subscription to be drained")
     stop(device)
+    counts = Counter(int(m.payload) for m in got.messages)
+    assert sorted(counts) == list(range(AWAY_COUNT)) and set(counts.values()) == {1}
     # A clean session ends it.
     device, got = paho_client(b, "field-unit", clean=True)
     assert got.connacks[0][0] is False
     stop(device)
+    wait_until(lambda: queue not in b_proc.queues(), TIMEOUT_S, what="the subscription's end")
