@@ -133,6 +133,13 @@ class MqttSubscribing:
         """
         connection = self.connection
         acknowledgement = Gathering.of(p.Suback, packet.packet_id, len(packet.requests))
+        if "subscription_identifier" in (packet.properties or {}):
+            # Not served (the CONNACK said so): every filter is refused.
+            for index in range(len(packet.requests)):
+                acknowledgement.answer(index, R.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED)
+            acknowledgement.sealed = True
+            self._acknowledge(acknowledgement)
+            return
         for index, request in enumerate(packet.requests):
             topic_filter, qos = request.topic_filter, min(request.qos, 1)
             refusal = None

@@ -483,3 +483,15 @@ def test_a_5_0_disconnect_may_change_the_session_expiry(factory, started, clock)
     clean.send(p.Disconnect(0, {"session_expiry_interval": 30}))
     (disconnect,) = clean.received()
     assert disconnect.reason_code == R.PROTOCOL_ERROR and clean.closed
+
+
+def test_a_subscription_identifier_is_refused_as_not_served(factory, clock):
+    client = connected(factory)
+    client.send(p.Subscribe(1, (p.SubscriptionRequest("a", 1), p.SubscriptionRequest("b", 0)),
+                            {"subscription_identifier": (7,)}))
+    (suback,) = client.received()
+    assert suback.reason_codes == (R.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,) * 2
+    client.subscribe(("$share/group/a", 1), ("a/+", 1))
+    settle(clock)
+    (suback,) = client.received()
+    assert suback.reason_codes == (R.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, 1)

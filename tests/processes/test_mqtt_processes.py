@@ -10,7 +10,7 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
    publisher to an MQTT subscriber;
  - a client silent past 1.5 times its keep-alive: its will is published;
  - a second connection with a client id takes the session over;
- - a persistent session away while 1,000 QoS 1 messages arrive, its
+ - a persistent session away while 500 QoS 1 messages arrive, its
    router SIGKILLed and restarted meanwhile, gets each once when it
    returns; a clean session then ends it.
 
@@ -35,7 +35,7 @@ from support.stomp_clients import TIMEOUT_S, connect
 from support.topic_subscriber import native_topic_subscriber
 
 #: The persistent session's messages while it is away.
-AWAY_COUNT = 1000
+AWAY_COUNT = 500
 
 
 def test_mqtt_across_two_routers(mesh):  # noqa: F811
