@@ -23,14 +23,7 @@ from meshroute.sessions.limits import ClientLimits
 
 from support.fake_router import ROUTER
 from support.mqtt_ends import MqttEnd, make_factory, settle
-from support.stomp_ends import auto_engine  # noqa: F401 (a fixture)
-
-
-@pytest.fixture
-def started(auto_engine):  # noqa: F811
-    auto_engine.start()
-    yield auto_engine
-    auto_engine.stop()
+from support.stomp_ends import auto_engine, started  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
