@@ -1,6 +1,6 @@
 """
 The life of a client connection, whatever protocol it speaks: one Automat
-machine for the connections of the native and the STOMP listeners alike,
+machine for the connections of the native, STOMP and MQTT listeners alike,
 from the client's first frame to the closed transport.
 
     awaiting_hello ── got_hello ──▶ vetting ──────────── accepted ────────────▶ attached ── got_goodbye ──▶ ending
@@ -51,14 +51,15 @@ from the client's first frame to the closed transport.
 
 What the machine asks of each protocol is what its core (a
 L{ConnectionCore} subclass: the native L{meshroute.sessions.native_connection},
-the STOMP L{meshroute.stomp.connection}) adds to this module's: L{vet
+the STOMP L{meshroute.stomp.connection}, the MQTT
+L{meshroute.mqtt.connection}) adds to this module's: L{vet
 <ConnectionCore.vet>} a hello, L{attach <ConnectionCore.attach>} its
 session, L{serve <ConnectionCore.serve>} a frame of the session's
 business, L{write <ConnectionCore.write>} the session's native frames in
 the protocol's words (an C{Error} of command 0 is how a client is told
 why its connection ends), and word what it tells a client.  The native
 core also L{authenticates <ConnectionCore.authenticate>} after the hello;
-STOMP's hello carries its credentials.  Which frame is which input
+STOMP's and MQTT's hellos carry their credentials.  Which frame is which input
 (C{got_hello}, C{got_authenticate}, C{got_auth_response}, C{got_frame},
 C{got_goodbye}) is the protocol's listener's business.
 
