@@ -10,6 +10,9 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
    publisher to an MQTT subscriber;
  - a client silent past 1.5 times its keep-alive: its will is published;
  - a second connection with a client id takes the session over;
+ - the README's mosquitto_sub and mosquitto_pub commands, as written
+   (when Debian's mosquitto-clients is installed; a warning says so when
+   it is not);
  - a persistent session away while 500 QoS 1 messages arrive, its
    router SIGKILLed and restarted meanwhile, gets each once when it
    returns; a clean session then ends it.
@@ -19,8 +22,12 @@ Every SUBACK comes once the subscription's interest reached every router
 subscriber's.  Synchronisation is a poll against a deadline.
 """
 
+import shlex
+import shutil
 import socket
+import subprocess
 import threading
+import warnings
 from collections import Counter
 
 import paho.mqtt.client as mqtt
@@ -30,7 +37,7 @@ from meshroute.mqtt.persistence import durable_client_id, durable_name
 from meshroute.router.topic_subscriptions import durable_queue
 
 from support.mqtt_clients import mqtt_router, paho_client, stop, subscribe
-from support.routers import mesh, wait_until  # noqa: F401 (mesh: a fixture)
+from support.routers import REPO_ROOT, mesh, wait_until  # noqa: F401 (mesh: a fixture)
 from support.stomp_clients import TIMEOUT_S, connect
 from support.topic_subscriber import native_topic_subscriber
 
@@ -47,6 +54,7 @@ def test_mqtt_across_two_routers(mesh):  # noqa: F811
     _mqtt_and_the_other_protocols(mesh, a, b)
     _a_silent_client_s_will(a, b)
     _a_takeover(b)
+    _the_readme_s_mosquitto_commands(a)
     _a_persistent_session_away_through_a_sigkill(mesh, a, b, b_proc)
 
 
@@ -172,3 +180,42 @@ def _a_persistent_session_away_through_a_sigkill(mesh, a, b, b_proc) -> None:  #
     assert got.connacks[0][0] is False
     stop(device)
     wait_until(lambda: queue not in b_proc.queues(), TIMEOUT_S, what="the subscription's end")
+
+
+def readme_mosquitto_commands(port: int) -> list[list[str]]:
+    """
+    The README's mosquitto commands ("From other languages", MQTT), on
+    C{port} instead of 1883, each as its arguments.
+    """
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("### MQTT"):]
+    start = section.index("```sh\n") + len("```sh\n")
+    block = section[start:section.index("```", start)].replace("\\\n", " ")
+    return [shlex.split(line.rstrip(" &").replace("-p 1883", f"-p {port}"))
+            for line in block.splitlines() if line.strip()]
+
+
+def _the_readme_s_mosquitto_commands(a) -> None:
+    if shutil.which("mosquitto_sub") is None:
+        warnings.warn("mosquitto_sub is not installed (apt-get install mosquitto-clients): "
+                      "the README's mosquitto commands were not run")
+        return
+    subscribe_command, *publish_commands = readme_mosquitto_commands(a.mqtt_port)
+    # -d prints the SUBACK (the subscription reached the mesh), -C ends it;
+    # stdbuf keeps its output lines apart from a pipe's buffering.
+    subscriber = subprocess.Popen(["stdbuf", "-oL", *subscribe_command, "-d", "-C", "2"],
+                                  stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reading = threading.Thread(target=lambda: lines.extend(subscriber.stdout), daemon=True)
+    reading.start()
+    try:
+        wait_until(lambda: any("SUBACK" in line for line in lines), TIMEOUT_S,
+                   what=f"mosquitto_sub's SUBACK: {lines}")
+        for command in publish_commands:
+            assert subprocess.run(command, timeout=TIMEOUT_S).returncode == 0, command
+        assert subscriber.wait(TIMEOUT_S) == 0
+        reading.join(TIMEOUT_S)
+    finally:
+        subscriber.kill()
+    received = [line.rstrip("\n") for line in lines if line.startswith("sensors/")]
+    assert received == ["sensors/kitchen/temp 21.5", "sensors/hall/temp 19"]
