@@ -5,7 +5,8 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
 (the suite's time is short):
 
  - QoS 0 and 1, publish and subscribe with wildcards across the two
-   routers (the subscriber over WebSocket);
+   routers (the subscriber over WebSocket), the listener's ports and
+   sessions in the admin API and its metrics;
  - an MQTT publisher to a native and a STOMP subscriber, and a STOMP
    publisher to an MQTT subscriber;
  - a client silent past 1.5 times its keep-alive: its will is published;
@@ -27,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import urllib.request
 import warnings
 from collections import Counter
 
@@ -69,6 +71,9 @@ def _wildcards_at_qos_0_and_1(a, b, b_proc) -> None:
     (session,) = [s for s in b_proc.get("/api/v1/sessions") if s["client_id"] == "sub-1"]
     assert (session["protocol"], session["keep_alive_s"], session["ttl_ms"]) == ("mqtt", 20,
                                                                                 30_000)
+    with urllib.request.urlopen(b.admin_url + "/metrics", timeout=TIMEOUT_S) as response:
+        metrics = response.read().decode()
+    assert 'meshroute_client_sessions{protocol="mqtt",state="open"} 1.0' in metrics
     publisher, sent = paho_client(a, "pub-1")
     infos = [publisher.publish("sensors/kitchen/temp", b"21.5", qos=1),
              publisher.publish("sensors/kitchen/humidity", b"40", qos=0),
