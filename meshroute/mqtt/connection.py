@@ -43,13 +43,8 @@ How the session's answers become MQTT (L{MqttConnectionCore.write}):
    SUBACK failure (0x80; 5.0: the reason).  C{Error} of command 0 (the
    connection ends) → the CONNACK refusing it, or (5.0) a DISCONNECT
    with the reason code and a reason string.
- - C{Deliver} → C{PUBLISH} at the lower QoS of the subscription's and the
-   message's (persistent: 1) for a persistent session's subscription; a
-   clean session's copies are all held in memory, where the mesh does not
-   keep which were persistent, so they go at the subscription's QoS.  A QoS 0 one is acknowledged once written
-   (L{meshroute.sessions.written_acks}); a QoS 1 one takes a packet id
-   until its PUBACK, at most the client's receive maximum in flight
-   (L{meshroute.mqtt.outbox}); one the session redelivers carries DUP.
+ - C{Deliver} → C{PUBLISH}, and a PUBACK the session's C{Ack}
+   (L{meshroute.mqtt.deliveries}: which QoS, the receive maximum, DUP).
 
 QoS 2 is not served: a 5.0 CONNACK says C{maximum_qos} 1 and a QoS 2
 PUBLISH ends the connection (DISCONNECT 0x9B); a 3.1.1 QoS 2 PUBLISH
