@@ -351,16 +351,25 @@ def _read_publish(cursor: Cursor, flags: int, level: int, peer: Peer) -> Publish
     return Publish(topic, cursor.rest(), qos, retain, dup, packet_id, properties)
 
 
+def _reason_to_end(cursor: Cursor, level: int, name: str) -> tuple[int, dict]:
+    """
+    The reason code and properties that end a 5.0 acknowledgement,
+    DISCONNECT or AUTH, either of which it may leave out (success, none);
+    below 5.0 there are none.
+    """
+    code, properties = ReasonCode.SUCCESS, {}
+    if level == MQTT_5 and not cursor.at_end():
+        code = _reason_code(cursor, name)
+        if not cursor.at_end():
+            properties = read_properties(cursor, name)
+    _end(cursor, name)
+    return code, properties
+
+
 def _acknowledgement(packet_class, name: str):
     def read(cursor: Cursor, level: int):
         packet_id = _packet_id(cursor, name)
-        code, properties = ReasonCode.SUCCESS, {}
-        if level == MQTT_5 and not cursor.at_end():
-            code = _reason_code(cursor, name)
-            if not cursor.at_end():
-                properties = read_properties(cursor, name)
-        _end(cursor, name)
-        return packet_class(packet_id, code, properties)
+        return packet_class(packet_id, *_reason_to_end(cursor, level, name))
     return read
 
 
@@ -439,13 +448,7 @@ def _empty(packet_class, name: str):
 def _ending(packet_class, name: str):
     """A DISCONNECT's or an AUTH's reader: both may be empty in 5.0."""
     def read(cursor: Cursor, level: int):
-        code, properties = ReasonCode.SUCCESS, {}
-        if level == MQTT_5 and not cursor.at_end():
-            code = _reason_code(cursor, name)
-            if not cursor.at_end():
-                properties = read_properties(cursor, name)
-        _end(cursor, name)
-        return packet_class(code, properties)
+        return packet_class(*_reason_to_end(cursor, level, name))
     return read
 
 

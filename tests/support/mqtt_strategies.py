@@ -111,13 +111,16 @@ def connects(level: int):
                       properties("WILL", level))
     usernames = st.none() | strings
 
-    def build(client_id, clean, keep_alive, username, password, will, props):
+    def build(client_id, clean, keep_alive, username, password, will, props, auth_data):
         if level != MQTT_5 and username is None:
             password = None
+        if "authentication_method" in props and auth_data is not None:
+            props = {**props, "authentication_data": auth_data}
         return Connect(level, client_id, clean, keep_alive, username, password, will, props)
     return st.builds(build, strings, st.booleans(), st.integers(0, 0xFFFF), usernames,
                      st.none() | st.binary(max_size=20), st.none() | wills,
-                     properties("CONNECT", level, leave_out=("authentication_data",)))
+                     properties("CONNECT", level, leave_out=("authentication_data",)),
+                     st.none() | st.binary(max_size=20))
 
 
 def _subscription_requests(level: int):
