@@ -20,6 +20,7 @@ from meshroute.security.credentials import derive
 from meshroute.security.policy import Permission, Security, SecurityPolicy
 from meshroute.sessions.ha_view import HAView
 from meshroute.sessions.limits import ClientLimits
+from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S
 
 from support.fake_router import ROUTER
 from support.mqtt_ends import MqttEnd, make_factory, settle
@@ -488,3 +489,19 @@ def test_a_subscription_identifier_is_refused_as_not_served(factory, clock):
     settle(clock)
     (suback,) = client.received()
     assert suback.reason_codes == (R.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, 1)
+
+
+def test_a_packet_too_large_or_too_slow_closes_only_its_connection(started, clock):
+    factory = make_factory(started, clock,
+                           settings={"limits": ClientLimits(max_frame_size=64 * 1024)})
+    other = connected(factory, client_id="other", keep_alive=0)
+    large = connected(factory, client_id="large", keep_alive=0)
+    # A PUBLISH announcing 1 MiB: refused from its fixed header, before
+    # any of it is held.
+    large.protocol.dataReceived(b"\x30\x80\x80\x40")
+    (disconnect,) = large.received()
+    assert disconnect.reason_code == R.PACKET_TOO_LARGE and large.closed
+    slow = connected(factory, client_id="slow", keep_alive=0)
+    slow.protocol.dataReceived(p.encode(p.Publish("t", b"x" * 1000, 0), MQTT_5)[:500])
+    clock.advance(PARTIAL_FRAME_TIMEOUT_S + 1)
+    assert slow.closed and not other.closed
