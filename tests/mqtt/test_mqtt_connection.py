@@ -248,9 +248,12 @@ def test_user_properties_content_type_and_expiry_are_the_messages(factory, clock
     publisher = connected(factory, client_id="pub")
     publisher.send(p.Publish("t", b"{}", 1, packet_id=1, properties={
         "user_property": (("trace", "abc"), ("unit", "C")), "content_type": "application/json",
-        "message_expiry_interval": 60}))
+        "message_expiry_interval": 60, "response_topic": "replies/pub",
+        "correlation_data": b"req-1"}))
     settle(clock)
     (message,) = subscriber.received()
+    assert message.properties["response_topic"] == "replies/pub"
+    assert message.properties["correlation_data"] == b"req-1"
     assert message.properties["user_property"] == (("trace", "abc"), ("unit", "C"))
     assert message.properties["content_type"] == "application/json"
     assert 59 <= message.properties["message_expiry_interval"] <= 60

@@ -31,3 +31,13 @@ def test_properties_are_headers_and_back():
                                       EXPIRES_HEADER: "10500"}, now_ms=1000)
     assert properties == {"user_property": (("trace", "1"),), "content_type": "text/plain",
                           "message_expiry_interval": 10}
+
+
+def test_a_response_topic_and_correlation_data_cross_the_mesh_as_headers():
+    headers = headers_of({"response_topic": "replies/7", "correlation_data": b"\x00id"})
+    assert headers == {"mqtt-response-topic": "replies/7", "mqtt-correlation-data": "AGlk"}
+    assert delivery_properties(headers, now_ms=0) == {"response_topic": "replies/7",
+                                                      "correlation_data": b"\x00id"}
+    # Set by another protocol's client as no MQTT property can be: headers.
+    odd = {"mqtt-response-topic": "replies/#", "mqtt-correlation-data": "not base64!"}
+    assert delivery_properties(odd, now_ms=0) == {"user_property": tuple(odd.items())}
