@@ -8,8 +8,6 @@ native listeners (L{mqtt_router}), a paho client connected to it
 import threading
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from support.routers import wait_until
 from support.stomp_clients import TIMEOUT_S
@@ -46,7 +44,6 @@ class Received:
         self.subacks: list = []
         self.connacks: list = []
         self.disconnects: list = []
-        self.published: set = set()
         self.connected = threading.Event()
 
     def wait_messages(self, n: int, timeout: float = TIMEOUT_S) -> list:
@@ -60,8 +57,7 @@ class Received:
 
 
 def paho_client(spec, client_id: str, *, version=mqtt.MQTTv311, clean: bool = True,
-                keep_alive: int = 30, will=None, expiry: int | None = None,
-                websocket: bool = False):
+                keep_alive: int = 30, websocket: bool = False):
     """
     A paho client of C{spec}'s MQTT listener (over WebSocket, at
     C{/mqtt}, with C{websocket}), connected (its loop thread running),
@@ -86,17 +82,9 @@ def paho_client(spec, client_id: str, *, version=mqtt.MQTTv311, clean: bool = Tr
     client.on_message = lambda client, userdata, message: got.messages.append(message)
     client.on_subscribe = lambda client, userdata, mid, codes, properties: got.subacks.append(
         [int(code.value) for code in codes])
-    client.on_publish = lambda client, userdata, mid, code, properties: got.published.add(mid)
     client.on_disconnect = (lambda client, userdata, flags, reason_code, properties:
                             got.disconnects.append(reason_code))
-    if will is not None:
-        client.will_set(*will)
-    options = {}
-    if version == mqtt.MQTTv5:
-        properties = Properties(PacketTypes.CONNECT)
-        if expiry is not None:
-            properties.SessionExpiryInterval = expiry
-        options = {"clean_start": clean, "properties": properties}
+    options = {"clean_start": clean} if version == mqtt.MQTTv5 else {}
     port = spec.mqtt_websocket_port if websocket else spec.mqtt_port
     client.connect("127.0.0.1", port, keepalive=keep_alive, **options)
     client.loop_start()
