@@ -22,8 +22,6 @@ C{mqtt}, binary messages: L{MQTT_SUBPROTOCOLS}) the same protocol reads
 and writes WebSocket messages instead of a TCP stream.
 """
 
-from collections.abc import Callable
-
 from twisted.internet.interfaces import IReactorTime
 
 from meshroute.mqtt.clients import MqttClients
@@ -37,10 +35,7 @@ from meshroute.mqtt.packets import (
     PacketReader,
 )
 from meshroute.mqtt.settings import MqttListenerSettings
-from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
-from meshroute.sessions.liveness import MAX_BUFFERED_FRAMES
-from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.settings import SessionSettings
 
 #: The WebSocket subprotocols of MQTT: C{mqtt} (3.1.1 and 5.0), and
@@ -102,38 +97,20 @@ class MqttFactory(ListenerFactory):
     Builds the router side of each connection of the C{[mqtt.listener]}
     endpoints (TCP or TLS, and WebSocket).
 
-    @param engine: the router's message engine.
-    @param clock: for every timer.
     @param settings: the sessions' L{SessionSettings}: the listener's
         limits and C{connection-ttl-override}.
     @param listener: the C{[mqtt.listener]} settings (its MQTT keys).
-    @param sessions: the registry the sessions join (the native
-        listener's, so that every protocol's are counted and shown
-        together).
-    @param ha_view: returns the router's L{HAView} now, asked at every
-        CONNECT: an instance that is not active refuses it.
-    @param security: the router's L{meshroute.security.policy.Security},
-        or None: the listener is open.
-    @param secret: what unknown users' decoy credentials derive from.
-    @param verifies_certificates: the listener's TLS verifies client
-        certificates against C{client-ca}: a CONNECT without a username
-        over a verified certificate is its subject CN's user.
+    @param options: every listener's (L{ListenerFactory}): the C{sessions}
+        they join, C{ha_view}, C{security}, C{secret},
+        C{verifies_certificates}, ...
     @ivar clients: the router's MQTT client ids (L{MqttClients}).
     """
 
     protocol = MqttProtocol
 
     def __init__(self, engine, clock: IReactorTime, settings: SessionSettings,
-                 listener: MqttListenerSettings, *, sessions: SessionRegistry | None = None,
-                 events=None, ha_view: Callable[[], HAView] = lambda: WITHOUT_HA,
-                 security=None, secret: bytes = b"",
-                 verifies_certificates: bool = False) -> None:
-        super().__init__(
-            engine, clock, settings,
-            sessions=sessions if sessions is not None else SessionRegistry(), events=events,
-            max_buffered=MAX_BUFFERED_FRAMES * settings.limits.max_frame_size,
-            ha_view=ha_view, security=security, secret=secret,
-            verifies_certificates=verifies_certificates)
+                 listener: MqttListenerSettings, **options) -> None:
+        super().__init__(engine, clock, settings, **options)
         self.listener = listener
         self.clients = MqttClients(clock)
 
