@@ -65,6 +65,8 @@ from meshroute.link.settings import ConnectorConfig, ListenerConfig
 from meshroute.router.settings import RouterConfig, RoutingConfig
 from meshroute.security.files import read_private
 from meshroute.security.policy import Permission
+from meshroute.mqtt import settings as mqtt_settings
+from meshroute.mqtt.settings import MqttListenerSettings
 from meshroute.security.settings import SecurityConfig, pattern_problem
 from meshroute.sessions import limits
 from meshroute.sessions.settings import (
@@ -195,15 +197,34 @@ _CLIENT_LISTENER_KEYS = (
     *_CLIENT_LIMIT_KEYS,
     _CLIENT_CA_KEY,
 )
+
+
+def _protocol_listener_keys(websocket_path: str) -> tuple[_Key, ...]:
+    """
+    The keys of every protocol listener beside the native one
+    (L{meshroute.sessions.listener_settings.ProtocolListenerSettings}),
+    its WebSocket served at C{websocket_path} by default.
+    """
+    return (
+        _Key("endpoint", "server-endpoints"),
+        _Key("websocket", "server-endpoints", ()),
+        _Key("websocket-path", "str", websocket_path),
+        _TTL_OVERRIDE_KEY,
+        *_CLIENT_LIMIT_KEYS,
+        _CLIENT_CA_KEY,
+        _Key("prefetch-count", "int", stomp_settings.DEFAULT_PREFETCH_COUNT, 1, 10_000_000),
+    )
+
+
 _STOMP_LISTENER_KEYS = (
-    _Key("endpoint", "server-endpoints"),
-    _Key("websocket", "server-endpoints", ()),
-    _Key("websocket-path", "str", stomp_settings.DEFAULT_WEBSOCKET_PATH),
-    _TTL_OVERRIDE_KEY,
-    *_CLIENT_LIMIT_KEYS,
-    _CLIENT_CA_KEY,
-    _Key("prefetch-count", "int", stomp_settings.DEFAULT_PREFETCH_COUNT, 1, 10_000_000),
+    *_protocol_listener_keys(stomp_settings.DEFAULT_WEBSOCKET_PATH),
     _Key("heart-beat", "str", "{},{}".format(*stomp_settings.DEFAULT_HEARTBEAT_MS)),
+)
+_MQTT_LISTENER_KEYS = (
+    *_protocol_listener_keys(mqtt_settings.DEFAULT_WEBSOCKET_PATH),
+    _Key("topic-alias-maximum", "int", mqtt_settings.DEFAULT_TOPIC_ALIAS_MAXIMUM, 0,
+         mqtt_settings.MAX_TOPIC_ALIAS_MAXIMUM),
+    _Key("mesh-wide", "bool", True),
 )
 _HA_KEYS = (
     _Key("role", "choice", choices=ha_settings.ROLES),
@@ -445,21 +466,51 @@ def _take(table: object, keys: tuple[_Key, ...], *, path: str, prefix: str, reac
     return values
 
 
+def _listener_table(table: object, section: str, path: str) -> dict | None:
+    """
+    The C{listener} table of protocol section C{section} (C{[stomp]},
+    C{[mqtt]}), or None without one.
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(path, section, f"expected a table, got {type(table).__name__}")
+    _reject_unknown(table, ["listener"], path=path, prefix=section)
+    return table.get("listener")
+
+
+def _protocol_listener_values(table: object, keys: tuple[_Key, ...], prefix: str,
+                              take) -> dict:
+    """
+    A protocol listener's values by attribute name, its client limits
+    gathered as C{limits} and its TTL override as C{ttl_override_ms}.
+    """
+    values = take(table, keys, prefix)
+    values["limits"] = limits.ClientLimits(
+        **{name: values.pop(name) for name in limits.ClientLimits.__dataclass_fields__})
+    values["ttl_override_ms"] = values.pop("connection_ttl_override")
+    return values
+
+
+def _protocol_listener_table(header: str, settings, keys: tuple[_Key, ...], **more) -> str:
+    """
+    A protocol listener as loadable TOML: its values under their keys'
+    attribute names (L{_protocol_listener_values} in reverse).
+    """
+    values = {**vars(settings.limits), **vars(settings),
+              "connection_ttl_override": settings.ttl_override_ms, **more}
+    return _toml_table(header, values, keys)
+
+
 def _read_stomp(table: object, take, *, path: str) -> StompListenerSettings | None:
     """
     Read C{[stomp.listener]}, if the C{[stomp]} table has one.
 
     @param take: L{_take} bound to the file and reactor.
     """
-    if not isinstance(table, dict):
-        raise ConfigError(path, "stomp", f"expected a table, got {type(table).__name__}")
-    _reject_unknown(table, ["listener"], path=path, prefix="stomp")
-    if "listener" not in table:
+    listener = _listener_table(table, "stomp", path)
+    if listener is None:
         return None
     prefix = "stomp.listener"
-    values = take(table["listener"], _STOMP_LISTENER_KEYS, prefix)
-    client_limits = limits.ClientLimits(
-        **{name: values.pop(name) for name in limits.ClientLimits.__dataclass_fields__})
+    values = _protocol_listener_values(listener, _STOMP_LISTENER_KEYS, prefix, take)
     try:
         heartbeat_ms = parse_heart_beat(values.pop("heart_beat"))
     except StompProtocolError as e:
@@ -468,20 +519,28 @@ def _read_stomp(table: object, take, *, path: str) -> StompListenerSettings | No
     if max(heartbeat_ms) > _HOUR_MS:
         raise ConfigError(path, f"{prefix}.heart-beat",
                           f"must be at most {_HOUR_MS} ms each, got {heartbeat_ms}")
-    return StompListenerSettings(
-        ttl_override_ms=values.pop("connection_ttl_override"), limits=client_limits,
-        heartbeat_ms=heartbeat_ms, **values)
+    return StompListenerSettings(heartbeat_ms=heartbeat_ms, **values)
 
 
 def _stomp_table(settings: StompListenerSettings) -> str:
     """
-    C{[stomp.listener]} as loadable TOML: the settings' values under
-    their keys' attribute names (L{_read_stomp} in reverse).
+    C{[stomp.listener]} as loadable TOML (L{_read_stomp} in reverse).
     """
-    values = {**vars(settings.limits), **vars(settings),
-              "connection_ttl_override": settings.ttl_override_ms,
-              "heart_beat": "{},{}".format(*settings.heartbeat_ms)}
-    return _toml_table("[stomp.listener]", values, _STOMP_LISTENER_KEYS)
+    return _protocol_listener_table("[stomp.listener]", settings, _STOMP_LISTENER_KEYS,
+                                    heart_beat="{},{}".format(*settings.heartbeat_ms))
+
+
+def _read_mqtt(table: object, take, *, path: str) -> MqttListenerSettings | None:
+    """
+    Read C{[mqtt.listener]}, if the C{[mqtt]} table has one.
+
+    @param take: L{_take} bound to the file and reactor.
+    """
+    listener = _listener_table(table, "mqtt", path)
+    if listener is None:
+        return None
+    return MqttListenerSettings(
+        **_protocol_listener_values(listener, _MQTT_LISTENER_KEYS, "mqtt.listener", take))
 
 
 def _read_token(token_file: str, *, path: str, key: str) -> bytes:
@@ -559,7 +618,7 @@ def _load(path: str, reactor, hosted: bool) -> RouterConfig:
         return _take(table, keys, path=path, prefix=prefix, reactor=reactor)
 
     sections = ["router", "routing", "store", "events", "clients", "admin", "ha", "security",
-                "stomp"]
+                "stomp", "mqtt"]
     _reject_unknown(document, sections, path=path, prefix="")
     if "router" not in document:
         raise ConfigError(path, "router", "required section [router] is missing")
@@ -611,11 +670,12 @@ def _load(path: str, reactor, hosted: bool) -> RouterConfig:
     if "security" in document:
         security = _read_security(document["security"], take, path=path)
     stomp_listener = _read_stomp(document.get("stomp", {}), take, path=path)
+    mqtt_listener = _read_mqtt(document.get("mqtt", {}), take, path=path)
     config = RouterConfig(
         path=path, listener=listener, connectors=connectors, admin=admin,
         routing=routing_config, store=store, clients=client_listener,
         client_reconnect=client_reconnect, client_queue=client_queue, ha=ha, security=security,
-        stomp_listener=stomp_listener, events=event_rotation, colocated=colocated, **router
+        stomp_listener=stomp_listener, mqtt_listener=mqtt_listener, events=event_rotation, colocated=colocated, **router
     )
     for problem in router_settings.errors(config, reactor):
         raise ConfigError(path, problem.key, problem.message)
@@ -780,6 +840,9 @@ def format_config(config: RouterConfig) -> str:
         tables.append(_toml_table("[[routing.connector]]", connector, _CONNECTOR_KEYS))
     if config.stomp_listener is not None:
         tables.append(_stomp_table(config.stomp_listener))
+    if config.mqtt_listener is not None:
+        tables.append(_protocol_listener_table("[mqtt.listener]", config.mqtt_listener,
+                                               _MQTT_LISTENER_KEYS))
     if config.admin is not None:
         tables.append(_toml_table("[admin]", config.admin, _ADMIN_KEYS))
     if config.security is not None:

@@ -2,7 +2,7 @@
 The TCP ports of a shared-store instance's router, bound for the whole
 life of the instance rather than of each active period.
 
-A waiting instance holds its routing, client and STOMP ports bound and
+A waiting instance holds its routing, client, STOMP and MQTT ports bound and
 listening but accepts nothing: a client that fails over to it (at once,
 when its connection to the live closed) or a neighbour that dials it
 waits in the kernel's listen backlog, its first bytes unread, and is

@@ -14,4 +14,19 @@ topics map onto the mesh's (docs/mqtt.md).
    filters, shared subscriptions and C{$} topics.
  - L{meshroute.mqtt.topic_names}: MQTT topics and filters to the mesh's
    topic names and patterns, and back.
+
+The router's side of an MQTT connection (C{[mqtt.listener]}):
+
+ - L{meshroute.mqtt.listener}: the thin protocol and its factory;
+   L{meshroute.mqtt.settings}, the listener's keys.
+ - L{meshroute.mqtt.connection}: the adapter between packets and the
+   served session, over the connection machine every client protocol
+   shares; its collaborators L{meshroute.mqtt.subscriptions} (SUBSCRIBE,
+   UNSUBSCRIBE), L{meshroute.mqtt.deliveries} (PUBLISH out, PUBACK in,
+   within L{meshroute.mqtt.outbox}), L{meshroute.mqtt.wills}, and the
+   rules it applies: L{meshroute.mqtt.refusals} (native codes as reason
+   codes), L{meshroute.mqtt.messages} (properties as headers),
+   L{meshroute.mqtt.persistence} (a persistent session's durable names).
+ - L{meshroute.mqtt.clients}: one router's client ids, takeovers, and
+   the timers of clients away (session expiry, will delay).
 """

@@ -16,6 +16,7 @@ import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
@@ -54,6 +55,7 @@ from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore, ThreadedExecutor, TurnExecutor
 from meshroute.store.pruning import IdPruner
 from meshroute.store.settings import StoreConfig
+from meshroute.mqtt.listener import MQTT_SUBPROTOCOLS, MqttFactory
 from meshroute.stomp.listener import StompFactory
 from meshroute.stomp.websocket import websocket_factory
 from meshroute.router.witness import Witness
@@ -276,6 +278,9 @@ class RouterService(MultiService):
         self.stomp_factory: StompFactory | None = None
         if config.stomp_listener is not None:
             self._serve_stomp(endpoints, config, ha_view)
+        self.mqtt_factory: MqttFactory | None = None
+        if config.mqtt_listener is not None:
+            self._serve_mqtt(endpoints, config, ha_view)
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -304,32 +309,66 @@ class RouterService(MultiService):
 
     def _serve_stomp(self, endpoints, config: RouterConfig, ha_view) -> None:
         """
-        The C{[stomp.listener]}: its endpoints, and its WebSocket endpoints
-        if it has any.  Its sessions join the native listener's registry
-        (one C{/api/v1/sessions}, one C{max-sessions}).
+        The C{[stomp.listener]}.  Its sessions join the native listener's
+        registry (one C{/api/v1/sessions}, one C{max-sessions}).
         """
         stomp = config.stomp_listener
         natives = self.client_factory
         self.stomp_factory = StompFactory(
             self.engine, self._clock,
-            replace(natives.settings, connection_ttl_override=stomp.ttl_override_ms,
-                    limits=stomp.limits),
+            self._sessions_settings(stomp),
             sessions=natives.sessions, prefetch_count=stomp.prefetch_count,
             heartbeat_ms=stomp.heartbeat_ms, events=self.events, ha_view=ha_view,
             security=self.security, secret=natives.secret,
             verifies_certificates=stomp.client_ca is not None,
         )
-        services = [listening(endpoints, config, key, description, self.stomp_factory)
-                    for key, description in keyed("stomp.listener.endpoint", stomp.endpoint)]
-        if stomp.websocket:
-            served = websocket_factory(self.stomp_factory,
-                                       f"ws://localhost{stomp.websocket_path}", self._clock)
+        self._serve_protocol(endpoints, config, "stomp.listener", stomp, self.stomp_factory,
+                             websocket_factory)
+
+    def _serve_mqtt(self, endpoints, config: RouterConfig, ha_view) -> None:
+        """
+        The C{[mqtt.listener]}.  Its sessions join the native listener's
+        registry, as STOMP's do.
+        """
+        mqtt = config.mqtt_listener
+        natives = self.client_factory
+        self.mqtt_factory = MqttFactory(
+            self.engine, self._clock,
+            self._sessions_settings(mqtt),
+            mqtt, sessions=natives.sessions, events=self.events, ha_view=ha_view,
+            security=self.security, secret=natives.secret,
+            verifies_certificates=mqtt.client_ca is not None,
+        )
+        self._serve_protocol(
+            endpoints, config, "mqtt.listener", mqtt, self.mqtt_factory,
+            partial(websocket_factory, subprotocols=MQTT_SUBPROTOCOLS, text=False))
+
+    def _sessions_settings(self, listener) -> SessionSettings:
+        """
+        The sessions' settings of a protocol listener: the native
+        listener's, with its own TTL override and limits.
+        """
+        return replace(self.client_factory.settings,
+                       connection_ttl_override=listener.ttl_override_ms,
+                       limits=listener.limits)
+
+    def _serve_protocol(self, endpoints, config: RouterConfig, prefix: str, listener,
+                        factory, over_websocket) -> None:
+        """
+        A protocol listener's endpoints (C{PREFIX.endpoint}) and WebSocket
+        endpoints (C{PREFIX.websocket}, C{over_websocket(factory, url,
+        clock)}), C{client-ca} applied to whichever of them are TLS.
+        """
+        services = [listening(endpoints, config, key, description, factory)
+                    for key, description in keyed(f"{prefix}.endpoint", listener.endpoint)]
+        if listener.websocket:
+            served = over_websocket(factory, f"ws://localhost{listener.websocket_path}",
+                                    self._clock)
             services += [listening(endpoints, config, key, description, served)
-                         for key, description in keyed("stomp.listener.websocket",
-                                                       stomp.websocket)]
-        ca = load_client_ca(stomp.client_ca) if stomp.client_ca is not None else None
+                         for key, description in keyed(f"{prefix}.websocket",
+                                                       listener.websocket)]
+        ca = load_client_ca(listener.client_ca) if listener.client_ca is not None else None
         for service in services:
-            # client-ca applies to whichever of them are TLS.
             if ca is not None and isinstance(service.endpoint, SSL4ServerEndpoint):
                 verify_client_certificates(service.endpoint, ca)
             service.setServiceParent(self)
@@ -386,8 +425,9 @@ class RouterService(MultiService):
         drops them as a crash would, while its event log is still open.
         """
         listeners = [self.client_factory]
-        if self.stomp_factory is not None:
-            listeners.append(self.stomp_factory)
+        for protocol in (self.stomp_factory, self.mqtt_factory):
+            if protocol is not None:
+                listeners.append(protocol)
         for listener in listeners:
             if self._host is not None:
                 listener.stop_serving()

@@ -34,6 +34,8 @@ from meshroute.sessions.settings import (
     ClientQueueConfig,
     ClientReconnectConfig,
 )
+from meshroute.mqtt import settings as mqtt_settings
+from meshroute.mqtt.settings import MqttListenerSettings
 from meshroute.stomp import settings as stomp_settings
 from meshroute.stomp.settings import StompListenerSettings
 from meshroute.store.settings import StoreConfig
@@ -85,6 +87,7 @@ class RouterConfig:
     ha: HASettings | None = None
     security: SecurityConfig | None = None
     stomp_listener: StompListenerSettings | None = None
+    mqtt_listener: MqttListenerSettings | None = None
     events: RotationSettings = RotationSettings()
     colocated: tuple["RouterConfig", ...] = ()
 
@@ -110,6 +113,8 @@ def errors(config: RouterConfig, reactor) -> list[Problem]:
         found += ha_settings.errors(config.ha, config.name)
     if config.stomp_listener is not None:
         found += stomp_settings.errors(config.stomp_listener)
+    if config.mqtt_listener is not None:
+        found += mqtt_settings.errors(config.mqtt_listener)
     found += colocation_errors(config)
     return found
 
@@ -167,7 +172,7 @@ def keyed(key: str, descriptions: tuple[str, ...]) -> list[tuple[str, str]]:
 def serving_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
     """
     The server endpoints of C{config} that serve only once its store is
-    open (routing, clients, STOMP and its WebSocket), each with its key.
+    open (routing, clients, STOMP, MQTT and their WebSockets), each with its key.
     """
     found = []
     if config.listener is not None:
@@ -177,6 +182,9 @@ def serving_endpoints(config: RouterConfig) -> list[tuple[str, str]]:
     if config.stomp_listener is not None:
         found += keyed("stomp.listener.endpoint", config.stomp_listener.endpoint)
         found += keyed("stomp.listener.websocket", config.stomp_listener.websocket)
+    if config.mqtt_listener is not None:
+        found += keyed("mqtt.listener.endpoint", config.mqtt_listener.endpoint)
+        found += keyed("mqtt.listener.websocket", config.mqtt_listener.websocket)
     return found
 
 
@@ -210,6 +218,12 @@ def warnings(config: RouterConfig) -> list[Problem]:
             "no [security] section: the STOMP listener "
             f"{_listed(config.stomp_listener.endpoint)} is open to any client that reaches "
             "it, with any login (docs/security.md)"))
+    if config.mqtt_listener is not None and config.security is None:
+        found.append(Problem(
+            "security",
+            "no [security] section: the MQTT listener "
+            f"{_listed(config.mqtt_listener.endpoint)} is open to any client that reaches "
+            "it, with any username (docs/security.md)"))
     if config.ha is not None:
         found += ha_settings.warnings(config.ha)
     return found

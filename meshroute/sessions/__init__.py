@@ -13,8 +13,9 @@ client frames, and what it writes goes to its connection, which speaks
 them to the client: the native connection
 (L{meshroute.sessions.native_connection}) writes them as they are, the
 STOMP connection (L{meshroute.stomp.connection}) numbers STOMP's frames
-as native commands and writes the answers as STOMP.  The connections of
-either listener are watched by one
+as native commands and writes the answers as STOMP, the MQTT connection
+(L{meshroute.mqtt.connection}) likewise for MQTT's packets.  The
+connections of each listener are watched by one
 L{meshroute.sessions.watch.ConnectionWatch} each (TTL, partial frames,
 stage-valid-timeout).
 
@@ -36,7 +37,10 @@ stage-valid-timeout).
    each protocol extends.
  - L{meshroute.sessions.listener}: the Twisted protocol and factory
    every client listener builds on (the producer, the buffers, the
-   watch).
+   watch); L{meshroute.sessions.listener_settings}, the keys every
+   protocol listener beside the native one has;
+   L{meshroute.sessions.written_acks}, the deliveries a protocol
+   acknowledges once written (STOMP's C{ack:auto}, MQTT's QoS 0).
  - L{meshroute.sessions.native_connection}: what native frames mean to
    the connection machine (open, authentication, attach, commands).
  - L{meshroute.sessions.native_listener}: the thin native protocol and

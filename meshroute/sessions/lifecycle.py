@@ -1,6 +1,6 @@
 """
 The life of a client connection, whatever protocol it speaks: one Automat
-machine for the connections of the native and the STOMP listeners alike,
+machine for the connections of the native, STOMP and MQTT listeners alike,
 from the client's first frame to the closed transport.
 
     awaiting_hello ── got_hello ──▶ vetting ──────────── accepted ────────────▶ attached ── got_goodbye ──▶ ending
@@ -51,14 +51,15 @@ from the client's first frame to the closed transport.
 
 What the machine asks of each protocol is what its core (a
 L{ConnectionCore} subclass: the native L{meshroute.sessions.native_connection},
-the STOMP L{meshroute.stomp.connection}) adds to this module's: L{vet
+the STOMP L{meshroute.stomp.connection}, the MQTT
+L{meshroute.mqtt.connection}) adds to this module's: L{vet
 <ConnectionCore.vet>} a hello, L{attach <ConnectionCore.attach>} its
 session, L{serve <ConnectionCore.serve>} a frame of the session's
 business, L{write <ConnectionCore.write>} the session's native frames in
 the protocol's words (an C{Error} of command 0 is how a client is told
 why its connection ends), and word what it tells a client.  The native
 core also L{authenticates <ConnectionCore.authenticate>} after the hello;
-STOMP's hello carries its credentials.  Which frame is which input
+STOMP's and MQTT's hellos carry their credentials.  Which frame is which input
 (C{got_hello}, C{got_authenticate}, C{got_auth_response}, C{got_frame},
 C{got_goodbye}) is the protocol's listener's business.
 
@@ -95,6 +96,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
 from meshroute import events as event_names
+from meshroute.security.credentials import password_matches
+from meshroute.security.scram import decoy_credentials
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget, Liveness
 from meshroute.sessions.permissions import CONNECT, Guard, denied
@@ -238,6 +241,8 @@ class ConnectionCore(ABC):
         names a user (C{EXTERNAL}).
     @ivar user: who the client is, once authenticated (fixed for the
         connection's life); C{mechanism}, how it proved it.
+    @ivar last_command: the last command id an adapter that numbers the
+        session's commands itself (STOMP, MQTT: their clients do not) gave.
     @ivar silent: the connection's last frame was written (or it was
         dropped): it writes and reads nothing more.
     """
@@ -260,6 +265,7 @@ class ConnectionCore(ABC):
     session: ServedSession | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
+    last_command: int = 0
     liveness: Liveness = field(init=False)
     connected: bool = True
     silent: bool = False
@@ -371,6 +377,14 @@ class ConnectionCore(ABC):
         its own.
         """
 
+    def next_command(self) -> int:
+        """
+        The id of the next command an adapter gives its session (the
+        native client numbers its own).
+        """
+        self.last_command += 1
+        return self.last_command
+
     # -- reading ----------------------------------------------------------------
 
     def pause(self, reason: str = SENDS_IN_PROGRESS) -> None:
@@ -460,6 +474,33 @@ class ConnectionCore(ABC):
         log.info("{client} from {address} authenticated as {user!r} ({mechanism})",
                  client=self.LOG_NAME, address=peer_address(self.transport), user=user,
                  mechanism=mechanism)
+
+    def password_login(self, inputs: ConnectionInputs, user: str, password: str,
+                       mechanism: str) -> bool:
+        """
+        Whether C{user} and C{password}, carried in a hello (STOMP's
+        C{login} and C{passcode}, MQTT's username and password), name a
+        user of C{[security]} (or, without C{user}, a verified TLS client
+        certificate does); if not, the client is refused with
+        L{not_authenticated}: the same for an unknown user and a wrong
+        password, and as slow (an unknown user is checked against decoy
+        credentials).
+        """
+        if not user:
+            certified = self.certificate_user()
+            if certified is not None:
+                self.authenticated(certified, f.EXTERNAL)
+                return True
+        credentials = self.security.policy.credentials(user) if user else None
+        known = credentials is not None
+        if credentials is None:
+            credentials = decoy_credentials(self.secret, user)
+        if not (password_matches(credentials, password) and known):
+            self.not_authenticated(
+                inputs, user, "no login" if not user else f"unknown user or wrong {mechanism}")
+            return False
+        self.authenticated(user, mechanism)
+        return True
 
     def not_authenticated(self, inputs: ConnectionInputs, user: str, why: str) -> None:
         """

@@ -24,6 +24,7 @@ A connection beyond C{max-connections} is refused as soon as it is made.
 """
 
 from abc import ABCMeta, abstractmethod
+from collections.abc import Callable
 
 from automat import NoTransition
 from twisted.internet.interfaces import IPushProducer, IReactorTime
@@ -31,7 +32,8 @@ from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
 from meshroute.sessions.lifecycle import CONNECTION_MACHINE, UNREAD, ConnectionCore
-from meshroute.sessions.liveness import BufferBudget
+from meshroute.sessions.ha_view import WITHOUT_HA, HAView
+from meshroute.sessions.liveness import MAX_BUFFERED_FRAMES, BufferBudget
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.served import NO_EVENTS
 from meshroute.sessions.settings import SessionSettings
@@ -97,7 +99,7 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
         try:
             frames = self.decoder.feed(data)
         except self.decode_error as e:
-            self.machine.protocol_error(f.PROTOCOL_ERROR, str(e))
+            self.decode_failed(e)
             return
         room = core.liveness.read(len(frames), self.decoder.pending)
         for frame in frames:
@@ -106,6 +108,13 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
                 return
         if not room:
             self.machine.buffers_full()
+
+    def decode_failed(self, error: Exception) -> None:
+        """
+        The decoder refused the client's bytes (C{error}, a
+        L{decode_error}): the connection ends, C{protocol-error}.
+        """
+        self.machine.protocol_error(f.PROTOCOL_ERROR, str(error))
 
     def pauseProducing(self) -> None:
         """
@@ -139,11 +148,15 @@ class ListenerFactory(Factory):
     @param clock: for every timer.
     @param settings: the listener's L{SessionSettings}: its limits,
         C{connection-ttl-override} and C{connection-ttl-check-interval}.
-    @param sessions: the L{SessionRegistry} the sessions join.
+    @param sessions: the L{SessionRegistry} the sessions join (default: a
+        registry of its own; a protocol listener of a router joins the
+        native listener's, so that every protocol's sessions are counted
+        and shown together).
     @param events: where session events go (C{emit(event, **fields)});
         default: the engine's C{events}, else nowhere.
     @param max_buffered: the bound of the bytes of partial frames held for
-        all connections together.
+        all connections together (default: L{MAX_BUFFERED_FRAMES} frames
+        of C{max-frame-size}).
     @param ha_view: returns the router's L{meshroute.sessions.ha_view.HAView}
         now, asked at every hello: an instance that is not active refuses
         it (C{not-active}).
@@ -163,12 +176,16 @@ class ListenerFactory(Factory):
     protocol: type[ListenerProtocol]
 
     def __init__(self, engine, clock: IReactorTime, settings: SessionSettings, *,
-                 sessions: SessionRegistry, events, max_buffered: int, ha_view, security,
-                 secret: bytes, verifies_certificates: bool) -> None:
+                 sessions: SessionRegistry | None = None, events=None,
+                 max_buffered: int | None = None,
+                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA, security=None,
+                 secret: bytes = b"", verifies_certificates: bool = False) -> None:
+        if max_buffered is None:
+            max_buffered = MAX_BUFFERED_FRAMES * settings.limits.max_frame_size
         self.engine = engine
         self.clock = clock
         self.settings = settings
-        self.sessions = sessions
+        self.sessions = sessions if sessions is not None else SessionRegistry()
         self.events = events if events is not None else getattr(engine, "events", NO_EVENTS)
         self.budget = BufferBudget(max_buffered)
         self.ha_view = ha_view

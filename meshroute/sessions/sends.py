@@ -28,6 +28,27 @@ MAX_SENDS_IN_PROGRESS = 8192
 RESUME_SENDS_AT = MAX_SENDS_IN_PROGRESS // 2
 
 
+def submitted(engine, clock, frame: f.Send, notice_id: str = ""):
+    """
+    Submit C{frame}'s message to C{engine} (its time to live made an
+    expiry by C{clock}); a Deferred firing with its message id.  A
+    session's Sends go this way, and what a protocol sends on a client's
+    behalf once its session is gone (an MQTT will).
+
+    @param notice_id: what the message's expiry notice names its session
+        by, if it asks for one.
+    """
+    if frame.ttl_ms:
+        return maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
+                             frame.persistent, frame.duplicate_id,
+                             expires_at(clock, frame.ttl_ms), frame.notify_expiry, notice_id)
+    if frame.duplicate_id:
+        return maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
+                             frame.persistent, duplicate_id=frame.duplicate_id)
+    return maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
+                         frame.persistent)
+
+
 @dataclass(eq=False)
 class Sends:
     """
@@ -96,18 +117,8 @@ class Sends:
         Submit C{frame} to the engine; answer it when that fires.
         """
         session = self.session
-        engine, command_id = session.engine, frame.command_id
-        if frame.ttl_ms:
-            d = maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
-                              frame.persistent, frame.duplicate_id,
-                              expires_at(session.clock, frame.ttl_ms), frame.notify_expiry,
-                              session.notice_id)
-        elif frame.duplicate_id:
-            d = maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
-                              frame.persistent, duplicate_id=frame.duplicate_id)
-        else:
-            d = maybeDeferred(engine.submit, frame.address, frame.body, frame.headers,
-                              frame.persistent)
+        command_id = frame.command_id
+        d = submitted(session.engine, session.clock, frame, session.notice_id)
         self._started(1)
         d.addCallbacks(self._sent, self._send_failed, (command_id,), None, (command_id,))
 

@@ -103,6 +103,7 @@ EXPIRED = "expired"
 #: C{session.opened}).
 NATIVE = "native"
 STOMP = "stomp"
+MQTT = "mqtt"
 
 
 class ServedSessionInputs(Protocol):
@@ -358,8 +359,11 @@ class ServedSession:
     @ivar guard: the user's permission checks
         (L{meshroute.sessions.permissions.Guard}), or None: everything is
         allowed.
-    @ivar protocol: what its client speaks: L{NATIVE}, or L{STOMP} (a
-        L{meshroute.stomp.connection} adapter feeds it native commands).
+    @ivar protocol: what its client speaks: L{NATIVE}, L{STOMP} or L{MQTT}
+        (a L{meshroute.stomp.connection} or L{meshroute.mqtt.connection}
+        adapter feeds it native commands).
+    @ivar details: what its protocol adds to its description in the admin
+        API (MQTT: the protocol level, keep-alive, whether persistent).
     @ivar resumable: a new connection may resume it (a STOMP session never
         is; a native one stops being when its client does not report the
         answers it holds).
@@ -397,6 +401,7 @@ class ServedSession:
     ttl_ms: int = -1
     notice_id: str = ""
     resumable: bool = True
+    details: dict = field(default_factory=dict)
     answers: Answers = field(init=False, repr=False)
     sends: Sends = field(init=False, repr=False)
     deliveries: Deliveries = field(init=False, repr=False)
@@ -722,6 +727,7 @@ class ServedSession:
             "resumable": self.resumable,
             "disconnected_for_s": disconnected_for,
             "expires_in_s": expires_in,
+            **self.details,
         }
 
 

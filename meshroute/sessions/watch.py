@@ -1,6 +1,6 @@
 """
-The live connections of one client listener, native or STOMP, and the one
-timer that watches them all.
+The live connections of one client listener, native, STOMP or MQTT, and
+the one timer that watches them all.
 
 Every connection a listener serves answers the same three questions
 (C{handshake_late}, C{silent_too_long}, C{frame_late}) and takes the same

@@ -54,14 +54,11 @@ core extends); the TTL comes from the heart-beats
 
 from dataclasses import dataclass, field
 
-from twisted.internet.interfaces import IDelayedCall
-
 from meshroute import __version__
 from meshroute.expiry import now_ms
-from meshroute.security.credentials import password_matches
-from meshroute.security.scram import decoy_credentials
 from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
 from meshroute.sessions.served import STOMP
+from meshroute.sessions.written_acks import WrittenAcks
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT
 from meshroute.stomp.frames import (
     HEARTBEAT_BYTES,
@@ -113,7 +110,6 @@ class StompConnectionCore(ConnectionCore):
     @ivar stomp: the version negotiated (L{meshroute.stomp.versions}), or
         None before.
     @ivar heartbeats: the heart-beats negotiated (L{HeartBeats}).
-    @ivar last_command: the last command id given to the session.
     @ivar receipts: the receipts the client asked for (L{Receipts}).
     @ivar transaction: the name of the open transaction, or None.
     @ivar subscriptions: the client's subscriptions (L{StompSubscriptions}).
@@ -124,14 +120,12 @@ class StompConnectionCore(ConnectionCore):
     prefetch_count: int = DEFAULT_PREFETCH_COUNT
     heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS
     stomp: StompVersion | None = None
-    last_command: int = 0
     receipts: Receipts = field(default_factory=Receipts)
     transaction: str | None = None
     subscriptions: StompSubscriptions = field(default_factory=StompSubscriptions)
     client_id: str = ""
     heartbeats: HeartBeats = field(default_factory=HeartBeats)
-    _auto_acks: dict = field(default_factory=dict)
-    _auto_call: IDelayedCall | None = None
+    written_acks: WrittenAcks = field(init=False)
 
     AWAITED = "CONNECT"
     INACTIVE = ("not active: this router instance is not the active instance of its pair; "
@@ -139,6 +133,10 @@ class StompConnectionCore(ConnectionCore):
     STOPPED_SERVING = ("not active: this router instance stopped serving; the other instance "
                        "of its pair takes over")
     LOG_NAME = "STOMP client"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.written_acks = WrittenAcks(self)
 
     @property
     def stomp_version(self) -> str:
@@ -212,25 +210,7 @@ class StompConnectionCore(ConnectionCore):
             return
         self.send(self.subscriptions.message(subscription, frame, self.stomp))
         if subscription.ack == AUTO:
-            self._auto_acks.setdefault(subscription.number, []).append(frame.delivery_id)
-            if self._auto_call is None:
-                self._auto_call = self.clock.callLater(0, self._acknowledge_written)
-
-    def _acknowledge_written(self) -> None:
-        """
-        The turn's deliveries to C{ack:auto} subscriptions were written:
-        acknowledge them, and renew their credit.
-        """
-        self._auto_call = None
-        acks, self._auto_acks = self._auto_acks, {}
-        session = self.session
-        if session is None:
-            return
-        for number, delivery_ids in acks.items():
-            session.take_ack_at_once(f.Ack(self._command(), delivery_ids))
-            if self.session is None:
-                return
-            session.take_credit(f.Credit(self._command(), number, len(delivery_ids)))
+            self.written_acks.written(subscription.number, frame.delivery_id)
 
     # -- opening ----------------------------------------------------------------
 
@@ -259,7 +239,8 @@ class StompConnectionCore(ConnectionCore):
         if refusal is not None:
             inputs.refused(*refusal)
             return
-        if self.security is not None and not self._log_in(inputs, frame):
+        if self.security is not None and not self.password_login(
+                inputs, frame.header("login") or "", frame.header("passcode") or "", PASSCODE):
             return
         override = self.settings.connection_ttl_override
         self.ttl_ms = override if override != -1 else self.heartbeats.ttl_ms
@@ -267,33 +248,7 @@ class StompConnectionCore(ConnectionCore):
 
     def _ceiling(self) -> str | None:
         "Over WebSocket, the subprotocol's version: none above it is spoken."
-        return getattr(self.transport, "stomp_version", None)
-
-    def _log_in(self, inputs: ConnectionInputs, frame: StompFrame) -> bool:
-        """
-        Whether C{login} and C{passcode} name a user of C{[security]} (or,
-        without C{login}, a verified TLS client certificate does); if not,
-        the client is refused (the same for an unknown user and a wrong
-        passcode, and as slow: an unknown user is checked against decoy
-        credentials).
-        """
-        user = frame.header("login") or ""
-        if not user:
-            certified = self.certificate_user()
-            if certified is not None:
-                self.authenticated(certified, f.EXTERNAL)
-                return True
-        passcode = frame.header("passcode") or ""
-        credentials = self.security.policy.credentials(user) if user else None
-        known = credentials is not None
-        if credentials is None:
-            credentials = decoy_credentials(self.secret, user)
-        if not (password_matches(credentials, passcode) and known):
-            self.not_authenticated(
-                inputs, user, "no login" if not user else "unknown user or wrong passcode")
-            return False
-        self.authenticated(user, PASSCODE)
-        return True
+        return getattr(self.transport, "protocol_version", None)
 
     def attach(self, frame: StompFrame) -> None:
         """
@@ -307,10 +262,6 @@ class StompConnectionCore(ConnectionCore):
                                    "", self.ttl_ms))
 
     # -- connected --------------------------------------------------------------
-
-    def _command(self) -> int:
-        self.last_command += 1
-        return self.last_command
 
     def _receipt_after(self, frame: StompFrame) -> None:
         """
@@ -357,7 +308,7 @@ class StompConnectionCore(ConnectionCore):
         for name, value in frame.headers:
             if name not in SEND_HEADERS and name not in headers:
                 headers[name] = value
-        send = f.Send(self._command(), address, headers, frame.body,
+        send = f.Send(self.next_command(), address, headers, frame.body,
                       frame.header("persistent") != "false", frame.header("duplicate-id") or "",
                       time_to_live_ms(frame.header("expires"), now_ms(self.clock)))
         problem = self.settings.limits.headers_problem(send)
@@ -410,7 +361,7 @@ class StompConnectionCore(ConnectionCore):
         else:
             topic = subscribe_options(frame, self.client_id)
         subscription = self.subscriptions.add(subscription_id, destination, ack, credit, topic)
-        command_id = self._command()
+        command_id = self.next_command()
         self.receipts.expect(frame, command_id)
         if topic is None:
             self.session.machine.got_subscribe(
@@ -431,7 +382,7 @@ class StompConnectionCore(ConnectionCore):
             raise StompRefusal(f"no subscription {subscription_id!r}")
         forget = forgets(frame, subscription_id, subscription.topic, self.client_id)
         self.subscriptions.remove(subscription_id)
-        command_id = self._command()
+        command_id = self.next_command()
         self.receipts.expect(frame, command_id)
         self.session.machine.got_unsubscribe(
             f.Unsubscribe(command_id, subscription.number, forget))
@@ -459,11 +410,11 @@ class StompConnectionCore(ConnectionCore):
         if not ids or subscription.ack == AUTO:
             self._receipt_after(frame)
             return
-        command_id = self._command()
+        command_id = self.next_command()
         self.receipts.expect(frame, command_id)
         self.session.take_ack(f.Ack(command_id, ids))
         if self.session is not None:
-            self.session.take_credit(f.Credit(self._command(), subscription.number, len(ids)))
+            self.session.take_credit(f.Credit(self.next_command(), subscription.number, len(ids)))
 
     def on_nack(self, frame: StompFrame) -> None:
         if not self.stomp.nack:
@@ -481,7 +432,7 @@ class StompConnectionCore(ConnectionCore):
             raise StompRefusal(f"transaction {self.transaction!r} is open: a session has one "
                                "transaction at a time")
         self.transaction = name
-        command_id = self._command()
+        command_id = self.next_command()
         self.receipts.expect(frame, command_id)
         self.session.machine.got_begin(f.Begin(command_id))
 
@@ -496,7 +447,7 @@ class StompConnectionCore(ConnectionCore):
         if name is None or name != self.transaction:
             raise StompRefusal(f"no transaction {name!r} is open")
         self.transaction = None
-        command_id = self._command()
+        command_id = self.next_command()
         self.receipts.expect(frame, command_id)
         feed(command(command_id))
 
@@ -505,7 +456,7 @@ class StompConnectionCore(ConnectionCore):
         DISCONNECT: the session's Close; its Closed brings the receipt.
         """
         self.receipts.goodbye = frame.header("receipt")
-        self.session.machine.got_close(f.Close(self._command()))
+        self.session.machine.got_close(f.Close(self.next_command()))
 
     # -- closing ----------------------------------------------------------------
 
@@ -514,9 +465,7 @@ class StompConnectionCore(ConnectionCore):
         No more heart-beats, nor acknowledgements of what was written.
         """
         self.heartbeats.stop()
-        if self._auto_call is not None and self._auto_call.active():
-            self._auto_call.cancel()
-        self._auto_call = None
+        self.written_acks.stop()
 
 
 _HANDLERS = {

@@ -23,14 +23,9 @@ a connection as soon as it is made.  Over WebSocket
 WebSocket messages instead of a TCP stream.
 """
 
-from collections.abc import Callable
-
 from twisted.internet.interfaces import IReactorTime
 
-from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.listener import ListenerFactory, ListenerProtocol
-from meshroute.sessions.liveness import MAX_BUFFERED_FRAMES
-from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.settings import SessionSettings
 from meshroute.stomp.connection import StompConnectionCore
 from meshroute.stomp.frames import HEARTBEAT, StompLimits, StompParser, StompProtocolError
@@ -76,38 +71,23 @@ class StompFactory(ListenerFactory):
     Builds the router side of each connection of the C{[stomp.listener]}
     endpoints (TCP or TLS, and WebSocket).
 
-    @param engine: the router's message engine.
-    @param clock: for every timer.
     @param settings: the sessions' L{SessionSettings}: the listener's
         limits and C{connection-ttl-override}.
-    @param sessions: the registry the sessions join (the native
-        listener's, so that both are counted and shown together).
     @param prefetch_count: a SUBSCRIBE's credit when it names none.
     @param heartbeat_ms: the router's heart-beat offer C{(cx, cy)}.
-    @param ha_view: returns the router's L{HAView} now, asked at every
-        CONNECT: an instance that is not active refuses it.
-    @param security: the router's L{meshroute.security.policy.Security},
-        or None: the listener is open.
-    @param secret: what unknown users' decoy credentials derive from.
-    @param verifies_certificates: the listener's TLS verifies client
-        certificates against C{client-ca}: a CONNECT without C{login}
-        over a verified certificate is its subject CN's user.
+    @param options: every listener's (L{ListenerFactory}): the C{sessions}
+        they join, C{ha_view} (a CONNECT to an instance that is not active
+        is refused), C{security}, C{secret}, C{verifies_certificates} (a
+        CONNECT without C{login} over a verified certificate is its
+        subject CN's user), ...
     """
 
     protocol = StompProtocol
 
     def __init__(self, engine, clock: IReactorTime, settings: SessionSettings, *,
-                 sessions: SessionRegistry | None = None,
                  prefetch_count: int = DEFAULT_PREFETCH_COUNT,
-                 heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS, events=None,
-                 ha_view: Callable[[], HAView] = lambda: WITHOUT_HA, security=None,
-                 secret: bytes = b"", verifies_certificates: bool = False) -> None:
-        super().__init__(
-            engine, clock, settings,
-            sessions=sessions if sessions is not None else SessionRegistry(), events=events,
-            max_buffered=MAX_BUFFERED_FRAMES * settings.limits.max_frame_size,
-            ha_view=ha_view, security=security, secret=secret,
-            verifies_certificates=verifies_certificates)
+                 heartbeat_ms: tuple[int, int] = DEFAULT_HEARTBEAT_MS, **options) -> None:
+        super().__init__(engine, clock, settings, **options)
         self.prefetch_count = prefetch_count
         self.heartbeat_ms = heartbeat_ms
         self.limits = StompLimits.from_client_limits(settings.limits)

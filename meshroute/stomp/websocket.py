@@ -1,7 +1,10 @@
 """
 STOMP over WebSocket, for browsers: any stream protocol (the STOMP
-listener's) served over autobahn's Twisted WebSocket, the field's
-standard, so the listener speaks the same bytes over TCP and WebSocket.
+listener's, the MQTT listener's) served over autobahn's Twisted
+WebSocket, the field's standard, so a listener speaks the same bytes over
+TCP and WebSocket.  What is STOMP's below (its subprotocols, text
+messages) is a parameter of L{websocket_factory}: MQTT's subprotocol is
+C{mqtt}, and its messages binary (L{meshroute.mqtt.listener}).
 
 autobahn's own C{WrappingWebSocketServerFactory} does not fit: it
 negotiates its C{binary} and C{base64} subprotocols and reads every text
@@ -15,18 +18,19 @@ message whole before the stream sees a byte.  Here:
    but leaves the client to fail with no reason.  A client offering none is
    served: tools other than browsers seldom offer one, and STOMP
    negotiates its version in CONNECT anyway.
- - B{Version}: the transport's C{stomp_version} is the subprotocol's
+ - B{Version}: the transport's C{protocol_version} is the subprotocol's
    version (C{"1.2"}, C{"1.1"}, C{"1.0"}, or None without a subprotocol).  The
    version spoken is still the one CONNECT's C{accept-version} and
    CONNECTED's C{version} settle; a listener picks the highest both
-   accept, not above C{stomp_version} when there is one.
+   accept, not above C{protocol_version} when there is one.
  - B{Reading}: every WebSocket message, text or binary, is bytes of the
    stream, passed to C{dataReceived} as they arrive rather than once the
    message is whole: the stream's parser bounds what is held (its frame
    limits), so no WebSocket message size is imposed, and a frame may span
    messages or a message hold several frames.
  - B{Writing}: each write is one message: a text message when the
-   subprotocol is a STOMP one and the bytes are UTF-8, else binary.
+   subprotocol is a STOMP one and the bytes are UTF-8, else binary (an
+   MQTT listener's are always binary, as MQTT over WebSocket asks).
    Writes after the close began are dropped, as TCP transports drop them.
  - B{Closing}: C{loseConnection} starts the WebSocket closing handshake
    (code 1000) after what was written, and the client has every client
@@ -58,7 +62,8 @@ from meshroute.sessions.lifecycle import CLOSE_GRACE_S
 SUBPROTOCOLS = {"v12.stomp": "1.2", "v11.stomp": "1.1", "v10.stomp": "1.0"}
 
 
-def websocket_factory(stream_factory, url: str, reactor) -> WebSocketServerFactory:
+def websocket_factory(stream_factory, url: str, reactor, subprotocols: dict = SUBPROTOCOLS,
+                      text: bool = True) -> WebSocketServerFactory:
     """
     A WebSocket server factory serving the protocols of C{stream_factory}
     (any Twisted protocol factory: each gets a L{WebSocketStreamTransport})
@@ -67,8 +72,12 @@ def websocket_factory(stream_factory, url: str, reactor) -> WebSocketServerFacto
     @param url: the WebSocket URL clients use, C{ws://HOST:PORT/PATH} (or
         C{wss://} behind TLS); its path is the one served.
     @param reactor: the reactor autobahn's timers use.
+    @param subprotocols: the subprotocols served, in the order of
+        preference, each with the protocol version it names (or None).
+    @param text: whether writes that are UTF-8 go as text messages once a
+        subprotocol was negotiated (else every message is binary).
     """
-    return _StreamWebSocketFactory(stream_factory, url, reactor)
+    return _StreamWebSocketFactory(stream_factory, url, reactor, subprotocols, text)
 
 
 @implementer(ITransport, IPushProducer)
@@ -77,8 +86,8 @@ class WebSocketStreamTransport:
     The transport a stream protocol served over WebSocket writes to.
 
     @ivar subprotocol: the negotiated subprotocol (C{"v12.stomp"},
-        C{"v11.stomp"}, C{"v10.stomp"}), or None.
-    @ivar stomp_version: the STOMP version the subprotocol names, or None.
+        C{"v11.stomp"}, C{"v10.stomp"}, C{"mqtt"}), or None.
+    @ivar protocol_version: the version the subprotocol names, or None.
     @ivar disconnecting: whether C{loseConnection} or C{abortConnection}
         was called, as on TCP transports.
     """
@@ -86,14 +95,15 @@ class WebSocketStreamTransport:
     def __init__(self, websocket: "_StreamWebSocketProtocol", subprotocol: str | None) -> None:
         self._websocket = websocket
         self.subprotocol = subprotocol
-        self.stomp_version = SUBPROTOCOLS.get(subprotocol)
+        self.protocol_version = websocket.factory.subprotocols.get(subprotocol)
+        self._text = websocket.factory.text and subprotocol is not None
         self.disconnecting = False
 
     def write(self, data: bytes) -> None:
         websocket = self._websocket
         if websocket.state != websocket.STATE_OPEN or not data:
             return
-        text = self.subprotocol is not None
+        text = self._text
         if text:
             try:
                 data.decode("utf-8")
@@ -156,13 +166,14 @@ class _StreamWebSocketProtocol(WebSocketServerProtocol):
                                  f"no WebSocket resource at {request.path}")
         if not request.protocols:
             return None
-        for subprotocol in SUBPROTOCOLS:
+        served = self.factory.subprotocols
+        for subprotocol in served:
             if subprotocol in request.protocols:
                 self._subprotocol = subprotocol
                 return subprotocol
         raise ConnectionDeny(
             ConnectionDeny.NOT_ACCEPTABLE,
-            f"this server speaks the WebSocket subprotocols {', '.join(SUBPROTOCOLS)}")
+            f"this server speaks the WebSocket subprotocols {', '.join(served)}")
 
     def onOpen(self) -> None:
         stream = self.factory.stream_factory.buildProtocol(self.transport.getPeer())
@@ -204,10 +215,14 @@ class _StreamWebSocketFactory(WebSocketServerFactory):
 
     protocol = _StreamWebSocketProtocol
 
-    def __init__(self, stream_factory, url: str, reactor) -> None:
-        super().__init__(url, protocols=list(SUBPROTOCOLS), reactor=reactor)
+    def __init__(self, stream_factory, url: str, reactor, subprotocols: dict,
+                 text: bool) -> None:
+        super().__init__(url, protocols=list(subprotocols), reactor=reactor)
         self.stream_factory = stream_factory
-        # No HTML status page for a plain HTTP GET: this port serves STOMP.
+        self.subprotocols = subprotocols
+        self.text = text
+        # No HTML status page for a plain HTTP GET: this port serves a
+        # stream protocol.
         self.setProtocolOptions(webStatus=False, closeHandshakeTimeout=CLOSE_GRACE_S)
 
     def startFactory(self) -> None:

@@ -175,7 +175,7 @@ def test_wrong_type_string(write):
 def test_unknown_section(write):
     path = write(ROUTER + "[storage]\nsync = 'full'\n")
     assert_refused(path, "storage", "unknown key",
-                   "admin, clients, events, ha, router, routing, security, stomp, store")
+                   "admin, clients, events, ha, mqtt, router, routing, security, stomp, store")
 
 
 def test_unknown_routing_key(write):

@@ -20,13 +20,13 @@ interest reached router A, so what A takes after it is promised to it
 
 import subprocess
 import sys
-import textwrap
 import threading
 from collections import Counter
 
 from support.routers import (  # noqa: F401 (mesh is a fixture)
-    ClientProcess, mesh, run_cli, wait_until)
+    mesh, run_cli, wait_until)
 from support.stomp_clients import TIMEOUT_S, connect, readme_example, stomp_router
+from support.topic_subscriber import native_topic_subscriber
 
 #: The durable subscription's publications.
 DURABLE_COUNT = 5_000
@@ -35,33 +35,6 @@ WINDOW = 200
 LEDGER = "$durable:ledger:all-orders"
 BULK_TIMEOUT_S = 240.0
 
-#: A native subscriber (the client API's subscribe_topic, mesh-wide): says
-#: "subscribed" once the router confirmed, then prints each publication's
-#: topic and body, and exits after COUNT.
-_NATIVE_SUBSCRIBER = textwrap.dedent("""
-    import sys
-    from twisted.internet import defer, task
-    from meshroute.client import connect
-
-    async def main(reactor, endpoint, pattern, count):
-        client = await connect(reactor, endpoint)
-        done, got = defer.Deferred(), []
-
-        def on_message(message):
-            print(message.topic, message.body.decode(), flush=True)
-            message.ack()
-            got.append(message)
-            if len(got) == count:
-                done.callback(None)
-
-        await client.subscribe_topic(pattern, on_message, mesh_wide=True)
-        print("subscribed", flush=True)
-        await done
-        await client.close()
-
-    task.react(lambda reactor: defer.ensureDeferred(
-        main(reactor, sys.argv[1], sys.argv[2], int(sys.argv[3]))))
-""")
 
 
 def subscribe(connection, got, destination: str, sub: str, ack: str = "auto", headers=None):
@@ -88,10 +61,7 @@ def test_stomp_topics_across_two_routers(mesh, tmp_path):  # noqa: F811
 
 
 def _wildcards_from_stomp_and_native_publishers(mesh, a, b, a_proc) -> None:  # noqa: F811
-    native = ClientProcess("native-subscriber", [b.client_endpoint, "prices.#", "5"],
-                           mesh.directory / "clients",
-                           program=[sys.executable, "-c", _NATIVE_SUBSCRIBER])
-    mesh.clients.append(native)
+    native = native_topic_subscriber(mesh, b, "prices.#", 5)
     subscriber, got = connect(b, headers={"client-id": "watcher"})
     subscribe(subscriber, got, "/topic/prices.*.gbp", "gbp", "client-individual")
     subscribe(subscriber, got, "/topic/prices.#", "prices", "client")

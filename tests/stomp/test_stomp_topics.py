@@ -26,20 +26,10 @@ from meshroute.stomp.frames import StompFrame
 from meshroute.stomp.topic_options import TopicOptions, forgets, subscribe_options
 
 from support.fake_router import ROUTER
-from support.stomp_ends import (  # noqa: F401 (auto_engine is a fixture)
-    StompEnd, auto_engine, commands, make_factory)
+from support.stomp_ends import (  # noqa: F401 (auto_engine, started: fixtures)
+    StompEnd, auto_engine, commands, make_factory, started)
 
 DURABLE = "$durable:app:sub"
-
-
-@pytest.fixture
-def started(auto_engine):  # noqa: F811
-    """
-    The real engine, started: its fan-out takes publications.
-    """
-    auto_engine.start()
-    yield auto_engine
-    auto_engine.stop()
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def test_a_client_offering_no_version_spoken_gets_the_versions_in_an_error(
     client = StompEnd(make_factory(engine, clock))
     if ceiling is not None:
         # As a WebSocket transport under its subprotocol.
-        client.transport.stomp_version = ceiling
+        client.transport.protocol_version = ceiling
     client.frame("CONNECT", *connect, ("host", "/"))
     (error,) = client.received()
     assert error.command == "ERROR"

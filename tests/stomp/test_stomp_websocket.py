@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface.verify import verifyObject
 
+from meshroute.mqtt.listener import MQTT_SUBPROTOCOLS
 from meshroute.stomp.websocket import websocket_factory
 
 #: Generous for a loaded machine: every wait ends as soon as its event
@@ -171,7 +172,7 @@ async def test_the_highest_stomp_subprotocol_offered_is_chosen(served, offered, 
     browser, client, stream = await connected(served, offered)
     assert browser.subprotocol == chosen
     assert stream.transport.subprotocol == chosen
-    assert stream.transport.stomp_version == version
+    assert stream.transport.protocol_version == version
     peer = stream.transport.getPeer()
     assert (peer.host, peer.port) == ("127.0.0.1", client.transport.getHost().port)
     assert stream.transport.getHost().port == served[0].getHost().port
@@ -294,3 +295,28 @@ def test_listening_starts_and_stops_the_stream_factory():
     assert streams.numPorts == 1
     factory.doStop()
     assert streams.numPorts == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_mqtt_s_subprotocol_and_binary_messages():
+    # The MQTT listener's WebSocket (meshroute.mqtt.listener): subprotocol
+    # mqtt, every message binary, STOMP's subprotocols refused.
+    streams = StreamFactory()
+    port = await serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(
+        websocket_factory(streams, "ws://127.0.0.1/mqtt", reactor,
+                          subprotocols=MQTT_SUBPROTOCOLS, text=False))
+    try:
+        browser = await browse(port, ["mqtt"], "/mqtt")
+        client = await within_deadline(browser.opened)
+        stream = await stream_of(streams)
+        assert browser.subprotocol == "mqtt" and stream.transport.protocol_version is None
+        client.sendMessage(b"echo:\x10\x00\0", isBinary=True)
+        assert await message(browser, 1) == (b"\x10\x00", True)
+        client.sendClose()
+        await within_deadline(stream.lost)
+        refused = await browse(port, ["v12.stomp"], "/mqtt")
+        with pytest.raises(ConnectionError) as why:
+            await within_deadline(refused.opened)
+        assert "406" in str(why.value)
+    finally:
+        await port.stopListening()

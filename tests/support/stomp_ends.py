@@ -30,6 +30,16 @@ def auto_engine(tmp_path, clock):
     store.close()
 
 
+@pytest.fixture
+def started(auto_engine):
+    """
+    The real engine, started: its fan-out takes publications.
+    """
+    auto_engine.start()
+    yield auto_engine
+    auto_engine.stop()
+
+
 def put(engine, queue: str, *bodies: bytes) -> None:
     """
     Send persistent messages to a local queue.
