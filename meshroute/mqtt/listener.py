@@ -48,18 +48,6 @@ MQTT_SUBPROTOCOLS = {"mqtt": None, "mqttv3.1": None}
 _INPUT_FOR_PACKET = {Connect: "got_hello", Disconnect: "got_goodbye"}
 
 
-class _Reader(PacketReader):
-    """
-    The packet reader, with what the listener asks of every decoder: the
-    bytes of the packet not yet complete it holds (counted against the
-    listener's buffer bound).
-    """
-
-    @property
-    def pending(self) -> int:
-        return self._held
-
-
 class MqttProtocol(ListenerProtocol):
     """
     MQTT packets ↔ bytes for one connection.
@@ -69,7 +57,7 @@ class MqttProtocol(ListenerProtocol):
 
     def __init__(self, factory: "MqttFactory") -> None:
         super().__init__(factory)
-        self.decoder = _Reader(factory.settings.limits.max_frame_size)
+        self.decoder = PacketReader(factory.settings.limits.max_frame_size)
 
     def new_core(self) -> MqttConnectionCore:
         factory = self.factory

@@ -136,6 +136,14 @@ class PacketReader:
         self._needed = 1
         self._failure: MalformedPacket | None = None
 
+    @property
+    def pending(self) -> int:
+        """
+        The bytes held of a packet not yet complete (what a listener
+        counts against its buffer bound).
+        """
+        return self._held
+
     def feed(self, data: bytes) -> list:
         """
         The packets C{data} completes, in order; the bytes of one not yet

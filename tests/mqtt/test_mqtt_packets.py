@@ -144,6 +144,15 @@ def test_a_publish_of_each_edge_length_is_read_however_it_arrives(length):
     assert reader.feed(raw[-1:]) == [publish]
 
 
+def test_pending_counts_the_bytes_of_the_packet_not_yet_complete():
+    raw = encode(Publish("t", b"p" * 20, 1, packet_id=1), MQTT_3_1_1)
+    reader = PacketReader(BIG, protocol_level=MQTT_3_1_1, peer="server")
+    assert reader.feed(raw + raw[:7]) != []
+    assert reader.pending == 7
+    assert len(reader.feed(raw[7:])) == 1
+    assert reader.pending == 0
+
+
 def test_the_largest_remaining_length_is_taken_and_waited_for_when_allowed():
     reader = PacketReader(BIG, protocol_level=MQTT_5, peer="server")
     assert reader.feed(b"\x30\xff\xff\xff\x7f" + b"\0\x01t") == []
