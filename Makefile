@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SOURCES := setup.cfg pyproject.toml $(shell find meshroute twisted -name '*.py' -o -name '*.sql' 2>/dev/null)
 
-.PHONY: lab test test-slow run simulate install chromium clean audit-cluster
+.PHONY: lab test test-slow run simulate install test-packages clean audit-cluster
 
 install: $(VENV)/.installed
 
@@ -25,24 +25,32 @@ run: install
 lab: install
 	$(PY) -m meshroute.lab etc/lab
 
-# The browser tests (tests/support/browser.py) drive headless Chromium: installed
-# here where we can (root, with apt-get), and never a reason for the target
-# to fail; where it is missing, those tests are skipped and say why.
-chromium:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+# Debian packages some tests drive: headless Chromium for the browser tests
+# (tests/support/browser.py), mosquitto_pub / mosquitto_sub for the MQTT
+# tests.  Installed here where we can (root, with apt-get, from Debian's
+# registry), and never a reason for the target to fail; where one is
+# missing, its tests are skipped and say why.
+# $(call debian_package,COMMAND,PACKAGE,WHAT IS SKIPPED WITHOUT IT)
+define debian_package
+	@command -v $(1) >/dev/null 2>&1 \
 	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
-	       && echo "installing chromium for the browser tests (apt-get)" \
-	       && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+	       && echo "installing $(2) for $(3) (apt-get)" \
+	       && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null 2>&1 \
 	            || { apt-get update -qq >/dev/null 2>&1 \
-	                 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } \
-	  || echo "chromium is not installed: the browser tests will be skipped"
+	                 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null 2>&1; }; }; } \
+	  || echo "$(2) is not installed: $(3) will be skipped"
+endef
+
+test-packages:
+	$(call debian_package,chromium,chromium,the browser tests)
+	$(call debian_package,mosquitto_pub,mosquitto-clients,the mosquitto_pub/mosquitto_sub tests)
 
 # Two workers (pytest-xdist), each taking whole test files, the slowest
 # first (tests/conftest.py orders them).
 PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 # The layers (.importlinter, docs/architecture.md) first: an import that
 # points up the stack fails the target before any test runs.
-test: install chromium
+test: install test-packages
 	$(VENV)/bin/lint-imports --no-cache
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
