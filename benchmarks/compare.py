@@ -89,6 +89,7 @@ PROBE = b"probe"
 PACKAGES = {
     "rabbitmq": (("rabbitmq-server",), ("pika",)),
     "nats": (("nats-server",), ("nats-py",)),
+    "mosquitto": (("mosquitto",), ("paho-mqtt",)),
 }
 INSTALL = {system: f"apt-get install {' '.join(debian)} && pip install {' '.join(python)}"
            for system, (debian, python) in PACKAGES.items()}
