@@ -56,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,65 +109,43 @@ ESTABLISHED = "01"
 # -- options ------------------------------------------------------------------------
 
 
-class Options(usage.Options):
-    synopsis = "[--quick] [--systems meshroute,mosquitto] [--messages N] [...]"
+class Options(compare.Options):
+    """
+    compare.py's options (--sizes, --messages, --runs, --rate,
+    --latency-seconds, --warmup, --dir, --json, --quick, --keep) and the
+    MQTT ones.
+    """
+
+    synopsis = "[--quick] [--systems meshroute,mosquitto] [--defaults] [...]"
     optParameters = [
         ["systems", None, ",".join(SYSTEMS), "Comma-separated systems to run."],
-        ["size", None, 100, "Body size in bytes.", int],
-        ["messages", "n", None, "Publications per throughput run (default 20000; 5000 with "
-         "--quick).", int],
-        ["runs", None, None, "Throughput runs per row; the median counts (default 3; 1 with "
-         "--quick).", int],
-        ["rate", None, 1000, "Offered load of the latency runs, publications/s.", int],
-        ["latency-seconds", None, None, "Length of each latency run (default 10; 3 with "
-         "--quick).", float],
-        ["warmup", None, 200, "Publications of each latency run left out of the "
-         "percentiles.", int],
         ["window", None, 100, "QoS 1 publications unacknowledged at most (paho's max "
          "inflight); QoS 0: publications not yet written.", int],
-        ["mesh-keepalive-ms", None, 1000, "meshroute's [routing.listener] keepalive-interval "
-         "for the dead-bridge runs and the load, ms.", int],
+        ["mesh-keepalive-ms", None, 1000, "meshroute's [routing.listener] keepalive-interval, "
+         "ms.", int],
         ["mosquitto-keepalive", None, MOSQUITTO_MIN_KEEPALIVE_S, "Mosquitto's bridge "
-         "keepalive_interval for the dead-bridge runs and the load, s (at least "
-         f"{MOSQUITTO_MIN_KEEPALIVE_S}).", int],
-        ["dir", None, None, "Where to make the temporary directories (default: the system's "
-         "temporary directory)."],
-        ["json", None, None, "Also write every measurement to this JSON file."],
+         f"keepalive_interval, s (at least {MOSQUITTO_MIN_KEEPALIVE_S}).", int],
     ]
     optFlags = [
-        ["quick", "q", "Smoke run: fewer messages, one throughput run per row."],
         ["defaults", None, "Also measure dead-bridge detection at each system's default "
          "keepalive (both at once; meshroute's takes 4 to 6 minutes)."],
         ["no-load", None, "Only the dead-bridge detection."],
         ["no-install", None, "Skip Mosquitto when it is missing instead of installing it."],
-        ["keep", None, "Keep the directories (logs, stores)."],
     ]
+    known_systems = SYSTEMS
 
     def postOptions(self) -> None:
-        quick = self["quick"]
-        for key, full, short in (("messages", 20_000, 5000), ("runs", 3, 1),
-                                 ("latency-seconds", 10.0, 3.0)):
-            if self[key] is None:
-                self[key] = short if quick else full
-        self["systems"] = [s.strip() for s in self["systems"].split(",") if s.strip()]
-        unknown = set(self["systems"]) - set(SYSTEMS)
-        if unknown:
-            raise usage.UsageError(f"--systems: unknown {', '.join(sorted(unknown))}; "
-                                   f"known: {', '.join(SYSTEMS)}")
-        if self["size"] < 40:
-            raise usage.UsageError("--size: at least 40 bytes (sequence number and send time)")
-        if min(self["messages"], self["runs"], self["rate"], self["window"],
-               self["mesh-keepalive-ms"]) < 1 or self["latency-seconds"] <= 0:
-            raise usage.UsageError("--messages, --runs, --rate, --window, --latency-seconds "
-                                   "and --mesh-keepalive-ms must be positive")
+        if self["messages"] is None:
+            self["messages"] = 5000 if self["quick"] else 20_000
+        if self["sizes"] is None:
+            self["sizes"] = "100"
+        super().postOptions()
+        if min(self["window"], self["mesh-keepalive-ms"]) < 1:
+            raise usage.UsageError("--window and --mesh-keepalive-ms must be positive")
         if self["mosquitto-keepalive"] < MOSQUITTO_MIN_KEEPALIVE_S:
             raise usage.UsageError(f"--mosquitto-keepalive: Mosquitto takes at least "
                                    f"{MOSQUITTO_MIN_KEEPALIVE_S} s")
-        if self["warmup"] >= self["rate"] * self["latency-seconds"]:
-            raise usage.UsageError("--warmup leaves no message of the latency run")
         self["install"] = not self["no-install"]
-        # compare.run_broker and compare.measure read these besides ours.
-        self["prefetch"] = self["window"]
 
 
 @dataclass(frozen=True)
@@ -182,8 +161,8 @@ class MqttCase(compare.Case):
 
 
 def cases(options) -> list[MqttCase]:
-    return [MqttCase(1, options["size"], mode, system)
-            for system in options["systems"] for mode in MODES]
+    return [MqttCase(1, size, mode, system)
+            for system in options["systems"] for size in options["sizes"] for mode in MODES]
 
 
 def worker_argvs(origin_port: int, destination_port: int, case: MqttCase, count: int,
@@ -526,24 +505,8 @@ def run_detection(options, base: str, installed: set[str]) -> list[dict]:
     if options["defaults"]:
         print("dead-bridge: both at their default keepalives, at once (minutes) ...",
               file=sys.stderr, flush=True)
-        slots: list[dict | BaseException] = [None] * len(jobs)
-
-        def one(i, run):
-            try:
-                slots[i] = run(base, None)
-            except BaseException as e:
-                slots[i] = e
-
-        threads = [threading.Thread(target=one, args=(i, run)) for i, (run, _) in
-                   enumerate(jobs)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        for slot in slots:
-            if isinstance(slot, BaseException):
-                raise slot
-            found.append(slot)
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            found += pool.map(lambda job: job[0](base, None), jobs)
     return found
 
 
@@ -559,6 +522,15 @@ def _run_counts(result: dict) -> str:
     return ", ".join(f"{r['count'] - r['unique']}/{r['duplicates']}" for r in runs)
 
 
+def _saturated(result: dict) -> bool:
+    """
+    Whether the latency run received less than 95% of the rate offered:
+    queues grew all along, so its latencies are times through that backlog.
+    """
+    latency = result["latency"]
+    return latency["consumed_per_s"] < 0.95 * latency["rate"]
+
+
 def _cores(result: dict) -> float:
     latency = result["latency"]
     return latency["router_cpu_s"] / (latency["count"] / latency["rate"])
@@ -568,7 +540,7 @@ def print_tables(results: dict, detections: list[dict], options, skipped: list[s
                  started: float, load_at_start: float) -> None:
     rate = options["rate"]
     print(f"issue 32 MQTT one hop: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; "
-          f"paho-mqtt, MQTT 3.1.1, body {options['size']} B; throughput: "
+          f"paho-mqtt, MQTT 3.1.1; throughput: "
           f"{options['messages']:,} publications, median of {options['runs']}, window "
           f"{options['window']}; latency: {int(rate * options['latency-seconds']):,} "
           f"publications at {rate:,}/s (first {options['warmup']} left out); "
@@ -577,28 +549,31 @@ def print_tables(results: dict, detections: list[dict], options, skipped: list[s
     for line in skipped:
         print(line)
     rows = []
-    for result in sorted(results.values(), key=lambda r: (SYSTEMS.index(r["case"].system),
-                                                           -r["case"].qos)):
+    for result in sorted(results.values(), key=lambda r: (
+            r["case"].size, SYSTEMS.index(r["case"].system), -r["case"].qos)):
         case = result["case"]
         ms = result["latency"]["latency_ms"]
-        rows.append((LABELS[case.system], f"QoS {case.qos}" + (
+        rows.append((LABELS[case.system], compare._body(case.size), f"QoS {case.qos}" + (
             ", persistent session" if case.qos else ", clean session"),
             f"{result['msg_per_s']:,.0f}",
-            f"{ms['p50']:.2f} / {ms['p99']:.2f}" if ms else "-",
+            f"{ms['p50']:.2f} / {ms['p99']:.2f}" + (" *" if _saturated(result) else "")
+            if ms else "-",
             compare.cores_per_router(result["latency"]), _run_counts(result)))
     if rows:
-        print_table("", ("system", "QoS", "msg/s", f"p50 / p99 ms @{rate}/s",
+        print_table("", ("system", "body", "QoS", "msg/s", f"p50 / p99 ms @{rate}/s",
                          f"cores A / B @{rate}/s", "lost/dup per run"), rows)
         print("msg/s: received by the subscriber on B per second from the first publication "
-              "(median of the throughput runs).  cores: each router's (broker's) CPU seconds "
+              "(median of the throughput runs).  p50 / p99: publication to receipt (*: less "
+              f"than 95% of {rate:,}/s received, so queues grew all along and these are "
+              "times through that backlog).  cores: each router's (broker's) CPU seconds "
               "during the latency run divided by its length.  lost/dup: publications never "
               "received / received more than once, in each run (throughput runs, then the "
               "latency run).")
         print()
-    ratios = ratio_rows(results, rate)
+    ratios = [row for size in options["sizes"] for row in ratio_rows(results, size, rate)]
     if ratios:
         print_table("meshroute / Mosquitto (this run):",
-                    ("QoS", "what", "meshroute", "Mosquitto", "ratio"), ratios)
+                    ("body", "QoS", "what", "meshroute", "Mosquitto", "ratio"), ratios)
         print()
     if detections:
         print_table("Dead-bridge detection (idle; the far side frozen with SIGSTOP):",
@@ -610,17 +585,16 @@ def print_tables(results: dict, detections: list[dict], options, skipped: list[s
               "left ESTABLISHED (/proc/net/tcp, polled every 20 ms).")
 
 
-def ratio_rows(results: dict, rate: int) -> list[tuple]:
+def ratio_rows(results: dict, size: int, rate: int) -> list[tuple]:
     """
-    meshroute's figures over Mosquitto's, per QoS: msg/s (higher is
-    better), p50 and p99 at the paced rate, CPU (lower is better).
+    meshroute's figures over Mosquitto's for C{size}-byte bodies, per QoS:
+    msg/s (higher is better), p50 and p99 at the paced rate, CPU (lower is
+    better).
     """
     rows = []
     for mode, qos in MODES.items():
-        ours = next((r for r in results.values()
-                     if r["case"].system == "meshroute" and r["case"].mode == mode), None)
-        theirs = next((r for r in results.values()
-                       if r["case"].system == "mosquitto" and r["case"].mode == mode), None)
+        ours = results.get(MqttCase(1, size, mode, "meshroute").id)
+        theirs = results.get(MqttCase(1, size, mode, "mosquitto").id)
         if not (ours and theirs):
             continue
         figures = (
@@ -634,7 +608,8 @@ def ratio_rows(results: dict, rate: int) -> list[tuple]:
         for what, figure, form in figures:
             a, b = figure(ours), figure(theirs)
             if a is not None and b:
-                rows.append((f"QoS {qos}", what, form.format(a), form.format(b),
+                rows.append((compare._body(size), f"QoS {qos}", what, form.format(a),
+                             form.format(b),
                              f"{a / b:.2f}x"))
     return rows
 
