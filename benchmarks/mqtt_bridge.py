@@ -327,27 +327,35 @@ class MosquittoPair(BrokerPair):
 # -- the load ---------------------------------------------------------------------------
 
 
-def run_load(system: str, options, base: str) -> tuple[dict[str, dict], list[str]]:
+def mosquitto_missing(options) -> str | None:
+    """
+    Install Mosquitto and paho-mqtt where missing (unless --no-install,
+    with compare.py's L{compare.install}); what is still missing, said as
+    a line of the report, or None.
+    """
+    missing = MosquittoPair.missing()
+    if missing and options["install"]:
+        missing = compare.install("mosquitto", MosquittoPair)
+    if not missing:
+        return None
+    line = f"{MosquittoPair.label}: skipped, {missing} (install: {compare.INSTALL['mosquitto']})"
+    print(line, file=sys.stderr, flush=True)
+    return line
+
+
+def run_load(system: str, options, base: str) -> dict[str, dict]:
     """
     Every row of C{system}: its processes started once, each row's runs
     through compare.measure and compare.run_broker (the workers, the CPU
     of the system's processes, the exactly-once check).
 
-    @return: the results by case id, and what was skipped (and why).
+    @return: the results by case id.
     """
     workdir = tempfile.mkdtemp(prefix=f"{system}-load-", dir=base)
     children = Children()
     if system == "meshroute":
         target = MqttMesh(workdir, children, options["mesh-keepalive-ms"])
     else:
-        missing = MosquittoPair.missing()
-        if missing and options["install"]:
-            missing = compare.install("mosquitto", MosquittoPair)
-        if missing:
-            line = (f"{MosquittoPair.label}: skipped, {missing} (install: "
-                    f"{compare.INSTALL['mosquitto']})")
-            print(line, file=sys.stderr, flush=True)
-            return {}, [line]
         target = MosquittoPair(workdir, children, options["mosquitto-keepalive"])
     results = {}
     try:
@@ -367,7 +375,7 @@ def run_load(system: str, options, base: str) -> tuple[dict[str, dict], list[str
         children.kill_all()
         if not options["keep"]:
             shutil.rmtree(workdir, ignore_errors=True)
-    return results, []
+    return results
 
 
 # -- dead-bridge detection ----------------------------------------------------------------
@@ -413,6 +421,17 @@ def freeze_and_wait(near_alive, far_proc, far_port: int, deadline_s: float) -> t
     return frozen, time.time()
 
 
+def thaw_and_stop(children: Children) -> None:
+    """
+    SIGCONT every process of C{children} (a frozen one would only take the
+    SIGKILL after the stop deadline), then stop them all.
+    """
+    for proc in children.procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+    children.kill_all()
+
+
 def mesh_detection(base: str, keepalive_ms: int | None) -> dict:
     """
     Freeze router-b of a fresh idle MqttMesh; when router-a closed the link
@@ -435,9 +454,8 @@ def mesh_detection(base: str, keepalive_ms: int | None) -> dict:
 
         event = wait_until("router-a's link.closed event", keepalive_close, START_DEADLINE_S,
                            a.check_alive)
-        os.kill(b.proc.pid, signal.SIGCONT)
     finally:
-        children.kill_all()
+        thaw_and_stop(children)
     return {
         "system": "meshroute",
         "settings": f"keepalive-interval {interval_ms:,} ms" + (
@@ -466,12 +484,11 @@ def mosquitto_detection(base: str, keepalive_s: int | None) -> dict:
         a, b = pair.brokers
         frozen, closed = freeze_and_wait(a.check_alive, b.proc, b.port,
                                          3 * seconds + START_DEADLINE_S)
-        os.kill(b.proc.pid, signal.SIGCONT)
         pings = [int(stamp) for stamp in re.findall(
             r"^(\d+): Sending PINGREQ to", tail(pair.log_path(a), 10_000), re.MULTILINE)
             if int(stamp) >= int(frozen)]
     finally:
-        children.kill_all()
+        thaw_and_stop(children)
     return {
         "system": "mosquitto",
         "settings": f"keepalive_interval {seconds} s" + ("" if keepalive_s else " (default)"),
@@ -484,15 +501,14 @@ def mosquitto_detection(base: str, keepalive_s: int | None) -> dict:
     }
 
 
-def run_detection(options, base: str, installed: set[str]) -> list[dict]:
+def run_detection(options, base: str, systems: list[str]) -> list[dict]:
     """
-    The dead-bridge runs: short keepalives one after the other; with
-    --defaults, then both at their defaults at once (each waits minutes).
+    The dead-bridge runs of C{systems}: short keepalives one after the
+    other; with --defaults, then both at their defaults at once (each
+    waits minutes).
     """
     jobs = []
-    for system in options["systems"]:
-        if system not in installed:
-            continue
+    for system in systems:
         if system == "meshroute":
             jobs.append((mesh_detection, options["mesh-keepalive-ms"]))
         else:
@@ -539,13 +555,13 @@ def _cores(result: dict) -> float:
 def print_tables(results: dict, detections: list[dict], options, skipped: list[str],
                  started: float, load_at_start: float) -> None:
     rate = options["rate"]
-    print(f"issue 32 MQTT one hop: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; "
-          f"paho-mqtt, MQTT 3.1.1; throughput: "
-          f"{options['messages']:,} publications, median of {options['runs']}, window "
-          f"{options['window']}; latency: {int(rate * options['latency-seconds']):,} "
-          f"publications at {rate:,}/s (first {options['warmup']} left out); "
-          f"{time.monotonic() - started:.0f} s; load average {load_at_start:.1f} at the "
-          f"start, {os.getloadavg()[0]:.1f} at the end")
+    load = (f"; paho-mqtt, MQTT 3.1.1; throughput: {options['messages']:,} publications, "
+            f"median of {options['runs']}, window {options['window']}; latency: "
+            f"{int(rate * options['latency-seconds']):,} publications at {rate:,}/s (first "
+            f"{options['warmup']} left out)") if results else ""
+    print(f"issue 32 MQTT one hop: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+          f"{load}; {time.monotonic() - started:.0f} s; load average {load_at_start:.1f} at "
+          f"the start, {os.getloadavg()[0]:.1f} at the end")
     for line in skipped:
         print(line)
     rows = []
@@ -621,19 +637,14 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     results: dict[str, dict] = {}
     skipped: list[str] = []
+    systems = list(options["systems"])
+    if "mosquitto" in systems and (line := mosquitto_missing(options)):
+        systems.remove("mosquitto")
+        skipped.append(line)
     try:
-        installed = set(options["systems"])
-        for system in options["systems"]:
-            if options["no-load"]:
-                break
-            found, missing = run_load(system, options, base)
-            results.update(found)
-            skipped += missing
-            if missing:
-                installed.discard(system)
-        if "mosquitto" in installed and MosquittoPair.missing():
-            installed.discard("mosquitto")
-        detections = run_detection(options, base, installed)
+        for system in [] if options["no-load"] else systems:
+            results.update(run_load(system, options, base))
+        detections = run_detection(options, base, systems)
     finally:
         if not options["keep"]:
             shutil.rmtree(base, ignore_errors=True)
