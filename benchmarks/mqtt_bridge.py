@@ -3,24 +3,15 @@ Issue 32's measure: MQTT devices across one hop of meshroute beside a
 Mosquitto bridge carrying the same load, in one run, as ratios; and how
 long each side takes to notice that the far side froze.
 
-The load, the same for both: a paho-mqtt publisher (MQTT 3.1.1) connected
-to A publishes on a topic C{bench/runN} (a new one for every run) bodies
-carrying their sequence number and send time (throughput.py's); a
-paho-mqtt subscriber connected to B subscribes to it first.  Each QoS is a
-row:
-
-- QoS 1: the subscriber's session is persistent (clean session 0), so its
-  subscription is durable; every publication must be received exactly
-  once (losses and duplicates are counted in every run; a violation
-  makes the script exit 1).  At most --window publications are
-  unacknowledged (paho's max inflight).
-- QoS 0: a clean session; losses are counted and reported.
-
-A throughput run (--messages publications as fast as the window lets,
-received/s from the first publication to the last receipt, the median of
---runs runs) and a latency run at a paced --rate (default 1,000 msg/s),
-publication to receipt, which also gives each router's (broker's) CPU at
-that rate.
+The load, the same for both: a paho-mqtt publisher (MQTT 3.1.1) on A
+publishes on a topic C{bench/runN} (new for every run) bodies carrying
+their sequence number and send time (throughput.py's); a paho-mqtt
+subscriber on B subscribed to it first.  QoS 1 (a persistent subscriber
+session: every publication must arrive exactly once, or the script exits
+1; at most --window unacknowledged) and QoS 0 (a clean session; losses
+reported) are a row each, each a throughput run (the median of --runs)
+and a latency run at a paced --rate (default 1,000 msg/s) that also gives
+each router's (broker's) CPU at that rate.
 
 - meshroute: two real C{twistd -n meshroute} routers, router-a dialling
   router-b, each with an C{[mqtt.listener]}; C{[store] sync = "full"} (a
@@ -119,6 +110,11 @@ class Options(compare.Options):
     synopsis = "[--quick] [--systems meshroute,mosquitto] [--defaults] [...]"
     optParameters = [
         ["systems", None, ",".join(SYSTEMS), "Comma-separated systems to run."],
+        ["sizes", None, None, "Comma-separated body sizes in bytes (default 100)."],
+        ["messages", "n", None, "Publications per throughput run (default 20000; 5000 with "
+         "--quick).", int],
+        ["prefetch", None, 1000, "Not used here (the subscriber acknowledges each QoS 1 "
+         "delivery; the brokers' own limits hold).", int],
         ["window", None, 100, "QoS 1 publications unacknowledged at most (paho's max "
          "inflight); QoS 0: publications not yet written.", int],
         ["mesh-keepalive-ms", None, 1000, "meshroute's [routing.listener] keepalive-interval, "
