@@ -806,6 +806,21 @@ def main(argv: list[str]) -> int:
                      run_broker, print_tables)
 
 
+def in_temporary_directory(options, prefix: str, run):
+    """
+    C{run(base)} in a new temporary directory C{base} (under --dir, named
+    C{prefix}...), removed afterwards unless --keep.
+    """
+    base = tempfile.mkdtemp(prefix=prefix, dir=options["dir"])
+    try:
+        return run(base)
+    finally:
+        if not options["keep"]:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"directories kept in {base}", file=sys.stderr)
+
+
 def run_cases(options, prefix: str, found: list[Case], pairs: dict, run_router, run_pair,
               report) -> int:
     """
@@ -815,15 +830,9 @@ def run_cases(options, prefix: str, found: list[Case], pairs: dict, run_router, 
 
     @return: the exit status: 1 if any run had a problem.
     """
-    base = tempfile.mkdtemp(prefix=prefix, dir=options["dir"])
     started = time.monotonic()
-    try:
-        results, skipped = run_all(options, base, found, pairs, run_router, run_pair)
-    finally:
-        if not options["keep"]:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"directories kept in {base}", file=sys.stderr)
+    results, skipped = in_temporary_directory(
+        options, prefix, lambda base: run_all(options, base, found, pairs, run_router, run_pair))
     if options["json"]:
         with open(options["json"], "w") as f:
             json.dump({k: dict(v, case=v["case"].id) for k, v in results.items()}, f, indent=1)

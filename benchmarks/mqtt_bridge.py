@@ -629,7 +629,6 @@ def ratio_rows(results: dict, size: int, rate: int) -> list[tuple]:
 def main(argv: list[str]) -> int:
     options = parse_main_options(Options(), argv)
     load_at_start = os.getloadavg()[0]
-    base = tempfile.mkdtemp(prefix="meshroute-mqtt-bridge-", dir=options["dir"])
     started = time.monotonic()
     results: dict[str, dict] = {}
     skipped: list[str] = []
@@ -637,15 +636,13 @@ def main(argv: list[str]) -> int:
     if "mosquitto" in systems and (line := mosquitto_missing(options)):
         systems.remove("mosquitto")
         skipped.append(line)
-    try:
+
+    def run(base: str) -> list[dict]:
         for system in [] if options["no-load"] else systems:
             results.update(run_load(system, options, base))
-        detections = run_detection(options, base, systems)
-    finally:
-        if not options["keep"]:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"directories kept in {base}", file=sys.stderr)
+        return run_detection(options, base, systems)
+
+    detections = compare.in_temporary_directory(options, "meshroute-mqtt-bridge-", run)
     if options["json"]:
         with open(options["json"], "w") as f:
             json.dump({"load": {k: dict(v, case=v["case"].id) for k, v in results.items()},
