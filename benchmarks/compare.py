@@ -89,6 +89,7 @@ PROBE = b"probe"
 PACKAGES = {
     "rabbitmq": (("rabbitmq-server",), ("pika",)),
     "nats": (("nats-server",), ("nats-py",)),
+    "mosquitto": (("mosquitto",), ("paho-mqtt",)),
 }
 INSTALL = {system: f"apt-get install {' '.join(debian)} && pip install {' '.join(python)}"
            for system, (debian, python) in PACKAGES.items()}
@@ -123,6 +124,9 @@ class Options(usage.Options):
         ["keep", None, "Keep the directories (router and broker logs, stores)."],
     ]
 
+    #: The systems --systems may name (a subclass measuring others says which).
+    known_systems = SYSTEMS
+
     def postOptions(self) -> None:
         quick = self["quick"]
         for key, full, short in (("messages", 50_000, 5000), ("runs", 3, 1),
@@ -130,10 +134,10 @@ class Options(usage.Options):
             if self[key] is None:
                 self[key] = short if quick else full
         self["systems"] = [s.strip() for s in self["systems"].split(",") if s.strip()]
-        unknown = set(self["systems"]) - set(SYSTEMS)
+        unknown = set(self["systems"]) - set(self.known_systems)
         if unknown:
             raise usage.UsageError(f"--systems: unknown {', '.join(sorted(unknown))}; "
-                                   f"known: {', '.join(SYSTEMS)}")
+                                   f"known: {', '.join(self.known_systems)}")
         try:
             self["sizes"] = ([int(s) for s in self["sizes"].split(",")] if self["sizes"]
                              else [100] if quick else list(SIZES))
@@ -802,6 +806,21 @@ def main(argv: list[str]) -> int:
                      run_broker, print_tables)
 
 
+def in_temporary_directory(options, prefix: str, run):
+    """
+    C{run(base)} in a new temporary directory C{base} (under --dir, named
+    C{prefix}...), removed afterwards unless --keep.
+    """
+    base = tempfile.mkdtemp(prefix=prefix, dir=options["dir"])
+    try:
+        return run(base)
+    finally:
+        if not options["keep"]:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"directories kept in {base}", file=sys.stderr)
+
+
 def run_cases(options, prefix: str, found: list[Case], pairs: dict, run_router, run_pair,
               report) -> int:
     """
@@ -811,15 +830,9 @@ def run_cases(options, prefix: str, found: list[Case], pairs: dict, run_router, 
 
     @return: the exit status: 1 if any run had a problem.
     """
-    base = tempfile.mkdtemp(prefix=prefix, dir=options["dir"])
     started = time.monotonic()
-    try:
-        results, skipped = run_all(options, base, found, pairs, run_router, run_pair)
-    finally:
-        if not options["keep"]:
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            print(f"directories kept in {base}", file=sys.stderr)
+    results, skipped = in_temporary_directory(
+        options, prefix, lambda base: run_all(options, base, found, pairs, run_router, run_pair))
     if options["json"]:
         with open(options["json"], "w") as f:
             json.dump({k: dict(v, case=v["case"].id) for k, v in results.items()}, f, indent=1)

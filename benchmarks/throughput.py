@@ -372,6 +372,8 @@ class RouterProc:
         self.directory = directory
         self.client_port, self.admin_port = free_port(), free_port()
         self.routing_port: int | None = None
+        #: The routing listener's C{keepalive-interval} (None: the router's default).
+        self.keepalive_interval_ms: int | None = None
         self.connect_to: "RouterProc | None" = None
         self.proc: subprocess.Popen | None = None
 
@@ -395,6 +397,8 @@ class RouterProc:
                                 f'sync = "{sync}"\nwriter = "{writer}"\n', 1) + extra
         if self.routing_port is not None:
             config += LISTENER_CONFIG.format(port=self.routing_port)
+            if self.keepalive_interval_ms is not None:
+                config += f"keepalive-interval = {self.keepalive_interval_ms}\n"
         if self.connect_to is not None:
             config += CONNECTOR_CONFIG.format(peer=self.connect_to.name,
                                               port=self.connect_to.routing_port)
@@ -432,8 +436,11 @@ class RouterProc:
 
 class Mesh:
     """
-    A line of 2 or 3 routers, each in a fresh directory under C{workdir}.
+    A line of 2 or 3 routers, each in a fresh directory under C{workdir},
+    each a C{router_class}.
     """
+
+    router_class = RouterProc
 
     def __init__(self, workdir: str, hops: int, sync: str, children: Children,
                  extra_config: str = "", store_writer: str = "thread") -> None:
@@ -445,7 +452,8 @@ class Mesh:
         self.sync = sync
         self.extra_config = extra_config
         self.store_writer = store_writer
-        self.routers = [RouterProc(name, os.path.join(workdir, name)) for name in NAMES[:hops + 1]]
+        self.routers = [self.router_class(name, os.path.join(workdir, name))
+                        for name in NAMES[:hops + 1]]
         for upstream, downstream in zip(self.routers, self.routers[1:]):
             downstream.routing_port = free_port()
             upstream.connect_to = downstream
