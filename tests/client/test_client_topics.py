@@ -181,9 +181,12 @@ def test_the_frame_carries_what_was_asked(harness, started, monkeypatch):
     monkeypatch.setattr(started.topics, "subscribe", recorded)
     client = harness.connect("app")
     result_of(_subscribed(harness, client.subscribe_topic("t.#", Collector(), durable="d",
-                                                          shared=True, mesh_wide=True)))
+                                                          shared=True, mesh_wide=True,
+                                                          retained="if-new")))
     assert asked == [{"client_id": "app", "durable": "d", "shared": True, "user": None,
-                      "mesh_wide": True}]
+                      "mesh_wide": True, "retained": "if-new"}]
+    with pytest.raises(ValueError):
+        client.subscribe_topic("t", Collector(), retained="yes")
 
 
 def test_an_older_router_is_told_apart(started, clock, monkeypatch):
@@ -194,6 +197,15 @@ def test_an_older_router_is_told_apart(started, clock, monkeypatch):
     assert isinstance(refused, SubscribeError) and refused.code == UNSUPPORTED
     refused = failure_of(client.publish("t", b"x"))
     assert isinstance(refused, SendError) and refused.code == UNSUPPORTED
+
+
+def test_a_router_of_version_8_is_asked_for_no_retained_messages(started, clock, monkeypatch):
+    monkeypatch.setattr(f, "SUPPORTED_VERSIONS", (1, 2, 3, 4, 5, 6, 7, 8))
+    harness = Harness(started, clock)
+    client = harness.connect("app")
+    refused = failure_of(client.subscribe_topic("t", Collector(), retained="all"))
+    assert isinstance(refused, SubscribeError) and refused.code == UNSUPPORTED
+    result_of(_subscribed(harness, client.subscribe_topic("t", Collector())))
 
 
 # -- across failures ---------------------------------------------------------------
