@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from meshroute.messages import PUBLICATION_HEADER, TARGETS_HEADER, TOPIC_QUEUE
+from meshroute.router.views import describe_topics
 from meshroute.testing.memory_mesh import MemoryMesh
 from meshroute.topics.retained import RETAIN_HEADER, RETAINED_HEADER
 from support.mesh_testing import assert_confirmed, events_of, mesh  # noqa: F401 (mesh: a fixture)
@@ -263,6 +264,16 @@ def test_past_max_retained_a_new_topic_is_refused_there_and_still_delivered(mesh
     assert_confirmed([retain(mesh, "router-a", "t1", b"new")])
     mesh.run(1)
     assert tables(mesh, ["router-b"])["router-b"]["t1"][0] == b"new"
+
+
+def test_the_topics_view_shows_what_is_held(mesh):
+    star(mesh)
+    assert_confirmed([retain(mesh, "router-a", "a", b"12"), retain(mesh, "router-a", "b", b""),
+                      retain(mesh, "router-a", "c", b"345")])
+    mesh.run(1)
+    assert describe_topics(mesh.routers["router-e"].engine)["retained"] == {
+        "count": 2, "bytes": 5, "cleared": 1, "max_count": 10_000,
+        "max_bytes": 64 * 1024 * 1024}
 
 
 def test_one_with_a_time_to_live_expires(mesh):
