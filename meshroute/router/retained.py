@@ -98,6 +98,9 @@ class RetainedMessages:
         def taken(entries) -> None:
             self.table.load(entries)
             self._expire_later()
+            # Links that came up before the store answered had a part.
+            for peer, channel in sorted(self._channels.items()):
+                self._send_all(peer, channel)
 
         return self._store.retained_messages().addCallback(taken)
 
@@ -153,6 +156,9 @@ class RetainedMessages:
         if version < RETAINED_VERSION:
             return
         self._channels[peer] = channel
+        self._send_all(peer, channel)
+
+    def _send_all(self, peer: str, channel) -> None:
         now_ms = self._now_ms()
         for entry in self.table:
             if not entry.expired(now_ms):

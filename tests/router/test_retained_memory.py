@@ -86,11 +86,12 @@ def test_its_live_copy_is_not_given_again_to_a_subscription_given_it_retained(me
     assert subscriber.bodies == [b"kept"]
 
 
-def test_live_copies_keep_the_retain_header(mesh):
+def test_live_copies_keep_the_retain_header_and_a_client_sets_no_retained_flag(mesh):
     star(mesh)
     subscriber = TopicConsumer(mesh.routers["router-e"], "t")
     mesh.run(1)
-    assert_confirmed([retain(mesh, "router-a", "t", b"live")])
+    assert_confirmed([retain(mesh, "router-a", "t", b"live",
+                             headers={RETAINED_HEADER: "true"})])
     mesh.run(1)
     [copy] = subscriber.received
     assert copy.headers[RETAIN_HEADER] == "true" and RETAINED_HEADER not in copy.headers
