@@ -43,6 +43,11 @@ def all_equal(mesh, routers=ROUTERS) -> dict:
     return first
 
 
+def assert_winner(mesh, topic: str, body: bytes, origin: str) -> None:
+    "Every router holds C{topic}'s retained message C{body} published at C{origin}."
+    assert all_equal(mesh)[topic][:2] == (body, origin)
+
+
 @pytest.mark.parametrize("persistent", [True, False])
 def test_a_later_subscriber_on_another_router_gets_it_once_and_first(mesh, persistent):
     star(mesh)
@@ -103,7 +108,7 @@ def test_a_newer_one_replaces_it_wherever_it_was_published(mesh):
     mesh.run(1)
     assert_confirmed([retain(mesh, "router-e", "t", b"new")])
     mesh.run(1)
-    assert all_equal(mesh)["t"][:2] == (b"new", "router-e")
+    assert_winner(mesh, "t", b"new", "router-e")
     subscriber = TopicConsumer(mesh.routers["router-c"], "#", retained="all")
     mesh.run(1)
     assert subscriber.bodies == [b"new"]
@@ -121,7 +126,7 @@ def test_an_empty_one_clears_it_and_is_delivered_to_nobody(mesh):
     mesh.run(1)
     assert live.bodies == [b"kept"]
     # A tombstone everywhere: an older entry arriving late cannot bring it back.
-    assert all_equal(mesh)["t"][:2] == (b"", "router-c")
+    assert_winner(mesh, "t", b"", "router-c")
     assert all(mesh.routers[name].engine.retained.describe()["count"] == 0
                for name in ROUTERS)
     later = TopicConsumer(mesh.routers["router-e"], "t", retained="all")
@@ -142,7 +147,7 @@ def test_it_survives_a_restart_and_reaches_a_router_that_was_away(mesh):
     # c read it from its store, before any link brought it again.
     assert mesh.routers["router-c"].engine.retained.table.entries["t"].body == b"kept"
     mesh.run(2)
-    assert all_equal(mesh)["t"][:2] == (b"kept", "router-a")
+    assert_winner(mesh, "t", b"kept", "router-a")
     subscriber = TopicConsumer(mesh.routers["router-e"], "t", retained="all")
     mesh.run(1)
     assert subscriber.bodies == [b"kept"]
@@ -155,7 +160,7 @@ def test_two_routers_retaining_one_topic_at_once_agree_on_the_winner(mesh):
                       retain(mesh, "router-e", "t", b"from e")])
     mesh.run(2)
     # One clock: equal stamps, the router name decides.
-    assert all_equal(mesh)["t"][:2] == (b"from e", "router-e")
+    assert_winner(mesh, "t", b"from e", "router-e")
 
 
 class SkewedMesh(MemoryMesh):
@@ -199,12 +204,12 @@ def test_a_retain_made_after_another_was_seen_wins_whatever_the_clocks(skewed):
     # e's clock is a minute behind, but e has seen a's: its own is newer.
     assert_confirmed([retain(skewed, "router-e", "t", b"second")])
     skewed.run(1)
-    assert all_equal(skewed)["t"][:2] == (b"second", "router-e")
+    assert_winner(skewed, "t", b"second", "router-e")
     # Concurrent ones: the clock that reads later wins, everywhere.
     assert_confirmed([retain(skewed, "router-a", "u", b"from a"),
                       retain(skewed, "router-e", "u", b"from e")])
     skewed.run(2)
-    assert all_equal(skewed)["u"][:2] == (b"from a", "router-a")
+    assert_winner(skewed, "u", b"from a", "router-a")
 
 
 def test_if_new_gives_none_to_a_durable_subscription_that_exists(mesh):
