@@ -317,6 +317,22 @@ def test_send_and_receive_topics_from_the_command_line(harness, started):
     assert started.topics.durable == {} and started.queues.depths() == {}
 
 
+def test_retained_messages_from_the_command_line(harness, started):
+    for body in ("old", "kept"):
+        sent = run_command(send_command.run_send, harness,
+                           ["send", "--connect", "tcp:x:1", "--topic", "prices.eu.gbp",
+                            "--retain", "--body", body])[0]
+        settle(harness)
+        assert result_of(sent) == 0
+    got = run_command(receive_command.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--topic", "prices.#", "--json",
+                       "--retained", "all", "--count", "1"])
+    settle(harness)
+    assert result_of(got[0]) == 0, got[2].getvalue()
+    [line] = [json.loads(line) for line in got[1].getvalue().splitlines()]
+    assert line["body"] == "kept" and line["headers"]["x-retained"] == "true"
+
+
 def test_a_refused_topic_subscription_fails_the_command(harness):
     d, out, err = run_command(receive_command.run_receive, harness,
                               ["receive", "--connect", "tcp:x:1", "--topic", "a..b"])
@@ -334,6 +350,10 @@ def test_a_refused_topic_subscription_fails_the_command(harness):
     (["receive", "--connect", "c", "--topic", "t", "--forget"], "--forget needs --durable"),
     (["receive", "--connect", "c", "--topic", "t", "--shared"], "--shared needs --durable"),
     (["receive", "--connect", "c", "--queue", "q", "--mesh-wide"], "--mesh-wide needs --topic"),
+    (["receive", "--connect", "c", "--queue", "q", "--retained", "all"],
+     "--retained needs --topic"),
+    (["receive", "--connect", "c", "--topic", "t", "--retained", "yes"], "--retained is all"),
+    (["send", "--connect", "c", "--to", "q", "--retain"], "--retain needs --topic"),
 ])
 def test_topic_options_that_do_not_go_together(argv, message):
     with pytest.raises(usage.UsageError, match=message):
