@@ -240,11 +240,12 @@ class RetainedMessages:
         stored into a durable one.  A copy's id is the live copy's
         (C{PUB/QUEUE@ROUTER}), so that a subscription given one is not
         given its live copy too; C{again} (a subscription that exists
-        asks again) makes it a new one.
+        asks again) makes it a new one, C{PUB~MS/QUEUE@ROUTER} (still a
+        subscription's copy of C{QUEUE} at C{ROUTER} to the audit).
         """
         now_ms = self._now_ms()
         suffix = f"~{now_ms}" if again else ""
-        return [Message(msg_id=f"{entry.publication}/{queue}@{self._name}{suffix}",
+        return [Message(msg_id=f"{entry.publication}{suffix}/{queue}@{self._name}",
                         origin=entry.origin, dest_router=self._name, dest_queue=queue,
                         body=entry.body, headers={**entry.headers, RETAINED_HEADER: "true"},
                         persistent=durable, accepted_at=entry.stamp / 1_000_000)
