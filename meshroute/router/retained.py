@@ -23,7 +23,10 @@ made anywhere is given the matching ones from its own router at once.
  - Bounded: a router keeps at most C{max_count} retained messages of
    C{max_bytes} of bodies; one for a new topic past either is refused
    there (C{topic.retained-refused}, and a warning): its publication is
-   still delivered as any is, and that router's table lacks it.
+   still delivered as any is, and that router's table lacks it.  It is
+   passed on all the same, the first time it is refused, for the
+   routers beyond; but a router that was away then can only get it
+   from a router that holds it.
 
 What the table changed is recorded once durable: C{topic.retained},
 C{topic.retained-cleared} (docs/events.md).
@@ -64,6 +67,8 @@ PERSISTENT_HEADER = "x-retained-persistent"
 
 #: How often expired entries are forgotten, seconds.
 EXPIRE_EVERY_S = 60.0
+#: Entries refused here remembered, so that each is passed on once.
+REFUSALS_KEPT = 65_536
 
 
 class RetainedMessages:
@@ -84,6 +89,7 @@ class RetainedMessages:
         self._channels: dict[str, object] = {}
         self._numbers = itertools.count(1)
         self._expiry: IDelayedCall | None = None
+        self._refused: dict[tuple, None] = {}
         system.serve(RETAINED_QUEUE, self._arrived)
 
     def _now_ms(self) -> int:
@@ -198,10 +204,29 @@ class RetainedMessages:
         expires = (stamp // 1000 + TOMBSTONE_MS) if not message.body else expires_ms(headers)
         entry = RetainedEntry(topic, stamp, origin, publication, message.body, headers,
                               persistent, expires)
-        if self._offer(entry, self._now_ms()) != TAKEN:
+        outcome = self._offer(entry, self._now_ms())
+        if outcome == REFUSED and self._first_refusal(entry):
+            # Not held here, but the routers beyond may have room.
+            self._flood(entry, message.origin)
+        if outcome != TAKEN:
             return
         self._flood(entry, message.origin)
         self._save([entry]).addCallback(lambda _: self._recorded([entry]))
+
+    def _first_refusal(self, entry: RetainedEntry) -> bool:
+        """
+        Whether C{entry} is refused here for the first time (the last
+        L{REFUSALS_KEPT} are remembered): only then is it passed on, so
+        that routers at their limits never pass one round a loop.
+        """
+        key = (entry.topic, entry.order)
+        refused = self._refused
+        if key in refused:
+            return False
+        refused[key] = None
+        if len(refused) > REFUSALS_KEPT:
+            del refused[next(iter(refused))]
+        return True
 
     # -- the table ----------------------------------------------------------------------
 

@@ -256,6 +256,7 @@ def test_past_max_retained_a_new_topic_is_refused_there_and_still_delivered(mesh
     config = mesh.config("router-b")
     mesh.start(dataclasses.replace(config, routing=dataclasses.replace(config.routing,
                                                                        max_retained=1)))
+    mesh.add("router-c", connect_to=["router-b"])
     mesh.run(1)
     live = TopicConsumer(mesh.routers["router-b"], "#")
     mesh.run(1)
@@ -263,6 +264,8 @@ def test_past_max_retained_a_new_topic_is_refused_there_and_still_delivered(mesh
     mesh.run(1)
     assert set(tables(mesh, ["router-a"])["router-a"]) == {"t1", "t2"}
     assert set(tables(mesh, ["router-b"])["router-b"]) == {"t1"}
+    # Passed on, once, for the routers beyond.
+    assert set(tables(mesh, ["router-c"])["router-c"]) == {"t1", "t2"}
     [refused] = events_of(mesh.routers["router-b"], "topic.retained-refused")
     assert (refused["topic"], refused["reason"]) == ("t2", "max-retained")
     assert live.bodies == [b"1", b"2"]
@@ -298,3 +301,19 @@ def test_one_with_a_time_to_live_expires(mesh):
     assert subscriber.bodies == []
     mesh.run(60)
     assert all_equal(mesh) == {}
+
+
+@pytest.mark.timeout(60)
+def test_routers_at_their_limits_pass_a_refused_one_on_once_round_a_loop(mesh):
+    # b, c and d, in a ring, hold none: each passes it on once, not round and round.
+    mesh.add("router-a", connect_to=["router-b"])
+    for name, peers in (("router-b", ["router-c"]), ("router-c", ["router-d"]),
+                        ("router-d", ["router-b"])):
+        config = mesh.config(name, connect_to=peers)
+        mesh.start(dataclasses.replace(config, routing=dataclasses.replace(config.routing,
+                                                                           max_retained=0)))
+    mesh.run(1)
+    assert_confirmed([retain(mesh, "router-a", "t", b"x")])
+    mesh.run(2)
+    for name in ("router-b", "router-c", "router-d"):
+        assert 1 <= len(events_of(mesh.routers[name], "topic.retained-refused")) <= 2
