@@ -90,6 +90,8 @@ class RetainedMessages:
         self._numbers = itertools.count(1)
         self._expiry: IDelayedCall | None = None
         self._refused: dict[tuple, None] = {}
+        self._arrivals: list[RetainedEntry] = []
+        self._save_call: IDelayedCall | None = None
         system.serve(RETAINED_QUEUE, self._arrived)
 
     def _now_ms(self) -> int:
@@ -111,9 +113,11 @@ class RetainedMessages:
         return self._store.retained_messages().addCallback(taken)
 
     def stop(self) -> None:
-        if self._expiry is not None and self._expiry.active():
-            self._expiry.cancel()
-        self._expiry = None
+        # Arrivals not saved yet come again with the next run's links.
+        for call in (self._expiry, self._save_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._expiry = self._save_call = None
 
     def _expire_later(self) -> None:
         self._expiry = self._clock.callLater(EXPIRE_EVERY_S, self._expire)
@@ -211,7 +215,15 @@ class RetainedMessages:
         if outcome != TAKEN:
             return
         self._flood(entry, message.origin)
-        self._save([entry]).addCallback(lambda _: self._recorded([entry]))
+        # Saved with the others the turn brings: one transaction.
+        self._arrivals.append(entry)
+        if self._save_call is None:
+            self._save_call = self._clock.callLater(0, self._save_arrivals)
+
+    def _save_arrivals(self) -> None:
+        self._save_call = None
+        entries, self._arrivals = self._arrivals, []
+        self._save(entries).addCallback(lambda _: self._recorded(entries))
 
     def _first_refusal(self, entry: RetainedEntry) -> bool:
         """

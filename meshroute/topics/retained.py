@@ -102,6 +102,8 @@ class RetainedTable:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.entries: dict[str, RetainedEntry] = {}
+        #: Each topic held, parsed (matched at every subscribe).
+        self._words: dict[str, tuple[str, ...]] = {}
         self.count = 0
         self.bytes = 0
 
@@ -134,12 +136,14 @@ class RetainedTable:
     def _put(self, entry: RetainedEntry) -> None:
         self._drop(entry.topic)
         self.entries[entry.topic] = entry
+        self._words[entry.topic] = parse_topic(entry.topic)
         if not entry.cleared:
             self.count += 1
             self.bytes += len(entry.body)
 
     def _drop(self, topic: str) -> None:
         held = self.entries.pop(topic, None)
+        self._words.pop(topic, None)
         if held is not None and not held.cleared:
             self.count -= 1
             self.bytes -= len(held.body)
@@ -169,9 +173,10 @@ class RetainedTable:
         The retained messages (not tombstones, not expired) whose topic
         matches C{pattern} (parsed), by topic.
         """
+        words = self._words
         return [entry for topic, entry in sorted(self.entries.items())
                 if not entry.cleared and not entry.expired(now_ms)
-                and matches(pattern, parse_topic(topic))]
+                and matches(pattern, words[topic])]
 
     def __iter__(self):
         return iter(list(self.entries.values()))
