@@ -166,6 +166,8 @@ _ROUTING_KEYS = (
     _Key("max-backlog", "int", 100_000, 1, 1_000_000_000),
     _Key("max-transient-backlog", "int", 10_000, 1, 10_000_000),
     _Key("reroute-delay", "duration", 5000, 0, _HOUR_MS),
+    _Key("max-retained", "int", 10_000, 0, 10_000_000),
+    _Key("max-retained-bytes", "size", 64 * 1024 * 1024, 0, 1024**4),
 )
 _STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),
                _Key("writer", "choice", "thread", choices=("reactor", "thread")))

@@ -233,11 +233,15 @@ class IMessageStore(Interface):
         (committed within the duplicate-id window) or None.
         """
 
-    def record_subscription(queue, client_id, name, pattern, shared, user):
+    def record_subscription(queue, client_id, name, pattern, shared, user, copies=(),
+                            if_new=False):
         """
-        Record a durable topic subscription (its local queue, C{queue});
-        fires with C{(what, deleted)}: created, existing, or replaced (its
-        entries deleted) when recorded before with another pattern.
+        Record a durable topic subscription (its local queue, C{queue})
+        and place the retained messages C{copies} into it (with
+        C{if_new}, only if it is created or replaced), in one
+        transaction; fires with C{(what, deleted, placed)}: created,
+        existing, or replaced (its entries deleted) when recorded before
+        with another pattern; the copies placed.
         """
 
     def forget_subscription(queue):
@@ -246,11 +250,23 @@ class IMessageStore(Interface):
         many entries went.
         """
 
-    def place_copies(copies, entry_ids):
+    def place_copies(copies, entry_ids, retained_entries=()):
         """
         The topic fan-out's persistent copies, each placed unless its id
-        is held or was enqueued here, and the deletion of the entries it
-        copied, in one transaction; fires with the copies placed.
+        is held or was enqueued here, the deletion of the entries it
+        copied, and the retained messages its publications made, in one
+        transaction; fires with the copies placed.
+        """
+
+    def save_retained(entries):
+        """
+        Save retained topic messages, each unless a newer one of its
+        topic is saved.
+        """
+
+    def retained_messages():
+        """
+        Fires with the saved retained topic messages not expired.
         """
 
     def save_interest(advertisements):

@@ -70,7 +70,11 @@ ADMIN_REPLY_QUEUE = "$admin-reply"
 #: Where a router takes the notices that another router holds its topic
 #: interest at a version (L{meshroute.router.mesh_wide}).
 INTEREST_HELD = "$interest-held"
-SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE, EXPIRY_NOTICES, INTEREST_HELD))
+#: Where a router takes the retained topic messages its neighbours flood
+#: (L{meshroute.router.retained}).
+RETAINED_QUEUE = "$retained"
+SYSTEM_QUEUES = frozenset((ADMIN_QUEUE, ADMIN_REPLY_QUEUE, EXPIRY_NOTICES, INTEREST_HELD,
+                           RETAINED_QUEUE))
 
 
 class AddressError(MeshrouteError):

@@ -298,6 +298,15 @@ def _topic_metrics(router) -> Iterator[Metric]:
     for origin, advertised in interest.describe().items():
         patterns.add_metric([origin], len(advertised["patterns"]))
     yield patterns
+    retained = engine.retained.describe()
+    yield GaugeMetricFamily(
+        "meshroute_topic_retained_messages",
+        "Retained topic messages this router holds (every router holds the same once the "
+        "flood has passed; cleared topics not counted).", value=retained["count"])
+    yield GaugeMetricFamily(
+        "meshroute_topic_retained_bytes",
+        "Bytes of the bodies of the retained topic messages this router holds.",
+        value=retained["bytes"])
 
 
 def _session_metrics(router) -> Iterator[Metric]:

@@ -16,11 +16,13 @@ from meshroute.cli.session_commands import (
     positive_float,
     run_under_reactor,
 )
+from meshroute.topics.retained import ALL, IF_NEW, NONE
 
 
 class ReceiveOptions(SessionOptions):
     synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... (--queue NAME | --topic PATTERN "
-                "[--durable NAME --client-id ID [--shared] [--forget]] [--mesh-wide]) "
+                "[--durable NAME --client-id ID [--shared] [--forget]] [--mesh-wide] "
+                "[--retained all|if-new]) "
                 "[--count N] [--timeout SECONDS] [--json] [reconnection options]")
     longdesc = (
         "Consume messages from a queue of the router connected to, or the publications "
@@ -45,6 +47,9 @@ class ReceiveOptions(SessionOptions):
         ["durable", None, None,
          "With --topic: the durable subscription NAME of --client-id, made if it does not "
          "exist, which keeps collecting when the command exits."],
+        ["retained", None, None,
+         "With --topic: first receive the retained messages whose topic matches PATTERN, "
+         "all of them, or if-new (none if the --durable subscription exists already)."],
         ["count", "n", None, "Stop after N messages.", integer_option("--count", lowest=1)],
         ["timeout", None, None, "Stop after SECONDS.", positive_float],
         ["prefetch", None, 100, "Messages held unacknowledged at most.",
@@ -67,7 +72,9 @@ class ReceiveOptions(SessionOptions):
         self.check_connect()
         if bool(self["queue"]) == bool(self["topic"]):
             raise usage.UsageError("one of --queue and --topic is required")
-        for option, needs in (("durable", "topic"), ("mesh-wide", "topic"),
+        if self["retained"] not in (None, ALL, IF_NEW):
+            raise usage.UsageError(f"--retained is {ALL} or {IF_NEW}, not {self['retained']!r}")
+        for option, needs in (("durable", "topic"), ("mesh-wide", "topic"), ("retained", "topic"),
                               ("shared", "durable"), ("forget", "durable"),
                               ("durable", "client-id")):
             if self[option] and not self[needs]:
@@ -88,7 +95,8 @@ class ReceiveOptions(SessionOptions):
                                     max_messages=max_messages)
         return client.subscribe_topic(self["topic"], on_message, durable=self["durable"],
                                       shared=self["shared"], mesh_wide=self["mesh-wide"],
-                                      prefetch=self["prefetch"], max_messages=max_messages)
+                                      prefetch=self["prefetch"], max_messages=max_messages,
+                                      retained=self["retained"] or NONE)
 
 
 def format_received(message, as_json: bool) -> str:

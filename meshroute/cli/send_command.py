@@ -16,6 +16,7 @@ from meshroute.cli.session_commands import (
     run_under_reactor,
 )
 from meshroute.messages import TOPIC_PREFIX
+from meshroute.topics.retained import RETAIN_HEADER
 from meshroute.wire.client_frames import MAX_FRAME_SIZE, oversized_send
 
 #: Sends C{meshroute send} keeps in flight (sent, not yet confirmed).
@@ -30,8 +31,8 @@ def _non_negative_int(value: str) -> int:
 
 
 class SendOptions(SessionOptions):
-    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... (--to QUEUE[@ROUTER] | --topic TOPIC) "
-                "[--count N] "
+    synopsis = ("--connect ENDPOINT [--connect ENDPOINT]... (--to QUEUE[@ROUTER] | --topic TOPIC "
+                "[--retain]) [--count N] "
                 "[--size BYTES | --body TEXT] [--non-persistent] [--duplicate-id-prefix P] "
                 "[--message-ttl SECONDS] [--rate PER_SECOND] [reconnection options]")
     longdesc = (
@@ -75,12 +76,17 @@ class SendOptions(SessionOptions):
          "watch a failover under it); by default as fast as the window allows.",
          positive_float],
     ]
-    optFlags = [["non-persistent", None, "Send non-persistent messages (memory only)."]]
+    optFlags = [["non-persistent", None, "Send non-persistent messages (memory only)."],
+                ["retain", None, "With --topic: each publication is also kept as the topic's "
+                                 "retained message, at every router (an empty --body clears "
+                                 "it): docs/topics.md, \"Retained messages\"."]]
 
     def postOptions(self) -> None:
         self.check_connect()
         if bool(self["to"]) == bool(self["topic"]):
             raise usage.UsageError("one of --to and --topic is required")
+        if self["retain"] and not self["topic"]:
+            raise usage.UsageError("--retain needs --topic")
         if self["size"] is not None and self["body"] is not None:
             raise usage.UsageError("--size and --body exclude each other")
         self.client_options()
@@ -94,7 +100,7 @@ class SendOptions(SessionOptions):
         The longest body is the last message's.
         """
         body = self.body(self["count"])
-        reason = oversized_send(self.address, {}, body, True,
+        reason = oversized_send(self.address, self.headers, body, True,
                                 self.duplicate_id(self["count"]) or "")
         if reason is not None:
             raise usage.UsageError(reason)
@@ -103,6 +109,11 @@ class SendOptions(SessionOptions):
     def address(self) -> str:
         "Where the messages go: --to, or a publication's address, topic:TOPIC."
         return self["to"] or TOPIC_PREFIX + self["topic"]
+
+    @property
+    def headers(self) -> dict:
+        "Every message's headers: a retained publication's flag."
+        return {RETAIN_HEADER: "true"} if self["retain"] else {}
 
     def body(self, n: int) -> bytes:
         """
@@ -146,7 +157,7 @@ async def run_send(reactor, options, out, err, connect=None) -> int:
     retried = 0
 
     def send(n: int):
-        d = client.send(address, options.body(n), persistent=persistent,
+        d = client.send(address, options.body(n), options.headers, persistent=persistent,
                         duplicate_id=options.duplicate_id(n), ttl=options["message-ttl"])
         d.addErrback(unblocked, n)
         return d

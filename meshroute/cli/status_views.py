@@ -231,6 +231,15 @@ def _fan_out(topics: dict) -> str:
             f"{copies.get('link', 0)} to other routers")
 
 
+def _retained(topics: dict) -> str:
+    # A router older than retained messages answers without them.
+    retained = topics.get("retained")
+    if retained is None:
+        return ""
+    return (f"retained: {retained['count']} messages of max {retained['max_count']}, "
+            f"{retained['bytes']} bytes, {retained['cleared']} cleared topics\n")
+
+
 def format_topics(topics_by_router: dict[str, dict], now: float,
                   router_column: bool = False) -> str:
     """
@@ -249,6 +258,7 @@ def format_topics(topics_by_router: dict[str, dict], now: float,
             f"advertised: {patterns(advertised['patterns'])} "
             f"(version {advertised['version']})\n",
             f"fan-out: {_fan_out(topics)}\n",
+            _retained(topics),
             "subscriptions:\n",
             _format_rows("topics", subscriptions, now, empty="no topic subscriptions"),
             "interest held of other routers:\n",

@@ -29,6 +29,7 @@ from meshroute.client.subscriptions import (
     checked_durable,
 )
 from meshroute.messages import TOPIC_PREFIX
+from meshroute.topics.retained import NONE, RETAINED_CHOICES
 from meshroute.client.transactions import TPC_COMMIT, TPC_ROLLBACK
 from meshroute.client.two_phase import PREPARE, Xid, checked_xid
 from meshroute.link.rotation import EndpointRotation
@@ -216,7 +217,7 @@ class Client:
     def subscribe_topic(self, pattern: str, on_message: Callable[[ReceivedMessage], None],
                         durable: str | None = None, client_id: str | None = None,
                         shared: bool = False, mesh_wide: bool = False, prefetch: int = 100,
-                        max_messages: int | None = None) -> Deferred:
+                        max_messages: int | None = None, retained: str = "none") -> Deferred:
         """
         Consume the publications whose topic matches C{pattern}
         (C{prices.*.gbp}: C{*} one word, C{#} zero or more) from anywhere in
@@ -231,25 +232,34 @@ class Client:
             to one of them.
         @param mesh_wide: fire once its interest reached every router
             reachable now (C{timeout} after 30 s: it is not made).
+        @param retained: the retained messages matching C{pattern}
+            (docs/topics.md, "Retained messages") it is given first:
+            C{"none"}, C{"all"}, or C{"if-new"} (none if a durable
+            subscription exists with this pattern); each such message's
+            L{ReceivedMessage.retained} is true.
         @return: Deferred firing with a L{TopicSubscription}; failing with
             L{SubscribeError} (C{bad-address}, C{subscription-in-use},
-            C{not-allowed}, C{timeout}, C{unsupported} before version 8),
-            L{UnblockedError} or L{SessionError}.
+            C{not-allowed}, C{timeout}, C{unsupported} before version 8,
+            or before version 9 with C{retained}), L{UnblockedError} or
+            L{SessionError}.
         @raise ValueError: C{durable} without a client id, C{shared}
-            without C{durable}, or a C{prefetch} L{subscribe} refuses.
+            without C{durable}, C{retained} not one of its values, or a
+            C{prefetch} L{subscribe} refuses.
         """
         durable, client_id = checked_durable(durable, client_id, shared,
                                              self.options.client_id)
         if type(pattern) is not str:
             raise TypeError(f"pattern must be a string, not {type(pattern).__name__}")
         _check_prefetch(prefetch, max_messages)
-        refusal = self._core.deliveries.topics_refusal()
+        if retained not in RETAINED_CHOICES:
+            raise ValueError(f"retained must be one of {RETAINED_CHOICES}, not {retained!r}")
+        refusal = self._core.deliveries.topics_refusal(retained != NONE)
         if refusal is not None:
             return fail(refusal)
         return self._core.subscribe(partial(
             TopicSubscription, pattern=pattern, on_message=on_message, prefetch=prefetch,
             max_messages=max_messages, durable=durable, client_id=client_id,
-            shared=bool(shared), mesh_wide=bool(mesh_wide)))
+            shared=bool(shared), mesh_wide=bool(mesh_wide), retained=retained))
 
     def commit(self) -> Deferred:
         """

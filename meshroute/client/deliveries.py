@@ -180,11 +180,14 @@ class Deliveries:
         return [Command(SUBSCRIBE, frame_type, args, None, subscription),
                 _unsubscription(subscription, command.deferred, True)]
 
-    def topics_refusal(self) -> SubscribeError | None:
+    def topics_refusal(self, retained: bool = False) -> SubscribeError | None:
         """
-        Why no topic subscription can be made now (the router is older
-        than version 8), or None.
+        Why no topic subscription (asking for C{retained} messages) can be
+        made now (the router is older than version 8, or 9), or None.
         """
+        if retained:
+            return unsupported(self._connection.version, f.RETAINED_VERSION,
+                               "retained messages", SubscribeError)
         return unsupported(self._connection.version, f.TOPICS_VERSION, "a topic subscription",
                            SubscribeError)
 

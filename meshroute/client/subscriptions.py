@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from meshroute.client.ending import Ending
 from meshroute.messages import TOPIC_HEADER, TOPIC_PREFIX
+from meshroute.topics.retained import RETAINED_HEADER
 from meshroute.wire import client_frames as f
 
 log = Logger()
@@ -73,6 +74,14 @@ class ReceivedMessage:
         The topic it was published to (None: it was sent to a queue).
         """
         return self.headers.get(TOPIC_HEADER)
+
+    @property
+    def retained(self) -> bool:
+        """
+        Whether it is a retained message given because its subscription
+        was made (MQTT's RETAIN flag on delivery), not a live copy.
+        """
+        return self.headers.get(RETAINED_HEADER) == "true"
 
 
 class Subscription:
@@ -230,15 +239,18 @@ class TopicSubscription(Subscription):
     @ivar shared: a shared durable subscription.
     @ivar mesh_wide: it was confirmed once its interest reached every
         router reachable then.
+    @ivar retained: the retained messages it asked for as it was made
+        (C{none}, C{all}, C{if-new}).
     @ivar forgetting: L{unsubscribe} was asked to forget it.
     """
 
     def __init__(self, deliveries, number: int, pattern: str,
                  on_message: Callable[[ReceivedMessage], None], prefetch: int,
                  max_messages: int | None, durable: str, client_id: str, shared: bool,
-                 mesh_wide: bool) -> None:
+                 mesh_wide: bool, retained: str = "none") -> None:
         super().__init__(deliveries, number, TOPIC_PREFIX + pattern, on_message, prefetch,
                          max_messages)
+        self.retained = retained
         self.pattern = pattern
         self.durable = durable
         self.client_id = client_id
@@ -248,10 +260,13 @@ class TopicSubscription(Subscription):
 
     def subscribe_frame(self, credit: int) -> tuple[type, tuple]:
         # Made again after a recreation (once confirmed), it need not
-        # wait for the mesh: the application holds it already.
+        # wait for the mesh, nor be given the retained messages again:
+        # the application holds it already.
+        confirmed = self.confirmed
         return f.SubscribeTopic, (self.number, self.pattern, credit, self.durable,
                                   self.client_id, self.shared,
-                                  self.mesh_wide and not self.confirmed)
+                                  self.mesh_wide and not confirmed,
+                                  "none" if confirmed else self.retained)
 
     def unsubscribe(self, forget: bool = False) -> Deferred:
         """

@@ -36,6 +36,7 @@ from meshroute.messages import (
     Message,
     parse_address,
 )
+from meshroute.topics.retained import RETAINED_HEADER
 from meshroute.topics.patterns import BadTopic, parse_topic
 
 
@@ -59,12 +60,13 @@ class Destination(NamedTuple):
         """
         A send's C{headers} as its message carries them: a publication's
         name its topic, and none of the headers its copies between
-        routers carry is taken from a client.
+        routers carry, nor the flag of a retained message given at
+        subscribe time, is taken from a client.
         """
         if not self.topic:
             return headers
         kept = {k: v for k, v in headers.items()
-                if k not in (TARGETS_HEADER, PUBLICATION_HEADER)}
+                if k not in (TARGETS_HEADER, PUBLICATION_HEADER, RETAINED_HEADER)}
         kept[TOPIC_HEADER] = self.topic
         return kept
 

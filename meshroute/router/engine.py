@@ -66,6 +66,8 @@ The engine is made of parts, each a module of this package with one job:
     topic_fan_out.TopicFanOut          a publication's copies: per matching
                                        subscription, per link toward interest
     mesh_wide.MeshWide                 when our interest reached every router
+    retained.RetainedMessages          retained topic messages: kept, flooded,
+                                       given to new subscriptions
 
 L{MessageEngine} builds them, wires them to each other, and is the one
 face the rest of the router sees: the client sessions (C{submit},
@@ -96,6 +98,7 @@ from meshroute.router.message_events import MessageEvents
 from meshroute.store import ExecutorStopped
 from meshroute.router.prepared import PreparedTransactions
 from meshroute.router.queues import QueueManager
+from meshroute.router.retained import RetainedMessages
 from meshroute.router.system_messages import SystemMessages
 from meshroute.router.topic_fan_out import TopicFanOut
 from meshroute.router.topic_interest import TopicInterest
@@ -127,6 +130,8 @@ class MessageEngine:
     @param routers_heard: called with the set of router names the route
         table heard of first, after a link came up or advertisements
         arrived (L{meshroute.routing.known.KnownRouters.heard}).
+    @param max_retained: retained topic messages this router keeps, and
+        C{max_retained_bytes} of their bodies in all.
 
     @ivar expiry_notices: who hands expiry notices to this router's client
         sessions (L{ExpiredMessages.sessions
@@ -146,6 +151,8 @@ class MessageEngine:
         reroute_delay: float = 5.0,
         epoch_heard: Callable[[str, int], None] = lambda origin, epoch: None,
         routers_heard: Callable[[set[str]], None] = lambda routers: None,
+        max_retained: int = 10_000,
+        max_retained_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.name = name
         self.routes = routes
@@ -181,11 +188,13 @@ class MessageEngine:
         self.interest = TopicInterest(name, store, clock,
                                       changed=lambda origins: self.mesh_wide.taken(origins))
         self.mesh_wide = MeshWide(name, self.interest, routes, self.system, clock)
+        self.retained = RetainedMessages(name, store, self.system, clock, event_log,
+                                         max_retained, max_retained_bytes)
         self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide,
-                                         self.message_events)
+                                         self.message_events, self.retained)
         self.fan_out = TopicFanOut(name, store, self.queues, self.topics, self.interest, routes,
-                                   self.forwarding, self.transient, self.message_events, clock,
-                                   max_backlog)
+                                   self.forwarding, self.transient, self.message_events,
+                                   self.retained, clock, max_backlog)
         #: Clients' prepared (two-phase) transactions.
         self.prepared = PreparedTransactions(store, self.acceptance, self.queues, event_log,
                                              clock)
@@ -224,6 +233,7 @@ class MessageEngine:
         """
         channel = self.forwarding.link_up(peer, send, fail, emit, version)
         self.interest.link_up(peer, send, version)
+        self.retained.link_up(peer, channel, version)
         return channel
 
     def link_down(self, peer: str, channel) -> None:
@@ -234,6 +244,7 @@ class MessageEngine:
         self.forwarding.link_down(peer, channel)
         if current:
             self.interest.link_down(peer)
+            self.retained.link_down(peer)
 
     def arrived_transient(self, message: Message) -> None:
         """
@@ -256,12 +267,15 @@ class MessageEngine:
         self.forwarding.start()
         self.expiry_sweep.start()
         # The publications a previous run left in $topic wait for the
-        # interest and the durable subscriptions they may be for.
+        # interest, the retained messages and the durable subscriptions
+        # they may be for.
         d = self.interest.load()
+        d.addCallback(lambda _: self.retained.load())
         d.addCallback(lambda _: self.topics.start())
         d.addCallback(lambda _: self.fan_out.start())
         d.addErrback(lambda failure: log.failure(
-            "topic interest or durable subscriptions could not be read: no publication "
+            "topic interest, retained messages or durable subscriptions could not be read: "
+            "no publication "
             "is fanned out", failure))
 
     def stop(self) -> None:
@@ -274,4 +288,5 @@ class MessageEngine:
         self.fan_out.stop()
         self.interest.stop()
         self.mesh_wide.stop()
+        self.retained.stop()
 

@@ -211,6 +211,8 @@ class RouterService(MultiService):
             reroute_delay=config.routing.reroute_delay_ms / 1000,
             epoch_heard=self.peer_epochs.heard,
             routers_heard=self.known_routers.heard,
+            max_retained=config.routing.max_retained,
+            max_retained_bytes=config.routing.max_retained_bytes,
         )
         # Other routers' read-only views through the mesh, and ours for them.
         self.mesh_views = MeshViews(config.name, self.engine, clock, self.describe_view, VIEWS)

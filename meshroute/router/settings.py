@@ -54,12 +54,18 @@ class RoutingConfig:
         memory) for one destination router.
     @ivar reroute_delay_ms: how long a closed link keeps its unacknowledged
         messages for its own recovery before they may take another route.
+    @ivar max_retained: retained topic messages the router keeps
+        (docs/topics.md, "Retained messages"), and C{max_retained_bytes}
+        of their bodies in all: past either, one for a new topic is
+        refused.
     """
 
     max_hops: int = 16
     max_backlog: int = 100_000
     max_transient_backlog: int = 10_000
     reroute_delay_ms: int = 5000
+    max_retained: int = 10_000
+    max_retained_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)

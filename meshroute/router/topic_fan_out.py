@@ -49,8 +49,14 @@ is its own business; a topic's many are not).
 
 The in-memory copies are made only once the transaction is durable, and
 a copy whose id was placed or given before is left out (the store's
-ids, and the last L{RECENT} in-memory ones): a subscription gets a
+ids, and the last
+L{RECENT<meshroute.router.topic_subscriptions.RECENT>} in-memory ones): a subscription gets a
 publication at most once however it comes back.
+
+A publication that asks to be retained (C{x-retain: true}) is, at its
+publisher's router, also taken into the table of retained messages
+(L{meshroute.router.retained}) and saved in the same transaction; one
+with an empty body clears its topic and is copied to nobody.
 
 What it fanned out is counted (C{publications}, C{copies_made}) for
 C{/metrics} and C{/api/v1/topics}, once its turn's transaction is durable
@@ -78,17 +84,13 @@ from meshroute.messages import (
 from meshroute.router.topic_subscriptions import DURABLE_PREFIX
 from meshroute.topics.interest import fan_out
 from meshroute.topics.patterns import BadTopic, parse_topic
+from meshroute.topics.retained import wants_retain
 
 log = Logger()
 
 #: Publications the fan-out takes before its turn ends: one store
 #: transaction for all of them.
 BATCH = 256
-
-#: The ids of in-memory copies into local subscriptions remembered, so
-#: that a publication that comes round a routing loop is not given to a
-#: non-durable subscription twice (durable ones have the store's ids).
-RECENT = 65_536
 
 #: Where a publication fanned out came from: this router's clients, or a
 #: neighbour sending a copy for the routers beyond.
@@ -112,10 +114,11 @@ class TopicFanOut:
     @param forwarding: L{meshroute.router.forwarding.Forwarding}.
     @param transient: L{meshroute.router.transient.TransientPath}.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
+    @param retained: L{meshroute.router.retained.RetainedMessages}.
     """
 
     def __init__(self, name: str, store, queues, subscriptions, interest, routes,
-                 forwarding, transient, message_events, clock: IReactorTime,
+                 forwarding, transient, message_events, retained, clock: IReactorTime,
                  max_backlog: int = 100_000) -> None:
         self._name = name
         self._store = store
@@ -126,12 +129,12 @@ class TopicFanOut:
         self._forwarding = forwarding
         self._transient = transient
         self._events = message_events
+        self._retained = retained
         self._clock = clock
         self._max_backlog = max_backlog
         self._consumer = None
         self._taken: list = []
         self._call: IDelayedCall | None = None
-        self._recent: dict[str, None] = {}
         #: Publications fanned out, by source (L{FROM_CLIENT}, L{FROM_LINK}).
         self.publications: Counter[str] = Counter({FROM_CLIENT: 0, FROM_LINK: 0})
         #: Copies made of them, by kind (L{TO_DURABLE}, L{TO_NON_DURABLE},
@@ -172,11 +175,21 @@ class TopicFanOut:
         waiting = dict(self._store.backlog_depths())
         full = []
         fanned: list[tuple[Message, list[Message]]] = []
+        kept = []
         for delivery in taken:
-            copies = self.copies(delivery.message)
+            message = delivery.message
+            if wants_retain(message.headers) and TARGETS_HEADER not in message.headers:
+                entry = self._retain(message)
+                if entry is not None:
+                    kept.append(entry)
+                if not message.body:
+                    # Clears its topic: delivered to nobody.
+                    fanned.append((message, []))
+                    continue
+            copies = self.copies(message)
             if copies is None:
                 continue
-            fanned.append((delivery.message, copies))
+            fanned.append((message, copies))
             for copy in copies:
                 if not copy.persistent:
                     in_memory.append(copy)
@@ -191,11 +204,11 @@ class TopicFanOut:
             log.warn("{n} publication copies dropped: max-backlog copies already wait for "
                      "their routers", n=len(full))
             self._events.dropped(full)
-        if not stored and not transaction.entry_ids():
-            self._done([], transaction, stored, in_memory, taken, fanned)
+        if not stored and not transaction.entry_ids() and not kept:
+            self._done([], transaction, stored, in_memory, taken, fanned, kept)
             return
-        d = self._store.place_copies(stored, transaction.entry_ids())
-        d.addBoth(self._done, transaction, stored, in_memory, taken, fanned)
+        d = self._store.place_copies(stored, transaction.entry_ids(), kept)
+        d.addBoth(self._done, transaction, stored, in_memory, taken, fanned, kept)
         # As acceptance does: a waiting consumer's read, and the links'
         # assigns, join the copies' commit.
         for queue in {copy.dest_queue for copy in stored if copy.dest_router == self._name}:
@@ -204,12 +217,25 @@ class TopicFanOut:
         if onward:
             self._forwarding.pump_ahead(onward)
 
+    def _retain(self, message: Message):
+        """
+        The retained entry publication C{message} makes at its publisher's
+        router, or None (its topic is not one: L{copies} drops it; or
+        the table did not take it).
+        """
+        topic = message.headers.get(TOPIC_HEADER, "")
+        try:
+            parse_topic(topic)
+        except BadTopic:
+            return None
+        return self._retained.published(message, topic)
+
     def _done(self, result, transaction, stored: list, in_memory: list, taken: list,
-              fanned: list) -> None:
+              fanned: list, kept: list) -> None:
         """
         The store placed C{result} (those of C{stored} it did not hold
-        already), or failed.  C{fanned}: each publication taken, with its
-        copies.
+        already) and saved the retained entries C{kept}, or failed.
+        C{fanned}: each publication taken, with its copies.
         """
         if isinstance(result, Failure):
             # Back to the front of $topic, flagged redelivered: taken again.
@@ -219,11 +245,13 @@ class TopicFanOut:
         else:
             transaction.committed()
             self._placed(result)
+            self._retained.committed(kept)
             # Not into a subscription that ended since its copy was made.
             exists = self._subscriptions.exists
-            given = self._first_times(
-                [copy for copy in in_memory
-                 if copy.dest_router != self._name or exists(copy.dest_queue)])
+            first_time = self._subscriptions.first_time
+            given = [copy for copy in in_memory
+                     if copy.dest_router != self._name
+                     or (exists(copy.dest_queue) and first_time(copy.msg_id))]
             # What it held or gave before (come round a loop) is no copy.
             left_out = ({copy.msg_id for copy in stored + in_memory}
                         - {copy.msg_id for copy in result + given})
@@ -243,24 +271,6 @@ class TopicFanOut:
             else TO_DURABLE if copy.dest_queue.startswith(DURABLE_PREFIX)
             else TO_NON_DURABLE
             for copy in copies)
-
-    def _first_times(self, copies: list[Message]) -> list[Message]:
-        """
-        The in-memory C{copies} but those for a local subscription that
-        had that publication already (it came round a routing loop):
-        the last L{RECENT} copies' ids are remembered.
-        """
-        recent = self._recent
-        out = []
-        for copy in copies:
-            if copy.dest_router == self._name:
-                if copy.msg_id in recent:
-                    continue
-                recent[copy.msg_id] = None
-                if len(recent) > RECENT:
-                    del recent[next(iter(recent))]
-            out.append(copy)
-        return out
 
     def _placed(self, stored: list) -> None:
         """

@@ -23,6 +23,12 @@ whole story.
    again with another pattern replaces it (its messages go), as JMS
    does.
 
+A subscription may ask, as it is made, for the retained messages that
+match its pattern (L{meshroute.router.retained}): they are placed into
+its queue before anything else, a durable one's in the transaction that
+records it, each once (a copy has the id its live copy would have, so
+the one that comes second is left out).
+
 Each subscription's pattern counts in the router's interest
 (L{meshroute.router.topic_interest}): a durable one from its creation
 to its end, attached or not.  Its beginning and its end are recorded
@@ -41,7 +47,15 @@ from meshroute.errors import MeshrouteError
 from meshroute.messages import DURABLE_PREFIX, SUBSCRIBER_PREFIX
 from meshroute.topics.index import PatternIndex
 from meshroute.topics.patterns import BadTopic, format_words, parse_pattern
+from meshroute.topics.retained import IF_NEW, NONE, RETAINED_CHOICES
 from meshroute.store.topics import REPLACED
+
+#: The ids of in-memory copies into local subscriptions remembered
+#: (L{TopicSubscriptions.first_time}), so that a publication that comes
+#: round a routing loop, or whose retained copy a subscription was given
+#: as it was made, is not given to a non-durable subscription twice
+#: (durable ones have the store's ids).
+RECENT = 65_536
 
 #: What a client id or a durable subscription's name may be: they make
 #: the queue's name (L{durable_queue}).
@@ -111,10 +125,13 @@ class TopicSubscriptions:
     @param interest: its L{meshroute.router.topic_interest.TopicInterest}.
     @param mesh_wide: its L{meshroute.router.mesh_wide.MeshWide}.
     @param message_events: its L{meshroute.router.message_events.MessageEvents}.
+    @param retained: its L{meshroute.router.retained.RetainedMessages}.
     """
 
-    def __init__(self, store, queues, interest, mesh_wide, message_events) -> None:
+    def __init__(self, store, queues, interest, mesh_wide, message_events, retained) -> None:
         self._store = store
+        self._retained = retained
+        self._recent: dict[str, None] = {}
         self._queues = queues
         self._interest = interest
         self._mesh_wide = mesh_wide
@@ -153,11 +170,25 @@ class TopicSubscriptions:
         """
         return queue in self._patterns
 
+    def first_time(self, msg_id: str) -> bool:
+        """
+        Whether in-memory copy C{msg_id} was not given before (the last
+        L{RECENT} are remembered); it is, from now.
+        """
+        recent = self._recent
+        if msg_id in recent:
+            return False
+        recent[msg_id] = None
+        if len(recent) > RECENT:
+            del recent[next(iter(recent))]
+        return True
+
     # -- what sessions ask ---------------------------------------------------------
 
     def subscribe(self, pattern: str, deliver: Callable, credit: int,
                   client_id: str = "", durable: str = "", shared: bool = False,
-                  user: str | None = None, mesh_wide: bool = False) -> Deferred:
+                  user: str | None = None, mesh_wide: bool = False,
+                  retained: str = NONE) -> Deferred:
         """
         Start consuming the publications matching C{pattern}: a
         non-durable subscription, or durable subscription C{durable} of
@@ -167,6 +198,9 @@ class TopicSubscriptions:
 
         @param mesh_wide: fire only once its interest reached every
             router reachable now (L{meshroute.router.mesh_wide}).
+        @param retained: the retained messages matching C{pattern} it is
+            given first: C{none}, C{all}, or C{if-new} (none to a durable
+            subscription that exists with that pattern).
         @return: Deferred firing with the queue L{Subscription
             <meshroute.router.queues.Subscription>} (its C{queue} is the
             subscription's), once a durable one is recorded; failing with
@@ -174,7 +208,11 @@ class TopicSubscriptions:
             subscription is then cancelled)
             L{MeshWideTimeout<meshroute.router.mesh_wide.MeshWideTimeout>}.
         """
-        d = self._subscribe(pattern, deliver, credit, client_id, durable, shared, user)
+        if retained not in RETAINED_CHOICES:
+            return fail(BadSubscription(f"retained is one of {', '.join(RETAINED_CHOICES)}, "
+                                        f"not {retained!r}"))
+        d = self._subscribe(pattern, deliver, credit, client_id, durable, shared, user,
+                            retained)
         if mesh_wide:
             d.addCallback(self._when_mesh_wide)
         return d
@@ -187,7 +225,7 @@ class TopicSubscriptions:
         return self._mesh_wide.wait().addCallbacks(lambda _: subscription, failed)
 
     def _subscribe(self, pattern: str, deliver: Callable, credit: int, client_id: str,
-                   durable: str, shared: bool, user: str | None) -> Deferred:
+                   durable: str, shared: bool, user: str | None, retained: str) -> Deferred:
         try:
             parsed = parse_pattern(pattern)
             queue = durable_queue(client_id, durable) if durable else None
@@ -199,6 +237,8 @@ class TopicSubscriptions:
             queue = f"{SUBSCRIBER_PREFIX}{next(self._numbers)}"
             self._add(queue, parsed)
             self._events.subscribed(queue, format_words(parsed))
+            if retained != NONE:
+                self._give_retained(queue, parsed)
             return succeed(self._queues.subscribe(queue, deliver, credit,
                                                   ended=lambda: self._ended(queue)))
         held = self.durable.get(queue)
@@ -209,8 +249,14 @@ class TopicSubscriptions:
             return fail(DurableInUse(
                 f"durable subscription {durable!r} of {client_id!r} already has its consumer"
                 + ("" if held.shared else " and is not shared")))
+        copies = []
+        if retained != NONE:
+            # A subscription that exists with this pattern asks again:
+            # new ids (if-new: the store places none).
+            again = held is not None and held.pattern == parsed
+            copies = self._retained.copies(queue, parsed, True, again)
         d = self._store.record_subscription(queue, client_id, durable, format_words(parsed),
-                                            shared, user)
+                                            shared, user, copies, retained == IF_NEW)
         d.addCallback(self._recorded, queue, client_id, durable, parsed, shared, user,
                       deliver, credit)
         return d
@@ -218,7 +264,7 @@ class TopicSubscriptions:
     def _recorded(self, result: tuple, queue: str, client_id: str, name: str,
                   pattern: tuple, shared: bool, user: str | None, deliver: Callable,
                   credit: int):
-        what, deleted = result
+        what, deleted, given = result
         held = self.durable.get(queue)
         if held is not None and held.consumers and not (held.shared and shared):
             # Another consumer attached while this one was being recorded.
@@ -237,9 +283,22 @@ class TopicSubscriptions:
         if created or what == REPLACED:
             self._events.subscribed(queue, format_words(pattern), held,
                                     replaced=None if created else deleted)
+        if given:
+            self._events.enqueued(queue, given)
         held.consumers += 1
         return self._queues.subscribe(queue, deliver, credit,
                                       ended=lambda: self._detached(held))
+
+    def _give_retained(self, queue: str, pattern: tuple[str, ...]) -> None:
+        """
+        Place the retained messages matching C{pattern} into non-durable
+        subscription C{queue}, in memory, before anything else.
+        """
+        copies = [copy for copy in self._retained.copies(queue, pattern, False)
+                  if self.first_time(copy.msg_id)]
+        if copies:
+            self._events.enqueued(queue, copies)
+            self._queues.put_transient_many(queue, copies)
 
     def _detached(self, held: Durable) -> None:
         held.consumers -= 1

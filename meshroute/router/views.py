@@ -180,7 +180,12 @@ def describe_topics(engine) -> dict:
         publications waiting in C{$topic} for the fan-out, those it
         fanned out since the router started by source (C{client},
         C{link}) and the copies it made by kind (C{durable},
-        C{non-durable}, C{link}).
+        C{non-durable}, C{link});
+      - C{retained}: C{{"count", "bytes", "cleared", "max_count",
+        "max_bytes"}}: the retained messages this router holds (as every
+        router does once the flood has passed), the bytes of their
+        bodies, the cleared topics' tombstones, and its limits
+        (C{max-retained}, C{max-retained-bytes}).
     """
     queues = engine.queues
     depths = queues.depths()
@@ -215,4 +220,5 @@ def describe_topics(engine) -> dict:
         "fan_out": {"waiting": depths.get(TOPIC_QUEUE, 0),
                     "publications": dict(fan_out.publications),
                     "copies": dict(fan_out.copies_made)},
+        "retained": engine.retained.describe(),
     }

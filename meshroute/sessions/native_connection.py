@@ -69,6 +69,8 @@ def _version_needed(frame) -> int:
     connection to the session, makes too.  (Versions 2, 4 and 7 are the
     session's to check: no other protocol makes their frames.)
     """
+    if type(frame) is f.SubscribeTopic and frame.retained != "none":
+        return f.RETAINED_VERSION
     if type(frame) is f.SubscribeTopic or (type(frame) is f.Unsubscribe and frame.forget):
         return f.TOPICS_VERSION
     return 1

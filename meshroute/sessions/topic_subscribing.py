@@ -11,7 +11,9 @@ recorded in the store first: that takes a while, so the command is
 answered only when the router's Deferred fires (a mesh-wide one's once
 its interest reached every router reachable now), C{Confirm}, or
 C{Error} with the code of what it failed with (C{bad-address},
-C{subscription-in-use}, C{timeout}).  Meanwhile its number is taken and its credit
+C{subscription-in-use}, C{timeout}).  With C{retained} (version 9),
+the retained messages matching its pattern are placed into it first
+(docs/topics.md, "Retained messages").  Meanwhile its number is taken and its credit
 counts (L{Deliveries.pending
 <meshroute.sessions.deliveries.Deliveries.pending>}).  Once made it is
 one of the session's subscriptions like any other (credit,
@@ -37,6 +39,7 @@ from functools import partial
 from twisted.internet.defer import maybeDeferred
 
 from meshroute.sessions.deliveries import no_subscription
+from meshroute.topics.retained import RETAINED_CHOICES
 from meshroute.wire import client_frames as f
 
 
@@ -69,6 +72,10 @@ class TopicSubscribing:
         session = self.session
         deliveries, guard = session.deliveries, session.guard
         refusal = deliveries.argument_refusal(frame)
+        if refusal is None and frame.retained not in RETAINED_CHOICES:
+            refusal = f.Error(frame.command_id, f.INVALID_ARGUMENT,
+                              f"retained is one of {', '.join(RETAINED_CHOICES)}, "
+                              f"not {frame.retained!r}")
         if refusal is None and guard is not None and not guard.may_subscribe(frame.pattern):
             refusal = f.Error(frame.command_id, f.NOT_ALLOWED,
                               guard.refusal(f"subscribe to {frame.pattern!r}"))
@@ -88,7 +95,7 @@ class TopicSubscribing:
                           partial(deliveries.take, frame.subscription), 0,
                           client_id=frame.client_id or session.client_id,
                           durable=frame.durable, shared=frame.shared, user=session.user,
-                          mesh_wide=frame.mesh_wide)
+                          mesh_wide=frame.mesh_wide, retained=frame.retained)
         d.addCallbacks(self._made, self._not_made, (frame,), None, (frame,))
 
     def _made(self, subscription, frame: f.SubscribeTopic) -> None:

@@ -71,13 +71,20 @@ from meshroute.stomp.destinations import StompRefusal, send_address, subscriptio
 from meshroute.stomp.heartbeats import HeartBeats
 from meshroute.stomp.receipts import Receipts
 from meshroute.stomp.subscriptions import ACK_MODES, AUTO, StompSubscription, StompSubscriptions
-from meshroute.stomp.topic_options import CLIENT_ID, forgets, refuse_on_queue, subscribe_options
+from meshroute.stomp.topic_options import (
+    CLIENT_ID,
+    RETAIN,
+    forgets,
+    refuse_on_queue,
+    retain_header,
+    subscribe_options,
+)
 from meshroute.stomp.versions import V1_0, V1_2, StompVersion, negotiated, spoken
 from meshroute.wire import client_frames as f
 
 #: The SEND headers that are STOMP's own, not the message's.
 SEND_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length",
-                          "persistent", "duplicate-id", "expires"})
+                          "persistent", "duplicate-id", "expires", RETAIN})
 
 #: The C{mechanism} of C{security.authenticated} for a STOMP login.
 PASSCODE = "passcode"
@@ -308,6 +315,7 @@ class StompConnectionCore(ConnectionCore):
         for name, value in frame.headers:
             if name not in SEND_HEADERS and name not in headers:
                 headers[name] = value
+        headers.update(retain_header(frame))
         send = f.Send(self.next_command(), address, headers, frame.body,
                       frame.header("persistent") != "false", frame.header("duplicate-id") or "",
                       time_to_live_ms(frame.header("expires"), now_ms(self.clock)))
@@ -369,7 +377,7 @@ class StompConnectionCore(ConnectionCore):
         else:
             self.session.machine.got_subscribe_topic(f.SubscribeTopic(
                 command_id, subscription.number, source.pattern, credit, topic.durable,
-                topic.client_id, topic.shared, topic.mesh_wide))
+                topic.client_id, topic.shared, topic.mesh_wide, topic.retained))
 
     def on_unsubscribe(self, frame: StompFrame) -> None:
         """

@@ -1,7 +1,8 @@
 """
 The headers that shape a STOMP topic subscription (docs/stomp.md,
-"Topics"): on SUBSCRIBE, whether it is durable, shared and mesh-wide; on
-UNSUBSCRIBE, whether it ends a durable one for good.
+"Topics"): on SUBSCRIBE, whether it is durable, shared and mesh-wide,
+and which retained messages it is given; on UNSUBSCRIBE, whether it
+ends a durable one for good; on SEND, whether a publication is retained.
 
  - B{Durable}: a client id and a name identify it, as Artemis and
    ActiveMQ have STOMP name it: the C{client-id} of the SUBSCRIBE, or else
@@ -21,6 +22,11 @@ UNSUBSCRIBE, whether it ends a durable one for good.
  - B{Mesh-wide}: C{mesh-wide:true} has the SUBSCRIBE answered (its
    C{RECEIPT}) only once the subscription's interest reached every
    router reachable now.
+ - B{Retained messages} (docs/topics.md, "Retained messages"):
+   C{retained:all} or C{retained:if-new} on SUBSCRIBE gives the
+   subscription the retained messages its pattern matches first (MQTT's
+   retain handling 0 and 1; C{none}, the default, is 2); C{retain:true}
+   on SEND retains the publication (the native header C{x-retain}).
  - B{Forgetting}: an UNSUBSCRIBE carrying a durable subscription's name
    (and its client id, on the UNSUBSCRIBE or the CONNECT) deletes the
    durable subscription it ends, what it holds with it (Artemis and
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 
 from meshroute.stomp.destinations import StompRefusal
 from meshroute.stomp.frames import StompFrame
+from meshroute.topics.retained import NONE, RETAIN_HEADER, RETAINED_CHOICES
 
 #: The headers naming a durable subscription, in the order they are read.
 DURABLE_NAME_HEADERS = ("durable-subscription-name", "durable-subscriber-name",
@@ -43,19 +50,24 @@ DURABLE_NAME_HEADERS = ("durable-subscription-name", "durable-subscriber-name",
 CLIENT_ID = "client-id"
 SHARED = "shared"
 MESH_WIDE = "mesh-wide"
+RETAINED = "retained"
+#: The SEND header retaining a publication.
+RETAIN = "retain"
 
 
 @dataclass(frozen=True)
 class TopicOptions:
     """
     A topic subscription's shape: durable (C{durable}, its name, and
-    C{client_id}) or not (both empty), C{shared}, C{mesh_wide}.
+    C{client_id}) or not (both empty), C{shared}, C{mesh_wide}, the
+    C{retained} messages it is given.
     """
 
     durable: str = ""
     client_id: str = ""
     shared: bool = False
     mesh_wide: bool = False
+    retained: str = NONE
 
     def names(self, durable: str, client_id: str) -> bool:
         "Whether this is durable subscription C{durable} of C{client_id}."
@@ -105,12 +117,26 @@ def subscribe_options(frame: StompFrame, connect_client_id: str) -> TopicOptions
     """
     name = durable_name(frame)
     shared, mesh_wide = flag(frame, SHARED), flag(frame, MESH_WIDE)
+    retained = frame.header(RETAINED) or NONE
+    if retained not in RETAINED_CHOICES:
+        raise StompRefusal(f"retained {retained!r} is not one of {', '.join(RETAINED_CHOICES)}")
     if name is None:
         if shared:
             raise StompRefusal("shared:true is for durable subscriptions: name one with "
                                f"{DURABLE_NAME_HEADERS[0]}")
-        return TopicOptions(mesh_wide=mesh_wide)
-    return TopicOptions(name, _client_id(frame, connect_client_id, name), shared, mesh_wide)
+        return TopicOptions(mesh_wide=mesh_wide, retained=retained)
+    return TopicOptions(name, _client_id(frame, connect_client_id, name), shared, mesh_wide,
+                        retained)
+
+
+def retain_header(frame: StompFrame) -> dict:
+    """
+    The native header a SEND's C{retain} makes: C{x-retain: true} for
+    C{retain:true}, none for C{false} or none.
+
+    @raise StompRefusal: another value.
+    """
+    return {RETAIN_HEADER: "true"} if flag(frame, RETAIN) else {}
 
 
 def refuse_on_queue(frame: StompFrame) -> None:
@@ -120,7 +146,7 @@ def refuse_on_queue(frame: StompFrame) -> None:
 
     @raise StompRefusal: it does.
     """
-    for header in (*DURABLE_NAME_HEADERS, SHARED, MESH_WIDE):
+    for header in (*DURABLE_NAME_HEADERS, SHARED, MESH_WIDE, RETAINED):
         if frame.header(header) is not None:
             raise StompRefusal(f"{header} is for /topic/ subscriptions, not "
                                f"{frame.header('destination')!r}")

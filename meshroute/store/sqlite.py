@@ -114,6 +114,7 @@ from meshroute.store import (
     prepared,
     pruning,
     queue_entries,
+    retained,
     set_aside,
     topics,
 )
@@ -424,18 +425,24 @@ class SQLiteStore(RouterRecords):
     # Durable topic subscriptions (meshroute.store.subscriptions).
 
     def record_subscription(self, queue: str, client_id: str, name: str, pattern: str,
-                            shared: bool, user: str | None):
+                            shared: bool, user: str | None, copies=(), if_new: bool = False):
         """
         Record durable subscription C{queue} (of C{client_id}, named
         C{name}) to C{pattern}; one recorded with another pattern is
-        replaced and its entries deleted.
+        replaced and its entries deleted.  In the same transaction, the
+        retained messages C{copies} are placed into its queue (with
+        C{if_new}, only if it was created or replaced).
 
-        @return: Deferred firing, once durable, with C{(what, deleted)}
-            (L{meshroute.store.topics.record}).
+        @return: Deferred firing, once durable, with C{(what, deleted,
+            placed)} (L{meshroute.store.topics.record}; C{placed}: the
+            copies placed).
         """
+        copies = list(copies)
         d = self._submit(topics.record, queue, client_id, name, pattern, shared, user,
-                         self._now())
+                         self._now(), copies, if_new)
         d.addCallback(self._mirror.emptied_if_replaced, queue)
+        d.addCallback(lambda result: (*result[:2], self._mirror.copies_placed(
+            (result[2], {}), [(copy, True) for copy in copies])))
         return d
 
     def forget_subscription(self, queue: str):
@@ -448,19 +455,34 @@ class SQLiteStore(RouterRecords):
         d.addCallback(self._mirror.emptied, queue)
         return d
 
-    def place_copies(self, copies, entry_ids):
+    def place_copies(self, copies, entry_ids, retained_entries=()):
         """
         The topic fan-out's persistent C{copies} (messages), each placed
-        unless its id is held or was enqueued here, and the deletion of
-        the queue entries C{entry_ids}, in one transaction.
+        unless its id is held or was enqueued here, the deletion of the
+        queue entries C{entry_ids}, and the retained messages
+        C{retained_entries} saved, in one transaction.
 
         @return: Deferred firing, once durable, with the copies placed.
         """
         is_local = self._is_local
         calls = [(message, is_local(message)) for message in copies]
-        d = self._submit(topics.place_copies, calls, json.dumps(list(entry_ids)), self._now())
+        d = self._submit(topics.place_copies, calls, json.dumps(list(entry_ids)), self._now(),
+                         list(retained_entries))
         d.addCallback(self._mirror.copies_placed, calls)
         return d
+
+    def save_retained(self, entries):
+        """
+        Save retained messages (L{meshroute.topics.retained.RetainedEntry}),
+        each unless a newer one of its topic is saved; expired ones go.
+        """
+        return self._submit(retained.save, list(entries), int(self._now() * 1000))
+
+    def retained_messages(self):
+        """
+        Fires with the saved retained messages not expired, by topic.
+        """
+        return self._submit(retained.read_all, int(self._now() * 1000))
 
     def save_interest(self, advertisements):
         """

@@ -18,7 +18,9 @@ advertisement taken from each, saved as it is taken and read at start
 (L{save_interest}, L{read_interest}).
 
 The fan-out's copies of publications and the deletion of the
-publications they copy, in one transaction (L{place_copies}).  A copy
+publications they copy, in one transaction (L{place_copies}), with the
+retained messages its publications made (schema version 14,
+L{meshroute.store.retained}).  A copy
 whose id this router holds or enqueued before is left out, not an
 error: a publication that came round a routing loop, or was fanned out
 before a crash whose acknowledgement of it was lost, makes copies the
@@ -28,6 +30,7 @@ store already had, and the others must still be placed.
 import json
 
 from meshroute.messages import Message
+from meshroute.store import retained
 from meshroute.store.queue_entries import consume
 from meshroute.store.rows import (
     INSERT_BACKLOG_NEW,
@@ -58,24 +61,45 @@ REPLACED = "replaced"
 
 
 def record(connection, queue: str, client_id: str, name: str, pattern: str, shared: bool,
-           user: str | None, now: float) -> tuple[str, int]:
+           user: str | None, now: float, copies: list[Message] = (),
+           if_new: bool = False) -> tuple[str, int, list[bool]]:
     """
-    Record the durable subscription C{queue}.
+    Record the durable subscription C{queue}, and place C{copies} (the
+    retained messages it is given as it is made) into its queue, each
+    unless its id was enqueued here; with C{if_new}, only if it was
+    created or replaced.
 
-    @return: C{(what, deleted)}: L{CREATED}, L{EXISTING} (same pattern;
-        C{shared} updated) or L{REPLACED} (another pattern: its
-        C{deleted} entries are gone).
+    @return: C{(what, deleted, placed)}: L{CREATED}, L{EXISTING} (same
+        pattern; C{shared} updated) or L{REPLACED} (another pattern: its
+        C{deleted} entries are gone); whether each copy was placed.
     """
     found = connection.execute(_FIND, (queue,)).fetchone()
+    deleted = 0
     if found is None:
         connection.execute(_INSERT, (queue, client_id, name, pattern, int(shared), user, now))
-        return CREATED, 0
-    if found[0] == pattern:
+        what = CREATED
+    elif found[0] == pattern:
         connection.execute(_SET_SHARED, (int(shared), queue))
-        return EXISTING, 0
-    deleted = connection.execute(_DELETE_ENTRIES, (queue,)).rowcount
-    connection.execute(_REPLACE, (pattern, int(shared), queue))
-    return REPLACED, deleted
+        what = EXISTING
+    else:
+        deleted = connection.execute(_DELETE_ENTRIES, (queue,)).rowcount
+        connection.execute(_REPLACE, (pattern, int(shared), queue))
+        what = REPLACED
+    if if_new and what == EXISTING:
+        return what, deleted, [False] * len(copies)
+    return what, deleted, [_place_local(connection.execute, copy, now) for copy in copies]
+
+
+def _place_local(execute, message: Message, now: float) -> bool:
+    """
+    Place C{message} into its local queue unless its id is held or was
+    enqueued here; whether it was.
+    """
+    new = bool(execute(RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount)
+    if new and not execute(INSERT_QUEUE_NEW, as_row(message)).rowcount:
+        execute(_FORGET_ENQUEUED, (message.msg_id,))
+        new = False
+    return new
 
 
 def forget(connection, queue: str) -> int:
@@ -98,13 +122,14 @@ def read_all(connection) -> list[tuple]:
 
 
 def place_copies(connection, copies: list[tuple[Message, bool]], entry_ids: str,
-                 now: float) -> tuple[list[bool], dict]:
+                 now: float, retained_entries=()) -> tuple[list[bool], dict]:
     """
     Place each of C{copies} (C{(message, local)}: into a local durable
     subscription's queue, or the backlog for its destination router)
     unless its id is held or was enqueued here, or its subscription was
-    forgotten since the copy was made, and delete the queue entries
-    C{entry_ids} (a JSON array).
+    forgotten since the copy was made, delete the queue entries
+    C{entry_ids} (a JSON array), and save C{retained_entries}
+    (L{meshroute.store.retained.save}).
 
     @return: C{(placed, consumed)}: whether each copy was placed, and
         C{{queue: entries deleted}}.
@@ -112,19 +137,15 @@ def place_copies(connection, copies: list[tuple[Message, bool]], entry_ids: str,
     execute = connection.execute
     placed = []
     for message, local in copies:
-        row = as_row(message)
         if local:
-            if not execute(_FIND, (message.dest_queue,)).fetchone():
-                # Forgotten since the fan-out made the copy.
-                placed.append(False)
-                continue
-            new = bool(execute(RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount)
-            if new and not execute(INSERT_QUEUE_NEW, row).rowcount:
-                execute(_FORGET_ENQUEUED, (message.msg_id,))
-                new = False
+            # Not into a subscription forgotten since the fan-out made the copy.
+            new = (execute(_FIND, (message.dest_queue,)).fetchone() is not None
+                   and _place_local(execute, message, now))
         else:
-            new = bool(execute(INSERT_BACKLOG_NEW, row).rowcount)
+            new = bool(execute(INSERT_BACKLOG_NEW, as_row(message)).rowcount)
         placed.append(new)
+    if retained_entries:
+        retained.save(connection, list(retained_entries), int(now * 1000))
     return placed, consume(connection, entry_ids)
 
 

@@ -63,6 +63,11 @@ L{meshroute.wire.topic_frames}) subscribes to the publications matching
 a pattern, durably or not, and L{Unsubscribe} gains C{forget}, which
 ends a durable subscription for good.  A publication is a L{Send} to
 C{topic:NAME}, in any version.
+
+Version 9 adds retained messages: L{SubscribeTopic} gains C{retained},
+the retained messages a subscription is given as it is made
+(docs/topics.md, "Retained messages"); a publication is retained with
+the header C{x-retain: true}, in any version from 8.
 """
 
 from dataclasses import dataclass
@@ -93,7 +98,7 @@ from meshroute.wire.two_phase_frames import (  # noqa: F401 (re-exported)
 from meshroute.wire.topic_frames import SubscribeTopic  # noqa: F401 (re-exported)
 
 #: The client protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: The first version with transactions (L{Begin}, L{Commit}, L{Rollback}).
 TRANSACTIONS_VERSION = 2
 #: The first version whose Opened tells the pair's topology
@@ -113,6 +118,8 @@ TPC_VERSION = 7
 #: The first version with topic subscriptions (L{SubscribeTopic},
 #: L{Unsubscribe.forget}).
 TOPICS_VERSION = 8
+#: The first version whose L{SubscribeTopic} asks for retained messages.
+RETAINED_VERSION = 9
 
 
 #: The SASL mechanism of a TLS client certificate the router verified

@@ -32,7 +32,7 @@ from meshroute.errors import WireError
 from meshroute.wire.frameset import FrameSet
 
 #: The link protocol versions this build speaks, newest last.
-SUPPORTED_VERSIONS = (2, 3, 4, 5)
+SUPPORTED_VERSIONS = (2, 3, 4, 5, 6)
 
 #: The first version whose links carry L{TransferBatch} and
 #: L{FastTransferBatch}.
@@ -42,6 +42,12 @@ BATCH_VERSION = 4
 #: (docs/topics.md).  A link at an older version hears none, and its peer
 #: is never sent a publication for itself; it still forwards others'.
 TOPICS_VERSION = 5
+
+#: The first version whose routers take retained topic messages, system
+#: messages to the queue C{$retained} (docs/topics.md, "Retained
+#: messages"): no new frame, but a router of an older version would take
+#: one for a queue of its own, so none is sent to it.
+RETAINED_VERSION = 6
 
 #: The most messages one L{TransferBatch} or L{FastTransferBatch} carries
 #: (a receiver refuses more); as many as one store call hands a link.

@@ -13,6 +13,10 @@ C{bad-address} (a command's answer, as for a Subscribe's queue name),
 not by the codec: the frame only has the types its fields declare.
 docs/client-protocol.md, "Topics", tells when the frame may be sent and
 how it is answered; docs/topics.md what a subscription is promised.
+
+Version 9 adds C{retained} (L{RETAINED_VERSION
+<meshroute.wire.client_frames.RETAINED_VERSION>}): the retained messages
+a subscription is given as it is made.
 """
 
 from dataclasses import dataclass
@@ -35,19 +39,23 @@ class SubscribeTopic:
     C{Unsubscribe} with C{forget}; with C{shared}, several consumers may
     consume it at once, each publication to one of them.  C{mesh_wide}
     asks the router to confirm only once the subscription's interest
-    reached every router it can reach now.
+    reached every router it can reach now.  C{retained} (version 9):
+    C{none}, or the retained messages matching the pattern are placed
+    into the subscription first, C{all} of them, or (C{if-new}) only if
+    the subscription is new (a durable one that exists with this
+    pattern is given none); docs/topics.md, "Retained messages".
 
     Answered C{Confirm} once the router made the subscription (a durable
     one recorded in its store), or C{Error}: C{bad-address} (pattern,
     client id or name malformed), C{subscription-in-use} (a durable one
     that is not shared has its consumer already), C{timeout} (a mesh-wide
     one whose interest did not reach every router in time: it was not
-    made), C{not-allowed}, C{invalid-argument}, C{limit-reached}.  The last four fields may be
+    made), C{not-allowed}, C{invalid-argument}, C{limit-reached}.  The last five fields may be
     left off the wire while they hold their defaults.
     """
 
     TYPE: ClassVar[int] = 35
-    OPTIONAL_TAIL: ClassVar[int] = 4
+    OPTIONAL_TAIL: ClassVar[int] = 5
     command_id: int
     subscription: int
     pattern: str
@@ -56,3 +64,4 @@ class SubscribeTopic:
     client_id: str = ""
     shared: bool = False
     mesh_wide: bool = False
+    retained: str = "none"

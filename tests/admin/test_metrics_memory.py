@@ -323,6 +323,7 @@ def test_topics_publications_copies_subscriptions_and_drops(mesh, monkeypatch):
         frozenset({("reason", "max-depth")}): 3}
     assert value(at_c, "meshroute_topic_interest_patterns", router="router-c") == 2
     assert value(at_a, "meshroute_topic_interest_patterns", router="router-c") == 2
+    assert value(at_c, "meshroute_topic_retained_messages") == 0
     # A queue series for the durable subscription, as for any queue; none
     # for the non-durable one.
     assert value(at_c, "meshroute_queue_messages", queue="$durable:app:prices") == 3
@@ -401,3 +402,14 @@ def test_a_shared_store_instance_has_a_state_series_for_each_of_its_states(state
     assert value(samples, "meshroute_ha_failback_requested",
                  ha_instance="router-b/backup") == 1
     assert labelled(samples, "meshroute_ha_peer_connected") == {}
+
+
+def test_the_retained_messages_held_are_shown(mesh):
+    star(mesh)
+    engine = mesh.routers["router-a"].engine
+    for topic, body in (("a", b"12"), ("b", b"345"), ("c", b"")):
+        engine.submit(f"topic:{topic}", body, {"x-retain": "true"}, True)
+    mesh.run(1)
+    at_e = scrape(mesh.routers["router-e"])
+    assert value(at_e, "meshroute_topic_retained_messages") == 2
+    assert value(at_e, "meshroute_topic_retained_bytes") == 5

@@ -107,7 +107,7 @@ def connected(clock, pair, epoch: int = 1, configured: int = 2, **options):
 def test_the_client_offers_version_3(clock, pair):
     d = connect_endpoint(clock, pair[0], client_id="app")
     (open_,) = pair[0].accept().frames()
-    assert open_.versions == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert open_.versions == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     d.cancel()
     failure_of(d)
 

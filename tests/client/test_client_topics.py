@@ -181,9 +181,12 @@ def test_the_frame_carries_what_was_asked(harness, started, monkeypatch):
     monkeypatch.setattr(started.topics, "subscribe", recorded)
     client = harness.connect("app")
     result_of(_subscribed(harness, client.subscribe_topic("t.#", Collector(), durable="d",
-                                                          shared=True, mesh_wide=True)))
+                                                          shared=True, mesh_wide=True,
+                                                          retained="if-new")))
     assert asked == [{"client_id": "app", "durable": "d", "shared": True, "user": None,
-                      "mesh_wide": True}]
+                      "mesh_wide": True, "retained": "if-new"}]
+    with pytest.raises(ValueError):
+        client.subscribe_topic("t", Collector(), retained="yes")
 
 
 def test_an_older_router_is_told_apart(started, clock, monkeypatch):
@@ -194,6 +197,15 @@ def test_an_older_router_is_told_apart(started, clock, monkeypatch):
     assert isinstance(refused, SubscribeError) and refused.code == UNSUPPORTED
     refused = failure_of(client.publish("t", b"x"))
     assert isinstance(refused, SendError) and refused.code == UNSUPPORTED
+
+
+def test_a_router_of_version_8_is_asked_for_no_retained_messages(started, clock, monkeypatch):
+    monkeypatch.setattr(f, "SUPPORTED_VERSIONS", (1, 2, 3, 4, 5, 6, 7, 8))
+    harness = Harness(started, clock)
+    client = harness.connect("app")
+    refused = failure_of(client.subscribe_topic("t", Collector(), retained="all"))
+    assert isinstance(refused, SubscribeError) and refused.code == UNSUPPORTED
+    result_of(_subscribed(harness, client.subscribe_topic("t", Collector())))
 
 
 # -- across failures ---------------------------------------------------------------
@@ -305,6 +317,22 @@ def test_send_and_receive_topics_from_the_command_line(harness, started):
     assert started.topics.durable == {} and started.queues.depths() == {}
 
 
+def test_retained_messages_from_the_command_line(harness, started):
+    for body in ("old", "kept"):
+        sent = run_command(send_command.run_send, harness,
+                           ["send", "--connect", "tcp:x:1", "--topic", "prices.eu.gbp",
+                            "--retain", "--body", body])[0]
+        settle(harness)
+        assert result_of(sent) == 0
+    got = run_command(receive_command.run_receive, harness,
+                      ["receive", "--connect", "tcp:x:1", "--topic", "prices.#", "--json",
+                       "--retained", "all", "--count", "1"])
+    settle(harness)
+    assert result_of(got[0]) == 0, got[2].getvalue()
+    [line] = [json.loads(line) for line in got[1].getvalue().splitlines()]
+    assert line["body"] == "kept" and line["headers"]["x-retained"] == "true"
+
+
 def test_a_refused_topic_subscription_fails_the_command(harness):
     d, out, err = run_command(receive_command.run_receive, harness,
                               ["receive", "--connect", "tcp:x:1", "--topic", "a..b"])
@@ -322,6 +350,10 @@ def test_a_refused_topic_subscription_fails_the_command(harness):
     (["receive", "--connect", "c", "--topic", "t", "--forget"], "--forget needs --durable"),
     (["receive", "--connect", "c", "--topic", "t", "--shared"], "--shared needs --durable"),
     (["receive", "--connect", "c", "--queue", "q", "--mesh-wide"], "--mesh-wide needs --topic"),
+    (["receive", "--connect", "c", "--queue", "q", "--retained", "all"],
+     "--retained needs --topic"),
+    (["receive", "--connect", "c", "--topic", "t", "--retained", "yes"], "--retained is all"),
+    (["send", "--connect", "c", "--to", "q", "--retain"], "--retain needs --topic"),
 ])
 def test_topic_options_that_do_not_go_together(argv, message):
     with pytest.raises(usage.UsageError, match=message):

@@ -29,9 +29,9 @@ def transacted(clock, endpoint, **options) -> Session:
 
 def test_a_transacted_client_offers_only_versions_with_transactions(clock, endpoint):
     s = transacted(clock, endpoint)
-    assert s.first_open.versions == [2, 3, 4, 5, 6, 7, 8]
+    assert s.first_open.versions == [2, 3, 4, 5, 6, 7, 8, 9]
     plain = Session(clock, ScriptedEndpoint())
-    assert plain.first_open.versions == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert plain.first_open.versions == [1, 2, 3, 4, 5, 6, 7, 8, 9]
 
 
 def test_a_router_without_transactions_refuses_a_transacted_client(clock, endpoint):

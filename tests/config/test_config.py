@@ -181,8 +181,15 @@ def test_unknown_section(write):
 def test_unknown_routing_key(write):
     path = write(ROUTER + "[routing]\nmax-hop = 16\n")
     assert_refused(path, "routing.max-hop", "unknown key",
-                   "connector, listener, max-backlog, max-hops, max-transient-backlog, "
-                   "reroute-delay")
+                   "connector, listener, max-backlog, max-hops, max-retained, "
+                   "max-retained-bytes, max-transient-backlog, reroute-delay")
+
+
+def test_the_retained_limits_are_read_from_routing(write):
+    path = write(ROUTER + "[routing]\nmax-retained = 5\nmax-retained-bytes = \"1 MiB\"\n")
+    config = load_config(path, reactor=MemoryReactor())
+    assert (config.routing.max_retained, config.routing.max_retained_bytes) == (5, 1024 * 1024)
+    assert load_config(write(ROUTER), reactor=MemoryReactor()).routing.max_retained == 10_000
 
 
 def test_routing_store_and_clients_sections(write):

@@ -550,3 +550,22 @@ def test_a_durable_topic_subscription_fails_over_with_what_it_collected(pair):
     assert consumer.bodies == [b"%d" % i for i in range(10)]
     # The backup took the subscription up: it advertises its interest.
     assert backup.router.engine.interest.local.advertised == {("t", "#")}
+
+
+def test_a_retained_message_fails_over_with_the_store(pair):
+    primary, backup = start_both(pair)
+    engine = primary.router.engine
+    sends = [engine.submit("topic:t.x", b"kept", {"x-retain": "true"}, True),
+             engine.submit("topic:t.y", b"", {"x-retain": "true"}, True)]
+    pair.run_until(lambda: all(d.called for d in sends), 5.0)
+    pair.mesh.run(0.5)
+    pair.kill(PRIMARY)
+    pair.run_until(lambda: serving(backup), FAILOVER_BOUND)
+    retained = backup.router.engine.retained
+    pair.run_until(lambda: "t.x" in retained.table.entries, 5.0)
+    assert retained.table.entries["t.x"].body == b"kept"
+    assert retained.table.entries["t.y"].cleared
+    given = []
+    backup.router.engine.topics.subscribe("t.#", given.append, 10, retained="all")
+    pair.mesh.run(0.5)
+    assert [delivery.message.body for delivery in given] == [b"kept"]

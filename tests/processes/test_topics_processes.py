@@ -18,6 +18,9 @@ One run of routers for every check, in two acts:
     subscriber returns and receives each exactly once, in order (and no
     copy was enqueued twice, says B's event log); with C{--forget} it
     then ends its subscription for good (its record is gone).
+ 3. A retained publication at A (C{meshroute send --retain}) reaches B's
+    table of retained messages, and a later subscriber on B asking for
+    them (C{--retained all}) is given it, flagged C{x-retained}.
 
 Every body is numbered (C{meshroute send} sends C{"message N"}) and every
 message carries its topic (C{x-topic}): order is checked per publisher,
@@ -127,3 +130,11 @@ def test_topics_across_two_routers_and_a_durable_subscriber_through_a_sigkill(me
     # more waited beyond the 2,000 it took.
     enqueued = [e["msg_id"] for e in b.events("message.enqueued", queue=DURABLE_QUEUE)]
     assert len(enqueued) == len(set(enqueued)) <= 2 * FEW + MANY
+
+    # -- act 3: a retained message, for a later subscriber on the other router ------
+    succeeded(mesh.start_publish(a, "prices.last", 1, "--retain", "--body", "1.17"))
+    wait_until(lambda: b.get("/api/v1/topics")["retained"]["count"] == 1, 30,
+               what="the retained message at router-b")
+    [message] = finished(mesh.start_receive_topic(b, "prices.#", 1, TIMEOUT_S,
+                                                  "--retained", "all"))
+    assert (message["body"], message["headers"]["x-retained"]) == ("1.17", "true")

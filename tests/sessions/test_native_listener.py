@@ -282,9 +282,9 @@ def test_ttl_override(engine, clock):
 
 
 def test_unsupported_version(connection, factory):
-    connection.send(f.Open([9, 10], "c", "", 60000))
+    connection.send(f.Open([10, 11], "c", "", 60000))
     assert connection.received() == [
-        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6, 7, 8]")
+        f.Error(0, f.UNSUPPORTED_VERSION, "this router speaks [1, 2, 3, 4, 5, 6, 7, 8, 9]")
     ]
     assert connection.closed
     connection.lose()

@@ -964,6 +964,7 @@ def test_a_version_1_store_is_upgraded(tmp_path, clock):
                              "DROP TABLE prepared_transactions; DROP TABLE prepared_sends; "
                              "DROP TABLE prepared_acks; DROP TABLE committed_xids; "
                              "DROP TABLE durable_subscriptions; DROP TABLE topic_interest; "
+                             "DROP TABLE retained_messages; "
                              "ALTER TABLE links DROP COLUMN peer_store_id; "
                              "DROP INDEX messages_expiring; "
                              "ALTER TABLE messages DROP COLUMN expires_ms; "

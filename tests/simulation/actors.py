@@ -139,8 +139,9 @@ class ProducerActor:
         attempt = Attempt(key, self.spec.name, burst.address, burst.persistent, duplicate_id,
                           self._calls, world.epochs[self.spec.router], world.now(), resent=resent)
         world.attempts.append(attempt)
-        d = self.client.send(burst.address, key.encode(), persistent=burst.persistent,
-                             duplicate_id=duplicate_id or None)
+        d = self.client.send(burst.address, key.encode(),
+                             {"x-retain": "true"} if burst.retain else None,
+                             persistent=burst.persistent, duplicate_id=duplicate_id or None)
 
         def confirmed(msg_id):
             attempt.outcome, attempt.msg_id = "confirmed", msg_id

@@ -216,12 +216,14 @@ def topic_promises(outcome) -> list[Violation]:
     consumed to the end of the run); no subscription gets
     a publication twice unflagged, nor anything after its unsubscribe
     was answered; and, once the mesh healed, every router holds every
-    reachable router's interest as that router advertises it.
+    reachable router's interest as that router advertises it, and the
+    same retained messages as every other.
     Excused: a durable subscription whose router was restarted with an
     empty data dir (it went with the disk), and a publication any copy
     of which went with a disk or was dropped for C{max-backlog}.
     """
     violations = [Violation("interest", line) for line in outcome.interest[:3]]
+    violations += [Violation("retained", line) for line in outcome.retained[:3]]
     wiped = {router for router, epoch, _ in outcome.events if epoch > 0}
     lost = set(outcome.lost_with_disk)
     # Copies a router dropped, max-backlog messages waiting already for

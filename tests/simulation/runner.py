@@ -59,6 +59,8 @@ class Outcome:
         held of every other router then.
     @ivar interest: where, once the mesh healed, a router's picture of
         another's topic interest was not that router's own.
+    @ivar retained: where, once the mesh healed, routers' tables of
+        retained messages differed.
     """
 
     schedule: Schedule
@@ -74,6 +76,7 @@ class Outcome:
     subscriptions: dict = field(default_factory=dict)
     fanned: dict = field(default_factory=dict)
     interest: list = field(default_factory=list)
+    retained: list = field(default_factory=list)
 
     def trace(self) -> list[str]:
         """
@@ -366,6 +369,21 @@ class World:
                                  f"v{own.version}")
         return found
 
+    def retained_mismatches(self) -> list[str]:
+        """
+        Once the mesh healed: where a router's retained messages are not
+        the first router's (every router holds the same table once the
+        flood has passed: docs/topics.md, "Retained messages").
+        """
+        tables = {name: {topic: entry.order
+                         for topic, entry in router.engine.retained.table.entries.items()}
+                  for name, router in sorted(self.mesh.routers.items())}
+        if not tables:
+            return []
+        first, table = next(iter(tables.items()))
+        return [f"{name} holds {sorted(held.items())}, {first} {sorted(table.items())}"
+                for name, held in tables.items() if held != table]
+
 
 def _timeline(schedule: Schedule, world: World) -> list:
     """
@@ -508,6 +526,7 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
         world.run(2.0)
         waited += 2.0
     interest = world.interest_mismatches()
+    retained = world.retained_mismatches()
     world.finishing = True
     for actor in [*world.producers.values(), *world.consumers.values(),
                   *world.topic_subscribers.values()]:
@@ -523,4 +542,4 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
             events += [(name, epoch, record) for record in read_events(data_dir)]
     return Outcome(schedule, world.attempts, world.deliveries, events, world.lost_with_disk,
                    stuck, world.memory, errors.unexpected, world.notes, world.start,
-                   world.subscriptions, world.fanned, interest)
+                   world.subscriptions, world.fanned, interest, retained)

@@ -107,6 +107,7 @@ class Send:
     @ivar resend: with duplicate ids, each is sent a second time with the
         same id right after its confirmation (a retry whose first answer
         was lost): it must be confirmed with the first message's id.
+    @ivar retain: publications to be retained (C{x-retain: true}).
     """
 
     at: float
@@ -116,6 +117,7 @@ class Send:
     persistent: bool
     duplicate_ids: bool
     resend: bool
+    retain: bool = False
 
 
 @dataclass(frozen=True)
@@ -311,6 +313,7 @@ def generate(seed: int) -> Schedule:
     topic_subscribers = _topic_traffic(rng, routers, producers, sends, faults,
                                        schedule.client_keep_alive_ms / 1000)
     store_lags = _commit_window(rng, routers, producers, sends, faults)
+    _retained_traffic(rng, producers, sends)
     return Schedule(seed, routers, connectors, producers, tuple(consumers),
                     tuple(sorted(sends, key=lambda s: s.at)),
                     tuple(sorted(faults, key=lambda f: f.at)),
@@ -323,6 +326,21 @@ COMMIT_LAGS = (0.0005, 0.002, 0.01, 0.03)
 #: The store calls of an early send (docs/routing.md, "Forwarding while the
 #: origin's commit is in flight"), which faults aimed at its window fail.
 EARLY_CALLS = ("accept_to_outbox", "reserve_seqs")
+
+
+def _retained_traffic(rng: random.Random, producers: tuple, sends: list) -> None:
+    """
+    In half the seeds, 1 to 3 bursts of 1 to 5 retained publications
+    (drawn after everything else, so the rest of a seed's schedule is
+    what it was before retained messages): several routers retaining one
+    topic at once, through the seed's faults.
+    """
+    if rng.random() < 0.5:
+        return
+    for _ in range(rng.randint(1, 3)):
+        sends.append(Send(round(rng.uniform(0, FAULT_PHASE_S - 5), 2),
+                          rng.choice(producers).name, f"topic:{rng.choice(TOPICS)}",
+                          rng.randint(1, 5), rng.random() < 0.75, False, False, retain=True))
 
 
 def _commit_window(rng: random.Random, routers: tuple, producers: tuple, sends: list,

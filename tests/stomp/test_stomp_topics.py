@@ -125,8 +125,9 @@ def test_the_durable_name_is_read_as_artemis_reads_it():
     assert durable(("durable-subscription-name", "c"), ("shared", "TRUE"),
                    ("mesh-wide", "true")) == TopicOptions("c", "app", True, True)
     assert durable(("mesh-wide", "true")) == TopicOptions(mesh_wide=True)
+    assert durable(("retained", "if-new")) == TopicOptions(retained="if-new")
     for refused in ([("durable-subscription-name", "c")], [("shared", "true")],
-                    [("mesh-wide", "yes")]):
+                    [("mesh-wide", "yes")], [("retained", "yes")]):
         with pytest.raises(StompRefusal):
             durable(*refused, connect_client_id="")
 
@@ -174,6 +175,36 @@ def test_a_malformed_topic_is_an_error_even_in_a_transaction(engine, clock, dest
     assert engine.submitted == [] and client.closed
 
 
+def test_retain_on_a_send_retains_the_publication(engine, clock):
+    client = StompEnd(make_factory(engine, clock))
+    client.connect()
+    client.frame("SEND", ("destination", "/topic/t"), ("retain", "true"), body=b"kept")
+    client.frame("SEND", ("destination", "/topic/t"), ("retain", "false"), body=b"not")
+    (kept, plain) = engine.submitted
+    assert kept.headers == {"x-retain": "true"} and plain.headers == {}
+    client.frame("SEND", ("destination", "/topic/t"), ("retain", "yes"), ("receipt", "r"),
+                 body=b"x")
+    (error,) = client.received()
+    assert error.command == "ERROR" and "retain" in error.header("message")
+
+
+def test_a_subscribe_asking_for_retained_messages_gets_them_first(factory, clock):
+    publisher = connected(factory)
+    publish(publisher, clock, "t.a", b"old", b"kept", headers=[("retain", "true")])
+    publish(publisher, clock, "t.b", b"gone", headers=[("retain", "true")])
+    publish(publisher, clock, "t.b", b"", headers=[("retain", "true")])
+    plain, given = connected(factory), connected(factory)
+    subscribe(plain, "/topic/t.#", "s1")
+    subscribe(given, "/topic/t.#", "s1", "auto", ("retained", "all"))
+    settle(clock)
+    publish(publisher, clock, "t.a", b"live")
+    assert [m.body for m in messages(plain, clock)] == [b"live"]
+    retained, live = messages(given, clock)
+    assert (retained.body, retained.header("x-retained"), retained.header("x-retain")) == (
+        b"kept", "true", "true")
+    assert live.body == b"live" and live.header("x-retained") is None
+
+
 # -- subscribing ----------------------------------------------------------------------
 
 
@@ -216,7 +247,7 @@ def test_a_malformed_pattern_is_an_error(factory, clock):
 
 def test_topic_headers_on_a_queue_subscription_are_an_error(factory, clock):
     for header in (("durable-subscription-name", "sub"), ("mesh-wide", "true"),
-                   ("shared", "true")):
+                   ("shared", "true"), ("retained", "all")):
         client = connected(factory, ("client-id", "app"))
         subscribe(client, "/queue/q", "s1", "auto", header)
         (error,) = client.received()

@@ -46,9 +46,9 @@ def opened(path) -> SQLiteStore:
 def test_a_durable_subscription_is_recorded_and_kept_across_a_reopen(tmp_path):
     store = opened(tmp_path / "store.db")
     assert result_of(store.record_subscription(QUEUE, "app", "sub", "t.#", False, "alice")) \
-        == (CREATED, 0)
+        == (CREATED, 0, [])
     assert result_of(store.record_subscription(QUEUE, "app", "sub", "t.#", True, "alice")) \
-        == (EXISTING, 0)
+        == (EXISTING, 0, [])
     store.close()
     again = opened(tmp_path / "store.db")
     try:
@@ -64,7 +64,7 @@ def test_another_pattern_replaces_it_and_deletes_what_it_held(store):
     held(store, 3, queue="other")
     assert store.queue_depths()[QUEUE] == 2
     assert result_of(store.record_subscription(QUEUE, "app", "sub", "u.*", False, None)) \
-        == (REPLACED, 2)
+        == (REPLACED, 2, [])
     assert QUEUE not in store.queue_depths() and store.queue_depths()["other"] == 1
     [row] = result_of(store.durable_subscriptions())
     assert row[3] == "u.*"

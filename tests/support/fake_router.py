@@ -37,6 +37,8 @@ from meshroute.messages import Message, parse_address
 from meshroute.router.message_events import MessageEvents
 from meshroute.router.queues import QueueManager
 from meshroute.router.topic_interest import TopicInterest
+from meshroute.router.retained import RetainedMessages
+from meshroute.router.system_messages import SystemMessages
 from meshroute.router.topic_subscriptions import TopicSubscriptions
 from meshroute.sessions.native_listener import ClientFactory
 from meshroute.store import InlineExecutor, SQLiteStore
@@ -107,10 +109,13 @@ class FakeEngine:
         self.store.open()
         self.events = RecordingEvents()
         self.queues = QueueManager(self.store, self.events, clock)
+        self.retained = RetainedMessages(ROUTER, self.store, SystemMessages(ROUTER, None, None),
+                                         clock, self.events)
         self.topics = TopicSubscriptions(self.store, self.queues, TopicInterest(ROUTER, self.store, clock),
                                          mesh_wide=None,
                                          message_events=MessageEvents(ROUTER, self.events,
-                                                                      self.queues.rates))
+                                                                      self.queues.rates),
+                                         retained=self.retained)
         self.auto = auto
         self.submitted: list[Submitted] = []
         self._ids = itertools.count(1)

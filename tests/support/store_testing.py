@@ -146,6 +146,7 @@ _UNDO_STEPS = {
                                              "prepared_acks", "committed_xids")],
     12: ["DROP TABLE durable_subscriptions"],
     13: ["DROP TABLE topic_interest"],
+    14: ["DROP TABLE retained_messages"],
 }
 
 
