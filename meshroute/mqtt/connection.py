@@ -48,9 +48,11 @@ How the session's answers become MQTT (L{MqttConnectionCore.write}):
 
 QoS 2 is not served: a 5.0 CONNACK says C{maximum_qos} 1 and a QoS 2
 PUBLISH ends the connection (DISCONNECT 0x9B); a 3.1.1 QoS 2 PUBLISH
-closes it (logged), and a SUBSCRIBE asking QoS 2 is granted 1.  Retained
-messages are not served yet: a 5.0 CONNACK says C{retain_available} 0,
-and a retained PUBLISH is a plain publication.
+closes it (logged), and a SUBSCRIBE asking QoS 2 is granted 1.  A
+retained PUBLISH is the mesh's retained message of its topic (header
+C{x-retain}; docs/topics.md, "Retained messages"), and a SUBSCRIBE asks
+for the retained messages its filter matches as its retain handling says
+(L{meshroute.mqtt.subscriptions}).
 
 The session sees a connection of native protocol version 2, as STOMP's;
 it is not resumable (what outlives an MQTT connection is its persistent
@@ -221,8 +223,7 @@ class MqttConnectionCore(ConnectionCore):
     def _connack(self) -> None:
         properties: dict = {}
         if self.v5:
-            properties = {"maximum_qos": 1, "retain_available": 0,
-                          "shared_subscription_available": 0,
+            properties = {"maximum_qos": 1, "shared_subscription_available": 0,
                           "subscription_identifier_available": 0,
                           "wildcard_subscription_available": 1}
             if self.topic_alias_maximum:
@@ -400,8 +401,8 @@ class MqttConnectionCore(ConnectionCore):
         except UnmappableTopic as e:
             inputs.protocol_error(f.BAD_ADDRESS, str(e))
             return
-        send = f.Send(self.next_command(), address, headers_of(properties), packet.payload,
-                      packet.qos == 1, "", time_to_live_ms(properties))
+        send = f.Send(self.next_command(), address, headers_of(properties, packet.retain),
+                      packet.payload, packet.qos == 1, "", time_to_live_ms(properties))
         problem = self.settings.limits.headers_problem(send)
         if problem is not None:
             inputs.over_limit(problem)

@@ -23,7 +23,7 @@ from twisted.logger import Logger
 from meshroute.expiry import now_ms
 from meshroute.messages import TOPIC_HEADER
 from meshroute.mqtt import packets as p
-from meshroute.mqtt.messages import delivery_properties
+from meshroute.mqtt.messages import delivery_properties, retain_flag
 from meshroute.mqtt.outbox import InFlight, Outbox
 from meshroute.mqtt.topic_names import mqtt_topic
 from meshroute.wire import client_frames as f
@@ -62,15 +62,16 @@ class MqttDeliveries:
         topic = mqtt_topic(frame.headers.get(TOPIC_HEADER, ""))
         properties = (delivery_properties(frame.headers, now_ms(connection.clock))
                       if connection.v5 else {})
-        if qos == 0 or self._too_large(p.Publish(topic, frame.body, 1, False, False, 1,
+        retain = retain_flag(frame.headers, subscription.retain_as_published)
+        if qos == 0 or self._too_large(p.Publish(topic, frame.body, 1, retain, False, 1,
                                                  properties)):
             if qos == 0:
-                connection.send(p.Publish(topic, frame.body, 0, False, False, None, properties))
+                connection.send(p.Publish(topic, frame.body, 0, retain, False, None, properties))
             connection.written_acks.written(subscription.number, frame.delivery_id)
             return
 
         def make(packet_id: int):
-            return p.Publish(topic, frame.body, 1, False, frame.redelivered, packet_id,
+            return p.Publish(topic, frame.body, 1, retain, frame.redelivered, packet_id,
                              properties)
 
         publish = self.outbox.offer(InFlight(frame.delivery_id, subscription.number), make)

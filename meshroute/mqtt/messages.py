@@ -12,8 +12,15 @@ An MQTT application message as a native message and back (docs/mqtt.md,
    up), its response topic the header C{mqtt-response-topic} and its
    correlation data the header C{mqtt-correlation-data} (base64, as
    headers are text), so a request/response exchange crosses the mesh;
- - the mesh's own headers (C{x-topic}, C{x-publication}, C{x-expires-ms})
-   are not user properties: the topic is the PUBLISH's topic name.
+ - the RETAIN flag of a PUBLISH is the header C{x-retain: true}, the
+   mesh's retained messages (docs/topics.md, "Retained messages"); a
+   delivery's RETAIN flag is set on a copy given because its
+   subscription was made (header C{x-retained}) and, for a 5.0
+   subscription with retain-as-published, on a live copy of a retained
+   publication (MQTT 5.0 section 3.3.1.3; 3.1.1 clears it on live copies);
+ - the mesh's own headers (C{x-topic}, C{x-publication}, C{x-expires-ms},
+   C{x-retain}, C{x-retained}) are not user properties: the topic is the
+   PUBLISH's topic name.
 """
 
 import base64
@@ -21,6 +28,7 @@ import binascii
 
 from meshroute.messages import EXPIRES_HEADER, PUBLICATION_HEADER, TOPIC_HEADER, expires_ms
 from meshroute.mqtt.topic_syntax import topic_name_problem
+from meshroute.topics.retained import RETAIN_HEADER, RETAINED_HEADER, wants_retain
 
 #: The header carrying MQTT 5's content type (as STOMP's C{content-type}).
 CONTENT_TYPE = "content-type"
@@ -28,14 +36,16 @@ CONTENT_TYPE = "content-type"
 RESPONSE_TOPIC = "mqtt-response-topic"
 CORRELATION_DATA = "mqtt-correlation-data"
 #: The mesh's headers, never user properties.
-MESH_HEADERS = frozenset({TOPIC_HEADER, PUBLICATION_HEADER, EXPIRES_HEADER})
+MESH_HEADERS = frozenset({TOPIC_HEADER, PUBLICATION_HEADER, EXPIRES_HEADER, RETAIN_HEADER,
+                          RETAINED_HEADER})
 
 
-def headers_of(properties: dict) -> dict[str, str]:
+def headers_of(properties: dict, retain: bool = False) -> dict[str, str]:
     """
-    The native headers of a PUBLISH's (5.0) C{properties}.
+    The native headers of a PUBLISH (or a will) with (5.0) C{properties}
+    and the RETAIN flag C{retain}.
     """
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = {RETAIN_HEADER: "true"} if retain else {}
     for name, value in properties.get("user_property", ()):
         if name not in MESH_HEADERS:
             headers.setdefault(name, value)
@@ -49,6 +59,16 @@ def headers_of(properties: dict) -> dict[str, str]:
     if correlation_data is not None:
         headers[CORRELATION_DATA] = base64.b64encode(correlation_data).decode("ascii")
     return headers
+
+
+def retain_flag(headers: dict, retain_as_published: bool) -> bool:
+    """
+    The RETAIN flag of a delivery with C{headers} to a subscription
+    with C{retain_as_published} (5.0; always false in 3.1.1).
+    """
+    if headers.get(RETAINED_HEADER) == "true":
+        return True
+    return retain_as_published and wants_retain(headers)
 
 
 def time_to_live_ms(properties: dict) -> int:

@@ -23,23 +23,32 @@ from meshroute.mqtt.reason_codes import ReasonCode as R
 from meshroute.mqtt.topic_names import UnmappableTopic, mesh_pattern, mqtt_filter
 from meshroute.mqtt.topic_syntax import shared_subscription
 from meshroute.topics.patterns import format_words
+from meshroute.topics.retained import ALL, IF_NEW, NONE
 from meshroute.wire import client_frames as f
 
 log = Logger()
+
+#: The retained messages a subscription is given as it is made, by its
+#: retain handling (5.0; a 3.1.1 SUBSCRIBE reads as 0: every match): 0
+#: every match, 1 only if the subscription is new (a persistent
+#: session's durable subscription that exists gets none), 2 none.
+RETAIN_HANDLING = {0: ALL, 1: IF_NEW, 2: NONE}
 
 
 @dataclass(eq=False)
 class MqttSubscription:
     """
     One topic filter the client subscribed to: the session's number, the
-    QoS granted, and the name of its durable subscription (a persistent
-    session's; empty otherwise).
+    QoS granted, the name of its durable subscription (a persistent
+    session's; empty otherwise), and whether its live copies keep the
+    RETAIN flag they were published with (5.0's retain-as-published).
     """
 
     topic_filter: str
     number: int
     qos: int
     durable: str = ""
+    retain_as_published: bool = False
 
 
 @dataclass(eq=False)
@@ -52,12 +61,14 @@ class MqttSubscriptions:
     by_number: dict = field(default_factory=dict)
     _last_number: int = 0
 
-    def add(self, topic_filter: str, qos: int, durable: str = "") -> MqttSubscription:
+    def add(self, topic_filter: str, qos: int, durable: str = "",
+            retain_as_published: bool = False) -> MqttSubscription:
         """
         A new subscription of C{topic_filter}, numbered for the session.
         """
         self._last_number += 1
-        subscription = MqttSubscription(topic_filter, self._last_number, qos, durable)
+        subscription = MqttSubscription(topic_filter, self._last_number, qos, durable,
+                                        retain_as_published)
         self.by_filter[topic_filter] = subscription
         self.by_number[subscription.number] = subscription
         return subscription
@@ -159,12 +170,14 @@ class MqttSubscribing:
             if existing is not None:
                 self._end(existing)
             durable = durable_name(topic_filter, qos) if connection.persistent else ""
-            subscription = self.subscriptions.add(topic_filter, qos, durable)
+            subscription = self.subscriptions.add(topic_filter, qos, durable,
+                                                  request.retain_as_published)
             command_id = connection.next_command()
             self._gathering[command_id] = (acknowledgement, index, qos, subscription)
             connection.session.take_subscribe_topic(f.SubscribeTopic(
                 command_id, subscription.number, pattern, connection.prefetch_count, durable,
-                connection.durable_client if durable else "", False, connection.mesh_wide))
+                connection.durable_client if durable else "", False, connection.mesh_wide,
+                RETAIN_HANDLING[request.retain_handling]))
             if connection.session is None:
                 return
         acknowledgement.sealed = True

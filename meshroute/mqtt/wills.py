@@ -51,7 +51,7 @@ def publish(engine, clock, client_id: str, will) -> None:
     Publish C{will} of MQTT client C{client_id} through C{engine}.
     """
     properties = will.properties or {}
-    send = f.Send(0, TOPIC_PREFIX + mesh_topic(will.topic), headers_of(properties),
+    send = f.Send(0, TOPIC_PREFIX + mesh_topic(will.topic), headers_of(properties, will.retain),
                   will.payload, will.qos >= 1, "", time_to_live_ms(properties))
     submitted(engine, clock, send).addCallbacks(
         lambda _: log.info("MQTT client {client}: its will was published to {topic!r}",

@@ -62,7 +62,7 @@ def test_connect_opens_an_mqtt_session(factory, started, level):
 def test_a_5_0_connack_says_what_the_router_does_not_serve(factory):
     connack = MqttEnd(factory).connect()
     assert connack.properties["maximum_qos"] == 1
-    assert connack.properties["retain_available"] == 0
+    assert "retain_available" not in connack.properties  # available
     assert connack.properties["shared_subscription_available"] == 0
     assert connack.properties["topic_alias_maximum"] == 16
 
@@ -257,6 +257,49 @@ def test_user_properties_content_type_and_expiry_are_the_messages(factory, clock
     assert message.properties["user_property"] == (("trace", "abc"), ("unit", "C"))
     assert message.properties["content_type"] == "application/json"
     assert 59 <= message.properties["message_expiry_interval"] <= 60
+
+
+@pytest.mark.parametrize("level", [MQTT_3_1_1, MQTT_5])
+def test_a_retained_publication_is_given_to_later_subscriptions_flagged(factory, clock, level):
+    publisher = connected(factory, level, "pub")
+    publisher.send(p.Publish("status/gw", b"online", 1, retain=True, packet_id=1))
+    settle(clock)
+    assert [a.reason_code for a in publisher.received()] == [0]
+    subscriber = connected(factory, level, "sub")
+    subscriber.subscribe(("status/#", 1))
+    settle(clock)
+    # The specifications let the PUBLISH come before the SUBACK.
+    (retained,) = [m for m in subscriber.received() if isinstance(m, p.Publish)]
+    assert (retained.topic, retained.payload, retained.retain) == ("status/gw", b"online", True)
+    # A live copy of a retained publication: no RETAIN flag (3.1.1, and 5.0
+    # without retain-as-published).
+    publisher.send(p.Publish("status/gw", b"busy", 1, retain=True, packet_id=2))
+    settle(clock)
+    (live,) = subscriber.received()
+    assert (live.payload, live.retain) == (b"busy", False)
+    # An empty one clears the topic: delivered to nobody, given to no one later.
+    publisher.send(p.Publish("status/gw", b"", 1, retain=True, packet_id=3))
+    settle(clock)
+    later = connected(factory, level, "later")
+    later.subscribe(("status/#", 1))
+    settle(clock)
+    assert kinds(subscriber.received()) == [] and kinds(later.received()) == ["Suback"]
+
+
+def test_retain_handling_and_retain_as_published(factory, clock):
+    publisher = connected(factory, client_id="pub")
+    publisher.send(p.Publish("status/gw", b"online", 1, retain=True, packet_id=1))
+    settle(clock)
+    subscriber = connected(factory, client_id="sub")
+    subscriber.send(p.Subscribe(1, (
+        p.SubscriptionRequest("status/#", 1, retain_as_published=True, retain_handling=2),)))
+    settle(clock)
+    assert kinds(subscriber.received()) == ["Suback"]  # handling 2: none given
+    publisher.send(p.Publish("status/gw", b"busy", 1, retain=True, packet_id=2),
+                   p.Publish("status/gw", b"plain", 1, packet_id=3))
+    settle(clock)
+    assert [(m.payload, m.retain) for m in subscriber.received()] == [(b"busy", True),
+                                                                      (b"plain", False)]
 
 
 def test_a_topic_alias_stands_for_its_topic(factory, clock):

@@ -9,6 +9,8 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
    sessions in the admin API and its metrics;
  - an MQTT publisher to a native and a STOMP subscriber, and a STOMP
    publisher to an MQTT subscriber;
+ - a retained message published at A is given to later subscribers at B
+   (5.0 and 3.1.1) with the RETAIN flag, and an empty one clears it;
  - a client silent past 1.5 times its keep-alive: its will is published;
  - a second connection with a client id takes the session over;
  - the README's mosquitto_sub and mosquitto_pub commands, as written
@@ -54,6 +56,7 @@ def test_mqtt_across_two_routers(mesh):  # noqa: F811
     a_proc.wait_route("router-b")
     _wildcards_at_qos_0_and_1(a, b, b_proc)
     _mqtt_and_the_other_protocols(mesh, a, b)
+    _a_retained_message_for_later_subscribers_at_another_router(a, b, b_proc)
     _a_silent_client_s_will(a, b)
     _a_takeover(b)
     _the_readme_s_mosquitto_commands(a)
@@ -86,6 +89,27 @@ def _wildcards_at_qos_0_and_1(a, b, b_proc) -> None:
         ("sensors/kitchen/humidity", b"40", 0), ("sensors/kitchen/temp", b"21.5", 0),
         ("sensors/kitchen/temp", b"21.5", 1)]
     stop(subscriber)
+    stop(publisher)
+
+
+def _a_retained_message_for_later_subscribers_at_another_router(a, b, b_proc) -> None:
+    def retained_at_b() -> int:
+        return b_proc.get("/api/v1/topics")["retained"]["count"]
+
+    publisher, _ = paho_client(a, "gateway-3", version=mqtt.MQTTv5)
+    publisher.publish("status/gateway-3", b"online", qos=1, retain=True).wait_for_publish(
+        TIMEOUT_S)
+    wait_until(lambda: retained_at_b() == 1, TIMEOUT_S, what="the retained message at router-b")
+    for version in (mqtt.MQTTv5, mqtt.MQTTv311):
+        subscriber, got = paho_client(b, f"dashboard-{version}", version=version)
+        assert subscribe(subscriber, got, ("status/#", 1)) == [1]
+        (message,) = got.wait_messages(1)
+        assert (message.topic, message.payload, message.retain) == ("status/gateway-3",
+                                                                    b"online", True)
+        stop(subscriber)
+    # An empty retained publication clears the topic at every router.
+    publisher.publish("status/gateway-3", b"", qos=1, retain=True).wait_for_publish(TIMEOUT_S)
+    wait_until(lambda: retained_at_b() == 0, TIMEOUT_S, what="the retained message cleared")
     stop(publisher)
 
 
