@@ -20,7 +20,10 @@ log = Logger()
 
 class Arrivals:
     """
-    Takes what router C{name}'s links deliver into C{store} and C{queues}.
+    Takes what router C{name}'s links deliver into C{store} and C{queues}:
+    an arrival for a local queue whose consumers wait for it is claimed
+    as it is received, and handed over from its receive with no read
+    (L{meshroute.router.arrival_claims}).
 
     @param destinations: L{meshroute.router.destinations.Destinations}.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
@@ -55,10 +58,14 @@ class Arrivals:
             before it forwards them (see L{meshroute.router.acknowledgements}).
         """
         stored, local, aside = self._destinations.arrival(message)
-        d = self._store.receive(peer, seq, stored, local or bool(aside), previous)
+        claim = self._queues.claim(stored.dest_queue, (stored,)) if local else None
+        d = self._store.receive(peer, seq, stored, local or bool(aside), previous,
+                                claim.checks[0] if claim else None)
+        if claim:
+            d.addCallbacks(claim.answered_one, claim.failed)
+        elif local:
+            self._queues.notify(stored.dest_queue)
         d.addCallback(self._stored, peer, message, local, aside)
-        if local:
-            self._queues.notify(message.dest_queue)
         return d
 
     def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
@@ -72,13 +79,49 @@ class Arrivals:
             added to.
         """
         placed = [self._destinations.arrival(message) for _seq, message in arrivals]
+        by_queue: dict[str, list[int]] = {}
+        for index, (message, local, _) in enumerate(placed):
+            if local:
+                by_queue.setdefault(message.dest_queue, []).append(index)
+        checks = [None] * len(arrivals)
+        claims, notified = [], []
+        for queue, indexes in by_queue.items():
+            claim = self._queues.claim(queue, [placed[index][0] for index in indexes])
+            if claim is not None:
+                claimed = indexes[:len(claim.checks)]
+                claims.append((claim, claimed))
+                for index, check in zip(claimed, claim.checks):
+                    checks[index] = check
+            if claim is None or len(claim.checks) < len(indexes):
+                notified.append(queue)
         d = self._store.receive_many(
             peer, previous, [(seq, stored, local or bool(aside))
-                             for (seq, _), (stored, local, aside) in zip(arrivals, placed)])
-        d.addCallback(self._stored_many, peer, arrivals, placed)
-        for queue in {message.dest_queue for message, local, _ in placed if local}:
+                             for (seq, _), (stored, local, aside) in zip(arrivals, placed)],
+            checks if claims else None)
+        if claims:
+            d.addCallbacks(self._answered, self._unanswered, (claims,), None, (claims,))
+        for queue in notified:
             self._queues.notify(queue)
+        d.addCallback(self._stored_many, peer, arrivals, placed)
         return d
+
+    @staticmethod
+    def _answered(outcomes: list, claims: list) -> list:
+        """
+        Give each claim the outcomes of its arrivals; the outcomes, each
+        claimed one as C{"stored"}.
+        """
+        outcomes = list(outcomes)
+        for claim, indexes in claims:
+            for index, outcome in zip(indexes, claim.answered([outcomes[i] for i in indexes])):
+                outcomes[index] = outcome
+        return outcomes
+
+    @staticmethod
+    def _unanswered(failure, claims: list):
+        for claim, _ in claims:
+            claim.failed(failure)
+        return failure
 
     def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
         onward = set()

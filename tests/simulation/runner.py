@@ -74,6 +74,9 @@ class Outcome:
     subscriptions: dict = field(default_factory=dict)
     fanned: dict = field(default_factory=dict)
     interest: list = field(default_factory=list)
+    #: Arrivals handed to a consumer from their receive, with no read
+    #: (docs/routing.md), in all routers' lives.
+    claimed: int = 0
 
     def trace(self) -> list[str]:
         """
@@ -158,6 +161,7 @@ class World:
         self.topic_subscribers: dict[str, TopicSubscriberActor] = {}
         self.subscriptions: dict = {}
         self.fanned: dict = {}
+        self.claimed = 0
 
     def _config(self, name: str):
         schedule = self.schedule
@@ -186,6 +190,7 @@ class World:
     def crash(self, name: str) -> bool:
         if name in self.down:
             return False
+        self.claimed += self.mesh.routers[name].engine.queues.claimed
         self.mesh.crash(name)
         self.down.add(name)
         self.mesh.network.partitioned |= {n for n, count in self.frozen.items() if count}
@@ -514,6 +519,8 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
         if actor.client is not None:
             actor.client.close()
     world.run(2.0)
+    world.claimed += sum(world.mesh.routers[name].engine.queues.claimed
+                         for name in schedule.routers if name not in world.down)
     world.mesh.stop_all()
     events = []
     for name in schedule.routers:
@@ -523,4 +530,4 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
             events += [(name, epoch, record) for record in read_events(data_dir)]
     return Outcome(schedule, world.attempts, world.deliveries, events, world.lost_with_disk,
                    stuck, world.memory, errors.unexpected, world.notes, world.start,
-                   world.subscriptions, world.fanned, interest)
+                   world.subscriptions, world.fanned, interest, world.claimed)
