@@ -55,34 +55,20 @@ class Claim:
         self._messages = messages
         self.checks = checks
 
-    def answered(self, outcomes: list) -> list:
+    def answered(self, outcomes: list) -> None:
         """
         The receives of the claimed arrivals answered C{outcomes}, one
         each: the entries the store claimed join the queue's read-ahead;
         if it declined one (C{"stored"}), the queue is notified so that a
         read takes it.
-
-        @return: C{outcomes} with each claimed one as C{"stored"}.
         """
-        rows, declined, plain = [], False, []
-        for outcome, message in zip(outcomes, self._messages):
-            if type(outcome) is tuple and outcome[0] == CLAIMED:
-                rows.append((outcome[1], message, False))
-                plain.append("stored")
-            else:
-                declined = declined or outcome == "stored"
-                plain.append(outcome)
+        rows = [(outcome[1], message, False)
+                for outcome, message in zip(outcomes, self._messages)
+                if type(outcome) is tuple and outcome[0] == CLAIMED]
         self._claims.handed += len(rows)
         self._end(rows)
-        if declined:
+        if "stored" in outcomes:
             self._claims.notify(self._state.name)
-        return plain
-
-    def answered_one(self, outcome):
-        """
-        L{answered} for a claim of one arrival.
-        """
-        return self.answered([outcome])[0]
 
     def failed(self, failure):
         """

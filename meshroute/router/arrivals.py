@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from meshroute.expiry import IN_TRANSIT
 from meshroute.messages import EXPIRED_QUEUE, SYSTEM_QUEUES, Message
+from meshroute.store import CLAIMED
 
 log = Logger()
 
@@ -62,11 +63,19 @@ class Arrivals:
         d = self._store.receive(peer, seq, stored, local or bool(aside), previous,
                                 claim.checks[0] if claim else None)
         if claim:
-            d.addCallbacks(claim.answered_one, claim.failed)
+            d.addErrback(claim.failed)
         elif local:
             self._queues.notify(stored.dest_queue)
-        d.addCallback(self._stored, peer, message, local, aside)
+        d.addCallback(self._stored_one, peer, message, local, aside, claim)
         return d
+
+    def _stored_one(self, result, peer: str, message: Message, local: bool, aside: str,
+                    claim) -> tuple:
+        onward = self._stored(result, peer, message, local, aside)
+        if claim:
+            # After its message.enqueued: its delivery may follow at once.
+            claim.answered([result])
+        return onward
 
     def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
         """
@@ -99,23 +108,11 @@ class Arrivals:
                              for (seq, _), (stored, local, aside) in zip(arrivals, placed)],
             checks if claims else None)
         if claims:
-            d.addCallbacks(self._answered, self._unanswered, (claims,), None, (claims,))
+            d.addErrback(self._unanswered, claims)
         for queue in notified:
             self._queues.notify(queue)
-        d.addCallback(self._stored_many, peer, arrivals, placed)
+        d.addCallback(self._stored_many, peer, arrivals, placed, claims)
         return d
-
-    @staticmethod
-    def _answered(outcomes: list, claims: list) -> list:
-        """
-        Give each claim the outcomes of its arrivals; the outcomes, each
-        claimed one as C{"stored"}.
-        """
-        outcomes = list(outcomes)
-        for claim, indexes in claims:
-            for index, outcome in zip(indexes, claim.answered([outcomes[i] for i in indexes])):
-                outcomes[index] = outcome
-        return outcomes
 
     @staticmethod
     def _unanswered(failure, claims: list):
@@ -123,14 +120,20 @@ class Arrivals:
             claim.failed(failure)
         return failure
 
-    def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
+    def _stored_many(self, results: list, peer: str, arrivals: list, placed: list,
+                     claims: list) -> set:
         onward = set()
         for result, (_seq, message), (_stored, local, aside) in zip(results, arrivals, placed):
             onward.update(self._stored(result, peer, message, local, aside))
+        # After their message.enqueued: their deliveries may follow at once.
+        for claim, indexes in claims:
+            claim.answered([results[index] for index in indexes])
         return onward
 
-    def _stored(self, result: str, peer: str, message: Message, local: bool,
+    def _stored(self, result, peer: str, message: Message, local: bool,
                 aside: str) -> tuple:
+        if type(result) is tuple and result[0] == CLAIMED:
+            result = "stored"
         if result == "duplicate-id":
             self._events.duplicate_arrival(message, peer)
         elif result == "recalled":

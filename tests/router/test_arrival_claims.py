@@ -14,6 +14,7 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from meshroute.events import read_events
 from meshroute.router.queues import QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
 
@@ -69,7 +70,7 @@ class Link:
             answered.extend)
         d = Deferred()
         if claim:
-            d.addCallback(claim.answered)
+            d.addCallback(lambda outcomes: claim.answered(outcomes[:claimed]))
         self.held.append((d, answered))
         if claimed < len(messages):
             self._manager.notify(queue)
@@ -306,3 +307,10 @@ def test_arrivals_over_a_link_reach_a_waiting_consumer_with_no_read(mesh):
     assert consumer.bodies == [b"%d" % i for i in range(50)]
     assert consumer.redelivered == 0
     assert len(fetches) == subscribed
+    # Each is recorded enqueued before it is consumed.
+    destination.events.flush()
+    seen = [(e["event"], e["msg_id"]) for e in read_events(destination.events.data_dir)
+            if e["event"] in ("message.enqueued", "message.consumed")]
+    assert len(seen) == 100
+    for msg_id in {msg_id for _, msg_id in seen}:
+        assert seen.index(("message.enqueued", msg_id)) < seen.index(("message.consumed", msg_id))
