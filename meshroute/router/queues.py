@@ -39,7 +39,10 @@ Delivery rules:
    consumer costs no commit besides its arrival's: it may then be
    flagged a moment before its delivery (if the router stops in between,
    it comes back flagged without having been delivered, which the flag
-   allows: it means "maybe delivered before").  The deliveries one
+   allows: it means "maybe delivered before").  An arrival for a
+   waiting consumer of a caught-up queue is flagged by its receive
+   instead, and handed over with no read
+   (L{meshroute.router.arrival_claims}).  The deliveries one
    dispatch makes of entries not flagged yet form a batch: one
    store call marks them all, and the batch is handed over once that call
    is durable, behind the earlier batches of its queue (so the order
