@@ -201,7 +201,8 @@ def _enqueue(connection, enqueued: list) -> list:
     outcomes: list = []
     for message, claim, _ in enqueued:
         if _claimable(connection, message, claim):
-            outcomes.append((CLAIMED, execute(INSERT_QUEUE_FLAGGED_NEW, as_row(message)).lastrowid))
+            inserted = execute(INSERT_QUEUE_FLAGGED_NEW, as_row(message))
+            outcomes.append((CLAIMED, inserted.lastrowid))
         else:
             execute(INSERT_QUEUE, as_row(message))
             outcomes.append("stored")
@@ -257,8 +258,8 @@ def receive_many(connection, peer: str, previous: int, items: list, now: float,
     """
     See L{meshroute.store.sqlite.SQLiteStore.receive_many}: a clean batch
     (new sequences after the last received, no id held or enqueued here,
-    none twice) with one statement per kind of write (the claimed ones and
-    those after them one at a time); anything else one by one, as
+    none twice) with one statement per kind of write (the local ones one
+    at a time when some are claimed); anything else one by one, as
     L{receive_local} and L{receive_backlog} decide for a single transfer.
     A transfer refused (L{MissingTransfer}) refuses the batch: its changes
     are undone with the function's.
