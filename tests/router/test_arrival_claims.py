@@ -10,11 +10,14 @@ the redelivered flag through a crash, a consumer leaving before the
 commit, and an entry the router did not know of.
 """
 
+from dataclasses import replace
+
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from meshroute.events import read_events
+from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER
 from meshroute.router.queues import QueueManager
 from meshroute.store import InlineExecutor, SQLiteStore
 
@@ -314,3 +317,36 @@ def test_arrivals_over_a_link_reach_a_waiting_consumer_with_no_read(mesh):
     assert len(seen) == 100
     for msg_id in {msg_id for _, msg_id in seen}:
         assert seen.index(("message.enqueued", msg_id)) < seen.index(("message.consumed", msg_id))
+
+
+def test_a_claimed_arrival_expired_before_its_hand_over_goes_aside(store, manager, link):
+    """
+    Its time to live ran out while its receive committed: the dispatch
+    sets it aside in C{$expired}, as it does an entry read from the store.
+    """
+    consumer = Consumer(manager, credit=5)
+    m = replace(message(), headers={EXPIRES_HEADER: "5"})
+    assert link.arrive(m) is not None
+    manager.clock.advance(1)
+    link.commit()
+    assert consumer.deliveries == []
+    assert flags(store) == []
+    assert [msg_id for msg_id, _ in flags(store, EXPIRED_QUEUE)] == [m.msg_id]
+
+
+def test_a_claimed_delivery_rolled_back_in_a_transaction_comes_back_redelivered(manager, link):
+    """
+    Acknowledged in a client transaction that rolls back: back at the
+    front of its queue, flagged redelivered, as a delivery read from the
+    store.
+    """
+    consumer = Consumer(manager, credit=1)
+    m = message()
+    assert link.arrive(m) is not None
+    link.commit()
+    acks = manager.transaction()
+    acks.add(consumer.subscription, [consumer.deliveries[0].delivery_id])
+    acks.rolled_back()
+    consumer.subscription.add_credit(1)
+    assert [(d.message.msg_id, d.redelivered) for d in consumer.deliveries] == [
+        (m.msg_id, False), (m.msg_id, True)]
