@@ -196,11 +196,19 @@ def _enqueue(connection, enqueued: list) -> list:
     if all(claim is None for _, claim, _ in enqueued):
         connection.executemany(INSERT_QUEUE, [as_row(m) for m, _, _ in enqueued])
         return ["stored"] * len(enqueued)
-    # One by one, in order: a claim looks at the entries before it.
+    # One by one, in order: a claim looks at the entries before it.  Only
+    # the first of a queue needs the store's check: nothing but this loop
+    # writes meanwhile, so one after it is claimable exactly when it was
+    # (and when it was not, or was not claimed, the one after it finds it).
     execute = connection.execute
     outcomes: list = []
+    clear: dict[str, bool] = {}
     for message, claim, _ in enqueued:
-        if _claimable(connection, message, claim):
+        queue = message.dest_queue
+        claimed = claim is not None and clear.get(queue, True) and (
+            queue in clear or _claimable(connection, message, claim))
+        clear[queue] = claimed
+        if claimed:
             inserted = execute(INSERT_QUEUE_FLAGGED_NEW, as_row(message))
             outcomes.append((CLAIMED, inserted.lastrowid))
         else:

@@ -59,19 +59,20 @@ async def test_a_claim_behind_an_unread_entry_is_declined(store):
 @pytest_twisted.ensureDeferred
 async def test_claims_in_a_row_name_the_ones_before_them(store):
     """
-    A claim made while the one before it is in flight names that one's
-    message id (pending): claimed behind it; one that does not name it is
-    declined.  Submitted together, they run batched on the executors that
-    group them, with the same outcomes.
+    A claim made while those before it are in flight names their message
+    ids (pending): claimed behind them (submitted together, they run
+    batched on the executors that group them, with the same outcomes);
+    one that does not name them is declined.
     """
-    first, second, third = await defer.gatherResults([
+    outcomes = await defer.gatherResults([
         store.receive("peer-b", 1, local(1), True, 0, (0, ())),
         store.receive("peer-b", 2, local(2), True, 1, (0, ("m1",))),
-        store.receive("peer-b", 3, local(3), True, 2, (0, ("m1",))),
+        store.receive("peer-b", 3, local(3), True, 2, (0, ("m1", "m2"))),
     ])
-    assert first[0] == second[0] == CLAIMED and first[1] < second[1]
-    assert third == "stored"
-    assert await flags(store) == [("m1", True), ("m2", True), ("m3", False)]
+    assert [outcome[0] for outcome in outcomes] == [CLAIMED] * 3
+    assert sorted(outcome[1] for outcome in outcomes) == [outcome[1] for outcome in outcomes]
+    assert await store.receive("peer-b", 4, local(4), True, 3, (0, ("m1", "m2"))) == "stored"
+    assert await flags(store) == [("m1", True), ("m2", True), ("m3", True), ("m4", False)]
 
 
 @pytest_twisted.ensureDeferred
@@ -79,21 +80,23 @@ async def test_receive_many_claims_in_link_order(store):
     """
     A batch with claimed arrivals (a clean one, and one that goes one by
     one for a held id): each claimed one answered by its entry, in link
-    order, the others as without claims; backlog arrivals unchanged.
+    order; one behind an arrival of its queue that was not claimed is
+    declined; backlog arrivals unchanged.
     """
     items = [(1, local(1), True), (2, msg(2), False), (3, local(3), True),
-             (4, local(4), True)]
-    claims = [(0, ()), None, (0, ("m1",)), (0, ("m1",))]  # m4 does not name m3
+             (4, local(4), True), (5, local(5, queue="other"), True)]
+    claims = [(0, ()), None, None, (0, ("m1",)), (0, ("m1",))]
     outcomes = await store.receive_many("peer-b", 0, items, claims)
     entries = [entry for entry, _, _ in await store.fetch("q", 0, 10)]
-    assert outcomes == [(CLAIMED, entries[0]), "stored", (CLAIMED, entries[1]), "stored"]
-    assert await flags(store) == [("m1", True), ("m3", True), ("m4", False)]
+    [(other, _, _)] = await store.fetch("other", 0, 10)
+    assert outcomes == [(CLAIMED, entries[0]), "stored", "stored", "stored", (CLAIMED, other)]
+    assert await flags(store) == [("m1", True), ("m3", False), ("m4", False)]
     assert store.backlog_depths() == {"router-c": 1}
-    await store.accept(msg(6))
-    items = [(5, local(5), True), (6, msg(6), False), (7, local(7), True)]
-    outcomes = await store.receive_many("peer-b", 4, items, [(entries[-1], ()), None,
-                                                              (entries[-1], ("m5",))])
+    await store.accept(msg(7))
+    items = [(6, local(6), True), (7, msg(7), False), (8, local(8), True)]
+    outcomes = await store.receive_many("peer-b", 5, items, [(entries[-1], ()), None,
+                                                              (entries[-1], ("m6",))])
     assert [o if type(o) is str else o[0] for o in outcomes] == [CLAIMED, "duplicate-id",
                                                                  CLAIMED]
-    assert await flags(store) == [("m1", True), ("m3", True), ("m4", False), ("m5", True),
-                                  ("m7", True)]
+    assert await flags(store) == [("m1", True), ("m3", False), ("m4", False), ("m6", True),
+                                  ("m8", True)]
