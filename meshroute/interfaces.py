@@ -71,7 +71,7 @@ class IMessageStore(Interface):
             None.
         """
 
-    def receive(peer, seq, message, local, previous=0):
+    def receive(peer, seq, message, local, previous=0, claim=None):
         """
         Store a message that arrived from C{peer} with link sequence
         C{seq}, and record C{seq} as the last received from C{peer} in the
@@ -81,8 +81,15 @@ class IMessageStore(Interface):
         recovery point it announced, or an earlier transfer on it; 0: none);
         if the store holds less, that transfer was not stored and this one
         is refused too, so that no later acknowledgement covers the gap.
+        C{claim}: for a local message a waiting consumer may take at once,
+        C{(after_entry, pending)} (L{meshroute.router.arrival_claims}): if
+        its queue holds no entry above C{after_entry} but flagged ones
+        with the message ids C{pending}, it is stored flagged redelivered
+        and the outcome is C{("claimed", entry_id)}; else it is stored as
+        without a claim.
 
-        @return: Deferred firing with C{"stored"}, C{"duplicate-seq"} (seq
+        @return: Deferred firing with C{"stored"}, C{("claimed", entry_id)},
+            C{"duplicate-seq"} (seq
             not above the last received from C{peer}: nothing changed),
             C{"recalled"} (the seq is recorded; this router's own copy was
             waiting in an outbox for its acknowledgement and is back in the
@@ -93,11 +100,12 @@ class IMessageStore(Interface):
             C{previous} is not stored.
         """
 
-    def receive_many(peer, previous, items):
+    def receive_many(peer, previous, items, claims=None):
         """
         C{receive} for each of C{items}, C{(seq, message, local)} in link
         order (C{previous}: the highest sequence known received before the
-        first), in one call and one transaction: a link's whole batch.
+        first; C{claims}: None, or the C{claim} of each), in one call and
+        one transaction: a link's whole batch.
 
         @return: Deferred firing with the list of their outcomes, as
             C{receive} gives them; failing with

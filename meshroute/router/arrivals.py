@@ -14,13 +14,17 @@ from twisted.logger import Logger
 
 from meshroute.expiry import IN_TRANSIT
 from meshroute.messages import EXPIRED_QUEUE, SYSTEM_QUEUES, Message
+from meshroute.store import CLAIMED
 
 log = Logger()
 
 
 class Arrivals:
     """
-    Takes what router C{name}'s links deliver into C{store} and C{queues}.
+    Takes what router C{name}'s links deliver into C{store} and C{queues}:
+    an arrival for a local queue whose consumers wait for it is claimed
+    as it is received, and handed over from its receive with no read
+    (L{meshroute.router.arrival_claims}).
 
     @param destinations: L{meshroute.router.destinations.Destinations}.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
@@ -55,11 +59,23 @@ class Arrivals:
             before it forwards them (see L{meshroute.router.acknowledgements}).
         """
         stored, local, aside = self._destinations.arrival(message)
-        d = self._store.receive(peer, seq, stored, local or bool(aside), previous)
-        d.addCallback(self._stored, peer, message, local, aside)
-        if local:
-            self._queues.notify(message.dest_queue)
+        claim = self._queues.claim(stored.dest_queue, (stored,)) if local else None
+        d = self._store.receive(peer, seq, stored, local or bool(aside), previous,
+                                claim.checks[0] if claim else None)
+        if claim:
+            d.addErrback(claim.failed)
+        elif local:
+            self._queues.notify(stored.dest_queue)
+        d.addCallback(self._stored_one, peer, message, local, aside, claim)
         return d
+
+    def _stored_one(self, result, peer: str, message: Message, local: bool, aside: str,
+                    claim) -> tuple:
+        onward = self._stored(result, peer, message, local, aside)
+        if claim:
+            # After its message.enqueued: its delivery may follow at once.
+            claim.answered([result])
+        return onward
 
     def arrived_many(self, peer: str, previous: int, arrivals: list) -> Deferred:
         """
@@ -72,22 +88,52 @@ class Arrivals:
             added to.
         """
         placed = [self._destinations.arrival(message) for _seq, message in arrivals]
+        by_queue: dict[str, list[int]] = {}
+        for index, (message, local, _) in enumerate(placed):
+            if local:
+                by_queue.setdefault(message.dest_queue, []).append(index)
+        checks = [None] * len(arrivals)
+        claims, notified = [], []
+        for queue, indexes in by_queue.items():
+            claim = self._queues.claim(queue, [placed[index][0] for index in indexes])
+            if claim is not None:
+                claimed = indexes[:len(claim.checks)]
+                claims.append((claim, claimed))
+                for index, check in zip(claimed, claim.checks):
+                    checks[index] = check
+            if claim is None or len(claim.checks) < len(indexes):
+                notified.append(queue)
         d = self._store.receive_many(
             peer, previous, [(seq, stored, local or bool(aside))
-                             for (seq, _), (stored, local, aside) in zip(arrivals, placed)])
-        d.addCallback(self._stored_many, peer, arrivals, placed)
-        for queue in {message.dest_queue for message, local, _ in placed if local}:
+                             for (seq, _), (stored, local, aside) in zip(arrivals, placed)],
+            checks if claims else None)
+        if claims:
+            d.addErrback(self._unanswered, claims)
+        for queue in notified:
             self._queues.notify(queue)
+        d.addCallback(self._stored_many, peer, arrivals, placed, claims)
         return d
 
-    def _stored_many(self, results: list, peer: str, arrivals: list, placed: list) -> set:
+    @staticmethod
+    def _unanswered(failure, claims: list):
+        for claim, _ in claims:
+            claim.failed(failure)
+        return failure
+
+    def _stored_many(self, results: list, peer: str, arrivals: list, placed: list,
+                     claims: list) -> set:
         onward = set()
         for result, (_seq, message), (_stored, local, aside) in zip(results, arrivals, placed):
             onward.update(self._stored(result, peer, message, local, aside))
+        # After their message.enqueued: their deliveries may follow at once.
+        for claim, indexes in claims:
+            claim.answered([results[index] for index in indexes])
         return onward
 
-    def _stored(self, result: str, peer: str, message: Message, local: bool,
+    def _stored(self, result, peer: str, message: Message, local: bool,
                 aside: str) -> tuple:
+        if type(result) is tuple and result[0] == CLAIMED:
+            result = "stored"
         if result == "duplicate-id":
             self._events.duplicate_arrival(message, peer)
         elif result == "recalled":

@@ -55,7 +55,10 @@ class StoreRead:
     A read of a queue's entries from the store (L{ReadAhead.fill<meshroute.router.read_ahead.ReadAhead.fill>}):
     the queue's C{epoch} and C{notified} when it began, its C{limit} and
     how many entries it flags (C{mark}); C{rows} once it ended (empty if
-    it C{failed}).
+    it C{failed}).  Or the arrivals with the message ids C{claimed},
+    answered by their receive instead of a SELECT
+    (L{meshroute.router.arrival_claims}): its rows are those the store
+    claimed, already flagged.
     """
 
     epoch: int
@@ -64,6 +67,7 @@ class StoreRead:
     mark: int
     rows: list | None = None
     failed: bool = False
+    claimed: tuple = ()
 
 
 class QueueState:
@@ -81,7 +85,9 @@ class QueueState:
     @ivar reads: the reads from the store in flight (L{StoreRead}), in the
         order they began: each after the first only for entries notified
         after the one before it began; at most two, or three while the
-        queue is C{caught_up} (L{ReadAhead.fill<meshroute.router.read_ahead.ReadAhead.fill>}).
+        queue is C{caught_up} (L{ReadAhead.fill<meshroute.router.read_ahead.ReadAhead.fill>}),
+        besides the arrivals claimed at their receive and not yet back
+        (L{meshroute.router.arrival_claims}).
     @ivar caught_up: the latest read that ended found the end of the
         queue in the store (fewer rows than its limit): what arrives now
         is all a read returns beyond what is buffered.

@@ -39,7 +39,10 @@ Delivery rules:
    consumer costs no commit besides its arrival's: it may then be
    flagged a moment before its delivery (if the router stops in between,
    it comes back flagged without having been delivered, which the flag
-   allows: it means "maybe delivered before").  The deliveries one
+   allows: it means "maybe delivered before").  An arrival for a
+   waiting consumer of a caught-up queue is flagged by its receive
+   instead, and handed over with no read
+   (L{meshroute.router.arrival_claims}).  The deliveries one
    dispatch makes of entries not flagged yet form a batch: one
    store call marks them all, and the batch is handed over once that call
    is durable, behind the earlier batches of its queue (so the order
@@ -103,6 +106,7 @@ from twisted.logger import Logger
 from meshroute import events as event_names
 from meshroute.expiry import IN_QUEUE, IN_SESSION, emit_expired, now_ms, set_aside
 from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, TOPIC_QUEUE, Message
+from meshroute.router.arrival_claims import ArrivalClaims, Claim
 from meshroute.router.queue_rates import QueueRates
 from meshroute.router.queue_state import Delivery, DeliveryBatch, QueueItem, QueueState
 from meshroute.router.read_ahead import ReadAhead
@@ -375,6 +379,7 @@ class QueueManager:
         self._store = store
         self._events = events
         self._reads = ReadAhead(store, read_ahead, self._dispatch)
+        self._claims = ArrivalClaims(self._reads, self.notify)
         self._max_transient = max_transient
         self._max_transient_total = max_transient_total
         self._transient_waiting = 0
@@ -404,6 +409,22 @@ class QueueManager:
         state.notified += 1
         if state.consumers:
             self._dispatch(state)
+
+    def claim(self, queue: str, messages) -> Claim | None:
+        """
+        Persistent C{messages} are about to be received for C{queue}: claim
+        those its consumers wait for, to be handed over from their receive
+        with no read (L{meshroute.router.arrival_claims}); the queue is
+        notified of the others by the caller.
+        """
+        return self._claims.claim(self._queues.get(queue), messages)
+
+    @property
+    def claimed(self) -> int:
+        """
+        How many arrivals were handed over from their receive since start.
+        """
+        return self._claims.handed
 
     def put_transient(self, queue: str, message: Message) -> None:
         """

@@ -71,8 +71,9 @@ class ReadAhead:
         reads = state.reads
         if reads:
             latest = reads[-1]
+            selects = sum(1 for read in reads if not read.claimed)
             if (latest.epoch != state.epoch or latest.notified == state.notified
-                    or len(reads) >= (CAUGHT_UP_READS if state.caught_up else 2)):
+                    or selects >= (CAUGHT_UP_READS if state.caught_up else 2)):
                 return
         room = self.limit - len(state.buffer)
         if room * 2 < self.limit:
@@ -88,18 +89,20 @@ class ReadAhead:
 
     def _fetched(self, rows, state: QueueState, read: StoreRead) -> None:
         read.rows = rows
-        self._take_reads(state)
+        self.take_reads(state)
 
     def _fetch_failed(self, failure, state: QueueState, read: StoreRead) -> None:
         log.failure("reading queue {queue} from the store", failure, queue=state.name)
         # Nothing read; the next notify, credit or subscription tries again.
         read.rows = ()
         read.failed = True
-        self._take_reads(state)
+        self.take_reads(state)
 
-    def _take_reads(self, state: QueueState) -> None:
+    def take_reads(self, state: QueueState) -> None:
         """
-        Buffer the rows of the reads that ended, in the order they began.
+        Buffer the rows of the reads that ended, in the order they began
+        (the claims' rows too, L{meshroute.router.arrival_claims}: they
+        say nothing of what else the store holds).
         """
         reads = state.reads
         dispatch = False
@@ -121,6 +124,8 @@ class ReadAhead:
                 state.buffer.append(QueueItem(entry_id, message, bool(redelivered),
                                           next(state.seq), marked))
                 state.last_fetched = entry_id
+            if read.claimed:
+                continue
             state.caught_up = len(read.rows) < read.limit
             if state.caught_up and read.notified == state.notified:
                 state.more = False

@@ -26,6 +26,7 @@ from the package below it.
 
 from meshroute.store.accepting import DuplicateMessage
 from meshroute.store.database import SYNC_MODES, StoreError
+from meshroute.store.rows import CLAIMED
 from meshroute.store.inbox import MissingTransfer
 from meshroute.store.inline_executor import InlineExecutor
 from meshroute.store.set_aside import DEAD_LETTER_ADDRESS, DEAD_LETTER_REASON
@@ -35,6 +36,7 @@ from meshroute.store.transactions import ExecutorStopped
 from meshroute.store.turn_executor import TurnExecutor
 
 __all__ = [
+    "CLAIMED",
     "DEAD_LETTER_ADDRESS",
     "DEAD_LETTER_REASON",
     "SYNC_MODES",

@@ -31,6 +31,17 @@ would replay them before the recalled one.
 A copy of a message already held here (in any place) or already enqueued
 here (C{enqueued_ids}) is a duplicate: its sequence number is recorded,
 the copy dropped.
+
+An arrival for a local queue may come with a claim (docs/routing.md, "An
+arrival handed to a waiting consumer from its receive"): C{(after_entry,
+pending)}, the highest entry of its queue the router has read and the
+message ids of the arrivals it claimed before this one and has not had
+back.  If the queue holds no entry above C{after_entry} but those (a read
+from there would return this one entry first), the entry is stored
+flagged redelivered, as the read that fetches an entry for a waiting
+consumer flags it, and the outcome is C{("claimed", entry_id)}: the
+router hands it over with no read.  Otherwise it is stored as any arrival
+(C{"stored"}), for the reads to find.
 """
 
 import json
@@ -38,9 +49,11 @@ import json
 from meshroute.errors import MeshrouteError
 from meshroute.messages import Message
 from meshroute.store.rows import (
+    CLAIMED,
     INSERT_BACKLOG_ANY,
     INSERT_BACKLOG_NEW,
     INSERT_QUEUE,
+    INSERT_QUEUE_FLAGGED_NEW,
     INSERT_QUEUE_NEW,
     RECORD_ENQUEUED,
     RECORD_ENQUEUED_NEW,
@@ -65,6 +78,12 @@ _RECORD_PEER_STORE = (
 )
 _ANY_HELD = "SELECT 1 FROM messages WHERE msg_id IN (SELECT value FROM json_each(?)) LIMIT 1"
 _FORGET_ENQUEUED = "DELETE FROM enqueued_ids WHERE msg_id = ?"
+# An entry of the queue above the claim's C{after_entry} that is not one
+# of the arrivals claimed before it (which their claims stored flagged).
+_UNCLAIMED_ABOVE = (
+    "SELECT 1 FROM messages WHERE state = 'queue' AND dest_queue = ? AND id > ? "
+    "AND NOT (redelivered AND msg_id IN (SELECT value FROM json_each(?))) LIMIT 1"
+)
 # A copy of a message held in an outbox came back: take the held one back
 # to the backlog, with the returned copy's hop count.
 _IN_OUTBOX = "SELECT id, peer, seq FROM messages WHERE msg_id = ? AND state = 'outbox'"
@@ -137,26 +156,71 @@ def _check_seqs(connection, calls) -> dict:
     return last
 
 
+def _claimable(connection, message: Message, claim) -> bool:
+    """
+    Whether C{message}, arriving with C{claim} (or None), is the next entry
+    of its queue a read from the claim's C{after_entry} would return.
+    """
+    if claim is None:
+        return False
+    after_entry, pending = claim
+    return connection.execute(
+        _UNCLAIMED_ABOVE, (message.dest_queue, after_entry, json.dumps(list(pending)))
+    ).fetchone() is None
+
+
 def receive_local(connection, peer: str, seq: int, previous: int, message: Message,
-                  now: float) -> str:
+                  now: float, claim=None):
     execute = connection.execute
     if not _new_seq(connection, peer, seq, previous):
         return "duplicate-seq"
     if not execute(RECORD_ENQUEUED_NEW, (message.msg_id, now)).rowcount:
         return "duplicate-id"
-    if not execute(INSERT_QUEUE_NEW, as_row(message)).rowcount:
+    claimed = _claimable(connection, message, claim)
+    inserted = execute(INSERT_QUEUE_FLAGGED_NEW if claimed else INSERT_QUEUE_NEW,
+                       as_row(message))
+    if not inserted.rowcount:
         # Held here already (not enqueued by this call): undo the record.
         execute(_FORGET_ENQUEUED, (message.msg_id,))
         return "duplicate-id"
-    return "stored"
+    return (CLAIMED, inserted.lastrowid) if claimed else "stored"
+
+
+def _enqueue(connection, enqueued: list) -> list:
+    """
+    Enqueue C{enqueued}, C{(message, claim, now)} in link order, none of
+    them held or enqueued here (the caller checked); the outcome of each,
+    as L{receive_local} gives it.
+    """
+    connection.executemany(RECORD_ENQUEUED, [(m.msg_id, now) for m, _, now in enqueued])
+    if all(claim is None for _, claim, _ in enqueued):
+        connection.executemany(INSERT_QUEUE, [as_row(m) for m, _, _ in enqueued])
+        return ["stored"] * len(enqueued)
+    # One by one, in order: a claim looks at the entries before it.  Only
+    # the first of a queue needs the store's check: nothing but this loop
+    # writes meanwhile, so one after it is claimable exactly when it was
+    # (and when it was not, or was not claimed, the one after it finds it).
+    execute = connection.execute
+    outcomes: list = []
+    clear: dict[str, bool] = {}
+    for message, claim, _ in enqueued:
+        queue = message.dest_queue
+        claimed = claim is not None and clear.get(queue, True) and (
+            queue in clear or _claimable(connection, message, claim))
+        clear[queue] = claimed
+        if claimed:
+            inserted = execute(INSERT_QUEUE_FLAGGED_NEW, as_row(message))
+            outcomes.append((CLAIMED, inserted.lastrowid))
+        else:
+            execute(INSERT_QUEUE, as_row(message))
+            outcomes.append("stored")
+    return outcomes
 
 
 def _receive_local_batch(connection, calls: list) -> list:
     last = _check_seqs(connection, calls)
     connection.executemany(_RECORD_RECEIVED, last.items())
-    connection.executemany(RECORD_ENQUEUED, [(call[3].msg_id, call[4]) for call in calls])
-    connection.executemany(INSERT_QUEUE, [as_row(call[3]) for call in calls])
-    return ["stored"] * len(calls)
+    return _enqueue(connection, [(call[3], call[6], call[4]) for call in calls])
 
 
 receive_local.batch = _receive_local_batch
@@ -197,34 +261,33 @@ def _receive_backlog_batch(connection, calls: list) -> list:
 receive_backlog.batch = _receive_backlog_batch
 
 
-def receive_many(connection, peer: str, previous: int, items: list, now: float) -> list:
+def receive_many(connection, peer: str, previous: int, items: list, now: float,
+                 claims=None) -> list:
     """
     See L{meshroute.store.sqlite.SQLiteStore.receive_many}: a clean batch
     (new sequences after the last received, no id held or enqueued here,
-    none twice) with one statement per kind of write; anything else one by
-    one, as L{receive_local} and L{receive_backlog} decide for a single
-    transfer.  A transfer refused (L{MissingTransfer}) refuses the batch:
-    its changes are undone with the function's.
+    none twice) with one statement per kind of write (the local ones one
+    at a time when some are claimed); anything else one by one, as
+    L{receive_local} and L{receive_backlog} decide for a single transfer.
+    A transfer refused (L{MissingTransfer}) refuses the batch: its changes
+    are undone with the function's.
     """
     calls = []
-    for seq, message, local in items:
-        calls.append((peer, seq, previous, message, local))
+    for (seq, message, local), claim in zip(items, claims or [None] * len(items)):
+        calls.append((peer, seq, previous, message, local, claim))
         previous = seq
     try:
         _check_new(connection, calls)
     except OneByOne:
-        return [receive_local(connection, peer, seq, before, message, now) if local
+        return [receive_local(connection, peer, seq, before, message, now, claim) if local
                 else receive_backlog(connection, peer, seq, before, message)
-                for peer, seq, before, message, local in calls]
+                for peer, seq, before, message, local, claim in calls]
     connection.execute(_RECORD_RECEIVED, (peer, previous))
-    local = [call[3] for call in calls if call[4]]
-    if local:
-        connection.executemany(RECORD_ENQUEUED, [(m.msg_id, now) for m in local])
-        connection.executemany(INSERT_QUEUE, [as_row(m) for m in local])
-    if len(local) < len(calls):
+    local = iter(_enqueue(connection, [(call[3], call[5], now) for call in calls if call[4]]))
+    if not all(call[4] for call in calls):
         connection.executemany(INSERT_BACKLOG_ANY,
                                [as_row(call[3]) for call in calls if not call[4]])
-    return ["stored"] * len(calls)
+    return [next(local) if call[4] else "stored" for call in calls]
 
 
 def _check_new(connection, calls) -> None:

@@ -11,6 +11,7 @@ and a caller's own callbacks already see the change; they need no lock.
 """
 
 from meshroute.messages import DEAD_LETTER_QUEUE, EXPIRED_QUEUE, Message
+from meshroute.store.rows import CLAIMED
 
 
 class StoreMirror:
@@ -202,9 +203,15 @@ class StoreMirror:
     def received(self, outcome, peer: str, seq: int, message: Message, local: bool) -> str:
         """
         C{seq} from C{peer} was received with C{outcome}, as
-        L{meshroute.store.inbox} answers it; returns the outcome's name.
+        L{meshroute.store.inbox} answers it; returns the outcome's name
+        (a claimed one whole: C{(CLAIMED, entry_id)}).
         """
         if type(outcome) is tuple:
+            if outcome[0] == CLAIMED:
+                self._received[peer] = seq
+                self.entered(None, message, local)
+                # The router hands the entry over by its id.
+                return outcome
             outcome, outbox_peer, returned = outcome
             _add_counts(self.left_outbox(returned, outbox_peer), self._backlog, 1)
         if outcome != "duplicate-seq":

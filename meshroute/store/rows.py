@@ -26,6 +26,15 @@ INSERT_QUEUE = (
     f"INSERT INTO messages ({_WRITTEN}, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queue')"
 )
 INSERT_QUEUE_NEW = INSERT_QUEUE.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
+# Enqueued already flagged redelivered: an arrival claimed for a waiting
+# consumer at its receive (L{meshroute.store.inbox}), as the read that
+# fetches an entry for one flags it.
+#: The outcome of an arrival claimed at its receive: C{(CLAIMED, entry_id)}.
+CLAIMED = "claimed"
+INSERT_QUEUE_FLAGGED_NEW = (
+    f"INSERT OR IGNORE INTO messages ({_WRITTEN}, state, redelivered) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queue', 1)"
+)
 # Into the backlog unless already enqueued here (and, with OR IGNORE,
 # unless already held here); rowcount says which.
 INSERT_BACKLOG = (

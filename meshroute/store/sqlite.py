@@ -524,26 +524,29 @@ class SQLiteStore(RouterRecords):
     # Links: what they bring in (meshroute.store.inbox) and take out
     # (meshroute.store.outbox).
 
-    def receive(self, peer: str, seq: int, message: Message, local: bool, previous: int = 0):
+    def receive(self, peer: str, seq: int, message: Message, local: bool, previous: int = 0,
+                claim=None):
         if local:
-            d = self._submit(inbox.receive_local, peer, seq, previous, message, self._now())
+            d = self._submit(inbox.receive_local, peer, seq, previous, message, self._now(),
+                             claim)
         else:
             d = self._submit(inbox.receive_backlog, peer, seq, previous, message)
         d.addCallback(self._mirror.received, peer, seq, message, local)
         return d
 
-    def receive_many(self, peer: str, previous: int, items):
+    def receive_many(self, peer: str, previous: int, items, claims=None):
         """
         L{receive} for each of C{items} (C{(seq, message, local)} in link
         order, C{previous} the highest sequence known received before the
-        first) in one store call and one transaction.
+        first; C{claims}, if given, the claim of each or None) in one store
+        call and one transaction.
 
         @return: Deferred firing with the outcome of each, as L{receive}
             gives it; failing (nothing stored) with
             L{meshroute.store.MissingTransfer} when C{previous} is not
             stored.
         """
-        d = self._submit(inbox.receive_many, peer, previous, items, self._now())
+        d = self._submit(inbox.receive_many, peer, previous, items, self._now(), claims)
         d.addCallback(self._mirror.received_many, peer, items)
         return d
 

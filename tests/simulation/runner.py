@@ -77,6 +77,9 @@ class Outcome:
     fanned: dict = field(default_factory=dict)
     interest: list = field(default_factory=list)
     retained: list = field(default_factory=list)
+    #: Arrivals handed to a consumer from their receive, with no read
+    #: (docs/routing.md), in all routers' lives.
+    claimed: int = 0
 
     def trace(self) -> list[str]:
         """
@@ -161,6 +164,7 @@ class World:
         self.topic_subscribers: dict[str, TopicSubscriberActor] = {}
         self.subscriptions: dict = {}
         self.fanned: dict = {}
+        self.claimed = 0
 
     def _config(self, name: str):
         schedule = self.schedule
@@ -189,6 +193,7 @@ class World:
     def crash(self, name: str) -> bool:
         if name in self.down:
             return False
+        self.claimed += self.mesh.routers[name].engine.queues.claimed
         self.mesh.crash(name)
         self.down.add(name)
         self.mesh.network.partitioned |= {n for n, count in self.frozen.items() if count}
@@ -533,6 +538,8 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
         if actor.client is not None:
             actor.client.close()
     world.run(2.0)
+    world.claimed += sum(world.mesh.routers[name].engine.queues.claimed
+                         for name in schedule.routers if name not in world.down)
     world.mesh.stop_all()
     events = []
     for name in schedule.routers:
@@ -542,4 +549,4 @@ def _play(world: World, errors: _ErrorLog) -> Outcome:
             events += [(name, epoch, record) for record in read_events(data_dir)]
     return Outcome(schedule, world.attempts, world.deliveries, events, world.lost_with_disk,
                    stuck, world.memory, errors.unexpected, world.notes, world.start,
-                   world.subscriptions, world.fanned, interest, retained)
+                   world.subscriptions, world.fanned, interest, retained, world.claimed)
