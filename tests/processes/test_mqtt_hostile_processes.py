@@ -43,10 +43,10 @@ MAX_CONNECTIONS = 48
 RESERVED = 6
 MESSAGES = 1000
 #: The flooder's QoS 1 PUBLISHes, its PUBACKs never read.  Bounded: a
-#: client publishing QoS 1 as fast as the router takes them holds up to
-#: 8192 sends in progress ahead of every other session's (see the
-#: report in docs/security.md); the flood is read, then its silence
-#: ends it.
+#: flood without end fills the router's C{$topic} faster than its
+#: fan-out empties it, and every other publication waits behind it
+#: (docs/security.md, "Hostile input": not bounded yet); this one is
+#: read, then its silence ends it.
 FLOOD = 20_000
 MAX_FRAME_SIZE = 65536
 #: RSS the router may gain over its size before the attack.
