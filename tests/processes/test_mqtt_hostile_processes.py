@@ -140,7 +140,7 @@ def test_hostile_mqtt_clients_beside_a_qos_1_load(mesh):
             peak = max(peak, rss(a_proc.pid))
             return len(got.messages) >= MESSAGES
 
-        wait_until(delivered, timeout=TIMEOUT_S, interval=0.2,
+        wait_until(delivered, timeout=TIMEOUT_S * 2, interval=0.2,
                    what=f"{MESSAGES} QoS 1 messages (have {len(got.messages)})")
         for info in infos:
             info.wait_for_publish(TIMEOUT_S)
