@@ -17,15 +17,13 @@ are printed (C{pytest -s}) for docs/security.md.
 """
 
 import os
-import selectors
-import socket
 import struct
 import threading
-from dataclasses import dataclass, field
 
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
 
+from support.hostile_clients import Flooder, Slowloris, Thrower, rss
 from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
 
 MAX_CONNECTIONS = 48
@@ -35,120 +33,6 @@ RESERVED = 6
 MESSAGES = 2000
 #: RSS router-a may gain over its size before the attack.
 RSS_BOUND = 96 * 1024 * 1024
-
-
-def rss(pid: int) -> int:
-    """
-    A process's resident set size in bytes, from /proc.
-    """
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
-def connect(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    sock.setblocking(False)
-    return sock
-
-
-@dataclass
-class Tally:
-    """
-    What a hostile client did and what the router answered.
-    """
-
-    opened: int = 0
-    refused: int = 0  # closed with limit-reached: max-connections
-    timed_out: int = 0  # closed with limit-reached: stage-valid-timeout
-    closed: int = 0  # closed by the router, any reason
-    frames: int = 0
-    bytes_sent: int = 0
-    codes: dict = field(default_factory=dict)
-
-
-class Slowloris(threading.Thread):
-    """
-    Holds up to C{target} half-open connections, trickling one byte of a
-    long Open into each every tenth of a second.
-    """
-
-    def __init__(self, port: int, stop: threading.Event) -> None:
-        super().__init__(daemon=True)
-        self.port, self.stop = port, stop
-        self.target = MAX_CONNECTIONS + 10
-        self.open_frame = encode(f.Open([1, 2, 3, 4], "slow" * 100, "", 60000))
-        self.tally = Tally()
-        self.held: dict[socket.socket, list] = {}  # socket → [bytes sent, bytes received]
-        self.most_held = 0
-        self.probed = threading.Event()
-        self.selector = selectors.DefaultSelector()
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self._fill()
-                self._read(timeout=0.1)
-                self._trickle()
-                held = len(self.held)
-                self.most_held = max(self.most_held, held)
-                if not self.probed.is_set() and self.tally.refused >= 10:
-                    # The limit held: from now on leave room for the others.
-                    self.target = MAX_CONNECTIONS - RESERVED
-                    for sock in list(self.held)[self.target:]:
-                        self._forget(sock)
-                    self.probed.set()
-        finally:
-            for sock in list(self.held):
-                self._forget(sock)
-
-    def _fill(self) -> None:
-        while len(self.held) < self.target:
-            try:
-                sock = connect(self.port)
-            except OSError:
-                return
-            self.held[sock] = [0, b""]
-            self.selector.register(sock, selectors.EVENT_READ)
-            self.tally.opened += 1
-
-    def _read(self, timeout: float) -> None:
-        for key, _ in self.selector.select(timeout):
-            sock = key.fileobj
-            try:
-                data = sock.recv(65536)
-            except OSError:
-                data = b""
-            if data:
-                self.held[sock][1] += data
-                continue
-            received = self.held[sock][1]
-            self.tally.closed += 1
-            if b"max-connections" in received:
-                self.tally.refused += 1
-            elif b"stage-valid-timeout" in received:
-                self.tally.timed_out += 1
-            self._forget(sock)
-
-    def _trickle(self) -> None:
-        for sock, state in list(self.held.items()):
-            sent = state[0]
-            if sent < len(self.open_frame) - 1:
-                try:
-                    state[0] += sock.send(self.open_frame[sent:sent + 1])
-                    self.tally.bytes_sent += 1
-                except OSError:
-                    pass
-
-    def _forget(self, sock: socket.socket) -> None:
-        self.held.pop(sock, None)
-        try:
-            self.selector.unregister(sock)
-        except (KeyError, ValueError):
-            pass
-        sock.close()
 
 
 #: What the hostile client throws, each on a connection of its own.
@@ -173,75 +57,9 @@ GARBAGE = [
                                                                             True)),
     encode(f.Pong(1)) * 1000,  # tiny frames before Open
 ]
-
-
-class Hostile(threading.Thread):
-    """
-    Connects again and again, throws one of L{GARBAGE} and reads until the
-    router closes the connection; counts the Error codes it was given.
-    """
-
-    def __init__(self, port: int, stop: threading.Event) -> None:
-        super().__init__(daemon=True)
-        self.port, self.stop = port, stop
-        self.tally = Tally()
-
-    def run(self) -> None:
-        n = 0
-        while not self.stop.is_set():
-            throw = GARBAGE[n % len(GARBAGE)]
-            n += 1
-            try:
-                sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-            except OSError:
-                continue
-            with sock:
-                self.tally.opened += 1
-                try:
-                    sock.sendall(throw)
-                    self.tally.bytes_sent += len(throw)
-                    self.tally.frames += 1
-                    received = b""
-                    while chunk := sock.recv(65536):
-                        received += chunk
-                except OSError:
-                    received = b""
-            self.tally.closed += 1
-            for code in (f.PROTOCOL_ERROR, f.BAD_COMMAND, f.UNSUPPORTED_VERSION,
-                         f.LIMIT_REACHED):
-                if code.encode() in received:
-                    self.tally.codes[code] = self.tally.codes.get(code, 0) + 1
-
-
-class Flooder(threading.Thread):
-    """
-    Opens a session, then sends Pings as fast as the router takes them
-    and never reads: the Pongs pile up, on the router's side unless it
-    stops reading a client that does not read.
-    """
-
-    def __init__(self, port: int, stop: threading.Event, most: int) -> None:
-        super().__init__(daemon=True)
-        self.port, self.stop, self.most = port, stop, most
-        self.tally = Tally()
-        self.stalled = threading.Event()
-
-    def run(self) -> None:
-        pings = b"".join(encode(f.Ping(i)) for i in range(10_000))
-        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-            sock.sendall(encode(f.Open([1], "flood", "", -1)))
-            self.tally.opened += 1
-            while not self.stop.is_set() and self.tally.bytes_sent < self.most:
-                try:
-                    sent = sock.send(pings)
-                except socket.timeout:
-                    self.stalled.set()  # the router stopped reading us: good
-                    continue
-                except OSError:
-                    self.tally.closed += 1
-                    return
-                self.tally.bytes_sent += sent
-                self.tally.frames += sent // len(encode(f.Ping(1)))
+#: The Error codes the hostile client counts in the router's answers.
+CODES = tuple(code.encode() for code in (f.PROTOCOL_ERROR, f.BAD_COMMAND,
+                                         f.UNSUPPORTED_VERSION, f.LIMIT_REACHED))
 
 
 def test_the_router_serves_its_clients_through_hostile_ones(mesh):
@@ -258,13 +76,16 @@ def test_the_router_serves_its_clients_through_hostile_ones(mesh):
     before = rss(a_proc.pid)
 
     stop = threading.Event()
-    slowloris = Slowloris(port, stop)
+    slowloris = Slowloris(port, stop, encode(f.Open([1, 2, 3, 4], "slow" * 100, "", 60000)),
+                          MAX_CONNECTIONS, RESERVED)
     slowloris.start()
     try:
         wait_until(slowloris.probed.is_set, timeout=30, what="the slowloris probe refused")
         consumer = mesh.start_receive(c_proc, "q", MESSAGES, 240)
-        hostile = Hostile(port, stop)
-        flooder = Flooder(port, stop, most=256 * 1024 * 1024)
+        hostile = Thrower(port, stop, GARBAGE, CODES)
+        pings = b"".join(encode(f.Ping(i)) for i in range(10_000))
+        flooder = Flooder(port, stop, encode(f.Open([1], "flood", "", -1)), pings,
+                          len(encode(f.Ping(1))), most=256 * 1024 * 1024)
         hostile.start()
         flooder.start()
         peak = before

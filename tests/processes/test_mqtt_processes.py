@@ -16,7 +16,7 @@ paho-mqtt clients (3.1.1 and 5.0), one set of routers for every check
  - the README's mosquitto_sub and mosquitto_pub commands, as written
    (when Debian's mosquitto-clients is installed; a warning says so when
    it is not);
- - a persistent session away while 500 QoS 1 messages arrive, its
+ - a persistent session away while 2,000 QoS 1 messages arrive, its
    router SIGKILLed and restarted meanwhile, gets each once when it
    returns; a clean session then ends it.
 
@@ -46,7 +46,7 @@ from support.stomp_clients import TIMEOUT_S, connect
 from support.topic_subscriber import native_topic_subscriber
 
 #: The persistent session's messages while it is away.
-AWAY_COUNT = 500
+AWAY_COUNT = 2000
 
 
 def test_mqtt_across_two_routers(mesh):  # noqa: F811
