@@ -20,7 +20,7 @@ C{meshroute audit DIR --out OUT} does, and reports:
     event log (each with the job's description, the audit's step or
     table, its seconds, the CPU seconds of its tasks and its operators),
     and the CPU seconds of all tasks: on a shared machine the figure that
-    other work disturbs least;
+    other work disturbs least; and how many Spark jobs the audit ran;
   - bare scan s: what Spark alone needs to read the same files, in a
     fresh process with a fresh local Spark beside the audit's (the same
     settings): C{spark.read.json(DIR, schema=<the audit's parse
@@ -176,6 +176,17 @@ def slowest_stages(path: str, top: int = TOP_STAGES) -> list[dict]:
     return sorted(stages.values(), key=lambda s: -s["seconds"])[:top]
 
 
+def spark_jobs(path: str) -> int:
+    """
+    How many Spark jobs the run whose event log is at C{path} ran: issue
+    31's measure of the audit's fixed cost, each job planned, compiled
+    and scheduled apart.
+    """
+    with open(path) as f:
+        return sum(1 for line in f if "SparkListenerJobStart" in line
+                   and json.loads(line).get("Event") == "SparkListenerJobStart")
+
+
 def child(directory: str, out: str, master: str, conf: list[str]) -> None:
     """
     Run one audit in this process and print one JSON line of figures.
@@ -217,6 +228,7 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
         figures["stages"] = every[:TOP_STAGES]
         figures["stage_total_s"] = sum(s["seconds"] for s in every)
         figures["stage_cpu_s"] = sum(s["cpu_s"] for s in every)
+        figures["jobs"] = spark_jobs(log)
         os.remove(log)
     print(json.dumps(figures), flush=True)
 
@@ -318,7 +330,7 @@ def print_stages(row: dict) -> None:
     if not row.get("stages"):
         return
     print(f"{'':>11} slowest stages (all {row['stage_total_s']:.0f} s, "
-          f"{row['stage_cpu_s']:.0f} CPU s of tasks):", flush=True)
+          f"{row['stage_cpu_s']:.0f} CPU s of tasks, {row['jobs']} Spark jobs):", flush=True)
     for stage in row["stages"]:
         print(f"{'':>13}{stage['seconds']:7.1f} s {stage['cpu_s']:7.1f} CPU s "
               f"{stage['tasks']:>4} tasks  {stage['job'] or '-':<26} "
