@@ -245,6 +245,9 @@ class ConnectionCore(ABC):
         session's commands itself (STOMP, MQTT: their clients do not) gave.
     @ivar silent: the connection's last frame was written (or it was
         dropped): it writes and reads nothing more.
+    @ivar read_sends: the Sends made of the client's frames read so far
+        from its last chunk of bytes (L{take_send}), not yet handed to the
+        session (L{flush_sends}).
     """
 
     engine: object
@@ -269,6 +272,7 @@ class ConnectionCore(ABC):
     liveness: Liveness = field(init=False)
     connected: bool = True
     silent: bool = False
+    read_sends: list = field(default_factory=list)
     _abort_call: IDelayedCall | None = None
     _paused_for: set = field(default_factory=set)
 
@@ -549,6 +553,36 @@ class ConnectionCore(ABC):
         return f.OpenedWithTopology(self.version, session_id, router, ttl_ms, reattached,
                                     last_command_id, self.view.epoch, list(self.view.endpoints))
 
+    # -- sends ------------------------------------------------------------------
+
+    def take_send(self, send: f.Send) -> None:
+        """
+        The session's C{send}, made of a client frame (an MQTT PUBLISH, a
+        STOMP SEND): held until the listener has read the frames of the
+        same chunk of bytes (L{flush_sends}), so that consecutive sends
+        are carried out as a batch, with one store call.  Whatever the
+        core does next but another send flushes them first, so that the
+        session sees the client's commands in order.
+        """
+        self.read_sends.append(send)
+
+    def flush_sends(self) -> None:
+        """
+        Hand the sends held (L{take_send}) to the session: one as a Send,
+        more together (L{ServedSession.take_sends}).
+        """
+        sends = self.read_sends
+        if not sends:
+            return
+        self.read_sends = []
+        session = self.session
+        if session is None:
+            return
+        if len(sends) == 1:
+            session.take_send(sends[0])
+        else:
+            session.take_sends(sends)
+
     # -- closing ----------------------------------------------------------------
 
     def fail(self, code: str, detail: str) -> None:
@@ -557,6 +591,7 @@ class ConnectionCore(ABC):
         flush, and abort if the flush takes too long.  The session ends
         with it.
         """
+        self.flush_sends()
         session, self.session = self.session, None
         # Refusing clients while another instance is active is the normal
         # course of a pair, not a problem to warn of.
@@ -596,6 +631,7 @@ class ConnectionCore(ABC):
         moved to another connection); its session goes disconnected now,
         whatever the transport does next.
         """
+        self.flush_sends()
         session, self.session = self.session, None
         self._fall_silent()
         what = session.session_id if session is not None else "-"
