@@ -76,8 +76,15 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
     def tell(self, name: str, frame) -> None:
         """
         Feed C{frame} to the machine input C{name}; one the connection's
-        stage does not allow is a C{bad-command}.
+        stage does not allow is a C{bad-command}.  While the connection is
+        attached (L{ConnectionCore.serving}), a frame of the session's
+        business goes straight to the core's C{serve}, as the machine's
+        transition would take it.
         """
+        core = self.core
+        if core.serving and name == "got_frame":
+            core.serve(self.machine, frame)
+            return
         try:
             getattr(self.machine, name)(frame)
         except NoTransition:
