@@ -245,17 +245,12 @@ class ConnectionCore(ABC):
         session's commands itself (STOMP, MQTT: their clients do not) gave.
     @ivar silent: the connection's last frame was written (or it was
         dropped): it writes and reads nothing more.
-    @ivar serving: the machine is C{attached} and the connection not
-        closing: a frame of the session's business goes straight to
-        L{serve} (L{meshroute.sessions.listener.ListenerProtocol.tell}),
-        without Automat's transition, which would only loop to it (the
-        scan of the machine's transitions cost about a fifth of an MQTT
-        PUBLISH's time in the router).  Set by the machine's behaviours
-        only: entering C{attached}, and leaving it (C{got_goodbye},
-        falling silent, the transport closed).
-    @ivar read_sends: the Sends made of the client's frames read so far
-        from its last chunk of bytes (L{take_send}), not yet handed to the
-        session (L{flush_sends}).
+    @ivar serving: the machine is C{attached}: a frame of the session's
+        business goes straight to L{serve}, not through Automat's
+        transition that only loops to it (set by the behaviours entering
+        and leaving C{attached}, and on falling silent).
+    @ivar read_sends: the Sends of the frames read from the client's last
+        chunk of bytes, not yet handed to the session (L{take_send}).
     """
 
     engine: object
@@ -567,30 +562,22 @@ class ConnectionCore(ABC):
     def take_send(self, send: f.Send) -> None:
         """
         The session's C{send}, made of a client frame (an MQTT PUBLISH, a
-        STOMP SEND): held until the listener has read the frames of the
-        same chunk of bytes (L{flush_sends}), so that consecutive sends
-        are carried out as a batch, with one store call.  Whatever the
-        core does next but another send flushes them first, so that the
-        session sees the client's commands in order.
+        STOMP SEND), held until the frames of its chunk of bytes are read
+        (L{flush_sends}): consecutive sends make one batch, one store
+        call.  Anything else the core does flushes them first.
         """
         self.read_sends.append(send)
 
     def flush_sends(self) -> None:
         """
-        Hand the sends held (L{take_send}) to the session: one as a Send,
-        more together (L{ServedSession.take_sends}).
+        Hand the sends held (L{take_send}) to the session, together
+        (L{ServedSession.take_sends}).
         """
         sends = self.read_sends
-        if not sends:
-            return
-        self.read_sends = []
-        session = self.session
-        if session is None:
-            return
-        if len(sends) == 1:
-            session.take_send(sends[0])
-        else:
-            session.take_sends(sends)
+        if sends:
+            self.read_sends = []
+            if self.session is not None:
+                self.session.take_sends(sends)
 
     # -- closing ----------------------------------------------------------------
 

@@ -81,3 +81,24 @@ def test_a_send_the_user_may_not_make_ends_the_connection_before_the_sends_after
     frames = client.received()
     assert commands(frames) == ["RECEIPT", "ERROR"] and receipts(frames) == ["r1", "r2"]
     assert client.closed
+
+
+def test_the_sends_of_a_read_in_a_transaction_are_held_until_its_commit(auto_engine, clock):
+    client = StompEnd(make_factory(auto_engine, clock))
+    client.connect()
+    calls = recorded_submits(auto_engine)
+    in_t1 = ("transaction", "t1")
+    client.send(frame_bytes("BEGIN", in_t1, ("receipt", "b"))
+                + b"".join(frame_bytes("SEND", ("destination", "/queue/out"), in_t1,
+                                       ("receipt", f"r{n}"), body=b"%d" % n) for n in (1, 2))
+                + frame_bytes("ABORT", in_t1))
+    clock.advance(0)
+    assert calls == [] and receipts(client.received()) == ["b", "r1", "r2"]
+    client.send(frame_bytes("BEGIN", in_t1)
+                + b"".join(frame_bytes("SEND", ("destination", "/queue/out"), in_t1,
+                                       body=b"%d" % n) for n in (3, 4))
+                + frame_bytes("COMMIT", in_t1, ("receipt", "c")))
+    clock.advance(0)
+    assert receipts(client.received()) == ["c"]
+    client.frame("SUBSCRIBE", ("id", "s1"), ("destination", "/queue/out"))
+    assert [m.body for m in client.received() if m.command == "MESSAGE"] == [b"3", b"4"]
