@@ -92,8 +92,8 @@ class StompRouter(RouterProc):
         super().__init__(name, directory)
         self.stomp_port = free_port()
 
-    def write_config(self, sync: str) -> None:
-        super().write_config(sync)
+    def write_config(self, sync: str, extra: str = "", writer: str = "thread") -> None:
+        super().write_config(sync, extra, writer)
         with open(os.path.join(self.directory, "router.toml"), "a") as f:
             f.write(STOMP_CONFIG.format(port=self.stomp_port, prefetch=self.prefetch))
 

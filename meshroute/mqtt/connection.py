@@ -356,6 +356,7 @@ class MqttConnectionCore(ConnectionCore):
             if self.session is None:
                 return
             self.serve(self.machine, packet)
+        self.flush_sends()
 
     # -- connected --------------------------------------------------------------
 
@@ -370,7 +371,9 @@ class MqttConnectionCore(ConnectionCore):
         kind = type(packet)
         if kind is p.Publish:
             self.on_publish(inputs, packet)
-        elif kind is p.Puback:
+            return
+        self.flush_sends()
+        if kind is p.Puback:
             self.deliveries.acked(packet)
         elif kind is p.Subscribe:
             self.subscribing.subscribe(packet)
@@ -408,7 +411,7 @@ class MqttConnectionCore(ConnectionCore):
             inputs.over_limit(problem)
             return
         self._publishes[send.command_id] = (packet.qos, packet.packet_id)
-        self.session.take_send(send)
+        self.take_send(send)
 
     def _topic(self, inputs: ConnectionInputs, topic: str, alias: int | None) -> str | None:
         """

@@ -245,6 +245,12 @@ class ConnectionCore(ABC):
         session's commands itself (STOMP, MQTT: their clients do not) gave.
     @ivar silent: the connection's last frame was written (or it was
         dropped): it writes and reads nothing more.
+    @ivar serving: the machine is C{attached}: a frame of the session's
+        business goes straight to L{serve}, not through Automat's
+        transition that only loops to it (set by the behaviours entering
+        and leaving C{attached}, and on falling silent).
+    @ivar read_sends: the Sends of the frames read from the client's last
+        chunk of bytes, not yet handed to the session (L{take_send}).
     """
 
     engine: object
@@ -269,6 +275,8 @@ class ConnectionCore(ABC):
     liveness: Liveness = field(init=False)
     connected: bool = True
     silent: bool = False
+    serving: bool = False
+    read_sends: list = field(default_factory=list)
     _abort_call: IDelayedCall | None = None
     _paused_for: set = field(default_factory=set)
 
@@ -549,6 +557,28 @@ class ConnectionCore(ABC):
         return f.OpenedWithTopology(self.version, session_id, router, ttl_ms, reattached,
                                     last_command_id, self.view.epoch, list(self.view.endpoints))
 
+    # -- sends ------------------------------------------------------------------
+
+    def take_send(self, send: f.Send) -> None:
+        """
+        The session's C{send}, made of a client frame (an MQTT PUBLISH, a
+        STOMP SEND), held until the frames of its chunk of bytes are read
+        (L{flush_sends}): consecutive sends make one batch, one store
+        call.  Anything else the core does flushes them first.
+        """
+        self.read_sends.append(send)
+
+    def flush_sends(self) -> None:
+        """
+        Hand the sends held (L{take_send}) to the session, together
+        (L{ServedSession.take_sends}).
+        """
+        sends = self.read_sends
+        if sends:
+            self.read_sends = []
+            if self.session is not None:
+                self.session.take_sends(sends)
+
     # -- closing ----------------------------------------------------------------
 
     def fail(self, code: str, detail: str) -> None:
@@ -557,6 +587,7 @@ class ConnectionCore(ABC):
         flush, and abort if the flush takes too long.  The session ends
         with it.
         """
+        self.flush_sends()
         session, self.session = self.session, None
         # Refusing clients while another instance is active is the normal
         # course of a pair, not a problem to warn of.
@@ -596,6 +627,7 @@ class ConnectionCore(ABC):
         moved to another connection); its session goes disconnected now,
         whatever the transport does next.
         """
+        self.flush_sends()
         session, self.session = self.session, None
         self._fall_silent()
         what = session.session_id if session is not None else "-"
@@ -621,6 +653,7 @@ class ConnectionCore(ABC):
         disconnected.
         """
         self.connected = False
+        self.serving = False
         self.fell_silent()
         self.liveness.release()
         session, self.session = self.session, None
@@ -631,6 +664,7 @@ class ConnectionCore(ABC):
 
     def _fall_silent(self) -> None:
         self.silent = True
+        self.serving = False
         self.fell_silent()
 
 
@@ -683,6 +717,7 @@ def _build_connection_machine():
 
         @state.upon(ConnectionInputs.accepted).to(attached)
         def attach(inputs: ConnectionInputs, core: ConnectionCore, hello) -> None:
+            core.serving = True
             core.attach(hello)
 
         @state.upon(ConnectionInputs.refused).to(closing)
@@ -698,6 +733,7 @@ def _build_connection_machine():
 
     @attached.upon(ConnectionInputs.got_goodbye).to(ending)
     def goodbye(inputs: ConnectionInputs, core: ConnectionCore, frame) -> None:
+        core.serving = False
         core.serve(inputs, frame)
 
     for state in (attached, ending):

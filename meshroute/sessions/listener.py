@@ -8,7 +8,9 @@ L{meshroute.sessions.lifecycle.ConnectionCore}) and machine, registers
 itself as the producer of what the router writes (a client that does not
 read stops being read: L{UNREAD}), feeds its decoder, accounts the bytes
 of the partial frame it holds against the listener's L{BufferBudget}, and
-turns each decoded frame into one machine input.  Bytes that are not a
+turns each decoded frame into one machine input; the sends among the
+frames of one read go to the session together once they are all read
+(L{ConnectionCore.flush_sends}: one store call for them all).  Bytes that are not a
 frame become C{protocol_error("protocol-error")}, a frame the stage does
 not allow C{protocol_error("bad-command")}: either way the client is told
 why and its connection closed, and nothing else is disturbed.  A
@@ -74,8 +76,15 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
     def tell(self, name: str, frame) -> None:
         """
         Feed C{frame} to the machine input C{name}; one the connection's
-        stage does not allow is a C{bad-command}.
+        stage does not allow is a C{bad-command}.  While the connection is
+        attached (L{ConnectionCore.serving}), a frame of the session's
+        business goes straight to the core's C{serve}, as the machine's
+        transition would take it.
         """
+        core = self.core
+        if core.serving and name == "got_frame":
+            core.serve(self.machine, frame)
+            return
         try:
             getattr(self.machine, name)(frame)
         except NoTransition:
@@ -106,6 +115,7 @@ class ListenerProtocol(Protocol, metaclass=ABCMeta):
             self.frame_received(frame)
             if core.silent:
                 return
+        core.flush_sends()
         if not room:
             self.machine.buffers_full()
 

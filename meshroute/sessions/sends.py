@@ -86,17 +86,34 @@ class Sends:
         The commands of C{frame} after its first C{skip} (a replay's):
         relayed together, or (in a transaction) held one by one as Sends.
         """
-        session = self.session
-        if not session.transaction_core.holding:
+        if not self.session.transaction_core.holding:
             self.relay_batch(frame, skip)
             return
         first = frame.first_command_id
         for offset in range(skip, len(frame.messages)):
-            send = f.Send(first + offset, *frame.messages[offset])
-            if session.guard is not None and not session.guard.may_send(send.address):
-                self.refuse(send.command_id, send.address)
-            else:
-                session.transaction.send(send)
+            self.take(f.Send(first + offset, *frame.messages[offset]))
+
+    def take_many(self, sends: list) -> None:
+        """
+        Consecutive Sends (consecutive command ids) a protocol adapter
+        read at once: relayed together as a batch is, with one store
+        call, yet each answered by its own C{Confirm} or C{Error} (its
+        client knows nothing of batches).  In a transaction they are held
+        one by one, and so they are taken when the user may not make one
+        of them: its refusal may end the connection (STOMP's), and the
+        client's frames after it are then not carried out.
+        """
+        session = self.session
+        guard = session.guard
+        if (len(sends) == 1 or session.transaction_core.holding
+                or guard is not None and not all(guard.may_send(send.address)
+                                                 for send in sends)):
+            for send in sends:
+                if session.connection is None:
+                    return
+                self.take(send)
+            return
+        self._relay_items(sends[0].command_id, [_item(send) for send in sends], True)
 
     def refuse(self, command_id: int, address: str) -> None:
         """
@@ -128,17 +145,26 @@ class Sends:
         replay's), with ONE call of the engine (one store call), and
         answer them together when it fires.
         """
+        self._relay_items(frame.first_command_id + skip,
+                          frame.messages[skip:] if skip else frame.messages, False)
+
+    def _relay_items(self, first: int, items: list, each: bool) -> None:
+        """
+        Submit C{items} (a L{f.SendBatch}'s messages), the commands from
+        C{first} on, with one C{engine.submit_many}; answer them when it
+        fires, each by its own C{Confirm} if C{each}, else a
+        C{Confirmed} per run of accepted ones.
+        """
         session = self.session
-        messages = expiring_sends(frame.messages[skip:] if skip else frame.messages,
-                                  session.clock, session.notice_id)
-        first = frame.first_command_id + skip
+        messages = expiring_sends(items, session.clock, session.notice_id)
         n = len(messages)
         if session.guard is not None:
             d = self._submit_allowed(messages)
         else:
             d = session.engine.submit_many(messages)
         self._started(n)
-        d.addCallbacks(self._sent_batch, self._send_batch_failed, (first,), None, (first, n))
+        d.addCallbacks(self._sent_batch, self._send_batch_failed, (first, each), None,
+                       (first, n))
 
     def _submit_allowed(self, messages: list):
         """
@@ -177,21 +203,24 @@ class Sends:
         self.session.answers.refuse(command_id, failure, "send")
         self._done(1)
 
-    def _sent_batch(self, outcomes: list, first: int) -> None:
+    def _sent_batch(self, outcomes: list, first: int, each: bool) -> None:
         """
-        Answer a batch: one Confirmed per run of accepted sends, an Error
-        for each refused one.
+        Answer a batch: an Error for each refused send, and for the
+        accepted ones a Confirm each (C{each}) or one Confirmed per run.
         """
         answers = self.session.answers
         run_start, msg_ids = first, []
         for offset, outcome in enumerate(outcomes):
+            command_id = first + offset
             if type(outcome) is str:
-                msg_ids.append(outcome)
+                if each:
+                    answers.answer(command_id, f.Confirm(command_id, outcome))
+                else:
+                    msg_ids.append(outcome)
                 continue
             if msg_ids:
                 answers.confirm_run(run_start, msg_ids)
                 msg_ids = []
-            command_id = first + offset
             answers.refuse(command_id, outcome, "send")
             run_start = command_id + 1
         if msg_ids:
@@ -224,3 +253,11 @@ class Sends:
         if self.in_progress >= MAX_SENDS_IN_PROGRESS:
             self.paused = True
             connection.pause()
+
+
+def _item(send: f.Send) -> tuple:
+    "C{send} as an item of a L{f.SendBatch}'s messages."
+    if send.ttl_ms:
+        return (send.address, send.headers, send.body, send.persistent, send.duplicate_id,
+                send.ttl_ms, send.notify_expiry)
+    return send.address, send.headers, send.body, send.persistent, send.duplicate_id

@@ -503,6 +503,18 @@ class ServedSession:
         if self.answers.accept(frame):
             self.sends.take(frame)
 
+    def take_sends(self, sends: list) -> None:
+        """
+        Consecutive Sends a protocol adapter read at once (its
+        L{meshroute.sessions.lifecycle.ConnectionCore.flush_sends}): each
+        taken in sequence as C{take_send} takes it, all relayed with one
+        store call.
+        """
+        accept = self.answers.accept
+        accepted = [send for send in sends if accept(send)]
+        if accepted:
+            self.sends.take_many(accepted)
+
     def take_send_batch(self, frame: f.SendBatch) -> None:
         if not self._speaks(f.BATCH_VERSION, frame):
             return

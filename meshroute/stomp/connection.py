@@ -284,6 +284,8 @@ class StompConnectionCore(ConnectionCore):
         the adapter cannot is an C{ERROR}.
         """
         handler = _HANDLERS.get(frame.command)
+        if frame.command != "SEND":
+            self.flush_sends()
         try:
             if handler is None:
                 raise StompRefusal(f"{frame.command} is not allowed once connected")
@@ -326,7 +328,7 @@ class StompConnectionCore(ConnectionCore):
         self.receipts.expect(frame, send.command_id)
         if transactional:
             self.receipts.held.add(send.command_id)
-        self.session.take_send(send)
+        self.take_send(send)
 
     def _subscription_id(self, frame: StompFrame) -> str:
         """

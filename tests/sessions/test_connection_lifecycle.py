@@ -561,3 +561,21 @@ def test_a_silent_connection_neither_pauses_nor_resumes_its_transport():
     core.pause()
     core.resume()
     assert core.transport.producerState == "producing"
+
+
+# -- serving: the attached connection's frames without Automat's transition -------------
+
+
+@pytest.mark.parametrize("state", BETWEEN_FRAMES)
+def test_a_connection_serves_frames_directly_only_while_attached(state):
+    # The listener hands a frame straight to serve while core.serving
+    # (ListenerProtocol.tell): it must say exactly what the machine's
+    # state would.
+    assert connection_in(state, Clock()).serving == (state == "attached")
+
+
+@pytest.mark.parametrize("name, args", [("protocol_error", (f.BAD_COMMAND, "x")),
+                                        ("ttl_expired", ()), ("taken_over", ()),
+                                        ("session_ended", ()), ("connection_lost", ())])
+def test_a_connection_leaving_attached_no_longer_serves_directly(name, args):
+    assert not feed_in("attached", Clock(), name, *args).serving

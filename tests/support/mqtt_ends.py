@@ -50,6 +50,10 @@ class MqttEnd:
         for packet in packets:
             self.protocol.dataReceived(p.encode(packet, self.level))
 
+    def send_together(self, *packets) -> None:
+        "C{packets} in one chunk of bytes: the router reads them at once."
+        self.protocol.dataReceived(b"".join(p.encode(packet, self.level) for packet in packets))
+
     def received(self) -> list:
         data = self.transport.value()
         self.transport.clear()

@@ -69,8 +69,7 @@ class StompEnd:
         self.protocol.dataReceived(data)
 
     def frame(self, command: str, *headers: tuple[str, str], body: bytes = b"") -> None:
-        lines = [command] + [f"{k}:{v}" for k, v in headers]
-        self.send(("\n".join(lines) + "\n\n").encode() + body + b"\0")
+        self.send(frame_bytes(command, *headers, body=body))
 
     def received(self) -> list:
         data = self.transport.value()
@@ -101,6 +100,12 @@ class StompEnd:
 
     def lose(self) -> None:
         self.protocol.connectionLost(None)
+
+
+def frame_bytes(command: str, *headers: tuple[str, str], body: bytes = b"") -> bytes:
+    "A STOMP frame as a client writes it (headers as they are: no escaping)."
+    lines = [command] + [f"{k}:{v}" for k, v in headers]
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\0"
 
 
 def commands(frames) -> list[str]:
