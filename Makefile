@@ -54,9 +54,10 @@ test: install test-packages
 	$(VENV)/bin/lint-imports --no-cache
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
-# The audit's streaming and standalone-cluster tests at length (marked
-# slow: some 14 minutes on two cores), apart so that `make test` stays
-# under 20; CI (.ci/run) runs both.
+# The longest runs (marked slow: the audit's streaming and standalone-cluster
+# tests at length, 200,000 messages through rotating event files, the fault
+# simulation's further seeds; some 17 minutes on two cores), apart so that
+# `make test` stays under 20; CI (.ci/run) runs both.
 test-slow: install
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) -m slow $(PYTEST_ARGS)
 

@@ -60,6 +60,7 @@ def malformed(files: dict[str, list[bytes]]) -> list[tuple[str, int]]:
     return bad
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_200000_messages_through_files_rotating_every_mib_audit_exactly(
         mesh, spark, tmp_path):  # noqa: F811
