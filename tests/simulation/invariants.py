@@ -209,10 +209,10 @@ def producer_order(outcome, promise: str | None = ORDER_PROMISE) -> list[Violati
 def topic_promises(outcome) -> list[Violation]:
     """
     What docs/topics.md promises a subscription: a durable one gets every
-    confirmed persistent publication it was promised (its router's
-    interest, at a version that included it, was held by the
-    publisher's router when that fanned the publication out; or it is of
-    its own router and existed then) exactly once (checked for those
+    confirmed persistent publication it was promised (it existed when
+    the publisher's router fanned the publication out, and that router
+    held its router's interest at a version that included it, or was its
+    own router) exactly once (checked for those
     consumed to the end of the run); no subscription gets
     a publication twice unflagged, nor anything after its unsubscribe
     was answered; and, once the mesh healed, every router holds every
@@ -265,8 +265,11 @@ def topic_promises(outcome) -> list[Violation]:
                 continue
             if not matches(pattern, parse_topic(attempt.address[len(TOPIC_PREFIX):])):
                 continue
-            promised = (at >= since if origin == subscription.router
-                        else versions.get(subscription.router, 0) >= version)
+            # A subscription whose pattern its router advertised already
+            # (another subscription's) is made under that version: it is
+            # promised what was fanned out after it was made, too.
+            promised = at >= since and (origin == subscription.router
+                                        or versions.get(subscription.router, 0) >= version)
             if not promised or any(held.startswith(msg_id) for held in lost):
                 continue
             if attempt.key not in first:
