@@ -12,22 +12,13 @@ from meshroute.sessions.limits import ClientLimits
 from meshroute.stomp.settings import StompListenerSettings
 
 from support.certificates import make_ca, make_server_cert
-from support.config_files import ROUTER, assert_refused, load
+from support.config_files import (  # noqa: F401 (secret_file, write: fixtures)
+    ROUTER, assert_refused, load, secret_file, write)
 
 STOMP = """
 [stomp.listener]
 endpoint = "tcp:61613:interface=127.0.0.1"
 """
-
-
-@pytest.fixture
-def write(tmp_path):
-    def write(text, name="router.toml"):
-        path = tmp_path / name
-        path.write_text(text)
-        return path
-
-    return write
 
 
 def test_no_section_no_listener(write):
