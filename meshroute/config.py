@@ -78,6 +78,7 @@ from meshroute.stomp import settings as stomp_settings
 from meshroute.stomp.frames import StompProtocolError, parse_heart_beat
 from meshroute.stomp.settings import StompListenerSettings
 from meshroute.store.settings import StoreConfig
+from meshroute.topics.backlog import DEFAULT_HOLD_AT
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
 
@@ -168,6 +169,7 @@ _ROUTING_KEYS = (
     _Key("reroute-delay", "duration", 5000, 0, _HOUR_MS),
     _Key("max-retained", "int", 10_000, 0, 10_000_000),
     _Key("max-retained-bytes", "size", 64 * 1024 * 1024, 0, 1024**4),
+    _Key("hold-publishers-at", "int", DEFAULT_HOLD_AT, 2, 10_000_000),
 )
 _STORE_KEYS = (_Key("sync", "choice", "full", choices=("full", "normal")),
                _Key("writer", "choice", "thread", choices=("reactor", "thread")))

@@ -381,6 +381,13 @@ class IMessageStore(Interface):
         that has entries.
         """
 
+    def queue_depth(queue):
+        """
+        Synchronous: the number of entries of local queue C{queue} (what
+        the topic fan-out asks after each turn, without the copy
+        L{queue_depths} makes).
+        """
+
 
 class IVoterRecords(Interface):
     """

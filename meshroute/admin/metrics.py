@@ -268,6 +268,11 @@ def _topic_metrics(router) -> Iterator[Metric]:
     for kind, count in sorted(fan_out.copies_made.items()):
         copies.add_metric([kind], count)
     yield copies
+    yield GaugeMetricFamily(
+        "meshroute_topic_publishers_held",
+        "Client sessions whose connections the router does not read because they publish "
+        "while the fan-out is behind ($topic reached hold-publishers-at).",
+        value=engine.topic_backlog.waiting)
     topics = engine.topics
     depths = engine.queues.depths()
     subscriptions = GaugeMetricFamily(

@@ -225,8 +225,11 @@ def _format_rows(view: str, rows_by_router: dict[str, list[dict]], now: float,
 def _fan_out(topics: dict) -> str:
     fan_out = topics["fan_out"]
     published, copies = fan_out["publications"], fan_out["copies"]
-    return (f"{fan_out['waiting']} waiting; publications {published.get('client', 0)} from "
-            f"clients, {published.get('link', 0)} from links; copies "
+    # A router older than held publishers answers without them.
+    held = (f"; publishers held ({fan_out['publishers_held']} sessions, hold-publishers-at "
+            f"{fan_out['hold_at']})" if fan_out.get("holding") else "")
+    return (f"{fan_out['waiting']} waiting{held}; publications {published.get('client', 0)} "
+            f"from clients, {published.get('link', 0)} from links; copies "
             f"{copies.get('durable', 0)} durable, {copies.get('non-durable', 0)} non-durable, "
             f"{copies.get('link', 0)} to other routers")
 

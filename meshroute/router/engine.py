@@ -87,7 +87,7 @@ from zope.interface import implementer
 from meshroute import events
 from meshroute.expiry import ExpirySweep
 from meshroute.interfaces import IChannelEngine
-from meshroute.messages import DEAD_LETTER_QUEUE, Message, MessageIds
+from meshroute.messages import DEAD_LETTER_QUEUE, TOPIC_QUEUE, Message, MessageIds
 from meshroute.router.acceptance import Acceptance
 from meshroute.router.arrivals import Arrivals
 from meshroute.router.destinations import Destinations
@@ -100,10 +100,11 @@ from meshroute.router.prepared import PreparedTransactions
 from meshroute.router.queues import QueueManager
 from meshroute.router.retained import RetainedMessages
 from meshroute.router.system_messages import SystemMessages
-from meshroute.router.topic_fan_out import TopicFanOut
+from meshroute.router.topic_fan_out import TopicFanOut, publishers_held
 from meshroute.router.topic_interest import TopicInterest
 from meshroute.router.topic_subscriptions import TopicSubscriptions
 from meshroute.router.transient import TransientPath
+from meshroute.topics.backlog import DEFAULT_HOLD_AT, TopicBacklog
 
 log = Logger()
 
@@ -132,6 +133,8 @@ class MessageEngine:
         arrived (L{meshroute.routing.known.KnownRouters.heard}).
     @param max_retained: retained topic messages this router keeps, and
         C{max_retained_bytes} of their bodies in all.
+    @param hold_publishers_at: publications waiting in C{$topic} at which
+        topic publishers are held (L{meshroute.topics.backlog}).
 
     @ivar expiry_notices: who hands expiry notices to this router's client
         sessions (L{ExpiredMessages.sessions
@@ -153,6 +156,7 @@ class MessageEngine:
         routers_heard: Callable[[set[str]], None] = lambda routers: None,
         max_retained: int = 10_000,
         max_retained_bytes: int = 64 * 1024 * 1024,
+        hold_publishers_at: int = DEFAULT_HOLD_AT,
     ) -> None:
         self.name = name
         self.routes = routes
@@ -192,9 +196,13 @@ class MessageEngine:
                                          max_retained, max_retained_bytes)
         self.topics = TopicSubscriptions(store, self.queues, self.interest, self.mesh_wide,
                                          self.message_events, self.retained)
+        #: Whether topic publishers are held now (the sessions ask it).
+        self.topic_backlog = TopicBacklog(hold_publishers_at,
+                                          lambda: self.queues.depth(TOPIC_QUEUE),
+                                          publishers_held)
         self.fan_out = TopicFanOut(name, store, self.queues, self.topics, self.interest, routes,
                                    self.forwarding, self.transient, self.message_events,
-                                   self.retained, clock, max_backlog)
+                                   self.retained, self.topic_backlog, clock, max_backlog)
         #: Clients' prepared (two-phase) transactions.
         self.prepared = PreparedTransactions(store, self.acceptance, self.queues, event_log,
                                              clock)

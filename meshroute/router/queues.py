@@ -625,6 +625,12 @@ class QueueManager:
                 depths[name] = depths.get(name, 0) + state.transient_held
         return depths
 
+    def depth(self, queue: str) -> int:
+        "C{queue}'s entries, as L{depths} counts them."
+        state = self._queues.get(queue)
+        held = state.transient_held if state is not None else 0
+        return self._store.queue_depth(queue) + held
+
     def consumer_counts(self) -> dict[str, int]:
         """
         C{{queue: consumers}} for every queue that has consumers.

@@ -213,6 +213,7 @@ class RouterService(MultiService):
             routers_heard=self.known_routers.heard,
             max_retained=config.routing.max_retained,
             max_retained_bytes=config.routing.max_retained_bytes,
+            hold_publishers_at=config.routing.hold_publishers_at,
         )
         # Other routers' read-only views through the mesh, and ours for them.
         self.mesh_views = MeshViews(config.name, self.engine, clock, self.describe_view, VIEWS)

@@ -39,6 +39,7 @@ from meshroute.mqtt.settings import MqttListenerSettings
 from meshroute.stomp import settings as stomp_settings
 from meshroute.stomp.settings import StompListenerSettings
 from meshroute.store.settings import StoreConfig
+from meshroute.topics.backlog import DEFAULT_HOLD_AT
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class RoutingConfig:
         (docs/topics.md, "Retained messages"), and C{max_retained_bytes}
         of their bodies in all: past either, one for a new topic is
         refused.
+    @ivar hold_publishers_at: publications waiting in C{$topic} at which
+        the router stops reading its topic publishers' connections, until
+        half as many wait (L{meshroute.topics.backlog}).
     """
 
     max_hops: int = 16
@@ -66,6 +70,7 @@ class RoutingConfig:
     reroute_delay_ms: int = 5000
     max_retained: int = 10_000
     max_retained_bytes: int = 64 * 1024 * 1024
+    hold_publishers_at: int = DEFAULT_HOLD_AT
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,10 @@ publisher's router, also taken into the table of retained messages
 (L{meshroute.router.retained}) and saved in the same transaction; one
 with an empty body clears its topic and is copied to nobody.
 
+After each turn it tells the publishers' flow control how deep
+C{$topic} is (L{meshroute.topics.backlog}): while it is too deep, the
+router does not read the connections that publish to topics.
+
 What it fanned out is counted (C{publications}, C{copies_made}) for
 C{/metrics} and C{/api/v1/topics}, once its turn's transaction is durable
 (a turn rolled back is taken again, and counted then), the copies left
@@ -100,6 +104,18 @@ FROM_CLIENT, FROM_LINK = "client", "link"
 TO_DURABLE, TO_NON_DURABLE, TO_LINK = "durable", "non-durable", "link"
 
 
+def publishers_held(holding: bool, depth: int) -> None:
+    """
+    Say that the router started or stopped holding its topic publishers
+    (L{meshroute.topics.backlog}), at C{$topic}'s C{depth}.
+    """
+    if holding:
+        log.warn("topic publishers held: {depth} publications wait in $topic", depth=depth)
+    else:
+        log.info("topic publishers read again: {depth} publications wait in $topic",
+                 depth=depth)
+
+
 def _digest(group) -> str:
     return hashlib.blake2s(",".join(sorted(group)).encode(), digest_size=8).hexdigest()
 
@@ -115,11 +131,13 @@ class TopicFanOut:
     @param transient: L{meshroute.router.transient.TransientPath}.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
     @param retained: L{meshroute.router.retained.RetainedMessages}.
+    @param backlog: L{meshroute.topics.backlog.TopicBacklog}: told C{$topic}'s
+        depth after each turn.
     """
 
     def __init__(self, name: str, store, queues, subscriptions, interest, routes,
-                 forwarding, transient, message_events, retained, clock: IReactorTime,
-                 max_backlog: int = 100_000) -> None:
+                 forwarding, transient, message_events, retained, backlog,
+                 clock: IReactorTime, max_backlog: int = 100_000) -> None:
         self._name = name
         self._store = store
         self._queues = queues
@@ -130,6 +148,7 @@ class TopicFanOut:
         self._transient = transient
         self._events = message_events
         self._retained = retained
+        self._backlog = backlog
         self._clock = clock
         self._max_backlog = max_backlog
         self._consumer = None
@@ -261,6 +280,7 @@ class TopicFanOut:
             self._count(taken, result + given)
         if self._consumer is not None:
             self._consumer.add_credit(len(taken))
+        self._backlog.measured(self._queues.depth(TOPIC_QUEUE))
 
     def _count(self, taken: list, copies: list[Message]) -> None:
         self.publications.update(

@@ -176,11 +176,13 @@ def describe_topics(engine) -> dict:
         for every other router whose interest it holds, by name (a router
         whose interest was withdrawn has no patterns; one unreachable now
         keeps its interest, its copies waiting in the backlog for it);
-      - C{fan_out}: C{{"waiting", "publications", "copies"}}: the
-        publications waiting in C{$topic} for the fan-out, those it
-        fanned out since the router started by source (C{client},
-        C{link}) and the copies it made by kind (C{durable},
-        C{non-durable}, C{link});
+      - C{fan_out}: C{{"waiting", "publications", "copies", "holding",
+        "publishers_held", "hold_at"}}: the publications waiting in
+        C{$topic} for the fan-out, those it fanned out since the router
+        started by source (C{client}, C{link}), the copies it made by
+        kind (C{durable}, C{non-durable}, C{link}), whether the router
+        holds its topic publishers now (L{meshroute.topics.backlog}), the
+        sessions held, and C{hold-publishers-at};
       - C{retained}: C{{"count", "bytes", "cleared", "max_count",
         "max_bytes"}}: the retained messages this router holds (as every
         router does once the flood has passed), the bytes of their
@@ -208,6 +210,7 @@ def describe_topics(engine) -> dict:
     interest = engine.interest
     reachable = engine.routes.routes()
     fan_out = engine.fan_out
+    backlog = engine.topic_backlog
     return {
         "router": engine.name,
         "subscriptions": subscriptions,
@@ -219,6 +222,8 @@ def describe_topics(engine) -> dict:
             for origin, advertised in interest.describe().items() if origin != engine.name],
         "fan_out": {"waiting": depths.get(TOPIC_QUEUE, 0),
                     "publications": dict(fan_out.publications),
-                    "copies": dict(fan_out.copies_made)},
+                    "copies": dict(fan_out.copies_made),
+                    "holding": backlog.holding, "publishers_held": backlog.waiting,
+                    "hold_at": backlog.hold_at},
         "retained": engine.retained.describe(),
     }

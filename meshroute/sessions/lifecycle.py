@@ -102,6 +102,7 @@ from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget, Liveness
 from meshroute.sessions.permissions import CONNECT, Guard, denied
 from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.sends import TOPICS_BEHIND
 from meshroute.sessions.served import NO_EVENTS, SERVED_SESSION_MACHINE, ServedSession
 from meshroute.sessions.settings import SessionSettings
 from meshroute.sessions.tls import certificate_user
@@ -133,6 +134,9 @@ NOT_AUTHENTICATED = "authentication failed"
 #: Why the router stops reading a connection (L{ConnectionCore.pause}).
 SENDS_IN_PROGRESS = "sends-in-progress"
 UNREAD = "unread"
+#: The reasons that are the router's own: while one holds, the client's
+#: silence is not the client's (its TTL and partial frame wait).
+ROUTER_HELD = frozenset((SENDS_IN_PROGRESS, TOPICS_BEHIND))
 
 
 class ConnectionInputs(Protocol):
@@ -398,8 +402,10 @@ class ConnectionCore(ABC):
     def pause(self, reason: str = SENDS_IN_PROGRESS) -> None:
         """
         Stop reading, for C{reason}: too many sends in progress
-        (L{SENDS_IN_PROGRESS}), or the client does not read what the
-        router writes (L{UNREAD}: the transport's buffer is full).
+        (L{SENDS_IN_PROGRESS}), the client does not read what the
+        router writes (L{UNREAD}: the transport's buffer is full), or it
+        publishes while the topic fan-out is behind
+        (L{meshroute.sessions.sends.TOPICS_BEHIND}).
         """
         if not self._paused_for and self.connected and not self.silent:
             self.transport.pauseProducing()
@@ -411,12 +417,22 @@ class ConnectionCore(ABC):
         when it was a full transport, the session writes what its own
         queue held meanwhile.
         """
+        held = self.held_by_router
         self._paused_for.discard(reason)
+        if held and not self.held_by_router:
+            # Heard as of now: the time the router did not read is not the
+            # client's silence.
+            self.liveness.heard_again()
         if not self._paused_for and self.connected and not self.silent:
             self.transport.resumeProducing()
         session = self.session
         if reason == UNREAD and session is not None and session.connection is self:
             session.flush_pending()
+
+    @property
+    def held_by_router(self) -> bool:
+        "The router does not read the connection for a reason of its own (L{ROUTER_HELD})."
+        return not ROUTER_HELD.isdisjoint(self._paused_for)
 
     @property
     def unread(self) -> bool:
@@ -427,16 +443,17 @@ class ConnectionCore(ABC):
 
     def silent_too_long(self, now: float) -> bool:
         """
-        Whether the client has sent no whole frame for the connection's TTL.
+        Whether the client has sent no whole frame for the connection's
+        TTL (never while the router holds it: L{held_by_router}).
         """
-        return self.liveness.silent_for(self.ttl_ms, now)
+        return not self.held_by_router and self.liveness.silent_for(self.ttl_ms, now)
 
     def frame_late(self, now: float) -> bool:
         """
         Whether the frame the client is sending began more than
-        L{PARTIAL_FRAME_TIMEOUT_S} ago.
+        L{PARTIAL_FRAME_TIMEOUT_S} ago (never while the router holds it).
         """
-        return self.liveness.frame_late(now)
+        return not self.held_by_router and self.liveness.frame_late(now)
 
     def handshake_late(self, now: float) -> bool:
         """

@@ -93,6 +93,16 @@ class Liveness:
             self.partial_since = now
         return self._hold(pending)
 
+    def heard_again(self) -> None:
+        """
+        The router reads the connection again after holding it: its
+        silence, and the partial frame it was sending, count from now.
+        """
+        now = self.clock.seconds()
+        self.last_heard = now
+        if self.partial_since is not None:
+            self.partial_since = now
+
     def release(self) -> None:
         "The connection is gone: the listener holds nothing more for it."
         self._hold(0)

@@ -9,7 +9,12 @@ instead.
 A client that pipelines faster than the store commits is slowed down by
 TCP instead of growing the router's memory: at L{MAX_SENDS_IN_PROGRESS}
 Sends submitted and not yet answered the router stops reading its
-connection, and reads again at L{RESUME_SENDS_AT}.
+connection, and reads again at L{RESUME_SENDS_AT}.  A publication is
+answered once it is in C{$topic}, before its copies are made, so a client
+publishing faster than the fan-out copies is slowed down by the same
+means while the router holds its topic publishers
+(L{meshroute.topics.backlog}): its connection is not read from its first
+publication then until the fan-out has caught up (L{TOPICS_BEHIND}).
 """
 
 from dataclasses import dataclass, field
@@ -18,6 +23,7 @@ from twisted.internet.defer import maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from meshroute.expiry import expires_at, expiring_sends
+from meshroute.messages import TOPIC_PREFIX
 from meshroute.sessions.permissions import NotAllowed
 from meshroute.wire import client_frames as f
 
@@ -26,6 +32,10 @@ from meshroute.wire import client_frames as f
 #: reads again.
 MAX_SENDS_IN_PROGRESS = 8192
 RESUME_SENDS_AT = MAX_SENDS_IN_PROGRESS // 2
+
+#: Why the router stops reading a publisher's connection while the topic
+#: fan-out is behind (C{ConnectionCore.pause}'s reasons).
+TOPICS_BEHIND = "topics-behind"
 
 
 def submitted(engine, clock, frame: f.Send, notice_id: str = ""):
@@ -60,11 +70,14 @@ class Sends:
     @ivar in_progress: Sends submitted to the engine and not yet answered.
     @ivar paused: the connection is not read for them (at
         L{MAX_SENDS_IN_PROGRESS}).
+    @ivar held: the session published while the router holds its topic
+        publishers, and waits to be read again (L{TOPICS_BEHIND}).
     """
 
     session: object = field(repr=False)
     in_progress: int = 0
     paused: bool = False
+    held: bool = False
 
     # -- taking them ------------------------------------------------------------
 
@@ -137,6 +150,8 @@ class Sends:
         command_id = frame.command_id
         d = submitted(session.engine, session.clock, frame, session.notice_id)
         self._started(1)
+        if session.engine.topic_backlog.holds_publishers():
+            self._hold_if_publishing((frame.address,))
         d.addCallbacks(self._sent, self._send_failed, (command_id,), None, (command_id,))
 
     def relay_batch(self, frame: f.SendBatch, skip: int) -> None:
@@ -163,6 +178,8 @@ class Sends:
         else:
             d = session.engine.submit_many(messages)
         self._started(n)
+        if session.engine.topic_backlog.holds_publishers():
+            self._hold_if_publishing(message[0] for message in messages)
         d.addCallbacks(self._sent_batch, self._send_batch_failed, (first, each), None,
                        (first, n))
 
@@ -192,6 +209,24 @@ class Sends:
         if self.in_progress >= MAX_SENDS_IN_PROGRESS and not self.paused:
             self.paused = True
             self.session.connection.pause()
+
+    def _hold_if_publishing(self, addresses) -> None:
+        """
+        The router holds its topic publishers: stop reading this
+        connection if one of C{addresses} is a topic, until they are read
+        again.
+        """
+        if self.held or not any(address.startswith(TOPIC_PREFIX) for address in addresses):
+            return
+        self.held = True
+        self.session.connection.pause(TOPICS_BEHIND)
+        self.session.engine.topic_backlog.wait(self._read_again)
+
+    def _read_again(self) -> None:
+        "The fan-out caught up: read the publisher's connection again."
+        self.held = False
+        if self.session.connection is not None:
+            self.session.connection.resume(TOPICS_BEHIND)
 
     # -- their answers ----------------------------------------------------------
 
@@ -249,10 +284,15 @@ class Sends:
         self.paused = False
 
     def reattached(self, connection) -> None:
-        "The session is resumed on C{connection}: not read while too many Sends are in progress."
+        """
+        The session is resumed on C{connection}: not read while too many
+        Sends are in progress, or while it waits for the topic fan-out.
+        """
         if self.in_progress >= MAX_SENDS_IN_PROGRESS:
             self.paused = True
             connection.pause()
+        if self.held:
+            connection.pause(TOPICS_BEHIND)
 
 
 def _item(send: f.Send) -> tuple:

@@ -2,7 +2,7 @@
 What the store's synchronous accessors answer, kept in memory.
 
 L{meshroute.store.sqlite.SQLiteStore.last_received}, C{peer_store_id},
-C{backlog_depths}, C{queue_depths}, C{outbox_peers}, C{outbox_depths}
+C{backlog_depths}, C{queue_depths}, C{queue_depth}, C{outbox_peers}, C{outbox_depths}
 and C{prepared_count} are served from a L{StoreMirror}: loaded at the store's
 open and updated only on the reactor thread, by a callback the store
 adds to each write's Deferred before returning it.  So they change
@@ -87,6 +87,9 @@ class StoreMirror:
 
     def queue_depths(self) -> dict[str, int]:
         return dict(self._queues)
+
+    def queue_depth(self, queue: str) -> int:
+        return self._queues.get(queue, 0)
 
     def outbox_peers(self) -> list[str]:
         return sorted(self._outboxes)

@@ -650,6 +650,9 @@ class SQLiteStore(RouterRecords):
     def queue_depths(self) -> dict[str, int]:
         return self._mirror.queue_depths()
 
+    def queue_depth(self, queue: str) -> int:
+        return self._mirror.queue_depth(queue)
+
     # Setting messages aside (meshroute.store.set_aside).
 
     def dead_letter(self, message: Message, reason: str):

@@ -323,6 +323,7 @@ def test_topics_publications_copies_subscriptions_and_drops(mesh, monkeypatch):
         frozenset({("reason", "max-depth")}): 3}
     assert value(at_c, "meshroute_topic_interest_patterns", router="router-c") == 2
     assert value(at_a, "meshroute_topic_interest_patterns", router="router-c") == 2
+    assert value(at_c, "meshroute_topic_publishers_held") == 0
     assert value(at_c, "meshroute_topic_retained_messages") == 0
     # A queue series for the durable subscription, as for any queue; none
     # for the non-durable one.

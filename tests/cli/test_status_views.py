@@ -93,7 +93,7 @@ def test_each_view_has_its_columns():
 
 
 def topics_of(router: str, advertised: list[str], version: int, subscriptions=(),
-              interest=(), waiting: int = 0) -> dict:
+              interest=(), waiting: int = 0, held: int | None = None) -> dict:
     """
     A C{/api/v1/topics} answer.
     """
@@ -101,7 +101,9 @@ def topics_of(router: str, advertised: list[str], version: int, subscriptions=()
             "advertised": {"version": version, "patterns": advertised},
             "interest": list(interest),
             "fan_out": {"waiting": waiting, "publications": {"client": 7, "link": 2},
-                        "copies": {"durable": 3, "non-durable": 1, "link": 9}},
+                        "copies": {"durable": 3, "non-durable": 1, "link": 9},
+                        "holding": held is not None, "publishers_held": held or 0,
+                        "hold_at": 4096},
             "retained": {"count": 2, "bytes": 40, "cleared": 1, "max_count": 10000,
                          "max_bytes": 67108864}}
 
@@ -136,6 +138,14 @@ def test_the_topics_of_one_router():
         "  router-a  yes        1795458700000  a, b, c, d +2 more",
         "  router-b  no                    12  -",
     ]
+
+
+def test_held_topic_publishers_are_shown_while_held():
+    topics = topics_of("router-c", [], 1, waiting=5000, held=3)
+    assert format_view("topics", {"": topics}, 1000.0).splitlines()[1] == (
+        "fan-out: 5000 waiting; publishers held (3 sessions, hold-publishers-at 4096); "
+        "publications 7 from clients, 2 from links; copies 3 durable, 1 non-durable, "
+        "9 to other routers")
 
 
 def test_the_topics_of_a_router_without_any():

@@ -181,7 +181,7 @@ def test_unknown_section(write):
 def test_unknown_routing_key(write):
     path = write(ROUTER + "[routing]\nmax-hop = 16\n")
     assert_refused(path, "routing.max-hop", "unknown key",
-                   "connector, listener, max-backlog, max-hops, max-retained, "
+                   "connector, hold-publishers-at, listener, max-backlog, max-hops, max-retained, "
                    "max-retained-bytes, max-transient-backlog, reroute-delay")
 
 
@@ -190,6 +190,14 @@ def test_the_retained_limits_are_read_from_routing(write):
     config = load_config(path, reactor=MemoryReactor())
     assert (config.routing.max_retained, config.routing.max_retained_bytes) == (5, 1024 * 1024)
     assert load_config(write(ROUTER), reactor=MemoryReactor()).routing.max_retained == 10_000
+
+
+def test_hold_publishers_at_is_read_from_routing(write):
+    path = write(ROUTER + "[routing]\nhold-publishers-at = 100\n")
+    assert load_config(path, reactor=MemoryReactor()).routing.hold_publishers_at == 100
+    assert load_config(write(ROUTER), reactor=MemoryReactor()).routing.hold_publishers_at == 4096
+    assert_refused(write(ROUTER + "[routing]\nhold-publishers-at = 1\n"),
+                   "routing.hold-publishers-at")
 
 
 def test_routing_store_and_clients_sections(write):

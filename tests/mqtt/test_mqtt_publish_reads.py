@@ -102,3 +102,17 @@ def test_a_packet_that_ends_the_connection_ends_the_batch_after_the_publishes_be
     assert client.closed
     (disconnect,) = client.received()
     assert type(disconnect) is p.Disconnect and disconnect.reason_code != R.SUCCESS
+
+
+@pytest.mark.parametrize("qos", [0, 1])
+def test_a_publisher_is_not_read_while_the_router_holds_topic_publishers(engine, clock, qos):
+    # The fan-out is behind (meshroute.topics.backlog): the device's
+    # connection is not read from its next PUBLISH until it caught up.
+    client = connected(make_factory(engine, clock))
+    engine.topic_backlog.measured(engine.topic_backlog.hold_at)
+    client.send(p.Subscribe(1, (p.SubscriptionRequest("a/#", 1),)), p.Pingreq())
+    assert client.transport.producerState == "producing"
+    client.send(p.Publish("a/1", b"x", qos, packet_id=2 if qos else None))
+    assert client.transport.producerState == "paused"
+    engine.topic_backlog.measured(0)
+    assert client.transport.producerState == "producing"

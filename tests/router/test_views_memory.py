@@ -167,14 +167,17 @@ def test_topics_show_subscriptions_interest_and_fan_out(mesh):
          "reachable": True}]
     # Each copy crossed b once; at c, orders.eu made one for each of
     # its two subscriptions.
+    not_held = {"holding": False, "publishers_held": 0, "hold_at": 4096}
     assert topics["fan_out"] == {"waiting": 0, "publications": {"client": 0, "link": 5},
-                                 "copies": {"durable": 3, "non-durable": 4, "link": 0}}
+                                 "copies": {"durable": 3, "non-durable": 4, "link": 0},
+                                 **not_held}
     assert describe_topics(b.engine)["fan_out"] == {
         "waiting": 0, "publications": {"client": 0, "link": 5},
-        "copies": {"durable": 0, "non-durable": 0, "link": 5}}
+        "copies": {"durable": 0, "non-durable": 0, "link": 5}, **not_held}
     at_a = describe_topics(a.engine)
     assert at_a["fan_out"] == {"waiting": 0, "publications": {"client": 5, "link": 0},
-                               "copies": {"durable": 0, "non-durable": 3, "link": 5}}
+                               "copies": {"durable": 0, "non-durable": 3, "link": 5},
+                               **not_held}
     assert {row["router"]: row["patterns"] for row in at_a["interest"]} == {
         "router-b": [], "router-c": ["orders.*", "prices.#"]}
     assert describe_topics(b.engine)["advertised"] == {

@@ -23,6 +23,7 @@ from meshroute.sessions.lifecycle import (
     DEFAULT_TTL_MS,
     FRAME_TIMEOUT,
     ROUTER_STOPPED,
+    SENDS_IN_PROGRESS,
     TAKEN_OVER,
     TTL,
     UNREAD,
@@ -31,6 +32,7 @@ from meshroute.sessions.lifecycle import (
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget
 from meshroute.sessions.registry import SessionRegistry
+from meshroute.sessions.sends import TOPICS_BEHIND
 from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
 
@@ -517,6 +519,44 @@ def test_a_partial_frame_is_late_from_its_first_byte():
     core.liveness.read(1, 0)
     clock.advance(PARTIAL_FRAME_TIMEOUT_S)
     assert not core.frame_late(clock.seconds())
+
+
+@pytest.mark.parametrize("reason", [SENDS_IN_PROGRESS, TOPICS_BEHIND])
+def test_a_connection_the_router_does_not_read_is_not_silent(reason):
+    # The router stopped reading it (its sends, the topic fan-out): the
+    # client's TTL and its partial frame wait, and count again from when
+    # it is read again.
+    clock = Clock()
+    core = new_connection(clock)
+    core.liveness.read(0, 10)
+    core.pause(reason)
+    assert core.transport.producerState == "paused"
+    clock.advance(DEFAULT_TTL_MS / 1000 * 3)
+    assert not core.silent_too_long(clock.seconds())
+    assert not core.frame_late(clock.seconds())
+    core.resume(reason)
+    assert core.transport.producerState == "producing"
+    clock.advance(PARTIAL_FRAME_TIMEOUT_S - 1)
+    assert not core.frame_late(clock.seconds())
+    clock.advance(1)
+    assert core.frame_late(clock.seconds())
+    clock.advance(DEFAULT_TTL_MS / 1000 - PARTIAL_FRAME_TIMEOUT_S - 1)
+    assert not core.silent_too_long(clock.seconds())
+    clock.advance(1)
+    assert core.silent_too_long(clock.seconds())
+
+
+def test_a_client_that_does_not_read_stays_silent_while_not_read():
+    # Not read because it does not read what the router writes: its
+    # silence is its own, and its TTL ends it.
+    clock = Clock()
+    core = new_connection(clock)
+    core.pause(UNREAD)
+    core.pause(TOPICS_BEHIND)
+    core.resume(TOPICS_BEHIND)
+    assert core.transport.producerState == "paused"
+    clock.advance(DEFAULT_TTL_MS / 1000)
+    assert core.silent_too_long(clock.seconds())
 
 
 def test_the_partial_frames_of_a_listener_share_one_budget():

@@ -482,3 +482,18 @@ def test_a_reload_that_removes_the_user_closes_its_connection(auto_engine, clock
     (error,) = client.received()
     assert error.command == "ERROR" and "removed" in error.header("message")
     assert client.closed
+
+
+def test_a_publisher_is_not_read_while_the_router_holds_topic_publishers(engine, clock):
+    # The fan-out is behind (meshroute.topics.backlog): a SEND to a topic
+    # stops the reading of its connection until it caught up; to a queue,
+    # not.
+    client = StompEnd(make_factory(engine, clock))
+    client.connect()
+    engine.topic_backlog.measured(engine.topic_backlog.hold_at)
+    client.frame("SEND", ("destination", "/queue/q"), body=b"q")
+    assert client.transport.producerState == "producing"
+    client.frame("SEND", ("destination", "/topic/prices.gbp"), body=b"t")
+    assert client.transport.producerState == "paused"
+    engine.topic_backlog.measured(0)
+    assert client.transport.producerState == "producing"

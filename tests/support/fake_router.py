@@ -44,6 +44,7 @@ from meshroute.sessions.native_listener import ClientFactory
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode
+from meshroute.topics.backlog import TopicBacklog
 
 from support.client_testing import result_of
 
@@ -116,6 +117,8 @@ class FakeEngine:
                                          message_events=MessageEvents(ROUTER, self.events,
                                                                       self.queues.rates),
                                          retained=self.retained)
+        #: The real rule; a test holds publishers with C{measured}.
+        self.topic_backlog = TopicBacklog()
         self.auto = auto
         self.submitted: list[Submitted] = []
         self._ids = itertools.count(1)

@@ -291,6 +291,17 @@ class RouterSpec:
         """
         return self.directory / f"{self.label}.log"
 
+    def log_text(self) -> str:
+        """
+        The whole twistd log, oldest first: the files twistd rotated out
+        at each megabyte (C{LABEL.log.N}, the highest the oldest), then
+        C{log_path}.
+        """
+        rotated = sorted(self.directory.glob(f"{self.label}.log.*"),
+                         key=lambda path: int(path.suffix[1:]), reverse=True)
+        return "".join(path.read_text() for path in [*rotated, self.log_path]
+                       if path.exists())
+
     @property
     def output_path(self) -> Path:
         """
