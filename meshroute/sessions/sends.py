@@ -219,7 +219,8 @@ class Sends:
         if self.held or not any(address.startswith(TOPIC_PREFIX) for address in addresses):
             return
         self.held = True
-        self.session.connection.pause(TOPICS_BEHIND)
+        if self.session.connection is not None:
+            self.session.connection.pause(TOPICS_BEHIND)
         self.session.engine.topic_backlog.wait(self._read_again)
 
     def _read_again(self) -> None:
