@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 from twisted.internet.task import Clock  # noqa: E402
 from twisted.python import usage  # noqa: E402
 
-from meshroute.config import parse_size  # noqa: E402
+from meshroute.config_keys import parse_size  # noqa: E402
 from meshroute.events import EventLog, RotationSettings, event_files  # noqa: E402
 
 #: The fields of C{message.enqueued} (meshroute/router/queues.py).

@@ -7,7 +7,8 @@ import os
 import sys
 
 from meshroute.cli.command_options import CommandOptions
-from meshroute.config import config_warnings, format_config, load_config
+from meshroute.config import config_warnings, load_config
+from meshroute.config_writer import format_config
 from meshroute.errors import ConfigError
 from meshroute.harules.settings import InstanceSettings, pair_problems
 from meshroute.security.load import load_policy

@@ -13,7 +13,7 @@ from twisted.internet import defer, task
 from twisted.python import usage
 
 from meshroute.cli.command_options import CommandOptions
-from meshroute.config import endpoint_problem, parse_duration_ms
+from meshroute.config_keys import endpoint_problem, parse_duration_ms
 from meshroute.errors import ConfigError
 
 #: The environment variable C{meshroute send} and C{receive} read

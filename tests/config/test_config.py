@@ -20,7 +20,9 @@ from support.config_files import (  # noqa: F401 (fixtures)
 )
 
 from meshroute.router.admin_settings import AdminConfig
-from meshroute.config import format_config, load_config, parse_duration_ms
+from meshroute.config import load_config
+from meshroute.config_keys import parse_duration_ms
+from meshroute.config_writer import format_config
 from meshroute.errors import ConfigError
 from meshroute.events import RetainBytes, RotationSettings
 from meshroute.link.settings import ConnectorConfig, ListenerConfig

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from meshroute import cli
-from meshroute.config import format_config
+from meshroute.config_writer import format_config
 from meshroute.errors import ConfigError
 
 from support.config_files import SECRET, load, secret_file  # noqa: F401 (fixtures)

@@ -11,7 +11,8 @@ import io
 import pytest
 
 from meshroute import cli
-from meshroute.config import config_warnings, format_config
+from meshroute.config import config_warnings
+from meshroute.config_writer import format_config
 from meshroute.harules.settings import HASettings, ReplicationSettings, WitnessSettings
 
 from support.config_files import SECRET, load, secret_file, write  # noqa: F401 (fixtures)

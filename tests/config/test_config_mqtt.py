@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from meshroute.config import config_warnings, format_config
+from meshroute.config import config_warnings
+from meshroute.config_writer import format_config
 from meshroute.mqtt.settings import MqttListenerSettings
 from meshroute.sessions.limits import ClientLimits
 

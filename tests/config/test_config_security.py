@@ -12,7 +12,7 @@ import os
 import pytest
 
 from meshroute import cli
-from meshroute.config import format_config
+from meshroute.config_writer import format_config
 from meshroute.errors import ConfigError
 from meshroute.security.credentials import derive
 from meshroute.security.load import load_policy

@@ -9,7 +9,7 @@ import io
 import pytest
 
 from meshroute import cli
-from meshroute.config import format_config
+from meshroute.config_writer import format_config
 from meshroute.harules.settings import REPLICATION, SHARED_STORE
 
 from support.config_files import load, secret_file, write  # noqa: F401 (fixtures)

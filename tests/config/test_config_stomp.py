@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from meshroute.config import config_warnings, format_config
+from meshroute.config import config_warnings
+from meshroute.config_writer import format_config
 from meshroute.sessions.limits import ClientLimits
 from meshroute.stomp.settings import StompListenerSettings
 
