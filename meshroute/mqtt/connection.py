@@ -61,7 +61,7 @@ unacknowledged deliveries go back to their queues, flagged redelivered
 (sent again with DUP).  The connection TTL (1.5 times the keep-alive, or
 the listener's override), partial packets, the buffer bound and
 C{stage-valid-timeout} are every client connection's
-(L{meshroute.sessions.lifecycle.ConnectionCore}).
+(L{meshroute.sessions.connection_core.ConnectionCore}).
 """
 
 import uuid
@@ -82,7 +82,8 @@ from meshroute.mqtt.reason_codes import ReasonCode as R
 from meshroute.mqtt.settings import DEFAULT_TOPIC_ALIAS_MAXIMUM
 from meshroute.mqtt.subscriptions import MqttSubscribing
 from meshroute.mqtt.topic_names import UnmappableTopic, mesh_topic
-from meshroute.sessions.lifecycle import ROUTER_STOPPED, ConnectionCore, ConnectionInputs
+from meshroute.sessions.connection_core import ROUTER_STOPPED, ConnectionCore
+from meshroute.sessions.connection_inputs import ConnectionInputs
 from meshroute.sessions.listener_settings import DEFAULT_PREFETCH_COUNT
 from meshroute.sessions.permissions import Guard
 from meshroute.sessions.served import MQTT

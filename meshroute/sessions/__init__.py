@@ -33,8 +33,9 @@ stage-valid-timeout).
    the transaction.
  - L{meshroute.sessions.registry}: the sessions of the listeners, by id.
  - L{meshroute.sessions.lifecycle}: the router's side of one client
-   connection, whatever its protocol, an Automat machine over a core
-   each protocol extends.
+   connection, whatever its protocol, an Automat machine over its inputs
+   (L{meshroute.sessions.connection_inputs}) and a core each protocol
+   extends (L{meshroute.sessions.connection_core}).
  - L{meshroute.sessions.listener}: the Twisted protocol and factory
    every client listener builds on (the producer, the buffers, the
    watch); L{meshroute.sessions.listener_settings}, the keys every

@@ -4,7 +4,7 @@ thin protocol of one connection (bytes in, frames out, machine inputs)
 and the factory that owns what outlives one connection.
 
 L{ListenerProtocol} builds its connection's core (a protocol's
-L{meshroute.sessions.lifecycle.ConnectionCore}) and machine, registers
+L{meshroute.sessions.connection_core.ConnectionCore}) and machine, registers
 itself as the producer of what the router writes (a client that does not
 read stops being read: L{UNREAD}), feeds its decoder, accounts the bytes
 of the partial frame it holds against the listener's L{BufferBudget}, and
@@ -33,7 +33,8 @@ from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from zope.interface import implementer
 
-from meshroute.sessions.lifecycle import CONNECTION_MACHINE, UNREAD, ConnectionCore
+from meshroute.sessions.connection_core import UNREAD, ConnectionCore
+from meshroute.sessions.lifecycle import CONNECTION_MACHINE
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.liveness import MAX_BUFFERED_FRAMES, BufferBudget
 from meshroute.sessions.registry import SessionRegistry

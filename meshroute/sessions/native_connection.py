@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from automat import NoTransition
 
 from meshroute.security.scram import MECHANISM as SCRAM, ScramError, ScramServer
-from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
+from meshroute.sessions.connection_core import ConnectionCore
+from meshroute.sessions.connection_inputs import ConnectionInputs
 from meshroute.sessions.permissions import RESUME, denied
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode

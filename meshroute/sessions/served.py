@@ -347,7 +347,7 @@ class ServedSession:
 
     @ivar registry: the L{meshroute.sessions.registry.SessionRegistry} it
         joins while it lives.
-    @ivar connection: the L{meshroute.sessions.lifecycle.ConnectionCore}
+    @ivar connection: the L{meshroute.sessions.connection_core.ConnectionCore}
         the session is attached to, or None while disconnected (or ended).
     @ivar state: the machine's state as the admin API shows it (set by its
         behaviours only).
@@ -506,7 +506,7 @@ class ServedSession:
     def take_sends(self, sends: list) -> None:
         """
         Consecutive Sends a protocol adapter read at once (its
-        L{meshroute.sessions.lifecycle.ConnectionCore.flush_sends}): each
+        L{meshroute.sessions.connection_core.ConnectionCore.flush_sends}): each
         taken in sequence as C{take_send} takes it, all relayed with one
         store call.
         """

@@ -21,7 +21,7 @@ class WrittenAcks:
     connection.
 
     @ivar connection: the connection's core (a
-        L{meshroute.sessions.lifecycle.ConnectionCore}): its clock, its
+        L{meshroute.sessions.connection_core.ConnectionCore}): its clock, its
         session now, and the numbering of the commands its adapter gives
         the session (C{next_command}).
     """

@@ -47,7 +47,7 @@ not resumable from its start, so a lost connection ends it
 and its unacknowledged deliveries go back to their queues, flagged
 redelivered.  The connection TTL, partial frames, the buffer bound and
 C{stage-valid-timeout} are every client connection's
-(L{meshroute.sessions.lifecycle.ConnectionCore}, whose data and I/O this
+(L{meshroute.sessions.connection_core.ConnectionCore}, whose data and I/O this
 core extends); the TTL comes from the heart-beats
 (L{meshroute.stomp.heartbeats}).
 """
@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 
 from meshroute import __version__
 from meshroute.expiry import now_ms
-from meshroute.sessions.lifecycle import ConnectionCore, ConnectionInputs
+from meshroute.sessions.connection_core import ConnectionCore
+from meshroute.sessions.connection_inputs import ConnectionInputs
 from meshroute.sessions.served import STOMP
 from meshroute.sessions.written_acks import WrittenAcks
 from meshroute.stomp.settings import DEFAULT_HEARTBEAT_MS, DEFAULT_PREFETCH_COUNT

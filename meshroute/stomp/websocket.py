@@ -55,7 +55,7 @@ from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from meshroute.sessions.lifecycle import CLOSE_GRACE_S
+from meshroute.sessions.connection_core import CLOSE_GRACE_S
 
 #: The STOMP subprotocols, in the order of preference, with the STOMP
 #: version each names.

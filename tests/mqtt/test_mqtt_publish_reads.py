@@ -1,7 +1,7 @@
 """
 Tests that the PUBLISH packets the router reads from one chunk of a
 client's bytes are carried out as one batch (L{meshroute.mqtt.connection}
-over L{meshroute.sessions.lifecycle.ConnectionCore.flush_sends}): one
+over L{meshroute.sessions.connection_core.ConnectionCore.flush_sends}): one
 store call, yet each packet answered on its own and in order, and any
 other packet among them ending the batch.
 """

@@ -16,10 +16,9 @@ from automat import NoTransition
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from meshroute.sessions.lifecycle import (
+from meshroute.sessions.connection_core import (
     BUFFERS_FULL,
     CLOSE_GRACE_S,
-    CONNECTION_MACHINE,
     DEFAULT_TTL_MS,
     FRAME_TIMEOUT,
     ROUTER_STOPPED,
@@ -29,6 +28,7 @@ from meshroute.sessions.lifecycle import (
     UNREAD,
     ConnectionCore,
 )
+from meshroute.sessions.lifecycle import CONNECTION_MACHINE
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget
 from meshroute.sessions.registry import SessionRegistry

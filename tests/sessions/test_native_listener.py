@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from meshroute.wire import client_frames as f
-from meshroute.sessions import lifecycle
+from meshroute.sessions import connection_core
 from meshroute.sessions import sends as sends_module
 from meshroute.sessions.ha_view import HAView
 from meshroute.sessions.native_listener import ClientFactory
@@ -504,7 +504,7 @@ def test_frames_after_an_error_are_ignored(connection, engine):
 def test_a_closing_connection_is_aborted_if_it_does_not_drain(connection, clock):
     connection.send(f.Ping(1))
     assert_closed_with(connection, f.BAD_COMMAND)
-    clock.advance(lifecycle.CLOSE_GRACE_S - 0.1)
+    clock.advance(connection_core.CLOSE_GRACE_S - 0.1)
     assert not connection.transport.disconnected
     clock.advance(0.1)
     assert connection.transport.disconnected

@@ -19,7 +19,7 @@ import pytest
 
 from meshroute import events as event_names
 from meshroute.wire import client_frames as f
-from meshroute.sessions.lifecycle import DEFAULT_TTL_MS
+from meshroute.sessions.connection_core import DEFAULT_TTL_MS
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S
 from meshroute.sessions.limits import ClientLimits
 from meshroute.sessions.native_listener import ClientFactory

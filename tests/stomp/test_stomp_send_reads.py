@@ -1,7 +1,7 @@
 """
 Tests that the SEND frames the router reads from one chunk of a STOMP
 client's bytes are carried out as one batch (L{meshroute.stomp.connection}
-over L{meshroute.sessions.lifecycle.ConnectionCore.flush_sends}): one
+over L{meshroute.sessions.connection_core.ConnectionCore.flush_sends}): one
 store call, each SEND still receipted on its own and in order, any other
 frame among them ending the batch.
 """
