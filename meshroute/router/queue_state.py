@@ -128,6 +128,14 @@ class QueueState:
             or self.buffer or self.transient or self.transient_held or self.sending
         )
 
+    def put_back(self, items: list[QueueItem]) -> None:
+        """
+        Put C{items} back at the front of the queue, in their original
+        order (C{seq}), among those already given back.
+        """
+        if items:
+            self.returned = deque(sorted([*self.returned, *items], key=lambda item: item.seq))
+
 
 @dataclass(eq=False, slots=True)
 class DeliveryBatch:

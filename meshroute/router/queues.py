@@ -48,8 +48,10 @@ Delivery rules:
    is durable, behind the earlier batches of its queue (so the order
    holds).  If the store fails the call, the batch goes back to the front
    of the queue, unflagged, and its credit back to its consumers; the
-   queue tries again after L{MARK_RETRY_S} (or at the next credit,
-   message or consumer).
+   queue tries again after
+   L{MARK_RETRY_S<meshroute.router.delivery_marking.MARK_RETRY_S>} (or at
+   the next credit, message or consumer:
+   L{meshroute.router.delivery_marking}).
  - B{Acknowledgement.}  L{Subscription.ack} deletes persistent entries from
    the store and emits C{message.consumed} once that is durable.  If the
    store fails the deletion, the entries go back to the front of the
@@ -84,14 +86,15 @@ Delivery rules:
    (L{meshroute.expiry}), and so does one a session held back and finds
    expired (L{Subscription.expire}).
 
-One piece, on purpose: L{QueueManager} and its consumers
-(L{Subscription}) change one queue's state together, under one dispatch
-loop that must not nest, so they stay in one module, at about 800 lines;
-what is separable is apart: a queue's state
-(L{meshroute.router.queue_state}), its read-ahead from the store
-(L{meshroute.router.read_ahead}) and the deliveries a transaction holds
-(L{meshroute.router.transaction_acks}), which change it only through the
-manager's methods.
+This module is L{QueueManager}: the queues by name and the one dispatch
+loop of each, which must not nest, where every change to a queue's state
+ends.  The rest is apart, and changes a queue only through the manager's
+methods: a queue's state (L{meshroute.router.queue_state}), its consumers
+(L{Subscription}, L{meshroute.router.queue_consumer}), its read-ahead
+from the store (L{meshroute.router.read_ahead}), the line of delivery
+batches marked in the store before they are handed over
+(L{meshroute.router.delivery_marking}) and the deliveries a transaction
+holds (L{meshroute.router.transaction_acks}).
 """
 
 import itertools
@@ -99,16 +102,17 @@ from collections import deque
 from functools import partial
 from typing import Callable
 
-from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute import events as event_names
-from meshroute.expiry import IN_QUEUE, IN_SESSION, emit_expired, now_ms, set_aside
+from meshroute.expiry import IN_QUEUE, emit_expired, now_ms, set_aside
 from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, TOPIC_QUEUE, Message
 from meshroute.router.arrival_claims import ArrivalClaims, Claim
+from meshroute.router.delivery_marking import DeliveryMarking
+from meshroute.router.queue_consumer import Subscription
 from meshroute.router.queue_rates import QueueRates
-from meshroute.router.queue_state import Delivery, DeliveryBatch, QueueItem, QueueState
+from meshroute.router.queue_state import Delivery, QueueItem, QueueState
 from meshroute.router.read_ahead import ReadAhead
 from meshroute.router.transaction_acks import TransactionAcks
 
@@ -127,231 +131,6 @@ MAX_TRANSIENT = 100_000
 
 #: Default bound of waiting non-persistent messages in all queues together.
 MAX_TRANSIENT_TOTAL = 100_000
-
-#: How long after the store failed to mark a batch of deliveries the queue
-#: tries to deliver them again (sooner if credit, a message or a consumer
-#: comes first).
-MARK_RETRY_S = 1.0
-
-
-class Subscription:
-    """
-    One consumer of one queue.
-
-    @ivar credit: how many more deliveries it may receive.
-    @ivar ended: called once it is cancelled, after its deliveries went
-        back (a topic subscription's end,
-        L{meshroute.router.topic_subscriptions}).
-    """
-
-    def __init__(self, manager: "QueueManager", queue: QueueState,
-                 deliver: Callable[[Delivery], None], credit: int,
-                 ended: Callable[[], None] | None = None) -> None:
-        self._manager = manager
-        self._queue = queue
-        self._deliver = deliver
-        self.ended = ended
-        self.queue = queue.name
-        self.credit = credit
-        self.cancelled = False
-        self.holding_persistent = False
-        self._unacked: dict[int, tuple[Delivery, QueueItem]] = {}
-
-    @property
-    def unacknowledged(self) -> int:
-        """
-        Deliveries made to this consumer and not yet acknowledged.
-        """
-        return len(self._unacked)
-
-    def add_credit(self, n: int) -> None:
-        """
-        Allow C{n} more deliveries.  Ignored once cancelled.
-        """
-        if n < 0:
-            raise ValueError(f"credit must not be negative: {n}")
-        if self.cancelled:
-            return
-        self.credit += n
-        self._manager._dispatch(self._queue)
-
-    def ack(self, delivery_ids) -> Deferred:
-        """
-        The consumer is done with these deliveries: delete them.
-
-        Ids this consumer does not hold unacknowledged (already
-        acknowledged, never delivered to it, or given back by L{cancel})
-        are ignored, so acknowledging twice is harmless.
-
-        @return: Deferred firing when the deletions are durable (and the
-            C{message.consumed} events written); failing with the store's
-            error if they could not be made (the entries are then back at
-            the front of the queue, flagged redelivered).
-        """
-        done: list[Delivery] = []
-        entry_ids: list[int] = []
-        deleting: list[tuple[Delivery, QueueItem]] = []
-        queue = self._queue
-        for held in self._take(delivery_ids):
-            delivery = held[0]
-            if delivery.entry_id is None:
-                queue.transient_held -= 1
-                done.append(delivery)
-            else:
-                deleting.append(held)
-                entry_ids.append(delivery.entry_id)
-        manager = self._manager
-        if not entry_ids:
-            manager._consumed(done)
-            manager._forget_if_idle(queue)
-            return succeed(None)
-        queue.acking += 1
-
-        def durable(_):
-            queue.acking -= 1
-            manager._consumed(done + [delivery for delivery, _ in deleting])
-            manager._settle(queue)
-
-        def failed(failure):
-            # Still in the store: deliver them again rather than leave them
-            # in flight until every consumer is gone.
-            queue.acking -= 1
-            manager._consumed(done)
-            manager._return(queue, deleting)
-            manager._settle(queue)
-            return failure
-
-        return manager._store.consume(entry_ids).addCallbacks(durable, failed)
-
-    def hold_persistent(self, hold: bool) -> None:
-        """
-        Take no persistent entries while C{hold} is true (they stay in the
-        queue); non-persistent ones are still delivered.  Ignored once
-        cancelled.
-        """
-        if self.cancelled or hold == self.holding_persistent:
-            return
-        self.holding_persistent = hold
-        if not hold:
-            self._manager._dispatch(self._queue)
-
-    def give_back(self, delivery_ids) -> None:
-        """
-        These deliveries never reached the consumer: put them back at the
-        front of the queue, flagged redelivered, and give back the credit
-        they spent.  Ids this consumer does not hold unacknowledged are
-        ignored.
-        """
-        held = self._take(delivery_ids)
-        if not held:
-            return
-        self._manager._return(self._queue, held)
-        if not self.cancelled:
-            self.credit += len(held)
-        self._manager._settle(self._queue)
-
-    def drop(self, delivery_id: int, **fields) -> None:
-        """
-        Give up a non-persistent delivery the consumer cannot keep:
-        C{message.dropped} with reason C{max-depth} (and C{fields}), and
-        its credit back.  Ignored for an id not held or for a persistent
-        entry (which is never dropped).
-        """
-        held = self._unacked.get(delivery_id)
-        if held is None or held[0].entry_id is not None:
-            return
-        del self._unacked[delivery_id]
-        delivery, queue, manager = held[0], self._queue, self._manager
-        queue.transient_held -= 1
-        message = delivery.message
-        manager._events.emit(
-            event_names.MESSAGE_DROPPED, msg_id=message.msg_id, origin=message.origin,
-            queue=queue.name, reason="max-depth", **fields,
-        )
-        if not self.cancelled:
-            self.add_credit(1)
-        else:
-            manager._forget_if_idle(queue)
-
-    def expire(self, delivery_ids) -> None:
-        """
-        These deliveries, held back by the consumer (a disconnected
-        session), expired before it handed them on: they go to
-        C{$expired}, and their credit back.  Ids this consumer does not
-        hold unacknowledged are ignored.
-        """
-        held = self._take(delivery_ids)
-        if not held:
-            return
-        if not self.cancelled:
-            self.credit += len(held)
-        manager = self._manager
-        manager._expire(self._queue, [item for _, item in held], IN_SESSION)
-        manager._settle(self._queue)
-
-    def cancel(self) -> None:
-        """
-        Stop consuming.  Unacknowledged deliveries go back to the front of
-        the queue, flagged redelivered (the store has them flagged since
-        they were delivered).
-        """
-        if self.cancelled:
-            return
-        self.cancelled = True
-        manager, queue = self._manager, self._queue
-        queue.consumers.remove(self)
-        held = list(self._unacked.values())
-        self._unacked.clear()
-        manager._return(queue, held)
-        manager._settle(queue)
-        if self.ended is not None:
-            self.ended()
-
-    def _take(self, delivery_ids) -> list[tuple[Delivery, QueueItem]]:
-        """
-        Take the deliveries of C{delivery_ids} this consumer holds
-        unacknowledged from it (the others are ignored).
-        """
-        unacked = self._unacked
-        return [unacked.pop(delivery_id) for delivery_id in delivery_ids
-                if delivery_id in unacked]
-
-    def _give(self, item: QueueItem, delivery_id: int) -> Delivery:
-        """
-        C{item} is this consumer's: it spends one credit and is held
-        unacknowledged from now on, to be handed over with its batch.
-        """
-        self.credit -= 1
-        delivery = Delivery(delivery_id, self.queue, item.message, item.redelivered, item.entry_id)
-        self._unacked[delivery_id] = (delivery, item)
-        return delivery
-
-    def _hand_over(self, delivery: Delivery) -> None:
-        """
-        Its batch is durable: deliver it, unless it went back to the queue
-        meanwhile (this consumer was cancelled).
-        """
-        if delivery.delivery_id not in self._unacked:
-            return
-        try:
-            self._deliver(delivery)
-        except Exception:
-            # It stays unacknowledged: a cancel gives it back to the queue.
-            log.failure("consumer of {queue} failed to take a delivery", queue=self.queue)
-
-    def _take_back(self, delivery: Delivery) -> bool:
-        """
-        The store failed to mark its batch: it was not handed over.
-
-        @return: whether this consumer still held it (it then has its
-            credit back).
-        """
-        if self._unacked.pop(delivery.delivery_id, None) is None:
-            return False
-        if not self.cancelled:
-            self.credit += 1
-        return True
-
 
 class QueueManager:
     """
@@ -379,6 +158,7 @@ class QueueManager:
         self._store = store
         self._events = events
         self._reads = ReadAhead(store, read_ahead, self._dispatch)
+        self._marking = DeliveryMarking(store, clock, self._dispatch, self._forget_if_idle)
         self._claims = ArrivalClaims(self._reads, self.notify)
         self._max_transient = max_transient
         self._max_transient_total = max_transient_total
@@ -606,9 +386,9 @@ class QueueManager:
             state = self._queues.get(queue)
             if state is None:
                 continue  # nothing of it in memory: its first read finds them
-            self._put_back(state, [QueueItem(entry_id, message, True, next(state.seq))
-                                   for entry_id, message in returned
-                                   if entry_id <= state.last_fetched])
+            state.put_back([QueueItem(entry_id, message, True, next(state.seq))
+                            for entry_id, message in returned
+                            if entry_id <= state.last_fetched])
             self.notify(queue)
             self._settle(state)
 
@@ -689,7 +469,7 @@ class QueueManager:
         try:
             while True:
                 state.again = False
-                self._hand_over_ready(state)
+                self._marking.hand_over_ready(state)
                 self._reads.fill(state)
                 batch = []
                 expired = []
@@ -711,67 +491,14 @@ class QueueManager:
                 if expired:
                     self._expire(state, expired, IN_QUEUE)
                 if batch:
-                    self._mark(state, batch)
-                    self._hand_over_ready(state)
+                    self._marking.mark(state, batch)
+                    self._marking.hand_over_ready(state)
                 self._reads.fill(state)
                 if not state.again:
                     break
         finally:
             state.dispatching = False
         self._forget_if_idle(state)
-
-    def _mark(self, state: QueueState, deliveries: list) -> None:
-        """
-        Mark the entries a new batch delivers for the first time
-        redelivered, in one store call; the batch waits for it behind the
-        earlier batches of the queue.
-        """
-        entry_ids = [item.entry_id for _, _, item in deliveries
-                     if item.entry_id is not None and not (item.redelivered or item.marked)]
-        batch = DeliveryBatch(deliveries, not entry_ids)
-        state.sending.append(batch)
-        if entry_ids:
-            self._store.mark_redelivered(entry_ids).addCallbacks(
-                self._marked, self._mark_failed, (state, batch), None, (state, batch))
-
-    def _marked(self, _, state: QueueState, batch: DeliveryBatch) -> None:
-        batch.ready = True
-        self._dispatch(state)
-
-    def _mark_failed(self, failure, state: QueueState, batch: DeliveryBatch) -> None:
-        """
-        The store could not mark C{batch}: it and every batch behind it
-        (so that nothing overtakes it) go back to the queue unflagged,
-        their credit to their consumers; try again later.
-        """
-        log.failure("marking deliveries of {queue} in the store", failure, queue=state.name)
-        sending = state.sending
-        if batch not in sending:
-            return
-        taken: list[QueueItem] = []
-        while sending and sending[-1] is not batch:
-            taken.extend(self._taken_back(sending.pop()))
-        taken.extend(self._taken_back(sending.pop()))
-        self._put_back(state, taken)
-        if state.retry_call is None or not state.retry_call.active():
-            state.retry_call = self.clock.callLater(MARK_RETRY_S, self._dispatch, state)
-        if not state.dispatching:
-            self._forget_if_idle(state)
-
-    def _taken_back(self, batch: DeliveryBatch) -> list[QueueItem]:
-        return [item for consumer, delivery, item in batch.deliveries
-                if consumer._take_back(delivery)]
-
-    def _hand_over_ready(self, state: QueueState) -> None:
-        """
-        Hand over the batches at the front of the queue's line that are
-        ready, in order.  Called inside the dispatch loop only, so that a
-        consumer acting from C{deliver} cannot make a later batch overtake.
-        """
-        sending = state.sending
-        while sending and sending[0].ready:
-            for consumer, delivery, _ in sending.popleft().deliveries:
-                consumer._hand_over(delivery)
 
     def _pick(self, state: QueueState) -> tuple[Subscription, QueueItem] | None:
         """
@@ -827,16 +554,9 @@ class QueueManager:
         their original order, flagged redelivered (as the store has them
         since their first delivery).
         """
-        self._put_back(state, [
+        state.put_back([
             QueueItem(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
         ])
-
-    def _put_back(self, state: QueueState, items: list[QueueItem]) -> None:
-        """
-        Put C{items} back at the front of C{state}, in their original order.
-        """
-        if items:
-            state.returned = deque(sorted([*state.returned, *items], key=lambda item: item.seq))
 
     def _settle(self, state: QueueState) -> None:
         """

@@ -202,7 +202,7 @@ class TopicSubscriptions:
             given first: C{none}, C{all}, or C{if-new} (none to a durable
             subscription that exists with that pattern).
         @return: Deferred firing with the queue L{Subscription
-            <meshroute.router.queues.Subscription>} (its C{queue} is the
+            <meshroute.router.queue_consumer.Subscription>} (its C{queue} is the
             subscription's), once a durable one is recorded; failing with
             L{BadSubscription}, L{DurableInUse} or (mesh-wide: the
             subscription is then cancelled)

@@ -38,7 +38,7 @@ class TransactionAcks:
     def add(self, subscription, delivery_ids) -> None:
         """
         Take these deliveries from C{subscription} (a
-        L{meshroute.router.queues.Subscription}) into the transaction.
+        L{meshroute.router.queue_consumer.Subscription}) into the transaction.
         Ids it does not hold unacknowledged are ignored.
         """
         taken = subscription._take(delivery_ids)

@@ -16,7 +16,8 @@ from twisted.internet.task import Clock
 
 from meshroute import events
 from meshroute.messages import Message
-from meshroute.router.queues import MARK_RETRY_S, QueueManager
+from meshroute.router.delivery_marking import MARK_RETRY_S
+from meshroute.router.queues import QueueManager
 from meshroute.router.read_ahead import CAUGHT_UP_READS
 from meshroute.store import InlineExecutor, SQLiteStore
 
