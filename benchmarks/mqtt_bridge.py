@@ -121,11 +121,14 @@ class Options(compare.Options):
          "ms.", int],
         ["mosquitto-keepalive", None, MOSQUITTO_MIN_KEEPALIVE_S, "Mosquitto's bridge "
          f"keepalive_interval, s (at least {MOSQUITTO_MIN_KEEPALIVE_S}).", int],
+        ["qos", None, "1,0", "Comma-separated QoS rows to run (1: persistent session, 0: "
+         "clean session)."],
     ]
     optFlags = [
         ["defaults", None, "Also measure dead-bridge detection at each system's default "
          "keepalive (both at once; meshroute's takes 4 to 6 minutes)."],
         ["no-load", None, "Only the dead-bridge detection."],
+        ["no-detection", None, "Only the load (no dead-bridge detection)."],
         ["no-install", None, "Skip Mosquitto when it is missing instead of installing it."],
     ]
     known_systems = SYSTEMS
@@ -142,6 +145,10 @@ class Options(compare.Options):
             raise usage.UsageError(f"--mosquitto-keepalive: Mosquitto takes at least "
                                    f"{MOSQUITTO_MIN_KEEPALIVE_S} s")
         self["install"] = not self["no-install"]
+        qos = {q.strip() for q in self["qos"].split(",") if q.strip()}
+        if not qos or qos - {"0", "1"}:
+            raise usage.UsageError("--qos: a comma-separated list of 0 and 1")
+        self["modes"] = [mode for mode, level in MODES.items() if str(level) in qos]
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,8 @@ class MqttCase(compare.Case):
 
 def cases(options) -> list[MqttCase]:
     return [MqttCase(1, size, mode, system)
-            for system in options["systems"] for size in options["sizes"] for mode in MODES]
+            for system in options["systems"] for size in options["sizes"]
+            for mode in options["modes"]]
 
 
 def worker_argvs(origin_port: int, destination_port: int, case: MqttCase, count: int,
@@ -640,7 +648,7 @@ def main(argv: list[str]) -> int:
     def run(base: str) -> list[dict]:
         for system in [] if options["no-load"] else systems:
             results.update(run_load(system, options, base))
-        return run_detection(options, base, systems)
+        return [] if options["no-detection"] else run_detection(options, base, systems)
 
     detections = compare.in_temporary_directory(options, "meshroute-mqtt-bridge-", run)
     if options["json"]:
