@@ -211,7 +211,6 @@ class MessageEngine:
         self.submit = self.acceptance.submit
         self.submit_many = self.acceptance.submit_many
         self.commit = self.acceptance.commit
-        self.accepting = self.acceptance.accepting
         # The links (IChannelEngine) and the routes.
         self.recovery = self.forwarding.recovery
         self.routes_received = self.forwarding.routes_received
@@ -232,6 +231,15 @@ class MessageEngine:
         # Routers' own messages (admin views through the mesh).
         self.serve_system = self.system.serve
         self.send_system = self.system.send
+
+    def accepting(self, router: str) -> int:
+        """
+        Persistent messages for C{router} submitted to the store and not
+        yet in its backlog: clients' sends being accepted, and the topic
+        fan-out's copies being placed
+        (L{IChannelEngine.accepting<meshroute.interfaces.IChannelEngine.accepting>}).
+        """
+        return self.acceptance.accepting(router) + self.fan_out.placing(router)
 
     def link_up(self, peer: str, send, fail, emit, version: int):
         """

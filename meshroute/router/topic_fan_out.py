@@ -154,6 +154,7 @@ class TopicFanOut:
         self._consumer = None
         self._taken: list = []
         self._call: IDelayedCall | None = None
+        self._placing: Counter[str] = Counter()
         #: Publications fanned out, by source (L{FROM_CLIENT}, L{FROM_LINK}).
         self.publications: Counter[str] = Counter({FROM_CLIENT: 0, FROM_LINK: 0})
         #: Copies made of them, by kind (L{TO_DURABLE}, L{TO_NON_DURABLE},
@@ -224,17 +225,30 @@ class TopicFanOut:
                      "their routers", n=len(full))
             self._events.dropped(full)
         if not stored and not transaction.entry_ids() and not kept:
-            self._done([], transaction, stored, in_memory, taken, fanned, kept)
+            self._done([], transaction, stored, in_memory, taken, fanned, kept, Counter())
             return
+        onward = Counter(copy.dest_router for copy in stored if copy.dest_router != self._name)
+        self._placing.update(onward)
         d = self._store.place_copies(stored, transaction.entry_ids(), kept)
-        d.addBoth(self._done, transaction, stored, in_memory, taken, fanned, kept)
+        d.addBoth(self._done, transaction, stored, in_memory, taken, fanned, kept, onward)
         # As acceptance does: a waiting consumer's read, and the links'
-        # assigns, join the copies' commit.
+        # assigns, join the copies' commit (a link counts the copies being
+        # placed for its routers: L{placing}).
         for queue in {copy.dest_queue for copy in stored if copy.dest_router == self._name}:
             self._queues.notify(queue)
-        onward = {copy.dest_router for copy in stored if copy.dest_router != self._name}
         if onward:
             self._forwarding.pump_ahead(onward)
+
+    def placing(self, router: str) -> int:
+        """
+        Copies for C{router} submitted to the store and not yet placed
+        (they join its backlog when they are): counted, as the messages
+        being accepted for it are, by the link that pumps ahead of their
+        commit (L{meshroute.router.forwarding.Forwarding.pump_ahead}), so
+        that its assign is submitted behind them and shares their commit
+        instead of waiting for it.
+        """
+        return self._placing.get(router, 0)
 
     def _retain(self, message: Message):
         """
@@ -250,12 +264,14 @@ class TopicFanOut:
         return self._retained.published(message, topic)
 
     def _done(self, result, transaction, stored: list, in_memory: list, taken: list,
-              fanned: list, kept: list) -> None:
+              fanned: list, kept: list, onward: Counter) -> None:
         """
         The store placed C{result} (those of C{stored} it did not hold
         already) and saved the retained entries C{kept}, or failed.
-        C{fanned}: each publication taken, with its copies.
+        C{fanned}: each publication taken, with its copies; C{onward}: how
+        many of C{stored} were for each other router.
         """
+        self._placing.subtract(onward)
         if isinstance(result, Failure):
             # Back to the front of $topic, flagged redelivered: taken again.
             log.failure("fan-out of {n} publications failed; they are taken again",

@@ -8,6 +8,7 @@ restarts.
 import pytest
 
 from meshroute.router.topic_subscriptions import DurableInUse, NotOwner
+from meshroute.testing.memory_mesh import MemoryMesh
 from meshroute.wire.frames import Interest
 from support.mesh_testing import assert_confirmed, events_of, mesh  # noqa: F401 (mesh: a fixture)
 from support.topic_testing import TopicConsumer, publish, star
@@ -252,3 +253,34 @@ def test_only_the_user_that_made_a_durable_subscription_attaches_to_it(mesh):
     assert refused and refused[0].check(NotOwner)
     assert refused[0].value.code == "not-allowed"
     assert topics.durable["$durable:app:d"].pattern == ("t",)
+
+
+def test_the_links_assign_shares_the_commit_of_the_copies_it_takes(tmp_path):
+    """
+    At the publisher's router a persistent publication costs two commits
+    before its copy leaves: its accept (with the fan-out's read of it),
+    then its copies with the link's assign of the copy for the next hop,
+    which the link submits behind them while they are being placed
+    (C{TopicFanOut.placing}) instead of in a commit of its own after them.
+    """
+    mesh = MemoryMesh(tmp_path, store_lag_s=0.001)
+    try:
+        mesh.add("router-a", connect_to=["router-b"])
+        mesh.add("router-b")
+        mesh.run(1)
+        consumer = TopicConsumer(mesh.routers["router-b"], "p", client_id="app", durable="p")
+        mesh.run(1)
+        executor = mesh.executors["router-a"]
+        before = executor.commits
+        (d,) = publish(mesh, "router-a", "p", 1)
+        for _ in range(20):
+            if consumer.bodies:
+                break
+            mesh.run(0.0005)
+        assert consumer.bodies == [b"0"]
+        assert_confirmed([d])
+        # Counted as the copy reaches b's subscriber: a's relaxed commit of
+        # b's acknowledgement comes later.
+        assert executor.commits - before == 2
+    finally:
+        mesh.stop_all()
