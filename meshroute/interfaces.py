@@ -664,7 +664,8 @@ class IChannelEngine(Interface):
     def accepting(router):
         """
         Persistent messages for C{router} submitted to the store and not
-        yet accepted.
+        yet in its backlog: clients' sends being accepted, and copies the
+        topic fan-out is placing.
         """
 
     def acknowledge_due():
