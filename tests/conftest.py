@@ -21,11 +21,13 @@ settings.load_profile("meshroute")
 #: The test files that take longest, slowest first (C{--durations} of a
 #: whole run), by file name without its folder: they are collected first.
 SLOWEST_FILES = (
-    "test_audit_follow", "test_audit_cluster", "test_ha_restarts_processes",
-    "test_simulation", "test_ha_faults_processes", "test_event_rotation_processes",
-    "test_audit", "test_lab_processes", "test_messaging_processes",
-    "test_sessions_processes", "test_ha_processes", "test_shared_store_processes",
-    "test_stomp_processes",
+    "test_audit_follow", "test_audit_cluster", "test_audit_topics",
+    "test_ha_restarts_processes", "test_audit", "test_simulation", "test_lab_processes",
+    "test_event_rotation_processes", "test_ha_faults_processes", "test_shared_store_processes",
+    "test_messaging_processes", "test_sessions_processes", "test_ha_processes",
+    "test_mqtt_processes", "test_stomp_processes", "test_topics_processes",
+    "test_ha_catchup_processes", "test_queues", "test_audit_report_browser",
+    "test_expiry_processes", "test_audit_ha",
 )
 
 

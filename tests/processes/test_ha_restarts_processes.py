@@ -239,6 +239,7 @@ def test_both_instances_killed_then_started_in_either_order(mesh, spark, first, 
     print(f"takeover {takeover:.2f} s; resumed {resumed:.2f} s after the restart ({first} first)")
 
 
+@pytest.mark.slow  # 75-85 s alone: make test-slow runs it
 def test_ten_failback_cycles_under_load_lose_and_double_nothing(mesh, spark, tmp_path):  # noqa: F811
     """
     allow-failback and restart-backup (the defaults): ten times, the

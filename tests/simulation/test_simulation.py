@@ -23,8 +23,8 @@ from simulation.schedule import Consumer, Fault, Producer, Schedule, Send, gener
 FIRST_SEED = int(os.environ.get("MESHROUTE_SIM_SEED", "0"))
 #: The seeds C{make test} runs from FIRST_SEED; C{make test-slow} runs
 #: the MORE_RUNS after them (the suite's time is short).
-RUNS = int(os.environ.get("MESHROUTE_SIM_RUNS", "140"))
-MORE_RUNS = 160
+RUNS = int(os.environ.get("MESHROUTE_SIM_RUNS", "100"))
+MORE_RUNS = 200
 #: Failing seeds shrunk in the CI report (a shrink is tens of runs).
 SHRUNK_IN_REPORT = 1
 
