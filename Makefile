@@ -55,10 +55,10 @@ test: install test-packages
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
 # The longest runs (marked slow: the audit's streaming and standalone-cluster
-# tests at length, 200,000 messages through rotating event files, ten HA
-# failback cycles, the fault simulation's further seeds; some 20 minutes on
-# two cores), apart so that
-# `make test` stays under 20; CI (.ci/run) runs both.
+# tests at length, 200,000 messages through rotating event files, HA
+# restarts in either order and ten failback cycles with their audits, the
+# fault simulation's further seeds; some 25 minutes on two cores), apart so
+# that `make test` stays under 20; CI (.ci/run) runs both.
 test-slow: install
 	MESHROUTE_TEST_INSTALLED=1 $(PY) -m pytest $(PYTEST_WORKERS) -m slow $(PYTEST_ARGS)
 

@@ -188,6 +188,7 @@ def took_over(process: RouterProcess, since: float, bound: float) -> float:
     return took
 
 
+@pytest.mark.slow  # 50-150 s each: make test-slow runs it (test_ha_processes has the short one)
 @pytest.mark.parametrize("first", ["stale", "newest"])
 def test_both_instances_killed_then_started_in_either_order(mesh, spark, first, tmp_path):  # noqa: F811
     """
