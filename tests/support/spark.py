@@ -25,8 +25,10 @@ def spark():
         # The session serves every audit test of the run: it keeps no
         # more than a few finished queries' plans and jobs (Spark keeps
         # a thousand by default, large ones for the audit's plans), and
-        # its heap has room for the audit's concurrent table jobs.
-        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g",
+        # its heap has room for the audit's concurrent table jobs and a
+        # long follower's state (2g ran out of memory for an aggregation
+        # once, late in a follower test of make test-slow).
+        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "3g",
               "spark.ui.enabled": "false", "spark.sql.ui.retainedExecutions": "20",
               "spark.ui.retainedJobs": "50", "spark.ui.retainedStages": "50"},
     )
