@@ -23,7 +23,15 @@ TCP_NODELAY.  Per row, a relay does:
     with a 4-byte acknowledgement frame after the commit, and the
     consumer answers relay B: the acknowledgements a store-and-forward
     protocol cannot do without (the producer's confirmation, the link's
-    acknowledgement, the consumer's), one frame each, not committed.
+    acknowledgement, the consumer's), one frame each, not committed;
+  - C{pipelined}: the shape issue 30 asks of a persistent hop, on the
+    thread writer's shape, with the acknowledgements: relay A writes the
+    frames on at once and commits them on its writer thread meanwhile,
+    answering the producer once its commit is done (the origin forwards
+    while its commit is in flight); relay B commits them on its writer
+    thread, then writes them on and answers A (the destination commits
+    before it delivers or acknowledges); the consumer answers B.  The
+    floor of meshroute's paced persistent path as it is built today.
 
 The relays route nothing, keep no state, log nothing and emit no event:
 every cost here is also a cost of meshroute's path at that rate, so a
@@ -53,7 +61,7 @@ import time
 
 import _harness
 
-ROWS = ("relay", "inline", "thread", "inline-acks")
+ROWS = ("relay", "inline", "thread", "inline-acks", "pipelined")
 HEADER = struct.Struct(">I")
 STAMP = struct.Struct(">d")
 ACK = HEADER.pack(0)
@@ -78,11 +86,11 @@ def frames_of(buffer: bytes) -> tuple[list[bytes], bytes]:
 # -- a relay (its own process) ----------------------------------------------------
 
 
-def run_relay(listen: int, onward: int, row: str, database: str) -> None:
+def run_relay(listen: int, onward: int, row: str, database: str, origin: bool) -> None:
     from twisted.internet import defer, endpoints, protocol, reactor, threads
     from twisted.python.threadpool import ThreadPool
 
-    acks = row == "inline-acks"
+    acks = row in ("inline-acks", "pipelined")
     store = None
     if row != "relay":
         store = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
@@ -90,7 +98,7 @@ def run_relay(listen: int, onward: int, row: str, database: str) -> None:
         store.execute("PRAGMA synchronous = FULL")
         store.execute("CREATE TABLE IF NOT EXISTS frames (id INTEGER PRIMARY KEY, frame BLOB)")
     writer = None
-    if row == "thread":
+    if row in ("thread", "pipelined"):
         writer = ThreadPool(1, 1, "writer")
         writer.start()
         reactor.addSystemEventTrigger("after", "shutdown", writer.stop)
@@ -112,6 +120,11 @@ def run_relay(listen: int, onward: int, row: str, database: str) -> None:
         def dataReceived(self, data: bytes) -> None:
             frames, self.buffer = frames_of(self.buffer + data)
             if not frames:
+                return
+            if row == "pipelined" and origin:
+                onward_protocol.transport.write(b"".join(frames))
+                d = threads.deferToThreadPool(reactor, writer, commit, frames)
+                d.addCallback(lambda _: self.transport.write(ACK))
                 return
             if writer is not None:
                 d = threads.deferToThreadPool(reactor, writer, commit, frames)
@@ -170,7 +183,7 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
         for listen, onward, name in ((b_port, consumer_port, "b"), (a_port, b_port, "a")):
             relays.append(subprocess.Popen(
                 [sys.executable, __file__, "relay", str(listen), str(onward), row,
-                 os.path.join(directory, f"{row}-{name}.sqlite")],
+                 os.path.join(directory, f"{row}-{name}.sqlite"), name],
                 stdout=subprocess.PIPE, text=True))
             if name == "b":
                 inbound, _ = sink.accept()
@@ -180,6 +193,7 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
         producer = socket.create_connection(("127.0.0.1", a_port))
         producer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         latencies: list[float] = []
+        acks = row in ("inline-acks", "pipelined")
 
         def consume() -> None:
             buffer = b""
@@ -191,7 +205,7 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
                 now = time.time()
                 for frame in frames:
                     latencies.append(now - STAMP.unpack_from(frame, 4)[0])
-                if row == "inline-acks":
+                if acks:
                     inbound.sendall(ACK)
 
         def drain_acks() -> None:
@@ -200,7 +214,7 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
 
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
-        if row == "inline-acks":
+        if acks:
             threading.Thread(target=drain_acks, daemon=True).start()
         padding = b"x" * (BODY_SIZE - STAMP.size)
         cpu_before = [_harness.cpu_s(r.pid) for r in (relay_a, relay_b)]
@@ -235,8 +249,8 @@ def measure(row: str, rate: float, seconds: float, warmup: int, directory: str) 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "relay":
-        listen, onward, row, database = sys.argv[2:6]
-        run_relay(int(listen), int(onward), row, database)
+        listen, onward, row, database, name = sys.argv[2:7]
+        run_relay(int(listen), int(onward), row, database, origin=name == "a")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(ROWS),
