@@ -108,6 +108,8 @@ class Options(usage.Options):
          "--quick).", int],
         ["runs", None, None, "Throughput runs per row; the median counts (default 3; 1 with "
          "--quick).", int],
+        ["latency-runs", None, None, "Latency runs per row; each figure's median counts "
+         "(default 3; 1 with --quick).", int],
         ["rate", None, 1000, "Offered load of the latency runs, messages/s.", int],
         ["latency-seconds", None, None, "Length of each latency run (default 10; 3 with "
          "--quick).", float],
@@ -130,7 +132,7 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         quick = self["quick"]
         for key, full, short in (("messages", 50_000, 5000), ("runs", 3, 1),
-                                 ("latency-seconds", 10.0, 3.0)):
+                                 ("latency-runs", 3, 1), ("latency-seconds", 10.0, 3.0)):
             if self[key] is None:
                 self[key] = short if quick else full
         self["systems"] = [s.strip() for s in self["systems"].split(",") if s.strip()]
@@ -145,10 +147,10 @@ class Options(usage.Options):
             raise usage.UsageError("--sizes: comma-separated byte counts") from None
         if min(self["sizes"]) < 40:
             raise usage.UsageError("--sizes: at least 40 bytes (sequence number and send time)")
-        if min(self["messages"], self["runs"], self["rate"]) < 1 \
+        if min(self["messages"], self["runs"], self["latency-runs"], self["rate"]) < 1 \
                 or self["latency-seconds"] <= 0:
-            raise usage.UsageError("--messages, --runs, --rate and --latency-seconds must be "
-                                   "positive")
+            raise usage.UsageError("--messages, --runs, --latency-runs, --rate and "
+                                   "--latency-seconds must be positive")
         if self["warmup"] >= self["rate"] * self["latency-seconds"]:
             raise usage.UsageError("--warmup leaves no message of the latency run")
         # What throughput.run_once reads besides ours.
@@ -569,8 +571,9 @@ def run_broker(pair: BrokerPair, case: Case, options, base: str, rate: int | Non
 
 def measure(case: Case, options, base: str, run) -> dict:
     """
-    C{options["runs"]} throughput runs and one latency run of C{case}
-    through C{run(case, options, base, rate, count)}.
+    C{options["runs"]} throughput runs and C{options["latency-runs"]}
+    latency runs of C{case} through C{run(case, options, base, rate,
+    count)}; C{latency} is their median (L{median_latency}).
     """
     count, rate = options["messages"], options["rate"]
     runs = []
@@ -581,11 +584,30 @@ def measure(case: Case, options, base: str, run) -> dict:
         print(f"  {runs[-1]['consumed_per_s']:,.0f} msg/s end to end", file=sys.stderr,
               flush=True)
     lat_count = int(rate * options["latency-seconds"])
-    print(f"{case.id}: latency, {lat_count:,} messages at {rate:,}/s ...", file=sys.stderr,
-          flush=True)
-    latency = run(case, options, base, rate, lat_count)
-    return {"case": case, "throughput": runs, "latency": latency,
+    latency_runs = []
+    for i in range(options["latency-runs"]):
+        print(f"{case.id}: latency {i + 1}/{options['latency-runs']}, {lat_count:,} messages "
+              f"at {rate:,}/s ...", file=sys.stderr, flush=True)
+        latency_runs.append(run(case, options, base, rate, lat_count))
+    return {"case": case, "throughput": runs, "latency_runs": latency_runs,
+            "latency": median_latency(latency_runs),
             "msg_per_s": statistics.median(r["consumed_per_s"] for r in runs)}
+
+
+def median_latency(runs: list[dict]) -> dict:
+    """
+    The latency runs C{runs} of one row as one: each percentile and each
+    router's CPU the median of the runs' (so p50 and p99 may come from
+    different runs), the first run's other fields.
+    """
+    first = runs[0]
+    percentiles = [r["latency_ms"] for r in runs if r["latency_ms"]]
+    return {**first,
+            "latency_ms": {key: statistics.median(p[key] for p in percentiles)
+                           for key in percentiles[0]} if percentiles else first["latency_ms"],
+            "router_cpu_by_router": {name: statistics.median(r["router_cpu_by_router"][name]
+                                                             for r in runs)
+                                     for name in first["router_cpu_by_router"]}}
 
 
 def install(system: str, pair_class) -> str | None:
@@ -681,13 +703,24 @@ def cores_per_router(result: dict) -> str:
     return " / ".join(f"{cpu / seconds:.2f}" for cpu in result["router_cpu_by_router"].values())
 
 
+def mean_cores(result: dict) -> float:
+    """
+    The mean of a latency run's routers' (brokers') CPU, in cores: what
+    one of them costs at the offered rate.
+    """
+    latency = result["latency"]
+    seconds = latency["count"] / latency["rate"]
+    cpus = latency["router_cpu_by_router"].values()
+    return sum(cpus) / len(cpus) / seconds
+
+
 def print_tables(results: dict, options, skipped: list[str], started: float) -> None:
     rate = options["rate"]
     print(f"issue 10 side-by-side comparison: {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}; throughput: {options['messages']:,} messages, median of "
           f"{options['runs']}, window {options['window']}, prefetch {options['prefetch']}; "
           f"latency: {int(rate * options['latency-seconds']):,} messages at {rate:,}/s (first "
-          f"{options['warmup']} left out); {time.monotonic() - started:.0f} s")
+          f"{options['warmup']} left out), median of {options['latency-runs']}; {time.monotonic() - started:.0f} s")
     for line in skipped:
         print(line)
     header = ("system", "path", "body", "msg/s pers.", "msg/s non-p.",
@@ -710,7 +743,7 @@ def print_tables(results: dict, options, skipped: list[str], started: float) -> 
 
         once = "-"
         if pers:
-            runs = [*pers["throughput"], pers["latency"]]
+            runs = [*pers["throughput"], *pers["latency_runs"]]
             bad = [r for r in runs if any("exactly-once" in p for p in r["problems"])]
             once = (f"yes ({len(runs)} runs)" if not bad else f"NO ({len(bad)} of {len(runs)})")
         label = {"meshroute": "meshroute", "rabbitmq": RabbitPair.label,
@@ -742,7 +775,8 @@ def _body(size: int) -> str:
 
 def targets(results: dict, size: int, rate: int) -> list[tuple]:
     """
-    The rows of issue 10's target table that this run measured.
+    The rows of the target tables that this run measured: issue 10's
+    throughput ratios, issue 30's paced ratios.
     """
     def get(system, hops, mode, ha=False):
         return results.get(Case(hops, size, mode, system, ha).id)
@@ -752,6 +786,13 @@ def targets(results: dict, size: int, rate: int) -> list[tuple]:
         return ms and ms["p99"]
 
     rows = []
+
+    def paced(what, ours, theirs, against, figure, must):
+        if ours and figure(ours) is not None:
+            mine, peer = figure(ours), theirs and figure(theirs)
+            rows.append((what.format(rate=f"{rate:,}"), _body(size), f"{mine:.2f}",
+                         f"{against} {peer:.2f}" if peer else "-",
+                         f"{mine / peer:.2f}x" if peer else "-", must, ""))
 
     def ratio(what, ours, theirs, against, must, aim):
         if ours and theirs:
@@ -772,20 +813,15 @@ def targets(results: dict, size: int, rate: int) -> list[tuple]:
     ratio("one hop to an HA pair (backup in sync), vs without", get("meshroute", 1, "full",
                                                                     True), one_full,
           "without", "0.7x", "0.9x")
-    if one_full and p99(one_full) is not None:
-        rows.append((f"p99 ms at {rate}/s, persistent, one hop", _body(size),
-                     f"{p99(one_full):.2f}",
-                     f"RabbitMQ {p99(rabbit_full):.2f}" if p99(rabbit_full) else "-", "",
-                     "< 3 ms", "<= RabbitMQ's"))
-    if one_nonp and p99(one_nonp) is not None:
-        rows.append((f"p99 ms at {rate}/s, non-persistent, one hop", _body(size),
-                     f"{p99(one_nonp):.2f}", f"NATS {p99(nats):.2f}" if p99(nats) else "-", "",
-                     "< 1 ms", "<= NATS's"))
-    if one_full:
-        rows.append((f"router CPU at {rate}/s, persistent (cores, each)", _body(size),
-                     cores_per_router(one_full["latency"]),
-                     f"RabbitMQ {cores_per_router(rabbit_full['latency'])}"
-                     if rabbit_full else "-", "", "< 0.15", "<= RabbitMQ's"))
+    # Issue 30's paced rows: ratios to the peer in this run (median of the
+    # latency runs), as one measure of a choice between them.
+    paced("p50 ms at {rate}/s, persistent, one hop", one_full, rabbit_full, "RabbitMQ",
+          lambda r: r["latency"]["latency_ms"]["p50"], "<= 2x")
+    paced("p99 ms at {rate}/s, persistent, one hop", one_full, rabbit_full, "RabbitMQ",
+          p99, "<= 1.5x")
+    paced("router CPU at {rate}/s, persistent (cores, mean of each)", one_full, rabbit_full,
+          "RabbitMQ node", mean_cores, "<= 1.0x")
+    paced("p99 ms at {rate}/s, non-persistent, one hop", one_nonp, nats, "NATS", p99, "<= 2x")
     return rows
 
 
@@ -795,7 +831,7 @@ def notes(results: dict) -> bool:
     """
     failed = False
     for case_id, result in results.items():
-        for run in [*result["throughput"], result["latency"]]:
+        for run in [*result["throughput"], *result["latency_runs"]]:
             failed = print_notes(case_id, run["kind"], run) or failed
     return failed
 
