@@ -656,7 +656,7 @@ def test_processed_waits_for_acknowledgements_to_be_durable(factory, engine, clo
     (delivery,) = deliveries(connection.received())
     consumed = Deferred()
     real_consume = engine.store.consume
-    engine.queues._store = type("SlowStore", (), {
+    engine.queues.store = type("SlowStore", (), {
         "consume": lambda self, ids: consumed.addCallback(lambda _: real_consume(ids)),
         "__getattr__": lambda self, name: getattr(engine.store, name),
     })()
