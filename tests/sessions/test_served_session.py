@@ -815,7 +815,7 @@ def test_the_engine_accepts_a_non_persistent_duplicate_id_once(real_engine):
 
 
 def test_a_refused_send_does_not_record_its_duplicate_id(real_engine):
-    from meshroute.router.acceptance import UnknownRouter
+    from meshroute.router.admission import UnknownRouter
 
     (refused,) = results(real_engine.submit("q@router-x", b"x", {}, True, duplicate_id="d-1"))
     assert isinstance(refused.value, UnknownRouter)
