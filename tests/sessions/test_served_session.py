@@ -1059,7 +1059,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
                                                recovery_buffer_size=8),
     )
     router = mesh.start(config)
-    assert router.client_factory.settings == SessionSettings(
+    assert router.clients.native.settings == SessionSettings(
         connection_ttl_override=1500, connection_ttl_check_interval_ms=500,
         keep_alive_ms=3000, max_depth=5, max_depth_policy="drop-newest",
         recovery_buffer_size=8)
@@ -1108,7 +1108,7 @@ def test_a_stopped_router_closes_its_client_connections(tmp_path):
     """
     mesh = MemoryMesh(tmp_path)
     router = mesh.add("router-a")
-    connection = Connection(router.client_factory)
+    connection = Connection(router.clients.native)
     connection.open()
     mesh.stop("router-a")
     assert connection.aborted
