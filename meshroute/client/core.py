@@ -12,7 +12,8 @@ replaying what the router did not receive (I{reattached}), or, when the
 session is gone, makes a new one (I{recreated}): calls whose outcome is
 unknown fail with L{UnblockedError}, subscriptions are made again (and a
 durable topic subscription being forgotten is forgotten there), and
-calls not yet written go out in the new session.  When the session ends
+calls not yet written go out in the new session
+(L{meshroute.client.lost_calls}).  When the session ends
 (closed, refused, given up on, forgotten) it settles everything still
 waiting, so that nothing hangs.
 """
@@ -24,17 +25,8 @@ from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.logger import Logger
 
 from meshroute.client.command_stream import CommandStream
-from meshroute.client.commands import (
-    ACK,
-    CLOSE,
-    COMMIT,
-    CREDIT,
-    ROLLBACK,
-    SUBSCRIBE,
-    UNSUBSCRIBE,
-    Command,
-)
-from meshroute.client.deliveries import Deliveries, is_resubscription
+from meshroute.client.commands import CLOSE, COMMIT, ROLLBACK, Command
+from meshroute.client.deliveries import Deliveries
 from meshroute.client.ending import Ending
 from meshroute.client.errors import CLOSED as CLOSED_CODE
 from meshroute.client.errors import (
@@ -45,6 +37,7 @@ from meshroute.client.errors import (
     unsupported,
 )
 from meshroute.client.login import Login
+from meshroute.client.lost_calls import carry_over, refuse, unblock
 from meshroute.client.options import DISCONNECT, FAILOVER, ClientOptions
 from meshroute.client.router_connection import RouterConnection
 from meshroute.client.router_protocol import RouterProtocol
@@ -225,36 +218,13 @@ class ClientCore:
         unknown, waiting = self.transactions.lose(
             *self.commands.take_unsettled(),
             f"the session was lost and recreated as {frame.session_id}")
-        # Every subscription the application holds is made again: the
-        # re-subscriptions of an earlier recreation still waiting are void.
-        again = self.deliveries.resubscriptions()
-        waiting = [c for c in waiting if not is_resubscription(c)]
-        subscribing = {c.subscription for c in again + waiting if c.kind == SUBSCRIBE}
-        unblocked = []
-        kept: list[Command] = []
-        for command in unknown:
-            if command.kind == UNSUBSCRIBE and (redo := self.deliveries.forget_again(command)):
-                # A durable subscription the router may still keep.
-                kept.extend(redo)
-            elif not is_resubscription(command):
-                unblocked.append(command)
-        for command in waiting:
-            if command.kind in (ACK, CREDIT):
-                continue
-            if command.kind == UNSUBSCRIBE and command.subscription not in subscribing:
-                redo = self.deliveries.forget_again(command)
-                if redo:
-                    kept.extend(redo)
-                else:
-                    unblocked.append(command)
-                continue
-            kept.append(command)
-        self.commands.requeue(again + kept)
+        again, unblocked = carry_over(unknown, waiting, self.deliveries)
+        self.commands.requeue(again)
         self.last_failover = RECREATED
         self.commands.drain()
         error = UnblockedError(f"the session was lost and recreated as {frame.session_id}")
         for command in unblocked:
-            self._unblock(command, error)
+            unblock(command, error, self.deliveries)
         self.notify(FAILOVER)
 
     # -- the application's calls ------------------------------------------------------
@@ -361,14 +331,7 @@ class ClientCore:
         """
         The session is over (or closing): C{command} cannot be made.
         """
-        if command.kind == UNSUBSCRIBE:
-            command.deferred.callback(None)
-            return
-        error = self.unusable()
-        if command.kind == SUBSCRIBE:
-            self.deliveries.end(command.subscription, error)
-        if command.deferred is not None:
-            command.deferred.errback(error)
+        refuse(command, self.unusable(), self.deliveries)
 
     def refuse_ping(self, d: Deferred) -> None:
         d.errback(self.unusable())
@@ -469,24 +432,13 @@ class ClientCore:
         error = UnblockedError(detail)
         written, waiting = self.transactions.lose(*self.commands.take_unsettled(), detail)
         for command in written + waiting:
-            self._unblock(command, error)
+            unblock(command, error, self.deliveries)
         self.deliveries.end_all(end)
         if self._opened is not None:
             d, self._opened, self._client_until_opened = self._opened, None, None
             if not d.called:
                 d.errback(end or SessionError(CLOSED_CODE, detail))
         self._closing.end(end)
-
-    def _unblock(self, command: Command, error: UnblockedError) -> None:
-        if command.kind == UNSUBSCRIBE:
-            # The session it was for is gone, and the subscription with it.
-            self.deliveries.end(command.subscription, None)
-            command.deferred.callback(None)
-            return
-        if command.kind == SUBSCRIBE:
-            self.deliveries.end(command.subscription, error)
-        if command.deferred is not None:
-            command.deferred.errback(error)
 
     def when_closed(self) -> Deferred:
         return self._closing.wait()

@@ -24,7 +24,7 @@ from meshroute.link.context import RouterContext
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings, ListenerSettings
-from meshroute.router.service import listening
+from meshroute.router.listening import listening
 from meshroute.router.settings import RouterConfig
 from meshroute.store import ThreadedExecutor
 

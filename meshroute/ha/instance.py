@@ -63,7 +63,8 @@ from meshroute.harules.quorum import instance_name
 from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.interfaces import IHAInstanceView
 from meshroute.link.registry import LinkRegistry
-from meshroute.router.service import HostedParts, RouterService, listening, lock_data_dir, open_data_dir
+from meshroute.router.listening import listening
+from meshroute.router.service import HostedParts, RouterService, lock_data_dir, open_data_dir
 from meshroute.router.settings import RouterConfig
 from meshroute.sessions.ha_view import HAView
 from meshroute.wire import frames

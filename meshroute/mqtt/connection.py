@@ -85,7 +85,6 @@ from meshroute.mqtt.topic_names import UnmappableTopic, mesh_topic
 from meshroute.sessions.connection_core import ROUTER_STOPPED, ConnectionCore
 from meshroute.sessions.connection_inputs import ConnectionInputs
 from meshroute.sessions.listener_settings import DEFAULT_PREFETCH_COUNT
-from meshroute.sessions.permissions import Guard
 from meshroute.sessions.served import MQTT
 from meshroute.sessions.written_acks import WrittenAcks
 from meshroute.wire import client_frames as f
@@ -288,14 +287,13 @@ class MqttConnectionCore(ConnectionCore):
         if refusal is not None:
             inputs.refused(*refusal)
             return
-        if self.security is not None and not self.password_login(
+        if self.security is not None and not self.authentication.password_login(
                 inputs, connect.username or "",
                 (connect.password or b"").decode("utf-8", "replace"), PASSWORD):
             return
         if connect.will is not None:
-            guard = (Guard(self.security, self.user, self.engine.name, self.events)
-                     if self.user is not None else None)
-            refusal = wills.refusal(connect.will, self.v5, guard)
+            refusal = wills.refusal(connect.will, self.v5,
+                                    self.authentication.guard(self.engine.name))
             if refusal is not None:
                 inputs.refused(*refusal)
                 return

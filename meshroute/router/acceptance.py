@@ -3,25 +3,26 @@ Accepting clients' sends and transactions: what a producer's send becomes
 before the engine forwards or enqueues it.
 
 A send is refused at once (nothing stored) when its address is malformed,
-when no router of that name was ever heard of (L{UnknownRouter}), or when
-its destination's backlog is at its bound (L{BacklogFull}: C{max-backlog}
-persistent messages in the store, C{max-transient-backlog} non-persistent
-ones in memory).  A persistent send is answered once it is durable (one
+or when the mesh would not take it now: its router unknown, or its
+destination's backlog at its bound (L{meshroute.router.admission}, whose
+L{UnknownRouter<meshroute.router.admission.UnknownRouter>} and
+L{BacklogFull<meshroute.router.admission.BacklogFull>} are the refusals
+below).  A persistent send is answered once it is durable (one
 for another router may leave for its next hop before that, when nothing
 for that router waits ahead of it: L{meshroute.router.early_sends}); a
 send with a duplicate id is stored with that id in one transaction, and a
 repeat of it is answered with the first message's id, even when the
 mesh's state would refuse it now (it is the retry of one accepted before,
-whose answer a lost connection swallowed).  A transaction's sends and
+whose answer a lost connection swallowed:
+L{meshroute.router.refused_retries}).  A transaction's sends and
 acknowledged queue entries are one store call: all of it or none; a
-prepared (two-phase) transaction's sends are checked when it is
-prepared and accepted, without refusal, when it is committed.
+prepared (two-phase) transaction's sends are checked when it is prepared
+and accepted, without refusal, when it is committed.
 """
 
-from collections import defaultdict
 from operator import itemgetter
 
-from twisted.internet.defer import Deferred, DeferredList, fail, gatherResults, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.python.failure import Failure
 
 from meshroute.errors import MeshrouteError
@@ -29,22 +30,7 @@ from meshroute.expiry import now_ms
 from meshroute.messages import AddressError, Message, expiry_headers, message_of
 from meshroute.router.early_sends import EarlySends
 from meshroute.router.message_events import address_of
-
-
-class UnknownRouter(MeshrouteError):
-    """
-    No router of that name has ever been heard of in the mesh.
-    """
-
-    code = "unknown-router"
-
-
-class BacklogFull(MeshrouteError):
-    """
-    The destination's backlog reached its bound (C{max-backlog}).
-    """
-
-    code = "backlog-full"
+from meshroute.router.refused_retries import RefusedRetries
 
 
 def _expiry(fields) -> tuple[int, str]:
@@ -77,17 +63,17 @@ class Acceptance:
         for another router lets its next hop's link take it.
     @param transient: L{meshroute.router.transient.TransientPath}, which
         takes the non-persistent sends.
+    @param admission: L{meshroute.router.admission.Admission}: whether a
+        send is refused now, and the persistent sends for each router on
+        their way into the store, which it counts toward the bound.
     @param message_events: L{meshroute.router.message_events.MessageEvents}.
-    @param max_backlog: persistent messages that may wait (in the store)
-        for one destination router; past it, producers get L{BacklogFull}
-        (for non-persistent ones, the bound is C{transient}'s).
     """
 
-    def __init__(self, name: str, store, routes, ids, clock, destinations, forwarding,
-                 transient, queues, message_events, max_backlog: int) -> None:
+    def __init__(self, name: str, store, admission, ids, clock, destinations, forwarding,
+                 transient, queues, message_events) -> None:
         self._name = name
         self._store = store
-        self._routes = routes
+        self._admission = admission
         self._ids = ids
         self._clock = clock
         self._destinations = destinations
@@ -95,15 +81,7 @@ class Acceptance:
         self._transient = transient
         self._queues = queues
         self._events = message_events
-        self.max_backlog = max_backlog
-        self._accepting: dict[str, int] = defaultdict(int)
-
-    def accepting(self, router: str) -> int:
-        """
-        Persistent messages for C{router} submitted to the store and not
-        yet accepted (they join its backlog when they are).
-        """
-        return self._accepting.get(router, 0)
+        self._retries = RefusedRetries(store, message_events)
 
     def submit(self, address: str, body: bytes, headers: dict, persistent: bool,
                duplicate_id: str = "", expires_ms: int = 0, notify_expiry: bool = False,
@@ -125,10 +103,10 @@ class Acceptance:
             message); a duplicate fires with the first message's id,
             enqueues nothing and emits C{message.duplicate} with reason
             C{duplicate-id}, even when a send to that address would be
-            refused now (L{UnknownRouter}, L{BacklogFull}).
+            refused now (C{UnknownRouter}, C{BacklogFull}).
         @return: Deferred firing with the message id once the message is
             durable (persistent) or accepted (non-persistent); failing with
-            L{AddressError}, L{UnknownRouter} or L{BacklogFull}.
+            L{AddressError}, C{UnknownRouter} or C{BacklogFull}.
         """
         try:
             # A queue address has one destination.
@@ -136,10 +114,10 @@ class Acceptance:
         except AddressError as e:
             return fail(e)
         queue, router = destination.queue, destination.router
-        refusal = self._refusal(router, persistent)
+        refusal = self._admission.refusal(router, persistent)
         if refusal is not None:
             if duplicate_id:
-                return self._refused_unless_sent(refusal, duplicate_id, destination.address)
+                return self._retries.answer(refusal, duplicate_id, destination.address)
             return fail(refusal)
         headers = destination.headers(headers)
         message = self._new_message(queue, router, body, headers, persistent, expires_ms,
@@ -159,7 +137,7 @@ class Acceptance:
                     outcomes = [None]
                     (d,) = early.send(outcomes)
                     return d.addCallback(lambda _: outcomes[0])
-            self._accepting[router] += 1
+            self._admission.submitted(router)
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
             d.addBoth(self._accepted_once, message, duplicate_id)
@@ -180,7 +158,7 @@ class Acceptance:
 
         @return: Deferred firing with one outcome per send, in order: the
             message id (the first message's for a duplicate id), or a
-            L{Failure} (L{AddressError}, L{UnknownRouter}, L{BacklogFull},
+            L{Failure} (L{AddressError}, C{UnknownRouter}, C{BacklogFull},
             or the store's error for every stored one when the store call
             failed).
         """
@@ -213,7 +191,7 @@ class Acceptance:
             # A queue address has one destination.
             (destination,) = destinations
             queue, router = destination.queue, destination.router
-            refusal = self._refusal(router, persistent)
+            refusal = self._admission.refusal(router, persistent)
             if refusal is not None:
                 if duplicate_id in firsts:
                     repeats.append((len(outcomes), firsts[duplicate_id], refusal,
@@ -222,7 +200,7 @@ class Acceptance:
                 elif duplicate_id:
                     # Its place first: the store's look-up may answer at once.
                     outcomes.append(None)
-                    d = self._refused_unless_sent(refusal, duplicate_id, destination.address)
+                    d = self._retries.answer(refusal, duplicate_id, destination.address)
                     rechecks.append(d.addBoth(_put, outcomes, len(outcomes) - 1))
                 else:
                     outcomes.append(Failure(refusal))
@@ -239,7 +217,7 @@ class Acceptance:
                     continue
                 if duplicate_id:
                     early.hold(router)
-                self._accepting[router] += 1
+                self._admission.submitted(router)
             if duplicate_id:
                 firsts.setdefault(duplicate_id, len(outcomes))
             positions.append(len(outcomes))
@@ -253,7 +231,7 @@ class Acceptance:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)
             if repeats:
-                d.addCallback(self._repeats_answered, repeats, outcomes)
+                d.addCallback(lambda _: self._retries.answer_repeats(repeats, outcomes))
             rechecks.append(d)
             self._submitted([m for m, _ in stored if m.persistent])
         if not rechecks:
@@ -280,21 +258,7 @@ class Acceptance:
         their commit (L{meshroute.router.early_sends}), as things are now.
         """
         return EarlySends(self._forwarding, self._events, self._store.backlog_depth,
-                          self.accepting, now_ms(self._clock))
-
-    def _repeats_answered(self, _, repeats: list, outcomes: list) -> None:
-        """
-        Answer the refused sends of a batch that repeat the duplicate id of
-        a send stored before them in it, as L{submit} would answer them
-        after that send: with its message id once it is accepted.
-        """
-        for position, first, refusal, dest, duplicate_id in repeats:
-            original = outcomes[first]
-            if type(original) is str:
-                self._events.duplicate_send(original, dest, duplicate_id)
-                outcomes[position] = original
-            else:
-                outcomes[position] = Failure(refusal)
+                          self._admission.accepting, now_ms(self._clock))
 
     def _new_message(self, queue: str, router: str, body: bytes, headers: dict,
                      persistent: bool, expires_ms: int = 0, notify: str = "",
@@ -324,7 +288,7 @@ class Acceptance:
 
         @return: Deferred firing with the message id of each send (the
             first message's for a duplicate id) once durable; failing
-            with L{AddressError}, L{UnknownRouter}, L{BacklogFull},
+            with L{AddressError}, C{UnknownRouter}, C{BacklogFull},
             L{DuplicateXid<meshroute.store.prepared.DuplicateXid>} or the
             store's error, nothing done.
         """
@@ -347,14 +311,14 @@ class Acceptance:
         id, whatever the mesh's state now.
 
         @return: Deferred firing with None when they may; failing with
-            L{AddressError}, L{UnknownRouter}, L{BacklogFull} (or the
+            L{AddressError}, C{UnknownRouter}, C{BacklogFull} (or the
             store's error) when not.
         """
         refused = []
         try:
             for address, _body, _headers, persistent, duplicate_id, *_ in sends:
                 for destination in self._destinations.of(address):
-                    refusal = self._refusal(destination.router, persistent)
+                    refusal = self._admission.refusal(destination.router, persistent)
                     if refusal is not None:
                         if not duplicate_id:
                             raise refusal
@@ -363,17 +327,7 @@ class Acceptance:
             return fail(e)
         if not refused:
             return succeed(None)
-        d = gatherResults([self._store.duplicate_of(duplicate_id)
-                           for _refusal, duplicate_id in refused], consumeErrors=True)
-
-        def decided(originals):
-            for (refusal, _duplicate_id), original in zip(refused, originals):
-                if original is None:
-                    return Failure(refusal)
-            return None
-
-        d.addCallbacks(decided, lambda failure: failure.value.subFailure)
-        return d
+        return self._retries.check(refused)
 
     def commit_prepared(self, prepared_id: int, xid: tuple, user: str | None,
                         sends) -> Deferred:
@@ -411,7 +365,7 @@ class Acceptance:
                                         destination.headers(headers), persistent,
                                         *_expiry(expiry))
             if persistent and router != self._name:
-                self._accepting[router] += 1
+                self._admission.submitted(router)
             messages.append((message, duplicate_id))
         stored = [(m, duplicate_id) for m, duplicate_id in messages
                   if m.persistent or duplicate_id]
@@ -440,7 +394,7 @@ class Acceptance:
     def _not_accepting(self, messages) -> None:
         for message, _ in messages:
             if message.persistent and message.dest_router != self._name:
-                self._accepting[message.dest_router] -= 1
+                self._admission.ended(message.dest_router)
 
     def _committed(self, result, messages: list) -> tuple:
         if isinstance(result, Failure):
@@ -457,47 +411,10 @@ class Acceptance:
                 msg_ids.append(self._accepted_transient_once(original, message, duplicate_id))
         return (msg_ids, *rest)
 
-    def _refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
-        """
-        Why a send to C{router} would be refused now, if it would: no
-        router of that name is known, or its backlog is at its bound.
-        """
-        if router == self._name:
-            return None
-        if not self._routes.known(router):
-            return UnknownRouter(f"no router named {router!r} is known in the mesh")
-        if persistent:
-            waiting = self._store.backlog_depth(router) + self._accepting[router]
-            if waiting >= self.max_backlog:
-                return BacklogFull(f"{waiting} messages already wait for {router} (max-backlog)")
-        else:
-            if self._transient.full(router):
-                return BacklogFull(f"{self._transient.waiting(router)} non-persistent messages "
-                                   f"already wait for {router}")
-        return None
-
-    def _refused_unless_sent(self, refusal: MeshrouteError, duplicate_id: str,
-                             dest: str) -> Deferred:
-        """
-        A send that would be refused may be the retry of one accepted
-        before, whose answer a lost connection swallowed: its answer is
-        then the first message's id, whatever the mesh's state now.
-        """
-        d = self._store.duplicate_of(duplicate_id)
-
-        def answer(original: str | None):
-            if original is None:
-                return Failure(refusal)
-            self._events.duplicate_send(original, dest, duplicate_id)
-            return original
-
-        d.addCallback(answer)
-        return d
-
     def _accepted_once(self, result, message: Message, duplicate_id: str):
         if isinstance(result, str):
             if message.dest_router != self._name:
-                self._accepting[message.dest_router] -= 1
+                self._admission.ended(message.dest_router)
             self._events.duplicate_send(result, address_of(message), duplicate_id)
             return result
         return self._accepted(result, message)
@@ -513,7 +430,7 @@ class Acceptance:
 
     def _accepted(self, result, message: Message):
         if message.dest_router != self._name:
-            self._accepting[message.dest_router] -= 1
+            self._admission.ended(message.dest_router)
         if isinstance(result, Failure):
             return result
         self._events.accepted((message,))

@@ -91,7 +91,7 @@ class DeliveryMarking:
 
     def _taken_back(self, batch: DeliveryBatch) -> list[QueueItem]:
         return [item for consumer, delivery, item in batch.deliveries
-                if consumer._take_back(delivery)]
+                if consumer.take_back(delivery)]
 
     def hand_over_ready(self, state: QueueState) -> None:
         """
@@ -102,4 +102,4 @@ class DeliveryMarking:
         sending = state.sending
         while sending and sending[0].ready:
             for consumer, delivery, _ in sending.popleft().deliveries:
-                consumer._hand_over(delivery)
+                consumer.hand_over(delivery)

@@ -45,8 +45,10 @@ The engine is made of parts, each a module of this package with one job:
 
     part                               its job
     ---------------------------------  ------------------------------------------
-    acceptance.Acceptance              clients' sends and transactions: refusals,
-                                       duplicate ids, durable before answered
+    acceptance.Acceptance              clients' sends and transactions: duplicate
+                                       ids, durable before answered
+    admission.Admission                whether a send is refused now: unknown
+                                       router, backlog at its bound
     prepared.PreparedTransactions      clients' two-phase transactions: prepared,
                                        decided by xid, after any restart
     destinations.Destinations          routing decisions: an address's
@@ -89,6 +91,7 @@ from meshroute.expiry import ExpirySweep
 from meshroute.interfaces import IChannelEngine
 from meshroute.messages import DEAD_LETTER_QUEUE, TOPIC_QUEUE, Message, MessageIds
 from meshroute.router.acceptance import Acceptance
+from meshroute.router.admission import Admission
 from meshroute.router.arrivals import Arrivals
 from meshroute.router.destinations import Destinations
 from meshroute.router.expired import ExpiredMessages
@@ -118,10 +121,10 @@ class MessageEngine:
         dead-lettered where that happens.
     @param max_backlog: persistent messages that may wait (in the store)
         for one destination router; past it, producers get
-        L{BacklogFull<meshroute.router.acceptance.BacklogFull>}.
+        L{BacklogFull<meshroute.router.admission.BacklogFull>}.
     @param max_transient_backlog: non-persistent messages that may wait (in
         memory) for one destination router; past it, producers get
-        L{BacklogFull<meshroute.router.acceptance.BacklogFull>}, and the oldest of those arriving over links are
+        L{BacklogFull<meshroute.router.admission.BacklogFull>}, and the oldest of those arriving over links are
         dropped.
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
@@ -180,9 +183,12 @@ class MessageEngine:
         self.transient = TransientPath(name, clock, self.destinations, self.forwarding,
                                        self.queues, self.message_events, self.expired_messages,
                                        max_transient_backlog)
-        self.acceptance = Acceptance(name, store, routes, ids, clock, self.destinations,
+        #: Whether a client's send is refused now (its router unknown, its
+        #: backlog at its bound).
+        self.admission = Admission(name, routes, store, self.transient, max_backlog)
+        self.acceptance = Acceptance(name, store, self.admission, ids, clock, self.destinations,
                                      self.forwarding, self.transient, self.queues,
-                                     self.message_events, max_backlog)
+                                     self.message_events)
         self.arrivals = Arrivals(name, store, self.queues, self.destinations,
                                  self.message_events, self.expired_messages, self.dead_lettered,
                                  self.system, self.transient)
@@ -239,7 +245,7 @@ class MessageEngine:
         fan-out's copies being placed
         (L{IChannelEngine.accepting<meshroute.interfaces.IChannelEngine.accepting>}).
         """
-        return self.acceptance.accepting(router) + self.fan_out.placing(router)
+        return self.admission.accepting(router) + self.fan_out.placing(router)
 
     def link_up(self, peer: str, send, fail, emit, version: int):
         """

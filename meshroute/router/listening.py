@@ -133,3 +133,11 @@ def _accept(port):
     if port is not None:
         port.resumeProducing()
     return port
+
+
+def listening(endpoints, config, key: str, description: str, factory) -> Listening:
+    """
+    The service of one listener at C{description}, the value of C{key} in
+    C{config}'s file (a L{meshroute.router.settings.RouterConfig}).
+    """
+    return Listening(endpoints.server(description), factory, config.path, key, description)

@@ -7,7 +7,7 @@ method here, so that its fields are the same wherever in the engine the
 event happens; those written per message in a batch go through the
 event log's C{emit_many}, one call per batch.  (The local queues write
 their own C{message.consumed} and the drops of what waits in a queue,
-L{meshroute.router.queues}.)
+L{meshroute.router.queue_events}.)
 """
 
 from meshroute import events

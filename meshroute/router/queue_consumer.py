@@ -7,9 +7,13 @@ The rules it keeps (credit, acknowledgement, cancel, holding) are stated
 with the others of the local queues in L{meshroute.router.queues}, whose
 L{QueueManager<meshroute.router.queues.QueueManager>} makes each consumer
 and dispatches to it.  A consumer changes its queue's state only through
-the manager's methods (C{_dispatch}, C{_return}, C{_settle}, ...), as a
-transaction's acknowledgements do (L{meshroute.router.transaction_acks}),
-so the one dispatch loop of the queue stays the manager's.
+the manager's methods for it (C{dispatch}, C{put_back}, C{settle}, ...),
+as a transaction's acknowledgements do
+(L{meshroute.router.transaction_acks}), so the one dispatch loop of the
+queue stays the manager's.  That dispatch and the delivery batches
+(L{meshroute.router.delivery_marking}) in turn give, hand over and take
+back this consumer's deliveries through its methods for them (C{give},
+C{hand_over}, C{take_back}).
 """
 
 from typing import Callable
@@ -17,7 +21,6 @@ from typing import Callable
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
-from meshroute import events as event_names
 from meshroute.expiry import IN_SESSION
 from meshroute.router.queue_state import Delivery, QueueItem, QueueState
 
@@ -40,7 +43,9 @@ class Subscription:
                  deliver: Callable[[Delivery], None], credit: int,
                  ended: Callable[[], None] | None = None) -> None:
         self._manager = manager
-        self._queue = queue
+        #: The state of its queue (what a transaction taking its
+        #: deliveries counts them against).
+        self.state = queue
         self._deliver = deliver
         self.ended = ended
         self.queue = queue.name
@@ -65,7 +70,7 @@ class Subscription:
         if self.cancelled:
             return
         self.credit += n
-        self._manager._dispatch(self._queue)
+        self._manager.dispatch(self.state)
 
     def ack(self, delivery_ids) -> Deferred:
         """
@@ -83,8 +88,8 @@ class Subscription:
         done: list[Delivery] = []
         entry_ids: list[int] = []
         deleting: list[tuple[Delivery, QueueItem]] = []
-        queue = self._queue
-        for held in self._take(delivery_ids):
+        queue = self.state
+        for held in self.take(delivery_ids):
             delivery = held[0]
             if delivery.entry_id is None:
                 queue.transient_held -= 1
@@ -94,26 +99,26 @@ class Subscription:
                 entry_ids.append(delivery.entry_id)
         manager = self._manager
         if not entry_ids:
-            manager._consumed(done)
-            manager._forget_if_idle(queue)
+            manager.events.consumed(done)
+            manager.forget_if_idle(queue)
             return succeed(None)
         queue.acking += 1
 
         def durable(_):
             queue.acking -= 1
-            manager._consumed(done + [delivery for delivery, _ in deleting])
-            manager._settle(queue)
+            manager.events.consumed(done + [delivery for delivery, _ in deleting])
+            manager.settle(queue)
 
         def failed(failure):
             # Still in the store: deliver them again rather than leave them
             # in flight until every consumer is gone.
             queue.acking -= 1
-            manager._consumed(done)
-            manager._return(queue, deleting)
-            manager._settle(queue)
+            manager.events.consumed(done)
+            manager.put_back(queue, deleting)
+            manager.settle(queue)
             return failure
 
-        return manager._store.consume(entry_ids).addCallbacks(durable, failed)
+        return manager.store.consume(entry_ids).addCallbacks(durable, failed)
 
     def hold_persistent(self, hold: bool) -> None:
         """
@@ -125,7 +130,7 @@ class Subscription:
             return
         self.holding_persistent = hold
         if not hold:
-            self._manager._dispatch(self._queue)
+            self._manager.dispatch(self.state)
 
     def give_back(self, delivery_ids) -> None:
         """
@@ -134,13 +139,13 @@ class Subscription:
         they spent.  Ids this consumer does not hold unacknowledged are
         ignored.
         """
-        held = self._take(delivery_ids)
+        held = self.take(delivery_ids)
         if not held:
             return
-        self._manager._return(self._queue, held)
+        self._manager.put_back(self.state, held)
         if not self.cancelled:
             self.credit += len(held)
-        self._manager._settle(self._queue)
+        self._manager.settle(self.state)
 
     def drop(self, delivery_id: int, **fields) -> None:
         """
@@ -153,17 +158,13 @@ class Subscription:
         if held is None or held[0].entry_id is not None:
             return
         del self._unacked[delivery_id]
-        delivery, queue, manager = held[0], self._queue, self._manager
+        delivery, queue, manager = held[0], self.state, self._manager
         queue.transient_held -= 1
-        message = delivery.message
-        manager._events.emit(
-            event_names.MESSAGE_DROPPED, msg_id=message.msg_id, origin=message.origin,
-            queue=queue.name, reason="max-depth", **fields,
-        )
+        manager.events.dropped(delivery.message, queue.name, "max-depth", **fields)
         if not self.cancelled:
             self.add_credit(1)
         else:
-            manager._forget_if_idle(queue)
+            manager.forget_if_idle(queue)
 
     def expire(self, delivery_ids) -> None:
         """
@@ -172,14 +173,14 @@ class Subscription:
         C{$expired}, and their credit back.  Ids this consumer does not
         hold unacknowledged are ignored.
         """
-        held = self._take(delivery_ids)
+        held = self.take(delivery_ids)
         if not held:
             return
         if not self.cancelled:
             self.credit += len(held)
         manager = self._manager
-        manager._expire(self._queue, [item for _, item in held], IN_SESSION)
-        manager._settle(self._queue)
+        manager.expire(self.state, [item for _, item in held], IN_SESSION)
+        manager.settle(self.state)
 
     def cancel(self) -> None:
         """
@@ -190,16 +191,16 @@ class Subscription:
         if self.cancelled:
             return
         self.cancelled = True
-        manager, queue = self._manager, self._queue
+        manager, queue = self._manager, self.state
         queue.consumers.remove(self)
         held = list(self._unacked.values())
         self._unacked.clear()
-        manager._return(queue, held)
-        manager._settle(queue)
+        manager.put_back(queue, held)
+        manager.settle(queue)
         if self.ended is not None:
             self.ended()
 
-    def _take(self, delivery_ids) -> list[tuple[Delivery, QueueItem]]:
+    def take(self, delivery_ids) -> list[tuple[Delivery, QueueItem]]:
         """
         Take the deliveries of C{delivery_ids} this consumer holds
         unacknowledged from it (the others are ignored).
@@ -208,7 +209,7 @@ class Subscription:
         return [unacked.pop(delivery_id) for delivery_id in delivery_ids
                 if delivery_id in unacked]
 
-    def _give(self, item: QueueItem, delivery_id: int) -> Delivery:
+    def give(self, item: QueueItem, delivery_id: int) -> Delivery:
         """
         C{item} is this consumer's: it spends one credit and is held
         unacknowledged from now on, to be handed over with its batch.
@@ -218,7 +219,7 @@ class Subscription:
         self._unacked[delivery_id] = (delivery, item)
         return delivery
 
-    def _hand_over(self, delivery: Delivery) -> None:
+    def hand_over(self, delivery: Delivery) -> None:
         """
         Its batch is durable: deliver it, unless it went back to the queue
         meanwhile (this consumer was cancelled).
@@ -231,7 +232,7 @@ class Subscription:
             # It stays unacknowledged: a cancel gives it back to the queue.
             log.failure("consumer of {queue} failed to take a delivery", queue=self.queue)
 
-    def _take_back(self, delivery: Delivery) -> bool:
+    def take_back(self, delivery: Delivery) -> bool:
         """
         The store failed to mark its batch: it was not handed over.
 

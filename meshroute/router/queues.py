@@ -89,12 +89,15 @@ Delivery rules:
 This module is L{QueueManager}: the queues by name and the one dispatch
 loop of each, which must not nest, where every change to a queue's state
 ends.  The rest is apart, and changes a queue only through the manager's
-methods: a queue's state (L{meshroute.router.queue_state}), its consumers
-(L{Subscription}, L{meshroute.router.queue_consumer}), its read-ahead
-from the store (L{meshroute.router.read_ahead}), the line of delivery
-batches marked in the store before they are handed over
-(L{meshroute.router.delivery_marking}) and the deliveries a transaction
-holds (L{meshroute.router.transaction_acks}).
+public methods: a queue's state (L{meshroute.router.queue_state}), which
+item goes next to which consumer (the order and round-robin rules,
+L{meshroute.router.delivery_order}), its consumers (L{Subscription},
+L{meshroute.router.queue_consumer}), its read-ahead from the store
+(L{meshroute.router.read_ahead}), the line of delivery batches marked in
+the store before they are handed over
+(L{meshroute.router.delivery_marking}), the deliveries a transaction
+holds (L{meshroute.router.transaction_acks}) and the records the queues
+write (L{meshroute.router.queue_events}).
 """
 
 import itertools
@@ -105,22 +108,19 @@ from typing import Callable
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute import events as event_names
 from meshroute.expiry import IN_QUEUE, emit_expired, now_ms, set_aside
 from meshroute.messages import EXPIRED_QUEUE, EXPIRES_HEADER, TOPIC_QUEUE, Message
 from meshroute.router.arrival_claims import ArrivalClaims, Claim
 from meshroute.router.delivery_marking import DeliveryMarking
+from meshroute.router.delivery_order import next_delivery
 from meshroute.router.queue_consumer import Subscription
+from meshroute.router.queue_events import QueueEvents
 from meshroute.router.queue_rates import QueueRates
 from meshroute.router.queue_state import Delivery, QueueItem, QueueState
 from meshroute.router.read_ahead import ReadAhead
 from meshroute.router.transaction_acks import TransactionAcks
 
 log = Logger()
-
-#: The fields of a C{message.consumed} record, in the order
-#: L{meshroute.events.EventLog.emit_many} is given them.
-_CONSUMED_FIELDS = ("msg_id", "queue", "origin", "accepted_at", "persistent", "redelivered")
 
 #: Default bound of the per-queue read-ahead buffer (persistent entries
 #: fetched from the store, not yet delivered).
@@ -155,10 +155,9 @@ class QueueManager:
                  max_transient_total: int = MAX_TRANSIENT_TOTAL,
                  expired: Callable[[Message, str], None] | None = None) -> None:
         self.clock = clock
-        self._store = store
-        self._events = events
-        self._reads = ReadAhead(store, read_ahead, self._dispatch)
-        self._marking = DeliveryMarking(store, clock, self._dispatch, self._forget_if_idle)
+        self.store = store
+        self._reads = ReadAhead(store, read_ahead, self.dispatch)
+        self._marking = DeliveryMarking(store, clock, self.dispatch, self.forget_if_idle)
         self._claims = ArrivalClaims(self._reads, self.notify)
         self._max_transient = max_transient
         self._max_transient_total = max_transient_total
@@ -168,7 +167,8 @@ class QueueManager:
         #: Messages in and out of each queue per second: the engine counts
         #: what it enqueues, this what is consumed.
         self.rates = QueueRates(clock)
-        self._expired = expired or partial(emit_expired, events)
+        #: The records its queues, their consumers and transactions write.
+        self.events = QueueEvents(events, self.rates, expired or partial(emit_expired, events))
 
     # -- what the engine calls ------------------------------------------------
 
@@ -188,7 +188,7 @@ class QueueManager:
         state.more = True
         state.notified += 1
         if state.consumers:
-            self._dispatch(state)
+            self.dispatch(state)
 
     def claim(self, queue: str, messages) -> Claim | None:
         """
@@ -224,21 +224,21 @@ class QueueManager:
         for message in messages:
             if (len(state.transient) >= self._max_transient
                     or self._transient_waiting >= self._max_transient_total):
-                self._dispatch(state)
+                self.dispatch(state)
                 state = self._state(queue)
                 if len(state.transient) >= self._max_transient:
                     self._drop_oldest_transient(state, "max-depth")
                 elif self._transient_waiting >= self._max_transient_total:
                     if not state.transient:
-                        self._forget_if_idle(state)
-                        self._emit_dropped(message, queue, "max-total-depth")
+                        self.forget_if_idle(state)
+                        self.events.dropped(message, queue, "max-total-depth")
                         state = self._state(queue)
                         continue
                     self._drop_oldest_transient(state, "max-total-depth")
             state.transient.append(QueueItem(None, message, False, next(state.seq)))
             state.transient_held += 1
             self._transient_waiting += 1
-        self._dispatch(state)
+        self.dispatch(state)
 
     def discard(self, queue: str, reason: str) -> int:
         """
@@ -259,15 +259,15 @@ class QueueManager:
             state.returned = deque(item for item in state.returned if item.entry_id is not None)
             state.transient_held -= len(returned)
             for item in returned:
-                self._emit_dropped(item.message, queue, reason)
-        self._forget_if_idle(state)
+                self.events.dropped(item.message, queue, reason)
+        self.forget_if_idle(state)
         return dropped + len(returned)
 
     def _drop_oldest_transient(self, state: QueueState, reason: str) -> None:
         dropped = state.transient.popleft()
         state.transient_held -= 1
         self._transient_waiting -= 1
-        self._emit_dropped(dropped.message, state.name, reason)
+        self.events.dropped(dropped.message, state.name, reason)
 
     def busy(self) -> list[str]:
         """
@@ -295,49 +295,8 @@ class QueueManager:
             if expired:
                 state.transient = kept
                 self._transient_waiting -= len(expired)
-                self._expire(state, expired, IN_QUEUE)
-                self._forget_if_idle(state)
-
-    def _expire(self, state: QueueState, items: list, where: str) -> None:
-        """
-        C{items}, taken out of C{state} (waiting or held by a consumer),
-        expired: non-persistent ones go to C{$expired} in memory, persistent
-        ones are moved there in the store (one call); C{expired} is told
-        of each once that is done.  If the store fails the move, the
-        entries stay where they are in the store, to be found expired
-        again by the next read or sweep.
-        """
-        entries = []
-        for item in items:
-            message = item.message
-            if item.entry_id is None:
-                state.transient_held -= 1
-                self.put_transient(EXPIRED_QUEUE, set_aside(message, message.dest_router))
-                self._expired(message, where)
-            else:
-                entries.append(message)
-        if not entries:
-            return
-        state.acking += 1
-
-        def moved(messages: list) -> None:
-            state.acking -= 1
-            for message in messages:
-                self._expired(message, where)
-            self.notify(EXPIRED_QUEUE)
-            self._settle(state)
-
-        def failed(failure) -> None:
-            state.acking -= 1
-            log.failure("moving expired messages of {queue} to $expired", failure,
-                        queue=state.name)
-            self._settle(state)
-
-        self._store.expire(entries).addCallbacks(moved, failed)
-
-    def _emit_dropped(self, message: Message, queue: str, reason: str) -> None:
-        self._events.emit(event_names.MESSAGE_DROPPED, msg_id=message.msg_id,
-                          origin=message.origin, queue=queue, reason=reason)
+                self.expire(state, expired, IN_QUEUE)
+                self.forget_if_idle(state)
 
     # -- what client sessions call --------------------------------------------
 
@@ -354,7 +313,7 @@ class QueueManager:
         state = self._state(queue)
         subscription = Subscription(self, state, deliver, credit, ended)
         state.consumers.append(subscription)
-        self._dispatch(state)
+        self.dispatch(state)
         return subscription
 
     def transaction(self) -> TransactionAcks:
@@ -368,7 +327,7 @@ class QueueManager:
         A prepared transaction's commit deleted the entries it had locked,
         C{(entry_id, message, redelivered)}: they are consumed.
         """
-        self._consumed_messages((message.dest_queue, message, redelivered)
+        self.events.consumed_messages((message.dest_queue, message, redelivered)
                                 for _, message, redelivered in entries)
 
     def returned_entries(self, entries) -> None:
@@ -390,7 +349,7 @@ class QueueManager:
                             for entry_id, message in returned
                             if entry_id <= state.last_fetched])
             self.notify(queue)
-            self._settle(state)
+            self.settle(state)
 
     # -- what the admin API shows ---------------------------------------------
 
@@ -399,7 +358,7 @@ class QueueManager:
         C{{queue: entries}}: persistent entries in the store (delivered but
         unacknowledged ones included) plus non-persistent ones in memory.
         """
-        depths = dict(self._store.queue_depths())
+        depths = dict(self.store.queue_depths())
         for name, state in self._queues.items():
             if state.transient_held:
                 depths[name] = depths.get(name, 0) + state.transient_held
@@ -409,7 +368,7 @@ class QueueManager:
         "C{queue}'s entries, as L{depths} counts them."
         state = self._queues.get(queue)
         held = state.transient_held if state is not None else 0
-        return self._store.queue_depth(queue) + held
+        return self.store.queue_depth(queue) + held
 
     def consumer_counts(self) -> dict[str, int]:
         """
@@ -447,15 +406,12 @@ class QueueManager:
             if name != TOPIC_QUEUE or depths.get(name)
         ]
 
-    # -- inside ---------------------------------------------------------------
+    # -- what its consumers, delivery batches and transactions call ----------
+    # (L{Subscription}, L{meshroute.router.delivery_marking},
+    # L{meshroute.router.transaction_acks}: they change a queue only here,
+    # so that the queue's one dispatch loop stays this manager's.)
 
-    def _state(self, queue: str) -> QueueState:
-        state = self._queues.get(queue)
-        if state is None:
-            state = self._queues[queue] = QueueState(queue)
-        return state
-
-    def _dispatch(self, state: QueueState) -> None:
+    def dispatch(self, state: QueueState) -> None:
         """
         Give waiting items to consumers with credit, then keep the
         read-ahead buffer filled.  Re-entrant calls (a consumer acting
@@ -475,10 +431,12 @@ class QueueManager:
                 expired = []
                 now = None
                 while state.returned or state.buffer or state.transient:
-                    picked = self._pick(state)
+                    picked = next_delivery(state)
                     if picked is None:
                         break
-                    consumer, item = picked
+                    consumer, item, waited = picked
+                    if waited:
+                        self._transient_waiting -= 1
                     headers = item.message.headers
                     if headers and EXPIRES_HEADER in headers:
                         if now is None:
@@ -486,10 +444,10 @@ class QueueManager:
                         if item.message.expired(now):
                             expired.append(item)
                             continue
-                    batch.append((consumer, consumer._give(item, next(self._delivery_ids)),
+                    batch.append((consumer, consumer.give(item, next(self._delivery_ids)),
                                   item))
                 if expired:
-                    self._expire(state, expired, IN_QUEUE)
+                    self.expire(state, expired, IN_QUEUE)
                 if batch:
                     self._marking.mark(state, batch)
                     self._marking.hand_over_ready(state)
@@ -498,57 +456,9 @@ class QueueManager:
                     break
         finally:
             state.dispatching = False
-        self._forget_if_idle(state)
+        self.forget_if_idle(state)
 
-    def _pick(self, state: QueueState) -> tuple[Subscription, QueueItem] | None:
-        """
-        The next item to deliver and the consumer to take it, or None when
-        no consumer can take any waiting item.  Returned items come first;
-        then persistent and non-persistent ones alternate when both wait.
-        A persistent item that only holding consumers could take lets a
-        non-persistent one go before it (they are separate streams).
-        """
-        buffer, transient = state.buffer, state.transient
-        if not (buffer or state.returned):
-            # Only non-persistent items wait (a queue of the fast path).
-            if not transient:
-                return None
-            consumer = self._next_consumer(state, False)
-            if consumer is None:
-                return None
-            self._transient_waiting -= 1
-            return consumer, transient.popleft()
-        both = bool(buffer) and bool(transient)
-        sources = [state.returned] if state.returned else []
-        if both:
-            sources += [buffer, transient] if state.take_transient else [transient, buffer]
-        elif buffer or transient:
-            sources.append(buffer or transient)
-        for source in sources:
-            item = source[0]
-            consumer = self._next_consumer(state, item.entry_id is not None)
-            if consumer is not None:
-                source.popleft()
-                if source is transient:
-                    self._transient_waiting -= 1
-                if both and source is not state.returned:
-                    state.take_transient = source is transient
-                return consumer, item
-        return None
-
-    def _next_consumer(self, state: QueueState, persistent: bool) -> Subscription | None:
-        consumers = state.consumers
-        count = len(consumers)
-        start = state.next_consumer
-        for offset in range(count):
-            index = (start + offset) % count
-            consumer = consumers[index]
-            if consumer.credit > 0 and not (persistent and consumer.holding_persistent):
-                state.next_consumer = (index + 1) % count
-                return consumer
-        return None
-
-    def _return(self, state: QueueState, held: list) -> None:
+    def put_back(self, state: QueueState, held: list) -> None:
         """
         Put C{(delivery, item)} pairs back at the front of C{state}, in
         their original order, flagged redelivered (as the store has them
@@ -558,29 +468,61 @@ class QueueManager:
             QueueItem(delivery.entry_id, delivery.message, True, item.seq) for delivery, item in held
         ])
 
-    def _settle(self, state: QueueState) -> None:
+    def settle(self, state: QueueState) -> None:
         """
         After consumers or acknowledgements changed: redeliver, and without
         consumers release the persistent entries held in memory.
         """
         if not state.consumers and not state.acking:
             self._reads.release(state)
-        self._dispatch(state)
+        self.dispatch(state)
 
-    def _forget_if_idle(self, state: QueueState) -> None:
+    def forget_if_idle(self, state: QueueState) -> None:
+        "Drop C{state} from the queues by name if it holds nothing in memory."
         if state.idle() and self._queues.get(state.name) is state:
             del self._queues[state.name]
 
-    def _consumed(self, deliveries: list[Delivery]) -> None:
-        self._consumed_messages((d.queue, d.message, d.redelivered) for d in deliveries)
+    def expire(self, state: QueueState, items: list, where: str) -> None:
+        """
+        C{items}, taken out of C{state} (waiting or held by a consumer),
+        expired: non-persistent ones go to C{$expired} in memory, persistent
+        ones are moved there in the store (one call); C{expired} is told
+        of each once that is done.  If the store fails the move, the
+        entries stay where they are in the store, to be found expired
+        again by the next read or sweep.
+        """
+        entries = []
+        for item in items:
+            message = item.message
+            if item.entry_id is None:
+                state.transient_held -= 1
+                self.put_transient(EXPIRED_QUEUE, set_aside(message, message.dest_router))
+                self.events.expired(message, where)
+            else:
+                entries.append(message)
+        if not entries:
+            return
+        state.acking += 1
 
-    def _consumed_messages(self, consumed) -> None:
-        """
-        C{message.consumed} for each C{(queue, message, redelivered)}.
-        """
-        records = []
-        for queue, message, redelivered in consumed:
-            self.rates.left(queue)
-            records.append((message.msg_id, queue, message.origin, message.accepted_at,
-                            message.persistent, redelivered))
-        self._events.emit_many(event_names.MESSAGE_CONSUMED, _CONSUMED_FIELDS, records)
+        def moved(messages: list) -> None:
+            state.acking -= 1
+            for message in messages:
+                self.events.expired(message, where)
+            self.notify(EXPIRED_QUEUE)
+            self.settle(state)
+
+        def failed(failure) -> None:
+            state.acking -= 1
+            log.failure("moving expired messages of {queue} to $expired", failure,
+                        queue=state.name)
+            self.settle(state)
+
+        self.store.expire(entries).addCallbacks(moved, failed)
+
+    # -- inside ---------------------------------------------------------------
+
+    def _state(self, queue: str) -> QueueState:
+        state = self._queues.get(queue)
+        if state is None:
+            state = self._queues[queue] = QueueState(queue)
+        return state

@@ -15,12 +15,11 @@ once, saying whether the router serves yet.
 import fcntl
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
-from twisted.internet.endpoints import SSL4ServerEndpoint, clientFromString, serverFromString
+from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.server import Site
 from twisted.logger import Logger
@@ -29,11 +28,6 @@ from meshroute import __version__, events
 from meshroute.router.remote_views import MeshViews
 from meshroute.router.views import describe_mesh, describe_topics, describe_topology
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
-from meshroute.wire.client_frames import MAX_FRAME_SIZE
-from meshroute.sessions.limits import ClientLimits, client_limits
-from meshroute.sessions.native_listener import ClientFactory
-from meshroute.sessions.settings import SessionSettings
-from meshroute.sessions.tls import load_client_ca, verify_client_certificates
 from meshroute.router.engine import MessageEngine
 from meshroute.errors import ConfigError
 from meshroute.link.connector import ConnectorService
@@ -44,20 +38,17 @@ from meshroute.link.registry import LinkRegistry
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings, ListenerSettings
-from meshroute.router.listening import Listening
-from meshroute.router.settings import RouterConfig, keyed
+from meshroute.router.client_listeners import ClientListeners
+from meshroute.router.listening import Listening, listening
+from meshroute.router.settings import RouterConfig
 from meshroute.routing.known import KnownRouters
 from meshroute.routing.table import RouteTable
-from meshroute.security.decoy import decoy_secret
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore, ThreadedExecutor, TurnExecutor
 from meshroute.store.pruning import IdPruner
 from meshroute.store.settings import StoreConfig
-from meshroute.mqtt.listener import MQTT_SUBPROTOCOLS, MqttFactory
-from meshroute.stomp.listener import StompFactory
-from meshroute.stomp.websocket import websocket_factory
 from meshroute.router.witness import Witness
 
 log = Logger()
@@ -93,15 +84,6 @@ class StringEndpoints:
 
     def client(self, description: str):
         return clientFromString(self._reactor, description)
-
-
-def listening(endpoints, config: RouterConfig, key: str, description: str,
-              factory) -> Listening:
-    """
-    The service of one listener at C{description}, the value of C{key} in
-    C{config}'s file.
-    """
-    return Listening(endpoints.server(description), factory, config.path, key, description)
 
 
 class RouterService(MultiService):
@@ -153,6 +135,8 @@ class RouterService(MultiService):
         views through the mesh, and answering them.
     @ivar security: the L{Security} holding the users and permissions in
         force, or None without C{[security]} (the client listener is open).
+    @ivar clients: the L{ClientListeners}: the native, STOMP and MQTT
+        listeners' factories, sharing one session registry.
     """
 
     def __init__(self, config: RouterConfig, clock: IReactorTime, endpoints,
@@ -231,28 +215,6 @@ class RouterService(MultiService):
             epoch=epoch,
             peer_epochs=self.peer_epochs,
         )
-        reconnect = config.client_reconnect
-        self.client_factory = ClientFactory(
-            self.engine, clock,
-            max_frame_size=clients.max_frame_size if clients is not None else MAX_FRAME_SIZE,
-            settings=SessionSettings(
-                connection_ttl_override=(
-                    clients.connection_ttl_override if clients is not None else -1),
-                connection_ttl_check_interval_ms=(
-                    clients.connection_ttl_check_interval_ms if clients is not None else 2000),
-                keep_alive_ms=reconnect.keep_alive_ms,
-                max_depth=reconnect.max_depth,
-                queue_depth=config.client_queue.queue_depth,
-                max_depth_policy=reconnect.max_depth_policy,
-                recovery_buffer_size=reconnect.recovery_buffer_size,
-                limits=client_limits(clients) if clients is not None else ClientLimits(),
-            ),
-            events=self.events,
-            ha_view=ha_view,
-            security=self.security,
-            secret=decoy_secret(config.data_dir) if self.security is not None else None,
-            verifies_certificates=clients is not None and clients.client_ca is not None,
-        )
         if config.listener is not None:
             listener = config.listener
             settings = ListenerSettings(
@@ -268,22 +230,10 @@ class RouterService(MultiService):
             )
             listening(endpoints, config, "routing.listener.endpoint", listener.endpoint,
                       ListenerFactory(self.context, settings)).setServiceParent(self)
-        if config.clients is not None:
-            ca = (load_client_ca(config.clients.client_ca)
-                  if config.clients.client_ca is not None else None)
-            for key, description in keyed("clients.listener.endpoint",
-                                          config.clients.endpoint):
-                listening_clients = listening(endpoints, config, key, description,
-                                              self.client_factory)
-                if ca is not None and isinstance(listening_clients.endpoint, SSL4ServerEndpoint):
-                    verify_client_certificates(listening_clients.endpoint, ca)
-                listening_clients.setServiceParent(self)
-        self.stomp_factory: StompFactory | None = None
-        if config.stomp_listener is not None:
-            self._serve_stomp(endpoints, config, ha_view)
-        self.mqtt_factory: MqttFactory | None = None
-        if config.mqtt_listener is not None:
-            self._serve_mqtt(endpoints, config, ha_view)
+        #: The listeners for clients (native, STOMP, MQTT), sharing one
+        #: session registry.
+        self.clients = ClientListeners(config, self.engine, clock, endpoints, self.events,
+                                       ha_view, self.security, self)
         for connector in config.connectors:
             ConnectorService(
                 self.context,
@@ -309,72 +259,6 @@ class RouterService(MultiService):
             self._admin = listening(endpoints, config, "admin.endpoint", config.admin.endpoint,
                                     admin_site(self, token=config.admin.token, reactor=clock))
             self._admin.setServiceParent(self)
-
-    def _serve_stomp(self, endpoints, config: RouterConfig, ha_view) -> None:
-        """
-        The C{[stomp.listener]}.  Its sessions join the native listener's
-        registry (one C{/api/v1/sessions}, one C{max-sessions}).
-        """
-        stomp = config.stomp_listener
-        natives = self.client_factory
-        self.stomp_factory = StompFactory(
-            self.engine, self._clock,
-            self._sessions_settings(stomp),
-            sessions=natives.sessions, prefetch_count=stomp.prefetch_count,
-            heartbeat_ms=stomp.heartbeat_ms, events=self.events, ha_view=ha_view,
-            security=self.security, secret=natives.secret,
-            verifies_certificates=stomp.client_ca is not None,
-        )
-        self._serve_protocol(endpoints, config, "stomp.listener", stomp, self.stomp_factory,
-                             websocket_factory)
-
-    def _serve_mqtt(self, endpoints, config: RouterConfig, ha_view) -> None:
-        """
-        The C{[mqtt.listener]}.  Its sessions join the native listener's
-        registry, as STOMP's do.
-        """
-        mqtt = config.mqtt_listener
-        natives = self.client_factory
-        self.mqtt_factory = MqttFactory(
-            self.engine, self._clock,
-            self._sessions_settings(mqtt),
-            mqtt, sessions=natives.sessions, events=self.events, ha_view=ha_view,
-            security=self.security, secret=natives.secret,
-            verifies_certificates=mqtt.client_ca is not None,
-        )
-        self._serve_protocol(
-            endpoints, config, "mqtt.listener", mqtt, self.mqtt_factory,
-            partial(websocket_factory, subprotocols=MQTT_SUBPROTOCOLS, text=False))
-
-    def _sessions_settings(self, listener) -> SessionSettings:
-        """
-        The sessions' settings of a protocol listener: the native
-        listener's, with its own TTL override and limits.
-        """
-        return replace(self.client_factory.settings,
-                       connection_ttl_override=listener.ttl_override_ms,
-                       limits=listener.limits)
-
-    def _serve_protocol(self, endpoints, config: RouterConfig, prefix: str, listener,
-                        factory, over_websocket) -> None:
-        """
-        A protocol listener's endpoints (C{PREFIX.endpoint}) and WebSocket
-        endpoints (C{PREFIX.websocket}, C{over_websocket(factory, url,
-        clock)}), C{client-ca} applied to whichever of them are TLS.
-        """
-        services = [listening(endpoints, config, key, description, factory)
-                    for key, description in keyed(f"{prefix}.endpoint", listener.endpoint)]
-        if listener.websocket:
-            served = over_websocket(factory, f"ws://localhost{listener.websocket_path}",
-                                    self._clock)
-            services += [listening(endpoints, config, key, description, served)
-                         for key, description in keyed(f"{prefix}.websocket",
-                                                       listener.websocket)]
-        ca = load_client_ca(listener.client_ca) if listener.client_ca is not None else None
-        for service in services:
-            if ca is not None and isinstance(service.endpoint, SSL4ServerEndpoint):
-                verify_client_certificates(service.endpoint, ca)
-            service.setServiceParent(self)
 
     def startService(self) -> None:
         """
@@ -427,15 +311,7 @@ class RouterService(MultiService):
         (C{not-active}: the other instance takes them); a router on its own
         drops them as a crash would, while its event log is still open.
         """
-        listeners = [self.client_factory]
-        for protocol in (self.stomp_factory, self.mqtt_factory):
-            if protocol is not None:
-                listeners.append(protocol)
-        for listener in listeners:
-            if self._host is not None:
-                listener.stop_serving()
-            else:
-                listener.close_connections()
+        self.clients.stop(hosted=self._host is not None)
         closing = self.registry.close_all()
         stopping = defer.maybeDeferred(super().stopService)
         abort = self._clock.callLater(SHUTDOWN_GRACE_S, self._abort_links)
@@ -523,7 +399,7 @@ class RouterService(MultiService):
         """
         C{GET /api/v1/sessions}.
         """
-        return self.client_factory.describe()
+        return self.clients.describe_sessions()
 
     def describe_topology(self) -> dict:
         """

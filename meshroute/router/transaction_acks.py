@@ -41,10 +41,10 @@ class TransactionAcks:
         L{meshroute.router.queue_consumer.Subscription}) into the transaction.
         Ids it does not hold unacknowledged are ignored.
         """
-        taken = subscription._take(delivery_ids)
+        taken = subscription.take(delivery_ids)
         if not taken:
             return
-        queue = subscription._queue
+        queue = subscription.state
         held = self._held.get(queue)
         if held is None:
             queue.acking += 1
@@ -66,8 +66,8 @@ class TransactionAcks:
         for queue, held in held_by_queue.items():
             queue.acking -= 1
             queue.transient_held -= sum(1 for delivery, _ in held if delivery.entry_id is None)
-            manager._consumed([delivery for delivery, _ in held])
-            manager._settle(queue)
+            manager.events.consumed([delivery for delivery, _ in held])
+            manager.settle(queue)
 
     def rolled_back(self) -> None:
         """
@@ -77,8 +77,8 @@ class TransactionAcks:
         manager, held_by_queue, self._held = self._manager, self._held, {}
         for queue, held in held_by_queue.items():
             queue.acking -= 1
-            manager._return(queue, held)
-            manager._settle(queue)
+            manager.put_back(queue, held)
+            manager.settle(queue)
 
     def prepared(self) -> None:
         """
@@ -95,4 +95,4 @@ class TransactionAcks:
                 self._held[queue] = transient
             else:
                 queue.acking -= 1
-                manager._settle(queue)
+                manager.settle(queue)

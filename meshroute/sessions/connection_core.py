@@ -8,10 +8,11 @@ L{meshroute.stomp.connection}, the MQTT L{meshroute.mqtt.connection}).
 It holds what every protocol shares: reading and pausing a connection for
 the router's reasons or the client's, the TTL, partial-frame and
 stage-valid-timeout checks the listener's watch asks, the hello's serving
-refusals and the authentication steps every protocol takes, the session
-it makes, and the ways a connection ends (a connection-level error told
-to the client, an orderly end, a drop without a word).  The order in
-which these may happen is the machine's, not this module's.
+refusals, the session it makes (for the client its authentication,
+L{meshroute.sessions.authentication}, found), and the ways a connection
+ends (a connection-level error told to the client, an orderly end, a
+drop without a word).  The order in which these may happen is the
+machine's, not this module's.
 """
 
 from abc import ABC, abstractmethod
@@ -21,18 +22,14 @@ from dataclasses import dataclass, field
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 
-from meshroute import events as event_names
-from meshroute.security.credentials import password_matches
-from meshroute.security.scram import decoy_credentials
+from meshroute.sessions.authentication import ClientAuthentication
 from meshroute.sessions.connection_inputs import ConnectionInputs
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.sessions.liveness import PARTIAL_FRAME_TIMEOUT_S, BufferBudget, Liveness
-from meshroute.sessions.permissions import CONNECT, Guard, denied
 from meshroute.sessions.registry import SessionRegistry
 from meshroute.sessions.sends import TOPICS_BEHIND
 from meshroute.sessions.served import NO_EVENTS, SERVED_SESSION_MACHINE, ServedSession
 from meshroute.sessions.settings import SessionSettings
-from meshroute.sessions.tls import certificate_user
 from meshroute.wire import client_frames as f
 from meshroute.wire.transport import peer_address
 
@@ -52,11 +49,6 @@ TAKEN_OVER = "taken-over"
 FRAME_TIMEOUT = "frame-timeout"
 BUFFERS_FULL = "buffers-full"
 ROUTER_STOPPED = "router-stopped"
-
-#: The detail of every C{not-authenticated} refusal, whatever the protocol:
-#: the same for an unknown user, a wrong password and a certificate naming
-#: nobody.
-NOT_AUTHENTICATED = "authentication failed"
 
 #: Why the router stops reading a connection (L{ConnectionCore.pause}).
 SENDS_IN_PROGRESS = "sends-in-progress"
@@ -89,8 +81,9 @@ class ConnectionCore(ABC):
     @ivar verifies_certificates: the listener verifies TLS client
         certificates against C{client-ca}: a certificate's subject CN
         names a user (C{EXTERNAL}).
-    @ivar user: who the client is, once authenticated (fixed for the
-        connection's life); C{mechanism}, how it proved it.
+    @ivar authentication: who the client is and how it proves it
+        (L{ClientAuthentication}, made from C{security}, C{secret} and
+        C{verifies_certificates}).
     @ivar last_command: the last command id an adapter that numbers the
         session's commands itself (STOMP, MQTT: their clients do not) gave.
     @ivar silent: the connection's last frame was written (or it was
@@ -115,14 +108,13 @@ class ConnectionCore(ABC):
     security: object = None
     secret: bytes = field(default=b"", repr=False)
     verifies_certificates: bool = False
-    user: str | None = None
-    mechanism: str = ""
     machine: ConnectionInputs | None = None
     session: ServedSession | None = None
     version: int = 0
     ttl_ms: int = DEFAULT_TTL_MS
     last_command: int = 0
     liveness: Liveness = field(init=False)
+    authentication: ClientAuthentication = field(init=False)
     connected: bool = True
     silent: bool = False
     serving: bool = False
@@ -163,6 +155,9 @@ class ConnectionCore(ABC):
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.clock, self.budget)
+        self.authentication = ClientAuthentication(self.transport, self.events, self.security,
+                                                   self.secret, self.verifies_certificates,
+                                                   self.LOG_NAME)
         if self.settings.connection_ttl_override != -1:
             self.ttl_ms = self.settings.connection_ttl_override
 
@@ -328,71 +323,6 @@ class ConnectionCore(ABC):
                 return f.LIMIT_REACHED, refusal
         return None
 
-    def certificate_user(self) -> str | None:
-        """
-        The user the client's verified TLS certificate names (its subject
-        CN), or None (also where the listener verifies no certificates).
-        """
-        return certificate_user(self.transport) if self.verifies_certificates else None
-
-    def authenticated(self, user: str, mechanism: str) -> None:
-        """
-        The client proved it is C{user} (by C{mechanism}): so it is for
-        the connection's life.
-        """
-        self.user, self.mechanism = user, mechanism
-        self.events.emit(event_names.SECURITY_AUTHENTICATED, user=user, mechanism=mechanism)
-        log.info("{client} from {address} authenticated as {user!r} ({mechanism})",
-                 client=self.LOG_NAME, address=peer_address(self.transport), user=user,
-                 mechanism=mechanism)
-
-    def password_login(self, inputs: ConnectionInputs, user: str, password: str,
-                       mechanism: str) -> bool:
-        """
-        Whether C{user} and C{password}, carried in a hello (STOMP's
-        C{login} and C{passcode}, MQTT's username and password), name a
-        user of C{[security]} (or, without C{user}, a verified TLS client
-        certificate does); if not, the client is refused with
-        L{not_authenticated}: the same for an unknown user and a wrong
-        password, and as slow (an unknown user is checked against decoy
-        credentials).
-        """
-        if not user:
-            certified = self.certificate_user()
-            if certified is not None:
-                self.authenticated(certified, f.EXTERNAL)
-                return True
-        credentials = self.security.policy.credentials(user) if user else None
-        known = credentials is not None
-        if credentials is None:
-            credentials = decoy_credentials(self.secret, user)
-        if not (password_matches(credentials, password) and known):
-            self.not_authenticated(
-                inputs, user, "no login" if not user else f"unknown user or wrong {mechanism}")
-            return False
-        self.authenticated(user, mechanism)
-        return True
-
-    def not_authenticated(self, inputs: ConnectionInputs, user: str, why: str) -> None:
-        """
-        Refuse the client, with one answer whatever C{why} (recorded as
-        C{security.denied} for C{user}, as far as it is known).
-        """
-        denied(self.events, user, CONNECT, peer_address(self.transport), why)
-        inputs.refused(f.NOT_AUTHENTICATED, NOT_AUTHENTICATED)
-
-    def still_allowed(self, policy) -> bool:
-        """
-        Whether the connection's user is still a user under C{policy}: in
-        its users file (a password user), or named by a permission (a
-        certificate user).
-        """
-        if self.user is None:
-            return True
-        if self.mechanism == f.EXTERNAL:
-            return policy.names(self.user)
-        return policy.credentials(self.user) is not None
-
     def new_session(self, **more) -> ServedSession:
         """
         A new session for this connection's user, with its permission
@@ -400,10 +330,9 @@ class ConnectionCore(ABC):
         the caller starts it.
         """
         session = ServedSession(engine=self.engine, clock=self.clock, registry=self.registry,
-                                settings=self.settings, events=self.events, user=self.user,
-                                **more)
-        if self.user is not None:
-            session.guard = Guard(self.security, self.user, self.engine.name, self.events)
+                                settings=self.settings, events=self.events,
+                                user=self.authentication.user, **more)
+        session.guard = self.authentication.guard(self.engine.name)
         session.machine = SERVED_SESSION_MACHINE(session)
         self.session = session
         return session

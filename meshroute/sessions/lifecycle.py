@@ -179,7 +179,8 @@ def _build_connection_machine():
 
     @attached.upon(ConnectionInputs.user_removed).to(closing)
     def removed(inputs: ConnectionInputs, core: ConnectionCore) -> None:
-        core.fail(f.USER_REMOVED, f"user {core.user!r} was removed from the router's users")
+        core.fail(f.USER_REMOVED,
+                  f"user {core.authentication.user!r} was removed from the router's users")
 
     # -- the end, whatever the stage ------------------------------------------
 

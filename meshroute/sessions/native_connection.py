@@ -143,7 +143,7 @@ class NativeConnectionCore(ConnectionCore):
         """
         self._open = frame
         offered = [SCRAM]
-        if self.certificate_user() is not None:
+        if self.authentication.certificate_user() is not None:
             offered.insert(0, f.EXTERNAL)
         self.write(f.Mechanisms(offered))
 
@@ -153,20 +153,22 @@ class NativeConnectionCore(ConnectionCore):
         SCRAM challenges.
         """
         if frame.mechanism == f.EXTERNAL:
-            user = self.certificate_user()
+            user = self.authentication.certificate_user()
             if user is None:
-                self.not_authenticated(inputs, "", "no verified client certificate")
+                self.authentication.not_authenticated(inputs, "",
+                                                      "no verified client certificate")
             else:
                 self.identified(inputs, user, f.EXTERNAL, b"")
             return
         if frame.mechanism != SCRAM:
-            self.not_authenticated(inputs, "", f"mechanism {frame.mechanism!r} not offered")
+            self.authentication.not_authenticated(
+                inputs, "", f"mechanism {frame.mechanism!r} not offered")
             return
         self._scram = ScramServer(self.security.policy.credentials, self.secret)
         try:
             challenge = self._scram.first(frame.data)
         except ScramError as e:
-            self.not_authenticated(inputs, self._scram.user or "", str(e))
+            self.authentication.not_authenticated(inputs, self._scram.user or "", str(e))
             return
         self.write(f.Challenge(challenge))
         inputs.challenged()
@@ -180,7 +182,7 @@ class NativeConnectionCore(ConnectionCore):
         try:
             final = scram.final(frame.data)
         except ScramError as e:
-            self.not_authenticated(inputs, scram.user, str(e))
+            self.authentication.not_authenticated(inputs, scram.user, str(e))
             return
         self.identified(inputs, scram.user, SCRAM, final)
 
@@ -196,7 +198,7 @@ class NativeConnectionCore(ConnectionCore):
             denied(self.events, user, RESUME, frame.session_id, "the session is another user's")
             inputs.refused(f.NOT_ALLOWED, f"session {frame.session_id} is another user's")
             return
-        self.authenticated(user, mechanism)
+        self.authentication.authenticated(user, mechanism)
         self.write(f.Authenticated(user, proof))
         inputs.accepted(frame)
 

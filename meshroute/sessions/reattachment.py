@@ -25,12 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IDelayedCall
-from twisted.logger import Logger
 
-from meshroute import events as event_names
+from meshroute.sessions import session_records
 from meshroute.wire import client_frames as f
-
-log = Logger()
 
 
 @dataclass(eq=False)
@@ -63,14 +60,7 @@ class Reattachment:
         session = self.session
         self.since = session.clock.seconds()
         keep_alive_ms = session.settings.keep_alive_ms
-        session.events.emit(event_names.SESSION_DISCONNECTED, session_id=session.session_id,
-                            client_id=session.client_id, reason=reason,
-                            keep_alive_ms=keep_alive_ms,
-                            last_command_id=session.answers.last_command_id,
-                            unacknowledged=len(session.deliveries.owners))
-        log.info("client session {session} ({client}) disconnected ({reason}); kept for "
-                 "{keep_alive} ms", session=session.session_id,
-                 client=session.client_id or "-", reason=reason, keep_alive=keep_alive_ms)
+        session_records.disconnected(session, reason, keep_alive_ms)
         if not session.resumable:
             expired()
             return
@@ -130,10 +120,4 @@ class Reattachment:
         requeued = session.deliveries.requeue(lost)
         session.sends.reattached(connection)
         session.answers.restart_processed()
-        session.events.emit(event_names.SESSION_REATTACHED, session_id=session.session_id,
-                            client_id=session.client_id,
-                            last_command_id=session.answers.last_command_id,
-                            answers_resent=answers_resent, deliveries_resent=deliveries_resent,
-                            requeued=requeued, disconnected_for_s=away)
-        log.info("client session {session} ({client}) reattached after {seconds:.3f} s",
-                 session=session.session_id, client=session.client_id or "-", seconds=away)
+        session_records.reattached(session, answers_resent, deliveries_resent, requeued, away)

@@ -64,6 +64,9 @@ that hold what the session holds, each within its bounds:
    2), a machine of its own, which holds Sends and Acks until the commit.
  - L{meshroute.sessions.two_phase}: the transactions it prepared
    (version 7), and its commands naming a transaction by its xid.
+
+What it records of its life (opened, disconnected, reattached, expired,
+closed) is written through L{meshroute.sessions.session_records}.
 """
 
 import uuid
@@ -74,7 +77,7 @@ from automat import NoTransition, TypeMachineBuilder
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute import events as event_names
+from meshroute.sessions import session_records
 from meshroute.sessions.answers import Answers
 from meshroute.sessions.deliveries import DeliverBatches, Deliveries
 from meshroute.sessions.own_queue import OwnQueue
@@ -470,17 +473,7 @@ class ServedSession:
         self._attach(connection, frame)
         self.registry.add(self)
         self.write(connection.opened(self.session_id, self.engine.name, self.ttl_ms, False, 0))
-        self.events.emit(event_names.SESSION_OPENED, session_id=self.session_id,
-                         client_id=self.client_id, ttl_ms=self.ttl_ms, protocol=self.protocol)
-        if frame.session_id:
-            self.events.emit(event_names.SESSION_RECREATED, session_id=self.session_id,
-                             client_id=self.client_id, requested_session_id=frame.session_id)
-            log.info("client session {requested} asked for by {client} is gone; new session "
-                     "{session}", requested=frame.session_id, client=self.client_id or "-",
-                     session=self.session_id)
-        else:
-            log.info("client session {session} opened for {client}",
-                     session=self.session_id, client=self.client_id or "(anonymous)")
+        session_records.opened(self, frame.session_id)
 
     def _attach(self, connection, frame: f.Open) -> None:
         self.connection = connection
@@ -650,12 +643,7 @@ class ServedSession:
         """
         requeued = len(self.deliveries.owners)
         self._end(EXPIRED)
-        self.events.emit(event_names.SESSION_EXPIRED, session_id=self.session_id,
-                         client_id=self.client_id, requeued=requeued,
-                         keep_alive_ms=self.settings.keep_alive_ms,
-                         resumable=self.resumable)
-        log.info("client session {session} ({client}) expired", session=self.session_id,
-                 client=self.client_id or "-")
+        session_records.expired(self, requeued)
 
     # -- closing ----------------------------------------------------------------
 
@@ -688,10 +676,8 @@ class ServedSession:
         connection = self.connection
         self.write(f.Closed())
         self._end(CLOSED)
-        self.events.emit(event_names.SESSION_CLOSED, session_id=self.session_id,
-                         client_id=self.client_id, reason="client")
+        session_records.closed(self, session_records.CLIENT)
         connection.machine.session_ended()
-        log.info("client session {session} closed by the client", session=self.session_id)
 
     def abandon(self, reason: str) -> None:
         """
@@ -699,8 +685,7 @@ class ServedSession:
         closing, or failed (C{reason} is then the error code).
         """
         self._end(CLOSED)
-        self.events.emit(event_names.SESSION_CLOSED, session_id=self.session_id,
-                         client_id=self.client_id, reason=reason)
+        session_records.closed(self, reason)
 
     def _end(self, state: str) -> None:
         self.state = state

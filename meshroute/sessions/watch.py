@@ -74,5 +74,5 @@ class ConnectionWatch:
         users it no longer has (C{user_removed}), and nothing else.
         """
         for core in list(self.connections):
-            if not core.still_allowed(policy):
+            if not core.authentication.still_allowed(policy):
                 core.machine.user_removed()

@@ -247,7 +247,7 @@ class StompConnectionCore(ConnectionCore):
         if refusal is not None:
             inputs.refused(*refusal)
             return
-        if self.security is not None and not self.password_login(
+        if self.security is not None and not self.authentication.password_login(
                 inputs, frame.header("login") or "", frame.header("passcode") or "", PASSCODE):
             return
         override = self.settings.connection_ttl_override

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from meshroute.router.acceptance import BacklogFull, UnknownRouter
+from meshroute.router.admission import BacklogFull, UnknownRouter
 from meshroute.wire.frames import BATCH_MAX_BYTES
 from meshroute.testing.memory_mesh import BUFFER_SIZE, MemoryMesh
 from support.mesh_testing import Consumer, assert_confirmed, events_of, send

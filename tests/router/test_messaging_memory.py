@@ -6,7 +6,7 @@ for an unreachable destination, hop limits and the non-persistent path.
 """
 
 
-from meshroute.router.acceptance import BacklogFull, UnknownRouter
+from meshroute.router.admission import BacklogFull, UnknownRouter
 from meshroute.messages import DEAD_LETTER_QUEUE, AddressError
 from support.mesh_testing import (  # noqa: F401 (mesh: a fixture)
     mesh,

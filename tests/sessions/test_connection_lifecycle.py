@@ -325,7 +325,7 @@ def test_stage_valid_timeout_is_not_an_input_within_a_frame(state):
 def test_a_removed_user_closes_an_attached_connection():
     clock = Clock()
     core = connection_in("attached", clock)
-    core.user = "alice"
+    core.authentication.user = "alice"
     session = core.session
     feed(core, "user_removed")
     assert_failed(core, clock, f.USER_REMOVED,

@@ -825,7 +825,7 @@ def test_close_after_acks_waits_for_them(connection, engine):
     (delivery,) = deliveries(connection.received())
     consumed = Deferred()
     real_consume = engine.store.consume
-    engine.queues._store = type("SlowStore", (), {
+    engine.queues.store = type("SlowStore", (), {
         "consume": lambda self, ids: consumed.addCallback(lambda _: real_consume(ids)),
         "__getattr__": lambda self, name: getattr(engine.store, name),
     })()

@@ -12,7 +12,7 @@ import pytest
 from meshroute import events as event_names
 from meshroute.sessions import deliveries as deliveries_module
 from meshroute.wire import client_frames as f
-from meshroute.router.acceptance import BacklogFull
+from meshroute.router.admission import BacklogFull
 
 from support.router_connection import Connection, deliveries, only
 from support.router_engine import engine, store  # noqa: F401 (fixtures)
@@ -120,7 +120,7 @@ def test_a_refused_send_repeating_a_duplicate_id_of_its_batch(store, engine):
     # The backlog for "far" is full after the batch's first message, so the
     # second send is refused, but it repeats the first's duplicate id: as
     # with two Sends, its answer is the first message's id.
-    engine.acceptance.max_backlog = 1
+    engine.admission.max_backlog = 1
     engine.routes.remember({"far"})
     outcomes = []
     engine.submit_many([["q@far", {}, b"a", True, "x"], ["q@far", {}, b"a", True, "x"],

@@ -205,12 +205,12 @@ def test_a_retried_transaction_that_was_applied_is_not_refused_by_a_bound(
     bound reached meanwhile, a route forgotten after a restart): telling
     the client "rolled back" would say nothing was done when it was.
     """
-    from meshroute.router.acceptance import BacklogFull
+    from meshroute.router.admission import BacklogFull
 
     connection.send(f.Begin(1), f.Send(2, "q", {}, b"a", True, "tx-1:1"),
                     f.Send(3, "q", {}, b"b", True, "tx-1:2"), f.Commit(4))
     first = [c.msg_id for c in only(connection.received(), f.Confirm)][:2]
-    monkeypatch.setattr(engine.acceptance, "_refusal",
+    monkeypatch.setattr(engine.admission, "refusal",
                         lambda router, persistent: BacklogFull("the bound was reached"))
     retry = Connection(factory)
     open_v2(retry)

@@ -656,7 +656,7 @@ def test_processed_waits_for_acknowledgements_to_be_durable(factory, engine, clo
     (delivery,) = deliveries(connection.received())
     consumed = Deferred()
     real_consume = engine.store.consume
-    engine.queues._store = type("SlowStore", (), {
+    engine.queues.store = type("SlowStore", (), {
         "consume": lambda self, ids: consumed.addCallback(lambda _: real_consume(ids)),
         "__getattr__": lambda self, name: getattr(engine.store, name),
     })()
@@ -815,7 +815,7 @@ def test_the_engine_accepts_a_non_persistent_duplicate_id_once(real_engine):
 
 
 def test_a_refused_send_does_not_record_its_duplicate_id(real_engine):
-    from meshroute.router.acceptance import UnknownRouter
+    from meshroute.router.admission import UnknownRouter
 
     (refused,) = results(real_engine.submit("q@router-x", b"x", {}, True, duplicate_id="d-1"))
     assert isinstance(refused.value, UnknownRouter)
@@ -1059,7 +1059,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
                                                recovery_buffer_size=8),
     )
     router = mesh.start(config)
-    assert router.client_factory.settings == SessionSettings(
+    assert router.clients.native.settings == SessionSettings(
         connection_ttl_override=1500, connection_ttl_check_interval_ms=500,
         keep_alive_ms=3000, max_depth=5, max_depth_policy="drop-newest",
         recovery_buffer_size=8)
@@ -1108,7 +1108,7 @@ def test_a_stopped_router_closes_its_client_connections(tmp_path):
     """
     mesh = MemoryMesh(tmp_path)
     router = mesh.add("router-a")
-    connection = Connection(router.client_factory)
+    connection = Connection(router.clients.native)
     connection.open()
     mesh.stop("router-a")
     assert connection.aborted
