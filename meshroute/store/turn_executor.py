@@ -29,13 +29,23 @@ class TurnExecutor(TransactionRunner):
     """
     Group commit at the end of each reactor turn, on the reactor thread.
 
-    What is submitted during one reactor turn waits for the turn to end (a
-    C{callLater(0)}: it runs after the input the turn read was handled) and
-    then runs, in submission order, in one transaction (as the threaded
-    executor runs a batch: a savepoint per function, batch forms); the
-    Deferreds fire right after its COMMIT, in submission order.  What
-    their callbacks submit (a link's hand-over after an accept) goes into
-    the next turn's transaction.
+    What is submitted during one reactor turn waits for the turn to end
+    and then runs, in submission order, in one transaction (as the
+    threaded executor runs a batch: a savepoint per function, batch
+    forms); the Deferreds fire right after its COMMIT, in submission
+    order.  What their callbacks submit (a link's hand-over after an
+    accept) goes into the next turn's transaction.
+
+    The turn ends after the reactor's next pass over its sockets, not
+    before it: two C{callLater(0)}s in a row (the reactor runs a call
+    scheduled by a call on its next iteration, after polling).  A
+    transport's C{write} only buffers; the reactor sends when it polls.
+    With one C{callLater(0)} the turn's writes waited behind its fsync,
+    so an origin's early send (docs/routing.md, "Forwarding while the
+    origin's commit is in flight") left for the next hop only once the
+    origin's own commit was done: the very wait early sends take away.
+    The pass costs one poll that does not block; what arrives during it
+    joins the commit.
 
     Why on the reactor thread: a paced message is usually alone in its
     turn, and with a writer thread each of its commits costs two thread
@@ -112,14 +122,22 @@ class TurnExecutor(TransactionRunner):
         self._queue.append((kind, fn, args, d))
         if self._run_call is None:
             self._run_soon = not relaxed
-            self._run_call = self._clock.callLater(
-                self.turn_delay_s if self._run_soon else RELAXED_DELAY_S, self._run_queued)
+            self._run_call = (self._clock.callLater(0, self._turn_written) if self._run_soon
+                              else self._clock.callLater(RELAXED_DELAY_S, self._run_queued))
         elif not (relaxed or self._run_soon):
             # Relaxed functions were waiting: they go with this one.
             self._run_call.cancel()
             self._run_soon = True
-            self._run_call = self._clock.callLater(self.turn_delay_s, self._run_queued)
+            self._run_call = self._clock.callLater(0, self._turn_written)
         return d
+
+    def _turn_written(self) -> None:
+        """
+        The turn that submitted work ended; its writes go out on the
+        reactor's next pass over its sockets, and the work runs after
+        that pass (the class's docstring says why).
+        """
+        self._run_call = self._clock.callLater(self.turn_delay_s, self._run_queued)
 
     def _run_queued(self) -> None:
         """

@@ -3,9 +3,12 @@ The turn executor (L{meshroute.store.turn_executor}): group commit at the
 end of each reactor turn, on a L{task.Clock}.
 """
 
+import socket
 import sqlite3
 
+import pytest_twisted
 from twisted.internet import task
+from twisted.internet.defer import Deferred
 
 from meshroute.store import ExecutorStopped, SQLiteStore, TurnExecutor
 from meshroute.store.transactions import RELAXED_DELAY_S
@@ -112,3 +115,48 @@ def test_a_guard_that_raises_fails_the_whole_batch_and_writes_nothing(tmp_path):
     assert store.close().called
     with sqlite3.connect(str(tmp_path / "s.db")) as connection:
         assert connection.execute("SELECT msg_id FROM messages").fetchall() == [("m5",)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_turns_writes_reach_the_socket_before_its_commit(tmp_path):
+    """
+    On the real reactor, what a turn that read input writes to a transport
+    is sent before the turn's transaction runs: an origin's early send
+    leaves while its commit is in flight, not after it.  (A transport's
+    write only buffers, and the reactor sends when it next polls; with
+    the transaction scheduled by one C{callLater(0)} it ran before that
+    poll.)
+    """
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import serverFromString
+    from twisted.internet.protocol import Factory, Protocol
+
+    store = SQLiteStore(str(tmp_path / "s.db"), executor=TurnExecutor(reactor), router=ROUTER)
+    await store.open()
+    seen_in_commit = []
+    committed = Deferred()
+
+    def in_commit(connection):
+        try:
+            seen_in_commit.append(peer.recv(16))
+        except BlockingIOError:
+            seen_in_commit.append(b"")
+
+    class Forwarding(Protocol):
+        def dataReceived(self, data):
+            # What an origin does with a send: write it on, accept it.
+            self.transport.write(b"early")
+            store.executor.submit(in_commit).chainDeferred(committed)
+
+    port = await serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(
+        Factory.forProtocol(Forwarding))
+    peer = socket.create_connection(("127.0.0.1", port.getHost().port))
+    try:
+        peer.setblocking(False)
+        peer.send(b"send")
+        await committed
+        assert seen_in_commit == [b"early"]
+    finally:
+        await store.close()
+        peer.close()
+        await port.stopListening()
