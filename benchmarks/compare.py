@@ -29,7 +29,8 @@ exit 1).
   a route; the producer publishes on A, the consumer subscribes on B (no
   persistence: its "persistent" columns stay empty).
 
-What is missing is skipped with how to install it.  Everything runs on
+What is missing is installed first (apt-get as root, pip; --no-install
+skips it instead, saying how to install).  Everything runs on
 127.0.0.1 and is stopped when the script ends.  See benchmarks/README.md.
 """
 
@@ -124,6 +125,8 @@ class Options(usage.Options):
     optFlags = [
         ["quick", "q", "Smoke run: fewer messages, one throughput run per row, 100 B only."],
         ["keep", None, "Keep the directories (router and broker logs, stores)."],
+        ["no-install", None, "Skip a system that is missing instead of installing it "
+         "(apt-get, pip)."],
     ]
 
     #: The systems --systems may name (a subclass measuring others says which).
@@ -136,6 +139,7 @@ class Options(usage.Options):
             if self[key] is None:
                 self[key] = short if quick else full
         self["systems"] = [s.strip() for s in self["systems"].split(",") if s.strip()]
+        self["install"] = not self["no-install"]
         unknown = set(self["systems"]) - set(self.known_systems)
         if unknown:
             raise usage.UsageError(f"--systems: unknown {', '.join(sorted(unknown))}; "

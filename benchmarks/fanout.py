@@ -103,8 +103,6 @@ def groups() -> list[list[int]]:
 
 class Options(compare.Options):
     synopsis = "[--quick] [--systems meshroute,rabbitmq,nats] [--messages N] [...]"
-    optFlags = [["no-install", None, "Skip a broker that is missing instead of installing it "
-                 "(apt-get, pip)."]]
 
     def postOptions(self) -> None:
         quick = self["quick"]
@@ -114,7 +112,6 @@ class Options(compare.Options):
         if self["sizes"] is None:
             self["sizes"] = "100"
         super().postOptions()
-        self["install"] = not self["no-install"]
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,6 @@ class Options(compare.Options):
          "keepalive (both at once; meshroute's takes 4 to 6 minutes)."],
         ["no-load", None, "Only the dead-bridge detection."],
         ["no-detection", None, "Only the load (no dead-bridge detection)."],
-        ["no-install", None, "Skip Mosquitto when it is missing instead of installing it."],
     ]
     known_systems = SYSTEMS
 
@@ -144,7 +143,6 @@ class Options(compare.Options):
         if self["mosquitto-keepalive"] < MOSQUITTO_MIN_KEEPALIVE_S:
             raise usage.UsageError(f"--mosquitto-keepalive: Mosquitto takes at least "
                                    f"{MOSQUITTO_MIN_KEEPALIVE_S} s")
-        self["install"] = not self["no-install"]
         qos = {q.strip() for q in self["qos"].split(",") if q.strip()}
         if not qos or qos - {"0", "1"}:
             raise usage.UsageError("--qos: a comma-separated list of 0 and 1")
