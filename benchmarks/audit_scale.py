@@ -26,10 +26,16 @@ C{meshroute audit DIR --out OUT} does, and reports:
     settings): C{spark.read.json(DIR, schema=<the audit's parse
     schema>)} grouped by C{event} and counted, from the read to the
     counts in the driver; and the audit's ratio to it, the last line
-    (C{ratio to a bare scan: ...}) for the largest size.
+    (C{ratio to a bare scan: ...}) for the largest size;
+  - with --floors, what any audit of these logs must at least do, each
+    in a fresh process as the bare scan: parse every field the audit
+    reads (L{meshroute.audit.views.FIELDS_USED}), and that with the
+    per-message aggregation (L{meshroute.audit.views.message_partials}),
+    with their ratio to the bare scan.
 
     python benchmarks/audit_scale.py                     # 1, 2, 5, 10 million, 10 routers
     python benchmarks/audit_scale.py --millions 0.2      # a quick smoke run
+    python benchmarks/audit_scale.py --millions 10 10 10 --floors   # issue 31's measure
     python benchmarks/audit_scale.py --conf spark.driver.memory=4g
 
 Needs pyspark (the audit extra) and Java.  See benchmarks/README.md.
@@ -233,11 +239,30 @@ def child(directory: str, out: str, master: str, conf: list[str]) -> None:
     print(json.dumps(figures), flush=True)
 
 
-def bare_child(directory: str, master: str, conf: list[str]) -> None:
+#: The floors (C{--floors}): what reading the logs costs an audit of any
+#: design, each in a fresh process as the bare scan runs.
+FLOORS = {
+    "fields": "parse every field the audit reads (no cache, no check of the lines)",
+    "messages": "that, and aggregate the message events per message id",
+}
+
+
+def bare_child(directory: str, master: str, conf: list[str], kind: str = "scan") -> None:
     """
-    Run the bare scan of C{directory} in this process, on a Spark started
-    as L{child} starts the audit's, and print one JSON line of figures.
+    Run the bare scan of C{directory} (C{kind} C{scan}), or one of the
+    L{FLOORS}, in this process, on a Spark started as L{child} starts the
+    audit's, and print one JSON line of figures.
+
+    The bare scan (L{meshroute.audit.bare_scan}) asks Spark for the
+    C{event} column alone, so its JSON source materializes that field and
+    skips the others' values (it still reads every byte); the floors
+    write what they compute to Spark's C{noop} sink, which makes Spark
+    compute every column.
     """
+    from pyspark.sql import functions as F
+
+    from meshroute.audit import views
+    from meshroute.audit.bare_scan import bare_scan
     from meshroute.audit.job import parse_conf
     from meshroute.audit.running import start_spark
     from meshroute.audit.schema import parse_schema
@@ -249,13 +274,18 @@ def bare_child(directory: str, master: str, conf: list[str]) -> None:
     pid = jvm_pid(spark)
     jvm_cpu = cpu_seconds(pid) if pid else None
     began = time.monotonic()
-    counts = (spark.read.json(directory, schema=parse_schema())
-              .groupBy("event").count().collect())
+    rows = None
+    if kind == "scan":
+        rows = bare_scan(spark, [directory])
+    else:
+        fields = spark.read.json(directory, schema=parse_schema(views.FIELDS_USED))
+        if kind == "messages":
+            fields = views.message_partials(fields.where(F.col("event").isNotNull()))
+        fields.write.format("noop").mode("overwrite").save()
     seconds = time.monotonic() - began
     if jvm_cpu is not None:
         jvm_cpu = cpu_seconds(pid) - jvm_cpu
-    figures = {"bare_s": seconds, "bare_jvm_cpu_s": jvm_cpu,
-               "bare_rows": sum(row["count"] for row in counts)}
+    figures = {"bare_s": seconds, "bare_jvm_cpu_s": jvm_cpu, "bare_rows": rows}
     spark.stop()
     print(json.dumps(figures), flush=True)
 
@@ -281,7 +311,8 @@ def run_child(mode: str, args: list[str], log: str, what: str) -> dict:
     return json.loads(lines[-1])
 
 
-def measure(millions: float, routers: int, master: str, conf: list[str], base: str) -> dict:
+def measure(millions: float, routers: int, master: str, conf: list[str], base: str,
+            floors: bool = False) -> dict:
     from support.event_generator import write_bulk
 
     events = int(millions * 1_000_000)
@@ -297,9 +328,14 @@ def measure(millions: float, routers: int, master: str, conf: list[str], base: s
     figures = run_child("_child", [directory, out, master, *conf_args],
                         os.path.join(base, f"audit-{events}.stderr"), f"audit of {events} events")
     wall_s = time.monotonic() - began
-    figures |= run_child("_bare", [directory, master, *conf_args],
+    figures |= run_child("_bare", [directory, master, "scan", *conf_args],
                          os.path.join(base, f"bare-{events}.stderr"),
                          f"bare scan of {events} events")
+    figures["floors"] = {
+        kind: run_child("_bare", [directory, master, kind, *conf_args],
+                        os.path.join(base, f"floor-{kind}-{events}.stderr"),
+                        f"floor {kind} of {events} events")
+        for kind in (FLOORS if floors else ())}
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
     messages = summary["messages"]
@@ -345,6 +381,10 @@ def main() -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (local[*])")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the audit (repeatable)")
+    parser.add_argument("--floors", action="store_true",
+                        help="also time the floors, each in a fresh process: parsing "
+                             "every field the audit reads, and that with the "
+                             "per-message aggregation")
     parser.add_argument("--dir", default=None,
                         help="where to write the logs (default: a temporary directory; "
                              "kept when given, and the failed runs' stderr with it)")
@@ -360,7 +400,7 @@ def main() -> None:
     row = None
     try:
         for millions in args.millions:
-            row = measure(millions, args.routers, args.master, args.conf, base)
+            row = measure(millions, args.routers, args.master, args.conf, base, args.floors)
             print(f"{row['events']:>11,} {row['size_mb']:>7.0f} {row['generate_s']:>11.1f} "
                   f"{row['spark_start_s']:>14.1f} {row['audit_s']:>8.1f} "
                   f"{row['events'] / row['audit_s']:>10,.0f} {row['python_peak_mb']:>11.0f} "
@@ -371,6 +411,10 @@ def main() -> None:
                   flush=True)
             print(f"{'':>11} steps (s): {row['steps']}", flush=True)
             print_stages(row)
+            for kind, floor in row["floors"].items():
+                print(f"{'':>11} floor, {FLOORS[kind]}: {floor['bare_s']:.1f} s, "
+                      f"{floor['bare_jvm_cpu_s'] or 0:.1f} JVM CPU s, "
+                      f"{floor['bare_s'] / row['bare_s']:.2f}x the bare scan", flush=True)
             if not row["correct"]:
                 print(f"  found {row['found']}\n  expected {row['expected']}", flush=True)
         if row is not None:
@@ -389,8 +433,8 @@ if __name__ == "__main__":
         conf = [rest[i + 1] for i in range(3, len(rest) - 1, 2) if rest[i] == "--conf"]
         child(directory, out, master, conf)
     elif len(sys.argv) > 1 and sys.argv[1] == "_bare":
-        directory, master = sys.argv[2:4]
-        conf = [sys.argv[i + 1] for i in range(4, len(sys.argv) - 1, 2) if sys.argv[i] == "--conf"]
-        bare_child(directory, master, conf)
+        directory, master, kind = sys.argv[2:5]
+        conf = [sys.argv[i + 1] for i in range(5, len(sys.argv) - 1, 2) if sys.argv[i] == "--conf"]
+        bare_child(directory, master, conf, kind)
     else:
         main()

@@ -13,7 +13,9 @@ development machine has two cores).  L{StandaloneCluster} starts them,
 waits until every worker has registered, and stops all it started, in
 reverse order, whatever happens.
 
-The audit runs unchanged with C{--master spark://127.0.0.1:PORT}.  Its
+The audit runs unchanged with C{--master spark://127.0.0.1:PORT}; after a
+batch audit, the bare scan of the same logs (L{meshroute.audit.bare_scan})
+runs on the same cluster, and the audit's ratio to it is printed last.  Its
 executors run only Spark's own code (the job has no Python UDF), but
 whatever Python the job may ship is shipped the documented way: this
 package as a zip in C{spark.submit.pyFiles} (L{package_zip}), so an
@@ -21,6 +23,7 @@ executor can import it.
 """
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -29,6 +32,8 @@ import sys
 import tempfile
 import time
 import zipfile
+
+from meshroute.audit.running import EXIT_BROKEN_PROMISES, EXIT_OK
 
 #: How long the master and the workers have to come up.
 START_TIMEOUT_S = 120.0
@@ -204,6 +209,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work-dir", default=None,
                         help="where the cluster's logs go (default: a temporary directory)")
+    parser.add_argument("--no-bare-scan", action="store_true",
+                        help="do not time a bare scan of the same logs after the audit "
+                             "(by default the audit's ratio to it is printed last)")
     parser.add_argument("audit", nargs=argparse.REMAINDER,
                         help="-- then the arguments of meshroute audit")
     args = parser.parse_args(argv)
@@ -214,14 +222,54 @@ def main(argv=None) -> int:
     with StandaloneCluster(work_dir, args.workers) as cluster:
         sys.stderr.write(f"Spark standalone cluster {cluster.url}, {args.workers} worker(s); "
                          f"logs in {work_dir}\n")
-        audit = subprocess.Popen([sys.executable, "-m", "meshroute.audit", *audit_args,
-                                  *cluster.audit_args()])
-        try:
-            return audit.wait()
-        finally:
-            if audit.poll() is None:
-                audit.terminate()
-                audit.wait()
+        status = run_to_end([sys.executable, "-m", "meshroute.audit", *audit_args,
+                             *cluster.audit_args()])
+        if status in (EXIT_OK, EXIT_BROKEN_PROMISES) and not args.no_bare_scan:
+            print_ratio(audit_args, cluster)
+        return status
+
+
+def run_to_end(command: list[str], stdout=None) -> int:
+    """
+    Run C{command}; stop it if this process is stopped meanwhile.
+    """
+    process = subprocess.Popen(command, stdout=stdout)
+    try:
+        return process.wait()
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait()
+
+
+def print_ratio(audit_args: list[str], cluster: StandaloneCluster) -> None:
+    """
+    Run the bare scan (L{meshroute.audit.bare_scan}) of the batch audit's
+    inputs on the same cluster, and print the audit's ratio to it, as
+    C{benchmarks/audit_scale.py} prints it for local mode: the audit's
+    own time (reading to report.html, from its summary.json) against the
+    scan's.
+    """
+    from meshroute.audit.job import settings_from_args
+
+    settings = settings_from_args(audit_args)
+    if settings.follow:
+        # A streaming audit's micro-batches have their own figure
+        # (benchmarks/audit_follow.py); its run has no one time to give.
+        return
+    with open(os.path.join(settings.out, "summary.json")) as f:
+        summary = json.load(f)
+    with tempfile.TemporaryFile("w+") as out:
+        if run_to_end([sys.executable, "-m", "meshroute.audit.bare_scan", *settings.inputs,
+                       *cluster.audit_args()], stdout=out):
+            sys.stderr.write("the bare scan failed: no ratio\n")
+            return
+        out.seek(0)
+        scan = json.loads(out.read().splitlines()[-1])
+    audit_s = summary["audit"]["elapsed_s"]
+    print(f"ratio to a bare scan: {audit_s / scan['seconds']:.2f}x (audit {audit_s:.1f} s, "
+          f"bare scan {scan['seconds']:.1f} s, {summary['inputs']['lines']:,} events)",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ the batch audit's; every process started is stopped.
 """
 
 import json
+import re
 import subprocess
 import sys
 
@@ -60,6 +61,29 @@ def test_batch_and_streaming_audits_on_a_standalone_cluster(spark, cluster, tmp_
     streamed = json.loads((tmp_path / "streamed" / "summary.json").read_text())
     assert streamed["audit"]["master"] == cluster.url
     assert figures(streamed) == figures(local_summary)
+
+
+def test_the_ratio_to_a_bare_scan_is_printed_on_the_cluster(cluster, tmp_path, capsys):
+    """
+    As C{make audit-cluster} ends: the audit's ratio to a bare scan of
+    the same logs on the same cluster.
+    """
+    from meshroute.audit.standalone import print_ratio
+
+    logs = rotated_synthetic(tmp_path, per_file=200)
+    audit_args = [str(logs), "--out", str(tmp_path / "out"), "--quiet"]
+    on_cluster = subprocess.run(
+        [sys.executable, "-m", "meshroute.cli", "audit", *audit_args, *cluster.audit_args()],
+        env=router_env(), capture_output=True, text=True, timeout=DEADLINE_S)
+    assert on_cluster.returncode == EXIT_BROKEN_PROMISES, on_cluster.stderr[-3000:]
+    print_ratio(audit_args, cluster)
+    line = capsys.readouterr().out.splitlines()[-1]
+    ratio = re.fullmatch(r"ratio to a bare scan: (\d+\.\d\d)x \(audit ([\d.]+) s, "
+                         r"bare scan ([\d.]+) s, ([\d,]+) events\)", line)
+    assert ratio, line
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert int(ratio[4].replace(",", "")) == summary["inputs"]["lines"]
+    assert float(ratio[2]) == round(summary["audit"]["elapsed_s"], 1)
 
 
 #: Where an executor's Python finds meshroute: printed by a one-task job.
