@@ -25,7 +25,10 @@ one (L{StateTables.previous}).  Two kinds of table:
    messages: C{routes} (per route, L{meshroute.audit.views.message_counts}),
    C{latency} (per route, the count of each latency value), C{windows}
    (per route and window still open, the same) and C{problems} (their
-   L{meshroute.audit.views.message_problems} rows).
+   L{meshroute.audit.views.message_problems} rows); of each, a batch
+   keeps its own and the one before it, the one a batch run again after
+   a crash reads (L{StateTables.prune}), so they take the room of two
+   tables, however long the run.
 
 A message settles when its fate no longer waits on time, i.e. it is
 neither in flight nor unobserved nor without a known destination, and
@@ -227,7 +230,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         if previous is not None:
             new = new.unionByName(state.read(name, previous))
         merged = combine(new, keys, combiners)
-        state.write(name, batch_id, merged)
+        state.replace(name, batch_id, merged)
         return keep(state.read(name, batch_id))
 
     router_counts = cumulative("routers", views.router_counts(events), ["router"],
@@ -288,11 +291,11 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         back_open = back.select(*WINDOW).join(closes, WINDOW, "left_anti")
         closed_slice = closed_slice.unionByName(back_open.withColumn("closed", F.lit(False)),
                                                 allowMissingColumns=True)
-    state.write("routes", batch_id, totals.counts)
-    state.write("latency", batch_id, totals.latency)
-    state.write("windows", batch_id, windows.join(closes, WINDOW, "left_anti"))
+    state.replace("routes", batch_id, totals.counts)
+    state.replace("latency", batch_id, totals.latency)
+    state.replace("windows", batch_id, windows.join(closes, WINDOW, "left_anti"))
     state.write("closed_windows", batch_id, closed_slice)
-    state.write("problems", batch_id, problems)
+    state.replace("problems", batch_id, problems)
     if any(row["topic_events"] for row in split_rows):
         topics = topic_state.advance(state, batch_id, events, small, router_view, until, grace,
                                      keep)
@@ -300,7 +303,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         topics = topic_views.empty_like(spark, topic_views.topic_tables(
             events, small, topic_views.copy_fates(topic_views.copy_partials(events),
                                                   router_view, grace)))
-    state.write("open", batch_id, still_open)
+    state.replace("open", batch_id, still_open)
 
     settled = Contributions(state.read("routes", batch_id), state.read("latency", batch_id),
                             state.read("windows", batch_id))
@@ -329,6 +332,7 @@ def advance(spark, parsed: DataFrame, batch_id: int, settings, progress) -> Batc
         raise
     malformed = state.read_all("malformed", batch_id + 1).drop("batch")
     frames.update(small_views(small, starts, boots, all_splits, malformed, names, settings))
+    state.prune(batch_id)
     frames.update(topics)
     return BatchViews(frames=frames, totals=views.with_latency(total_counts, total_latency, []),
                       ha_totals=views.ha_totals(small), split_rows=split_rows, lines=lines,

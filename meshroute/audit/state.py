@@ -67,6 +67,8 @@ class StateTables:
         self.spark = spark
         self.out = out
         self.base = f"{out.rstrip('/')}/state"
+        # The cumulative tables written through this object (L{replace}).
+        self._replaced: set[str] = set()
 
     def path(self, name: str, batch_id: int) -> str:
         return f"{self.base}/{name}/batch={batch_id}"
@@ -112,7 +114,35 @@ class StateTables:
                 f"start")
 
     def write(self, name: str, batch_id: int, frame: DataFrame) -> None:
+        """
+        Write batch C{batch_id}'s slice of appended table C{name}: every
+        slice is kept (L{read_all}).
+        """
         frame.write.mode("overwrite").parquet(self.path(name, batch_id))
+
+    def replace(self, name: str, batch_id: int, frame: DataFrame) -> None:
+        """
+        Write cumulative table C{name} as of batch C{batch_id}: each
+        batch's is the whole table, so L{prune} keeps the newest two.
+        """
+        self.write(name, batch_id, frame)
+        self._replaced.add(name)
+
+    def prune(self, batch_id: int) -> None:
+        """
+        Of each cumulative table this micro-batch wrote (L{replace}),
+        delete the slices older than the two newest up to C{batch_id}:
+        a day-long run keeps one table's worth of each, not one per
+        micro-batch.  The one before C{batch_id}'s stays because Spark
+        runs a micro-batch again when the process died before its
+        commit, and that run reads it (L{previous}).
+        """
+        jvm = self.spark.sparkContext._jvm
+        for name in sorted(self._replaced):
+            for old in [b for b in self.batches(name) if b <= batch_id][:-2]:
+                path = jvm.org.apache.hadoop.fs.Path(self.path(name, old))
+                path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).delete(
+                    path, True)
 
     def read(self, name: str, batch_id: int) -> DataFrame:
         return self.spark.read.parquet(self.path(name, batch_id))

@@ -112,10 +112,10 @@ def advance(state: StateTables, batch_id: int, events: DataFrame, others: DataFr
     if folded.reopened is not None:
         totals = totals.plus(TopicCounts.of(fates_of(folded.reopened), periods), sign=-1)
     for name, table in COUNT_TABLES.items():
-        state.write(table, batch_id, getattr(totals, name))
-    state.write("topic_problems", batch_id, problems)
-    state.write("fan_out_counts", batch_id, fan_outs)
-    state.write("copies_open", batch_id, folded.still_open)
+        state.replace(table, batch_id, getattr(totals, name))
+    state.replace("topic_problems", batch_id, problems)
+    state.replace("fan_out_counts", batch_id, fan_outs)
+    state.replace("copies_open", batch_id, folded.still_open)
 
     settled = TopicCounts(*[keep(state.read(COUNT_TABLES[name], batch_id))
                             for name in ("per_period", "links", "routers")])

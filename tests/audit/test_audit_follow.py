@@ -154,6 +154,13 @@ def test_each_micro_batch_agrees_with_the_batch_audit_and_keeps_only_open_messag
     assert max(sizes) < seen
     assert streaming.summary["messages"]["duplicated"] == 3
     assert state_rows(spark, streamed, "settled", len(groups) - 1) == 1, "settled again"
+    # A day-long run keeps two of each cumulative table, a slice per batch
+    # of each appended one.
+    tables = state.StateTables(spark, str(streamed))
+    for name in ("routers", "boots", "open", "routes", "latency", "windows", "problems"):
+        assert tables.batches(name) == [1, 2], name
+    for name in ("files", "events", "settled", "closed_windows"):
+        assert tables.batches(name) == [0, 1, 2], name
 
 
 @pytest.mark.timeout(2400)
