@@ -264,7 +264,8 @@ def test_line_delivers_ten_thousand_exactly_once_in_order(mesh):
 def test_line_survives_sigkill_of_the_middle_router(mesh, b_returns):
     """
     B is killed with SIGKILL once C has taken some of the stream and not
-    all of it, then restarted; every message arrives exactly once, in
+    all of it, and A holds messages B has not acknowledged (B is frozen
+    until A does, then killed), then restarted; every message arrives exactly once, in
     order.
 
     within-reroute-delay: B is back before A's reroute-delay (60 s here)
@@ -278,15 +279,21 @@ def test_line_survives_sigkill_of_the_middle_router(mesh, b_returns):
     reroute_delay = "60s" if b_returns == "within-reroute-delay" else REROUTE_DELAY
     a_proc, b_proc, c_proc = _line(mesh, routing={"reroute-delay": reroute_delay})
     consumer = mesh.start_receive(c_proc, QUEUE, count, STREAM_TIMEOUT_S)
-    producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count)
+    # Paced, so that the stream is still flowing into A when B dies: on a
+    # fast host an unpaced producer is done, and B has acknowledged all of
+    # it, before C's consumer has printed its first 1,500.
+    producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count, "--rate", "2500")
 
     at_kill = _wait_progress(consumer, 1500)
+    # What the test is about: B dies while A holds messages it sent B and
+    # has not heard acknowledged.  Frozen first, B acknowledges nothing
+    # more, so that is certain when the SIGKILL lands.
+    b_proc.sigstop()
+    a_proc.wait_for(lambda: a_proc.store_counts().get("outbox", 0) > 0,
+                    what="router-a to hold messages router-b did not acknowledge")
     b_proc.sigkill()
     before_restart = consumer.count()
     assert before_restart < count, "the stream was over before B died: kill it sooner"
-    # What the test is about: A had sent B messages it had not heard
-    # acknowledged yet.
-    assert a_proc.store_counts().get("outbox", 0) > 0, a_proc.store_counts()
     a_proc.wait_event("link.closed", peer="router-b", stage="delivery")
     c_proc.wait_event("link.closed", peer="router-b", stage="delivery")
     if b_returns == "after-reroute":
