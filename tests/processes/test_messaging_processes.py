@@ -321,7 +321,9 @@ def test_line_survives_sigstop_of_the_middle_router(mesh):
     count = 10_000
     a_proc, b_proc, c_proc = _line(mesh, keepalive_interval=KEEPALIVE_INTERVAL_MS)
     consumer = mesh.start_receive(c_proc, QUEUE, count, STREAM_TIMEOUT_S)
-    producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count)
+    # Paced, so that A still has messages to send B once B is frozen (see
+    # the SIGKILL test above).
+    producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count, "--rate", "2500")
 
     _wait_progress(consumer, 1500)
     b_proc.sigstop()
