@@ -248,24 +248,31 @@ def test_an_active_cut_from_its_backup_runs_alone_and_a_stale_backup_never_takes
             return cut[-1].port
         return None
 
-    # Enough that the producer is still sending when the epoch is bumped.
+    # Paced, so that the producer is still sending when the epoch is
+    # bumped (about a replication-timeout after the cut) on any host: 4 s.
     count = 2000
     primary_spec, backup_spec = mesh.pair("router-f", [witness], via=pair_link, **HA)
     witness, primary, backup, epoch = start_pair(mesh, witness, primary_spec, backup_spec)
-    sender = mesh.start_send(primary, "orders@router-f", count, "--duplicate-id-prefix", "p-")
+    sender = mesh.start_send(primary, "orders@router-f", count, "--duplicate-id-prefix", "p-",
+                             "--rate", "500")
     primary.wait_for(lambda: primary.queue_depth("orders") >= 50, timeout=30,
                      what="sends confirmed by the primary")
     for proxy in cut:
         proxy.cut()
     cut_at = time.time()
+    assert sender.poll() is None, "the stream was over before the cut: cut it sooner"
 
     alone = primary.wait_ha("active-alone", timeout=10)
     assert alone["epoch"] > epoch
     assert sender.wait(60) == 0, sender.stderr
     bumped_at = primary.events("ha.epoch", epoch=alone["epoch"], mode="alone")[0]["time"]
-    # Held from the cut (give what the backup acknowledged just before it
-    # a moment to arrive) to the epoch bump; confirmed again after it.
-    assert accepted_between(primary, cut_at + 0.2, bumped_at) == []
+    # Held from the cut to the epoch bump: what was confirmed in between is
+    # what the backup had acknowledged before the cut (its acknowledgements
+    # may reach the primary a moment after it, later on a loaded host);
+    # confirmed again after the bump.
+    held = {m["msg_id"] for m in backup.stored_messages()}
+    in_the_cut = {e["msg_id"] for e in accepted_between(primary, cut_at, bumped_at)}
+    assert in_the_cut <= held, sorted(in_the_cut - held)[:5]
     assert accepted_between(primary, bumped_at, time.time() + 1)
     assert backup.ha()["state"] not in ACTIVE
 
@@ -335,10 +342,12 @@ def test_one_process_of_two_colocated_pairs_killed_the_other_serves_both_routers
         "send", "--connect", instances[f"{router}/primary"].spec.client_endpoint,
         "--connect", instances[f"{router}/backup"].spec.client_endpoint,
         "--to", f"orders@{router}", "--count", str(count), "--duplicate-id-prefix",
-        f"{router}-", "--reconnect-attempts", "-1", "--retry-interval", "100"])
+        f"{router}-", "--reconnect-attempts", "-1", "--retry-interval", "100",
+        "--rate", "200"])  # 1.5 s: the kill lands while they send
         for router in ("router-h", "router-i")]
     one.wait_for(lambda: one.queue_depth("orders") >= count // 3, timeout=60,
                  what="a third of router-h's messages on its primary")
+    assert senders[0].poll() is None, "the stream was over before the kill: kill it sooner"
     killed_at = time.monotonic()
     one.sigkill()
     h_now = instances["router-h/backup"]

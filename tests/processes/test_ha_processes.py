@@ -16,6 +16,9 @@ FAILOVER_BOUND_S = 3.0 + 2 * 0.5 + 1.0
 #: active, at most (issue 28; Artemis fails over "straight away").
 FIRST_ATTEMPT_BOUND_S = 0.2
 COUNT = 300
+#: The senders' pace: the stream lasts 1.5 s, so that a kill at a third of
+#: it lands while it goes on, however fast the host.
+RATE = 200
 QUEUE = "orders@router-b"
 
 
@@ -50,9 +53,10 @@ def test_sigkill_of_the_active_under_load_loses_and_doubles_nothing(mesh):  # no
         "send", "--connect", primary.spec.client_endpoint,
         "--connect", backup.spec.client_endpoint, "--to", QUEUE, "--count", str(COUNT),
         "--duplicate-id-prefix", "order-", "--reconnect-attempts", "-1",
-        "--retry-interval", "100"])
+        "--retry-interval", "100", "--rate", str(RATE)])
     primary.wait_for(lambda: primary.queue_depth("orders") >= COUNT // 3, timeout=60,
                      what="a third of the messages on the primary")
+    assert sender.poll() is None, "the stream was over before the kill: kill it sooner"
     killed_at = time.monotonic()
     primary.sigkill()
     backup.wait_for(lambda: backup.info().get("serving"), timeout=FAILOVER_BOUND_S + 5,
@@ -185,16 +189,20 @@ def test_the_far_consumer_gets_every_message_once_across_a_sigkill(mesh):  # noq
         "send", "--connect", primary.spec.client_endpoint,
         "--connect", backup.spec.client_endpoint, "--to", "far@router-c",
         "--count", str(COUNT), "--duplicate-id-prefix", "far-", "--reconnect-attempts", "-1",
-        "--retry-interval", "100"])
+        "--retry-interval", "100", "--rate", str(RATE)])
     router_c.wait_for(lambda: receiver.count() >= COUNT // 3, timeout=60,
                       what="a third of the messages at the far consumer")
+    assert sender.poll() is None, "the stream was over before the kill: kill it sooner"
     primary.sigkill()
     assert sender.wait(120) == 0, sender.stderr
     assert receiver.wait(120) == 0, receiver.stderr
     bodies = [message["body"] for message in receiver.messages()]
     assert sorted(bodies) == sorted(f"message {n}" for n in range(1, COUNT + 1))
-    router_c.wait_for(lambda: backup.queue_depth("far") == 0 and
-                      router_c.queue_depth("far") == 0, timeout=10,
+    # Nothing enqueued twice: nothing more waits at the new active for
+    # router-c, nor on the way there, and router-c's queue is empty.
+    backup.wait_for(lambda: not {"backlog", "outbox"} & set(backup.store_counts()),
+                    timeout=10, what="the new active's backlog and outbox to empty")
+    router_c.wait_for(lambda: router_c.queue_depth("far") == 0, timeout=10,
                       what="nothing left over (nothing enqueued twice)")
 
 

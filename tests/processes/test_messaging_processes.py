@@ -582,8 +582,11 @@ def test_non_persistent_messages_may_be_lost_but_never_doubled(mesh):
     count = 10_000
     a_proc, b_proc, c_proc = _line(mesh)
     consumer = mesh.start_receive(c_proc, QUEUE, None, 2 * STREAM_TIMEOUT_S)
-    producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count, "--non-persistent")
+    # Paced (2 s in all), so that B dies in the middle of the stream.
+    producer = mesh.start_send(a_proc, f"{QUEUE}@router-c", count, "--non-persistent",
+                               "--rate", "5000")
     _wait_progress(consumer, 500)
+    assert producer.poll() is None, "the stream was over before B died: kill it sooner"
     b_proc.sigkill()
     a_proc.wait_event("link.closed", peer="router-b", stage="delivery")
     _finish_send(producer)

@@ -41,6 +41,7 @@ from meshroute.mqtt.persistence import durable_client_id, durable_name
 from meshroute.router.topic_subscriptions import durable_queue
 
 from support.mqtt_clients import mqtt_router, paho_client, stop, subscribe
+from support.pacing import paced
 from support.routers import REPO_ROOT, mesh, wait_until  # noqa: F401 (mesh: a fixture)
 from support.stomp_clients import TIMEOUT_S, connect
 from support.topic_subscriber import native_topic_subscriber
@@ -181,7 +182,8 @@ def _a_persistent_session_away_through_a_sigkill(mesh, a, b, b_proc) -> None:  #
     infos = []
 
     def publish() -> None:
-        for i in range(AWAY_COUNT):
+        # Paced (2 s in all): router-b dies while router-a still takes them.
+        for i in paced(AWAY_COUNT, 1000):
             infos.append(publisher.publish(f"orders/{i % 7}", b"%d" % i, qos=1))
 
     flowing = threading.Thread(target=publish, name="publisher", daemon=True)

@@ -138,9 +138,11 @@ def test_short_cuts_are_invisible(mesh, proxies):
         "receive", "--connect", to_consumer.endpoint, "--queue", QUEUE, "--json",
         "--count", str(n), "--timeout", str(STREAM_TIMEOUT_S), *RECONNECT, *WINDOW])
     router.wait_event("session.opened", count=1)
+    # Paced (5 s in all), so that both still stream at the second cut on
+    # a fast host too.
     producer = mesh._client("send", [
         "send", "--connect", to_producer.endpoint, "--to", QUEUE, "--count", str(n),
-        *RECONNECT, *WINDOW])
+        "--rate", "8000", *RECONNECT, *WINDOW])
 
     for cut, threshold in enumerate((n // 10, n // 4)):
         # Cut while both stream: the producer is faster than the consumer,
@@ -191,8 +193,8 @@ def test_long_cut_recreates_sessions(mesh, proxies):
     duplicate ids: every message is enqueued exactly once and received;
     one received twice was flagged redelivered the second time.
     """
-    # Large enough that the producer is still sending when the cut comes
-    # early in the stream, however fast it runs.
+    # Paced (4 s in all), so that the producer is still sending when the
+    # cut comes early in the stream, however fast the host.
     n = 20_000
     router, = mesh.start(_router(mesh, keep_alive="1s"))
     to_producer = proxies(router.spec.client_port)
@@ -203,7 +205,7 @@ def test_long_cut_recreates_sessions(mesh, proxies):
     router.wait_event("session.opened", count=1)
     producer = mesh._client("send", [
         "send", "--connect", to_producer.endpoint, "--to", QUEUE, "--count", str(n),
-        "--duplicate-id-prefix", "p-", *RECONNECT, *WINDOW])
+        "--duplicate-id-prefix", "p-", "--rate", "5000", *RECONNECT, *WINDOW])
 
     wait_until(lambda: consumer.count() >= 200 or consumer.poll() is not None,
                STREAM_TIMEOUT_S, what="the stream to be flowing")
@@ -264,10 +266,12 @@ def test_router_sigkill_during_sends_enqueues_once(mesh):
     spec = _router(mesh)
     router, = mesh.start(spec)
     producer = mesh.start_send(router, QUEUE, n, "--duplicate-id-prefix", "k-",
-                               *RECONNECT, *WINDOW)
+                               "--rate", "4000", *RECONNECT, *WINDOW)
     # Both kills come early (at a tenth and a quarter), so that however
     # late the log shows the enqueues on a loaded machine, the producer
-    # still has three quarters of its sends to make at the second.
+    # still has three quarters of its sends to make at the second; and it
+    # is paced (3 s in all), so that a fast host has not sent them all
+    # between two reads of the log.
     for threshold in (n // 10, n // 4):
         wait_until(lambda: len(router.events("message.enqueued")) >= threshold
                    or producer.poll() is not None, STREAM_TIMEOUT_S,

@@ -25,6 +25,7 @@ from collections import Counter
 
 from support.routers import (  # noqa: F401 (mesh is a fixture)
     mesh, run_cli, wait_until)
+from support.pacing import paced
 from support.stomp_clients import TIMEOUT_S, connect, readme_example, stomp_router
 from support.topic_subscriber import native_topic_subscriber
 
@@ -119,7 +120,8 @@ def _a_durable_subscriber_through_a_sigkill(mesh, a, b, b_proc) -> None:  # noqa
     publisher, sent = connect(a)
 
     def publish() -> None:
-        for i in range(DURABLE_COUNT):
+        # Paced (2.5 s in all): router-b dies while the flow still goes on.
+        for i in paced(DURABLE_COUNT, 2000):
             if i >= WINDOW:
                 wait_until(lambda: len(sent.receipts) > i - WINDOW, BULK_TIMEOUT_S,
                            what=f"receipts up to order {i - WINDOW}")
