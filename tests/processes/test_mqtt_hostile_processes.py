@@ -30,8 +30,6 @@ import re
 import threading
 from collections import Counter
 
-import paho.mqtt.client as mqtt
-
 from meshroute.mqtt import packets as p
 
 from support.hostile_clients import Flooder, Slowloris, Thrower, rss

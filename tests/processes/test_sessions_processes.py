@@ -30,7 +30,7 @@ from meshroute.wire import client_frames as f
 from meshroute.wire.codec import FrameDecoder, encode
 
 from support.proxy import TcpProxy
-from support.routers import mesh, router_env, tail, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import mesh, router_env, wait_until  # noqa: F401 (mesh is a fixture)
 
 QUEUE = "q"
 KEEP_ALIVE = "3s"

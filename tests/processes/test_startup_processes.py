@@ -20,7 +20,7 @@ from meshroute.stomp.settings import DEFAULT_WEBSOCKET_PATH
 from meshroute.wire import client_frames as f
 from meshroute.wire import frames
 from meshroute.wire.codec import FrameDecoder, encode
-from support.routers import mesh, wait_until  # noqa: F401 (mesh is a fixture)
+from support.routers import mesh  # noqa: F401 (mesh is a fixture)
 
 #: How long a held connection may wait for its answer, on a loaded machine.
 ANSWER_TIMEOUT_S = 30.0
