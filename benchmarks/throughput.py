@@ -180,6 +180,9 @@ class Options(usage.Options):
     optFlags = [
         ["quick", "q", "Smoke run: 1 hop, 100 B, all three modes, fewer messages."],
         ["no-latency", None, "Skip the latency runs."],
+        ["py-spy-gil", None, "With --py-spy: only the samples of a thread holding the GIL "
+         "(py-spy --gil): the router's Python work, without its waits and what runs "
+         "outside the interpreter (SQLite, the kernel)."],
         ["no-throughput", None, "Skip the throughput runs."],
         ["keep", None, "Keep the mesh directories (logs, event logs, stores)."],
         ["wakeups", None, "Count each router's system calls, futex wake-ups and context "
@@ -212,6 +215,8 @@ class Options(usage.Options):
                 os.path.dirname(sys.executable), "py-spy")
             if not os.access(self["py-spy-binary"], os.X_OK):
                 raise usage.UsageError("--py-spy: no py-spy found (pip install py-spy)")
+        elif self["py-spy-gil"]:
+            raise usage.UsageError("--py-spy-gil goes with --py-spy DIR")
         if self["wakeups"]:
             self["perf-binary"] = shutil.which("perf")
             if not self["perf-binary"]:
@@ -687,8 +692,9 @@ def start_profilers(options, row: Row, mesh: Mesh, kind: str) -> list[subprocess
     py-spy recording every router of C{mesh} (--py-spy) during a C{kind} run.
     """
     extension = {"flamegraph": "svg", "raw": "txt"}.get(options["py-spy-format"], "json")
+    gil = ["--gil"] if options["py-spy-gil"] else []
     return [subprocess.Popen(
-        [options["py-spy-binary"], "record", "--pid", str(router.proc.pid), "--threads",
+        [options["py-spy-binary"], "record", "--pid", str(router.proc.pid), "--threads", *gil,
          "--rate", "250", "--format", options["py-spy-format"],
          "-o", os.path.join(options["py-spy"], f"{row.id}-{kind}-{router.name}.{extension}")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
