@@ -633,6 +633,16 @@ class RouterProcess:
         finally:
             connection.close()
 
+    def wait_nothing_in_flight(self, timeout: float = 10.0) -> None:
+        """
+        Wait until this router's store holds nothing that waits for a route
+        or for a neighbour's acknowledgement (no backlog, no outbox): what
+        it took is in its queues or handed on for good, so no copy of it
+        can still turn up downstream.
+        """
+        self.wait_for(lambda: not {"backlog", "outbox"} & set(self.store_counts()),
+                      timeout=timeout, what=f"{self.spec.label}'s backlog and outbox to empty")
+
     def stored_messages(self) -> list[dict]:
         """
         Every message in this router's store (running, stopped or dead),
