@@ -206,6 +206,14 @@ def producer_order(outcome, promise: str | None = ORDER_PROMISE) -> list[Violati
     return violations
 
 
+def _other_incarnation(one, other) -> bool:
+    """
+    Whether C{one} and C{other}, the C{(router, epoch)} that accepted two
+    publications, are two incarnations of one router's store.
+    """
+    return one is not None and other is not None and one[0] == other[0] and one[1] != other[1]
+
+
 def topic_promises(outcome) -> list[Violation]:
     """
     What docs/topics.md promises a subscription: a durable one gets every
@@ -219,8 +227,12 @@ def topic_promises(outcome) -> list[Violation]:
     reachable router's interest as that router advertises it, and the
     same retained messages as every other.
     Excused: a durable subscription whose router was restarted with an
-    empty data dir (it went with the disk), and a publication any copy
-    of which went with a disk or was dropped for C{max-backlog}.
+    empty data dir (it went with the disk), a publication any copy
+    of which went with a disk or was dropped for C{max-backlog}, and,
+    as in L{exactly_once}, one body twice as two publications that
+    different incarnations of their origin's store accepted (a send
+    retried with its duplicate id after the first was accepted and the
+    store, the id with it, was wiped).
     """
     violations = [Violation("interest", line) for line in outcome.interest[:3]]
     violations += [Violation("retained", line) for line in outcome.retained[:3]]
@@ -232,18 +244,40 @@ def topic_promises(outcome) -> list[Violation]:
              if record["event"] == "message.dropped" and record["reason"] == "max-backlog"}
     published = {a.msg_id: a for a in outcome.attempts
                  if a.address.startswith(TOPIC_PREFIX) and a.outcome == "confirmed"}
+    # Which incarnation of which store accepted each publication.
+    accepted = {}
+    for router, epoch, record in outcome.events:
+        if record["event"] == "message.accepted":
+            accepted.setdefault(record["msg_id"], (router, epoch))
     by_subscriber = defaultdict(list)
     for delivery in outcome.deliveries:
         by_subscriber[delivery.consumer].append(delivery)
     for name, subscription in sorted(outcome.subscriptions.items()):
         deliveries = by_subscriber.get(name, [])
         first = {}
+        earlier = defaultdict(list)
         for delivery in deliveries:
             key = delivery.body.decode()
-            if key in first and not delivery.redelivered:
+            # A subscription's copy is PUBLICATION/QUEUE@ROUTER, a retained
+            # one given again PUBLICATION~MS/QUEUE@ROUTER.
+            publication = delivery.msg_id.split("/", 1)[0].split("~", 1)[0]
+            incarnation = accepted.get(publication)
+            for other, other_publication in earlier[key]:
+                if other_publication == publication:
+                    if delivery.redelivered:
+                        continue
+                    how = "unflagged"
+                elif _other_incarnation(incarnation, accepted.get(other_publication)):
+                    # Accepted again by a new store of its origin: its
+                    # duplicate id went with the old one's disk.
+                    continue
+                else:
+                    how = f"as another publication ({other_publication}, {publication})"
                 violations.append(Violation(
-                    "topic-twice", f"{name} got {key} at t={first[key]:.2f} and again, "
-                    f"unflagged, at t={delivery.at:.2f}"))
+                    "topic-twice", f"{name} got {key} at t={other.at:.2f} and again, "
+                    f"{how}, at t={delivery.at:.2f}"))
+                break
+            earlier[key].append((delivery, publication))
             first.setdefault(key, delivery.at)
         if subscription.ended_confirmed is not None:
             late = [d for d in deliveries if d.at > subscription.ended_confirmed]
