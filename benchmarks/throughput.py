@@ -168,6 +168,9 @@ class Options(usage.Options):
          "system's temporary directory; its disk is what sync=full measures)."],
         ["json", None, None, "Also write every measurement to this JSON file."],
         ["store-writer", None, "thread", "[store] writer of every router: thread or reactor."],
+        ["early-accept-hold", None, None,
+         "[routing] early-accept-hold of every router, milliseconds (0: the origin writes "
+         "every persistent send at once); default the router's.", int],
         ["events-max-file-size", None, None, "The routers close their event files at this "
          "size ([events] max-file-size: bytes, or e.g. '1 MiB'); default the router's."],
         ["wait-idle", None, 0.0, "Before each run, wait up to this many seconds for the machine "
@@ -832,11 +835,13 @@ def main(argv: list[str]) -> int:
     base = tempfile.mkdtemp(prefix="meshroute-throughput-", dir=options["dir"])
     count, rate, seconds = options["messages"], options["rate"], options["latency-seconds"]
     lat_count = int(rate * seconds)
-    events = ""
+    extra = ""
     if options["events-max-file-size"]:
         size = options["events-max-file-size"]
-        events = f"\n[events]\nmax-file-size = {size if size.isdigit() else json.dumps(size)}\n"
-    make_mesh = functools.partial(Mesh, extra_config=events, store_writer=options["store-writer"])
+        extra = f"\n[events]\nmax-file-size = {size if size.isdigit() else json.dumps(size)}\n"
+    if options["early-accept-hold"] is not None:
+        extra += f"\n[routing]\nearly-accept-hold = {options['early-accept-hold']}\n"
+    make_mesh = functools.partial(Mesh, extra_config=extra, store_writer=options["store-writer"])
     results: dict[str, dict] = {}
     lines = []
     started = time.monotonic()

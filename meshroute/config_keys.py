@@ -38,6 +38,7 @@ from meshroute.security.files import read_private
 from meshroute.security.settings import pattern_problem
 from meshroute.sessions import limits
 from meshroute.stomp import settings as stomp_settings
+from meshroute.router.early_accepts import DEFAULT_EARLY_ACCEPT_HOLD_MS
 from meshroute.topics.backlog import DEFAULT_HOLD_AT
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
 from meshroute.wire.frames import MAX_LEASE_TIMEOUT_MS
@@ -128,6 +129,7 @@ ROUTING_KEYS = (
     Key("max-backlog", "int", 100_000, 1, 1_000_000_000),
     Key("max-transient-backlog", "int", 10_000, 1, 10_000_000),
     Key("reroute-delay", "duration", 5000, 0, HOUR_MS),
+    Key("early-accept-hold", "duration", DEFAULT_EARLY_ACCEPT_HOLD_MS, 0, 1000),
     Key("max-retained", "int", 10_000, 0, 10_000_000),
     Key("max-retained-bytes", "size", 64 * 1024 * 1024, 0, 1024**4),
     Key("hold-publishers-at", "int", DEFAULT_HOLD_AT, 2, 10_000_000),

@@ -138,6 +138,7 @@ class Acceptance:
                     (d,) = early.send(outcomes)
                     return d.addCallback(lambda _: outcomes[0])
             self._admission.submitted(router)
+            self._forwarding.write_held(router)
         if duplicate_id:
             d = self._store.accept_once(message, duplicate_id)
             d.addBoth(self._accepted_once, message, duplicate_id)
@@ -180,6 +181,8 @@ class Acceptance:
         # The addresses of the batch resolved, each once (a batch's sends
         # mostly go to one).
         resolved: dict[str, tuple] = {}
+        # The other routers some of whose sends go to the backlog.
+        to_backlog: set[str] = set()
         for address, headers, body, persistent, duplicate_id, *expiry in sends:
             destinations = resolved.get(address)
             if destinations is None:
@@ -218,6 +221,7 @@ class Acceptance:
                 if duplicate_id:
                     early.hold(router)
                 self._admission.submitted(router)
+                to_backlog.add(router)
             if duplicate_id:
                 firsts.setdefault(duplicate_id, len(outcomes))
             positions.append(len(outcomes))
@@ -227,6 +231,8 @@ class Acceptance:
             self._events.accepted(transient)
             self._transient.route(transient)
         rechecks.extend(early.send(outcomes))
+        for router in to_backlog:
+            self._forwarding.write_held(router)
         if stored:
             d = self._store.accept_many(stored)
             d.addBoth(self._accepted_many, stored, positions, outcomes)

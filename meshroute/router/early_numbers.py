@@ -1,7 +1,6 @@
 """
 A link's side of early sends (docs/routing.md, "Forwarding while the
-origin's commit is in flight"): the sequence numbers they take, and the
-acknowledgements that arrive before their commit.
+origin's commit is in flight"): the sequence numbers they take.
 
 Numbers come from a block the store reserved durably
 (L{IMessageStore.reserve_seqs<meshroute.interfaces.IMessageStore.reserve_seqs>}),
@@ -12,19 +11,14 @@ the backlog numbers above every block reserved before it, so once one is
 submitted the block's rest is dropped, and the next block is reserved
 right after it (above its numbers) if the link is sending early.
 
-An acknowledgement that covers an early send whose accept is not
-committed yet is held until it is (L{EarlyNumbers.holds}), so that the
-outbox, the window and C{message.forwarded} follow the store.
+Their accepts: L{meshroute.router.early_accepts}.
 """
 
 from typing import Callable
 
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
 from meshroute.interfaces import IMessageStore
-from meshroute.wire.frames import Ack
 
 #: Numbers reserved at once: a reservation is a commit, so one per this
 #: many early sends.
@@ -33,22 +27,16 @@ EARLY_BLOCK = 1024
 
 class EarlyNumbers:
     """
-    The early sends' numbers of the link to C{peer}, and their accepts in
-    flight.
+    The early sends' numbers of the link to C{peer}.
 
-    @param acknowledged: feeds a held acknowledgement to the link (in a
-        reactor turn of its own) once the commits it covers are durable.
-    @param failed: closes the link: a store call of its early sends failed
+    @param failed: closes the link: reserving a block failed
         (C{failed(failure, doing)}).
     """
 
-    def __init__(self, peer: str, store: IMessageStore, clock: IReactorTime,
-                 acknowledged: Callable[[Ack], None],
+    def __init__(self, peer: str, store: IMessageStore,
                  failed: Callable[[Failure, str], None]) -> None:
         self._peer = peer
         self._store = store
-        self._clock = clock
-        self._acknowledged = acknowledged
         self._failed = failed
         # The durably reserved numbers [_next, _end) early sends may take.
         self._next = self._end = 0
@@ -58,10 +46,6 @@ class EarlyNumbers:
         self._reserved_after: int | None = None
         # Early sends asked for numbers while the block was empty.
         self._wanted = False
-        # The first number of each early accept not committed yet, in
-        # order, and the latest acknowledgement held for them.
-        self._uncommitted: list[int] = []
-        self.held_ack: Ack | None = None
 
     def available(self) -> int:
         """
@@ -108,49 +92,10 @@ class EarlyNumbers:
     def take(self, messages: list) -> list:
         """
         Number C{messages} (at most L{available}): their C{(seq,
-        message)} pairs, to send, then to L{accept}.
+        message)} pairs, to send, then to accept
+        (L{EarlyAccepts.accept<meshroute.router.early_accepts.EarlyAccepts.accept>}).
         """
         first = self._next
         assigned = list(enumerate(messages, first))
         self._next = first + len(assigned)
-        self._uncommitted.append(first)
         return assigned
-
-    def accept(self, assigned: list) -> Deferred:
-        """
-        Accept C{assigned} (from L{take}, its transfers sent) into the
-        outbox.
-
-        @return: the store's Deferred: None once durable, or its failure
-            (which also closes the link: the peer may hold them, and the
-            next recovery numbers above the block).
-        """
-        d = self._store.accept_to_outbox(self._peer, assigned)
-        d.addBoth(self._committed, assigned[0][0])
-        return d
-
-    def holds(self, frame: Ack) -> bool:
-        """
-        Whether C{frame} covers an early send whose accept is not durable
-        yet: then it is held (the latest one) until it is.
-        """
-        if not (self._uncommitted and self._uncommitted[0] <= frame.seq):
-            return False
-        if self.held_ack is None or frame.seq > self.held_ack.seq:
-            self.held_ack = frame
-        return True
-
-    def _committed(self, result, first: int):
-        """
-        The accept of the early sends from C{first} on ended: an
-        acknowledgement held for it applies now, in a turn of its own
-        (after the producers' answers and their C{message.accepted}).
-        """
-        self._uncommitted.remove(first)
-        if isinstance(result, Failure):
-            self._failed(result, "accepting messages into the outbox")
-        frame = self.held_ack
-        if frame is not None and not (self._uncommitted and self._uncommitted[0] <= frame.seq):
-            self.held_ack = None
-            self._clock.callLater(0, self._acknowledged, frame)
-        return result

@@ -91,6 +91,7 @@ from meshroute.expiry import ExpirySweep
 from meshroute.interfaces import IChannelEngine
 from meshroute.messages import DEAD_LETTER_QUEUE, TOPIC_QUEUE, Message, MessageIds
 from meshroute.router.acceptance import Acceptance
+from meshroute.router.early_accepts import DEFAULT_EARLY_ACCEPT_HOLD_MS
 from meshroute.router.admission import Admission
 from meshroute.router.arrivals import Arrivals
 from meshroute.router.destinations import Destinations
@@ -128,6 +129,9 @@ class MessageEngine:
         dropped.
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
+    @param early_accept_hold: seconds an early send's accept waits for the
+        peer's acknowledgement that spares writing it
+        (L{meshroute.router.early_accepts}).
     @param epoch_heard: called C{(origin, epoch)} for every route
         advertisement taken from an epoch above 0
         (L{meshroute.link.epochs.PeerEpochs.heard}).
@@ -155,6 +159,7 @@ class MessageEngine:
         max_backlog: int = 100_000,
         max_transient_backlog: int = 10_000,
         reroute_delay: float = 5.0,
+        early_accept_hold: float = DEFAULT_EARLY_ACCEPT_HOLD_MS / 1000,
         epoch_heard: Callable[[str, int], None] = lambda origin, epoch: None,
         routers_heard: Callable[[set[str]], None] = lambda routers: None,
         max_retained: int = 10_000,
@@ -167,7 +172,8 @@ class MessageEngine:
         self.destinations = Destinations(name, routes, clock, max_hops)
         self.forwarding = Forwarding(name, store, routes, clock, self, reroute_delay,
                                      epoch_heard, routers_heard,
-                                     lambda: self.transient.release_all())
+                                     lambda: self.transient.release_all(),
+                                     early_accept_hold)
         self.system = SystemMessages(name, self.destinations, self.forwarding)
         self.queues = QueueManager(store, event_log, clock,
                                    expired=lambda message, where: self.expired_messages.expired(

@@ -23,6 +23,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute.interfaces import IChannelEngine
+from meshroute.router.early_accepts import EarlyPending
 from meshroute.router.peer_channel import PeerChannel
 from meshroute.routing.flood import TurnFlood
 from meshroute.routing.table import Advertisement
@@ -52,6 +53,9 @@ class Forwarding:
         (L{IChannelEngine}).
     @param reroute_delay: seconds a closed link keeps its unacknowledged
         messages for its own recovery before they go back to the backlog.
+    @param early_accept_hold: seconds an early send's accept waits for
+        the peer's acknowledgement that makes it moot
+        (L{meshroute.router.early_accepts}).
     @param epoch_heard: called C{(origin, epoch)} for every route
         advertisement taken from an epoch above 0.
     @param routers_heard: called with the set of router names the route
@@ -66,7 +70,7 @@ class Forwarding:
     def __init__(self, name: str, store, routes, clock: IReactorTime, engine: IChannelEngine,
                  reroute_delay: float, epoch_heard: Callable[[str, int], None],
                  routers_heard: Callable[[set[str]], None],
-                 routes_changed: Callable[[], None]) -> None:
+                 routes_changed: Callable[[], None], early_accept_hold: float = 0.0) -> None:
         self.name = name
         self._store = store
         self._routes = routes
@@ -80,6 +84,8 @@ class Forwarding:
         self._serving: dict[str, frozenset] | None = {}
         self._flood = TurnFlood(clock, self._turn_ended)
         self._reroutes: dict[str, IDelayedCall] = {}
+        self._early_accept_hold = early_accept_hold
+        self._early_pending = EarlyPending()
 
     # -- the links ----------------------------------------------------------
 
@@ -103,8 +109,9 @@ class Forwarding:
         pending = self._reroutes.pop(peer, None)
         if pending is not None and pending.active():
             pending.cancel()
+        early = None if self._store.replicated else self._early_pending
         channel = PeerChannel(peer, version, send, fail, emit, self._engine, self._store,
-                              self._clock, early=not self._store.replicated)
+                              self._clock, early, self._early_accept_hold)
         self._channels[peer] = channel
         for advertisement in self._routes.link_up(peer):
             self._flood.news(advertisement)
@@ -242,7 +249,8 @@ class Forwarding:
         """
         The destination routers whose backlog C{peer} may take now: those
         it is the next hop of, except any with messages still in another
-        peer's outbox.
+        peer's outbox, or sent early on another link and not in its
+        outbox yet (L{EarlyPending}).
 
         Those messages are older than everything in the backlog for that
         destination (a producer's messages enter the backlog in order).
@@ -256,7 +264,21 @@ class Forwarding:
             return serving
         held = {dest for other, outbox in self._store.outbox_depths().items()
                 if other != peer for dest in outbox}
+        held |= self._early_pending.destinations(peer)
         return serving - held if held else serving
+
+    def write_held(self, router: str) -> None:
+        """
+        A send for C{router} is about to be accepted into the backlog: the
+        early sends for it whose accepts are held are written first, so
+        that their entry ids stay below its own (the order a returned
+        outbox takes its place in the backlog by,
+        L{meshroute.router.early_accepts}).
+        """
+        for peer in self._early_pending.peers_for(router):
+            channel = self._channels.get(peer)
+            if channel is not None:
+                channel.write_held()
 
     def early_channel(self, router: str) -> PeerChannel | None:
         """

@@ -13,7 +13,9 @@ acknowledged cumulatively once per reactor turn
 Early sends: a fresh client send may leave before its accept is
 committed at this router, its origin (L{PeerChannel.send_early}, while
 C{ready}), numbered from a durably reserved block
-(L{meshroute.router.early_numbers}); docs/routing.md, "Forwarding while
+(L{meshroute.router.early_numbers}), and accepted into the outbox after a
+hold that the peer's acknowledgement may make moot
+(L{meshroute.router.early_accepts}); docs/routing.md, "Forwarding while
 the origin's commit is in flight".
 
 Any store failure closes the link (reason C{store-failed}): a transfer
@@ -89,6 +91,7 @@ from zope.interface import implementer
 
 from meshroute import events
 from meshroute.router.acknowledgements import Acknowledging, Stopped
+from meshroute.router.early_accepts import EarlyAccepts, EarlyPending
 from meshroute.router.early_numbers import EarlyNumbers
 from meshroute.router.transfer_frames import (
     TransferFrames,
@@ -130,8 +133,11 @@ ASSIGN_BATCH = 256
 ACK_EVERY = WINDOW // 16
 #: The longest a durable transfer waits for its acknowledgement: at a low
 #: rate, one Ack for a few transfers instead of one frame (and one wake-up
-#: of the sender) per message; far below anything a window notices.
-ACK_DELAY_S = 0.01
+#: of the sender) per message; far below anything a window notices, and
+#: well within the sender's C{early-accept-hold}, whose held accepts the Ack
+#: makes moot (L{meshroute.router.early_accepts}): a producer confirmed by
+#: it waits this long more than its own origin's commit would take.
+ACK_DELAY_S = 0.002
 #: Dead-letter reason of a message whose Transfer no link would take.
 TOO_LARGE = "too-large"
 
@@ -215,10 +221,10 @@ class ChannelCore:
     previous: int = 0
     paused: bool = False
     ready: bool = False
-    # Early sends' numbers and commits in flight (docs/routing.md,
-    # "Forwarding while the origin's commit is in flight"), if this link
-    # makes them.
+    # Early sends' numbers and accepts (docs/routing.md, "Forwarding
+    # while the origin's commit is in flight"), if this link makes them.
     early: EarlyNumbers | None = None
+    early_accepts: EarlyAccepts | None = None
     # Non-persistent messages for the FastTransferBatch at the end of this
     # reactor turn (version 4), and their bytes (_wire_size).
     _fast: list[tuple] = field(default_factory=list, init=False)
@@ -373,15 +379,25 @@ class ChannelCore:
         The peer durably holds every transfer up to C{frame.seq}: they are
         forwarded, and leave the outbox.
         """
-        if self.early is not None and self.early.holds(frame):
-            # It covers an early send whose accept is not durable yet: it
-            # applies after that commit (EarlyNumbers).
-            return
+        accepts = self.early_accepts
+        spared = 0
+        if accepts is not None:
+            spared = len(accepts.made_moot(frame))
+            if accepts.holds(frame):
+                # It covers an early send whose accept is not durable yet:
+                # it applies after that commit (EarlyAccepts).
+                if spared:
+                    self.engine.outbox_resolved(spared, self.peer)
+                return
         held = [seq for seq in self.in_flight if seq <= frame.seq]
         done = [self.in_flight.pop(seq) for seq in held]
         self.in_flight_bytes -= sum(len(message.body) for message in done)
         if done:
             self.engine.emit_forwarded_many(self.peer, done)
+        if spared and spared == len(done):
+            # Nothing it covers was written here: no store call.
+            self.engine.outbox_resolved(spared, self.peer)
+            return
         d = self.acknowledge(frame.seq)
         d.addErrback(inputs.store_failed, "recording an acknowledgement")
 
@@ -412,7 +428,7 @@ class ChannelCore:
         """
         Send C{messages} (fresh client sends, within L{early_room}) now,
         numbered from the reserved block, and accept them into the outbox
-        (L{EarlyNumbers.accept}).
+        (L{EarlyAccepts.accept}).
         """
         assigned = self.early.take(messages)
         frames = TransferFrames(self.send, self.version)
@@ -423,7 +439,7 @@ class ChannelCore:
             in_flight[seq] = message
             self.in_flight_bytes += len(message.body)
         frames.flush()
-        return self.early.accept(assigned)
+        return self.early_accepts.accept(assigned)
 
     # -- non-persistent messages ------------------------------------------------
 
@@ -487,6 +503,8 @@ class ChannelCore:
         next recovery or the reroute.
         """
         self.stop()
+        if self.early_accepts is not None:
+            self.early_accepts.flush()
         self.in_flight.clear()
         self.in_flight_bytes = 0
         self.engine.link_down(self.peer, self.channel)
@@ -608,14 +626,19 @@ class PeerChannel:
     def __init__(self, peer: str, version: int, send: Callable[[object], None],
                  fail: Callable[[str], None], emit: Callable[..., None],
                  engine: IChannelEngine, store: IMessageStore,
-                 clock: IReactorTime, early: bool = False) -> None:
+                 clock: IReactorTime, early: EarlyPending | None = None,
+                 early_hold_s: float = 0.0) -> None:
         """
         @param fail: closes the link because the store failed (reason
             C{store-failed}), with a detail.
         @param emit: writes a link event (C{emit(event, **fields)}).
-        @param early: whether this link sends fresh client sends before
-            their accept is committed (L{send_early}): it then keeps a
-            block of sequence numbers reserved.
+        @param early: given, this link sends fresh client sends before
+            their accept is committed (L{send_early}), and counts them
+            there until the store's outbox does; it then keeps a block of
+            sequence numbers reserved.
+        @param early_hold_s: how long an early send's accept waits for the
+            peer's acknowledgement, which spares writing it
+            (L{meshroute.router.early_accepts}).
         """
         self.peer = peer
         self.version = version
@@ -624,9 +647,10 @@ class PeerChannel:
         acks = Acknowledging(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
         self._core = ChannelCore(peer, version, send, fail, emit, engine, store, clock,
                                  channel=self, acks=acks)
-        if early:
-            self._core.early = EarlyNumbers(peer, store, clock, self.acknowledged,
-                                            self.store_failed)
+        if early is not None:
+            self._core.early = EarlyNumbers(peer, store, self.store_failed)
+            self._core.early_accepts = EarlyAccepts(peer, store, clock, self.acknowledged,
+                                                    self.store_failed, early, early_hold_s)
         self._sending = _CHANNEL_MACHINE(self._core)
 
     @property
@@ -681,6 +705,14 @@ class PeerChannel:
             (the link then closes).
         """
         return self._sending.send_early(messages)
+
+    def write_held(self) -> None:
+        """
+        Submit the accepts of early sends still held, now
+        (L{EarlyAccepts.flush}).
+        """
+        if self._core.early_accepts is not None:
+            self._core.early_accepts.flush()
 
     def store_failed(self, failure: Failure, doing: str) -> None:
         "A store call for this link failed while C{doing} something: the link closes."

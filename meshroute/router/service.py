@@ -193,6 +193,7 @@ class RouterService(MultiService):
             max_backlog=config.routing.max_backlog,
             max_transient_backlog=config.routing.max_transient_backlog,
             reroute_delay=config.routing.reroute_delay_ms / 1000,
+            early_accept_hold=config.routing.early_accept_hold_ms / 1000,
             epoch_heard=self.peer_epochs.heard,
             routers_heard=self.known_routers.heard,
             max_retained=config.routing.max_retained,

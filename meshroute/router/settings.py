@@ -39,6 +39,7 @@ from meshroute.mqtt.settings import MqttListenerSettings
 from meshroute.stomp import settings as stomp_settings
 from meshroute.stomp.settings import StompListenerSettings
 from meshroute.store.settings import StoreConfig
+from meshroute.router.early_accepts import DEFAULT_EARLY_ACCEPT_HOLD_MS
 from meshroute.topics.backlog import DEFAULT_HOLD_AT
 
 
@@ -55,6 +56,10 @@ class RoutingConfig:
         memory) for one destination router.
     @ivar reroute_delay_ms: how long a closed link keeps its unacknowledged
         messages for its own recovery before they may take another route.
+    @ivar early_accept_hold_ms: how long the origin of a send that left
+        before its commit holds its accept for the next hop's
+        acknowledgement, which spares writing it
+        (L{meshroute.router.early_accepts}); 0: written at once.
     @ivar max_retained: retained topic messages the router keeps
         (docs/topics.md, "Retained messages"), and C{max_retained_bytes}
         of their bodies in all: past either, one for a new topic is
@@ -68,6 +73,7 @@ class RoutingConfig:
     max_backlog: int = 100_000
     max_transient_backlog: int = 10_000
     reroute_delay_ms: int = 5000
+    early_accept_hold_ms: int = DEFAULT_EARLY_ACCEPT_HOLD_MS
     max_retained: int = 10_000
     max_retained_bytes: int = 64 * 1024 * 1024
     hold_publishers_at: int = DEFAULT_HOLD_AT

@@ -451,11 +451,17 @@ class MemoryMesh:
 
     def __init__(self, data_root, keepalive_interval_ms: int = 200,
                  stage_valid_timeout_ms: int = 1000, reject_disconnect_delay_ms: int = 1000,
-                 retry_interval_ms: int = 200, store_lag_s: float = 0.0) -> None:
+                 retry_interval_ms: int = 200, store_lag_s: float = 0.0,
+                 early_accept_hold_ms: int = 0) -> None:
         """
         @param store_lag_s: with more than 0, every router's store commits
             this long after a call is submitted (L{LaggingExecutor}), and a
             crash loses what it had not committed; else at once.
+        @param early_accept_hold_ms: every router's C{[routing]
+            early-accept-hold}: by default 0, so that a send is confirmed
+            in the turn its store commits, as these tests expect of a store
+            that commits at once; the tests of the hold and the simulation
+            set it.
         """
         self.network = MemoryNetwork()
         self.clock = self.network.clock
@@ -471,6 +477,7 @@ class MemoryMesh:
             reject_disconnect_delay_ms=reject_disconnect_delay_ms,
             retry_interval_ms=retry_interval_ms,
         )
+        self._early_accept_hold_ms = early_accept_hold_ms
 
     def config(self, name: str, connect_to=(), listen: bool = True, secret: bytes = SECRET,
                allowed_routers=None, max_hops: int = 16, max_backlog: int = 100_000,
@@ -513,7 +520,8 @@ class MemoryMesh:
             connectors=connectors,
             admin=None,
             routing=RoutingConfig(max_hops=max_hops, max_backlog=max_backlog,
-                                  max_transient_backlog=max_transient_backlog),
+                                  max_transient_backlog=max_transient_backlog,
+                                  early_accept_hold_ms=self._early_accept_hold_ms),
             store=StoreConfig(sync="normal"),
         )
 

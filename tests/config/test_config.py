@@ -183,8 +183,17 @@ def test_unknown_section(write):
 def test_unknown_routing_key(write):
     path = write(ROUTER + "[routing]\nmax-hop = 16\n")
     assert_refused(path, "routing.max-hop", "unknown key",
-                   "connector, hold-publishers-at, listener, max-backlog, max-hops, max-retained, "
-                   "max-retained-bytes, max-transient-backlog, reroute-delay")
+                   "connector, early-accept-hold, hold-publishers-at, listener, max-backlog, "
+                   "max-hops, max-retained, max-retained-bytes, max-transient-backlog, "
+                   "reroute-delay")
+
+
+def test_the_early_accept_hold_is_read_from_routing(write):
+    path = write(ROUTER + "[routing]\nearly-accept-hold = 0\n")
+    assert load(path).routing.early_accept_hold_ms == 0
+    assert load(write(ROUTER)).routing.early_accept_hold_ms == 10
+    assert_refused(write(ROUTER + "[routing]\nearly-accept-hold = 1001\n"),
+                   "routing.early-accept-hold")
 
 
 def test_the_retained_limits_are_read_from_routing(write):

@@ -174,7 +174,8 @@ class World:
             config,
             routing=RoutingConfig(max_backlog=schedule.max_backlog,
                                   max_transient_backlog=schedule.max_transient_backlog,
-                                  reroute_delay_ms=schedule.reroute_delay_ms),
+                                  reroute_delay_ms=schedule.reroute_delay_ms,
+                                  early_accept_hold_ms=schedule.early_accept_hold_ms),
             clients=ClientListenerConfig((f"clients-{name}",), connection_ttl_check_interval_ms=500),
             client_reconnect=ClientReconnectConfig(keep_alive_ms=schedule.client_keep_alive_ms),
         )

@@ -161,6 +161,9 @@ class Schedule:
     #: C{(router, seconds)}: how long each of these routers' commits take
     #: (the others' commit at once).
     store_lags: tuple = ()
+    #: Every router's C{[routing] early-accept-hold} (0: accepts are
+    #: written at once).
+    early_accept_hold_ms: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -190,6 +193,8 @@ class Schedule:
         if self.store_lags:
             lines.append("  commits take " + ", ".join(f"{router} {lag * 1000:g} ms"
                                                       for router, lag in self.store_lags))
+        if self.early_accept_hold_ms:
+            lines.append(f"  early accepts held {self.early_accept_hold_ms} ms")
         lines += [f"  producer {p.name} at {p.router} (window {p.window})"
                   for p in self.producers]
         lines += [f"  consumer {c.name} at {c.router} on {c.queue} (prefetch {c.prefetch}, "
@@ -314,11 +319,12 @@ def generate(seed: int) -> Schedule:
                                        schedule.client_keep_alive_ms / 1000)
     store_lags = _commit_window(rng, routers, producers, sends, faults)
     _retained_traffic(rng, producers, sends)
+    hold_ms = _accept_hold(rng, producers, sends, faults)
     return Schedule(seed, routers, connectors, producers, tuple(consumers),
                     tuple(sorted(sends, key=lambda s: s.at)),
                     tuple(sorted(faults, key=lambda f: f.at)),
                     topic_subscribers=topic_subscribers, max_backlog=max_backlog,
-                    store_lags=store_lags)
+                    store_lags=store_lags, early_accept_hold_ms=hold_ms)
 
 
 #: How long a commit takes, in the seeds whose commits take time.
@@ -377,6 +383,34 @@ def _commit_window(rng: random.Random, routers: tuple, producers: tuple, sends: 
         else:
             faults.append(Fault(at, "store-failure", (router, rng.choice(EARLY_CALLS)), 0.0))
     return tuple(sorted(lags.items()))
+
+
+#: How long early accepts are held, in the seeds that hold them.
+ACCEPT_HOLDS_MS = (2, 10, 50)
+
+
+def _accept_hold(rng: random.Random, producers: tuple, sends: list, faults: list) -> int:
+    """
+    In half the seeds, every router holds its early sends' accepts for a
+    while (C{[routing] early-accept-hold}, docs/routing.md: an
+    acknowledgement within it spares the write, a closing link writes
+    them at once), and in half of those one crash is aimed at the hold (a
+    moment after a persistent burst starts, within the hold, at its
+    producer's router: its accepts were never written).  Drawn last, so
+    that the rest of a seed's schedule is what it was before.
+
+    @return: the hold in milliseconds, or 0.
+    """
+    if rng.random() < 0.5:
+        return 0
+    hold_ms = rng.choice(ACCEPT_HOLDS_MS)
+    bursts = [s for s in sends if s.persistent and not s.address.startswith("topic:")]
+    if bursts and rng.random() < 0.5:
+        burst = rng.choice(bursts)
+        router = {p.name: p.router for p in producers}[burst.producer]
+        at = round(burst.at + rng.uniform(0, hold_ms / 1000), 4)
+        faults.append(Fault(at, "crash", (router,), round(rng.uniform(0.3, 3.0), 2)))
+    return hold_ms
 
 
 def _topic_traffic(rng: random.Random, routers: tuple, producers: tuple, sends: list,

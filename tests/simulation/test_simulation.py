@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from simulation import describe_failure, digest, simulate
-from simulation.actors import Attempt
-from simulation.invariants import check, exactly_once, producer_order
+from simulation.actors import Attempt, Delivery, Subscription
+from simulation.invariants import check, exactly_once, producer_order, topic_promises
 from simulation.runner import Outcome, run
 from simulation.schedule import Consumer, Fault, Producer, Schedule, Send, generate
 
@@ -94,8 +94,9 @@ def test_schedules_print_and_load_back():
         schedule = generate(seed)
         assert Schedule.from_json(schedule.to_json()) == schedule
         assert 3 <= len(schedule.routers) <= 8
-        # Up to 8, one per topic subscriber, two aimed at early sends.
-        assert 1 <= len(schedule.faults) <= 8 + len(schedule.topic_subscribers) + 2
+        # Up to 8, one per topic subscriber, two aimed at early sends'
+        # commits and one at their accepts' hold.
+        assert 1 <= len(schedule.faults) <= 8 + len(schedule.topic_subscribers) + 3
         assert 1 <= len(schedule.topic_subscribers) <= 4
 
 
@@ -218,3 +219,29 @@ def test_only_what_a_wiped_store_held_may_be_missing():
     assert [v.invariant for v in twice] == ["enqueued-twice"]
     # Once per incarnation of the destination's store is not twice.
     assert exactly_once(_outcome(attempts[:1], events + [_enqueued("r2", 1, "m1", 5.0)])) == []
+
+
+def test_one_body_as_two_publications_of_two_incarnations_is_not_twice():
+    """
+    A publication retried with its duplicate id after its router's store
+    was wiped is a second publication (the id went with the disk): a
+    subscription may get both, unflagged.  The same publication twice
+    unflagged, or two publications of one incarnation, is twice.
+    """
+    accepted = [("r1", epoch, {"time": 1.0, "router": "r1", "event": "message.accepted",
+                               "msg_id": msg_id})
+                for epoch, msg_id in ((0, "r1:a:23"), (1, "r1:b:23"))]
+
+    def twice(first: str, second: str, redelivered=False, events=accepted) -> list:
+        deliveries = [Delivery("s0", "r2", 0, f"{first}/$durable:s0:s0@r2", b"p0-23", False, 2.0),
+                      Delivery("s0", "r2", 0, f"{second}/$durable:s0:s0@r2", b"p0-23",
+                               redelivered, 3.0)]
+        outcome = Outcome(_small_schedule(), [], deliveries, events, {}, [], [], [],
+                          subscriptions={"s0": Subscription("s0", "r2", "t.#", False)})
+        return [v.invariant for v in topic_promises(outcome)]
+
+    assert twice("r1:a:23", "r1:b:23") == []
+    assert twice("r1:a:23", "r1:a:23") == ["topic-twice"]
+    assert twice("r1:a:23", "r1:a:23", redelivered=True) == []
+    one_store = [(r, 0, record) for r, _, record in accepted]
+    assert twice("r1:a:23", "r1:b:23", events=one_store) == ["topic-twice"]
