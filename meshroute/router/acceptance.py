@@ -372,6 +372,7 @@ class Acceptance:
                                         *_expiry(expiry))
             if persistent and router != self._name:
                 self._admission.submitted(router)
+                self._forwarding.write_held(router)
             messages.append((message, duplicate_id))
         stored = [(m, duplicate_id) for m, duplicate_id in messages
                   if m.persistent or duplicate_id]

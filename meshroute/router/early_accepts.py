@@ -73,6 +73,7 @@ class EarlyPending:
         for message in messages:
             key = peer, message.dest_router
             left = counts[key] - 1
+            assert left >= 0, f"more early sends to {key} removed than added"
             if left:
                 counts[key] = left
             else:
@@ -160,31 +161,30 @@ class EarlyAccepts:
         d.addBoth(self._committed, assigned)
         return d
 
-    def made_moot(self, frame: Ack) -> list:
+    def made_moot(self, frame: Ack) -> set[int]:
         """
         The peer durably holds every transfer up to C{frame.seq}: the held
-        accepts' sends it covers are never written (an accept it covers
-        in part is cut, and keeps its hold), and the senders of a whole
-        accept made moot are answered now.
+        accepts it covers whole are never written, and their senders are
+        answered now (with C{message.accepted}, so before the channel
+        reports them forwarded).  One it covers in part is submitted now:
+        its senders are answered once it is durable, the Ack then applies
+        (L{holds}).  Called outside the channel's machine, since an answer
+        may lead to another send at once.
 
-        @return: the messages that spared the store, in order.
+        @return: the sequence numbers that spared the store.
         """
-        spared, answered = [], []
+        spared: set[int] = set()
+        answered = []
         held_list = self._held
         while held_list and held_list[0].assigned[0][0] <= frame.seq:
-            held = held_list[0]
-            assigned = held.assigned
-            covered = [message for seq, message in assigned if seq <= frame.seq]
-            spared.extend(covered)
-            self._pending.remove(self._peer, covered)
-            index = self._uncommitted.index(assigned[0][0])
-            if len(covered) < len(assigned):
-                held.assigned = assigned[len(covered):]
-                self._uncommitted[index] = held.assigned[0][0]
-                break
-            del held_list[0]
-            del self._uncommitted[index]
+            held = held_list.pop(0)
             held.hold_ends.cancel()
+            if held.assigned[-1][0] > frame.seq:
+                self._submit(held.assigned).chainDeferred(held.answered)
+                break
+            self._uncommitted.remove(held.assigned[0][0])
+            self._pending.remove(self._peer, [message for _, message in held.assigned])
+            spared.update(seq for seq, _ in held.assigned)
             answered.append(held.answered)
         for d in answered:
             d.callback(None)
@@ -193,8 +193,8 @@ class EarlyAccepts:
     def holds(self, frame: Ack) -> bool:
         """
         Whether C{frame} covers an early send whose accept is submitted and
-        not durable yet, or held (after L{made_moot}: its part beyond the
-        frame): then it is held (the latest one) until that commits.
+        not durable yet (after L{made_moot}, none it covers is held): then
+        it is held (the latest one) until that commits.
         """
         if not (self._uncommitted and self._uncommitted[0] <= frame.seq):
             return False

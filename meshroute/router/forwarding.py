@@ -270,7 +270,8 @@ class Forwarding:
     def write_held(self, router: str) -> None:
         """
         A send for C{router} is about to be accepted into the backlog: the
-        early sends for it whose accepts are held are written first, so
+        held accepts of every link that holds early sends for it are
+        written first (all of that link's, whatever their destination), so
         that their entry ids stay below its own (the order a returned
         outbox takes its place in the backlog by,
         L{meshroute.router.early_accepts}).

@@ -169,8 +169,11 @@ class ChannelInputs(Protocol):
     def send_early(self, messages: list) -> Deferred:
         "Fresh client sends, within L{ChannelCore.early_room}, to send before their commit."
 
-    def acknowledged(self, frame: Ack) -> None:
-        "The peer durably holds every transfer up to C{frame.seq}."
+    def acknowledged(self, frame: Ack, spared: frozenset = frozenset()) -> None:
+        """
+        The peer durably holds every transfer up to C{frame.seq}; those in
+        C{spared} were never written here (their accepts made moot).
+        """
 
     def resume(self) -> None:
         "The link's transport has drained."
@@ -374,29 +377,27 @@ class ChannelCore:
         d.addCallback(moved)
         d.addErrback(inputs.store_failed, "moving expired messages to $expired")
 
-    def forget_acknowledged(self, inputs: ChannelInputs, frame: Ack) -> None:
+    def forget_acknowledged(self, inputs: ChannelInputs, frame: Ack,
+                            spared: frozenset = frozenset()) -> None:
         """
         The peer durably holds every transfer up to C{frame.seq}: they are
-        forwarded, and leave the outbox.
+        forwarded, and leave the outbox; C{spared}: those of them never
+        written here (L{EarlyAccepts.made_moot}, already answered).
         """
-        accepts = self.early_accepts
-        spared = 0
-        if accepts is not None:
-            spared = len(accepts.made_moot(frame))
-            if accepts.holds(frame):
-                # It covers an early send whose accept is not durable yet:
-                # it applies after that commit (EarlyAccepts).
-                if spared:
-                    self.engine.outbox_resolved(spared, self.peer)
-                return
+        if self.early_accepts is not None and self.early_accepts.holds(frame):
+            # It covers an early send whose accept is not durable yet: it
+            # applies after that commit (EarlyAccepts).
+            if spared:
+                self.engine.outbox_resolved(len(spared), self.peer)
+            return
         held = [seq for seq in self.in_flight if seq <= frame.seq]
         done = [self.in_flight.pop(seq) for seq in held]
         self.in_flight_bytes -= sum(len(message.body) for message in done)
         if done:
             self.engine.emit_forwarded_many(self.peer, done)
-        if spared and spared == len(done):
+        if spared and spared.issuperset(held):
             # Nothing it covers was written here: no store call.
-            self.engine.outbox_resolved(spared, self.peer)
+            self.engine.outbox_resolved(len(spared), self.peer)
             return
         d = self.acknowledge(frame.seq)
         d.addErrback(inputs.store_failed, "recording an acknowledgement")
@@ -559,14 +560,15 @@ def _build_channel_machine():
 
     @ready.upon(ChannelInputs.acknowledged).loop()
     def forget_acknowledged_and_look(inputs: ChannelInputs, core: ChannelCore,
-                                     frame: Ack) -> None:
-        core.forget_acknowledged(inputs, frame)
+                                     frame: Ack, spared: frozenset = frozenset()) -> None:
+        core.forget_acknowledged(inputs, frame, spared)
         core.look_for_backlog(inputs, ahead=False)
 
     @replaying.upon(ChannelInputs.acknowledged).loop()
     @assigning.upon(ChannelInputs.acknowledged).loop()
-    def forget_acknowledged(inputs: ChannelInputs, core: ChannelCore, frame: Ack) -> None:
-        core.forget_acknowledged(inputs, frame)
+    def forget_acknowledged(inputs: ChannelInputs, core: ChannelCore, frame: Ack,
+                            spared: frozenset = frozenset()) -> None:
+        core.forget_acknowledged(inputs, frame, spared)
 
     @ready.upon(ChannelInputs.resume).loop()
     def release_waiting_and_look(inputs: ChannelInputs, core: ChannelCore) -> None:
@@ -684,7 +686,18 @@ class PeerChannel:
             self._sending.pump(ahead)
 
     def acknowledged(self, frame: Ack) -> None:
-        "The peer durably holds every transfer up to C{frame.seq}."
+        """
+        The peer durably holds every transfer up to C{frame.seq}.  The held
+        accepts it makes moot are answered first, outside the sending
+        machine (an answer may lead to another send at once), and before
+        the machine reports them forwarded.
+        """
+        accepts = self._core.early_accepts
+        if accepts is not None:
+            spared = accepts.made_moot(frame)
+            if spared:
+                self._sending.acknowledged(frame, frozenset(spared))
+                return
         self._sending.acknowledged(frame)
 
     def early_room(self) -> tuple[int, int]:
@@ -698,11 +711,12 @@ class PeerChannel:
     def send_early(self, messages: list) -> Deferred:
         """
         Send fresh client sends C{messages} (within L{early_room}) now and
-        accept them into this link's outbox.
+        accept them into this link's outbox, after a hold that the peer's
+        acknowledgement may make moot (L{EarlyAccepts.accept}).
 
-        @return: Deferred firing with None once they are durable (the
-            producers may be answered), or failing with the store's error
-            (the link then closes).
+        @return: Deferred firing with None once they are durable here or
+            at the peer (the producers may be answered), or failing with
+            the store's error (the link then closes).
         """
         return self._sending.send_early(messages)
 

@@ -12,11 +12,11 @@ import pytest
 
 from meshroute.testing.memory_mesh import MemoryMesh
 from meshroute.events import read_events
+from meshroute.wire.frames import Ack
 from support.mesh_testing import (
     Consumer,
     assert_confirmed,
     closes_for_store,
-    events_of,
     send,
     take_store_failures,
 )
@@ -400,3 +400,61 @@ def test_a_send_to_the_backlog_behind_held_sends_keeps_its_place(tmp_path):
     assert_confirmed(sent)
     assert [b for b in consumer.bodies if b not in (b"0", b"1")] == [b"2", b"3", b"4", b"5"]
     held.stop_all()
+
+
+def test_a_transaction_to_the_backlog_behind_held_sends_keeps_its_place(tmp_path):
+    """
+    As for a send to the backlog: the producer's transaction for b, after
+    sends of it that are held, writes those first.
+    """
+    held = MemoryMesh(tmp_path, store_lag_s=0.001, early_accept_hold_ms=1000)
+    consumer = pair(held, origin_lag_s=0.001)
+    held.partition("router-b")
+    engine = held.routers["router-a"].engine
+    sent = send(held, "router-a", "q@router-b", 3, start=2)
+    assert channel_of(held, "router-a", "router-b").in_flight == 3
+    sent.append(engine.commit([("q@router-b", b"5", {}, True, "")], []))
+    held.run(3)  # the keepalive closes the link
+    held.run(6)  # past reroute-delay: the outbox is back in the backlog
+    held.heal("router-b")
+    held.run(3)
+    assert_confirmed(sent)
+    assert [b for b in consumer.bodies if b not in (b"0", b"1")] == [b"2", b"3", b"4", b"5"]
+    held.stop_all()
+
+
+def test_an_acknowledgement_of_part_of_a_batch_applies_after_its_write(held):
+    """
+    b holds the first of a batch's three early sends (its transfers can
+    cross in two frames, committed apart): a writes the batch's accept at
+    once, and reports the first forwarded only after it is accepted.
+    """
+    pair(held, origin_lag_s=0.001, peer_lag_s=0.5)
+    engine = held.routers["router-a"].engine
+    channel = channel_of(held, "router-a", "router-b")
+    d = engine.submit_many([("q@router-b", {}, b"%d" % i, True, "") for i in (2, 3, 4)])
+    first = max(channel._core.in_flight) - 2
+    channel.acknowledged(Ack(first))  # as b would, for the first frame
+    held.run(HOLD_MS / 1000 / 2)
+    assert d.called  # written at once, not after the hold
+    held.run(2)
+    assert events_about(held.routers["router-a"], d.result[0]) == [
+        "message.accepted", "message.forwarded"]
+
+
+def test_a_send_from_an_answer_on_an_acknowledgement_leaves_early(held):
+    """
+    A producer answered on the Ack that made its accept moot sends again
+    at once, from its answer: that send leaves early on the same link
+    (the answer comes outside the link's sending machine, which would
+    refuse a send in the middle of its own transition).
+    """
+    consumer = pair(held, origin_lag_s=0.001)
+    engine = held.routers["router-a"].engine
+    results = []
+    (d,) = send(held, "router-a", "q@router-b", 1, start=2)
+    d.addCallback(lambda _: engine.submit("q@router-b", b"3", {}, True))
+    d.addBoth(results.append)
+    held.run(2)
+    assert isinstance(results[0], str), results
+    assert consumer.bodies == [b"0", b"1", b"2", b"3"]
