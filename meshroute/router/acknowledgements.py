@@ -6,7 +6,13 @@ A transfer is acknowledged only once it is durable, cumulatively: one
 L{Ack} at the end of the reactor turn covers every transfer made durable
 in it.  With nothing to forward and fewer than C{every} unacknowledged,
 the Ack waits up to C{delay_s} for more, so that a low rate costs one
-frame (and one wake-up of the sender) for a few messages, not one each.
+frame (and one wake-up of the sender) for a few messages, not one each;
+but only while waiting pays: a wait that brought no more transfers (the
+sender was waiting for this very Ack, as a producer that sends one
+message at a time and waits for its answer does, through its origin's
+held accept, docs/routing.md) makes the next Acks go at the end of
+their turn, and one in every L{PROBE_EVERY} of those waits again, to
+find out whether the flow has changed.
 What the transfers added to the backlog is forwarded only after their
 Ack: the peer never sees our onward transfer of a message (which may come
 back to it when routes change) before our acknowledgement of it.
@@ -43,6 +49,10 @@ from typing import Callable
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from meshroute.wire.frames import Ack
+
+#: Acknowledgements sent at once, after a wait that brought nothing more,
+#: before one waits again to see whether it would now.
+PROBE_EVERY = 32
 
 
 class Acknowledging:
@@ -82,6 +92,12 @@ class Acknowledging:
         self._onward: set[str] = set()
         self._turn: IDelayedCall | None = None
         self._delay: IDelayedCall | None = None
+        # Whether an Ack waits for more (it paid, last time), how many
+        # were unacknowledged when the wait began, and how many went at
+        # once since one last waited.
+        self._waiting_pays = True
+        self._unacked_at_wait = 0
+        self._at_once = 0
 
     @property
     def due(self) -> bool:
@@ -135,8 +151,23 @@ class Acknowledging:
         if self._onward or self._unacked >= self._every:
             self.send_due()
         elif self._delay is None and self.due:
-            self._delay = self._clock.callLater(self._delay_s, self.send_due)
+            if self._waiting_pays or self._at_once >= PROBE_EVERY:
+                self._at_once = 0
+                self._unacked_at_wait = self._unacked
+                self._delay = self._clock.callLater(self._delay_s, self._waited)
+            else:
+                self._at_once += 1
+                self.send_due()
         self._forward_onward()
+
+    def _waited(self) -> None:
+        """
+        The wait for more ended: acknowledge; whether the next Acks wait
+        too depends on whether this one brought more.
+        """
+        self._delay = None
+        self._waiting_pays = self._unacked > self._unacked_at_wait
+        self.send_due()
 
     def _forward_onward(self) -> None:
         onward, self._onward = self._onward, set()

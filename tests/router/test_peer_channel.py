@@ -15,6 +15,7 @@ from support.fakes import ChannelStore, RecordingChannelEngine
 from meshroute import events
 from meshroute.expiry import IN_BACKLOG
 from meshroute.messages import EXPIRES_HEADER, Message
+from meshroute.router.acknowledgements import PROBE_EVERY
 from meshroute.router.peer_channel import (
     ACK_DELAY_S,
     ACK_EVERY,
@@ -378,6 +379,48 @@ def test_a_few_arrivals_with_nothing_to_forward_wait_for_more(link):
     link.clock.advance(ACK_DELAY_S)
     assert link.sent == [Ack(2)]
     assert link.clock.getDelayedCalls() == []
+
+
+def _arrive_alone(link, seq: int) -> None:
+    "Transfer C{seq} arrives and becomes durable, in a turn of its own."
+    link.channel.transferred(Transfer(seq, *_wire(message(seq))))
+    link.clock.advance(0)
+
+
+def test_a_wait_that_brings_nothing_more_makes_the_next_acks_go_at_once(link):
+    """
+    A sender that waits for each Ack before its next transfer (a producer
+    answered through its origin's held accept): the first Ack waits and
+    brings nothing more, so the next ones go at the end of their turn.
+    """
+    _arrive_alone(link, 1)
+    assert link.sent == []
+    link.clock.advance(ACK_DELAY_S)
+    assert link.take_sent() == [Ack(1)]
+    for seq in (2, 3, 4):
+        _arrive_alone(link, seq)
+        assert link.take_sent() == [Ack(seq)]
+
+
+def test_acks_sent_at_once_wait_again_now_and_then(link):
+    """
+    One in every PROBE_EVERY waits again; if more arrive meanwhile, the
+    Acks go back to waiting for more.
+    """
+    _arrive_alone(link, 1)
+    link.clock.advance(ACK_DELAY_S)
+    link.take_sent()
+    for seq in range(2, 2 + PROBE_EVERY):
+        _arrive_alone(link, seq)
+    assert len(link.take_sent()) == PROBE_EVERY
+    probe = 2 + PROBE_EVERY
+    _arrive_alone(link, probe)
+    assert link.take_sent() == []  # it waits
+    _arrive_alone(link, probe + 1)
+    link.clock.advance(ACK_DELAY_S)
+    assert link.take_sent() == [Ack(probe + 1)]
+    _arrive_alone(link, probe + 2)
+    assert link.take_sent() == []  # waiting pays again
 
 
 def test_many_arrivals_are_acknowledged_at_the_end_of_their_turn(link):
