@@ -573,12 +573,14 @@ class ILinkEngine(Interface):
         the store id of C{peer}'s that the sequence belongs to.
         """
 
-    def link_up(peer, send, fail, emit, version):
+    def link_up(peer, send, fail, emit, version, flush):
         """
         A link to C{peer} reached delivery; C{send(frame)} writes to it,
         C{fail(detail)} closes it (reason C{store-failed}) and
         C{emit(event, **fields)} writes a link event; C{version} is the
-        link protocol version agreed (what its frames may carry).
+        link protocol version agreed (what its frames may carry);
+        C{flush()} hands what was written to the kernel now, not at the
+        reactor's next poll (for the batch written at the end of a turn).
 
         @return: the link's L{ILinkChannel}.
         """

@@ -93,6 +93,7 @@ class CommandStream:
         if answered > self._reported[0] or delivered > self._reported[1]:
             self._reported = (answered, delivered)
             self._connection.write_frame(f.Received(answered, delivered))
+        self._connection.flush()
 
     def flush_while_down(self) -> None:
         """

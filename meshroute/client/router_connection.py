@@ -62,6 +62,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
+from meshroute.wire.transport import flush_now
 
 log = Logger()
 
@@ -110,6 +111,8 @@ class RouterConnection:
             options.max_retry_interval_ms, options.reconnect_attempts,
         )
         self.protocol: RouterProtocol | None = None
+        # Something was written since the last flush.
+        self._unflushed = False
         self.traffic = TrafficTimer(clock, self._keepalive_ping, self._silent)
         self._attempt: Deferred | None = None
         self._attempt_token: object = None
@@ -398,6 +401,16 @@ class RouterConnection:
     def write(self, data: bytes) -> None:
         self.protocol.transport.write(data)
         self.traffic.sent()
+        self._unflushed = True
+
+    def flush(self) -> None:
+        """
+        Hand what this turn wrote to the kernel now (L{flush_now}), at the
+        end of the turn, rather than at the reactor's next poll.
+        """
+        if self._unflushed and self.protocol is not None:
+            self._unflushed = False
+            flush_now(self.protocol.transport)
 
 
 def _epoch_of(frame: f.Opened) -> int:

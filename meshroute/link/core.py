@@ -31,6 +31,7 @@ from meshroute.link.stages import CONNECT, DELIVERY, REPLICATION, ROUTING
 from meshroute.link.traffic import Traffic
 from meshroute.wire.codec import encode
 from meshroute.wire.frames import Keepalive as KeepaliveFrame, Recovery
+from meshroute.wire.transport import flush_now
 
 log = Logger()
 
@@ -101,6 +102,15 @@ class LinkCore:
         data = encode(frame)
         self.traffic.sent(frame, len(data))
         self.transport.write(data)
+
+    def flush(self) -> None:
+        """
+        Hand the frames written so far to the kernel now
+        (L{flush_now}): the channel does, once it has written the batch
+        its turn gathered.
+        """
+        if self.close_reason is None:
+            flush_now(self.transport)
 
     def send_while_open(self, frame) -> None:
         """
@@ -182,7 +192,7 @@ class LinkCore:
         self._start_keepalive(inputs)
         self.channel = self.context.engine.link_up(
             self.peer, self.send, fail=inputs.store_failed, emit=self.emit,
-            version=self.version)
+            version=self.version, flush=self.flush)
         self.channel.recovered(frame)
         self.delivering = True
         log.info(

@@ -65,10 +65,14 @@ class Acknowledging:
     @ivar acked_seq: the highest sequence acknowledged.
     """
 
-    def __init__(self, send: Callable[[object], None], clock: IReactorTime,
-                 forward: Callable[[str], None], every: int, delay_s: float) -> None:
+    def __init__(self, send: Callable[[object], None], flush: Callable[[], None],
+                 clock: IReactorTime, forward: Callable[[str], None], every: int,
+                 delay_s: float) -> None:
         """
         @param send: writes a frame on the link.
+        @param flush: hands what was written on the link to the kernel now:
+            an Ack sent at the end of its turn, or of its wait, is what the
+            peer waits for.
         @param forward: called with each destination router whose backlog
             the durable transfers added to, once they are acknowledged
             (L{IChannelEngine.pump_towards
@@ -78,6 +82,7 @@ class Acknowledging:
         @param delay_s: the longest an acknowledgement waits for more.
         """
         self._send = send
+        self._flush = flush
         self._clock = clock
         self._forward = forward
         self._every = every
@@ -149,7 +154,7 @@ class Acknowledging:
         """
         self._turn = None
         if self._onward or self._unacked >= self._every:
-            self.send_due()
+            self._acknowledge_at_once()
         elif self._delay is None and self.due:
             if self._waiting_pays or self._at_once >= PROBE_EVERY:
                 self._at_once = 0
@@ -157,7 +162,7 @@ class Acknowledging:
                 self._delay = self._clock.callLater(self._delay_s, self._waited)
             else:
                 self._at_once += 1
-                self.send_due()
+                self._acknowledge_at_once()
         self._forward_onward()
 
     def _waited(self) -> None:
@@ -167,7 +172,13 @@ class Acknowledging:
         """
         self._delay = None
         self._waiting_pays = self._unacked > self._unacked_at_wait
-        self.send_due()
+        self._acknowledge_at_once()
+
+    def _acknowledge_at_once(self) -> None:
+        "Acknowledge what is due, and hand the Ack to the kernel now."
+        if self.due:
+            self.send_due()
+            self._flush()
 
     def _forward_onward(self) -> None:
         onward, self._onward = self._onward, set()

@@ -253,13 +253,13 @@ class MessageEngine:
         """
         return self.admission.accepting(router) + self.fan_out.placing(router)
 
-    def link_up(self, peer: str, send, fail, emit, version: int):
+    def link_up(self, peer: str, send, fail, emit, version: int, flush):
         """
         A link to C{peer} reached delivery: its channel
         (L{Forwarding.link_up<meshroute.router.forwarding.Forwarding.link_up>}),
         and the interest it is to hear.
         """
-        channel = self.forwarding.link_up(peer, send, fail, emit, version)
+        channel = self.forwarding.link_up(peer, send, fail, emit, version, flush)
         self.interest.link_up(peer, send, version)
         self.retained.link_up(peer, channel, version)
         return channel

@@ -97,12 +97,13 @@ class Forwarding:
         store = self._store
         return Recovery(store.last_received(peer), store.store_id, store.peer_store_id(peer))
 
-    def link_up(self, peer: str, send, fail, emit, version: int) -> PeerChannel:
+    def link_up(self, peer: str, send, fail, emit, version: int, flush) -> PeerChannel:
         """
         A link to C{peer} reached delivery; C{send(frame)} writes to it,
         C{fail(detail)} closes it because the store failed, and
         C{emit(event, **fields)} writes a link event; C{version} is the
-        link protocol version it speaks.
+        link protocol version it speaks; C{flush()} hands what was written
+        to the kernel at once.
 
         @return: the channel the link feeds its delivery-stage frames to.
         """
@@ -111,7 +112,7 @@ class Forwarding:
             pending.cancel()
         early = None if self._store.replicated else self._early_pending
         channel = PeerChannel(peer, version, send, fail, emit, self._engine, self._store,
-                              self._clock, early, self._early_accept_hold)
+                              self._clock, early, self._early_accept_hold, flush)
         self._channels[peer] = channel
         for advertisement in self._routes.link_up(peer):
             self._flood.news(advertisement)

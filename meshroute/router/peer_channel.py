@@ -191,6 +191,9 @@ class ChannelCore:
     The data of one channel and the I/O its sending behaviours perform.
 
     @ivar send: writes a frame on the link.
+    @ivar flush: hands what was written on the link to the kernel now
+        (L{meshroute.wire.transport.flush_now}), once a batch of
+        transfers is written: the peer waits for them.
     @ivar fail_link: closes the link because the store failed (reason
         C{store-failed}), with a detail.
     @ivar emit: writes a link event (C{emit(event, **fields)}).
@@ -219,6 +222,7 @@ class ChannelCore:
     clock: IReactorTime
     channel: "PeerChannel"
     acks: Acknowledging | Stopped
+    flush: Callable[[], None]
     in_flight: dict[int, Message] = field(default_factory=dict)
     in_flight_bytes: int = 0
     previous: int = 0
@@ -338,7 +342,10 @@ class ChannelCore:
             in_flight[seq] = message
             self.in_flight_bytes += len(message.body)
         frames.flush()
-        inputs.all_sent(start < len(assigned))
+        sent = start < len(assigned)
+        if sent:
+            self.flush()
+        inputs.all_sent(sent)
 
     def _dead_letter_from(self, inputs: ChannelInputs, assigned: list, index: int) -> None:
         """
@@ -440,6 +447,7 @@ class ChannelCore:
             in_flight[seq] = message
             self.in_flight_bytes += len(message.body)
         frames.flush()
+        self.flush()
         return self.early_accepts.accept(assigned)
 
     # -- non-persistent messages ------------------------------------------------
@@ -474,6 +482,9 @@ class ChannelCore:
             self.send(FastTransferBatch(items))
         elif items:
             self.send(FastTransfer(*items[0]))
+        else:
+            return
+        self.flush()
 
     # -- the end ----------------------------------------------------------------
 
@@ -629,7 +640,8 @@ class PeerChannel:
                  fail: Callable[[str], None], emit: Callable[..., None],
                  engine: IChannelEngine, store: IMessageStore,
                  clock: IReactorTime, early: EarlyPending | None = None,
-                 early_hold_s: float = 0.0) -> None:
+                 early_hold_s: float = 0.0,
+                 flush: Callable[[], None] = lambda: None) -> None:
         """
         @param fail: closes the link because the store failed (reason
             C{store-failed}), with a detail.
@@ -641,14 +653,17 @@ class PeerChannel:
         @param early_hold_s: how long an early send's accept waits for the
             peer's acknowledgement, which spares writing it
             (L{meshroute.router.early_accepts}).
+        @param flush: hands what was written on the link to the kernel now
+            (L{LinkCore.flush<meshroute.link.core.LinkCore.flush>}); a
+            link without a socket of its own (a test's) needs none.
         """
         self.peer = peer
         self.version = version
         self.send = send
         self._engine = engine
-        acks = Acknowledging(send, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
+        acks = Acknowledging(send, flush, clock, engine.pump_towards, ACK_EVERY, ACK_DELAY_S)
         self._core = ChannelCore(peer, version, send, fail, emit, engine, store, clock,
-                                 channel=self, acks=acks)
+                                 channel=self, acks=acks, flush=flush)
         if early is not None:
             self._core.early = EarlyNumbers(peer, store, self.store_failed)
             self._core.early_accepts = EarlyAccepts(peer, store, clock, self.acknowledged,

@@ -31,7 +31,7 @@ from meshroute.sessions.sends import TOPICS_BEHIND
 from meshroute.sessions.served import NO_EVENTS, SERVED_SESSION_MACHINE, ServedSession
 from meshroute.sessions.settings import SessionSettings
 from meshroute.wire import client_frames as f
-from meshroute.wire.transport import peer_address
+from meshroute.wire.transport import flush_now, peer_address
 
 log = Logger()
 
@@ -208,6 +208,15 @@ class ConnectionCore(ABC):
         C{Error} of command 0 says why the connection ends.  Nothing is
         written once the connection is gone or L{silent}.
         """
+
+    def flush(self) -> None:
+        """
+        Hand what was written to the client to the kernel now
+        (L{flush_now}): the session does once it has written the
+        deliveries its turn gathered.
+        """
+        if self.connected and not self.silent:
+            flush_now(self.transport)
 
     @abstractmethod
     def not_allowed(self, frame) -> str:

@@ -412,7 +412,9 @@ class DeliverBatches:
     L{f.DeliverBatch}), a run of one subscription's at a time (delivery
     ids stay in order on the wire), into DeliverBatch frames written at
     the end of the turn, or before any other frame, or at a bound
-    (L{DELIVER_BATCH_MAX_MESSAGES}, L{DELIVER_BATCH_MAX_BYTES}).
+    (L{DELIVER_BATCH_MAX_MESSAGES}, L{DELIVER_BATCH_MAX_BYTES}).  At the
+    end of the turn, what was written is handed to the kernel at once
+    (the connection's C{flush}): the client waits for it.
 
     @ivar session: the L{meshroute.sessions.served.ServedSession} whose
         deliveries they are: its connection, clock and recovery buffer.
@@ -424,6 +426,9 @@ class DeliverBatches:
     _bytes: int = 0
     _count: int = 0
     _call: IDelayedCall | None = None
+    # Deliveries were written this turn (before any other frame, or at a
+    # bound) and not flushed yet.
+    _written: bool = False
 
     def add(self, number: int, item: list) -> None:
         headers = item[3]
@@ -454,6 +459,11 @@ class DeliverBatches:
         self._call = None
         if self.runs:
             self.write()
+        if self._written:
+            self._written = False
+            connection = self.session.connection
+            if connection is not None:
+                connection.flush()
 
     def write(self) -> None:
         """
@@ -465,6 +475,7 @@ class DeliverBatches:
         if connection is not None:
             for number, deliveries in runs.items():
                 connection.write(f.DeliverBatch(number, deliveries))
+            self._written = True
         self.session.deliveries.keep_for_resume(runs)
 
     def drop(self) -> None:

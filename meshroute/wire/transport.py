@@ -40,3 +40,34 @@ def send_immediately(transport) -> None:
             set_no_delay(True)
         except OSError:
             pass
+
+
+def flush_now(transport) -> None:
+    """
+    Hand the bytes written to C{transport} to the kernel now, not when the
+    reactor next polls its socket.
+
+    A Twisted transport buffers a write until the reactor's next poll
+    finds its socket writable, and that poll's other ready sockets may be
+    read and handled first.  The frames a turn gathers and writes at its
+    end (a batch of transfers, of deliveries, an acknowledgement) are what
+    the next hop or the client waits for; written out at once they leave
+    before the next turn's work, and without a poll of their own
+    (benchmarks/README.md, "Frames written out at the end of their turn").
+
+    Does what the reactor would (L{IWriteDescriptor.doWrite}): what the
+    kernel does not take yet stays buffered for the reactor, and an error
+    is left for its next poll to find: the socket stays registered for
+    writing, and the reactor's own C{doWrite} meets the error again.
+    Nothing is done for a transport without a socket of its own: a
+    test's, a WebSocket's, or TLS, whose layer gathers a turn's small
+    writes and hands them on in the next turn by itself.  Nor for one
+    that is closing (the reactor ends it once its buffer is written), or
+    whose producer is paused (its buffer is full: the reactor resumes the
+    producer, outside any call of ours).
+    """
+    if not hasattr(transport, "doWrite"):
+        return
+    if not transport.connected or transport.disconnecting or transport.producerPaused:
+        return
+    transport.doWrite()

@@ -13,10 +13,11 @@ memory; older routers get Send frames.
 import pytest
 
 from meshroute.client import TOO_LARGE, Producer, SendError, UnblockedError
-from meshroute.client import send_batching
+from meshroute.client import router_connection, send_batching
 from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
 from meshroute.sessions import native_connection as connection_module
 from meshroute.wire import client_frames as f
+from meshroute.wire.codec import FrameDecoder
 from meshroute.sessions import sends as sends_module
 from meshroute.sessions import served as served_module
 from meshroute.router.queues import READ_AHEAD
@@ -73,6 +74,23 @@ def test_the_sends_of_one_turn_are_one_send_batch_and_one_store_call(harness, st
     ids = [result_of(d) for d in sends]
     assert len(set(ids)) == 50
     assert store.queue_depths() == {"q": 50}
+
+
+def test_the_sends_of_a_turn_are_handed_to_the_kernel_once_written(harness, monkeypatch):
+    client = harness.connect()
+    flushed = []
+    monkeypatch.setattr(router_connection, "flush_now",
+                        lambda transport: flushed.append(b"".join(transport.stream)))
+    client.send("q", b"a")
+    client.send("q", b"b")
+    assert flushed == []
+    harness.clock.advance(0)
+    [written] = flushed
+    [frame] = FrameDecoder(frames=f.FROM_CLIENT).feed(written)
+    assert isinstance(frame, f.SendBatch) and len(frame.messages) == 2
+    harness.flush()  # the answers arrive: the next turn reports them
+    harness.clock.advance(0)
+    assert FrameDecoder(frames=f.FROM_CLIENT).feed(flushed[1]) == [f.Received(2, 0)]
 
 
 def test_a_refused_send_in_a_batch_fails_alone(harness, batches):

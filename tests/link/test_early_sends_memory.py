@@ -232,7 +232,7 @@ def test_no_early_send_on_a_replicated_store(mesh):
     assert router.store.replicated
     forwarding = router.engine.forwarding
     replicated = forwarding.link_up("router-x", lambda frame: None, lambda detail: None,
-                                    lambda *a, **kw: None, channel.version)
+                                    lambda *a, **kw: None, channel.version, lambda: None)
     assert replicated.early_room() == (0, 0)
 
 

@@ -51,10 +51,13 @@ class Link:
         self.sent: list = []
         self.events: list[tuple] = []
         self.failures: list[str] = []
+        # How many frames were sent by each flush.
+        self.flushes: list[int] = []
         self.channel = PeerChannel(
             PEER, version, self.sent.append, self.failures.append,
             lambda event, **fields: self.events.append((event, fields)),
-            self.engine, self.store, self.clock)
+            self.engine, self.store, self.clock,
+            flush=lambda: self.flushes.append(len(self.sent)))
 
     def take_sent(self) -> list:
         sent, self.sent[:] = list(self.sent), []
@@ -437,6 +440,49 @@ def test_an_acknowledgement_due_goes_at_once(link):
     link.channel.send_ack()
     link.clock.advance(1)
     assert link.sent == [Ack(1)]
+
+
+# -- what a turn wrote, handed to the kernel at once ---------------------------------------
+
+
+def test_transfers_handed_from_the_backlog_are_flushed_once_written(link):
+    link.channel.pump()
+    link.store.held["assign"][0].callback([(1, message(1)), (2, message(2))])
+    assert [type(f) for f in link.sent] == [TransferBatch]
+    assert link.flushes == [1]
+
+
+def test_the_turns_non_persistent_messages_are_flushed_once_written(link):
+    link.channel.send_transient(message(1))
+    link.channel.send_transient(message(2))
+    assert link.flushes == []
+    link.clock.advance(0)
+    assert [len(f.messages) for f in link.sent] == [2]
+    assert link.flushes == [1]
+
+
+def test_an_ack_is_flushed_at_the_end_of_its_turn_and_of_its_wait(link):
+    link.engine.onward = ("router-d",)
+    link.channel.transferred(Transfer(1, *_wire(message(1))))
+    link.clock.advance(0)
+    assert link.sent == [Ack(1)]
+    assert link.flushes == [1]
+    link.engine.onward = ()
+    link.channel.transferred(Transfer(2, *_wire(message(2))))
+    link.clock.advance(0)
+    assert link.flushes == [1]  # it waits for more
+    link.clock.advance(ACK_DELAY_S)
+    assert link.sent == [Ack(1), Ack(2)]
+    assert link.flushes == [1, 2]
+
+
+def test_an_ack_due_before_transfers_is_flushed_with_them(link):
+    link.channel.transferred(Transfer(1, *_wire(message(1))))
+    link.channel.send_ack()
+    assert link.flushes == []
+    link.channel.pump()
+    link.store.held["assign"][0].callback([(1, message(1))])
+    assert link.flushes == [2]
 
 
 # -- what else arrives ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ frames.  The real engine and SQLite store run inline on a C{task.Clock}.
 """
 
 import pytest
+from twisted.internet.testing import StringTransport
 
 from meshroute import events as event_names
 from meshroute.sessions import deliveries as deliveries_module
@@ -186,6 +187,47 @@ def test_a_version_4_consumer_gets_one_deliver_batch_per_turn(factory, connectio
     assert delivered.subscription == 1
     assert [d[4] for d in delivered.deliveries] == [b"a", b"b", b"c"]
     assert [d[0] for d in delivered.deliveries] == [1, 2, 3]
+
+
+class NotedFlushes(StringTransport):
+    """
+    A transport that notes what it held each time it was flushed
+    (L{meshroute.wire.transport.flush_now} calls C{doWrite}).
+    """
+
+    connected = True
+    producerPaused = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes: list[bytes] = []
+
+    def doWrite(self) -> None:
+        self.flushes.append(self.value())
+
+
+@pytest.mark.parametrize("answer_pending", [False, True])
+def test_a_turns_deliveries_are_handed_to_the_kernel_once_written(factory, connection, clock,
+                                                                   answer_pending):
+    """
+    Whether the deliveries are written at the end of their turn or before
+    another frame of that turn's end (the answer to the Subscribe, when
+    its turn has not ended yet), the end of the turn flushes them.
+    """
+    transport = NotedFlushes()
+    waiting = Connection(factory, transport)
+    open_with(waiting, [4])
+    waiting.send(f.Subscribe(1, 1, "q", 100))
+    if not answer_pending:
+        clock.advance(0)
+    waiting.received()
+    connection.send(batch(1, b"a", b"b"))
+    assert transport.flushes == []
+    clock.advance(0)
+    [held] = transport.flushes
+    assert held == transport.value()
+    (delivered,) = only(waiting.received(), f.DeliverBatch)
+    assert [d[4] for d in delivered.deliveries] == [b"a", b"b"]
 
 
 def test_older_consumers_get_deliver_frames(factory, connection, clock):

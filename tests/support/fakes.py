@@ -62,7 +62,7 @@ class RecordingEngine:
     def recovery(self, peer: str) -> Recovery:
         return Recovery(self.last_received(peer))
 
-    def link_up(self, peer: str, send, fail, emit, version: int) -> RecordingChannel:
+    def link_up(self, peer: str, send, fail, emit, version: int, flush) -> RecordingChannel:
         channel = self.channels[peer] = RecordingChannel(peer, send)
         return channel
 
