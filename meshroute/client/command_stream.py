@@ -7,6 +7,7 @@ again when the session is reattached.  The bookkeeping without I/O is the
 L{CommandLog} (L{meshroute.client.commands}).
 """
 
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from meshroute.client.commands import (
@@ -33,6 +34,13 @@ log = Logger()
 #: L{error_of} says.
 TWO_PHASE = ENDING | BY_XID
 
+#: What the client holds is reported (C{Received}) with the next frame it
+#: writes, so that the report costs the router no wake-up of its own; but
+#: no later than this after it grew, nor after this many more answers and
+#: deliveries (well within the 16384 unreported answers a router holds).
+RECEIVED_DELAY_S = 0.05
+RECEIVED_EVERY = 256
+
 
 class CommandStream:
     """
@@ -43,7 +51,8 @@ class CommandStream:
     """
 
     def __init__(self, window: int, connection: RouterConnection, deliveries: Deliveries,
-                 transactions: Transactions, end_of_turn: EndOfTurn) -> None:
+                 transactions: Transactions, end_of_turn: EndOfTurn,
+                 clock: IReactorTime) -> None:
         """
         @param window: C{confirmation-window-size} in bytes (-1: none).
         """
@@ -52,8 +61,12 @@ class CommandStream:
         self._deliveries = deliveries
         self._transactions = transactions
         self._end_of_turn = end_of_turn
+        self._clock = clock
         # The (answered, delivered) the router was last told.
         self._reported = (0, 0)
+        # A report that waited RECEIVED_DELAY_S for a frame to go with.
+        self._report_call: IDelayedCall | None = None
+        self._report_due = False
 
     # -- out ------------------------------------------------------------------------
 
@@ -85,15 +98,39 @@ class CommandStream:
     def flush(self) -> None:
         """
         The end of a turn on an open connection: write its Ack and Credit,
-        then Received if what we hold grew.
+        then Received if what we hold grew and the turn writes something
+        anyway, or the report is due (L{RECEIVED_DELAY_S},
+        L{RECEIVED_EVERY}); then hand what the turn wrote to the kernel.
         """
         for command in self._deliveries.take_acks():
             self.submit(command)
         answered, delivered = self.log.answered_up_to(), self._deliveries.delivered_up_to
-        if answered > self._reported[0] or delivered > self._reported[1]:
-            self._reported = (answered, delivered)
-            self._connection.write_frame(f.Received(answered, delivered))
+        was_answered, was_delivered = self._reported
+        if answered > was_answered or delivered > was_delivered:
+            if (self._connection.unflushed or self._report_due
+                    or answered - was_answered + delivered - was_delivered >= RECEIVED_EVERY):
+                self._stop_waiting_to_report()
+                self._reported = (answered, delivered)
+                self._connection.write_frame(f.Received(answered, delivered))
+            elif self._report_call is None:
+                self._report_call = self._clock.callLater(RECEIVED_DELAY_S, self._report_later)
         self._connection.flush()
+
+    def _report_later(self) -> None:
+        """
+        What we hold grew L{RECEIVED_DELAY_S} ago and no frame went since:
+        report it at the end of this turn.
+        """
+        self._report_call = None
+        self._report_due = True
+        self._end_of_turn.schedule()
+
+    def _stop_waiting_to_report(self) -> None:
+        self._report_due = False
+        if self._report_call is not None:
+            if self._report_call.active():
+                self._report_call.cancel()
+            self._report_call = None
 
     def flush_while_down(self) -> None:
         """
@@ -111,6 +148,7 @@ class CommandStream:
         an id, every delivery received up to one (which counts as
         reported).
         """
+        self._stop_waiting_to_report()
         self._reported = (self.log.answered_up_to(), self._deliveries.delivered_up_to)
         return self._reported
 
@@ -136,6 +174,7 @@ class CommandStream:
         """
         written, waiting = self.log.new_session(), list(self.log.waiting)
         self.log.waiting.clear()
+        self._stop_waiting_to_report()
         self._reported = (0, 0)
         return written, waiting
 

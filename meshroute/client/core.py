@@ -95,14 +95,14 @@ class ClientCore:
         self.client_id = client_id
         self.created_at = created_at
         machine = self.machine = ClientMachine()
-        self.connection = RouterConnection(clock, endpoints, options, client_id,
-                                           endpoint_from_string, machine)
-        self.login = Login(options, self.connection, machine)
         end_of_turn = self._end_of_turn = EndOfTurn(clock, machine)
+        self.connection = RouterConnection(clock, endpoints, options, client_id,
+                                           endpoint_from_string, machine, end_of_turn)
+        self.login = Login(options, self.connection, machine)
         self.deliveries = Deliveries(self.connection, machine, end_of_turn)
         self.transactions = Transactions(options.transacted, self.deliveries, machine)
         self.commands = CommandStream(options.confirmation_window_size, self.connection,
-                                      self.deliveries, self.transactions, end_of_turn)
+                                      self.deliveries, self.transactions, end_of_turn, clock)
         self.sends = SendBatcher(self.connection, machine, end_of_turn)
         machine.bind(self)
         # A transacted client speaks only versions with transactions: a

@@ -56,7 +56,7 @@ from meshroute.client.errors import (
 )
 from meshroute.client.options import ClientOptions
 from meshroute.client.router_protocol import RouterProtocol
-from meshroute.client.session_machine import ClientInputs
+from meshroute.client.session_machine import ClientInputs, EndOfTurn
 from meshroute.client.traffic_timer import TrafficTimer
 from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
@@ -90,11 +90,14 @@ class RouterConnection:
 
     def __init__(self, clock: IReactorTime, endpoints: EndpointRotation, options: ClientOptions,
                  client_id: str, endpoint_from_string: Callable[[str], IStreamClientEndpoint],
-                 machine: ClientInputs) -> None:
+                 machine: ClientInputs, end_of_turn: EndOfTurn) -> None:
         """
         @param endpoint_from_string: makes the endpoint of an endpoint
             string a router tells (its pair's instances).
+        @param end_of_turn: asked for by the first write of a turn, whose
+            end hands what the turn wrote to the kernel (L{flush}).
         """
+        self._end_of_turn = end_of_turn
         self._clock = clock
         self.endpoints = endpoints
         self._options = options
@@ -111,8 +114,9 @@ class RouterConnection:
             options.max_retry_interval_ms, options.reconnect_attempts,
         )
         self.protocol: RouterProtocol | None = None
-        # Something was written since the last flush.
-        self._unflushed = False
+        #: Something was written since the end of the last turn (or, before
+        #: the session is open, since the connection was made).
+        self.unflushed = False
         self.traffic = TrafficTimer(clock, self._keepalive_ping, self._silent)
         self._attempt: Deferred | None = None
         self._attempt_token: object = None
@@ -401,15 +405,17 @@ class RouterConnection:
     def write(self, data: bytes) -> None:
         self.protocol.transport.write(data)
         self.traffic.sent()
-        self._unflushed = True
+        if not self.unflushed:
+            self.unflushed = True
+            self._end_of_turn.schedule()
 
     def flush(self) -> None:
         """
         Hand what this turn wrote to the kernel now (L{flush_now}), at the
         end of the turn, rather than at the reactor's next poll.
         """
-        if self._unflushed and self.protocol is not None:
-            self._unflushed = False
+        if self.unflushed and self.protocol is not None:
+            self.unflushed = False
             flush_now(self.protocol.transport)
 
 

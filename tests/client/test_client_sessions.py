@@ -24,6 +24,7 @@ from meshroute.client import (
 )
 from meshroute.client import session_machine
 from meshroute.client.core import ClientCore
+from meshroute.client.command_stream import RECEIVED_DELAY_S, RECEIVED_EVERY
 from meshroute.link.rotation import EndpointRotation
 from meshroute.wire import client_frames as f
 from meshroute.wire.codec import encode
@@ -530,25 +531,57 @@ def test_processed_beyond_what_was_sent_is_a_protocol_error(clock, endpoint):
 # -- Received -------------------------------------------------------------------
 
 
-def test_received_at_most_once_per_turn_when_it_grew(clock, endpoint):
+def test_received_goes_with_the_next_frame_written(clock, endpoint):
     s = start(clock, endpoint)
-    for n in range(1, 6):
-        s.client.send("q", b"%d" % n)
+    got = []
+    s.client.subscribe("q", got.append)
+    s.turn()
     s.router.frames()
-    s.router.send(f.Confirm(2, "m2"), f.Confirm(3, "m3"))
+    s.router.send(f.Confirm(1, ""))
     s.turn()
-    # Command 1 has no answer yet: nothing is held up to 1.
+    # It grew, but the turn writes nothing else: it waits.
     assert s.router.frames() == []
+    s.router.send(f.Deliver(1, 1, "m", "r", {}, b"", False))
+    got[0].ack()
+    s.turn()
+    assert [type(x) for x in s.router.frames()] == [f.Ack, f.Credit, f.Received]
+    s.turn()
+    assert s.router.frames() == []
+
+
+def test_received_unreported_for_its_delay_goes_alone(clock, endpoint):
+    s = start(clock, endpoint)
+    s.client.send("q", b"1")
+    s.turn()
+    s.router.frames()
     s.router.send(f.Confirm(1, "m1"))
-    s.router.send(f.Confirm(5, "m5"))
-    s.router.send(f.Deliver(9, 7, "x", "r", {}, b"", False))
     s.turn()
-    assert s.router.frames() == [f.Received(3, 9)]
+    clock.advance(RECEIVED_DELAY_S - 0.001)
+    assert s.router.frames() == []
+    clock.advance(0.001)
+    s.turn()
+    assert s.router.frames() == [f.Received(1, 0)]
+    clock.advance(RECEIVED_DELAY_S)
     s.turn()
     assert s.router.frames() == []
-    s.router.send(f.Confirm(4, "m4"))
+
+
+def test_received_goes_at_once_when_much_is_unreported(clock, endpoint):
+    s = start(clock, endpoint)
+    for n in range(1, RECEIVED_EVERY + 1):
+        s.client.send("q", b"%d" % n)
     s.turn()
-    assert s.router.frames() == [f.Received(5, 9)]
+    s.router.frames()
+    s.router.send(*[f.Confirm(n, f"m{n}") for n in range(1, RECEIVED_EVERY)])
+    s.turn()
+    assert s.router.frames() == []
+    s.router.send(f.Confirm(RECEIVED_EVERY, "last"))
+    s.turn()
+    assert s.router.frames() == [f.Received(RECEIVED_EVERY, 0)]
+    # The wait for the first ones' report ended with it.
+    clock.advance(RECEIVED_DELAY_S)
+    s.turn()
+    assert s.router.frames() == []
 
 
 def test_acks_count_as_held_once_processed(clock, endpoint):
@@ -560,6 +593,8 @@ def test_acks_count_as_held_once_processed(clock, endpoint):
     s.turn()
     assert s.router.frames()[-1] == f.Received(1, 1)
     s.router.send(f.Processed(3))
+    s.turn()
+    clock.advance(RECEIVED_DELAY_S)
     s.turn()
     assert s.router.frames() == [f.Received(3, 1)]
 
