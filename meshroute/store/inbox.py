@@ -164,8 +164,10 @@ def _claimable(connection, message: Message, claim) -> bool:
     if claim is None:
         return False
     after_entry, pending = claim
+    # Mostly none: spare json.dumps its encoder, made anew on every call.
+    pending_ids = json.dumps(list(pending)) if pending else "[]"
     return connection.execute(
-        _UNCLAIMED_ABOVE, (message.dest_queue, after_entry, json.dumps(list(pending)))
+        _UNCLAIMED_ABOVE, (message.dest_queue, after_entry, pending_ids)
     ).fetchone() is None
 
 
