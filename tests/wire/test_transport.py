@@ -70,6 +70,11 @@ async def connected_pair(server_description: str, client_description: str,
     return client, servers[0], port
 
 
+def tcp_pair():
+    "A client and a listener over TCP on 127.0.0.1 (L{connected_pair})."
+    return connected_pair("tcp:0:interface=127.0.0.1", "tcp:127.0.0.1:{port}")
+
+
 async def closed(client: Received, port) -> None:
     client.transport.loseConnection()
     await client.lost
@@ -78,8 +83,7 @@ async def closed(client: Received, port) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_what_was_written_leaves_before_the_reactor_polls_again():
-    client, server, port = await connected_pair("tcp:0:interface=127.0.0.1",
-                                                "tcp:127.0.0.1:{port}")
+    client, server, port = await tcp_pair()
     transport = client.transport
     transport.write(b"a frame")
     # The reactor would write it on its next poll...
@@ -93,8 +97,7 @@ async def test_what_was_written_leaves_before_the_reactor_polls_again():
 
 @pytest_twisted.ensureDeferred
 async def test_a_closing_transport_is_left_to_the_reactor_and_loses_nothing():
-    client, server, port = await connected_pair("tcp:0:interface=127.0.0.1",
-                                                "tcp:127.0.0.1:{port}")
+    client, server, port = await tcp_pair()
     transport = client.transport
     transport.write(b"last words")
     transport.loseConnection()
@@ -124,8 +127,7 @@ class Paused:
 
 @pytest_twisted.ensureDeferred
 async def test_a_transport_whose_producer_is_paused_is_left_to_the_reactor():
-    client, server, port = await connected_pair("tcp:0:interface=127.0.0.1",
-                                                "tcp:127.0.0.1:{port}")
+    client, server, port = await tcp_pair()
     transport = client.transport
     producer = Paused()
     transport.registerProducer(producer, True)
