@@ -112,7 +112,7 @@ class Forwarding:
             pending.cancel()
         early = None if self._store.replicated else self._early_pending
         channel = PeerChannel(peer, version, send, fail, emit, self._engine, self._store,
-                              self._clock, early, self._early_accept_hold, flush)
+                              self._clock, early, self._early_accept_hold, flush=flush)
         self._channels[peer] = channel
         for advertisement in self._routes.link_up(peer):
             self._flood.news(advertisement)

@@ -329,23 +329,30 @@ class ChannelCore:
         for index in range(start, len(assigned)):
             seq, message = assigned[index]
             if message.headers and message.expired(now):
-                frames.flush()
+                self._write_out(frames, index > start)
                 self._expire_from(inputs, assigned, index, now)
                 return
             item = on_the_wire(message)
             size = wire_size(item)
             if size > BATCH_MAX_BYTES and not fits_a_link(size, Transfer(seq, *item)):
-                frames.flush()
+                self._write_out(frames, index > start)
                 self._dead_letter_from(inputs, assigned, index)
                 return
             frames.add(seq, item, size)
             in_flight[seq] = message
             self.in_flight_bytes += len(message.body)
-        frames.flush()
         sent = start < len(assigned)
+        self._write_out(frames, sent)
+        inputs.all_sent(sent)
+
+    def _write_out(self, frames: TransferFrames, sent: bool) -> None:
+        """
+        Write the transfers gathered, and hand them to the kernel now if
+        there were any (L{flush}): the peer waits for them.
+        """
+        frames.flush()
         if sent:
             self.flush()
-        inputs.all_sent(sent)
 
     def _dead_letter_from(self, inputs: ChannelInputs, assigned: list, index: int) -> None:
         """
@@ -640,8 +647,7 @@ class PeerChannel:
                  fail: Callable[[str], None], emit: Callable[..., None],
                  engine: IChannelEngine, store: IMessageStore,
                  clock: IReactorTime, early: EarlyPending | None = None,
-                 early_hold_s: float = 0.0,
-                 flush: Callable[[], None] = lambda: None) -> None:
+                 early_hold_s: float = 0.0, *, flush: Callable[[], None]) -> None:
         """
         @param fail: closes the link because the store failed (reason
             C{store-failed}), with a detail.
@@ -654,8 +660,7 @@ class PeerChannel:
             peer's acknowledgement, which spares writing it
             (L{meshroute.router.early_accepts}).
         @param flush: hands what was written on the link to the kernel now
-            (L{LinkCore.flush<meshroute.link.core.LinkCore.flush>}); a
-            link without a socket of its own (a test's) needs none.
+            (L{LinkCore.flush<meshroute.link.core.LinkCore.flush>}).
         """
         self.peer = peer
         self.version = version

@@ -27,7 +27,8 @@ def channel(version: int = 4, store: ChannelStore | None = None,
     clock = Clock()
     sent: list = []
     link = PeerChannel("router-b", version, sent.append, None, None,
-                       engine or RecordingChannelEngine(), store or ChannelStore(), clock)
+                       engine or RecordingChannelEngine(), store or ChannelStore(), clock,
+                       flush=lambda: None)
     return link, sent, clock
 
 

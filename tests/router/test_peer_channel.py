@@ -452,6 +452,33 @@ def test_transfers_handed_from_the_backlog_are_flushed_once_written(link):
     assert link.flushes == [1]
 
 
+@pytest.mark.parametrize("stopping", ["expired", "too-large"])
+def test_transfers_written_before_a_message_that_stops_the_batch_are_flushed(link, stopping):
+    """
+    An expired message (moved to C{$expired}) or one too large for any
+    link (dead-lettered) ends the batch there: what was written before
+    it is handed to the kernel all the same.
+    """
+    if stopping == "expired":
+        link.clock.advance(2)
+        stop = message(2, headers={EXPIRES_HEADER: "1000"})
+        link.store.hold("expire")
+    else:
+        stop = message(2, size=MAX_MESSAGE_FRAME_SIZE)
+        link.store.hold("dead_letter")
+    link.channel.pump()
+    link.store.held["assign"][0].callback([(1, message(1)), (2, stop), (3, message(3))])
+    assert link.sent == [Transfer(1, *_wire(message(1)))]
+    assert link.flushes == [1]
+
+
+def test_an_expired_first_message_flushes_nothing(link):
+    link.clock.advance(2)
+    link.channel.pump()
+    link.store.held["assign"][0].callback([(1, message(1, headers={EXPIRES_HEADER: "1000"}))])
+    assert link.sent == [] and link.flushes == []
+
+
 def test_the_turns_non_persistent_messages_are_flushed_once_written(link):
     link.channel.send_transient(message(1))
     link.channel.send_transient(message(2))
