@@ -81,6 +81,7 @@ from throughput import (  # noqa: E402
     summarize,
     wait_until,
 )
+from meshroute.store.settings import StoreConfig  # noqa: E402
 
 SUBSCRIBERS = 10
 ROUTERS = ("router-a", "router-b", "router-c", "router-d", "router-e")
@@ -175,7 +176,7 @@ class TreeMesh(Mesh):
 
     def __init__(self, workdir: str, sync: str, children: Children) -> None:
         self.children, self.sync = children, sync
-        self.extra_config, self.store_writer = "", "thread"
+        self.extra_config, self.store_writer = "", StoreConfig.writer
         self.routers = [RouterProc(name, os.path.join(workdir, name)) for name in ROUTERS]
         by_name = {router.name: router for router in self.routers}
         for child, parent in PARENTS.items():

@@ -74,6 +74,7 @@ from throughput import (  # noqa: E402
 from twisted.python import usage  # noqa: E402
 
 from meshroute.events import read_events  # noqa: E402
+from meshroute.store.settings import StoreConfig  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 SYSTEMS = ("meshroute", "mosquitto")
@@ -204,7 +205,7 @@ class MqttRouter(RouterProc):
         super().__init__(name, directory, router)
         self.mqtt_port = free_port()
 
-    def write_config(self, sync: str, extra: str = "", writer: str = "thread") -> None:
+    def write_config(self, sync: str, extra: str = "", writer: str = StoreConfig.writer) -> None:
         super().write_config(sync, extra + MQTT_LISTENER.format(port=self.mqtt_port), writer)
 
 

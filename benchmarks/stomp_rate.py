@@ -52,6 +52,7 @@ from throughput import (  # noqa: E402
     write_produced,
 )
 from twisted.python import usage  # noqa: E402
+from meshroute.store.settings import StoreConfig  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 #: Cumulative acknowledgements of the STOMP consumer: one per this many.
@@ -92,7 +93,7 @@ class StompRouter(RouterProc):
         super().__init__(name, directory)
         self.stomp_port = free_port()
 
-    def write_config(self, sync: str, extra: str = "", writer: str = "thread") -> None:
+    def write_config(self, sync: str, extra: str = "", writer: str = StoreConfig.writer) -> None:
         super().write_config(sync, extra, writer)
         with open(os.path.join(self.directory, "router.toml"), "a") as f:
             f.write(STOMP_CONFIG.format(port=self.stomp_port, prefetch=self.prefetch))

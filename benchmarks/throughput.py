@@ -66,6 +66,7 @@ sys.path.insert(0, ROOT)
 from twisted.python import usage  # noqa: E402
 
 from meshroute.events import read_events  # noqa: E402
+from meshroute.store.settings import StoreConfig  # noqa: E402
 
 import _wakeups  # noqa: E402
 from _harness import percentile  # noqa: E402
@@ -167,7 +168,8 @@ class Options(usage.Options):
         ["dir", None, None, "Where to make the temporary mesh directories (default: the "
          "system's temporary directory; its disk is what sync=full measures)."],
         ["json", None, None, "Also write every measurement to this JSON file."],
-        ["store-writer", None, "thread", "[store] writer of every router: thread or reactor."],
+        ["store-writer", None, StoreConfig.writer,
+         "[store] writer of every router: reactor or thread (default the router's)."],
         ["early-accept-hold", None, None,
          "[routing] early-accept-hold of every router, milliseconds (0: the origin writes "
          "every persistent send at once); default the router's.", int],
@@ -393,7 +395,7 @@ class RouterProc:
     def client_endpoint(self) -> str:
         return f"tcp:127.0.0.1:{self.client_port}"
 
-    def write_config(self, sync: str, extra: str = "", writer: str = "thread") -> None:
+    def write_config(self, sync: str, extra: str = "", writer: str = StoreConfig.writer) -> None:
         """
         Write its C{router.toml}, with C{[store] writer = writer} and the
         TOML C{extra} at the end.
@@ -451,7 +453,7 @@ class Mesh:
     router_class = RouterProc
 
     def __init__(self, workdir: str, hops: int, sync: str, children: Children,
-                 extra_config: str = "", store_writer: str = "thread") -> None:
+                 extra_config: str = "", store_writer: str = StoreConfig.writer) -> None:
         """
         @param extra_config: TOML tables added to every router's configuration.
         @param store_writer: every router's C{[store] writer}.

@@ -56,7 +56,12 @@ class TurnExecutor(TransactionRunner):
     message that arrived in the turn shares it; at a high rate turns carry
     many messages, so commits still group.  The price: the reactor does
     nothing else during the fsync, which a writer thread overlaps with the
-    routing work, so the full-load throughput is lower.
+    routing work.  Measured on a quiet host (benchmarks/README.md), one
+    hop's full-load throughput is the same or higher than with the writer
+    thread, but two hops' and an HA pair's are not: a router that relays
+    or replicates has routing work to overlap with its fsyncs.  And when
+    other writers contend for the disk, every message the router handles
+    waits for the slower fsync.
 
     Relaxed functions alone wait up to L{RELAXED_DELAY_S} (or for the next
     function that does not) before their transaction runs, as in the
