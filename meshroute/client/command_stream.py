@@ -42,6 +42,14 @@ RECEIVED_DELAY_S = 0.05
 RECEIVED_EVERY = 256
 
 
+def _cancelled(call: IDelayedCall | None) -> None:
+    """
+    Cancel C{call} if it is still to run; what to keep in its place.
+    """
+    if call is not None and call.active():
+        call.cancel()
+
+
 class CommandStream:
     """
     The commands of one session, out and answered.
@@ -52,9 +60,11 @@ class CommandStream:
 
     def __init__(self, window: int, connection: RouterConnection, deliveries: Deliveries,
                  transactions: Transactions, end_of_turn: EndOfTurn,
-                 clock: IReactorTime) -> None:
+                 clock: IReactorTime, ack_delay_s: float = 0.0) -> None:
         """
         @param window: C{confirmation-window-size} in bytes (-1: none).
+        @param ack_delay_s: how long acknowledgements may wait for a frame
+            to go with (C{ack_delay_ms}; 0: none).
         """
         self.log = CommandLog(window)
         self._connection = connection
@@ -67,6 +77,10 @@ class CommandStream:
         # A report that waited RECEIVED_DELAY_S for a frame to go with.
         self._report_call: IDelayedCall | None = None
         self._report_due = False
+        # Acknowledgements that waited ack_delay_s for a frame to go with.
+        self._ack_delay_s = ack_delay_s
+        self._ack_call: IDelayedCall | None = None
+        self._acks_due = False
 
     # -- out ------------------------------------------------------------------------
 
@@ -97,13 +111,22 @@ class CommandStream:
 
     def flush(self) -> None:
         """
-        The end of a turn on an open connection: write its Ack and Credit,
-        then Received if what we hold grew and the turn writes something
-        anyway, or the report is due (L{RECEIVED_DELAY_S},
-        L{RECEIVED_EVERY}); then hand what the turn wrote to the kernel.
+        The end of a turn on an open connection: write the Ack and Credit
+        gathered if the turn writes something anyway, or a subscription
+        wants its credit, or they waited C{ack_delay_s}; then Received
+        if what we hold grew and the turn writes something anyway, or the
+        report is due (L{RECEIVED_DELAY_S}, L{RECEIVED_EVERY}); then hand
+        what the turn wrote to the kernel.
         """
-        for command in self._deliveries.take_acks():
-            self.submit(command)
+        deliveries = self._deliveries
+        if deliveries.has_acks():
+            if (not self._ack_delay_s or self._acks_due or self._connection.unflushed
+                    or deliveries.credit_wanted()):
+                self._stop_waiting_to_ack()
+                for command in deliveries.take_acks():
+                    self.submit(command)
+            elif self._ack_call is None:
+                self._ack_call = self._clock.callLater(self._ack_delay_s, self._ack_later)
         answered, delivered = self.log.answered_up_to(), self._deliveries.delivered_up_to
         was_answered, was_delivered = self._reported
         if answered > was_answered or delivered > was_delivered:
@@ -125,18 +148,29 @@ class CommandStream:
         self._report_due = True
         self._end_of_turn.schedule()
 
+    def _ack_later(self) -> None:
+        """
+        Acknowledgements waited C{ack_delay_s} and no frame went since:
+        write them at the end of this turn.
+        """
+        self._ack_call = None
+        self._acks_due = True
+        self._end_of_turn.schedule()
+
+    def _stop_waiting_to_ack(self) -> None:
+        self._acks_due = False
+        self._ack_call = _cancelled(self._ack_call)
+
     def _stop_waiting_to_report(self) -> None:
         self._report_due = False
-        if self._report_call is not None:
-            if self._report_call.active():
-                self._report_call.cancel()
-            self._report_call = None
+        self._report_call = _cancelled(self._report_call)
 
     def flush_while_down(self) -> None:
         """
         The end of a turn without a connection: this turn's Ack and Credit
         wait, in order, for the session to be resumed.
         """
+        self._stop_waiting_to_ack()
         for command in self._deliveries.take_acks():
             self.queue(command)
 
@@ -175,6 +209,7 @@ class CommandStream:
         written, waiting = self.log.new_session(), list(self.log.waiting)
         self.log.waiting.clear()
         self._stop_waiting_to_report()
+        self._stop_waiting_to_ack()
         self._reported = (0, 0)
         return written, waiting
 

@@ -101,8 +101,12 @@ class ClientCore:
         self.login = Login(options, self.connection, machine)
         self.deliveries = Deliveries(self.connection, machine, end_of_turn)
         self.transactions = Transactions(options.transacted, self.deliveries, machine)
+        # A transacted client's acknowledgements belong to the transaction
+        # that commit() ends: they never wait.
+        ack_delay_s = 0.0 if options.transacted else options.ack_delay_ms / 1000
         self.commands = CommandStream(options.confirmation_window_size, self.connection,
-                                      self.deliveries, self.transactions, end_of_turn, clock)
+                                      self.deliveries, self.transactions, end_of_turn, clock,
+                                      ack_delay_s)
         self.sends = SendBatcher(self.connection, machine, end_of_turn)
         machine.bind(self)
         # A transacted client speaks only versions with transactions: a

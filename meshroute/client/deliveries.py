@@ -3,9 +3,10 @@ The session's side of consuming (L{Deliveries}): its subscriptions by
 number, the deliveries the router makes to them, and the
 acknowledgements and credit the application gives back.
 
-Acknowledgements are batched: those of one reactor turn travel in one
-C{Ack} (or one C{AckThrough} per subscription, version 4), followed by the
-C{Credit} they make room for, at the end of the turn.  A delivery id is
+Acknowledgements are batched: those gathered travel in one C{Ack} (or
+one C{AckThrough} per subscription, version 4), followed by the C{Credit}
+they make room for, at the end of a turn; which turn, the command stream
+decides (L{meshroute.client.command_stream.CommandStream.flush}).  A delivery id is
 per session: C{delivered_up_to} is what a resuming Open reports, and a
 delivery re-sent after a reattachment is dropped.  Each recreation of the
 session is a new I{generation}: messages delivered in an earlier one can
@@ -246,6 +247,20 @@ class Deliveries:
         if credit:
             self._credit[subscription] = self._credit.get(subscription, 0) + credit
         self._end_of_turn.schedule()
+
+    def has_acks(self) -> bool:
+        """
+        Acknowledgements or credit wait to be written.
+        """
+        return bool(self._acks or self._through or self._credit)
+
+    def credit_wanted(self) -> bool:
+        """
+        A subscription is owed at least half its prefetch in credit: its
+        router holds back that many deliveries until the credit comes.
+        """
+        return any(2 * credit >= subscription.prefetch
+                   for subscription, credit in self._credit.items())
 
     def take_acks(self) -> list[Command]:
         """

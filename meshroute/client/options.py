@@ -70,6 +70,15 @@ class ClientOptions:
     @ivar open_timeout_ms: how long to wait for the router's answer to Open
         once connected; a timeout is a failed attempt.
     @ivar max_frame_size: the largest frame accepted from the router.
+    @ivar ack_delay_ms: how long acknowledgements may wait to be sent with
+        the ones after them, when nothing else is written (a paced
+        consumer's: one frame, and one wake-up of the router, for several
+        messages).  They go at once with any other frame, and when a
+        subscription is owed half its prefetch in credit; a transacted
+        client's never wait.  A message acknowledged less than this
+        before the client's process dies is delivered again (flagged
+        redelivered), as one acknowledged just before it always may be.
+        0: at the end of each reactor turn.
     @ivar transacted: a transacted session (JMS): every send and
         acknowledgement belongs to the current transaction, which
         C{commit()} or C{rollback()} ends.  Needs a router speaking
@@ -93,6 +102,7 @@ class ClientOptions:
     initial_connect_attempts: int = 1
     open_timeout_ms: int = 30_000
     max_frame_size: int = f.MAX_ROUTER_FRAME_SIZE
+    ack_delay_ms: int = 5
     transacted: bool = False
     user: str | None = None
     password: str | None = field(default=None, repr=False)
@@ -110,6 +120,7 @@ class ClientOptions:
         _at_least("initial_connect_attempts", self.initial_connect_attempts, 1, never=True)
         _at_least("open_timeout_ms", self.open_timeout_ms, 1)
         _at_least("max_frame_size", self.max_frame_size, 1)
+        _at_least("ack_delay_ms", self.ack_delay_ms, 0)
         if type(self.transacted) is not bool:
             raise TypeError("transacted must be a boolean")
         for name in ("user", "password"):

@@ -49,7 +49,7 @@ class ReceivedMessage:
     def ack(self) -> None:
         """
         Done with this message: the router deletes it.  Batched with the
-        other acknowledgements of this reactor turn; acknowledging twice,
+        other acknowledgements gathered (C{ack_delay_ms}); acknowledging twice,
         after the subscription ended, or after the session was recreated
         (the message then comes back, flagged redelivered) does nothing.
         """

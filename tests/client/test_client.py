@@ -27,6 +27,7 @@ from meshroute.cli import receive_command, send_command
 from meshroute.client import (
     CONNECTION_LOST,
     DISCONNECT,
+    ClientOptions,
     UNBLOCKED,
     UnblockedError,
     ReceivedMessage,
@@ -281,8 +282,17 @@ def test_subscribe_receive_ack(harness, engine):
     for message in got:
         message.ack()
         message.ack()  # Twice is harmless.
-    harness.flush()
+    after_the_ack_delay(harness)
     assert engine.queues.depths() == {}
+
+
+def after_the_ack_delay(harness) -> None:
+    """
+    Acknowledgements that went with nothing else waited C{ack_delay_ms}.
+    """
+    harness.flush()
+    harness.clock.advance(ClientOptions.ack_delay_ms / 1000)
+    harness.flush()
 
 
 def test_prefetch_bounds_unacknowledged_messages(harness, engine):
@@ -293,11 +303,11 @@ def test_prefetch_bounds_unacknowledged_messages(harness, engine):
     harness.flush()
     assert len(got) == 3
     got[0].ack()
-    harness.flush()
+    after_the_ack_delay(harness)
     assert len(got) == 4
     for message in got[1:]:
         message.ack()
-    harness.flush()
+    harness.flush()  # 3 owed, half the prefetch or more: they go at once
     assert len(got) == 7
 
 
@@ -340,7 +350,7 @@ def test_max_messages_stops_credit(harness, engine):
         message.ack()
 
     client.subscribe("q", on_message, prefetch=3, max_messages=5)
-    harness.flush()
+    after_the_ack_delay(harness)
     assert len(got) == 5
     assert engine.queues.depths() == {"q": 5}
 

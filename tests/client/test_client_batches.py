@@ -12,7 +12,7 @@ memory; older routers get Send frames.
 
 import pytest
 
-from meshroute.client import TOO_LARGE, Producer, SendError, UnblockedError
+from meshroute.client import TOO_LARGE, ClientOptions, Producer, SendError, UnblockedError
 from meshroute.client import router_connection, send_batching
 from meshroute.client.commands import SendDeferred, SendGroup, SendOutcomes
 from meshroute.sessions import native_connection as connection_module
@@ -145,6 +145,8 @@ def test_a_consumer_takes_deliver_batches_and_acks_a_turn_with_one_frame(
     harness.flush()
     for n in range(20):
         producer.send("q", b"%d" % n)
+    harness.flush()
+    harness.clock.advance(ClientOptions.ack_delay_ms / 1000)
     harness.flush()
     assert got == [b"%d" % n for n in range(20)]
     assert frames_to_client.count("DeliverBatch") == 1

@@ -63,6 +63,7 @@ def test_default_options_are_artemis_defaults():
     ({"initial_connect_attempts": 0}, "initial_connect_attempts"),
     ({"retry_interval_multiplier": 0}, "positive"),
     ({"retry_interval_ms": 3000}, "max_retry_interval_ms"),
+    ({"ack_delay_ms": -1}, "ack_delay_ms"),
 ])
 def test_impossible_options(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -528,6 +529,94 @@ def test_processed_beyond_what_was_sent_is_a_protocol_error(clock, endpoint):
     assert isinstance(failure_of(pending), UnblockedError)
 
 
+# -- acknowledgements that wait -------------------------------------------------
+
+
+ACK_DELAY_S = ClientOptions.ack_delay_ms / 1000
+
+
+def consuming(clock, endpoint, prefetch: int = 10, **options):
+    """
+    A session with a subscription (C{prefetch}) confirmed, and the
+    deliveries it got, each to acknowledge; nothing written unread.
+    """
+    s = start(clock, endpoint, **options)
+    got = []
+    s.client.subscribe("q", got.append, prefetch=prefetch)
+    s.turn()
+    s.router.send(f.Confirm(1, ""))
+    s.turn()
+    s.router.frames()
+    return s, got
+
+
+def deliver(s, *delivery_ids: int) -> None:
+    for delivery_id in delivery_ids:
+        s.router.send(f.Deliver(delivery_id, 1, f"m{delivery_id}", "r", {}, b"", False))
+
+
+def test_acknowledgements_wait_for_their_delay_when_nothing_else_is_written(clock, endpoint):
+    s, got = consuming(clock, endpoint)
+    deliver(s, 1)
+    got[0].ack()
+    s.turn()
+    deliver(s, 2)
+    got[1].ack()
+    s.turn()
+    clock.advance(ACK_DELAY_S - 0.001)
+    assert s.router.frames() == []
+    clock.advance(0.001)
+    s.turn()
+    frames = s.router.frames()
+    assert frames[:2] == [f.Ack(2, [1, 2]), f.Credit(3, 1, 2)]
+    clock.advance(ACK_DELAY_S)
+    assert s.router.of(f.Ack) == []
+
+
+def test_acknowledgements_go_with_any_other_frame_of_their_turn(clock, endpoint):
+    s, got = consuming(clock, endpoint)
+    deliver(s, 1)
+    got[0].ack()
+    s.client.send("q", b"x")
+    s.turn()
+    frames = s.router.frames()
+    assert [type(x) for x in frames][:3] == [f.Send, f.Ack, f.Credit]
+    assert frames[1] == f.Ack(3, [1])
+
+
+def test_acknowledgements_go_at_once_when_half_the_prefetch_is_owed(clock, endpoint):
+    s, got = consuming(clock, endpoint, prefetch=4)
+    deliver(s, 1)
+    got[0].ack()
+    s.turn()
+    assert s.router.frames() == []  # 1 of 4 owed
+    deliver(s, 2)
+    got[1].ack()
+    s.turn()
+    assert s.router.frames()[:2] == [f.Ack(2, [1, 2]), f.Credit(3, 1, 2)]
+
+
+@pytest.mark.parametrize("options", [{"ack_delay_ms": 0}, {"transacted": True}])
+def test_acknowledgements_that_never_wait(clock, endpoint, options):
+    s, got = consuming(clock, endpoint, **options)
+    deliver(s, 1)
+    got[0].ack()
+    s.turn()
+    assert f.Ack in [type(x) for x in s.router.frames()]
+
+
+def test_closing_writes_the_waiting_acknowledgements_first(clock, endpoint):
+    s, got = consuming(clock, endpoint)
+    deliver(s, 1)
+    got[0].ack()
+    s.turn()
+    assert s.router.frames() == []
+    s.client.close()
+    s.turn()
+    frames = s.router.frames()
+    assert frames.index(f.Ack(2, [1])) < [type(x) for x in frames].index(f.Close)
+
+
 # -- Received -------------------------------------------------------------------
 
 
@@ -543,6 +632,10 @@ def test_received_goes_with_the_next_frame_written(clock, endpoint):
     assert s.router.frames() == []
     s.router.send(f.Deliver(1, 1, "m", "r", {}, b"", False))
     got[0].ack()
+    s.turn()
+    # The acknowledgement waits for its delay too.
+    assert s.router.frames() == []
+    clock.advance(ClientOptions.ack_delay_ms / 1000)
     s.turn()
     assert [type(x) for x in s.router.frames()] == [f.Ack, f.Credit, f.Received]
     s.turn()
