@@ -44,7 +44,8 @@ RECEIVED_EVERY = 256
 
 def _cancelled(call: IDelayedCall | None) -> None:
     """
-    Cancel C{call} if it is still to run; what to keep in its place.
+    Cancel C{call} if it is still to run.  Returns None, for the caller
+    to store where it kept the call.
     """
     if call is not None and call.active():
         call.cancel()
@@ -151,11 +152,13 @@ class CommandStream:
     def _ack_later(self) -> None:
         """
         Acknowledgements waited C{ack_delay_s} and no frame went since:
-        write them at the end of this turn.
+        write them at the end of this turn (unless a close or a commit
+        took them meanwhile).
         """
         self._ack_call = None
-        self._acks_due = True
-        self._end_of_turn.schedule()
+        if self._deliveries.has_acks():
+            self._acks_due = True
+            self._end_of_turn.schedule()
 
     def _stop_waiting_to_ack(self) -> None:
         self._acks_due = False
