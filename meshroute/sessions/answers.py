@@ -10,7 +10,11 @@ Artemis' session reattachment does:
    id means client and router disagree about the session: a
    connection-level C{bad-command}.
  - B{Processed}: every command up to C{processed_up_to} has been carried
-   out; one C{Processed} per reactor turn tells the client.
+   out; one C{Processed} per reactor turn tells the client, when it
+   covers a command that has no answer of its own (C{Ack}, C{Credit},
+   C{Close}, C{Begin}, a C{Send} a transaction holds).  A command whose
+   answer was written is done for the client by that answer: a producer
+   whose sends are all confirmed is told no C{Processed} at all.
  - B{held answers}: the C{Confirm}/C{Error} of every command whose
    receipt the client has not reported (C{Received.answered_up_to}), to
    re-send on resume.  A client that never reports them stops the session
@@ -49,12 +53,15 @@ class Answers:
         (what C{Processed} reports).
     @ivar held: command id → its answer, until the client reports holding
         it.
+    @ivar unanswered_done: the highest id of a command carried out
+        without an answer of its own: only those need C{Processed}.
     """
 
     session: object = field(repr=False)
     last_command_id: int = 0
     processed_up_to: int = 0
     held: dict = field(default_factory=dict)
+    unanswered_done: int = 0
     _done_above: set = field(default_factory=set)
     _processed_sent: int = 0
     _processed_call: IDelayedCall | None = None
@@ -134,7 +141,7 @@ class Answers:
         self._hold(command_id, command_id, frame)
         self.session.write(frame)
         if done:
-            self.done(command_id)
+            self.done(command_id, answered=True)
 
     def confirm_run(self, first: int, msg_ids: list) -> None:
         """
@@ -145,7 +152,7 @@ class Answers:
         frame = f.Confirmed(first, msg_ids)
         self._hold(first, last, frame)
         self.session.write(frame)
-        self.done_through(first, last)
+        self.done_through(first, last, answered=True)
 
     def _hold(self, first: int, last: int, frame) -> None:
         session = self.session
@@ -182,11 +189,14 @@ class Answers:
 
     # -- Processed --------------------------------------------------------------
 
-    def done(self, command_id: int) -> None:
+    def done(self, command_id: int, answered: bool = False) -> None:
         """
         Command C{command_id} has been carried out: C{Processed} covers it
-        once every command before it is done too.
+        once every command before it is done too.  C{answered}: its answer
+        was written (the client needs no C{Processed} for it).
         """
+        if not answered and command_id > self.unanswered_done:
+            self.unanswered_done = command_id
         if command_id != self.processed_up_to + 1:
             self._done_above.add(command_id)
             return
@@ -198,19 +208,22 @@ class Answers:
         self.processed_up_to = n
         self._schedule_processed()
 
-    def done_through(self, first: int, last: int) -> None:
+    def done_through(self, first: int, last: int, answered: bool = False) -> None:
         """
         Commands C{first} to C{last} (a batch) have been carried out.
         """
+        if not answered and last > self.unanswered_done:
+            self.unanswered_done = last
         if first != self.processed_up_to + 1:
             self._done_above.update(range(first, last + 1))
             return
         self.processed_up_to = first - 1
         self._done_above.update(range(first + 1, last + 1))
-        self.done(first)
+        self.done(first, answered=True)
 
     def _schedule_processed(self) -> None:
-        if self._processed_call is None and self.session.connection is not None:
+        if (self._processed_call is None and self.unanswered_done > self._processed_sent
+                and self.session.connection is not None):
             self._processed_call = self.session.clock.callLater(0, self._send_processed)
 
     def _send_processed(self) -> None:

@@ -356,7 +356,8 @@ def test_answers_completed_while_disconnected_are_resent(factory, engine, clock)
     # Answers above answered_up_to, in command order.
     assert again.after_open == [f.Error(2, "backlog-full", "full"), f.Confirm(3, "id-3")]
     clock.advance(0)
-    assert again.received() == [f.Processed(3)]
+    # Every command was answered: no Processed.
+    assert again.received() == []
     (event,) = engine.events.named(event_names.SESSION_REATTACHED)
     assert (event["answers_resent"], event["last_command_id"]) == (2, 3)
 
@@ -662,10 +663,30 @@ def test_processed_waits_for_acknowledgements_to_be_durable(factory, engine, clo
     })()
     connection.send(f.Ack(2, [delivery.delivery_id]))
     clock.advance(0)
-    assert connection.received() == [f.Processed(1)]
+    # The Subscribe was answered; the Ack is not done before it is durable.
+    assert connection.received() == []
     consumed.callback(None)
     clock.advance(0)
     assert connection.received() == [f.Processed(2)]
+
+
+def test_answered_commands_need_no_processed(factory, engine, clock):
+    """
+    A command's answer tells the client it is done: a producer whose
+    sends are all confirmed is sent no Processed.  One comes once a
+    command without an answer of its own is done, covering all before it.
+    """
+    connection = Connection(factory)
+    connection.open()
+    connection.send(f.Send(1, "q", {}, b"1", True), f.Send(2, "q", {}, b"2", True))
+    for submitted in engine.submitted:
+        submitted.deferred.callback("id")
+    clock.advance(0)
+    assert [type(frame) for frame in connection.received()] == [f.Confirm, f.Confirm]
+    connection.send(f.Ack(3, []), f.Send(4, "q", {}, b"4", True))
+    engine.submitted[2].deferred.callback("id-4")
+    clock.advance(0)
+    assert connection.received() == [f.Confirm(4, "id-4"), f.Processed(4)]
 
 
 def test_processed_is_sent_again_on_resume(factory, engine, clock):
