@@ -34,10 +34,12 @@ log = Logger()
 #: L{error_of} says.
 TWO_PHASE = ENDING | BY_XID
 
-#: What the client holds is reported (C{Received}) with the next frame it
-#: writes, so that the report costs the router no wake-up of its own; but
-#: no later than this after it grew, nor after this many more answers and
-#: deliveries (well within the 16384 unreported answers a router holds).
+#: What the client holds is reported (C{Received}) this long after it grew,
+#: or at once after this many more answers and deliveries (well within the
+#: 16384 unreported answers a router holds): a few reports a second at any
+#: rate, where one with every frame would cost the router a frame to read
+#: per message (benchmarks/README.md, "Processed and Received only when
+#: needed").
 RECEIVED_DELAY_S = 0.05
 RECEIVED_EVERY = 256
 
@@ -115,9 +117,8 @@ class CommandStream:
         The end of a turn on an open connection: write the Ack and Credit
         gathered if the turn writes something anyway, or a subscription
         wants its credit, or they waited C{ack_delay_s}; then Received
-        if what we hold grew and the turn writes something anyway, or the
-        report is due (L{RECEIVED_DELAY_S}, L{RECEIVED_EVERY}); then hand
-        what the turn wrote to the kernel.
+        if the report is due (L{RECEIVED_DELAY_S}, L{RECEIVED_EVERY});
+        then hand what the turn wrote to the kernel.
         """
         deliveries = self._deliveries
         if deliveries.has_acks():
@@ -131,7 +132,7 @@ class CommandStream:
         answered, delivered = self.log.answered_up_to(), self._deliveries.delivered_up_to
         was_answered, was_delivered = self._reported
         if answered > was_answered or delivered > was_delivered:
-            if (self._connection.unflushed or self._report_due
+            if (self._report_due
                     or answered - was_answered + delivered - was_delivered >= RECEIVED_EVERY):
                 self._stop_waiting_to_report()
                 self._reported = (answered, delivered)
@@ -142,8 +143,8 @@ class CommandStream:
 
     def _report_later(self) -> None:
         """
-        What we hold grew L{RECEIVED_DELAY_S} ago and no frame went since:
-        report it at the end of this turn.
+        What we hold grew L{RECEIVED_DELAY_S} ago: report it at the end of
+        this turn.
         """
         self._report_call = None
         self._report_due = True

@@ -451,7 +451,9 @@ def test_reattach_keeps_deliveries_and_their_acks(clock, endpoint):
     s.turn()
     frames = s.router.frames()
     assert f.Ack(2, [1]) in frames and f.Credit(3, 1, 1) in frames
-    assert f.Received(1, 4) in frames
+    clock.advance(RECEIVED_DELAY_S)
+    s.turn()
+    assert s.router.frames() == [f.Received(1, 4)]
 
 
 def test_reattach_to_a_router_claiming_unsent_commands_is_a_protocol_error(
@@ -495,7 +497,7 @@ def test_processed_frees_acks_and_credit(clock, endpoint):
     s.router.send(f.Deliver(1, 1, "m", "r", {}, b"", False))
     got[0].ack()
     s.turn()
-    assert [type(x) for x in s.router.frames()] == [f.Ack, f.Credit, f.Received]
+    assert [type(x) for x in s.router.frames()] == [f.Ack, f.Credit]
     blocked = s.client.send("q", b"y" * 20)
     assert s.router.frames() == []
     # An answer to neither; Processed covers both.
@@ -620,7 +622,7 @@ def test_closing_writes_the_waiting_acknowledgements_first(clock, endpoint):
 # -- Received -------------------------------------------------------------------
 
 
-def test_received_goes_with_the_next_frame_written(clock, endpoint):
+def test_received_waits_for_its_delay_when_other_frames_go(clock, endpoint):
     s = start(clock, endpoint)
     got = []
     s.client.subscribe("q", got.append)
@@ -628,7 +630,7 @@ def test_received_goes_with_the_next_frame_written(clock, endpoint):
     s.router.frames()
     s.router.send(f.Confirm(1, ""))
     s.turn()
-    # It grew, but the turn writes nothing else: it waits.
+    # It grew, but it waits.
     assert s.router.frames() == []
     s.router.send(f.Deliver(1, 1, "m", "r", {}, b"", False))
     got[0].ack()
@@ -637,7 +639,11 @@ def test_received_goes_with_the_next_frame_written(clock, endpoint):
     assert s.router.frames() == []
     clock.advance(ClientOptions.ack_delay_ms / 1000)
     s.turn()
-    assert [type(x) for x in s.router.frames()] == [f.Ack, f.Credit, f.Received]
+    # The acknowledgement goes; the report does not go with it.
+    assert [type(x) for x in s.router.frames()] == [f.Ack, f.Credit]
+    clock.advance(RECEIVED_DELAY_S - ClientOptions.ack_delay_ms / 1000)
+    s.turn()
+    assert s.router.frames() == [f.Received(1, 1)]
     s.turn()
     assert s.router.frames() == []
 
@@ -683,6 +689,8 @@ def test_acks_count_as_held_once_processed(clock, endpoint):
     s.client.subscribe("q", got.append)
     s.router.send(f.Confirm(1, ""), f.Deliver(1, 1, "m", "r", {}, b"", False))
     got[0].ack()
+    s.turn()
+    clock.advance(RECEIVED_DELAY_S)
     s.turn()
     assert s.router.frames()[-1] == f.Received(1, 1)
     s.router.send(f.Processed(3))
