@@ -577,7 +577,9 @@ class StartAnswer:
 MAX_SNAPSHOT_CHUNK = 256 * 1024
 #: SQLite values a replicated statement's parameters may hold (sqlite3
 #: stores a bool as an integer).
-_SQL_VALUES = (type(None), bool, int, float, str, bytes)
+_SQL_VALUES = frozenset((type(None), bool, int, float, str, bytes))
+#: ... and the type of the names of named ones.
+_KEY_TYPES = frozenset((str,))
 
 
 @dataclass(frozen=True)
@@ -683,7 +685,7 @@ def _is_statement(statement) -> bool:
         return False
     params, many = statement[1], statement[2]
     if many:
-        return type(params) is list and bool(params) and all(_is_row(row) for row in params)
+        return type(params) is list and bool(params) and all(map(_is_row, params))
     return _is_row(params)
 
 
@@ -691,10 +693,15 @@ def _is_row(params) -> bool:
     """
     One parameter set: SQL values by position, or by name.  (A tuple is
     a list that has not been through msgpack yet: a frame being sent.)
+    The types are checked by a set's C loop: the rows of a batch of
+    messages are thousands of values, checked by the active as it sends
+    them and by the backup as it reads them.
     """
     if type(params) is dict:
-        return all(type(k) is str and type(v) in _SQL_VALUES for k, v in params.items())
-    return type(params) in (list, tuple) and all(type(v) in _SQL_VALUES for v in params)
+        return (_SQL_VALUES.issuperset(map(type, params.values()))
+                and _KEY_TYPES.issuperset(map(type, params)))
+    return type(params) in (list, tuple) and _SQL_VALUES.issuperset(map(type, params))
+
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,8 @@ GOOD_STATEMENT = ["INSERT INTO t VALUES (?1)", [1], False]
     ([23, [[1, 2, [["sql", [1], True]]]], 3], "batches"),  # many without rows
     ([23, [[1, 2, [["sql", [{"a": 1}], False]]]], 3], "batches"),
     ([23, [[1, 2, [["sql", {"a": [1]}, False]]]], 3], "batches"),
+    ([23, [[1, 2, [["sql", {b"a": 1}, False]]]], 3], "batches"),  # a name not text
+    ([23, [[1, 2, [["sql", [[1], [2], [[3]]], True]]]], 3], "batches"),  # one bad row of many
     ([23, [[1, 2, [["sql", [], True]]]], 3], "batches"),  # executemany of nothing
     ([23, [[1, 2, [[b"sql", [1], False]]]], 3], "batches"),
     ([24, -1], "position"),
