@@ -38,8 +38,8 @@ TWO_PHASE = ENDING | BY_XID
 #: or at once after this many more answers and deliveries (well within the
 #: 16384 unreported answers a router holds): a few reports a second at any
 #: rate, where one with every frame would cost the router a frame to read
-#: per message (benchmarks/README.md, "Processed and Received only when
-#: needed").
+#: per message (benchmarks/README.md, "Where a paced non-persistent
+#: message's time goes").
 RECEIVED_DELAY_S = 0.05
 RECEIVED_EVERY = 256
 

@@ -152,7 +152,7 @@ class Answers:
         frame = f.Confirmed(first, msg_ids)
         self._hold(first, last, frame)
         self.session.write(frame)
-        self.done_through(first, last, answered=True)
+        self.done_through(first, last)
 
     def _hold(self, first: int, last: int, frame) -> None:
         session = self.session
@@ -208,12 +208,11 @@ class Answers:
         self.processed_up_to = n
         self._schedule_processed()
 
-    def done_through(self, first: int, last: int, answered: bool = False) -> None:
+    def done_through(self, first: int, last: int) -> None:
         """
-        Commands C{first} to C{last} (a batch) have been carried out.
+        Commands C{first} to C{last} (a batch's sends) have been carried
+        out and answered together (L{confirm_run}).
         """
-        if not answered and last > self.unanswered_done:
-            self.unanswered_done = last
         if first != self.processed_up_to + 1:
             self._done_above.update(range(first, last + 1))
             return
