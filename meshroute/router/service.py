@@ -323,7 +323,7 @@ class RouterService(MultiService):
         self.engine.stop()
         self.engine.queues.rates.stop()
         self.mesh_views.stop()
-        yield self._pruner.stop()
+        self._pruner.stop()
         yield self.store.close()
         if self._host is None:
             self.events.emit(events.ROUTER_STOPPED)

@@ -101,7 +101,6 @@ class IdPruner:
         self._interval_s = interval_s
         self._chunk = chunk
         self._timer = None
-        self._pruning: defer.Deferred | None = None
         self._running = False
 
     def start(self) -> None:
@@ -112,20 +111,18 @@ class IdPruner:
         self._running = True
         self._schedule(0)
 
-    def stop(self) -> defer.Deferred:
+    def stop(self) -> None:
         """
-        Stop pruning.  Fires once the prune in progress, if any, is done,
-        so the store can be closed after it.
+        Stop pruning: no chunk is started from now on.  A chunk in
+        progress is already queued in the store, which finishes it before
+        it closes; its outcome is ignored.  (Waiting for its Deferred
+        could wait for ever: on an HA active that stops serving, the
+        replication gate never fires what it still holds.)
         """
         self._running = False
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
-        if self._pruning is None:
-            return defer.succeed(None)
-        done = defer.Deferred()
-        self._pruning.addBoth(lambda _: done.callback(None))
-        return done
 
     def _schedule(self, delay: float) -> None:
         self._timer = self._clock.callLater(delay, self._prune_chunk)
@@ -136,17 +133,14 @@ class IdPruner:
             [self._store.prune(self._chunk), self._store.prune_duplicate_ids(self._chunk)],
             consumeErrors=True,
         )
-        self._pruning = pruning
         pruning.addCallbacks(self._pruned, self._failed)
 
     def _pruned(self, deleted: list[int]) -> None:
-        self._pruning = None
         if self._running:
             more = any(n >= self._chunk for n in deleted)
             self._schedule(CHUNK_PAUSE_S if more else self._interval_s)
 
     def _failed(self, failure) -> None:
-        self._pruning = None
         if not self._running:
             return
         log.failure("pruning expired duplicate-detection ids failed; trying again in "
