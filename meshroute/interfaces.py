@@ -426,6 +426,23 @@ class ICommitGate(Interface):
     epoch = Attribute(
         "The epoch to tag each new L{meshroute.store.changes.ChangeBatch} with.")
 
+    def prepared(batch):
+        """
+        A transaction wrote C{batch} (its L{meshroute.store.changes.ChangeBatch})
+        and its COMMIT is starting: on the reactor thread, in commit
+        order, before C{committed} of the same transaction.  The gate may
+        pass it on now, while the store's own commit runs; it may confirm
+        nothing of it before C{committed}.
+        """
+
+    def abandoned(batch):
+        """
+        The COMMIT of a C{prepared} batch failed: the store does not hold
+        it, though whoever the gate passed it to may.  On the reactor
+        thread, before C{committed} of the same transaction (whose
+        outcomes are then failures).
+        """
+
     def committed(batch, fire):
         """
         A transaction ended (committed with or without writes, or

@@ -2,12 +2,16 @@
 When the active instance may tell anyone about a committed store change.
 
 The store's executor (L{meshroute.store.transactions}, C{replication=gate})
-hands the gate every transaction it ends, in commit order, as
-C{committed(batch_or_None, fire)} (the store's
+hands the gate each transaction that wrote, as C{prepared(batch)} once its
+statements ran and before its COMMIT, and then every transaction it ends,
+in commit order, as C{committed(batch_or_None, fire)} (the store's
 L{meshroute.interfaces.ICommitGate}): C{batch} the transaction's
 L{meshroute.store.changes.ChangeBatch} (None when it wrote nothing, or
-failed), C{fire} what tells its callers.  The gate passes every batch on to the L{ReplicationSource}
-at once, and calls each C{fire} when its mode allows:
+failed), C{fire} what tells its callers.  The gate passes every batch on
+to the L{ReplicationSource} as soon as it is prepared, so that the
+backup receives, commits and acknowledges it while the active's own
+commit (its fsync) runs, and calls each C{fire} when its transaction is
+committed and the mode allows:
 
   - C{alone}: at once.  The active runs without a backup, after a
     majority of voters recorded that it does (or before any backup
@@ -25,6 +29,15 @@ earlier one, because what it tells its caller may show the earlier,
 unconfirmed change (a read of a queue holding a message whose send is not
 confirmed yet must not deliver it).
 
+Shipping before the commit means the backup may hold a batch the active
+never commits (docs/ha.md, "Shipping before the commit"): no caller
+learned of it, so that is an unconfirmed change that survived, as when
+the active crashes between the two.  But an active that lives on without
+it would commit another batch at the same position, and the two stores
+would differ under one (epoch, position).  So a batch L{abandoned} (its
+COMMIT failed) stops the gate for good: nothing fires again, and the
+instance stops serving (L{meshroute.ha.store_replication}).
+
 The role's actions map to the modes: C{hold_acknowledgements} to
 L{ReplicationGate.hold_acknowledgements}, C{release_acknowledgements}
 (the voters recorded that the active runs alone) to
@@ -38,6 +51,7 @@ from collections import deque
 
 from zope.interface import implementer
 
+from meshroute.harules.quorum import LogPosition
 from meshroute.interfaces import ICommitGate
 
 ALONE = "alone"
@@ -56,6 +70,9 @@ class ReplicationGate:
     @ivar mode: L{ALONE}, L{REPLICATED} or L{HELD}.
     @ivar acknowledged_position: the highest position the backup
         acknowledged.
+    @ivar committed_head: the epoch and position of the last batch the
+        store committed (the source's head is the last one prepared).
+    @ivar failed: a prepared batch was abandoned: nothing fires any more.
     """
 
     def __init__(self, source, epoch: int, mode: str = ALONE) -> None:
@@ -69,6 +86,8 @@ class ReplicationGate:
         self.epoch = epoch
         self.mode = mode
         self.acknowledged_position = 0
+        self.committed_head = source.head
+        self.failed = False
         self._source = source
         # (position or None, fire) of the transactions not fired yet, in
         # commit order.
@@ -81,13 +100,28 @@ class ReplicationGate:
         """
         return len(self._waiting)
 
+    def prepared(self, batch) -> None:
+        """
+        The store is committing C{batch}: it goes to the source, and so to
+        the backup, now.
+        """
+        if not self.failed:
+            self._source.append(batch)
+
+    def abandoned(self, batch) -> None:
+        """
+        The store's COMMIT of the prepared C{batch} failed: the backup
+        may hold what this store does not.  Fire nothing from now on.
+        """
+        self.failed = True
+
     def committed(self, batch, fire) -> None:
         """
-        The executor ended a transaction: C{batch} (a L{ChangeBatch} or
-        None) goes to the source, C{fire} waits its turn.
+        The executor ended a transaction: C{batch} (the L{ChangeBatch} it
+        prepared, or None) is in the store, C{fire} waits its turn.
         """
         if batch is not None:
-            self._source.append(batch)
+            self.committed_head = LogPosition(batch.epoch, batch.position)
         self._waiting.append((None if batch is None else batch.position, fire))
         self._release()
 
@@ -125,7 +159,7 @@ class ReplicationGate:
         """
         waiting = self._waiting
         mode = self.mode
-        if mode == HELD:
+        if mode == HELD or self.failed:
             return
         alone = mode == ALONE
         while waiting:

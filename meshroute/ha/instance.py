@@ -121,8 +121,12 @@ class ReplicationSide(Protocol):
     def peer_position(self) -> quorum.LogPosition | None:
         "The backup's position, once it holds this active's replicated epoch's start record."
 
-    def executor(self, lease_holds: Callable[[], bool]):
-        "The store executor of the router serving now, its commits gated (and C{lease_holds})."
+    def executor(self, lease_holds: Callable[[], bool], store_failed: Callable[[], None]):
+        """
+        The store executor of the router serving now, its commits gated
+        (and C{lease_holds}); C{store_failed()} when it could not commit
+        a change it had sent to the backup.
+        """
 
     def serve_in(self, epoch: int, alone: bool) -> None:
         "Tag what is committed from now on with C{epoch}, which begins with its start record."
@@ -458,10 +462,23 @@ class HAInstance(MultiService):
             return  # fenced or handed over before store.db was free
         self.replication.serve_in(epoch, alone)
         self.replication.confirm(alone)
-        self._active_router.start(epoch, self.replication.executor(self.voters.lease_holds),
-                                  self._client_view)
+        self._active_router.start(
+            epoch, self.replication.executor(self.voters.lease_holds,
+                                             self._store_failed),
+            self._client_view)
         self.replication.lead(self._backup_connected, self._peer_caught_up, self._backup_heard)
         self.handover.serving(self._state, self._epoch)
+
+    def _store_failed(self) -> None:
+        """
+        The serving router's store could not commit a change it had sent
+        to the backup: fenced (the role ignores it once the instance
+        serves no more; no other router's store can report it then, since
+        store.db passes to the next only once closed), in a turn of its
+        own (the store may be in the middle of a call, which stopping the
+        router must not close under it).
+        """
+        self._clock.callLater(0, lambda: self._role.store_failed())
 
     def _client_view(self) -> HAView:
         """

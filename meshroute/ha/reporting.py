@@ -66,7 +66,7 @@ class HAEventLog:
         """
         The instance stopped serving in C{epoch} by itself: C{reason} is
         one of L{meshroute.harules.role}'s (C{lease-lost}, C{superseded},
-        C{no-majority}).
+        C{no-majority}, C{store-failed}).
         """
         self._emit(events.HA_FENCED, epoch=epoch, reason=reason)
 

@@ -46,18 +46,30 @@ class _Confirming:
     gate, noting each batch it confirms, and confirming nothing at all
     while the lease is not held by the clock (an active woken from
     SIGSTOP may commit before its overdue expiry timer fences it; what
-    it does not confirm then, it never does: its router stops).
+    it does not confirm then, it never does: its router stops).  A batch
+    sent to the backup that the store then failed to commit calls
+    C{store_failed()}: the instance must stop serving (L{meshroute.ha.gate}).
     """
 
     def __init__(self, gate: ReplicationGate, confirmed: Callable[[LogPosition], None],
-                 lease_holds: Callable[[], bool]) -> None:
+                 lease_holds: Callable[[], bool], store_failed: Callable[[], None]) -> None:
         self._gate = gate
         self._confirmed = confirmed
         self._lease_holds = lease_holds
+        self._store_failed = store_failed
 
     @property
     def epoch(self) -> int:
         return self._gate.epoch
+
+    def prepared(self, batch) -> None:
+        self._gate.prepared(batch)
+
+    def abandoned(self, batch) -> None:
+        log.critical("HA: the store could not commit change {position}, which may already be "
+                     "on the backup; this instance stops serving", position=batch.position)
+        self._gate.abandoned(batch)
+        self._store_failed()
 
     def committed(self, batch, fire) -> None:
         def confirm() -> None:
@@ -214,7 +226,7 @@ class StoreReplication:
         ran alone holds that epoch's changes, not that epoch).
         """
         if self._source is not None:
-            return LogPosition(self._gate.epoch, self._source.head.position)
+            return LogPosition(self._gate.epoch, self._gate.committed_head.position)
         if self._replica_open:
             return LogPosition(self._replica_epoch(), self.replica.position().position)
         return LogPosition(self._held_epoch, self._held.position)
@@ -299,9 +311,9 @@ class StoreReplication:
     def _epoch_not_begun(self, failure, epoch: int) -> None:
         log.failure("HA: cannot write the start of epoch {epoch}", failure, epoch=epoch)
 
-    def executor(self, lease_holds: Callable[[], bool]):
+    def executor(self, lease_holds: Callable[[], bool], store_failed: Callable[[], None]):
         self._executor = self._executor_factory(
-            replication=_Confirming(self._gate, self._note_confirmed, lease_holds))
+            replication=_Confirming(self._gate, self._note_confirmed, lease_holds, store_failed))
         return self._executor
 
     def _note_confirmed(self, position: LogPosition) -> None:
@@ -337,7 +349,9 @@ class StoreReplication:
         self.server.stop()
         if self._gate is not None:
             self._gate.hold_acknowledgements()
-            self._held = self._source.head
+            # What the store committed (the source may hold a batch sent
+            # before a commit that failed).
+            self._held = self._gate.committed_head
             self._held_epoch = self._gate.epoch
         self._source = self._gate = self._start = self._begun = None
 

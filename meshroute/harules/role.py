@@ -43,13 +43,18 @@ The transitions, top to bottom (the code below follows the same order):
     readmitting_peer       ─ election_lost ────────▶ serving_alone
     handing_over           ─ epoch_granted ────────▶ catching_up
     handing_over           ─ election_lost ────────▶ fenced
-    every active state     ─ lease_lost, superseded ▶ fenced
+    every active state     ─ lease_lost, superseded, store_failed ▶ fenced
 
 C{peer_heard} (a heartbeat from the active, an acknowledgement from the
 backup) restarts the silence timer in the states that watch the peer: a
 backup waits C{lease-timeout} for the active's heartbeats, an active
 C{replication-timeout} for its backup's acknowledgements; the timer
 feeds C{peer_silent}.  Elsewhere C{peer_heard} is ignored.
+
+C{store_failed} (the active's store could not commit a change it had
+already sent to the backup, L{meshroute.ha.gate}) fences an active: it
+must not commit another change at that position.  An instance that no
+longer serves ignores it.
 
 The machine decides; it does nothing itself.  Its outputs are calls on a
 L{RoleActions} (start serving, stop serving, request votes, hold
@@ -82,6 +87,7 @@ HANDING_OVER = "handing-over"
 NO_MAJORITY = "no-majority"
 LEASE_LOST = "lease-lost"
 SUPERSEDED = "superseded"
+STORE_FAILED = "store-failed"
 
 
 class RoleActions(Protocol):
@@ -172,6 +178,9 @@ class RoleInputs(Protocol):
 
     def superseded(self, epoch: int) -> None:
         "A voter or neighbour knows a newer epoch."
+
+    def store_failed(self) -> None:
+        "The store could not commit a change the backup may already hold."
 
 
 @dataclass
@@ -397,6 +406,16 @@ def _build_role_machine():
         @state.upon(RoleInputs.superseded).to(fenced)
         def superseded(inputs: RoleInputs, core: RoleCore, epoch: int) -> None:
             core.fence(SUPERSEDED)
+
+        @state.upon(RoleInputs.store_failed).to(fenced)
+        def store_failed(inputs: RoleInputs, core: RoleCore) -> None:
+            core.fence(STORE_FAILED)
+
+    # A commit that fails once the router is stopping (its store finishes
+    # what was queued) changes nothing: it serves no more.
+    for stopped in (asking_voters, claiming, catching_up, following, taking_over,
+                    handing_over, fenced):
+        stopped.upon(RoleInputs.store_failed).loop().returns(None)
 
     # Already stopped serving while handing over: fencing only asks.
     @handing_over.upon(RoleInputs.lease_lost).to(fenced)

@@ -115,6 +115,13 @@ class ThreadedExecutor(TransactionRunner):
             self._relaxed_wake = self._reactor.callLater(RELAXED_DELAY_S, self._wake_relaxed)
         return d
 
+    def _hand_over(self, call, batch) -> None:
+        """
+        From the writer thread: C{call(batch)} on the reactor thread,
+        queued before the outcomes of the run that wrote it.
+        """
+        self._reactor.callFromThread(call, batch)
+
     def _wake_relaxed(self) -> None:
         """
         Relaxed functions waited L{RELAXED_DELAY_S}: wake the writer (if

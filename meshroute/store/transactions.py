@@ -89,6 +89,13 @@ only through it, and never imports HA.  With it:
     row (schema version 5) to the batch's C{(replication.epoch,
     position)} before its COMMIT, so the data and the position it is at
     always commit together; C{position} is the row's, plus one;
+  - once a transaction's statements ran and before its COMMIT, the
+    executor hands its batch to C{replication.prepared(batch)}, on the
+    reactor thread (L{TransactionRunner._hand_over}: at once for the
+    executors that run on it, through C{callFromThread} for the writer
+    thread, so the batch can be on its way to the backup while this
+    store's fsync runs); if that COMMIT then fails, to
+    C{replication.abandoned(batch)};
   - after each transaction (committed with or without writes, or failed;
     and after each C{run}), on the reactor thread, in commit order, the
     executor calls C{replication.committed(batch_or_None, fire)} instead
@@ -397,15 +404,19 @@ class TransactionRunner:
                 execute("RELEASE fn")
             results.append([d, True, value])
             i += 1
-        batch = None
+        batch = prepared = None
         try:
             if recording is not None and recording.statements:
                 batch = self._record_position(recording.take())
+                self._hand_over(self.replication.prepared, batch)
+                prepared = batch
             execute("COMMIT")
         except BaseException:
             failure = Failure()
             _rollback(connection)
             self._forget(0)
+            if prepared is not None:
+                self._hand_over(self.replication.abandoned, prepared)
             self._ended(outcomes, _failed(results, failure))
             return
         self.commits += 1
@@ -426,6 +437,14 @@ class TransactionRunner:
         batch = ChangeBatch(self.replication.epoch, self._position + 1, statements)
         execute(SET_REPLICATION_STATE, (batch.epoch, batch.position))
         return batch
+
+    def _hand_over(self, call, batch: ChangeBatch) -> None:
+        """
+        Call C{call(batch)} on the reactor thread, before this
+        transaction's outcomes are delivered: at once here, for the
+        executors that run their SQL on the reactor thread.
+        """
+        call(batch)
 
     def _forget(self, mark: int) -> None:
         """

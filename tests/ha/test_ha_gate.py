@@ -1,11 +1,12 @@
 """
 The active's replication gate (L{meshroute.ha.gate}): commit order, modes,
-acknowledgements.
+acknowledgements, batches shipped before their commit.
 """
 
 import pytest
 
 from meshroute.ha.gate import ALONE, HELD, REPLICATED, ReplicationGate
+from meshroute.harules.quorum import LogPosition
 from meshroute.store import InlineExecutor, SQLiteStore
 from meshroute.store.changes import ChangeBatch
 from support.store_testing import ROUTER, msg
@@ -14,9 +15,11 @@ from support.store_testing import ROUTER, msg
 class RecordingSource:
     def __init__(self) -> None:
         self.appended: list = []
+        self.head = LogPosition(1, 0)
 
     def append(self, batch) -> None:
         self.appended.append(batch)
+        self.head = LogPosition(batch.epoch, batch.position)
 
 
 def batch(position: int, epoch: int = 1) -> ChangeBatch:
@@ -31,7 +34,14 @@ def gate_and_fired(mode):
 
 
 def commit(gate, fired, name, position=None):
-    gate.committed(None if position is None else batch(position), lambda: fired.append(name))
+    """
+    A transaction, as the executor hands it over: a write prepared, then
+    committed; a read (or a failure) only ended.
+    """
+    written = None if position is None else batch(position)
+    if written is not None:
+        gate.prepared(written)
+    gate.committed(written, lambda: fired.append(name))
 
 
 def test_alone_fires_at_once_and_hands_every_batch_to_the_source():
@@ -95,6 +105,43 @@ def test_back_to_replicated_later_batches_wait_for_the_backup_again():
     assert fired == ["w1"]
     gate.acknowledged(2)
     assert fired == ["w1", "w2"]
+
+
+def test_a_batch_is_shipped_when_prepared_and_fires_once_committed_and_acknowledged():
+    """
+    The backup may hold and acknowledge a batch before the active's own
+    commit of it returns: its callers still wait for that commit.
+    """
+    gate, source, fired = gate_and_fired(REPLICATED)
+    commit(gate, fired, "w1", 1)
+    two = batch(2)
+    gate.prepared(two)
+    assert [b.position for b in source.appended] == [1, 2]
+    assert gate.committed_head == LogPosition(1, 1)
+    gate.acknowledged(2)
+    assert fired == ["w1"]
+    gate.committed(two, lambda: fired.append("w2"))
+    assert fired == ["w1", "w2"] and gate.committed_head == LogPosition(1, 2)
+
+
+def test_an_abandoned_batch_stops_the_gate_for_good():
+    """
+    The store could not commit a batch already shipped: the backup may
+    hold what the store lacks, so nothing is confirmed any more, not even
+    what was committed before it, whatever the mode and acknowledgements.
+    """
+    gate, source, fired = gate_and_fired(REPLICATED)
+    commit(gate, fired, "w1", 1)
+    two = batch(2)
+    gate.prepared(two)
+    gate.abandoned(two)
+    gate.committed(None, lambda: fired.append("w2 failed"))
+    gate.prepared(batch(3))
+    gate.acknowledged(3)
+    gate.run_alone()
+    assert fired == [] and gate.failed
+    assert [b.position for b in source.appended] == [1, 2]  # nothing shipped after
+    assert gate.committed_head == LogPosition(1, 1)
 
 
 def test_an_unknown_mode_is_refused():

@@ -5,6 +5,7 @@ in the in-memory mesh on one clock, with inline store executors.
 """
 
 import dataclasses
+import sqlite3
 
 from twisted.internet.protocol import Factory, Protocol
 
@@ -569,3 +570,55 @@ def test_a_retained_message_fails_over_with_the_store(pair):
     backup.router.engine.topics.subscribe("t.#", given.append, 10, retained="all")
     pair.mesh.run(0.5)
     assert [delivery.message.body for delivery in given] == [b"kept"]
+
+
+def child_rows(instance: HAInstance, pair) -> list:
+    rows = instance.router.store.executor.submit(
+        lambda connection: connection.execute("SELECT parent FROM child").fetchall())
+    pair.run_until(lambda: rows.called, 5.0)
+    return rows.result
+
+
+def test_an_active_whose_store_fails_a_commit_it_sent_stops_serving_and_the_pair_agrees_again(
+        pair, observe_errors):
+    """
+    A batch goes to the backup before the active's own COMMIT returns
+    (docs/ha.md, "Shipping before the commit").  When that COMMIT fails,
+    the backup may hold a change the active lacks: the active stops
+    serving (C{store-failed}) instead of committing another change at
+    the same position, and its callers are never answered.  Whichever
+    instance the voters let serve next, the other follows it, and the two
+    stores agree again (the unconfirmed change is on both, or on
+    neither).
+    """
+    primary, backup = start_both(pair)
+    executor = primary.router.store.executor
+    # A deferred foreign key fails at COMMIT on the primary, whose
+    # connection checks foreign keys; the backup's does not.
+    executor.run(lambda connection: connection.execute("PRAGMA foreign_keys = ON"))
+
+    def create(connection) -> None:
+        connection.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        connection.execute("CREATE TABLE child (parent INTEGER REFERENCES parent (id) "
+                           "DEFERRABLE INITIALLY DEFERRED)")
+
+    tables = executor.submit(create)
+    pair.run_until(lambda: tables.called, 5.0)
+    failing = executor.submit(
+        lambda connection: connection.execute("INSERT INTO child VALUES (7)"))
+    pair.run_until(lambda: pair.states().get(pair.key(PRIMARY)) != role.ACTIVE_REPLICATED, 1.0)
+    [fenced] = ha_events(primary, "ha.fenced")
+    assert fenced["reason"] == "store-failed"
+    pair.run_until(lambda: sorted(pair.states().values()) == [
+        role.ACTIVE_REPLICATED, role.BACKUP_IN_SYNC], 20.0)
+    assert not failing.called
+    active = primary if serving(primary) else backup
+    follower = backup if active is primary else primary
+    held = child_rows(active, pair)
+    assert held in ([], [(7,)])
+    active.router.store.executor.submit(lambda connection: connection.execute(
+        "INSERT INTO parent VALUES (1)"))
+    pair.run_until(lambda: follower.replication.position() == active.replication.position(), 5.0)
+    with sqlite3.connect(follower.replication.replica.path) as connection:
+        assert connection.execute("SELECT parent FROM child").fetchall() == held
+    assert len(observe_errors.take(lambda event: "could not commit" in event["log_format"])) == 1

@@ -73,7 +73,7 @@ def test_nothing_is_confirmed_while_the_lease_is_not_held():
     """
     held = [True]
     confirmed, fired = [], []
-    confirming = _Confirming(Gate(), confirmed.append, lambda: held[0])
+    confirming = _Confirming(Gate(), confirmed.append, lambda: held[0], lambda: None)
     confirming.committed(ChangeBatch(3, 7, ()), lambda: fired.append(7))
     held[0] = False
     confirming.committed(ChangeBatch(3, 8, ()), lambda: fired.append(8))

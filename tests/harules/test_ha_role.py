@@ -20,6 +20,7 @@ from meshroute.harules.role import (
     LEASE_LOST,
     NO_MAJORITY,
     STARTING,
+    STORE_FAILED,
     SUPERSEDED,
     start_role,
 )
@@ -232,6 +233,7 @@ def test_a_returning_peer_is_readmitted_with_a_new_epoch(instance):
 @pytest.mark.parametrize("event,reason", [
     (lambda role: role.lease_lost(), LEASE_LOST),
     (lambda role: role.superseded(9), SUPERSEDED),
+    (lambda role: role.store_failed(), STORE_FAILED),
 ])
 def test_an_active_fences_itself_when_it_loses_its_place(instance, event, reason):
     active_replicated(instance)
@@ -240,6 +242,22 @@ def test_an_active_fences_itself_when_it_loses_its_place(instance, event, reason
     # Fenced, no timer is left to wake it.
     instance.clock.advance(10 * REPLICATION)
     assert instance.take() == []
+
+
+def test_a_store_failure_after_the_instance_stopped_serving_changes_nothing(instance):
+    """
+    The router's store finishes what was queued as it closes: a commit
+    that fails then reaches an instance that serves no more.
+    """
+    active_replicated(instance)
+    instance.role.handover_due()
+    instance.take()
+    instance.role.store_failed()
+    assert instance.take() == []
+    instance.role.election_lost()
+    instance.take()
+    instance.role.store_failed()
+    assert instance.take() == [] and instance.core.state == FENCED
 
 
 def test_a_fenced_instance_rejoins_as_backup(instance):

@@ -186,3 +186,36 @@ async def test_a_group_transaction_drops_only_what_its_failed_functions_ran(tmp_
     assert not [sql for sql, _ in batch.statements if "meta" in sql]
     await store.close()
     assert state(tmp_path / "store.db") == (2, batch.position)
+
+
+def test_a_batch_is_prepared_before_its_commit_and_abandoned_when_the_commit_fails(tmp_path):
+    """
+    The gate gets each batch before its COMMIT, so the backup can take it
+    while the store syncs; a COMMIT that fails (here a deferred foreign
+    key, which SQLite checks only then) hands the batch back as
+    abandoned, and the transaction's callers fail.
+    """
+    replication = RecordingReplication()
+    store = open_inline(tmp_path, replication)
+    store.accept(msg(1))
+    assert replication.prepared_batches[-1] is replication.batches[-1]
+
+    def deferred_key(connection) -> None:
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        connection.execute("CREATE TABLE child (parent INTEGER REFERENCES parent (id) "
+                           "DEFERRABLE INITIALLY DEFERRED)")
+
+    store.executor.run(deferred_key)
+    failures = []
+    store.executor.submit(
+        lambda connection: connection.execute("INSERT INTO child VALUES (7)")).addErrback(
+        failures.append)
+    (abandoned,) = replication.abandoned_batches
+    assert abandoned is replication.prepared_batches[-1]
+    assert replication.batches[-1] is None and failures[0].check(sqlite3.IntegrityError)
+    # Nothing of it is in the store: its position is the one before.
+    store.accept(msg(2))
+    assert replication.batches[-1].position == abandoned.position
+    store.close()
+    assert state(tmp_path / "store.db")[1] == abandoned.position

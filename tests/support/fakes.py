@@ -254,7 +254,15 @@ class RecordingReplication:
         self.epoch = epoch
         self.holding = holding
         self.batches: list = []  # a ChangeBatch or None per transaction
+        self.prepared_batches: list = []
+        self.abandoned_batches: list = []
         self.held: list = []
+
+    def prepared(self, batch) -> None:
+        self.prepared_batches.append(batch)
+
+    def abandoned(self, batch) -> None:
+        self.abandoned_batches.append(batch)
 
     def committed(self, batch, fire) -> None:
         self.batches.append(batch)
