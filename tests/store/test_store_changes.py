@@ -184,6 +184,11 @@ async def test_a_group_transaction_drops_only_what_its_failed_functions_ran(tmp_
     inserted = [params[0] for sql, params in batch.statements if "INTO messages" in sql]
     assert inserted == ["m1", "m2", "m3", "m4", "m6", "m7", "m60"]
     assert not [sql for sql, _ in batch.statements if "meta" in sql]
+    # From the writer thread, each batch reached the gate before its commit.
+    assert replication.prepared_batches == replication.writes()
+    for written in replication.writes():
+        assert (replication.calls.index(("prepared", written))
+                < replication.calls.index(("committed", written)))
     await store.close()
     assert state(tmp_path / "store.db") == (2, batch.position)
 

@@ -257,15 +257,18 @@ class RecordingReplication:
         self.prepared_batches: list = []
         self.abandoned_batches: list = []
         self.held: list = []
+        self.calls: list = []  # ("prepared" | "committed", batch), in order
 
     def prepared(self, batch) -> None:
         self.prepared_batches.append(batch)
+        self.calls.append(("prepared", batch))
 
     def abandoned(self, batch) -> None:
         self.abandoned_batches.append(batch)
 
     def committed(self, batch, fire) -> None:
         self.batches.append(batch)
+        self.calls.append(("committed", batch))
         if self.holding:
             self.held.append(fire)
         else:
