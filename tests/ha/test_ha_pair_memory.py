@@ -572,13 +572,6 @@ def test_a_retained_message_fails_over_with_the_store(pair):
     assert [delivery.message.body for delivery in given] == [b"kept"]
 
 
-def child_rows(instance: HAInstance, pair) -> list:
-    rows = instance.router.store.executor.submit(
-        lambda connection: connection.execute("SELECT parent FROM child").fetchall())
-    pair.run_until(lambda: rows.called, 5.0)
-    return rows.result
-
-
 def test_an_active_whose_store_fails_a_commit_it_sent_stops_serving_and_the_pair_agrees_again(
         pair, observe_errors):
     """
@@ -614,7 +607,10 @@ def test_an_active_whose_store_fails_a_commit_it_sent_stops_serving_and_the_pair
     assert not failing.called
     active = primary if serving(primary) else backup
     follower = backup if active is primary else primary
-    held = child_rows(active, pair)
+    rows = active.router.store.executor.submit(
+        lambda connection: connection.execute("SELECT parent FROM child").fetchall())
+    pair.run_until(lambda: rows.called, 5.0)
+    held = rows.result
     assert held in ([], [(7,)])
     active.router.store.executor.submit(lambda connection: connection.execute(
         "INSERT INTO parent VALUES (1)"))

@@ -254,13 +254,15 @@ class RecordingReplication:
         self.epoch = epoch
         self.holding = holding
         self.batches: list = []  # a ChangeBatch or None per transaction
-        self.prepared_batches: list = []
         self.abandoned_batches: list = []
         self.held: list = []
         self.calls: list = []  # ("prepared" | "committed", batch), in order
 
+    @property
+    def prepared_batches(self) -> list:
+        return [batch for kind, batch in self.calls if kind == "prepared"]
+
     def prepared(self, batch) -> None:
-        self.prepared_batches.append(batch)
         self.calls.append(("prepared", batch))
 
     def abandoned(self, batch) -> None:
