@@ -161,6 +161,7 @@ CLIENT_LISTENER_KEYS = (
     _TTL_OVERRIDE_KEY,
     Key("connection-ttl-check-interval", "duration", 2000, 1, HOUR_MS),
     Key("duplicate-id-window", "duration", 3_600_000, 1, 30 * DAY_MS),
+    Key("send-answer-hold", "duration", 2, 0, 1000),
     *_CLIENT_LIMIT_KEYS,
     _CLIENT_CA_KEY,
 )

@@ -74,6 +74,7 @@ class ClientListeners:
                 max_depth_policy=reconnect.max_depth_policy,
                 recovery_buffer_size=reconnect.recovery_buffer_size,
                 limits=client_limits(clients) if clients is not None else ClientLimits(),
+                send_answer_hold_ms=clients.send_answer_hold_ms if clients is not None else 0,
             ),
             events=events,
             ha_view=ha_view,
@@ -114,11 +115,12 @@ class ClientListeners:
     def _sessions_settings(self, listener) -> SessionSettings:
         """
         The sessions' settings of a protocol listener: the native
-        listener's, with its own TTL override and limits.
+        listener's, with its own TTL override and limits, and every send
+        answered at once (the hold is the native listener's alone).
         """
         return replace(self.native.settings,
                        connection_ttl_override=listener.ttl_override_ms,
-                       limits=listener.limits)
+                       limits=listener.limits, send_answer_hold_ms=0)
 
     def _serve(self, prefix: str, listener, factory, over_websocket) -> None:
         """

@@ -79,6 +79,8 @@ class Answers:
         command_id = frame.command_id
         if command_id == self.last_command_id + 1:
             self.last_command_id = command_id
+            if type(frame) is f.Send:
+                self.session.answer_pacing.send_arrived()
             return True
         if replayable and 1 <= command_id <= self.last_command_id:
             held = self.held.get(command_id)
@@ -102,6 +104,7 @@ class Answers:
         """
         first, last = frame.first_command_id, frame.command_id
         received = self.last_command_id
+        self.session.answer_pacing.send_arrived()
         if 1 <= first <= received + 1:
             if last > received:
                 self.last_command_id = last
@@ -139,7 +142,10 @@ class Answers:
         is false: a Send a transaction held was carried out when held).
         """
         self._hold(command_id, command_id, frame)
-        self.session.write(frame)
+        if type(frame) is f.Confirm and frame.msg_id:
+            self.session.write_send_answer(frame)
+        else:
+            self.session.write(frame)
         if done:
             self.done(command_id, answered=True)
 
@@ -151,7 +157,7 @@ class Answers:
         last = first + len(msg_ids) - 1
         frame = f.Confirmed(first, msg_ids)
         self._hold(first, last, frame)
-        self.session.write(frame)
+        self.session.write_send_answer(frame)
         self.done_through(first, last)
 
     def _hold(self, first: int, last: int, frame) -> None:

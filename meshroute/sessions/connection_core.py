@@ -390,6 +390,9 @@ class ConnectionCore(ABC):
         """
         self.flush_sends()
         session, self.session = self.session, None
+        if session is not None:
+            # What it answered goes out before the error that ends it.
+            session.answer_pacing.release()
         # Refusing clients while another instance is active is the normal
         # course of a pair, not a problem to warn of.
         say = log.info if code == f.NOT_ACTIVE else log.warn

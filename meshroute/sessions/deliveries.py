@@ -467,8 +467,10 @@ class DeliverBatches:
 
     def write(self) -> None:
         """
-        Write what was gathered (before any other frame of the session).
+        Write what was gathered (before any other frame of the session,
+        after the send answers held: they were made first).
         """
+        self.session.answer_pacing.release()
         runs, self.runs = self.runs, {}
         self._count = self._bytes = 0
         connection = self.session.connection

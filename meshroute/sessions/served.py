@@ -78,6 +78,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from meshroute.sessions import session_records
+from meshroute.sessions.answer_pacing import AnswerPacing
 from meshroute.sessions.answers import Answers
 from meshroute.sessions.deliveries import DeliverBatches, Deliveries
 from meshroute.sessions.own_queue import OwnQueue
@@ -371,6 +372,8 @@ class ServedSession:
         is; a native one stops being when its client does not report the
         answers it holds).
     @ivar answers: its commands' sequence and answers (L{Answers}).
+    @ivar answer_pacing: when its sends' answers are written
+        (L{AnswerPacing}).
     @ivar sends: its Sends on their way to the engine (L{Sends}).
     @ivar deliveries: its subscriptions and what they were given
         (L{Deliveries}).
@@ -406,6 +409,7 @@ class ServedSession:
     resumable: bool = True
     details: dict = field(default_factory=dict)
     answers: Answers = field(init=False, repr=False)
+    answer_pacing: AnswerPacing = field(init=False, repr=False)
     sends: Sends = field(init=False, repr=False)
     deliveries: Deliveries = field(init=False, repr=False)
     own_queue: OwnQueue = field(init=False, repr=False)
@@ -418,6 +422,8 @@ class ServedSession:
 
     def __post_init__(self) -> None:
         self.answers = Answers(self)
+        self.answer_pacing = AnswerPacing(self.clock, self._write_now,
+                                          self.settings.send_answer_hold_ms / 1000)
         self.sends = Sends(self)
         self.deliveries = Deliveries(self)
         self.own_queue = OwnQueue(self)
@@ -433,12 +439,28 @@ class ServedSession:
     def write(self, frame) -> None:
         """
         Send C{frame} on the session's connection, if it has one, after
-        the deliveries of this turn not yet written (so that frames keep
-        the order in which they were made).
+        the send answers held and the deliveries of this turn not yet
+        written (so that frames keep the order in which they were made).
+        """
+        self.answer_pacing.release()
+        batches = self.batches
+        if batches.runs:
+            batches.write()
+        if self.connection is not None:
+            self.connection.write(frame)
+
+    def write_send_answer(self, frame) -> None:
+        """
+        Send a send's answer (C{Confirm} with its message id,
+        C{Confirmed}) after this turn's deliveries, now or a moment later
+        with others (L{AnswerPacing}).
         """
         batches = self.batches
         if batches.runs:
             batches.write()
+        self.answer_pacing.answer(frame)
+
+    def _write_now(self, frame) -> None:
         if self.connection is not None:
             self.connection.write(frame)
 
@@ -624,6 +646,7 @@ class ServedSession:
         """
         self.connection = None
         self.batches.drop()
+        self.answer_pacing.drop()
         self.sends.detached()
         self.state = DISCONNECTED
         self.answers.detached()
@@ -691,6 +714,7 @@ class ServedSession:
         self.state = state
         self.connection = None
         self.batches.drop()
+        self.answer_pacing.drop()
         self.sends.detached()
         self.transaction.end()
         self.two_phase.detach()

@@ -39,6 +39,9 @@ class ClientListenerConfig:
     @ivar duplicate_id_window_ms: how long a send's duplicate id keeps a
         second send with the same id from being accepted.
     @ivar max_frame_size: the largest frame a client may send, in bytes.
+    @ivar send_answer_hold_ms: how long a send's answer may be held for a
+        client that streams its sends, to leave with others
+        (L{meshroute.sessions.answer_pacing}); 0 writes each at once.
 
     The other keys are what one client may take
     (L{meshroute.sessions.limits.ClientLimits}, same names and defaults).
@@ -51,6 +54,7 @@ class ClientListenerConfig:
     connection_ttl_check_interval_ms: int = 2000
     duplicate_id_window_ms: int = 3_600_000
     max_frame_size: int = MAX_CLIENT_FRAME_SIZE
+    send_answer_hold_ms: int = 2
     max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
     max_sessions: int = limits.DEFAULT_MAX_SESSIONS
     max_subscriptions: int = limits.DEFAULT_MAX_SUBSCRIPTIONS
@@ -116,6 +120,10 @@ class SessionSettings:
     @ivar max_depth_policy: one of L{MAX_DEPTH_POLICIES}.
     @ivar recovery_buffer_size: deliveries kept to re-send on resume.
     @ivar limits: what one client may take (L{ClientLimits}).
+    @ivar send_answer_hold_ms: how long a send's answer may be held for a
+        client that streams (L{meshroute.sessions.answer_pacing}); 0, the
+        default here and for STOMP and MQTT sessions, writes each at once
+        (the native listener's C{send-answer-hold} sets it).
     """
 
     connection_ttl_override: int = -1
@@ -126,6 +134,7 @@ class SessionSettings:
     max_depth_policy: str = DROP_OLDEST
     recovery_buffer_size: int = 64
     limits: ClientLimits = ClientLimits()
+    send_answer_hold_ms: int = 0
 
 
 def errors(listener: ClientListenerConfig | None, reconnect: ClientReconnectConfig,

@@ -483,7 +483,8 @@ def test_client_session_defaults(write):
     config = load(write(ROUTER + CLIENTS))
     assert (config.clients.connection_ttl_override,
             config.clients.connection_ttl_check_interval_ms,
-            config.clients.duplicate_id_window_ms) == (-1, 2000, 3_600_000)
+            config.clients.duplicate_id_window_ms,
+            config.clients.send_answer_hold_ms) == (-1, 2000, 3_600_000, 2)
     reconnect = config.client_reconnect
     assert (reconnect.keep_alive_ms, reconnect.max_depth, reconnect.max_depth_policy,
             reconnect.recovery_buffer_size) == (60000, 1000, "drop-oldest", 64)
@@ -518,12 +519,13 @@ def test_client_session_explicit_values(write):
     config = load(write(
         ROUTER + CLIENTS
         + 'connection-ttl-override = 5000\nconnection-ttl-check-interval = "500ms"\n'
-        + 'duplicate-id-window = "2h"\n'
+        + 'duplicate-id-window = "2h"\nsend-answer-hold = 0\n'
         + '[clients.reconnect]\nkeep-alive = "30s"\nmax-depth = 0\n'
         + 'max-depth-policy = "drop-newest"\nrecovery-buffer-size = 0\n'))
     assert (config.clients.connection_ttl_override,
             config.clients.connection_ttl_check_interval_ms,
-            config.clients.duplicate_id_window_ms) == (5000, 500, 7_200_000)
+            config.clients.duplicate_id_window_ms,
+            config.clients.send_answer_hold_ms) == (5000, 500, 7_200_000, 0)
     reconnect = config.client_reconnect
     assert (reconnect.keep_alive_ms, reconnect.max_depth, reconnect.max_depth_policy,
             reconnect.recovery_buffer_size) == (30000, 0, "drop-newest", 0)
@@ -536,6 +538,7 @@ def test_client_session_explicit_values(write):
         ("clients.listener", "connection-ttl-override", '"5s"', "integer"),
         ("clients.listener", "connection-ttl-check-interval", 0, "at least 1"),
         ("clients.listener", "duplicate-id-window", '"forever"', "expected"),
+        ("clients.listener", "send-answer-hold", -1, "negative"),
         ("clients.reconnect", "keep-alive", -1, "negative"),
         ("clients.reconnect", "max-depth", -1, "at least 0"),
         ("clients.reconnect", "max-depth-policy", '"drop-all"', "drop-oldest, drop-newest"),
@@ -590,6 +593,7 @@ HUGE = 99999999999999999999
         (CLIENTS, "clients.listener.connection-ttl-override", HUGE, "at most 86400000"),
         (CLIENTS, "clients.listener.connection-ttl-check-interval", '"2h"', "at most 3600000 ms"),
         (CLIENTS, "clients.listener.duplicate-id-window", '"721h"', "at most 2592000000 ms"),
+        (CLIENTS, "clients.listener.send-answer-hold", '"2s"', "at most 1000 ms"),
         (LISTENER, "routing.listener.keepalive-interval", HUGE, "at most 3600000 ms"),
         (LISTENER, "routing.listener.stage-valid-timeout", '"2h"', "at most 3600000 ms"),
         (LISTENER, "routing.listener.reject-disconnect-delay", '"2h"', "at most 3600000 ms"),

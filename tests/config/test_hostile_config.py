@@ -45,7 +45,8 @@ def base(directory) -> dict:
         "clients": {
             "listener": {"endpoint": "tcp:0:interface=127.0.0.1",
                          "connection-ttl-override": -1, "connection-ttl-check-interval": 2000,
-                         "duplicate-id-window": "1h", "max-frame-size": 65536,
+                         "duplicate-id-window": "1h", "send-answer-hold": "2ms",
+                         "max-frame-size": 65536,
                          "max-connections": 10, "max-sessions": 10, "max-subscriptions": 10,
                          "max-unacknowledged": 100, "max-headers": 8,
                          "max-header-size": 1024, "stage-valid-timeout": "2s"},

@@ -61,6 +61,19 @@ class RecordingSessionMachine:
         self.calls.append(("connection_lost", reason))
 
 
+@dataclass
+class RecordingPacing:
+    """
+    A session's L{AnswerPacing}, recording that the connection wrote out
+    what it held.
+    """
+
+    released: int = 0
+
+    def release(self) -> None:
+        self.released += 1
+
+
 @dataclass(eq=False)
 class FakeSession:
     session_id: str = "session-1"
@@ -68,6 +81,7 @@ class FakeSession:
     machine: RecordingSessionMachine = field(default_factory=RecordingSessionMachine)
     connection: object = None
     flushed: int = 0
+    answer_pacing: RecordingPacing = field(default_factory=RecordingPacing)
 
     def flush_pending(self) -> None:
         self.flushed += 1
@@ -296,6 +310,8 @@ def test_a_failure_ends_the_session_with_its_code(state, name):
     session = core.session
     feed(core, name, *args)
     assert_failed(core, clock, code, detail, session)
+    # The send answers it held went out before the error.
+    assert session.answer_pacing.released == 1
 
 
 @pytest.mark.parametrize("state", ("awaiting_hello", "authenticating", "proving"))

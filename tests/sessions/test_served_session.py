@@ -1074,7 +1074,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
         mesh.config("router-a", listen=False),
         clients=ClientListenerConfig(("clients-a",), connection_ttl_override=1500,
                                      connection_ttl_check_interval_ms=500,
-                                     duplicate_id_window_ms=120_000),
+                                     duplicate_id_window_ms=120_000, send_answer_hold_ms=7),
         client_reconnect=ClientReconnectConfig(keep_alive_ms=3000, max_depth=5,
                                                max_depth_policy="drop-newest",
                                                recovery_buffer_size=8),
@@ -1083,7 +1083,7 @@ def test_a_router_wires_its_session_settings_and_shows_its_sessions(tmp_path):
     assert router.clients.native.settings == SessionSettings(
         connection_ttl_override=1500, connection_ttl_check_interval_ms=500,
         keep_alive_ms=3000, max_depth=5, max_depth_policy="drop-newest",
-        recovery_buffer_size=8)
+        recovery_buffer_size=8, send_answer_hold_ms=7)
     assert router.store.duplicate_id_window_s == 120
 
     class Raw(Protocol):
