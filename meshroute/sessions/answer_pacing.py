@@ -11,20 +11,24 @@ answers, loses nothing when they come a little later and together; a
 client that waits for each answer before its next send would lose the
 whole hold on every send.  Which of the two a client is shows in what it
 does while an answer is held: a streaming client sends again, a waiting
-one cannot.  As TCP tells an interactive peer from a bulk one before
-delaying its acknowledgements, L{AnswerPacing} holds an answer only to
-learn, and keeps holding only while that holds:
+one cannot.  Only a send in the second half of a hold counts: a client
+that keeps a few sends in flight sends the rest of them just after the
+first is answered, or in the same read, and then waits.  As TCP tells an
+interactive peer from a bulk one before delaying its acknowledgements,
+L{AnswerPacing} holds an answer only to learn, and keeps holding only
+while that holds:
 
     mode        what happens                               next mode
     ---------   ----------------------------------------   ---------------------
     prompt      an answer, not the probe one: written now  prompt
     prompt      every C{probe_every}-th answer: held       (a hold)
     gathering   an answer: held, with any held already     (a hold)
-    (a hold)    a send arrives                             (the hold streams)
+    (a hold)    a send arrives in its second half          (the hold streams)
     (a hold)    C{hold_s} after its first answer, the      gathering (and probed
                 hold streamed: its answers written         soon, should it wait)
     (a hold)    ... it did not: written                    prompt, probing half
-                                                           as often (to a floor)
+                                                           as often (down to one
+                                                           in 4,096)
     (a hold)    another frame is written, or the turn's    unchanged
                 deliveries: the held answers go first
 
@@ -68,6 +72,9 @@ class AnswerPacing:
         self._until_probe = FIRST_PROBE_EVERY
         self._held: list = []
         self._call: IDelayedCall | None = None
+        #: When a send arriving shows the client streams: the second
+        #: half of the hold.
+        self._streams_after = 0.0
         self._streamed = False
 
     def answer(self, frame) -> None:
@@ -79,6 +86,7 @@ class AnswerPacing:
                 self._write(frame)
                 return
             self._streamed = False
+            self._streams_after = self._clock.seconds() + self._hold_s / 2
             self._call = self._clock.callLater(self._hold_s, self._hold_ended)
         self._held.append(frame)
 
@@ -93,9 +101,10 @@ class AnswerPacing:
 
     def send_arrived(self) -> None:
         """
-        The client sent again: if an answer is held, it did not wait for it.
+        The client sent again: if an answer has been held for half the
+        hold, it did not wait for it.
         """
-        if self._call is not None:
+        if self._call is not None and self._clock.seconds() >= self._streams_after:
             self._streamed = True
 
     def release(self) -> None:

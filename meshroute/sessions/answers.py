@@ -104,10 +104,10 @@ class Answers:
         """
         first, last = frame.first_command_id, frame.command_id
         received = self.last_command_id
-        self.session.answer_pacing.send_arrived()
         if 1 <= first <= received + 1:
             if last > received:
                 self.last_command_id = last
+                self.session.answer_pacing.send_arrived()
             skip = min(last, received) - first + 1
             if skip:
                 self._resend(range(first, first + skip))

@@ -453,8 +453,11 @@ class ServedSession:
         """
         Send a send's answer (C{Confirm} with its message id,
         C{Confirmed}) after this turn's deliveries, now or a moment later
-        with others (L{AnswerPacing}).
+        with others (L{AnswerPacing}).  Without a connection nothing is
+        written (or held): a resume re-sends the answers the client lacks.
         """
+        if self.connection is None:
+            return
         batches = self.batches
         if batches.runs:
             batches.write()

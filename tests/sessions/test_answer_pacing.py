@@ -56,8 +56,9 @@ def gathering() -> Paced:
     p = paced()
     answer_at_once(p, FIRST_PROBE_EVERY - 1)
     p.pacing.answer("a")
+    p.clock.advance(HOLD_S / 2)
     p.pacing.send_arrived()
-    p.clock.advance(HOLD_S)
+    p.clock.advance(HOLD_S / 2)
     return p
 
 
@@ -96,8 +97,8 @@ def test_a_client_that_sends_while_an_answer_is_held_gets_its_answers_gathered()
     assert (p.written[-1], p.pacing.mode) == ("a", GATHERING)
     before = len(p.written)
     p.pacing.answer("b")
-    p.pacing.send_arrived()
     p.clock.advance(HOLD_S / 2)
+    p.pacing.send_arrived()
     p.pacing.answer("c")
     assert len(p.written) == before
     p.clock.advance(HOLD_S / 2)  # the hold is timed from its first answer
@@ -113,6 +114,21 @@ def test_a_gathering_hold_without_a_send_goes_back_to_prompt():
     # It had streamed just before: probed again soon.
     assert p.pacing.probe_every == 2 * FIRST_PROBE_EVERY
     answer_at_once(p, 2 * FIRST_PROBE_EVERY - 1)
+
+
+def test_sends_in_the_first_half_of_a_hold_are_a_burst_not_a_stream():
+    """
+    A client keeping a few sends in flight sends the rest just after the
+    held one (or in the same read), then waits: answered at once.
+    """
+    p = paced()
+    answer_at_once(p, FIRST_PROBE_EVERY - 1)
+    p.pacing.answer("probe")
+    for _ in range(3):
+        p.pacing.send_arrived()
+        p.clock.advance(HOLD_S / 8)
+    p.clock.advance(HOLD_S)
+    assert (p.written[-1], p.pacing.mode) == ("probe", PROMPT)
 
 
 def test_a_send_arriving_with_nothing_held_teaches_nothing():
@@ -175,17 +191,36 @@ def test_a_client_that_waits_for_each_confirm_gets_it_at_once_but_for_a_probe(
         f.Confirm(FIRST_PROBE_EVERY + 1, f"id-{FIRST_PROBE_EVERY + 1}")]
 
 
+def test_a_clients_sends_in_one_read_do_not_make_it_stream(held_factory, engine, clock):
+    connection = Connection(held_factory)
+    connection.open()
+    for n in range(1, FIRST_PROBE_EVERY):
+        send(connection, engine, n)
+    connection.received()
+    burst = range(FIRST_PROBE_EVERY, FIRST_PROBE_EVERY + 4)
+    connection.send(*(f.Send(n, "q", {}, b"x", False) for n in burst))
+    for n in burst:
+        engine.submitted[n - 1].deferred.callback(f"id-{n}")
+    assert connection.received() == []  # the probe, and what follows it
+    clock.advance(0.002)
+    assert connection.received() == [f.Confirm(n, f"id-{n}") for n in burst]
+    send(connection, engine, FIRST_PROBE_EVERY + 4)
+    assert connection.received() == [
+        f.Confirm(FIRST_PROBE_EVERY + 4, f"id-{FIRST_PROBE_EVERY + 4}")]
+
+
 def streaming(held_factory, engine, clock) -> Connection:
     """
-    A connection whose client sent while its probe's answer was held:
-    its answers are gathered from now on.
+    A connection whose client sent in the second half of its probe
+    answer's hold: its answers are gathered from now on.
     """
     connection = Connection(held_factory)
     connection.open()
     for n in range(1, FIRST_PROBE_EVERY + 1):
         send(connection, engine, n)
+    clock.advance(0.001)
     connection.send(f.Send(FIRST_PROBE_EVERY + 1, "q", {}, b"x", False))
-    clock.advance(0.002)
+    clock.advance(0.001)
     connection.received()
     assert held_factory.sessions.describe()[0]["state"] == "open"
     return connection
@@ -211,6 +246,20 @@ def test_held_confirms_go_before_the_sessions_next_frame(held_factory, engine, c
     engine.submitted[n].deferred.errback(error)
     assert connection.received() == [f.Confirm(n, f"id-{n}"),
                                      f.Error(n + 1, "backlog-full", "full")]
+
+
+def test_a_confirm_made_while_disconnected_is_resent_once_after_opened(
+        held_factory, engine, clock):
+    connection = streaming(held_factory, engine, clock)
+    opened_id = held_factory.sessions.describe()[0]["session_id"]
+    n = FIRST_PROBE_EVERY + 1
+    connection.lose()
+    engine.submitted[n - 1].deferred.callback(f"id-{n}")
+    again = Connection(held_factory)
+    again.open(opened_id, answered_up_to=n - 1)  # within what would be a hold
+    assert again.after_open == [f.Confirm(n, f"id-{n}")]
+    clock.advance(0.002)
+    assert again.received() == []
 
 
 def test_confirms_held_when_the_connection_is_lost_are_resent_on_resume(
