@@ -17,10 +17,10 @@ from meshroute.store.checkpoints import WalCheckpoints
 from meshroute.store.transactions import (
     ALONE,
     GROUPED,
-    RELAXED_DELAY_S,
     ExecutorStopped,
     TransactionRunner,
 )
+from meshroute.store.turns import TurnGathering
 
 log = Logger()
 
@@ -36,16 +36,9 @@ class TurnExecutor(TransactionRunner):
     order.  What their callbacks submit (a link's hand-over after an
     accept) goes into the next turn's transaction.
 
-    The turn ends after the reactor's next pass over its sockets, not
-    before it: two C{callLater(0)}s in a row (the reactor runs a call
-    scheduled by a call on its next iteration, after polling).  A
-    transport's C{write} only buffers; the reactor sends when it polls.
-    With one C{callLater(0)} the turn's writes waited behind its fsync,
-    so an origin's early send (docs/routing.md, "Forwarding while the
-    origin's commit is in flight") left for the next hop only once the
-    origin's own commit was done: the very wait early sends take away.
-    The pass costs one poll that does not block; what arrives during it
-    joins the commit.
+    The turn ends after the reactor's next pass over its sockets
+    (L{meshroute.store.turns.TurnGathering} says why), so the turn's
+    writes leave before its fsync.
 
     Why on the reactor thread: a paced message is usually alone in its
     turn, and with a writer thread each of its commits costs two thread
@@ -63,10 +56,11 @@ class TurnExecutor(TransactionRunner):
     other writers contend for the disk, every message the router handles
     waits for the slower fsync.
 
-    Relaxed functions alone wait up to L{RELAXED_DELAY_S} (or for the next
+    Relaxed functions alone wait up to
+    L{meshroute.store.transactions.RELAXED_DELAY_S} (or for the next
     function that does not) before their transaction runs, as in the
-    threaded executor.  The WAL is checkpointed when no work is waiting
-    and the checkpoint is due (a timer): on a real reactor on a connection
+    threaded executor (L{TurnGathering}).  The WAL is checkpointed when no
+    work is waiting and the checkpoint is due (a timer): on a real reactor on a connection
     of its own in the reactor's thread pool, so that the commits meanwhile
     do not wait for it (SQLite lets a PASSIVE checkpoint run beside a
     writer), and that the WAL is reused from its start rather than grown
@@ -76,13 +70,7 @@ class TurnExecutor(TransactionRunner):
 
     @ivar commits: transactions committed so far.
     @ivar commit_seconds: how long they took (a histogram).
-    @ivar turn_delay_s: how long after the first submission of a turn its
-        transaction runs: 0, the turn's end (a test's executor may wait
-        longer, for a commit that takes time: see
-        L{meshroute.testing.memory_mesh.LaggingExecutor}).
     """
-
-    turn_delay_s = 0.0
 
     def __init__(
         self, clock: IReactorTime, replication=None, checkpoints: WalCheckpoints | None = None,
@@ -100,11 +88,7 @@ class TurnExecutor(TransactionRunner):
         """
         super().__init__(replication, checkpoints, guard)
         self._clock = clock
-        self._queue: list = []
-        # The scheduled run of what is queued, and whether it is the
-        # turn's end (else the relaxed delay).
-        self._run_call: IDelayedCall | None = None
-        self._run_soon = False
+        self._turn = TurnGathering(clock, self._run_queued)
         self._checkpoint_call: IDelayedCall | None = None
         # The checkpoint running in the thread pool, and its connection.
         self._checkpointing: Deferred | None = None
@@ -124,33 +108,14 @@ class TurnExecutor(TransactionRunner):
         if self._closed or self._connection is None:
             return fail(ExecutorStopped("the store is not open"))
         d = Deferred()
-        self._queue.append((kind, fn, args, d))
-        if self._run_call is None:
-            self._run_soon = not relaxed
-            self._run_call = (self._clock.callLater(0, self._turn_written) if self._run_soon
-                              else self._clock.callLater(RELAXED_DELAY_S, self._run_queued))
-        elif not (relaxed or self._run_soon):
-            # Relaxed functions were waiting: they go with this one.
-            self._run_call.cancel()
-            self._run_soon = True
-            self._run_call = self._clock.callLater(0, self._turn_written)
+        self._turn.add((kind, fn, args, d), relaxed)
         return d
 
-    def _turn_written(self) -> None:
+    def _run_queued(self, queued: list) -> None:
         """
-        The turn that submitted work ended; its writes go out on the
-        reactor's next pass over its sockets, and the work runs after
-        that pass (the class's docstring says why).
-        """
-        self._run_call = self._clock.callLater(self.turn_delay_s, self._run_queued)
-
-    def _run_queued(self) -> None:
-        """
-        The turn ended (or the relaxed delay passed): run what is queued,
+        The turn ended (or the relaxed delay passed): run what it queued,
         fire its Deferreds, then checkpoint if the WAL is past its size.
         """
-        self._run_call = None
-        queued, self._queue = self._queue, []
         outcomes: list = []
         self._run_batch(queued, outcomes)
         self._deliver(outcomes)
@@ -169,7 +134,7 @@ class TurnExecutor(TransactionRunner):
         work schedules the next check) or one is running.
         """
         self._checkpoint_call = None
-        if self._closed or self._queue or self._checkpointing is not None:
+        if self._closed or self._turn or self._checkpointing is not None:
             return
         checkpoints = self.checkpoints
         if checkpoints.idle_wait_s() != 0:
@@ -218,13 +183,8 @@ class TurnExecutor(TransactionRunner):
         """
         if self._closed:
             return succeed(None)
-        while True:
-            if self._run_call is not None and self._run_call.active():
-                self._run_call.cancel()
-            self._run_call = None
-            if not self._queue or self._connection is None:
-                break
-            self._run_queued()
+        while self._turn and self._connection is not None:
+            self._run_queued(self._turn.take())
         self._closed = True
         if self._checkpoint_call is not None and self._checkpoint_call.active():
             self._checkpoint_call.cancel()

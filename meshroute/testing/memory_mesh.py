@@ -146,20 +146,33 @@ class LaggingExecutor(_InjectedFaults, TurnExecutor):
     def __init__(self, clock, lag_s: float) -> None:
         super().__init__(clock)
         self._init_faults()
-        self.turn_delay_s = lag_s
+        self.lag_s = lag_s
         self._dead = False
+
+    @property
+    def lag_s(self) -> float:
+        """
+        How long after the first call submitted for a transaction it
+        commits (settable: a test slows one router's disk).
+        """
+        return self._turn.delay_s
+
+    @lag_s.setter
+    def lag_s(self, lag_s: float) -> None:
+        self._turn.delay_s = lag_s
 
     def _queued(self, kind: int, fn, args: tuple, relaxed: bool) -> Deferred:
         if self._dead:
             return Deferred()
         return super()._queued(kind, fn, args, relaxed)
 
-    def lose_uncommitted(self) -> None:
+    def lose_uncommitted(self) -> list[str]:
+        """
+        As L{_InjectedFaults.lose_uncommitted}; returns the names of the
+        functions lost, in submission order.
+        """
         self._dead = True
-        if self._run_call is not None and self._run_call.active():
-            self._run_call.cancel()
-        self._run_call = None
-        self._queue = []
+        return [getattr(item[1], "__name__", "") for item in self._turn.take()]
 
     def stop(self) -> Deferred:
         if self._dead and self._connection is not None and not self._closed:

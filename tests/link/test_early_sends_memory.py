@@ -41,8 +41,8 @@ def pair(mesh, origin_lag_s: float = SLOW_S, peer_lag_s: float = 0.001):
     mesh.add("router-a", connect_to=["router-b"])
     mesh.add("router-b")
     mesh.run(1)
-    mesh.executors["router-a"].turn_delay_s = origin_lag_s
-    mesh.executors["router-b"].turn_delay_s = peer_lag_s
+    mesh.executors["router-a"].lag_s = origin_lag_s
+    mesh.executors["router-b"].lag_s = peer_lag_s
     consumer = Consumer(mesh.routers["router-b"], "q")
     paced(mesh, 2)
     return consumer
@@ -133,7 +133,7 @@ def test_a_crash_between_send_and_commit_never_reuses_a_number_the_peer_saw(mesh
     mesh.crash("router-a")
     assert not lost.called
     mesh.start(config)
-    mesh.executors["router-a"].turn_delay_s = SLOW_S
+    mesh.executors["router-a"].lag_s = SLOW_S
     mesh.run(0.5)  # reconnected: b's recovery point is below M's number
     assert mesh.stages("router-a").get("router-b") == "delivery"
     sent = paced(mesh, 10, start=3)
@@ -155,7 +155,7 @@ def test_a_crash_and_an_empty_data_dir_between_send_and_commit(mesh):
     mesh.crash("router-a")
     shutil.rmtree(config.data_dir)
     mesh.start(config)
-    mesh.executors["router-a"].turn_delay_s = SLOW_S
+    mesh.executors["router-a"].lag_s = SLOW_S
     mesh.run(1)
     sent = paced(mesh, 10, start=3)
     mesh.run(2)
@@ -307,7 +307,7 @@ def test_held_accepts_are_written_when_the_link_closes(held):
     assert_confirmed(sent)
     assert held.routers["router-a"].store.outbox_depths() == {"router-b": {"router-b": 3}}
     held.start(config)
-    held.executors["router-b"].turn_delay_s = 0.001
+    held.executors["router-b"].lag_s = 0.001
     consumer = Consumer(held.routers["router-b"], "q")
     held.run(2)
     assert held.routers["router-a"].store.outbox_depths() == {}
