@@ -33,6 +33,8 @@ import _harness as h  # noqa: E402
 import stomp  # noqa: E402
 from twisted.python import usage  # noqa: E402
 
+from meshroute.store.writers import WRITERS  # noqa: E402
+
 QUEUE = "order"
 BODY = 100
 #: The configurations measured: C{[store] sync}/C{writer}.
@@ -66,7 +68,7 @@ class Options(usage.Options):
         self["rows"] = [row for row in self["rows"].split(",") if row]
         for row in self["rows"]:
             sync, _, writer = row.partition("/")
-            if sync not in ("full", "normal") or writer not in ("thread", "reactor"):
+            if sync not in ("full", "normal") or writer not in WRITERS:
                 raise usage.UsageError(f"row {row!r} is not SYNC/WRITER "
                                        "(full or normal / thread or reactor)")
         if self["warmup"] >= self["messages"]:

@@ -67,6 +67,7 @@ from twisted.python import usage  # noqa: E402
 
 from meshroute.events import read_events  # noqa: E402
 from meshroute.store.settings import StoreConfig  # noqa: E402
+from meshroute.store.writers import WRITERS  # noqa: E402
 
 import _wakeups  # noqa: E402
 from _harness import percentile  # noqa: E402
@@ -169,7 +170,7 @@ class Options(usage.Options):
          "system's temporary directory; its disk is what sync=full measures)."],
         ["json", None, None, "Also write every measurement to this JSON file."],
         ["store-writer", None, StoreConfig.writer,
-         "[store] writer of every router: reactor or thread (default the router's)."],
+         "[store] writer of every router: adaptive, reactor or thread (default the router's)."],
         ["early-accept-hold", None, None,
          "[routing] early-accept-hold of every router, milliseconds (0: the origin writes "
          "every persistent send at once); default the router's.", int],
@@ -206,8 +207,8 @@ class Options(usage.Options):
             raise usage.UsageError("--window and --prefetch must be at least 1")
         if self["warmup"] >= self["rate"] * self["latency-seconds"]:
             raise usage.UsageError("--warmup leaves no message of the latency run")
-        if self["store-writer"] not in ("thread", "reactor"):
-            raise usage.UsageError("--store-writer is thread or reactor")
+        if self["store-writer"] not in WRITERS:
+            raise usage.UsageError(f"--store-writer is one of {', '.join(WRITERS)}")
         rows = [Row(h, s, m) for h in HOPS for s in SIZES for m in MODES]
         patterns = self["only"].split(",") if self["only"] else (QUICK_ROWS if quick else ["*"])
         self["rows"] = [r for r in rows if any(fnmatch.fnmatchcase(r.id, p.strip())

@@ -26,7 +26,7 @@ from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings, ListenerSettings
 from meshroute.router.listening import listening
 from meshroute.router.settings import RouterConfig
-from meshroute.store import ThreadedExecutor
+from meshroute.store.writers import store_executor
 
 
 def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
@@ -40,7 +40,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
         (L{meshroute.router.service.StringEndpoints} on a real reactor).
     @param executor_factory: makes an unstarted store executor, given its
         C{replication} (None for C{ha.db} and the replica): a
-        L{ThreadedExecutor} on C{clock} by default.
+        the one C{[store] writer} names, on C{clock}, by default.
     @param stop_process: ends the instance's part of the process
         (L{HAInstance}'s C{stop_process}); C{clock.stop} (the reactor's)
         by default.
@@ -52,7 +52,7 @@ def build_instance(config: RouterConfig, clock: IReactorTime, endpoints,
     """
     ha = config.ha
     factory = executor_factory or (
-        lambda replication=None: ThreadedExecutor(clock, replication=replication))
+        lambda replication=None: store_executor(config.store, clock, replication=replication))
     records = HARecords(os.path.join(config.data_dir, HA_DB), factory())
     instance = HAInstance(
         config, clock, endpoints, records, vote_connections(config, clock, endpoints),

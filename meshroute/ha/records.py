@@ -101,7 +101,9 @@ def connect(path: str) -> sqlite3.Connection:
     transactions), fsyncing every commit: a voter record must be durable
     before the answer that rests on it is sent.
     """
-    connection = sqlite3.connect(path, isolation_level=None)
+    # Not checked for one thread: the adaptive executor uses it on the
+    # reactor thread too, never at the same time as its writer thread.
+    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         connection.execute("PRAGMA busy_timeout = 5000")
         connection.execute("PRAGMA synchronous = FULL")

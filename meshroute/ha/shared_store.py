@@ -54,9 +54,10 @@ from meshroute.harules.quorum import instance_name
 from meshroute.harules.settings import BACKUP, PRIMARY, HASettings
 from meshroute.interfaces import IHAInstanceView
 from meshroute.router.listening import listening
-from meshroute.router.service import HostedParts, RouterService, lock_data_dir, store_executor
+from meshroute.router.service import HostedParts, RouterService, lock_data_dir
 from meshroute.router.settings import RouterConfig
 from meshroute.sessions.ha_view import HAView
+from meshroute.store.writers import store_executor
 
 log = Logger()
 

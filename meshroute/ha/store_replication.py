@@ -34,7 +34,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings
 from meshroute.router.settings import RouterConfig
-from meshroute.store import ThreadedExecutor
+from meshroute.store.writers import store_executor
 
 log = Logger()
 
@@ -146,7 +146,7 @@ class StoreReplication:
         @param registry: the instance's connections.
         @param executor_factory: makes an unstarted store executor, given
             its C{replication} (None for the replica's): a
-            L{ThreadedExecutor} on C{reactor} by default.
+            the one C{[store] writer} names, on C{reactor}, by default.
         """
         ha = config.ha
         self._reactor = reactor
@@ -157,7 +157,8 @@ class StoreReplication:
         self._path = os.path.join(config.data_dir, STORE_NAME)
         self._instance = instance_name(config.name, ha.role)
         self._executor_factory = executor_factory or (
-            lambda replication=None: ThreadedExecutor(reactor, replication=replication))
+            lambda replication=None: store_executor(config.store, reactor,
+                                                    replication=replication))
         self.replica = Replica(config.data_dir, self._executor_factory, ha.replica_sync,
                                ha.max_saved_replicated_journals_size)
         self.server = _DeadlinedServer(reactor, ha.initial_replication_sync_timeout_ms)

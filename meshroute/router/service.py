@@ -46,9 +46,9 @@ from meshroute.routing.table import RouteTable
 from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
-from meshroute.store import SQLiteStore, ThreadedExecutor, TurnExecutor
+from meshroute.store import SQLiteStore
 from meshroute.store.pruning import IdPruner
-from meshroute.store.settings import StoreConfig
+from meshroute.store.writers import store_executor
 from meshroute.router.witness import Witness
 
 log = Logger()
@@ -461,18 +461,6 @@ class HostedParts:
     #: Ends the instance (its C{stop_process}), when the router's store
     #: cannot be opened; None: the reactor stops.
     stop_process: Callable[[], None] | None = None
-
-
-def store_executor(store: StoreConfig, clock: IReactorTime, guard=None):
-    """
-    A new executor for a router's store, as C{[store] writer} says: a
-    L{ThreadedExecutor} (C{"thread"}) or a L{TurnExecutor} (C{"reactor"}),
-    checking C{guard} before each commit batch (a shared-store HA
-    instance's lock).
-    """
-    if store.writer == "reactor":
-        return TurnExecutor(clock, guard=guard)
-    return ThreadedExecutor(clock, guard=guard)
 
 
 def lock_data_dir(config: RouterConfig):

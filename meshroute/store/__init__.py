@@ -3,10 +3,12 @@ The durable message store: where a router keeps its queues and the
 messages in flight through it.
 
 L{SQLiteStore} implements L{meshroute.interfaces.IMessageStore} on SQLite
-in WAL mode, written off the reactor thread with group commit by a
+in WAL mode, with group commit: by an L{AdaptiveExecutor} (small turns
+at their end on the reactor thread, the rest on a writer thread), a
 L{TurnExecutor} at the end of each reactor turn or a L{ThreadedExecutor}
 on a writer thread (or inline, for deterministic tests, by an
-L{InlineExecutor}); how every executor runs the store's SQL in
+L{InlineExecutor}); L{meshroute.store.writers} makes the one C{[store]
+writer} names.  How every executor runs the store's SQL in
 transactions is L{meshroute.store.transactions}.  The store's SQL is
 grouped by idea, one module each (listed in L{meshroute.store.sqlite}).
 Its schema ships as package data in C{schema/}.
@@ -25,6 +27,7 @@ from the package below it.
 """
 
 from meshroute.store.accepting import DuplicateMessage
+from meshroute.store.adaptive_executor import AdaptiveExecutor
 from meshroute.store.database import SYNC_MODES, StoreError
 from meshroute.store.rows import CLAIMED
 from meshroute.store.inbox import MissingTransfer
@@ -36,6 +39,7 @@ from meshroute.store.transactions import ExecutorStopped
 from meshroute.store.turn_executor import TurnExecutor
 
 __all__ = [
+    "AdaptiveExecutor",
     "CLAIMED",
     "DEAD_LETTER_ADDRESS",
     "DEAD_LETTER_REASON",

@@ -53,8 +53,9 @@ _log = Logger()
 
 class WalCheckpoints:
     """
-    When one connection's WAL is checkpointed; called on the executor's
-    thread only.
+    When one connection's WAL is checkpointed; called by one thread at a
+    time (the executor's, or the adaptive executor's two while they hold
+    its lock).
 
     @ivar checkpoints: checkpoints run so far (for tests and benchmarks).
     """
@@ -102,11 +103,22 @@ class WalCheckpoints:
         A batch of work ran: start the idle timer, and checkpoint now if
         the WAL has passed its size.
         """
+        if self.written():
+            self.checkpoint(connection)
+
+    def written(self) -> bool:
+        """
+        A batch of work ran, and its caller checkpoints elsewhere: start
+        the idle timer, and say whether the WAL has passed its size (then
+        make the checkpoint due now, L{idle_wait_s} 0).
+        """
         self._writes += 1
         if self._due is None:
             self._due = self._monotonic() + self.interval_s
         if self._wal_size() > self._threshold:
-            self.checkpoint(connection)
+            self._due = self._monotonic()
+            return True
+        return False
 
     def idle_wait_s(self) -> float | None:
         """

@@ -57,7 +57,10 @@ def connect(path: str, sync: str) -> sqlite3.Connection:
     it (no implicit transactions), in WAL mode with C{sync} (one of
     L{SYNC_MODES}) as C{PRAGMA synchronous}.
     """
-    connection = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+    # Not checked for one thread: the adaptive executor uses it on the
+    # reactor thread too, never at the same time as its writer thread.
+    connection = sqlite3.connect(path, isolation_level=None, cached_statements=256,
+                                 check_same_thread=False)
     try:
         connection.execute("PRAGMA busy_timeout = 5000")
         connection.execute("PRAGMA journal_mode = WAL")

@@ -11,11 +11,14 @@ class StoreConfig:
     """
     C{[store]}: C{sync} is C{"full"} (nothing acknowledged is ever lost) or
     C{"normal"} (a power failure may lose the last commits; a process crash
-    loses nothing).  C{writer} is where the store commits: C{"thread"}, on a
-    writer thread of its own (L{meshroute.store.threaded_executor}), or
-    C{"reactor"}, at the end of each reactor turn on the reactor thread
+    loses nothing).  C{writer} is where the store commits: C{"adaptive"},
+    a turn that brings little on the reactor thread at the turn's end and
+    the rest on a writer thread (L{meshroute.store.adaptive_executor});
+    C{"thread"}, everything on a writer thread of its own
+    (L{meshroute.store.threaded_executor}); or C{"reactor"}, everything at
+    the end of each reactor turn on the reactor thread
     (L{meshroute.store.turn_executor}).
     """
 
     sync: str = "full"
-    writer: str = "thread"
+    writer: str = "adaptive"

@@ -121,7 +121,7 @@ from meshroute.store import (
 from meshroute.store.database import SYNC_MODES, claim, connect, upgrade_schema
 from meshroute.store.mirror import StoreMirror
 from meshroute.store.router_records import RouterRecords
-from meshroute.store.threaded_executor import ThreadedExecutor
+from meshroute.store.adaptive_executor import AdaptiveExecutor
 
 
 @implementer(IMessageStore)
@@ -148,7 +148,7 @@ class SQLiteStore(RouterRecords):
         """
         @param path: the database file (created if missing).
         @param sync: one of L{SYNC_MODES}; see the module docstring.
-        @param executor: where the SQL runs: a L{ThreadedExecutor} (the
+        @param executor: where the SQL runs: an L{AdaptiveExecutor} (the
             default, on the global reactor) or another executor
             (L{meshroute.store.transactions}).
         @param dedup_window_s: how long the ids of enqueued messages are
@@ -171,7 +171,7 @@ class SQLiteStore(RouterRecords):
         if executor is None:
             from twisted.internet import reactor
 
-            executor = ThreadedExecutor(reactor)
+            executor = AdaptiveExecutor(reactor)
         self.path = path
         self.sync = sync
         self.router = router

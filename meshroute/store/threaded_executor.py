@@ -76,6 +76,10 @@ class ThreadedExecutor(TransactionRunner):
         self._stopped = False
         self._waiting: list[Deferred] = []
         self._trigger = None
+        # Held by the writer thread while it uses the connection, so that
+        # a subclass may use it on the reactor thread while the writer is
+        # idle (L{meshroute.store.adaptive_executor}).
+        self._writing = threading.Lock()
 
     def start(self, connect) -> Deferred:
         """
@@ -108,12 +112,25 @@ class ThreadedExecutor(TransactionRunner):
         if self._closed:
             return fail(ExecutorStopped("the store is closed"))
         d = Deferred()
-        self._queue.append((GROUPED, fn, args, d))
-        if not getattr(fn, "relaxed", False):
+        self._queued((GROUPED, fn, args, d), getattr(fn, "relaxed", False))
+        return d
+
+    def _queued(self, item: tuple, relaxed: bool) -> None:
+        """
+        Where a submitted C{item} goes: to the writer thread.
+        """
+        self._to_thread([item], relaxed)
+
+    def _to_thread(self, items: list, relaxed: bool) -> None:
+        """
+        Queue C{items} for the writer thread and wake it, or, when they
+        are all C{relaxed}, have it woken after L{RELAXED_DELAY_S}.
+        """
+        self._queue.extend(items)
+        if not relaxed:
             self._wake.set()
         elif self._relaxed_wake is None:
             self._relaxed_wake = self._reactor.callLater(RELAXED_DELAY_S, self._wake_relaxed)
-        return d
 
     def _hand_over(self, call, batch) -> None:
         """
@@ -121,6 +138,13 @@ class ThreadedExecutor(TransactionRunner):
         queued before the outcomes of the run that wrote it.
         """
         self._reactor.callFromThread(call, batch)
+
+    def _ran_on_thread(self, taken: int, outcomes: list) -> None:
+        """
+        On the reactor thread: the writer thread ran C{taken} queued items,
+        with C{outcomes}.
+        """
+        self._deliver(outcomes)
 
     def _wake_relaxed(self) -> None:
         """
@@ -137,8 +161,7 @@ class ThreadedExecutor(TransactionRunner):
         if self._closed:
             return fail(ExecutorStopped("the store is closed"))
         d = Deferred()
-        self._queue.append((ALONE, fn, args, d))
-        self._wake.set()
+        self._queued((ALONE, fn, args, d), False)
         return d
 
     def stop(self) -> Deferred:
@@ -185,7 +208,8 @@ class ThreadedExecutor(TransactionRunner):
     def _main(self, connect, started: Deferred) -> None:
         call = self._reactor.callFromThread
         try:
-            self._open(connect)
+            with self._writing:
+                self._open(connect)
         except BaseException:
             failure = Failure()
             call(started.errback, failure)
@@ -193,12 +217,15 @@ class ThreadedExecutor(TransactionRunner):
             self._fail_queued()
             return
         call(started.callback, None)
-        queue, wake = self._queue, self._wake
+        queue, wake, writing = self._queue, self._wake, self._writing
         checkpoints = self.checkpoints
         while True:
-            if not wake.wait(checkpoints.idle_wait_s()):
+            with writing:
+                idle_wait_s = checkpoints.idle_wait_s()
+            if not wake.wait(idle_wait_s):
                 # Idle, and a checkpoint is due.
-                checkpoints.checkpoint(self._connection)
+                with writing:
+                    checkpoints.checkpoint(self._connection)
                 continue
             # Cleared before taking: what is submitted after the take
             # wakes the next wait.
@@ -207,12 +234,13 @@ class ThreadedExecutor(TransactionRunner):
             if not batch:
                 continue
             outcomes: list = []
-            rest = self._run_batch(batch, outcomes)
-            if outcomes:
-                call(self._deliver, outcomes)
+            with writing:
+                rest = self._run_batch(batch, outcomes)
+            call(self._ran_on_thread, len(batch), outcomes)
             if rest is not None:
                 break
-            checkpoints.wrote(self._connection)
+            with writing:
+                checkpoints.wrote(self._connection)
         try:
             self._connection.close()
         except BaseException:

@@ -5,7 +5,9 @@ An executor owns the store's one sqlite3 connection and decides when the
 work submitted to it runs: with group commit on a writer thread of its
 own (L{meshroute.store.threaded_executor}, C{[store] writer = "thread"}),
 at the end of each reactor turn (L{meshroute.store.turn_executor},
-C{writer = "reactor"}), or inline for deterministic tests
+C{writer = "reactor"}), either of these by the size of the turn and
+whether the writer thread is busy (L{meshroute.store.adaptive_executor},
+C{writer = "adaptive"}, the default), or inline for deterministic tests
 (L{meshroute.store.inline_executor}).  How that work runs, once its time
 has come, is the same for all of them: their common base,
 L{TransactionRunner}, defined here.

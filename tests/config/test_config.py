@@ -227,13 +227,14 @@ def test_store_sync_must_be_full_or_normal(write):
     assert_refused(path, "store.sync", "full, normal")
 
 
-def test_the_store_writer_is_a_thread_unless_configured(write):
-    assert load_config(write(ROUTER), reactor=MemoryReactor()).store.writer == "thread"
-    config = load_config(write(ROUTER + "[store]\nwriter = \"reactor\"\n"),
-                         reactor=MemoryReactor())
-    assert config.store.writer == "reactor"
+def test_the_store_writer_is_adaptive_unless_configured(write):
+    assert load_config(write(ROUTER), reactor=MemoryReactor()).store.writer == "adaptive"
+    for writer in ("reactor", "thread"):
+        config = load_config(write(ROUTER + f"[store]\nwriter = \"{writer}\"\n"),
+                             reactor=MemoryReactor())
+        assert config.store.writer == writer
     assert_refused(write(ROUTER + "[store]\nwriter = \"disk\"\n"), "store.writer",
-                   "reactor, thread")
+                   "adaptive, reactor, thread")
 
 
 def test_max_hops_at_least_one(write):

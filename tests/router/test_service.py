@@ -81,15 +81,6 @@ def test_a_bad_users_file_stops_the_router_before_the_data_dir_is_used(tmp_path)
     assert not (tmp_path / "data").exists()
 
 
-def test_the_store_executor_is_the_one_store_writer_names():
-    from meshroute.store.settings import StoreConfig
-    from meshroute.router.service import store_executor
-    from meshroute.store import ThreadedExecutor, TurnExecutor
-
-    assert type(store_executor(StoreConfig(), reactor)) is ThreadedExecutor
-    assert type(store_executor(StoreConfig(writer="reactor"), reactor)) is TurnExecutor
-
-
 def test_only_the_admin_api_answers_until_the_store_is_open(tmp_path):
     """
     Every port is bound by C{privilegedStartService}.  The admin API

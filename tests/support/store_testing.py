@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest_twisted
 from twisted.internet import defer, reactor
 from meshroute.messages import Message
-from meshroute.store import InlineExecutor, SQLiteStore, ThreadedExecutor, TurnExecutor
+from meshroute.store import (
+    AdaptiveExecutor, InlineExecutor, SQLiteStore, ThreadedExecutor, TurnExecutor)
 
 
 ROUTER = "router-a"
@@ -34,6 +35,10 @@ def ids(pairs) -> list:
     return [p[1].msg_id for p in pairs]
 
 
+#: The executors on the reactor, by the names the fixtures' parameters use.
+EXECUTORS = {"threaded": ThreadedExecutor, "turn": TurnExecutor, "adaptive": AdaptiveExecutor}
+
+
 class Opener:
     """
     Opens stores with one kind of executor, and closes them all at the end.
@@ -47,7 +52,7 @@ class Opener:
     def executor(self):
         if self.kind == "inline":
             return InlineExecutor()
-        return TurnExecutor(reactor) if self.kind == "turn" else ThreadedExecutor(reactor)
+        return EXECUTORS[self.kind](reactor)
 
     async def open(self, name="store.db", sync="full", router=ROUTER, **kwargs) -> SQLiteStore:
         store = SQLiteStore(
@@ -62,7 +67,7 @@ class Opener:
         return await self.open(Path(store.path).name, store.sync, **kwargs)
 
 
-@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn"])
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn", "adaptive"])
 async def opener(request, tmp_path):
     opener = Opener(request.param, tmp_path)
     yield opener
@@ -70,7 +75,7 @@ async def opener(request, tmp_path):
         await store.close()
 
 
-@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn"])
+@pytest_twisted.async_yield_fixture(params=["inline", "threaded", "turn", "adaptive"])
 async def store(request, tmp_path):
     opener = Opener(request.param, tmp_path)
     yield await opener.open()
@@ -88,8 +93,11 @@ async def threaded(tmp_path):
 
 def hold_writer(store: SQLiteStore) -> tuple[threading.Event, defer.Deferred]:
     """
-    Block C{store}'s writer thread until the returned event is set, so
-    that everything submitted meanwhile goes into one transaction.
+    Block C{store}'s writer thread (a threaded or adaptive executor's)
+    until the returned event is set, so that everything submitted
+    meanwhile goes into one transaction.  The hold runs alone (C{run}):
+    an adaptive executor would run a function submitted alone in its
+    turn on the reactor thread.
     """
     started = threading.Event()
     go = threading.Event()
@@ -98,7 +106,7 @@ def hold_writer(store: SQLiteStore) -> tuple[threading.Event, defer.Deferred]:
         started.set()
         go.wait()
 
-    held = store.executor.submit(hold)
+    held = store.executor.run(hold)
     # The writer thread is inside the hold before anything else is queued
     # (blocking the reactor thread for that moment is harmless here).
     assert started.wait(timeout=30)
