@@ -142,6 +142,12 @@ class AdaptiveExecutor(ThreadedExecutor):
         self.batches_on_thread += 1
         super()._ran_on_thread(taken, outcomes)
 
+    def _done(self, failure) -> None:
+        # What waits for the turn when the writer thread ended (its start
+        # failed) fails with what was queued.
+        self._queue.extend(self._turn.take())
+        super()._done(failure)
+
     def stop(self):
         """
         As L{ThreadedExecutor.stop}, after handing what waits for the turn

@@ -10,10 +10,11 @@ of L{support.store_testing}.)
 import threading
 import time
 
+import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor, task
 
-from meshroute.store import AdaptiveExecutor, SQLiteStore
+from meshroute.store import AdaptiveExecutor, ExecutorStopped, SQLiteStore
 from meshroute.store.checkpoints import WalCheckpoints
 from meshroute.store.transactions import RELAXED_DELAY_S
 from support.fakes import RecordingReplication
@@ -219,3 +220,19 @@ async def test_a_turn_committed_here_has_the_writer_thread_checkpoint(tmp_path):
     assert ran[-1] == ("past the size", "reactor")
     await until(lambda: checkpoints.checkpoints > done)
     await store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_waits_for_the_turn_fails_when_the_store_cannot_open(tmp_path):
+    executor = AdaptiveExecutor(reactor)
+
+    def cannot_open():
+        raise OSError("no such disk")
+
+    started = executor.start(cannot_open)
+    waiting = executor.submit(lambda connection: None)
+    with pytest.raises(OSError):
+        await started
+    with pytest.raises(ExecutorStopped):
+        await waiting
+    await executor.stop()
