@@ -58,11 +58,12 @@ class AdaptiveExecutor(ThreadedExecutor):
     at once, when the WAL has passed its size), so the reactor never
     copies the WAL.
 
-    How L{inline_max_items} was chosen (benchmarks/README.md): at 64, one
-    hop's full-load throughput at 1 KiB fell 11 % and two hops' 6 %
-    (turns of tens of messages came to the reactor between two of the
-    thread's batches, and the reactor stopped routing for their fsync);
-    at 4, the paced p99 fell about as much and full load lost nothing.
+    How L{inline_max_items} was chosen (benchmarks/README.md, "The
+    adaptive writer"): at 64, one hop's full-load throughput at 1 KiB fell
+    11 % and two hops' 6 % (turns of tens of messages came to the reactor
+    between two of the thread's batches, and the reactor stopped routing
+    for their fsync); at 1, 4 and 16 the paced p99 and full load were the
+    same within the spread, and 4 lost nothing against the thread.
 
     @ivar batches_here: batches committed on the reactor thread.
     @ivar batches_on_thread: batches committed on the writer thread.
@@ -121,8 +122,9 @@ class AdaptiveExecutor(ThreadedExecutor):
             self._run_batch(items, outcomes)
             # The writer thread learns of a checkpoint when one becomes due
             # (it was waiting without a timeout) or is due at once.
-            wake = checkpoints.idle_wait_s() is None
-            wake = checkpoints.written() or wake
+            none_was_due = checkpoints.idle_wait_s() is None
+            due_now = checkpoints.written()
+            wake = none_was_due or due_now
         finally:
             self._here = False
             self._writing.release()
