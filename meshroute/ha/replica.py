@@ -44,6 +44,7 @@ from meshroute.harules.quorum import ORIGIN, LogPosition
 from meshroute.store.changes import (READ_REPLICATION_STATE, SET_REPLICATION_STATE,
                                      apply_statements)
 from meshroute.store.database import SYNC_MODES, connect, upgrade_schema
+from meshroute.store.transactions import lengthy
 
 log = Logger()
 
@@ -241,6 +242,7 @@ def _state(path: str) -> tuple[LogPosition, str]:
         connection.close()
 
 
+@lengthy
 def _apply(connection: sqlite3.Connection, batches: list) -> tuple[LogPosition, EpochStarts]:
     epoch, position = connection.execute(READ_REPLICATION_STATE).fetchone()
     for batch in batches:

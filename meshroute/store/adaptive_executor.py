@@ -49,7 +49,9 @@ class AdaptiveExecutor(ThreadedExecutor):
         turn.  So the outcomes fire in submission order whichever thread
         committed them: the thread's are back before a turn may run here,
         and what runs here is done before anything is handed over.
-      - C{run} (a function alone) always goes to the writer thread.
+      - C{run} (a function alone) and a C{lengthy} function (a prune's
+        chunk, a replica's batches: L{meshroute.store.transactions}) always
+        go to the writer thread.
 
     Replication's hand-over before each COMMIT (L{TransactionRunner}) is
     a call when the turn runs here, and goes through C{callFromThread}
@@ -85,7 +87,7 @@ class AdaptiveExecutor(ThreadedExecutor):
         self.batches_on_thread = 0
 
     def _queued(self, item: tuple, relaxed: bool) -> None:
-        if self._on_thread or item[0] != GROUPED:
+        if self._on_thread or item[0] != GROUPED or getattr(item[1], "lengthy", False):
             self._to_thread([item], relaxed)
         else:
             self._turn.add(item, relaxed)
@@ -128,10 +130,10 @@ class AdaptiveExecutor(ThreadedExecutor):
         finally:
             self._here = False
             self._writing.release()
-        self.batches_here += 1
-        self._deliver(outcomes)
         if wake:
             self._wake.set()
+        self.batches_here += 1
+        self._deliver(outcomes)
 
     def _hand_over(self, call, batch) -> None:
         if self._here:

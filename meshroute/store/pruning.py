@@ -26,7 +26,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from meshroute.store.transactions import atomic
+from meshroute.store.transactions import atomic, lengthy
 
 log = Logger()
 
@@ -53,11 +53,13 @@ _PRUNE_COMMITTED_XIDS = _PRUNE_DUPLICATES.replace("duplicate_ids", "committed_xi
 # Run by the store's executor.
 
 
+@lengthy
 @atomic
 def prune_enqueued_ids(connection, cutoff: float, limit: int) -> int:
     return connection.execute(_PRUNE_ENQUEUED, (cutoff, limit)).rowcount
 
 
+@lengthy
 def prune_duplicate_ids(connection, cutoff: float, limit: int) -> int:
     """
     Forget the duplicate ids and the committed xids recorded before
@@ -68,6 +70,7 @@ def prune_duplicate_ids(connection, cutoff: float, limit: int) -> int:
                connection.execute(_PRUNE_COMMITTED_XIDS, (cutoff, limit)).rowcount)
 
 
+@lengthy
 def prune_one_chunk(connection, cutoff: float, duplicates_cutoff: float) -> None:
     """
     At open: one chunk of each table's expired ids.

@@ -41,7 +41,9 @@ issue BEGIN, SAVEPOINT and COMMIT themselves.
 
 A function may say how it may be run (L{TransactionRunner._transaction}):
 with C{atomic = True} (L{atomic}) it needs no savepoint of its own; with a
-C{batch} form, consecutive submissions of it run as one call.
+C{batch} form, consecutive submissions of it run as one call; with
+C{lengthy = True} (L{lengthy}) it is never run on the reactor thread by an
+executor that has a thread of its own.
 
 Relaxed commits
 ===============
@@ -160,6 +162,16 @@ def atomic(fn):
     return fn
 
 
+def lengthy(fn):
+    """
+    Mark C{fn} as work that may take long however few its submissions (a
+    prune's chunk, a replica's batches): an executor that can run it off
+    the reactor thread does (L{meshroute.store.adaptive_executor}).
+    """
+    fn.lengthy = True
+    return fn
+
+
 class OneByOne(Exception):
     """
     Raised by a function's C{batch} form: the run of submissions met a
@@ -212,11 +224,18 @@ class TransactionRunner:
         Open the connection with C{connect()} (in the thread that will use
         it) and set up what is done around its commits.
         """
-        connection = self._connection = connect()
-        if self.replication is not None:
-            self._recording = RecordingConnection(connection)
-        self.checkpoints.opened(connection)
-        self._relaxable = connection.execute("PRAGMA synchronous").fetchone()[0] == _FULL
+        connection = connect()
+        try:
+            if self.replication is not None:
+                self._recording = RecordingConnection(connection)
+            self.checkpoints.opened(connection)
+            self._relaxable = connection.execute("PRAGMA synchronous").fetchone()[0] == _FULL
+        except BaseException:
+            connection.close()
+            raise
+        # Set last: an executor that may also run on another thread takes
+        # an open connection as set up.
+        self._connection = connection
 
     def _open_here(self, connect) -> Deferred:
         """

@@ -16,7 +16,7 @@ from twisted.internet import defer, reactor, task
 
 from meshroute.store import AdaptiveExecutor, ExecutorStopped, SQLiteStore
 from meshroute.store.checkpoints import WalCheckpoints
-from meshroute.store.transactions import RELAXED_DELAY_S
+from meshroute.store.transactions import RELAXED_DELAY_S, lengthy
 from support.fakes import RecordingReplication
 from support.store_testing import ROUTER, commit_syncs, hold_writer, msg, three_in_an_outbox
 
@@ -24,12 +24,33 @@ MAIN = threading.get_ident()
 
 
 async def opened(tmp_path, **kwargs) -> SQLiteStore:
+    """
+    A store on an adaptive executor whose writer thread is idle: a turn
+    that brings little now runs on the reactor thread.  Its checkpoints
+    wait an hour unless C{kwargs} say otherwise, so that none takes the
+    writer thread during a test.
+    """
+    kwargs.setdefault("checkpoints", WalCheckpoints(interval_s=3600.0))
     store = SQLiteStore(str(tmp_path / "s.db"), "full", AdaptiveExecutor(reactor, **kwargs),
                         router=ROUTER)
     await store.open()
-    # The writer thread is done with what the open ran.
-    await until(lambda: not store.executor._writing.locked())
+    await idle(store.executor)
     return store
+
+
+async def idle(executor: AdaptiveExecutor, timeout_s: float = 10.0) -> None:
+    """
+    Wait until a turn of one probe runs on the reactor thread (the writer
+    thread was done with what came before it).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        here = executor.batches_here
+        await executor.submit(lambda connection: None)
+        if executor.batches_here > here:
+            return
+        assert time.monotonic() < deadline, "the writer thread stayed busy"
+        await task.deferLater(reactor, 0.005, lambda: None)
 
 
 def where(ran: list, name: str):
@@ -128,8 +149,12 @@ async def test_a_turn_waits_for_the_writer_thread_that_holds_the_connection(tmp_
     executor = store.executor
     ran: list = []
     executor._writing.acquire()  # as the writer thread does
-    reactor.callLater(0.05, executor._writing.release)
-    assert await executor.submit(where(ran, "turn")) == "turn"
+    turn = executor.submit(where(ran, "turn"))
+    try:
+        await until(lambda: executor._on_thread == 1)
+    finally:
+        executor._writing.release()
+    assert await turn == "turn"
     assert ran == [("turn", "writer")]
     await store.close()
 
@@ -213,12 +238,26 @@ async def test_a_turn_committed_here_has_the_writer_thread_checkpoint(tmp_path):
     assert ran == [("turn", "reactor")]
     await until(lambda: checkpoints.checkpoints > done)
     assert checkpoints.idle_wait_s() is None
+    # A checkpoint due in an hour (the writer thread waits for it), then a
+    # turn that takes the WAL past its size: the thread runs it at once.
     checkpoints.interval_s = 3600.0
+    await executor.submit(where(ran, "due in an hour"))
+    assert ran[-1] == ("due in an hour", "reactor")
+    assert checkpoints.idle_wait_s() > 60
     checkpoints.wal_max_bytes = checkpoints._threshold = 1
     done = checkpoints.checkpoints
     await executor.submit(where(ran, "past the size"))
     assert ran[-1] == ("past the size", "reactor")
     await until(lambda: checkpoints.checkpoints > done)
+    await store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_lengthy_function_goes_to_the_writer_thread_however_few(tmp_path):
+    store = await opened(tmp_path)
+    ran: list = []
+    assert await store.executor.submit(lengthy(where(ran, "prune"))) == "prune"
+    assert ran == [("prune", "writer")]
     await store.close()
 
 
