@@ -38,6 +38,8 @@ from meshroute.security.files import read_private
 from meshroute.security.settings import pattern_problem
 from meshroute.sessions import limits
 from meshroute.stomp import settings as stomp_settings
+from meshroute.store.settings import StoreConfig
+from meshroute.store.writers import WRITERS
 from meshroute.router.early_accepts import DEFAULT_EARLY_ACCEPT_HOLD_MS
 from meshroute.topics.backlog import DEFAULT_HOLD_AT
 from meshroute.wire.codec import MAX_CLIENT_FRAME_SIZE
@@ -135,8 +137,7 @@ ROUTING_KEYS = (
     Key("hold-publishers-at", "int", DEFAULT_HOLD_AT, 2, 10_000_000),
 )
 STORE_KEYS = (Key("sync", "choice", "full", choices=("full", "normal")),
-               Key("writer", "choice", "adaptive",
-                   choices=("adaptive", "reactor", "thread")))
+               Key("writer", "choice", StoreConfig.writer, choices=tuple(sorted(WRITERS))))
 EVENTS_KEYS = (
     Key("max-file-size", "size", RotationSettings.max_file_size, 1024, 1024**4),
     Key("max-age", "duration", None, 100, 30 * DAY_MS),
