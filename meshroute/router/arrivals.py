@@ -123,8 +123,22 @@ class Arrivals:
     def _stored_many(self, results: list, peer: str, arrivals: list, placed: list,
                      claims: list) -> set:
         onward = set()
+        # A run of arrivals enqueued in one queue gets its records in one
+        # write (four times cheaper than one at a time), in their order.
+        run: list[Message] = []
         for result, (_seq, message), (_stored, local, aside) in zip(results, arrivals, placed):
+            if local and not aside and _enqueued(result):
+                if run and run[0].dest_queue != message.dest_queue:
+                    self._events.enqueued(run[0].dest_queue, run)
+                    run = []
+                run.append(message)
+                continue
+            if run:
+                self._events.enqueued(run[0].dest_queue, run)
+                run = []
             onward.update(self._stored(result, peer, message, local, aside))
+        if run:
+            self._events.enqueued(run[0].dest_queue, run)
         # After their message.enqueued: their deliveries may follow at once.
         for claim, indexes in claims:
             claim.answered([results[index] for index in indexes])
@@ -169,3 +183,11 @@ class Arrivals:
             else:
                 routed.append(branching(message))
         self._transient.route(routed)
+
+
+def _enqueued(result) -> bool:
+    """
+    Whether C{result}, a receive's for a local queue, says the message is
+    now in that queue (stored, or claimed as it was).
+    """
+    return result == "stored" or (type(result) is tuple and result[0] == CLAIMED)

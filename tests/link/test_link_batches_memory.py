@@ -221,3 +221,19 @@ def test_an_older_router_links_with_a_version_4_one(mesh, wire, old_routers, old
     assert mesh.routers[B].engine.forwarding.channel(A).version == agreed
     assert {type(frame) for _, frame in wire} == {Transfer, FastTransfer}
     assert len(frames_from(wire, A, Transfer)) == len(frames_from(wire, B, Transfer)) == 300
+
+
+def test_a_batchs_records_of_enqueued_arrivals_keep_its_order_across_queues(mesh, wire):
+    waiting_for_b(mesh)
+    queues = ["q1", "q1", "q1", "q2", "q2", "q1", "q3", "q1"]
+    sent = [d for i, queue in enumerate(queues)
+            for d in send(mesh, A, f"{queue}@router-b", 1, start=i)]
+    back(mesh)
+    calls = counting_receives(mesh.routers[B].store)
+    mesh.run(1)
+    assert_confirmed(sent)
+    assert calls == {"receive": 0, "receive_many": 1}
+    enqueued = events_of(mesh.routers[B], "message.enqueued")
+    accepted = events_of(mesh.routers[A], "message.accepted")
+    assert [(e["msg_id"], e["queue"]) for e in enqueued] == list(
+        zip([e["msg_id"] for e in accepted], queues))
