@@ -159,4 +159,7 @@ class AdaptiveExecutor(ThreadedExecutor):
         """
         if not self._closed and self._turn:
             self._to_thread([], False)
+        if not self._closed and self._thread is not None:
+            # The stop that the writer thread takes, as it takes the rest.
+            self._on_thread += 1
         return super().stop()

@@ -181,6 +181,7 @@ async def test_what_waits_for_the_turn_at_a_stop_is_committed_first(tmp_path):
     accepted = store.accept(msg(1))
     await store.close()
     assert accepted.called
+    assert store.executor._on_thread == 0  # the stop itself came back
     reopened = await opened(tmp_path)
     assert reopened.backlog_depths() == {"router-c": 1}
     await reopened.close()
@@ -218,6 +219,45 @@ async def test_replication_is_handed_each_batch_before_its_commit_on_either_thre
     assert (first.epoch, second.epoch) == (3, 3)
     assert second.position == first.position + 1
     assert threads == [True, True]
+    await store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_holding_gate_releases_both_threads_outcomes_in_submission_order(tmp_path):
+    """
+    With a gate that holds each transaction's outcomes (an HA active's,
+    waiting for its backup), a turn committed here, one on the writer
+    thread and one after it reach the gate in submission order, at
+    consecutive positions, and nothing fires until the gate lets it, then
+    in that order.
+    """
+    replication = RecordingReplication(epoch=3)
+    store = await opened(tmp_path, replication=replication)
+    executor = store.executor
+    replication.holding = True
+    replication.calls.clear()
+    here, on_thread = executor.batches_here, executor.batches_on_thread
+    fired: list = []
+
+    def accepted(numbers) -> None:
+        for n in numbers:
+            store.accept(msg(n)).addCallback(lambda _, n=n: fired.append(n))
+
+    accepted([1])
+    await until(lambda: len(replication.held) == 1)
+    assert executor.batches_here == here + 1
+    accepted(range(2, 12))  # more than a turn may bring here
+    await until(lambda: len(replication.held) == 2)
+    assert executor.batches_on_thread == on_thread + 1
+    accepted([12])
+    await until(lambda: len(replication.held) == 3)
+    assert fired == []
+    assert [kind for kind, _ in replication.calls] == ["prepared", "committed"] * 3
+    positions = [batch.position for batch in replication.prepared_batches]
+    assert positions == list(range(positions[0], positions[0] + 3))
+    for n, fire in enumerate(replication.held):
+        fire()
+        assert fired == list(range(1, [2, 12, 13][n]))
     await store.close()
 
 
