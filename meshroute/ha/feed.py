@@ -50,7 +50,6 @@ import os
 from dataclasses import dataclass
 from typing import Protocol
 
-import msgpack
 from automat import TypeMachineBuilder
 from twisted.logger import Logger
 
@@ -194,7 +193,7 @@ class FeedCore:
         frame, size = [], 0
         for batch in batches:
             plain = batch.to_plain()
-            batch_size = len(msgpack.packb(plain, use_bin_type=True))
+            batch_size = batch.packed_size
             if batch_size > MAX_REPLICATION_FRAME_SIZE - _FRAME_OVERHEAD:
                 log.info("replication to {peer}: batch {position} is {size} bytes, too large "
                          "for a frame: sending a snapshot", peer=self.peer,

@@ -37,7 +37,6 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 
-import msgpack
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
@@ -119,7 +118,7 @@ class ReplicationSource:
         """
         if batch.position != self._head.position + 1:
             raise ValueError(f"batch {batch.position} does not follow {self._head.position}")
-        size = len(msgpack.packb(batch.to_plain()))
+        size = batch.packed_size
         self._log.append((batch, size))
         self._log_bytes += size
         self._head = LogPosition(batch.epoch, batch.position)

@@ -26,6 +26,9 @@ why: the HA pair (L{meshroute.ha}) implements the gate.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
+
+import msgpack
 
 #: The store's position, in its one-row C{replication_state} table
 #: (schema version 5): the epoch and position of the last batch it holds.
@@ -63,6 +66,16 @@ class ChangeBatch:
     epoch: int
     position: int
     statements: tuple
+
+    @cached_property
+    def packed_size(self) -> int:
+        """
+        The bytes of L{to_plain} packed (msgpack): what the replication
+        log retains and what it weighs in a feed's frame.  Counted once:
+        the batch's bodies make it about as costly to pack as the frame
+        that carries it.
+        """
+        return len(msgpack.packb(self.to_plain(), use_bin_type=True))
 
     def to_plain(self) -> list:
         """

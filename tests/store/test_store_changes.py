@@ -29,8 +29,9 @@ def test_a_batch_survives_msgpack_as_plain_lists():
         ("DELETE FROM t WHERE a = :a", {"a": 1}),
         ("DELETE FROM v", ()),
     ))
-    plain = msgpack.unpackb(msgpack.packb(batch.to_plain()))
-    assert ChangeBatch.from_plain(plain) == batch
+    packed = msgpack.packb(batch.to_plain())
+    assert ChangeBatch.from_plain(msgpack.unpackb(packed)) == batch
+    assert batch.packed_size == len(packed)
 
 
 @pytest.mark.parametrize("plain", [
