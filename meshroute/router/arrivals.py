@@ -9,6 +9,8 @@ dead-letter queue).  A message id this router already holds is a
 duplicate and is dropped, never enqueued twice.
 """
 
+from itertools import groupby
+
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
@@ -125,20 +127,12 @@ class Arrivals:
         onward = set()
         # A run of arrivals enqueued in one queue gets its records in one
         # write (four times cheaper than one at a time), in their order.
-        run: list[Message] = []
-        for result, (_seq, message), (_stored, local, aside) in zip(results, arrivals, placed):
-            if local and not aside and _enqueued(result):
-                if run and run[0].dest_queue != message.dest_queue:
-                    self._events.enqueued(run[0].dest_queue, run)
-                    run = []
-                run.append(message)
-                continue
-            if run:
-                self._events.enqueued(run[0].dest_queue, run)
-                run = []
-            onward.update(self._stored(result, peer, message, local, aside))
-        if run:
-            self._events.enqueued(run[0].dest_queue, run)
+        for queue, run in groupby(zip(results, arrivals, placed), key=_enqueued_in):
+            if queue is None:
+                for result, (_seq, message), (_stored, local, aside) in run:
+                    onward.update(self._stored(result, peer, message, local, aside))
+            else:
+                self._events.enqueued(queue, [message for _, (_seq, message), _ in run])
         # After their message.enqueued: their deliveries may follow at once.
         for claim, indexes in claims:
             claim.answered([results[index] for index in indexes])
@@ -146,7 +140,7 @@ class Arrivals:
 
     def _stored(self, result, peer: str, message: Message, local: bool,
                 aside: str) -> tuple:
-        if type(result) is tuple and result[0] == CLAIMED:
+        if _is_stored(result):
             result = "stored"
         if result == "duplicate-id":
             self._events.duplicate_arrival(message, peer)
@@ -185,9 +179,19 @@ class Arrivals:
         self._transient.route(routed)
 
 
-def _enqueued(result) -> bool:
+def _is_stored(result) -> bool:
     """
-    Whether C{result}, a receive's for a local queue, says the message is
-    now in that queue (stored, or claimed as it was).
+    Whether C{result}, a receive's, says the message is stored (for a
+    local queue: stored, or claimed as it was).
     """
     return result == "stored" or (type(result) is tuple and result[0] == CLAIMED)
+
+
+def _enqueued_in(arrival: tuple) -> str | None:
+    """
+    The local queue an arrival C{(result, (seq, message), (stored, local,
+    aside))} of a batch is now in, or None when its receive did anything
+    else (L{Arrivals._stored} takes it).
+    """
+    result, (_seq, message), (_stored, local, aside) = arrival
+    return message.dest_queue if local and not aside and _is_stored(result) else None
