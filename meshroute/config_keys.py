@@ -137,7 +137,8 @@ ROUTING_KEYS = (
     Key("hold-publishers-at", "int", DEFAULT_HOLD_AT, 2, 10_000_000),
 )
 STORE_KEYS = (Key("sync", "choice", "full", choices=("full", "normal")),
-               Key("writer", "choice", StoreConfig.writer, choices=tuple(sorted(WRITERS))))
+               Key("writer", "choice", StoreConfig.writer, choices=tuple(sorted(WRITERS))),
+               Key("min-free-disk", "size", StoreConfig.min_free_disk, 0, 1024**4))
 EVENTS_KEYS = (
     Key("max-file-size", "size", RotationSettings.max_file_size, 1024, 1024**4),
     Key("max-age", "duration", None, 100, 30 * DAY_MS),

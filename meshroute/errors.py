@@ -66,3 +66,12 @@ class WireError(MeshrouteError):
     C{protocol-error}; nothing else is affected.
     """
 
+
+class DiskFull(MeshrouteError):
+    """
+    The router's disk has less free space than its C{[store]
+    min-free-disk} (L{meshroute.store.disk_space}), or is full: no new
+    message is taken until it has more.
+    """
+
+    code = "disk-full"

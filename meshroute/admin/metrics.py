@@ -160,6 +160,16 @@ def _router_metrics(router) -> Iterator[Metric]:
                             "committed or rolled back (in doubt).",
                             value=router.store.prepared_count())
     yield from router.store.executor.commit_seconds.collect()
+    disk = router.disk
+    if disk.free is not None:
+        yield GaugeMetricFamily("meshroute_store_disk_free_bytes",
+                                "Free space of the data-dir's disk, the free pages inside the "
+                                "store's file included, at its last reading ([store] "
+                                "min-free-disk).", value=disk.free)
+    yield GaugeMetricFamily("meshroute_store_disk_low",
+                            "1 while the data-dir's disk has less free space than [store] "
+                            "min-free-disk: clients' sends are refused (disk-full).",
+                            value=int(disk.low))
 
 
 def _by_router(name: str, documentation: str, values: dict[str, int]) -> GaugeMetricFamily:

@@ -1,9 +1,12 @@
 """
 Whether a client's send is taken now, or refused at once with nothing
-stored: refused when no router of its destination's name was ever heard
-of in the mesh (L{UnknownRouter}), or when that router's backlog is at
-its bound (L{BacklogFull}: C{max-backlog} persistent messages waiting in
-the store, C{max-transient-backlog} non-persistent ones in memory).
+stored: refused when the router's disk has less free space than its
+C{min-free-disk} (L{DiskFull}, whatever the destination:
+L{meshroute.store.disk_space} says why), when no router of its
+destination's name was ever heard of in the mesh (L{UnknownRouter}), or
+when that router's backlog is at its bound (L{BacklogFull}:
+C{max-backlog} persistent messages waiting in the store,
+C{max-transient-backlog} non-persistent ones in memory).
 
 The persistent backlog counts the sends submitted to the store and not
 yet accepted too (L{Admission.accepting}): a burst of sends must not get
@@ -16,7 +19,7 @@ decides, so that the bound reads in one place.
 
 from collections import defaultdict
 
-from meshroute.errors import MeshrouteError
+from meshroute.errors import DiskFull, MeshrouteError
 
 
 class UnknownRouter(MeshrouteError):
@@ -35,6 +38,17 @@ class BacklogFull(MeshrouteError):
     code = "backlog-full"
 
 
+class _Roomy:
+    """
+    A disk never low: for an engine made without one to watch.
+    """
+
+    low = False
+
+
+_ROOMY = _Roomy()
+
+
 class Admission:
     """
     Router C{name}'s admission of clients' sends.
@@ -44,12 +58,16 @@ class Admission:
         the persistent messages waiting for a router.
     @param transient: L{meshroute.router.transient.TransientPath}, which
         bounds the non-persistent messages waiting for a router.
+    @param disk: L{meshroute.store.disk_space.DiskSpace} of the store's
+        disk (C{low}, C{describe()}); None: never low.
     @ivar max_backlog: persistent messages that may wait (in the store, or
         on their way into it) for one destination router.
     """
 
-    def __init__(self, name: str, routes, store, transient, max_backlog: int) -> None:
+    def __init__(self, name: str, routes, store, transient, max_backlog: int,
+                 disk=None) -> None:
         self._name = name
+        self._disk = disk if disk is not None else _ROOMY
         self._routes = routes
         self._store = store
         self._transient = transient
@@ -58,9 +76,14 @@ class Admission:
 
     def refusal(self, router: str, persistent: bool) -> MeshrouteError | None:
         """
-        Why a send to C{router} would be refused now, if it would: no
-        router of that name is known, or its backlog is at its bound.
+        Why a send to C{router} would be refused now, if it would: the
+        disk is low, no router of that name is known, or its backlog is at
+        its bound.  Non-persistent sends too are refused while the disk
+        is low: their records in the event log take the room that drains
+        the store.
         """
+        if self._disk.low:
+            return DiskFull(self._disk.describe())
         if router == self._name:
             return None
         if not self._routes.known(router):

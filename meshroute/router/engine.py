@@ -142,6 +142,8 @@ class MessageEngine:
         C{max_retained_bytes} of their bodies in all.
     @param hold_publishers_at: publications waiting in C{$topic} at which
         topic publishers are held (L{meshroute.topics.backlog}).
+    @param disk: the L{meshroute.store.disk_space.DiskSpace} of the
+        store's disk, whose C{low} refuses clients' sends (None: never).
 
     @ivar expiry_notices: who hands expiry notices to this router's client
         sessions (L{ExpiredMessages.sessions
@@ -165,6 +167,7 @@ class MessageEngine:
         max_retained: int = 10_000,
         max_retained_bytes: int = 64 * 1024 * 1024,
         hold_publishers_at: int = DEFAULT_HOLD_AT,
+        disk=None,
     ) -> None:
         self.name = name
         self.routes = routes
@@ -189,9 +192,9 @@ class MessageEngine:
         self.transient = TransientPath(name, clock, self.destinations, self.forwarding,
                                        self.queues, self.message_events, self.expired_messages,
                                        max_transient_backlog)
-        #: Whether a client's send is refused now (its router unknown, its
-        #: backlog at its bound).
-        self.admission = Admission(name, routes, store, self.transient, max_backlog)
+        #: Whether a client's send is refused now (the disk low, its router
+        #: unknown, its backlog at its bound).
+        self.admission = Admission(name, routes, store, self.transient, max_backlog, disk)
         self.acceptance = Acceptance(name, store, self.admission, ids, clock, self.destinations,
                                      self.forwarding, self.transient, self.queues,
                                      self.message_events)

@@ -47,6 +47,7 @@ from meshroute.security.load import load_policy
 from meshroute.security.policy import Security
 from meshroute.security.reload import reload_security
 from meshroute.store import SQLiteStore
+from meshroute.store.disk_space import DiskSpace
 from meshroute.store.pruning import IdPruner
 from meshroute.store.writers import store_executor
 from meshroute.router.witness import Witness
@@ -176,6 +177,9 @@ class RouterService(MultiService):
             ),
         )
         self._pruner = IdPruner(self.store, clock)
+        # Clients' sends are refused while the data-dir's disk is low.
+        self.disk = DiskSpace(config.data_dir, config.store.min_free_disk, clock,
+                              reusable=self.store.reusable_bytes, squeeze=self.store.squeeze_wal)
         # The highest epoch seen per peer name, so that an HA instance that
         # lost its place is refused, across restarts too.
         self.peer_epochs = PeerEpochs(self.store, self.registry)
@@ -199,6 +203,7 @@ class RouterService(MultiService):
             max_retained=config.routing.max_retained,
             max_retained_bytes=config.routing.max_retained_bytes,
             hold_publishers_at=config.routing.hold_publishers_at,
+            disk=self.disk,
         )
         # Other routers' read-only views through the mesh, and ours for them.
         self.mesh_views = MeshViews(config.name, self.engine, clock, self.describe_view, VIEWS)
@@ -292,6 +297,7 @@ class RouterService(MultiService):
             return
         self._open = True
         self._pruner.start()
+        self.disk.start()
         self.engine.queues.rates.start()
         self.engine.start()
         for service in self:
@@ -324,6 +330,7 @@ class RouterService(MultiService):
         self.engine.queues.rates.stop()
         self.mesh_views.stop()
         self._pruner.stop()
+        self.disk.stop()
         yield self.store.close()
         if self._host is None:
             self.events.emit(events.ROUTER_STOPPED)

@@ -58,6 +58,12 @@ class WalCheckpoints:
     its lock).
 
     @ivar checkpoints: checkpoints run so far (for tests and benchmarks).
+    @ivar reusable_bytes: the free pages of the database file, in bytes,
+        as of its opening or the last checkpoint (read from any thread):
+        L{_measure_reusable}.
+    @ivar squeezed: whether every batch is checkpointed, so that the
+        C{-wal} file is reused rather than grown: set (from any thread)
+        while the disk is nearly full (L{meshroute.store.disk_space}).
     """
 
     def __init__(
@@ -85,6 +91,8 @@ class WalCheckpoints:
         self._due: float | None = None  # None: nothing written since the last checkpoint
         self._threshold = wal_max_bytes
         self.checkpoints = 0
+        self.reusable_bytes = 0
+        self.squeezed = False
 
     def opened(self, connection: sqlite3.Connection) -> None:
         """
@@ -93,6 +101,7 @@ class WalCheckpoints:
         """
         connection.execute("PRAGMA wal_autocheckpoint = 0")
         connection.execute(f"PRAGMA journal_size_limit = {int(self.wal_max_bytes)}")
+        self._measure_reusable(connection)
         for _, name, path in connection.execute("PRAGMA database_list"):
             if name == "main" and path:
                 self.database = path
@@ -115,7 +124,7 @@ class WalCheckpoints:
         self._writes += 1
         if self._due is None:
             self._due = self._monotonic() + self.interval_s
-        if self._wal_size() > self._threshold:
+        if self.squeezed or self._wal_size() > self._threshold:
             self._due = self._monotonic()
             return True
         return False
@@ -150,11 +159,24 @@ class WalCheckpoints:
         failed (logged).
         """
         try:
-            return connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            result = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            self._measure_reusable(connection)
+            return result
         except sqlite3.Error as e:
             _log.warn("WAL checkpoint of {path} failed, retried later: {error}",
                       path=self._wal_path, error=e)
             return 1, 0, -1
+
+    def _measure_reusable(self, connection: sqlite3.Connection) -> None:
+        """
+        Learn how many bytes of the database file are free pages: the room
+        the rows deleted since left, which new rows take before the file
+        grows (L{meshroute.store.disk_space} counts it as free).  The
+        C{-wal} file's room is not counted: it is reused for the WAL's own
+        frames only, while what they bring lands in the database file.
+        """
+        pages = connection.execute("PRAGMA freelist_count").fetchone()[0]
+        self.reusable_bytes = pages * connection.execute("PRAGMA page_size").fetchone()[0]
 
     def ended(self, began: int, result: tuple[int, int, int]) -> None:
         """

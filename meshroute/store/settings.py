@@ -17,8 +17,11 @@ class StoreConfig:
     C{"thread"}, everything on a writer thread of its own
     (L{meshroute.store.threaded_executor}); or C{"reactor"}, everything at
     the end of each reactor turn on the reactor thread
-    (L{meshroute.store.turn_executor}).
+    (L{meshroute.store.turn_executor}).  C{min_free_disk}: the bytes the
+    data-dir's disk must have free for the router to take new messages
+    from its clients (L{meshroute.store.disk_space}; 0: no bound).
     """
 
     sync: str = "full"
     writer: str = "adaptive"
+    min_free_disk: int = 64 * 1024 * 1024

@@ -241,6 +241,24 @@ class SQLiteStore(RouterRecords):
     def _opened(self, state) -> None:
         self.schema_version, self.applied_versions, self.store_id, self._mirror = state
 
+    def reusable_bytes(self) -> int:
+        """
+        The bytes of the database file that are free pages, which new rows
+        take before the file grows, as of the last checkpoint
+        (L{meshroute.store.checkpoints}).
+        """
+        return self._executor.checkpoints.reusable_bytes
+
+    def squeeze_wal(self, squeezed: bool) -> None:
+        """
+        While C{squeezed} (the disk is nearly full,
+        L{meshroute.store.disk_space}), checkpoint after every batch of
+        work, so that the WAL file is reused from its beginning rather
+        than grown (up to L{meshroute.store.checkpoints.WAL_MAX_BYTES}
+        otherwise).
+        """
+        self._executor.checkpoints.squeezed = squeezed
+
     def close(self):
         """
         Finish every write submitted so far and close the database.  Fires

@@ -121,6 +121,7 @@ from meshroute.store.changes import (
     ChangeBatch,
     RecordingConnection,
 )
+from meshroute.errors import DiskFull
 from meshroute.store.checkpoints import WalCheckpoints
 
 #: C{PRAGMA synchronous} FULL, as SQLite reports it.
@@ -272,7 +273,7 @@ class TransactionRunner:
             try:
                 self.guard()
             except BaseException:
-                return self._refuse_batch(batch, outcomes, Failure())
+                return self._refuse_batch(batch, outcomes, _store_failure())
         group: list = []
         for index, item in enumerate(batch):
             kind = item[0]
@@ -288,7 +289,7 @@ class TransactionRunner:
             try:
                 outcome = (d, True, fn(self._connection, *args))
             except BaseException:
-                outcome = (d, False, Failure())
+                outcome = (d, False, _store_failure())
             self._ended(outcomes, [outcome])
         if group:
             self._transaction(group, outcomes)
@@ -359,7 +360,7 @@ class TransactionRunner:
         try:
             execute("BEGIN IMMEDIATE")
         except BaseException:
-            failure = Failure()
+            failure = _store_failure()
             self._ended(outcomes, [(item[3], False, failure) for item in group])
             return
         results: list = []  # [d, ok, value] of the open transaction
@@ -381,7 +382,7 @@ class TransactionRunner:
                 try:
                     values = batch(given, [item[2] for item in run])
                 except BaseException:
-                    failure = Failure()
+                    failure = _store_failure()
                     if _undo(connection):
                         self._forget(mark)
                     else:
@@ -401,7 +402,7 @@ class TransactionRunner:
             try:
                 value = fn(given, *args)
             except BaseException:
-                failure = Failure()
+                failure = _store_failure()
                 results.append([d, False, failure])
                 if alone:
                     _rollback(connection)
@@ -433,7 +434,7 @@ class TransactionRunner:
                 prepared = batch
             execute("COMMIT")
         except BaseException:
-            failure = Failure()
+            failure = _store_failure()
             _rollback(connection)
             self._forget(0)
             if prepared is not None:
@@ -496,7 +497,7 @@ class TransactionRunner:
         try:
             self._connection.execute("BEGIN IMMEDIATE")
         except BaseException:
-            failure = Failure()
+            failure = _store_failure()
             self._ended(outcomes, [(item[3], False, failure) for item in rest])
             return False
         return True
@@ -514,6 +515,18 @@ def _undo(connection: sqlite3.Connection) -> bool:
         except sqlite3.Error:
             _rollback(connection)
     return connection.in_transaction
+
+
+def _store_failure() -> Failure:
+    """
+    The failure of what was just raised, with SQLite's "database or disk
+    is full" as L{DiskFull}: the client that sent a message then is told
+    the disk is full (C{disk-full}), not that the router failed.
+    """
+    failure = Failure()
+    if getattr(failure.value, "sqlite_errorname", None) == "SQLITE_FULL":
+        return Failure(DiskFull(f"the router's disk is full ({failure.value})"))
+    return failure
 
 
 def _failed(results: list, failure: Failure) -> list:

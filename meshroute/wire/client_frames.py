@@ -153,6 +153,8 @@ BAD_ADDRESS = "bad-address"
 UNKNOWN_ROUTER = "unknown-router"
 #: Too many messages already wait for the destination router.
 BACKLOG_FULL = "backlog-full"
+#: The router's disk has less free space than its [store] min-free-disk.
+DISK_FULL = "disk-full"
 #: A well-formed command with an impossible argument (a subscription id
 #: already in use, a credit below 1).
 INVALID_ARGUMENT = "invalid-argument"

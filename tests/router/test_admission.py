@@ -4,7 +4,7 @@ pure, over recording fakes of the routes, the store's backlog and the
 non-persistent path.
 """
 
-from meshroute.router.admission import Admission, BacklogFull, UnknownRouter
+from meshroute.router.admission import Admission, BacklogFull, DiskFull, UnknownRouter
 
 
 class Routes:
@@ -70,3 +70,24 @@ def test_non_persistent_sends_are_bounded_by_the_transient_path():
     refusal = admit.refusal("r2", False)
     assert isinstance(refusal, BacklogFull)
     assert "2 non-persistent messages" in str(refusal)
+
+
+class Disk:
+    def __init__(self):
+        self.low = True
+
+    def describe(self):
+        return "the disk is low"
+
+
+def test_every_send_is_refused_while_the_disk_is_low():
+    store, transient = Store(), Transient()
+    disk = Disk()
+    admit = Admission("r1", Routes(), store, transient, 3, disk)
+    for router in ("r1", "r2", "r9"):
+        for persistent in (True, False):
+            refusal = admit.refusal(router, persistent)
+            assert isinstance(refusal, DiskFull)
+            assert (refusal.code, str(refusal)) == ("disk-full", "the disk is low")
+    disk.low = False
+    assert admit.refusal("r1", True) is None
