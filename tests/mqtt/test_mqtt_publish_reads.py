@@ -8,6 +8,7 @@ other packet among them ending the batch.
 
 import pytest
 
+from meshroute.errors import DiskFull
 from meshroute.mqtt import packets as p
 from meshroute.mqtt import refusals
 from meshroute.mqtt.packets import MQTT_3_1_1, MQTT_5
@@ -116,3 +117,12 @@ def test_a_publisher_is_not_read_while_the_router_holds_topic_publishers(engine,
     assert client.transport.producerState == "paused"
     engine.topic_backlog.measured(0)
     assert client.transport.producerState == "producing"
+
+
+def test_a_publication_refused_for_a_full_disk_is_a_quota_exceeded(engine, clock):
+    client = connected(make_factory(engine, clock))
+    client.send_together(p.Publish("a/1", b"x", 1, packet_id=1))
+    (sent,) = engine.submitted
+    sent.deferred.errback(DiskFull("the router's disk has 1.0 MiB free"))
+    assert pubacks(client) == [(1, R.QUOTA_EXCEEDED)]
+    assert not client.closed
