@@ -75,3 +75,14 @@ class DiskFull(MeshrouteError):
     """
 
     code = "disk-full"
+
+
+class StoreFull(MeshrouteError):
+    """
+    SQLite found the disk full: the write was not made.  Not a refusal
+    (it has no C{code}): a client whose command failed so is told
+    C{internal-error}, as for any failure of the router, since a send
+    that left early may have reached the next hop all the same
+    (docs/routing.md).  L{DiskFull} is what keeps a router from getting
+    there.
+    """

@@ -726,6 +726,13 @@ class IChannelEngine(Interface):
         The link to C{peer}, whose channel is C{channel}, is gone.
         """
 
+    def arrivals_held():
+        """
+        Whether persistent messages arriving on links are to be held now,
+        neither stored nor acknowledged (the disk is low): the peer's
+        window bounds what a link holds, and keepalives go on.
+        """
+
     def arrived(peer, seq, previous, message):
         """
         A persistent message arrived from C{peer}: store it.

@@ -67,7 +67,8 @@ class Admission:
     def __init__(self, name: str, routes, store, transient, max_backlog: int,
                  disk=None) -> None:
         self._name = name
-        self._disk = disk if disk is not None else _ROOMY
+        #: The disk whose C{low} refuses every send.
+        self.disk = disk if disk is not None else _ROOMY
         self._routes = routes
         self._store = store
         self._transient = transient
@@ -82,8 +83,8 @@ class Admission:
         is low: their records in the event log take the room that drains
         the store.
         """
-        if self._disk.low:
-            return DiskFull(self._disk.describe())
+        if self.disk.low:
+            return DiskFull(self.disk.describe())
         if router == self._name:
             return None
         if not self._routes.known(router):

@@ -143,7 +143,9 @@ class MessageEngine:
     @param hold_publishers_at: publications waiting in C{$topic} at which
         topic publishers are held (L{meshroute.topics.backlog}).
     @param disk: the L{meshroute.store.disk_space.DiskSpace} of the
-        store's disk, whose C{low} refuses clients' sends (None: never).
+        store's disk: while it is C{low}, clients' sends are refused and
+        the links hold what arrives (None: never low); call
+        L{disk_has_room} when it has room again.
 
     @ivar expiry_notices: who hands expiry notices to this router's client
         sessions (L{ExpiredMessages.sessions
@@ -195,6 +197,7 @@ class MessageEngine:
         #: Whether a client's send is refused now (the disk low, its router
         #: unknown, its backlog at its bound).
         self.admission = Admission(name, routes, store, self.transient, max_backlog, disk)
+        self._disk = self.admission.disk
         self.acceptance = Acceptance(name, store, self.admission, ids, clock, self.destinations,
                                      self.forwarding, self.transient, self.queues,
                                      self.message_events)
@@ -276,6 +279,18 @@ class MessageEngine:
         if current:
             self.interest.link_down(peer)
             self.retained.link_down(peer)
+
+    def arrivals_held(self) -> bool:
+        """
+        See L{IChannelEngine.arrivals_held<meshroute.interfaces.IChannelEngine.arrivals_held>}.
+        """
+        return self._disk.low
+
+    def disk_has_room(self) -> None:
+        """
+        The disk has room again: the links store what they held.
+        """
+        self.forwarding.release_held()
 
     def arrived_transient(self, message: Message) -> None:
         """

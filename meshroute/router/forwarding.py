@@ -121,6 +121,14 @@ class Forwarding:
         self._serving = None
         return channel
 
+    def release_held(self) -> None:
+        """
+        Every link stores what it held while the disk was low
+        (L{PeerChannel.release_held}).
+        """
+        for channel in list(self._channels.values()):
+            channel.release_held()
+
     def link_down(self, peer: str, channel: PeerChannel) -> None:
         """
         The delivery-stage link to C{peer} is gone.

@@ -8,7 +8,10 @@ version-4 link what one backlog read hands it goes in L{TransferBatch}
 frames (a new one at each gap in the sequence, or when one is full).
 Receiving: each transfer (each batch in one store call) is stored, then
 acknowledged cumulatively once per reactor turn
-(L{meshroute.router.acknowledgements}).
+(L{meshroute.router.acknowledgements}); while the disk is low it is held
+instead, neither stored nor acknowledged, so that the peer stops at its
+window (L{PeerChannel.release_held}; docs/routing.md, "A router whose
+disk is low").
 
 Early sends: a fresh client send may leave before its accept is
 committed at this router, its origin (L{PeerChannel.send_early}, while
@@ -79,6 +82,7 @@ delivery stage, to spare the machine the moot pump that comes with every
 accepted message.
 """
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -674,6 +678,8 @@ class PeerChannel:
             self._core.early_accepts = EarlyAccepts(peer, store, clock, self.acknowledged,
                                                     self.store_failed, early, early_hold_s)
         self._sending = _CHANNEL_MACHINE(self._core)
+        # Transfers that arrived while the disk was low (release_held).
+        self._held: deque = deque()
 
     @property
     def in_flight(self) -> int:
@@ -684,6 +690,12 @@ class PeerChannel:
     def in_flight_bytes(self) -> int:
         "The bytes of their bodies (what L{WINDOW_BYTES} bounds)."
         return self._core.in_flight_bytes
+
+    @property
+    def held(self) -> int:
+        "Messages that arrived while the disk was low, held unstored (L{release_held})."
+        return sum(len(frame.messages) if type(frame) is TransferBatch else 1
+                   for frame in self._held)
 
     @property
     def paused(self) -> bool:
@@ -781,8 +793,15 @@ class PeerChannel:
 
     def transferred(self, frame: Transfer) -> None:
         """
-        A persistent message arrived: acknowledge it once it is durable.
+        A persistent message arrived: acknowledge it once it is durable;
+        held while the disk is low (L{release_held}).
         """
+        if self._held or self._engine.arrivals_held():
+            self._held.append(frame)
+            return
+        self._store_transfer(frame)
+
+    def _store_transfer(self, frame: Transfer) -> None:
         core = self._core
         previous = core.previous
         core.previous = max(previous, frame.seq)
@@ -794,8 +813,14 @@ class PeerChannel:
     def transferred_batch(self, frame: TransferBatch) -> None:
         """
         Persistent messages arrived: stored in one store call, acknowledged
-        once durable, as L{transferred} does for one.
+        once durable, as L{transferred} does for one, and held as it is.
         """
+        if self._held or self._engine.arrivals_held():
+            self._held.append(frame)
+            return
+        self._store_batch(frame)
+
+    def _store_batch(self, frame: TransferBatch) -> None:
         core = self._core
         previous = core.previous
         last = frame.last_seq
@@ -808,6 +833,22 @@ class PeerChannel:
         d = self._engine.arrived_many(self.peer, previous, arrivals)
         d.addCallback(self._durable, last, len(arrivals))
         d.addErrback(self._sending.store_failed, "storing messages")
+
+    def release_held(self) -> None:
+        """
+        Store what arrived while the disk was low, in the order it came,
+        unless it is low again.  Held, a transfer is neither stored nor
+        acknowledged: the peer sends no more than its window meanwhile,
+        and a link that closes loses nothing (the peer sends them again
+        after the recovery).
+        """
+        held = self._held
+        while held and not self._engine.arrivals_held():
+            frame = held.popleft()
+            if type(frame) is TransferBatch:
+                self._store_batch(frame)
+            else:
+                self._store_transfer(frame)
 
     def _durable(self, onward, seq: int, count: int) -> None:
         self._core.acks.durable(onward, seq, count)
@@ -834,6 +875,8 @@ class PeerChannel:
     def closed(self) -> None:
         """
         The link is gone: stop sending; what is in flight stays in the
-        outbox for the next recovery or the reroute.
+        outbox for the next recovery or the reroute.  What was held is
+        forgotten: the peer sends it again.
         """
+        self._held.clear()
         self._sending.closed()

@@ -177,9 +177,10 @@ class RouterService(MultiService):
             ),
         )
         self._pruner = IdPruner(self.store, clock)
-        # Clients' sends are refused while the data-dir's disk is low.
+        # No new message is taken while the data-dir's disk is low.
         self.disk = DiskSpace(config.data_dir, config.store.min_free_disk, clock,
-                              reusable=self.store.reusable_bytes, squeeze=self.store.squeeze_wal)
+                              reusable=self.store.reusable_bytes, squeeze=self.store.squeeze_wal,
+                              room=lambda: self.engine.disk_has_room())
         # The highest epoch seen per peer name, so that an HA instance that
         # lost its place is refused, across restarts too.
         self.peer_epochs = PeerEpochs(self.store, self.registry)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
-from meshroute.errors import MeshrouteError
+from meshroute.errors import MeshrouteError, StoreFull
 from meshroute.sessions.sends import MAX_SENDS_IN_PROGRESS
 from meshroute.store import ExecutorStopped
 from meshroute.wire import client_frames as f
@@ -173,7 +173,8 @@ class Answers:
     def refuse(self, command_id: int, failure, doing: str) -> None:
         """
         Answer a command that failed with C{failure}: with the error's own
-        code when it has one, else C{internal-error} (and log it).  Not
+        code when it has one, else C{internal-error} (and log it: in a
+        line when the disk was full, L{StoreFull}).  Not
         when the router's store closed under it: the router stops, and
         has closed its client connections first (an HA instance's with
         C{not-active}), so the client fails the call as unblocked and
@@ -187,6 +188,13 @@ class Answers:
                      session=session_id, doing=doing)
         elif isinstance(error, MeshrouteError) and type(code) is str:
             self.answer(command_id, f.Error(command_id, code, str(error)))
+        elif failure.check(StoreFull):
+            # A line, not a traceback per command (docs/client-protocol.md,
+            # internal-error).
+            log.warn("client session {session}: {doing} failed: {error}",
+                     session=session_id, doing=doing, error=error)
+            self.answer(command_id, f.Error(command_id, f.INTERNAL_ERROR,
+                                            f"{doing} failed in the router: {error}"))
         else:
             log.failure("client session {session}: {doing} failed", failure,
                         session=session_id, doing=doing)

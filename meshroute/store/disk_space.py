@@ -8,11 +8,12 @@ grow the database file, so the WAL checkpoint fails and the WAL cannot
 be reused, and then every transaction fails, a consumer's
 acknowledgement included.  The queues cannot be drained, each delivery
 comes back redelivered, and nothing moves until an operator frees space.
-So a router stops taking new messages from its clients while its disk
-has less than C{min-free-disk} free (their sends are refused with
-C{disk-full}, L{meshroute.router.admission}), and what is left stays for
-what drains the store: acknowledgements, the checkpoints, transfers
-already on their way from other routers, the event log.  This is what
+So a router stops taking new messages while its disk has less than
+C{min-free-disk} free: its clients' sends are refused with C{disk-full}
+(L{meshroute.router.admission}), and its links hold what other routers
+send, neither stored nor acknowledged, so that each peer stops at its
+window (L{meshroute.router.peer_channel}).  What is left stays for what
+drains the store: acknowledgements, the checkpoints, the event log.  This is what
 RabbitMQ's C{disk_free_limit} and Artemis's C{max-disk-usage} do.
 
 Most of what a busy store writes is its WAL: whole pages per commit, tens
@@ -45,6 +46,11 @@ log = Logger()
 #: two readings as well as what drains the store.
 CHECK_INTERVAL_S = 0.1
 
+#: Of C{min-free-disk}, at least one part in this many must be free on the
+#: file system itself, whatever the store's free pages: the WAL and the
+#: event log write there.
+FILE_SYSTEM_SHARE = 4
+
 
 def free_bytes(path: str) -> int:
     """
@@ -69,14 +75,18 @@ class DiskSpace:
     gives them back to the file system by itself).  Without it, a queue
     drained after the disk became low would not make it roomy again.
 
-    Below C{min_free} + L{WAL_MAX_BYTES}, C{squeeze(True)} has the store
-    checkpoint after every batch of work (C{squeeze(False)} above it);
-    below C{min_free}, L{low} refuses clients' sends.
+    When the file system alone has less than C{min_free} +
+    L{WAL_MAX_BYTES}, C{squeeze(True)} has the store checkpoint after every
+    batch of work (C{squeeze(False)} above it).  Below C{min_free} (or
+    with less than a L{FILE_SYSTEM_SHARE}th of it on the file system),
+    L{low} refuses clients' sends and has the links hold what arrives,
+    and C{room()} is called once it is not any more.
 
     @ivar read_free: how the free space of C{path} is read (L{free_bytes}).
     @ivar low: whether the disk had less than C{min_free} bytes free at
         the last reading.
-    @ivar squeezed: whether it had less than C{min_free} + L{WAL_MAX_BYTES}.
+    @ivar squeezed: whether the file system had less than C{min_free} +
+        L{WAL_MAX_BYTES}.
     @ivar free: the bytes free at the last reading, the store's reusable
         ones included (None if it failed).
     """
@@ -84,16 +94,19 @@ class DiskSpace:
     def __init__(self, path: str, min_free: int, clock: IReactorTime,
                  read_free: Callable[[str], int] = free_bytes,
                  reusable: Callable[[], int] = lambda: 0,
-                 squeeze: Callable[[bool], None] = lambda squeezed: None) -> None:
+                 squeeze: Callable[[bool], None] = lambda squeezed: None,
+                 room: Callable[[], None] = lambda: None) -> None:
         self.path = path
         self.min_free = min_free
         self.read_free = read_free
         self._reusable = reusable
         self._squeeze = squeeze
+        self._room = room
         self._loop = LoopingCall(self.check)
         self._loop.clock = clock
         self.low = self.squeezed = False
         self.free: int | None = None
+        self._unreadable = False
         self.check()
 
     def start(self) -> None:
@@ -104,6 +117,9 @@ class DiskSpace:
             self._loop.start(CHECK_INTERVAL_S, now=False)
 
     def stop(self) -> None:
+        """
+        Read no more (the router stops).
+        """
         if self._loop.running:
             self._loop.stop()
 
@@ -111,22 +127,29 @@ class DiskSpace:
         """
         Read the free space now, squeeze or release the store, and say in
         the log when the disk becomes low and when it has room once more.
-        A reading that fails leaves everything as it was.
+        A reading that fails leaves everything as it was (and is said once
+        until one succeeds).
         """
         if not self.min_free:
             return
         try:
-            free = self.read_free(self.path) + self._reusable()
+            on_disk = self.read_free(self.path)
         except OSError as e:
             self.free = None
-            log.warn("cannot read the free space of {path}: {error}", path=self.path, error=e)
+            if not self._unreadable:
+                self._unreadable = True
+                log.warn("cannot read the free space of {path}: {error}", path=self.path,
+                         error=e)
             return
-        self.free = free
-        squeezed = free < self.min_free + WAL_MAX_BYTES
+        self._unreadable = False
+        free = self.free = on_disk + self._reusable()
+        # The WAL and the event log grow into the file system, never into
+        # the store's free pages.
+        squeezed = on_disk < self.min_free + WAL_MAX_BYTES
         if squeezed != self.squeezed:
             self.squeezed = squeezed
             self._squeeze(squeezed)
-        low = free < self.min_free
+        low = free < self.min_free or on_disk < self.min_free // FILE_SYSTEM_SHARE
         if low and not self.low:
             log.warn("the disk of {path} has {free} free, under [store] min-free-disk "
                      "({limit}): new messages are refused (disk-full) until it has more",
@@ -135,7 +158,9 @@ class DiskSpace:
             log.info("the disk of {path} has {free} free again ([store] min-free-disk "
                      "{limit}): new messages are taken", path=self.path, free=_size(free),
                      limit=_size(self.min_free))
-        self.low = low
+        was_low, self.low = self.low, low
+        if was_low and not low:
+            self._room()
 
     def describe(self) -> str:
         """

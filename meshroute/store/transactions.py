@@ -115,13 +115,13 @@ from prometheus_client import Histogram
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
+from meshroute.errors import StoreFull
 from meshroute.store.changes import (
     READ_REPLICATION_STATE,
     SET_REPLICATION_STATE,
     ChangeBatch,
     RecordingConnection,
 )
-from meshroute.errors import DiskFull
 from meshroute.store.checkpoints import WalCheckpoints
 
 #: C{PRAGMA synchronous} FULL, as SQLite reports it.
@@ -520,12 +520,14 @@ def _undo(connection: sqlite3.Connection) -> bool:
 def _store_failure() -> Failure:
     """
     The failure of what was just raised, with SQLite's "database or disk
-    is full" as L{DiskFull}: the client that sent a message then is told
-    the disk is full (C{disk-full}), not that the router failed.
+    is full" as L{StoreFull} (its cause the SQLite error): said in the log
+    in a line, not a traceback per failed command.
     """
     failure = Failure()
     if getattr(failure.value, "sqlite_errorname", None) == "SQLITE_FULL":
-        return Failure(DiskFull(f"the router's disk is full ({failure.value})"))
+        error = StoreFull(f"the router's disk is full ({failure.value})")
+        error.__cause__ = failure.value
+        return Failure(error)
     return failure
 
 

@@ -120,7 +120,12 @@ class TurnExecutor(TransactionRunner):
         self._run_batch(queued, outcomes)
         self._deliver(outcomes)
         if not self._closed:
-            self.checkpoints.wrote(self._connection)
+            if self._checkpointing is None:
+                self.checkpoints.wrote(self._connection)
+            else:
+                # One checkpoint at a time: the one running aside sees
+                # this turn's writes due after it.
+                self.checkpoints.written()
             self._checkpoint_later()
 
     def _checkpoint_later(self) -> None:

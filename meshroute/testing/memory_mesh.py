@@ -494,12 +494,14 @@ class MemoryMesh:
 
     def config(self, name: str, connect_to=(), listen: bool = True, secret: bytes = SECRET,
                allowed_routers=None, max_hops: int = 16, max_backlog: int = 100_000,
-               max_transient_backlog: int = 10_000, **overrides) -> RouterConfig:
+               max_transient_backlog: int = 10_000, min_free_disk: int = 0,
+               **overrides) -> RouterConfig:
         """
         A router's configuration: listening at address C{name}, with a
         connector to each router named in C{connect_to}.  Its store syncs
         "normal": these tests are about exactly-once logic, not power loss,
-        and a full fsync per inline commit would make them crawl.
+        and a full fsync per inline commit would make them crawl.  No
+        C{min-free-disk} unless asked (the host's disk is not the test's).
         """
         settings = {**self._defaults, **overrides}
         listener = None
@@ -535,7 +537,7 @@ class MemoryMesh:
             routing=RoutingConfig(max_hops=max_hops, max_backlog=max_backlog,
                                   max_transient_backlog=max_transient_backlog,
                                   early_accept_hold_ms=self._early_accept_hold_ms),
-            store=StoreConfig(sync="normal"),
+            store=StoreConfig(sync="normal", min_free_disk=min_free_disk),
         )
 
     def start(self, config: RouterConfig, key: str | None = None, epoch: int = 0

@@ -1,10 +1,10 @@
 """
 The free space of the store's disk against [store] min-free-disk
-(meshroute.store.disk_space): read when made, then every second on the
+(meshroute.store.disk_space): read when made, then every 100 ms on the
 clock while started; a disk that becomes low, and has room again, is
 said once each in the log, and squeezes the store's WAL while low; the
-room inside the store's files counts as free; and a write that SQLite
-refuses because the disk is full fails as disk-full.
+store's free pages count as free; and a write that SQLite refuses because
+the disk is full fails as StoreFull.
 """
 
 from dataclasses import replace
@@ -13,7 +13,7 @@ import pytest_twisted
 from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
 
-from meshroute.errors import DiskFull
+from meshroute.errors import StoreFull
 from meshroute.store.disk_space import CHECK_INTERVAL_S, DiskSpace, free_bytes
 from support.store_testing import ROUTER, msg, store  # noqa: F401 (store: a fixture)
 
@@ -86,14 +86,23 @@ def test_becoming_low_and_having_room_again_are_each_said_once():
     assert not space.low
 
 
-def test_a_reading_that_fails_keeps_what_was_known():
+def test_a_reading_that_fails_keeps_what_was_known_and_is_said_once():
     disk = Disk(10 * MiB)
     space = DiskSpace("/data", 64 * MiB, Clock(), disk)
     disk.free = OSError(5, "Input/output error")
-    said = logged(space.check)
+
+    def fail_twice():
+        space.check()
+        space.check()
+
+    said = logged(fail_twice)
     assert space.low and space.free is None
-    assert said and "cannot read the free space" in said[0]
+    assert len(said) == 1 and "cannot read the free space" in said[0]
     assert "unknown" in space.describe()
+    disk.free = 10 * MiB
+    space.check()
+    disk.free = OSError(5, "Input/output error")
+    assert len(logged(space.check)) == 1
 
 
 def test_no_bound_never_reads_nor_becomes_low():
@@ -114,14 +123,28 @@ def test_the_free_space_of_a_real_directory(tmp_path):
     assert free_bytes(str(tmp_path)) > 0
 
 
-def test_the_stores_reusable_pages_count_as_free():
+def test_the_stores_reusable_pages_count_as_free_but_not_all_of_it():
     reusable = [0]
-    disk = Disk(10 * MiB)
+    disk = Disk(20 * MiB)
     space = DiskSpace("/data", 64 * MiB, Clock(), disk, lambda: reusable[0])
     assert space.low
     reusable[0] = 60 * MiB
     space.check()
-    assert not space.low and space.free == 70 * MiB
+    assert not space.low and space.free == 80 * MiB
+    # The WAL and the event log write to the file system itself: a quarter
+    # of the bound must be free there, however many pages the store has.
+    disk.free, reusable[0] = 16 * MiB - 1, 500 * MiB
+    space.check()
+    assert space.low
+
+
+def test_only_the_file_system_decides_the_squeeze():
+    from meshroute.store.checkpoints import WAL_MAX_BYTES
+
+    calls = []
+    disk = Disk(64 * MiB + WAL_MAX_BYTES - 1)
+    space = DiskSpace("/data", 64 * MiB, Clock(), disk, lambda: 500 * MiB, calls.append)
+    assert space.squeezed and not space.low and calls == [True]
 
 
 def test_a_checkpoint_learns_the_room_deleted_rows_left(tmp_path):
@@ -150,11 +173,13 @@ def _fill_to(connection, spare_pages):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_write_the_full_disk_refuses_fails_as_disk_full(store):
+async def test_a_write_the_full_disk_refuses_fails_as_store_full(store):
     """
     SQLite's "database or disk is full" (made here with max_page_count)
-    fails the writes it refused with DiskFull, code disk-full, through
-    every executor; what fit is stored.
+    fails the writes it refused with StoreFull, which has no code (a
+    client is told internal-error: a send that left early may have
+    arrived) and says what SQLite said, through every executor; what fit
+    is stored.
     """
     await store._executor.submit(_fill_to, 8)
     outcomes = []
@@ -163,8 +188,10 @@ async def test_a_write_the_full_disk_refuses_fails_as_disk_full(store):
         d.addCallbacks(lambda _: outcomes.append("ok"), lambda f: outcomes.append(f.value))
         await d
     refused = [o for o in outcomes if o != "ok"]
-    assert refused and all(isinstance(o, DiskFull) for o in refused)
-    assert refused[0].code == "disk-full" and "disk is full" in str(refused[0])
+    assert refused and all(isinstance(o, StoreFull) for o in refused)
+    assert not hasattr(refused[0], "code")
+    assert "disk is full" in str(refused[0]) and "database or disk is full" in str(
+        refused[0].__cause__)
     assert store.queue_depths() == {"q": outcomes.count("ok")}
 
 
@@ -212,3 +239,15 @@ def test_the_store_is_squeezed_below_the_bound_plus_the_wals():
     disk.free = 64 * MiB + WAL_MAX_BYTES
     space.check()
     assert (space.squeezed, space.low, calls) == (False, False, [True, False])
+
+
+def test_room_again_is_called_once_when_low_ends():
+    rooms = []
+    disk = Disk(10 * MiB)
+    space = DiskSpace("/data", 64 * MiB, Clock(), disk, room=lambda: rooms.append(space.low))
+    space.check()
+    assert rooms == []
+    disk.free = 100 * MiB
+    space.check()
+    space.check()
+    assert rooms == [False]
