@@ -209,6 +209,10 @@ def _link_metrics(router) -> Iterator[Metric]:
     in_flight = GaugeMetricFamily(
         "meshroute_link_in_flight_messages",
         "Transfers the link sent and the peer has not acknowledged yet.", labels=labels)
+    held = GaugeMetricFamily(
+        "meshroute_link_held_messages",
+        "Messages the peer sent on the link that are held, unstored and unacknowledged, "
+        "while this router's disk is low ([store] min-free-disk).", labels=labels)
     for link in links:
         if link.peer is None or registry.holder(link.peer) is not link:
             continue
@@ -219,7 +223,8 @@ def _link_metrics(router) -> Iterator[Metric]:
             keepalive_interval.add_metric(key, core.keepalive_interval_ms / 1000)
         if core.channel is not None:
             in_flight.add_metric(key, core.channel.in_flight)
-    yield from (keepalive_counter, keepalive_interval, in_flight)
+            held.add_metric(key, core.channel.held)
+    yield from (keepalive_counter, keepalive_interval, in_flight, held)
     for field, name, documentation in (
             ("messages_sent", "sent_messages", "Messages the links to the peer sent."),
             ("bytes_sent", "sent_bytes", "Bytes the links to the peer sent."),

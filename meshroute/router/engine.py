@@ -197,7 +197,6 @@ class MessageEngine:
         #: Whether a client's send is refused now (the disk low, its router
         #: unknown, its backlog at its bound).
         self.admission = Admission(name, routes, store, self.transient, max_backlog, disk)
-        self._disk = self.admission.disk
         self.acceptance = Acceptance(name, store, self.admission, ids, clock, self.destinations,
                                      self.forwarding, self.transient, self.queues,
                                      self.message_events)
@@ -284,7 +283,7 @@ class MessageEngine:
         """
         See L{IChannelEngine.arrivals_held<meshroute.interfaces.IChannelEngine.arrivals_held>}.
         """
-        return self._disk.low
+        return self.admission.disk.low
 
     def disk_has_room(self) -> None:
         """

@@ -13,8 +13,9 @@ C{min-free-disk} free: its clients' sends are refused with C{disk-full}
 (L{meshroute.router.admission}), and its links hold what other routers
 send, neither stored nor acknowledged, so that each peer stops at its
 window (L{meshroute.router.peer_channel}).  What is left stays for what
-drains the store: acknowledgements, the checkpoints, the event log.  This is what
-RabbitMQ's C{disk_free_limit} and Artemis's C{max-disk-usage} do.
+drains the store: acknowledgements, the checkpoints, the event log.
+This is what RabbitMQ's C{disk_free_limit} and Artemis's
+C{max-disk-usage} do.
 
 Most of what a busy store writes is its WAL: whole pages per commit, tens
 of MB a second at a few thousand small commits, in a file that grows
@@ -22,8 +23,8 @@ until a checkpoint copies it into the database (which then grows by the
 pages that were new) and the next write restarts it from its beginning.
 A writer that is never idle checkpoints only once the WAL passes
 L{WAL_MAX_BYTES}, so the WAL alone may take that much more of the disk
-before the next reading.  So below C{min-free-disk} plus that bound the
-store is I{squeezed}: it checkpoints after every batch of work, and its
+before the next reading.  So while the file system has less than
+C{min-free-disk} plus that bound, the store is I{squeezed}: it checkpoints after every batch of work, and its
 WAL stops growing (at a cost in throughput, only there); below
 C{min-free-disk} itself sends are refused.
 """

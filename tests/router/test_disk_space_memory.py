@@ -122,7 +122,12 @@ def test_a_link_holds_what_arrives_until_the_disk_has_room(mesh):
     assert_confirmed(sent)
     assert consumer.bodies == []
     assert router_c.store.queue_depths() == {}
-    assert 0 < router_c.engine.forwarding.channel("router-b").held <= 1024
+    held = router_c.engine.forwarding.channel("router-b").held
+    assert 0 < held <= 1024
+    [family] = [f for f in RouterCollector(lambda: router_c).collect()
+                if f.name == "meshroute_link_held_messages"]
+    assert [(sample.labels["peer"], sample.value) for sample in family.samples] == [
+        ("router-b", held)]
     assert "router-b" in mesh.stages("router-c")
     assert outcomes(send(mesh, "router-c", "q", 1)) == ["disk-full"]
 
