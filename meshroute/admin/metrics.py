@@ -160,6 +160,14 @@ def _router_metrics(router) -> Iterator[Metric]:
                             "committed or rolled back (in doubt).",
                             value=router.store.prepared_count())
     yield from router.store.executor.commit_seconds.collect()
+    yield GaugeMetricFamily("meshroute_event_log_waiting_bytes",
+                            "Bytes of event records waiting in memory because the data-dir's "
+                            "file system refuses them (a full disk, an I/O error).",
+                            value=router.events.waiting)
+    yield CounterMetricFamily("meshroute_event_log_lost_records",
+                              "Event records lost because the file system refused them for "
+                              "longer than the log could keep them.",
+                              value=router.events.lost)
     disk = router.disk
     if disk.free is not None:
         yield GaugeMetricFamily("meshroute_store_disk_free_bytes",

@@ -30,6 +30,17 @@ from meshroute.events.settings import RotationSettings
 #: holds up the router instead of its open files piling up.
 MAX_CLOSING = 16
 
+#: How often a log whose file system refuses its records (a full disk,
+#: an I/O error) tries them again, in seconds.
+RETRY_S = 1.0
+
+#: Bytes of records a log keeps in memory while its file system refuses
+#: them, at most: past it, newer records are lost (and counted), rather
+#: than the router's memory.  A router whose disk is low takes no new
+#: message ([store] min-free-disk), so what waits is mostly link and
+#: session records, a few hundred bytes each.
+MAX_WAITING = 64 * 1024 * 1024
+
 _log = Logger(namespace="meshroute.events")
 
 
@@ -52,6 +63,15 @@ class EventLog:
     first records after a close are written, so there are no empty files,
     and its name's start time is when it was opened.
 
+    When the file system refuses a write (the disk is full, or failing),
+    what it did not take waits in memory, in order, and is tried again
+    every L{RETRY_S}: a record cut by a short write is completed, not
+    repeated, and no file is closed until what waits is written, so every
+    file holds whole records.  The log says so once when its writes start
+    failing and once when they succeed again, rather than a traceback per
+    turn.  Past L{MAX_WAITING} bytes, newer records are lost, and counted
+    (C{lost}).
+
     It also counts what it records, in memory, for the router's
     C{/metrics} (L{meshroute.admin.metrics}): every message, link and
     session event already passes through here, batched where the data
@@ -62,6 +82,7 @@ class EventLog:
         log was opened.
     @ivar reasons: C{(event, reason)} → records, for the events of
         L{meshroute.events.names.COUNTED_BY_REASON}.
+    @ivar lost: records that could not be written, since the log was opened.
     """
 
     def __init__(self, data_dir: str, router: str, clock: IReactorTime,
@@ -92,6 +113,11 @@ class EventLog:
         self._closed = False
         self._pending: list[str] = []
         self._flush_call = None
+        #: What the file system has not taken yet, when it refuses (None
+        #: while writes succeed): written ahead of any later record.
+        self._waiting: bytearray | None = None
+        self._retry_call = None
+        self.lost = 0
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[tuple[str, str]] = Counter()
         self._closed_files = ClosedFiles(self.directory, rotation.retain)
@@ -100,6 +126,13 @@ class EventLog:
                         if close_in_thread else None)
         #: The closes handed to the closer, oldest first, some maybe done.
         self._closing: deque[Future] = deque()
+
+    @property
+    def waiting(self) -> int:
+        """
+        Bytes of records waiting for the file system to take them.
+        """
+        return 0 if self._waiting is None else len(self._waiting)
 
     def emit(self, event: str, **fields) -> None:
         """
@@ -159,7 +192,7 @@ class EventLog:
             return
         pending, self._pending = self._pending, []
         data = "\n".join(pending) + "\n"
-        if self._size + len(data) <= self._max_size:
+        if self._waiting is not None or self._size + len(data) <= self._max_size:
             self._write(data)
         else:
             # A record has no line end in it (JSON escapes it).
@@ -178,6 +211,10 @@ class EventLog:
         ends = list(map(add, accumulate(map(len, lines)), range(1, len(lines) + 1)))
         start, written = 0, 0
         while start < len(lines):
+            if self._waiting is not None:
+                # No file closes before what waits is written.
+                self._write("\n".join(lines[start:]) + "\n")
+                return
             stop = bisect_right(ends, written + self._max_size - self._size, lo=start)
             if stop == start:
                 if self._size > 0:
@@ -190,11 +227,83 @@ class EventLog:
                 self.rotate()
 
     def _write(self, data: str) -> None:
-        if self._file is None:
-            self._open()
-        self._file.write(data)
-        self._file.flush()
-        self._size += len(data)
+        """
+        Write C{data} (whole records) to the current file, opening one if
+        need be; if the file system does not take all of it, the rest
+        waits (L{_retry}).  While records wait, C{data} waits behind them,
+        or is lost past L{MAX_WAITING}.
+        """
+        if self._waiting is not None:
+            if len(self._waiting) + len(data) > MAX_WAITING:
+                self.lost += data.count("\n")
+            else:
+                self._waiting += data.encode("ascii")
+            return
+        encoded = data.encode("ascii")
+        try:
+            if self._file is None:
+                self._open()
+            written = self._file.write(encoded)
+        except OSError as error:
+            self._waiting = bytearray(encoded)
+            self._refused(error)
+            return
+        self._size += written
+        if written < len(encoded):
+            # A short write: the next one says why, if it fails.
+            self._waiting = bytearray(encoded[written:])
+            error = self._write_waiting()
+            if error is None:
+                self._waiting = None
+            else:
+                self._refused(error)
+
+    def _write_waiting(self) -> OSError | None:
+        """
+        Write the records that wait, as far as the file system takes
+        them: None once all are written, else why not.
+        """
+        waiting = self._waiting
+        try:
+            if self._file is None:
+                self._open()
+            while waiting:
+                written = self._file.write(waiting)
+                if not written:
+                    raise OSError("the file system took none of them")
+                self._size += written
+                del waiting[:written]
+        except OSError as error:
+            return error
+        return None
+
+    def _refused(self, error: OSError) -> None:
+        """
+        The file system refused records: say so, and try them again in
+        L{RETRY_S}.
+        """
+        _log.error("Event log: cannot write to {path} ({why}); its records wait in memory "
+                   "(at most {limit} bytes) and are tried again every {retry} s",
+                   path=self._current_path, why=error.strerror or str(error),
+                   limit=MAX_WAITING, retry=RETRY_S)
+        self._retry_call = self._clock.callLater(RETRY_S, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_call = None
+        if self._write_waiting() is not None:
+            self._retry_call = self._clock.callLater(RETRY_S, self._retry)
+            return
+        self._waiting = None
+        if self.lost:
+            _log.error("Event log: writing to {path} again; {lost} records were lost while "
+                       "it could not (more than {limit} bytes waited)",
+                       path=self._current_path, lost=self.lost, limit=MAX_WAITING)
+        else:
+            _log.info("Event log: writing to {path} again; no record was lost",
+                      path=self._current_path)
+        aged = self._rotation.max_age_ms is not None and self._age_call is None
+        if self._size >= self._max_size or aged:
+            self.rotate()
 
     def _open(self) -> None:
         """
@@ -206,7 +315,9 @@ class EventLog:
         if self._closed:
             raise ValueError(f"the event log of {self.data_dir} is closed")
         start = max(start_stamp(self._clock.seconds()), self._last_start)
-        self._file = open(self._current_path, "x", encoding="utf-8")
+        # Unbuffered, so that a write's count says what the file system
+        # took (records are ASCII).
+        self._file = open(self._current_path, "xb", buffering=0)
         self._name = file_name(start, self._seq)
         self._size = 0
         self._seq += 1
@@ -236,15 +347,15 @@ class EventLog:
         a follower of the path (C{tail -F}) reads the file to its end, then
         finds the next one there.  If it fails (a disk error), the file is
         written on as if it were a new one, to be renamed at the next
-        rotation: no record waits, or is lost, for it.
+        rotation: no record waits, or is lost, for it.  Nor is a file
+        closed while records wait to be written to it.
         """
-        if self._file is None:
+        if self._file is None or self._waiting is not None:
             return
         if self._age_call is not None:
             if self._age_call.active():
                 self._age_call.cancel()
             self._age_call = None
-        self._file.flush()
         closing_path = os.path.join(self.directory, self._name + OPEN_SUFFIX)
         try:
             os.rename(self._current_path, closing_path)
@@ -273,9 +384,17 @@ class EventLog:
     def close(self) -> None:
         """
         Write what is pending and close the file, waiting for every file
-        being closed; later emits are errors.
+        being closed; later emits are errors.  Records the file system
+        still refuses are lost, and logged.
         """
         self.flush()
+        if self._retry_call is not None:
+            self._retry_call.cancel()
+            self._retry_call = None
+        if self._waiting is not None and self._write_waiting() is not None:
+            _log.error("Event log: closing with {size} bytes of records its file system "
+                       "did not take; they are lost", size=len(self._waiting))
+        self._waiting = None
         self.rotate()
         if self._closer is not None:
             self._closer.shutdown(wait=True)

@@ -5,6 +5,8 @@ sent, a closed link's reason is counted once, link counters only grow
 across reconnections), parsed with prometheus-client's own parser.
 """
 
+import os
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,12 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from meshroute import __version__
 from meshroute.admin.metrics import HA_STATES, LINK_STAGES, RouterCollector
 from meshroute.events import read_events
+from meshroute.events.writer import RETRY_S
 from meshroute.ha.status import SharedStoreStatus
 from meshroute.harules import shared_store
 from meshroute.harules.settings import BACKUP, PRIMARY
 from meshroute.messages import Message
 from meshroute.testing.memory_mesh import MemoryMesh
 from support.ha_pair import Pair, send as send_to_pair, start_both
+from support.small_disk import fill, small_disk
 from support.topic_testing import TopicConsumer, star
 
 N = 300
@@ -414,3 +418,32 @@ def test_the_retained_messages_held_are_shown(mesh):
     at_e = scrape(mesh.routers["router-e"])
     assert value(at_e, "meshroute_topic_retained_messages") == 2
     assert value(at_e, "meshroute_topic_retained_bytes") == 5
+
+
+def test_event_records_the_disk_refuses_are_shown_waiting_then_written(tmp_path, observe_errors):
+    """
+    Router A's events directory on a file system of its own, filled: the
+    records of its traffic wait (C{meshroute_event_log_waiting_bytes}),
+    none lost; once there is room they are written and the gauge is 0.
+    """
+    with small_disk(tmp_path / "router-a" / "events", "256k") as events:
+        mesh = MemoryMesh(tmp_path)
+        try:
+            a, b = pair(mesh)
+            filler = fill(events)
+            send(a, "orders@router-b", N)
+            mesh.run(0.1)
+            samples = scrape(a)
+            assert value(samples, "meshroute_event_log_waiting_bytes") > N * 100
+            assert value(samples, "meshroute_event_log_lost_records_total") == 0
+            os.remove(filler)
+            mesh.run(RETRY_S)
+            samples = scrape(a)
+            assert value(samples, "meshroute_event_log_waiting_bytes") == 0
+            assert value(samples, "meshroute_event_log_lost_records_total") == 0
+            accepted = [r for r in read_events(str(tmp_path / "router-a"))
+                        if r["event"] == "message.accepted"]
+            assert len(accepted) == N
+        finally:
+            mesh.stop_all()
+    assert len(observe_errors.take(lambda e: "Event log: cannot write" in e["log_format"])) == 1

@@ -10,28 +10,18 @@ once the queue is drained, the room the consumed messages left in the
 store counts as free again and sends are taken.
 """
 
-import subprocess
-
 import pytest
 
 from support.routers import mesh, wait_until  # noqa: F401 (mesh: a fixture)
+from support.small_disk import small_disk as mounted_disk
 
 MiB = 1024**2
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=112m", "tmpfs",
-                                  str(mount_point)], capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("cannot mount a tmpfs here: no mount command")
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+    with mounted_disk(tmp_path / "disk", "112m") as mount_point:
+        yield mount_point
 
 
 def test_a_full_disk_refuses_sends_and_drains(mesh, small_disk):
