@@ -42,6 +42,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from meshroute.errors import StoreFull
 from meshroute.link.connector import ConnectorService
 from meshroute.link.context import RouterContext
 from meshroute.link.retry import RetrySchedule
@@ -123,8 +124,7 @@ class StreamCore:
         def failed(failure) -> None:
             if not self.failed and not self.ended:
                 self.failed = True
-                log.warn("replication from {peer}: the replica failed: {why}", peer=self.peer,
-                         why=failure.getErrorMessage())
+                self.follower.replica_failed(failure, self.peer)
                 self.fail(f"replica: {failure.getErrorMessage()}")
 
         self.follower.chain(run, failed, done)
@@ -180,6 +180,7 @@ class StreamCore:
         self.then(apply)
 
     def _applied(self, position, acknowledge: bool, head: int) -> None:
+        self.follower.replica_written()
         if acknowledge:
             self.send(Applied(position.position))
         if not self.in_sync and position.position >= head:
@@ -307,6 +308,8 @@ class ReplicationFollower(ConnectorService):
         self.lost = lost
         self.peer_heard = peer_heard
         self._work: Deferred = succeed(None)
+        #: Whether the replica failed for a full disk since it last wrote.
+        self._full_said = False
 
     def following(self, core, fail: Callable[[str], None]) -> FollowerStream:
         """
@@ -316,6 +319,29 @@ class ReplicationFollower(ConnectorService):
         stream = StreamCore(self, core.send_while_open, fail, core.transport, core.peer)
         stream.then(lambda: stream.follow())
         return FollowerStream(stream)
+
+    def replica_failed(self, failure, peer: str) -> None:
+        """
+        The replica failed a step, and the connection closes.  A full disk
+        is said once until the replica writes again: meanwhile each
+        connection (one each heartbeat-interval) fails the same way.
+        """
+        if not failure.check(StoreFull):
+            log.warn("replication from {peer}: the replica failed: {why}", peer=peer,
+                     why=failure.getErrorMessage())
+        elif not self._full_said:
+            self._full_said = True
+            log.warn("replication from {peer}: the replica failed: {why}; following again "
+                     "each heartbeat-interval until it has room (the active runs alone "
+                     "meanwhile)", peer=peer, why=failure.getErrorMessage())
+
+    def replica_written(self) -> None:
+        """
+        The replica applied what it was sent.
+        """
+        if self._full_said:
+            self._full_said = False
+            log.info("replication: the replica's disk has room again; following")
 
     def chain(self, run, failed, done) -> None:
         """

@@ -44,7 +44,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from meshroute import events
-from meshroute.errors import NotServing
+from meshroute.errors import NotServing, StoreFull
 from meshroute.harules import quorum
 from meshroute.store import ExecutorStopped
 from meshroute.wire import frames
@@ -98,6 +98,10 @@ class Witness:
         self._clock = clock
         self._events = event_log
         self._groups: dict[str, _Group] = {}
+        #: Whether a record was not saved for a full disk since the last
+        #: one saved: said once, not at every request (one each
+        #: heartbeat-interval) while the disk stays full.
+        self._full_said = False
 
     def load(self) -> Deferred:
         """
@@ -286,7 +290,7 @@ class Witness:
         if current != state.submitted:
             state.submitted = current
             state.durable = self._store.save_voter_record(group, *current)
-            state.durable.addCallbacks(lambda _: None, self._not_saved, errbackArgs=(group, state))
+            state.durable.addCallbacks(self._saved, self._not_saved, errbackArgs=(group, state))
         waiter = Deferred()
 
         def fire(outcome):
@@ -299,8 +303,18 @@ class Witness:
         state.durable.addCallback(fire)
         return waiter
 
+    def _saved(self, _) -> None:
+        if self._full_said:
+            self._full_said = False
+            log.info("HA voter records are saved again; answers are sent")
+
     def _not_saved(self, failure: Failure, group: str, state: _Group) -> _NotSaved:
-        if failure.check(ExecutorStopped, NotServing):
+        if failure.check(StoreFull):
+            if not self._full_said:
+                self._full_said = True
+                log.warn("HA voter record of group {group} not saved ({why}); no answer is "
+                         "sent until one is", group=group, why=failure.getErrorMessage())
+        elif failure.check(ExecutorStopped, NotServing):
             # The records' store closed, or stopped being this instance's,
             # as it stops (a hand-over, a shutdown): unanswered is right,
             # and no fault.

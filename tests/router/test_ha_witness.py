@@ -5,8 +5,10 @@ saves the test makes durable when it wants.
 """
 
 import pytest
+from twisted.logger import LogLevel, capturedLogs
 
 from meshroute import events
+from meshroute.errors import StoreFull
 from meshroute.harules.quorum import (ACTIVE_ALIVE, NOT_IN_SYNC, STALE_EPOCH, LogPosition,
                                       VoterRecord)
 from meshroute.link import reasons, stages
@@ -184,6 +186,32 @@ def test_a_grant_not_saved_because_the_store_closed_is_no_fault(router, witness,
     peer.ask(1)
     assert peer.written() == []
     assert not observe_errors.take(lambda e: True)
+
+
+def test_records_not_saved_for_a_full_disk_are_said_once_until_one_is(router, witness,  # noqa: F811
+                                                                      records):
+    """
+    A full disk fails every save (a request each heartbeat-interval):
+    each unanswered, the first said as a warning without a traceback, the
+    next ones not, until a record is saved again.
+    """
+    with capturedLogs() as logged:
+        for _ in range(3):
+            peer = candidate(router)
+            peer.to_voting()
+            records.fail_next = StoreFull("the router's disk is full (database or disk is full)")
+            peer.ask(1)
+            assert peer.written() == []
+        said = [e for e in logged if e.get("log_namespace") == "meshroute.router.witness"]
+        assert [e["log_level"] for e in said] == [LogLevel.warn]
+        assert "disk is full" in said[0]["why"]
+        peer = candidate(router)
+        peer.to_voting()
+        peer.ask(1)
+        assert peer.expect(VoteAnswer)[0].granted
+        said = [e for e in logged if e.get("log_namespace") == "meshroute.router.witness"]
+    assert "HA voter records are saved again; answers are sent" in [
+        e["log_format"] for e in said[1:]]
 
 
 def test_the_start_up_question_is_answered_from_the_group_s_record(router, witness):  # noqa: F811
