@@ -13,7 +13,6 @@ import math
 import os
 import resource
 import shutil
-import socket
 import sys
 import time
 import warnings
@@ -26,6 +25,8 @@ from twisted.internet import defer, protocol, task  # noqa: E402
 from twisted.internet.endpoints import TCP4ClientEndpoint  # noqa: E402
 from twisted.web.client import Agent, readBody  # noqa: E402
 
+from meshroute.testing.ports import PortAllocator  # noqa: E402
+
 warnings.filterwarnings("ignore", "Using readBody with a transport", DeprecationWarning)
 
 SECRET = b"benchmark secret"
@@ -34,10 +35,17 @@ DEADLINE_S = 60.0
 POLL_S = 0.1
 
 
+_PORTS = PortAllocator()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """
+    A free port on 127.0.0.1 for a router or broker to listen on, from
+    below the ephemeral range: one bound 0 hands out is free only until
+    the next outgoing connection takes it, and a broker started minutes
+    later (compare.py's RabbitMQ) failed with "address already in use".
+    """
+    return _PORTS.allocate()
 
 
 def rss_kib(pid: int) -> int | None:

@@ -51,7 +51,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -70,7 +69,7 @@ from meshroute.store.settings import StoreConfig  # noqa: E402
 from meshroute.store.writers import WRITERS  # noqa: E402
 
 import _wakeups  # noqa: E402
-from _harness import percentile  # noqa: E402
+from _harness import free_port, percentile  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
 SECRET = b"benchmark secret"
@@ -293,16 +292,6 @@ def _signal(proc: subprocess.Popen, signum: int) -> None:
             proc.send_signal(signum)
         except ProcessLookupError:
             pass
-
-
-def free_port(_given=set()) -> int:  # noqa: B006 - remembered across calls on purpose
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _given:
-            _given.add(port)
-            return port
 
 
 def tail(path: str, lines: int = 30) -> str:

@@ -180,8 +180,8 @@ class StreamCore:
         self.then(apply)
 
     def _applied(self, position, acknowledge: bool, head: int) -> None:
-        self.follower.replica_written()
         if acknowledge:
+            self.follower.replica_written()
             self.send(Applied(position.position))
         if not self.in_sync and position.position >= head:
             self.in_sync = True
@@ -337,7 +337,7 @@ class ReplicationFollower(ConnectorService):
 
     def replica_written(self) -> None:
         """
-        The replica applied what it was sent.
+        The replica wrote the batches it was sent.
         """
         if self._full_said:
             self._full_said = False
