@@ -9,6 +9,7 @@ from collections import deque
 
 from twisted.logger import Logger
 
+from meshroute.durable_files import move_durably
 from meshroute.events.directory import OPEN_SUFFIX, closed_names
 from meshroute.events.settings import RetainBytes
 
@@ -76,21 +77,3 @@ def close_file(path: str) -> None:
     closed one, by a durable rename (L{move_durably}).
     """
     move_durably(path, path[:-len(OPEN_SUFFIX)])
-
-
-def move_durably(path: str, new_path: str) -> None:
-    """
-    Rename C{path} to C{new_path}, and sync the directory so the rename
-    survives a crash.
-    """
-    os.rename(path, new_path)
-    sync_directory(os.path.dirname(new_path))
-
-
-def sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-

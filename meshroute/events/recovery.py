@@ -9,7 +9,8 @@ import os
 
 from twisted.logger import Logger
 
-from meshroute.events.closing import close_file, move_durably, sync_directory
+from meshroute.durable_files import move_durably, sync_directory
+from meshroute.events.closing import close_file
 from meshroute.events.directory import (
     CLOSED_NAME,
     CURRENT_FILE,

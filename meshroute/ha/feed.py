@@ -52,9 +52,12 @@ from typing import Protocol
 
 from automat import TypeMachineBuilder
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
+from meshroute.ha.source import NoRoomForSnapshot
 from meshroute.harules.quorum import LogPosition
 from meshroute.link import reasons
+from meshroute.said_once import SaidOnce
 from meshroute.wire.codec import CHANGES_FRAME_SIZE, MAX_REPLICATION_FRAME_SIZE
 from meshroute.wire.frames import (
     MAX_SNAPSHOT_CHUNK,
@@ -89,7 +92,7 @@ class FeedInputs(Protocol):
     def snapshot_taken(self, snapshot) -> None:
         "The source's snapshot is ready (a L{meshroute.ha.source.Snapshot})."
 
-    def snapshot_failed(self, why: str) -> None:
+    def snapshot_failed(self, failure: Failure) -> None:
         "The source could not take a snapshot."
 
     def snapshot_sent(self) -> None:
@@ -226,11 +229,24 @@ class FeedCore:
 
     def take_snapshot(self, inputs: FeedInputs) -> None:
         self.unsubscribe()
-        self.source.snapshot().addCallbacks(
-            inputs.snapshot_taken, lambda failure: inputs.snapshot_failed(
-                failure.getErrorMessage()))
+        self.source.snapshot().addCallbacks(inputs.snapshot_taken, inputs.snapshot_failed)
+
+    def snapshot_failed(self, failure: Failure) -> None:
+        """
+        The connection closes.  A snapshot that does not fit is said once
+        (L{ReplicationServer.no_room}): the backup asks again each
+        heartbeat-interval until one does.
+        """
+        why = failure.getErrorMessage()
+        if failure.check(NoRoomForSnapshot):
+            self.server.no_room(self.peer, why)
+        else:
+            log.error("replication to {peer}: cannot take a snapshot: {why}", peer=self.peer,
+                      why=why)
+        self.fail(f"snapshot failed: {why}")
 
     def open_snapshot(self, inputs: FeedInputs, snapshot) -> None:
+        self.server.room_again()
         log.info("replication to {peer}: sending the snapshot at ({epoch}, {position})",
                  peer=self.peer, epoch=snapshot.epoch, position=snapshot.position)
         self.snapshot = snapshot
@@ -345,10 +361,8 @@ def _build_feed_machine():
         core.open_snapshot(inputs, snapshot)
 
     @taking_snapshot.upon(FeedInputs.snapshot_failed).to(ended)
-    def snapshot_failed(inputs: FeedInputs, core: FeedCore, why: str) -> None:
-        log.error("replication to {peer}: cannot take a snapshot: {why}", peer=core.peer,
-                  why=why)
-        core.fail(f"snapshot failed: {why}")
+    def snapshot_failed(inputs: FeedInputs, core: FeedCore, failure: Failure) -> None:
+        core.snapshot_failed(failure)
 
     @sending_snapshot.upon(FeedInputs.resumed).loop()
     def resume_snapshot(inputs: FeedInputs, core: FeedCore) -> None:
@@ -454,6 +468,8 @@ class ReplicationServer:
         self._source = None
         self._gate = None
         self._feeds: set[ReplicaFeed] = set()
+        #: A snapshot did not fit since one last did.
+        self._no_room = SaidOnce(log)
 
     @property
     def active(self) -> bool:
@@ -493,6 +509,21 @@ class ReplicationServer:
                                     core.peer), core.link)
         self._feeds.add(feed)
         return feed
+
+    def no_room(self, peer: str, why: str) -> None:
+        """
+        A follower's snapshot does not fit on the disk: said once until
+        one does, not at each of the follower's attempts.
+        """
+        self._no_room.trouble("replication to {peer}: no snapshot taken: {why}; the backup is "
+                              "not followed (the active runs alone) until there is room",
+                              peer=peer, why=why)
+
+    def room_again(self) -> None:
+        """
+        A snapshot was taken.
+        """
+        self._no_room.over("replication: a snapshot fits on the disk again")
 
     def forget(self, feed: ReplicaFeed) -> None:
         self._feeds.discard(feed)

@@ -31,6 +31,8 @@ behind, the stream stops reading the connection (the active then stops
 sending, as its transport's buffer fills).
 """
 
+import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -41,6 +43,7 @@ from automat import TypeMachineBuilder
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from meshroute.errors import StoreFull
 from meshroute.link.connector import ConnectorService
@@ -49,6 +52,7 @@ from meshroute.link.retry import RetrySchedule
 from meshroute.link.rotation import EndpointRotation
 from meshroute.link.settings import ConnectorSettings
 from meshroute.link.stages import REPLICA
+from meshroute.said_once import SaidOnce
 from meshroute.store.changes import ChangeBatch
 from meshroute.wire.frames import Applied, Changes, Follow, InSync, SnapshotChunk, SnapshotEnd
 
@@ -58,6 +62,11 @@ log = Logger()
 #: reading the connection (a Changes frame is about 1 MiB at most, see
 #: L{meshroute.wire.codec.CHANGES_FRAME_SIZE}).
 MAX_WAITING_FRAMES = 8
+
+#: How the temporary file of a snapshot being received is named (in the
+#: data dir); one an earlier run left is deleted at start
+#: (L{meshroute.ha.store_replication.StoreReplication.remove_left_snapshots}).
+INCOMING_SNAPSHOT_PREFIX = "incoming-snapshot-"
 
 
 class StreamInputs(Protocol):
@@ -121,42 +130,93 @@ class StreamCore:
             if self.waiting == MAX_WAITING_FRAMES - 1 and not self.ended:
                 self.transport.resumeProducing()
 
-        def failed(failure) -> None:
-            if not self.failed and not self.ended:
-                self.failed = True
-                self.follower.replica_failed(failure, self.peer)
-                self.fail(f"replica: {failure.getErrorMessage()}")
+        self.follower.chain(run, self.replica_failed, done)
 
-        self.follower.chain(run, failed, done)
+    def replica_failed(self, failure: Failure) -> None:
+        """
+        The replica failed a step, or the snapshot's file a write: the
+        connection closes (once), and the next starts again from the
+        replica's position.
+        """
+        if not self.failed and not self.ended:
+            self.failed = True
+            self.follower.replica_failed(failure, self.peer)
+            self.fail(f"replica: {failure.getErrorMessage()}")
 
     def follow(self) -> None:
         position = self.follower.replica.position()
         self.send(Follow(self.follower.replica.store_id, position.epoch, position.position))
 
     def write_chunk(self, frame: SnapshotChunk) -> None:
-        if self.snapshot_file is None:
-            descriptor, self.snapshot_path = tempfile.mkstemp(
-                prefix="incoming-snapshot-", suffix=".db", dir=self.follower.data_dir)
-            self.snapshot_file = os.fdopen(descriptor, "wb")
-        self.snapshot_file.write(frame.data)
+        """
+        Write a piece of the snapshot to its temporary file, made at the
+        first.  A disk that refuses it fails the connection as a replica
+        that cannot write does, and the partial file goes at once: kept,
+        it would hold the space the next attempt needs.
+        """
+        if self.failed:
+            return
+        try:
+            if self.snapshot_file is None:
+                descriptor, self.snapshot_path = tempfile.mkstemp(
+                    prefix=INCOMING_SNAPSHOT_PREFIX, suffix=".db", dir=self.follower.data_dir)
+                self.snapshot_file = os.fdopen(descriptor, "wb")
+            self.snapshot_file.write(frame.data)
+        except OSError as error:
+            self.snapshot_not_written(error)
+
+    def snapshot_not_written(self, error: OSError) -> None:
+        """
+        The disk refused the snapshot: a full one is a L{StoreFull}, as
+        for the replica's commits (said once until it has room).
+        """
+        self.drop_snapshot()
+        why = f"cannot write the snapshot: {error.strerror or error}"
+        self.replica_failed(Failure(
+            StoreFull(why) if error.errno in (errno.ENOSPC, errno.EDQUOT) else OSError(why)))
+
+    def drop_snapshot(self) -> None:
+        """
+        Delete the snapshot being received.  Its file's last buffered
+        bytes may not fit on the disk: that is no matter, as it goes.
+        """
+        snapshot_file, path = self.snapshot_file, self.snapshot_path
+        self.snapshot_file = self.snapshot_path = None
+        if snapshot_file is not None:
+            with contextlib.suppress(OSError):
+                snapshot_file.close()
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def install(self, frame: SnapshotEnd) -> None:
         """
         The snapshot is whole: install it once the replica is done with
-        what came before, then acknowledge its position.
+        what came before, then acknowledge its position.  (Not after a
+        failed write: the connection is closing.)
         """
-        self.snapshot_file.close()
+        if self.failed:
+            return
+        try:
+            self.snapshot_file.close()
+        except OSError as error:
+            self.snapshot_not_written(error)
+            return
         path, self.snapshot_file, self.snapshot_path = self.snapshot_path, None, None
         log.info("replication from {peer}: installing the snapshot at ({epoch}, {position})",
                  peer=self.peer, epoch=frame.epoch, position=frame.position)
 
         def install() -> Deferred:
             d = self.follower.replica.install_snapshot(path)
-            d.addCallback(lambda position: self.send(Applied(position.position)))
+            d.addCallback(self._installed)
             d.addErrback(self._not_installed, path)
             return d
 
         self.then(install)
+
+    def _installed(self, position) -> None:
+        self.follower.replica_written()
+        self.send(Applied(position.position))
 
     @staticmethod
     def _not_installed(failure, path: str):
@@ -196,10 +256,7 @@ class StreamCore:
         started is dropped, a partial snapshot deleted.
         """
         self.ended = True
-        if self.snapshot_file is not None:
-            self.snapshot_file.close()
-            os.unlink(self.snapshot_path)
-            self.snapshot_file = self.snapshot_path = None
+        self.drop_snapshot()
         self.follower.lost()
 
 
@@ -308,8 +365,8 @@ class ReplicationFollower(ConnectorService):
         self.lost = lost
         self.peer_heard = peer_heard
         self._work: Deferred = succeed(None)
-        #: Whether the replica failed for a full disk since it last wrote.
-        self._full_said = False
+        #: The replica failed for a full disk since it last wrote.
+        self._full = SaidOnce(log)
 
     def following(self, core, fail: Callable[[str], None]) -> FollowerStream:
         """
@@ -329,19 +386,17 @@ class ReplicationFollower(ConnectorService):
         if not failure.check(StoreFull):
             log.warn("replication from {peer}: the replica failed: {why}", peer=peer,
                      why=failure.getErrorMessage())
-        elif not self._full_said:
-            self._full_said = True
-            log.warn("replication from {peer}: the replica failed: {why}; following again "
-                     "each heartbeat-interval until it has room (the active runs alone "
-                     "meanwhile)", peer=peer, why=failure.getErrorMessage())
+        else:
+            self._full.trouble("replication from {peer}: the replica failed: {why}; following "
+                               "again each heartbeat-interval until it has room (the active "
+                               "runs alone meanwhile)", peer=peer, why=failure.getErrorMessage())
 
     def replica_written(self) -> None:
         """
-        The replica wrote the batches it was sent.
+        The replica wrote the batches, or installed the snapshot, it was
+        sent.
         """
-        if self._full_said:
-            self._full_said = False
-            log.info("replication: the replica's disk has room again; following")
+        self._full.over("replication: the replica's disk has room again; following")
 
     def chain(self, run, failed, done) -> None:
         """

@@ -100,6 +100,9 @@ class ReplicationSide(Protocol):
     C{close_replica} hand it over, one at a time.
     """
 
+    def remove_left_snapshots(self) -> None:
+        "Delete the snapshot files an earlier run left in the data dir."
+
     def open_replica(self) -> defer.Deferred:
         "Open C{store.db} as the replica (creating it if new); fires when open."
 
@@ -291,6 +294,7 @@ class HAInstance(MultiService):
     def startService(self) -> None:
         if self._lock_file is None:
             self._lock()
+        self.replication.remove_left_snapshots()
         self._started_at = self._clock.seconds()
         self.events.emit(events.ROUTER_STARTED, version=__version__, pid=os.getpid())
         log.info("HA instance {instance} starting (meshroute {version})",

@@ -38,6 +38,7 @@ import sqlite3
 from twisted.internet.defer import fail, succeed
 from twisted.logger import Logger
 
+from meshroute.durable_files import sync_directory, sync_file
 from meshroute.errors import MeshrouteError
 from meshroute.ha.epoch_starts import READ_EPOCH_STARTS, EpochStarts
 from meshroute.harules.quorum import ORIGIN, LogPosition
@@ -158,7 +159,9 @@ class Replica:
         Replace the store with the snapshot at C{path} (moved, not
         copied), keeping the replaced store in C{oldreplica.N/} when it
         may hold changes the snapshot lacks.  Everything submitted before
-        is finished first.  Call it on an open replica.
+        is finished first, and the snapshot written to disk: the move is
+        durable before the position is answered.  Call it on an open
+        replica.
 
         @return: Deferred firing with the new L{position}.
         """
@@ -166,7 +169,8 @@ class Replica:
             position, store_id = _state(path)
         except sqlite3.Error:
             return fail()
-        d = self._executor.stop()
+        d = self._executor.submit(_write_to_disk, path)
+        d.addCallback(lambda _: self._executor.stop())
         d.addCallback(lambda _: self._replace(path, position, store_id))
         d.addCallback(lambda _: self.open())
         return d
@@ -179,6 +183,7 @@ class Replica:
             if os.path.exists(self.path + suffix):
                 os.unlink(self.path + suffix)
         os.replace(snapshot, self.path)
+        sync_directory(self.data_dir)
 
     def _save(self, held: LogPosition, position: LogPosition) -> None:
         """
@@ -195,6 +200,7 @@ class Replica:
                 if os.path.exists(self.path + suffix):
                     os.replace(self.path + suffix,
                                os.path.join(directory, STORE_NAME + suffix))
+            sync_directory(directory)
             saved.append(number)
         for old in saved[:max(0, len(saved) - self.max_saved)]:
             shutil.rmtree(os.path.join(self.data_dir, f"oldreplica.{old}"))
@@ -240,6 +246,17 @@ def _state(path: str) -> tuple[LogPosition, str]:
         return _read(connection)
     finally:
         connection.close()
+
+
+@lengthy
+def _write_to_disk(connection: sqlite3.Connection, path: str) -> None:
+    """
+    Write the snapshot at C{path} to disk before it replaces the store
+    (in the replica's writer, off the reactor thread): renamed unwritten,
+    an OS crash could leave a store of pages never written where the
+    active was told the replica held them.
+    """
+    sync_file(path)
 
 
 @lengthy

@@ -40,10 +40,16 @@ from itertools import islice
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from meshroute.errors import MeshrouteError
 from meshroute.harules.quorum import LogPosition
 from meshroute.store.changes import READ_REPLICATION_STATE, ChangeBatch
 
 log = Logger()
+
+#: How a snapshot's file is named (in the data dir), until the follower
+#: has it; one an earlier run left is deleted at start
+#: (L{meshroute.ha.store_replication.StoreReplication.remove_left_snapshots}).
+SNAPSHOT_PREFIX = "snapshot-"
 
 #: The retained log's default bound: enough for a backup that was away
 #: for a few seconds under load to catch up without a snapshot.
@@ -74,7 +80,7 @@ class ReplicationSource:
 
     def __init__(self, reactor, store_path: str, store_id: str, head: LogPosition,
                  retained_bytes: int = DEFAULT_RETAINED_BYTES,
-                 snapshot_directory: str | None = None) -> None:
+                 snapshot_directory: str | None = None, keep_free: int = 0) -> None:
         """
         @param reactor: runs the snapshots in its thread pool.
         @param store_path: the active's store file.
@@ -84,12 +90,15 @@ class ReplicationSource:
         @param retained_bytes: the retained log's bound.
         @param snapshot_directory: where snapshots are written (default:
             the store's directory).
+        @param keep_free: the bytes a snapshot must leave free on that
+            directory's disk (C{[store] min-free-disk}).
         """
         self.store_id = store_id
         self._reactor = reactor
         self._path = store_path
         self._directory = snapshot_directory or os.path.dirname(os.path.abspath(store_path))
         self._retained_bytes = retained_bytes
+        self._keep_free = keep_free
         # The log holds the batches after _base, each with its size.
         self._log: deque = deque()
         self._log_bytes = 0
@@ -168,41 +177,76 @@ class ReplicationSource:
         @return: Deferred firing with a L{Snapshot}.
         """
         return deferToThreadPool(self._reactor, self._reactor.getThreadPool(),
-                                 take_snapshot, self._path, self._directory)
+                                 take_snapshot, self._path, self._directory,
+                                 self._keep_free)
 
 
-def take_snapshot(store_path: str, directory: str) -> Snapshot:
+def take_snapshot(store_path: str, directory: str, keep_free: int = 0) -> Snapshot:
     """
     Copy the store at C{store_path} into a new file in C{directory} with
     SQLite's online backup, through a read transaction of its own (so the
     copy is one consistent state, and the store's writer goes on).  Blocks:
     run it in a thread.
+
+    @param keep_free: the bytes the copy must leave free on C{directory}'s
+        file system (C{[store] min-free-disk}).
+    @raise NoRoomForSnapshot: the copy would not fit beside them.
     """
-    descriptor, path = tempfile.mkstemp(prefix="snapshot-", suffix=".db", dir=directory)
-    os.close(descriptor)
+    source = sqlite3.connect(store_path, isolation_level=None)
     try:
-        source = sqlite3.connect(store_path, isolation_level=None)
+        # The read transaction starts at the first read: from then on
+        # this connection sees one state of the store, which the copy
+        # takes whole.
+        source.execute("BEGIN")
+        source.execute(READ_REPLICATION_STATE).fetchone()
+        _check_room(source, directory, keep_free)
+        descriptor, path = tempfile.mkstemp(prefix=SNAPSHOT_PREFIX, suffix=".db", dir=directory)
+        os.close(descriptor)
         try:
-            # The read transaction starts at the first read: from then on
-            # this connection sees one state of the store, which the copy
-            # takes whole.
-            source.execute("BEGIN")
-            source.execute(READ_REPLICATION_STATE).fetchone()
             target = sqlite3.connect(path, isolation_level=None)
             try:
                 _copy(source, target)
                 epoch, position = target.execute(READ_REPLICATION_STATE).fetchone()
             finally:
                 target.close()
-            source.execute("COMMIT")
-        finally:
-            source.close()
-    except BaseException:
-        os.unlink(path)
-        raise
+        except BaseException:
+            os.unlink(path)
+            raise
+        source.execute("COMMIT")
+    finally:
+        source.close()
     log.info("snapshot of {store} at ({epoch}, {position}) in {path}", store=store_path,
              epoch=epoch, position=position, path=path)
     return Snapshot(path, epoch, position)
+
+
+class NoRoomForSnapshot(MeshrouteError):
+    """
+    A snapshot would not fit on the active's disk beside what
+    C{min-free-disk} keeps free.  Taken regardless, it would fill the disk
+    that the active's own commits need, and an active whose commit fails
+    stops serving (docs/ha.md): so none is taken, and the backup waits.
+    """
+
+    def __init__(self, directory: str, needed: int, free: int, keep_free: int) -> None:
+        self.needed = needed
+        super().__init__(
+            f"a snapshot of {needed} bytes does not fit in {directory}: {free} bytes are "
+            f"free, and [store] min-free-disk keeps {keep_free} of them free")
+
+
+def _check_room(source: sqlite3.Connection, directory: str, keep_free: int) -> None:
+    """
+    Raise L{NoRoomForSnapshot} unless a copy of the store that C{source}
+    reads (every page of it, as the online backup copies) fits in
+    C{directory} with C{keep_free} bytes to spare.
+    """
+    pages = source.execute("PRAGMA page_count").fetchone()[0]
+    needed = pages * source.execute("PRAGMA page_size").fetchone()[0]
+    disk = os.statvfs(directory)
+    free = disk.f_bavail * disk.f_frsize
+    if needed + keep_free > free:
+        raise NoRoomForSnapshot(directory, needed, free, keep_free)
 
 
 def _copy(source: sqlite3.Connection, target: sqlite3.Connection) -> None:

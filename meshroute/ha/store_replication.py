@@ -21,11 +21,11 @@ from zope.interface import implementer
 
 from meshroute.ha.epoch_starts import start_epoch
 from meshroute.ha.feed import ReplicationServer
-from meshroute.ha.follower import ReplicationFollower
+from meshroute.ha.follower import INCOMING_SNAPSHOT_PREFIX, ReplicationFollower
 from meshroute.ha.gate import HELD, REPLICATED, ReplicationGate
 from meshroute.ha.instance import stage_valid_timeout_ms
 from meshroute.ha.replica import STORE_NAME, Replica
-from meshroute.ha.source import ReplicationSource
+from meshroute.ha.source import SNAPSHOT_PREFIX, ReplicationSource
 from meshroute.harules.quorum import ORIGIN, LogPosition, instance_name
 from meshroute.interfaces import ICommitGate
 from meshroute.link.context import RouterContext
@@ -179,6 +179,24 @@ class StoreReplication:
 
     # -- store.db ----------------------------------------------------------
 
+    def remove_left_snapshots(self) -> None:
+        """
+        Delete the snapshot files an earlier run left in the data dir: one
+        this instance was sending as the active, or receiving as the
+        backup, when it was killed.  Nothing reads them again, and each
+        is as large as the store.  Call it once, at start, holding the
+        data dir.
+        """
+        directory = self._config.data_dir
+        for name in sorted(os.listdir(directory)):
+            if name.startswith((SNAPSHOT_PREFIX, INCOMING_SNAPSHOT_PREFIX)) and \
+                    name.endswith(".db"):
+                path = os.path.join(directory, name)
+                size = os.path.getsize(path)
+                os.unlink(path)
+                log.info("deleted {path} ({size} bytes), a snapshot an earlier run left",
+                         path=path, size=size)
+
     def open_replica(self) -> defer.Deferred:
         opening = self.replica.open()
         opening.addCallback(self._replica_opened)
@@ -285,7 +303,8 @@ class StoreReplication:
         if self._gate is None:
             head = self._held
             self._confirmed = head
-            self._source = ReplicationSource(self._reactor, self._path, self._store_id, head)
+            self._source = ReplicationSource(self._reactor, self._path, self._store_id, head,
+                                             keep_free=self._config.store.min_free_disk)
             self._gate = ReplicationGate(self._source, epoch, HELD)
             self._start = (epoch, alone)
             return

@@ -46,6 +46,7 @@ from twisted.python.failure import Failure
 from meshroute import events
 from meshroute.errors import NotServing, StoreFull
 from meshroute.harules import quorum
+from meshroute.said_once import SaidOnce
 from meshroute.store import ExecutorStopped
 from meshroute.wire import frames
 
@@ -98,10 +99,10 @@ class Witness:
         self._clock = clock
         self._events = event_log
         self._groups: dict[str, _Group] = {}
-        #: Whether a record was not saved for a full disk since the last
-        #: one saved: said once, not at every request (one each
+        #: A record was not saved for a full disk since the last one
+        #: saved: said once, not at every request (one each
         #: heartbeat-interval) while the disk stays full.
-        self._full_said = False
+        self._full = SaidOnce(log)
 
     def load(self) -> Deferred:
         """
@@ -304,16 +305,13 @@ class Witness:
         return waiter
 
     def _saved(self, _) -> None:
-        if self._full_said:
-            self._full_said = False
-            log.info("HA voter records are saved again; answers are sent")
+        self._full.over("HA voter records are saved again; answers are sent")
 
     def _not_saved(self, failure: Failure, group: str, state: _Group) -> _NotSaved:
         if failure.check(StoreFull):
-            if not self._full_said:
-                self._full_said = True
-                log.warn("HA voter record of group {group} not saved ({why}); no answer is "
-                         "sent until one is", group=group, why=failure.getErrorMessage())
+            self._full.trouble("HA voter record of group {group} not saved ({why}); no "
+                               "answer is sent until one is", group=group,
+                               why=failure.getErrorMessage())
         elif failure.check(ExecutorStopped, NotServing):
             # The records' store closed, or stopped being this instance's,
             # as it stops (a hand-over, a shutdown): unanswered is right,

@@ -14,6 +14,7 @@ import os
 import stat
 import tempfile
 
+from meshroute.durable_files import sync_directory
 from meshroute.errors import ConfigError
 
 #: The mode every secret file is written with and must have.
@@ -82,8 +83,4 @@ def write_private(path: str, text: str) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
-    directory_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
+    sync_directory(directory)

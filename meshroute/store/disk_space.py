@@ -36,6 +36,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from meshroute.said_once import SaidOnce
 from meshroute.store.checkpoints import WAL_MAX_BYTES
 
 log = Logger()
@@ -107,7 +108,7 @@ class DiskSpace:
         self._loop.clock = clock
         self.low = self.squeezed = False
         self.free: int | None = None
-        self._unreadable = False
+        self._unreadable = SaidOnce(log)
         self.check()
 
     def start(self) -> None:
@@ -137,12 +138,10 @@ class DiskSpace:
             on_disk = self.read_free(self.path)
         except OSError as e:
             self.free = None
-            if not self._unreadable:
-                self._unreadable = True
-                log.warn("cannot read the free space of {path}: {error}", path=self.path,
-                         error=e)
+            self._unreadable.trouble("cannot read the free space of {path}: {error}",
+                                     path=self.path, error=e)
             return
-        self._unreadable = False
+        self._unreadable.over()
         free = self.free = on_disk + self._reusable()
         # The WAL and the event log grow into the file system, never into
         # the store's free pages.

@@ -14,10 +14,12 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import LogLevel, capturedLogs
 
 from meshroute import events
 from meshroute.ha import feed as feed_module
 from meshroute.ha.feed import ReplicationServer
+from meshroute.ha.source import NoRoomForSnapshot
 from meshroute.ha.listener import replication_listener
 from meshroute.ha.pairing import Pairing
 from meshroute.harules.quorum import LogPosition
@@ -328,6 +330,32 @@ def test_a_snapshot_that_fails_closes_the_connection(active, observe_errors):
     assert observe_errors.take(lambda e: "cannot take a snapshot" in e.get("log_format", ""))
     assert follower.transport.disconnected
     assert follower.closed()["reason"] == reasons.STORE_FAILED
+
+
+def test_a_snapshot_with_no_room_on_the_disk_is_said_once_until_one_fits(active):
+    """
+    The backup asks again each heartbeat-interval: each connection closes,
+    the active runs alone, and the log says why once, not at each attempt.
+    """
+    with capturedLogs() as logged:
+        for attempt in range(3):
+            follower = active.connection()
+            follower.to_replication()
+            follower.send(Follow("a-new-replica", 0, 0))
+            active.source.snapshots[attempt].errback(
+                NoRoomForSnapshot("/data", 5_000_000, 4_000_000, 67_108_864))
+            assert follower.transport.disconnected
+            assert follower.closed()["reason"] == reasons.STORE_FAILED
+        said = [e for e in logged if e.get("log_namespace") == "meshroute.ha.feed"
+                and e["log_level"] >= LogLevel.warn]
+        assert len(said) == 1 and "does not fit in /data" in said[0]["why"]
+        follower = active.connection()
+        follower.to_replication()
+        follower.send(Follow("a-new-replica", 0, 0))
+        active.source.snapshots[3].callback(Snapshot(active.snapshot_file(10), 1, 2))
+        assert SnapshotEnd(1, 2) in follower.written()
+    assert "replication: a snapshot fits on the disk again" in [
+        e["log_format"] for e in logged]
 
 
 def test_a_snapshot_taken_after_the_connection_closed_is_deleted(active):

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel, capturedLogs
 
 from support.fakes import RecordingEngine
 from meshroute.events import EventLog, read_events
@@ -39,6 +40,7 @@ from meshroute.wire.frames import (
     Welcome,
 )
 from support.connector_testing import LISTENER_CHALLENGE, Attempt, FakeEndpoint
+from support.small_disk import fill, small_disk
 
 NAME = "router-b"
 SECRET = b"mesh secret"
@@ -155,7 +157,8 @@ class Harness:
         return heard
 
     def snapshots_in_data_dir(self) -> list[str]:
-        return [n for n in os.listdir(self.data_dir) if n.startswith("incoming-snapshot-")]
+        return [n for n in os.listdir(self.follower.data_dir)
+                if n.startswith("incoming-snapshot-")]
 
 
 @pytest.fixture
@@ -225,6 +228,43 @@ def test_a_connection_lost_in_a_snapshot_deletes_it_and_is_reported(harness):
     assert harness.snapshots_in_data_dir() == []
     assert "lost" in harness.reports
     assert harness.replica.installed == []
+
+
+def test_a_snapshot_the_disk_refuses_is_deleted_at_once_and_said_once_until_one_is_taken(
+        harness, tmp_path):
+    """
+    The backup's disk is full when the active sends a snapshot: each
+    connection closes at its first chunk, leaving no partial file behind,
+    and the log says so once; once there is room the next snapshot is
+    written and installed, and that is said too.
+    """
+    with small_disk(tmp_path / "disk", "1m") as disk, capturedLogs() as logged:
+        harness.follower.data_dir = str(disk)
+        filler = fill(disk)
+        for _ in range(3):
+            harness.reach_replication()
+            harness.attempt.write(SnapshotChunk(b"SQLite " * 10_000))
+            harness.attempt.write(SnapshotChunk(b"format 3"))
+            harness.attempt.write(SnapshotEnd(1, 2))
+            assert harness.attempt.transport.disconnected
+            assert harness.snapshots_in_data_dir() == []
+            harness.attempt.drop()
+            assert harness.closed()[-1]["reason"] == reasons.STORE_FAILED
+            harness.clock.advance(RETRY_MS / 1000)
+        said = [e for e in logged if e.get("log_namespace") == "meshroute.ha.follower"
+                and e["log_level"] >= LogLevel.warn]
+        assert len(said) == 1
+        assert "cannot write the snapshot: No space left on device" in said[0]["why"]
+        assert harness.replica.installed == []
+        os.unlink(filler)
+        harness.reach_replication()
+        harness.attempt.write(SnapshotChunk(b"SQLite " * 10_000))
+        harness.attempt.write(SnapshotEnd(1, 2))
+        assert harness.attempt.sent() == [Applied(2)]
+        assert harness.replica.installed == [b"SQLite " * 10_000]
+        assert harness.snapshots_in_data_dir() == []
+    assert "replication: the replica's disk has room again; following" in [
+        e["log_format"] for e in logged]
 
 
 def test_a_replica_failure_closes_the_connection_and_the_next_follows_from_its_position(

@@ -5,6 +5,7 @@ in the in-memory mesh on one clock, with inline store executors.
 """
 
 import dataclasses
+import os
 import sqlite3
 
 from twisted.internet.protocol import Factory, Protocol
@@ -85,6 +86,22 @@ def test_at_start_up_the_primary_serves_and_the_backup_follows_in_sync(pair):
     assert (status["role"], status["state"], status["epoch"]) == (
         PRIMARY, role.ACTIVE_REPLICATED, 2)
     assert status["peer"]["connected"] and status["voters"][0]["connected"]
+
+
+def test_snapshot_files_a_killed_pair_left_are_deleted_when_it_starts_again(pair):
+    """
+    A pair killed while the active sent a snapshot leaves the active's
+    copy and the backup's partial file, each as large as the store:
+    nothing reads them again, and the next start deletes them.
+    """
+    left = {PRIMARY: "snapshot-q8z1.db", BACKUP: "incoming-snapshot-2bc0.db"}
+    for ha_role, name in left.items():
+        data_dir = pair.tmp_path / pair.key(ha_role).replace("/", "-")
+        data_dir.mkdir()
+        (data_dir / name).write_bytes(b"SQLite format 3\0" + b"\0" * 4096)
+    primary, backup = start_both(pair)
+    for instance in (primary, backup):
+        assert not [n for n in os.listdir(instance.config.data_dir) if "snapshot-" in n]
 
 
 def test_the_active_routers_views_carry_its_ha_state(pair):

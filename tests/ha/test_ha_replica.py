@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from twisted.internet import defer, reactor, task
 from twisted.python.failure import Failure
 
+from meshroute.ha import replica as replica_module
 from meshroute.ha.gate import ReplicationGate
 from meshroute.ha.replica import Replica, ReplicaGap
 from meshroute.ha.source import ReplicationSource, take_snapshot
@@ -376,6 +377,26 @@ def test_a_new_replica_or_an_exact_copy_is_replaced_without_saving(tmp_path):
     again = take_snapshot(str(tmp_path / "active" / "store.db"), str(tmp_path))
     assert result(replica.install_snapshot(again.path)) == LogPosition(5, 2)
     assert not [p for p in data_dir.iterdir() if p.name.startswith("oldreplica")]
+    result(replica.close())
+
+
+def test_a_snapshot_is_on_disk_before_it_replaces_the_store_and_the_rename_after(
+        tmp_path, monkeypatch):
+    """
+    The position is acknowledged once installed: an OS crash after that
+    must find the snapshot's pages, and its name, on disk.
+    """
+    data_dir = tmp_path / "backup"
+    data_dir.mkdir()
+    replica = opened(data_dir)
+    snapshot = snapshot_of(tmp_path / "active", 2)
+    synced = []
+    monkeypatch.setattr(replica_module, "sync_file", lambda path: synced.append(
+        ("file", path, os.path.exists(path))))
+    monkeypatch.setattr(replica_module, "sync_directory", lambda path: synced.append(
+        ("directory", path, os.path.exists(snapshot))))
+    assert result(replica.install_snapshot(snapshot)) == LogPosition(5, 2)
+    assert synced == [("file", snapshot, True), ("directory", str(data_dir), False)]
     result(replica.close())
 
 

@@ -3,6 +3,7 @@ The active's replication source (L{meshroute.ha.source}): the retained
 log, subscriptions, snapshots.
 """
 
+import os
 import sqlite3
 import threading
 
@@ -12,11 +13,12 @@ from twisted.internet import defer, reactor, threads
 
 from meshroute.ha import source as source_module
 from meshroute.ha.gate import ReplicationGate
-from meshroute.ha.source import ReplicationSource, Snapshot
+from meshroute.ha.source import NoRoomForSnapshot, ReplicationSource, Snapshot
 from meshroute.harules.quorum import LogPosition
 from meshroute.store import SQLiteStore, ThreadedExecutor
 from meshroute.store.changes import ChangeBatch
 from support.replicated_stores import rows
+from support.small_disk import fill, small_disk
 from support.store_testing import ROUTER, msg
 
 
@@ -136,3 +138,38 @@ def test_a_failed_snapshot_leaves_no_file(tmp_path):
     with pytest.raises(sqlite3.DatabaseError):
         source_module.take_snapshot(str(tmp_path / "store.db"), str(tmp_path))
     assert [p.name for p in tmp_path.iterdir()] == ["store.db"]
+
+
+def store_of(path, size: int) -> None:
+    """
+    A store file of about C{size} bytes at C{path}, at position (2, 7).
+    """
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE replication_state (epoch INTEGER, position INTEGER)")
+        connection.execute("INSERT INTO replication_state VALUES (2, 7)")
+        connection.execute("CREATE TABLE t (body BLOB)")
+        connection.executemany("INSERT INTO t VALUES (?)",
+                               [(os.urandom(1000),) for _ in range(size // 1000)])
+    connection.close()
+
+
+def test_a_snapshot_that_would_not_fit_beside_min_free_disk_is_not_taken(tmp_path):
+    """
+    A copy that would fill the disk the active's own commits need is
+    refused before a byte of it is written; with room it is taken.
+    """
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        store = str(disk / "store.db")
+        store_of(store, 1_000_000)
+        filler = fill(disk)
+        os.truncate(filler, os.path.getsize(filler) - 900_000)  # less room than the store
+        with pytest.raises(NoRoomForSnapshot) as refused:
+            source_module.take_snapshot(store, str(disk))
+        assert "does not fit" in str(refused.value)
+        assert sorted(os.listdir(disk)) == ["filler", "store.db"]
+        os.unlink(filler)  # ~2.9 MB free: it fits, but not beside 2.5 MB kept free
+        with pytest.raises(NoRoomForSnapshot):
+            source_module.take_snapshot(store, str(disk), keep_free=2_500_000)
+        snapshot = source_module.take_snapshot(store, str(disk), keep_free=1_000_000)
+        assert (snapshot.epoch, snapshot.position) == (2, 7)
+        assert rows(snapshot.path) == rows(store)

@@ -2,18 +2,22 @@
 L{StoreReplication}'s pieces: its replication server gives a catching-up
 backup C{initial-replication-sync-timeout}; what the store commits is
 confirmed only while the lease holds; an instance that stops following
-serves from the position its store holds.
+serves from the position its store holds; snapshot files an earlier run
+left are deleted at start.
 """
 
+import os
 from types import SimpleNamespace
 
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 
 from meshroute.ha.store_replication import StoreReplication, _Confirming, _DeadlinedServer
 from meshroute.harules.quorum import LogPosition
 from meshroute.harules.settings import HASettings, ReplicationSettings
 from meshroute.store.changes import ChangeBatch
 from meshroute.store import TurnExecutor
+from meshroute.store.settings import StoreConfig
 
 
 class Link:
@@ -92,9 +96,7 @@ def test_an_active_period_starts_where_the_replica_ended_with_a_batch_still_comm
     no follower could ever catch up.
     """
     clock = Clock()
-    config = SimpleNamespace(name="router-b", data_dir=str(tmp_path),
-                             ha=HASettings("primary", "router-b", ReplicationSettings(
-                                 "tcp:0:interface=127.0.0.1", "tcp:127.0.0.1:1", "password-file")))
+    config = instance_config(tmp_path)
     replication = StoreReplication(clock, config, endpoints=None, events=None, registry=None,
                                    executor_factory=lambda replication=None: TurnExecutor(clock))
     opened = []
@@ -111,7 +113,36 @@ def test_an_active_period_starts_where_the_replica_ended_with_a_batch_still_comm
     assert replication.position() == LogPosition(5, 2)
 
 
+def instance_config(tmp_path) -> SimpleNamespace:
+    """
+    What L{StoreReplication} reads of a primary's configuration.
+    """
+    return SimpleNamespace(name="router-b", data_dir=str(tmp_path), store=StoreConfig(),
+                           ha=HASettings("primary", "router-b", ReplicationSettings(
+                               "tcp:0:interface=127.0.0.1", "tcp:127.0.0.1:1",
+                               "password-file")))
+
+
 def batch(position: int) -> ChangeBatch:
     return ChangeBatch(4, position, (
         ("INSERT INTO meta (key, value) VALUES (?, ?)", (f"k{position}", "v")),
     ))
+
+
+def test_snapshot_files_an_earlier_run_left_are_deleted_and_nothing_else(tmp_path):
+    """
+    An instance killed while it sent a snapshot (the active's copy) or
+    received one (the backup's partial file) leaves a file as large as
+    the store: the next start deletes it, and only it.
+    """
+    config = instance_config(tmp_path)
+    replication = StoreReplication(Clock(), config, endpoints=None, events=None, registry=None)
+    left = ["snapshot-k2j3.db", "incoming-snapshot-x81a.db"]
+    kept = ["store.db", "store.db-wal", "ha.db", "snapshot-notes.txt", "router.lock"]
+    for name in left + kept:
+        (tmp_path / name).write_bytes(b"x" * 100)
+    os.mkdir(tmp_path / "oldreplica.1")
+    with capturedLogs() as logged:
+        replication.remove_left_snapshots()
+    assert sorted(os.listdir(tmp_path)) == sorted(kept + ["oldreplica.1"])
+    assert sorted(e["path"] for e in logged) == sorted(str(tmp_path / n) for n in left)
