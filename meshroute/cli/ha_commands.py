@@ -13,6 +13,7 @@ import time
 from twisted.python import usage
 
 from meshroute.cli.command_options import CommandOptions
+from meshroute.data_dir_lock import DataDirInUse, hold_data_dir
 from meshroute.events import EventLog
 from meshroute.ha import records
 from meshroute.ha.reporting import HAEventLog
@@ -70,8 +71,11 @@ def force_activate(options, out) -> int:
         print(f"meshroute: {data_dir} is not a directory", file=sys.stderr)
         return 1
     try:
-        lock = records.hold_data_dir(data_dir)
-    except (records.RecordsError, OSError) as e:
+        lock = hold_data_dir(data_dir)
+    except DataDirInUse as e:
+        print(f"meshroute: {e}: stop it first", file=sys.stderr)
+        return 1
+    except OSError as e:
         print(f"meshroute: {e}", file=sys.stderr)
         return 1
     try:

@@ -28,7 +28,6 @@ same functions run on the instance's executor (off the reactor thread)
 and, for the command, on a plain connection.
 """
 
-import fcntl
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -44,9 +43,6 @@ from meshroute.store.voter_records import read_records, save_record
 
 #: The file, in the data dir.
 HA_DB = "ha.db"
-
-#: The data dir's lock file, held by the running router or HA instance.
-LOCK_FILE = "router.lock"
 
 SCHEMA_VERSION = 2
 
@@ -317,27 +313,10 @@ def _has_schema(connection) -> bool:
     ).fetchone() is not None
 
 
-def hold_data_dir(data_dir: str):
-    """
-    Take the data dir's lock, as a router or an HA instance does when it
-    starts, so that neither starts while the caller writes.
-
-    @return: the open lock file; closing it releases the lock.
-    @raise RecordsError: a running router or instance holds it.
-    """
-    lock_file = open(os.path.join(data_dir, LOCK_FILE), "a")
-    try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock_file.close()
-        raise RecordsError(f"{data_dir} is in use by a running router: stop it first") from None
-    return lock_file
-
-
 def record_forced_activation(data_dir: str, marker: ForcedActivation) -> None:
     """
     Write C{marker} into C{data_dir}'s C{ha.db}, durably.  The caller
-    holds the data dir (L{hold_data_dir}).
+    holds the data dir (L{meshroute.data_dir_lock.hold_data_dir}).
     """
     connection = connect(os.path.join(data_dir, HA_DB))
     try:

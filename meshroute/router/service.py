@@ -12,7 +12,6 @@ store is open (L{meshroute.router.listening}); only the admin API answers at
 once, saying whether the router serves yet.
 """
 
-import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from meshroute.router.remote_views import MeshViews
 from meshroute.router.views import describe_mesh, describe_topics, describe_topology
 from meshroute.sessions.ha_view import WITHOUT_HA, HAView
 from meshroute.router.engine import MessageEngine
+from meshroute.data_dir_lock import DataDirInUse, hold_data_dir
 from meshroute.errors import ConfigError
 from meshroute.link.connector import ConnectorService
 from meshroute.link.context import RouterContext
@@ -477,18 +477,10 @@ def lock_data_dir(config: RouterConfig):
 
     @return: the open lock file; closing it releases the lock.
     """
-    path = os.path.join(config.data_dir, "router.lock")
-    lock_file = open(path, "a")
     try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock_file.close()
-        raise ConfigError(
-            config.path,
-            "router.data-dir",
-            f"{config.data_dir} is in use by another running router",
-        ) from None
-    return lock_file
+        return hold_data_dir(config.data_dir)
+    except DataDirInUse as e:
+        raise ConfigError(config.path, "router.data-dir", str(e)) from None
 
 
 def open_data_dir(config: RouterConfig, clock: IReactorTime, lock, unlock) -> events.EventLog:
