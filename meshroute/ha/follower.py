@@ -110,11 +110,13 @@ class StreamCore:
     ended: bool = False
     failed: bool = False
 
-    def then(self, step: Callable[[], Deferred | None]) -> None:
+    def then(self, step: Callable[[], Deferred | None],
+             skipped: Callable[[], None] | None = None) -> None:
         """
         Run C{step} on the replica after everything handed to it before
         (by this connection or an earlier one), unless this connection
-        is gone or failed by then; a failure closes the connection.
+        is gone or failed by then (C{skipped()} instead); a failure
+        closes the connection.
         """
         self.waiting += 1
         if self.waiting == MAX_WAITING_FRAMES:
@@ -122,6 +124,8 @@ class StreamCore:
 
         def run(_):
             if self.ended or self.failed:
+                if skipped is not None:
+                    skipped()
                 return None
             return step()
 
@@ -186,8 +190,7 @@ class StreamCore:
             with contextlib.suppress(OSError):
                 snapshot_file.close()
         if path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _delete(path)
 
     def install(self, frame: SnapshotEnd) -> None:
         """
@@ -212,7 +215,9 @@ class StreamCore:
             d.addErrback(self._not_installed, path)
             return d
 
-        self.then(install)
+        # Skipped (the connection ended, or a step before failed), the
+        # whole snapshot would stay on the disk.
+        self.then(install, skipped=lambda: _delete(path))
 
     def _installed(self, position) -> None:
         self.follower.replica_written()
@@ -220,8 +225,7 @@ class StreamCore:
 
     @staticmethod
     def _not_installed(failure, path: str):
-        if os.path.exists(path):
-            os.unlink(path)
+        _delete(path)
         return failure
 
     def apply(self, frame: Changes) -> None:
@@ -258,6 +262,11 @@ class StreamCore:
         self.ended = True
         self.drop_snapshot()
         self.follower.lost()
+
+
+def _delete(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _build_stream_machine():

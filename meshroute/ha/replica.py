@@ -35,7 +35,7 @@ import re
 import shutil
 import sqlite3
 
-from twisted.internet.defer import fail, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
 from meshroute.durable_files import sync_directory, sync_file
@@ -101,6 +101,8 @@ class Replica:
         self._executor = None
         self._position = ORIGIN
         self._starts = EpochStarts()
+        #: While a snapshot is being installed: the closes waiting for it.
+        self._installing: list[Deferred] | None = None
 
     def open(self):
         """
@@ -169,11 +171,19 @@ class Replica:
             position, store_id = _state(path)
         except sqlite3.Error:
             return fail()
+        self._installing = []
         d = self._executor.submit(_write_to_disk, path)
         d.addCallback(lambda _: self._executor.stop())
         d.addCallback(lambda _: self._replace(path, position, store_id))
         d.addCallback(lambda _: self.open())
+        d.addBoth(self._installed)
         return d
+
+    def _installed(self, outcome):
+        closes, self._installing = self._installing, None
+        for close in closes:
+            close.callback(None)
+        return outcome
 
     def _replace(self, snapshot: str, position: LogPosition, store_id: str) -> None:
         held = self._position
@@ -213,8 +223,14 @@ class Replica:
 
     def close(self):
         """
-        Finish what was submitted and close the store.
+        Finish what was submitted and close the store: once a snapshot
+        being installed is in place, so that the store closed (and the
+        position the caller reads next) is the snapshot's.
         """
+        if self._installing is not None:
+            installed = Deferred()
+            self._installing.append(installed)
+            return installed.addCallback(lambda _: self.close())
         if self._executor is None:
             return succeed(None)
         return self._executor.stop()

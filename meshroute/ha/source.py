@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
@@ -99,6 +100,8 @@ class ReplicationSource:
         self._directory = snapshot_directory or os.path.dirname(os.path.abspath(store_path))
         self._retained_bytes = retained_bytes
         self._keep_free = keep_free
+        # Fires once the last snapshot asked for is taken (or failed).
+        self._taking: Deferred = succeed(None)
         # The log holds the batches after _base, each with its size.
         self._log: deque = deque()
         self._log_bytes = 0
@@ -172,13 +175,25 @@ class ReplicationSource:
 
     def snapshot(self):
         """
-        A consistent copy of the store, taken in a thread.
+        A consistent copy of the store, taken in a thread once the copies
+        asked for before are taken: one at a time, so that each checks
+        the disk's room with the ones before it written.  (A follower
+        that dialled again while its last copy was taken asks anew; that
+        copy is deleted once taken, its connection gone.)
 
         @return: Deferred firing with a L{Snapshot}.
         """
-        return deferToThreadPool(self._reactor, self._reactor.getThreadPool(),
-                                 take_snapshot, self._path, self._directory,
-                                 self._keep_free)
+        taken = Deferred()
+
+        def take(_) -> Deferred:
+            taking = deferToThreadPool(self._reactor, self._reactor.getThreadPool(),
+                                       take_snapshot, self._path, self._directory,
+                                       self._keep_free)
+            taking.chainDeferred(taken)
+            return taking
+
+        self._taking = self._taking.addCallback(take)
+        return taken
 
 
 def take_snapshot(store_path: str, directory: str, keep_free: int = 0) -> Snapshot:
@@ -209,10 +224,10 @@ def take_snapshot(store_path: str, directory: str, keep_free: int = 0) -> Snapsh
                 epoch, position = target.execute(READ_REPLICATION_STATE).fetchone()
             finally:
                 target.close()
+            source.execute("COMMIT")
         except BaseException:
             os.unlink(path)
             raise
-        source.execute("COMMIT")
     finally:
         source.close()
     log.info("snapshot of {store} at ({epoch}, {position}) in {path}", store=store_path,

@@ -12,6 +12,7 @@ active's heartbeats report as confirmed.
 """
 
 import os
+import re
 from collections.abc import Callable
 
 from twisted.internet import defer
@@ -37,6 +38,11 @@ from meshroute.router.settings import RouterConfig
 from meshroute.store.writers import store_executor
 
 log = Logger()
+
+#: The files of a snapshot an earlier run was sending or receiving.
+_LEFT_SNAPSHOT = re.compile(
+    rf"({re.escape(SNAPSHOT_PREFIX)}|{re.escape(INCOMING_SNAPSHOT_PREFIX)})"
+    r"[^/]*\.db(-journal|-wal|-shm)?\Z")
 
 
 @implementer(ICommitGate)
@@ -184,18 +190,25 @@ class StoreReplication:
         Delete the snapshot files an earlier run left in the data dir: one
         this instance was sending as the active, or receiving as the
         backup, when it was killed.  Nothing reads them again, and each
-        is as large as the store.  Call it once, at start, holding the
-        data dir.
+        is as large as the store.  SQLite's files beside them
+        (C{-journal}, C{-wal}, C{-shm}) go too.  Call it once, at start,
+        holding the data dir.  A file that cannot be deleted is logged,
+        and left: it costs room, not correctness.
         """
         directory = self._config.data_dir
         for name in sorted(os.listdir(directory)):
-            if name.startswith((SNAPSHOT_PREFIX, INCOMING_SNAPSHOT_PREFIX)) and \
-                    name.endswith(".db"):
-                path = os.path.join(directory, name)
+            if not _LEFT_SNAPSHOT.match(name):
+                continue
+            path = os.path.join(directory, name)
+            try:
                 size = os.path.getsize(path)
                 os.unlink(path)
-                log.info("deleted {path} ({size} bytes), a snapshot an earlier run left",
-                         path=path, size=size)
+            except OSError as e:
+                log.warn("cannot delete {path}, a snapshot an earlier run left: {why}",
+                         path=path, why=e.strerror or e)
+                continue
+            log.info("deleted {path} ({size} bytes), a snapshot an earlier run left",
+                     path=path, size=size)
 
     def open_replica(self) -> defer.Deferred:
         opening = self.replica.open()

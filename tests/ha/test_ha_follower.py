@@ -230,6 +230,30 @@ def test_a_connection_lost_in_a_snapshot_deletes_it_and_is_reported(harness):
     assert harness.replica.installed == []
 
 
+@pytest.mark.parametrize("how", ["the connection drops", "the work before it fails"])
+def test_a_whole_snapshot_whose_install_never_runs_is_deleted(harness, how):
+    """
+    The snapshot ended while the replica still applied batches sent
+    before it; its install waits behind them, and never runs if the
+    connection is gone, or one of them fails, by then.
+    """
+    harness.reach_replication()
+    harness.replica.hold = True
+    harness.attempt.write(Changes([wire(4)], 5))
+    harness.attempt.write(SnapshotChunk(b"SQLite format 3"))
+    harness.attempt.write(SnapshotEnd(1, 2))
+    assert len(harness.snapshots_in_data_dir()) == 1
+    if how == "the connection drops":
+        harness.attempt.drop()
+        harness.replica.release()
+    else:
+        [held] = harness.replica.held
+        held.errback(ReplicaGap(3, 5))
+        harness.attempt.drop()
+    assert harness.snapshots_in_data_dir() == []
+    assert harness.replica.installed == []
+
+
 def test_a_snapshot_the_disk_refuses_is_deleted_at_once_and_said_once_until_one_is_taken(
         harness, tmp_path):
     """

@@ -28,6 +28,7 @@ from meshroute.store import (
     MissingTransfer,
     SQLiteStore,
     ThreadedExecutor,
+    TurnExecutor,
 )
 from meshroute.store.changes import ChangeBatch
 from meshroute.store.prepared import DuplicateXid
@@ -398,6 +399,37 @@ def test_a_snapshot_is_on_disk_before_it_replaces_the_store_and_the_rename_after
     assert result(replica.install_snapshot(snapshot)) == LogPosition(5, 2)
     assert synced == [("file", snapshot, True), ("directory", str(data_dir), False)]
     result(replica.close())
+
+
+def test_a_replica_closed_while_a_snapshot_is_installed_closes_the_snapshot_s_store(
+        tmp_path):
+    """
+    The backup is promoted (or stops) while a snapshot it received is
+    being installed: the close waits until it is in place, so the store
+    closed, and the position read after, are the snapshot's, and no
+    store is opened after the close.
+    """
+    clock = task.Clock()
+    executors = []
+
+    def executor():
+        executors.append(TurnExecutor(clock))
+        return executors[-1]
+
+    data_dir = tmp_path / "backup"
+    data_dir.mkdir()
+    replica = Replica(str(data_dir), executor)
+    opening = replica.open()
+    clock.advance(0)
+    assert result(opening) == ORIGIN
+    installing = replica.install_snapshot(snapshot_of(tmp_path / "active", 2))
+    closed = []
+    replica.close().addCallback(lambda _: closed.append(replica.position()))
+    for _ in range(5):
+        clock.advance(0)
+    assert result(installing) == LogPosition(5, 2)
+    assert closed == [LogPosition(5, 2)]
+    assert len(executors) == 2 and executors[-1]._closed
 
 
 def test_with_max_saved_zero_divergent_data_is_deleted(tmp_path):

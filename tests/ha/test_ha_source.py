@@ -133,6 +133,38 @@ async def test_writes_go_on_while_a_snapshot_reads(tmp_path, monkeypatch):
     await store.close()
 
 
+@pytest_twisted.ensureDeferred
+async def test_snapshots_are_taken_one_at_a_time(tmp_path, monkeypatch):
+    """
+    A follower that dialled again while its last copy was being taken
+    asks for another: it is taken after the first, so that its room is
+    checked with the first one written, not beside it.
+    """
+    store, source = await replicated_store(tmp_path)
+    await store.accept(msg(1))
+    copying = threading.Event()
+    go_on = threading.Event()
+    copies = []
+    copy = source_module._copy
+
+    def held_copy(connection, target):
+        copies.append(len([n for n in os.listdir(tmp_path) if n.startswith("snapshot-")]))
+        copying.set()
+        assert go_on.wait(timeout=30)
+        copy(connection, target)
+
+    monkeypatch.setattr(source_module, "_copy", held_copy)
+    first, second = source.snapshot(), source.snapshot()
+    await threads.deferToThread(copying.wait, 30)
+    await defer.gatherResults([store.accept(msg(n)) for n in range(2, 10)])
+    assert copies == [1] and not first.called and not second.called
+    go_on.set()
+    taken = [await first, await second]
+    assert copies == [1, 2]  # the second began with the first written
+    assert [t.position for t in taken] == [2, source.head.position]
+    await store.close()
+
+
 def test_a_failed_snapshot_leaves_no_file(tmp_path):
     (tmp_path / "store.db").write_bytes(b"not a database at all" * 100)
     with pytest.raises(sqlite3.DatabaseError):

@@ -137,7 +137,8 @@ def test_snapshot_files_an_earlier_run_left_are_deleted_and_nothing_else(tmp_pat
     """
     config = instance_config(tmp_path)
     replication = StoreReplication(Clock(), config, endpoints=None, events=None, registry=None)
-    left = ["snapshot-k2j3.db", "incoming-snapshot-x81a.db"]
+    left = ["snapshot-k2j3.db", "snapshot-k2j3.db-journal", "incoming-snapshot-x81a.db",
+            "incoming-snapshot-x81a.db-shm"]
     kept = ["store.db", "store.db-wal", "ha.db", "snapshot-notes.txt", "router.lock"]
     for name in left + kept:
         (tmp_path / name).write_bytes(b"x" * 100)
