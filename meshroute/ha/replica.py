@@ -37,6 +37,7 @@ import sqlite3
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from meshroute.durable_files import sync_directory, sync_file
 from meshroute.errors import MeshrouteError
@@ -174,10 +175,23 @@ class Replica:
         self._installing = []
         d = self._executor.submit(_write_to_disk, path)
         d.addCallback(lambda _: self._executor.stop())
-        d.addCallback(lambda _: self._replace(path, position, store_id))
-        d.addCallback(lambda _: self.open())
+        d.addCallback(lambda _: self._replace_and_open(path, position, store_id))
         d.addBoth(self._installed)
         return d
+
+    def _replace_and_open(self, snapshot: str, position: LogPosition, store_id: str):
+        """
+        Replace the closed store, then open the store in its place, even
+        when the replacement failed half-way (a disk error after the
+        rename, say): whichever store it left is opened, so that the
+        replica serves on, and the failure is passed on once it is open.
+        """
+        try:
+            self._replace(snapshot, position, store_id)
+        except BaseException:
+            failure = Failure()
+            return self.open().addCallback(lambda _: failure)
+        return self.open()
 
     def _installed(self, outcome):
         closes, self._installing = self._installing, None

@@ -5,6 +5,7 @@ another file (from the start, or from a snapshot taken on the way), give
 the same rows at the same position.
 """
 
+import errno
 import os
 import random
 import sqlite3
@@ -430,6 +431,28 @@ def test_a_replica_closed_while_a_snapshot_is_installed_closes_the_snapshot_s_st
     assert result(installing) == LogPosition(5, 2)
     assert closed == [LogPosition(5, 2)]
     assert len(executors) == 2 and executors[-1]._closed
+
+
+def test_a_replacement_that_fails_after_the_rename_leaves_the_replica_open(
+        tmp_path, monkeypatch):
+    """
+    A disk error once the snapshot is renamed into place: the install
+    fails (its connection closes), and the replica still serves, from
+    the store now in place, for the next connection to follow from.
+    """
+    data_dir = tmp_path / "backup"
+    data_dir.mkdir()
+    replica = opened(data_dir)
+
+    def failing(path):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(replica_module, "sync_directory", failing)
+    with pytest.raises(OSError):
+        result(replica.install_snapshot(snapshot_of(tmp_path / "active", 2)))
+    assert replica.position() == LogPosition(5, 2)
+    assert result(replica.apply([batch(3, 5, "active")])) == LogPosition(5, 3)
+    result(replica.close())
 
 
 def test_with_max_saved_zero_divergent_data_is_deleted(tmp_path):
