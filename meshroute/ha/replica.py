@@ -282,7 +282,8 @@ def _state(path: str) -> tuple[LogPosition, str]:
 def _write_to_disk(connection: sqlite3.Connection, path: str) -> None:
     """
     Write the snapshot at C{path} to disk before it replaces the store
-    (in the replica's writer, off the reactor thread): renamed unwritten,
+    (in the replica's writer: its thread, or the reactor's with C{writer
+    = "reactor"}, as for its commits): renamed unwritten,
     an OS crash could leave a store of pages never written where the
     active was told the replica held them.
     """

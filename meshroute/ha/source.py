@@ -44,6 +44,7 @@ from twisted.logger import Logger
 from meshroute.errors import MeshrouteError
 from meshroute.harules.quorum import LogPosition
 from meshroute.store.changes import READ_REPLICATION_STATE, ChangeBatch
+from meshroute.store.disk_space import free_bytes
 
 log = Logger()
 
@@ -258,8 +259,7 @@ def _check_room(source: sqlite3.Connection, directory: str, keep_free: int) -> N
     """
     pages = source.execute("PRAGMA page_count").fetchone()[0]
     needed = pages * source.execute("PRAGMA page_size").fetchone()[0]
-    disk = os.statvfs(directory)
-    free = disk.f_bavail * disk.f_frsize
+    free = free_bytes(directory)
     if needed + keep_free > free:
         raise NoRoomForSnapshot(directory, needed, free, keep_free)
 
